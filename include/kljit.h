@@ -1,0 +1,295 @@
+/* kljit.h — the public C API of kljit, and its reference documentation.
+ *
+ * kljit computes fused linear + KL-divergence distillation losses on NVIDIA GPUs, forward and
+ * backward, without materializing the tokens x vocab logits. Row kernels are generated from
+ * Lua templates for the exact problem, compiled with NVRTC, cached on disk as cubins and
+ * launched through the CUDA Driver API; cuBLASLt runs the GEMMs.
+ *
+ * The math (every backend and test agrees on it)
+ * ----------------------------------------------
+ *   X[N,H] hidden states, W[V,H] head weight, b[V] optional bias.
+ *   z = X W^T + b   (student logits),   s = z / T,   log q = s - lse(s).
+ *   Teacher p over the vocabulary, in one of four forms (kljit_teacher_form).
+ *   Per-row forward KL:  l_i = sum_v p_v (log max(p_v, eps) - log q_v)      (0 log 0 = 0)
+ *   Dense gradient:      dL/dz_v = scale / T * (sum(p) * softmax(s)_v - p_v)
+ *   dX = G W,  dW = G^T X,  db = sum_rows G.
+ *   Rows whose label equals ignore_index are excluded; all rows excluded gives loss 0 and zero
+ *   gradients, never NaN. See kljit_reduction for the scale, KLJIT_FLAG_SCALE_T_SQUARED for T^2.
+ *
+ * Conventions
+ * -----------
+ *   - Every call returns a kljit_status. The detail (which argument, which value, the failing
+ *     CUDA call, the NVRTC log, the template file:line) is in kljit_last_error(), which is
+ *     thread-local and valid until the next kljit call on the same thread.
+ *   - Bad input returns an error before any output is written.
+ *   - Tensors are dense, row-major, on the device of the context. The caller owns all memory,
+ *     including the workspace; kljit allocates no device memory while executing.
+ *   - Every GPU call takes an explicit stream (a CUstream or cudaStream_t; NULL is the legacy
+ *     default stream). Plans are immutable and may be used from several threads at once on
+ *     different streams, each call with its own workspace.
+ *   - kljit_*_destroy(NULL) is a no-op. Signatures never change once released; new behaviour
+ *     comes as new functions (_v2) or new fields at the end of the structs, which carry their
+ *     size in their first member.
+ *
+ * Alignment the kernels need (checked; KLJIT_ERR_MISALIGNED otherwise)
+ *   input, weight, teacher, teacher_values, grad_input, grad_weight, workspace: 16 bytes;
+ *   bias, grad_bias, labels, teacher_ids, loss, saved, grad_output: their element size.
+ */
+#ifndef KLJIT_H
+#define KLJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KLJIT_BUILDING) && defined(__GNUC__)
+#define KLJIT_API __attribute__((visibility("default")))
+#else
+#define KLJIT_API
+#endif
+
+/* ---- version ---------------------------------------------------------------------------- */
+
+#define KLJIT_VERSION_MAJOR 0
+#define KLJIT_VERSION_MINOR 1
+#define KLJIT_VERSION_PATCH 0
+#define KLJIT_VERSION_NUMBER \
+  (KLJIT_VERSION_MAJOR * 10000 + KLJIT_VERSION_MINOR * 100 + KLJIT_VERSION_PATCH)
+#define KLJIT_VERSION_STRING "0.1.0"
+
+/* The version of the library actually loaded (compare with the macros you compiled against). */
+KLJIT_API unsigned kljit_version_number(void);
+KLJIT_API const char *kljit_version(void);
+
+/* ---- status ----------------------------------------------------------------------------- */
+
+/* Explicit values, never reused. */
+typedef enum kljit_status {
+  KLJIT_SUCCESS = 0,
+  KLJIT_ERR_INVALID_ARGUMENT = 1,   /* null pointer, size <= 0, value out of range, bad enum */
+  KLJIT_ERR_MISALIGNED = 2,         /* a device pointer lacks the alignment listed above */
+  KLJIT_ERR_UNSUPPORTED = 3,        /* valid, but this combination is not supported */
+  KLJIT_ERR_NOT_IMPLEMENTED = 4,    /* this entry point or option is not built yet */
+  KLJIT_ERR_NO_DEVICE = 5,          /* no CUDA driver or no GPU */
+  KLJIT_ERR_CUDA = 6,               /* a CUDA driver call failed */
+  KLJIT_ERR_CUBLAS = 7,             /* a cuBLASLt call failed */
+  KLJIT_ERR_COMPILE = 8,            /* NVRTC rejected a generated kernel (log in last_error) */
+  KLJIT_ERR_TEMPLATE = 9,           /* a kernel template failed to render (file:line) */
+  KLJIT_ERR_CACHE = 10,             /* the kernel cache could not be used (I/O, permissions) */
+  KLJIT_ERR_OUT_OF_MEMORY = 11,     /* host memory */
+  KLJIT_ERR_WORKSPACE_TOO_SMALL = 12,
+  KLJIT_ERR_BAD_INPUT_DATA = 13,    /* checked mode found NaN, an id out of range, ... */
+  KLJIT_ERR_WISDOM = 14,            /* wisdom file unreadable, stale or foreign */
+  KLJIT_ERR_NO_WISDOM = 15,         /* KLJIT_PLAN_WISDOM_ONLY and no stored choice */
+  KLJIT_ERR_INTERNAL = 16           /* a bug in kljit: please report it */
+} kljit_status;
+
+/* A static English name for a status ("KLJIT_ERR_MISALIGNED: ..."). Never NULL. */
+KLJIT_API const char *kljit_status_string(kljit_status status);
+
+/* Thread-local detail of the last failing call on this thread ("" after a success). */
+KLJIT_API const char *kljit_last_error(void);
+
+/* ---- problem description ---------------------------------------------------------------- */
+
+typedef enum kljit_dtype {
+  KLJIT_FP32 = 1,
+  KLJIT_FP16 = 2,
+  KLJIT_BF16 = 3,
+  KLJIT_INT32 = 4,
+  KLJIT_INT64 = 5
+} kljit_dtype;
+
+typedef enum kljit_teacher_form {
+  KLJIT_TEACHER_DENSE_PROBS = 1,    /* teacher[N,V] = p                                    */
+  KLJIT_TEACHER_DENSE_LOGPROBS = 2, /* teacher[N,V] = log p (torch log_target=True)        */
+  KLJIT_TEACHER_DENSE_LOGITS = 3,   /* teacher[N,V] = zt, p = softmax(zt / T_teacher)      */
+  KLJIT_TEACHER_SPARSE_TOPK = 4     /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
+} kljit_teacher_form;
+
+/* What teacher_values hold in the sparse form. */
+typedef enum kljit_topk_values {
+  KLJIT_TOPK_PROBS = 1,
+  KLJIT_TOPK_LOGPROBS = 2
+} kljit_topk_values;
+
+/* How the sparse form treats the mass 1 - M outside the support S (M = sum_S p). */
+typedef enum kljit_tail {
+  /* l = sum_S p log p - sum_S p s + M lse(s). CompactifAI's loss; may be negative (floor
+   * M log M). Gradient wrt s: M softmax(s) - p on S. */
+  KLJIT_TAIL_NONE = 1,
+  /* p <- p / M on S, then as above with M = 1. A row with M = 0 contributes nothing. */
+  KLJIT_TAIL_RENORM = 2,
+  /* Adds (1 - M) log((1 - M) / (1 - Q_S)), Q_S = sum_S q: the tail as one "ghost" token. */
+  KLJIT_TAIL_BUCKET = 3
+} kljit_tail;
+
+typedef enum kljit_reduction {
+  KLJIT_REDUCTION_SUM = 1,       /* sum of kept rows                         */
+  KLJIT_REDUCTION_BATCHMEAN = 2, /* / rows kept                              */
+  KLJIT_REDUCTION_MEAN = 3,      /* / (rows kept * V)                        */
+  KLJIT_REDUCTION_NONE = 4       /* per-row vector loss[N]; two-phase only   */
+} kljit_reduction;
+
+typedef enum kljit_temperature_mode {
+  /* temperature is baked into the kernels (T = 1 compiles to no scaling at all). */
+  KLJIT_TEMPERATURE_CONSTANT = 1,
+  /* temperature comes with each call (kljit_args.temperature); one plan serves a schedule. */
+  KLJIT_TEMPERATURE_RUNTIME = 2
+} kljit_temperature_mode;
+
+/* How dW is accumulated across token chunks. */
+typedef enum kljit_grad_weight_accum {
+  /* In fp32: directly in grad_weight when its dtype is FP32, else in a workspace buffer of
+   * V*H floats converted at the end (needs that much more workspace). The default. */
+  KLJIT_ACCUM_FP32 = 1,
+  /* In grad_weight's own dtype, chunk after chunk: no extra workspace, rounding per chunk. */
+  KLJIT_ACCUM_OUTPUT_DTYPE = 2
+} kljit_grad_weight_accum;
+
+/* Problem flags (bits). */
+enum {
+  KLJIT_FLAG_BIAS = 1u << 0,            /* the head has a bias b[V]                             */
+  KLJIT_FLAG_SCALE_T_SQUARED = 1u << 1, /* multiply loss and gradients by T^2 (Hinton)          */
+  /* Logits GEMM writes the input dtype instead of fp32: faster, less workspace, but the
+   * logits are rounded before the softmax (what Liger does; see README "Precision"). */
+  KLJIT_FLAG_NATIVE_LOGITS = 1u << 2,
+  KLJIT_FLAG_ALLOW_TF32 = 1u << 3,      /* fp32 inputs may use TF32 tensor cores                */
+  /* Checked mode: NaN/Inf in the teacher, ids outside [0, V), duplicate ids, negative
+   * probabilities are reported as KLJIT_ERR_BAD_INPUT_DATA (costs one extra pass). */
+  KLJIT_FLAG_CHECK_INPUTS = 1u << 4
+};
+
+typedef struct kljit_problem {
+  size_t struct_size;               /* sizeof(kljit_problem); set by KLJIT_PROBLEM_INIT */
+  int64_t hidden;                   /* H >= 1 */
+  int64_t vocab;                    /* V, 2 <= V <= 2^24 */
+  kljit_dtype input_dtype;          /* X; FP32, FP16 or BF16 */
+  kljit_dtype weight_dtype;         /* W and b; must equal input_dtype */
+  kljit_dtype teacher_dtype;        /* dense teacher, or sparse values; FP32, FP16, BF16 */
+  kljit_teacher_form teacher;
+  int32_t topk;                     /* K for the sparse form, 1 <= K <= min(V, 1024) */
+  kljit_dtype topk_id_dtype;        /* INT32 or INT64 */
+  kljit_topk_values topk_values;
+  kljit_tail tail;
+  kljit_temperature_mode temperature_mode;
+  double temperature;               /* T > 0, finite */
+  double teacher_temperature;       /* DENSE_LOGITS only; 0 means "same as temperature" */
+  kljit_reduction reduction;
+  kljit_dtype label_dtype;          /* INT32 or INT64 */
+  int64_t ignore_index;             /* rows with this label are excluded; default -100 */
+  double eps;                       /* 0 < eps < 1e-3; floor inside log p; default 1e-20 */
+  kljit_dtype grad_weight_dtype;    /* FP32 or weight_dtype */
+  kljit_grad_weight_accum grad_weight_accum;
+  uint32_t flags;                   /* KLJIT_FLAG_* */
+} kljit_problem;
+
+#define KLJIT_PROBLEM_INIT                                                                    \
+  {                                                                                           \
+    sizeof(kljit_problem), 0, 0, KLJIT_BF16, KLJIT_BF16, KLJIT_BF16,                          \
+        KLJIT_TEACHER_DENSE_PROBS, 0, KLJIT_INT64, KLJIT_TOPK_PROBS, KLJIT_TAIL_NONE,         \
+        KLJIT_TEMPERATURE_CONSTANT, 1.0, 0.0, KLJIT_REDUCTION_BATCHMEAN, KLJIT_INT64, -100,   \
+        1e-20, KLJIT_FP32, KLJIT_ACCUM_FP32, 0u                                               \
+  }
+
+/* ---- context ---------------------------------------------------------------------------- */
+
+typedef struct kljit_context kljit_context;
+
+/* Binds the primary context of CUDA device `device`. Returns KLJIT_ERR_NO_DEVICE where there is
+ * no driver or no such GPU. `options` must be NULL (reserved). */
+KLJIT_API kljit_status kljit_context_create(kljit_context **ctx, int device, const void *options);
+KLJIT_API void kljit_context_destroy(kljit_context *ctx);
+
+/* ---- plans ------------------------------------------------------------------------------ */
+
+typedef struct kljit_plan kljit_plan;
+
+/* Planning rigor (FFTW style). */
+typedef enum kljit_plan_rigor {
+  KLJIT_PLAN_ESTIMATE = 1,    /* heuristics or stored wisdom; touches no user buffer */
+  KLJIT_PLAN_MEASURE = 2,     /* time candidates on the GPU                          */
+  KLJIT_PLAN_EXHAUSTIVE = 3,
+  KLJIT_PLAN_WISDOM_ONLY = 4  /* stored wisdom or KLJIT_ERR_NO_WISDOM, never tunes   */
+} kljit_plan_rigor;
+
+/* Is this problem valid and supported by this build? Needs no GPU and compiles nothing.
+ * KLJIT_SUCCESS, or the status and a sentence (last_error) saying why not. */
+KLJIT_API kljit_status kljit_plan_check(const kljit_problem *problem);
+
+/* Validates, chooses the geometry, renders, compiles (or loads from the cache) and loads the
+ * kernels. The plan keeps no pointer to `problem`. */
+KLJIT_API kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
+                                         kljit_plan_rigor rigor, kljit_plan **plan);
+KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
+
+/* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). */
+typedef enum kljit_mode {
+  KLJIT_MODE_FUSED = 1,     /* kljit_fused                   */
+  KLJIT_MODE_FORWARD = 2,   /* kljit_forward (two-phase)     */
+  KLJIT_MODE_BACKWARD = 3   /* kljit_backward (two-phase)    */
+} kljit_mode;
+KLJIT_API kljit_status kljit_plan_workspace_size(const kljit_plan *plan, kljit_mode mode,
+                                                 int64_t max_rows, size_t *bytes);
+
+/* Bytes of the per-row statistics kljit_forward saves for kljit_backward (O(rows)). */
+KLJIT_API kljit_status kljit_plan_saved_size(const kljit_plan *plan, int64_t rows,
+                                             size_t *bytes);
+
+/* A human-readable, multi-line description: geometry, kernels, and for each kernel whether it
+ * was compiled or came from the cache and how long that took. The string lives as long as the
+ * plan. */
+KLJIT_API const char *kljit_plan_describe(const kljit_plan *plan);
+
+/* ---- execution -------------------------------------------------------------------------- */
+
+/* Execution flags (bits). */
+enum {
+  KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT = 1u << 0, /* dW += ... instead of dW = ... (and db) */
+  KLJIT_EXEC_NO_GRAD_INPUT = 1u << 1,          /* dX not wanted (grad_input may be NULL)  */
+  KLJIT_EXEC_NO_GRAD_WEIGHT = 1u << 2          /* dW, db not wanted                       */
+};
+
+typedef struct kljit_args {
+  size_t struct_size;          /* sizeof(kljit_args); set by KLJIT_ARGS_INIT */
+  int64_t rows;                /* N >= 1 */
+  const void *input;           /* X  [N,H]  input_dtype                                   */
+  const void *weight;          /* W  [V,H]  weight_dtype                                  */
+  const void *bias;            /* b  [V]    weight_dtype; with KLJIT_FLAG_BIAS, else NULL */
+  const void *labels;          /* [N] label_dtype, or NULL: every row is kept             */
+  const void *teacher;         /* dense forms: [N,V] teacher_dtype                        */
+  const void *teacher_ids;     /* sparse form: [N,K] topk_id_dtype                        */
+  const void *teacher_values;  /* sparse form: [N,K] teacher_dtype                        */
+  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only                          */
+  float *loss;                 /* out: fp32 scalar, or [N] for KLJIT_REDUCTION_NONE       */
+  void *grad_input;            /* out: dX [N,H] input_dtype                               */
+  void *grad_weight;           /* out: dW [V,H] grad_weight_dtype                         */
+  void *grad_bias;             /* out: db [V] grad_weight_dtype (with KLJIT_FLAG_BIAS)    */
+  float *saved;                /* two-phase: kljit_plan_saved_size bytes, out of forward  */
+  const float *grad_output;    /* backward: dL_outer/dloss, fp32 scalar or [N] for NONE   */
+  void *workspace;             /* kljit_plan_workspace_size bytes                         */
+  size_t workspace_size;
+  uint32_t flags;              /* KLJIT_EXEC_*                                            */
+} kljit_args;
+
+#define KLJIT_ARGS_INIT \
+  { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
+    NULL, NULL, NULL, NULL, 0, 0u }
+
+/* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
+KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);
+
+/* Two-phase mode: forward writes loss and `saved`; backward reads `saved` and grad_output and
+ * writes dX, dW (, db), recomputing each chunk's logits. */
+KLJIT_API kljit_status kljit_forward(const kljit_plan *plan, void *stream,
+                                     const kljit_args *args);
+KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
+                                      const kljit_args *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KLJIT_H */

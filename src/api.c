@@ -1,0 +1,34 @@
+/* api.c — version getters, status names, kljit_plan_check. */
+#include "problem.h"
+
+unsigned kljit_version_number(void) { return KLJIT_VERSION_NUMBER; }
+
+const char *kljit_version(void) { return KLJIT_VERSION_STRING; }
+
+const char *kljit_status_string(kljit_status s) {
+  switch (s) {
+  case KLJIT_SUCCESS: return "KLJIT_SUCCESS: success";
+  case KLJIT_ERR_INVALID_ARGUMENT: return "KLJIT_ERR_INVALID_ARGUMENT: invalid argument";
+  case KLJIT_ERR_MISALIGNED: return "KLJIT_ERR_MISALIGNED: misaligned device pointer";
+  case KLJIT_ERR_UNSUPPORTED: return "KLJIT_ERR_UNSUPPORTED: unsupported combination";
+  case KLJIT_ERR_NOT_IMPLEMENTED: return "KLJIT_ERR_NOT_IMPLEMENTED: not implemented yet";
+  case KLJIT_ERR_NO_DEVICE: return "KLJIT_ERR_NO_DEVICE: no CUDA driver or GPU";
+  case KLJIT_ERR_CUDA: return "KLJIT_ERR_CUDA: CUDA driver error";
+  case KLJIT_ERR_CUBLAS: return "KLJIT_ERR_CUBLAS: cuBLASLt error";
+  case KLJIT_ERR_COMPILE: return "KLJIT_ERR_COMPILE: kernel compilation failed";
+  case KLJIT_ERR_TEMPLATE: return "KLJIT_ERR_TEMPLATE: kernel template failed to render";
+  case KLJIT_ERR_CACHE: return "KLJIT_ERR_CACHE: kernel cache unusable";
+  case KLJIT_ERR_OUT_OF_MEMORY: return "KLJIT_ERR_OUT_OF_MEMORY: out of host memory";
+  case KLJIT_ERR_WORKSPACE_TOO_SMALL: return "KLJIT_ERR_WORKSPACE_TOO_SMALL: workspace too small";
+  case KLJIT_ERR_BAD_INPUT_DATA: return "KLJIT_ERR_BAD_INPUT_DATA: bad input data";
+  case KLJIT_ERR_WISDOM: return "KLJIT_ERR_WISDOM: wisdom unusable";
+  case KLJIT_ERR_NO_WISDOM: return "KLJIT_ERR_NO_WISDOM: no wisdom for this problem";
+  case KLJIT_ERR_INTERNAL: return "KLJIT_ERR_INTERNAL: internal error (a kljit bug)";
+  }
+  return "KLJIT_ERR_?: unknown status";
+}
+
+kljit_status kljit_plan_check(const kljit_problem *problem) {
+  err_clear();
+  return prob_validate(problem, "kljit_plan_check");
+}
