@@ -1,0 +1,369 @@
+/* ref.c — the double-precision CPU reference for the fused linear + KL loss (see ref.h).
+ *
+ * Per kept row i (labels NULL or labels[i] != ignore_index):
+ *   z = x_i W^T + b,  s = z / T,  log q = s - lse(s)                       (z: [V])
+ *   dense:   l = sum_v p_v (log max(p_v, eps) - log q_v),   dl/ds = sum(p) q - p
+ *   sparse:  support ids[i, 0..K), M = sum_k p_k,
+ *     NONE    l = sum_k p_k (log max(p_k, eps) - log q_{id_k}),   dl/ds = M q - p (on S)
+ *     RENORM  p <- p / M, then NONE with M = 1; M = 0 gives l = 0 and dl/ds = 0
+ *     BUCKET  NONE + t log(t / (1 - Q_S)),  t = 1 - M,  Q_S = sum_k q_{id_k}
+ *             dl/ds_v = M q_v - p_v + t/(1-Q_S) * q_v (c_v - Q_S)   (c_v: occurrences of v)
+ *             i.e. q_v - p_v on S and q_v (M - t Q_S / (1 - Q_S)) off S without duplicates.
+ *   row_loss[i] = t2 * l,  t2 = T^2 with KLJIT_FLAG_SCALE_T_SQUARED, else 1
+ *   loss = c * sum_i row_loss[i],  c = 1 (SUM, NONE), 1/kept (BATCHMEAN), 1/(kept V) (MEAN)
+ *   G[i,v] = dL/dz_v = g_i * c * t2 / T * dl/ds_v;  dx = G W,  dw = G^T X,  db = sum_i G[i,:]
+ *
+ * Choices the contract leaves open, made here and documented for the GPU side:
+ *   - Duplicate ids in a sparse row: every occurrence is its own term (of M, of sum p log p, of
+ *     sum p log q and of Q_S). Nothing is merged; checked mode on the GPU reports duplicates.
+ *   - "Kept" depends on the labels alone: a RENORM row with M = 0 still counts in BATCHMEAN's
+ *     and MEAN's denominator, it just adds 0 to the loss and to G.
+ *   - BUCKET: when t = 1 - M <= 0 (all mass on S, or rounding pushed M past 1) the ghost term
+ *     is 0, and so is its gradient (M does not depend on s). When the distinct ids cover the
+ *     whole vocabulary there is no tail to bucket: 1 - Q_S is 0 and t is the teacher's
+ *     rounding error, so the term is dropped as well (this keeps K = V equal to dense).
+ *   - LOGPROBS values: log max(p, eps) is computed as max(log p, log eps), so a given -inf is
+ *     p = 0 and contributes nothing; the given log p is used directly above eps.
+ *
+ * Numerics: logits by double dot products with four partial sums, log-sum-exp with the maximum
+ * subtracted, the V- and K-long sums in long double. 1 - Q_S is summed over the vocabulary
+ * outside S in log space, not computed as 1 - Q_S, so a nearly complete support keeps its
+ * relative precision. Rows go in blocks (see ref_block_rows) that change no bit of the result.
+ *
+ * Errors: invalid inputs are refused before any output is written. The one failure found
+ * later (BUCKET with duplicate ids whose 1 - Q_S is not positive) leaves outputs partial.
+ */
+#include "ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int ref_fail(const char *msg, long long value) {
+  fprintf(stderr, "ref_compute: %s (%lld)\n", msg, value);
+  return 1;
+}
+
+static int ref_failf(const char *msg, double value) {
+  fprintf(stderr, "ref_compute: %s (%g)\n", msg, value);
+  return 1;
+}
+
+/* x . w over H with four independent partial sums: a fixed order (deterministic), shorter
+ * dependency chains (the oracle runs on large shapes too) and a little less rounding error. */
+static double ref_dot(const double *a, const double *b, int64_t n) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    acc[0] += a[j] * b[j];
+    acc[1] += a[j + 1] * b[j + 1];
+    acc[2] += a[j + 2] * b[j + 2];
+    acc[3] += a[j + 3] * b[j + 3];
+  }
+  for (; j < n; j++) acc[j & 3] += a[j] * b[j];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* log sum_v exp(s_v) with the maximum subtracted; -inf for an empty or all -inf input. */
+static double ref_lse(const double *s, int64_t n) {
+  double mx = -INFINITY;
+  for (int64_t v = 0; v < n; v++)
+    if (s[v] > mx) mx = s[v];
+  if (mx == -INFINITY) return -INFINITY;
+  long double sum = 0.0L;
+  for (int64_t v = 0; v < n; v++) sum += (long double)exp(s[v] - mx);
+  return mx + (double)logl(sum);
+}
+
+static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
+  if (!in || !out) return ref_fail("in and out must not be NULL", 0);
+  const kljit_problem *pb = in->pb;
+  if (!pb) return ref_fail("in->pb must not be NULL", 0);
+  if (in->rows < 0) return ref_fail("rows must be >= 0", (long long)in->rows);
+  if (pb->hidden < 1) return ref_fail("hidden must be >= 1", (long long)pb->hidden);
+  if (pb->vocab < 1) return ref_fail("vocab must be >= 1", (long long)pb->vocab);
+  if (in->rows > 0 && (!in->x || !in->w)) return ref_fail("x and w must not be NULL", 0);
+  if ((pb->flags & KLJIT_FLAG_BIAS) && !in->b)
+    return ref_fail("KLJIT_FLAG_BIAS is set but b is NULL", 0);
+  if (!(pb->flags & KLJIT_FLAG_BIAS) && in->b)
+    return ref_fail("b is given but KLJIT_FLAG_BIAS is not set", 0);
+  double T = pb->temperature;
+  if (pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME) {
+    T = in->temperature;
+  } else if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) {
+    return ref_fail("unknown temperature_mode", (long long)pb->temperature_mode);
+  }
+  if (!(T > 0.0) || !isfinite(T)) return ref_failf("temperature must be > 0 and finite", T);
+  if (!(pb->eps > 0.0) || !isfinite(pb->eps)) return ref_failf("eps must be > 0", pb->eps);
+  switch (pb->reduction) {
+    case KLJIT_REDUCTION_SUM:
+    case KLJIT_REDUCTION_BATCHMEAN:
+    case KLJIT_REDUCTION_MEAN:
+    case KLJIT_REDUCTION_NONE: break;
+    default: return ref_fail("unknown reduction", (long long)pb->reduction);
+  }
+  switch (pb->teacher) {
+    case KLJIT_TEACHER_DENSE_LOGITS:
+      if (!(pb->teacher_temperature >= 0.0) || !isfinite(pb->teacher_temperature))
+        return ref_failf("teacher_temperature must be >= 0 and finite", pb->teacher_temperature);
+      /* fall through */
+    case KLJIT_TEACHER_DENSE_PROBS:
+    case KLJIT_TEACHER_DENSE_LOGPROBS:
+      if (in->rows > 0 && !in->teacher) return ref_fail("dense teacher is NULL", 0);
+      break;
+    case KLJIT_TEACHER_SPARSE_TOPK:
+      if (pb->topk < 1) return ref_fail("topk must be >= 1", (long long)pb->topk);
+      if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
+      if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
+        return ref_fail("unknown topk_values", (long long)pb->topk_values);
+      if (pb->tail != KLJIT_TAIL_NONE && pb->tail != KLJIT_TAIL_RENORM &&
+          pb->tail != KLJIT_TAIL_BUCKET)
+        return ref_fail("unknown tail", (long long)pb->tail);
+      /* Ignored rows are never read, so only kept rows need valid ids. */
+      for (int64_t i = 0; i < in->rows; i++) {
+        if (in->labels && in->labels[i] == pb->ignore_index) continue;
+        for (int64_t k = 0; k < pb->topk; k++) {
+          const int64_t id = in->ids[i * pb->topk + k];
+          if (id < 0 || id >= pb->vocab)
+            return ref_fail("a sparse id lies outside [0, vocab)", (long long)id);
+        }
+      }
+      break;
+    default: return ref_fail("unknown teacher form", (long long)pb->teacher);
+  }
+  return 0;
+}
+
+/* Scratch of one row: V-long student vectors, K-long teacher terms, per-id counts (dl/ds goes
+ * to the caller's ds). */
+typedef struct ref_row {
+  double *logq; /* [V] s, then log q in place */
+  double *q;    /* [V] */
+  double *tp;   /* [V] teacher log-probs (DENSE_LOGITS) */
+  double *pk;   /* [K] teacher probabilities on the support */
+  double *lpk;  /* [K] log max(p, eps) on the support */
+  int32_t *cnt; /* [V] occurrences of each id in the row (BUCKET) */
+} ref_row;
+
+/* Dense teacher row t[V]: loss l, ds = sum(p) q - p. */
+static double ref_row_dense(const kljit_problem *pb, const double *t, double T, const ref_row *r,
+                            double *ds) {
+  const int64_t V = pb->vocab;
+  const double log_eps = log(pb->eps);
+  const double *lt = t; /* log p for LOGPROBS and LOGITS */
+  if (pb->teacher == KLJIT_TEACHER_DENSE_LOGITS) {
+    const double Tt = pb->teacher_temperature > 0.0 ? pb->teacher_temperature : T;
+    for (int64_t v = 0; v < V; v++) r->tp[v] = t[v] / Tt;
+    const double lse_t = ref_lse(r->tp, V);
+    for (int64_t v = 0; v < V; v++) r->tp[v] -= lse_t;
+    lt = r->tp;
+  }
+  long double l = 0.0L, sum_p = 0.0L;
+  for (int64_t v = 0; v < V; v++) {
+    double p, lp;
+    if (pb->teacher == KLJIT_TEACHER_DENSE_PROBS) {
+      p = t[v];
+      lp = log(p > pb->eps ? p : pb->eps);
+    } else {
+      p = exp(lt[v]);
+      lp = lt[v] > log_eps ? lt[v] : log_eps;
+    }
+    ds[v] = -p;
+    sum_p += p;
+    if (p != 0.0) l += (long double)p * (lp - r->logq[v]); /* 0 log 0 = 0 */
+  }
+  for (int64_t v = 0; v < V; v++) ds[v] += (double)sum_p * r->q[v];
+  return (double)l;
+}
+
+/* Sparse teacher row ids[K], vals[K]: loss *l and ds. Nonzero when the row cannot be computed. */
+static int ref_row_sparse(const kljit_problem *pb, const int64_t *ids, const double *vals,
+                          const ref_row *r, int64_t row, double *ds, double *l_out) {
+  const int64_t V = pb->vocab, K = pb->topk;
+  const double log_eps = log(pb->eps);
+  long double M = 0.0L;
+  for (int64_t k = 0; k < K; k++) {
+    if (pb->topk_values == KLJIT_TOPK_PROBS) {
+      r->pk[k] = vals[k];
+      r->lpk[k] = log(vals[k] > pb->eps ? vals[k] : pb->eps);
+    } else {
+      r->pk[k] = exp(vals[k]);
+      r->lpk[k] = vals[k] > log_eps ? vals[k] : log_eps;
+    }
+    M += r->pk[k];
+  }
+  if (pb->tail == KLJIT_TAIL_RENORM) {
+    if (M == 0.0L) {
+      memset(ds, 0, (size_t)V * sizeof *ds);
+      *l_out = 0.0;
+      return 0;
+    }
+    const double m = (double)M, log_m = log(m);
+    for (int64_t k = 0; k < K; k++) {
+      r->pk[k] /= m;
+      if (pb->topk_values == KLJIT_TOPK_PROBS) {
+        r->lpk[k] = log(r->pk[k] > pb->eps ? r->pk[k] : pb->eps);
+      } else {
+        const double lp = vals[k] - log_m;
+        r->lpk[k] = lp > log_eps ? lp : log_eps;
+      }
+    }
+    M = 1.0L;
+  }
+  long double l = 0.0L;
+  for (int64_t v = 0; v < V; v++) ds[v] = (double)M * r->q[v];
+  for (int64_t k = 0; k < K; k++) {
+    ds[ids[k]] -= r->pk[k];
+    if (r->pk[k] != 0.0) l += (long double)r->pk[k] * (r->lpk[k] - r->logq[ids[k]]);
+  }
+  if (pb->tail == KLJIT_TAIL_BUCKET) {
+    const double t = (double)(1.0L - M);
+    memset(r->cnt, 0, (size_t)V * sizeof *r->cnt);
+    long double Q = 0.0L;
+    for (int64_t k = 0; k < K; k++) {
+      r->cnt[ids[k]]++;
+      Q += r->q[ids[k]];
+    }
+    /* 1 - Q_S = (q mass off S) - (extra occurrences of duplicated ids), the first part as a
+     * log-sum-exp of log q over the ids outside S rather than as 1 - (a sum close to 1). */
+    int64_t off = 0, dup = 0;
+    long double dup_q = 0.0L;
+    for (int64_t v = 0; v < V; v++) {
+      if (r->cnt[v] == 0) r->tp[off++] = r->logq[v];
+      if (r->cnt[v] > 1) {
+        dup++;
+        dup_q += (long double)(r->cnt[v] - 1) * r->q[v];
+      }
+    }
+    if (t > 0.0 && off > 0) {
+      double log_1mq = ref_lse(r->tp, off); /* log sum_{v not in S} q_v */
+      double one_minus_q = exp(log_1mq);
+      if (dup > 0) {
+        one_minus_q = (double)((long double)one_minus_q - dup_q);
+        if (!(one_minus_q > 0.0))
+          return ref_fail("BUCKET: 1 - Q_S <= 0 (duplicate ids in this row)", (long long)row);
+        log_1mq = log(one_minus_q);
+      }
+      l += (long double)t * (log(t) - log_1mq);
+      const double ratio = exp(log(t) - log_1mq); /* t / (1 - Q_S) */
+      /* d(1 - Q_S)/ds_v = -q_v (c_v - Q_S); for c_v >= 1 write c_v - Q_S as (c_v - 1) +
+       * (1 - Q_S) so a nearly complete support loses no digits. */
+      for (int64_t v = 0; v < V; v++) {
+        const double f = r->cnt[v] == 0 ? -(double)Q : (double)(r->cnt[v] - 1) + one_minus_q;
+        ds[v] += ratio * r->q[v] * f;
+      }
+    }
+  }
+  *l_out = (double)l;
+  return 0;
+}
+
+/* Rows go through in blocks of RB: each W row (and dW row) is then streamed once per block
+ * rather than once per row, which is what makes the oracle usable at V ~ 1.5e5. */
+enum { REF_MAX_BLOCK_ROWS = 16 };
+static int64_t ref_block_rows(int64_t V, int64_t asked) {
+  /* Two RB x V double buffers of at most 64 MiB, unless the caller asks. */
+  const int64_t rb = asked > 0 ? asked : ((int64_t)1 << 22) / V;
+  return rb < 1 ? 1 : rb > REF_MAX_BLOCK_ROWS ? REF_MAX_BLOCK_ROWS : rb;
+}
+
+int ref_compute(const ref_inputs *in, ref_outputs *out) {
+  if (ref_validate(in, out)) return 1;
+  const kljit_problem *pb = in->pb;
+  const int64_t N = in->rows, H = pb->hidden, V = pb->vocab;
+  const int64_t RB = ref_block_rows(V, in->block_rows);
+  const int64_t K = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK ? pb->topk : 0;
+  const double T =
+      pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? in->temperature : pb->temperature;
+  const double t2 = (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) ? T * T : 1.0;
+  const int none = pb->reduction == KLJIT_REDUCTION_NONE;
+
+  int64_t kept = 0;
+  for (int64_t i = 0; i < N; i++)
+    if (!in->labels || in->labels[i] != pb->ignore_index) kept++;
+  /* kept = 0 makes every row ignored, so c is never used; 0 keeps it finite anyway. */
+  double c = 1.0;
+  if (pb->reduction == KLJIT_REDUCTION_BATCHMEAN) c = kept ? 1.0 / (double)kept : 0.0;
+  if (pb->reduction == KLJIT_REDUCTION_MEAN) c = kept ? 1.0 / ((double)kept * (double)V) : 0.0;
+
+  double *zb = malloc((size_t)(RB * V) * sizeof(double)); /* s, then log q: [RB,V] */
+  double *gb = malloc((size_t)(RB * V) * sizeof(double)); /* dl/ds, then G:  [RB,V] */
+  ref_row r;
+  r.q = malloc((size_t)V * sizeof(double));
+  r.tp = malloc((size_t)V * sizeof(double));
+  r.cnt = malloc((size_t)V * sizeof(int32_t));
+  r.pk = malloc((size_t)(K ? K : 1) * sizeof(double));
+  r.lpk = malloc((size_t)(K ? K : 1) * sizeof(double));
+  int rc = 0;
+  if (!zb || !gb || !r.q || !r.tp || !r.cnt || !r.pk || !r.lpk)
+    rc = ref_fail("out of host memory for V", (long long)V);
+
+  if (rc == 0 && out->dw) memset(out->dw, 0, (size_t)(V * H) * sizeof(double));
+  if (rc == 0 && out->db) memset(out->db, 0, (size_t)V * sizeof(double));
+  if (rc == 0 && out->dx) memset(out->dx, 0, (size_t)(N * H) * sizeof(double));
+  long double total = 0.0L;
+  int keep[REF_MAX_BLOCK_ROWS];
+  for (int64_t i0 = 0; i0 < N && rc == 0; i0 += RB) {
+    const int64_t nb = N - i0 < RB ? N - i0 : RB;
+    for (int64_t k = 0; k < nb; k++)
+      keep[k] = !in->labels || in->labels[i0 + k] != pb->ignore_index;
+    /* z = x W^T + b for the block, W row by W row. */
+    for (int64_t v = 0; v < V; v++) {
+      const double *w_v = in->w + v * H;
+      const double b_v = in->b ? in->b[v] : 0.0;
+      for (int64_t k = 0; k < nb; k++)
+        if (keep[k]) zb[k * V + v] = (ref_dot(in->x + (i0 + k) * H, w_v, H) + b_v) / T;
+    }
+    for (int64_t k = 0; k < nb && rc == 0; k++) {
+      const int64_t i = i0 + k;
+      double *G = gb + k * V;
+      if (!keep[k]) {
+        if (out->row_loss) out->row_loss[i] = 0.0;
+        memset(G, 0, (size_t)V * sizeof(double));
+        continue;
+      }
+      r.logq = zb + k * V;
+      const double lse = ref_lse(r.logq, V);
+      for (int64_t v = 0; v < V; v++) {
+        r.logq[v] -= lse;
+        r.q[v] = exp(r.logq[v]);
+      }
+      double l = 0.0;
+      if (K)
+        rc = ref_row_sparse(pb, in->ids + i * K, in->vals + i * K, &r, i, G, &l);
+      else
+        l = ref_row_dense(pb, in->teacher + i * V, T, &r, G);
+      const double row_loss = t2 * l;
+      if (out->row_loss) out->row_loss[i] = row_loss;
+      total += row_loss;
+      double g = 1.0;
+      if (in->grad_output) g = none ? in->grad_output[i] : in->grad_output[0];
+      const double gs = g * c * t2 / T;
+      for (int64_t v = 0; v < V; v++) G[v] *= gs;
+    }
+    if (rc) break;
+    if (out->dlogits) memcpy(out->dlogits + i0 * V, gb, (size_t)(nb * V) * sizeof(double));
+    /* dx = G W, dW = G^T X, db = column sums of G, again W row by W row. */
+    for (int64_t v = 0; v < V; v++) {
+      const double *w_v = in->w + v * H;
+      double *dw_v = out->dw ? out->dw + v * H : NULL;
+      for (int64_t k = 0; k < nb; k++) {
+        const double gv = gb[k * V + v];
+        if (out->db) out->db[v] += gv;
+        if (gv == 0.0) continue;
+        const double *x_i = in->x + (i0 + k) * H;
+        double *dx_i = out->dx ? out->dx + (i0 + k) * H : NULL;
+        if (dx_i)
+          for (int64_t j = 0; j < H; j++) dx_i[j] += gv * w_v[j];
+        if (dw_v)
+          for (int64_t j = 0; j < H; j++) dw_v[j] += gv * x_i[j];
+      }
+    }
+  }
+  free(zb), free(gb), free(r.q), free(r.tp), free(r.cnt), free(r.pk), free(r.lpk);
+  if (rc) return rc;
+  out->loss = (double)(c * total);
+  out->rows_kept = kept;
+  return 0;
+}

@@ -1,0 +1,47 @@
+/* ref.h — the double-precision CPU reference: the oracle every GPU test compares against.
+ *
+ * It implements the contract of include/kljit.h (the math section, every teacher form, tail
+ * mode, temperature, reduction, ignore_index, bias, T^2 scaling) directly and slowly: full
+ * logits in double, no chunking, no online softmax. Inputs are doubles (tests convert their
+ * fp16/bf16 device values to double first, so both sides see the same numbers).
+ */
+#ifndef KLJIT_REF_H
+#define KLJIT_REF_H
+
+#include <stdint.h>
+
+#include "kljit.h"
+
+typedef struct ref_inputs {
+  const kljit_problem *pb;  /* shapes, forms, options (dtypes are ignored: all double) */
+  int64_t rows;             /* N */
+  const double *x;          /* [N,H] */
+  const double *w;          /* [V,H] */
+  const double *b;          /* [V] or NULL */
+  const int64_t *labels;    /* [N] or NULL */
+  const double *teacher;    /* dense: [N,V] in the form pb->teacher says */
+  const int64_t *ids;       /* sparse: [N,K] */
+  const double *vals;       /* sparse: [N,K] probs or log-probs per pb->topk_values */
+  double temperature;       /* used instead of pb->temperature when RUNTIME */
+  /* Upstream gradient: for reductions other than NONE a scalar (grad_output[0]); for NONE a
+   * per-row vector [N]. NULL means 1 (scalar) / all ones (NONE). */
+  const double *grad_output;
+  /* Rows per block (1..16); 0 picks it from V. The result does not depend on it (the tests
+   * check that); it exists so that they can force block boundaries on small shapes. */
+  int64_t block_rows;
+} ref_inputs;
+
+typedef struct ref_outputs {
+  double loss;        /* reduced loss (SUM/BATCHMEAN/MEAN; for NONE the sum of row_loss) */
+  double *row_loss;   /* [N] per-row loss before reduction scale (T^2 included), or NULL */
+  double *dx;         /* [N,H] or NULL */
+  double *dw;         /* [V,H] or NULL (overwritten) */
+  double *db;         /* [V] or NULL */
+  double *dlogits;    /* [N,V] dL/dz, or NULL */
+  int64_t rows_kept;
+} ref_outputs;
+
+/* Returns 0 on success, nonzero (with a message on stderr) for a problem it cannot compute. */
+int ref_compute(const ref_inputs *in, ref_outputs *out);
+
+#endif
