@@ -1,0 +1,695 @@
+/* template.c — compiles a kernel template into one Lua chunk and runs it in a sandbox.
+ *
+ * Invariants (docs/templates.md is the author's view of the same rules):
+ *
+ *  1. One template line becomes exactly one line of the generated chunk: a `%` line is copied
+ *     (minus the `%`), a text line becomes `__kl_out("lit", (expr), "lit\n")`. Nothing else
+ *     adds a newline (the chunk's prologue sits at the start of line 1), so every Lua message,
+ *     syntax or runtime, names the template's own line: "templates/<name>:<line>: ...".
+ *  2. Arguments of __kl_out alternate literal, value, literal, ..., literal (a literal may be
+ *     ""), so an error on argument i can say which `{{ }}` of the line was at fault.
+ *  3. Every render gets a fresh lua_State with our allocator: nothing survives between renders,
+ *     memory is capped (RENDER_MEM_CAP), instructions are counted (RENDER_INSN_LIMIT).
+ *     Hitting a limit, reject() and output overflow are "fatal": they are remembered in the
+ *     render_ctx, and the sandbox's pcall/xpcall re-raise instead of swallowing them, so a
+ *     template cannot catch its way past a limit.
+ *  4. Output is a pure function of (chunkname, text, parameters): the banner sorts parameters,
+ *     pairs(P) walks keys in sorted order, the libraries that read clocks, randomness or files
+ *     are absent, and the whole render runs under the "C" locale so that number formatting
+ *     never depends on the host application's setlocale().
+ *  5. On any failure `out` is left exactly as the caller passed it.
+ *
+ * All Lua API calls that can raise run inside one lua_pcall (sandbox_main): an error outside
+ * protected mode would call Lua's panic handler, which aborts the process.
+ */
+#include "template.h"
+
+#include <errno.h>
+#include <float.h>
+#include <lauxlib.h>
+#include <locale.h>
+#include <lua.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Kernel sources are tens of KB and templates run in milliseconds; these limits are far above
+ * any real template and exist to turn a runaway loop or allocation into an error message. */
+enum { RENDER_MEM_CAP = 64 << 20, RENDER_OUT_CAP = 64 << 20, HOOK_EVERY = 10000 };
+#define RENDER_INSN_LIMIT 50000000LL
+
+typedef struct render_ctx {
+  const char *chunkname; /* "templates/<name>" */
+  const strbuf *chunk;   /* the compiled Lua source */
+  const render_param *const *sorted;
+  size_t nparams;
+  strbuf *out;     /* NULL once rendering has finished (finalizers run in lua_close) */
+  size_t out_base; /* out->len when rendering started */
+  size_t mem_used;
+  long long insns;
+  int mem_fatal;   /* the allocator refused an allocation past RENDER_MEM_CAP */
+  int insn_fatal;  /* the instruction limit was hit */
+  int out_fatal;   /* the output limit was hit */
+  char *reject_msg;        /* the sentence of the first reject(), malloc'd */
+  kljit_status host_status; /* host malloc failure outside Lua's allocator */
+  char fatal_msg[512];     /* "file:line: instruction limit exceeded ..." */
+} render_ctx;
+
+static render_ctx *ctx_of(lua_State *L) {
+  void *ud = NULL;
+  lua_getallocf(L, &ud);
+  return ud;
+}
+
+static int ctx_fatal(const render_ctx *ctx) {
+  return ctx->mem_fatal || ctx->insn_fatal || ctx->out_fatal || ctx->reject_msg ||
+         ctx->host_status != KLJIT_SUCCESS;
+}
+
+/* ---- limits ------------------------------------------------------------------------------- */
+
+/* Lua's allocator contract: when ptr is NULL, osize is a type tag, not a size; a shrink must
+ * never fail. Once the cap is hit every later growth is refused too, so the emergency GC's
+ * retry cannot turn the failure into a heisenbug that depends on collection timing. */
+static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  render_ctx *ctx = ud;
+  const size_t old = ptr ? osize : 0;
+  if (nsize == 0) {
+    free(ptr);
+    ctx->mem_used -= old;
+    return NULL;
+  }
+  if (nsize > old && (ctx->mem_fatal || ctx->mem_used - old + nsize > RENDER_MEM_CAP)) {
+    ctx->mem_fatal = 1;
+    return NULL;
+  }
+  void *p = realloc(ptr, nsize);
+  if (!p) return NULL; /* a real host OOM: Lua reports "not enough memory" */
+  ctx->mem_used = ctx->mem_used - old + nsize;
+  return p;
+}
+
+/* Records the first fatal message with the Lua position at `level` and raises it. */
+static int raise_fatal(lua_State *L, render_ctx *ctx, int level, const char *what) {
+  if (!ctx->fatal_msg[0]) {
+    luaL_where(L, level);
+    snprintf(ctx->fatal_msg, sizeof ctx->fatal_msg, "%s%s", lua_tostring(L, -1), what);
+    lua_pop(L, 1);
+  }
+  lua_pushstring(L, ctx->fatal_msg);
+  return lua_error(L);
+}
+
+static void count_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  render_ctx *ctx = ctx_of(L);
+  ctx->insns += HOOK_EVERY;
+  if (ctx->insns < RENDER_INSN_LIMIT && !ctx->insn_fatal) return;
+  ctx->insn_fatal = 1;
+  char what[96];
+  snprintf(what, sizeof what, "instruction limit exceeded (%lld Lua instructions)",
+           RENDER_INSN_LIMIT);
+  /* In a hook no new call frame exists: level 0 is the interrupted Lua function. */
+  raise_fatal(L, ctx, 0, what);
+}
+
+/* ---- value formatting --------------------------------------------------------------------- */
+
+/* Formats a finite float/double so that strtof/strtod give back the same bits: FLT_DECIMAL_DIG
+ * (DBL_DECIMAL_DIG) significant digits in %e form always round-trip, and %e never depends on
+ * the magnitude the way %g does. Zero is special-cased for readability ("0.0f", "-0.0f"). */
+static void format_real(char *buf, size_t cap, double v, int digits, const char *suffix) {
+  if (v == 0.0)
+    snprintf(buf, cap, "%s0.0%s", signbit(v) ? "-" : "", suffix);
+  else
+    snprintf(buf, cap, "%.*e%s", digits - 1, v, suffix);
+}
+
+typedef enum real_type { REAL_F32, REAL_F64 } real_type;
+
+static int builtin_real(lua_State *L, real_type type) {
+  const char *fn = type == REAL_F32 ? "f32" : "f64";
+  if (lua_type(L, 1) != LUA_TNUMBER)
+    return luaL_error(L, "%s() expects a number, got %s", fn, luaL_typename(L, 1));
+  /* An integer argument converts straight to the target type (one rounding, not two). */
+  const int is_int = lua_isinteger(L, 1);
+  const lua_Integer iv = is_int ? lua_tointeger(L, 1) : 0;
+  const double d = is_int ? (double)iv : (double)lua_tonumber(L, 1);
+  if (!isfinite(d))
+    return luaL_error(L, "%s(%f): NaN and infinity have no C literal", fn, (lua_Number)d);
+  char buf[64];
+  if (type == REAL_F32) {
+    const float f = is_int ? (float)iv : (float)d;
+    if (isinf(f)) return luaL_error(L, "f32(%f): out of float range", (lua_Number)d);
+    format_real(buf, sizeof buf, (double)f, FLT_DECIMAL_DIG, "f");
+  } else {
+    format_real(buf, sizeof buf, d, DBL_DECIMAL_DIG, "");
+  }
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+static int builtin_f32(lua_State *L) { return builtin_real(L, REAL_F32); }
+static int builtin_f64(lua_State *L) { return builtin_real(L, REAL_F64); }
+
+typedef enum value_site { SITE_TEXT_LINE, SITE_EMIT } value_site;
+
+/* Appends every argument to the output with the strict {{ }} rules: strings as-is, integers
+ * in decimal, booleans as true/false; floats are refused because a bare float has no type in
+ * C (the author must say f32 or f64), nil usually means a misspelled P.NAME. */
+
+static int append_values(lua_State *L, value_site site) {
+  render_ctx *ctx = ctx_of(L);
+  if (!ctx->out) return luaL_error(L, "emit() called after rendering finished");
+  const int n = lua_gettop(L);
+  for (int i = 1; i <= n; i++) {
+    char num[32];
+    const char *s = NULL;
+    size_t len = 0;
+    const int t = lua_type(L, i);
+    if (t == LUA_TSTRING) {
+      s = lua_tolstring(L, i, &len);
+    } else if (t == LUA_TNUMBER && lua_isinteger(L, i)) {
+      len = (size_t)snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, i));
+      s = num;
+    } else if (t == LUA_TBOOLEAN) {
+      s = lua_toboolean(L, i) ? "true" : "false";
+      len = strlen(s);
+    } else {
+      const char *what = site == SITE_TEXT_LINE ? "{{ }}" : "emit()";
+      const char *hint = t == LUA_TNUMBER ? ": write f32(x) or f64(x) to choose the literal's type"
+                                          : "";
+      /* Text-line arguments alternate literal/value (invariant 2): value k is argument 2k. */
+      const int nsubs = (n - 1) / 2;
+      if (t == LUA_TNUMBER)
+        lua_pushfstring(L, "a float (%f)", lua_tonumber(L, i));
+      else
+        lua_pushfstring(L, "%s", luaL_typename(L, i));
+      if (site == SITE_TEXT_LINE && nsubs > 1)
+        return luaL_error(L, "%s value %d of %d on this line is %s%s", what, i / 2, nsubs,
+                          lua_tostring(L, -1), hint);
+      return luaL_error(L, "%s value is %s%s", what, lua_tostring(L, -1), hint);
+    }
+    if (ctx->out->len - ctx->out_base + len > RENDER_OUT_CAP) {
+      ctx->out_fatal = 1;
+      return raise_fatal(L, ctx, 1, "output limit exceeded (64 MiB of rendered text)");
+    }
+    kljit_status st = sb_append(ctx->out, s, len);
+    if (st != KLJIT_SUCCESS) {
+      ctx->host_status = st;
+      return luaL_error(L, "out of host memory");
+    }
+  }
+  return 0;
+}
+
+static int builtin_emit(lua_State *L) { return append_values(L, SITE_EMIT); }
+static int text_out(lua_State *L) { return append_values(L, SITE_TEXT_LINE); }
+
+static int builtin_reject(lua_State *L) {
+  render_ctx *ctx = ctx_of(L);
+  const char *sentence = luaL_checkstring(L, 1);
+  if (!ctx->reject_msg) {
+    ctx->reject_msg = strdup(sentence);
+    if (!ctx->reject_msg) ctx->host_status = KLJIT_ERR_OUT_OF_MEMORY;
+  }
+  lua_pushstring(L, ctx->reject_msg ? ctx->reject_msg : sentence);
+  return lua_error(L);
+}
+
+/* ---- the sandboxed base library ----------------------------------------------------------- */
+
+/* load() restricted to text: the original load (upvalue 1) is called with mode "t" whatever
+ * the caller asked for; a missing env stays missing so the chunk gets the sandbox globals. */
+static int sandbox_load(lua_State *L) {
+  lua_settop(L, lua_gettop(L) < 4 ? 3 : 4);
+  lua_pushliteral(L, "t");
+  lua_replace(L, 3);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Mirrors lbaselib's finishpcall, except that fatal conditions (invariant 3) are re-raised. */
+static int finish_pcall(lua_State *L, int status, int extra) {
+  if (status != LUA_OK) {
+    if (ctx_fatal(ctx_of(L))) return lua_error(L);
+    lua_pushboolean(L, 0);
+    lua_pushvalue(L, -2);
+    return 2;
+  }
+  return lua_gettop(L) - extra;
+}
+
+static int sandbox_pcall(lua_State *L) {
+  luaL_checkany(L, 1);
+  lua_pushboolean(L, 1);
+  lua_insert(L, 1);
+  return finish_pcall(L, lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0), 0);
+}
+
+static int sandbox_xpcall(lua_State *L) {
+  const int n = lua_gettop(L);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushboolean(L, 1);
+  lua_pushvalue(L, 1);
+  lua_rotate(L, 3, 2); /* f, msgh, true, f, args... */
+  return finish_pcall(L, lua_pcall(L, n - 2, LUA_MULTRET, 2), 2);
+}
+
+/* string.rep of an empty string with a huge count loops in C, where the instruction hook
+ * never fires; everything else goes to the original (upvalue 1). */
+static int sandbox_rep(lua_State *L) {
+  size_t l = 0, lsep = 0;
+  luaL_checklstring(L, 1, &l);
+  const lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (n > 0 && l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* ---- P: the read-only parameter table ----------------------------------------------------- */
+
+static int p_newindex(lua_State *L) {
+  return luaL_error(L, "P is read-only (assignment to P.%s)",
+                    lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2));
+}
+
+/* Upvalues: 1 sorted key array, 2 key -> position, 3 key -> value. Hash order differs between
+ * lua_States (Lua seeds string hashes per state), so pairs(P) must not use next(). */
+static int p_next(lua_State *L) {
+  lua_Integer i = 0;
+  if (!lua_isnil(L, 2)) {
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(2));
+    i = lua_tointeger(L, -1);
+    if (i == 0) return luaL_error(L, "invalid key to pairs(P)");
+  }
+  if (lua_rawgeti(L, lua_upvalueindex(1), i + 1) == LUA_TNIL) return 1;
+  lua_pushvalue(L, -1);
+  lua_rawget(L, lua_upvalueindex(3));
+  return 2;
+}
+
+static int p_pairs(lua_State *L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
+/* A userdata, not a table: rawset() and next() cannot reach around the metatable, and
+ * __metatable hides the metatable from getmetatable/setmetatable. */
+static void push_params(lua_State *L, const render_ctx *ctx) {
+  lua_newuserdatauv(L, 0, 0);
+  lua_createtable(L, 0, 6); /* metatable */
+  lua_createtable(L, (int)ctx->nparams, 0); /* keys */
+  lua_createtable(L, 0, (int)ctx->nparams); /* positions */
+  lua_createtable(L, 0, (int)ctx->nparams); /* values */
+  for (size_t k = 0; k < ctx->nparams; k++) {
+    const render_param *p = ctx->sorted[k];
+    lua_pushstring(L, p->key);
+    lua_rawseti(L, -4, (lua_Integer)k + 1);
+    lua_pushinteger(L, (lua_Integer)k + 1);
+    lua_setfield(L, -3, p->key);
+    switch (p->kind) {
+      case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
+      case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
+      case RP_STR: lua_pushstring(L, p->s); break;
+      case RP_BOOL: lua_pushboolean(L, p->i != 0); break;
+    }
+    lua_setfield(L, -2, p->key);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -5, "__index"); /* metatable.__index = values */
+  lua_pushcclosure(L, p_next, 3);
+  lua_pushcclosure(L, p_pairs, 1);
+  lua_setfield(L, -2, "__pairs");
+  lua_pushcfunction(L, p_newindex);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushliteral(L, "P is read-only");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+}
+
+/* Replaces field `name` of the table on top with a closure over its current value. */
+static void wrap_field(lua_State *L, const char *name, lua_CFunction fn) {
+  lua_getfield(L, -1, name);
+  lua_pushcclosure(L, fn, 1);
+  lua_setfield(L, -2, name);
+}
+
+static void remove_fields(lua_State *L, const char *const *names) {
+  for (; *names; names++) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, *names);
+  }
+}
+
+static int sandbox_main(lua_State *L) {
+  render_ctx *ctx = lua_touserdata(L, 1);
+  static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},
+                                  {LUA_STRLIBNAME, luaopen_string},
+                                  {LUA_TABLIBNAME, luaopen_table},
+                                  {LUA_MATHLIBNAME, luaopen_math}};
+  for (size_t k = 0; k < sizeof libs / sizeof libs[0]; k++) {
+    luaL_requiref(L, libs[k].name, libs[k].func, 1);
+    lua_pop(L, 1);
+  }
+  /* Files, the collector's knobs (nondeterministic timing), printing, warnings: none of them
+   * belongs in a code generator. require/package/io/os/debug were never opened. */
+  static const char *const base_gone[] = {"dofile", "loadfile", "collectgarbage", "print",
+                                          "warn", "require", NULL};
+  static const char *const string_gone[] = {"dump", NULL};
+  static const char *const math_gone[] = {"random", "randomseed", NULL};
+  lua_pushglobaltable(L);
+  remove_fields(L, base_gone);
+  wrap_field(L, "load", sandbox_load);
+  lua_pushcfunction(L, sandbox_pcall);
+  lua_setfield(L, -2, "pcall");
+  lua_pushcfunction(L, sandbox_xpcall);
+  lua_setfield(L, -2, "xpcall");
+  lua_getfield(L, -1, LUA_STRLIBNAME);
+  remove_fields(L, string_gone);
+  wrap_field(L, "rep", sandbox_rep);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, LUA_MATHLIBNAME);
+  remove_fields(L, math_gone);
+  lua_pop(L, 1);
+  static const luaL_Reg builtins[] = {{"emit", builtin_emit},
+                                      {"reject", builtin_reject},
+                                      {"f32", builtin_f32},
+                                      {"f64", builtin_f64},
+                                      {NULL, NULL}};
+  luaL_setfuncs(L, builtins, 0);
+  push_params(L, ctx);
+  lua_setfield(L, -2, "P");
+  lua_pop(L, 1);
+
+  /* '@' makes Lua print the chunkname as a file name ("templates/x.cu.lua:3: ..."). */
+  lua_pushfstring(L, "@%s", ctx->chunkname);
+  if (luaL_loadbufferx(L, ctx->chunk->data, ctx->chunk->len, lua_tostring(L, -1), "t") !=
+      LUA_OK)
+    return lua_error(L);
+  lua_pushcfunction(L, text_out);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+/* ---- compiling the template into a chunk -------------------------------------------------- */
+
+/* A Lua string literal that holds exactly the given bytes on one source line: control bytes
+ * as three-digit \ddd (so a following digit cannot extend the escape), tab kept as is. */
+static kljit_status append_quoted(strbuf *lua, const char *s, size_t n) {
+  kljit_status st = sb_append(lua, "\"", 1);
+  for (size_t k = 0; k < n && st == KLJIT_SUCCESS; k++) {
+    const unsigned char c = (unsigned char)s[k];
+    if (c == '"' || c == '\\') {
+      const char esc[2] = {'\\', (char)c};
+      st = sb_append(lua, esc, 2);
+    } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      st = sb_printf(lua, "\\%03u", (unsigned)c);
+    } else {
+      st = sb_append(lua, (const char *)&c, 1);
+    }
+  }
+  return st != KLJIT_SUCCESS ? st : sb_append(lua, "\"", 1);
+}
+
+static int is_blank(char c) { return c == ' ' || c == '\t'; }
+
+/* One text line (without its '\n') -> `__kl_out(lit, (expr), lit, ..., lit)`. */
+static kljit_status compile_text_line(const char *chunkname, int lineno, const char *line,
+                                      size_t n, int has_newline, strbuf *lua) {
+  kljit_status st = sb_append(lua, "__kl_out(", 9);
+  size_t pos = 0;
+  for (;;) {
+    const char *open = NULL;
+    for (size_t k = pos; k + 1 < n; k++)
+      if (line[k] == '{' && line[k + 1] == '{') {
+        open = line + k;
+        break;
+      }
+    if (!open) break;
+    const size_t o = (size_t)(open - line);
+    size_t c = o + 2;
+    while (c + 1 < n && !(line[c] == '}' && line[c + 1] == '}')) c++;
+    if (c + 1 >= n)
+      return err_set(KLJIT_ERR_TEMPLATE, "%s:%d: '{{' without a closing '}}' on the same line",
+                     chunkname, lineno);
+    size_t b = o + 2, e = c;
+    while (b < e && is_blank(line[b])) b++;
+    while (e > b && is_blank(line[e - 1])) e--;
+    if (b == e) return err_set(KLJIT_ERR_TEMPLATE, "%s:%d: empty '{{ }}'", chunkname, lineno);
+    if (st == KLJIT_SUCCESS) st = append_quoted(lua, line + pos, o - pos);
+    if (st == KLJIT_SUCCESS) st = sb_append(lua, ", (", 3);
+    if (st == KLJIT_SUCCESS) st = sb_append(lua, line + b, e - b);
+    if (st == KLJIT_SUCCESS) st = sb_append(lua, "), ", 3);
+    pos = c + 2;
+  }
+  strbuf tail = {0};
+  if (st == KLJIT_SUCCESS) st = sb_append(&tail, line + pos, n - pos);
+  if (st == KLJIT_SUCCESS && has_newline) st = sb_append(&tail, "\n", 1);
+  if (st == KLJIT_SUCCESS) st = append_quoted(lua, tail.data ? tail.data : "", tail.len);
+  sb_free(&tail);
+  return st != KLJIT_SUCCESS ? st : sb_append(lua, ")", 1);
+}
+
+static kljit_status compile_template(const char *chunkname, const char *text, size_t len,
+                                     strbuf *lua) {
+  /* The prologue shares line 1 with the template's first line (invariant 1). */
+  kljit_status st = sb_printf(lua, "local __kl_out = ...; ");
+  int lineno = 1;
+  for (size_t start = 0; start < len && st == KLJIT_SUCCESS; lineno++) {
+    const char *nl = memchr(text + start, '\n', len - start);
+    const size_t end = nl ? (size_t)(nl - text) : len;
+    const char *line = text + start;
+    size_t n = end - start, p = 0;
+    while (p < n && is_blank(line[p])) p++;
+    if (p < n && line[p] == '%') {
+      /* A '\r' is a line break to Lua's lexer; keeping it would shift every later line. */
+      if (n > p + 1 && line[n - 1] == '\r') n--;
+      st = sb_append(lua, line + p + 1, n - p - 1);
+    } else {
+      st = compile_text_line(chunkname, lineno, line, n, nl != NULL, lua);
+    }
+    if (st == KLJIT_SUCCESS) st = sb_append(lua, "\n", 1);
+    start = end + 1;
+  }
+  return st;
+}
+
+/* ---- banner and parameters ---------------------------------------------------------------- */
+
+static int cmp_param(const void *a, const void *b) {
+  const render_param *pa = *(const render_param *const *)a;
+  const render_param *pb = *(const render_param *const *)b;
+  return strcmp(pa->key, pb->key);
+}
+
+/* A control character in a banner value would end the // comment and inject source text. */
+static int has_control(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+static kljit_status check_params(const char *chunkname, const render_param *params,
+                                 size_t nparams, const render_param **sorted) {
+  for (size_t k = 0; k < nparams; k++) {
+    const render_param *p = &params[k];
+    if (!p->key || !*p->key || has_control(p->key))
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                     "%s: parameter %zu has a NULL, empty or unprintable key", chunkname, k);
+    if (p->kind != RP_INT && p->kind != RP_NUM && p->kind != RP_STR && p->kind != RP_BOOL)
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: parameter %s has kind %d", chunkname,
+                     p->key, (int)p->kind);
+    if (p->kind == RP_STR && (!p->s || has_control(p->s)))
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                     "%s: string parameter %s is NULL or holds a control character", chunkname,
+                     p->key);
+    sorted[k] = p;
+  }
+  if (nparams > 1) qsort(sorted, nparams, sizeof *sorted, cmp_param);
+  for (size_t k = 1; k < nparams; k++)
+    if (strcmp(sorted[k - 1]->key, sorted[k]->key) == 0)
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: parameter %s is given twice", chunkname,
+                     sorted[k]->key);
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status write_banner(const char *chunkname, const render_param *const *sorted,
+                                 size_t nparams, strbuf *out) {
+  kljit_status st = sb_printf(out, "// Generated by kljit %s from %s\n// parameters:",
+                              KLJIT_VERSION_STRING, chunkname);
+  for (size_t k = 0; k < nparams && st == KLJIT_SUCCESS; k++) {
+    const render_param *p = sorted[k];
+    const char *sep = k ? ", " : " ";
+    switch (p->kind) {
+      case RP_INT: st = sb_printf(out, "%s%s=%lld", sep, p->key, (long long)p->i); break;
+      case RP_NUM: st = sb_printf(out, "%s%s=%.17g", sep, p->key, p->d); break;
+      case RP_STR: st = sb_printf(out, "%s%s=%s", sep, p->key, p->s); break;
+      case RP_BOOL: st = sb_printf(out, "%s%s=%s", sep, p->key, p->i ? "true" : "false"); break;
+    }
+  }
+  if (st == KLJIT_SUCCESS && nparams == 0) st = sb_append(out, " (none)", 7);
+  return st != KLJIT_SUCCESS ? st : sb_append(out, "\n", 1);
+}
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+/* Decides the outcome from the pcall status and the fatal flags (invariant 3). */
+static kljit_status sandbox_outcome(const render_ctx *ctx, int status, const char *msg) {
+  if (status == LUA_OK && !ctx_fatal(ctx)) return KLJIT_SUCCESS;
+  const char *name = ctx->chunkname;
+  if (ctx->host_status != KLJIT_SUCCESS)
+    return err_set(ctx->host_status, "%s: out of host memory while rendering", name);
+  if (ctx->reject_msg) return err_set(KLJIT_ERR_UNSUPPORTED, "%s: %s", name, ctx->reject_msg);
+  if (ctx->insn_fatal || ctx->out_fatal) return err_set(KLJIT_ERR_TEMPLATE, "%s", ctx->fatal_msg);
+  if (ctx->mem_fatal)
+    return err_set(KLJIT_ERR_TEMPLATE, "%s: memory limit exceeded (%d MiB)", name,
+                   RENDER_MEM_CAP >> 20);
+  if (status == LUA_ERRMEM)
+    return err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: out of host memory while rendering", name);
+  /* Lua positions start with the chunkname; error("x", 0) and friends get it added. */
+  const size_t nlen = strlen(name);
+  if (strncmp(msg, name, nlen) == 0 && msg[nlen] == ':')
+    return err_set(KLJIT_ERR_TEMPLATE, "%s", msg);
+  return err_set(KLJIT_ERR_TEMPLATE, "%s: %s", name, msg);
+}
+
+static kljit_status run_sandbox(render_ctx *ctx) {
+  lua_State *L = lua_newstate(sandbox_alloc, ctx);
+  if (!L) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: cannot create a Lua state", ctx->chunkname);
+  lua_sethook(L, count_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  lua_pushcfunction(L, sandbox_main);
+  lua_pushlightuserdata(L, ctx);
+  const int status = lua_pcall(L, 1, 0, 0);
+  /* Converting a non-string error object could raise outside protected mode: only copy. */
+  char msg[2048] = "";
+  if (status != LUA_OK) {
+    if (lua_type(L, -1) == LUA_TSTRING)
+      snprintf(msg, sizeof msg, "%s", lua_tostring(L, -1));
+    else
+      snprintf(msg, sizeof msg, "(error object is a %s value)", luaL_typename(L, -1));
+  }
+  /* Decided before lua_close: __gc finalizers run there, at no point the template controls,
+   * and must not change the outcome; emit() refuses once out is NULL. */
+  const kljit_status st = sandbox_outcome(ctx, status, msg);
+  ctx->out = NULL;
+  lua_close(L);
+  return st;
+}
+
+kljit_status render_text(const char *chunkname, const char *text, size_t len,
+                         const render_param *params, size_t nparams, strbuf *out) {
+  if (!chunkname || !out || (!text && len) || (!params && nparams))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "render_text: chunkname, out, text (when len > 0) and params (when "
+                   "nparams > 0) must not be NULL");
+  const render_param **sorted = calloc(nparams ? nparams : 1, sizeof *sorted);
+  if (!sorted) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: out of host memory", chunkname);
+  strbuf lua = {0};
+  const size_t base = out->len;
+  kljit_status st = check_params(chunkname, params, nparams, sorted);
+  if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, &lua);
+
+  /* Lua's tostring/string.format and our %.17g follow LC_NUMERIC; a host application that
+   * called setlocale() must not change the bytes (a "0,5" would also break the CUDA source). */
+  locale_t c_locale = (locale_t)0, old_locale = (locale_t)0;
+  if (st == KLJIT_SUCCESS) {
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (c_locale == (locale_t)0)
+      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: newlocale(\"C\") failed", chunkname);
+    else
+      old_locale = uselocale(c_locale);
+  }
+  if (st == KLJIT_SUCCESS) st = write_banner(chunkname, sorted, nparams, out);
+  if (st == KLJIT_SUCCESS) {
+    render_ctx ctx = {.chunkname = chunkname, .chunk = &lua, .sorted = sorted,
+                      .nparams = nparams, .out = out, .out_base = out->len};
+    st = run_sandbox(&ctx);
+    free(ctx.reject_msg);
+  }
+  if (c_locale != (locale_t)0) {
+    uselocale(old_locale);
+    freelocale(c_locale);
+  }
+  sb_free(&lua);
+  free(sorted);
+  if (st != KLJIT_SUCCESS && out->data) {
+    out->len = base;
+    out->data[base] = '\0';
+  }
+  return st;
+}
+
+/* Development mode: KLJIT_TEMPLATE_DIR=<dir> renders <dir>/<name> instead of the embedded copy,
+ * so a template can be edited without rebuilding the library. */
+static kljit_status read_template_file(const char *dir, const char *name, strbuf *text) {
+  strbuf path = {0};
+  kljit_status st = sb_printf(&path, "%s/%s", dir, name);
+  if (st != KLJIT_SUCCESS) return st;
+  FILE *f = fopen(path.data, "rb");
+  if (!f) {
+    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot open %s: %s", path.data,
+                 strerror(errno));
+    sb_free(&path);
+    return st;
+  }
+  char buf[65536];
+  size_t n;
+  while (st == KLJIT_SUCCESS && (n = fread(buf, 1, sizeof buf, f)) > 0)
+    st = sb_append(text, buf, n);
+  if (st == KLJIT_SUCCESS && ferror(f))
+    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot read %s", path.data);
+  fclose(f);
+  if (st == KLJIT_SUCCESS) util_log("template %s read from %s", name, path.data);
+  sb_free(&path);
+  return st;
+}
+
+kljit_status render_template(const char *name, const render_param *params, size_t nparams,
+                             strbuf *out) {
+  if (!name || !*name || strchr(name, '/'))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "render_template: name must be a file name in templates/ (got %s%s%s)",
+                   name ? "'" : "", name ? name : "NULL", name ? "'" : "");
+  strbuf chunkname = {0};
+  kljit_status st = sb_printf(&chunkname, "templates/%s", name);
+  if (st != KLJIT_SUCCESS) return st;
+  const char *dir = getenv("KLJIT_TEMPLATE_DIR");
+  if (dir && *dir) {
+    strbuf text = {0};
+    st = read_template_file(dir, name, &text);
+    if (st == KLJIT_SUCCESS)
+      st = render_text(chunkname.data, text.data, text.len, params, nparams, out);
+    sb_free(&text);
+    sb_free(&chunkname);
+    return st;
+  }
+  const template_file *t = template_files;
+  while (t->name && strcmp(t->name, name) != 0) t++;
+  if (t->name) {
+    st = render_text(chunkname.data, t->text, t->len, params, nparams, out);
+  } else {
+    strbuf known = {0};
+    for (const template_file *k = template_files; k->name && st == KLJIT_SUCCESS; k++)
+      st = sb_printf(&known, "%s%s", k == template_files ? "" : ", ", k->name);
+    if (st == KLJIT_SUCCESS)
+      st = err_set(KLJIT_ERR_INVALID_ARGUMENT, "render_template: unknown template '%s' "
+                   "(embedded: %s)", name, known.data ? known.data : "none");
+    sb_free(&known);
+  }
+  sb_free(&chunkname);
+  return st;
+}
