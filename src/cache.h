@@ -1,0 +1,78 @@
+/* cache.h — the on-disk cubin cache (format: docs/cache-format.md).
+ *
+ * One file per entry, named by the SHA-256 (hex) of its key text. Read-only directories
+ * (KLJIT_CACHE_PATH=dir1:dir2) are searched before the writable one (KLJIT_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kljit, else ~/.cache/kljit, created 0700); KLJIT_CACHE_DISABLE=1 turns the
+ * cache off. Entries are published atomically (temp file named with host, pid and a random
+ * part; fsync; rename) and fully validated on read.
+ */
+#ifndef KLJIT_CACHE_H
+#define KLJIT_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct cache_config {
+  char **ro_dirs;   /* searched first, never written */
+  size_t n_ro;
+  char *rw_dir;     /* NULL when disabled */
+  int disabled;
+} cache_config;
+
+/* Reads KLJIT_CACHE_PATH, KLJIT_CACHE_DIR, XDG_CACHE_HOME, HOME, KLJIT_CACHE_DISABLE. Does not
+ * create anything yet. */
+kljit_status cache_config_from_env(cache_config *cfg);
+void cache_config_free(cache_config *cfg);
+
+typedef struct cache_entry {
+  char *key_text;
+  char *meta;              /* "name=value\n" lines (kernels, registers, compile_ms, ...) */
+  unsigned char *payload;  /* the cubin */
+  size_t payload_len;
+} cache_entry;
+void cache_entry_free(cache_entry *e);
+
+typedef enum cache_result {
+  CACHE_MISS = 0,
+  CACHE_HIT_READONLY = 1,  /* found in a KLJIT_CACHE_PATH directory */
+  CACHE_HIT = 2            /* found in the writable directory */
+} cache_result;
+
+/* Looks `key_text` up. A missing, truncated, bit-flipped, foreign-version or wrong-key file is
+ * a miss (*res = CACHE_MISS, KLJIT_SUCCESS). An entry or directory writable by group/others
+ * or owned by another user is refused: KLJIT_ERR_CACHE with a sentence naming the path. */
+kljit_status cache_lookup(const cache_config *cfg, const char *key_text, cache_entry *out,
+                          cache_result *res);
+
+/* Publishes an entry into cfg->rw_dir (created 0700 if missing). No-op when disabled. */
+kljit_status cache_store(const cache_config *cfg, const char *key_text, const char *meta,
+                         const void *payload, size_t payload_len);
+
+/* Publishes into an explicit directory (precompile). */
+kljit_status cache_store_in(const char *dir, const char *key_text, const char *meta,
+                            const void *payload, size_t payload_len);
+
+/* Reads and fully validates one entry file (cache verify/ls). On success fills *out. */
+kljit_status cache_read_file(const char *path, cache_entry *out);
+
+/* The file name (64 hex chars + ".kjc") of an entry with this key text. */
+void cache_file_name(const char *key_text, char name[80]);
+
+/* SHA-256 (FIPS 180-4). One-shot, and incremental for data that is not contiguous (the entry
+ * checksum covers the header and the payload, which live in different buffers). */
+void sha256(const void *data, size_t len, uint8_t digest[32]);
+void sha256_hex(const void *data, size_t len, char hex[65]);
+
+typedef struct sha256_ctx {
+  uint32_t state[8];
+  uint64_t total;      /* bytes hashed so far */
+  uint8_t block[64];   /* the partial block not yet compressed */
+  size_t used;         /* bytes in block */
+} sha256_ctx;
+void sha256_init(sha256_ctx *c);
+void sha256_update(sha256_ctx *c, const void *data, size_t len);
+void sha256_final(sha256_ctx *c, uint8_t digest[32]);
+
+#endif
