@@ -1,0 +1,126 @@
+/* context.c — kljit_context: device binding, cuBLASLt handle, shared module registry. */
+#include "context.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kljit_status ctx_enter(const kljit_context *ctx) {
+  return drv_check(ctx->drv, ctx->drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
+}
+
+void ctx_leave(const kljit_context *ctx) {
+  CUcontext popped;
+  ctx->drv->cuCtxPopCurrent(&popped);
+}
+
+kljit_status kljit_context_create(kljit_context **out, int device, const void *options) {
+  if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: ctx is NULL");
+  *out = NULL;
+  if (options)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: options must be NULL");
+  if (device < 0)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: device = %d", device);
+  const drv_table *d;
+  kljit_status st = drv_get(&d);
+  if (st != KLJIT_SUCCESS) return st;
+  int count = 0;
+  if ((st = drv_check(d, d->cuDeviceGetCount(&count), "cuDeviceGetCount"))) return st;
+  if (device >= count)
+    return err_set(KLJIT_ERR_NO_DEVICE, "kljit_context_create: device %d requested, %d present",
+                   device, count);
+  kljit_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  ctx->drv = d;
+  pthread_mutex_init(&ctx->lock, NULL);
+  int major = 0, minor = 0;
+  if ((st = drv_check(d, d->cuDeviceGet(&ctx->device, device), "cuDeviceGet"))) goto fail;
+  d->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->device);
+  d->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->device);
+  d->cuDeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->device);
+  d->cuDeviceGetName(ctx->gpu_name, sizeof ctx->gpu_name, ctx->device);
+  ctx->arch = major * 10 + minor;
+  if (ctx->arch < 80) {
+    st = err_set(KLJIT_ERR_UNSUPPORTED, "GPU %s is sm_%d; kljit needs sm_80 or newer",
+                 ctx->gpu_name, ctx->arch);
+    goto fail;
+  }
+  if ((st = drv_check(d, d->cuDevicePrimaryCtxRetain(&ctx->cu, ctx->device),
+                      "cuDevicePrimaryCtxRetain")))
+    goto fail;
+  if ((st = ctx_enter(ctx))) goto fail_ctx;
+  cublasStatus_t cs = cublasLtCreate(&ctx->lt);
+  ctx_leave(ctx);
+  if (cs != CUBLAS_STATUS_SUCCESS) {
+    st = err_set(KLJIT_ERR_CUBLAS, "cublasLtCreate: %s", cublasLtGetStatusString(cs));
+    goto fail_ctx;
+  }
+  if ((st = cache_config_from_env(&ctx->cache))) goto fail_lt;
+  *out = ctx;
+  return KLJIT_SUCCESS;
+fail_lt:
+  cublasLtDestroy(ctx->lt);
+fail_ctx:
+  d->cuDevicePrimaryCtxRelease(ctx->device);
+fail:
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+  return st;
+}
+
+void kljit_context_destroy(kljit_context *ctx) {
+  if (!ctx) return;
+  if (ctx_enter(ctx) == KLJIT_SUCCESS) {
+    for (ctx_module *m = ctx->modules, *next; m; m = next) {
+      next = m->next;
+      ctx->drv->cuModuleUnload(m->module);
+      free(m);
+    }
+    cublasLtDestroy(ctx->lt);
+    ctx_leave(ctx);
+  }
+  ctx->drv->cuDevicePrimaryCtxRelease(ctx->device);
+  cache_config_free(&ctx->cache);
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+}
+
+kljit_status ctx_module_acquire(kljit_context *ctx, const jit_bin *bin, ctx_module **out) {
+  kljit_status st = KLJIT_SUCCESS;
+  pthread_mutex_lock(&ctx->lock);
+  ctx_module *m = ctx->modules;
+  while (m && strcmp(m->key_hash, bin->key_hash) != 0) m = m->next;
+  if (m) {
+    m->refs++;
+  } else if (!(m = calloc(1, sizeof *m))) {
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  } else {
+    st = drv_check(ctx->drv, ctx->drv->cuModuleLoadData(&m->module, bin->cubin.data),
+                   "cuModuleLoadData");
+    if (st == KLJIT_SUCCESS) {
+      memcpy(m->key_hash, bin->key_hash, sizeof m->key_hash);
+      m->refs = 1;
+      m->next = ctx->modules;
+      ctx->modules = m;
+    } else {
+      err_prefix(st, "loading module %s: ", bin->name);
+      free(m);
+      m = NULL;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  *out = m;
+  return st;
+}
+
+void ctx_module_release(kljit_context *ctx, ctx_module *m) {
+  if (!m) return;
+  pthread_mutex_lock(&ctx->lock);
+  if (--m->refs == 0) {
+    ctx_module **pp = &ctx->modules;
+    while (*pp != m) pp = &(*pp)->next;
+    *pp = m->next;
+    ctx->drv->cuModuleUnload(m->module);
+    free(m);
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}

@@ -1,0 +1,46 @@
+/* context.h — the context: a device's primary CUDA context, its cuBLASLt handle, the kernel
+ * cache configuration and the registry of loaded modules that plans share.
+ *
+ * Invariants: a module is loaded once per context and key; each plan that uses it holds one
+ * reference; the last release unloads it. The registry is guarded by `lock`; everything else
+ * in the context is immutable after kljit_context_create, so plans may run concurrently.
+ */
+#ifndef KLJIT_CONTEXT_H
+#define KLJIT_CONTEXT_H
+
+#include <cublasLt.h>
+#include <pthread.h>
+
+#include "cache.h"
+#include "driver.h"
+#include "jit.h"
+
+typedef struct ctx_module {
+  char key_hash[65];
+  CUmodule module;
+  int refs;
+  struct ctx_module *next;
+} ctx_module;
+
+struct kljit_context {
+  const drv_table *drv;
+  CUdevice device;
+  CUcontext cu;
+  int arch;            /* e.g. 90 */
+  int sm_count;
+  char gpu_name[128];
+  cublasLtHandle_t lt;
+  cache_config cache;
+  pthread_mutex_t lock;
+  ctx_module *modules;
+};
+
+/* Makes the context's CUDA context current for the calling thread (push), and undoes it. */
+kljit_status ctx_enter(const kljit_context *ctx);
+void ctx_leave(const kljit_context *ctx);
+
+/* Loads the module of a built cubin (or takes a reference on the one already loaded). */
+kljit_status ctx_module_acquire(kljit_context *ctx, const jit_bin *bin, ctx_module **out);
+void ctx_module_release(kljit_context *ctx, ctx_module *m);
+
+#endif

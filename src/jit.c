@@ -1,0 +1,69 @@
+/* jit.c — the compile pipeline of one kernel module, shared by plans and precompile. */
+#include "jit.h"
+
+#include <string.h>
+
+#include "nvrtc_compile.h"
+
+kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
+  char hex[65];
+  sha256_hex(source, strlen(source), hex);
+  char storage[NVRTC_MAX_OPTIONS][64];
+  const char *opts[NVRTC_MAX_OPTIONS];
+  const int n = nvrtc_options(arch, storage, opts);
+  kljit_status st = sb_printf(key,
+                              "kljit-cache-key %d\nkljit %s\nsource-sha256 %s\n%s\narch sm_%d\n"
+                              "options",
+                              JIT_CACHE_FORMAT, KLJIT_VERSION_STRING, hex, nvrtc_version_string(),
+                              arch);
+  for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) st = sb_printf(key, " %s", opts[i]);
+  if (st == KLJIT_SUCCESS) st = sb_append(key, "\n", 1);
+  return st;
+}
+
+kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
+  memset(out, 0, sizeof *out);
+  double t0 = util_now();
+  strbuf src = {0}, key = {0};
+  kljit_status st = kspec_render(k, &src);
+  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  out->render_ms = 1e3 * (util_now() - t0);
+  if (st != KLJIT_SUCCESS) goto done;
+  kspec_name(k, src.data, out->name);
+  sha256_hex(key.data, key.len, out->key_hash);
+
+  t0 = util_now();
+  cache_entry e = {0};
+  cache_result res = CACHE_MISS;
+  st = cache_lookup(cfg, key.data, &e, &res);
+  if (st != KLJIT_SUCCESS) goto done;
+  if (res != CACHE_MISS) {
+    st = sb_append(&out->cubin, (const char *)e.payload, e.payload_len);
+    out->source = res;
+    cache_entry_free(&e);
+    out->cache_ms = 1e3 * (util_now() - t0);
+    goto done;
+  }
+  t0 = util_now();
+  st = nvrtc_compile(src.data, out->name, arch, &out->cubin, NULL);
+  out->compile_ms = 1e3 * (util_now() - t0);
+  if (st != KLJIT_SUCCESS) goto done;
+  strbuf meta = {0};
+  st = sb_printf(&meta, "name=%s\ntemplate=%s\narch=sm_%d\ncompile_ms=%.1f\nkernels=", out->name,
+                 kspec_template(k), arch, out->compile_ms);
+  for (const char *const *kn = kspec_kernels(k); *kn && st == KLJIT_SUCCESS; kn++)
+    st = sb_printf(&meta, "%s%s", *kn, kn[1] ? "," : "\n");
+  if (st == KLJIT_SUCCESS) {
+    t0 = util_now();
+    st = cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len);
+    out->cache_ms = 1e3 * (util_now() - t0);
+  }
+  sb_free(&meta);
+done:
+  sb_free(&src);
+  sb_free(&key);
+  if (st != KLJIT_SUCCESS) jit_bin_free(out);
+  return st;
+}
+
+void jit_bin_free(jit_bin *b) { sb_free(&b->cubin); }

@@ -1,0 +1,26 @@
+/* jit.h — spec → cubin: render, key, cache lookup, NVRTC on a miss, cache store. No GPU. */
+#ifndef KLJIT_JIT_H
+#define KLJIT_JIT_H
+
+#include "cache.h"
+#include "spec.h"
+
+enum { JIT_CACHE_FORMAT = 1 };
+
+typedef struct jit_bin {
+  strbuf cubin;
+  char name[64];          /* kspec_name */
+  char key_hash[65];      /* sha256 of the key text = cache file name stem */
+  cache_result source;    /* CACHE_MISS: compiled now */
+  double render_ms, compile_ms, cache_ms;
+} jit_bin;
+
+/* Builds the cubin of spec `k` for sm_<arch>, through the cache described by `cfg` (which
+ * may be disabled). */
+kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out);
+void jit_bin_free(jit_bin *b);
+
+/* The cache key text of a rendered source for an arch (format in docs/cache-format.md). */
+kljit_status jit_key_text(const char *source, int arch, strbuf *key);
+
+#endif

@@ -1,0 +1,112 @@
+/* nvrtc_compile.c — NVRTC: rendered CUDA C++ → cubin for a real architecture, no header search path.
+ *
+ * Generated kernels include no headers at all (fp16/bf16 conversions are written out in the
+ * templates), so compilation never depends on where the toolkit's headers live at run time.
+ */
+#include "nvrtc_compile.h"
+
+#include <errno.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int nvrtc_options(int arch, char storage[NVRTC_MAX_OPTIONS][64], const char *opts[]) {
+  int n = 0;
+  snprintf(storage[n], 64, "--gpu-architecture=sm_%d", arch);
+  opts[n] = storage[n], n++;
+  snprintf(storage[n], 64, "-std=c++17");
+  opts[n] = storage[n], n++;
+  snprintf(storage[n], 64, "--fmad=true");
+  opts[n] = storage[n], n++;
+  snprintf(storage[n], 64, "-lineinfo");
+  opts[n] = storage[n], n++;
+  return n;
+}
+
+const char *nvrtc_version_string(void) {
+  static _Thread_local char buf[32];
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  snprintf(buf, sizeof buf, "nvrtc %d.%d", major, minor);
+  return buf;
+}
+
+int nvrtc_parse_arch(const char *text) {
+  if (!text) return 0;
+  if (strncmp(text, "sm_", 3) == 0) text += 3;
+  char *end = NULL;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end != '\0') return 0;
+  /* Real architectures NVRTC 13 can target and kljit's kernels support (Ampere and newer: bf16 conversions need sm_80). */
+  static const int known[] = {80, 86, 87, 89, 90, 100, 103, 120};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (known[i] == v) return (int)v;
+  return 0;
+}
+
+static void dump(const char *name, const char *ext, const char *text) {
+  const char *dir = getenv("KLJIT_DUMP_DIR");
+  if (!dir || !*dir || !text) return;
+  mkdir(dir, 0700);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    util_log("KLJIT_DUMP_DIR: cannot write %s: %s", path, strerror(errno));
+    return;
+  }
+  fputs(text, f);
+  fclose(f);
+}
+
+static kljit_status get_log(nvrtcProgram prog, strbuf *log) {
+  size_t n = 0;
+  if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1) return KLJIT_SUCCESS;
+  char *buf = malloc(n);
+  if (!buf) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for the NVRTC log");
+  kljit_status st = KLJIT_SUCCESS;
+  if (nvrtcGetProgramLog(prog, buf) == NVRTC_SUCCESS) st = sb_append(log, buf, strlen(buf));
+  free(buf);
+  return st;
+}
+
+kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbuf *cubin,
+                           strbuf *log) {
+  char storage[NVRTC_MAX_OPTIONS][64];
+  const char *opts[NVRTC_MAX_OPTIONS];
+  const int nopts = nvrtc_options(arch, storage, opts);
+  dump(name, "cu", source);
+
+  nvrtcProgram prog;
+  nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+  if (r != NVRTC_SUCCESS)
+    return err_set(KLJIT_ERR_COMPILE, "nvrtcCreateProgram(%s): %s", name, nvrtcGetErrorString(r));
+  r = nvrtcCompileProgram(prog, nopts, opts);
+  strbuf lg = {0};
+  kljit_status st = get_log(prog, &lg);
+  dump(name, "log", lg.data ? lg.data : "");
+  if (st == KLJIT_SUCCESS && r != NVRTC_SUCCESS) {
+    st = err_set(KLJIT_ERR_COMPILE, "NVRTC failed to compile %s for sm_%d: %s\n%s", name, arch,
+                 nvrtcGetErrorString(r), lg.data ? lg.data : "(no log)");
+  }
+  if (st == KLJIT_SUCCESS) {
+    size_t n = 0;
+    r = nvrtcGetCUBINSize(prog, &n);
+    char *img = r == NVRTC_SUCCESS ? malloc(n) : NULL;
+    if (r != NVRTC_SUCCESS)
+      st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBINSize(%s): %s", name, nvrtcGetErrorString(r));
+    else if (!img)
+      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for a %zu-byte cubin", n);
+    else if ((r = nvrtcGetCUBIN(prog, img)) != NVRTC_SUCCESS)
+      st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBIN(%s): %s", name, nvrtcGetErrorString(r));
+    else
+      st = sb_append(cubin, img, n);
+    free(img);
+  }
+  if (st == KLJIT_SUCCESS && log && lg.data) st = sb_append(log, lg.data, lg.len);
+  sb_free(&lg);
+  nvrtcDestroyProgram(&prog);
+  return st;
+}

@@ -1,0 +1,26 @@
+/* nvrtc_compile.h — compile one rendered source for one real architecture into a cubin. */
+#ifndef KLJIT_NVRTC_COMPILE_H
+#define KLJIT_NVRTC_COMPILE_H
+
+#include "util.h"
+
+enum { NVRTC_MAX_OPTIONS = 8 };
+
+/* The exact, ordered NVRTC options kljit uses for architecture sm_<arch> (e.g. 90). They are
+ * part of every cache key. Returns the count; opts[i] point into `storage`. */
+int nvrtc_options(int arch, char storage[NVRTC_MAX_OPTIONS][64], const char *opts[]);
+
+/* "nvrtc <major>.<minor>" of the linked NVRTC. */
+const char *nvrtc_version_string(void);
+
+/* Compiles `source` (named `name` in diagnostics) for sm_<arch>. On success `cubin` holds the
+ * image. On failure KLJIT_ERR_COMPILE with the NVRTC log in the message. The log of a
+ * successful compile (warnings) goes to *log when log is not NULL. With KLJIT_DUMP_DIR set,
+ * the source and the log are written there as <name>.cu and <name>.log. */
+kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbuf *cubin,
+                           strbuf *log);
+
+/* Parses "sm_90" / "90" / "sm_80" into 90 / 80; returns 0 when not a supported arch. */
+int nvrtc_parse_arch(const char *text);
+
+#endif

@@ -1,0 +1,102 @@
+/* spec.c — kernel spec → template parameters → rendered source. */
+#include "spec.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cache.h"
+
+const char *kspec_template(const kspec *k) {
+  return k->family == KSPEC_DENSE_ROWS ? "dense_rows.cu.lua" : "helpers.cu.lua";
+}
+
+static render_param pi(const char *key, int64_t v) {
+  render_param p = {key, RP_INT, v, 0.0, NULL};
+  return p;
+}
+static render_param pn(const char *key, double v) {
+  render_param p = {key, RP_NUM, 0, v, NULL};
+  return p;
+}
+static render_param ps(const char *key, const char *v) {
+  render_param p = {key, RP_STR, 0, 0.0, v};
+  return p;
+}
+static render_param pb(const char *key, int v) {
+  render_param p = {key, RP_BOOL, v != 0, 0.0, NULL};
+  return p;
+}
+
+size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
+  size_t n = 0;
+  out[n++] = pi("V", k->v);
+  out[n++] = pi("LD", k->ld);
+  out[n++] = ps("TMODE", k->tmode);
+  /* A run-time temperature must not leak into the source (one module serves every T). */
+  out[n++] = pn("T", strcmp(k->tmode, "const") == 0 ? k->t : 1.0);
+  if (k->family == KSPEC_DENSE_ROWS) {
+    out[n++] = pi("THREADS", k->threads);
+    out[n++] = pi("SPLIT", k->split);
+    out[n++] = ps("LOGIT", k->logit);
+    out[n++] = ps("GRAD", k->grad);
+    out[n++] = ps("TEACHER", k->teacher);
+    out[n++] = ps("TDT", k->tdt);
+    out[n++] = pb("BIAS", k->bias);
+    out[n++] = ps("BDT", k->bdt);
+    out[n++] = pb("TT_SAME", k->tt_same);
+    out[n++] = pn("TT", k->tt_same ? 1.0 : k->tt);
+    out[n++] = pn("EPS", k->eps);
+  } else {
+    out[n++] = ps("GRAD", k->grad);
+    out[n++] = ps("OUT", k->out);
+    out[n++] = ps("REDUCTION", k->reduction);
+    out[n++] = pb("T2", k->t2);
+  }
+  return n;
+}
+
+kljit_status kspec_render(const kspec *k, strbuf *out) {
+  render_param params[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, params);
+  kljit_status st = render_template(kspec_template(k), params, n, out);
+  if (st != KLJIT_SUCCESS) return st;
+  /* The prelude carries no parameters; render it after so the banner stays first. */
+  strbuf common = {0};
+  st = render_template("common.cu.lua", NULL, 0, &common);
+  if (st == KLJIT_SUCCESS) {
+    /* splice: banner lines of the family render stay on top, then prelude, then body */
+    const char *body = out->data;
+    const char *split_at = body;
+    while (strncmp(split_at, "//", 2) == 0) {
+      const char *nl = strchr(split_at, '\n');
+      if (!nl) break;
+      split_at = nl + 1;
+    }
+    strbuf full = {0};
+    st = sb_append(&full, body, (size_t)(split_at - body));
+    if (st == KLJIT_SUCCESS) st = sb_append(&full, common.data, common.len);
+    if (st == KLJIT_SUCCESS) st = sb_append(&full, split_at, strlen(split_at));
+    if (st == KLJIT_SUCCESS) {
+      sb_free(out);
+      *out = full;
+    } else {
+      sb_free(&full);
+    }
+  }
+  sb_free(&common);
+  return st;
+}
+
+void kspec_name(const kspec *k, const char *source, char name[64]) {
+  char hex[65];
+  sha256_hex(source, strlen(source), hex);
+  snprintf(name, 64, "%s-%.12s", k->family == KSPEC_DENSE_ROWS ? "dense_rows" : "helpers", hex);
+}
+
+const char *const *kspec_kernels(const kspec *k) {
+  static const char *const dense[] = {"kl_dense_stats", "kl_dense_fused", "kl_dense_forward",
+                                      "kl_dense_backward", NULL};
+  static const char *const helpers[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
+                                        NULL};
+  return k->family == KSPEC_DENSE_ROWS ? dense : helpers;
+}

@@ -1,0 +1,54 @@
+/* spec.h — kernel specs: the plain, hashable description of one generated module.
+ *
+ * A spec names a template family and every parameter the template takes. The plan builds
+ * specs; render turns a spec into source (common prelude + family template); the cache keys
+ * on that source. Two equal specs always give the same bytes.
+ */
+#ifndef KLJIT_SPEC_H
+#define KLJIT_SPEC_H
+
+#include <stdint.h>
+
+#include "template.h"
+
+typedef enum kspec_family {
+  KSPEC_DENSE_ROWS = 1,  /* templates/dense_rows.cu.lua */
+  KSPEC_HELPERS = 2      /* templates/helpers.cu.lua */
+} kspec_family;
+
+typedef struct kspec {
+  kspec_family family;
+  int64_t v;          /* V */
+  int64_t ld;         /* row stride of the chunk buffers (elements) */
+  int threads;        /* dense rows */
+  int split;          /* dense rows: blocks per row */
+  const char *logit;  /* "f32" | "bf16" | "f16" */
+  const char *grad;
+  const char *tdt;    /* dense rows: teacher dtype */
+  const char *bdt;    /* dense rows: bias dtype */
+  const char *out;    /* helpers: dW/db output dtype */
+  const char *teacher;    /* dense rows: "probs" | "logprobs" | "logits" */
+  const char *reduction;  /* helpers */
+  const char *tmode;      /* "const" | "runtime" */
+  int bias;
+  int t2;             /* helpers: T^2 scaling */
+  int tt_same;
+  double t, tt, eps;
+} kspec;
+
+enum { KSPEC_MAX_PARAMS = 24 };
+
+/* The template file of a family, and the spec's parameters for render_template. */
+const char *kspec_template(const kspec *k);
+size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]);
+
+/* Renders the full source of a spec: banner + common prelude + family template. */
+kljit_status kspec_render(const kspec *k, strbuf *out);
+
+/* A short stable name for diagnostics and dump files ("dense_rows-<8 hex of the source>"). */
+void kspec_name(const kspec *k, const char *source, char name[64]);
+
+/* Kernel entry points the family's module exports (NULL-terminated). */
+const char *const *kspec_kernels(const kspec *k);
+
+#endif
