@@ -1,0 +1,281 @@
+/* exec.c — the chunk loops of the two execution modes, and their argument validation.
+ *
+ * Fused (gradient in forward), per chunk of R rows:
+ *   logits GEMM -> kl_dense_stats -> kl_dense_fused (loss partials, G) -> dX GEMM -> dW GEMM
+ *   (-> kl_colsum for db); then kl_finish_loss and the fp32 -> output conversions.
+ * Two-phase: forward = logits GEMM -> stats -> kl_dense_forward (row statistics into `saved`);
+ * backward = logits GEMM -> kl_dense_backward (G from saved statistics) -> dX -> dW.
+ * Everything is enqueued on the caller's stream; nothing synchronizes, nothing allocates.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct exec_ptrs {
+  char *ws;
+  prob_workspace w;
+  float *hdr, *rowstat;
+} exec_ptrs;
+
+static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
+                              const void *ptr, size_t align) {
+  if (!ptr) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->%s is NULL", who, name);
+  if ((uintptr_t)ptr % align)
+    return err_set(KLJIT_ERR_MISALIGNED, "%s: args->%s = %p is not %zu-byte aligned", who, name,
+                   ptr, align);
+  unsigned int type = 0;
+  CUresult r = p->ctx->drv->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                  (CUdeviceptr)(uintptr_t)ptr);
+  if (r != CUDA_SUCCESS)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->%s = %p is not memory the CUDA driver knows (a host pointer?)", who,
+                   name, ptr);
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status check_absent(const char *who, const char *name, const void *ptr,
+                                 const char *why) {
+  if (ptr)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->%s must be NULL %s", who, name, why);
+  return KLJIT_SUCCESS;
+}
+
+#define TRY(x)                                  \
+  do {                                          \
+    kljit_status try_st_ = (x);                 \
+    if (try_st_ != KLJIT_SUCCESS) return try_st_; \
+  } while (0)
+
+static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mode mode,
+                             const char *who) {
+  if (!p) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  if (a->struct_size != sizeof(kljit_args))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
+                   "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
+                   sizeof(kljit_args));
+  const kljit_problem *pb = &p->pb;
+  const uint32_t known = KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
+                         KLJIT_EXEC_NO_GRAD_WEIGHT;
+  if (a->flags & ~known)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
+                   who, a->flags, a->flags & ~known);
+  if (a->rows < 1 || a->rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->rows = %lld, must be in [1, 2^31)",
+                   who, (long long)a->rows);
+  if (mode == KLJIT_MODE_FUSED && pb->reduction == KLJIT_REDUCTION_NONE)
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "%s: reduction NONE needs the two-phase mode (kljit_forward, kljit_backward): "
+                   "the fused mode has no per-row upstream gradient", who);
+  if (pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME && mode != KLJIT_MODE_BACKWARD &&
+      !(a->temperature > 0 && isfinite(a->temperature)))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->temperature = %g, must be finite and > 0", who, a->temperature);
+  const size_t in_sz = prob_dtype_size(pb->input_dtype);
+  TRY(check_ptr(p, who, "input", a->input, 16));
+  TRY(check_ptr(p, who, "weight", a->weight, 16));
+  if (pb->flags & KLJIT_FLAG_BIAS)
+    TRY(check_ptr(p, who, "bias", a->bias, in_sz));
+  else
+    TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
+  if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, prob_dtype_size(pb->label_dtype)));
+  TRY(check_ptr(p, who, "teacher", a->teacher, 16));
+  const int grads = mode != KLJIT_MODE_FORWARD;
+  if (mode != KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "loss", a->loss, 4));
+  if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
+  if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
+  const int want_dx = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT);
+  const int want_dw = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT);
+  if (want_dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
+  if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
+  if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
+    TRY(check_ptr(p, who, "grad_bias", a->grad_bias, prob_dtype_size(pb->grad_weight_dtype)));
+  const size_t need = prob_workspace_layout(pb, &p->geom, mode, a->rows).total;
+  if (a->workspace_size < need)
+    return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
+                   "%s: args->workspace_size = %zu, this call needs %zu bytes "
+                   "(kljit_plan_workspace_size)", who, a->workspace_size, need);
+  TRY(check_ptr(p, who, "workspace", a->workspace, 256));
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
+                           unsigned threads, void **params, void *stream) {
+  return drv_check(p->ctx->drv,
+                   p->ctx->drv->cuLaunchKernel(p->fn[fn], gx, gy, 1, threads, 1, 1, 0,
+                                               (CUstream)stream, params, NULL),
+                   "cuLaunchKernel");
+}
+
+/* One call's constants, shared by the loops. */
+typedef struct exec_call {
+  const kljit_plan *p;
+  const kljit_args *a;
+  void *stream;
+  char *ws;
+  prob_workspace w;
+  float *hdr, *rowstat;
+  int labels_is64;
+  long long ignore;
+  size_t in_sz;
+  int skip_gemms;
+} exec_call;
+
+static kljit_status run_setup(exec_call *c) {
+  const kljit_args *a = c->a;
+  long long n = a->rows;
+  float t = (float)a->temperature;
+  void *params[] = {(void *)&a->labels, &c->labels_is64, &c->ignore, &n, &t, &c->hdr};
+  return launch(c->p, FN_SETUP, 1, 1, 1024, params, c->stream);
+}
+
+static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
+  const kljit_plan *p = c->p;
+  if (c->skip_gemms) return KLJIT_SUCCESS;
+  const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  return gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_LOGITS, n, c->a->weight, x,
+                  c->ws + c->w.z, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
+}
+
+static kljit_status run_stats(exec_call *c, long long row0, int64_t n) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  void *z = c->ws + c->w.z, *part = c->ws + c->w.part;
+  void *params[] = {&z, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
+                    &c->labels_is64, &c->ignore, &c->hdr, &part, &row0};
+  return launch(p, FN_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
+                (unsigned)p->geom.tune.threads, params, c->stream);
+}
+
+/* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
+static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  void *g = c->ws + c->w.g;
+  const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
+    TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DX, n, a->weight, g,
+                 (char *)a->grad_input + xoff, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
+  const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+  void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
+  const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
+  if (!c->skip_gemms)
+    TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DW, n,
+               (const char *)a->input + xoff, g, dw, beta, c->ws + c->w.lt, c->w.lt_size,
+               c->stream));
+  if (p->pb.flags & KLJIT_FLAG_BIAS) {
+    int rows = (int)n, accumulate = !first;
+    void *db = c->ws + c->w.db;
+    void *params[] = {&g, &rows, &db, &accumulate};
+    TRY(launch(p, FN_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, params, c->stream));
+  }
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n) {
+  int accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+  void *src = c->ws + src_off;
+  void *params[] = {&src, &dst, &n, &accumulate};
+  const long long blocks = (n + 255) / 256;
+  return launch(c->p, FN_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256, params,
+                c->stream);
+}
+
+static kljit_status run_finish_grads(exec_call *c) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
+  if (p->geom.dw_workspace)
+    TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden)));
+  if (p->pb.flags & KLJIT_FLAG_BIAS)
+    TRY(run_convert(c, c->w.db, a->grad_bias, (long long)p->pb.vocab));
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status run_finish_loss(exec_call *c) {
+  void *lossp = c->ws + c->w.lossp;
+  int split = c->p->geom.tune.split;
+  long long n = c->a->rows;
+  void *params[] = {&lossp, &split, &n, &c->hdr, (void *)&c->a->loss};
+  return launch(c->p, FN_FINISH, 1, 1, 1024, params, c->stream);
+}
+
+static kljit_status run_mode(exec_call *c, kljit_mode mode) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  const int64_t R = p->geom.tune.chunk_rows;
+  /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
+  const char *skip = getenv("KLJIT_DEBUG_SKIP_GEMMS");
+  c->skip_gemms = skip && strcmp(skip, "1") == 0;
+  if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
+  for (long long row0 = 0; row0 < a->rows; row0 += R) {
+    const int64_t n = a->rows - row0 < R ? a->rows - row0 : R;
+    TRY(run_logits(c, row0, n));
+    void *z = c->ws + c->w.z, *g = c->ws + c->w.g, *part = c->ws + c->w.part;
+    void *lossp = c->ws + c->w.lossp;
+    const unsigned gx = (unsigned)p->geom.tune.split, gy = (unsigned)n;
+    const unsigned th = (unsigned)p->geom.tune.threads;
+    if (mode == KLJIT_MODE_FUSED) {
+      TRY(run_stats(c, row0, n));
+      void *params[] = {&z, &g, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
+                        &c->labels_is64, &c->ignore, &c->hdr, &part, &lossp, &row0};
+      TRY(launch(p, FN_FUSED, gx, gy, th, params, c->stream));
+    } else if (mode == KLJIT_MODE_FORWARD) {
+      TRY(run_stats(c, row0, n));
+      void *params[] = {&z, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
+                        &c->labels_is64, &c->ignore, &c->hdr, &part, &c->rowstat, &lossp,
+                        &row0};
+      TRY(launch(p, FN_FORWARD, gx, gy, th, params, c->stream));
+    } else {
+      int per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
+      void *params[] = {&z, &g, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
+                        &c->labels_is64, &c->ignore, &c->hdr, &c->rowstat,
+                        (void *)&a->grad_output, &per_row, &row0};
+      TRY(launch(p, FN_BACKWARD, gx, gy, th, params, c->stream));
+    }
+    if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
+  }
+  if (mode != KLJIT_MODE_BACKWARD) TRY(run_finish_loss(c));
+  if (mode != KLJIT_MODE_FORWARD) TRY(run_finish_grads(c));
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args *a,
+                            kljit_mode mode, const char *who) {
+  kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
+  if (st != KLJIT_SUCCESS) return st;
+  st = validate(p, a, mode, who);
+  if (st == KLJIT_SUCCESS) {
+    exec_call c;
+    memset(&c, 0, sizeof c);
+    c.p = p, c.a = a, c.stream = stream;
+    c.ws = a->workspace;
+    c.w = prob_workspace_layout(&p->pb, &p->geom, mode, a->rows);
+    c.hdr = mode == KLJIT_MODE_FUSED ? (float *)(c.ws + c.w.hdr) : a->saved;
+    c.rowstat = a->saved ? a->saved + 4 : NULL;
+    c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
+    c.ignore = (long long)p->pb.ignore_index;
+    c.in_sz = prob_dtype_size(p->pb.input_dtype);
+    st = run_mode(&c, mode);
+    if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
+  }
+  if (p) ctx_leave(p->ctx);
+  return st;
+}
+
+kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  return execute(plan, stream, args, KLJIT_MODE_FUSED, "kljit_fused");
+}
+
+kljit_status kljit_forward(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  return execute(plan, stream, args, KLJIT_MODE_FORWARD, "kljit_forward");
+}
+
+kljit_status kljit_backward(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  return execute(plan, stream, args, KLJIT_MODE_BACKWARD, "kljit_backward");
+}

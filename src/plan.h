@@ -1,0 +1,31 @@
+/* plan.h — kljit_plan: an immutable, executable plan for one problem on one context.
+ *
+ * Invariants: after kljit_plan_create returns, nothing in the plan changes except the GEMM
+ * algorithm memo behind `gemm` (its own lock), so executes may run concurrently.
+ */
+#ifndef KLJIT_PLAN_H
+#define KLJIT_PLAN_H
+
+#include "context.h"
+#include "gemm.h"
+#include "problem.h"
+
+enum plan_fn {
+  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, /* rows module */
+  FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT,  /* helpers module */
+  FN_COUNT
+};
+
+struct kljit_plan {
+  kljit_context *ctx;
+  kljit_problem pb;
+  prob_geometry geom;
+  gemm_types gtypes;
+  gemm_shape gshape;
+  gemm_cache *gemm;        /* separately allocated: mutated under a const plan */
+  ctx_module *mod_rows, *mod_helpers;
+  CUfunction fn[FN_COUNT];
+  char *description;
+};
+
+#endif

@@ -1,0 +1,403 @@
+%-- dense_rows.cu.lua: row kernels of the dense-teacher KL loss (probs, log-probs, logits).
+%--
+%-- Math, per kept row (s = (z + b) / T, q = softmax(s), p the teacher):
+%--   loss_i = sum_v p_v (log max(p_v, eps) - log q_v)                    (0 log 0 = 0)
+%--   G_v    = gscale * (sum(p) * q_v - p_v),  gscale = scale * T^2? / T * upstream (hdr)
+%-- Teacher forms: probs (p given), logprobs (log p given), logits (p = softmax(zt / Tt)).
+%--
+%-- Kernels (grid: SPLIT blocks per row x rows of the chunk; THREADS threads):
+%--   kl_dense_stats          pass 1: per segment, online (max, sum-exp) of s, sum(p), and for
+%--                           teacher logits the teacher's own (max, sum-exp); -> part[r][split]
+%--   kl_dense_fused          pass 2: merge the row's partials -> lse; loss partial
+%--                           sum p (log p - log q) -> lossp[row][split]; G -> g (in place ok)
+%--   kl_dense_forward        pass 2 without G: loss partials and the row statistics -> rowstat
+%--   kl_dense_backward       pass 2 from saved row statistics: G only
+%-- The loss is summed in pass 2 from log q = s - lse rather than from sum p log p - sum p s
+%-- + sum(p) lse, which would cancel catastrophically when the student is close to the teacher.
+%-- Never materialized: anything of size N x V; the caller's buffer holds one chunk (R x LD).
+%--
+%-- Parameters (validated below):
+%--   V        vocabulary size, 2..2^24            LD      row stride of z and g (elements)
+%--   THREADS  64..1024, multiple of 32            SPLIT   blocks per row, 1..64
+%--   LOGIT    f32|bf16|f16: dtype of z            GRAD    f32|bf16|f16: dtype of g
+%--   TEACHER  probs|logprobs|logits               TDT     f32|bf16|f16: teacher dtype
+%--   BIAS     bool; BDT f32|bf16|f16              TMODE   const|runtime; T (const mode)
+%--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
+%--   EPS      (0, 1e-3): floor of p inside log p
+%-- Launch: part has 8 floats per (row, split); hdr = {loss_scale, grad_scale, kept, 1/T}.
+%-- Numerics: fp32 in registers; expf/logf (no fast math); fixed-order reductions.
+%local P = P
+%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
+%local size = { f32 = 4, bf16 = 2, f16 = 2 }
+%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
+%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
+%if P.THREADS < 64 or P.THREADS > 1024 or P.THREADS % 32 ~= 0 then
+%  reject("THREADS must be a multiple of 32 in [64, 1024]")
+%end
+%if P.SPLIT < 1 or P.SPLIT > 64 then reject("SPLIT must be in [1, 64]") end
+%for _, k in ipairs({ "LOGIT", "GRAD", "TDT", "BDT" }) do
+%  if not dt[P[k]] then reject(k .. " must be f32, bf16 or f16") end
+%end
+%if P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits" then
+%  reject("TEACHER must be probs, logprobs or logits")
+%end
+%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
+%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
+%if not P.TT_SAME and not (P.TT > 0 and P.TT < math.huge) then reject("TT must be > 0") end
+%if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
+%-- Vector width: one 16-byte load of logits per step; the teacher is read with the same
+%-- element count, vectorized only when every row start stays aligned (V % VEC == 0).
+%local VEC = 16 // size[P.LOGIT]
+%local TALIGNED = (P.V % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
+%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
+%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
+
+#define V {{ P.V }}
+#define LD {{ P.LD }}
+#define THREADS {{ P.THREADS }}
+#define SPLIT {{ P.SPLIT }}
+#define VEC {{ VEC }}
+#define SEG {{ SEG }}
+#define TALIGNED {{ TALIGNED and "true" or "false" }}
+#define PSTRIDE 8
+typedef {{ dt[P.LOGIT] }} logit_t;
+typedef {{ dt[P.GRAD] }} grad_t;
+typedef {{ dt[P.TDT] }} teach_t;
+typedef {{ dt[P.BDT] }} bias_t;
+#define HAS_BIAS {{ P.BIAS and 1 or 0 }}
+#define TEACHER_{{ string.upper(P.TEACHER) }} 1
+#define LOG_EPS {{ f32(math.log(P.EPS)) }}
+#define EPS {{ f32(P.EPS) }}
+
+%if P.TMODE == "const" then
+#define INV_T(hdr) ({{ f32(1.0 / P.T) }})
+%else
+#define INV_T(hdr) ((hdr)[3])
+%end
+%if P.TEACHER == "logits" then
+%  if P.TT_SAME then
+#define INV_TT(hdr) INV_T(hdr)
+%  else
+#define INV_TT(hdr) ({{ f32(1.0 / P.TT) }})
+%  end
+%end
+
+/* The segment [v0, v1) of row-relative columns that block blockIdx.x owns. */
+__device__ __forceinline__ int seg_begin() { return blockIdx.x * SEG; }
+__device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) * SEG); }
+
+/* Loads VEC student scores s = (z + b) * invT and VEC teacher values at column v. FULL: all VEC
+ * columns exist (v + VEC <= V); else only the first V - v do and the rest get neutral values. */
+template <bool FULL>
+__device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
+                                          const teach_t* __restrict__ tr,
+                                          const bias_t* __restrict__ bias, int v, float invT,
+                                          float (&s)[VEC], float (&t)[VEC]) {
+  if constexpr (FULL) {
+    load_n<VEC, true>(zr + v, s);
+    load_n<VEC, TALIGNED>(tr + v, t);
+#if HAS_BIAS
+    float b[VEC];
+    load_n<VEC, false>(bias + v, b);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) s[i] += b[i];
+#endif
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      const bool in = v + i < V;
+      s[i] = in ? to_f32(zr[v + i]) : KL_NEG_INF;
+#if HAS_BIAS
+      if (in) s[i] += to_f32(bias[v + i]);
+#endif
+#if defined(TEACHER_LOGITS)
+      t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+#elif defined(TEACHER_LOGPROBS)
+      t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+#else
+      t[i] = in ? to_f32(tr[v + i]) : 0.0f;
+#endif
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; i++) s[i] *= invT;
+}
+
+/* Per-thread pass-1 accumulators. */
+struct acc1_t {
+  md_t s;       /* student (max, sum-exp) */
+  md_t t;       /* teacher logits (max, sum-exp), TEACHER_LOGITS only */
+  float sp;     /* sum p, probs/logprobs only */
+};
+
+__device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const float (&t)[VEC],
+                                         float invTT) {
+  float m = a.s.m;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
+  if (m != KL_NEG_INF) {
+    float d = a.s.d * expf(a.s.m - m);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) d += expf(s[i] - m);
+    a.s.m = m;
+    a.s.d = d;
+  }
+#if defined(TEACHER_LOGITS)
+  float tt[VEC];
+  float mt = a.t.m;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) {
+    tt[i] = t[i] * invTT;
+    mt = fmaxf(mt, tt[i]);
+  }
+  if (mt != KL_NEG_INF) {
+    float dd = a.t.d * expf(a.t.m - mt);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) dd += expf(tt[i] - mt);
+    a.t.m = mt;
+    a.t.d = dd;
+  }
+#elif defined(TEACHER_LOGPROBS)
+#pragma unroll
+  for (int i = 0; i < VEC; i++) a.sp += expf(t[i]);
+#else
+#pragma unroll
+  for (int i = 0; i < VEC; i++) a.sp += t[i];
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teacher,
+               const bias_t* __restrict__ bias, const void* __restrict__ labels,
+               int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
+               float* __restrict__ part, i64 row0) {
+  /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PSTRIDE) */
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
+  __shared__ md_t sh_md[THREADS / 32];
+  __shared__ float sh_f[THREADS / 32];
+  if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
+  const float invT = INV_T(hdr);
+#if defined(TEACHER_LOGITS)
+  const float invTT = INV_TT(hdr);
+#else
+  const float invTT = 1.0f;
+#endif
+  const logit_t* zr = z + (i64)r * LD;
+  const teach_t* tr = teacher + row * V;
+  acc1_t a;
+  a.s.m = a.t.m = KL_NEG_INF;
+  a.s.d = a.t.d = 0.0f;
+  a.sp = 0.0f;
+  const int v0 = seg_begin(), v1 = seg_end();
+  const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
+  int v = v0 + threadIdx.x * VEC;
+  for (; v + 3 * THREADS * VEC < vfull; v += 4 * THREADS * VEC) {
+    /* four independent 16-byte loads in flight per thread before the first use */
+    float s[4][VEC], t[4][VEC];
+#pragma unroll
+    for (int u = 0; u < 4; u++) load_cols<true>(zr, tr, bias, v + u * THREADS * VEC, invT, s[u], t[u]);
+#pragma unroll
+    for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT);
+  }
+  for (; v < vfull; v += THREADS * VEC) {
+    float s[VEC], t[VEC];
+    load_cols<true>(zr, tr, bias, v, invT, s, t);
+    acc1_add(a, s, t, invTT);
+  }
+  if (v < v1) {
+    float s[VEC], t[VEC];
+    load_cols<false>(zr, tr, bias, v, invT, s, t);
+    acc1_add(a, s, t, invTT);
+  }
+  const md_t ms = block_md<THREADS>(a.s, sh_md);
+#if defined(TEACHER_LOGITS)
+  const md_t mt = block_md<THREADS>(a.t, sh_md);
+  const float sp = 0.0f; /* sum p = 1 by construction; set in merge_parts */
+#else
+  md_t mt;
+  mt.m = 0.0f;
+  mt.d = 1.0f;
+  const float sp = block_sum<THREADS>(a.sp, sh_f);
+#endif
+  if (threadIdx.x == 0) {
+    out[0] = ms.m;
+    out[1] = ms.d;
+    out[2] = sp;
+    out[3] = mt.m;
+    out[4] = mt.d;
+  }
+}
+
+/* Row statistics after the merge: what pass 2 needs. */
+struct row_t {
+  float lse;    /* lse(s) */
+  float sp;     /* sum p */
+  float lset;   /* lse(t), teacher logits only */
+  float kept;   /* 1 or 0 */
+};
+
+__device__ __forceinline__ row_t merge_parts(const float* __restrict__ part, int r) {
+  const float* p = part + (i64)r * SPLIT * PSTRIDE;
+  md_t s, t;
+  s.m = t.m = KL_NEG_INF;
+  s.d = t.d = 0.0f;
+  float sp = 0.0f;
+  for (int k = 0; k < SPLIT; k++, p += PSTRIDE) {
+    md_t a, b;
+    a.m = p[0];
+    a.d = p[1];
+    b.m = p[3];
+    b.d = p[4];
+    s = md_merge(s, a);
+    t = md_merge(t, b);
+    sp += p[2];
+  }
+  row_t rs;
+  rs.lse = s.m + logf(s.d);
+  rs.lset = t.m + logf(t.d);
+#if defined(TEACHER_LOGITS)
+  rs.sp = 1.0f;
+#else
+  rs.sp = sp;
+#endif
+  rs.kept = 1.0f;
+  return rs;
+}
+
+enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
+
+/* Pass 2 over this block's segment: loss partial and/or G. */
+template <int MODE>
+__device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
+                                      const teach_t* __restrict__ teacher,
+                                      const bias_t* __restrict__ bias, const void* labels,
+                                      int labels_is64, i64 ignore_index,
+                                      const float* __restrict__ hdr,
+                                      const float* __restrict__ part, float* rowstat,
+                                      float* __restrict__ lossp,
+                                      const float* __restrict__ gout, int gout_per_row,
+                                      i64 row0) {
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  __shared__ row_t sh_row;
+  __shared__ float sh_f[THREADS / 32];
+  const int v0 = seg_begin(), v1 = seg_end();
+  const logit_t* zr = z + (i64)r * LD;
+  grad_t* gr = g + (i64)r * LD;
+  if (threadIdx.x == 0) {
+    row_t rs;
+    if (!row_kept(labels, labels_is64, ignore_index, row)) {
+      rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
+    } else if (MODE == MODE_BACKWARD) {
+      rs.lse = rowstat[4 * row + 0];
+      rs.sp = rowstat[4 * row + 1];
+      rs.lset = rowstat[4 * row + 2];
+      rs.kept = rowstat[4 * row + 3];
+    } else {
+      rs = merge_parts(part, r);
+    }
+    sh_row = rs;
+    if (MODE == MODE_FORWARD && blockIdx.x == 0) {
+      rowstat[4 * row + 0] = rs.lse;
+      rowstat[4 * row + 1] = rs.sp;
+      rowstat[4 * row + 2] = rs.lset;
+      rowstat[4 * row + 3] = rs.kept;
+    }
+  }
+  __syncthreads();
+  const row_t rs = sh_row;
+  if (rs.kept == 0.0f) {
+    if (MODE != MODE_FORWARD) {
+      const float zero[VEC] = {};
+      int v = v0 + threadIdx.x * VEC;
+      for (; v + VEC <= v1; v += THREADS * VEC) store_n<VEC, true>(gr + v, zero);
+      if (v < v1)
+        for (int i = 0; v + i < v1; i++) gr[v + i] = from_f32<grad_t>(0.0f);
+    }
+    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = 0.0f;
+    return;
+  }
+  const float invT = INV_T(hdr);
+#if defined(TEACHER_LOGITS)
+  const float invTT = INV_TT(hdr);
+#endif
+  float gscale = 0.0f;
+  if (MODE != MODE_FORWARD) {
+    const float up = MODE == MODE_FUSED ? 1.0f : gout[gout_per_row ? row : 0];
+    gscale = hdr[1] * up;
+  }
+  const teach_t* tr = teacher + row * V;
+  float loss = 0.0f;
+  const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
+  for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
+    float s[VEC], t[VEC];
+    if (v < vfull)
+      load_cols<true>(zr, tr, bias, v, invT, s, t);
+    else
+      load_cols<false>(zr, tr, bias, v, invT, s, t);
+    float gv[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      const float logq = s[i] - rs.lse;
+#if defined(TEACHER_LOGITS)
+      const float logp = t[i] * invTT - rs.lset;
+      const float p = expf(logp);
+      const float lp = fmaxf(logp, LOG_EPS);
+#elif defined(TEACHER_LOGPROBS)
+      const float p = expf(t[i]);
+      const float lp = fmaxf(t[i], LOG_EPS);
+#else
+      const float p = t[i];
+      const float lp = logf(fmaxf(p, EPS));
+#endif
+      if (MODE != MODE_BACKWARD && p > 0.0f) loss += p * (lp - logq);
+      gv[i] = gscale * (rs.sp * expf(logq) - p);
+    }
+    if (MODE != MODE_FORWARD) {
+      if (v < vfull) {
+        store_n<VEC, true>(gr + v, gv);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+          if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
+      }
+    }
+  }
+  if (MODE != MODE_BACKWARD) {
+    loss = block_sum<THREADS>(loss, sh_f);
+    if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
+  }
+}
+
+/* g may alias z (fp32 logits and gradient share the chunk buffer): each element is read and
+ * then written by the same thread, so no restrict on either. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_dense_fused(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
+               const bias_t* __restrict__ bias, const void* labels, int labels_is64,
+               i64 ignore_index, const float* __restrict__ hdr, const float* __restrict__ part,
+               float* __restrict__ lossp, i64 row0) {
+  pass2<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part, nullptr,
+                    lossp, nullptr, 0, row0);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_dense_forward(const logit_t* z, const teach_t* __restrict__ teacher,
+                 const bias_t* __restrict__ bias, const void* labels, int labels_is64,
+                 i64 ignore_index, const float* __restrict__ hdr,
+                 const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
+                 i64 row0) {
+  pass2<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr, part,
+                      rowstat, lossp, nullptr, 0, row0);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
+                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
+                  i64 ignore_index, const float* __restrict__ hdr, const float* rowstat,
+                  const float* __restrict__ gout, int gout_per_row, i64 row0) {
+  pass2<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
+                       (float*)rowstat, nullptr, gout, gout_per_row, row0);
+}

@@ -1,0 +1,95 @@
+%-- helpers.cu.lua: the small kernels around the row kernels of one plan.
+%--
+%--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
+%--                   header hdr = {loss_scale, grad_scale, kept, 1/T} with
+%--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept V) (mean), 0 if kept = 0,
+%--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1.
+%--   kl_finish_loss  one block: row losses from the per-split partials, reduced in double in a
+%--                   fixed order -> loss[0] = loss_scale * sum; or loss[i] per row (none).
+%--   kl_colsum       db accumulation: acc[v] (+)= sum over the chunk's rows of G[r, v], rows in
+%--                   order (deterministic, no atomics).
+%--   kl_convert      dst (+)= src, fp32 -> OUT dtype (dW, db from their fp32 accumulators).
+%--
+%-- Parameters: V, LD (row stride of G), GRAD, OUT (f32|bf16|f16), REDUCTION
+%-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode).
+%-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
+%-- x ceil(V/256); kl_convert with 256 threads x any grid (grid-stride).
+%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
+%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
+%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
+%if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
+%local red = { sum = 1, batchmean = 2, mean = 3, none = 4 }
+%if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
+%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
+%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
+#define V {{ P.V }}
+#define LD {{ P.LD }}
+#define REDUCTION {{ red[P.REDUCTION] }}
+#define T2 {{ P.T2 and 1 or 0 }}
+typedef {{ dt[P.GRAD] }} grad_t;
+typedef {{ dt[P.OUT] }} out_t;
+
+extern "C" __global__ void __launch_bounds__(1024)
+kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T,
+         float* __restrict__ hdr) {
+%if P.TMODE == "const" then
+  T = {{ f32(P.T) }};
+%end
+  __shared__ double shd[32];
+  i64 local = 0;
+  for (i64 i = threadIdx.x; i < n; i += 1024) local += row_kept(labels, labels_is64, ignore_index, i);
+  /* integer counts below 2^53 are exact in double */
+  const double total = block_sum_d<1024>((double)local, shd);
+  if (threadIdx.x == 0) {
+    double c = 1.0;
+#if REDUCTION == 2
+    c = total > 0 ? 1.0 / total : 0.0;
+#elif REDUCTION == 3
+    c = total > 0 ? 1.0 / (total * (double)V) : 0.0;
+#endif
+    const double t2 = T2 ? (double)T * (double)T : 1.0;
+    hdr[0] = (float)(c * t2);
+    hdr[1] = (float)(c * t2 / (double)T);
+    hdr[2] = (float)total;
+    hdr[3] = (float)(1.0 / (double)T);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+kl_finish_loss(const float* __restrict__ lossp, int split, i64 n, const float* __restrict__ hdr,
+               float* __restrict__ loss) {
+  /* lossp: (n, split) partial row losses; loss: scalar, or (n) for reduction none */
+  __shared__ double shd[32];
+  double acc = 0.0;
+  for (i64 i = threadIdx.x; i < n; i += 1024) {
+    double row = 0.0;
+    for (int k = 0; k < split; k++) row += (double)lossp[i * split + k];
+#if REDUCTION == 4
+    loss[i] = (float)(row * (double)hdr[0]);
+#else
+    acc += row;
+#endif
+  }
+#if REDUCTION != 4
+  acc = block_sum_d<1024>(acc, shd);
+  if (threadIdx.x == 0) loss[0] = (float)(acc * (double)hdr[0]);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+kl_colsum(const grad_t* __restrict__ g, int rows, float* __restrict__ acc, int accumulate) {
+  /* g: (rows, LD); acc: (V) */
+  const int v = blockIdx.x * 256 + threadIdx.x;
+  if (v >= V) return;
+  float s = accumulate ? acc[v] : 0.0f;
+  for (int r = 0; r < rows; r++) s += to_f32(g[(i64)r * LD + v]);
+  acc[v] = s;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+kl_convert(const float* __restrict__ src, out_t* __restrict__ dst, i64 n, int accumulate) {
+  for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
+    const float prev = accumulate ? to_f32(dst[i]) : 0.0f;
+    dst[i] = from_f32<out_t>(prev + src[i]);
+  }
+}
