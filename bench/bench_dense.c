@@ -1,0 +1,367 @@
+/* bench_dense.c — times the dense fused linear + KL loss against its GEMM floor, same run.
+ *
+ * For each shape N x H x V (bf16 inputs, bf16 teacher probs, batchmean):
+ *   validate  a small problem with the same V against the fp64 reference (loss, dX, dW);
+ *   copy      device-to-device copy bandwidth (bytes read + written), the memory ceiling;
+ *   floor     the same cuBLAS GEMMs alone: "chunked" = kljit's own chunk loop of GEMMs
+ *             (fp32 logits), "full" = the 3 unchunked GEMMs with bf16 logits (the ideal);
+ *   kljit     fused (and two-phase) fwd+bwd, median of repeats after warm-up, CUDA events;
+ *   rows      the row kernels alone (KLJIT_DEBUG_SKIP_GEMMS=1) and their effective bandwidth;
+ *   memory    workspace reported by the plan and any device memory the calls took beyond it.
+ * Prints one CSV row per shape (stdout) and a table (stderr). Inputs are random, never zero.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "kljit.h"
+#include "ref.h"
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+#define KO(x)                                                                        \
+  do {                                                                               \
+    kljit_status s_ = (x);                                                           \
+    if (s_ != KLJIT_SUCCESS) {                                                       \
+      fprintf(stderr, "%s: %s\n", #x, kljit_last_error());                           \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+#define BK(x)                                                                        \
+  do {                                                                               \
+    cublasStatus_t b_ = (x);                                                         \
+    if (b_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)b_); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+static int repeats = 10;
+
+/* Fills a device buffer of `bytes` with a tiled random bf16 pattern in [lo, hi). */
+static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
+  const size_t tile = (size_t)1 << 22;
+  const size_t n = count < tile ? count : tile;
+  uint16_t *h = malloc(n * 2);
+  host_rng r = {seed};
+  for (size_t i = 0; i < n; i++) h[i] = host_f32_to_bf16((float)(lo + (hi - lo) * host_uniform(&r)));
+  for (size_t off = 0; off < count; off += n) {
+    const size_t m = count - off < n ? count - off : n;
+    CK(cudaMemcpy((char *)dst + off * 2, h, m * 2, cudaMemcpyHostToDevice));
+  }
+  free(h);
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Median milliseconds of `repeats` runs after 2 warm-ups, with an L2 flush before each. */
+static float time_ms(bench_fn fn, void *ctx, void *flush, size_t flush_bytes) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 2; i++) fn(ctx);
+  float t[64];
+  const int n = repeats < 64 ? repeats : 64;
+  for (int i = 0; i < n; i++) {
+    CK(cudaMemsetAsync(flush, i, flush_bytes, 0));
+    CK(cudaEventRecord(a, 0));
+    fn(ctx);
+    CK(cudaEventRecord(b, 0));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&t[i], a, b));
+  }
+  CK(cudaGetLastError());
+  qsort(t, (size_t)n, sizeof(float), cmp_float);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[n / 2];
+}
+
+typedef struct shape_ctx {
+  int64_t n, h, v, chunk;
+  kljit_plan *plan;
+  kljit_args args;
+  kljit_args args2; /* backward */
+  cublasHandle_t blas;
+  void *x, *w, *t, *dx, *dw, *logits, *g;
+  int full;  /* floor variant: 1 = unchunked bf16 logits, 0 = chunked fp32 logits */
+  void *src, *dst;
+  size_t copy_bytes;
+} shape_ctx;
+
+static void run_fused(void *p) {
+  shape_ctx *s = p;
+  KO(kljit_fused(s->plan, NULL, &s->args));
+}
+
+static void run_twophase(void *p) {
+  shape_ctx *s = p;
+  KO(kljit_forward(s->plan, NULL, &s->args));
+  KO(kljit_backward(s->plan, NULL, &s->args2));
+}
+
+static void run_copy(void *p) {
+  shape_ctx *s = p;
+  CK(cudaMemcpyAsync(s->dst, s->src, s->copy_bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+/* The GEMMs alone: logits, dX, dW per chunk (gemms = 3), plus a second logits GEMM (4). */
+static void floor_gemms(shape_ctx *s, int gemms) {
+  const float one = 1.0f, zero = 0.0f;
+  const int64_t r = s->full ? s->n : s->chunk;
+  const int ld = (int)((s->v + 7) / 8 * 8);
+  const cudaDataType zt = s->full ? CUDA_R_16BF : CUDA_R_32F;
+  for (int64_t row0 = 0; row0 < s->n; row0 += r) {
+    const int n = (int)(s->n - row0 < r ? s->n - row0 : r);
+    const char *x = (const char *)s->x + row0 * s->h * 2;
+    for (int k = 0; k < (gemms == 4 ? 2 : 1); k++)
+      BK(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)s->v, n, (int)s->h, &one, s->w,
+                      CUDA_R_16BF, (int)s->h, x, CUDA_R_16BF, (int)s->h, &zero, s->logits, zt,
+                      ld, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    BK(cublasGemmEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)s->h, n, (int)s->v, &one, s->w,
+                    CUDA_R_16BF, (int)s->h, s->g, CUDA_R_16BF, ld, &zero,
+                    (char *)s->dx + row0 * s->h * 2, CUDA_R_16BF, (int)s->h, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
+    const float *beta = row0 == 0 ? &zero : &one;
+    BK(cublasGemmEx(s->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)s->h, (int)s->v, n, &one, x,
+                    CUDA_R_16BF, (int)s->h, s->g, CUDA_R_16BF, ld, beta, s->dw, CUDA_R_32F,
+                    (int)s->h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+static void run_floor3(void *p) { floor_gemms(p, 3); }
+static void run_floor4(void *p) { floor_gemms(p, 4); }
+
+/* Small problem with the bench's V and dtypes against the fp64 reference. */
+static int validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_err,
+                    double *dw_err) {
+  const int64_t n = 5, h = 128;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = h, pb.vocab = v;
+  kljit_plan *plan;
+  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  host_rng r = {7};
+  double *x = malloc(8 * n * h), *w = malloc(8 * v * h), *t = malloc(8 * n * v);
+  double *gx = malloc(8 * n * h), *gw = malloc(8 * v * h), *rx = calloc(n * h, 8);
+  double *rw = calloc(v * h, 8), gl;
+  for (int64_t i = 0; i < n * h; i++) x[i] = host_normal(&r);
+  for (int64_t i = 0; i < v * h; i++) w[i] = 0.3 * host_normal(&r);
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0;
+    for (int64_t j = 0; j < v; j++) s += (t[i * v + j] = host_uniform(&r));
+    for (int64_t j = 0; j < v; j++) t[i * v + j] /= s;
+  }
+  gbuf X, W, T, DX, DW, L, WS;
+  size_t ws;
+  KO(kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, n, &ws));
+  if (gbuf_alloc(&X, KLJIT_BF16, n * h) || gbuf_alloc(&W, KLJIT_BF16, v * h) ||
+      gbuf_alloc(&T, KLJIT_BF16, n * v) || gbuf_alloc(&DX, KLJIT_BF16, n * h) ||
+      gbuf_alloc(&DW, KLJIT_FP32, v * h) || gbuf_alloc(&L, KLJIT_FP32, 1) ||
+      gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 1) || gbuf_upload(&X, x, x) ||
+      gbuf_upload(&W, w, w) || gbuf_upload(&T, t, t))
+    return 1;
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.teacher = T.ptr, a.loss = L.ptr;
+  a.grad_input = DX.ptr, a.grad_weight = DW.ptr, a.workspace = WS.ptr, a.workspace_size = ws;
+  KO(kljit_fused(plan, NULL, &a));
+  if (gbuf_download(&L, &gl) || gbuf_download(&DX, gx) || gbuf_download(&DW, gw)) return 1;
+  ref_inputs ri = {0};
+  ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.teacher = t, ri.temperature = 1;
+  ref_outputs ro = {0};
+  ro.dx = rx, ro.dw = rw;
+  if (ref_compute(&ri, &ro)) return 1;
+  *loss_err = fabs(gl - ro.loss) / fabs(ro.loss);
+  *dx_err = rel_frobenius(gx, rx, n * h);
+  *dw_err = rel_frobenius(gw, rw, v * h);
+  gbuf *b[] = {&X, &W, &T, &DX, &DW, &L, &WS};
+  for (int i = 0; i < 7; i++) gbuf_free(b[i]);
+  free(x), free(w), free(t), free(gx), free(gw), free(rx), free(rw);
+  kljit_plan_destroy(plan);
+  return 0;
+}
+
+static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int twophase,
+                        int header) {
+  shape_ctx s;
+  memset(&s, 0, sizeof s);
+  s.n = n, s.h = h, s.v = v;
+  double le, xe, we;
+  if (validate(ctx, v, &le, &xe, &we)) {
+    fprintf(stderr, "validation failed to run\n");
+    exit(1);
+  }
+  const int valid = le <= 1e-5 && xe <= 5e-3 && we <= 5e-3;
+
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = h, pb.vocab = v;
+  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &s.plan));
+  size_t ws_f, ws_b, ws_fw, saved;
+  KO(kljit_plan_workspace_size(s.plan, KLJIT_MODE_FUSED, n, &ws_f));
+  KO(kljit_plan_workspace_size(s.plan, KLJIT_MODE_FORWARD, n, &ws_fw));
+  KO(kljit_plan_workspace_size(s.plan, KLJIT_MODE_BACKWARD, n, &ws_b));
+  KO(kljit_plan_saved_size(s.plan, n, &saved));
+  const size_t ws2 = ws_fw > ws_b ? ws_fw : ws_b;
+  const size_t ws = twophase && ws2 > ws_f ? ws2 : ws_f;
+  const char *desc = kljit_plan_describe(s.plan);
+  const char *cr = strstr(desc, "chunk_rows=");
+  s.chunk = cr ? atoll(cr + 11) : 1024;
+
+  void *loss, *wsp, *sv, *gout, *flush;
+  const size_t flush_bytes = 256 << 20;
+  size_t free0, free1, total;
+  CK(cudaMalloc(&s.x, n * h * 2));
+  CK(cudaMalloc(&s.w, v * h * 2));
+  CK(cudaMalloc(&s.t, n * v * 2));
+  CK(cudaMalloc(&s.dx, n * h * 2));
+  CK(cudaMalloc(&s.dw, v * h * 4));
+  CK(cudaMalloc(&loss, 4));
+  CK(cudaMalloc(&sv, saved));
+  CK(cudaMalloc(&gout, 4));
+  CK(cudaMalloc(&flush, flush_bytes));
+  fill_bf16(s.x, n * h, -1, 1, 1);
+  fill_bf16(s.w, v * h, -0.05, 0.05, 2);
+  fill_bf16(s.t, n * v, 0, 2.0 / v, 3); /* rows sum to about 1 */
+  fill_bf16(gout, 2, 1, 1, 4);          /* two bf16 ones = one fp32 value near 1 */
+  CK(cudaMemset(gout, 0, 4));
+  const float one = 1.0f;
+  CK(cudaMemcpy(gout, &one, 4, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemGetInfo(&free0, &total));
+  CK(cudaMalloc(&wsp, ws));
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = n, a.input = s.x, a.weight = s.w, a.teacher = s.t, a.loss = loss;
+  a.grad_input = s.dx, a.grad_weight = s.dw, a.workspace = wsp, a.workspace_size = ws;
+  a.saved = sv, a.grad_output = gout;
+  s.args = s.args2 = a;
+
+  /* determinism: two runs, bitwise-equal loss and dX */
+  float l1, l2;
+  uint16_t *dx1 = malloc(n * h * 2), *dx2 = malloc(n * h * 2);
+  run_fused(&s);
+  CK(cudaMemcpy(&l1, loss, 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(dx1, s.dx, n * h * 2, cudaMemcpyDeviceToHost));
+  run_fused(&s);
+  CK(cudaMemcpy(&l2, loss, 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(dx2, s.dx, n * h * 2, cudaMemcpyDeviceToHost));
+  const int deterministic = memcmp(&l1, &l2, 4) == 0 && memcmp(dx1, dx2, n * h * 2) == 0;
+  free(dx1), free(dx2);
+
+  const float t_fused = time_ms(run_fused, &s, flush, flush_bytes);
+  const float t_two = twophase ? time_ms(run_twophase, &s, flush, flush_bytes) : 0.0f;
+  CK(cudaMemGetInfo(&free1, &total));
+  const double hidden_alloc = ((double)free0 - (double)free1 - (double)ws) / (1 << 20);
+  setenv("KLJIT_DEBUG_SKIP_GEMMS", "1", 1);
+  const float t_rows = time_ms(run_fused, &s, flush, flush_bytes);
+  unsetenv("KLJIT_DEBUG_SKIP_GEMMS");
+  CK(cudaFree(wsp));
+
+  /* floors */
+  BK(cublasCreate(&s.blas));
+  const int64_t ld = (v + 7) / 8 * 8;
+  CK(cudaMalloc(&s.g, (size_t)(s.chunk < n ? s.chunk : n) * ld * 2 > (size_t)n * ld * 2
+                          ? (size_t)s.chunk * ld * 2 : (size_t)n * ld * 2));
+  fill_bf16(s.g, (s.chunk < n ? s.chunk : n) * ld, -1e-4, 1e-4, 5);
+  CK(cudaMalloc(&s.logits, (size_t)(s.chunk < n ? s.chunk : n) * ld * 4 > (size_t)n * ld * 2
+                               ? (size_t)(s.chunk < n ? s.chunk : n) * ld * 4
+                               : (size_t)n * ld * 2));
+  s.full = 0;
+  const float f3 = time_ms(run_floor3, &s, flush, flush_bytes);
+  const float f4 = twophase ? time_ms(run_floor4, &s, flush, flush_bytes) : 0.0f;
+  s.full = 1;
+  fill_bf16(s.g, n * ld, -1e-4, 1e-4, 5);
+  const float f3full = time_ms(run_floor3, &s, flush, flush_bytes);
+  CK(cudaFree(s.g));
+  CK(cudaFree(s.logits));
+  cublasDestroy(s.blas);
+
+  /* copy ceiling: 2 GiB each way */
+  s.copy_bytes = (size_t)1 << 30;
+  CK(cudaMalloc(&s.src, s.copy_bytes));
+  CK(cudaMalloc(&s.dst, s.copy_bytes));
+  CK(cudaMemset(s.src, 1, s.copy_bytes));
+  const float t_copy = time_ms(run_copy, &s, flush, flush_bytes);
+  const double copy_gbs = 2.0 * (double)s.copy_bytes / (t_copy * 1e-3) / 1e9;
+  CK(cudaFree(s.src));
+  CK(cudaFree(s.dst));
+  /* bytes the row kernels must move: z fp32 read twice, teacher bf16 read twice, G bf16 once,
+   * plus the GEMM's z write is not theirs */
+  const double row_bytes = (double)n * (double)v * (4 + 4 + 2 + 2 + 2);
+  const double rows_gbs = row_bytes / (t_rows * 1e-3) / 1e9;
+  const double tflop = 6.0 * n * h * v / (t_fused * 1e-3) / 1e12;
+
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int drv = 0;
+  cudaDriverGetVersion(&drv);
+  if (header)
+    printf("gpu,driver,kljit,N,H,V,chunk,valid_loss_rel,valid_dx_rel,valid_dw_rel,"
+           "deterministic,fused_ms,floor3_chunked_ms,floor3_full_ms,ratio_chunked,ratio_full,"
+           "twophase_ms,floor4_chunked_ms,ratio4,rows_ms,rows_gbs,copy_gbs,rows_frac_copy,"
+           "fused_tflops,workspace_gib,hidden_alloc_mib\n");
+  printf("%s,%d,%s,%lld,%lld,%lld,%lld,%.2e,%.2e,%.2e,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+         "%.3f,%.3f,%.0f,%.0f,%.3f,%.1f,%.3f,%.1f\n",
+         prop.name, drv, kljit_version(), (long long)n, (long long)h, (long long)v,
+         (long long)s.chunk, le, xe, we, deterministic, t_fused, f3, f3full, t_fused / f3,
+         t_fused / f3full, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs, copy_gbs,
+         rows_gbs / copy_gbs, tflop, ws / (double)(1 << 30), hidden_alloc);
+  fflush(stdout);
+  fprintf(stderr,
+          "%5lldx%4lldx%6lld valid=%d det=%d fused %.2f ms | floor chunked %.2f (x%.3f) full %.2f "
+          "(x%.3f) | 2-phase %.2f vs %.2f (x%.3f) | rows %.2f ms %.0f GB/s = %.0f%% of copy %.0f | "
+          "ws %.2f GiB hidden %.0f MiB\n",
+          (long long)n, (long long)h, (long long)v, valid, deterministic, t_fused, f3, t_fused / f3,
+          f3full, t_fused / f3full, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs,
+          100 * rows_gbs / copy_gbs, copy_gbs, ws / (double)(1 << 30), hidden_alloc);
+  cudaFree(s.x), cudaFree(s.w), cudaFree(s.t), cudaFree(s.dx), cudaFree(s.dw), cudaFree(loss);
+  cudaFree(sv), cudaFree(gout), cudaFree(flush);
+  kljit_plan_destroy(s.plan);
+}
+
+int main(int argc, char **argv) {
+  const char *shapes = "8192x4096x128256,4096x4096x128256,2048x4096x128256,8192x2048x32000,"
+                       "4096x2048x32000";
+  int twophase = 1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
+    else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-twophase")) twophase = 0;
+    else {
+      fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R] [--no-twophase]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!gpu_available()) {
+    fprintf(stderr, "bench_dense: no GPU here; nothing to time\n");
+    return 0;
+  }
+  kljit_context *ctx;
+  KO(kljit_context_create(&ctx, 0, NULL));
+  char *list = strdup(shapes);
+  int first = 1;
+  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    long long n, h, v;
+    if (sscanf(tok, "%lldx%lldx%lld", &n, &h, &v) != 3) {
+      fprintf(stderr, "bad shape '%s' (want NxHxV)\n", tok);
+      return 2;
+    }
+    bench_shape(ctx, n, h, v, twophase, first);
+    first = 0;
+  }
+  free(list);
+  kljit_context_destroy(ctx);
+  return 0;
+}

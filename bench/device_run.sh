@@ -1,0 +1,24 @@
+#!/bin/bash
+# One device call: build, run the GPU tests, run the benchmarks; logs under $OUT.
+# Usage on the GPU machine (from the repository root, with .deps carried):
+#   bash bench/device_run.sh [ctest regex] [bench args...]
+set -u
+OUT=${OUT:-/tmp/kljit-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/.deps/lua/lib:${LD_LIBRARY_PATH:-}
+export KLJIT_CACHE_DIR=/tmp/kljit-cache
+regex=${1:-gpu}
+shift || true
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$PWD/.deps/lua/include \
+  -DLUA_LIBRARY=$PWD/.deps/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
+  cmake --build build -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "== build ok"
+(cd build && ctest -R "$regex" -j4 --output-on-failure --timeout 900) > "$OUT/ctest.log" 2>&1
+grep -E "tests passed|tests failed|Failed|FAIL|\*\*\*" "$OUT/ctest.log" | head -40
+grep -E "^(ok|FAIL) " "$OUT/ctest.log" | sort | uniq -c | sort -rn | head -5 > /dev/null
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  ./build/bench/bench_dense "$@" > "$OUT/bench.csv" 2> "$OUT/bench.log"
+  echo "== bench rc=$?"
+  cat "$OUT/bench.log"
+fi

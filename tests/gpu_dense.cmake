@@ -1,0 +1,13 @@
+# GPU tests of the dense teacher (skip with 77 where there is no GPU).
+add_library(kljit_gpusupport STATIC gpu_util.c)
+target_include_directories(kljit_gpusupport PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(kljit_gpusupport PUBLIC kljit_testsupport CUDA::cudart)
+
+add_executable(gpu_dense gpu_dense.c)
+target_link_libraries(gpu_dense PRIVATE kljit kljit_gpusupport)
+foreach(case every_form_dtype_temperature_reduction_and_mode vocab_sizes_with_ragged_tails
+        rows_not_a_multiple_of_the_chunk a_single_row
+        all_rows_ignored_gives_zero_loss_and_gradients large_logits_and_temperatures
+        native_logits_and_accumulated_grad_weight)
+  kljit_test(NAME gpu.dense.${case} EXE gpu_dense CASE ${case} LABELS gpu TIMEOUT 900)
+endforeach()

@@ -1,0 +1,89 @@
+/* gpu_util.c — device buffers and error norms for GPU tests and benchmarks. */
+#include "gpu_util.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gpu_available(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static int cuda_ok(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return 0;
+  fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  return 1;
+}
+
+int gbuf_alloc(gbuf *b, kljit_dtype dt, size_t n) {
+  b->dt = dt, b->n = n, b->ptr = NULL;
+  return cuda_ok(cudaMalloc(&b->ptr, n * host_dtype_size(dt) + 16), "cudaMalloc");
+}
+
+void gbuf_free(gbuf *b) {
+  if (b->ptr) cudaFree(b->ptr);
+  b->ptr = NULL;
+}
+
+int gbuf_upload(gbuf *b, const double *v, double *rounded) {
+  const size_t es = host_dtype_size(b->dt);
+  char *h = malloc(b->n * es + 1);
+  if (!h) return 1;
+  for (size_t i = 0; i < b->n; i++) {
+    host_store(h, b->dt, i, v[i]);
+    if (rounded) rounded[i] = host_load(h, b->dt, i);
+  }
+  int r = cuda_ok(cudaMemcpy(b->ptr, h, b->n * es, cudaMemcpyHostToDevice), "upload");
+  free(h);
+  return r;
+}
+
+int gbuf_bytes(const gbuf *b, void *host) {
+  return cuda_ok(cudaMemcpy(host, b->ptr, b->n * host_dtype_size(b->dt), cudaMemcpyDeviceToHost),
+                 "download");
+}
+
+int gbuf_download(const gbuf *b, double *v) {
+  const size_t es = host_dtype_size(b->dt);
+  char *h = malloc(b->n * es + 1);
+  if (!h) return 1;
+  int r = gbuf_bytes(b, h);
+  for (size_t i = 0; i < b->n && !r; i++) v[i] = host_load(h, b->dt, i);
+  free(h);
+  return r;
+}
+
+int gbuf_poison(gbuf *b) {
+  return cuda_ok(cudaMemset(b->ptr, 0xFF, b->n * host_dtype_size(b->dt)), "poison");
+}
+
+double rel_frobenius(const double *a, const double *b, size_t n) {
+  long double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const long double d = (long double)a[i] - b[i];
+    num += d * d;
+    den += (long double)b[i] * b[i];
+  }
+  if (den == 0) return num == 0 ? 0.0 : INFINITY;
+  return (double)sqrtl(num / den);
+}
+
+size_t max_errors(const double *a, const double *b, size_t n, double floor, double *max_abs,
+                  double *max_rel) {
+  size_t bad = 0;
+  *max_abs = *max_rel = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(a[i])) {
+      bad++;
+      continue;
+    }
+    const double d = fabs(a[i] - b[i]);
+    const double r = d / fmax(fabs(b[i]), floor);
+    if (d > *max_abs) *max_abs = d;
+    if (r > *max_rel) *max_rel = r;
+  }
+  return bad;
+}
