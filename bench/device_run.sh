@@ -12,7 +12,8 @@ shift || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$PWD/.deps/lua/include \
   -DLUA_LIBRARY=$PWD/.deps/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
-  cmake --build build -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  cmake --build build -j16 --target ${TARGETS:-gpu_dense bench_dense} >> "$OUT/build.log" 2>&1 ||
+  { tail -40 "$OUT/build.log"; exit 1; }
 echo "== build ok"
 (cd build && ctest -R "$regex" -j4 --output-on-failure --timeout 900) > "$OUT/ctest.log" 2>&1
 grep -E "tests passed|tests failed|Failed|FAIL|\*\*\*" "$OUT/ctest.log" | head -40

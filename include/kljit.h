@@ -181,7 +181,7 @@ typedef struct kljit_problem {
   kljit_reduction reduction;
   kljit_dtype label_dtype;          /* INT32 or INT64 */
   int64_t ignore_index;             /* rows with this label are excluded; default -100 */
-  double eps;                       /* 0 < eps < 1e-3; floor inside log p; default 1e-20 */
+  double eps;                       /* 1e-30 <= eps < 1e-3: floor inside log p; default 1e-20 */
   kljit_dtype grad_weight_dtype;    /* FP32 or weight_dtype */
   kljit_grad_weight_accum grad_weight_accum;
   uint32_t flags;                   /* KLJIT_FLAG_* */

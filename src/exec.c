@@ -14,11 +14,6 @@
 
 #include "plan.h"
 
-typedef struct exec_ptrs {
-  char *ws;
-  prob_workspace w;
-  float *hdr, *rowstat;
-} exec_ptrs;
 
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
@@ -123,13 +118,14 @@ typedef struct exec_call {
   long long ignore;
   size_t in_sz;
   int skip_gemms;
+  float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
 } exec_call;
 
 static kljit_status run_setup(exec_call *c) {
   const kljit_args *a = c->a;
   long long n = a->rows;
   float t = (float)a->temperature;
-  void *params[] = {(void *)&a->labels, &c->labels_is64, &c->ignore, &n, &t, &c->hdr};
+  void *params[] = {(void *)&a->labels, &c->labels_is64, &c->ignore, &n, &t, &c->gmult, &c->hdr};
   return launch(c->p, FN_SETUP, 1, 1, 1024, params, c->stream);
 }
 
@@ -138,7 +134,7 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
   return gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_LOGITS, n, c->a->weight, x,
-                  c->ws + c->w.z, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
+                  c->ws + c->w.z, 1.0f, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
 }
 
 static kljit_status run_stats(exec_call *c, long long row0, int64_t n) {
@@ -159,15 +155,16 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
   if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
     TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DX, n, a->weight, g,
-                 (char *)a->grad_input + xoff, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+                 (char *)a->grad_input + xoff, c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size,
+                 c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
   const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
   if (!c->skip_gemms)
     TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DW, n,
-               (const char *)a->input + xoff, g, dw, beta, c->ws + c->w.lt, c->w.lt_size,
-               c->stream));
+                 (const char *)a->input + xoff, g, dw, c->galpha, beta, c->ws + c->w.lt,
+                 c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     int rows = (int)n, accumulate = !first;
     void *db = c->ws + c->w.db;
@@ -177,10 +174,11 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   return KLJIT_SUCCESS;
 }
 
-static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n) {
+static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
+                                float scale) {
   int accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *src = c->ws + src_off;
-  void *params[] = {&src, &dst, &n, &accumulate};
+  void *params[] = {&src, &dst, &n, &accumulate, &scale};
   const long long blocks = (n + 255) / 256;
   return launch(c->p, FN_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256, params,
                 c->stream);
@@ -191,15 +189,15 @@ static kljit_status run_finish_grads(exec_call *c) {
   const kljit_args *a = c->a;
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   if (p->geom.dw_workspace)
-    TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden)));
-  if (p->pb.flags & KLJIT_FLAG_BIAS)
-    TRY(run_convert(c, c->w.db, a->grad_bias, (long long)p->pb.vocab));
+    TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f));
+  if (p->pb.flags & KLJIT_FLAG_BIAS) /* db summed G as stored: undo its multiplier */
+    TRY(run_convert(c, c->w.db, a->grad_bias, (long long)p->pb.vocab, c->galpha));
   return KLJIT_SUCCESS;
 }
 
 static kljit_status run_finish_loss(exec_call *c) {
   void *lossp = c->ws + c->w.lossp;
-  int split = c->p->geom.tune.split;
+  int split = c->p->geom.p2_split;
   long long n = c->a->rows;
   void *params[] = {&lossp, &split, &n, &c->hdr, (void *)&c->a->loss};
   return launch(c->p, FN_FINISH, 1, 1, 1024, params, c->stream);
@@ -218,15 +216,15 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     TRY(run_logits(c, row0, n));
     void *z = c->ws + c->w.z, *g = c->ws + c->w.g, *part = c->ws + c->w.part;
     void *lossp = c->ws + c->w.lossp;
-    const unsigned gx = (unsigned)p->geom.tune.split, gy = (unsigned)n;
+    const unsigned gx = (unsigned)p->geom.p2_split, gy = (unsigned)n;
     const unsigned th = (unsigned)p->geom.tune.threads;
     if (mode == KLJIT_MODE_FUSED) {
-      TRY(run_stats(c, row0, n));
+      if (!p->geom.tune.cluster) TRY(run_stats(c, row0, n));
       void *params[] = {&z, &g, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
                         &c->labels_is64, &c->ignore, &c->hdr, &part, &lossp, &row0};
       TRY(launch(p, FN_FUSED, gx, gy, th, params, c->stream));
     } else if (mode == KLJIT_MODE_FORWARD) {
-      TRY(run_stats(c, row0, n));
+      if (!p->geom.tune.cluster) TRY(run_stats(c, row0, n));
       void *params[] = {&z, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
                         &c->labels_is64, &c->ignore, &c->hdr, &part, &c->rowstat, &lossp,
                         &row0};
@@ -245,6 +243,19 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   return KLJIT_SUCCESS;
 }
 
+/* fp16 G keeps small entries out of the subnormal range by being stored times a power of two
+ * chosen from what the host knows: the reduction's nominal scale with every row kept (1, 1/N,
+ * 1/(N V)), aiming at |G| <= 2^8 for |grad_output| <= 1. It depends on (reduction, N, V) only,
+ * so forward and backward agree. Entries overflow only when fewer than about 1/256 of the rows
+ * are kept and |grad_output| is large. bf16 and fp32 have fp32's exponent range: 1. */
+static float grad_multiplier(const kljit_problem *pb, int64_t rows) {
+  if (pb->input_dtype != KLJIT_FP16) return 1.0f;
+  double c = 1.0;
+  if (pb->reduction == KLJIT_REDUCTION_BATCHMEAN) c = 1.0 / (double)rows;
+  if (pb->reduction == KLJIT_REDUCTION_MEAN) c = 1.0 / ((double)rows * (double)pb->vocab);
+  return (float)exp2(8.0 - rint(log2(c)));
+}
+
 static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args *a,
                             kljit_mode mode, const char *who) {
   kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
@@ -257,10 +268,12 @@ static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args 
     c.ws = a->workspace;
     c.w = prob_workspace_layout(&p->pb, &p->geom, mode, a->rows);
     c.hdr = mode == KLJIT_MODE_FUSED ? (float *)(c.ws + c.w.hdr) : a->saved;
-    c.rowstat = a->saved ? a->saved + 4 : NULL;
+    c.rowstat = a->saved ? a->saved + PLAN_HDR_FLOATS : NULL;
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = prob_dtype_size(p->pb.input_dtype);
+    c.gmult = grad_multiplier(&p->pb, a->rows);
+    c.galpha = 1.0f / c.gmult;
     st = run_mode(&c, mode);
     if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
   }

@@ -25,13 +25,13 @@ static gemm_desc describe(const gemm_types *ty, const gemm_shape *sh, gemm_kind 
   case GEMM_DX: /* A = W (H x V), B = G (V x n, ld LD), C = dX (H x n) */
     d.ta = CUBLAS_OP_N, d.tb = CUBLAS_OP_N;
     d.m = (uint64_t)sh->h, d.n = (uint64_t)n, d.k = (uint64_t)sh->v;
-    d.lda = sh->h, d.ldb = sh->ld, d.ldc = sh->h;
+    d.lda = sh->h, d.ldb = sh->ldg, d.ldc = sh->h;
     d.tc_type = ty->dx;
     break;
   case GEMM_DW: /* A = X (H x n), B = G (V x n, ld LD; op T), C = dW (H x V) */
     d.ta = CUBLAS_OP_N, d.tb = CUBLAS_OP_T;
     d.m = (uint64_t)sh->h, d.n = (uint64_t)sh->v, d.k = (uint64_t)n;
-    d.lda = sh->h, d.ldb = sh->ld, d.ldc = sh->h;
+    d.lda = sh->h, d.ldb = sh->ldg, d.ldc = sh->h;
     d.tc_type = ty->dw;
     break;
   }
@@ -45,8 +45,9 @@ static kljit_status lt_check(cublasStatus_t s, const char *what) {
 
 kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *ty,
                       const gemm_shape *sh, gemm_kind kind, int64_t n, const void *a,
-                      const void *b, void *c, float beta, void *ws, size_t ws_size,
-                      void *stream) {
+                      const void *b, void *c, float alpha, float beta, void *ws,
+                      size_t ws_size, void *stream) {
+  const int beta_zero = beta == 0.0f;
   const gemm_desc d = describe(ty, sh, kind, n);
   cublasLtMatmulDesc_t op = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
@@ -72,7 +73,7 @@ kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *
   pthread_mutex_lock(&cache->lock);
   for (int i = 0; i < GEMM_CACHE_SLOTS; i++) {
     const gemm_algo_slot *s = &cache->slots[i];
-    if (s->used && s->kind == kind && s->n == n && s->beta == beta) {
+    if (s->used && s->kind == kind && s->n == n && s->beta_zero == beta_zero) {
       algo = s->algo;
       found = 1;
       break;
@@ -98,13 +99,12 @@ kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *
         pthread_mutex_lock(&cache->lock);
         gemm_algo_slot *s = &cache->slots[cache->next];
         cache->next = (cache->next + 1) % GEMM_CACHE_SLOTS;
-        s->used = 1, s->kind = kind, s->n = n, s->beta = beta, s->algo = algo;
+        s->used = 1, s->kind = kind, s->n = n, s->beta_zero = beta_zero, s->algo = algo;
         pthread_mutex_unlock(&cache->lock);
       }
     }
   }
   if (!st) {
-    const float alpha = 1.0f;
     st = lt_check(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo, ws,
                                  ws_size, (cudaStream_t)stream),
                   "cublasLtMatmul");

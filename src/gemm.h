@@ -23,7 +23,7 @@ typedef struct gemm_algo_slot {
   int used;
   gemm_kind kind;
   int64_t n;
-  float beta;
+  int beta_zero;
   cublasLtMatmulAlgo_t algo;
 } gemm_algo_slot;
 
@@ -43,13 +43,16 @@ typedef struct gemm_types {
 } gemm_types;
 
 typedef struct gemm_shape {
-  int64_t v, h, ld;
+  int64_t v, h;
+  int64_t ld;   /* row stride of Z (elements) */
+  int64_t ldg;  /* row stride of G (elements) */
 } gemm_shape;
 
+/* C = alpha op(A) op(B) + beta C on `stream` (host scalars: with beta = 0, C is not read). */
 kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *ty,
                       const gemm_shape *sh, gemm_kind kind, int64_t n, const void *a,
-                      const void *b, void *c, float beta, void *ws, size_t ws_size,
-                      void *stream);
+                      const void *b, void *c, float alpha, float beta, void *ws,
+                      size_t ws_size, void *stream);
 
 enum { GEMM_WORKSPACE_BYTES = 32 << 20 };
 

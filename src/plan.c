@@ -9,8 +9,13 @@ static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
+/* Kernel names by plan_fn index. */
+static const char *const fn_names[FN_COUNT] = {
+    "kl_dense_stats", "kl_dense_fused", "kl_dense_forward", "kl_dense_backward",
+    "kl_setup",       "kl_finish_loss", "kl_colsum",        "kl_convert"};
+
 static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod, int first_fn,
-                                strbuf *desc) {
+                                int end_fn, strbuf *desc) {
   jit_bin bin;
   kljit_status st = jit_build(k, p->ctx->arch, &p->ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
@@ -22,12 +27,18 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
   if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, mod);
   jit_bin_free(&bin);
   if (st != KLJIT_SUCCESS) return st;
-  const char *const *names = kspec_kernels(k);
-  for (int i = 0; names[i]; i++) {
-    st = drv_check(p->ctx->drv,
-                   p->ctx->drv->cuModuleGetFunction(&p->fn[first_fn + i], (*mod)->module,
-                                                    names[i]),
-                   names[i]);
+  const drv_table *d = p->ctx->drv;
+  for (const char *const *name = kspec_kernels(k); *name; name++) {
+    int i = first_fn;
+    while (i < end_fn && strcmp(fn_names[i], *name) != 0) i++;
+    if (i == end_fn) return err_set(KLJIT_ERR_INTERNAL, "module kernel %s has no slot", *name);
+    st = drv_check(d, d->cuModuleGetFunction(&p->fn[i], (*mod)->module, *name), *name);
+    /* clusters of 16 blocks are beyond the portable 8 and must be allowed explicitly */
+    if (st == KLJIT_SUCCESS && k->cluster > 8)
+      st = drv_check(d, d->cuFuncSetAttribute(p->fn[i],
+                                              CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                              1),
+                     "cuFuncSetAttribute(non-portable cluster size)");
     if (st != KLJIT_SUCCESS) return st;
   }
   return KLJIT_SUCCESS;
@@ -57,7 +68,7 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
   p->ctx = ctx;
   p->pb = *problem;
   p->gemm = gc;
-  const prob_tuning tune = prob_estimate(problem, ctx->sm_count);
+  const prob_tuning tune = prob_estimate(problem, ctx->sm_count, ctx->arch);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   const kljit_dtype in = problem->input_dtype;
   p->gtypes.in = cuda_type(in);
@@ -69,19 +80,22 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
                       : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                          : CUBLAS_COMPUTE_32F;
   p->gshape.v = problem->vocab, p->gshape.h = problem->hidden, p->gshape.ld = p->geom.ld;
+  p->gshape.ldg = p->geom.ldg;
 
   strbuf desc = {0};
   sb_printf(&desc,
             "kljit %s plan on %s (sm_%d, %d SMs)\n  V=%lld H=%lld input=%s teacher=%s (%s) "
-            "logits=%s grad=%s%s\n  chunk_rows=%lld threads=%d split=%d ld=%lld\n",
+            "logits=%s grad=%s%s\n  chunk_rows=%lld threads=%d split=%d cluster=%d ld=%lld\n",
             KLJIT_VERSION_STRING, ctx->gpu_name, ctx->arch, ctx->sm_count,
             (long long)problem->vocab, (long long)problem->hidden, prob_dtype_name(in),
             p->geom.rows.teacher, prob_dtype_name(problem->teacher_dtype), p->geom.logit,
             p->geom.grad, p->geom.grad_in_place ? " (in place)" : "",
-            (long long)tune.chunk_rows, tune.threads, tune.split, (long long)p->geom.ld);
+            (long long)tune.chunk_rows, tune.threads, tune.split, tune.cluster,
+            (long long)p->geom.ld);
   if ((st = ctx_enter(ctx))) goto fail_desc;
-  st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, &desc);
-  if (st == KLJIT_SUCCESS) st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, &desc);
+  st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
+  if (st == KLJIT_SUCCESS)
+    st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_COUNT, &desc);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
@@ -138,6 +152,6 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = (size_t)(4 + 4 * rows) * sizeof(float);
+  *bytes = (size_t)(PLAN_HDR_FLOATS + 4 * rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

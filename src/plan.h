@@ -16,6 +16,9 @@ enum plan_fn {
   FN_COUNT
 };
 
+/* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
+enum { PLAN_HDR_FLOATS = 8 };
+
 struct kljit_plan {
   kljit_context *ctx;
   kljit_problem pb;

@@ -93,8 +93,8 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
   if (pb->label_dtype != KLJIT_INT32 && pb->label_dtype != KLJIT_INT64)
     return BAD("%s: label_dtype = %d, must be KLJIT_INT32 or KLJIT_INT64", who,
                (int)pb->label_dtype);
-  if (!(pb->eps > 0 && pb->eps < 1e-3))
-    return BAD("%s: eps = %g, must be in (0, 1e-3)", who, pb->eps);
+  if (!(pb->eps >= 1e-30 && pb->eps < 1e-3))
+    return BAD("%s: eps = %g, must be in [1e-30, 1e-3)", who, pb->eps);
   if (pb->grad_weight_dtype != KLJIT_FP32 && pb->grad_weight_dtype != pb->weight_dtype)
     return BAD("%s: grad_weight_dtype = %s, must be KLJIT_FP32 or weight_dtype (%s)", who,
                prob_dtype_name(pb->grad_weight_dtype), prob_dtype_name(pb->weight_dtype));
@@ -121,22 +121,52 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Default chunk budget: the chunk buffers (logits, G) stay within this many bytes. */
 static const double CHUNK_BUDGET = 1.0 * (1 << 30);
 
-static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, int split) {
-  const int native = (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
-  const size_t z = native ? prob_dtype_size(pb->input_dtype) : 4;
-  const size_t g = native ? 0 : prob_dtype_size(pb->input_dtype);
-  return (size_t)ld * (z + g) + (size_t)split * 32;
+static int native_logits(const kljit_problem *pb) {
+  return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
 }
 
-prob_tuning prob_estimate(const kljit_problem *pb, int sm_count) {
+/* Chunk bytes per row: the logits (G overwrites them in place) and the pass-1 partials. */
+static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
+  const size_t z = native_logits(pb) ? prob_dtype_size(pb->input_dtype) : 4;
+  return (size_t)ld * z + (size_t)t->split * 32;
+}
+
+/* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
+enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
+
+prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
   (void)sm_count;
   prob_tuning t;
-  t.threads = 256;
-  /* ~16K columns per block: enough rows x blocks to fill the GPU at any chunk size. */
-  int64_t split = (pb->vocab + 16383) / 16384;
-  t.split = (int)(split < 1 ? 1 : split > 16 ? 16 : split);
+  memset(&t, 0, sizeof t);
+  const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
+  /* The cluster variant reads every byte once but, as measured on the H200 (bench/RESULTS.md),
+   * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
+   * bandwidth: it is opt-in, KLJIT_ROW_KERNEL=cluster (README). */
+  const char *variant = getenv("KLJIT_ROW_KERNEL");
+  const int allow = variant && strcmp(variant, "cluster") == 0;
+  /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
+  const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
+  if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
+    const int wide = pb->vocab > CLUSTER_MAX * per_block;
+    const int64_t block_values = wide ? 2 * per_block : per_block;
+    int c = 1;
+    while ((int64_t)c * block_values < pb->vocab) c *= 2;
+    t.cluster = t.split = c;
+    t.nv = CLUSTER_VALUES / vec;
+    /* a single-block row needs only as many threads as its vectors */
+    int64_t th = (pb->vocab + (int64_t)t.nv * vec - 1) / ((int64_t)t.nv * vec);
+    th = (th + 31) / 32 * 32;
+    t.threads = c > 1 ? (int)(wide ? 2 * CLUSTER_THREADS : CLUSTER_THREADS)
+                      : (int)(th < 64 ? 64 : th);
+  } else {
+    t.threads = 256;
+    t.nv = 1;
+    /* ~16K columns per block: enough rows x blocks to fill the GPU at any chunk size. */
+    int64_t split = (pb->vocab + 16383) / 16384;
+    t.split = (int)(split < 1 ? 1 : split > 16 ? 16 : split);
+  }
   const int64_t ld = round_up(pb->vocab, 8);
-  int64_t r = (int64_t)(CHUNK_BUDGET / (double)chunk_row_bytes(pb, ld, t.split));
+  int64_t r = (int64_t)(CHUNK_BUDGET / (double)chunk_row_bytes(pb, ld, &t));
   r = r / 256 * 256;
   t.chunk_rows = r < 256 ? 256 : r > 8192 ? 8192 : r;
   /* Debug/test override of the chunk size (documented in the README). */
@@ -149,16 +179,21 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
                                 prob_geometry *g) {
   memset(g, 0, sizeof *g);
   if (tune->chunk_rows < 1 || tune->threads < 64 || tune->threads > 1024 ||
-      tune->threads % 32 || tune->split < 1 || tune->split > 64)
+      tune->threads % 32 || tune->split < 1 || tune->split > 64 ||
+      (tune->cluster && tune->cluster != tune->split) || tune->nv < 1)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "tuning chunk_rows=%lld threads=%d split=%d is out of range",
                    (long long)tune->chunk_rows, tune->threads, tune->split);
   g->tune = *tune;
   g->ld = round_up(pb->vocab, 8);
-  const int native = (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
+  const int native = native_logits(pb);
   g->grad = prob_dtype_tag(pb->input_dtype);
   g->logit = native ? g->grad : "f32";
-  g->grad_in_place = native;
+  /* same dtype: G replaces z element by element; else 16-bit G over the fp32 row, made safe by
+   * the cluster barrier or by the one-block-per-row pass 2 (INPLACE) */
+  g->grad_in_place = 1;
+  g->ldg = native ? g->ld : 2 * g->ld;
+  g->p2_split = !native && !tune->cluster ? 1 : tune->split;
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
@@ -171,6 +206,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->family = KSPEC_DENSE_ROWS;
   r->v = pb->vocab, r->ld = g->ld;
   r->threads = tune->threads, r->split = tune->split;
+  r->cluster = tune->cluster, r->nv = tune->nv, r->ldg = g->ldg;
+  r->inplace = !native && !tune->cluster;
   r->logit = g->logit, r->grad = g->grad;
   r->tdt = prob_dtype_tag(pb->teacher_dtype);
   r->bdt = prob_dtype_tag(pb->weight_dtype);
@@ -201,11 +238,12 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   const size_t gsize = prob_dtype_size(pb->input_dtype);
   const int grads = mode != KLJIT_MODE_FORWARD;
   size_t off = 0;
-  /* hdr: fused keeps {loss_scale, grad_scale, kept, 1/T} here; two-phase keeps it in saved */
+  /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */
   w.hdr = off, off += mode == KLJIT_MODE_FUSED ? 256 : 0;
   w.lossp = off, off += mode != KLJIT_MODE_BACKWARD
                             ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
   w.part = off, off += mode != KLJIT_MODE_BACKWARD
+                           && !g->tune.cluster
                            ? align256((size_t)r * (size_t)g->tune.split * 32) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
   w.g = g->grad_in_place || !grads ? w.z : off;

@@ -13,20 +13,25 @@ typedef struct prob_tuning {
   int64_t chunk_rows;  /* R */
   int threads;         /* row-kernel block size */
   int split;           /* blocks per row */
+  int cluster;         /* 0: two-pass row kernels; C: one pass in clusters of C = split blocks */
+  int nv;              /* cluster variant: 16-byte vectors per thread held in registers */
 } prob_tuning;
 
 /* Everything about a plan that follows from the problem and the tuning. */
 typedef struct prob_geometry {
   prob_tuning tune;
   int64_t ld;                 /* row stride of the chunk buffers, V rounded up to 8 */
+  int64_t ldg;                /* row stride of G in its own elements (2 ld: 16-bit G over fp32) */
   const char *logit, *grad;   /* dtypes of the chunk logits and of G */
-  int grad_in_place;          /* G overwrites Z (same dtype) */
+  int grad_in_place;          /* G overwrites Z (always, now: same dtype, or 16-bit over fp32) */
+  int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
-/* Heuristic tuning for a GPU with `sm_count` multiprocessors (0: unknown, e.g. precompile). */
-prob_tuning prob_estimate(const kljit_problem *pb, int sm_count);
+/* Heuristic tuning for sm_<arch> with `sm_count` multiprocessors (0: unknown, e.g. precompile).
+ * On sm_90 and newer, rows that fit a cluster's registers take the one-pass cluster variant. */
+prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);
 
 /* Geometry and specs for a validated problem and a tuning. */
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,

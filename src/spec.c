@@ -37,6 +37,10 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   if (k->family == KSPEC_DENSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);
+    out[n++] = pi("CLUSTER", k->cluster);
+    out[n++] = pi("NV", k->nv);
+    out[n++] = pi("LDG", k->ldg);
+    out[n++] = pb("INPLACE", k->inplace);
     out[n++] = ps("LOGIT", k->logit);
     out[n++] = ps("GRAD", k->grad);
     out[n++] = ps("TEACHER", k->teacher);
@@ -48,6 +52,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pn("EPS", k->eps);
   } else {
     out[n++] = ps("GRAD", k->grad);
+    out[n++] = pi("LDG", k->ldg);
     out[n++] = ps("OUT", k->out);
     out[n++] = ps("REDUCTION", k->reduction);
     out[n++] = pb("T2", k->t2);
@@ -96,6 +101,7 @@ void kspec_name(const kspec *k, const char *source, char name[64]) {
 const char *const *kspec_kernels(const kspec *k) {
   static const char *const dense[] = {"kl_dense_stats", "kl_dense_fused", "kl_dense_forward",
                                       "kl_dense_backward", NULL};
+  if (k->family == KSPEC_DENSE_ROWS && k->cluster) return dense + 1;
   static const char *const helpers[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
                                         NULL};
   return k->family == KSPEC_DENSE_ROWS ? dense : helpers;

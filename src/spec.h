@@ -22,6 +22,10 @@ typedef struct kspec {
   int64_t ld;         /* row stride of the chunk buffers (elements) */
   int threads;        /* dense rows */
   int split;          /* dense rows: blocks per row */
+  int cluster;        /* dense rows: 0, or the cluster size (= split) of the sm_90 variant */
+  int nv;             /* dense rows, cluster variant: vectors per thread */
+  int64_t ldg;        /* row stride of G (elements of its dtype) */
+  int inplace;        /* dense rows, two-pass: 16-bit G over fp32 z, one pass-2 block per row */
   const char *logit;  /* "f32" | "bf16" | "f16" */
   const char *grad;
   const char *tdt;    /* dense rows: teacher dtype */
@@ -48,7 +52,8 @@ kljit_status kspec_render(const kspec *k, strbuf *out);
 /* A short stable name for diagnostics and dump files ("dense_rows-<8 hex of the source>"). */
 void kspec_name(const kspec *k, const char *source, char name[64]);
 
-/* Kernel entry points the family's module exports (NULL-terminated). */
+/* Kernel entry points the family's module exports (NULL-terminated). The cluster variant of the
+ * dense rows has no kl_dense_stats. */
 const char *const *kspec_kernels(const kspec *k);
 
 #endif

@@ -97,6 +97,21 @@ __device__ __forceinline__ void store_n(T* p, const float (&in)[N]) {
   }
 }
 
+/* exp and log through the SFU (ex2/lg2.approx: relative error about 2^-22). The row kernels
+ * are bound by memory only if their per-element arithmetic stays small; exp(x) = 2^(x log2 e)
+ * adds one rounding of the product, which is relative to x - max, not to x. Arguments of flog
+ * must be normal numbers (eps >= 1e-30 keeps them so). */
+__device__ __forceinline__ float fexp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+__device__ __forceinline__ float flog(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y * 0.6931471805599453f;
+}
+
 /* Online softmax state: m = max, d = sum exp(x - m). Merging is exact up to rounding and
  * safe when either side is empty (m = -inf). */
 struct md_t { float m, d; };

@@ -5,13 +5,24 @@
 %--   G_v    = gscale * (sum(p) * q_v - p_v),  gscale = scale * T^2? / T * upstream (hdr)
 %-- Teacher forms: probs (p given), logprobs (log p given), logits (p = softmax(zt / Tt)).
 %--
-%-- Kernels (grid: SPLIT blocks per row x rows of the chunk; THREADS threads):
+%-- Two variants, chosen by CLUSTER (grid: SPLIT blocks per row x rows of the chunk):
+%-- CLUSTER = 0, two passes over global memory (any V, any arch):
 %--   kl_dense_stats          pass 1: per segment, online (max, sum-exp) of s, sum(p), and for
 %--                           teacher logits the teacher's own (max, sum-exp); -> part[r][split]
 %--   kl_dense_fused          pass 2: merge the row's partials -> lse; loss partial
 %--                           sum p (log p - log q) -> lossp[row][split]; G -> g (in place ok)
 %--   kl_dense_forward        pass 2 without G: loss partials and the row statistics -> rowstat
 %--   kl_dense_backward       pass 2 from saved row statistics: G only
+%--   With INPLACE (fp32 z, 16-bit G), pass 2 runs one block per row and writes the row's G
+%--   over the first half of its own fp32 logits: in groups of columns, every thread reads the
+%--   group, the block synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns
+%--   [a/2, b/2), all read by then. The chunk needs no second buffer.
+%-- CLUSTER = C > 0 (sm_90 thread-block clusters, V <= C * THREADS * NV * VEC): one pass.
+%--   The C blocks of a cluster hold one row in registers (each thread NV vectors), merge their
+%--   (max, sum-exp) through distributed shared memory, then compute loss and G from registers.
+%--   Every byte of z and p is read once, and because the whole row is on chip before the first
+%--   write, G (16-bit) is written in place over the first half of the row's fp32 logits: the
+%--   chunk needs no second buffer. kl_dense_fused / _forward / _backward as above; no stats.
 %-- The loss is summed in pass 2 from log q = s - lse rather than from sum p log p - sum p s
 %-- + sum(p) lse, which would cancel catastrophically when the student is close to the teacher.
 %-- Never materialized: anything of size N x V; the caller's buffer holds one chunk (R x LD).
@@ -19,12 +30,15 @@
 %-- Parameters (validated below):
 %--   V        vocabulary size, 2..2^24            LD      row stride of z and g (elements)
 %--   THREADS  64..1024, multiple of 32            SPLIT   blocks per row, 1..64
+%--   CLUSTER  0 or SPLIT (a power of two <= 16)    NV      vectors per thread (cluster)
+%--   LDG      row stride of g in GRAD elements (2 LD when 16-bit G overwrites fp32 z)
+%--   INPLACE  bool: two-pass variant writes 16-bit G over fp32 z (one pass-2 block per row)
 %--   LOGIT    f32|bf16|f16: dtype of z            GRAD    f32|bf16|f16: dtype of g
 %--   TEACHER  probs|logprobs|logits               TDT     f32|bf16|f16: teacher dtype
 %--   BIAS     bool; BDT f32|bf16|f16              TMODE   const|runtime; T (const mode)
 %--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
 %--   EPS      (0, 1e-3): floor of p inside log p
-%-- Launch: part has 8 floats per (row, split); hdr = {loss_scale, grad_scale, kept, 1/T}.
+%-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; expf/logf (no fast math); fixed-order reductions.
 %local P = P
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
@@ -45,6 +59,13 @@
 %if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
 %if not P.TT_SAME and not (P.TT > 0 and P.TT < math.huge) then reject("TT must be > 0") end
 %if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
+%if P.CLUSTER ~= 0 and (P.CLUSTER ~= P.SPLIT or P.CLUSTER > 16 or P.CLUSTER & (P.CLUSTER - 1) ~= 0) then
+%  reject("CLUSTER must be 0 or equal SPLIT, a power of two up to 16")
+%end
+%if P.LDG ~= P.LD and P.LDG ~= 2 * P.LD then reject("LDG must be LD or 2 LD") end
+%if P.INPLACE and (P.CLUSTER ~= 0 or P.LDG ~= 2 * P.LD) then
+%  reject("INPLACE is the two-pass variant writing 16-bit G over fp32 z (LDG = 2 LD)")
+%end
 %-- Vector width: one 16-byte load of logits per step; the teacher is read with the same
 %-- element count, vectorized only when every row start stays aligned (V % VEC == 0).
 %local VEC = 16 // size[P.LOGIT]
@@ -52,6 +73,9 @@
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
+%if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
+%  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
+%end
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -61,6 +85,11 @@
 #define SEG {{ SEG }}
 #define TALIGNED {{ TALIGNED and "true" or "false" }}
 #define PSTRIDE 8
+#define LDG {{ P.LDG }}
+#define CLUSTER {{ P.CLUSTER }}
+#define NV {{ P.NV }}
+#define INPLACE {{ P.INPLACE and 1 or 0 }}
+#define P2SPLIT (INPLACE ? 1 : SPLIT) /* pass-2 blocks per row */
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
@@ -131,15 +160,21 @@ struct acc1_t {
   float sp;     /* sum p, probs/logprobs only */
 };
 
+__device__ __forceinline__ void acc1_init(acc1_t& a) {
+  a.s.m = a.t.m = KL_NEG_INF;
+  a.s.d = a.t.d = 0.0f;
+  a.sp = 0.0f;
+}
+
 __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const float (&t)[VEC],
                                          float invTT) {
   float m = a.s.m;
 #pragma unroll
   for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
   if (m != KL_NEG_INF) {
-    float d = a.s.d * expf(a.s.m - m);
+    float d = a.s.d * fexp(a.s.m - m);
 #pragma unroll
-    for (int i = 0; i < VEC; i++) d += expf(s[i] - m);
+    for (int i = 0; i < VEC; i++) d += fexp(s[i] - m);
     a.s.m = m;
     a.s.d = d;
   }
@@ -152,21 +187,144 @@ __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const
     mt = fmaxf(mt, tt[i]);
   }
   if (mt != KL_NEG_INF) {
-    float dd = a.t.d * expf(a.t.m - mt);
+    float dd = a.t.d * fexp(a.t.m - mt);
 #pragma unroll
-    for (int i = 0; i < VEC; i++) dd += expf(tt[i] - mt);
+    for (int i = 0; i < VEC; i++) dd += fexp(tt[i] - mt);
     a.t.m = mt;
     a.t.d = dd;
   }
 #elif defined(TEACHER_LOGPROBS)
 #pragma unroll
-  for (int i = 0; i < VEC; i++) a.sp += expf(t[i]);
+  for (int i = 0; i < VEC; i++) a.sp += fexp(t[i]);
 #else
 #pragma unroll
   for (int i = 0; i < VEC; i++) a.sp += t[i];
 #endif
 }
 
+/* Block-wide merge of the accumulators into one partial record {m, d, sum p, mt, dt}. */
+__device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* sh_f,
+                                           float (&rec)[5]) {
+  const md_t ms = block_md<THREADS>(a.s, sh_md);
+#if defined(TEACHER_LOGITS)
+  const md_t mt = block_md<THREADS>(a.t, sh_md);
+  const float sp = 0.0f; /* sum p = 1 by construction; set in row_finish */
+#else
+  md_t mt;
+  mt.m = 0.0f;
+  mt.d = 1.0f;
+  const float sp = block_sum<THREADS>(a.sp, sh_f);
+#endif
+  rec[0] = ms.m, rec[1] = ms.d, rec[2] = sp, rec[3] = mt.m, rec[4] = mt.d;
+}
+
+/* Row statistics after the merge: what the loss/gradient pass needs. */
+struct row_t {
+  float lse;    /* lse(s) */
+  float sp;     /* sum p */
+  float lset;   /* lse(t), teacher logits only */
+  float kept;   /* 1 or 0 */
+};
+
+/* Merges partial records in order k = 0..n-1 (the same order everywhere: deterministic). */
+struct row_merge_t {
+  md_t s, t;
+  float sp;
+};
+__device__ __forceinline__ void row_merge_init(row_merge_t& m) {
+  m.s.m = m.t.m = KL_NEG_INF;
+  m.s.d = m.t.d = 0.0f;
+  m.sp = 0.0f;
+}
+__device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
+  md_t a, b;
+  a.m = rec[0], a.d = rec[1], b.m = rec[3], b.d = rec[4];
+  m.s = md_merge(m.s, a);
+  m.t = md_merge(m.t, b);
+  m.sp += rec[2];
+}
+__device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
+  row_t rs;
+  rs.lse = m.s.m + logf(m.s.d);
+  rs.lset = m.t.m + logf(m.t.d);
+#if defined(TEACHER_LOGITS)
+  rs.sp = 1.0f;
+#else
+  rs.sp = m.sp;
+#endif
+  rs.kept = 1.0f;
+  return rs;
+}
+
+enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
+
+/* The per-element terms: loss += p (log max(p, eps) - log q); g = gscale (sum p q - p). */
+template <int MODE>
+__device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&t)[VEC],
+                                           const row_t& rs, float invTT, float gscale,
+                                           float& loss, float (&gv)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; i++) {
+    const float logq = s[i] - rs.lse;
+#if defined(TEACHER_LOGITS)
+    const float logp = t[i] * invTT - rs.lset;
+    const float p = fexp(logp);
+    const float lp = fmaxf(logp, LOG_EPS);
+#elif defined(TEACHER_LOGPROBS)
+    const float p = fexp(t[i]);
+    const float lp = fmaxf(t[i], LOG_EPS);
+#else
+    const float p = t[i];
+    const float lp = flog(fmaxf(p, EPS));
+#endif
+    if (MODE != MODE_BACKWARD && p > 0.0f) loss += p * (lp - logq);
+    gv[i] = gscale * (rs.sp * fexp(logq) - p);
+  }
+}
+
+/* Row statistics from the saved buffer, or zeros for an ignored row. */
+__device__ __forceinline__ row_t row_saved(const float* rowstat, i64 row) {
+  row_t rs;
+  rs.lse = rowstat[4 * row + 0];
+  rs.sp = rowstat[4 * row + 1];
+  rs.lset = rowstat[4 * row + 2];
+  rs.kept = rowstat[4 * row + 3];
+  return rs;
+}
+__device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& rs) {
+  rowstat[4 * row + 0] = rs.lse;
+  rowstat[4 * row + 1] = rs.sp;
+  rowstat[4 * row + 2] = rs.lset;
+  rowstat[4 * row + 3] = rs.kept;
+}
+
+/* Stores VEC gradient values at column v of row gr (only the columns < V when not FULL). */
+template <bool FULL>
+__device__ __forceinline__ void store_cols(grad_t* gr, int v, const float (&gv)[VEC]) {
+  if constexpr (FULL) {
+    store_n<VEC, true>(gr + v, gv);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+      if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
+  }
+}
+
+/* Zeroes columns [v0, v1) of G (an ignored row). */
+__device__ __forceinline__ void zero_range(grad_t* gr, int v0, int v1) {
+  const float zero[VEC] = {};
+  int v = v0 + threadIdx.x * VEC;
+  for (; v + VEC <= v1; v += THREADS * VEC) store_cols<true>(gr, v, zero);
+  if (v < v1) store_cols<false>(gr, v, zero);
+}
+
+__device__ __forceinline__ float grad_scale(const float* hdr, const float* gout, int per_row,
+                                            i64 row, int mode) {
+  if (mode == MODE_FORWARD) return 0.0f;
+  return hdr[1] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
+}
+
+%if P.CLUSTER == 0 then
 extern "C" __global__ void __launch_bounds__(THREADS)
 kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teacher,
                const bias_t* __restrict__ bias, const void* __restrict__ labels,
@@ -188,9 +346,7 @@ kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teache
   const logit_t* zr = z + (i64)r * LD;
   const teach_t* tr = teacher + row * V;
   acc1_t a;
-  a.s.m = a.t.m = KL_NEG_INF;
-  a.s.d = a.t.d = 0.0f;
-  a.sp = 0.0f;
+  acc1_init(a);
   const int v0 = seg_begin(), v1 = seg_end();
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   int v = v0 + threadIdx.x * VEC;
@@ -212,62 +368,11 @@ kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teache
     load_cols<false>(zr, tr, bias, v, invT, s, t);
     acc1_add(a, s, t, invTT);
   }
-  const md_t ms = block_md<THREADS>(a.s, sh_md);
-#if defined(TEACHER_LOGITS)
-  const md_t mt = block_md<THREADS>(a.t, sh_md);
-  const float sp = 0.0f; /* sum p = 1 by construction; set in merge_parts */
-#else
-  md_t mt;
-  mt.m = 0.0f;
-  mt.d = 1.0f;
-  const float sp = block_sum<THREADS>(a.sp, sh_f);
-#endif
-  if (threadIdx.x == 0) {
-    out[0] = ms.m;
-    out[1] = ms.d;
-    out[2] = sp;
-    out[3] = mt.m;
-    out[4] = mt.d;
-  }
+  float rec[5];
+  acc1_block(a, sh_md, sh_f, rec);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < 5; k++) out[k] = rec[k];
 }
-
-/* Row statistics after the merge: what pass 2 needs. */
-struct row_t {
-  float lse;    /* lse(s) */
-  float sp;     /* sum p */
-  float lset;   /* lse(t), teacher logits only */
-  float kept;   /* 1 or 0 */
-};
-
-__device__ __forceinline__ row_t merge_parts(const float* __restrict__ part, int r) {
-  const float* p = part + (i64)r * SPLIT * PSTRIDE;
-  md_t s, t;
-  s.m = t.m = KL_NEG_INF;
-  s.d = t.d = 0.0f;
-  float sp = 0.0f;
-  for (int k = 0; k < SPLIT; k++, p += PSTRIDE) {
-    md_t a, b;
-    a.m = p[0];
-    a.d = p[1];
-    b.m = p[3];
-    b.d = p[4];
-    s = md_merge(s, a);
-    t = md_merge(t, b);
-    sp += p[2];
-  }
-  row_t rs;
-  rs.lse = s.m + logf(s.d);
-  rs.lset = t.m + logf(t.d);
-#if defined(TEACHER_LOGITS)
-  rs.sp = 1.0f;
-#else
-  rs.sp = sp;
-#endif
-  rs.kept = 1.0f;
-  return rs;
-}
-
-enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
 
 /* Pass 2 over this block's segment: loss partial and/or G. */
 template <int MODE>
@@ -284,86 +389,203 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const i64 row = row0 + r;
   __shared__ row_t sh_row;
   __shared__ float sh_f[THREADS / 32];
-  const int v0 = seg_begin(), v1 = seg_end();
+  const int v0 = INPLACE ? 0 : seg_begin(), v1 = INPLACE ? V : seg_end();
   const logit_t* zr = z + (i64)r * LD;
-  grad_t* gr = g + (i64)r * LD;
+  grad_t* gr = g + (i64)r * LDG;
   if (threadIdx.x == 0) {
     row_t rs;
     if (!row_kept(labels, labels_is64, ignore_index, row)) {
       rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
     } else if (MODE == MODE_BACKWARD) {
-      rs.lse = rowstat[4 * row + 0];
-      rs.sp = rowstat[4 * row + 1];
-      rs.lset = rowstat[4 * row + 2];
-      rs.kept = rowstat[4 * row + 3];
+      rs = row_saved(rowstat, row);
     } else {
-      rs = merge_parts(part, r);
+      row_merge_t m;
+      row_merge_init(m);
+      for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PSTRIDE);
+      rs = row_finish(m);
     }
     sh_row = rs;
-    if (MODE == MODE_FORWARD && blockIdx.x == 0) {
-      rowstat[4 * row + 0] = rs.lse;
-      rowstat[4 * row + 1] = rs.sp;
-      rowstat[4 * row + 2] = rs.lset;
-      rowstat[4 * row + 3] = rs.kept;
-    }
+    if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
   }
   __syncthreads();
   const row_t rs = sh_row;
   if (rs.kept == 0.0f) {
-    if (MODE != MODE_FORWARD) {
-      const float zero[VEC] = {};
-      int v = v0 + threadIdx.x * VEC;
-      for (; v + VEC <= v1; v += THREADS * VEC) store_n<VEC, true>(gr + v, zero);
-      if (v < v1)
-        for (int i = 0; v + i < v1; i++) gr[v + i] = from_f32<grad_t>(0.0f);
-    }
-    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = 0.0f;
+    if (MODE != MODE_FORWARD) zero_range(gr, v0, v1);
+    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = 0.0f;
     return;
   }
   const float invT = INV_T(hdr);
 #if defined(TEACHER_LOGITS)
   const float invTT = INV_TT(hdr);
+#else
+  const float invTT = 1.0f;
 #endif
-  float gscale = 0.0f;
-  if (MODE != MODE_FORWARD) {
-    const float up = MODE == MODE_FUSED ? 1.0f : gout[gout_per_row ? row : 0];
-    gscale = hdr[1] * up;
-  }
+  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
   const teach_t* tr = teacher + row * V;
   float loss = 0.0f;
+#if INPLACE
+  for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
+    float s[4][VEC], t[4][VEC];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      if (v + VEC <= v1)
+        load_cols<true>(zr, tr, bias, v, invT, s[u], t[u]);
+      else if (v < v1)
+        load_cols<false>(zr, tr, bias, v, invT, s[u], t[u]);
+    }
+    __syncthreads(); /* the whole group is read: G may now overwrite it (see the header) */
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      float gv[VEC];
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, gscale, loss, gv);
+      if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
+      else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
+    }
+  }
+#else
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
-    float s[VEC], t[VEC];
+    float s[VEC], t[VEC], gv[VEC];
     if (v < vfull)
       load_cols<true>(zr, tr, bias, v, invT, s, t);
     else
       load_cols<false>(zr, tr, bias, v, invT, s, t);
-    float gv[VEC];
-#pragma unroll
-    for (int i = 0; i < VEC; i++) {
-      const float logq = s[i] - rs.lse;
-#if defined(TEACHER_LOGITS)
-      const float logp = t[i] * invTT - rs.lset;
-      const float p = expf(logp);
-      const float lp = fmaxf(logp, LOG_EPS);
-#elif defined(TEACHER_LOGPROBS)
-      const float p = expf(t[i]);
-      const float lp = fmaxf(t[i], LOG_EPS);
-#else
-      const float p = t[i];
-      const float lp = logf(fmaxf(p, EPS));
-#endif
-      if (MODE != MODE_BACKWARD && p > 0.0f) loss += p * (lp - logq);
-      gv[i] = gscale * (rs.sp * expf(logq) - p);
-    }
+    elem_terms<MODE>(s, t, rs, invTT, gscale, loss, gv);
     if (MODE != MODE_FORWARD) {
-      if (v < vfull) {
-        store_n<VEC, true>(gr + v, gv);
-      } else {
+      if (v < vfull)
+        store_cols<true>(gr, v, gv);
+      else
+        store_cols<false>(gr, v, gv);
+    }
+  }
+#endif
+  if (MODE != MODE_BACKWARD) {
+    loss = block_sum<THREADS>(loss, sh_f);
+    if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
+  }
+}
+#define ROW_BODY pass2
+#define LAUNCH_BOUNDS __launch_bounds__(THREADS)
+%else
+/* ---- sm_90 cluster variant: distributed shared memory through PTX (no headers) ---- */
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
+  u32 remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+/* One row per cluster; block blockIdx.x (= its rank in the cluster) owns segment blockIdx.x. */
+template <int MODE>
+__device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
+                                            const teach_t* __restrict__ teacher,
+                                            const bias_t* __restrict__ bias, const void* labels,
+                                            int labels_is64, i64 ignore_index,
+                                            const float* __restrict__ hdr,
+                                            const float* __restrict__ part, float* rowstat,
+                                            float* __restrict__ lossp,
+                                            const float* __restrict__ gout, int gout_per_row,
+                                            i64 row0) {
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  __shared__ float sh_rec[8];
+  __shared__ row_t sh_row;
+  __shared__ md_t sh_md[THREADS / 32];
+  __shared__ float sh_f[THREADS / 32];
+  const logit_t* zr = z + (i64)r * LD;
+  grad_t* gr = g + (i64)r * LDG;
+  /* kept is the same for every block of the cluster: they all skip, or none does */
+  if (!row_kept(labels, labels_is64, ignore_index, row)) {
+    if (MODE != MODE_FORWARD) zero_range(gr, seg_begin(), seg_end());
+    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = 0.0f;
+    if (MODE == MODE_FORWARD && blockIdx.x == 0 && threadIdx.x == 0) {
+      row_t rs;
+      rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
+      row_save(rowstat, row, rs);
+    }
+    return;
+  }
+  const float invT = INV_T(hdr);
+#if defined(TEACHER_LOGITS)
+  const float invTT = INV_TT(hdr);
+#else
+  const float invTT = 1.0f;
+#endif
+  const teach_t* tr = teacher + row * V;
+  const int v0 = seg_begin(), v1 = seg_end();
+  /* the whole segment into registers: NV independent vector loads per thread in flight */
+  float s[NV][VEC], t[NV][VEC];
 #pragma unroll
-        for (int i = 0; i < VEC; i++)
-          if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
+  for (int j = 0; j < NV; j++) {
+    const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
+    if (v + VEC <= v1) {
+      load_cols<true>(zr, tr, bias, v, invT, s[j], t[j]);
+    } else if (v < v1) {
+      load_cols<false>(zr, tr, bias, v, invT, s[j], t[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; i++) {
+        s[j][i] = KL_NEG_INF;
+#if defined(TEACHER_PROBS)
+        t[j][i] = 0.0f;
+#else
+        t[j][i] = KL_NEG_INF;
+#endif
       }
+    }
+  }
+  row_t rs;
+  if (MODE == MODE_BACKWARD) {
+    rs = row_saved(rowstat, row);
+    cluster_sync(); /* every block of the row has its logits in registers: G may overwrite */
+  } else {
+    acc1_t a;
+    acc1_init(a);
+#pragma unroll
+    for (int j = 0; j < NV; j++) acc1_add(a, s[j], t[j], invTT);
+    float rec[5];
+    acc1_block(a, sh_md, sh_f, rec);
+    if (threadIdx.x < 5) sh_rec[threadIdx.x] = rec[threadIdx.x];
+    cluster_sync(); /* records visible cluster-wide; all logits of the row are in registers */
+    if (threadIdx.x == 0) {
+      const u32 base = smem_addr(sh_rec);
+      row_merge_t m;
+      row_merge_init(m);
+      for (int k = 0; k < CLUSTER; k++) {
+        float peer[5];
+        for (int q = 0; q < 5; q++) peer[q] = ld_cluster(base + 4 * q, (u32)k);
+        row_merge_add(m, peer);
+      }
+      sh_row = row_finish(m);
+      if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, sh_row);
+    }
+    cluster_sync(); /* no block leaves (freeing its records) before every peer has read them */
+    rs = sh_row;
+  }
+  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
+  float loss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
+    float gv[VEC];
+    elem_terms<MODE>(s[j], t[j], rs, invTT, gscale, loss, gv);
+    if (MODE != MODE_FORWARD) {
+      if (v + VEC <= v1)
+        store_cols<true>(gr, v, gv);
+      else if (v < v1)
+        store_cols<false>(gr, v, gv);
     }
   }
   if (MODE != MODE_BACKWARD) {
@@ -371,33 +593,37 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
   }
 }
+#define ROW_BODY cluster_row
+/* at most 128 registers per thread: a 256-thread block leaves room for a second one per SM,
+ * whose loads overlap this one's arithmetic */
+#define LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 65536 / (THREADS * 128))
+%end
 
-/* g may alias z (fp32 logits and gradient share the chunk buffer): each element is read and
- * then written by the same thread, so no restrict on either. */
-extern "C" __global__ void __launch_bounds__(THREADS)
+/* g may alias z (G overwrites the chunk logits): no restrict on either. */
+extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_fused(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
                const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                i64 ignore_index, const float* __restrict__ hdr, const float* __restrict__ part,
                float* __restrict__ lossp, i64 row0) {
-  pass2<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part, nullptr,
-                    lossp, nullptr, 0, row0);
+  ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part,
+                       nullptr, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_forward(const logit_t* z, const teach_t* __restrict__ teacher,
                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                  i64 ignore_index, const float* __restrict__ hdr,
                  const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
                  i64 row0) {
-  pass2<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr, part,
-                      rowstat, lossp, nullptr, 0, row0);
+  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr,
+                         part, rowstat, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
                   const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                   i64 ignore_index, const float* __restrict__ hdr, const float* rowstat,
                   const float* __restrict__ gout, int gout_per_row, i64 row0) {
-  pass2<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
-                       (float*)rowstat, nullptr, gout, gout_per_row, row0);
+  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
+                          (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }

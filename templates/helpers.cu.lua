@@ -1,16 +1,18 @@
 %-- helpers.cu.lua: the small kernels around the row kernels of one plan.
 %--
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
-%--                   header hdr = {loss_scale, grad_scale, kept, 1/T} with
+%--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, 0, 0, 0, 0} with
 %--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept V) (mean), 0 if kept = 0,
-%--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1.
+%--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1,
+%--                   gmult the power of two fp16 G is stored times (exec.c; the GEMMs undo it).
 %--   kl_finish_loss  one block: row losses from the per-split partials, reduced in double in a
 %--                   fixed order -> loss[0] = loss_scale * sum; or loss[i] per row (none).
 %--   kl_colsum       db accumulation: acc[v] (+)= sum over the chunk's rows of G[r, v], rows in
 %--                   order (deterministic, no atomics).
-%--   kl_convert      dst (+)= src, fp32 -> OUT dtype (dW, db from their fp32 accumulators).
+%--   kl_convert      dst (+)= scale * src, fp32 -> OUT dtype (dW, db from their fp32
+%--                   accumulators; scale undoes fp16 G's multiplier for db).
 %--
-%-- Parameters: V, LD (row stride of G), GRAD, OUT (f32|bf16|f16), REDUCTION
+%-- Parameters: V, LD, LDG (row stride of G in its elements), GRAD, OUT (f32|bf16|f16), REDUCTION
 %-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode).
 %-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
 %-- x ceil(V/256); kl_convert with 256 threads x any grid (grid-stride).
@@ -24,13 +26,14 @@
 %if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
 #define V {{ P.V }}
 #define LD {{ P.LD }}
+#define LDG {{ P.LDG }}
 #define REDUCTION {{ red[P.REDUCTION] }}
 #define T2 {{ P.T2 and 1 or 0 }}
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.OUT] }} out_t;
 
 extern "C" __global__ void __launch_bounds__(1024)
-kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T,
+kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T, float gmult,
          float* __restrict__ hdr) {
 %if P.TMODE == "const" then
   T = {{ f32(P.T) }};
@@ -49,9 +52,10 @@ kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T,
 #endif
     const double t2 = T2 ? (double)T * (double)T : 1.0;
     hdr[0] = (float)(c * t2);
-    hdr[1] = (float)(c * t2 / (double)T);
+    hdr[1] = (float)(c * t2 / (double)T * (double)gmult);
     hdr[2] = (float)total;
     hdr[3] = (float)(1.0 / (double)T);
+    hdr[4] = hdr[5] = hdr[6] = hdr[7] = 0.0f;
   }
 }
 
@@ -78,18 +82,19 @@ kl_finish_loss(const float* __restrict__ lossp, int split, i64 n, const float* _
 
 extern "C" __global__ void __launch_bounds__(256)
 kl_colsum(const grad_t* __restrict__ g, int rows, float* __restrict__ acc, int accumulate) {
-  /* g: (rows, LD); acc: (V) */
+  /* g: (rows, LDG); acc: (V) */
   const int v = blockIdx.x * 256 + threadIdx.x;
   if (v >= V) return;
   float s = accumulate ? acc[v] : 0.0f;
-  for (int r = 0; r < rows; r++) s += to_f32(g[(i64)r * LD + v]);
+  for (int r = 0; r < rows; r++) s += to_f32(g[(i64)r * LDG + v]);
   acc[v] = s;
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-kl_convert(const float* __restrict__ src, out_t* __restrict__ dst, i64 n, int accumulate) {
+kl_convert(const float* __restrict__ src, out_t* __restrict__ dst, i64 n, int accumulate,
+           float scale) {
   for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
     const float prev = accumulate ? to_f32(dst[i]) : 0.0f;
-    dst[i] = from_f32<out_t>(prev + src[i]);
+    dst[i] = from_f32<out_t>(prev + scale * src[i]);
   }
 }
