@@ -248,17 +248,20 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   a.saved = sv, a.grad_output = gout;
   s.args = s.args2 = a;
 
-  /* determinism: two runs, bitwise-equal loss and dX */
+  /* determinism: two runs, bitwise-equal loss, dX and dW */
   float l1, l2;
-  uint16_t *dx1 = malloc(n * h * 2), *dx2 = malloc(n * h * 2);
+  const size_t dxb = (size_t)n * h * 2, dwb = (size_t)v * h * 4;
+  char *r1 = malloc(dxb + dwb), *r2 = malloc(dxb + dwb);
   run_fused(&s);
   CK(cudaMemcpy(&l1, loss, 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(dx1, s.dx, n * h * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r1, s.dx, dxb, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r1 + dxb, s.dw, dwb, cudaMemcpyDeviceToHost));
   run_fused(&s);
   CK(cudaMemcpy(&l2, loss, 4, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(dx2, s.dx, n * h * 2, cudaMemcpyDeviceToHost));
-  const int deterministic = memcmp(&l1, &l2, 4) == 0 && memcmp(dx1, dx2, n * h * 2) == 0;
-  free(dx1), free(dx2);
+  CK(cudaMemcpy(r2, s.dx, dxb, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(r2 + dxb, s.dw, dwb, cudaMemcpyDeviceToHost));
+  const int deterministic = memcmp(&l1, &l2, 4) == 0 && memcmp(r1, r2, dxb + dwb) == 0;
+  free(r1), free(r2);
 
   const float t_fused = time_ms(run_fused, &s, flush, flush_bytes);
   const float t_two = twophase ? time_ms(run_twophase, &s, flush, flush_bytes) : 0.0f;

@@ -23,3 +23,24 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== bench rc=$?"
   cat "$OUT/bench.log"
 fi
+# Row-kernel variants on the bench shapes (ROW_VARIANTS="rowblock cluster").
+for variant in ${ROW_VARIANTS:-}; do
+  echo "== bench variant $variant"
+  KLJIT_ROW_KERNEL=$variant ./build/bench/bench_dense --no-twophase "$@" \
+    >> "$OUT/bench-variants.csv" 2> >(tee -a "$OUT/bench-variants.log" >&2)
+done
+# compute-sanitizer on small GPU cases (SANITIZE=1).
+if [ "${SANITIZE:-0}" = 1 ]; then
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  for tool in memcheck racecheck; do
+    for case in a_single_row all_rows_ignored_gives_zero_loss_and_gradients \
+                native_logits_and_accumulated_grad_weight; do
+      for variant in twopass cluster; do
+        KLJIT_ROW_KERNEL=$variant "$cs" --tool $tool --error-exitcode 9 ./build/tests/gpu_dense $case \
+          > /tmp/san.log 2>&1
+        echo "== $tool $case $variant rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | head -1)"
+        cat /tmp/san.log >> "$OUT/sanitizer.log"
+      done
+    done
+  done
+fi

@@ -325,29 +325,15 @@ __device__ __forceinline__ float grad_scale(const float* hdr, const float* gout,
 }
 
 %if P.CLUSTER == 0 then
-extern "C" __global__ void __launch_bounds__(THREADS)
-kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teacher,
-               const bias_t* __restrict__ bias, const void* __restrict__ labels,
-               int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
-               float* __restrict__ part, i64 row0) {
-  /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PSTRIDE) */
-  const int r = blockIdx.y;
-  const i64 row = row0 + r;
-  float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
-  __shared__ md_t sh_md[THREADS / 32];
-  __shared__ float sh_f[THREADS / 32];
-  if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
-  const float invT = INV_T(hdr);
-#if defined(TEACHER_LOGITS)
-  const float invTT = INV_TT(hdr);
-#else
-  const float invTT = 1.0f;
-#endif
-  const logit_t* zr = z + (i64)r * LD;
-  const teach_t* tr = teacher + row * V;
+/* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sum p, mt, dt},
+ * returned to every thread. */
+__device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
+                                            const teach_t* __restrict__ tr,
+                                            const bias_t* __restrict__ bias, int v0, int v1,
+                                            float invT, float invTT, md_t* sh_md, float* sh_f,
+                                            float (&rec)[5]) {
   acc1_t a;
   acc1_init(a);
-  const int v0 = seg_begin(), v1 = seg_end();
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   int v = v0 + threadIdx.x * VEC;
   for (; v + 3 * THREADS * VEC < vfull; v += 4 * THREADS * VEC) {
@@ -368,8 +354,29 @@ kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teache
     load_cols<false>(zr, tr, bias, v, invT, s, t);
     acc1_add(a, s, t, invTT);
   }
-  float rec[5];
   acc1_block(a, sh_md, sh_f, rec);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teacher,
+               const bias_t* __restrict__ bias, const void* __restrict__ labels,
+               int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
+               float* __restrict__ part, i64 row0) {
+  /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PSTRIDE) */
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
+  __shared__ md_t sh_md[THREADS / 32];
+  __shared__ float sh_f[THREADS / 32];
+  if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
+#if defined(TEACHER_LOGITS)
+  const float invTT = INV_TT(hdr);
+#else
+  const float invTT = 1.0f;
+#endif
+  float rec[5];
+  stats_range(z + (i64)r * LD, teacher + row * V, bias, seg_begin(), seg_end(), INV_T(hdr),
+              invTT, sh_md, sh_f, rec);
   if (threadIdx.x == 0)
     for (int k = 0; k < 5; k++) out[k] = rec[k];
 }
@@ -389,7 +396,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const i64 row = row0 + r;
   __shared__ row_t sh_row;
   __shared__ float sh_f[THREADS / 32];
-  const int v0 = INPLACE ? 0 : seg_begin(), v1 = INPLACE ? V : seg_end();
+  const int v0 = P2SPLIT == 1 ? 0 : seg_begin(), v1 = P2SPLIT == 1 ? V : seg_end();
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   if (threadIdx.x == 0) {
