@@ -48,18 +48,8 @@
 
 static int repeats = 10;
 
-/* Fills a device buffer of `bytes` with a tiled random bf16 pattern in [lo, hi). */
 static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
-  const size_t tile = (size_t)1 << 22;
-  const size_t n = count < tile ? count : tile;
-  uint16_t *h = malloc(n * 2);
-  host_rng r = {seed};
-  for (size_t i = 0; i < n; i++) h[i] = host_f32_to_bf16((float)(lo + (hi - lo) * host_uniform(&r)));
-  for (size_t off = 0; off < count; off += n) {
-    const size_t m = count - off < n ? count - off : n;
-    CK(cudaMemcpy((char *)dst + off * 2, h, m * 2, cudaMemcpyHostToDevice));
-  }
-  free(h);
+  if (gpu_fill_bf16(dst, count, lo, hi, seed)) exit(1);
 }
 
 static int cmp_float(const void *a, const void *b) {

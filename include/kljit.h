@@ -289,6 +289,16 @@ KLJIT_API kljit_status kljit_forward(const kljit_plan *plan, void *stream,
 KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
                                       const kljit_args *args);
 
+/* ---- ahead-of-time compilation (needs no GPU) ------------------------------------------ */
+
+/* Renders and NVRTC-compiles, for sm_<arch> (80, 90, ...), every kernel module that
+ * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
+ * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
+ * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `compiled`
+ * (may be NULL) receives the number of modules compiled now; the others were already cached. */
+KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
+                                        const char *cache_dir, int *compiled);
+
 #ifdef __cplusplus
 }
 #endif

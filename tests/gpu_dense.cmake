@@ -1,8 +1,4 @@
 # GPU tests of the dense teacher (skip with 77 where there is no GPU).
-add_library(kljit_gpusupport STATIC gpu_util.c)
-target_include_directories(kljit_gpusupport PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(kljit_gpusupport PUBLIC kljit_testsupport CUDA::cudart)
-
 add_executable(gpu_dense gpu_dense.c)
 target_link_libraries(gpu_dense PRIVATE kljit kljit_gpusupport)
 foreach(case every_form_dtype_temperature_reduction_and_mode vocab_sizes_with_ragged_tails

@@ -29,6 +29,10 @@ int gbuf_poison(gbuf *b);
 /* Raw bytes back (for bitwise comparisons). */
 int gbuf_bytes(const gbuf *b, void *host);
 
+/* Fills `count` bf16 elements at device pointer dst with a random pattern uniform in
+ * [lo, hi), a tile of 4M values repeated (fast for gigabyte buffers, never all zeros). */
+int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed);
+
 /* ||a - b||_F / ||b||_F (0 when both are 0; inf when b is 0 and a is not). */
 double rel_frobenius(const double *a, const double *b, size_t n);
 /* max |a - b| and max |a - b| / max(|b|, floor). Returns the count of non-finite a. */
