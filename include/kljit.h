@@ -32,7 +32,8 @@
  *     size in their first member.
  *
  * Alignment the kernels need (checked; KLJIT_ERR_MISALIGNED otherwise)
- *   input, weight, teacher, teacher_values, grad_input, grad_weight, workspace: 16 bytes;
+ *   workspace: 256 bytes (cuBLASLt's workspace lives in it; cudaMalloc gives 256);
+ *   input, weight, teacher, teacher_values, grad_input, grad_weight: 16 bytes;
  *   bias, grad_bias, labels, teacher_ids, loss, saved, grad_output: their element size.
  */
 #ifndef KLJIT_H

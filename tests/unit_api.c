@@ -1,0 +1,530 @@
+/* unit_api.c — the public API's contract where no GPU is needed: versions, status strings,
+ * destroy(NULL), context creation without a device, kljit_plan_check's field-by-field
+ * validation and its messages, the thread-local last error, and NULL-plan calls.
+ *
+ * Uses only the public header. kljit_plan_check is the place where every problem field is
+ * validated (kljit_plan_create runs the same checks), so each invalid field is tried here,
+ * one at a time on an otherwise valid problem, and the status and the message (the field's
+ * name and its value) are both asserted: a check that fires for the wrong field fails.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kljit.h"
+
+/* ---- versions and status strings -------------------------------------------------------- */
+
+static int version_macros_match_the_loaded_library(void) {
+  TH_CHECK(kljit_version() != NULL);
+  TH_CHECK(strcmp(kljit_version(), KLJIT_VERSION_STRING) == 0);
+  TH_CHECK(kljit_version_number() == KLJIT_VERSION_NUMBER);
+  char want[64];
+  snprintf(want, sizeof want, "%d.%d.%d", KLJIT_VERSION_MAJOR, KLJIT_VERSION_MINOR,
+           KLJIT_VERSION_PATCH);
+  TH_CHECK(strcmp(want, KLJIT_VERSION_STRING) == 0);
+  TH_CHECK(KLJIT_VERSION_NUMBER ==
+           KLJIT_VERSION_MAJOR * 10000 + KLJIT_VERSION_MINOR * 100 + KLJIT_VERSION_PATCH);
+#ifdef KLJIT_TEST_PROJECT_VERSION
+  /* CMake's project(VERSION) feeds kljit.pc and kljitConfigVersion.cmake: it must agree. */
+  if (strcmp(KLJIT_TEST_PROJECT_VERSION, KLJIT_VERSION_STRING) != 0) {
+    fprintf(stderr, "CMake project version %s != KLJIT_VERSION_STRING %s\n",
+            KLJIT_TEST_PROJECT_VERSION, KLJIT_VERSION_STRING);
+    return TH_FAIL;
+  }
+#endif
+  return TH_PASS;
+}
+
+typedef struct named_status {
+  kljit_status status;
+  const char *name;
+} named_status;
+
+static const named_status all_statuses[] = {
+    {KLJIT_SUCCESS, "KLJIT_SUCCESS"},
+    {KLJIT_ERR_INVALID_ARGUMENT, "KLJIT_ERR_INVALID_ARGUMENT"},
+    {KLJIT_ERR_MISALIGNED, "KLJIT_ERR_MISALIGNED"},
+    {KLJIT_ERR_UNSUPPORTED, "KLJIT_ERR_UNSUPPORTED"},
+    {KLJIT_ERR_NOT_IMPLEMENTED, "KLJIT_ERR_NOT_IMPLEMENTED"},
+    {KLJIT_ERR_NO_DEVICE, "KLJIT_ERR_NO_DEVICE"},
+    {KLJIT_ERR_CUDA, "KLJIT_ERR_CUDA"},
+    {KLJIT_ERR_CUBLAS, "KLJIT_ERR_CUBLAS"},
+    {KLJIT_ERR_COMPILE, "KLJIT_ERR_COMPILE"},
+    {KLJIT_ERR_TEMPLATE, "KLJIT_ERR_TEMPLATE"},
+    {KLJIT_ERR_CACHE, "KLJIT_ERR_CACHE"},
+    {KLJIT_ERR_OUT_OF_MEMORY, "KLJIT_ERR_OUT_OF_MEMORY"},
+    {KLJIT_ERR_WORKSPACE_TOO_SMALL, "KLJIT_ERR_WORKSPACE_TOO_SMALL"},
+    {KLJIT_ERR_BAD_INPUT_DATA, "KLJIT_ERR_BAD_INPUT_DATA"},
+    {KLJIT_ERR_WISDOM, "KLJIT_ERR_WISDOM"},
+    {KLJIT_ERR_NO_WISDOM, "KLJIT_ERR_NO_WISDOM"},
+    {KLJIT_ERR_INTERNAL, "KLJIT_ERR_INTERNAL"},
+};
+enum { N_STATUSES = sizeof all_statuses / sizeof all_statuses[0] };
+
+static int every_status_has_a_distinct_string_starting_with_its_name(void) {
+  int bad = 0;
+  for (int i = 0; i < N_STATUSES; i++) {
+    const named_status *ns = &all_statuses[i];
+    /* Explicit values, never reused: the table is the enum in order 0..16. */
+    if ((int)ns->status != i) {
+      fprintf(stderr, "%s = %d, expected %d\n", ns->name, (int)ns->status, i);
+      bad++;
+    }
+    const char *s = kljit_status_string(ns->status);
+    const size_t n = strlen(ns->name);
+    /* "NAME" alone or "NAME: sentence"; a longer name sharing the prefix does not count. */
+    if (!s || strncmp(s, ns->name, n) != 0 || (s[n] != '\0' && s[n] != ':')) {
+      fprintf(stderr, "kljit_status_string(%s) = \"%s\"\n", ns->name, s ? s : "(null)");
+      bad++;
+      continue;
+    }
+    for (int j = 0; j < i; j++)
+      if (strcmp(s, kljit_status_string(all_statuses[j].status)) == 0) {
+        fprintf(stderr, "%s and %s share the string \"%s\"\n", ns->name, all_statuses[j].name,
+                s);
+        bad++;
+      }
+  }
+  return bad ? TH_FAIL : TH_PASS;
+}
+
+static int unknown_status_values_still_get_a_string(void) {
+  const int unknown[] = {-1, N_STATUSES, 999, 0x7fffffff};
+  for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+    const char *s = kljit_status_string((kljit_status)unknown[i]);
+    TH_CHECK(s != NULL && s[0] != '\0');
+    for (int j = 0; j < N_STATUSES; j++)
+      TH_CHECK(strcmp(s, kljit_status_string(all_statuses[j].status)) != 0);
+  }
+  return TH_PASS;
+}
+
+/* ---- destroy and context ---------------------------------------------------------------- */
+
+static int destroying_a_null_context_or_plan_is_a_no_op(void) {
+  kljit_context_destroy(NULL);
+  kljit_plan_destroy(NULL);
+  return TH_PASS;
+}
+
+static int context_create_without_a_gpu_reports_no_device(void) {
+  kljit_context *ctx = (kljit_context *)&ctx; /* a sentinel that must be overwritten */
+  const kljit_status st = kljit_context_create(&ctx, 0, NULL);
+  if (st == KLJIT_SUCCESS) { /* this machine has a GPU: the case does not apply */
+    kljit_context_destroy(ctx);
+    return TH_SKIP;
+  }
+  TH_STATUS(st, KLJIT_ERR_NO_DEVICE);
+  TH_CHECK(ctx == NULL);
+  const char *msg = kljit_last_error();
+  fprintf(stderr, "last error: %s\n", msg);
+  TH_CHECK(msg[0] != '\0');
+  TH_CHECK(strstr(msg, "CUDA") || strstr(msg, "GPU") || strstr(msg, "device"));
+  /* a device index past the end is also "no device", never a crash */
+  ctx = (kljit_context *)&ctx;
+  TH_STATUS(kljit_context_create(&ctx, 7, NULL), KLJIT_ERR_NO_DEVICE);
+  TH_CHECK(ctx == NULL);
+  return TH_PASS;
+}
+
+static int context_create_rejects_null_out_negative_device_and_options(void) {
+  TH_STATUS(kljit_context_create(NULL, 0, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_context_create") != NULL);
+  TH_CHECK(strstr(kljit_last_error(), "NULL") != NULL);
+
+  kljit_context *ctx = (kljit_context *)&ctx;
+  TH_STATUS(kljit_context_create(&ctx, -1, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(ctx == NULL);
+  TH_CHECK(strstr(kljit_last_error(), "device = -1") != NULL);
+
+  const int options = 0;
+  ctx = (kljit_context *)&ctx;
+  TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(ctx == NULL);
+  TH_CHECK(strstr(kljit_last_error(), "options") != NULL);
+  return TH_PASS;
+}
+
+/* ---- kljit_plan_check ------------------------------------------------------------------- */
+
+static kljit_problem valid_problem(void) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 64;
+  pb.vocab = 1000;
+  return pb;
+}
+
+static int plan_check_accepts_the_default_problem_with_sizes_set(void) {
+  kljit_problem pb = valid_problem();
+  TH_OK(kljit_plan_check(&pb));
+  TH_CHECK(strcmp(kljit_last_error(), "") == 0);
+  /* the defaults the header documents */
+  TH_CHECK(pb.struct_size == sizeof(kljit_problem));
+  TH_CHECK(pb.input_dtype == KLJIT_BF16 && pb.weight_dtype == KLJIT_BF16);
+  TH_CHECK(pb.temperature == 1.0 && pb.teacher_temperature == 0.0);
+  TH_CHECK(pb.ignore_index == -100 && pb.eps == 1e-20 && pb.flags == 0);
+  TH_CHECK(pb.grad_weight_dtype == KLJIT_FP32 && pb.grad_weight_accum == KLJIT_ACCUM_FP32);
+  return TH_PASS;
+}
+
+/* Fields a table entry can set; values travel as doubles (exact for every value used). */
+typedef enum field {
+  F_NONE, F_STRUCT_SIZE, F_HIDDEN, F_VOCAB, F_INPUT_DT, F_WEIGHT_DT, F_TEACHER_DT, F_TEACHER,
+  F_TOPK, F_ID_DT, F_TOPK_VALUES, F_TAIL, F_TMODE, F_T, F_TT, F_REDUCTION, F_LABEL_DT, F_EPS,
+  F_GW_DT, F_ACCUM, F_FLAGS
+} field;
+
+static void set_field(kljit_problem *pb, field f, double v) {
+  switch (f) {
+  case F_NONE: break;
+  case F_STRUCT_SIZE: pb->struct_size = (size_t)v; break;
+  case F_HIDDEN: pb->hidden = (int64_t)v; break;
+  case F_VOCAB: pb->vocab = (int64_t)v; break;
+  case F_INPUT_DT: pb->input_dtype = (kljit_dtype)(int)v; break;
+  case F_WEIGHT_DT: pb->weight_dtype = (kljit_dtype)(int)v; break;
+  case F_TEACHER_DT: pb->teacher_dtype = (kljit_dtype)(int)v; break;
+  case F_TEACHER: pb->teacher = (kljit_teacher_form)(int)v; break;
+  case F_TOPK: pb->topk = (int32_t)v; break;
+  case F_ID_DT: pb->topk_id_dtype = (kljit_dtype)(int)v; break;
+  case F_TOPK_VALUES: pb->topk_values = (kljit_topk_values)(int)v; break;
+  case F_TAIL: pb->tail = (kljit_tail)(int)v; break;
+  case F_TMODE: pb->temperature_mode = (kljit_temperature_mode)(int)v; break;
+  case F_T: pb->temperature = v; break;
+  case F_TT: pb->teacher_temperature = v; break;
+  case F_REDUCTION: pb->reduction = (kljit_reduction)(int)v; break;
+  case F_LABEL_DT: pb->label_dtype = (kljit_dtype)(int)v; break;
+  case F_EPS: pb->eps = v; break;
+  case F_GW_DT: pb->grad_weight_dtype = (kljit_dtype)(int)v; break;
+  case F_ACCUM: pb->grad_weight_accum = (kljit_grad_weight_accum)(int)v; break;
+  case F_FLAGS: pb->flags = (uint32_t)v; break;
+  }
+}
+
+typedef struct assignment {
+  field f;
+  double v;
+} assignment;
+
+/* One problem: valid_problem() with up to four assignments, the status it must get and up
+ * to two substrings its message must contain (for a rejection: the field and its value). */
+typedef struct check_case {
+  const char *what;
+  assignment set[4];
+  kljit_status want;
+  const char *msg[2];
+} check_case;
+
+#define SPARSE {F_TEACHER, KLJIT_TEACHER_SPARSE_TOPK}, {F_TOPK, 16}
+#define INVALID KLJIT_ERR_INVALID_ARGUMENT
+
+static const check_case rejected[] = {
+    {"struct_size 0", {{F_STRUCT_SIZE, 0}}, INVALID, {"problem->struct_size = 0", NULL}},
+    {"struct_size of a future, larger struct", {{F_STRUCT_SIZE, 4096}}, INVALID,
+     {"problem->struct_size = 4096", "KLJIT_PROBLEM_INIT"}},
+    {"hidden 0", {{F_HIDDEN, 0}}, INVALID, {"hidden = 0", NULL}},
+    {"hidden -1", {{F_HIDDEN, -1}}, INVALID, {"hidden = -1", NULL}},
+    {"hidden 2^20 + 1", {{F_HIDDEN, (1 << 20) + 1}}, INVALID, {"hidden = 1048577", NULL}},
+    {"hidden 2^40", {{F_HIDDEN, 1099511627776.0}}, INVALID, {"hidden = 1099511627776", NULL}},
+    {"vocab 0", {{F_VOCAB, 0}}, INVALID, {"vocab = 0", NULL}},
+    {"vocab 1", {{F_VOCAB, 1}}, INVALID, {"vocab = 1", NULL}},
+    {"vocab 2^24 + 1", {{F_VOCAB, (1 << 24) + 1}}, INVALID, {"vocab = 16777217", NULL}},
+    {"input_dtype 0", {{F_INPUT_DT, 0}}, INVALID, {"input_dtype = 0", NULL}},
+    {"input_dtype INT32", {{F_INPUT_DT, KLJIT_INT32}, {F_WEIGHT_DT, KLJIT_INT32}}, INVALID,
+     {"input_dtype = 4", NULL}},
+    {"input_dtype 99", {{F_INPUT_DT, 99}}, INVALID, {"input_dtype = 99", NULL}},
+    {"weight_dtype 0", {{F_WEIGHT_DT, 0}}, INVALID, {"weight_dtype = 0", NULL}},
+    {"weight_dtype FP16 with input BF16", {{F_WEIGHT_DT, KLJIT_FP16}}, KLJIT_ERR_UNSUPPORTED,
+     {"weight_dtype", "FP16"}},
+    {"weight_dtype FP32 with input FP16",
+     {{F_INPUT_DT, KLJIT_FP16}, {F_WEIGHT_DT, KLJIT_FP32}}, KLJIT_ERR_UNSUPPORTED,
+     {"weight_dtype FP32", "input_dtype FP16"}},
+    {"teacher_dtype INT32", {{F_TEACHER_DT, KLJIT_INT32}}, INVALID, {"teacher_dtype = 4", NULL}},
+    {"teacher_dtype INT64", {{F_TEACHER_DT, KLJIT_INT64}}, INVALID, {"teacher_dtype = 5", NULL}},
+    {"teacher_dtype 0", {{F_TEACHER_DT, 0}}, INVALID, {"teacher_dtype = 0", NULL}},
+    {"teacher form 0", {{F_TEACHER, 0}}, INVALID, {"teacher = 0", NULL}},
+    {"teacher form 5", {{F_TEACHER, 5}}, INVALID, {"teacher = 5", NULL}},
+    {"sparse topk 0", {SPARSE, {F_TOPK, 0}}, INVALID, {"topk = 0", NULL}},
+    {"sparse topk -3", {SPARSE, {F_TOPK, -3}}, INVALID, {"topk = -3", NULL}},
+    {"sparse topk V + 1 with V = 1000", {SPARSE, {F_TOPK, 1001}}, INVALID,
+     {"topk = 1001", NULL}},
+    {"sparse topk 16 with V = 2", {SPARSE, {F_VOCAB, 2}}, INVALID, {"topk = 16", "[1, 2]"}},
+    {"sparse topk 1025 with V = 50000", {SPARSE, {F_VOCAB, 50000}, {F_TOPK, 1025}}, INVALID,
+     {"topk = 1025", "[1, 1024]"}},
+    {"sparse topk_id_dtype FP32", {SPARSE, {F_ID_DT, KLJIT_FP32}}, INVALID,
+     {"topk_id_dtype = 1", NULL}},
+    {"sparse topk_id_dtype 0", {SPARSE, {F_ID_DT, 0}}, INVALID, {"topk_id_dtype = 0", NULL}},
+    {"sparse topk_values 0", {SPARSE, {F_TOPK_VALUES, 0}}, INVALID, {"topk_values = 0", NULL}},
+    {"sparse topk_values 3", {SPARSE, {F_TOPK_VALUES, 3}}, INVALID, {"topk_values = 3", NULL}},
+    {"sparse tail 0", {SPARSE, {F_TAIL, 0}}, INVALID, {"tail = 0", NULL}},
+    {"sparse tail 4", {SPARSE, {F_TAIL, 4}}, INVALID, {"tail = 4", NULL}},
+    {"temperature_mode 0", {{F_TMODE, 0}}, INVALID, {"temperature_mode = 0", NULL}},
+    {"temperature_mode 3", {{F_TMODE, 3}}, INVALID, {"temperature_mode = 3", NULL}},
+    {"temperature 0", {{F_T, 0}}, INVALID, {": temperature = 0", NULL}},
+    {"temperature -1", {{F_T, -1}}, INVALID, {": temperature = -1", NULL}},
+    {"temperature NaN", {{F_T, NAN}}, INVALID, {": temperature = nan", NULL}},
+    {"temperature +Inf", {{F_T, INFINITY}}, INVALID, {": temperature = inf", NULL}},
+    {"temperature -Inf", {{F_T, -INFINITY}}, INVALID, {": temperature = -inf", NULL}},
+    {"teacher_temperature -1", {{F_TT, -1}}, INVALID, {"teacher_temperature = -1", NULL}},
+    {"teacher_temperature NaN", {{F_TT, NAN}}, INVALID, {"teacher_temperature = nan", NULL}},
+    {"teacher_temperature Inf", {{F_TT, INFINITY}}, INVALID, {"teacher_temperature = inf", NULL}},
+    {"reduction 0", {{F_REDUCTION, 0}}, INVALID, {"reduction = 0", NULL}},
+    {"reduction 5", {{F_REDUCTION, 5}}, INVALID, {"reduction = 5", NULL}},
+    {"label_dtype FP32", {{F_LABEL_DT, KLJIT_FP32}}, INVALID, {"label_dtype = 1", NULL}},
+    {"label_dtype BF16", {{F_LABEL_DT, KLJIT_BF16}}, INVALID, {"label_dtype = 3", NULL}},
+    {"eps 0", {{F_EPS, 0}}, INVALID, {"eps = 0", NULL}},
+    {"eps -1e-20", {{F_EPS, -1e-20}}, INVALID, {"eps = -1e-20", NULL}},
+    {"eps 1e-31", {{F_EPS, 1e-31}}, INVALID, {"eps = 1e-31", NULL}},
+    {"eps 1e-3", {{F_EPS, 1e-3}}, INVALID, {"eps = 0.001", NULL}},
+    {"eps NaN", {{F_EPS, NAN}}, INVALID, {"eps = nan", NULL}},
+    {"eps Inf", {{F_EPS, INFINITY}}, INVALID, {"eps = inf", NULL}},
+    {"grad_weight_dtype FP16 with BF16 weights", {{F_GW_DT, KLJIT_FP16}}, INVALID,
+     {"grad_weight_dtype = FP16", "BF16"}},
+    {"grad_weight_dtype BF16 with FP16 weights",
+     {{F_INPUT_DT, KLJIT_FP16}, {F_WEIGHT_DT, KLJIT_FP16}, {F_GW_DT, KLJIT_BF16}}, INVALID,
+     {"grad_weight_dtype = BF16", "FP16"}},
+    {"grad_weight_dtype INT32", {{F_GW_DT, KLJIT_INT32}}, INVALID,
+     {"grad_weight_dtype = INT32", NULL}},
+    {"grad_weight_accum 0", {{F_ACCUM, 0}}, INVALID, {"grad_weight_accum = 0", NULL}},
+    {"grad_weight_accum 3", {{F_ACCUM, 3}}, INVALID, {"grad_weight_accum = 3", NULL}},
+    {"flags bit 5", {{F_FLAGS, 1u << 5}}, INVALID, {"flags = 0x20", "0x20"}},
+    {"flags bit 31 with BIAS", {{F_FLAGS, (double)(0x80000000u | KLJIT_FLAG_BIAS)}}, INVALID,
+     {"flags = 0x80000001", "unknown bits 0x80000000"}},
+};
+
+static int expect_check(const kljit_problem *pb, const char *what, kljit_status want,
+                        const char *const msg[2]) {
+  const kljit_status st = kljit_plan_check(pb);
+  const char *e = kljit_last_error();
+  int ok = st == want;
+  if (want != KLJIT_SUCCESS) {
+    ok = ok && strncmp(e, "kljit_plan_check: ", 18) == 0;
+    for (int k = 0; k < 2; k++) ok = ok && (!msg[k] || strstr(e, msg[k]) != NULL);
+  } else {
+    ok = ok && e[0] == '\0';
+  }
+  if (!ok)
+    fprintf(stderr, "%s: got %s \"%s\", want %s with \"%s\" and \"%s\"\n", what,
+            kljit_status_string(st), e, kljit_status_string(want), msg && msg[0] ? msg[0] : "",
+            msg && msg[1] ? msg[1] : "");
+  return ok;
+}
+
+static int run_table(const check_case *t, size_t n) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    kljit_problem pb = valid_problem();
+    for (int k = 0; k < 4; k++) set_field(&pb, t[i].set[k].f, t[i].set[k].v);
+    bad += !expect_check(&pb, t[i].what, t[i].want, t[i].msg);
+  }
+  return bad;
+}
+
+static int plan_check_rejects_each_invalid_field_naming_it_and_its_value(void) {
+  int bad = run_table(rejected, sizeof rejected / sizeof rejected[0]);
+  kljit_problem pb = valid_problem();
+  const char *const null_msg[2] = {"problem is NULL", NULL};
+  bad += !expect_check(NULL, "NULL problem", KLJIT_ERR_INVALID_ARGUMENT, null_msg);
+  pb.struct_size = sizeof(kljit_problem) - sizeof(uint32_t);
+  char shorter[64];
+  snprintf(shorter, sizeof shorter, "problem->struct_size = %zu", pb.struct_size);
+  const char *const short_msg[2] = {shorter, NULL};
+  bad += !expect_check(&pb, "struct_size of an older, shorter struct", KLJIT_ERR_INVALID_ARGUMENT,
+                       short_msg);
+  if (bad) fprintf(stderr, "%d problems got the wrong status or message\n", bad);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
+static const check_case accepted[] = {
+    {"hidden 1, vocab 2", {{F_HIDDEN, 1}, {F_VOCAB, 2}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"hidden 2^20, vocab 2^24", {{F_HIDDEN, 1 << 20}, {F_VOCAB, 1 << 24}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"fp32 everywhere", {{F_INPUT_DT, KLJIT_FP32}, {F_WEIGHT_DT, KLJIT_FP32},
+                         {F_TEACHER_DT, KLJIT_FP32}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"fp16 with fp16 dW", {{F_INPUT_DT, KLJIT_FP16}, {F_WEIGHT_DT, KLJIT_FP16},
+                           {F_GW_DT, KLJIT_FP16}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"bf16 dW accumulated in bf16", {{F_GW_DT, KLJIT_BF16}, {F_ACCUM, KLJIT_ACCUM_OUTPUT_DTYPE}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"dense logprobs", {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGPROBS}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"dense logits, own T", {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGITS}, {F_TT, 2.5}, {F_T, 0.5}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"runtime temperature", {{F_TMODE, KLJIT_TEMPERATURE_RUNTIME}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"every reduction: sum", {{F_REDUCTION, KLJIT_REDUCTION_SUM}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"every reduction: mean", {{F_REDUCTION, KLJIT_REDUCTION_MEAN}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"every reduction: none", {{F_REDUCTION, KLJIT_REDUCTION_NONE}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"int32 labels", {{F_LABEL_DT, KLJIT_INT32}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"eps just under 1e-3", {{F_EPS, 0.00099}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"smallest eps 1e-30", {{F_EPS, 1e-30}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"every implemented flag",
+     {{F_FLAGS, KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
+                    KLJIT_FLAG_ALLOW_TF32}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"huge temperature", {{F_T, 1e300}}, KLJIT_SUCCESS, {NULL, NULL}},
+};
+
+static int plan_check_accepts_valid_problems_at_the_limits(void) {
+  const int bad = run_table(accepted, sizeof accepted / sizeof accepted[0]);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
+static int plan_check_reports_unimplemented_options_as_not_implemented(void) {
+  int bad = 0;
+  /* A valid sparse problem (every sparse field in range) is not built yet. */
+  for (int tail = KLJIT_TAIL_NONE; tail <= KLJIT_TAIL_BUCKET; tail++) {
+    kljit_problem pb = valid_problem();
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 1000, pb.tail = (kljit_tail)tail;
+    pb.topk_id_dtype = KLJIT_INT32, pb.topk_values = KLJIT_TOPK_LOGPROBS;
+    const char *const msg[2] = {"sparse", NULL};
+    bad += !expect_check(&pb, "valid sparse teacher", KLJIT_ERR_NOT_IMPLEMENTED, msg);
+  }
+  kljit_problem pb = valid_problem();
+  pb.flags = KLJIT_FLAG_CHECK_INPUTS | KLJIT_FLAG_BIAS;
+  const char *const msg[2] = {"KLJIT_FLAG_CHECK_INPUTS", NULL};
+  bad += !expect_check(&pb, "checked mode", KLJIT_ERR_NOT_IMPLEMENTED, msg);
+  /* An invalid field is reported as such even when an unimplemented option is also asked. */
+  pb.eps = 0;
+  const char *const eps_msg[2] = {"eps = 0", NULL};
+  bad += !expect_check(&pb, "checked mode with eps 0", KLJIT_ERR_INVALID_ARGUMENT, eps_msg);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
+static int plan_check_success_clears_the_last_error(void) {
+  TH_STATUS(kljit_plan_check(NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(kljit_last_error()[0] != '\0');
+  kljit_problem pb = valid_problem();
+  TH_OK(kljit_plan_check(&pb));
+  TH_CHECK(strcmp(kljit_last_error(), "") == 0);
+  /* the caller's struct is only read */
+  const kljit_problem copy = pb;
+  TH_OK(kljit_plan_check(&pb));
+  TH_CHECK(memcmp(&copy, &pb, sizeof pb) == 0);
+  return TH_PASS;
+}
+
+/* ---- thread-local last error ------------------------------------------------------------ */
+
+typedef struct tl_state {
+  pthread_barrier_t step;
+  int started_empty, own_kept;
+  const char *where;
+} tl_state;
+
+static void *tl_thread(void *arg) {
+  tl_state *s = arg;
+  s->started_empty = kljit_last_error()[0] == '\0'; /* the main thread's error is not seen */
+  kljit_problem pb = valid_problem();
+  pb.vocab = 1;
+  kljit_plan_check(&pb); /* this thread: "vocab = 1" */
+  s->where = kljit_last_error();
+  pthread_barrier_wait(&s->step); /* 1: main checks its own error, then clears it */
+  pthread_barrier_wait(&s->step); /* 2: main has succeeded, which clears only its own */
+  s->own_kept = strstr(kljit_last_error(), "vocab = 1") != NULL;
+  return NULL;
+}
+
+static int last_error_is_thread_local(void) {
+  kljit_problem pb = valid_problem();
+  pb.hidden = 0;
+  TH_STATUS(kljit_plan_check(&pb), KLJIT_ERR_INVALID_ARGUMENT); /* main: "hidden = 0" */
+  tl_state s;
+  memset(&s, 0, sizeof s);
+  TH_CHECK(pthread_barrier_init(&s.step, NULL, 2) == 0);
+  pthread_t t;
+  TH_CHECK(pthread_create(&t, NULL, tl_thread, &s) == 0);
+  pthread_barrier_wait(&s.step); /* 1 */
+  const int main_kept = strstr(kljit_last_error(), "hidden = 0") != NULL &&
+                        strstr(kljit_last_error(), "vocab") == NULL;
+  pb.hidden = 64;
+  const kljit_status st = kljit_plan_check(&pb);
+  pthread_barrier_wait(&s.step); /* 2 */
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&s.step);
+  TH_CHECK(st == KLJIT_SUCCESS);
+  TH_CHECK(s.started_empty);
+  TH_CHECK(main_kept);
+  TH_CHECK(s.own_kept);
+  TH_CHECK(s.where != kljit_last_error()); /* each thread has its own buffer */
+  TH_CHECK(strcmp(kljit_last_error(), "") == 0);
+  return TH_PASS;
+}
+
+/* ---- calls with a NULL plan ------------------------------------------------------------- */
+
+static int null_plan_queries_are_rejected_and_write_nothing(void) {
+  const size_t sentinel = (size_t)0x5a5a5a5a;
+  const kljit_mode modes[] = {KLJIT_MODE_FUSED, KLJIT_MODE_FORWARD, KLJIT_MODE_BACKWARD};
+  for (int m = 0; m < 3; m++) {
+    size_t bytes = sentinel;
+    TH_STATUS(kljit_plan_workspace_size(NULL, modes[m], 8, &bytes), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(bytes == sentinel);
+    TH_CHECK(strstr(kljit_last_error(), "kljit_plan_workspace_size") != NULL);
+    TH_CHECK(strstr(kljit_last_error(), "plan") != NULL);
+  }
+  TH_STATUS(kljit_plan_workspace_size(NULL, KLJIT_MODE_FUSED, 8, NULL),
+            KLJIT_ERR_INVALID_ARGUMENT);
+  size_t bytes = sentinel;
+  TH_STATUS(kljit_plan_saved_size(NULL, 8, &bytes), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(bytes == sentinel);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_plan_saved_size") != NULL);
+  TH_STATUS(kljit_plan_saved_size(NULL, 8, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  const char *d = kljit_plan_describe(NULL);
+  TH_CHECK(d != NULL && d[0] == '\0');
+  return TH_PASS;
+}
+
+typedef kljit_status (*exec_fn)(const kljit_plan *, void *, const kljit_args *);
+
+static int null_plan_executions_are_rejected_and_write_nothing(void) {
+  const exec_fn fns[] = {kljit_fused, kljit_forward, kljit_backward};
+  const char *names[] = {"kljit_fused", "kljit_forward", "kljit_backward"};
+  /* Host buffers stand in for the outputs: with no plan nothing may touch them. */
+  enum { N = 64 };
+  float loss[N], saved[N], gin[N], gw[N], ws[N], ref[N];
+  memset(ref, 0xFF, sizeof ref);
+  for (int i = 0; i < 3; i++) {
+    memset(loss, 0xFF, sizeof loss), memset(saved, 0xFF, sizeof saved);
+    memset(gin, 0xFF, sizeof gin), memset(gw, 0xFF, sizeof gw), memset(ws, 0xFF, sizeof ws);
+    kljit_args a = KLJIT_ARGS_INIT;
+    a.rows = 4, a.input = ref, a.weight = ref, a.teacher = ref, a.grad_output = ref;
+    a.loss = loss, a.saved = saved, a.grad_input = gin, a.grad_weight = gw;
+    a.workspace = ws, a.workspace_size = sizeof ws;
+    TH_STATUS(fns[i](NULL, NULL, &a), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), names[i]) != NULL);
+    TH_CHECK(strstr(kljit_last_error(), "plan is NULL") != NULL);
+    TH_CHECK(memcmp(loss, ref, sizeof ref) == 0 && memcmp(saved, ref, sizeof ref) == 0);
+    TH_CHECK(memcmp(gin, ref, sizeof ref) == 0 && memcmp(gw, ref, sizeof ref) == 0);
+    TH_CHECK(memcmp(ws, ref, sizeof ref) == 0);
+    TH_STATUS(fns[i](NULL, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  }
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"version_macros_match_the_loaded_library", version_macros_match_the_loaded_library},
+    {"every_status_has_a_distinct_string_starting_with_its_name",
+     every_status_has_a_distinct_string_starting_with_its_name},
+    {"unknown_status_values_still_get_a_string", unknown_status_values_still_get_a_string},
+    {"destroying_a_null_context_or_plan_is_a_no_op", destroying_a_null_context_or_plan_is_a_no_op},
+    {"context_create_without_a_gpu_reports_no_device",
+     context_create_without_a_gpu_reports_no_device},
+    {"context_create_rejects_null_out_negative_device_and_options",
+     context_create_rejects_null_out_negative_device_and_options},
+    {"plan_check_accepts_the_default_problem_with_sizes_set",
+     plan_check_accepts_the_default_problem_with_sizes_set},
+    {"plan_check_accepts_valid_problems_at_the_limits",
+     plan_check_accepts_valid_problems_at_the_limits},
+    {"plan_check_rejects_each_invalid_field_naming_it_and_its_value",
+     plan_check_rejects_each_invalid_field_naming_it_and_its_value},
+    {"plan_check_reports_unimplemented_options_as_not_implemented",
+     plan_check_reports_unimplemented_options_as_not_implemented},
+    {"plan_check_success_clears_the_last_error", plan_check_success_clears_the_last_error},
+    {"last_error_is_thread_local", last_error_is_thread_local},
+    {"null_plan_queries_are_rejected_and_write_nothing",
+     null_plan_queries_are_rejected_and_write_nothing},
+    {"null_plan_executions_are_rejected_and_write_nothing",
+     null_plan_executions_are_rejected_and_write_nothing},
+};
+TH_MAIN(cases)
