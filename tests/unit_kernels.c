@@ -1,0 +1,632 @@
+/* unit_kernels.c — every kernel module a valid problem can need renders, deterministically,
+ * and compiles with NVRTC for sm_80 and sm_90. Needs NVRTC, no GPU.
+ *
+ * The variant space
+ * -----------------
+ * A problem reaches generated source only through the two specs the planner derives from it
+ * (prob_estimate + prob_geometry_make: dense rows and helpers). Every categorical field that
+ * can change a spec is enumerated in full: teacher form (dense probs, logprobs, logits) x
+ * input dtype x teacher dtype x temperature (constant T = 1, which compiles to no scaling;
+ * constant T != 1; run time) x teacher temperature (T's or its own; logits form only) x bias x
+ * native logits (16-bit inputs only: fp32 logits are native already) x reduction x T^2
+ * scaling x grad_weight dtype (fp32 or the weight dtype) x grad_weight_accum (16-bit
+ * grad_weight only: fp32 accumulates in place either way). Fixed at KLJIT_PROBLEM_INIT:
+ * hidden (GEMM shapes only), label dtype and ignore_index (kernel arguments at run time), eps
+ * (a constant, like T), TF32 (GEMM only). The sparse top-K form and checked mode are not
+ * implemented yet (prob_validate says so); they join the axes when they are.
+ *
+ * Each problem is planned three ways: for sm_80, for sm_90, and for sm_90 with the one-pass
+ * thread-block-cluster variant of the dense rows (opt-in: KLJIT_ROW_KERNEL=cluster, where a
+ * row fits a cluster). A module is compiled for every arch that plans it, so the two-pass
+ * dense rows are compiled for both archs and the cluster variant for sm_90 alone.
+ *
+ * V is not a categorical dimension: it reaches the source only as constants (V, LD and what
+ * the planner and templates derive from them: segment length, blocks per row, cluster size
+ * and threads, whether row starts stay vector-aligned), never as a code path of its own; the
+ * one choice V makes, whether a row fits a cluster, is made for every combination by the
+ * third target anyway. What a V can change is covered by one ragged V, 50257 = 8 * 6282 + 1
+ * (unaligned row starts, a tail in every row), and one aligned V, 128256 = 16 * 8016, each
+ * over the full space; plus edge values compiled for one problem each: 2 and 7 (less than one
+ * vector per row, one-block clusters), 32000, 151936 and 256000 (common vocabularies: other
+ * blocks per row and cluster shapes) and 2^24 (the largest V and offsets; no cluster fits).
+ * The test prints the cluster shapes it reached.
+ *
+ * Problems share modules (the reduction, for one, reaches only the helpers), so modules are
+ * deduplicated by the SHA-256 of their rendered source and each distinct source is compiled
+ * once per architecture it is planned for. A parameter list already rendered is not rendered
+ * again (the renderer is deterministic: rendering_is_deterministic_per_spec checks it), which
+ * keeps the enumeration to seconds. Two worker processes (the CI machine has two cores) take
+ * compile jobs from a counter in shared memory.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "harness.h"
+#include "nvrtc_compile.h"
+#include "problem.h"
+
+static const int ARCHS[] = {80, 90};
+enum { N_ARCHS = sizeof ARCHS / sizeof ARCHS[0], WORKERS = 2, MAP_CAP = 1 << 15, FULL_LOGS = 4 };
+static const char RENDER_SAMPLES[] = "--render-samples"; /* hidden mode: a second process */
+
+/* A way a problem gets planned: the arch, and the row-kernel knob the planner reads (NULL:
+ * unset, the default). */
+static const char ROW_KERNEL_KNOB[] = "KLJIT_ROW_KERNEL";
+typedef struct target {
+  int arch; /* index into ARCHS */
+  const char *row_kernel;
+} target;
+enum { T_SM80, T_SM90, T_SM90_CLUSTER, N_TARGETS };
+static const target TARGETS[N_TARGETS] = {{0, NULL}, {1, NULL}, {1, "cluster"}};
+
+/* The specs a problem gets when planned for target `t`: prob_estimate for the arch (no SM
+ * count, as in precompile), then prob_geometry_make. The one place that knows how the planner
+ * learns its target. */
+static kljit_status geometry_for(const kljit_problem *pb, const target *t, prob_geometry *g) {
+  const char *const old = getenv(ROW_KERNEL_KNOB);
+  char saved[64] = "";
+  if (old) snprintf(saved, sizeof saved, "%s", old);
+  if (t->row_kernel) setenv(ROW_KERNEL_KNOB, t->row_kernel, 1);
+  else unsetenv(ROW_KERNEL_KNOB);
+  const prob_tuning tune = prob_estimate(pb, 0, ARCHS[t->arch]);
+  if (old) setenv(ROW_KERNEL_KNOB, saved, 1);
+  else unsetenv(ROW_KERNEL_KNOB);
+  return prob_geometry_make(pb, &tune, g);
+}
+
+/* ---- the problem space ------------------------------------------------------------------ */
+
+enum axis { AX_FORM, AX_IN, AX_TDT, AX_TEMP, AX_TT, AX_BIAS, AX_NATIVE, AX_RED, AX_T2, AX_GW,
+            AX_ACCUM, N_AXES };
+static const int AXIS_SIZE[N_AXES] = {3, 3, 3, 3, 2, 2, 2, 4, 2, 2, 2};
+static const kljit_teacher_form FORMS[] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                           KLJIT_TEACHER_DENSE_LOGITS};
+static const kljit_dtype DTYPES[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+
+/* The problem at odometer position `ax`, or 0 where the position names no problem of its own
+ * (a teacher temperature without teacher logits, native logits or a 16-bit grad_weight with
+ * fp32 inputs, an accumulation mode without a 16-bit grad_weight). */
+static int make_problem(const int ax[N_AXES], int64_t vocab, kljit_problem *pb) {
+  const kljit_problem init = KLJIT_PROBLEM_INIT;
+  *pb = init;
+  pb->hidden = 4096;
+  pb->vocab = vocab;
+  pb->teacher = FORMS[ax[AX_FORM]];
+  pb->input_dtype = pb->weight_dtype = DTYPES[ax[AX_IN]];
+  pb->teacher_dtype = DTYPES[ax[AX_TDT]];
+  pb->temperature_mode = ax[AX_TEMP] == 2 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+  pb->temperature = ax[AX_TEMP] == 1 ? 0.7 : 1.0;
+  if (ax[AX_TT] && pb->teacher != KLJIT_TEACHER_DENSE_LOGITS) return 0;
+  pb->teacher_temperature = ax[AX_TT] ? 1.3 : 0.0;
+  pb->flags = (ax[AX_BIAS] ? KLJIT_FLAG_BIAS : 0u) | (ax[AX_T2] ? KLJIT_FLAG_SCALE_T_SQUARED : 0u);
+  if (ax[AX_NATIVE] && pb->input_dtype == KLJIT_FP32) return 0;
+  if (ax[AX_NATIVE]) pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  pb->reduction = (kljit_reduction)(KLJIT_REDUCTION_SUM + ax[AX_RED]);
+  if (ax[AX_GW] && pb->input_dtype == KLJIT_FP32) return 0;
+  pb->grad_weight_dtype = ax[AX_GW] ? pb->weight_dtype : KLJIT_FP32;
+  if (ax[AX_ACCUM] && !ax[AX_GW]) return 0;
+  pb->grad_weight_accum = ax[AX_ACCUM] ? KLJIT_ACCUM_OUTPUT_DTYPE : KLJIT_ACCUM_FP32;
+  return 1;
+}
+
+/* Advances the odometer; 0 after the last position. */
+static int next_position(int ax[N_AXES]) {
+  for (int a = 0; a < N_AXES; a++) {
+    if (++ax[a] < AXIS_SIZE[a]) return 1;
+    ax[a] = 0;
+  }
+  return 0;
+}
+
+/* ---- digest → index map (open addressing; keys are SHA-256 digests, already uniform) ------ */
+
+typedef struct digest_map {
+  uint8_t (*key)[32];
+  int *val; /* -1: empty slot */
+  size_t n;
+} digest_map;
+
+static int dm_init(digest_map *m) {
+  m->key = calloc(MAP_CAP, 32);
+  m->val = malloc(MAP_CAP * sizeof *m->val);
+  m->n = 0;
+  if (!m->key || !m->val) return 0;
+  for (size_t i = 0; i < MAP_CAP; i++) m->val[i] = -1;
+  return 1;
+}
+
+static void dm_free(digest_map *m) {
+  free(m->key);
+  free(m->val);
+}
+
+/* The value slot of `d`: holds its index, or -1 for a new key (the key is then stored and the
+ * caller fills the slot). NULL when the map is half full. */
+static int *dm_slot(digest_map *m, const uint8_t d[32]) {
+  uint64_t h;
+  memcpy(&h, d, sizeof h);
+  for (size_t i = h % MAP_CAP;; i = (i + 1) % MAP_CAP) {
+    if (m->val[i] < 0) {
+      if (2 * (m->n + 1) > MAP_CAP) return NULL;
+      memcpy(m->key[i], d, 32);
+      m->n++;
+      return &m->val[i];
+    }
+    if (memcmp(m->key[i], d, 32) == 0) return &m->val[i];
+  }
+}
+
+/* ---- modules ---------------------------------------------------------------------------- */
+
+/* What a module is, for the statistics. */
+enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, N_KINDS };
+static const char *const KIND_NAME[N_KINDS] = {"dense_rows two-pass", "dense_rows cluster",
+                                               "helpers"};
+
+typedef struct module {
+  char *source;
+  char name[64];
+  enum kind kind;
+  int split, cluster, threads; /* dense rows: the launch shape the planner chose */
+  unsigned archs;              /* bit a: planned for ARCHS[a] */
+} module;
+
+typedef struct space {
+  digest_map by_params, by_source;
+  module *mods;
+  size_t n_mods;
+  long problems, specs;
+} space;
+
+static void space_free(space *s) {
+  for (size_t i = 0; i < s->n_mods; i++) free(s->mods[i].source);
+  free(s->mods);
+  dm_free(&s->by_params);
+  dm_free(&s->by_source);
+}
+
+/* The template and parameter list of a spec as one exact line (numbers in %a). */
+static kljit_status params_text(const kspec *k, strbuf *out) {
+  render_param p[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, p);
+  kljit_status st = sb_printf(out, "%s", kspec_template(k));
+  for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
+    switch (p[i].kind) {
+    case RP_INT: st = sb_printf(out, " %s=%lld", p[i].key, (long long)p[i].i); break;
+    case RP_NUM: st = sb_printf(out, " %s=%a", p[i].key, p[i].d); break;
+    case RP_STR: st = sb_printf(out, " %s=%s", p[i].key, p[i].s); break;
+    case RP_BOOL: st = sb_printf(out, " %s=%s", p[i].key, p[i].i ? "true" : "false"); break;
+    }
+  }
+  return st;
+}
+
+/* The module of a parameter list not seen before: renders it and finds or adds its source.
+ * Returns the module index, or -1 (diagnosed). */
+static int module_of(space *s, const kspec *k, const char *params) {
+  strbuf src = {0};
+  const kljit_status st = kspec_render(k, &src);
+  if (st != KLJIT_SUCCESS) {
+    fprintf(stderr, "kspec_render(%s) -> %s: %s\n", params, kljit_status_string(st),
+            kljit_last_error());
+    sb_free(&src);
+    return -1;
+  }
+  s->specs++;
+  uint8_t d[32];
+  sha256(src.data, src.len, d);
+  int *const slot = dm_slot(&s->by_source, d);
+  module *const grown = slot && *slot < 0 ? realloc(s->mods, (s->n_mods + 1) * sizeof *grown)
+                                          : NULL;
+  if (!slot || (*slot < 0 && !grown)) {
+    fprintf(stderr, "out of room for module %zu\n", s->n_mods);
+    sb_free(&src);
+    return -1;
+  }
+  if (*slot >= 0) { /* another parameter list rendered to the same bytes */
+    sb_free(&src);
+    return *slot;
+  }
+  s->mods = grown;
+  module *const m = &s->mods[s->n_mods];
+  memset(m, 0, sizeof *m);
+  m->source = src.data; /* owned by the module now */
+  m->kind = k->family == KSPEC_HELPERS ? KIND_HELPERS : k->cluster ? KIND_CLUSTER : KIND_TWO_PASS;
+  m->split = k->split, m->cluster = k->cluster, m->threads = k->threads;
+  kspec_name(k, src.data, m->name);
+  return *slot = (int)s->n_mods++;
+}
+
+/* Records that spec `k` is planned for ARCHS[arch]. */
+static int add_spec(space *s, const kspec *k, int arch) {
+  strbuf pt = {0};
+  if (params_text(k, &pt) != KLJIT_SUCCESS) return TH_FAIL;
+  uint8_t d[32];
+  sha256(pt.data, pt.len, d);
+  int *const slot = dm_slot(&s->by_params, d);
+  if (!slot) fprintf(stderr, "more distinct parameter lists than the map holds\n");
+  else if (*slot < 0) *slot = module_of(s, k, pt.data);
+  sb_free(&pt);
+  if (!slot || *slot < 0) return TH_FAIL;
+  s->mods[*slot].archs |= 1u << arch;
+  return TH_PASS;
+}
+
+static int add_problem(space *s, const kljit_problem *pb) {
+  const kljit_status st = prob_validate(pb, "every_variant");
+  if (st != KLJIT_SUCCESS) {
+    fprintf(stderr, "an enumerated problem is not valid: %s: %s\n", kljit_status_string(st),
+            kljit_last_error());
+    return TH_FAIL;
+  }
+  s->problems++;
+  for (int t = 0; t < N_TARGETS; t++) {
+    prob_geometry g;
+    TH_OK(geometry_for(pb, &TARGETS[t], &g));
+    const int a = TARGETS[t].arch;
+    if (add_spec(s, &g.rows, a) != TH_PASS || add_spec(s, &g.helpers, a) != TH_PASS)
+      return TH_FAIL;
+  }
+  return TH_PASS;
+}
+
+/* ---- compiling in worker processes ------------------------------------------------------ */
+
+typedef struct job {
+  int mod, arch;
+} job;
+
+typedef struct job_result {
+  float ms;
+  int status; /* -1: never finished (a worker died on it) */
+} job_result;
+
+typedef struct shared_state {
+  atomic_int next;
+  double t0; /* util_now() at the start, for progress lines */
+  job_result r[];
+} shared_state;
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the job counter is shared between processes");
+
+/* The banner lines (template and parameters) that open a rendered source, for diagnostics. */
+static void print_banner(const char *src) {
+  for (int i = 0; i < 8 && strncmp(src, "//", 2) == 0; i++) {
+    const char *const nl = strchr(src, '\n');
+    const int len = nl ? (int)(nl - src) : (int)strlen(src);
+    fprintf(stderr, "    %.*s\n", len, src);
+    if (!nl) break;
+    src = nl + 1;
+  }
+}
+
+static void worker(const space *s, const job *jobs, int n, shared_state *sh) {
+  int logs = 0;
+  for (int j; (j = atomic_fetch_add(&sh->next, 1)) < n;) {
+    const module *const m = &s->mods[jobs[j].mod];
+    const int arch = ARCHS[jobs[j].arch];
+    strbuf cubin = {0};
+    const double t0 = util_now();
+    kljit_status st = nvrtc_compile(m->source, m->name, arch, &cubin, NULL);
+    sh->r[j].ms = (float)(1e3 * (util_now() - t0));
+    if (st == KLJIT_SUCCESS && (cubin.len < 4 || memcmp(cubin.data, "\177ELF", 4) != 0))
+      st = err_set(KLJIT_ERR_INTERNAL, "nvrtc_compile returned a %zu-byte image that is not "
+                   "an ELF cubin", cubin.len);
+    sh->r[j].status = (int)st;
+    if (st != KLJIT_SUCCESS) {
+      fprintf(stderr, "FAILED %s for sm_%d: %s\n", m->name, arch, kljit_status_string(st));
+      print_banner(m->source);
+      if (logs++ < FULL_LOGS) fprintf(stderr, "%s\n", kljit_last_error());
+      else fprintf(stderr, "    (log left out: %d failures printed in full already)\n", FULL_LOGS);
+    }
+    sb_free(&cubin);
+    const int step = n >= 10 ? n / 10 : 1;
+    if ((j + 1) % step == 0) {
+      printf("  %d of %d compiled (%.0f s)\n", j + 1, n, util_now() - sh->t0);
+      fflush(stdout);
+    }
+  }
+}
+
+/* Compiles every (module, planned arch) in WORKERS processes; prints the times. */
+static int compile_all(const space *s) {
+  int n = 0;
+  for (size_t i = 0; i < s->n_mods; i++) n += __builtin_popcount(s->mods[i].archs);
+  job *const jobs = malloc((size_t)n * sizeof *jobs);
+  const size_t shsize = sizeof(shared_state) + (size_t)n * sizeof(job_result);
+  shared_state *const sh =
+      mmap(NULL, shsize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (!jobs || sh == MAP_FAILED) {
+    free(jobs);
+    return TH_FAIL;
+  }
+  n = 0;
+  for (size_t i = 0; i < s->n_mods; i++)
+    for (int a = 0; a < N_ARCHS; a++)
+      if (s->mods[i].archs & 1u << a) jobs[n].mod = (int)i, jobs[n].arch = a, n++;
+  atomic_init(&sh->next, 0);
+  for (int j = 0; j < n; j++) sh->r[j].status = -1, sh->r[j].ms = 0;
+
+  const double t0 = util_now();
+  sh->t0 = t0;
+  fflush(NULL);
+  pid_t pids[WORKERS];
+  int started = 0, bad = 0;
+  for (; started < WORKERS; started++) {
+    pids[started] = fork();
+    if (pids[started] < 0) {
+      perror("fork");
+      bad = 1;
+      break;
+    }
+    if (pids[started] == 0) {
+      worker(s, jobs, n, sh);
+      fflush(NULL);
+      _exit(0);
+    }
+  }
+  for (int w = 0; w < started; w++) {
+    int ws = 0;
+    while (waitpid(pids[w], &ws, 0) < 0 && errno == EINTR) {}
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+      fprintf(stderr, "compile worker %d ended abnormally (wait status 0x%x)\n", w, ws);
+      bad = 1;
+    }
+  }
+  const double wall = util_now() - t0;
+
+  int failed = 0;
+  double ms[N_ARCHS][N_KINDS + 1] = {{0}}; /* [arch][kind]; N_KINDS: all */
+  int cnt[N_ARCHS][N_KINDS + 1] = {{0}};
+  for (int j = 0; j < n; j++) {
+    const module *const m = &s->mods[jobs[j].mod];
+    if (sh->r[j].status != KLJIT_SUCCESS) {
+      failed++;
+      if (sh->r[j].status < 0) fprintf(stderr, "never finished: %s for sm_%d\n", m->name,
+                                       ARCHS[jobs[j].arch]);
+      continue;
+    }
+    const int a = jobs[j].arch;
+    ms[a][N_KINDS] += sh->r[j].ms, cnt[a][N_KINDS]++;
+    ms[a][m->kind] += sh->r[j].ms, cnt[a][m->kind]++;
+  }
+  printf("compiled %d jobs (%zu modules x planned archs) in %.1f s wall with %d workers\n", n,
+         s->n_mods, wall, WORKERS);
+  for (int a = 0; a < N_ARCHS; a++) {
+    printf("  sm_%d: %d modules, %.1f s of compile, mean %.0f ms per module\n", ARCHS[a],
+           cnt[a][N_KINDS], ms[a][N_KINDS] / 1e3,
+           cnt[a][N_KINDS] ? ms[a][N_KINDS] / cnt[a][N_KINDS] : 0.0);
+    for (int k = 0; k < N_KINDS; k++)
+      if (cnt[a][k])
+        printf("    %-20s %4d modules, mean %.0f ms\n", KIND_NAME[k], cnt[a][k],
+               ms[a][k] / cnt[a][k]);
+  }
+  if (failed) fprintf(stderr, "%d of %d compile jobs failed\n", failed, n);
+  munmap(sh, shsize);
+  free(jobs);
+  return bad || failed ? TH_FAIL : TH_PASS;
+}
+
+/* Prints the distinct launch shapes of the dense rows modules (split, or cluster x threads). */
+static void print_shapes(const space *s) {
+  for (enum kind kind = KIND_TWO_PASS; kind <= KIND_CLUSTER; kind++) {
+    int seen[32][2], n = 0;
+    printf("  %s shapes:", KIND_NAME[kind]);
+    for (size_t i = 0; i < s->n_mods; i++) {
+      const module *const m = &s->mods[i];
+      const int a = kind == KIND_CLUSTER ? m->cluster : m->split, b = m->threads;
+      int j = 0;
+      while (j < n && (seen[j][0] != a || seen[j][1] != b)) j++;
+      if (m->kind != kind || j < n || n == 32) continue;
+      seen[n][0] = a, seen[n][1] = b, n++;
+      printf(kind == KIND_CLUSTER ? " cluster %d x %d threads" : " split %d x %d threads", a, b);
+    }
+    printf("\n");
+  }
+}
+
+/* ---- cases ------------------------------------------------------------------------------ */
+
+/* Odometer positions of a few rich problems for the V edge cases (checked by make_problem). */
+static const int EDGE_PROBLEMS[3][N_AXES] = {
+    /* logits, bf16 in, fp32 teacher, T != 1, own teacher T, bias, fp32 logits, mean, T^2 */
+    {2, 2, 0, 1, 1, 1, 0, 2, 1, 1, 0},
+    /* probs, fp16 in, bf16 teacher, runtime T, native fp16 logits, batchmean, 16-bit dW */
+    {0, 1, 2, 2, 0, 0, 1, 1, 0, 1, 1},
+    /* logprobs, fp32 in, fp16 teacher, T = 1, bias, none */
+    {1, 0, 1, 0, 0, 1, 0, 3, 0, 0, 0},
+};
+
+static int every_variant_compiles_for_sm80_and_sm90(void) {
+  static const int64_t FULL_V[] = {50257, 128256};
+  static const int64_t EDGE_V[] = {2, 7, 32000, 151936, 256000, 1 << 24};
+  space s;
+  memset(&s, 0, sizeof s);
+  int r = dm_init(&s.by_params) && dm_init(&s.by_source) ? TH_PASS : TH_FAIL;
+  const double t0 = util_now();
+  long per_v[2] = {0, 0};
+  for (int vi = 0; vi < 2 && r == TH_PASS; vi++) {
+    const long before = s.problems;
+    int ax[N_AXES] = {0};
+    do {
+      kljit_problem pb;
+      if (make_problem(ax, FULL_V[vi], &pb)) r = add_problem(&s, &pb);
+    } while (r == TH_PASS && next_position(ax));
+    per_v[vi] = s.problems - before;
+  }
+  const size_t full_mods = s.n_mods;
+  for (size_t i = 0; i < sizeof EDGE_V / sizeof EDGE_V[0] && r == TH_PASS; i++) {
+    kljit_problem pb;
+    if (!make_problem(EDGE_PROBLEMS[i % 3], EDGE_V[i], &pb)) r = TH_FAIL;
+    else r = add_problem(&s, &pb);
+  }
+  const double enum_s = util_now() - t0;
+  if (r == TH_PASS) {
+    int kinds[N_KINDS] = {0};
+    for (size_t i = 0; i < s.n_mods; i++) kinds[s.mods[i].kind]++;
+    printf("problems: %ld (V=%lld: %ld, V=%lld: %ld, V edge cases: %ld), each planned for "
+           "sm_80, sm_90 and sm_90 with %s=cluster\n", s.problems, (long long)FULL_V[0],
+           per_v[0], (long long)FULL_V[1], per_v[1], s.problems - per_v[0] - per_v[1],
+           ROW_KERNEL_KNOB);
+    printf("distinct parameter lists rendered: %ld; distinct modules: %zu (%zu from the full "
+           "space, %zu from the V edges): %s %d, %s %d, %s %d; enumerated and rendered in "
+           "%.1f s\n", s.specs, s.n_mods, full_mods, s.n_mods - full_mods, KIND_NAME[0],
+           kinds[0], KIND_NAME[1], kinds[1], KIND_NAME[2], kinds[2], enum_s);
+    print_shapes(&s);
+    fflush(stdout);
+    if (kinds[KIND_CLUSTER] == 0) {
+      fprintf(stderr, "no problem was planned with the cluster variant: geometry_for no longer "
+                      "reaches it (has the planner's knob changed?)\n");
+      r = TH_FAIL;
+    }
+    /* A space that collapsed to a handful of modules means the enumeration lost its axes. */
+    if (s.n_mods < 100) {
+      fprintf(stderr, "only %zu distinct modules: the enumeration is not reaching the specs\n",
+              s.n_mods);
+      r = TH_FAIL;
+    }
+  }
+  if (r == TH_PASS) r = compile_all(&s);
+  space_free(&s);
+  return r;
+}
+
+/* Rendered sources for one problem per teacher form: the helpers, and the dense rows planned
+ * for every target (two-pass and cluster variants). */
+enum { N_SAMPLES = 3 * (N_TARGETS + 1) };
+static int render_samples(strbuf out[N_SAMPLES]) {
+  for (int i = 0, o = 0; i < 3; i++) {
+    kljit_problem pb;
+    if (!make_problem(EDGE_PROBLEMS[i], 50257, &pb)) return TH_FAIL;
+    prob_geometry g;
+    for (int t = 0; t < N_TARGETS; t++) {
+      TH_OK(geometry_for(&pb, &TARGETS[t], &g));
+      TH_OK(kspec_render(&g.rows, &out[o++]));
+    }
+    TH_OK(kspec_render(&g.helpers, &out[o++]));
+  }
+  return TH_PASS;
+}
+
+/* The hidden mode: renders the samples in this fresh process, each followed by a NUL. */
+static int print_samples(void) {
+  strbuf smp[N_SAMPLES] = {{0}};
+  const int r = render_samples(smp);
+  for (int i = 0; i < N_SAMPLES && r == TH_PASS; i++)
+    fwrite(smp[i].data, 1, smp[i].len + 1, stdout);
+  for (int i = 0; i < N_SAMPLES; i++) sb_free(&smp[i]);
+  return r;
+}
+
+/* The samples as a second program run renders them (fresh address space, fresh Lua seeds). */
+static int render_in_second_process(strbuf *out) {
+  int fd[2];
+  if (pipe(fd) != 0) return TH_FAIL;
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid < 0) return TH_FAIL;
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]), close(fd[1]);
+    execl("/proc/self/exe", "unit_kernels", RENDER_SAMPLES, (char *)NULL);
+    _exit(127);
+  }
+  close(fd[1]);
+  char buf[65536];
+  ssize_t got;
+  while ((got = read(fd[0], buf, sizeof buf)) > 0 || (got < 0 && errno == EINTR))
+    if (got > 0 && sb_append(out, buf, (size_t)got) != KLJIT_SUCCESS) break;
+  close(fd[0]);
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+  TH_CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  return TH_PASS;
+}
+
+static int rendering_is_deterministic_per_spec(void) {
+  strbuf a[N_SAMPLES] = {{0}}, b[N_SAMPLES] = {{0}}, child = {0};
+  int r = render_samples(a);
+  if (r == TH_PASS) r = render_samples(b);
+  if (r == TH_PASS) r = render_in_second_process(&child);
+  size_t off = 0;
+  for (int i = 0; i < N_SAMPLES && r == TH_PASS; i++) {
+    if (a[i].len == 0 || a[i].len != b[i].len || memcmp(a[i].data, b[i].data, a[i].len) != 0) {
+      fprintf(stderr, "sample %d rendered twice in one process differs\n", i);
+      r = TH_FAIL;
+    } else if (off + a[i].len + 1 > child.len ||
+               memcmp(child.data + off, a[i].data, a[i].len + 1) != 0) {
+      fprintf(stderr, "sample %d rendered in a second process differs\n", i);
+      r = TH_FAIL;
+    }
+    off += a[i].len + 1;
+  }
+  if (r == TH_PASS && off != child.len) {
+    fprintf(stderr, "the second process wrote %zu bytes, want %zu\n", child.len, off);
+    r = TH_FAIL;
+  }
+  for (int i = 0; i < N_SAMPLES; i++) sb_free(&a[i]), sb_free(&b[i]);
+  sb_free(&child);
+  return r;
+}
+
+/* A rejected spec comes back as KLJIT_ERR_UNSUPPORTED with a sentence naming the parameter. */
+static int expect_rejected(const kspec *k, const char *param) {
+  strbuf src = {0};
+  const kljit_status st = kspec_render(k, &src);
+  sb_free(&src);
+  const char *const msg = kljit_last_error();
+  printf("%s: %s: %s\n", param, kljit_status_string(st), msg);
+  TH_CHECK(st == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(msg, param) != NULL);
+  /* a sentence: several words, not a Lua traceback */
+  TH_CHECK(strlen(msg) >= 20 && strchr(msg, ' ') != NULL);
+  TH_CHECK(strstr(msg, "traceback") == NULL && strstr(msg, "attempt to") == NULL);
+  return TH_PASS;
+}
+
+static int invalid_spec_is_rejected_with_a_sentence(void) {
+  kljit_problem pb;
+  TH_CHECK(make_problem(EDGE_PROBLEMS[0], 50257, &pb));
+  prob_geometry g, gc;
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM90_CLUSTER], &gc));
+  /* the unmodified specs render, so each rejection below is the changed parameter's doing */
+  const kspec *const valid[] = {&g.rows, &gc.rows, &g.helpers};
+  for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
+    strbuf src = {0};
+    TH_OK(kspec_render(valid[i], &src));
+    sb_free(&src);
+  }
+  kspec k = g.rows;
+  k.threads = 100;
+  if (expect_rejected(&k, "THREADS") != TH_PASS) return TH_FAIL;
+  k = g.rows;
+  k.teacher = "entropy";
+  if (expect_rejected(&k, "TEACHER") != TH_PASS) return TH_FAIL;
+  k = g.helpers;
+  k.reduction = "median";
+  if (expect_rejected(&k, "REDUCTION") != TH_PASS) return TH_FAIL;
+  TH_CHECK(gc.rows.cluster > 0); /* else geometry_for no longer reaches the cluster variant */
+  {
+    k = gc.rows;
+    k.cluster = 3; /* clusters are a power of two */
+    if (expect_rejected(&k, "CLUSTER") != TH_PASS) return TH_FAIL;
+  }
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"every_variant_compiles_for_sm80_and_sm90", every_variant_compiles_for_sm80_and_sm90},
+    {"rendering_is_deterministic_per_spec", rendering_is_deterministic_per_spec},
+    {"invalid_spec_is_rejected_with_a_sentence", invalid_spec_is_rejected_with_a_sentence},
+};
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], RENDER_SAMPLES) == 0) return print_samples();
+  return th_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+}
