@@ -54,8 +54,11 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   for (const char *const *kn = kspec_kernels(k); *kn && st == KLJIT_SUCCESS; kn++)
     st = sb_printf(&meta, "%s%s", *kn, kn[1] ? "," : "\n");
   if (st == KLJIT_SUCCESS) {
+    /* The cubin is in hand: a cache that cannot take it (full disk, read-only or unsafe
+     * directory) costs the next process a compile, not this plan its kernels. */
     t0 = util_now();
-    st = cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len);
+    if (cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len) != KLJIT_SUCCESS)
+      util_log("not cached: %s", kljit_last_error());
     out->cache_ms = 1e3 * (util_now() - t0);
   }
   sb_free(&meta);

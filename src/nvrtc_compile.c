@@ -49,8 +49,16 @@ int nvrtc_parse_arch(const char *text) {
 static void dump(const char *name, const char *ext, const char *text) {
   const char *dir = getenv("KLJIT_DUMP_DIR");
   if (!dir || !*dir || !text) return;
-  mkdir(dir, 0700);
   char path[4096];
+  /* mkdir -p: each prefix of the path, then the directory itself */
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(path, 0700);
+    *p = '/';
+  }
+  mkdir(path, 0700);
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   FILE *f = fopen(path, "w");
   if (!f) {
