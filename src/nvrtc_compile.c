@@ -1,4 +1,4 @@
-/* nvrtc_compile.c — NVRTC: rendered CUDA C++ → cubin for a real architecture, no header search path.
+/* nvrtc_compile.c — NVRTC: rendered CUDA C++ -> cubin for a real architecture, no include path.
  *
  * Generated kernels include no headers at all (fp16/bf16 conversions are written out in the
  * templates), so compilation never depends on where the toolkit's headers live at run time.
@@ -39,7 +39,8 @@ int nvrtc_parse_arch(const char *text) {
   char *end = NULL;
   long v = strtol(text, &end, 10);
   if (end == text || *end != '\0') return 0;
-  /* Real architectures NVRTC 13 can target and kljit's kernels support (Ampere and newer: bf16 conversions need sm_80). */
+  /* Real architectures NVRTC 13 can target and kljit's kernels support (sm_80 and newer: the
+   * bf16 conversions need it). */
   static const int known[] = {80, 86, 87, 89, 90, 100, 103, 120};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (known[i] == v) return (int)v;

@@ -42,14 +42,7 @@ typedef struct fixture {
   size_t need[4]; /* workspace bytes by mode */
 } fixture;
 
-static int ctx_get(void) {
-  if (!gpu_available()) return TH_SKIP;
-  if (!the_ctx && kljit_context_create(&the_ctx, 0, NULL) != KLJIT_SUCCESS) {
-    fprintf(stderr, "context: %s\n", kljit_last_error());
-    return TH_FAIL;
-  }
-  return TH_PASS;
-}
+static int ctx_get(void) { return gpu_test_context(&the_ctx); }
 
 static kljit_problem small_problem(void) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;

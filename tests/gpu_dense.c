@@ -42,14 +42,7 @@ typedef struct gcase {
 static kljit_context *the_ctx;
 static uint64_t seed = 12345;
 
-static int ctx_get(void) {
-  if (!gpu_available()) return TH_SKIP;
-  if (!the_ctx && kljit_context_create(&the_ctx, 0, NULL) != KLJIT_SUCCESS) {
-    fprintf(stderr, "context: %s\n", kljit_last_error());
-    return TH_FAIL;
-  }
-  return TH_PASS;
-}
+static int ctx_get(void) { return gpu_test_context(&the_ctx); }
 
 static const char *dname(kljit_dtype d) {
   return d == KLJIT_FP32 ? "fp32" : d == KLJIT_FP16 ? "fp16" : "bf16";

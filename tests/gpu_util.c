@@ -12,6 +12,17 @@ int gpu_available(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+int gpu_test_context(kljit_context **ctx) {
+  static kljit_context *the_ctx;
+  if (!gpu_available()) return 77;
+  if (!the_ctx && kljit_context_create(&the_ctx, 0, NULL) != KLJIT_SUCCESS) {
+    fprintf(stderr, "context: %s\n", kljit_last_error());
+    return 1;
+  }
+  *ctx = the_ctx;
+  return 0;
+}
+
 static int cuda_ok(cudaError_t e, const char *what) {
   if (e == cudaSuccess) return 0;
   fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));

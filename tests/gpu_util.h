@@ -11,6 +11,10 @@
 /* 1 when a CUDA device is present, 0 otherwise (tests then return TH_SKIP). */
 int gpu_available(void);
 
+/* The process's kljit context on device 0, created on first use: 0 with *ctx set, 77 (skip)
+ * without a GPU, 1 when creation fails (message on stderr). */
+int gpu_test_context(kljit_context **ctx);
+
 /* Device buffer of n elements of dtype dt. */
 typedef struct gbuf {
   void *ptr;

@@ -7,6 +7,8 @@
 #ifndef KLJIT_TEST_HARNESS_H
 #define KLJIT_TEST_HARNESS_H
 
+#include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,34 @@ typedef struct th_case {
     }                                                                                  \
   } while (0)
 
+/* A case that runs inside a directory of its own. */
+typedef int (*th_dir_case)(const char *dir);
+
+static inline int th_rm_entry(const char *path, const struct stat *st, int flag,
+                              struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Runs fn in a fresh private directory $TMPDIR/kljit-<tag>-XXXXXX (default /tmp) and removes
+ * it afterwards, pass or fail. */
+static inline int th_in_tmpdir(const char *tag, th_dir_case fn) {
+  const char *const base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/kljit-%s-XXXXXX", base, tag);
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return TH_FAIL;
+  }
+  const int r = fn(dir);
+  if (nftw(dir, th_rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) perror("cleanup");
+  return r;
+}
+
+static inline void th_path_in(char out[PATH_MAX], const char *dir, const char *name) {
+  if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) fprintf(stderr, "path too long\n");
+}
+
 static inline int th_main(int argc, char **argv, const th_case *cases, size_t n) {
   if (argc < 2) {
     int worst = TH_PASS;
@@ -79,7 +109,9 @@ static inline int th_main(int argc, char **argv, const th_case *cases, size_t n)
   return TH_FAIL;
 }
 
-#define TH_MAIN(table) \
-  int main(int argc, char **argv) { return th_main(argc, argv, table, sizeof table / sizeof table[0]); }
+#define TH_MAIN(table)                                                  \
+  int main(int argc, char **argv) {                                     \
+    return th_main(argc, argv, table, sizeof table / sizeof table[0]); \
+  }
 
 #endif

@@ -26,35 +26,11 @@ __attribute__((weak)) const char *kljit_status_string(kljit_status status) {
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-typedef int (*dir_case)(const char *dir);
-
-/* Runs one case in a fresh private directory and removes it afterwards, pass or fail. */
-static int in_tmpdir(dir_case fn) {
-  const char *const base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/kljit-unit-cache-XXXXXX", base);
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return TH_FAIL;
-  }
-  const int r = fn(dir);
-  if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) perror("cleanup");
-  return r;
-}
-
-static void path_in(char out[PATH_MAX], const char *dir, const char *name) {
-  if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) fprintf(stderr, "path too long\n");
-}
 
 static void entry_path(char out[PATH_MAX], const char *dir, const char *key) {
   char name[80];
   cache_file_name(key, name);
-  path_in(out, dir, name);
+  th_path_in(out, dir, name);
 }
 
 /* A key text shaped like the real one (DESIGN.md 5); each field can be varied alone. */
@@ -116,7 +92,7 @@ static int holds_only(const char *dir, int n) {
   for (struct dirent *e; (e = readdir(d));) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     char path[PATH_MAX];
-    path_in(path, dir, e->d_name);
+    th_path_in(path, dir, e->d_name);
     cache_entry ent;
     if (cache_read_file(path, &ent) == KLJIT_SUCCESS && !strcmp(e->d_name + 64, ".kjc"))
       valid++;
@@ -518,7 +494,7 @@ static int racer(const char *rw, int id) {
 
 static int sixteen_processes_race_same_and_different_keys_in(const char *dir) {
   char rw[PATH_MAX];
-  path_in(rw, dir, "race"); /* absent: the racers also race to create it */
+  th_path_in(rw, dir, "race"); /* absent: the racers also race to create it */
   fflush(NULL);
   pid_t pids[RACERS];
   for (int i = 0; i < RACERS; i++) {
@@ -574,8 +550,8 @@ static int group_writable_entry_is_refused_in(const char *dir) {
 static int world_writable_dir_is_refused_in(const char *dir) {
   char key[512], rw[PATH_MAX], ro[PATH_MAX];
   std_key(key);
-  path_in(rw, dir, "rw");
-  path_in(ro, dir, "ro");
+  th_path_in(rw, dir, "rw");
+  th_path_in(ro, dir, "ro");
   TH_OK(store_key(rw, key));
   TH_OK(store_key(ro, key));
   char *ro_dirs[] = {ro};
@@ -606,7 +582,7 @@ static int symlinked_entry_is_refused_in(const char *dir) {
   std_key(key);
   TH_OK(store_key(dir, key));
   entry_path(path, dir, key);
-  path_in(real, dir, "elsewhere");
+  th_path_in(real, dir, "elsewhere");
   TH_CHECK(rename(path, real) == 0);
   TH_CHECK(symlink(real, path) == 0);
   const cache_config cfg = {.rw_dir = (char *)dir};
@@ -622,7 +598,7 @@ static int foreign_owner_entry_is_refused_in(const char *dir) {
   if (geteuid() != 0) return TH_SKIP; /* only root can hand a file to another user */
   char key[512], path[PATH_MAX], rw[PATH_MAX];
   std_key(key);
-  path_in(rw, dir, "rw");
+  th_path_in(rw, dir, "rw");
   TH_OK(store_key(rw, key));
   entry_path(path, rw, key);
   const cache_config cfg = {.rw_dir = rw};
@@ -644,7 +620,7 @@ static int snapshot(const char *dir, strbuf *out) {
   if (n < 0) return -1;
   for (int i = 0; i < n; i++) {
     char path[PATH_MAX], hex[65] = "-";
-    path_in(path, dir, names[i]->d_name);
+    th_path_in(path, dir, names[i]->d_name);
     unsigned char *buf = NULL;
     size_t len = 0;
     if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && read_whole(path, &buf, &len) == 0)
@@ -660,9 +636,9 @@ static int snapshot(const char *dir, strbuf *out) {
 
 static int readonly_path_is_searched_first_and_never_written_in(const char *dir) {
   char ro1[PATH_MAX], ro2[PATH_MAX], rw[PATH_MAX], k[512], c[512], fresh[512], path[PATH_MAX];
-  path_in(ro1, dir, "ro1");
-  path_in(ro2, dir, "ro2");
-  path_in(rw, dir, "rw");
+  th_path_in(ro1, dir, "ro1");
+  th_path_in(ro2, dir, "ro2");
+  th_path_in(rw, dir, "rw");
   TH_CHECK(mkdir(ro1, 0755) == 0 && chmod(ro1, 0755) == 0);
   make_key(k, "0.1.0", SRC_HASH, "12.4", "sm_90", OPTS);
   make_key(c, "0.1.0", SRC_HASH, "12.4", "sm_80", OPTS);
@@ -728,8 +704,8 @@ static void env_restore(char *saved[N_ENV]) {
 static int disabled_cache_never_touches_disk_in(const char *dir) {
   char key[512], ro[PATH_MAX], never[PATH_MAX];
   std_key(key);
-  path_in(ro, dir, "ro");
-  path_in(never, dir, "never");
+  th_path_in(ro, dir, "ro");
+  th_path_in(never, dir, "never");
   TH_OK(store_key(ro, key));
   char *ro_dirs[] = {ro};
   const cache_config cfg = {.ro_dirs = ro_dirs, .n_ro = 1, .rw_dir = never, .disabled = 1};
@@ -766,7 +742,7 @@ static int config_is(const char *path, const char *dir, const char *xdg, const c
 
 static int config_reads_environment_in(const char *dir) {
   char home[PATH_MAX], want[PATH_MAX + 16];
-  path_in(home, dir, "home"); /* does not exist: reading the config must not create it */
+  th_path_in(home, dir, "home"); /* does not exist: reading the config must not create it */
   snprintf(want, sizeof want, "%s/.cache/kljit", home);
   char *saved[N_ENV];
   env_save(saved);
@@ -788,7 +764,7 @@ static int config_reads_environment_in(const char *dir) {
 
 static int failed_store_leaves_no_temp_file_in(const char *dir) {
   char rw[PATH_MAX], file[PATH_MAX];
-  path_in(rw, dir, "rw");
+  th_path_in(rw, dir, "rw");
   fflush(NULL);
   /* A child with a 4 KiB file size limit: the write of the temp file fails part way. */
   const pid_t pid = fork();
@@ -805,7 +781,7 @@ static int failed_store_leaves_no_temp_file_in(const char *dir) {
   TH_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   TH_CHECK(holds_only(rw, 0));
 
-  path_in(file, dir, "a-file"); /* a "directory" that is a regular file */
+  th_path_in(file, dir, "a-file"); /* a "directory" that is a regular file */
   TH_CHECK(write_whole(file, "x", 1) == 0);
   TH_STATUS(store_key(file, "key"), KLJIT_ERR_CACHE);
   TH_CHECK(strstr(kljit_last_error(), file) != NULL);
@@ -815,7 +791,7 @@ static int failed_store_leaves_no_temp_file_in(const char *dir) {
 /* ---- table ------------------------------------------------------------------------------ */
 
 #define IN_TMPDIR(name) \
-  static int name(void) { return in_tmpdir(name##_in); }
+  static int name(void) { return th_in_tmpdir("unit-cache", name##_in); }
 IN_TMPDIR(hit_after_miss)
 IN_TMPDIR(key_change_is_a_miss)
 IN_TMPDIR(truncated_entry_is_a_miss)

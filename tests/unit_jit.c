@@ -19,30 +19,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
-typedef int (*dir_case)(const char *dir);
-
-/* Runs one case in a fresh private directory and removes it afterwards, pass or fail. */
-static int in_tmpdir(dir_case fn) {
-  const char *const base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s/kljit-unit-jit-XXXXXX", base);
-  if (!mkdtemp(dir)) {
-    perror("mkdtemp");
-    return TH_FAIL;
-  }
-  const int r = fn(dir);
-  if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) perror("cleanup");
-  return r;
-}
-
-static void path_in(char out[PATH_MAX], const char *dir, const char *name) {
-  if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) fprintf(stderr, "path too long\n");
-}
 
 /* A writable cache in `rw` alone (rw NULL: disabled). */
 static cache_config cache_in(char *rw) {
@@ -126,7 +102,7 @@ static int entry_path(const kspec *k, int arch, const char *dir, char out[PATH_M
   TH_OK(jit_key_text(src.data, arch, &key));
   char name[80];
   cache_file_name(key.data, name);
-  path_in(out, dir, name);
+  th_path_in(out, dir, name);
   sb_free(&src);
   sb_free(&key);
   return TH_PASS;
@@ -138,7 +114,7 @@ static int second_build_is_a_cache_hit_in(const char *dir) {
   kspec h;
   if (specs_for(0, NULL, &h) != TH_PASS) return TH_FAIL;
   char rw[PATH_MAX];
-  path_in(rw, dir, "cache"); /* not there yet: the store creates it */
+  th_path_in(rw, dir, "cache"); /* not there yet: the store creates it */
   const cache_config cfg = cache_in(rw);
   jit_bin a, b;
   TH_OK(jit_build(&h, 80, &cfg, &a));
@@ -158,7 +134,9 @@ static int second_build_is_a_cache_hit_in(const char *dir) {
   jit_bin_free(&b);
   return TH_PASS;
 }
-static int second_build_is_a_cache_hit(void) { return in_tmpdir(second_build_is_a_cache_hit_in); }
+static int second_build_is_a_cache_hit(void) {
+  return th_in_tmpdir("unit-jit", second_build_is_a_cache_hit_in);
+}
 
 /* The value of the key line "<field> <value>" (the first one), or NULL. */
 static const char *key_field(const char *key, const char *field, char *out, size_t cap) {
@@ -275,15 +253,15 @@ static int corrupt_entry_is_recompiled_and_rewritten_in(const char *dir) {
   return TH_PASS;
 }
 static int corrupt_entry_is_recompiled_and_rewritten(void) {
-  return in_tmpdir(corrupt_entry_is_recompiled_and_rewritten_in);
+  return th_in_tmpdir("unit-jit", corrupt_entry_is_recompiled_and_rewritten_in);
 }
 
 static int readonly_cache_path_serves_and_is_never_written_in(const char *dir) {
   kspec h;
   if (specs_for(0, NULL, &h) != TH_PASS) return TH_FAIL;
   char a_dir[PATH_MAX], b_dir[PATH_MAX], path[PATH_MAX];
-  path_in(a_dir, dir, "system");
-  path_in(b_dir, dir, "user");
+  th_path_in(a_dir, dir, "system");
+  th_path_in(b_dir, dir, "user");
   TH_CHECK(mkdir(b_dir, 0700) == 0);
   /* precompile into A, as a system-wide cache would be filled */
   const cache_config fill = cache_in(a_dir);
@@ -318,7 +296,7 @@ static int readonly_cache_path_serves_and_is_never_written_in(const char *dir) {
   return TH_PASS;
 }
 static int readonly_cache_path_serves_and_is_never_written(void) {
-  return in_tmpdir(readonly_cache_path_serves_and_is_never_written_in);
+  return th_in_tmpdir("unit-jit", readonly_cache_path_serves_and_is_never_written_in);
 }
 
 static int disabled_cache_compiles_in_memory_in(const char *dir) {
@@ -340,7 +318,7 @@ static int disabled_cache_compiles_in_memory_in(const char *dir) {
   return TH_PASS;
 }
 static int disabled_cache_compiles_in_memory(void) {
-  return in_tmpdir(disabled_cache_compiles_in_memory_in);
+  return th_in_tmpdir("unit-jit", disabled_cache_compiles_in_memory_in);
 }
 
 enum { CHILDREN = 16, DISTINCT = 4 };
@@ -358,7 +336,7 @@ static int race_spec(int i, kspec *k, int *arch) {
 
 static int sixteen_processes_build_same_and_different_specs_into_one_cache_in(const char *dir) {
   char rw[PATH_MAX];
-  path_in(rw, dir, "cache");
+  th_path_in(rw, dir, "cache");
   int gate[2];
   TH_CHECK(pipe(gate) == 0);
   fflush(NULL);
@@ -424,14 +402,15 @@ static int sixteen_processes_build_same_and_different_specs_into_one_cache_in(co
   return TH_PASS;
 }
 static int sixteen_processes_build_same_and_different_specs_into_one_cache(void) {
-  return in_tmpdir(sixteen_processes_build_same_and_different_specs_into_one_cache_in);
+  return th_in_tmpdir("unit-jit",
+                      sixteen_processes_build_same_and_different_specs_into_one_cache_in);
 }
 
 static int dump_dir_receives_source_and_log_in(const char *dir) {
   kspec h;
   if (specs_for(0, NULL, &h) != TH_PASS) return TH_FAIL;
   char dump[PATH_MAX], cu[PATH_MAX], lg[PATH_MAX];
-  path_in(dump, dir, "dump"); /* not there yet: the dump creates it */
+  th_path_in(dump, dir, "dump"); /* not there yet: the dump creates it */
   const char *const old = getenv("KLJIT_DUMP_DIR");
   char saved[PATH_MAX] = "";
   if (old) snprintf(saved, sizeof saved, "%s", old);
@@ -444,9 +423,9 @@ static int dump_dir_receives_source_and_log_in(const char *dir) {
   TH_OK(st);
   char name[80];
   snprintf(name, sizeof name, "%s.cu", b.name);
-  path_in(cu, dump, name);
+  th_path_in(cu, dump, name);
   snprintf(name, sizeof name, "%s.log", b.name);
-  path_in(lg, dump, name);
+  th_path_in(lg, dump, name);
   strbuf src = {0}, got = {0};
   TH_OK(kspec_render(&h, &src));
   TH_CHECK(read_whole(cu, &got));
@@ -460,7 +439,7 @@ static int dump_dir_receives_source_and_log_in(const char *dir) {
   return TH_PASS;
 }
 static int dump_dir_receives_source_and_log(void) {
-  return in_tmpdir(dump_dir_receives_source_and_log_in);
+  return th_in_tmpdir("unit-jit", dump_dir_receives_source_and_log_in);
 }
 
 static int nvrtc_error_is_reported_with_log(void) {
@@ -527,7 +506,7 @@ static int cold_compile_and_warm_lookup_times_in(const char *dir) {
   return TH_PASS;
 }
 static int cold_compile_and_warm_lookup_times(void) {
-  return in_tmpdir(cold_compile_and_warm_lookup_times_in);
+  return th_in_tmpdir("unit-jit", cold_compile_and_warm_lookup_times_in);
 }
 
 static const th_case cases[] = {

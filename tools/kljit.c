@@ -167,13 +167,15 @@ static int demo_gpu(const opts *o, kljit_context *ctx) {
   if (cudaMalloc(&x, nx * es) || cudaMalloc(&w, nw * es) || cudaMalloc(&t, nt * es) ||
       cudaMalloc(&dx, nx * es) || cudaMalloc(&dw, nw * 4) || cudaMalloc((void **)&loss, 4) ||
       cudaMalloc(&wsp, ws)) {
-    fprintf(stderr, "kljit: demo: cudaMalloc failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
+    fprintf(stderr, "kljit: demo: cudaMalloc failed (%s)\n",
+            cudaGetErrorString(cudaGetLastError()));
     return 1;
   }
   /* bf16 patterns; for fp32/fp16 inputs they are just random bits of the right magnitude */
   const double pv = 2.0 / (double)o->vocab;
   if (gpu_fill_bf16(x, nx * es / 2, -1, 1, 1) || gpu_fill_bf16(w, nw * es / 2, -0.05, 0.05, 2) ||
-      gpu_fill_bf16(t, nt * es / 2, o->dtype == KLJIT_BF16 ? 0 : -1, o->dtype == KLJIT_BF16 ? pv : 1, 3))
+      gpu_fill_bf16(t, nt * es / 2, o->dtype == KLJIT_BF16 ? 0 : -1,
+                    o->dtype == KLJIT_BF16 ? pv : 1, 3))
     return 1;
   cudaMemGetInfo(&free1, &total);
   kljit_args a = KLJIT_ARGS_INIT;
