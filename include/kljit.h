@@ -264,7 +264,7 @@ typedef struct kljit_args {
   const void *teacher;         /* dense forms: [N,V] teacher_dtype                        */
   const void *teacher_ids;     /* sparse form: [N,K] topk_id_dtype                        */
   const void *teacher_values;  /* sparse form: [N,K] teacher_dtype                        */
-  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only                          */
+  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only; backward reuses forward's */
   float *loss;                 /* out: fp32 scalar, or [N] for KLJIT_REDUCTION_NONE       */
   void *grad_input;            /* out: dX [N,H] input_dtype                               */
   void *grad_weight;           /* out: dW [V,H] grad_weight_dtype                         */
