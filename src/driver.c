@@ -38,7 +38,6 @@ static void load(void) {
     snprintf(load_error, sizeof load_error, "cuInit failed: %s (no usable GPU?)", name);
     return;
   }
-  table.cuDriverGetVersion(&table.driver_version);
   load_status = KLJIT_SUCCESS;
 }
 

@@ -14,7 +14,6 @@
 /* X(name as in cuda.h, symbol exported by libcuda.so.1) */
 #define DRV_FUNCTIONS(X)                                         \
   X(cuInit, "cuInit")                                            \
-  X(cuDriverGetVersion, "cuDriverGetVersion")                    \
   X(cuGetErrorName, "cuGetErrorName")                            \
   X(cuGetErrorString, "cuGetErrorString")                        \
   X(cuDeviceGet, "cuDeviceGet")                                  \
@@ -28,20 +27,14 @@
   X(cuModuleLoadData, "cuModuleLoadData")                        \
   X(cuModuleUnload, "cuModuleUnload")                            \
   X(cuModuleGetFunction, "cuModuleGetFunction")                  \
-  X(cuFuncGetAttribute, "cuFuncGetAttribute")                    \
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                    \
   X(cuLaunchKernel, "cuLaunchKernel")                            \
-  X(cuMemGetInfo, "cuMemGetInfo_v2")                             \
-  X(cuMemsetD32Async, "cuMemsetD32Async")                        \
-  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                   \
-  X(cuStreamSynchronize, "cuStreamSynchronize")                  \
   X(cuPointerGetAttribute, "cuPointerGetAttribute")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;
   DRV_FUNCTIONS(DRV_FIELD)
 #undef DRV_FIELD
-  int driver_version;
 } drv_table;
 
 /* Loads libcuda.so.1 and cuInit(0)s it, once per process. KLJIT_ERR_NO_DEVICE with a sentence

@@ -14,7 +14,6 @@
 
 #include "plan.h"
 
-
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
   if (!ptr) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->%s is NULL", who, name);
