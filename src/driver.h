@@ -29,7 +29,10 @@
   X(cuModuleGetFunction, "cuModuleGetFunction")                  \
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                    \
   X(cuLaunchKernel, "cuLaunchKernel")                            \
-  X(cuPointerGetAttribute, "cuPointerGetAttribute")
+  X(cuPointerGetAttribute, "cuPointerGetAttribute")              \
+  X(cuMemsetD32Async, "cuMemsetD32Async")                        \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                   \
+  X(cuStreamSynchronize, "cuStreamSynchronize")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;

@@ -1,18 +1,22 @@
 /* exec.c — the chunk loops of the two execution modes, and their argument validation.
  *
  * Fused (gradient in forward), per chunk of R rows:
- *   logits GEMM -> kl_dense_stats -> kl_dense_fused (loss partials, G) -> dX GEMM -> dW GEMM
+ *   logits GEMM -> kl_<form>_stats -> kl_<form>_fused (loss partials, G) -> dX GEMM -> dW GEMM
  *   (-> kl_colsum for db); then kl_finish_loss and the fp32 -> output conversions.
- * Two-phase: forward = logits GEMM -> stats -> kl_dense_forward (row statistics into `saved`);
- * backward = logits GEMM -> kl_dense_backward (G from saved statistics) -> dX -> dW.
- * Everything is enqueued on the caller's stream; nothing synchronizes, nothing allocates.
+ * Two-phase: forward = logits GEMM -> stats -> kl_<form>_forward (row statistics into `saved`);
+ * backward = logits GEMM -> kl_<form>_backward (G from saved statistics) -> dX -> dW.
+ * <form> is dense or sparse (the rows module of the plan; same launch shapes, the sparse
+ * kernels take ids and values where the dense ones take the teacher).
+ * Everything is enqueued on the caller's stream; nothing allocates. Nothing synchronizes except
+ * checked mode (KLJIT_FLAG_CHECK_INPUTS), which reads its verdict back before any output is
+ * written (exec_check.c).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "exec.h"
 
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
@@ -77,7 +81,17 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
   if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, prob_dtype_size(pb->label_dtype)));
-  TRY(check_ptr(p, who, "teacher", a->teacher, 16));
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    TRY(check_absent(who, "teacher", a->teacher, "with the sparse teacher (teacher_ids, "
+                     "teacher_values)"));
+    TRY(check_ptr(p, who, "teacher_ids", a->teacher_ids, prob_dtype_size(pb->topk_id_dtype)));
+    TRY(check_ptr(p, who, "teacher_values", a->teacher_values,
+                  prob_dtype_size(pb->teacher_dtype)));
+  } else {
+    TRY(check_ptr(p, who, "teacher", a->teacher, 16));
+    TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
+    TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
+  }
   const int grads = mode != KLJIT_MODE_FORWARD;
   if (mode != KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "loss", a->loss, 4));
   if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
@@ -97,35 +111,21 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   return KLJIT_SUCCESS;
 }
 
-static kljit_status launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
-                           unsigned threads, void **params, void *stream) {
+kljit_status exec_launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
+                         unsigned threads, void **params, void *stream) {
   return drv_check(p->ctx->drv,
                    p->ctx->drv->cuLaunchKernel(p->fn[fn], gx, gy, 1, threads, 1, 1, 0,
                                                (CUstream)stream, params, NULL),
                    "cuLaunchKernel");
 }
 
-/* One call's constants, shared by the loops. */
-typedef struct exec_call {
-  const kljit_plan *p;
-  const kljit_args *a;
-  void *stream;
-  char *ws;
-  prob_workspace w;
-  float *hdr, *rowstat;
-  int labels_is64;
-  long long ignore;
-  size_t in_sz;
-  int skip_gemms;
-  float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
-} exec_call;
 
 static kljit_status run_setup(exec_call *c) {
   const kljit_args *a = c->a;
   long long n = a->rows;
   float t = (float)a->temperature;
   void *params[] = {(void *)&a->labels, &c->labels_is64, &c->ignore, &n, &t, &c->gmult, &c->hdr};
-  return launch(c->p, FN_SETUP, 1, 1, 1024, params, c->stream);
+  return exec_launch(c->p, FN_SETUP, 1, 1, 1024, params, c->stream);
 }
 
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
@@ -140,9 +140,11 @@ static kljit_status run_stats(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   void *z = c->ws + c->w.z, *part = c->ws + c->w.part;
-  void *params[] = {&z, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
+  /* the sparse stats read the ids (BUCKET's support bitmap) where the dense read the teacher */
+  const void *const *t = c->sparse ? &a->teacher_ids : &a->teacher;
+  void *params[] = {&z, (void *)t, (void *)&a->bias, (void *)&a->labels,
                     &c->labels_is64, &c->ignore, &c->hdr, &part, &row0};
-  return launch(p, FN_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
+  return exec_launch(p, FN_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
                 (unsigned)p->geom.tune.threads, params, c->stream);
 }
 
@@ -168,7 +170,7 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
     int rows = (int)n, accumulate = !first;
     void *db = c->ws + c->w.db;
     void *params[] = {&g, &rows, &db, &accumulate};
-    TRY(launch(p, FN_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, params, c->stream));
+    TRY(exec_launch(p, FN_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, params, c->stream));
   }
   return KLJIT_SUCCESS;
 }
@@ -179,7 +181,7 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
   void *src = c->ws + src_off;
   void *params[] = {&src, &dst, &n, &accumulate, &scale};
   const long long blocks = (n + 255) / 256;
-  return launch(c->p, FN_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256, params,
+  return exec_launch(c->p, FN_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256, params,
                 c->stream);
 }
 
@@ -199,7 +201,7 @@ static kljit_status run_finish_loss(exec_call *c) {
   int split = c->p->geom.p2_split;
   long long n = c->a->rows;
   void *params[] = {&lossp, &split, &n, &c->hdr, (void *)&c->a->loss};
-  return launch(c->p, FN_FINISH, 1, 1, 1024, params, c->stream);
+  return exec_launch(c->p, FN_FINISH, 1, 1, 1024, params, c->stream);
 }
 
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
@@ -209,6 +211,8 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
   const char *skip = getenv("KLJIT_DEBUG_SKIP_GEMMS");
   c->skip_gemms = skip && strcmp(skip, "1") == 0;
+  if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
+    TRY(exec_check_inputs(c));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
   for (long long row0 = 0; row0 < a->rows; row0 += R) {
     const int64_t n = a->rows - row0 < R ? a->rows - row0 : R;
@@ -217,24 +221,38 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     void *lossp = c->ws + c->w.lossp;
     const unsigned gx = (unsigned)p->geom.p2_split, gy = (unsigned)n;
     const unsigned th = (unsigned)p->geom.tune.threads;
-    if (mode == KLJIT_MODE_FUSED) {
-      if (!p->geom.tune.cluster) TRY(run_stats(c, row0, n));
-      void *params[] = {&z, &g, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
-                        &c->labels_is64, &c->ignore, &c->hdr, &part, &lossp, &row0};
-      TRY(launch(p, FN_FUSED, gx, gy, th, params, c->stream));
-    } else if (mode == KLJIT_MODE_FORWARD) {
-      if (!p->geom.tune.cluster) TRY(run_stats(c, row0, n));
-      void *params[] = {&z, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
-                        &c->labels_is64, &c->ignore, &c->hdr, &part, &c->rowstat, &lossp,
-                        &row0};
-      TRY(launch(p, FN_FORWARD, gx, gy, th, params, c->stream));
+    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster) TRY(run_stats(c, row0, n));
+    /* (z, [g], teacher | ids, values, bias, labels, labels_is64, ignore_index, hdr, ...) */
+    int per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
+    void *params[16];
+    int k = 0;
+    params[k++] = &z;
+    if (mode != KLJIT_MODE_FORWARD) params[k++] = &g;
+    if (c->sparse) {
+      params[k++] = (void *)&a->teacher_ids;
+      params[k++] = (void *)&a->teacher_values;
     } else {
-      int per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
-      void *params[] = {&z, &g, (void *)&a->teacher, (void *)&a->bias, (void *)&a->labels,
-                        &c->labels_is64, &c->ignore, &c->hdr, &c->rowstat,
-                        (void *)&a->grad_output, &per_row, &row0};
-      TRY(launch(p, FN_BACKWARD, gx, gy, th, params, c->stream));
+      params[k++] = (void *)&a->teacher;
     }
+    params[k++] = (void *)&a->bias;
+    params[k++] = (void *)&a->labels;
+    params[k++] = &c->labels_is64;
+    params[k++] = &c->ignore;
+    params[k++] = &c->hdr;
+    if (mode == KLJIT_MODE_BACKWARD) {
+      params[k++] = &c->rowstat;
+      params[k++] = (void *)&a->grad_output;
+      params[k++] = &per_row;
+    } else {
+      params[k++] = &part;
+      if (mode == KLJIT_MODE_FORWARD) params[k++] = &c->rowstat;
+      params[k++] = &lossp;
+    }
+    params[k++] = &row0;
+    const int fn = mode == KLJIT_MODE_FUSED     ? FN_FUSED
+                   : mode == KLJIT_MODE_FORWARD ? FN_FORWARD
+                                                : FN_BACKWARD;
+    TRY(exec_launch(p, fn, gx, gy, th, params, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_finish_loss(c));
@@ -273,6 +291,7 @@ static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args 
     c.in_sz = prob_dtype_size(p->pb.input_dtype);
     c.gmult = grad_multiplier(&p->pb, a->rows);
     c.galpha = 1.0f / c.gmult;
+    c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
     st = run_mode(&c, mode);
     if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
   }

@@ -9,11 +9,6 @@ static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-/* Kernel names by plan_fn index. */
-static const char *const fn_names[FN_COUNT] = {
-    "kl_dense_stats", "kl_dense_fused", "kl_dense_forward", "kl_dense_backward",
-    "kl_setup",       "kl_finish_loss", "kl_colsum",        "kl_convert"};
-
 static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod, int first_fn,
                                 int end_fn, strbuf *desc) {
   jit_bin bin;
@@ -29,9 +24,9 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
   if (st != KLJIT_SUCCESS) return st;
   const drv_table *d = p->ctx->drv;
   for (const char *const *name = kspec_kernels(k); *name; name++) {
-    int i = first_fn;
-    while (i < end_fn && strcmp(fn_names[i], *name) != 0) i++;
-    if (i == end_fn) return err_set(KLJIT_ERR_INTERNAL, "module kernel %s has no slot", *name);
+    const int slot = kspec_kernel_slot(k, *name), i = first_fn + slot;
+    if (slot < 0 || i >= end_fn)
+      return err_set(KLJIT_ERR_INTERNAL, "module kernel %s has no slot", *name);
     st = drv_check(d, d->cuModuleGetFunction(&p->fn[i], (*mod)->module, *name), *name);
     /* clusters of 16 blocks are beyond the portable 8 and must be allowed explicitly */
     if (st == KLJIT_SUCCESS && k->cluster > 8)

@@ -11,7 +11,7 @@
 #include "problem.h"
 
 enum plan_fn {
-  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, /* rows module */
+  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, /* rows module (dense or sparse) */
   FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT,  /* helpers module */
   FN_COUNT
 };

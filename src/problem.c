@@ -106,13 +106,6 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                          KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
-  /* Valid; now what this build does not do yet. */
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
-    return err_set(KLJIT_ERR_NOT_IMPLEMENTED,
-                   "%s: the sparse top-K teacher is not implemented yet (see README status)", who);
-  if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
-    return err_set(KLJIT_ERR_NOT_IMPLEMENTED,
-                   "%s: KLJIT_FLAG_CHECK_INPUTS is not implemented yet (see README status)", who);
   return KLJIT_SUCCESS;
 }
 
@@ -143,7 +136,8 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
    * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
    * bandwidth: it is opt-in, KLJIT_ROW_KERNEL=cluster (README). */
   const char *variant = getenv("KLJIT_ROW_KERNEL");
-  const int allow = variant && strcmp(variant, "cluster") == 0;
+  const int allow = variant && strcmp(variant, "cluster") == 0 &&
+                    pb->teacher != KLJIT_TEACHER_SPARSE_TOPK;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
   if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
@@ -161,9 +155,12 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
   } else {
     t.threads = 256;
     t.nv = 1;
-    /* ~16K columns per block: enough rows x blocks to fill the GPU at any chunk size. */
+    /* ~16K columns per block: enough rows x blocks to fill the GPU at any chunk size. The
+     * sparse rows allow more blocks per row: their BUCKET tail keeps a bitmap of the segment
+     * in shared memory (at most 2^18 columns, 32 KiB). */
     int64_t split = (pb->vocab + 16383) / 16384;
-    t.split = (int)(split < 1 ? 1 : split > 16 ? 16 : split);
+    const int64_t most = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK ? 64 : 16;
+    t.split = (int)(split < 1 ? 1 : split > most ? most : split);
   }
   const int64_t ld = round_up(pb->vocab, 8);
   int64_t r = (int64_t)(CHUNK_BUDGET / (double)chunk_row_bytes(pb, ld, &t));
@@ -193,7 +190,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
    * the cluster barrier or by the one-block-per-row pass 2 (INPLACE) */
   g->grad_in_place = 1;
   g->ldg = native ? g->ld : 2 * g->ld;
-  g->p2_split = !native && !tune->cluster ? 1 : tune->split;
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  g->p2_split = (!native && !tune->cluster) || sparse ? 1 : tune->split;
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
@@ -219,10 +217,24 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->t2 = (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0;
   r->tt_same = pb->teacher_temperature == 0;
   r->t = pb->temperature, r->tt = pb->teacher_temperature, r->eps = pb->eps;
+  r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
+  if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
+    if (tune->cluster)
+      return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
+    r->family = KSPEC_SPARSE_ROWS;
+    r->cluster = 0, r->nv = 1;
+    r->teacher = "sparse";
+    r->topk = pb->topk;
+    r->idt = pb->topk_id_dtype == KLJIT_INT32 ? "i32" : "i64";
+    r->values = pb->topk_values == KLJIT_TOPK_PROBS ? "probs" : "logprobs";
+    r->tail = pb->tail == KLJIT_TAIL_NONE ? "none" : pb->tail == KLJIT_TAIL_RENORM ? "renorm"
+                                                                                   : "bucket";
+  }
 
   kspec *h = &g->helpers;
   *h = *r;
   h->family = KSPEC_HELPERS;
+  h->check = 0;
   h->out = prob_dtype_tag(pb->grad_weight_dtype);
   return KLJIT_SUCCESS;
 }
@@ -251,6 +263,8 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   w.dw = off, off += grads && g->dw_workspace
                          ? align256((size_t)pb->vocab * (size_t)pb->hidden * 4) : 0;
   w.db = off, off += grads && (pb->flags & KLJIT_FLAG_BIAS) ? align256((size_t)pb->vocab * 4) : 0;
+  w.check = off, off += (pb->flags & KLJIT_FLAG_CHECK_INPUTS) && mode != KLJIT_MODE_BACKWARD
+                             ? 256 : 0;
   w.lt = off, w.lt_size = GEMM_WORKSPACE_BYTES, off += w.lt_size;
   w.total = off;
   return w;

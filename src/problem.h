@@ -15,6 +15,7 @@ typedef struct prob_tuning {
   int split;           /* blocks per row */
   int cluster;         /* 0: two-pass row kernels; C: one pass in clusters of C = split blocks */
   int nv;              /* cluster variant: 16-byte vectors per thread held in registers */
+  /* (sparse teacher: two-pass rows only; pass 2 and backward run one block per row) */
 } prob_tuning;
 
 /* Everything about a plan that follows from the problem and the tuning. */
@@ -40,7 +41,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
-  size_t hdr, lossp, part, z, g, dw, db, lt, total;
+  size_t hdr, lossp, part, z, g, dw, db, check, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

@@ -7,7 +7,15 @@
 #include "cache.h"
 
 const char *kspec_template(const kspec *k) {
-  return k->family == KSPEC_DENSE_ROWS ? "dense_rows.cu.lua" : "helpers.cu.lua";
+  return k->family == KSPEC_DENSE_ROWS    ? "dense_rows.cu.lua"
+         : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows.cu.lua"
+                                          : "helpers.cu.lua";
+}
+
+static const char *family_name(const kspec *k) {
+  return k->family == KSPEC_DENSE_ROWS    ? "dense_rows"
+         : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows"
+                                          : "helpers";
 }
 
 static render_param pi(const char *key, int64_t v) {
@@ -50,6 +58,23 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pb("TT_SAME", k->tt_same);
     out[n++] = pn("TT", k->tt_same ? 1.0 : k->tt);
     out[n++] = pn("EPS", k->eps);
+    out[n++] = pb("CHECK", k->check);
+  } else if (k->family == KSPEC_SPARSE_ROWS) {
+    out[n++] = pi("THREADS", k->threads);
+    out[n++] = pi("SPLIT", k->split);
+    out[n++] = pi("LDG", k->ldg);
+    out[n++] = pb("INPLACE", k->inplace);
+    out[n++] = ps("LOGIT", k->logit);
+    out[n++] = ps("GRAD", k->grad);
+    out[n++] = pi("K", k->topk);
+    out[n++] = ps("IDT", k->idt);
+    out[n++] = ps("VDT", k->tdt);
+    out[n++] = ps("VALUES", k->values);
+    out[n++] = ps("TAIL", k->tail);
+    out[n++] = pb("BIAS", k->bias);
+    out[n++] = ps("BDT", k->bdt);
+    out[n++] = pn("EPS", k->eps);
+    out[n++] = pb("CHECK", k->check);
   } else {
     out[n++] = ps("GRAD", k->grad);
     out[n++] = pi("LDG", k->ldg);
@@ -95,14 +120,41 @@ kljit_status kspec_render(const kspec *k, strbuf *out) {
 void kspec_name(const kspec *k, const char *source, char name[64]) {
   char hex[65];
   sha256_hex(source, strlen(source), hex);
-  snprintf(name, 64, "%s-%.12s", k->family == KSPEC_DENSE_ROWS ? "dense_rows" : "helpers", hex);
+  snprintf(name, 64, "%s-%.12s", family_name(k), hex);
+}
+
+/* Every kernel of a family, in slot order (see kspec_kernel_slot). */
+static const char *const DENSE[] = {"kl_dense_stats", "kl_dense_fused", "kl_dense_forward",
+                                    "kl_dense_backward", "kl_dense_check", NULL};
+static const char *const SPARSE[] = {"kl_sparse_stats", "kl_sparse_fused", "kl_sparse_forward",
+                                     "kl_sparse_backward", "kl_sparse_check", NULL};
+static const char *const HELPERS[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
+                                      NULL};
+
+static const char *const *family_kernels(const kspec *k) {
+  return k->family == KSPEC_DENSE_ROWS    ? DENSE
+         : k->family == KSPEC_SPARSE_ROWS ? SPARSE
+                                          : HELPERS;
 }
 
 const char *const *kspec_kernels(const kspec *k) {
-  static const char *const dense[] = {"kl_dense_stats", "kl_dense_fused", "kl_dense_forward",
-                                      "kl_dense_backward", NULL};
-  if (k->family == KSPEC_DENSE_ROWS && k->cluster) return dense + 1;
-  static const char *const helpers[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
-                                        NULL};
-  return k->family == KSPEC_DENSE_ROWS ? dense : helpers;
+  /* the modules' exported subsets, NULL-terminated */
+  static const char *const dense_nocheck[] = {"kl_dense_stats", "kl_dense_fused",
+                                              "kl_dense_forward", "kl_dense_backward", NULL};
+  static const char *const sparse_nocheck[] = {"kl_sparse_stats", "kl_sparse_fused",
+                                               "kl_sparse_forward", "kl_sparse_backward", NULL};
+  static const char *const cluster_check[] = {"kl_dense_fused", "kl_dense_forward",
+                                              "kl_dense_backward", "kl_dense_check", NULL};
+  if (k->family == KSPEC_DENSE_ROWS && k->cluster)
+    return k->check ? cluster_check : dense_nocheck + 1;
+  if (k->family == KSPEC_DENSE_ROWS) return k->check ? DENSE : dense_nocheck;
+  if (k->family == KSPEC_SPARSE_ROWS) return k->check ? SPARSE : sparse_nocheck;
+  return HELPERS;
+}
+
+int kspec_kernel_slot(const kspec *k, const char *name) {
+  const char *const *all = family_kernels(k);
+  for (int i = 0; all[i]; i++)
+    if (strcmp(all[i], name) == 0) return i;
+  return -1;
 }

@@ -13,7 +13,8 @@
 
 typedef enum kspec_family {
   KSPEC_DENSE_ROWS = 1,  /* templates/dense_rows.cu.lua */
-  KSPEC_HELPERS = 2      /* templates/helpers.cu.lua */
+  KSPEC_HELPERS = 2,     /* templates/helpers.cu.lua */
+  KSPEC_SPARSE_ROWS = 3  /* templates/sparse_rows.cu.lua */
 } kspec_family;
 
 typedef struct kspec {
@@ -38,6 +39,11 @@ typedef struct kspec {
   int t2;             /* helpers: T^2 scaling */
   int tt_same;
   double t, tt, eps;
+  int check;          /* rows: emit the checked-mode kernel */
+  int topk;           /* sparse rows: K */
+  const char *idt;    /* sparse rows: "i32" | "i64" */
+  const char *values; /* sparse rows: "probs" | "logprobs" */
+  const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 24 };
@@ -53,7 +59,11 @@ kljit_status kspec_render(const kspec *k, strbuf *out);
 void kspec_name(const kspec *k, const char *source, char name[64]);
 
 /* Kernel entry points the family's module exports (NULL-terminated). The cluster variant of the
- * dense rows has no kl_dense_stats. */
+ * dense rows has no kl_dense_stats; the check kernels exist with `check` only. */
 const char *const *kspec_kernels(const kspec *k);
+
+/* The slot of kernel `name` within its family: rows families 0 stats, 1 fused, 2 forward,
+ * 3 backward, 4 check; helpers 0 setup, 1 finish_loss, 2 colsum, 3 convert. -1 if unknown. */
+int kspec_kernel_slot(const kspec *k, const char *name);
 
 #endif

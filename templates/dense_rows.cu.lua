@@ -38,6 +38,7 @@
 %--   BIAS     bool; BDT f32|bf16|f16              TMODE   const|runtime; T (const mode)
 %--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
 %--   EPS      (0, 1e-3): floor of p inside log p
+%--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; expf/logf (no fast math); fixed-order reductions.
 %local P = P
@@ -634,3 +635,28 @@ kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teach
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
                           (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
+%if P.CHECK then
+
+/* Checked mode: one block per row of the call (blockIdx.x); ignored rows are not checked. The
+ * first bad row (smallest index) and its kind -> flag as (row << 8) | kind via atomicMin:
+ * 3 a value NaN or infinite (-inf allowed for log-probs and logits: p = 0), 4 a negative
+ * probability. */
+extern "C" __global__ void __launch_bounds__(256)
+kl_dense_check(const teach_t* __restrict__ teacher, const void* labels, int labels_is64,
+               i64 ignore_index, u64* flag) {
+  const i64 row = blockIdx.x;
+  if (!row_kept(labels, labels_is64, ignore_index, row)) return;
+  int bad = 0;
+  for (int v = threadIdx.x; v < V && !bad; v += 256) {
+    const float t = to_f32(teacher[row * V + v]);
+    const bool finite = (__float_as_uint(t) & 0x7f800000u) != 0x7f800000u;
+#if defined(TEACHER_PROBS)
+    if (!finite) bad = 3;
+    else if (t < 0.0f) bad = 4;
+#else
+    if (!finite && t != KL_NEG_INF) bad = 3;
+#endif
+  }
+  if (bad) atomicMin(flag, ((u64)row << 8) | (u64)bad);
+}
+%end

@@ -370,25 +370,27 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
   return bad ? TH_FAIL : TH_PASS;
 }
 
-static int plan_check_reports_unimplemented_options_as_not_implemented(void) {
-  int bad = 0;
-  /* A valid sparse problem (every sparse field in range) is not built yet. */
-  for (int tail = KLJIT_TAIL_NONE; tail <= KLJIT_TAIL_BUCKET; tail++) {
-    kljit_problem pb = valid_problem();
-    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 1000, pb.tail = (kljit_tail)tail;
-    pb.topk_id_dtype = KLJIT_INT32, pb.topk_values = KLJIT_TOPK_LOGPROBS;
-    const char *const msg[2] = {"sparse", NULL};
-    bad += !expect_check(&pb, "valid sparse teacher", KLJIT_ERR_NOT_IMPLEMENTED, msg);
-  }
+static int plan_check_accepts_sparse_and_checked_problems(void) {
+  /* every tail, value form and id width of the sparse teacher, K from 1 to 1024 */
+  for (int tail = KLJIT_TAIL_NONE; tail <= KLJIT_TAIL_BUCKET; tail++)
+    for (int k = 0; k < 3; k++) {
+      kljit_problem pb = valid_problem();
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = k == 0 ? 1 : k == 1 ? 100 : 1024;
+      pb.vocab = 50257;
+      pb.tail = (kljit_tail)tail;
+      pb.topk_id_dtype = k % 2 ? KLJIT_INT32 : KLJIT_INT64;
+      pb.topk_values = k % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      pb.flags = k == 2 ? KLJIT_FLAG_CHECK_INPUTS : 0u;
+      TH_OK(kljit_plan_check(&pb));
+    }
   kljit_problem pb = valid_problem();
   pb.flags = KLJIT_FLAG_CHECK_INPUTS | KLJIT_FLAG_BIAS;
-  const char *const msg[2] = {"KLJIT_FLAG_CHECK_INPUTS", NULL};
-  bad += !expect_check(&pb, "checked mode", KLJIT_ERR_NOT_IMPLEMENTED, msg);
-  /* An invalid field is reported as such even when an unimplemented option is also asked. */
+  TH_OK(kljit_plan_check(&pb));
+  /* an invalid field is still reported with checked mode on */
   pb.eps = 0;
   const char *const eps_msg[2] = {"eps = 0", NULL};
-  bad += !expect_check(&pb, "checked mode with eps 0", KLJIT_ERR_INVALID_ARGUMENT, eps_msg);
-  return bad ? TH_FAIL : TH_PASS;
+  TH_CHECK(expect_check(&pb, "checked mode with eps 0", KLJIT_ERR_INVALID_ARGUMENT, eps_msg));
+  return TH_PASS;
 }
 
 static int plan_check_success_clears_the_last_error(void) {
@@ -518,8 +520,8 @@ static const th_case cases[] = {
      plan_check_accepts_valid_problems_at_the_limits},
     {"plan_check_rejects_each_invalid_field_naming_it_and_its_value",
      plan_check_rejects_each_invalid_field_naming_it_and_its_value},
-    {"plan_check_reports_unimplemented_options_as_not_implemented",
-     plan_check_reports_unimplemented_options_as_not_implemented},
+    {"plan_check_accepts_sparse_and_checked_problems",
+     plan_check_accepts_sparse_and_checked_problems},
     {"plan_check_success_clears_the_last_error", plan_check_success_clears_the_last_error},
     {"last_error_is_thread_local", last_error_is_thread_local},
     {"null_plan_queries_are_rejected_and_write_nothing",

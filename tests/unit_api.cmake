@@ -12,7 +12,7 @@ foreach(case
     plan_check_accepts_the_default_problem_with_sizes_set
     plan_check_accepts_valid_problems_at_the_limits
     plan_check_rejects_each_invalid_field_naming_it_and_its_value
-    plan_check_reports_unimplemented_options_as_not_implemented
+    plan_check_accepts_sparse_and_checked_problems
     plan_check_success_clears_the_last_error
     last_error_is_thread_local
     null_plan_queries_are_rejected_and_write_nothing

@@ -12,8 +12,8 @@
  * scaling x grad_weight dtype (fp32 or the weight dtype) x grad_weight_accum (16-bit
  * grad_weight only: fp32 accumulates in place either way). Fixed at KLJIT_PROBLEM_INIT:
  * hidden (GEMM shapes only), label dtype and ignore_index (kernel arguments at run time), eps
- * (a constant, like T), TF32 (GEMM only). The sparse top-K form and checked mode are not
- * implemented yet (prob_validate says so); they join the axes when they are.
+ * (a constant, like T), TF32 (GEMM only). The sparse top-K form and checked mode have their
+ * own, smaller space (add_sparse_and_checked says how it covers theirs).
  *
  * Each problem is planned three ways: for sm_80, for sm_90, and for sm_90 with the one-pass
  * thread-block-cluster variant of the dense rows (opt-in: KLJIT_ROW_KERNEL=cluster, where a
@@ -164,9 +164,9 @@ static int *dm_slot(digest_map *m, const uint8_t d[32]) {
 /* ---- modules ---------------------------------------------------------------------------- */
 
 /* What a module is, for the statistics. */
-enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, N_KINDS };
+enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, KIND_SPARSE, N_KINDS };
 static const char *const KIND_NAME[N_KINDS] = {"dense_rows two-pass", "dense_rows cluster",
-                                               "helpers"};
+                                               "helpers", "sparse_rows"};
 
 typedef struct module {
   char *source;
@@ -236,7 +236,10 @@ static int module_of(space *s, const kspec *k, const char *params) {
   module *const m = &s->mods[s->n_mods];
   memset(m, 0, sizeof *m);
   m->source = src.data; /* owned by the module now */
-  m->kind = k->family == KSPEC_HELPERS ? KIND_HELPERS : k->cluster ? KIND_CLUSTER : KIND_TWO_PASS;
+  m->kind = k->family == KSPEC_HELPERS       ? KIND_HELPERS
+            : k->family == KSPEC_SPARSE_ROWS ? KIND_SPARSE
+            : k->cluster                     ? KIND_CLUSTER
+                                             : KIND_TWO_PASS;
   m->split = k->split, m->cluster = k->cluster, m->threads = k->threads;
   kspec_name(k, src.data, m->name);
   return *slot = (int)s->n_mods++;
@@ -442,6 +445,50 @@ static const int EDGE_PROBLEMS[3][N_AXES] = {
     {1, 0, 1, 0, 0, 1, 0, 3, 0, 0, 0},
 };
 
+/* The sparse top-K teacher and checked mode. The sparse rows' code paths are chosen by the
+ * tail, the value form and the logits/gradient dtypes (input dtype x native logits): those
+ * are enumerated in full (30 problems). The rest reach independent #if blocks of the template
+ * (id width, values dtype, bias, temperature mode, checked mode) and rotate through them, so
+ * every value of each meets every tail. K and V are constants only: three (K, V) pairs rotate,
+ * K = 1, K = 100 and K = 1024 (the largest shared-memory support), V up to 2^24 with BUCKET's
+ * largest segment bitmap. Checked mode of the dense rows: one problem per teacher form. */
+static int add_sparse_and_checked(space *s) {
+  static const int64_t KV[3][2] = {{1, 32000}, {100, 151936}, {1024, 1 << 24}};
+  int i = 0;
+  for (int tail = 0; tail < 3; tail++)
+    for (int lp = 0; lp < 2; lp++)
+      for (int in = 0; in < 3; in++)
+        for (int native = 0; native < 2; native++) {
+          if (native && DTYPES[in] == KLJIT_FP32) continue;
+          kljit_problem pb = KLJIT_PROBLEM_INIT;
+          pb.hidden = 4096;
+          pb.teacher = KLJIT_TEACHER_SPARSE_TOPK;
+          pb.tail = (kljit_tail)(KLJIT_TAIL_NONE + tail);
+          pb.topk_values = lp ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+          pb.input_dtype = pb.weight_dtype = DTYPES[in];
+          pb.flags = native ? KLJIT_FLAG_NATIVE_LOGITS : 0u;
+          pb.topk = (int32_t)KV[i % 3][0], pb.vocab = KV[i % 3][1];
+          pb.topk_id_dtype = i % 2 ? KLJIT_INT32 : KLJIT_INT64;
+          pb.teacher_dtype = DTYPES[(i / 2) % 3];
+          if (i % 4 == 1) pb.flags |= KLJIT_FLAG_BIAS;
+          pb.temperature_mode = i % 3 == 2 ? KLJIT_TEMPERATURE_RUNTIME
+                                           : KLJIT_TEMPERATURE_CONSTANT;
+          pb.temperature = i % 3 == 1 ? 0.7 : 1.0;
+          if (i % 5 < 2) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
+          i++;
+          const int r = add_problem(s, &pb);
+          if (r != TH_PASS) return r;
+        }
+  for (int f = 0; f < 3; f++) {
+    kljit_problem pb;
+    if (!make_problem(EDGE_PROBLEMS[f], 50257, &pb)) return TH_FAIL;
+    pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
+    const int r = add_problem(s, &pb);
+    if (r != TH_PASS) return r;
+  }
+  return TH_PASS;
+}
+
 static int every_variant_compiles_for_sm80_and_sm90(void) {
   static const int64_t FULL_V[] = {50257, 128256};
   static const int64_t EDGE_V[] = {2, 7, 32000, 151936, 256000, 1 << 24};
@@ -465,6 +512,7 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     if (!make_problem(EDGE_PROBLEMS[i % 3], EDGE_V[i], &pb)) r = TH_FAIL;
     else r = add_problem(&s, &pb);
   }
+  if (r == TH_PASS) r = add_sparse_and_checked(&s);
   const double enum_s = util_now() - t0;
   if (r == TH_PASS) {
     int kinds[N_KINDS] = {0};
@@ -477,6 +525,7 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
            "space, %zu from the V edges): %s %d, %s %d, %s %d; enumerated and rendered in "
            "%.1f s\n", s.specs, s.n_mods, full_mods, s.n_mods - full_mods, KIND_NAME[0],
            kinds[0], KIND_NAME[1], kinds[1], KIND_NAME[2], kinds[2], enum_s);
+    printf("  %s modules (sparse space): %d\n", KIND_NAME[KIND_SPARSE], kinds[KIND_SPARSE]);
     print_shapes(&s);
     fflush(stdout);
     if (kinds[KIND_CLUSTER] == 0) {

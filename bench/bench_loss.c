@@ -1,6 +1,7 @@
-/* bench_dense.c — times the dense fused linear + KL loss against its GEMM floor, same run.
+/* bench_loss.c — times the fused linear + KL loss against its GEMM floor, same run.
  *
- * For each shape N x H x V (bf16 inputs, bf16 teacher probs, batchmean):
+ * For each shape N x H x V (bf16 inputs, batchmean; teacher: dense bf16 probs, or with
+ * --topk K the sparse top-K teacher, int64 ids and bf16 probabilities summing to about 0.9):
  *   validate  a small problem with the same V against the fp64 reference (loss, dX, dW);
  *   copy      device-to-device copy bandwidth (bytes read + written), the memory ceiling;
  *   floor     the same cuBLAS GEMMs alone: "chunked" = kljit's own chunk loop of GEMMs
@@ -9,6 +10,8 @@
  *   rows      the row kernels alone (KLJIT_DEBUG_SKIP_GEMMS=1) and their effective bandwidth;
  *   memory    workspace reported by the plan and any device memory the calls took beyond it.
  * Prints one CSV row per shape (stdout) and a table (stderr). Inputs are random, never zero.
+ * --no-fused times the two-phase mode alone and --no-full skips the unchunked floor (whose
+ * N x V logits do not fit at long context): the long-context run of the sparse issue.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -47,6 +50,8 @@
   } while (0)
 
 static int repeats = 10;
+static int topk = 0;                     /* 0: dense teacher */
+static int do_fused = 1, do_full = 1;
 
 static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
   if (gpu_fill_bf16(dst, count, lo, hi, seed)) exit(1);
@@ -88,7 +93,7 @@ typedef struct shape_ctx {
   kljit_args args;
   kljit_args args2; /* backward */
   cublasHandle_t blas;
-  void *x, *w, *t, *dx, *dw, *logits, *g;
+  void *x, *w, *t, *ids, *dx, *dw, *logits, *g;
   int full;  /* floor variant: 1 = unchunked bf16 logits, 0 = chunked fp32 logits */
   void *src, *dst;
   size_t copy_bytes;
@@ -136,50 +141,73 @@ static void floor_gemms(shape_ctx *s, int gemms) {
 static void run_floor3(void *p) { floor_gemms(p, 3); }
 static void run_floor4(void *p) { floor_gemms(p, 4); }
 
+/* The teacher form of the bench's problems. */
+static void set_teacher(kljit_problem *pb) {
+  if (!topk) return;
+  pb->teacher = KLJIT_TEACHER_SPARSE_TOPK, pb->topk = topk, pb->topk_id_dtype = KLJIT_INT64;
+}
+
+/* Support id j of row i: K distinct ids spread over the vocabulary from a per-row start. */
+static int64_t sparse_id(int64_t i, int64_t j, int64_t v) {
+  const int64_t step = v / (topk ? topk : 1);
+  return ((i * 2654435761LL) % v + j * step) % v;
+}
+
 /* Small problem with the bench's V and dtypes against the fp64 reference. */
 static int validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_err,
                     double *dw_err) {
   const int64_t n = 5, h = 128;
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = h, pb.vocab = v;
+  set_teacher(&pb);
   kljit_plan *plan;
   KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
   host_rng r = {7};
-  double *x = malloc(8 * n * h), *w = malloc(8 * v * h), *t = malloc(8 * n * v);
+  const int64_t k = topk ? topk : v; /* teacher entries per row */
+  double *x = malloc(8 * n * h), *w = malloc(8 * v * h), *t = malloc(8 * n * k);
+  double *idd = malloc(8 * n * k);
+  int64_t *ids = malloc(8 * n * k);
   double *gx = malloc(8 * n * h), *gw = malloc(8 * v * h), *rx = calloc(n * h, 8);
   double *rw = calloc(v * h, 8), gl;
   for (int64_t i = 0; i < n * h; i++) x[i] = host_normal(&r);
   for (int64_t i = 0; i < v * h; i++) w[i] = 0.3 * host_normal(&r);
   for (int64_t i = 0; i < n; i++) {
     double s = 0;
-    for (int64_t j = 0; j < v; j++) s += (t[i * v + j] = host_uniform(&r));
-    for (int64_t j = 0; j < v; j++) t[i * v + j] /= s;
+    for (int64_t j = 0; j < k; j++) s += (t[i * k + j] = host_uniform(&r));
+    for (int64_t j = 0; j < k; j++) t[i * k + j] *= (topk ? 0.9 : 1.0) / s;
+    for (int64_t j = 0; j < k; j++) idd[i * k + j] = (double)(ids[i * k + j] = sparse_id(i, j, v));
   }
-  gbuf X, W, T, DX, DW, L, WS;
+  gbuf X, W, T, I, DX, DW, L, WS;
+  memset(&I, 0, sizeof I);
   size_t ws;
   KO(kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, n, &ws));
   if (gbuf_alloc(&X, KLJIT_BF16, n * h) || gbuf_alloc(&W, KLJIT_BF16, v * h) ||
-      gbuf_alloc(&T, KLJIT_BF16, n * v) || gbuf_alloc(&DX, KLJIT_BF16, n * h) ||
+      gbuf_alloc(&T, KLJIT_BF16, n * k) || gbuf_alloc(&DX, KLJIT_BF16, n * h) ||
+      (topk && (gbuf_alloc(&I, KLJIT_INT64, n * k) || gbuf_upload(&I, idd, NULL))) ||
       gbuf_alloc(&DW, KLJIT_FP32, v * h) || gbuf_alloc(&L, KLJIT_FP32, 1) ||
       gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 1) || gbuf_upload(&X, x, x) ||
       gbuf_upload(&W, w, w) || gbuf_upload(&T, t, t))
     return 1;
   kljit_args a = KLJIT_ARGS_INIT;
-  a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.teacher = T.ptr, a.loss = L.ptr;
+  a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.loss = L.ptr;
+  if (topk) a.teacher_ids = I.ptr, a.teacher_values = T.ptr;
+  else a.teacher = T.ptr;
   a.grad_input = DX.ptr, a.grad_weight = DW.ptr, a.workspace = WS.ptr, a.workspace_size = ws;
   KO(kljit_fused(plan, NULL, &a));
   if (gbuf_download(&L, &gl) || gbuf_download(&DX, gx) || gbuf_download(&DW, gw)) return 1;
   ref_inputs ri = {0};
-  ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.teacher = t, ri.temperature = 1;
+  ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.temperature = 1;
+  if (topk) ri.ids = ids, ri.vals = t;
+  else ri.teacher = t;
   ref_outputs ro = {0};
   ro.dx = rx, ro.dw = rw;
   if (ref_compute(&ri, &ro)) return 1;
   *loss_err = fabs(gl - ro.loss) / fabs(ro.loss);
   *dx_err = rel_frobenius(gx, rx, n * h);
   *dw_err = rel_frobenius(gw, rw, v * h);
-  gbuf *b[] = {&X, &W, &T, &DX, &DW, &L, &WS};
-  for (int i = 0; i < 7; i++) gbuf_free(b[i]);
-  free(x), free(w), free(t), free(gx), free(gw), free(rx), free(rw);
+  gbuf *b[] = {&X, &W, &T, &I, &DX, &DW, &L, &WS};
+  for (int i = 0; i < 8; i++) gbuf_free(b[i]);
+  free(x), free(w), free(t), free(gx), free(gw), free(rx), free(rw), free(idd), free(ids);
   kljit_plan_destroy(plan);
   return 0;
 }
@@ -198,6 +226,7 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
 
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = h, pb.vocab = v;
+  set_teacher(&pb);
   KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &s.plan));
   size_t ws_f, ws_b, ws_fw, saved;
   KO(kljit_plan_workspace_size(s.plan, KLJIT_MODE_FUSED, n, &ws_f));
@@ -205,7 +234,7 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   KO(kljit_plan_workspace_size(s.plan, KLJIT_MODE_BACKWARD, n, &ws_b));
   KO(kljit_plan_saved_size(s.plan, n, &saved));
   const size_t ws2 = ws_fw > ws_b ? ws_fw : ws_b;
-  const size_t ws = twophase && ws2 > ws_f ? ws2 : ws_f;
+  const size_t ws = !do_fused ? ws2 : twophase && ws2 > ws_f ? ws2 : ws_f;
   const char *desc = kljit_plan_describe(s.plan);
   const char *cr = strstr(desc, "chunk_rows=");
   s.chunk = cr ? atoll(cr + 11) : 1024;
@@ -215,7 +244,8 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   size_t free0, free1, total;
   CK(cudaMalloc(&s.x, n * h * 2));
   CK(cudaMalloc(&s.w, v * h * 2));
-  CK(cudaMalloc(&s.t, n * v * 2));
+  const int64_t tk = topk ? topk : v; /* teacher entries per row */
+  CK(cudaMalloc(&s.t, n * tk * 2));
   CK(cudaMalloc(&s.dx, n * h * 2));
   CK(cudaMalloc(&s.dw, v * h * 4));
   CK(cudaMalloc(&loss, 4));
@@ -224,7 +254,15 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   CK(cudaMalloc(&flush, flush_bytes));
   fill_bf16(s.x, n * h, -1, 1, 1);
   fill_bf16(s.w, v * h, -0.05, 0.05, 2);
-  fill_bf16(s.t, n * v, 0, 2.0 / v, 3); /* rows sum to about 1 */
+  fill_bf16(s.t, n * tk, 0, (topk ? 1.8 : 2.0) / tk, 3); /* rows sum to about 0.9 or 1 */
+  if (topk) {
+    int64_t *hid = malloc(sizeof(int64_t) * n * tk);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < tk; j++) hid[i * tk + j] = sparse_id(i, j, v);
+    CK(cudaMalloc(&s.ids, sizeof(int64_t) * n * tk));
+    CK(cudaMemcpy(s.ids, hid, sizeof(int64_t) * n * tk, cudaMemcpyHostToDevice));
+    free(hid);
+  }
   fill_bf16(gout, 2, 1, 1, 4);          /* two bf16 ones = one fp32 value near 1 */
   CK(cudaMemset(gout, 0, 4));
   const float one = 1.0f;
@@ -233,7 +271,9 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   CK(cudaMemGetInfo(&free0, &total));
   CK(cudaMalloc(&wsp, ws));
   kljit_args a = KLJIT_ARGS_INIT;
-  a.rows = n, a.input = s.x, a.weight = s.w, a.teacher = s.t, a.loss = loss;
+  a.rows = n, a.input = s.x, a.weight = s.w, a.loss = loss;
+  if (topk) a.teacher_ids = s.ids, a.teacher_values = s.t;
+  else a.teacher = s.t;
   a.grad_input = s.dx, a.grad_weight = s.dw, a.workspace = wsp, a.workspace_size = ws;
   a.saved = sv, a.grad_output = gout;
   s.args = s.args2 = a;
@@ -242,41 +282,45 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   float l1, l2;
   const size_t dxb = (size_t)n * h * 2, dwb = (size_t)v * h * 4;
   char *r1 = malloc(dxb + dwb), *r2 = malloc(dxb + dwb);
-  run_fused(&s);
+  bench_fn run = do_fused ? run_fused : run_twophase;
+  run(&s);
   CK(cudaMemcpy(&l1, loss, 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r1, s.dx, dxb, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r1 + dxb, s.dw, dwb, cudaMemcpyDeviceToHost));
-  run_fused(&s);
+  run(&s);
   CK(cudaMemcpy(&l2, loss, 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r2, s.dx, dxb, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(r2 + dxb, s.dw, dwb, cudaMemcpyDeviceToHost));
   const int deterministic = memcmp(&l1, &l2, 4) == 0 && memcmp(r1, r2, dxb + dwb) == 0;
   free(r1), free(r2);
 
-  const float t_fused = time_ms(run_fused, &s, flush, flush_bytes);
+  const float t_fused = do_fused ? time_ms(run_fused, &s, flush, flush_bytes) : 0.0f;
   const float t_two = twophase ? time_ms(run_twophase, &s, flush, flush_bytes) : 0.0f;
   CK(cudaMemGetInfo(&free1, &total));
   const double hidden_alloc = ((double)free0 - (double)free1 - (double)ws) / (1 << 20);
   setenv("KLJIT_DEBUG_SKIP_GEMMS", "1", 1);
-  const float t_rows = time_ms(run_fused, &s, flush, flush_bytes);
+  const float t_rows = time_ms(run, &s, flush, flush_bytes);
   unsetenv("KLJIT_DEBUG_SKIP_GEMMS");
   CK(cudaFree(wsp));
 
   /* floors */
   BK(cublasCreate(&s.blas));
   const int64_t ld = (v + 7) / 8 * 8;
-  CK(cudaMalloc(&s.g, (size_t)(s.chunk < n ? s.chunk : n) * ld * 2 > (size_t)n * ld * 2
-                          ? (size_t)s.chunk * ld * 2 : (size_t)n * ld * 2));
-  fill_bf16(s.g, (s.chunk < n ? s.chunk : n) * ld, -1e-4, 1e-4, 5);
-  CK(cudaMalloc(&s.logits, (size_t)(s.chunk < n ? s.chunk : n) * ld * 4 > (size_t)n * ld * 2
-                               ? (size_t)(s.chunk < n ? s.chunk : n) * ld * 4
-                               : (size_t)n * ld * 2));
+  const size_t rows_c = (size_t)(s.chunk < n ? s.chunk : n), rows_f = do_full ? (size_t)n : 0;
+  const size_t g_bytes = rows_c * ld * 2 > rows_f * ld * 2 ? rows_c * ld * 2 : rows_f * ld * 2;
+  const size_t z_bytes = rows_c * ld * 4 > rows_f * ld * 2 ? rows_c * ld * 4 : rows_f * ld * 2;
+  CK(cudaMalloc(&s.g, g_bytes));
+  fill_bf16(s.g, rows_c * ld, -1e-4, 1e-4, 5);
+  CK(cudaMalloc(&s.logits, z_bytes));
   s.full = 0;
-  const float f3 = time_ms(run_floor3, &s, flush, flush_bytes);
+  const float f3 = do_fused ? time_ms(run_floor3, &s, flush, flush_bytes) : 0.0f;
   const float f4 = twophase ? time_ms(run_floor4, &s, flush, flush_bytes) : 0.0f;
   s.full = 1;
-  fill_bf16(s.g, n * ld, -1e-4, 1e-4, 5);
-  const float f3full = time_ms(run_floor3, &s, flush, flush_bytes);
+  float f3full = 0.0f;
+  if (do_full) {
+    fill_bf16(s.g, n * ld, -1e-4, 1e-4, 5);
+    f3full = time_ms(run_floor3, &s, flush, flush_bytes);
+  }
   CK(cudaFree(s.g));
   CK(cudaFree(s.logits));
   cublasDestroy(s.blas);
@@ -290,36 +334,39 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   const double copy_gbs = 2.0 * (double)s.copy_bytes / (t_copy * 1e-3) / 1e9;
   CK(cudaFree(s.src));
   CK(cudaFree(s.dst));
-  /* bytes the row kernels must move: z fp32 read twice, teacher bf16 read twice, G bf16 once,
-   * plus the GEMM's z write is not theirs */
-  const double row_bytes = (double)n * (double)v * (4 + 4 + 2 + 2 + 2);
+  /* bytes the row kernels must move (the GEMM's z write is not theirs): dense, z fp32 and the
+   * bf16 teacher read twice, G bf16 written once (14 per logit); sparse, z read twice, G
+   * written once (10; fused) or z read once in forward, once in backward, G once (10) */
+  const double row_bytes = (double)n * (double)v * (topk ? 4 + 4 + 2 : 4 + 4 + 2 + 2 + 2);
   const double rows_gbs = row_bytes / (t_rows * 1e-3) / 1e9;
-  const double tflop = 6.0 * n * h * v / (t_fused * 1e-3) / 1e12;
+  const double tflop = do_fused ? 6.0 * n * h * v / (t_fused * 1e-3) / 1e12
+                                : 8.0 * n * h * v / (t_two * 1e-3) / 1e12;
 
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   int drv = 0;
   cudaDriverGetVersion(&drv);
   if (header)
-    printf("gpu,driver,kljit,N,H,V,chunk,valid_loss_rel,valid_dx_rel,valid_dw_rel,"
+    printf("gpu,driver,kljit,N,H,V,K,chunk,valid_loss_rel,valid_dx_rel,valid_dw_rel,"
            "deterministic,fused_ms,floor3_chunked_ms,floor3_full_ms,ratio_chunked,ratio_full,"
            "twophase_ms,floor4_chunked_ms,ratio4,rows_ms,rows_gbs,copy_gbs,rows_frac_copy,"
            "fused_tflops,workspace_gib,hidden_alloc_mib\n");
-  printf("%s,%d,%s,%lld,%lld,%lld,%lld,%.2e,%.2e,%.2e,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+  printf("%s,%d,%s,%lld,%lld,%lld,%d,%lld,%.2e,%.2e,%.2e,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
          "%.3f,%.3f,%.0f,%.0f,%.3f,%.1f,%.3f,%.1f\n",
-         prop.name, drv, kljit_version(), (long long)n, (long long)h, (long long)v,
-         (long long)s.chunk, le, xe, we, deterministic, t_fused, f3, f3full, t_fused / f3,
-         t_fused / f3full, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs, copy_gbs,
+         prop.name, drv, kljit_version(), (long long)n, (long long)h, (long long)v, topk,
+         (long long)s.chunk, le, xe, we, deterministic, t_fused, f3, f3full,
+         f3 > 0 ? t_fused / f3 : 0.0, f3full > 0 ? t_fused / f3full : 0.0, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs, copy_gbs,
          rows_gbs / copy_gbs, tflop, ws / (double)(1 << 30), hidden_alloc);
   fflush(stdout);
   fprintf(stderr,
-          "%5lldx%4lldx%6lld valid=%d det=%d fused %.2f ms | floor chunked %.2f (x%.3f) full %.2f "
+          "%5lldx%4lldx%6lld K=%d valid=%d det=%d fused %.2f ms | floor chunked %.2f (x%.3f) full %.2f "
           "(x%.3f) | 2-phase %.2f vs %.2f (x%.3f) | rows %.2f ms %.0f GB/s = %.0f%% of copy %.0f | "
           "ws %.2f GiB hidden %.0f MiB\n",
-          (long long)n, (long long)h, (long long)v, valid, deterministic, t_fused, f3, t_fused / f3,
-          f3full, t_fused / f3full, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs,
+          (long long)n, (long long)h, (long long)v, topk, valid, deterministic, t_fused, f3,
+          f3 > 0 ? t_fused / f3 : 0.0, f3full, f3full > 0 ? t_fused / f3full : 0.0, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs,
           100 * rows_gbs / copy_gbs, copy_gbs, ws / (double)(1 << 30), hidden_alloc);
   cudaFree(s.x), cudaFree(s.w), cudaFree(s.t), cudaFree(s.dx), cudaFree(s.dw), cudaFree(loss);
+  if (s.ids) cudaFree(s.ids);
   cudaFree(sv), cudaFree(gout), cudaFree(flush);
   kljit_plan_destroy(s.plan);
 }
@@ -332,13 +379,17 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-twophase")) twophase = 0;
+    else if (!strcmp(argv[i], "--no-fused")) do_fused = 0;
+    else if (!strcmp(argv[i], "--no-full")) do_full = 0;
+    else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R] [--no-twophase]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R] [--topk K] [--no-twophase] "
+              "[--no-fused] [--no-full]\n", argv[0]);
       return 2;
     }
   }
   if (!gpu_available()) {
-    fprintf(stderr, "bench_dense: no GPU here; nothing to time\n");
+    fprintf(stderr, "bench_loss: no GPU here; nothing to time\n");
     return 0;
   }
   kljit_context *ctx;

@@ -1,0 +1,33 @@
+/* exec.h — what the chunk loops (exec.c) share with checked mode (exec_check.c): the constants
+ * of one call and the kernel launcher. */
+#ifndef KLJIT_EXEC_H
+#define KLJIT_EXEC_H
+
+#include "plan.h"
+
+/* One call's constants, shared by the loops. */
+typedef struct exec_call {
+  const kljit_plan *p;
+  const kljit_args *a;
+  void *stream;
+  char *ws;
+  prob_workspace w;
+  float *hdr, *rowstat;
+  int labels_is64;
+  long long ignore;
+  size_t in_sz;
+  int skip_gemms;
+  int sparse;          /* the plan's rows module is the sparse top-K one */
+  float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
+} exec_call;
+
+/* cuLaunchKernel of the plan's kernel `fn` on `stream`, (gx, gy) blocks of `threads`. */
+kljit_status exec_launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
+                         unsigned threads, void **params, void *stream);
+
+/* Checked mode: runs the plan's check kernel over every kept row of the call, waits for it and
+ * returns KLJIT_ERR_BAD_INPUT_DATA naming the first bad row and what is wrong with it. Runs
+ * before anything is written. */
+kljit_status exec_check_inputs(const exec_call *c);
+
+#endif

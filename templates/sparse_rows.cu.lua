@@ -1,0 +1,525 @@
+%-- sparse_rows.cu.lua: row kernels of the sparse top-K teacher KL loss (offline distillation
+%-- from cached top-K ids and probabilities; CompactifAI's "full chunked KL" and two tails more).
+%--
+%-- Math, per kept row (s = (z + b) / T, lse = lse(s), q = softmax(s); support ids[K], teacher
+%-- p_k from the values, M = sum_k p_k; see tests/ref.c, the contract):
+%--   NONE    l = sum_k p_k (log max(p_k, eps) - (s_id_k - lse))     dl/ds = M q - p on S
+%--   RENORM  p <- p / M (M = 0: l = 0, dl/ds = 0), then NONE with M = 1
+%--   BUCKET  NONE + t log(t / (1 - Q_S)), t = 1 - M, Q_S = sum_S q, when t > 0 and a column
+%--           lies off S;  dl/ds = c_in q - p on S and c_out q off S, c_in = M + t,
+%--           c_out = M - t Q_S / (1 - Q_S)
+%-- G = gscale * dl/ds (gscale from hdr, see helpers.cu.lua), written in place over the chunk.
+%--
+%-- Kernels (stats: SPLIT blocks per row x chunk rows; the others: one block per row):
+%--   kl_sparse_stats     pass 1: online (max, sum-exp) of s over the block's segment. BUCKET also
+%--                       sums exp over the columns off S (a bitmap of S in shared memory), so
+%--                       1 - Q_S = d_off / d needs no subtraction: a support holding nearly all
+%--                       of q keeps its relative precision. -> part[r][split] = {m, d, d_off}
+%--   kl_sparse_fused     merge -> lse; gather the K support logits; loss -> lossp[row]; G: c_out q
+%--                       streamed over the row, then the K support columns rewritten with
+%--                       c_in q - p (the gathered logits were read before the stream began)
+%--   kl_sparse_forward   merge, gather, loss -> lossp; row statistics -> rowstat. The row is not
+%--                       read again: forward costs one streaming pass (stats) and K gathers.
+%--   kl_sparse_backward  G from the saved statistics {lse, c_out, c_in, pscale}: one pass.
+%--   kl_sparse_check     (CHECK) one block per row of the whole call: ids in [0, V), no duplicate
+%--                       ids, values finite, probs >= 0, log-probs not +inf or NaN. The first bad
+%--                       row (smallest index) and its kind -> flag (atomicMin, deterministic).
+%-- Unchecked bad input never faults: an id outside [0, V) is skipped (contributes nothing);
+%-- duplicate ids give unspecified values (every occurrence enters the loss; G's support column
+%-- gets one of them); negative probabilities enter the sums as given.
+%--
+%-- Parameters (validated below):
+%--   V, LD, LDG, THREADS, SPLIT, INPLACE, LOGIT, GRAD, BIAS, BDT, TMODE, T, EPS  as dense_rows
+%--   K        1..1024, <= V                IDT     i32|i64: dtype of the ids
+%--   VDT      f32|bf16|f16: values dtype   VALUES  probs|logprobs
+%--   TAIL     none|renorm|bucket           CHECK   bool: emit kl_sparse_check
+%-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
+%local P = P
+%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
+%local size = { f32 = 4, bf16 = 2, f16 = 2 }
+%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
+%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
+%if P.THREADS < 64 or P.THREADS > 1024 or P.THREADS % 32 ~= 0 then
+%  reject("THREADS must be a multiple of 32 in [64, 1024]")
+%end
+%if P.SPLIT < 1 or P.SPLIT > 64 then reject("SPLIT must be in [1, 64]") end
+%if type(P.K) ~= "number" or P.K < 1 or P.K > 1024 or P.K > P.V then
+%  reject("K must be in [1, min(V, 1024)]")
+%end
+%for _, k in ipairs({ "LOGIT", "GRAD", "VDT", "BDT" }) do
+%  if not dt[P[k]] then reject(k .. " must be f32, bf16 or f16") end
+%end
+%if P.IDT ~= "i32" and P.IDT ~= "i64" then reject("IDT must be i32 or i64") end
+%if P.VALUES ~= "probs" and P.VALUES ~= "logprobs" then reject("VALUES must be probs or logprobs") end
+%if P.TAIL ~= "none" and P.TAIL ~= "renorm" and P.TAIL ~= "bucket" then
+%  reject("TAIL must be none, renorm or bucket")
+%end
+%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
+%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
+%if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
+%if P.LDG ~= P.LD and P.LDG ~= 2 * P.LD then reject("LDG must be LD or 2 LD") end
+%if P.INPLACE ~= (P.LDG == 2 * P.LD) then reject("INPLACE must be set exactly when LDG = 2 LD") end
+%local VEC = 16 // size[P.LOGIT]
+%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
+%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
+%if P.TAIL == "bucket" and SEG > 262144 then reject("BUCKET needs a segment <= 262144 columns") end
+
+#define V {{ P.V }}
+#define LD {{ P.LD }}
+#define LDG {{ P.LDG }}
+#define THREADS {{ P.THREADS }}
+#define SPLIT {{ P.SPLIT }}
+#define VEC {{ VEC }}
+#define SEG {{ SEG }}
+#define K {{ P.K }}
+#define PSTRIDE 8
+#define INPLACE {{ P.INPLACE and 1 or 0 }}
+#define BUCKET {{ P.TAIL == "bucket" and 1 or 0 }}
+#define RENORM {{ P.TAIL == "renorm" and 1 or 0 }}
+#define LOGPROBS {{ P.VALUES == "logprobs" and 1 or 0 }}
+#define HAS_BIAS {{ P.BIAS and 1 or 0 }}
+#define LOG_EPS {{ f32(math.log(P.EPS)) }}
+#define EPS {{ f32(P.EPS) }}
+typedef {{ dt[P.LOGIT] }} logit_t;
+typedef {{ dt[P.GRAD] }} grad_t;
+typedef {{ dt[P.VDT] }} val_t;
+typedef {{ dt[P.BDT] }} bias_t;
+typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
+%if P.TMODE == "const" then
+#define INV_T(hdr) ({{ f32(1.0 / P.T) }})
+%else
+#define INV_T(hdr) ((hdr)[3])
+%end
+
+/* Loads VEC scores s = (z + b) * invT at column v; FULL: all VEC columns exist, else the missing
+ * ones get -inf. */
+template <bool FULL>
+__device__ __forceinline__ void load_s(const logit_t* zr, const bias_t* __restrict__ bias, int v,
+                                       float invT, float (&s)[VEC]) {
+  if constexpr (FULL) {
+    load_n<VEC, true>(zr + v, s);
+#if HAS_BIAS
+    float b[VEC];
+    load_n<VEC, false>(bias + v, b);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) s[i] += b[i];
+#endif
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      s[i] = v + i < V ? to_f32(zr[v + i]) : KL_NEG_INF;
+#if HAS_BIAS
+      if (v + i < V) s[i] += to_f32(bias[v + i]);
+#endif
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; i++) s[i] *= invT;
+}
+
+/* The score of one column (the gather). */
+__device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __restrict__ bias,
+                                          i64 v, float invT) {
+  float s = to_f32(zr[v]);
+#if HAS_BIAS
+  s += to_f32(bias[v]);
+#endif
+  return s * invT;
+}
+
+/* Online (max, sum-exp) of VEC scores; with BUCKET also the sum-exp of those off S (off[i]). */
+struct acc_t {
+  float m, d, doff;
+};
+__device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s) {
+  float m = a.m;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
+  if (m == KL_NEG_INF) return;
+  const float r = fexp(a.m - m);
+  float d = a.d * r, doff = a.doff * r;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) {
+    const float e = fexp(s[i] - m);
+    d += e;
+#if BUCKET
+    if (!((on_s >> i) & 1u)) doff += e;
+#endif
+  }
+  a.m = m, a.d = d, a.doff = doff;
+}
+
+/* Merges (m, d, doff) records in a fixed order: every thread gets the block's record. */
+__device__ __forceinline__ acc_t acc_merge(acc_t a, acc_t b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == KL_NEG_INF) return a;
+  const float ra = expf(a.m - m), rb = expf(b.m - m);
+  acc_t r;
+  r.m = m, r.d = a.d * ra + b.d * rb, r.doff = a.doff * ra + b.doff * rb;
+  return r;
+}
+__device__ __forceinline__ acc_t warp_acc(acc_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    acc_t w;
+    w.m = __shfl_xor_sync(0xffffffffu, v.m, o);
+    w.d = __shfl_xor_sync(0xffffffffu, v.d, o);
+    w.doff = __shfl_xor_sync(0xffffffffu, v.doff, o);
+    v = acc_merge(v, w);
+  }
+  return v;
+}
+__device__ __forceinline__ acc_t block_acc(acc_t v, acc_t* sh) {
+  v = warp_acc(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (lane < THREADS / 32) {
+    v = sh[lane];
+  } else {
+    v.m = KL_NEG_INF, v.d = 0.0f, v.doff = 0.0f;
+  }
+  v = warp_acc(v);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ int seg_begin() { return blockIdx.x * SEG; }
+__device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) * SEG); }
+
+/* Membership bits of the block's segment in S (BUCKET): bit j of word j / 32 for column v0 + j.
+ * VEC divides 32 and vectors start at v0 + a multiple of VEC, so a vector's bits share a word. */
+#define SEG_WORDS ((SEG + 31) / 32)
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
+                const bias_t* __restrict__ bias, const void* __restrict__ labels,
+                int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
+                float* __restrict__ part, i64 row0) {
+  /* z: (rows, LD) chunk logits; ids: (N, K); part: (rows, SPLIT, PSTRIDE) */
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  __shared__ acc_t sh_acc[THREADS / 32];
+  if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
+  const int v0 = seg_begin(), v1 = seg_end();
+#if BUCKET
+  __shared__ u32 bits[SEG_WORDS];
+  for (int j = threadIdx.x; j < SEG_WORDS; j += THREADS) bits[j] = 0u;
+  __syncthreads();
+  for (int k = threadIdx.x; k < K; k += THREADS) {
+    const i64 id = (i64)ids[row * K + k];
+    if (id >= v0 && id < v1) atomicOr(&bits[(id - v0) / 32], 1u << ((id - v0) % 32));
+  }
+  __syncthreads();
+#endif
+  const logit_t* zr = z + (i64)r * LD;
+  const float invT = INV_T(hdr);
+  acc_t a;
+  a.m = KL_NEG_INF, a.d = 0.0f, a.doff = 0.0f;
+  const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
+  int v = v0 + threadIdx.x * VEC;
+  for (; v < vfull; v += THREADS * VEC) {
+    float s[VEC];
+    load_s<true>(zr, bias, v, invT, s);
+#if BUCKET
+    acc_add(a, s, bits[(v - v0) / 32] >> ((v - v0) % 32));
+#else
+    acc_add(a, s, 0u);
+#endif
+  }
+  if (v < v1) {
+    float s[VEC];
+    load_s<false>(zr, bias, v, invT, s);
+#if BUCKET
+    u32 on = 0u;
+    for (int i = 0; i < VEC && v + i < v1; i++)
+      on |= ((bits[(v + i - v0) / 32] >> ((v + i - v0) % 32)) & 1u) << i;
+    acc_add(a, s, on);
+#else
+    acc_add(a, s, 0u);
+#endif
+  }
+  a = block_acc(a, sh_acc);
+  if (threadIdx.x == 0) {
+    float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
+    out[0] = a.m, out[1] = a.d, out[2] = a.doff;
+  }
+}
+
+/* Row statistics of pass 2 (also what two-phase saves): G = gscale (c_in q - pscale p) on S and
+ * gscale c_out q off S. A row whose four values are all 0 (ignored, or RENORM with M = 0) gets
+ * G = 0 without reading its logits. */
+struct row_t {
+  float lse, cout, cin, pscale;
+};
+
+enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
+
+/* The gathered support of one row, in shared memory. */
+struct support_t {
+  int id[K];     /* column, or -1 for an id outside [0, V) */
+  float p[K];    /* teacher probability as given (before RENORM) */
+  float lp[K];   /* log max(p, eps) as given */
+  float lq[K];   /* log q at the column */
+};
+
+/* Reads the K ids and values of `row` and the student's log q at each id (lse known). */
+__device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const id_t* ids,
+                                       const val_t* vals, const bias_t* __restrict__ bias,
+                                       i64 row, float invT, float lse) {
+  for (int k = threadIdx.x; k < K; k += THREADS) {
+    const i64 id = (i64)ids[row * K + k];
+    const float val = to_f32(vals[row * K + k]);
+    const bool in = id >= 0 && id < V;
+#if LOGPROBS
+    const float p = fexp(val), lp = fmaxf(val, LOG_EPS);
+#else
+    const float p = val, lp = flog(fmaxf(val, EPS));
+#endif
+    sup.id[k] = in ? (int)id : -1;
+    sup.p[k] = in ? p : 0.0f;
+    sup.lp[k] = lp;
+    sup.lq[k] = in ? score_at(zr, bias, id, invT) - lse : 0.0f;
+  }
+  __syncthreads();
+}
+
+/* Loss of the row and its G coefficients from the gathered support and the pass-1 record
+ * (lse, doff / d). Every thread gets both. */
+__device__ __forceinline__ float support_loss(const support_t& sup, float lse, float off_frac,
+                                              float* sh_f, row_t& rs) {
+  float m = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) m += sup.p[k];
+  const float M = block_sum<THREADS>(m, sh_f);
+  rs.lse = lse, rs.cout = M, rs.cin = M, rs.pscale = 1.0f;
+#if RENORM
+  if (M == 0.0f) {
+    rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+    return 0.0f;
+  }
+  const float inv_m = 1.0f / M, log_m = flog(M);
+  rs.cout = rs.cin = 1.0f, rs.pscale = inv_m;
+#endif
+  float l = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) {
+    float p = sup.p[k], lp = sup.lp[k];
+#if RENORM
+    p *= inv_m;
+#if LOGPROBS
+    lp = fmaxf(lp - log_m, LOG_EPS); /* the given log p minus log M, floored at log eps */
+#else
+    lp = flog(fmaxf(p, EPS));
+#endif
+#endif
+    if (p != 0.0f) l += p * (lp - sup.lq[k]);
+  }
+  l = block_sum<THREADS>(l, sh_f);
+#if BUCKET
+  const float t = 1.0f - M;
+  if (t > 0.0f && off_frac > 0.0f) {
+    const float log_off = flog(off_frac); /* log(1 - Q_S) */
+    l += t * (flog(t) - log_off);
+    const float ratio = fexp(flog(t) - log_off); /* t / (1 - Q_S) */
+    rs.cin = M + t;
+    rs.cout = M - ratio * (1.0f - off_frac);
+  }
+#endif
+  return l;
+}
+
+/* Zeroes columns [0, V) of G (a row with no gradient). */
+__device__ __forceinline__ void zero_row(grad_t* gr) {
+  const float zero[VEC] = {};
+  int v = threadIdx.x * VEC;
+  for (; v + VEC <= V; v += THREADS * VEC) store_n<VEC, true>(gr + v, zero);
+  for (; v < V; v++) gr[v] = from_f32<grad_t>(0.0f);
+}
+
+/* Stores VEC gradient values at column v (only the columns < V when not FULL). */
+template <bool FULL>
+__device__ __forceinline__ void store_g(grad_t* gr, int v, const float (&gv)[VEC]) {
+  if constexpr (FULL) {
+    store_n<VEC, true>(gr + v, gv);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+      if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
+  }
+}
+
+/* G = gscale c_out q over the row, then gscale (c_in q - pscale p) on the support. With INPLACE
+ * (16-bit G over fp32 z) the row goes in groups: every thread reads the group, the block
+ * synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns [a/2, b/2), read by then. */
+__device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr, grad_t* gr,
+                                        const bias_t* __restrict__ bias, float invT,
+                                        const row_t& rs, float gscale) {
+  const float co = gscale * rs.cout;
+  for (int base = 0; base < V; base += 4 * THREADS * VEC) { /* block-uniform trip count */
+    float s[4][VEC];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      if (v + VEC <= V) load_s<true>(zr, bias, v, invT, s[u]);
+      else if (v < V) load_s<false>(zr, bias, v, invT, s[u]);
+    }
+#if INPLACE
+    __syncthreads();
+#endif
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      float gv[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; i++) gv[i] = co * fexp(s[u][i] - rs.lse);
+      if (v + VEC <= V) store_g<true>(gr, v, gv);
+      else if (v < V) store_g<false>(gr, v, gv);
+    }
+  }
+  __syncthreads(); /* the stream's stores are visible to the block before the support rewrite */
+  for (int k = threadIdx.x; k < K; k += THREADS) {
+    const int id = sup.id[k];
+    if (id >= 0)
+      gr[id] = from_f32<grad_t>(gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]));
+  }
+}
+
+__device__ __forceinline__ float grad_scale(const float* hdr, const float* gout, int per_row,
+                                            i64 row, int mode) {
+  if (mode == MODE_FORWARD) return 0.0f;
+  return hdr[1] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
+}
+
+/* One block per row: pass 2 of the fused and forward modes, and the backward pass. */
+template <int MODE>
+__device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
+                                           const id_t* __restrict__ ids,
+                                           const val_t* __restrict__ vals,
+                                           const bias_t* __restrict__ bias, const void* labels,
+                                           int labels_is64, i64 ignore_index,
+                                           const float* __restrict__ hdr,
+                                           const float* __restrict__ part, float* rowstat,
+                                           float* __restrict__ lossp,
+                                           const float* __restrict__ gout, int gout_per_row,
+                                           i64 row0) {
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  __shared__ support_t sup;
+  __shared__ float sh_f[THREADS / 32];
+  __shared__ float sh_rec[3];
+  const logit_t* zr = z + (i64)r * LD;
+  grad_t* gr = g + (i64)r * LDG;
+  const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+  const float invT = INV_T(hdr);
+  row_t rs;
+  float loss = 0.0f;
+  if (MODE == MODE_BACKWARD) {
+    rs.lse = rowstat[4 * row + 0], rs.cout = rowstat[4 * row + 1];
+    rs.cin = rowstat[4 * row + 2], rs.pscale = rowstat[4 * row + 3];
+    if (!kept) rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+    if (rs.cout != 0.0f || rs.cin != 0.0f || rs.pscale != 0.0f)
+      gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
+  } else if (kept) {
+    if (threadIdx.x == 0) { /* merge the row's pass-1 records in order */
+      float m = KL_NEG_INF, d = 0.0f, doff = 0.0f;
+      for (int k = 0; k < SPLIT; k++) {
+        const float* rec = part + ((i64)r * SPLIT + k) * PSTRIDE;
+        const float mm = fmaxf(m, rec[0]);
+        if (mm == KL_NEG_INF) continue;
+        const float ra = expf(m - mm), rb = expf(rec[0] - mm);
+        d = d * ra + rec[1] * rb, doff = doff * ra + rec[2] * rb, m = mm;
+      }
+      sh_rec[0] = m + logf(d), sh_rec[1] = doff / d;
+    }
+    __syncthreads();
+    const float lse = sh_rec[0], off_frac = sh_rec[1];
+    gather(sup, zr, ids, vals, bias, row, invT, lse);
+    loss = support_loss(sup, lse, off_frac, sh_f, rs);
+  } else {
+    rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+  }
+  if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
+  if (MODE == MODE_FORWARD) {
+    if (threadIdx.x == 0) {
+      rowstat[4 * row + 0] = rs.lse, rowstat[4 * row + 1] = rs.cout;
+      rowstat[4 * row + 2] = rs.cin, rowstat[4 * row + 3] = rs.pscale;
+    }
+    return;
+  }
+  if (rs.cout == 0.0f && rs.cin == 0.0f && rs.pscale == 0.0f) {
+    zero_row(gr);
+    return;
+  }
+  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE));
+}
+
+/* g may alias z (G overwrites the chunk logits): no restrict on either. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_sparse_fused(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
+                const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
+                const void* labels, int labels_is64, i64 ignore_index,
+                const float* __restrict__ hdr, const float* __restrict__ part,
+                float* __restrict__ lossp, i64 row0) {
+  sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
+                         nullptr, lossp, nullptr, 0, row0);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_sparse_forward(const logit_t* z, const id_t* __restrict__ ids, const val_t* __restrict__ vals,
+                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
+                  i64 ignore_index, const float* __restrict__ hdr,
+                  const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
+                  i64 row0) {
+  sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+                           part, rowstat, lossp, nullptr, 0, row0);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+kl_sparse_backward(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
+                   const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
+                   const void* labels, int labels_is64, i64 ignore_index,
+                   const float* __restrict__ hdr, const float* rowstat,
+                   const float* __restrict__ gout, int gout_per_row, i64 row0) {
+  sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+                            nullptr, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+}
+%if P.CHECK then
+
+/* Checked mode: kinds of bad input, reported as (row << 8) | kind through atomicMin. */
+enum { BAD_ID_RANGE = 1, BAD_ID_DUPLICATE = 2, BAD_VALUE_NONFINITE = 3, BAD_PROB_NEGATIVE = 4 };
+
+__device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
+  atomicMin(flag, ((u64)row << 8) | (u64)kind);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+kl_sparse_check(const id_t* __restrict__ ids, const val_t* __restrict__ vals,
+                const void* labels, int labels_is64, i64 ignore_index, u64* flag) {
+  /* one block per row of the call (blockIdx.x); ignored rows are not checked */
+  const i64 row = blockIdx.x;
+  __shared__ i64 sh_id[K];
+  if (!row_kept(labels, labels_is64, ignore_index, row)) return;
+  int bad = 0;
+  for (int k = threadIdx.x; k < K; k += 256) {
+    const i64 id = (i64)ids[row * K + k];
+    const float val = to_f32(vals[row * K + k]);
+    const bool finite = (__float_as_uint(val) & 0x7f800000u) != 0x7f800000u;
+    sh_id[k] = id;
+    if (!bad && (id < 0 || id >= V)) bad = BAD_ID_RANGE;
+#if LOGPROBS
+    if (!bad && !finite && val != KL_NEG_INF) bad = BAD_VALUE_NONFINITE; /* -inf: p = 0 */
+#else
+    if (!bad && !finite) bad = BAD_VALUE_NONFINITE;
+    if (!bad && val < 0.0f) bad = BAD_PROB_NEGATIVE;
+#endif
+  }
+  __syncthreads();
+  /* duplicates: every pair once, O(K^2 / 256) comparisons in shared memory */
+  for (int k = threadIdx.x; k < K && !bad; k += 256)
+    for (int j = k + 1; j < K; j++)
+      if (sh_id[j] == sh_id[k]) {
+        bad = BAD_ID_DUPLICATE;
+        break;
+      }
+  if (bad) report(flag, row, bad); /* several threads of a row: the smallest kind wins */
+}
+%end

@@ -1,0 +1,56 @@
+/* gpu_case.h — one GPU test case of the loss against the fp64 CPU reference: draw inputs
+ * (never zeros), poison the outputs, run kljit (fused, or forward + backward), compare loss,
+ * per-row loss, dX, dW and db with ref_compute on the same rounded inputs, print one line.
+ * Shared by the dense and sparse teacher tests (gpu_dense.c, gpu_sparse.c).
+ *
+ * Tolerances and their reasons:
+ *   loss, per-row loss  1e-5 relative: fp32 logits and fp32 row arithmetic against fp64
+ *                       (native bf16/fp16 logits: 2e-2, the logits themselves are rounded)
+ *   dX, dW, db          relative Frobenius 1e-5 for fp32 (fp32 GEMMs, fp32 G);
+ *                       5e-3 for fp16/bf16: G is rounded to the input dtype for the tensor-core
+ *                       GEMMs (2^-9 relative for bf16). 16-bit outputs are compared with the
+ *                       reference rounded to their dtype: what the dtype cannot represent
+ *                       (fp16 subnormals of a MEAN gradient over a large V) is not an error of
+ *                       the computation.
+ */
+#ifndef KLJIT_GPU_CASE_H
+#define KLJIT_GPU_CASE_H
+
+#include <stdint.h>
+
+#include "kljit.h"
+
+typedef struct gcase {
+  kljit_teacher_form form;
+  kljit_dtype dt, tdt;  /* input dtype; teacher (dense) or values (sparse) dtype */
+  kljit_temperature_mode tmode;
+  double T, TT;
+  kljit_reduction red;
+  int fused;        /* 1: kljit_fused; 0: forward + backward */
+  int bias;
+  int labels;       /* 0 none, 1 about a fifth ignored, 2 all ignored */
+  int64_t n, h, v;
+  double zstd;      /* standard deviation of the student logits z */
+  uint32_t flags;   /* extra problem flags */
+  kljit_dtype gw;   /* grad_weight dtype */
+  int accumulate;   /* KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT on top of a prior dW */
+  /* sparse top-K teacher */
+  int k;
+  kljit_dtype idt;          /* INT32 | INT64 */
+  kljit_topk_values values;
+  kljit_tail tail;
+  int zero_mass_rows;       /* every 4th row has all-zero probabilities (M = 0) */
+  int all_ids;              /* K = V: the ids are a permutation of the vocabulary */
+} gcase;
+
+/* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */
+gcase gcase_base(void);
+
+/* Runs the case and checks it against the tolerances above: TH_PASS, TH_FAIL or TH_SKIP. */
+int gcase_check(const gcase *c);
+
+/* Runs the case and returns kljit's scalar loss (or the sum of the per-row losses) in *loss,
+ * without the reference: for comparing two kljit paths on the same seed. */
+int gcase_loss(const gcase *c, uint64_t seed, double *loss);
+
+#endif
