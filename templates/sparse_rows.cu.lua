@@ -315,13 +315,21 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
   }
   l = block_sum<THREADS>(l, sh_f);
 #if BUCKET
+  /* Q_S both ways: summed over the support (precise when small) and as 1 - d_off / d from the
+   * bitmap pass (precise when close to 1); logs of 1 - x through log1p. The ghost term is a
+   * difference of two small logs when M and Q_S are small: these keep it to fp32 rounding. */
+  float qs = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) qs += sup.id[k] >= 0 ? expf(sup.lq[k]) : 0.0f;
+  qs = block_sum<THREADS>(qs, sh_f);
   const float t = 1.0f - M;
   if (t > 0.0f && off_frac > 0.0f) {
-    const float log_off = flog(off_frac); /* log(1 - Q_S) */
-    l += t * (flog(t) - log_off);
-    const float ratio = fexp(flog(t) - log_off); /* t / (1 - Q_S) */
+    const float q = qs < 0.5f ? qs : 1.0f - off_frac;
+    const float log_off = qs < 0.5f ? log1pf(-qs) : logf(off_frac); /* log(1 - Q_S) */
+    const float log_t = log1pf(-M);
+    l += t * (log_t - log_off);
+    const float ratio = expf(log_t - log_off); /* t / (1 - Q_S) */
     rs.cin = M + t;
-    rs.cout = M - ratio * (1.0f - off_frac);
+    rs.cout = M - ratio * q;
   }
 #endif
   return l;

@@ -60,6 +60,11 @@ static void round_to(double *v, int64_t n, kljit_dtype dt) {
   }
 }
 
+/* An fp16 output computed in fp32 and rounded once may differ from the exact value rounded to
+ * fp16 by one step where fp16 is subnormal (2^-24): MEAN-reduced gradients land there. That
+ * step is the dtype's, not the computation's, and is not counted. */
+static double subnormal_step(kljit_dtype dt) { return dt == KLJIT_FP16 ? 0x1p-24 : 0.0; }
+
 typedef struct errs {
   double loss, rows, dx, dw, db;
   double gpu_loss; /* kljit's loss (NONE: the sum of its per-row losses) */
@@ -244,9 +249,9 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   }
   bad += max_errors(gx, dx, n * h, 1e-30, &ma, &mr);
   bad += max_errors(gw, dw, v * h, 1e-30, &ma, &mr);
-  e->dx = rel_frobenius(gx, dx, n * h);
-  e->dw = rel_frobenius(gw, dw, v * h);
-  e->db = c->bias ? rel_frobenius(gb, db, v) : 0;
+  e->dx = rel_frobenius_q(gx, dx, n * h, subnormal_step(c->dt));
+  e->dw = rel_frobenius_q(gw, dw, v * h, subnormal_step(c->gw));
+  e->db = c->bias ? rel_frobenius_q(gb, db, v, subnormal_step(c->gw)) : 0;
   if (c->bias) bad += max_errors(gb, db, v, 1e-30, &ma, &mr);
   const int all_ignored = c->labels == 2;
   if (all_ignored) { /* loss 0 and zero gradients, exactly */

@@ -11,7 +11,8 @@
  *                       GEMMs (2^-9 relative for bf16). 16-bit outputs are compared with the
  *                       reference rounded to their dtype: what the dtype cannot represent
  *                       (fp16 subnormals of a MEAN gradient over a large V) is not an error of
- *                       the computation.
+ *                       the computation; nor is the one subnormal step (2^-24) by which an fp16
+ *                       output rounded once from fp32 may differ from the exact value rounded.
  */
 #ifndef KLJIT_GPU_CASE_H
 #define KLJIT_GPU_CASE_H

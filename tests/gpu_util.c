@@ -89,9 +89,14 @@ int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) 
 }
 
 double rel_frobenius(const double *a, const double *b, size_t n) {
+  return rel_frobenius_q(a, b, n, 0.0);
+}
+
+double rel_frobenius_q(const double *a, const double *b, size_t n, double quantum) {
   long double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
-    const long double d = (long double)a[i] - b[i];
+    const long double e = fabsl((long double)a[i] - b[i]) - quantum;
+    const long double d = e > 0 ? e : 0;
     num += d * d;
     den += (long double)b[i] * b[i];
   }

@@ -39,6 +39,8 @@ int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed);
 
 /* ||a - b||_F / ||b||_F (0 when both are 0; inf when b is 0 and a is not). */
 double rel_frobenius(const double *a, const double *b, size_t n);
+/* The same with `quantum` forgiven per element: |a - b| counts as max(0, |a - b| - quantum). */
+double rel_frobenius_q(const double *a, const double *b, size_t n, double quantum);
 /* max |a - b| and max |a - b| / max(|b|, floor). Returns the count of non-finite a. */
 size_t max_errors(const double *a, const double *b, size_t n, double floor, double *max_abs,
                   double *max_rel);
