@@ -111,17 +111,12 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   return KLJIT_SUCCESS;
 }
 
-static kljit_status launch_smem(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
-                               unsigned threads, size_t smem, void **params, void *stream) {
-  return drv_check(p->ctx->drv,
-                   p->ctx->drv->cuLaunchKernel(p->fn[fn], gx, gy, 1, threads, 1, 1,
-                                               (unsigned)smem, (CUstream)stream, params, NULL),
-                   "cuLaunchKernel");
-}
-
 kljit_status exec_launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
                          unsigned threads, void **params, void *stream) {
-  return launch_smem(p, fn, gx, gy, threads, 0, params, stream);
+  return drv_check(p->ctx->drv,
+                   p->ctx->drv->cuLaunchKernel(p->fn[fn], gx, gy, 1, threads, 1, 1, 0,
+                                               (CUstream)stream, params, NULL),
+                   "cuLaunchKernel");
 }
 
 
@@ -254,19 +249,10 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
       params[k++] = &lossp;
     }
     params[k++] = &row0;
-    int nrows = (int)n;
-    params[k++] = &nrows;
     const int fn = mode == KLJIT_MODE_FUSED     ? FN_FUSED
                    : mode == KLJIT_MODE_FORWARD ? FN_FORWARD
                                                 : FN_BACKWARD;
-    if (p->geom.row_smem) { /* staged: persistent clusters walk the chunk's rows */
-      const int64_t cl = p->geom.tune.cluster, fit = p->ctx->sm_count / cl;
-      const int64_t clusters = n < fit ? n : fit > 0 ? fit : 1;
-      TRY(launch_smem(p, fn, (unsigned)(clusters * cl), 1, th, p->geom.row_smem, params,
-                      c->stream));
-    } else {
-      TRY(exec_launch(p, fn, gx, gy, th, params, c->stream));
-    }
+    TRY(exec_launch(p, fn, gx, gy, th, params, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_finish_loss(c));

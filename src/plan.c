@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tune.h"
-
 static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
 }
@@ -36,12 +34,6 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                               1),
                      "cuFuncSetAttribute(non-portable cluster size)");
-    /* the staged variant's two row buffers exceed the default 48 KiB of shared memory */
-    if (st == KLJIT_SUCCESS && first_fn == FN_STATS && p->geom.row_smem > 0)
-      st = drv_check(d, d->cuFuncSetAttribute(p->fn[i],
-                                              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                              (int)p->geom.row_smem),
-                     "cuFuncSetAttribute(dynamic shared memory)");
     if (st != KLJIT_SUCCESS) return st;
   }
   return KLJIT_SUCCESS;
@@ -56,21 +48,10 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
   if (st != KLJIT_SUCCESS) return st;
   if (rigor < KLJIT_PLAN_ESTIMATE || rigor > KLJIT_PLAN_WISDOM_ONLY)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: rigor = %d", (int)rigor);
+  if (rigor != KLJIT_PLAN_ESTIMATE)
+    return err_set(KLJIT_ERR_NOT_IMPLEMENTED,
+                   "kljit_plan_create: only KLJIT_PLAN_ESTIMATE is implemented yet");
   const double t0 = util_now();
-  /* the tuning by rigor (tune.c): wisdom, heuristics, or timing candidates now */
-  prob_tuning chosen;
-  strbuf origin = {0};
-  st = tune_for_plan(ctx, problem, rigor, &chosen, &origin);
-  if (st == KLJIT_SUCCESS)
-    st = plan_create_tuned(ctx, problem, &chosen, origin.data ? origin.data : "", t0, out);
-  sb_free(&origin);
-  return st;
-}
-
-kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
-                               const prob_tuning *chosen, const char *origin, double t0,
-                               kljit_plan **out) {
-  kljit_status st;
   kljit_plan *p = calloc(1, sizeof *p);
   gemm_cache *gc = calloc(1, sizeof *gc);
   if (!p || !gc) {
@@ -82,7 +63,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   p->ctx = ctx;
   p->pb = *problem;
   p->gemm = gc;
-  const prob_tuning tune = *chosen;
+  const prob_tuning tune = prob_estimate(problem, ctx->sm_count, ctx->arch);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   const kljit_dtype in = problem->input_dtype;
   p->gtypes.in = cuda_type(in);
@@ -106,7 +87,6 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
             p->geom.grad, p->geom.grad_in_place ? " (in place)" : "",
             (long long)tune.chunk_rows, tune.threads, tune.split, tune.cluster,
             (long long)p->geom.ld);
-  sb_printf(&desc, "  tuning from %s\n", origin);
   if ((st = ctx_enter(ctx))) goto fail_desc;
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)

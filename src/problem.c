@@ -124,22 +124,6 @@ static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tu
   return (size_t)ld * z + (size_t)t->split * 32;
 }
 
-/* The staged variant (sm_90): each block of a cluster double-buffers its segment of a row (z and
- * the teacher) in shared memory; the smallest power-of-two cluster whose two buffers fit. */
-enum { STAGED_THREADS = 512, STAGED_SMEM_MAX = 200 * 1024 };
-
-size_t prob_staged_smem(const kljit_problem *pb, int cluster) {
-  const int64_t seg = (pb->vocab + 8 * cluster - 1) / (8 * cluster) * 8;
-  const size_t z = native_logits(pb) ? prob_dtype_size(pb->input_dtype) : 4;
-  return 2 * (size_t)seg * (z + prob_dtype_size(pb->teacher_dtype));
-}
-
-static int staged_cluster(const kljit_problem *pb) {
-  for (int c = 1; c <= 16; c *= 2)
-    if (prob_staged_smem(pb, c) <= STAGED_SMEM_MAX) return c;
-  return 0;
-}
-
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
@@ -152,18 +136,11 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
    * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
    * bandwidth: it is opt-in, KLJIT_ROW_KERNEL=cluster (README). */
   const char *variant = getenv("KLJIT_ROW_KERNEL");
-  const int dense = pb->teacher != KLJIT_TEACHER_SPARSE_TOPK;
-  const int allow = variant && strcmp(variant, "cluster") == 0 && dense;
-  const int staged = variant && strcmp(variant, "staged") == 0 && dense;
+  const int allow = variant && strcmp(variant, "cluster") == 0 &&
+                    pb->teacher != KLJIT_TEACHER_SPARSE_TOPK;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
-  int stage_c = 0;
-  if (staged && arch >= 90 && pb->vocab % 8 == 0) stage_c = staged_cluster(pb);
-  if (stage_c) {
-    t.cluster = t.split = stage_c;
-    t.nv = 0; /* the row is staged in shared memory, not held in registers */
-    t.threads = STAGED_THREADS;
-  } else if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
+  if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
     const int wide = pb->vocab > CLUSTER_MAX * per_block;
     const int64_t block_values = wide ? 2 * per_block : per_block;
     int c = 1;
@@ -200,7 +177,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   memset(g, 0, sizeof *g);
   if (tune->chunk_rows < 1 || tune->threads < 64 || tune->threads > 1024 ||
       tune->threads % 32 || tune->split < 1 || tune->split > 64 ||
-      (tune->cluster && tune->cluster != tune->split) || tune->nv < (tune->cluster ? 0 : 1))
+      (tune->cluster && tune->cluster != tune->split) || tune->nv < 1)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "tuning chunk_rows=%lld threads=%d split=%d is out of range",
                    (long long)tune->chunk_rows, tune->threads, tune->split);
@@ -215,7 +192,6 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   g->ldg = native ? g->ld : 2 * g->ld;
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
   g->p2_split = (!native && !tune->cluster) || sparse ? 1 : tune->split;
-  g->row_smem = tune->cluster && tune->nv == 0 ? prob_staged_smem(pb, tune->cluster) : 0;
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"

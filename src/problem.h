@@ -14,8 +14,7 @@ typedef struct prob_tuning {
   int threads;         /* row-kernel block size */
   int split;           /* blocks per row */
   int cluster;         /* 0: two-pass row kernels; C: one pass in clusters of C = split blocks */
-  int nv;              /* cluster variant: 16-byte vectors per thread held in registers; 0: the
-                        * row is staged in shared memory by persistent clusters (sm_90) */
+  int nv;              /* cluster variant: 16-byte vectors per thread held in registers */
   /* (sparse teacher: two-pass rows only; pass 2 and backward run one block per row) */
 } prob_tuning;
 
@@ -28,16 +27,12 @@ typedef struct prob_geometry {
   int grad_in_place;          /* G overwrites Z (always, now: same dtype, or 16-bit over fp32) */
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
-  size_t row_smem;            /* staged variant: dynamic shared memory of a row-kernel block */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
 /* Heuristic tuning for sm_<arch> with `sm_count` multiprocessors (0: unknown, e.g. precompile).
  * On sm_90 and newer, rows that fit a cluster's registers take the one-pass cluster variant. */
 prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);
-
-/* Dynamic shared memory per block of the staged variant with clusters of `cluster` blocks. */
-size_t prob_staged_smem(const kljit_problem *pb, int cluster);
 
 /* Geometry and specs for a validated problem and a tuning. */
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,

@@ -23,12 +23,6 @@
 %--   Every byte of z and p is read once, and because the whole row is on chip before the first
 %--   write, G (16-bit) is written in place over the first half of the row's fp32 logits: the
 %--   chunk needs no second buffer. kl_dense_fused / _forward / _backward as above; no stats.
-%-- CLUSTER = C > 0 with NV = 0 (sm_90, V % 8 == 0): one pass, the row staged in shared memory.
-%--   Persistent clusters of C blocks walk the chunk's rows; each block copies its segment of
-%--   the next row (z and teacher, cp.async, 16 bytes per copy) into one of two buffers while it
-%--   computes the current row from the other: statistics, one cluster barrier and a DSMEM merge,
-%--   then loss and G from shared memory. Every byte of z and p is read once from memory and the
-%--   copies overlap the arithmetic and the barrier. G goes in place as in the register variant.
 %-- The loss is summed in pass 2 from log q = s - lse rather than from sum p log p - sum p s
 %-- + sum(p) lse, which would cancel catastrophically when the student is close to the teacher.
 %-- Never materialized: anything of size N x V; the caller's buffer holds one chunk (R x LD).
@@ -36,7 +30,7 @@
 %-- Parameters (validated below):
 %--   V        vocabulary size, 2..2^24            LD      row stride of z and g (elements)
 %--   THREADS  64..1024, multiple of 32            SPLIT   blocks per row, 1..64
-%--   CLUSTER  0 or SPLIT (a power of two <= 16)    NV      vectors per thread (cluster; 0: staged)
+%--   CLUSTER  0 or SPLIT (a power of two <= 16)    NV      vectors per thread (cluster)
 %--   LDG      row stride of g in GRAD elements (2 LD when 16-bit G overwrites fp32 z)
 %--   INPLACE  bool: two-pass variant writes 16-bit G over fp32 z (one pass-2 block per row)
 %--   LOGIT    f32|bf16|f16: dtype of z            GRAD    f32|bf16|f16: dtype of g
@@ -78,13 +72,9 @@
 %local VEC = 16 // size[P.LOGIT]
 %local TALIGNED = (P.V % VEC == 0) and (size[P.TDT] * VEC <= 16)
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
-%local STAGED = P.CLUSTER > 0 and P.NV == 0
-%-- staged segments are whole 16-byte copies of z and of the teacher: multiples of 8 columns
-%local GRAN = STAGED and 8 or VEC
-%local SEG = ((P.V + P.SPLIT * GRAN - 1) // (P.SPLIT * GRAN)) * GRAN
+%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
-%if STAGED and P.V % 8 ~= 0 then reject("the staged variant needs V % 8 == 0") end
-%if P.CLUSTER > 0 and not STAGED and SEG > P.THREADS * P.NV * VEC then
+%if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
 %  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
 %end
 
@@ -99,7 +89,6 @@
 #define LDG {{ P.LDG }}
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
-#define STAGED {{ STAGED and 1 or 0 }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
 #define P2SPLIT (INPLACE ? 1 : SPLIT) /* pass-2 blocks per row */
 typedef {{ dt[P.LOGIT] }} logit_t;
@@ -403,7 +392,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
                                       const float* __restrict__ part, float* rowstat,
                                       float* __restrict__ lossp,
                                       const float* __restrict__ gout, int gout_per_row,
-                                      i64 row0, int rows) {
+                                      i64 row0) {
   const int r = blockIdx.y;
   const i64 row = row0 + r;
   __shared__ row_t sh_row;
@@ -506,145 +495,6 @@ __device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
   return v;
 }
 
-%if STAGED then
-/* ---- staged: persistent clusters, rows double-buffered in shared memory ---- */
-#define ZBYTES (SEG * (int)sizeof(logit_t))
-#define BUFBYTES (ZBYTES + SEG * (int)sizeof(teach_t))
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_prev() {
-  asm volatile("cp.async.wait_group 1;" ::: "memory"); /* all but the newest group landed */
-}
-
-/* Copies this block's segment [v0, v1) of chunk row r (z and teacher) into the buffer at
- * shared address buf. V % 8 == 0 and SEG % 8 == 0: every copy is a whole 16 bytes. */
-__device__ __forceinline__ void stage_issue(u32 buf, const logit_t* z,
-                                            const teach_t* __restrict__ teacher, i64 row0, int r,
-                                            int v0, int v1) {
-  const char* zs = (const char*)(z + (i64)r * LD + v0);
-  const char* ts = (const char*)(teacher + (row0 + r) * V + v0);
-  const int zc = (v1 - v0) * (int)sizeof(logit_t) / 16, tc = (v1 - v0) * (int)sizeof(teach_t) / 16;
-  for (int c = threadIdx.x; c < zc; c += THREADS) cp_async16(buf + 16 * c, zs + 16 * c);
-  for (int c = threadIdx.x; c < tc; c += THREADS) cp_async16(buf + ZBYTES + 16 * c, ts + 16 * c);
-}
-
-/* VEC scores and teacher values at segment offset j from a staged buffer (column v = v0 + j). */
-__device__ __forceinline__ void load_staged(const unsigned char* buf,
-                                            const bias_t* __restrict__ bias, int j, int v,
-                                            float invT, float (&s)[VEC], float (&t)[VEC]) {
-  load_n<VEC, true>(reinterpret_cast<const logit_t*>(buf) + j, s);
-  load_n<VEC, true>(reinterpret_cast<const teach_t*>(buf + ZBYTES) + j, t);
-#if HAS_BIAS
-  float b[VEC];
-  load_n<VEC, false>(bias + v, b);
-#pragma unroll
-  for (int i = 0; i < VEC; i++) s[i] += b[i];
-#endif
-#pragma unroll
-  for (int i = 0; i < VEC; i++) s[i] *= invT;
-}
-
-template <int MODE>
-__device__ __forceinline__ void staged_rows(const logit_t* z, grad_t* g,
-                                            const teach_t* __restrict__ teacher,
-                                            const bias_t* __restrict__ bias, const void* labels,
-                                            int labels_is64, i64 ignore_index,
-                                            const float* __restrict__ hdr,
-                                            const float* __restrict__ part, float* rowstat,
-                                            float* __restrict__ lossp,
-                                            const float* __restrict__ gout, int gout_per_row,
-                                            i64 row0, int rows) {
-  extern __shared__ __align__(16) unsigned char stage[];
-  __shared__ float sh_rec[2][8]; /* this block's record, by row parity (peers read it) */
-  __shared__ row_t sh_row;
-  __shared__ md_t sh_md[THREADS / 32];
-  __shared__ float sh_f[THREADS / 32];
-  const int rank = blockIdx.x % CLUSTER, clusters = gridDim.x / CLUSTER;
-  const int v0 = rank * SEG, v1 = min(V, v0 + SEG);
-  const float invT = INV_T(hdr);
-#if defined(TEACHER_LOGITS)
-  const float invTT = INV_TT(hdr);
-#else
-  const float invTT = 1.0f;
-#endif
-  const u32 base = smem_addr(stage);
-  int r = blockIdx.x / CLUSTER;
-  if (r < rows) stage_issue(base, z, teacher, row0, r, v0, v1);
-  cp_async_commit();
-  for (int it = 0; r < rows; r += clusters, it++) {
-    /* the next row streams in while this one is computed */
-    if (r + clusters < rows)
-      stage_issue(base + ((it + 1) & 1) * BUFBYTES, z, teacher, row0, r + clusters, v0, v1);
-    cp_async_commit();
-    cp_async_wait_prev();
-    __syncthreads();
-    const unsigned char* buf = stage + (it & 1) * BUFBYTES;
-    const i64 row = row0 + r;
-    grad_t* gr = g + (i64)r * LDG;
-    /* kept is the same for every block of the cluster: all of them take the same branches */
-    const bool kept = row_kept(labels, labels_is64, ignore_index, row);
-    if (MODE != MODE_BACKWARD && kept) {
-      acc1_t a;
-      acc1_init(a);
-      for (int j = threadIdx.x * VEC; j < v1 - v0; j += THREADS * VEC) {
-        float s[VEC], t[VEC];
-        load_staged(buf, bias, j, v0 + j, invT, s, t);
-        acc1_add(a, s, t, invTT);
-      }
-      float rec[5];
-      acc1_block(a, sh_md, sh_f, rec);
-      if (threadIdx.x < 5) sh_rec[it & 1][threadIdx.x] = rec[threadIdx.x];
-    }
-    /* every block has the row on chip (G may overwrite it) and its record published */
-    cluster_sync();
-    row_t rs;
-    if (!kept) {
-      rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
-    } else if (MODE == MODE_BACKWARD) {
-      rs = row_saved(rowstat, row);
-    } else {
-      if (threadIdx.x == 0) {
-        const u32 rec_base = smem_addr(&sh_rec[it & 1][0]);
-        row_merge_t m;
-        row_merge_init(m);
-        for (int k = 0; k < CLUSTER; k++) {
-          float peer[5];
-          for (int q = 0; q < 5; q++) peer[q] = ld_cluster(rec_base + 4 * q, (u32)k);
-          row_merge_add(m, peer);
-        }
-        sh_row = row_finish(m);
-      }
-      __syncthreads();
-      rs = sh_row;
-    }
-    if (MODE == MODE_FORWARD && rank == 0 && threadIdx.x == 0) row_save(rowstat, row, rs);
-    float loss = 0.0f;
-    if (!kept) {
-      if (MODE != MODE_FORWARD) zero_range(gr, v0, v1);
-    } else {
-      const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
-      for (int j = threadIdx.x * VEC; j < v1 - v0; j += THREADS * VEC) {
-        float s[VEC], t[VEC], gv[VEC];
-        load_staged(buf, bias, j, v0 + j, invT, s, t);
-        elem_terms<MODE>(s, t, rs, invTT, gscale, loss, gv);
-        if (MODE != MODE_FORWARD) store_cols<true>(gr, v0 + j, gv);
-      }
-    }
-    if (MODE != MODE_BACKWARD) {
-      loss = block_sum<THREADS>(loss, sh_f);
-      if (threadIdx.x == 0) lossp[row * SPLIT + rank] = loss;
-    }
-    __syncthreads(); /* the buffer is read: the next iteration may refill it */
-  }
-  cluster_sync(); /* no block leaves (freeing its records) while a peer may still read them */
-}
-#define ROW_BODY staged_rows
-#define LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
-%else
 /* One row per cluster; block blockIdx.x (= its rank in the cluster) owns segment blockIdx.x. */
 template <int MODE>
 __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
@@ -655,7 +505,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             const float* __restrict__ part, float* rowstat,
                                             float* __restrict__ lossp,
                                             const float* __restrict__ gout, int gout_per_row,
-                                            i64 row0, int rows) {
+                                            i64 row0) {
   const int r = blockIdx.y;
   const i64 row = row0 + r;
   __shared__ float sh_rec[8];
@@ -756,16 +606,15 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
  * whose loads overlap this one's arithmetic */
 #define LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 65536 / (THREADS * 128))
 %end
-%end
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_fused(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
                const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                i64 ignore_index, const float* __restrict__ hdr, const float* __restrict__ part,
-               float* __restrict__ lossp, i64 row0, int rows) {
+               float* __restrict__ lossp, i64 row0) {
   ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part,
-                       nullptr, lossp, nullptr, 0, row0, rows);
+                       nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
@@ -773,18 +622,18 @@ kl_dense_forward(const logit_t* z, const teach_t* __restrict__ teacher,
                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                  i64 ignore_index, const float* __restrict__ hdr,
                  const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
-                 i64 row0, int rows) {
+                 i64 row0) {
   ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr,
-                         part, rowstat, lossp, nullptr, 0, row0, rows);
+                         part, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
                   const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                   i64 ignore_index, const float* __restrict__ hdr, const float* rowstat,
-                  const float* __restrict__ gout, int gout_per_row, i64 row0, int rows) {
+                  const float* __restrict__ gout, int gout_per_row, i64 row0) {
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
-                          (float*)rowstat, nullptr, gout, gout_per_row, row0, rows);
+                          (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 %if P.CHECK then
 

@@ -466,7 +466,7 @@ kl_sparse_fused(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
                 const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
                 const void* labels, int labels_is64, i64 ignore_index,
                 const float* __restrict__ hdr, const float* __restrict__ part,
-                float* __restrict__ lossp, i64 row0, int rows) {
+                float* __restrict__ lossp, i64 row0) {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
                          nullptr, lossp, nullptr, 0, row0);
 }
@@ -476,7 +476,7 @@ kl_sparse_forward(const logit_t* z, const id_t* __restrict__ ids, const val_t* _
                   const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                   i64 ignore_index, const float* __restrict__ hdr,
                   const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
-                  i64 row0, int rows) {
+                  i64 row0) {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                            part, rowstat, lossp, nullptr, 0, row0);
 }
@@ -486,7 +486,7 @@ kl_sparse_backward(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
                    const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
                    const void* labels, int labels_is64, i64 ignore_index,
                    const float* __restrict__ hdr, const float* rowstat,
-                   const float* __restrict__ gout, int gout_per_row, i64 row0, int rows) {
+                   const float* __restrict__ gout, int gout_per_row, i64 row0) {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                             nullptr, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }

@@ -131,31 +131,6 @@ static int cluster_variant_matches_reference(void) {
   return worst;
 }
 
-/* The sm_90 staged row kernels (KLJIT_ROW_KERNEL=staged; V % 8 == 0; two-pass elsewhere):
- * cluster sizes 1, 2 and 8, every teacher form, both modes, ignored rows, more rows than the
- * persistent grid has clusters. */
-static int staged_variant_matches_reference(void) {
-  setenv("KLJIT_ROW_KERNEL", "staged", 1);
-  const int64_t vs[] = {1000, 32000, 128256};
-  int worst = TH_PASS;
-  for (int i = 0; i < 3 && worst != TH_SKIP; i++)
-    for (int k = 0; k < 4; k++) {
-      gcase c = gcase_base();
-      c.v = vs[i], c.n = i == 0 ? 300 : 23, c.h = 32;
-      c.dt = k == 3 ? KLJIT_FP32 : k == 2 ? KLJIT_FP16 : KLJIT_BF16;
-      c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
-      c.tdt = k == 1 ? KLJIT_FP32 : c.dt;
-      c.fused = k % 2, c.bias = k == 1, c.red = k == 0 ? KLJIT_REDUCTION_NONE : c.red;
-      c.fused = c.red == KLJIT_REDUCTION_NONE ? 0 : c.fused;
-      c.flags = k == 2 ? KLJIT_FLAG_NATIVE_LOGITS : 0u;
-      const int rc = gcase_check(&c);
-      if (rc == TH_SKIP) worst = TH_SKIP;
-      else if (rc != TH_PASS) worst = TH_FAIL;
-    }
-  unsetenv("KLJIT_ROW_KERNEL");
-  return worst;
-}
-
 static int native_logits_and_accumulated_grad_weight(void) {
   gcase c = gcase_base();
   c.flags = KLJIT_FLAG_NATIVE_LOGITS;
@@ -177,6 +152,5 @@ static const th_case cases[] = {
     {"large_logits_and_temperatures", large_logits_and_temperatures},
     {"native_logits_and_accumulated_grad_weight", native_logits_and_accumulated_grad_weight},
     {"cluster_variant_matches_reference", cluster_variant_matches_reference},
-    {"staged_variant_matches_reference", staged_variant_matches_reference},
 };
 TH_MAIN(cases)

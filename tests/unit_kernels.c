@@ -15,11 +15,10 @@
  * (a constant, like T), TF32 (GEMM only). The sparse top-K form and checked mode have their
  * own, smaller space (add_sparse_and_checked says how it covers theirs).
  *
- * Each problem is planned four ways: for sm_80, for sm_90, and for sm_90 with each one-pass
- * thread-block-cluster variant of the dense rows (KLJIT_ROW_KERNEL=cluster, where a row fits a
- * cluster's registers; KLJIT_ROW_KERNEL=staged, rows staged in shared memory, where V % 8 ==
- * 0). A module is compiled for every arch that plans it, so the two-pass dense rows are
- * compiled for both archs and the cluster variants for sm_90 alone.
+ * Each problem is planned three ways: for sm_80, for sm_90, and for sm_90 with the one-pass
+ * thread-block-cluster variant of the dense rows (opt-in: KLJIT_ROW_KERNEL=cluster, where a
+ * row fits a cluster). A module is compiled for every arch that plans it, so the two-pass
+ * dense rows are compiled for both archs and the cluster variant for sm_90 alone.
  *
  * V is not a categorical dimension: it reaches the source only as constants (V, LD and what
  * the planner and templates derive from them: segment length, blocks per row, cluster size
@@ -62,8 +61,8 @@ typedef struct target {
   int arch; /* index into ARCHS */
   const char *row_kernel;
 } target;
-enum { T_SM80, T_SM90, T_SM90_CLUSTER, T_SM90_STAGED, N_TARGETS };
-static const target TARGETS[N_TARGETS] = {{0, NULL}, {1, NULL}, {1, "cluster"}, {1, "staged"}};
+enum { T_SM80, T_SM90, T_SM90_CLUSTER, N_TARGETS };
+static const target TARGETS[N_TARGETS] = {{0, NULL}, {1, NULL}, {1, "cluster"}};
 
 /* The specs a problem gets when planned for target `t`: prob_estimate for the arch (no SM
  * count, as in precompile), then prob_geometry_make. The one place that knows how the planner
@@ -165,9 +164,9 @@ static int *dm_slot(digest_map *m, const uint8_t d[32]) {
 /* ---- modules ---------------------------------------------------------------------------- */
 
 /* What a module is, for the statistics. */
-enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, KIND_SPARSE, KIND_STAGED, N_KINDS };
+enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, KIND_SPARSE, N_KINDS };
 static const char *const KIND_NAME[N_KINDS] = {"dense_rows two-pass", "dense_rows cluster",
-                                               "helpers", "sparse_rows", "dense_rows staged"};
+                                               "helpers", "sparse_rows"};
 
 typedef struct module {
   char *source;
@@ -239,7 +238,6 @@ static int module_of(space *s, const kspec *k, const char *params) {
   m->source = src.data; /* owned by the module now */
   m->kind = k->family == KSPEC_HELPERS       ? KIND_HELPERS
             : k->family == KSPEC_SPARSE_ROWS ? KIND_SPARSE
-            : k->cluster && k->nv == 0       ? KIND_STAGED
             : k->cluster                     ? KIND_CLUSTER
                                              : KIND_TWO_PASS;
   m->split = k->split, m->cluster = k->cluster, m->threads = k->threads;
@@ -520,19 +518,14 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     int kinds[N_KINDS] = {0};
     for (size_t i = 0; i < s.n_mods; i++) kinds[s.mods[i].kind]++;
     printf("problems: %ld (V=%lld: %ld, V=%lld: %ld, V edge cases: %ld), each planned for "
-           "sm_80, sm_90 and sm_90 with %s=cluster and =staged\n", s.problems, (long long)FULL_V[0],
+           "sm_80, sm_90 and sm_90 with %s=cluster\n", s.problems, (long long)FULL_V[0],
            per_v[0], (long long)FULL_V[1], per_v[1], s.problems - per_v[0] - per_v[1],
            ROW_KERNEL_KNOB);
     printf("distinct parameter lists rendered: %ld; distinct modules: %zu (%zu from the full "
            "space, %zu from the V edges): %s %d, %s %d, %s %d; enumerated and rendered in "
            "%.1f s\n", s.specs, s.n_mods, full_mods, s.n_mods - full_mods, KIND_NAME[0],
            kinds[0], KIND_NAME[1], kinds[1], KIND_NAME[2], kinds[2], enum_s);
-    printf("  %s modules (sparse space): %d; %s modules: %d\n", KIND_NAME[KIND_SPARSE],
-           kinds[KIND_SPARSE], KIND_NAME[KIND_STAGED], kinds[KIND_STAGED]);
-    if (kinds[KIND_STAGED] == 0) {
-      fprintf(stderr, "no problem was planned with the staged variant\n");
-      r = TH_FAIL;
-    }
+    printf("  %s modules (sparse space): %d\n", KIND_NAME[KIND_SPARSE], kinds[KIND_SPARSE]);
     print_shapes(&s);
     fflush(stdout);
     if (kinds[KIND_CLUSTER] == 0) {
