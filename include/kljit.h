@@ -159,8 +159,14 @@ enum {
    * logits are rounded before the softmax (what Liger does; see README "Precision"). */
   KLJIT_FLAG_NATIVE_LOGITS = 1u << 2,
   KLJIT_FLAG_ALLOW_TF32 = 1u << 3,      /* fp32 inputs may use TF32 tensor cores                */
-  /* Checked mode: NaN/Inf in the teacher, ids outside [0, V), duplicate ids, negative
-   * probabilities are reported as KLJIT_ERR_BAD_INPUT_DATA (costs one extra pass). */
+  /* Checked mode: NaN/Inf in the teacher (-inf allowed for log-probs and logits: p = 0),
+   * negative probabilities, sparse ids outside [0, V) or duplicated within a row are reported
+   * as KLJIT_ERR_BAD_INPUT_DATA naming the first bad row, before any output is written. Rows
+   * with ignored labels are not checked. Costs one pass over the teacher in kljit_fused and
+   * kljit_forward (kljit_backward trusts forward's check) and one wait on the stream: the
+   * only kljit call that synchronizes. Unchecked, a sparse id outside [0, V) is skipped (it
+   * adds nothing to M, the loss or G), duplicate ids give unspecified values, NaN propagates;
+   * nothing faults. */
   KLJIT_FLAG_CHECK_INPUTS = 1u << 4
 };
 
@@ -299,6 +305,178 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
  * (may be NULL) receives the number of modules compiled now; the others were already cached. */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, int *compiled);
+
+/* ---- wisdom ----------------------------------------------------------------------------- */
+
+/* Wisdom is what tuning learned: for a GPU model (name, arch, SM count), this kljit version, a
+ * problem (V, H, dtypes, teacher form, temperature mode, the flags that change kernels) and a
+ * token bucket (the power of two >= the token count), the chosen configuration, the rigor that
+ * chose it and its time. Text format, file locations and merge rules: docs/wisdom.md.
+ *
+ * The process keeps one store (thread-safe). On the first use of wisdom in a process it reads
+ * the system file (KLJIT_SYSTEM_WISDOM, default /etc/kljit/wisdom), then the user file
+ * (KLJIT_WISDOM, default <kernel cache dir>/wisdom); a missing, stale or foreign default file is
+ * skipped (logged under KLJIT_LOG=1). Same entry twice: the higher rigor wins, then the lower
+ * time. kljit_plan_create uses it by rigor:
+ *   ESTIMATE      the stored entry of the nearest token bucket, else heuristics;
+ *   WISDOM_ONLY   the same entry, else KLJIT_ERR_NO_WISDOM (the message names the key);
+ *   MEASURE       an entry of the tuning bucket with rigor >= MEASURE, else tunes on the GPU;
+ *   EXHAUSTIVE    an EXHAUSTIVE entry of the tuning bucket, else tunes a larger candidate set.
+ * The tuning bucket is that of KLJIT_TUNE_ROWS tokens (default 8192), the token count a plan
+ * tunes at. Tuning (kljit_tune, or a plan that tunes) uses its own buffers, never the caller's,
+ * spends at most KLJIT_TUNE_BUDGET_S seconds (default 30) per problem, and merges the winner
+ * into the store and into the user file (KLJIT_WISDOM=none: the store only). */
+
+/* Merges a wisdom file / text into the store. A file that is not kljit wisdom, of another
+ * format or kljit version (stale), or with any bad line is rejected whole: KLJIT_ERR_WISDOM
+ * with "<path>:<line>: why", and the store is unchanged. */
+KLJIT_API kljit_status kljit_wisdom_import_file(const char *path);
+KLJIT_API kljit_status kljit_wisdom_import_string(const char *text);
+
+/* Writes the whole store (atomically replacing `path`) / returns it as a NUL-terminated string
+ * that the caller releases with kljit_free. Entries are sorted: the same store always gives the
+ * same bytes. */
+KLJIT_API kljit_status kljit_wisdom_export_file(const char *path);
+KLJIT_API kljit_status kljit_wisdom_export_string(char **text);
+
+/* Releases memory kljit returned (kljit_wisdom_export_string). NULL is a no-op. */
+KLJIT_API void kljit_free(void *ptr);
+
+/* Empties the store; the default files are not read again in this process. */
+KLJIT_API void kljit_wisdom_forget(void);
+
+typedef enum kljit_wisdom_file {
+  KLJIT_WISDOM_SYSTEM = 1, /* read first, never written */
+  KLJIT_WISDOM_USER = 2    /* read second; tuning results are merged into it */
+} kljit_wisdom_file;
+
+/* The path this process uses for a default wisdom file, into buf (cap bytes, NUL-terminated);
+ * "" when there is none (KLJIT_WISDOM=none, no HOME). KLJIT_ERR_INVALID_ARGUMENT if it does not
+ * fit. */
+KLJIT_API kljit_status kljit_wisdom_path(kljit_wisdom_file which, char *buf, size_t cap);
+
+/* Progress of kljit_tune, passed to its callback. */
+typedef enum kljit_tune_event {
+  KLJIT_TUNE_CANDIDATE = 1,   /* about to time `candidate` */
+  KLJIT_TUNE_TIMED = 2,       /* `candidate` took candidate_ms (< 0: unusable, skipped) */
+  KLJIT_TUNE_FINISHED = 3     /* `best` won (kljit_tune then stores it in wisdom) */
+} kljit_tune_event;
+
+typedef struct kljit_tune_progress {
+  size_t struct_size;       /* sizeof(kljit_tune_progress) */
+  kljit_tune_event event;
+  int index;                /* 1-based number of the candidate */
+  int count;                /* candidates planned (later stages depend on earlier winners) */
+  const char *candidate;    /* "threads=256 split=8 chunk_rows=4096" */
+  double candidate_ms;      /* median of one call, KLJIT_TUNE_TIMED only */
+  const char *best;         /* the best so far ("" before the first) */
+  double best_ms;
+  double heuristic_ms;      /* the KLJIT_PLAN_ESTIMATE choice (always timed first); 0 before */
+  int64_t rows;             /* tokens per timed call (fewer than asked if memory is short) */
+  double elapsed_s;
+  double budget_s;
+} kljit_tune_progress;
+
+typedef void (*kljit_tune_callback)(const kljit_tune_progress *progress, void *user);
+
+/* Tunes `problem` on ctx's GPU for `rows` tokens (0: KLJIT_TUNE_ROWS), with rigor
+ * KLJIT_PLAN_MEASURE or KLJIT_PLAN_EXHAUSTIVE: times the candidate configurations (the
+ * heuristic choice first; warm-up, median of repeats, L2 flushed between repeats, random
+ * inputs in kljit's own device buffers) within the time budget, and merges the winner into
+ * the store and the user wisdom file. Always tunes, whatever wisdom holds. `callback` (may be
+ * NULL) is called on the calling thread. */
+KLJIT_API kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_t rows,
+                                  kljit_plan_rigor rigor, kljit_tune_callback callback,
+                                  void *user);
+
+/* Compiles, for sm_<arch> and with no GPU, every kernel module the plans of a wisdom file
+ * need: for each problem in it the heuristic plan's modules (what a GPU without matching wisdom
+ * uses), and for each entry tuned on an sm_<arch> GPU its tuned modules; stores them like
+ * kljit_precompile. `compiled` and `modules` (may be NULL) receive the modules compiled now and
+ * the modules needed in all. */
+KLJIT_API kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch,
+                                               const char *cache_dir, int *compiled,
+                                               int *modules);
+/* ---- end of wisdom ---------------------------------------------------------------------- */
+
+/* ---- tooling: versions, per-module precompile, cache inspection (the kljit CLI) ---------- *
+ * What `kljit info`, `kljit precompile` and `kljit cache` need and other tools may use. None
+ * of it needs a GPU. Strings in the structs below live until the callback returns. */
+
+/* Versions of what this library was built with and runs on. */
+typedef struct kljit_versions {
+  size_t struct_size;      /* sizeof(kljit_versions); the caller sets it */
+  unsigned library;        /* kljit_version_number() */
+  int cuda_toolkit;        /* CUDA_VERSION the library was compiled against, e.g. 13000 */
+  int nvrtc_major, nvrtc_minor; /* nvrtcVersion() of the NVRTC it runs with */
+  int driver;              /* cuDriverGetVersion() of libcuda.so.1, e.g. 13000; 0: no driver */
+  char lua[32];            /* LUA_RELEASE, e.g. "Lua 5.4.6" */
+} kljit_versions;
+KLJIT_API kljit_status kljit_get_versions(kljit_versions *out);
+
+/* kljit_precompile_v2 flags (bits). */
+enum {
+  /* Render every module and look it up in cache_dir, but compile and write nothing: the
+   * reports say which modules a real run would compile. */
+  KLJIT_PRECOMPILE_DRY_RUN = 1u << 0
+};
+
+/* One kernel module of a precompile, reported as soon as it is done. */
+typedef struct kljit_module_report {
+  size_t struct_size;  /* sizeof(kljit_module_report) */
+  int arch;            /* 90 for sm_90 */
+  int index, count;    /* module `index` (0-based) of the `count` the problem needs on arch */
+  int compiled;        /* 1: compiled now (dry run: would be); 0: already in cache_dir */
+  double compile_ms;   /* NVRTC time, 0 when not compiled */
+  char name[64];       /* the module's name, e.g. "kl_dense_rows_..." (from its template) */
+  char file[80];       /* its cache entry's file name in cache_dir: <sha256 hex>.kjc */
+} kljit_module_report;
+typedef void (*kljit_module_callback)(const kljit_module_report *module, void *user);
+
+/* kljit_precompile with a report per module (`done` may be NULL) and flags (KLJIT_PRECOMPILE_*).
+ * Different problems or archs may be precompiled from several threads at once. */
+KLJIT_API kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch,
+                                           const char *cache_dir, uint32_t flags,
+                                           kljit_module_callback done, void *user);
+
+/* One file of a cache directory that is named like an entry (<64 hex>.kjc; other files are
+ * never listed). `status` is KLJIT_SUCCESS for an entry a lookup would load, else
+ * KLJIT_ERR_CACHE with the reason in `problem`: damaged content (checked as in
+ * docs/cache-format.md: magic, version, lengths, checksum, name = hash of the key), not a
+ * regular file, or refused by the permission rules. */
+typedef struct kljit_cache_entry_info {
+  size_t struct_size;     /* sizeof(kljit_cache_entry_info) */
+  const char *dir;        /* the directory listed */
+  const char *file;       /* the file name in it */
+  uint64_t size;          /* bytes on disk */
+  int64_t mtime;          /* last modification, seconds since the Epoch */
+  kljit_status status;
+  const char *problem;    /* "" when status is KLJIT_SUCCESS */
+  int arch;               /* from the entry's metadata (arch=sm_90 -> 90); 0 if unknown */
+  const char *name;       /* module name from the metadata (name=), "" if unknown */
+  const char *family;     /* template (kernel family) from the metadata (template=), or "" */
+  const char *meta;       /* the whole metadata text ("name=value\n" lines), or "" */
+  char sha256[65];        /* SHA-256 of the whole file, hex ("" when it could not be read) */
+} kljit_cache_entry_info;
+/* Return 0 to go on, anything else to stop (kljit_cache_list then returns KLJIT_SUCCESS). */
+typedef int (*kljit_cache_visitor)(const kljit_cache_entry_info *entry, void *user);
+
+/* Visits the entry-named files of `dir` in file-name order, reading and validating each.
+ * KLJIT_ERR_CACHE when the directory cannot be opened or fails the permission rules. */
+KLJIT_API kljit_status kljit_cache_list(const char *dir, kljit_cache_visitor visit, void *user);
+
+/* Deletes from `dir` every file named like an entry (valid or not; a symbolic link is removed,
+ * not followed) and every temp file a crashed writer left (.<64 hex>.kjc.*.tmp), nothing else,
+ * calling `removed` (may be NULL) for each after it is gone (arch/name as read before). */
+KLJIT_API kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor removed,
+                                         void *user);
+
+/* The kernel cache directories this process would use, from the environment (README's table):
+ * the read-only KLJIT_CACHE_PATH directories in search order, then the writable one. `visit`
+ * gets each path with `writable` 0 or 1; none when KLJIT_CACHE_DISABLE=1. */
+typedef void (*kljit_cache_dir_visitor)(const char *dir, int writable, void *user);
+KLJIT_API kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user);
+/* ---- end of tooling --------------------------------------------------------------------- */
 
 #ifdef __cplusplus
 }
