@@ -278,7 +278,7 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     const float p = t[i];
     const float lp = flog(fmaxf(p, EPS));
 #endif
-    if (MODE != MODE_BACKWARD && p > 0.0f) loss += p * (lp - logq);
+    if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - logq); /* as tests/ref.c */
     gv[i] = gscale * (rs.sp * fexp(logq) - p);
   }
 }

@@ -1,0 +1,106 @@
+"""nn.Module front ends of the fused linear + KL loss.
+
+- FusedLinearKLDivLoss: the loss alone, given the head's weight per call (like Liger's
+  LigerFusedLinearKLDivLoss and torch.nn.KLDivLoss): loss(hidden, lm_head.weight, teacher).
+- FusedLinearKLDiv: a vocabulary head that owns its weight [V, H] (and bias [V]) and returns
+  the distillation loss instead of logits: head(hidden, teacher).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from ._checks import LossConfig
+from .functional import fused_linear_kl_div
+
+__all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv"]
+
+
+class FusedLinearKLDivLoss(nn.Module):
+    """KL(teacher || softmax((input @ weight.T + bias) / T)) without materializing the logits.
+
+    Options are those of kljit.LossConfig: teacher ('dense_probs', 'dense_logprobs',
+    'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or 'two_phase'),
+    temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
+    ignore_index, eps, topk_values, tail, native_logits, allow_tf32, check_inputs,
+    grad_weight_accum. They are validated here, once.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self.config = LossConfig(**options)
+
+    def forward(self, input: torch.Tensor, weight: torch.Tensor,
+                teacher: Optional[torch.Tensor] = None, *, bias: Optional[torch.Tensor] = None,
+                labels: Optional[torch.Tensor] = None,
+                teacher_ids: Optional[torch.Tensor] = None,
+                teacher_values: Optional[torch.Tensor] = None,
+                temperature: Optional[float] = None) -> torch.Tensor:
+        """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
+        [..., K], labels [...]; temperature per call with temperature_mode='runtime'."""
+        return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
+                                   teacher_ids=teacher_ids, teacher_values=teacher_values,
+                                   temperature=temperature, config=self.config)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"teacher={c.teacher}, mode={c.mode}, temperature={c.temperature}, "
+                f"reduction={c.reduction}")
+
+
+class FusedLinearKLDiv(nn.Module):
+    """A vocabulary head (weight [vocab, hidden], optional bias [vocab]) whose forward returns
+    the distillation loss against a teacher instead of the logits.
+
+        head = kljit.FusedLinearKLDiv(4096, 128256, teacher="dense_probs", mode="fused",
+                                      temperature=2.0, device="cuda", dtype=torch.bfloat16)
+        loss = head(hidden_states, teacher_probs, labels=labels)
+        loss.backward()   # grads of hidden_states, head.weight (and head.bias)
+
+    Options: as FusedLinearKLDivLoss. The weight is initialized like nn.Linear's.
+    """
+
+    def __init__(self, hidden: int, vocab: int, *, bias: bool = False,
+                 device: Optional[Any] = None, dtype: Optional[torch.dtype] = None,
+                 **options: Any) -> None:
+        super().__init__()
+        for name, value in (("hidden", hidden), ("vocab", vocab)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if hidden < 1:
+            raise ValueError(f"hidden must be >= 1, got {hidden}")
+        if vocab < 2:
+            raise ValueError(f"vocab must be >= 2, got {vocab}")
+        self.hidden, self.vocab = hidden, vocab
+        self.config = LossConfig(**options)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(vocab, hidden, **factory))
+        self.bias = nn.Parameter(torch.empty(vocab, **factory)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialization: kaiming-uniform weight, uniform bias in +-1/sqrt(H)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.hidden)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input: torch.Tensor, teacher: Optional[torch.Tensor] = None, *,
+                labels: Optional[torch.Tensor] = None,
+                teacher_ids: Optional[torch.Tensor] = None,
+                teacher_values: Optional[torch.Tensor] = None,
+                temperature: Optional[float] = None) -> torch.Tensor:
+        """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K]."""
+        return fused_linear_kl_div(input, self.weight, teacher, bias=self.bias, labels=labels,
+                                   teacher_ids=teacher_ids, teacher_values=teacher_values,
+                                   temperature=temperature, config=self.config)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"hidden={self.hidden}, vocab={self.vocab}, bias={self.bias is not None}, "
+                f"teacher={c.teacher}, mode={c.mode}, temperature={c.temperature}, "
+                f"reduction={c.reduction}")

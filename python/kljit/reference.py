@@ -1,0 +1,256 @@
+"""Plain PyTorch implementations of the loss of include/kljit.h, for tests and benchmarks.
+
+- kl_div_reference: what a PyTorch user would write: full logits, log_softmax, autograd.
+  Differentiable; materializes N x V (several times). The "eager" and "torch.compile"
+  baselines of bench/compare.py, and a readable statement of the contract.
+- kl_div_fp64: the oracle. Float64, chunked over rows (only chunk_rows x V is live), gradients
+  written out analytically rather than by autograd (no N x V graph). Mirrors tests/ref.c, the
+  C reference the GPU tests use, choice for choice (duplicate ids, eps floors, the BUCKET
+  tail's 1 - Q_S taken over the ids outside the support); python/tests/test_reference.py
+  checks the two agree.
+
+Both take the same arguments and options as kljit.fused_linear_kl_div.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import LossConfig, infer_teacher
+
+__all__ = ["kl_div_reference", "kl_div_fp64"]
+
+
+def _config(config: Optional[LossConfig], options: Dict[str, Any], teacher: Any, ids: Any,
+            vals: Any, temperature: Optional[float]) -> LossConfig:
+    """As kljit.fused_linear_kl_div: without a config, `temperature` is the loss's T."""
+    if config is None:
+        if temperature is not None:
+            options["temperature"] = temperature
+        config = LossConfig(**options)
+    elif options:
+        raise TypeError("pass either config or keyword options, not both")
+    return infer_teacher(config, teacher, ids, vals)
+
+
+def _temperature(config: LossConfig, temperature: Optional[float]) -> float:
+    return float(config.temperature if temperature is None else temperature)
+
+
+def _kept(labels: Optional[torch.Tensor], n: int, ignore_index: int,
+          device: torch.device) -> torch.Tensor:
+    if labels is None:
+        return torch.ones(n, dtype=torch.bool, device=device)
+    return labels.reshape(-1) != ignore_index
+
+
+def _scale(config: LossConfig, kept: int, vocab: int) -> float:
+    """The reduction's constant c (0 when no row is kept: every row then contributes 0)."""
+    if config.reduction == "batchmean":
+        return 1.0 / kept if kept else 0.0
+    if config.reduction == "mean":
+        return 1.0 / (kept * vocab) if kept else 0.0
+    return 1.0
+
+
+def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
+                   dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor]":
+    """(p, log max(p, eps)) of a dense teacher row block in `dtype`."""
+    t = t.to(dtype)
+    if config.teacher == "dense_probs":
+        return t, torch.log(torch.clamp_min(t, config.eps))
+    if config.teacher == "dense_logits":
+        tt = config.teacher_temperature or T
+        t = torch.log_softmax(t / tt, dim=-1)
+    return torch.exp(t), torch.clamp_min(t, math.log(config.eps))
+
+
+def _sparse_teacher(config: LossConfig, vals: torch.Tensor,
+                    dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor]":
+    """(p, log max(p, eps), M) on the support, after RENORM if asked (M is then 1 where the
+    mass was positive, 0 where it was 0: such rows contribute nothing)."""
+    v = vals.to(dtype)
+    log_eps = math.log(config.eps)
+    if config.topk_values == "probs":
+        p, lp = v, torch.log(torch.clamp_min(v, config.eps))
+    else:
+        p, lp = torch.exp(v), torch.clamp_min(v, log_eps)
+    m = p.sum(dim=-1, keepdim=True)
+    if config.tail == "renorm":
+        pos = m > 0
+        safe = torch.where(pos, m, torch.ones_like(m))
+        p = torch.where(pos, p / safe, torch.zeros_like(p))
+        if config.topk_values == "probs":
+            lp = torch.log(torch.clamp_min(p, config.eps))
+        else:
+            lp = torch.clamp_min(v - torch.log(safe), log_eps)
+        m = pos.to(dtype)
+    return p, lp, m
+
+
+def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
+                     teacher: Optional[torch.Tensor] = None, *,
+                     bias: Optional[torch.Tensor] = None,
+                     labels: Optional[torch.Tensor] = None,
+                     teacher_ids: Optional[torch.Tensor] = None,
+                     teacher_values: Optional[torch.Tensor] = None,
+                     temperature: Optional[float] = None,
+                     config: Optional[LossConfig] = None,
+                     compute_dtype: torch.dtype = torch.float32,
+                     sparse_impl: str = "gather", **options: Any) -> torch.Tensor:
+    """The loss in plain PyTorch (differentiable wrt input, weight, bias).
+
+    The logits come from F.linear in the input dtype (as a user's model computes them) and are
+    upcast to compute_dtype for the softmax and the loss. Sparse teachers: sparse_impl='gather'
+    gathers log q at the ids (every tail); 'dense' scatters the (renormalized) teacher into a
+    dense [N, V] tensor first and runs the dense formula (tails 'none' and 'renorm' only): the
+    "dense-from-sparse" baseline. Duplicate ids are assumed absent by the BUCKET tail here.
+    """
+    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature)
+    T = _temperature(config, temperature)
+    x = input.reshape(-1, input.shape[-1])
+    n, vocab = x.shape[0], weight.shape[0]
+    logq = torch.log_softmax(F.linear(x, weight, bias).to(compute_dtype) / T, dim=-1)
+    if config.teacher == "sparse_topk":
+        ids = teacher_ids.reshape(n, -1).long()
+        p, lp, m = _sparse_teacher(config, teacher_values.reshape(n, -1), compute_dtype)
+        if sparse_impl == "dense":
+            if config.tail == "bucket":
+                raise ValueError("sparse_impl='dense' has no BUCKET tail")
+            dense_p = torch.zeros(n, vocab, dtype=compute_dtype, device=x.device)
+            dense_p.scatter_(1, ids, p)
+            dense_lp = torch.zeros_like(dense_p).scatter_(1, ids, lp)
+            row = torch.where(dense_p != 0, dense_p * (dense_lp - logq), 0.0).sum(-1)
+        elif sparse_impl == "gather":
+            lq = logq.gather(1, ids)
+            row = torch.where(p != 0, p * (lp - lq), 0.0).sum(-1)
+            if config.tail == "bucket":
+                t = (1.0 - m).squeeze(-1)
+                in_s = torch.zeros_like(logq, dtype=torch.bool).scatter_(1, ids, True)
+                log_1mq = torch.logsumexp(logq.masked_fill(in_s, -math.inf), dim=-1)
+                live = (t > 0) & torch.isfinite(log_1mq)
+                t_safe = torch.where(live, t, torch.ones_like(t))
+                l1 = torch.where(live, log_1mq, torch.zeros_like(log_1mq))
+                row = row + torch.where(live, t_safe * (torch.log(t_safe) - l1), 0.0)
+        else:
+            raise ValueError(f"sparse_impl must be 'gather' or 'dense', got {sparse_impl!r}")
+    else:
+        p, lp = _dense_teacher(config, teacher.reshape(n, vocab), T, compute_dtype)
+        row = torch.where(p != 0, p * (lp - logq), 0.0).sum(-1)
+    if config.scale_t_squared:
+        row = row * (T * T)
+    kept_count = n
+    if labels is not None:
+        kept = _kept(labels, n, config.ignore_index, x.device)
+        row = torch.where(kept, row, torch.zeros_like(row))
+        # The count of kept rows is data (a host sync, a graph break under torch.compile).
+        kept_count = int(kept.sum().item())
+    if config.reduction == "none":
+        return row.reshape(input.shape[:-1])
+    return row.sum() * _scale(config, kept_count, vocab)
+
+
+@torch.no_grad()
+def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
+                teacher: Optional[torch.Tensor] = None, *,
+                bias: Optional[torch.Tensor] = None,
+                labels: Optional[torch.Tensor] = None,
+                teacher_ids: Optional[torch.Tensor] = None,
+                teacher_values: Optional[torch.Tensor] = None,
+                temperature: Optional[float] = None,
+                grad_output: Optional[torch.Tensor] = None,
+                config: Optional[LossConfig] = None, chunk_rows: int = 256,
+                want_grads: bool = True, **options: Any) -> Dict[str, Optional[torch.Tensor]]:
+    """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
+    device. Returns {'loss', 'row_loss', 'grad_input', 'grad_weight', 'grad_bias'} (float64;
+    the gradients are None when want_grads is False). grad_output: dL_outer/dloss, a scalar or
+    one per row for reduction='none' (default 1)."""
+    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature)
+    T = _temperature(config, temperature)
+    f64 = torch.float64
+    x = input.reshape(-1, input.shape[-1])
+    n, h = x.shape
+    vocab = weight.shape[0]
+    dev = x.device
+    w = weight.to(f64)
+    b = bias.to(f64) if bias is not None else None
+    kept = _kept(labels, n, config.ignore_index, dev)
+    c = _scale(config, int(kept.sum().item()), vocab)
+    t2 = T * T if config.scale_t_squared else 1.0
+    if grad_output is None:
+        g_rows = torch.ones(n, dtype=f64, device=dev)
+    elif config.reduction == "none":
+        g_rows = grad_output.reshape(-1).to(f64)
+    else:
+        g_rows = grad_output.reshape(()).to(f64).expand(n)
+    row_loss = torch.zeros(n, dtype=f64, device=dev)
+    dx = torch.zeros(n, h, dtype=f64, device=dev) if want_grads else None
+    dw = torch.zeros(vocab, h, dtype=f64, device=dev) if want_grads else None
+    db = torch.zeros(vocab, dtype=f64, device=dev) if want_grads and b is not None else None
+    sparse = config.teacher == "sparse_topk"
+    if sparse:
+        ids_all = teacher_ids.reshape(n, -1).long()
+        vals_all = teacher_values.reshape(n, -1)
+    else:
+        t_all = teacher.reshape(n, vocab)
+    for i0 in range(0, n, chunk_rows):
+        i1 = min(n, i0 + chunk_rows)
+        xc = x[i0:i1].to(f64)
+        z = xc @ w.T
+        if b is not None:
+            z += b
+        logq = torch.log_softmax(z / T, dim=-1)
+        q = torch.exp(logq)
+        if sparse:
+            ids = ids_all[i0:i1]
+            p, lp, m = _sparse_teacher(config, vals_all[i0:i1], f64)
+            l_row = torch.where(p != 0, p * (lp - logq.gather(1, ids)), 0.0).sum(-1)
+            ds = m * q
+            ds.scatter_add_(1, ids, -p)
+            if config.tail == "bucket":
+                l_row, ds = _bucket(l_row, ds, logq, q, ids, m)
+        else:
+            p, lp = _dense_teacher(config, t_all[i0:i1], T, f64)
+            l_row = torch.where(p != 0, p * (lp - logq), 0.0).sum(-1)
+            ds = p.sum(-1, keepdim=True) * q - p
+        k = kept[i0:i1]
+        row_loss[i0:i1] = torch.where(k, t2 * l_row, 0.0)
+        if want_grads:
+            gs = torch.where(k, g_rows[i0:i1] * (c * t2 / T), 0.0)
+            g = ds * gs[:, None]
+            dx[i0:i1] = g @ w
+            dw += g.T @ xc
+            if db is not None:
+                db += g.sum(0)
+    loss = row_loss.sum() * c if config.reduction != "none" else row_loss.sum()
+    return {"loss": loss, "row_loss": row_loss, "grad_input": dx, "grad_weight": dw,
+            "grad_bias": db}
+
+
+def _bucket(l_row: torch.Tensor, ds: torch.Tensor, logq: torch.Tensor, q: torch.Tensor,
+            ids: torch.Tensor, m: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The ghost-token term t log(t / (1 - Q_S)), t = 1 - M, and its gradient, as tests/ref.c
+    computes them: 1 - Q_S as the q mass outside the support (a log-sum-exp, which keeps its
+    digits when the support is nearly complete) less the extra occurrences of duplicate ids."""
+    f64 = torch.float64
+    cnt = torch.zeros_like(q).scatter_add_(1, ids, torch.ones_like(ids, dtype=f64))
+    big_q = q.gather(1, ids).sum(-1)
+    off = cnt == 0
+    log_off = torch.logsumexp(logq.masked_fill(~off, -math.inf), dim=-1)
+    dup_q = ((cnt - 1).clamp_min(0) * q).sum(-1)
+    one_minus_q = torch.exp(log_off) - dup_q
+    t = (1.0 - m).squeeze(-1)
+    live = (t > 0) & off.any(-1)
+    if bool((live & (one_minus_q <= 0)).any()):
+        raise ValueError("BUCKET: 1 - Q_S <= 0 (duplicate ids in a row)")
+    has_dup = (cnt > 1).any(-1)
+    log_1mq = torch.where(has_dup, torch.log(one_minus_q.clamp_min(1e-300)), log_off)
+    t_safe = torch.where(live, t, torch.ones_like(t))
+    l_row = l_row + torch.where(live, t_safe * (torch.log(t_safe) - log_1mq), 0.0)
+    ratio = torch.where(live, torch.exp(torch.log(t_safe) - log_1mq), 0.0)
+    fac = torch.where(off, -big_q[:, None], (cnt - 1) + one_minus_q[:, None])
+    return l_row, ds + ratio[:, None] * q * fac

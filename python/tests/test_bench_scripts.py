@@ -1,0 +1,133 @@
+"""bench/plot.py and bench/compare.py where no GPU is needed.
+
+plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library
+alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
+its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
+neither torch nor a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+from _util import REPO, out_dir, require
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "bench_matrix.csv"
+
+
+def load_script(name: str):
+    """bench/<name>.py as a module (the bench directory is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *args: str, block: str = "") -> subprocess.CompletedProcess:
+    """bench/<name>.py in a fresh interpreter; `block` names a module to make unimportable."""
+    pre = f"import sys; sys.modules[{block!r}] = None; " if block else "import sys; "
+    code = (pre + f"sys.argv = [{str(REPO / 'bench' / (name + '.py'))!r}] + {list(args)!r}; "
+            "import runpy; runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+class PlotTest(unittest.TestCase):
+    def test_plot_reads_the_matrix_and_groups_one_line_per_method(self) -> None:
+        plot = load_script("plot")
+        points = plot.read_matrix(FIXTURE)
+        self.assertEqual(len(points), 15)  # the skipped row is dropped
+        series = {s.label: s for s in plot.group(points)}
+        self.assertEqual(list(series), ["dense_unfused", "chunked_forward",
+                                        "kljit_fused (chunk 1024)", "kljit_fused (chunk 4096)",
+                                        "kljit_two_phase"])
+        self.assertEqual(series["dense_unfused"].failed, [16384])
+        self.assertEqual(sorted(series["dense_unfused"].ok), [1024, 4096])
+        self.assertIn('"quote"', points[-1].error)
+        self.assertEqual(series["kljit_two_phase"].failed, [16384])
+        best = {s.label: s for s in plot.group(points, best_chunk=True)}
+        self.assertEqual(best["kljit_fused"].ok[16384].chunk, "4096")  # 97.5 ms < 99.0 ms
+        self.assertEqual(best["kljit_fused"].ok[16384].vram_gib, 5.0)
+
+    def test_plot_rejects_a_csv_without_the_matrix_columns(self) -> None:
+        plot = load_script("plot")
+        bad = out_dir("plot-bad") / "bad.csv"
+        bad.write_text("method,sequence_length\nx,1\n")
+        with self.assertRaises(ValueError) as cm:
+            plot.read_matrix(bad)
+        self.assertIn("peak_vram_gib", str(cm.exception))
+        self.assertEqual(run_script("plot", str(bad)).returncode, 2)
+
+    def test_plot_without_matplotlib_says_so(self) -> None:
+        r = run_script("plot", str(FIXTURE), "--out-prefix", str(out_dir("plot-nompl") / "x"),
+                       block="matplotlib")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("matplotlib is not installed", r.stderr)
+        self.assertIn("15 experiments", r.stderr)
+
+    def test_plot_writes_svg_and_png_with_failed_points_marked(self) -> None:
+        require("matplotlib")
+        plot = load_script("plot")
+        d = out_dir("plot-figures")
+        series = plot.group(plot.read_matrix(FIXTURE))
+        files, marks = plot.plot(series, "ms", "ms", "fixture", d / "fixture", ["svg", "png"])
+        self.assertEqual(marks, 2)  # dense_unfused and kljit_two_phase failed at 16384
+        self.assertEqual([f.name for f in files], ["fixture_time.svg", "fixture_time.png"])
+        r = run_script("plot", str(FIXTURE), "--out-prefix", str(d / "cli"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("cli_vram.svg", "cli_vram.png", "cli_time.svg", "cli_time.png"):
+            self.assertGreater((d / name).stat().st_size, 1000, name)
+        self.assertEqual((d / "cli_time.png").read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+        svg = (d / "cli_vram.svg").read_text()
+        self.assertIn("<svg", svg)
+
+
+class CompareTest(unittest.TestCase):
+    def test_compare_parses_shapes_and_methods(self) -> None:
+        compare = load_script("compare")
+        shapes = compare.parse_shapes("dense")
+        self.assertEqual([s.name for s in shapes],
+                         ["8192x4096x128256", "4096x4096x128256", "2048x4096x128256",
+                          "8192x2048x32000", "4096x2048x32000"])
+        self.assertEqual([s.name for s in compare.parse_shapes("sparse")],
+                         ["65536x2048x151936k100", "8192x4096x128256k100"])
+        self.assertEqual(len(compare.parse_shapes("all")), 7)
+        s = compare.parse_shapes("16x32x64k4,16x32x64k4")
+        self.assertEqual((len(s), s[0].sparse, s[0].k), (1, True, 4))
+        for bad in ("12x3", "0x1x2", "axbxc", "1x2x3kq"):
+            with self.assertRaises(Exception, msg=bad):
+                compare.parse_shapes(bad)
+        self.assertEqual(compare.parse_methods("all"), list(compare.METHODS))
+        self.assertEqual(compare.methods_for(compare.DENSE_SHAPES[0], None),
+                         ["eager", "compile", "liger", "kljit_fused", "kljit_two_phase"])
+        with self.assertRaises(Exception):
+            compare.parse_methods("eager,nope")
+        self.assertEqual(compare.methods_for(compare.SPARSE_SHAPES[0], None),
+                         ["eager", "kljit_fused", "kljit_two_phase"])
+        self.assertEqual(compare.csv_path(Path("a/b.md")), Path("a/b.csv"))
+
+    def test_compare_dry_run_needs_neither_torch_nor_a_gpu(self) -> None:
+        out = out_dir("compare-dry") / "cmp.md"
+        r = run_script("compare", "--dry-run", "--out", str(out), block="torch")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("8192 x 4096 x 128256: eager, compile, liger, kljit_fused", r.stdout)
+        self.assertIn("65536 x 2048 x 151936, top-100: eager, kljit_fused, kljit_two_phase",
+                      r.stdout)
+        self.assertFalse(out.exists())
+        r = run_script("compare", "--shapes", "12x3")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("bad shape", r.stderr)
+        r = run_script("compare", block="torch")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("needs torch", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

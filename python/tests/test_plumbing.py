@@ -1,0 +1,260 @@
+"""The autograd plumbing of python/kljit/functional.py on CPU tensors, against a fake library.
+
+FakePlan stands in for a kljit_plan: it reads the kljit_args it is given the way the C library
+would (raw pointers, the problem's dtypes and shapes, the exec flags, the saved buffer, the
+upstream gradient), computes with kl_div_fp64, and writes loss and gradients through the
+pointers. So this checks, without a GPU, that the binding passes the right tensors in the
+right fields, allocates outputs of the right dtype and size, scales fused gradients, feeds
+backward its upstream gradient, asks only for the gradients needed, and reshapes per-row
+losses. The real library's arithmetic is the GPU tests' business. Needs torch (CPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import unittest
+from typing import Any, Dict, List
+from unittest import mock
+
+from _util import require
+
+from kljit import _checks, _lib
+from kljit._lib import EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Mode
+
+TORCH_DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16", "INT32": "int32",
+                "INT64": "int64"}
+
+
+def reverse(table: Dict[str, Any], value: int) -> str:
+    return next(k for k, v in table.items() if int(v) == int(value))
+
+
+class FakePlan:
+    """Reads and writes memory through kljit_args pointers like libkljit would."""
+
+    def __init__(self, problem: _lib.Problem) -> None:
+        self.problem = problem
+        self.calls: List[Dict[str, Any]] = []
+
+    def workspace_size(self, mode: Mode, rows: int) -> int:
+        return 4096 + 16 * rows
+
+    def saved_size(self, rows: int) -> int:
+        return (4 + 4 * rows) * 4
+
+    def _tensor(self, ptr: int, shape: tuple, dtype_name: str) -> Any:
+        import torch
+
+        dtype = getattr(torch, dtype_name)
+        n = 1
+        for s in shape:
+            n *= s
+        nbytes = n * torch.empty((), dtype=dtype).element_size()
+        buf = (ctypes.c_char * nbytes).from_address(ptr)
+        return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+    def _config(self) -> _checks.LossConfig:
+        pb = self.problem
+        return _checks.LossConfig(
+            teacher=reverse(_checks.TEACHER_FORMS, pb.teacher),
+            mode="two_phase", temperature=pb.temperature if pb.temperature_mode == 1 else 1.0,
+            temperature_mode=reverse(_checks.TEMPERATURE_MODES, pb.temperature_mode),
+            teacher_temperature=pb.teacher_temperature or None,
+            scale_t_squared=bool(pb.flags & _lib.FLAG_SCALE_T_SQUARED),
+            reduction=reverse(_checks.REDUCTIONS, pb.reduction), ignore_index=pb.ignore_index,
+            eps=pb.eps, topk_values=reverse(_checks.TOPK_VALUES, pb.topk_values),
+            tail=reverse(_checks.TAILS, pb.tail))
+
+    def execute(self, mode: Mode, stream: int, args: _lib.Args) -> None:
+        from kljit.reference import kl_div_fp64
+
+        pb, n = self.problem, args.rows
+        h, v, k = pb.hidden, pb.vocab, pb.topk
+        assert args.struct_size == ctypes.sizeof(_lib.Args)
+        assert args.workspace and args.workspace_size >= self.workspace_size(mode, n)
+
+        def dt(field: str) -> str:
+            return TORCH_DTYPES[_lib.DType(getattr(pb, field)).name]
+
+        x = self._tensor(args.input, (n, h), dt("input_dtype"))
+        w = self._tensor(args.weight, (v, h), dt("weight_dtype"))
+        b = self._tensor(args.bias, (v,), dt("weight_dtype")) if args.bias else None
+        assert bool(args.bias) == bool(pb.flags & _lib.FLAG_BIAS)
+        labels = self._tensor(args.labels, (n,), dt("label_dtype")) if args.labels else None
+        sparse = pb.teacher == _lib.TeacherForm.SPARSE_TOPK
+        teacher = None if sparse else self._tensor(args.teacher, (n, v), dt("teacher_dtype"))
+        ids = self._tensor(args.teacher_ids, (n, k), dt("topk_id_dtype")) if sparse else None
+        vals = self._tensor(args.teacher_values, (n, k), dt("teacher_dtype")) if sparse else None
+        none = pb.reduction == _lib.Reduction.NONE
+        go = None
+        if mode == Mode.BACKWARD:
+            go = self._tensor(args.grad_output, (n,) if none else (), "float32").clone()
+            assert args.saved
+        runtime = pb.temperature_mode == _lib.TemperatureMode.RUNTIME
+        ref = kl_div_fp64(x, w, teacher, bias=b, labels=labels, teacher_ids=ids,
+                          teacher_values=vals, grad_output=go, config=self._config(),
+                          temperature=args.temperature if runtime else None)
+        self.calls.append({"mode": Mode(mode), "flags": args.flags, "go": go,
+                           "temperature": args.temperature})
+        if mode != Mode.BACKWARD:
+            out = self._tensor(args.loss, (n,) if none else (), "float32")
+            out.copy_(ref["row_loss"] if none else ref["loss"])
+        if mode == Mode.FORWARD:
+            self._tensor(args.saved, (4 + 4 * n,), "float32").zero_()
+            return
+        if not args.flags & EXEC_NO_GRAD_INPUT:
+            self._tensor(args.grad_input, (n, h), dt("input_dtype")).copy_(ref["grad_input"])
+        if not args.flags & EXEC_NO_GRAD_WEIGHT:
+            gw = dt("grad_weight_dtype")
+            self._tensor(args.grad_weight, (v, h), gw).copy_(ref["grad_weight"])
+            if args.bias:
+                self._tensor(args.grad_bias, (v,), gw).copy_(ref["grad_bias"])
+
+
+class PlumbingTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.torch = require("torch")
+        import kljit
+        from kljit import functional
+
+        self.kljit = kljit
+        self.plans: List[FakePlan] = []
+
+        def get_plan(problem: _lib.Problem, device: int) -> FakePlan:
+            plan = FakePlan(problem)
+            self.plans.append(plan)
+            return plan
+
+        self.patches = [mock.patch.object(functional, "_REQUIRE_CUDA", False),
+                        mock.patch.object(functional, "_stream", lambda device: 0),
+                        mock.patch.object(_lib, "get_plan", get_plan)]
+        for p in self.patches:
+            p.start()
+            self.addCleanup(p.stop)
+
+    def inputs(self, teacher: str = "dense_probs", n: int = 6, dtype: Any = None) -> Dict:
+        t = self.torch
+        g = t.Generator().manual_seed(3)
+        dtype = dtype or t.float32
+        h, v, k = 8, 40, 5
+        out = {"x": (t.rand(n, h, generator=g) - 0.5).to(dtype).requires_grad_(),
+               "w": (t.rand(v, h, generator=g) - 0.5).to(dtype).requires_grad_(),
+               "b": (t.rand(v, generator=g) - 0.5).to(dtype).requires_grad_()}
+        if teacher == "sparse_topk":
+            out["teacher_ids"] = t.stack([t.randperm(v, generator=g)[:k] for _ in range(n)])
+            out["teacher_values"] = t.rand(n, k, generator=g) * 0.1
+        else:
+            out["teacher"] = t.softmax(t.randn(n, v, generator=g), -1)
+        return out
+
+    def reference(self, inp: Dict, go: Any = None, **options: Any) -> Dict:
+        from kljit.reference import kl_div_fp64
+
+        return kl_div_fp64(inp["x"].detach(), inp["w"].detach(), inp.get("teacher"),
+                           bias=inp["b"].detach(), teacher_ids=inp.get("teacher_ids"),
+                           teacher_values=inp.get("teacher_values"), grad_output=go, **options)
+
+    def loss(self, inp: Dict, **options: Any) -> Any:
+        return self.kljit.fused_linear_kl_div(
+            inp["x"], inp["w"], inp.get("teacher"), bias=inp["b"],
+            teacher_ids=inp.get("teacher_ids"), teacher_values=inp.get("teacher_values"),
+            **options)
+
+    def assert_close(self, got: Any, want: Any, what: str, tol: float = 1e-6) -> None:
+        got, want = got.detach().double(), want.detach().double()
+        err = float((got - want).norm() / max(float(want.norm()), 1e-30))
+        self.assertLess(err, tol, what)
+
+    def test_both_modes_pass_tensors_and_return_gradients_scaled_by_grad_output(self) -> None:
+        t = self.torch
+        for mode in ("fused", "two_phase"):
+            for teacher in ("dense_probs", "sparse_topk"):
+                inp = self.inputs(teacher)
+                loss = self.loss(inp, mode=mode, temperature=2.0, scale_t_squared=True)
+                self.assertEqual(loss.dtype, t.float32)
+                self.assertEqual(loss.shape, ())
+                go = t.tensor(0.3)
+                loss.backward(go)
+                ref = self.reference(inp, go, temperature=2.0, scale_t_squared=True)
+                what = f"{mode} {teacher}"
+                self.assert_close(loss, ref["loss"], what + " loss")
+                self.assert_close(inp["x"].grad, ref["grad_input"], what + " dX")
+                self.assert_close(inp["w"].grad, ref["grad_weight"], what + " dW")
+                self.assert_close(inp["b"].grad, ref["grad_bias"], what + " db")
+        modes = [c["mode"] for p in self.plans for c in p.calls]
+        self.assertEqual(modes, [Mode.FUSED, Mode.FUSED, Mode.FORWARD, Mode.BACKWARD,
+                                 Mode.FORWARD, Mode.BACKWARD])
+
+    def test_bf16_gradients_come_back_in_the_parameter_dtype(self) -> None:
+        t = self.torch
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs(dtype=t.bfloat16)
+            self.loss(inp, mode=mode).backward()
+            for name in ("x", "w", "b"):
+                self.assertEqual(inp[name].grad.dtype, t.bfloat16, name)
+            self.assertEqual(self.plans[-1].problem.grad_weight_dtype, _lib.DType.BF16)
+
+    def test_reduction_none_returns_rows_in_the_input_shape_and_takes_row_gradients(self) -> None:
+        t = self.torch
+        inp = self.inputs(n=6)
+        x3 = inp["x"].detach().view(2, 3, 8).clone().requires_grad_()
+        teacher3 = inp["teacher"].view(2, 3, 40)
+        loss = self.kljit.fused_linear_kl_div(x3, inp["w"], teacher3, bias=inp["b"],
+                                              mode="two_phase", reduction="none")
+        self.assertEqual(tuple(loss.shape), (2, 3))
+        go = t.arange(6, dtype=t.float32).view(2, 3) / 6
+        loss.backward(go)
+        ref = self.reference(inp, go.reshape(-1), mode="two_phase", reduction="none")
+        self.assert_close(loss.reshape(-1), ref["row_loss"], "row losses")
+        self.assert_close(x3.grad.reshape(6, 8), ref["grad_input"], "dX")
+        self.assertEqual(self.plans[-1].calls[-1]["go"].shape, (6,))
+
+    def test_only_wanted_gradients_are_asked_of_the_library(self) -> None:
+        t = self.torch
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            inp["w"].requires_grad_(False)
+            inp["b"].requires_grad_(False)
+            self.loss(inp, mode=mode).backward()
+            self.assertEqual(self.plans[-1].calls[-1]["flags"], EXEC_NO_GRAD_WEIGHT)
+            self.assertIsNone(inp["w"].grad)
+            inp = self.inputs()
+            with t.no_grad():
+                loss = self.loss(inp, mode=mode)
+            self.assertFalse(loss.requires_grad)
+            if mode == "fused":
+                self.assertEqual(self.plans[-1].calls[-1]["flags"],
+                                 EXEC_NO_GRAD_INPUT | EXEC_NO_GRAD_WEIGHT)
+
+    def test_runtime_temperature_reaches_the_library_per_call(self) -> None:
+        inp = self.inputs()
+        for temp in (0.5, 3.0):
+            loss = self.loss(inp, temperature_mode="runtime", temperature=temp, mode="two_phase")
+            loss.backward()
+            self.assertEqual([c["temperature"] for c in self.plans[-1].calls], [temp, temp])
+            self.assertEqual(self.plans[-1].problem.temperature, 1.0)
+
+    def test_a_fused_loss_backpropagated_twice_raises(self) -> None:
+        inp = self.inputs()
+        loss = self.loss(inp)
+        loss.backward(retain_graph=True)
+        with self.assertRaises(RuntimeError):
+            loss.backward()
+
+    def test_modules_validate_options_once_and_call_the_functional(self) -> None:
+        t = self.torch
+        with self.assertRaises(ValueError):
+            self.kljit.FusedLinearKLDivLoss(reduction="none")  # fused mode
+        head = self.kljit.FusedLinearKLDiv(8, 40, bias=True, mode="two_phase")
+        self.assertEqual(tuple(head.weight.shape), (40, 8))
+        x = t.randn(2, 3, 8, requires_grad=True)
+        teacher = t.softmax(t.randn(2, 3, 40), -1)
+        head(x, teacher).backward()
+        self.assertEqual(tuple(x.grad.shape), (2, 3, 8))
+        self.assertIsNotNone(head.weight.grad)
+        self.assertIsNotNone(head.bias.grad)
+        self.assertIn("mode=two_phase", repr(head))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,197 @@
+"""The PyTorch references (python/kljit/reference.py) against the C oracle (tests/ref.c).
+
+The GPU tests and bench/compare.py judge the binding by kl_div_fp64 and kl_div_reference; here
+both are checked, on the CPU in float64, against ref_compute (through tests/python_ref.c) on
+small problems of every teacher form, tail, value kind, reduction, temperature setting, with
+and without bias, ignored rows and an upstream gradient. Needs torch (and numpy for the byte
+conversion); skips (77) without them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import subprocess
+import unittest
+from typing import Any, Dict, Optional
+
+from _util import out_dir, ref_helper, require
+
+from kljit._checks import LossConfig, check_call
+
+N, H, V, K = 7, 12, 50, 5
+# Both sides compute in float64 from the same float64 inputs; what differs is summation
+# order, so agreement is expected to ~1e-13 relative; 1e-10 leaves room for cancellation in
+# small gradient entries (rel Frobenius) and in losses near zero.
+TOL = 1e-10
+
+
+class Case:
+    """One random problem in float64 (CPU) with its options."""
+
+    def __init__(self, torch: Any, seed: int, config: LossConfig, *, bias: bool,
+                 labels: bool, grad_output: Optional[float], temperature: float = 0.0,
+                 duplicates: bool = False) -> None:
+        g = torch.Generator().manual_seed(seed)
+        f64 = torch.float64
+        self.torch, self.config = torch, config
+        self.x = torch.rand(N, H, generator=g, dtype=f64) * 2 - 1
+        self.w = (torch.rand(V, H, generator=g, dtype=f64) * 2 - 1) * 0.5
+        self.b = torch.rand(V, generator=g, dtype=f64) - 0.5 if bias else None
+        self.labels = None
+        if labels:
+            self.labels = torch.randint(0, V, (N,), generator=g)
+            self.labels[1] = self.labels[4] = config.ignore_index
+        self.teacher = self.ids = self.vals = None
+        teacher = config.teacher
+        if teacher == "sparse_topk":
+            self.ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(N)])
+            if duplicates:
+                self.ids[0, 1] = self.ids[0, 0]
+            p = torch.rand(N, K, generator=g, dtype=f64) * (0.9 / K)
+            p[2, 3] = 0.0
+            if config.tail == "renorm":
+                p[3] = 0.0  # a row with no mass
+            self.vals = p if config.topk_values == "probs" else torch.log(p)
+        else:
+            p = torch.rand(N, V, generator=g, dtype=f64) * (2.0 / V)
+            p[0, :3] = 0.0  # 0 log 0
+            p[0, 3] = 1e-25  # below eps: floored inside the log
+            if teacher == "dense_probs":
+                self.teacher = p
+            elif teacher == "dense_logprobs":
+                self.teacher = torch.log(p)
+            else:
+                self.teacher = torch.randn(N, V, generator=g, dtype=f64) * 3
+        self.temperature = temperature or config.temperature
+        self.go = None
+        if grad_output is not None:
+            n = N if config.reduction == "none" else 1
+            self.go = torch.full((n,), grad_output, dtype=f64) + torch.arange(n) * 0.1
+
+    def kwargs(self) -> Dict[str, Any]:
+        runtime = self.config.temperature_mode == "runtime"
+        return dict(bias=self.b, labels=self.labels, teacher_ids=self.ids,
+                    teacher_values=self.vals, config=self.config,
+                    temperature=self.temperature if runtime else None)
+
+    def c_reference(self) -> Dict[str, Any]:
+        """ref_compute's loss, row losses and gradients, through tests/python_ref.c."""
+        torch = self.torch
+        spec = check_call(self.config, self.x.float(), self.w.float(),
+                          None if self.teacher is None else self.teacher.float(),
+                          bias=None if self.b is None else self.b.float(), labels=self.labels,
+                          teacher_ids=self.ids,
+                          teacher_values=None if self.vals is None else self.vals.float(),
+                          temperature=self.kwargs()["temperature"], require_cuda=False)
+        blob = bytearray(bytes(spec.problem))
+        blob += struct.pack("<qiiid", N, self.b is not None, self.labels is not None,
+                            self.go is not None, self.temperature)
+        for t in (self.x, self.w, self.b, self.labels, self.teacher, self.ids, self.vals,
+                  self.go):
+            if t is not None:
+                dt = torch.int64 if not t.is_floating_point() else torch.float64
+                blob += t.to(dt).contiguous().numpy().tobytes()
+        d = out_dir(f"ref-{id(self)}")
+        (d / "in.bin").write_bytes(bytes(blob))
+        r = subprocess.run([str(ref_helper()), str(d / "in.bin"), str(d / "out.bin")],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise AssertionError(f"python_ref failed: {r.stderr}")
+        out = torch.frombuffer(bytearray((d / "out.bin").read_bytes()), dtype=torch.float64)
+        res, off = {"loss": out[0]}, 2
+        for name, n in (("row_loss", N), ("grad_input", N * H), ("grad_weight", V * H),
+                        ("grad_bias", V if self.b is not None else 0)):
+            res[name] = out[off:off + n] if n else None
+            off += n
+        return res
+
+
+def rel(a: Any, b: Any) -> float:
+    """Relative Frobenius distance (absolute where the reference is ~0)."""
+    a, b = a.detach().reshape(-1).double(), b.detach().reshape(-1).double()
+    den = float(b.norm())
+    return float((a - b).norm()) / (den if den > 1e-30 else 1.0)
+
+
+def configs():
+    """(config, options) of every case; options are Case's keyword arguments."""
+    dense = itertools.product(("dense_probs", "dense_logprobs", "dense_logits"),
+                              ("sum", "batchmean", "mean", "none"))
+    for i, (teacher, reduction) in enumerate(dense):
+        mode = "two_phase" if reduction == "none" else "fused"
+        t_opts = [dict(), dict(temperature=2.0, scale_t_squared=True, teacher_temperature=1.5),
+                  dict(temperature=0.5, temperature_mode="runtime")][i % 3]
+        yield (LossConfig(teacher=teacher, reduction=reduction, mode=mode, **t_opts),
+               dict(bias=i % 2 == 0, labels=i % 4 < 2, grad_output=None if i % 3 else 0.7))
+    sparse = itertools.product(("none", "renorm", "bucket"), ("probs", "logprobs"),
+                               ("batchmean", "none", "sum"))
+    for i, (tail, values, reduction) in enumerate(sparse):
+        t_opts = dict(temperature=2.0, scale_t_squared=True) if i % 2 else dict()
+        yield (LossConfig(teacher="sparse_topk", tail=tail, topk_values=values,
+                          reduction=reduction, mode="two_phase", **t_opts),
+               dict(bias=i % 3 == 0, labels=i % 2 == 0, grad_output=None if i % 4 else 1.3))
+
+
+class ReferenceTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.torch = require("torch")
+        require("numpy")
+        from kljit import reference
+
+        self.ref = reference
+
+    def compare(self, case: Case, got: Dict[str, Any], want: Dict[str, Any], what: str) -> None:
+        for name in ("loss", "row_loss", "grad_input", "grad_weight", "grad_bias"):
+            if want.get(name) is None or got.get(name) is None:
+                continue
+            err = rel(got[name], want[name])
+            self.assertLess(err, TOL, f"{what}: {name} rel {err:.2e} ({case.config})")
+
+    def test_fp64_reference_matches_the_c_reference(self) -> None:
+        for seed, (config, opts) in enumerate(configs()):
+            case = Case(self.torch, seed, config, **opts)
+            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
+                                       chunk_rows=3, **case.kwargs())
+            self.compare(case, got, case.c_reference(), "kl_div_fp64")
+
+    def test_fp64_reference_counts_duplicate_ids_like_the_c_reference(self) -> None:
+        for tail in ("none", "renorm", "bucket"):
+            config = LossConfig(teacher="sparse_topk", tail=tail, reduction="sum")
+            case = Case(self.torch, 99, config, bias=False, labels=False, grad_output=None,
+                        duplicates=True)
+            got = self.ref.kl_div_fp64(case.x, case.w, None, **case.kwargs())
+            self.compare(case, got, case.c_reference(), f"duplicates, tail {tail}")
+
+    def test_autograd_reference_matches_the_c_reference(self) -> None:
+        torch = self.torch
+        for seed, (config, opts) in enumerate(configs()):
+            case = Case(self.torch, seed, config, **opts)
+            x = case.x.clone().requires_grad_()
+            w = case.w.clone().requires_grad_()
+            kw = case.kwargs()
+            if case.b is not None:
+                kw["bias"] = case.b.clone().requires_grad_()
+            loss = self.ref.kl_div_reference(x, w, case.teacher, compute_dtype=torch.float64,
+                                             **kw)
+            go = case.go if case.go is not None else torch.ones(loss.shape, dtype=torch.float64)
+            loss.backward(go.reshape(loss.shape))
+            got = {"loss": loss.sum() if config.reduction == "none" else loss,
+                   "row_loss": loss if config.reduction == "none" else None,
+                   "grad_input": x.grad, "grad_weight": w.grad,
+                   "grad_bias": None if case.b is None else kw["bias"].grad}
+            self.compare(case, got, case.c_reference(), "kl_div_reference")
+
+    def test_dense_from_sparse_equals_the_gathered_sparse_loss(self) -> None:
+        torch = self.torch
+        for tail in ("none", "renorm"):
+            config = LossConfig(teacher="sparse_topk", tail=tail, reduction="batchmean")
+            case = Case(torch, 5, config, bias=True, labels=True, grad_output=None)
+            losses = [self.ref.kl_div_reference(case.x, case.w, None, sparse_impl=impl,
+                                                compute_dtype=torch.float64, **case.kwargs())
+                      for impl in ("gather", "dense")]
+            self.assertLess(rel(losses[1], losses[0]), TOL, tail)
+
+
+if __name__ == "__main__":
+    unittest.main()
