@@ -1,0 +1,248 @@
+/* cli_args.c — option parsing shared by the kljit commands, and the problem options. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_parser_init(cli_parser *p, int argc, char **argv) {
+  memset(p, 0, sizeof *p);
+  p->argc = argc, p->argv = argv, p->i = 1;
+  p->cmd = argc > 0 ? argv[0] : "?";
+}
+
+int cli_next(cli_parser *p) {
+  if (p->status != CLI_OK || p->help || p->i >= p->argc) return 0;
+  const char *const a = p->argv[p->i];
+  if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    p->help = 1;
+    return 0;
+  }
+  return 1;
+}
+
+int cli_stopped(cli_parser *p, void (*usage)(FILE *)) {
+  if (p->status != CLI_OK) return 1;
+  if (!p->help) return 0;
+  usage(stdout);
+  return 1;
+}
+
+int cli_usage_error(cli_parser *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kljit %s: ", p->cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(kljit %s --help lists the options)\n", p->cmd);
+  va_end(ap);
+  p->status = CLI_USAGE;
+  return CLI_USAGE;
+}
+
+int cli_unknown(cli_parser *p) {
+  const char *const a = p->argv[p->i];
+  if (a[0] == '-')
+    cli_usage_error(p, "unknown option %s", a);
+  else
+    cli_usage_error(p, "unexpected argument '%s'", a);
+  return 0;
+}
+
+/* Matches "--name" or "--name=VALUE". *inline_value is the text after '=' or NULL. */
+static int match(const cli_parser *p, const char *name, const char **inline_value) {
+  const char *const a = p->argv[p->i];
+  const size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '\0') {
+    *inline_value = NULL;
+    return 1;
+  }
+  if (a[n] == '=') {
+    *inline_value = a + n + 1;
+    return 1;
+  }
+  return 0;
+}
+
+/* The value of a matched option (consumed with it), or NULL after reporting it missing. */
+static const char *take_value(cli_parser *p, const char *name, const char *inline_value) {
+  p->i++;
+  if (inline_value) return inline_value;
+  if (p->i >= p->argc) {
+    cli_usage_error(p, "option %s needs a value", name);
+    return NULL;
+  }
+  return p->argv[p->i++];
+}
+
+int cli_flag(cli_parser *p, const char *name) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (v) {
+    cli_usage_error(p, "option %s takes no value", name);
+    return 1;
+  }
+  p->i++;
+  return 1;
+}
+
+int cli_string(cli_parser *p, const char *name, const char **out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if ((v = take_value(p, name, v))) {
+    if (!*v)
+      cli_usage_error(p, "option %s needs a non-empty value", name);
+    else
+      *out = v;
+  }
+  return 1;
+}
+
+int cli_int(cli_parser *p, const char *name, long long lo, long long hi, long long *out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (!(v = take_value(p, name, v))) return 1;
+  char *end;
+  errno = 0;
+  const long long x = strtoll(v, &end, 10);
+  if (end == v || *end || errno || x < lo || x > hi)
+    cli_usage_error(p, "%s %s: want an integer from %lld to %lld", name, v, lo, hi);
+  else
+    *out = x;
+  return 1;
+}
+
+int cli_double(cli_parser *p, const char *name, double lo, double hi, double *out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (!(v = take_value(p, name, v))) return 1;
+  char *end;
+  const double x = strtod(v, &end);
+  if (end == v || *end || !isfinite(x) || x < lo || x > hi)
+    cli_usage_error(p, "%s %s: want a number from %g to %g", name, v, lo, hi);
+  else
+    *out = x;
+  return 1;
+}
+
+int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (!(v = take_value(p, name, v))) return 1;
+  for (const cli_choice *c = choices; c->name; c++) {
+    if (!strcmp(v, c->name)) {
+      *out = c->value;
+      return 1;
+    }
+  }
+  char list[256] = "";
+  for (const cli_choice *c = choices; c->name; c++) {
+    if (c != choices) strncat(list, c[1].name ? ", " : " or ", sizeof list - strlen(list) - 1);
+    strncat(list, c->name, sizeof list - strlen(list) - 1);
+  }
+  cli_usage_error(p, "%s %s: want %s", name, v, list);
+  return 1;
+}
+
+int cli_positional(cli_parser *p, const char **out) {
+  const char *const a = p->argv[p->i];
+  if (a[0] == '-' && a[1] != '\0') return 0;
+  *out = a;
+  p->i++;
+  return 1;
+}
+
+int cli_fail(const char *what, kljit_status st) {
+  fprintf(stderr, "kljit: %s: %s\n  %s\n", what, kljit_status_string(st), kljit_last_error());
+  return CLI_FAIL;
+}
+
+/* ---- problem options ---------------------------------------------------------------------- */
+
+const char CLI_PROBLEM_HELP[] =
+    "problem options:\n"
+    "  --hidden H --vocab V                 shape (default 4096 x 128256)\n"
+    "  --dtype fp32|fp16|bf16               inputs, weight and teacher (default bf16)\n"
+    "  --teacher probs|logprobs|logits      dense teacher form (default probs)\n"
+    "  --temperature T                      softmax temperature (default 1)\n"
+    "  --runtime-temperature                T comes with each call instead of being compiled in\n"
+    "  --t-squared                          scale loss and gradients by T^2\n"
+    "  --reduction sum|batchmean|mean|none  (default batchmean)\n"
+    "  --bias                               the head has a bias\n"
+    "  --native-logits                      logits in the input dtype instead of fp32\n";
+
+void cli_problem_defaults(kljit_problem *pb) {
+  const kljit_problem init = KLJIT_PROBLEM_INIT;
+  *pb = init;
+  pb->hidden = 4096, pb->vocab = 128256;
+}
+
+static const cli_choice DTYPES[] = {
+    {"fp32", KLJIT_FP32}, {"fp16", KLJIT_FP16}, {"bf16", KLJIT_BF16}, {NULL, 0}};
+static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
+                                      {"logprobs", KLJIT_TEACHER_DENSE_LOGPROBS},
+                                      {"logits", KLJIT_TEACHER_DENSE_LOGITS},
+                                      {NULL, 0}};
+static const cli_choice REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
+                                        {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
+                                        {"mean", KLJIT_REDUCTION_MEAN},
+                                        {"none", KLJIT_REDUCTION_NONE},
+                                        {NULL, 0}};
+
+int cli_problem_option(cli_parser *p, kljit_problem *pb) {
+  long long n = 0;
+  int e;
+  if (cli_int(p, "--hidden", 1, INT64_MAX, &n)) {
+    pb->hidden = n;
+  } else if (cli_int(p, "--vocab", 2, INT64_MAX, &n)) {
+    pb->vocab = n;
+  } else if (cli_enum(p, "--dtype", DTYPES, &e)) {
+    if (p->status == CLI_OK)
+      pb->input_dtype = pb->weight_dtype = pb->teacher_dtype = (kljit_dtype)e;
+  } else if (cli_enum(p, "--teacher", TEACHERS, &e)) {
+    if (p->status == CLI_OK) pb->teacher = (kljit_teacher_form)e;
+  } else if (cli_enum(p, "--reduction", REDUCTIONS, &e)) {
+    if (p->status == CLI_OK) pb->reduction = (kljit_reduction)e;
+  } else if (cli_double(p, "--temperature", 1e-6, 1e6, &pb->temperature)) {
+  } else if (cli_flag(p, "--runtime-temperature")) {
+    pb->temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+  } else if (cli_flag(p, "--t-squared")) {
+    pb->flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+  } else if (cli_flag(p, "--bias")) {
+    pb->flags |= KLJIT_FLAG_BIAS;
+  } else if (cli_flag(p, "--native-logits")) {
+    pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap) {
+  int n = 0;
+  for (const char *s = text; *s;) {
+    const size_t len = strcspn(s, ",");
+    const char *digits = !strncmp(s, "sm_", 3) ? s + 3 : s;
+    char *end;
+    const long a = strtol(digits, &end, 10);
+    if (len == 0 || end != s + len || digits == end || a < 1 || a > 1000) {
+      cli_usage_error(p, "--arch %s: want a comma-separated list like sm_80,sm_90", text);
+      return 0;
+    }
+    int dup = 0;
+    for (int k = 0; k < n; k++) dup |= archs[k] == (int)a;
+    if (!dup) {
+      if (n == cap) {
+        cli_usage_error(p, "--arch %s: at most %d architectures", text, cap);
+        return 0;
+      }
+      archs[n++] = (int)a;
+    }
+    s += len;
+    if (*s == ',') s++;
+  }
+  if (n == 0) cli_usage_error(p, "--arch is empty");
+  return n;
+}
