@@ -40,6 +40,7 @@
  */
 #include "cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -670,4 +671,125 @@ void cache_config_free(cache_config *cfg) {
   free(cfg->ro_dirs);
   free(cfg->rw_dir);
   memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---- inspection ------------------------------------------------------------------------ */
+
+static int is_hex64(const char *s) {
+  for (int i = 0; i < 64; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+  return 1;
+}
+
+cache_name_kind cache_name_classify(const char *n) {
+  const size_t len = strlen(n);
+  if (len == 68 && is_hex64(n) && strcmp(n + 64, ".kjc") == 0) return CACHE_NAME_ENTRY;
+  /* temp_create's ".<entry name>.<host>.<pid>.<random>.tmp" */
+  if (len > 1 + 68 + 1 + 4 && n[0] == '.' && is_hex64(n + 1) && strncmp(n + 65, ".kjc.", 5) == 0 &&
+      strcmp(n + len - 4, ".tmp") == 0)
+    return CACHE_NAME_TEMP;
+  return CACHE_NAME_OTHER;
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+kljit_status cache_dir_iterate(const char *dir, unsigned kinds, cache_dir_fn fn, void *user) {
+  if (!dir || !fn) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "cache_dir_iterate: NULL argument");
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return err_set(KLJIT_ERR_CACHE, "cannot open cache directory %s: %s", dir, strerror(errno));
+  struct stat st;
+  kljit_status s =
+      fstat(fd, &st) == 0
+          ? check_trusted(&st, "directory", dir)
+          : err_set(KLJIT_ERR_CACHE, "cannot stat cache directory %s: %s", dir, strerror(errno));
+  DIR *const d = s ? NULL : fdopendir(fd);
+  if (!d) {
+    if (!s)
+      s = err_set(KLJIT_ERR_CACHE, "cannot read cache directory %s: %s", dir, strerror(errno));
+    close(fd);
+    return s;
+  }
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  for (struct dirent *e; !s && (e = readdir(d));) {
+    if (!(kinds & 1u << cache_name_classify(e->d_name))) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **const grown = realloc(names, cap * sizeof *names);
+      if (!grown) {
+        s = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+        break;
+      }
+      names = grown;
+    }
+    if (!(names[n] = strdup(e->d_name)))
+      s = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    else
+      n++;
+  }
+  closedir(d); /* closes fd */
+  if (!s && n) qsort(names, n, sizeof *names, name_cmp);
+  int stop = 0;
+  for (size_t i = 0; i < n && !s && !stop; i++)
+    s = fn(dir, names[i], cache_name_classify(names[i]), user, &stop);
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return s;
+}
+
+/* SHA-256 of what an open file holds from its start. */
+static int file_sha256(int fd, char hex[65]) {
+  static const char digits[] = "0123456789abcdef";
+  if (lseek(fd, 0, SEEK_SET) != 0) return -1;
+  sha256_ctx c;
+  sha256_init(&c);
+  unsigned char buf[1 << 16];
+  for (;;) {
+    const ssize_t got = read_full(fd, buf, sizeof buf);
+    if (got < 0) return -1;
+    sha256_update(&c, buf, (size_t)got);
+    if ((size_t)got < sizeof buf) break;
+  }
+  uint8_t d[32];
+  sha256_final(&c, d);
+  for (int i = 0; i < 32; i++) hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
+  hex[64] = '\0';
+  return 0;
+}
+
+kljit_status cache_entry_inspect(const char *dir, const char *name, cache_inspection *out) {
+  memset(out, 0, sizeof *out);
+  char path[PATH_MAX];
+  kljit_status s = join_path(path, dir, name);
+  struct stat st = {0};
+  if (!s && lstat(path, &st) != 0)
+    s = err_set(KLJIT_ERR_CACHE, "cannot stat %s: %s", path, strerror(errno));
+  if (!s) {
+    out->size = (uint64_t)st.st_size;
+    out->mtime = (int64_t)st.st_mtime;
+    if (S_ISLNK(st.st_mode))
+      s = err_set(KLJIT_ERR_CACHE, "refusing cache entry %s: it is a symbolic link", path);
+    else if (!S_ISREG(st.st_mode))
+      s = err_set(KLJIT_ERR_CACHE, "invalid cache entry %s: not a regular file", path);
+  }
+  if (!s) s = cache_read_file(path, &out->entry);
+  if (s == KLJIT_ERR_OUT_OF_MEMORY) return s;
+  out->status = s;
+  if (s) snprintf(out->problem, sizeof out->problem, "%s", kljit_last_error());
+  if (S_ISREG(st.st_mode)) {
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      if (file_sha256(fd, out->sha256) != 0) out->sha256[0] = '\0';
+      close(fd);
+    }
+  }
+  err_clear();
+  return KLJIT_SUCCESS;
+}
+
+void cache_inspection_free(cache_inspection *in) {
+  if (in) cache_entry_free(&in->entry);
 }

@@ -60,6 +60,38 @@ kljit_status cache_read_file(const char *path, cache_entry *out);
 /* The file name (64 hex chars + ".kjc") of an entry with this key text. */
 void cache_file_name(const char *key_text, char name[80]);
 
+/* ---- inspection (kljit cache ls / verify / clear / stats, through src/tooling.c) ---------- */
+
+typedef enum cache_name_kind {
+  CACHE_NAME_OTHER = 0, /* not kljit's: never listed, never deleted */
+  CACHE_NAME_ENTRY = 1, /* <64 lowercase hex>.kjc */
+  CACHE_NAME_TEMP = 2   /* .<64 hex>.kjc.<anything>.tmp, a crashed writer's leftover */
+} cache_name_kind;
+cache_name_kind cache_name_classify(const char *file_name);
+
+/* Calls fn for each file of `dir` whose name is of a kind in `kinds` (bits 1 << kind), in
+ * name order. The directory must pass the permission rule (KLJIT_ERR_CACHE otherwise, as
+ * for a missing one). The names are collected first, so fn may delete them. A nonzero return
+ * from fn stops the walk (with KLJIT_SUCCESS); a failing status from fn is returned. */
+typedef kljit_status (*cache_dir_fn)(const char *dir, const char *name, cache_name_kind kind,
+                                     void *user, int *stop);
+kljit_status cache_dir_iterate(const char *dir, unsigned kinds, cache_dir_fn fn, void *user);
+
+/* What one file of a cache directory is. status/problem say whether a lookup would load it
+ * (cache_read_file's checks, plus: not a symbolic link, a regular file); entry is filled when
+ * it would. sha256 is the hash of the file's bytes ("" if unreadable). */
+typedef struct cache_inspection {
+  uint64_t size;
+  int64_t mtime;
+  kljit_status status;
+  char problem[512];
+  cache_entry entry;
+  char sha256[65];
+} cache_inspection;
+/* Fails only when memory runs out; every problem with the file goes into *out. */
+kljit_status cache_entry_inspect(const char *dir, const char *name, cache_inspection *out);
+void cache_inspection_free(cache_inspection *in);
+
 /* SHA-256 (FIPS 180-4). One-shot, and incremental for data that is not contiguous (the entry
  * checksum covers the header and the payload, which live in different buffers). */
 void sha256(const void *data, size_t len, uint8_t digest[32]);

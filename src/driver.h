@@ -32,7 +32,21 @@
   X(cuPointerGetAttribute, "cuPointerGetAttribute")              \
   X(cuMemsetD32Async, "cuMemsetD32Async")                        \
   X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                   \
-  X(cuStreamSynchronize, "cuStreamSynchronize")
+  X(cuStreamSynchronize, "cuStreamSynchronize")                  \
+  /* tuning (tune_measure.c): its own buffers, stream and events */ \
+  X(cuMemGetInfo, "cuMemGetInfo_v2")                             \
+  X(cuMemAlloc, "cuMemAlloc_v2")                                 \
+  X(cuMemFree, "cuMemFree_v2")                                   \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                             \
+  X(cuMemcpyDtoD, "cuMemcpyDtoD_v2")                             \
+  X(cuMemsetD8Async, "cuMemsetD8Async")                          \
+  X(cuStreamCreate, "cuStreamCreate")                            \
+  X(cuStreamDestroy, "cuStreamDestroy_v2")                       \
+  X(cuEventCreate, "cuEventCreate")                              \
+  X(cuEventDestroy, "cuEventDestroy_v2")                         \
+  X(cuEventRecord, "cuEventRecord")                              \
+  X(cuEventSynchronize, "cuEventSynchronize")                    \
+  X(cuEventElapsedTime, "cuEventElapsedTime")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;

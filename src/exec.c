@@ -47,8 +47,9 @@ static kljit_status check_absent(const char *who, const char *name, const void *
     if (try_st_ != KLJIT_SUCCESS) return try_st_; \
   } while (0)
 
+/* stats_only: kljit_shard_stats (fused-mode workspace; no loss or gradient outputs). */
 static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mode mode,
-                             const char *who) {
+                             int stats_only, const char *who) {
   if (!p) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
   if (a->struct_size != sizeof(kljit_args))
@@ -92,8 +93,8 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   }
-  const int grads = mode != KLJIT_MODE_FORWARD;
-  if (mode != KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "loss", a->loss, 4));
+  const int grads = mode != KLJIT_MODE_FORWARD && !stats_only;
+  if (mode != KLJIT_MODE_BACKWARD && !stats_only) TRY(check_ptr(p, who, "loss", a->loss, 4));
   if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
   if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
   const int want_dx = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT);
@@ -185,6 +186,16 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
                 c->stream);
 }
 
+/* Split API: one record per chunk row from its SPLIT partials -> c->stats_out[(row0 + r) * 8]. */
+static kljit_status run_merge(exec_call *c, long long row0, int64_t n) {
+  const kljit_args *a = c->a;
+  void *part = c->ws + c->w.part;
+  int rows = (int)n;
+  void *params[] = {&part, (void *)&a->labels, &c->labels_is64, &c->ignore, &rows,
+                    &c->stats_out, &row0};
+  return exec_launch(c->p, FN_MERGE, (unsigned)((n + 255) / 256), 1, 256, params, c->stream);
+}
+
 static kljit_status run_finish_grads(exec_call *c) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
@@ -221,7 +232,16 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     void *lossp = c->ws + c->w.lossp;
     const unsigned gx = (unsigned)p->geom.p2_split, gy = (unsigned)n;
     const unsigned th = (unsigned)p->geom.tune.threads;
-    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster) TRY(run_stats(c, row0, n));
+    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all)
+      TRY(run_stats(c, row0, n));
+    if (c->stats_out) { /* kljit_shard_stats: the records are all it writes */
+      TRY(run_merge(c, row0, n));
+      continue;
+    }
+    /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
+    const float *recs = c->all ? c->all + row0 * 8 : (const float *)part;
+    int nrec = c->all ? c->nrec : p->geom.tune.split;
+    long long srow = c->all ? 1 : p->geom.tune.split, srec = c->all ? a->rows : 1;
     /* (z, [g], teacher | ids, values, bias, labels, labels_is64, ignore_index, hdr, ...) */
     int per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
     void *params[16];
@@ -244,7 +264,10 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
       params[k++] = (void *)&a->grad_output;
       params[k++] = &per_row;
     } else {
-      params[k++] = &part;
+      params[k++] = (void *)&recs;
+      params[k++] = &nrec;
+      params[k++] = &srow;
+      params[k++] = &srec;
       if (mode == KLJIT_MODE_FORWARD) params[k++] = &c->rowstat;
       params[k++] = &lossp;
     }
@@ -255,6 +278,7 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     TRY(exec_launch(p, fn, gx, gy, th, params, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
+  if (c->stats_out) return KLJIT_SUCCESS;
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_finish_loss(c));
   if (mode != KLJIT_MODE_FORWARD) TRY(run_finish_grads(c));
   return KLJIT_SUCCESS;
@@ -269,15 +293,30 @@ static float grad_multiplier(const kljit_problem *pb, int64_t rows) {
   if (pb->input_dtype != KLJIT_FP16) return 1.0f;
   double c = 1.0;
   if (pb->reduction == KLJIT_REDUCTION_BATCHMEAN) c = 1.0 / (double)rows;
-  if (pb->reduction == KLJIT_REDUCTION_MEAN) c = 1.0 / ((double)rows * (double)pb->vocab);
+  if (pb->reduction == KLJIT_REDUCTION_MEAN)
+    c = 1.0 / ((double)rows * (double)prob_vocab_total(pb)); /* the same on every shard */
   return (float)exp2(8.0 - rint(log2(c)));
 }
 
-static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args *a,
-                            kljit_mode mode, const char *who) {
+/* stats_out: kljit_shard_stats; all (with nrec records per row): kljit_shard_finish. */
+static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_args *a,
+                               kljit_mode mode, const char *who, float *stats_out,
+                               const float *all, int nrec) {
   kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
   if (st != KLJIT_SUCCESS) return st;
-  st = validate(p, a, mode, who);
+  st = validate(p, a, mode, stats_out != NULL, who);
+  if (st == KLJIT_SUCCESS && stats_out) st = check_ptr(p, who, "stats", stats_out, 16);
+  if (st == KLJIT_SUCCESS && all) st = check_ptr(p, who, "all", all, 16);
+  if (st == KLJIT_SUCCESS && !stats_out && !all && prob_sharded(&p->pb))
+    st = err_set(KLJIT_ERR_UNSUPPORTED,
+                 "%s: the plan is one shard of a vocabulary-parallel head (vocab = %lld of "
+                 "vocab_total = %lld, shards = %d): run it through kljit_shard_stats and "
+                 "kljit_shard_finish, or kljit_fused_nccl", who, (long long)p->pb.vocab,
+                 (long long)p->pb.vocab_total, (int)p->pb.shards);
+  if (st == KLJIT_SUCCESS && (stats_out || all) && p->geom.tune.cluster)
+    st = err_set(KLJIT_ERR_UNSUPPORTED,
+                 "%s: the plan uses the cluster row kernels (KLJIT_ROW_KERNEL=cluster), which "
+                 "have no per-row records to exchange", who);
   if (st == KLJIT_SUCCESS) {
     exec_call c;
     memset(&c, 0, sizeof c);
@@ -292,6 +331,7 @@ static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args 
     c.gmult = grad_multiplier(&p->pb, a->rows);
     c.galpha = 1.0f / c.gmult;
     c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
+    c.stats_out = stats_out, c.all = all, c.nrec = nrec;
     st = run_mode(&c, mode);
     if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
   }
@@ -299,8 +339,54 @@ static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args 
   return st;
 }
 
+static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args *a,
+                            kljit_mode mode, const char *who) {
+  return execute_ex(p, stream, a, mode, who, NULL, NULL, 0);
+}
+
 kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args) {
   return execute(plan, stream, args, KLJIT_MODE_FUSED, "kljit_fused");
+}
+
+kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const char *who) {
+  kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
+  if (st != KLJIT_SUCCESS) return st;
+  st = validate(p, a, KLJIT_MODE_FUSED, 0, who);
+  if (p) ctx_leave(p->ctx);
+  return st;
+}
+
+kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows, size_t *bytes) {
+  const char *who = "kljit_plan_shard_stats_size";
+  if (!plan || !bytes)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, plan ? "bytes" : "plan");
+  if (rows < 1 || rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: rows = %lld, must be in [1, 2^31)", who,
+                   (long long)rows);
+  *bytes = (size_t)rows * 8 * sizeof(float);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream, const kljit_args *args,
+                               float *stats) {
+  const char *who = "kljit_shard_stats";
+  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  if (!stats) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: stats is NULL", who);
+  return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, stats, NULL, 0);
+}
+
+kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const kljit_args *args,
+                                const float *all, int shards) {
+  const char *who = "kljit_shard_finish";
+  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  if (!all) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: all is NULL", who);
+  if (shards != plan->pb.shards)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: shards = %d, must equal the problem's shards (%d)", who, shards,
+                   (int)plan->pb.shards);
+  return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, NULL, all, shards);
 }
 
 kljit_status kljit_forward(const kljit_plan *plan, void *stream, const kljit_args *args) {

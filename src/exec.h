@@ -19,7 +19,13 @@ typedef struct exec_call {
   int skip_gemms;
   int sparse;          /* the plan's rows module is the sparse top-K one */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
+  float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
+  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
+  int nrec;
 } exec_call;
+
+/* The argument checks of kljit_fused (kljit_fused_nccl runs them before any collective). */
+kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const char *who);
 
 /* cuLaunchKernel of the plan's kernel `fn` on `stream`, (gx, gy) blocks of `threads`. */
 kljit_status exec_launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,

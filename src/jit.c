@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "jit_memo.h"
 #include "nvrtc_compile.h"
 
 kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
@@ -24,13 +25,22 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
   memset(out, 0, sizeof *out);
   double t0 = util_now();
-  strbuf src = {0}, key = {0};
-  kljit_status st = kspec_render(k, &src);
-  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  strbuf src = {0}, key = {0}, spec = {0};
+  kljit_status st = KLJIT_SUCCESS;
+  /* a key computed before in this process needs no render until a compile does (jit_memo.h) */
+  const int memo = jit_memo_enabled() && jit_memo_spec_text(k, arch, &spec) == KLJIT_SUCCESS;
+  const int known = memo && jit_memo_get(spec.data, &key, out->name, out->key_hash);
+  if (!known) {
+    st = kspec_render(k, &src);
+    if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+    if (st == KLJIT_SUCCESS) {
+      kspec_name(k, src.data, out->name);
+      sha256_hex(key.data, key.len, out->key_hash);
+      if (memo) jit_memo_put(spec.data, key.data, out->name, out->key_hash);
+    }
+  }
   out->render_ms = 1e3 * (util_now() - t0);
   if (st != KLJIT_SUCCESS) goto done;
-  kspec_name(k, src.data, out->name);
-  sha256_hex(key.data, key.len, out->key_hash);
 
   t0 = util_now();
   cache_entry e = {0};
@@ -44,6 +54,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
     out->cache_ms = 1e3 * (util_now() - t0);
     goto done;
   }
+  if (!src.data && (st = kspec_render(k, &src)) != KLJIT_SUCCESS) goto done; /* memo'd key */
   t0 = util_now();
   st = nvrtc_compile(src.data, out->name, arch, &out->cubin, NULL);
   out->compile_ms = 1e3 * (util_now() - t0);
@@ -65,6 +76,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
 done:
   sb_free(&src);
   sb_free(&key);
+  sb_free(&spec);
   if (st != KLJIT_SUCCESS) jit_bin_free(out);
   return st;
 }

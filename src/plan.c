@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tune.h"
+
 static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
 }
@@ -48,10 +50,21 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
   if (st != KLJIT_SUCCESS) return st;
   if (rigor < KLJIT_PLAN_ESTIMATE || rigor > KLJIT_PLAN_WISDOM_ONLY)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: rigor = %d", (int)rigor);
-  if (rigor != KLJIT_PLAN_ESTIMATE)
-    return err_set(KLJIT_ERR_NOT_IMPLEMENTED,
-                   "kljit_plan_create: only KLJIT_PLAN_ESTIMATE is implemented yet");
   const double t0 = util_now();
+  /* the tuning by rigor (tune.c): wisdom, heuristics, or timing candidates now */
+  prob_tuning chosen;
+  strbuf origin = {0};
+  st = tune_for_plan(ctx, problem, rigor, &chosen, &origin);
+  if (st == KLJIT_SUCCESS)
+    st = plan_create_tuned(ctx, problem, &chosen, origin.data ? origin.data : "", t0, out);
+  sb_free(&origin);
+  return st;
+}
+
+kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
+                               const prob_tuning *chosen, const char *origin, double t0,
+                               kljit_plan **out) {
+  kljit_status st;
   kljit_plan *p = calloc(1, sizeof *p);
   gemm_cache *gc = calloc(1, sizeof *gc);
   if (!p || !gc) {
@@ -63,7 +76,11 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
   p->ctx = ctx;
   p->pb = *problem;
   p->gemm = gc;
-  const prob_tuning tune = prob_estimate(problem, ctx->sm_count, ctx->arch);
+  prob_tuning tune = *chosen;
+  /* a stored cluster tuning (wisdom of the same shape) cannot serve a vocabulary shard, whose
+   * row statistics are merged across ranks: the shard takes the two-pass heuristics */
+  const int replaced = tune.cluster && prob_sharded(problem);
+  if (replaced) tune = prob_estimate(problem, ctx->sm_count, ctx->arch);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   const kljit_dtype in = problem->input_dtype;
   p->gtypes.in = cuda_type(in);
@@ -87,6 +104,8 @@ kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
             p->geom.grad, p->geom.grad_in_place ? " (in place)" : "",
             (long long)tune.chunk_rows, tune.threads, tune.split, tune.cluster,
             (long long)p->geom.ld);
+  sb_printf(&desc, "  tuning from %s%s\n", origin,
+            replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)" : "");
   if ((st = ctx_enter(ctx))) goto fail_desc;
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)

@@ -11,7 +11,7 @@
 #include "problem.h"
 
 enum plan_fn {
-  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, /* rows module (dense or sparse) */
+  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, FN_MERGE, /* rows (dense or sparse) */
   FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT,  /* helpers module */
   FN_COUNT
 };
@@ -30,5 +30,12 @@ struct kljit_plan {
   CUfunction fn[FN_COUNT];
   char *description;
 };
+
+/* A plan with a given tuning (kljit_plan_create after choosing it; the tuner for each
+ * candidate). `origin` says where the tuning came from (the description's "tuning from" line);
+ * t0 is when planning started (util_now). */
+kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
+                               const prob_tuning *chosen, const char *origin, double t0,
+                               kljit_plan **out);
 
 #endif

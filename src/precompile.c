@@ -1,4 +1,6 @@
-/* precompile.c — kljit_precompile: a plan's kernels into a cache directory, without a GPU. */
+/* precompile.c — kljit_precompile: a plan's kernels into a cache directory, without a GPU.
+ * Thread-safe for any mix of problems and archs: rendering has its own Lua state per call,
+ * NVRTC programs are per call, and cache stores are atomic renames (src/cache.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,18 +9,41 @@
 #include "nvrtc_compile.h"
 #include "problem.h"
 
-kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char *cache_dir,
-                              int *compiled) {
+/* A dry run: render and look up, compile nothing. *compiled = 1 when the module is missing. */
+static kljit_status module_probe(const kspec *k, int arch, const cache_config *cfg,
+                                 kljit_module_report *r) {
+  strbuf src = {0}, key = {0};
+  kljit_status st = kspec_render(k, &src);
+  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  if (st == KLJIT_SUCCESS) {
+    kspec_name(k, src.data, r->name);
+    cache_file_name(key.data, r->file);
+    cache_entry e;
+    cache_result res;
+    st = cache_lookup(cfg, key.data, &e, &res);
+    if (st == KLJIT_SUCCESS) r->compiled = res == CACHE_MISS;
+    cache_entry_free(&e);
+  }
+  sb_free(&src);
+  sb_free(&key);
+  return st;
+}
+
+kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const char *cache_dir,
+                                 uint32_t flags, kljit_module_callback done, void *user) {
   const char *who = "kljit_precompile";
-  if (compiled) *compiled = 0;
   kljit_status st = prob_validate(problem, who);
   if (st != KLJIT_SUCCESS) return st;
+  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
+                   (unsigned)flags);
   char arch_text[16];
   snprintf(arch_text, sizeof arch_text, "%d", arch);
   if (!nvrtc_parse_arch(arch_text))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: arch = %d, must be a real architecture of sm_80 or newer (80, 86, 89, "
-                   "90, ...)", who, arch);
+                   "90, ...)",
+                   who, arch);
   cache_config cfg;
   memset(&cfg, 0, sizeof cfg);
   if (cache_dir) {
@@ -30,21 +55,47 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   }
   if (cfg.disabled || !cfg.rw_dir) {
     cache_config_free(&cfg);
-    return err_set(KLJIT_ERR_CACHE, "%s: no writable kernel cache (KLJIT_CACHE_DISABLE is set, "
-                   "or neither KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir", who);
+    return err_set(KLJIT_ERR_CACHE,
+                   "%s: no writable kernel cache (KLJIT_CACHE_DISABLE is set, "
+                   "or neither KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir",
+                   who);
   }
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
   const kspec *specs[] = {&g.rows, &g.helpers};
-  for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++) {
-    jit_bin bin;
-    st = jit_build(specs[i], arch, &cfg, &bin);
-    if (st != KLJIT_SUCCESS) break;
-    if (bin.source == CACHE_MISS && compiled) ++*compiled;
-    jit_bin_free(&bin);
+  const int count = (int)(sizeof specs / sizeof specs[0]);
+  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
+    kljit_module_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r, r.arch = arch, r.index = i, r.count = count;
+    if (flags & KLJIT_PRECOMPILE_DRY_RUN) {
+      st = module_probe(specs[i], arch, &cfg, &r);
+    } else {
+      jit_bin bin;
+      st = jit_build(specs[i], arch, &cfg, &bin);
+      if (st != KLJIT_SUCCESS) break;
+      r.compiled = bin.source == CACHE_MISS;
+      r.compile_ms = bin.compile_ms;
+      snprintf(r.name, sizeof r.name, "%s", bin.name);
+      snprintf(r.file, sizeof r.file, "%s.kjc", bin.key_hash);
+      jit_bin_free(&bin);
+    }
+    if (st == KLJIT_SUCCESS && done) done(&r, user);
   }
   cache_config_free(&cfg);
   if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
+  return st;
+}
+
+static void count_compiled(const kljit_module_report *m, void *user) {
+  if (m->compiled) ++*(int *)user;
+}
+
+kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char *cache_dir,
+                              int *compiled) {
+  int n = 0;
+  const kljit_status st = kljit_precompile_v2(problem, arch, cache_dir, 0, count_compiled, &n);
+  if (compiled) *compiled = st == KLJIT_SUCCESS ? n : 0;
   return st;
 }

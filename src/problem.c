@@ -8,7 +8,15 @@
 
 #include "gemm.h"
 
-enum { MAX_VOCAB = 1 << 24, MAX_HIDDEN = 1 << 20, MAX_TOPK = 1024 };
+enum { MAX_VOCAB = 1 << 24, MAX_HIDDEN = 1 << 20, MAX_TOPK = 1024, MAX_SHARDS = 1024 };
+
+int64_t prob_vocab_total(const kljit_problem *pb) {
+  return pb->vocab_total ? pb->vocab_total : pb->vocab;
+}
+
+int prob_sharded(const kljit_problem *pb) {
+  return pb->shards > 1 || (pb->vocab_total != 0 && pb->vocab_total != pb->vocab);
+}
 
 static int is_float(kljit_dtype dt) {
   return dt == KLJIT_FP32 || dt == KLJIT_FP16 || dt == KLJIT_BF16;
@@ -65,11 +73,32 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                (int)pb->teacher_dtype);
   if (pb->teacher < KLJIT_TEACHER_DENSE_PROBS || pb->teacher > KLJIT_TEACHER_SPARSE_TOPK)
     return BAD("%s: teacher = %d is not a kljit_teacher_form", who, (int)pb->teacher);
+  if (pb->vocab_total != 0) {
+    if (pb->vocab_total < 2 || pb->vocab_total > MAX_VOCAB)
+      return BAD("%s: vocab_total = %lld, must be 0 (unsharded) or in [2, %d]", who,
+                 (long long)pb->vocab_total, MAX_VOCAB);
+    if (pb->vocab_offset < 0)
+      return BAD("%s: vocab_offset = %lld, must be >= 0", who, (long long)pb->vocab_offset);
+    if (pb->vocab_offset + pb->vocab > pb->vocab_total)
+      return BAD("%s: vocab_offset + vocab = %lld + %lld = %lld exceeds vocab_total = %lld", who,
+                 (long long)pb->vocab_offset, (long long)pb->vocab,
+                 (long long)(pb->vocab_offset + pb->vocab), (long long)pb->vocab_total);
+  } else if (pb->vocab_offset != 0) {
+    return BAD("%s: vocab_offset = %lld, must be 0 when vocab_total = 0 (unsharded)", who,
+               (long long)pb->vocab_offset);
+  }
+  if (pb->shards < 1 || pb->shards > MAX_SHARDS)
+    return BAD("%s: shards = %d, must be in [1, %d]", who, (int)pb->shards, MAX_SHARDS);
+  if (pb->shards > 1 && pb->vocab_total == 0)
+    return BAD("%s: shards = %d needs vocab_total (the global vocabulary size), got 0", who,
+               (int)pb->shards);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
-    const int64_t kmax = pb->vocab < MAX_TOPK ? pb->vocab : MAX_TOPK;
+    /* ids are global: K is bounded by the whole vocabulary, not the shard */
+    const int64_t vt = prob_vocab_total(pb);
+    const int64_t kmax = vt < MAX_TOPK ? vt : MAX_TOPK;
     if (pb->topk < 1 || pb->topk > kmax)
-      return BAD("%s: topk = %d, must be in [1, min(vocab, %d)] = [1, %lld]", who, pb->topk,
-                 MAX_TOPK, (long long)kmax);
+      return BAD("%s: topk = %d, must be in [1, min(vocab_total or vocab, %d)] = [1, %lld]", who,
+                 pb->topk, MAX_TOPK, (long long)kmax);
     if (pb->topk_id_dtype != KLJIT_INT32 && pb->topk_id_dtype != KLJIT_INT64)
       return BAD("%s: topk_id_dtype = %d, must be KLJIT_INT32 or KLJIT_INT64", who,
                  (int)pb->topk_id_dtype);
@@ -136,8 +165,9 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
    * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
    * bandwidth: it is opt-in, KLJIT_ROW_KERNEL=cluster (README). */
   const char *variant = getenv("KLJIT_ROW_KERNEL");
+  /* sharded plans merge their row statistics across ranks: two-pass rows only */
   const int allow = variant && strcmp(variant, "cluster") == 0 &&
-                    pb->teacher != KLJIT_TEACHER_SPARSE_TOPK;
+                    pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && !prob_sharded(pb);
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
   if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
@@ -181,6 +211,11 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "tuning chunk_rows=%lld threads=%d split=%d is out of range",
                    (long long)tune->chunk_rows, tune->threads, tune->split);
+  if (tune->cluster && prob_sharded(pb))
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "a sharded problem (vocab_total = %lld, shards = %d) has no cluster row "
+                   "kernels: its row statistics are merged across ranks",
+                   (long long)pb->vocab_total, (int)pb->shards);
   g->tune = *tune;
   g->ld = round_up(pb->vocab, 8);
   const int native = native_logits(pb);
@@ -218,6 +253,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->tt_same = pb->teacher_temperature == 0;
   r->t = pb->temperature, r->tt = pb->teacher_temperature, r->eps = pb->eps;
   r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
+  r->vtot = prob_vocab_total(pb);
+  r->offset = pb->vocab_offset;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
       return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
@@ -265,6 +302,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   w.db = off, off += grads && (pb->flags & KLJIT_FLAG_BIAS) ? align256((size_t)pb->vocab * 4) : 0;
   w.check = off, off += (pb->flags & KLJIT_FLAG_CHECK_INPUTS) && mode != KLJIT_MODE_BACKWARD
                              ? 256 : 0;
+  /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows][8] */
+  w.stats = off, off += mode == KLJIT_MODE_FUSED && pb->shards > 1
+                            ? align256((size_t)(1 + pb->shards) * (size_t)rows * 32) : 0;
   w.lt = off, w.lt_size = GEMM_WORKSPACE_BYTES, off += w.lt_size;
   w.total = off;
   return w;

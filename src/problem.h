@@ -8,6 +8,11 @@
  * naming the field and its value. `who` prefixes the message ("kljit_plan_check"). */
 kljit_status prob_validate(const kljit_problem *pb, const char *who);
 
+/* The global vocabulary size (vocab_total, or vocab when unsharded) and whether the problem is
+ * one shard of a vocabulary-parallel head (shards > 1, or vocab_total set and != vocab). */
+int64_t prob_vocab_total(const kljit_problem *pb);
+int prob_sharded(const kljit_problem *pb);
+
 /* The tunable choices of a plan (what wisdom stores). */
 typedef struct prob_tuning {
   int64_t chunk_rows;  /* R */
@@ -41,7 +46,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
-  size_t hdr, lossp, part, z, g, dw, db, check, lt, total;
+  size_t hdr, lossp, part, z, g, dw, db, check, stats, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

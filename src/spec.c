@@ -75,12 +75,15 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = ps("BDT", k->bdt);
     out[n++] = pn("EPS", k->eps);
     out[n++] = pb("CHECK", k->check);
+    out[n++] = pi("VTOT", k->vtot ? k->vtot : k->v);
+    out[n++] = pi("OFFSET", k->offset);
   } else {
     out[n++] = ps("GRAD", k->grad);
     out[n++] = pi("LDG", k->ldg);
     out[n++] = ps("OUT", k->out);
     out[n++] = ps("REDUCTION", k->reduction);
     out[n++] = pb("T2", k->t2);
+    out[n++] = pi("VTOT", k->vtot ? k->vtot : k->v);
   }
   return n;
 }
@@ -124,10 +127,13 @@ void kspec_name(const kspec *k, const char *source, char name[64]) {
 }
 
 /* Every kernel of a family, in slot order (see kspec_kernel_slot). */
-static const char *const DENSE[] = {"kl_dense_stats", "kl_dense_fused", "kl_dense_forward",
-                                    "kl_dense_backward", "kl_dense_check", NULL};
-static const char *const SPARSE[] = {"kl_sparse_stats", "kl_sparse_fused", "kl_sparse_forward",
-                                     "kl_sparse_backward", "kl_sparse_check", NULL};
+static const char *const DENSE[] = {"kl_dense_stats",    "kl_dense_fused",
+                                    "kl_dense_forward",  "kl_dense_backward",
+                                    "kl_dense_check",    "kl_dense_merge",
+                                    NULL};
+static const char *const SPARSE[] = {"kl_sparse_stats",    "kl_sparse_fused",
+                                     "kl_sparse_forward",  "kl_sparse_backward",
+                                     "kl_sparse_check",    "kl_sparse_merge", NULL};
 static const char *const HELPERS[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
                                       NULL};
 
@@ -139,14 +145,19 @@ static const char *const *family_kernels(const kspec *k) {
 
 const char *const *kspec_kernels(const kspec *k) {
   /* the modules' exported subsets, NULL-terminated */
-  static const char *const dense_nocheck[] = {"kl_dense_stats", "kl_dense_fused",
-                                              "kl_dense_forward", "kl_dense_backward", NULL};
-  static const char *const sparse_nocheck[] = {"kl_sparse_stats", "kl_sparse_fused",
-                                               "kl_sparse_forward", "kl_sparse_backward", NULL};
+  static const char *const dense_nocheck[] = {"kl_dense_stats",   "kl_dense_fused",
+                                              "kl_dense_forward", "kl_dense_backward",
+                                              "kl_dense_merge",   NULL};
+  static const char *const sparse_nocheck[] = {"kl_sparse_stats",   "kl_sparse_fused",
+                                               "kl_sparse_forward", "kl_sparse_backward",
+                                               "kl_sparse_merge",   NULL};
+  /* the cluster variant has neither pass 1 nor its merge */
   static const char *const cluster_check[] = {"kl_dense_fused", "kl_dense_forward",
                                               "kl_dense_backward", "kl_dense_check", NULL};
+  static const char *const cluster_nocheck[] = {"kl_dense_fused", "kl_dense_forward",
+                                                "kl_dense_backward", NULL};
   if (k->family == KSPEC_DENSE_ROWS && k->cluster)
-    return k->check ? cluster_check : dense_nocheck + 1;
+    return k->check ? cluster_check : cluster_nocheck;
   if (k->family == KSPEC_DENSE_ROWS) return k->check ? DENSE : dense_nocheck;
   if (k->family == KSPEC_SPARSE_ROWS) return k->check ? SPARSE : sparse_nocheck;
   return HELPERS;

@@ -44,6 +44,8 @@ typedef struct kspec {
   const char *idt;    /* sparse rows: "i32" | "i64" */
   const char *values; /* sparse rows: "probs" | "logprobs" */
   const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
+  int64_t vtot;       /* global V (= v unless sharded): sparse rows' id range, helpers' MEAN */
+  int64_t offset;     /* sparse rows: first global id of the shard (0 unsharded) */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 24 };
@@ -63,7 +65,8 @@ void kspec_name(const kspec *k, const char *source, char name[64]);
 const char *const *kspec_kernels(const kspec *k);
 
 /* The slot of kernel `name` within its family: rows families 0 stats, 1 fused, 2 forward,
- * 3 backward, 4 check; helpers 0 setup, 1 finish_loss, 2 colsum, 3 convert. -1 if unknown. */
+ * 3 backward, 4 check, 5 merge (the split API's per-row record merge); helpers 0 setup,
+ * 1 finish_loss, 2 colsum, 3 convert. -1 if unknown. */
 int kspec_kernel_slot(const kspec *k, const char *name);
 
 #endif

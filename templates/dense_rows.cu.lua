@@ -13,6 +13,9 @@
 %--                           sum p (log p - log q) -> lossp[row][split]; G -> g (in place ok)
 %--   kl_dense_forward        pass 2 without G: loss partials and the row statistics -> rowstat
 %--   kl_dense_backward       pass 2 from saved row statistics: G only
+%--   kl_dense_merge          split API (tensor parallelism): a row's SPLIT partials -> one
+%--                           record; pass 2 then merges nrec records at runtime strides
+%--                           (the chunk's partials, or every shard's record of the row)
 %--   With INPLACE (fp32 z, 16-bit G), pass 2 runs one block per row and writes the row's G
 %--   over the first half of its own fp32 logits: in groups of columns, every thread reads the
 %--   group, the block synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns
@@ -389,8 +392,8 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
                                       const bias_t* __restrict__ bias, const void* labels,
                                       int labels_is64, i64 ignore_index,
                                       const float* __restrict__ hdr,
-                                      const float* __restrict__ part, float* rowstat,
-                                      float* __restrict__ lossp,
+                                      const float* __restrict__ part, int nrec, i64 srow,
+                                      i64 srec, float* rowstat, float* __restrict__ lossp,
                                       const float* __restrict__ gout, int gout_per_row,
                                       i64 row0) {
   const int r = blockIdx.y;
@@ -409,7 +412,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     } else {
       row_merge_t m;
       row_merge_init(m);
-      for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PSTRIDE);
+      /* record k of chunk row r at part + (r srow + k srec) PSTRIDE: the chunk's SPLIT partials
+       * (nrec = srow = SPLIT, srec = 1), or the shards' global records (kljit_shard_finish) */
+      for (int k = 0; k < nrec; k++)
+        row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PSTRIDE);
       rs = row_finish(m);
     }
     sh_row = rs;
@@ -502,7 +508,8 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             const bias_t* __restrict__ bias, const void* labels,
                                             int labels_is64, i64 ignore_index,
                                             const float* __restrict__ hdr,
-                                            const float* __restrict__ part, float* rowstat,
+                                            const float* __restrict__ part, int nrec,
+                                            i64 srow, i64 srec, float* rowstat,
                                             float* __restrict__ lossp,
                                             const float* __restrict__ gout, int gout_per_row,
                                             i64 row0) {
@@ -612,19 +619,19 @@ extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_fused(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
                const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                i64 ignore_index, const float* __restrict__ hdr, const float* __restrict__ part,
-               float* __restrict__ lossp, i64 row0) {
-  ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part,
-                       nullptr, lossp, nullptr, 0, row0);
+               int nrec, i64 srow, i64 srec, float* __restrict__ lossp, i64 row0) {
+  ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part, nrec,
+                       srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 kl_dense_forward(const logit_t* z, const teach_t* __restrict__ teacher,
                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                  i64 ignore_index, const float* __restrict__ hdr,
-                 const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
-                 i64 row0) {
+                 const float* __restrict__ part, int nrec, i64 srow, i64 srec, float* rowstat,
+                 float* __restrict__ lossp, i64 row0) {
   ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr,
-                         part, rowstat, lossp, nullptr, 0, row0);
+                         part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
@@ -633,8 +640,29 @@ kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teach
                   i64 ignore_index, const float* __restrict__ hdr, const float* rowstat,
                   const float* __restrict__ gout, int gout_per_row, i64 row0) {
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
-                          (float*)rowstat, nullptr, gout, gout_per_row, row0);
+                          0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
+%if P.CLUSTER == 0 then
+
+/* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT partial
+ * records, in order, into one record {m, d, sum p, mt, dt, 0, 0, 0} at out[(row0 + r) * 8]
+ * (an ignored row: zeros; pass 2 never reads it). */
+extern "C" __global__ void __launch_bounds__(256)
+kl_dense_merge(const float* __restrict__ part, const void* labels, int labels_is64,
+               i64 ignore_index, int rows, float* __restrict__ out, i64 row0) {
+  const int r = blockIdx.x * 256 + threadIdx.x;
+  if (r >= rows) return;
+  float* o = out + (row0 + r) * PSTRIDE;
+  float rec[PSTRIDE] = {};
+  if (row_kept(labels, labels_is64, ignore_index, row0 + r)) {
+    row_merge_t m;
+    row_merge_init(m);
+    for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PSTRIDE);
+    rec[0] = m.s.m, rec[1] = m.s.d, rec[2] = m.sp, rec[3] = m.t.m, rec[4] = m.t.d;
+  }
+  for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
+}
+%end
 %if P.CHECK then
 
 /* Checked mode: one block per row of the call (blockIdx.x); ignored rows are not checked. The

@@ -2,7 +2,7 @@
 %--
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
 %--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, 0, 0, 0, 0} with
-%--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept V) (mean), 0 if kept = 0,
+%--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept VTOT) (mean), 0 if kept = 0,
 %--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1,
 %--                   gmult the power of two fp16 G is stored times (exec.c; the GEMMs undo it).
 %--   kl_finish_loss  one block: row losses from the per-split partials, reduced in double in a
@@ -13,19 +13,25 @@
 %--                   accumulators; scale undoes fp16 G's multiplier for db).
 %--
 %-- Parameters: V, LD, LDG (row stride of G in its elements), GRAD, OUT (f32|bf16|f16), REDUCTION
-%-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode).
+%-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode), VTOT (the global
+%-- vocabulary size of a sharded head, MEAN's divisor; default V).
 %-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
 %-- x ceil(V/256); kl_convert with 256 threads x any grid (grid-stride).
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
 %if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
 %if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
 %if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
+%local VTOT = P.VTOT or P.V
+%if type(VTOT) ~= "number" or VTOT < P.V or VTOT > 16777216 then
+%  reject("VTOT must be in [V, 2^24]")
+%end
 %local red = { sum = 1, batchmean = 2, mean = 3, none = 4 }
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
 %if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
 %if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
 #define V {{ P.V }}
 #define LD {{ P.LD }}
+#define VTOT {{ VTOT }}
 #define LDG {{ P.LDG }}
 #define REDUCTION {{ red[P.REDUCTION] }}
 #define T2 {{ P.T2 and 1 or 0 }}
@@ -48,7 +54,7 @@ kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T, 
 #if REDUCTION == 2
     c = total > 0 ? 1.0 / total : 0.0;
 #elif REDUCTION == 3
-    c = total > 0 ? 1.0 / (total * (double)V) : 0.0;
+    c = total > 0 ? 1.0 / (total * (double)VTOT) : 0.0;
 #endif
     const double t2 = T2 ? (double)T * (double)T : 1.0;
     hdr[0] = (float)(c * t2);

@@ -11,28 +11,37 @@
 %-- G = gscale * dl/ds (gscale from hdr, see helpers.cu.lua), written in place over the chunk.
 %--
 %-- Kernels (stats: SPLIT blocks per row x chunk rows; the others: one block per row):
-%--   kl_sparse_stats     pass 1: online (max, sum-exp) of s over the block's segment. BUCKET also
-%--                       sums exp over the columns off S (a bitmap of S in shared memory), so
-%--                       1 - Q_S = d_off / d needs no subtraction: a support holding nearly all
-%--                       of q keeps its relative precision. -> part[r][split] = {m, d, d_off}
+%--   kl_sparse_stats     pass 1: online (max, sum-exp) of s over the block's segment, the columns
+%--                       on S and off S summed apart (BUCKET: a bitmap of S in shared memory;
+%--                       else every column counts as off S), so Q_S = d_on / d and
+%--                       1 - Q_S = d_off / d need no subtraction and survive the cross-shard
+%--                       merge. -> part[r][split] = {m, d_on, d_off}
+%--   kl_sparse_merge     split API: a row's SPLIT records -> one record at out[(row0 + r) * 8]
 %--   kl_sparse_fused     merge -> lse; gather the K support logits; loss -> lossp[row]; G: c_out q
 %--                       streamed over the row, then the K support columns rewritten with
 %--                       c_in q - p (the gathered logits were read before the stream began)
 %--   kl_sparse_forward   merge, gather, loss -> lossp; row statistics -> rowstat. The row is not
 %--                       read again: forward costs one streaming pass (stats) and K gathers.
 %--   kl_sparse_backward  G from the saved statistics {lse, c_out, c_in, pscale}: one pass.
-%--   kl_sparse_check     (CHECK) one block per row of the whole call: ids in [0, V), no duplicate
-%--                       ids, values finite, probs >= 0, log-probs not +inf or NaN. The first bad
-%--                       row (smallest index) and its kind -> flag (atomicMin, deterministic).
-%-- Unchecked bad input never faults: an id outside [0, V) is skipped (contributes nothing);
+%--   kl_sparse_check     (CHECK) one block per row of the whole call: ids in [0, VTOT), no
+%--                       duplicate ids, values finite, probs >= 0, log-probs not +inf or NaN. The
+%--                       first bad row (smallest index) and its kind -> flag (atomicMin,
+%--                       deterministic).
+%-- Unchecked bad input never faults: an id outside [0, VTOT) is skipped (contributes nothing);
 %-- duplicate ids give unspecified values (every occurrence enters the loss; G's support column
 %-- gets one of them); negative probabilities enter the sums as given.
 %--
 %-- Parameters (validated below):
 %--   V, LD, LDG, THREADS, SPLIT, INPLACE, LOGIT, GRAD, BIAS, BDT, TMODE, T, EPS  as dense_rows
-%--   K        1..1024, <= V                IDT     i32|i64: dtype of the ids
+%--   K        1..1024, <= VTOT             IDT     i32|i64: dtype of the ids
 %--   VDT      f32|bf16|f16: values dtype   VALUES  probs|logprobs
 %--   TAIL     none|renorm|bucket           CHECK   bool: emit kl_sparse_check
+%--   VTOT     global vocabulary (default V) OFFSET  first global id of this shard (default 0)
+%-- Sharded head (VTOT > V): ids are global. An id in [0, VTOT) counts in M on every shard; only
+%-- ids in [OFFSET, OFFSET + V) are local (loss terms, gathered logits, G's support columns, the
+%-- BUCKET bitmap); others are skipped. The row statistics come merged from every shard (runtime
+%-- nrec, srow, srec of pass 2), so lse, Q_S = d_on / d and 1 - Q_S = d_off / d are global; the
+%-- BUCKET ghost term is added on the shard with OFFSET = 0 only.
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
@@ -43,8 +52,16 @@
 %  reject("THREADS must be a multiple of 32 in [64, 1024]")
 %end
 %if P.SPLIT < 1 or P.SPLIT > 64 then reject("SPLIT must be in [1, 64]") end
-%if type(P.K) ~= "number" or P.K < 1 or P.K > 1024 or P.K > P.V then
-%  reject("K must be in [1, min(V, 1024)]")
+%local VTOT = P.VTOT or P.V
+%local OFFSET = P.OFFSET or 0
+%if type(VTOT) ~= "number" or VTOT < P.V or VTOT > 16777216 then
+%  reject("VTOT must be in [V, 2^24]")
+%end
+%if type(OFFSET) ~= "number" or OFFSET < 0 or OFFSET + P.V > VTOT then
+%  reject("OFFSET must be in [0, VTOT - V]")
+%end
+%if type(P.K) ~= "number" or P.K < 1 or P.K > 1024 or P.K > VTOT then
+%  reject("K must be in [1, min(VTOT, 1024)]")
 %end
 %for _, k in ipairs({ "LOGIT", "GRAD", "VDT", "BDT" }) do
 %  if not dt[P[k]] then reject(k .. " must be f32, bf16 or f16") end
@@ -72,6 +89,8 @@
 #define VEC {{ VEC }}
 #define SEG {{ SEG }}
 #define K {{ P.K }}
+#define VTOT {{ VTOT }}
+#define OFFSET {{ OFFSET }}
 #define PSTRIDE 8
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
 #define BUCKET {{ P.TAIL == "bucket" and 1 or 0 }}
@@ -127,9 +146,9 @@ __device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __res
   return s * invT;
 }
 
-/* Online (max, sum-exp) of VEC scores; with BUCKET also the sum-exp of those off S (off[i]). */
+/* Online (max, sum-exp) of VEC scores, on S (bit i of on_s) and off S apart. */
 struct acc_t {
-  float m, d, doff;
+  float m, don, doff;
 };
 __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s) {
   float m = a.m;
@@ -137,25 +156,23 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
   for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
   if (m == KL_NEG_INF) return;
   const float r = fexp(a.m - m);
-  float d = a.d * r, doff = a.doff * r;
+  float don = a.don * r, doff = a.doff * r;
 #pragma unroll
   for (int i = 0; i < VEC; i++) {
     const float e = fexp(s[i] - m);
-    d += e;
-#if BUCKET
-    if (!((on_s >> i) & 1u)) doff += e;
-#endif
+    if ((on_s >> i) & 1u) don += e;
+    else doff += e;
   }
-  a.m = m, a.d = d, a.doff = doff;
+  a.m = m, a.don = don, a.doff = doff;
 }
 
-/* Merges (m, d, doff) records in a fixed order: every thread gets the block's record. */
+/* Merges (m, don, doff) records in a fixed order: every thread gets the block's record. */
 __device__ __forceinline__ acc_t acc_merge(acc_t a, acc_t b) {
   const float m = fmaxf(a.m, b.m);
   if (m == KL_NEG_INF) return a;
   const float ra = expf(a.m - m), rb = expf(b.m - m);
   acc_t r;
-  r.m = m, r.d = a.d * ra + b.d * rb, r.doff = a.doff * ra + b.doff * rb;
+  r.m = m, r.don = a.don * ra + b.don * rb, r.doff = a.doff * ra + b.doff * rb;
   return r;
 }
 __device__ __forceinline__ acc_t warp_acc(acc_t v) {
@@ -163,7 +180,7 @@ __device__ __forceinline__ acc_t warp_acc(acc_t v) {
   for (int o = 16; o > 0; o /= 2) {
     acc_t w;
     w.m = __shfl_xor_sync(0xffffffffu, v.m, o);
-    w.d = __shfl_xor_sync(0xffffffffu, v.d, o);
+    w.don = __shfl_xor_sync(0xffffffffu, v.don, o);
     w.doff = __shfl_xor_sync(0xffffffffu, v.doff, o);
     v = acc_merge(v, w);
   }
@@ -177,7 +194,7 @@ __device__ __forceinline__ acc_t block_acc(acc_t v, acc_t* sh) {
   if (lane < THREADS / 32) {
     v = sh[lane];
   } else {
-    v.m = KL_NEG_INF, v.d = 0.0f, v.doff = 0.0f;
+    v.m = KL_NEG_INF, v.don = 0.0f, v.doff = 0.0f;
   }
   v = warp_acc(v);
   __syncthreads();
@@ -207,7 +224,7 @@ kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
   for (int j = threadIdx.x; j < SEG_WORDS; j += THREADS) bits[j] = 0u;
   __syncthreads();
   for (int k = threadIdx.x; k < K; k += THREADS) {
-    const i64 id = (i64)ids[row * K + k];
+    const i64 id = (i64)ids[row * K + k] - OFFSET; /* local column */
     if (id >= v0 && id < v1) atomicOr(&bits[(id - v0) / 32], 1u << ((id - v0) % 32));
   }
   __syncthreads();
@@ -215,7 +232,7 @@ kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
   const logit_t* zr = z + (i64)r * LD;
   const float invT = INV_T(hdr);
   acc_t a;
-  a.m = KL_NEG_INF, a.d = 0.0f, a.doff = 0.0f;
+  a.m = KL_NEG_INF, a.don = 0.0f, a.doff = 0.0f;
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   int v = v0 + threadIdx.x * VEC;
   for (; v < vfull; v += THREADS * VEC) {
@@ -242,7 +259,7 @@ kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
   a = block_acc(a, sh_acc);
   if (threadIdx.x == 0) {
     float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
-    out[0] = a.m, out[1] = a.d, out[2] = a.doff;
+    out[0] = a.m, out[1] = a.don, out[2] = a.doff;
   }
 }
 
@@ -257,8 +274,8 @@ enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
 
 /* The gathered support of one row, in shared memory. */
 struct support_t {
-  int id[K];     /* column, or -1 for an id outside [0, V) */
-  float p[K];    /* teacher probability as given (before RENORM) */
+  int id[K];     /* local column, or -1 for an id outside [OFFSET, OFFSET + V) */
+  float p[K];    /* teacher probability as given (before RENORM); 0 outside [0, VTOT) */
   float lp[K];   /* log max(p, eps) as given */
   float lq[K];   /* log q at the column */
 };
@@ -270,24 +287,25 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
   for (int k = threadIdx.x; k < K; k += THREADS) {
     const i64 id = (i64)ids[row * K + k];
     const float val = to_f32(vals[row * K + k]);
-    const bool in = id >= 0 && id < V;
+    const bool valid = id >= 0 && id < VTOT;                /* counts in M */
+    const bool in = id >= OFFSET && id < (i64)OFFSET + V; /* local to this shard */
 #if LOGPROBS
     const float p = fexp(val), lp = fmaxf(val, LOG_EPS);
 #else
     const float p = val, lp = flog(fmaxf(val, EPS));
 #endif
-    sup.id[k] = in ? (int)id : -1;
-    sup.p[k] = in ? p : 0.0f;
+    sup.id[k] = in ? (int)(id - OFFSET) : -1;
+    sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
-    sup.lq[k] = in ? score_at(zr, bias, id, invT) - lse : 0.0f;
+    sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
   }
   __syncthreads();
 }
 
-/* Loss of the row and its G coefficients from the gathered support and the pass-1 record
- * (lse, doff / d). Every thread gets both. */
+/* Loss of the row (its local terms) and its G coefficients from the gathered support and the
+ * merged pass-1 record (lse, d_off / d, d_on / d). Every thread gets both. */
 __device__ __forceinline__ float support_loss(const support_t& sup, float lse, float off_frac,
-                                              float* sh_f, row_t& rs) {
+                                              float on_frac, float* sh_f, row_t& rs) {
   float m = 0.0f;
   for (int k = threadIdx.x; k < K; k += THREADS) m += sup.p[k];
   const float M = block_sum<THREADS>(m, sh_f);
@@ -311,22 +329,22 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
     lp = flog(fmaxf(p, EPS));
 #endif
 #endif
-    if (p != 0.0f) l += p * (lp - sup.lq[k]);
+    if (sup.id[k] >= 0 && p != 0.0f) l += p * (lp - sup.lq[k]);
   }
   l = block_sum<THREADS>(l, sh_f);
 #if BUCKET
-  /* Q_S both ways: summed over the support (precise when small) and as 1 - d_off / d from the
-   * bitmap pass (precise when close to 1); logs of 1 - x through log1p. The ghost term is a
-   * difference of two small logs when M and Q_S are small: these keep it to fp32 rounding. */
-  float qs = 0.0f;
-  for (int k = threadIdx.x; k < K; k += THREADS) qs += sup.id[k] >= 0 ? expf(sup.lq[k]) : 0.0f;
-  qs = block_sum<THREADS>(qs, sh_f);
+  /* Q_S both ways from the bitmap pass: d_on / d (precise when small) and 1 - d_off / d (precise
+   * when close to 1); logs of 1 - x through log1p. The ghost term is a difference of two small
+   * logs when M and Q_S are small: these keep it to fp32 rounding. */
+  const float qs = on_frac;
   const float t = 1.0f - M;
   if (t > 0.0f && off_frac > 0.0f) {
     const float q = qs < 0.5f ? qs : 1.0f - off_frac;
     const float log_off = qs < 0.5f ? log1pf(-qs) : logf(off_frac); /* log(1 - Q_S) */
     const float log_t = log1pf(-M);
-    l += t * (log_t - log_off);
+#if OFFSET == 0
+    l += t * (log_t - log_off); /* one ghost token per row: counted on the first shard */
+#endif
     const float ratio = expf(log_t - log_off); /* t / (1 - Q_S) */
     rs.cin = M + t;
     rs.cout = M - ratio * q;
@@ -405,7 +423,8 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const bias_t* __restrict__ bias, const void* labels,
                                            int labels_is64, i64 ignore_index,
                                            const float* __restrict__ hdr,
-                                           const float* __restrict__ part, float* rowstat,
+                                           const float* __restrict__ part, int nrec,
+                                           i64 srow, i64 srec, float* rowstat,
                                            float* __restrict__ lossp,
                                            const float* __restrict__ gout, int gout_per_row,
                                            i64 row0) {
@@ -427,21 +446,24 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     if (rs.cout != 0.0f || rs.cin != 0.0f || rs.pscale != 0.0f)
       gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
   } else if (kept) {
-    if (threadIdx.x == 0) { /* merge the row's pass-1 records in order */
-      float m = KL_NEG_INF, d = 0.0f, doff = 0.0f;
-      for (int k = 0; k < SPLIT; k++) {
-        const float* rec = part + ((i64)r * SPLIT + k) * PSTRIDE;
+    if (threadIdx.x == 0) {
+      /* merge the row's records in order: record k at part + (r srow + k srec) PSTRIDE, the
+       * chunk's SPLIT partials or every shard's record of the row (kljit_shard_finish) */
+      float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
+      for (int k = 0; k < nrec; k++) {
+        const float* rec = part + ((i64)r * srow + (i64)k * srec) * PSTRIDE;
         const float mm = fmaxf(m, rec[0]);
         if (mm == KL_NEG_INF) continue;
         const float ra = expf(m - mm), rb = expf(rec[0] - mm);
-        d = d * ra + rec[1] * rb, doff = doff * ra + rec[2] * rb, m = mm;
+        don = don * ra + rec[1] * rb, doff = doff * ra + rec[2] * rb, m = mm;
       }
-      sh_rec[0] = m + logf(d), sh_rec[1] = doff / d;
+      const float d = don + doff;
+      sh_rec[0] = m + logf(d), sh_rec[1] = doff / d, sh_rec[2] = don / d;
     }
     __syncthreads();
-    const float lse = sh_rec[0], off_frac = sh_rec[1];
+    const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
     gather(sup, zr, ids, vals, bias, row, invT, lse);
-    loss = support_loss(sup, lse, off_frac, sh_f, rs);
+    loss = support_loss(sup, lse, off_frac, on_frac, sh_f, rs);
   } else {
     rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
   }
@@ -465,20 +487,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 kl_sparse_fused(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
                 const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
                 const void* labels, int labels_is64, i64 ignore_index,
-                const float* __restrict__ hdr, const float* __restrict__ part,
-                float* __restrict__ lossp, i64 row0) {
+                const float* __restrict__ hdr, const float* __restrict__ part, int nrec,
+                i64 srow, i64 srec, float* __restrict__ lossp, i64 row0) {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
-                         nullptr, lossp, nullptr, 0, row0);
+                         nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 kl_sparse_forward(const logit_t* z, const id_t* __restrict__ ids, const val_t* __restrict__ vals,
                   const bias_t* __restrict__ bias, const void* labels, int labels_is64,
                   i64 ignore_index, const float* __restrict__ hdr,
-                  const float* __restrict__ part, float* rowstat, float* __restrict__ lossp,
-                  i64 row0) {
+                  const float* __restrict__ part, int nrec, i64 srow, i64 srec,
+                  float* rowstat, float* __restrict__ lossp, i64 row0) {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
-                           part, rowstat, lossp, nullptr, 0, row0);
+                           part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -488,7 +510,31 @@ kl_sparse_backward(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
                    const float* __restrict__ hdr, const float* rowstat,
                    const float* __restrict__ gout, int gout_per_row, i64 row0) {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
-                            nullptr, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+                            nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+}
+
+/* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT records, in
+ * order, into one record {m, d_on, d_off, 0, 0, 0, 0, 0} at out[(row0 + r) * 8] (an ignored
+ * row: zeros; pass 2 never reads it). */
+extern "C" __global__ void __launch_bounds__(256)
+kl_sparse_merge(const float* __restrict__ part, const void* labels, int labels_is64,
+                i64 ignore_index, int rows, float* __restrict__ out, i64 row0) {
+  const int r = blockIdx.x * 256 + threadIdx.x;
+  if (r >= rows) return;
+  float rec[PSTRIDE] = {};
+  if (row_kept(labels, labels_is64, ignore_index, row0 + r)) {
+    float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
+    for (int k = 0; k < SPLIT; k++) {
+      const float* p = part + ((i64)r * SPLIT + k) * PSTRIDE;
+      const float mm = fmaxf(m, p[0]);
+      if (mm == KL_NEG_INF) continue;
+      const float ra = expf(m - mm), rb = expf(p[0] - mm);
+      don = don * ra + p[1] * rb, doff = doff * ra + p[2] * rb, m = mm;
+    }
+    rec[0] = m, rec[1] = don, rec[2] = doff;
+  }
+  float* o = out + (row0 + r) * PSTRIDE;
+  for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
 }
 %if P.CHECK then
 
@@ -512,7 +558,7 @@ kl_sparse_check(const id_t* __restrict__ ids, const val_t* __restrict__ vals,
     const float val = to_f32(vals[row * K + k]);
     const bool finite = (__float_as_uint(val) & 0x7f800000u) != 0x7f800000u;
     sh_id[k] = id;
-    if (!bad && (id < 0 || id >= V)) bad = BAD_ID_RANGE;
+    if (!bad && (id < 0 || id >= VTOT)) bad = BAD_ID_RANGE; /* ids are global */
 #if LOGPROBS
     if (!bad && !finite && val != KL_NEG_INF) bad = BAD_VALUE_NONFINITE; /* -inf: p = 0 */
 #else

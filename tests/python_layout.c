@@ -45,6 +45,9 @@ static void print_problem(void) {
   FIELD(kljit_problem, grad_weight_dtype);
   FIELD(kljit_problem, grad_weight_accum);
   FIELD(kljit_problem, flags);
+  FIELD(kljit_problem, vocab_total);
+  FIELD(kljit_problem, vocab_offset);
+  FIELD(kljit_problem, shards);
   const kljit_problem pb = KLJIT_PROBLEM_INIT;
   printf(
       "], \"init\": {\"struct_size\": %zu, \"hidden\": %lld, \"vocab\": %lld, "
@@ -52,13 +55,14 @@ static void print_problem(void) {
       "\"topk\": %d, \"topk_id_dtype\": %d, \"topk_values\": %d, \"tail\": %d, "
       "\"temperature_mode\": %d, \"temperature\": %.17g, \"teacher_temperature\": %.17g, "
       "\"reduction\": %d, \"label_dtype\": %d, \"ignore_index\": %lld, \"eps\": %.17g, "
-      "\"grad_weight_dtype\": %d, \"grad_weight_accum\": %d, \"flags\": %u}}",
+      "\"grad_weight_dtype\": %d, \"grad_weight_accum\": %d, \"flags\": %u, "
+      "\"vocab_total\": %lld, \"vocab_offset\": %lld, \"shards\": %d}}",
       pb.struct_size, (long long)pb.hidden, (long long)pb.vocab, (int)pb.input_dtype,
       (int)pb.weight_dtype, (int)pb.teacher_dtype, (int)pb.teacher, (int)pb.topk,
       (int)pb.topk_id_dtype, (int)pb.topk_values, (int)pb.tail, (int)pb.temperature_mode,
       pb.temperature, pb.teacher_temperature, (int)pb.reduction, (int)pb.label_dtype,
       (long long)pb.ignore_index, pb.eps, (int)pb.grad_weight_dtype, (int)pb.grad_weight_accum,
-      (unsigned)pb.flags);
+      (unsigned)pb.flags, (long long)pb.vocab_total, (long long)pb.vocab_offset, (int)pb.shards);
 }
 
 static void print_args(void) {

@@ -445,6 +445,39 @@ static const int EDGE_PROBLEMS[3][N_AXES] = {
     {1, 0, 1, 0, 0, 1, 0, 3, 0, 0, 0},
 };
 
+/* Shards of a vocabulary-parallel head (issue 7): the sparse rows' OFFSET and VTOT (global ids,
+ * first shard or not: the ghost term's #if), the helpers' VTOT (MEAN), the merge kernels. Each
+ * shard geometry with every tail (K above the shard's V where it can be), and the dense forms. */
+static int add_shards(space *s) {
+  static const struct {
+    int64_t v, total, offset;
+    int shards, k;
+  } SH[] = {{126, 1001, 0, 8, 200},
+            {125, 1001, 876, 8, 100},
+            {75968, 151936, 75968, 2, 1024},
+            {16384, 1 << 24, (1 << 24) - 16384, 1024, 1024}};
+  for (size_t i = 0; i < sizeof SH / sizeof SH[0]; i++)
+    for (int f = 0; f < 5; f++) {
+      kljit_problem pb = KLJIT_PROBLEM_INIT;
+      pb.hidden = 4096;
+      pb.vocab = SH[i].v, pb.vocab_total = SH[i].total, pb.vocab_offset = SH[i].offset;
+      pb.shards = SH[i].shards;
+      pb.input_dtype = pb.weight_dtype = DTYPES[i % 3];
+      pb.reduction = f % 2 ? KLJIT_REDUCTION_MEAN : KLJIT_REDUCTION_BATCHMEAN;
+      if (f < 3) {
+        pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = SH[i].k;
+        pb.tail = (kljit_tail)(KLJIT_TAIL_NONE + f);
+        if (i % 2) pb.flags |= KLJIT_FLAG_CHECK_INPUTS | KLJIT_FLAG_BIAS;
+      } else {
+        pb.teacher = f == 3 ? KLJIT_TEACHER_DENSE_PROBS : KLJIT_TEACHER_DENSE_LOGITS;
+        pb.teacher_temperature = f == 4 ? 2.0 : 0.0;
+      }
+      const int r = add_problem(s, &pb);
+      if (r != TH_PASS) return r;
+    }
+  return TH_PASS;
+}
+
 /* The sparse top-K teacher and checked mode. The sparse rows' code paths are chosen by the
  * tail, the value form and the logits/gradient dtypes (input dtype x native logits): those
  * are enumerated in full (30 problems). The rest reach independent #if blocks of the template
@@ -486,7 +519,7 @@ static int add_sparse_and_checked(space *s) {
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
-  return TH_PASS;
+  return add_shards(s);
 }
 
 static int every_variant_compiles_for_sm80_and_sm90(void) {

@@ -209,6 +209,9 @@ class Problem(ctypes.Structure):
         ("grad_weight_dtype", _enum),
         ("grad_weight_accum", _enum),
         ("flags", ctypes.c_uint32),
+        ("vocab_total", ctypes.c_int64),
+        ("vocab_offset", ctypes.c_int64),
+        ("shards", ctypes.c_int32),
     ]
 
     #: KLJIT_PROBLEM_INIT, field by field.
@@ -233,6 +236,9 @@ class Problem(ctypes.Structure):
         "grad_weight_dtype": DType.FP32,
         "grad_weight_accum": GradWeightAccum.FP32,
         "flags": 0,
+        "vocab_total": 0,
+        "vocab_offset": 0,
+        "shards": 1,
     }
 
     @classmethod
@@ -315,7 +321,7 @@ class Args(ctypes.Structure):
 
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
-_PROBLEM_SIZE = 120
+_PROBLEM_SIZE = 144
 _ARGS_SIZE = 152
 
 

@@ -1,0 +1,115 @@
+/* nccl.c — NCCL at run time (see nccl.h) and kljit_fused_nccl: the sharded fused step with its
+ * collectives, all on the caller's stream. kljit sets nothing in NCCL's environment (the user
+ * sets NCCL_NVLS_ENABLE=0 where wanted).
+ */
+#include "nccl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec.h"
+
+kljit_status nccl_load_from(const char *library, nccl_table *out) {
+  if (!library || !out)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "nccl_load_from: %s is NULL",
+                   library ? "out" : "library");
+  memset(out, 0, sizeof *out);
+  void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char *why = dlerror();
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "NCCL is not available: dlopen(%s) failed (%s); install NCCL 2.x or use the "
+                   "split API (kljit_shard_stats, kljit_shard_finish) with your own collectives",
+                   library, why ? why : "unknown error");
+  }
+  static const struct {
+    const char *sym;
+    size_t off;
+  } syms[] = {{"ncclAllGather", offsetof(nccl_table, AllGather)},
+              {"ncclAllReduce", offsetof(nccl_table, AllReduce)},
+              {"ncclCommCount", offsetof(nccl_table, CommCount)},
+              {"ncclGetErrorString", offsetof(nccl_table, GetErrorString)}};
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *f = dlsym(lib, syms[i].sym);
+    if (!f) {
+      dlclose(lib);
+      memset(out, 0, sizeof *out);
+      return err_set(KLJIT_ERR_UNSUPPORTED, "NCCL library %s has no symbol %s (too old?)", library,
+                     syms[i].sym);
+    }
+    memcpy((char *)out + syms[i].off, &f, sizeof f);
+  }
+  return KLJIT_SUCCESS; /* the library stays loaded for the life of the process */
+}
+
+static nccl_table table;
+static kljit_status load_status;
+static char load_error[512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void load_once(void) {
+  load_status = nccl_load_from("libnccl.so.2", &table);
+  if (load_status != KLJIT_SUCCESS)
+    snprintf(load_error, sizeof load_error, "%s", kljit_last_error());
+}
+
+kljit_status nccl_load(const nccl_table **out) {
+  pthread_once(&once, load_once);
+  if (load_status != KLJIT_SUCCESS) return err_set(load_status, "%s", load_error);
+  *out = &table;
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status nccl_check(const nccl_table *n, nccl_result r, const char *what) {
+  if (r == 0) return KLJIT_SUCCESS;
+  return err_set(KLJIT_ERR_CUDA, "kljit_fused_nccl: %s failed: NCCL error %d (%s)", what, r,
+                 n->GetErrorString ? n->GetErrorString(r) : "?");
+}
+
+static int nccl_dtype(kljit_dtype dt) {
+  return dt == KLJIT_FP32 ? NCCL_FLOAT32 : dt == KLJIT_FP16 ? NCCL_FLOAT16 : NCCL_BFLOAT16;
+}
+
+kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_args *args,
+                              void *comm) {
+  const char *who = "kljit_fused_nccl";
+  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  if (!comm) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: nccl_comm is NULL", who);
+  /* every check that can fail on one rank alone comes before the first collective */
+  kljit_status st = exec_validate_fused(plan, args, who);
+  if (st != KLJIT_SUCCESS) return st;
+  const nccl_table *n = NULL;
+  if ((st = nccl_load(&n)) != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
+  int count = 0;
+  if ((st = nccl_check(n, n->CommCount(comm, &count), "ncclCommCount"))) return st;
+  const kljit_problem *pb = &plan->pb;
+  if (count != pb->shards)
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "%s: the communicator has %d ranks, the problem has shards = %d", who, count,
+                   (int)pb->shards);
+  if (pb->shards == 1) return kljit_fused(plan, stream, args); /* nothing to exchange */
+  const prob_workspace w = prob_workspace_layout(pb, &plan->geom, KLJIT_MODE_FUSED, args->rows);
+  float *local = (float *)((char *)args->workspace + w.stats);
+  float *all = local + (size_t)args->rows * 8;
+  const size_t nrec = (size_t)args->rows * 8;
+  if ((st = kljit_shard_stats(plan, stream, args, local))) return st;
+  if ((st = nccl_check(n, n->AllGather(local, all, nrec, NCCL_FLOAT32, comm, stream),
+                       "ncclAllGather of the row statistics")))
+    return st;
+  if ((st = kljit_shard_finish(plan, stream, args, all, pb->shards))) return st;
+  if ((st = nccl_check(
+           n, n->AllReduce(args->loss, args->loss, 1, NCCL_FLOAT32, NCCL_SUM, comm, stream),
+           "ncclAllReduce of the loss")))
+    return st;
+  if (!(args->flags & KLJIT_EXEC_NO_GRAD_INPUT))
+    st = nccl_check(
+        n,
+        n->AllReduce(args->grad_input, args->grad_input, (size_t)args->rows * (size_t)pb->hidden,
+                     nccl_dtype(pb->input_dtype), NCCL_SUM, comm, stream),
+        "ncclAllReduce of dX");
+  return st;
+}

@@ -1,0 +1,257 @@
+/* tune.c — planning rigor without a GPU: the candidate configurations, the choice between
+ * wisdom, heuristics and tuning, and the entry points that tune (kljit_tune, plans). The timing
+ * itself is in tune_measure.c.
+ */
+#include "tune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t tune_rows(void) {
+  const char *e = getenv("KLJIT_TUNE_ROWS");
+  const long long n = e ? atoll(e) : 0;
+  return n >= 1 && n <= INT32_MAX ? (int64_t)n : 8192;
+}
+
+double tune_budget_s(void) {
+  const char *e = getenv("KLJIT_TUNE_BUDGET_S");
+  const double s = e ? atof(e) : 0.0;
+  return s > 0 && s < 1e6 ? s : 30.0;
+}
+
+void tune_describe(const prob_tuning *t, char *out, size_t cap) {
+  if (t->cluster)
+    snprintf(out, cap, "cluster=%d threads=%d nv=%d chunk_rows=%lld", t->cluster, t->threads, t->nv,
+             (long long)t->chunk_rows);
+  else
+    snprintf(out, cap, "threads=%d split=%d chunk_rows=%lld", t->threads, t->split,
+             (long long)t->chunk_rows);
+}
+
+/* ---- candidates -------------------------------------------------------------------------- */
+
+static int native_16bit_logits(const kljit_problem *pb) {
+  return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) && pb->input_dtype != KLJIT_FP32;
+}
+
+/* Would the two-pass row template accept this split? (its SEG rule, docs in the template) */
+static int split_fits(const kljit_problem *pb, int split, int threads, int demand_work) {
+  const int64_t vec = native_16bit_logits(pb) ? 8 : 4;
+  const int64_t seg = (pb->vocab + split * vec - 1) / (split * vec) * vec;
+  if (seg * (split - 1) >= pb->vocab) return 0;
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK && pb->tail == KLJIT_TAIL_BUCKET && seg > 262144)
+    return 0;
+  /* a block whose threads mostly idle is never the fastest: not worth a compile */
+  return !demand_work || seg * 2 >= threads * vec;
+}
+
+static int usable(const kljit_problem *pb, const prob_tuning *t) {
+  prob_geometry g;
+  const int ok = prob_geometry_make(pb, t, &g) == KLJIT_SUCCESS;
+  if (!ok) err_clear();
+  return ok;
+}
+
+static int same(const prob_tuning *a, const prob_tuning *b) {
+  return a->chunk_rows == b->chunk_rows && a->threads == b->threads && a->split == b->split &&
+         a->cluster == b->cluster && a->nv == b->nv;
+}
+
+/* Appends t unless present or unusable. */
+static void add(const kljit_problem *pb, const prob_tuning *t, prob_tuning *out, int *n, int cap) {
+  if (*n >= cap || !usable(pb, t)) return;
+  for (int i = 0; i < *n; i++)
+    if (same(&out[i], t)) return;
+  out[(*n)++] = *t;
+}
+
+/* The two-pass split the heuristic would take (~16K columns per block). */
+static int default_split(const kljit_problem *pb, const prob_tuning *base) {
+  if (!base->cluster) return base->split;
+  const int64_t s = (pb->vocab + 16383) / 16384;
+  return (int)(s < 1 ? 1 : s > 16 ? 16 : s);
+}
+
+static void shapes(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_tuning *base,
+                   prob_tuning *out, int *n, int cap) {
+  add(pb, base, out, n, cap);
+  const int exhaustive = rigor == KLJIT_PLAN_EXHAUSTIVE;
+  const int most = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK ? 64 : exhaustive ? 32 : 16;
+  const int s0 = default_split(pb, base);
+  static const int few_threads[] = {256, 512}, all_threads[] = {128, 256, 512, 1024};
+  const int *threads = exhaustive ? all_threads : few_threads;
+  const int n_threads = exhaustive ? 4 : 2;
+  int splits[16], n_splits = 0;
+  if (exhaustive) {
+    for (int s = 1; s <= most; s *= 2) splits[n_splits++] = s;
+    splits[n_splits++] = s0;
+  } else {
+    splits[n_splits++] = s0, splits[n_splits++] = s0 / 2, splits[n_splits++] = s0 * 2;
+  }
+  for (int ti = 0; ti < n_threads; ti++)
+    for (int si = 0; si < n_splits; si++) {
+      if (splits[si] < 1 || splits[si] > most || !split_fits(pb, splits[si], threads[ti], 1))
+        continue;
+      prob_tuning t = *base;
+      t.cluster = 0, t.nv = 1, t.threads = threads[ti], t.split = splits[si];
+      add(pb, &t, out, n, cap);
+    }
+}
+
+static void chunks(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_tuning *base,
+                   int64_t rows, prob_tuning *out, int *n, int cap) {
+  const int64_t r0 = base->chunk_rows, most = wisdom_bucket(rows);
+  int64_t sizes[16];
+  int k = 0;
+  if (rigor == KLJIT_PLAN_EXHAUSTIVE) {
+    for (int64_t r = 512; r <= 32768; r *= 2) sizes[k++] = r;
+    sizes[k++] = r0 / 2, sizes[k++] = 2 * r0;
+  } else {
+    sizes[k++] = r0 / 2, sizes[k++] = 2 * r0, sizes[k++] = 4 * r0;
+  }
+  for (int i = 0; i < k; i++) {
+    const int64_t r = sizes[i] / 256 * 256;
+    if (r < 256 || r == r0 || (r > most && r0 >= most)) continue;
+    prob_tuning t = *base;
+    t.chunk_rows = r > most ? most : r; /* a chunk past the token count is the token count */
+    if (t.chunk_rows != r0) add(pb, &t, out, n, cap);
+  }
+}
+
+/* The sm_90 one-pass variant, as prob_estimate builds it under KLJIT_ROW_KERNEL=cluster
+ * (problem.c). Should the two drift apart, a candidate is refused by prob_geometry_make
+ * or by its template and skipped: never a wrong result. */
+static void clusters(const kljit_problem *pb, int arch, kljit_plan_rigor rigor,
+                     const prob_tuning *base, prob_tuning *out, int *n, int cap) {
+  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) return;
+  const int64_t vec = native_16bit_logits(pb) ? 8 : 4;
+  const int64_t per_block = 256 * 32; /* threads x fp32 values a thread holds */
+  prob_tuning t = *base;
+  if (pb->vocab <= 2 * 16 * per_block) { /* a row held in a cluster's registers */
+    const int wide = pb->vocab > 16 * per_block;
+    const int64_t block_values = wide ? 2 * per_block : per_block;
+    int c = 1;
+    while ((int64_t)c * block_values < pb->vocab) c *= 2;
+    t.cluster = t.split = c;
+    t.nv = (int)(32 / vec);
+    int64_t th = (pb->vocab + t.nv * vec - 1) / (t.nv * vec);
+    th = (th + 31) / 32 * 32;
+    t.threads = c > 1 ? (wide ? 512 : 256) : (int)(th < 64 ? 64 : th);
+    add(pb, &t, out, n, cap);
+    if (rigor == KLJIT_PLAN_EXHAUSTIVE && base->chunk_rows >= 512) {
+      prob_tuning half = t;
+      half.chunk_rows = base->chunk_rows / 2 / 256 * 256;
+      add(pb, &half, out, n, cap);
+    }
+  }
+}
+
+int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, tune_stage stage,
+                    const prob_tuning *base, int64_t rows, prob_tuning *out, int cap) {
+  int n = 0;
+  if (stage == TUNE_SHAPES) shapes(pb, rigor, base, out, &n, cap);
+  if (stage == TUNE_CHUNKS) chunks(pb, rigor, base, rows, out, &n, cap);
+  if (stage == TUNE_CLUSTER) clusters(pb, arch, rigor, base, out, &n, cap);
+  return n;
+}
+
+/* ---- choosing ---------------------------------------------------------------------------- */
+
+/* KLJIT_CHUNK_ROWS overrides the chunk size whatever chose the rest (tests, experiments). */
+static void chunk_override(prob_tuning *t) {
+  const char *e = getenv("KLJIT_CHUNK_ROWS");
+  if (e && atoll(e) > 0) t->chunk_rows = atoll(e);
+}
+
+static const char *rigor_name(kljit_plan_rigor r) {
+  return r == KLJIT_PLAN_ESTIMATE     ? "estimate"
+         : r == KLJIT_PLAN_MEASURE    ? "measure"
+         : r == KLJIT_PLAN_EXHAUSTIVE ? "exhaustive"
+                                      : "wisdom-only";
+}
+
+kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
+                         int sms, prob_tuning *out, tune_source *src, wisdom_entry *used) {
+  char key[WISDOM_PROBLEM_MAX];
+  wisdom_problem_key(pb, key);
+  const int64_t bucket = wisdom_bucket(tune_rows());
+  const int measured = rigor == KLJIT_PLAN_MEASURE || rigor == KLJIT_PLAN_EXHAUSTIVE;
+  /* MEASURE and EXHAUSTIVE reuse only what was measured as hard for the bucket they would tune
+   * (FFTW: higher rigor serves lower); ESTIMATE and WISDOM_ONLY take the nearest bucket. */
+  const int found = wisdom_lookup(gpu, arch, sms, key, bucket,
+                                  measured ? WISDOM_EXACT_BUCKET : WISDOM_NEAREST_BUCKET,
+                                  measured ? rigor : KLJIT_PLAN_ESTIMATE, used);
+  if (found) {
+    *out = used->tune;
+    *src = TUNE_FROM_WISDOM;
+    chunk_override(out);
+    return KLJIT_SUCCESS;
+  }
+  if (rigor == KLJIT_PLAN_WISDOM_ONLY)
+    return err_set(KLJIT_ERR_NO_WISDOM,
+                   "KLJIT_PLAN_WISDOM_ONLY: no wisdom for gpu=\"%s\" arch=sm_%d sms=%d kljit=%s "
+                   "%s (any token bucket); tune it (kljit tune, or KLJIT_PLAN_MEASURE) or import "
+                   "a wisdom file (kljit_wisdom_import_file, KLJIT_WISDOM)",
+                   gpu, arch, sms, KLJIT_VERSION_STRING, key);
+  *out = prob_estimate(pb, sms, arch);
+  *src = measured ? TUNE_NEEDED : TUNE_FROM_HEURISTIC;
+  return KLJIT_SUCCESS;
+}
+
+void tune_entry_key(const kljit_context *ctx, const kljit_problem *pb, int64_t rows,
+                    wisdom_entry *e) {
+  memset(e, 0, sizeof *e);
+  snprintf(e->gpu, sizeof e->gpu, "%s", ctx->gpu_name);
+  for (char *c = e->gpu; *c; c++) /* as wisdom_add stores it */
+    if (*c == '"' || (unsigned char)*c < 0x20 || *c == 0x7f) *c = '_';
+  e->arch = ctx->arch, e->sms = ctx->sm_count;
+  wisdom_problem_key(pb, e->problem);
+  wisdom_problem_extra(pb, e->extra);
+  e->bucket = wisdom_bucket(rows);
+}
+
+kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_plan_rigor rigor,
+                           prob_tuning *out, strbuf *origin) {
+  wisdom_entry key, used;
+  tune_entry_key(ctx, pb, 1, &key);
+  tune_source src;
+  kljit_status st = tune_choose(pb, rigor, key.gpu, key.arch, key.sms, out, &src, &used);
+  if (st != KLJIT_SUCCESS) return st;
+  if (src == TUNE_FROM_WISDOM)
+    return sb_printf(origin, "wisdom (%s, %.3f ms at %lld rows, bucket %lld)",
+                     rigor_name(used.rigor), used.ms, (long long)used.rows, (long long)used.bucket);
+  if (src == TUNE_FROM_HEURISTIC) return sb_printf(origin, "heuristic (no wisdom)");
+  wisdom_entry win;
+  const double t0 = util_now();
+  st = tune_measure(ctx, pb, tune_rows(), rigor, NULL, NULL, &win);
+  if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "tuning (%s): ", rigor_name(rigor));
+  *out = win.tune;
+  chunk_override(out);
+  return sb_printf(origin, "a measurement now (%s in %.1f s: %.3f ms at %lld rows)",
+                   rigor_name(rigor), util_now() - t0, win.ms, (long long)win.rows);
+}
+
+kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_t rows,
+                        kljit_plan_rigor rigor, kljit_tune_callback callback, void *user) {
+  const char *who = "kljit_tune";
+  if (!ctx) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", who);
+  kljit_status st = prob_validate(problem, who);
+  if (st != KLJIT_SUCCESS) return st;
+  if (rigor != KLJIT_PLAN_MEASURE && rigor != KLJIT_PLAN_EXHAUSTIVE)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: rigor = %d, must be KLJIT_PLAN_MEASURE or KLJIT_PLAN_EXHAUSTIVE", who,
+                   (int)rigor);
+  if (rows < 0 || rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: rows = %lld, must be in [0, 2^31) (0: "
+                   "KLJIT_TUNE_ROWS)",
+                   who, (long long)rows);
+  wisdom_entry win;
+  st = tune_measure(ctx, problem, rows ? rows : tune_rows(), rigor, callback, user, &win);
+  if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
+  err_clear();
+  return KLJIT_SUCCESS;
+}

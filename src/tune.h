@@ -1,0 +1,64 @@
+/* tune.h — planning rigor: choosing a plan's tuning from wisdom or heuristics (no GPU), the
+ * candidate configurations a tuner tries (no GPU), and timing them on the GPU.
+ *
+ * Tuning searches in stages: SHAPES (row-kernel threads x split at the heuristic chunk size),
+ * then CHUNKS (chunk sizes for the best shape, no new kernels), then CLUSTER (the sm_90 one-pass
+ * variant, arch >= 90 and a dense teacher only). The heuristic choice is the first candidate, so
+ * the winner is never slower than KLJIT_PLAN_ESTIMATE's choice as measured in the same run.
+ */
+#ifndef KLJIT_TUNE_H
+#define KLJIT_TUNE_H
+
+#include "context.h"
+#include "wisdom.h"
+
+/* Tokens a plan tunes at, and whose bucket it looks wisdom up for: KLJIT_TUNE_ROWS, default
+ * 8192. */
+int64_t tune_rows(void);
+/* Seconds one problem's tuning may take: KLJIT_TUNE_BUDGET_S, default 30. */
+double tune_budget_s(void);
+
+typedef enum tune_stage { TUNE_SHAPES = 1, TUNE_CHUNKS = 2, TUNE_CLUSTER = 3 } tune_stage;
+
+enum { TUNE_MAX_CANDIDATES = 128 };
+
+/* The candidates of one stage around `base` (the heuristic for SHAPES, the best so far after),
+ * for rigor MEASURE (small sets) or EXHAUSTIVE (larger ones), tuning at `rows` tokens. Every
+ * candidate passes prob_geometry_make; none equals `base` except SHAPES' first, which is `base`
+ * itself. Returns the count (<= cap). */
+int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, tune_stage stage,
+                    const prob_tuning *base, int64_t rows, prob_tuning *out, int cap);
+
+/* "threads=256 split=8 chunk_rows=4096" (or "cluster=8 threads=256 nv=4 chunk_rows=4096"). */
+void tune_describe(const prob_tuning *t, char *out, size_t cap);
+
+/* Where a plan's tuning came from. */
+typedef enum tune_source {
+  TUNE_FROM_HEURISTIC = 1, /* prob_estimate */
+  TUNE_FROM_WISDOM = 2,    /* a stored entry (*used) */
+  TUNE_NEEDED = 3          /* MEASURE/EXHAUSTIVE without adequate wisdom: *out is the heuristic */
+} tune_source;
+
+/* The rigor rules of kljit_plan_create (kljit.h, "wisdom"), without a GPU: the tuning for `pb`
+ * on a GPU named `gpu` (sm_<arch>, `sms` multiprocessors). KLJIT_ERR_NO_WISDOM for WISDOM_ONLY
+ * without an entry, naming the key. KLJIT_CHUNK_ROWS still overrides the chunk size. */
+kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
+                         int sms, prob_tuning *out, tune_source *src, wisdom_entry *used);
+
+/* The wisdom entry identity of `pb` on ctx's GPU for `rows` tokens (tune and rigor unset). */
+void tune_entry_key(const kljit_context *ctx, const kljit_problem *pb, int64_t rows,
+                    wisdom_entry *e);
+
+/* Times the candidates on ctx's GPU (tune_measure.c) and fills *winner (identity, tuning,
+ * rigor, rows, ms). `cb` may be NULL. */
+kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t rows,
+                          kljit_plan_rigor rigor, kljit_tune_callback cb, void *user,
+                          wisdom_entry *winner);
+
+/* What kljit_plan_create calls: tune_choose, then tune_measure + wisdom_add when needed.
+ * `origin` receives a phrase for the plan's description ("wisdom (measure, 8.10 ms at 8192
+ * rows)", "heuristic", ...). */
+kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_plan_rigor rigor,
+                           prob_tuning *out, strbuf *origin);
+
+#endif

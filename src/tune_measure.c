@@ -1,0 +1,429 @@
+/* tune_measure.c — timing candidate configurations on the GPU (KLJIT_PLAN_MEASURE,
+ * KLJIT_PLAN_EXHAUSTIVE, kljit_tune).
+ *
+ * What one timing is: a plan built with the candidate's tuning (plan_create_tuned) runs one
+ * kljit_fused call over `rows` tokens (kljit_forward + kljit_backward for REDUCTION_NONE, which
+ * has no fused mode), on kljit's own stream and buffers: random non-zero inputs of the
+ * problem's dtypes (a host tile repeated on the device), outputs and workspace that nobody
+ * else reads. One warm-up call (it also picks the cuBLASLt algorithms), then repeats, each
+ * after a 256 MiB memset that flushes the L2, timed with CUDA events; the median counts. A
+ * candidate whose first repeat is 25% slower than the best so far stops there.
+ *
+ * The search (tune.h): SHAPES, then CHUNKS around the best shape, then the sm_90 CLUSTER
+ * variants. The heuristic choice is timed first, always, with at least 3 repeats; the others
+ * run while the time budget lasts (compiles count). A challenger must beat the best by 1% to
+ * replace it, so noise does not move the choice away from the heuristic.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+#include "tune.h"
+
+enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
+
+typedef struct bench {
+  kljit_context *ctx;
+  const drv_table *d;
+  const kljit_problem *pb;
+  kljit_plan_rigor rigor;
+  int64_t rows;
+  int two_phase; /* REDUCTION_NONE: forward + backward */
+  CUstream stream;
+  CUevent ev[2];
+  CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
+  size_t ws_bytes;
+  kljit_args a;
+  /* progress */
+  kljit_tune_callback cb;
+  void *user;
+  kljit_tune_progress pr;
+  char cur[DESC], best_text[DESC];
+  prob_tuning best;
+  double best_ms, t0, budget;
+  int have_best;
+} bench;
+
+#define DRV(b, call, what) drv_check((b)->d, (b)->d->call, what)
+
+/* ---- random inputs ----------------------------------------------------------------------- */
+
+static uint64_t next_random(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (no NaN here) */
+  return (uint16_t)(u >> 16);
+}
+
+static uint16_t to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, m = u & 0x7fffffu;
+  const int e = (int)((u >> 23) & 0xffu) - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) { /* subnormal: the value is (m | 1 << 23) >> (14 - e) units of 2^-24 */
+    if (e < -10) return (uint16_t)sign;
+    const uint32_t full = m | 0x800000u, shift = (uint32_t)(14 - e);
+    uint32_t h = full >> shift;
+    const uint32_t rem = full & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = (uint32_t)e << 10 | m >> 13;
+  const uint32_t rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+
+/* Copies host bytes to the start of dst, then doubles them until `bytes` are filled. */
+static kljit_status replicate(bench *b, CUdeviceptr dst, const void *host, size_t tile,
+                              size_t bytes) {
+  kljit_status st = DRV(b, cuMemcpyHtoD(dst, host, tile < bytes ? tile : bytes), "cuMemcpyHtoD");
+  for (size_t done = tile; st == KLJIT_SUCCESS && done < bytes; done *= 2)
+    st = DRV(b, cuMemcpyDtoD(dst + done, dst, done < bytes - done ? done : bytes - done),
+             "cuMemcpyDtoD");
+  return st;
+}
+
+/* count values of dtype dt, uniform in [lo, hi), a tile of TILE values repeated. */
+static kljit_status fill(bench *b, CUdeviceptr dst, size_t count, kljit_dtype dt, double lo,
+                         double hi, uint64_t seed) {
+  const size_t es = prob_dtype_size(dt), n = count < TILE ? count : TILE;
+  unsigned char *h = malloc(n * es);
+  if (!h) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (size_t i = 0; i < n; i++) {
+    const float v = (float)(lo + (hi - lo) * (double)(next_random(&seed) >> 11) * 0x1p-53);
+    if (dt == KLJIT_FP32)
+      memcpy(h + 4 * i, &v, 4);
+    else {
+      const uint16_t x = dt == KLJIT_BF16 ? to_bf16(v) : to_f16(v);
+      memcpy(h + 2 * i, &x, 2);
+    }
+  }
+  const kljit_status st = replicate(b, dst, h, n * es, count * es);
+  free(h);
+  return st;
+}
+
+/* Sparse teacher ids: K distinct ids per row (stride V/K, a per-row offset). */
+static kljit_status fill_ids(bench *b) {
+  const kljit_problem *pb = b->pb;
+  const size_t k = (size_t)pb->topk, n = (size_t)b->rows * k;
+  const int wide = pb->topk_id_dtype == KLJIT_INT64;
+  unsigned char *h = malloc(n * (wide ? 8 : 4));
+  if (!h) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  const int64_t stride = pb->vocab / (int64_t)k;
+  for (size_t r = 0; r < (size_t)b->rows; r++)
+    for (size_t j = 0; j < k; j++) {
+      const int64_t id = (int64_t)j * stride + (int64_t)(r * 7919 % (size_t)stride);
+      const int32_t id32 = (int32_t)id;
+      if (wide)
+        memcpy(h + 8 * (r * k + j), &id, 8);
+      else
+        memcpy(h + 4 * (r * k + j), &id32, 4);
+    }
+  const kljit_status st = replicate(b, b->ids, h, n * (wide ? 8 : 4), n * (wide ? 8 : 4));
+  free(h);
+  return st;
+}
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+static size_t up(size_t x) {
+  return (x + 255) & ~(size_t)255;
+}
+
+/* Bytes of every buffer but the workspace, for `rows` tokens. */
+static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
+  const size_t n = (size_t)rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
+  const size_t in = prob_dtype_size(pb->input_dtype), gw = prob_dtype_size(pb->grad_weight_dtype);
+  const size_t td = prob_dtype_size(pb->teacher_dtype);
+  const int bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
+  size_t s = 2 * up(n * h * in) + up(v * h * in) + up(v * h * gw) + FLUSH_BYTES;
+  if (bias) s += up(v * in) + up(v * gw);
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
+    s += up(n * (size_t)pb->topk * (prob_dtype_size(pb->topk_id_dtype) + td));
+  else
+    s += up(n * v * td);
+  s += 3 * up(n * 4 + (PLAN_HDR_FLOATS + 4 * n) * 4); /* loss, saved, grad_output */
+  return s;
+}
+
+static size_t plan_ws(const kljit_problem *pb, const prob_tuning *t, int64_t rows, int two) {
+  prob_geometry g;
+  if (prob_geometry_make(pb, t, &g) != KLJIT_SUCCESS) return 0;
+  if (!two) return prob_workspace_layout(pb, &g, KLJIT_MODE_FUSED, rows).total;
+  const size_t f = prob_workspace_layout(pb, &g, KLJIT_MODE_FORWARD, rows).total;
+  const size_t k = prob_workspace_layout(pb, &g, KLJIT_MODE_BACKWARD, rows).total;
+  return f > k ? f : k;
+}
+
+static kljit_status alloc(bench *b, CUdeviceptr *p, size_t bytes) {
+  return DRV(b, cuMemAlloc(p, bytes ? bytes : 256), "cuMemAlloc (tuning buffers)");
+}
+
+static void free_all(bench *b) {
+  CUdeviceptr *all[] = {&b->x,  &b->w,  &b->b,  &b->t,     &b->ids,  &b->vals, &b->loss,
+                        &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (*all[i]) b->d->cuMemFree(*all[i]), *all[i] = 0;
+  for (int i = 0; i < 2; i++)
+    if (b->ev[i]) b->d->cuEventDestroy(b->ev[i]), b->ev[i] = NULL;
+  if (b->stream) b->d->cuStreamDestroy(b->stream), b->stream = NULL;
+}
+
+/* Fewer tokens than asked when the GPU's free memory is short (halving, down to 256). */
+static kljit_status pick_rows(bench *b, const prob_tuning *heur, int64_t asked) {
+  size_t free_b = 0, total = 0;
+  kljit_status st = DRV(b, cuMemGetInfo(&free_b, &total), "cuMemGetInfo");
+  if (st != KLJIT_SUCCESS) return st;
+  const double room = 0.85 * (double)free_b;
+  int64_t n = asked;
+  while (n > 256 &&
+         (double)(fixed_bytes(b->pb, n) + 2 * plan_ws(b->pb, heur, n, b->two_phase)) > room)
+    n /= 2;
+  const size_t need = fixed_bytes(b->pb, n) + plan_ws(b->pb, heur, n, b->two_phase);
+  if ((double)need > room)
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "not enough free GPU memory to tune: %.2f GiB needed at %lld tokens, %.2f GiB "
+                   "free",
+                   need / 1073741824.0, (long long)n, free_b / 1073741824.0);
+  if (n < asked)
+    util_log("tune: %lld tokens instead of %lld (GPU memory)", (long long)n, (long long)asked);
+  b->rows = n;
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status setup(bench *b) {
+  const kljit_problem *pb = b->pb;
+  const size_t n = (size_t)b->rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
+  const kljit_dtype in = pb->input_dtype, gw = pb->grad_weight_dtype, td = pb->teacher_dtype;
+  const size_t ins = prob_dtype_size(in), tds = prob_dtype_size(td);
+  const int bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  kljit_status st = DRV(b, cuStreamCreate(&b->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++)
+    st = DRV(b, cuEventCreate(&b->ev[i], CU_EVENT_DEFAULT), "cuEventCreate");
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->x, n * h * ins);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->w, v * h * ins);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->dx, n * h * ins);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->dw, v * h * prob_dtype_size(gw));
+  if (st == KLJIT_SUCCESS && bias) st = alloc(b, &b->b, v * ins);
+  if (st == KLJIT_SUCCESS && bias) st = alloc(b, &b->db, v * prob_dtype_size(gw));
+  if (st == KLJIT_SUCCESS && sparse)
+    st = alloc(b, &b->ids, n * (size_t)pb->topk * prob_dtype_size(pb->topk_id_dtype));
+  if (st == KLJIT_SUCCESS && sparse) st = alloc(b, &b->vals, n * (size_t)pb->topk * tds);
+  if (st == KLJIT_SUCCESS && !sparse) st = alloc(b, &b->t, n * v * tds);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (PLAN_HDR_FLOATS + 4 * n) * 4);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->gout, n * 4);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->flush, FLUSH_BYTES);
+  if (st != KLJIT_SUCCESS) return st;
+  /* inputs: |z| of order 0.1; a teacher of the right form with every entry non-zero */
+  const double lv = log(1.0 / (double)v), k = sparse ? (double)pb->topk : 1.0;
+  if (st == KLJIT_SUCCESS) st = fill(b, b->x, n * h, in, -0.1, 0.1, 1);
+  if (st == KLJIT_SUCCESS) st = fill(b, b->w, v * h, in, -0.1, 0.1, 2);
+  if (st == KLJIT_SUCCESS && bias) st = fill(b, b->b, v, in, -0.1, 0.1, 3);
+  if (st == KLJIT_SUCCESS && !sparse)
+    st = pb->teacher == KLJIT_TEACHER_DENSE_PROBS ? fill(b, b->t, n * v, td, 0.5 / v, 1.5 / v, 4)
+         : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS
+             ? fill(b, b->t, n * v, td, lv - .5, lv + .5, 4)
+             : fill(b, b->t, n * v, td, -4.0, 4.0, 4);
+  if (st == KLJIT_SUCCESS && sparse) st = fill_ids(b);
+  if (st == KLJIT_SUCCESS && sparse) /* 90% of the mass on the support: a tail for BUCKET */
+    st = pb->topk_values == KLJIT_TOPK_PROBS
+             ? fill(b, b->vals, n * (size_t)pb->topk, td, 0.45 / k, 0.9 / k, 5)
+             : fill(b, b->vals, n * (size_t)pb->topk, td, log(0.45 / k), log(0.9 / k), 5);
+  if (st == KLJIT_SUCCESS) /* upstream gradient 1.0f of the two-phase backward */
+    st = DRV(b, cuMemsetD32Async(b->gout, 0x3f800000u, n, b->stream), "cuMemsetD32Async");
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = b->rows;
+  a.input = (void *)(uintptr_t)b->x, a.weight = (void *)(uintptr_t)b->w;
+  a.bias = bias ? (void *)(uintptr_t)b->b : NULL;
+  a.teacher = sparse ? NULL : (void *)(uintptr_t)b->t;
+  a.teacher_ids = sparse ? (void *)(uintptr_t)b->ids : NULL;
+  a.teacher_values = sparse ? (void *)(uintptr_t)b->vals : NULL;
+  a.temperature = pb->temperature > 0 ? pb->temperature : 1.0;
+  a.loss = (float *)(uintptr_t)b->loss;
+  a.grad_input = (void *)(uintptr_t)b->dx, a.grad_weight = (void *)(uintptr_t)b->dw;
+  a.grad_bias = bias ? (void *)(uintptr_t)b->db : NULL;
+  a.saved = (float *)(uintptr_t)b->saved, a.grad_output = (const float *)(uintptr_t)b->gout;
+  b->a = a;
+  return st;
+}
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+static kljit_status call(bench *b, const kljit_plan *plan) {
+  void *s = (void *)b->stream;
+  if (!b->two_phase) return kljit_fused(plan, s, &b->a);
+  kljit_status st = kljit_forward(plan, s, &b->a);
+  return st == KLJIT_SUCCESS ? kljit_backward(plan, s, &b->a) : st;
+}
+
+static kljit_status timed_call(bench *b, const kljit_plan *plan, int flush_value, float *ms) {
+  kljit_status st =
+      DRV(b, cuMemsetD8Async(b->flush, (unsigned char)flush_value, FLUSH_BYTES, b->stream),
+          "cuMemsetD8Async (L2 flush)");
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[0], b->stream), "cuEventRecord");
+  if (st == KLJIT_SUCCESS) st = call(b, plan);
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[1], b->stream), "cuEventRecord");
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuEventSynchronize(b->ev[1]), "cuEventSynchronize");
+  if (st == KLJIT_SUCCESS)
+    st = DRV(b, cuEventElapsedTime(ms, b->ev[0], b->ev[1]), "cuEventElapsedTime");
+  return st;
+}
+
+static int cmp_float(const void *x, const void *y) {
+  const float a = *(const float *)x, c = *(const float *)y;
+  return (a > c) - (a < c);
+}
+
+/* Median time of one candidate; *usable = 0 when it cannot run here (refused at plan time,
+ * too much workspace, a launch the GPU rejects) and the context is still healthy. */
+static kljit_status time_candidate(bench *b, const prob_tuning *t, int first, double *ms,
+                                   int *usable) {
+  *usable = 0, *ms = -1;
+  kljit_plan *plan = NULL;
+  kljit_status st = plan_create_tuned(b->ctx, b->pb, t, "tuning candidate", util_now(), &plan);
+  if (st != KLJIT_SUCCESS && !first &&
+      (st == KLJIT_ERR_UNSUPPORTED || st == KLJIT_ERR_COMPILE || st == KLJIT_ERR_CUDA ||
+       st == KLJIT_ERR_INVALID_ARGUMENT)) {
+    util_log("tune: skipping %s: %s", b->cur, kljit_last_error());
+    err_clear(); /* refused by its template, NVRTC or the module loader: not a candidate here */
+    return KLJIT_SUCCESS;
+  }
+  if (st != KLJIT_SUCCESS) return st;
+  const size_t need = plan_ws(b->pb, t, b->rows, b->two_phase);
+  if (need > b->ws_bytes) {
+    if (b->ws) b->d->cuMemFree(b->ws), b->ws = 0, b->ws_bytes = 0;
+    if (b->d->cuMemAlloc(&b->ws, need) == CUDA_SUCCESS)
+      b->ws_bytes = need;
+    else
+      b->ws = 0;
+  }
+  if (!b->ws) { /* this chunk size does not fit next to the problem's buffers */
+    kljit_plan_destroy(plan);
+    if (first) return err_set(KLJIT_ERR_UNSUPPORTED, "no GPU memory for the tuning workspace");
+    return KLJIT_SUCCESS;
+  }
+  b->a.workspace = (void *)(uintptr_t)b->ws, b->a.workspace_size = b->ws_bytes;
+  const double w0 = util_now();
+  st = call(b, plan); /* warm-up: also picks the cuBLASLt algorithms */
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+  const double warm = util_now() - w0;
+  if (st != KLJIT_SUCCESS) {
+    kljit_plan_destroy(plan);
+    /* a launch the GPU refuses spoils only this candidate; a sticky error spoils the context */
+    if (first || b->d->cuStreamSynchronize(b->stream) != CUDA_SUCCESS) return st;
+    err_clear();
+    return KLJIT_SUCCESS;
+  }
+  int reps = b->rigor == KLJIT_PLAN_EXHAUSTIVE ? 7 : 5;
+  const double left = b->budget - (util_now() - b->t0);
+  if (warm * reps > left) reps = (int)(left / (warm > 1e-6 ? warm : 1e-6));
+  if (reps < (first ? 3 : 1)) reps = first ? 3 : 1;
+  float times[8];
+  int done = 0;
+  for (int r = 0; r < reps && st == KLJIT_SUCCESS; r++) {
+    st = timed_call(b, plan, r + 1, &times[done]);
+    if (st != KLJIT_SUCCESS) break;
+    done++;
+    if (r == 0 && b->have_best && times[0] > 1.25 * b->best_ms) break; /* cannot win */
+  }
+  kljit_plan_destroy(plan);
+  if (st != KLJIT_SUCCESS) return st;
+  qsort(times, (size_t)done, sizeof times[0], cmp_float);
+  *ms = done % 2 ? times[done / 2] : 0.5 * (times[done / 2 - 1] + times[done / 2]);
+  *usable = 1;
+  return KLJIT_SUCCESS;
+}
+
+static void report(bench *b, kljit_tune_event ev, double ms) {
+  if (!b->cb) return;
+  b->pr.event = ev;
+  b->pr.candidate = b->cur;
+  b->pr.candidate_ms = ms;
+  b->pr.best = b->have_best ? b->best_text : "";
+  b->pr.best_ms = b->have_best ? b->best_ms : 0;
+  b->pr.rows = b->rows;
+  b->pr.elapsed_s = util_now() - b->t0;
+  b->pr.budget_s = b->budget;
+  b->cb(&b->pr, b->user);
+}
+
+/* Times a stage's candidates; the heuristic (first of all) is always timed. */
+static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
+  for (int i = 0; i < n; i++) {
+    const int first = !b->have_best;
+    if (!first && util_now() - b->t0 >= b->budget) break;
+    b->pr.index++;
+    if (b->pr.index > b->pr.count) b->pr.count = b->pr.index;
+    tune_describe(&cands[i], b->cur, sizeof b->cur);
+    report(b, KLJIT_TUNE_CANDIDATE, 0);
+    double ms;
+    int ok;
+    const kljit_status st = time_candidate(b, &cands[i], first, &ms, &ok);
+    if (st != KLJIT_SUCCESS) return err_prefix(st, "timing %s: ", b->cur);
+    if (ok && (first || ms < 0.99 * b->best_ms)) {
+      b->best = cands[i], b->best_ms = ms, b->have_best = 1;
+      memcpy(b->best_text, b->cur, sizeof b->cur);
+    }
+    if (first) b->pr.heuristic_ms = ms;
+    report(b, KLJIT_TUNE_TIMED, ok ? ms : -1);
+  }
+  return KLJIT_SUCCESS;
+}
+
+kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t rows,
+                          kljit_plan_rigor rigor, kljit_tune_callback cb, void *user,
+                          wisdom_entry *winner) {
+  bench b;
+  memset(&b, 0, sizeof b);
+  b.ctx = ctx, b.d = ctx->drv, b.pb = pb, b.rigor = rigor, b.cb = cb, b.user = user;
+  b.two_phase = pb->reduction == KLJIT_REDUCTION_NONE;
+  b.pr.struct_size = sizeof b.pr;
+  b.t0 = util_now(), b.budget = tune_budget_s();
+  const prob_tuning heur = prob_estimate(pb, ctx->sm_count, ctx->arch);
+  kljit_status st = ctx_enter(ctx);
+  if (st != KLJIT_SUCCESS) return st;
+  st = pick_rows(&b, &heur, rows);
+  if (st == KLJIT_SUCCESS) st = setup(&b);
+  prob_tuning *c = malloc(TUNE_MAX_CANDIDATES * sizeof *c);
+  if (!c && st == KLJIT_SUCCESS) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (st == KLJIT_SUCCESS) { /* planned count: later stages are sized around the heuristic */
+    for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER; s++)
+      b.pr.count += tune_candidates(pb, ctx->arch, rigor, (tune_stage)s, &heur, b.rows, c,
+                                    TUNE_MAX_CANDIDATES);
+  }
+  for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER && st == KLJIT_SUCCESS; s++) {
+    const int n =
+        tune_candidates(pb, ctx->arch, rigor, (tune_stage)s, s == TUNE_SHAPES ? &heur : &b.best,
+                        b.rows, c, TUNE_MAX_CANDIDATES);
+    st = run_stage(&b, c, n);
+  }
+  free(c);
+  free_all(&b);
+  ctx_leave(ctx);
+  if (st != KLJIT_SUCCESS) return st;
+  tune_entry_key(ctx, pb, rows, winner);
+  winner->tune = b.best;
+  winner->rigor = rigor;
+  winner->rows = b.rows;
+  winner->ms = b.best_ms;
+  memcpy(b.cur, b.best_text, sizeof b.cur);
+  report(&b, KLJIT_TUNE_FINISHED, b.best_ms);
+  util_log("tune: %s won, %.3f ms (heuristic %.3f ms) at %lld tokens, %.1f s", b.best_text,
+           b.best_ms, b.pr.heuristic_ms, (long long)b.rows, util_now() - b.t0);
+  return KLJIT_SUCCESS;
+}

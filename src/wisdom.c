@@ -1,0 +1,607 @@
+/* wisdom.c — the wisdom text format: problem keys, entry lines, whole texts, merging.
+ *
+ * A text is a header line, then one entry per line (docs/wisdom.md):
+ *
+ *   kljit-wisdom 1 kljit=0.1.0
+ *   gpu="NVIDIA H200" arch=sm_90 sms=132 kljit=0.1.0 V=128256 H=4096 in=bf16 teacher=probs
+ *     tdt=bf16 tmode=const flags=- bucket=8192 -> chunk_rows=4096 threads=256 split=8 cluster=0
+ *     nv=1 rigor=measure rows=8192 ms=10.1234           (one line in the file)
+ *
+ * Blank lines and lines starting with '#' are ignored. Fields are name=value separated by
+ * single spaces, in any order on input, in the order above on output; only gpu's value is
+ * quoted (GPU names hold spaces, never quotes). Parsing is strict: an unknown, repeated or
+ * missing field, a value out of range, or a tuning prob_geometry_make refuses rejects the
+ * whole text, so what reaches the store can always be planned.
+ */
+#include "wisdom.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char HEADER_WORD[] = "kljit-wisdom";
+
+/* ---- problem keys ------------------------------------------------------------------------ */
+
+static const struct {
+  uint32_t bit;
+  const char *name;
+} FLAGS[] = {{KLJIT_FLAG_BIAS, "bias"},
+             {KLJIT_FLAG_NATIVE_LOGITS, "native_logits"},
+             {KLJIT_FLAG_ALLOW_TF32, "tf32"},
+             {KLJIT_FLAG_CHECK_INPUTS, "check"}};
+enum { N_FLAGS = sizeof FLAGS / sizeof FLAGS[0] };
+
+static const char *const TEACHERS[] = {NULL, "probs", "logprobs", "logits", "topk"};
+static const char *const TAILS[] = {NULL, "none", "renorm", "bucket"};
+static const char *const RIGORS[] = {NULL, "estimate", "measure", "exhaustive"};
+
+void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
+  char flags[64] = "";
+  for (int i = 0; i < N_FLAGS; i++)
+    if (pb->flags & FLAGS[i].bit)
+      snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? "," : "",
+               FLAGS[i].name);
+  char sparse[128] = "";
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
+    snprintf(sparse, sizeof sparse, " k=%d ids=%s values=%s tail=%s", pb->topk,
+             pb->topk_id_dtype == KLJIT_INT32 ? "i32" : "i64",
+             pb->topk_values == KLJIT_TOPK_LOGPROBS ? "logprobs" : "probs",
+             pb->tail >= KLJIT_TAIL_NONE && pb->tail <= KLJIT_TAIL_BUCKET ? TAILS[pb->tail] : "?");
+  const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK
+                    ? (int)pb->teacher
+                    : 0;
+  snprintf(out, WISDOM_PROBLEM_MAX, "V=%lld H=%lld in=%s teacher=%s tdt=%s%s tmode=%s flags=%s",
+           (long long)pb->vocab, (long long)pb->hidden, prob_dtype_tag(pb->input_dtype),
+           t ? TEACHERS[t] : "?", prob_dtype_tag(pb->teacher_dtype), sparse,
+           pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? "runtime" : "const",
+           *flags ? flags : "-");
+}
+
+/* The shortest %g form that reads back as the same double ("2", "1e-20"). */
+static void shortest(double x, char *out, size_t cap) {
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(out, cap, "%.*g", digits, x);
+    if (strtod(out, NULL) == x) return;
+  }
+}
+
+void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
+  static const char *const REDUCTIONS[] = {"?", "sum", "batchmean", "mean", "none"};
+  char t[32], tt[32], eps[32];
+  shortest(pb->temperature, t, sizeof t);
+  shortest(pb->teacher_temperature, tt, sizeof tt);
+  shortest(pb->eps, eps, sizeof eps);
+  const int r = pb->reduction >= KLJIT_REDUCTION_SUM && pb->reduction <= KLJIT_REDUCTION_NONE
+                    ? (int)pb->reduction
+                    : 0;
+  snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s", t, tt, eps,
+           REDUCTIONS[r], (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
+           prob_dtype_tag(pb->grad_weight_dtype),
+           pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
+}
+
+int64_t wisdom_bucket(int64_t rows) {
+  int64_t b = 1;
+  while (b < rows && b < ((int64_t)1 << 62)) b *= 2;
+  return b;
+}
+
+/* ---- tokens ------------------------------------------------------------------------------ */
+
+enum { MAX_TOKENS = 48 };
+
+typedef struct token {
+  const char *name, *value; /* NUL-terminated, inside the tokenized copy */
+} token;
+
+/* Splits a mutable line into name=value tokens and the "->" marker (name "->", value "").
+ * 0, or -1 with a sentence in why. */
+static int tokenize(char *s, token *tok, int *n, char *why, size_t cap) {
+  *n = 0;
+  while (*s) {
+    while (*s == ' ' || *s == '\t') s++;
+    if (!*s) break;
+    if (*n == MAX_TOKENS) return snprintf(why, cap, "more than %d fields", MAX_TOKENS), -1;
+    token *t = &tok[(*n)++];
+    if (s[0] == '-' && s[1] == '>' && (s[2] == ' ' || s[2] == '\t' || !s[2])) {
+      t->name = "->", t->value = "";
+      s += 2;
+      if (*s) *s++ = '\0';
+      continue;
+    }
+    t->name = s;
+    while (*s && *s != '=' && *s != ' ' && *s != '\t') s++;
+    if (*s != '=') return snprintf(why, cap, "'%.40s' is not name=value", t->name), -1;
+    *s++ = '\0';
+    if (*s == '"') {
+      t->value = ++s;
+      while (*s && *s != '"') s++;
+      if (!*s) return snprintf(why, cap, "%s: no closing quote", t->name), -1;
+      *s++ = '\0';
+      if (*s && *s != ' ' && *s != '\t')
+        return snprintf(why, cap, "%s: text after the closing quote", t->name), -1;
+    } else {
+      t->value = s;
+      while (*s && *s != ' ' && *s != '\t') s++;
+    }
+    if (*s) *s++ = '\0';
+  }
+  return 0;
+}
+
+static int parse_int(const char *v, long long lo, long long hi, long long *out) {
+  if (!*v || (*v == '0' && v[1]) || *v == '+' || *v == ' ') return -1;
+  errno = 0;
+  char *end;
+  const long long x = strtoll(v, &end, 10);
+  if (errno || *end || x < lo || x > hi) return -1;
+  *out = x;
+  return 0;
+}
+
+static int pick(const char *v, const char *const *names, int lo, int hi) {
+  for (int i = lo; i <= hi; i++)
+    if (names[i] && strcmp(v, names[i]) == 0) return i;
+  return 0;
+}
+
+static kljit_dtype float_dtype(const char *v) {
+  return !strcmp(v, "f32")    ? KLJIT_FP32
+         : !strcmp(v, "f16")  ? KLJIT_FP16
+         : !strcmp(v, "bf16") ? KLJIT_BF16
+                              : (kljit_dtype)0;
+}
+
+/* Problem fields: those of the key (SPARSE ones only with teacher=topk), then the extra ones
+ * (optional on input, KLJIT_PROBLEM_INIT's values when absent). */
+enum {
+  PF_V,
+  PF_H,
+  PF_IN,
+  PF_TEACHER,
+  PF_TDT,
+  PF_K,
+  PF_IDS,
+  PF_VALUES,
+  PF_TAIL,
+  PF_TMODE,
+  PF_FLAGS,
+  PF_T,
+  PF_TT,
+  PF_EPS,
+  PF_RED,
+  PF_T2,
+  PF_GW,
+  PF_ACCUM,
+  PF_COUNT
+};
+static const char *const PROBLEM_FIELDS[PF_COUNT] = {
+    "V",     "H",     "in", "teacher", "tdt", "k",         "ids", "values", "tail",
+    "tmode", "flags", "T",  "tt",      "eps", "reduction", "t2",  "gw",     "accum"};
+static int sparse_field(int f) {
+  return f >= PF_K && f <= PF_TAIL;
+}
+static int extra_field(int f) {
+  return f >= PF_T;
+}
+
+static int parse_real(const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  const double x = strtod(v, &end);
+  if (!*v || *end || errno || !(x >= lo && x <= hi)) return -1;
+  *out = x;
+  return 0;
+}
+
+/* Applies one problem field of the key (extra = 0) or extra (1) side. 1 applied, 0 not such a
+ * field, -1 bad value or repeated (why set). */
+static int problem_field(kljit_problem *pb, const token *t, int extra, unsigned *seen, char *why,
+                         size_t cap) {
+  int f = 0;
+  while (f < PF_COUNT && strcmp(t->name, PROBLEM_FIELDS[f]) != 0) f++;
+  if (f == PF_COUNT || extra_field(f) != extra) return 0;
+  if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
+  *seen |= 1u << f;
+  const char *v = t->value;
+  long long x = 0;
+  int ok = 1;
+  switch (f) {
+    case PF_T:
+      ok = !parse_real(v, 1e-30, 1e30, &pb->temperature);
+      break;
+    case PF_TT:
+      ok = !parse_real(v, 0, 1e30, &pb->teacher_temperature);
+      break;
+    case PF_EPS:
+      ok = !parse_real(v, 1e-30, 1e-3, &pb->eps);
+      break;
+    case PF_RED: {
+      static const char *const names[] = {NULL, "sum", "batchmean", "mean", "none"};
+      ok = (pb->reduction = (kljit_reduction)pick(v, names, 1, 4)) != 0;
+      break;
+    }
+    case PF_T2:
+      ok = !strcmp(v, "0") || !strcmp(v, "1");
+      if (v[0] == '1') pb->flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+      break;
+    case PF_GW:
+      ok = (pb->grad_weight_dtype = float_dtype(v)) != 0;
+      break;
+    case PF_ACCUM:
+      pb->grad_weight_accum = !strcmp(v, "out") ? KLJIT_ACCUM_OUTPUT_DTYPE : KLJIT_ACCUM_FP32;
+      ok = !strcmp(v, "out") || !strcmp(v, "fp32");
+      break;
+    case PF_V:
+      ok = !parse_int(v, 2, 1 << 24, &x), pb->vocab = x;
+      break;
+    case PF_H:
+      ok = !parse_int(v, 1, 1 << 20, &x), pb->hidden = x;
+      break;
+    case PF_IN:
+      ok = (pb->input_dtype = pb->weight_dtype = float_dtype(v)) != 0;
+      break;
+    case PF_TEACHER:
+      ok = (pb->teacher = (kljit_teacher_form)pick(v, TEACHERS, 1, 4)) != 0;
+      break;
+    case PF_TDT:
+      ok = (pb->teacher_dtype = float_dtype(v)) != 0;
+      break;
+    case PF_K:
+      ok = !parse_int(v, 1, 1024, &x), pb->topk = (int32_t)x;
+      break;
+    case PF_IDS:
+      pb->topk_id_dtype = !strcmp(v, "i32") ? KLJIT_INT32 : KLJIT_INT64;
+      ok = !strcmp(v, "i32") || !strcmp(v, "i64");
+      break;
+    case PF_VALUES:
+      pb->topk_values = !strcmp(v, "logprobs") ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      ok = !strcmp(v, "probs") || !strcmp(v, "logprobs");
+      break;
+    case PF_TAIL:
+      ok = (pb->tail = (kljit_tail)pick(v, TAILS, 1, 3)) != 0;
+      break;
+    case PF_TMODE:
+      pb->temperature_mode =
+          !strcmp(v, "runtime") ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+      ok = !strcmp(v, "const") || !strcmp(v, "runtime");
+      break;
+    case PF_FLAGS:
+      pb->flags &= KLJIT_FLAG_SCALE_T_SQUARED; /* t2 is an extra field */
+      if (strcmp(v, "-") != 0) {
+        for (const char *p = v; ok && *p;) {
+          const size_t len = strcspn(p, ",");
+          int i = 0;
+          while (i < N_FLAGS && !(strlen(FLAGS[i].name) == len && !strncmp(p, FLAGS[i].name, len)))
+            i++;
+          ok = len > 0 && i < N_FLAGS && !(pb->flags & FLAGS[i < N_FLAGS ? i : 0].bit);
+          if (ok) pb->flags |= FLAGS[i].bit;
+          p += len;
+          if (*p == ',' && !*++p) ok = 0;
+        }
+      }
+      break;
+  }
+  if (!ok) return snprintf(why, cap, "bad value %s=%s", t->name, v), -1;
+  return 1;
+}
+
+/* Checks that every field the teacher form needs is there (and no sparse one without it),
+ * then that the problem is valid. */
+static int problem_complete(kljit_problem *pb, unsigned seen, char *why, size_t cap) {
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  for (int f = 0; f < PF_COUNT && !extra_field(f); f++) {
+    const int want = !sparse_field(f) || sparse, have = (seen >> f) & 1;
+    if (want != have)
+      return snprintf(why, cap, "field %s %s", PROBLEM_FIELDS[f],
+                      have ? "is only for teacher=topk" : "is missing"),
+             -1;
+  }
+  if (prob_validate(pb, "wisdom") != KLJIT_SUCCESS)
+    return snprintf(why, cap, "%s", kljit_last_error()), -1;
+  return 0;
+}
+
+kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
+  const kljit_problem init = KLJIT_PROBLEM_INIT;
+  *pb = init;
+  const char *const sides[2] = {e->problem, e->extra};
+  char why[256] = "";
+  int r = 0;
+  unsigned seen = 0;
+  for (int side = 0; side < 2 && r == 0; side++) {
+    char *copy = strdup(sides[side]);
+    if (!copy) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    token tok[MAX_TOKENS];
+    int n = 0;
+    r = tokenize(copy, tok, &n, why, sizeof why);
+    for (int i = 0; i < n && r == 0; i++)
+      if (problem_field(pb, &tok[i], side, &seen, why, sizeof why) != 1) {
+        if (!*why) snprintf(why, sizeof why, "unknown field %s", tok[i].name);
+        r = -1;
+      }
+    free(copy);
+  }
+  if (r == 0) r = problem_complete(pb, seen, why, sizeof why);
+  if (r)
+    return err_set(KLJIT_ERR_WISDOM, "wisdom problem '%s' '%s': %s", e->problem, e->extra, why);
+  return KLJIT_SUCCESS;
+}
+
+/* ---- entry lines ------------------------------------------------------------------------- */
+
+kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out) {
+  const int r = e->rigor >= KLJIT_PLAN_ESTIMATE && e->rigor <= KLJIT_PLAN_EXHAUSTIVE ? e->rigor : 0;
+  return sb_printf(out,
+                   "gpu=\"%s\" arch=sm_%d sms=%d kljit=%s %s bucket=%lld -> chunk_rows=%lld "
+                   "threads=%d split=%d cluster=%d nv=%d rigor=%s rows=%lld ms=%.4f %s",
+                   e->gpu, e->arch, e->sms, KLJIT_VERSION_STRING, e->problem, (long long)e->bucket,
+                   (long long)e->tune.chunk_rows, e->tune.threads, e->tune.split, e->tune.cluster,
+                   e->tune.nv, r ? RIGORS[r] : "?", (long long)e->rows, e->ms, e->extra);
+}
+
+/* Entry fields that are not problem fields; KEY ones go before "->", the others after. */
+enum {
+  EF_GPU,
+  EF_ARCH,
+  EF_SMS,
+  EF_KLJIT,
+  EF_BUCKET,
+  EF_CHUNK,
+  EF_THREADS,
+  EF_SPLIT,
+  EF_CLUSTER,
+  EF_NV,
+  EF_RIGOR,
+  EF_ROWS,
+  EF_MS,
+  EF_COUNT
+};
+static const char *const ENTRY_FIELDS[EF_COUNT] = {
+    "gpu",   "arch",    "sms", "kljit", "bucket", "chunk_rows", "threads",
+    "split", "cluster", "nv",  "rigor", "rows",   "ms"};
+static int key_field(int f) {
+  return f <= EF_BUCKET;
+}
+
+static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigned *seen, char *why,
+                       size_t cap) {
+  int f = 0;
+  while (f < EF_COUNT && strcmp(t->name, ENTRY_FIELDS[f]) != 0) f++;
+  if (f == EF_COUNT)
+    return snprintf(why, cap, "unknown field %s (on this side of '->')", t->name), -1;
+  if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
+  if (key_field(f) == after_arrow)
+    return snprintf(why, cap, "field %s belongs %s '->'", t->name,
+                    key_field(f) ? "before" : "after"),
+           -1;
+  *seen |= 1u << f;
+  const char *v = t->value;
+  long long x = 0;
+  int ok = 1;
+  switch (f) {
+    case EF_GPU:
+      ok = *v && strlen(v) < WISDOM_GPU_MAX;
+      if (ok) snprintf(e->gpu, sizeof e->gpu, "%s", v);
+      break;
+    case EF_ARCH:
+      ok = !strncmp(v, "sm_", 3) && !parse_int(v + 3, 10, 9999, &x), e->arch = (int)x;
+      break;
+    case EF_SMS:
+      ok = !parse_int(v, 1, 1 << 20, &x), e->sms = (int)x;
+      break;
+    case EF_KLJIT:
+      if (strcmp(v, KLJIT_VERSION_STRING) != 0)
+        return snprintf(why, cap, "entry of kljit %s in a kljit %s file", v, KLJIT_VERSION_STRING),
+               -1;
+      break;
+    case EF_BUCKET:
+      ok = !parse_int(v, 1, (long long)1 << 40, &x) && (x & (x - 1)) == 0, e->bucket = x;
+      break;
+    case EF_CHUNK:
+      ok = !parse_int(v, 1, 1 << 24, &x), e->tune.chunk_rows = x;
+      break;
+    case EF_THREADS:
+      ok = !parse_int(v, 32, 1024, &x), e->tune.threads = (int)x;
+      break;
+    case EF_SPLIT:
+      ok = !parse_int(v, 1, 64, &x), e->tune.split = (int)x;
+      break;
+    case EF_CLUSTER:
+      ok = !parse_int(v, 0, 64, &x), e->tune.cluster = (int)x;
+      break;
+    case EF_NV:
+      ok = !parse_int(v, 1, 64, &x), e->tune.nv = (int)x;
+      break;
+    case EF_RIGOR:
+      ok = (e->rigor = (kljit_plan_rigor)pick(v, RIGORS, 1, 3)) != 0;
+      break;
+    case EF_ROWS:
+      ok = !parse_int(v, 1, (long long)1 << 40, &x), e->rows = x;
+      break;
+    case EF_MS: {
+      char *end;
+      e->ms = strtod(v, &end);
+      ok = *v && !*end && isfinite(e->ms) && e->ms >= 0;
+      break;
+    }
+  }
+  if (!ok) return snprintf(why, cap, "bad value %s=%s", t->name, v), -1;
+  return 0;
+}
+
+/* One entry line (mutable copy). 0, or -1 with why. */
+static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
+  memset(e, 0, sizeof *e);
+  token tok[MAX_TOKENS];
+  int n = 0;
+  if (tokenize(line, tok, &n, why, cap)) return -1;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  unsigned pseen = 0, eseen = 0;
+  int arrows = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(tok[i].name, "->")) {
+      if (arrows++) return snprintf(why, cap, "two '->'"), -1;
+      continue;
+    }
+    const int r = problem_field(&pb, &tok[i], arrows, &pseen, why, cap);
+    if (r < 0) return -1;
+    if (r == 0 && entry_field(e, &tok[i], arrows, &eseen, why, cap)) return -1;
+  }
+  if (!arrows) return snprintf(why, cap, "no '->' between the key and the choice"), -1;
+  for (int f = 0; f < EF_COUNT; f++)
+    if (!(eseen & 1u << f)) return snprintf(why, cap, "field %s is missing", ENTRY_FIELDS[f]), -1;
+  if (problem_complete(&pb, pseen, why, cap)) return -1;
+  wisdom_problem_key(&pb, e->problem);
+  wisdom_problem_extra(&pb, e->extra);
+  prob_geometry g;
+  if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS)
+    return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
+  return 0;
+}
+
+/* ---- sets -------------------------------------------------------------------------------- */
+
+static int same_identity(const wisdom_entry *a, const wisdom_entry *b) {
+  return a->arch == b->arch && a->sms == b->sms && a->bucket == b->bucket &&
+         !strcmp(a->gpu, b->gpu) && !strcmp(a->problem, b->problem);
+}
+
+/* a is better than b: higher rigor, then less time per token. */
+static int better(const wisdom_entry *a, const wisdom_entry *b) {
+  if (a->rigor != b->rigor) return a->rigor > b->rigor;
+  return a->ms / (double)a->rows < b->ms / (double)b->rows;
+}
+
+kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e) {
+  for (size_t i = 0; i < s->n; i++)
+    if (same_identity(&s->e[i], e)) {
+      if (better(e, &s->e[i])) s->e[i] = *e;
+      return KLJIT_SUCCESS;
+    }
+  if (s->n == s->cap) {
+    const size_t cap = s->cap ? 2 * s->cap : 16;
+    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
+    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    s->e = grown, s->cap = cap;
+  }
+  s->e[s->n++] = *e;
+  return KLJIT_SUCCESS;
+}
+
+void wisdom_set_free(wisdom_set *s) {
+  free(s->e);
+  memset(s, 0, sizeof *s);
+}
+
+static int identity_cmp(const void *pa, const void *pb) {
+  const wisdom_entry *a = pa, *b = pb;
+  int c = strcmp(a->gpu, b->gpu);
+  if (!c) c = (a->arch > b->arch) - (a->arch < b->arch);
+  if (!c) c = (a->sms > b->sms) - (a->sms < b->sms);
+  if (!c) c = strcmp(a->problem, b->problem);
+  if (!c) c = (a->bucket > b->bucket) - (a->bucket < b->bucket);
+  return c;
+}
+
+kljit_status wisdom_format(const wisdom_set *s, strbuf *out) {
+  wisdom_entry *sorted = malloc((s->n ? s->n : 1) * sizeof *sorted);
+  if (!sorted) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (s->n) memcpy(sorted, s->e, s->n * sizeof *sorted);
+  qsort(sorted, s->n, sizeof *sorted, identity_cmp);
+  kljit_status st = sb_printf(out,
+                              "%s %d kljit=%s\n"
+                              "# GPU, problem and token bucket -> the chosen configuration, the "
+                              "rigor that chose it, its time (docs/wisdom.md)\n",
+                              HEADER_WORD, WISDOM_FORMAT, KLJIT_VERSION_STRING);
+  for (size_t i = 0; i < s->n && st == KLJIT_SUCCESS; i++) {
+    st = wisdom_entry_text(&sorted[i], out);
+    if (st == KLJIT_SUCCESS) st = sb_append(out, "\n", 1);
+  }
+  free(sorted);
+  return st;
+}
+
+/* ---- whole texts ------------------------------------------------------------------------- */
+
+/* The header "kljit-wisdom <format> kljit=<version>". 0 ok, -1 foreign, -2 stale. */
+static int parse_header(char *line, char *why, size_t cap) {
+  token tok[MAX_TOKENS];
+  int n = 0;
+  const char *want =
+      "'"
+      "kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "'";
+  if (strncmp(line, HEADER_WORD, sizeof HEADER_WORD - 1) != 0 ||
+      (line[sizeof HEADER_WORD - 1] != ' ' && line[sizeof HEADER_WORD - 1] != '\0'))
+    return snprintf(why, cap, "not a kljit wisdom file (its first line must be %s)", want), -1;
+  char *rest = line + sizeof HEADER_WORD - 1;
+  char *fmt = strtok_r(rest, " \t", &rest);
+  long long f = 0;
+  if (!fmt || parse_int(fmt, 0, 1 << 30, &f))
+    return snprintf(why, cap, "malformed wisdom header (want %s)", want), -1;
+  if (f != WISDOM_FORMAT)
+    return snprintf(why, cap,
+                    "wisdom format %lld; this kljit (%s) reads format %d: re-tune "
+                    "(kljit tune) to replace it",
+                    f, KLJIT_VERSION_STRING, WISDOM_FORMAT),
+           -2;
+  if (tokenize(rest, tok, &n, why, cap) || n != 1 || strcmp(tok[0].name, "kljit") != 0)
+    return snprintf(why, cap, "malformed wisdom header (want %s)", want), -1;
+  if (strcmp(tok[0].value, KLJIT_VERSION_STRING) != 0)
+    return snprintf(why, cap,
+                    "stale wisdom: written by kljit %s, this is kljit %s (choices do "
+                    "not carry across versions: re-tune with kljit tune)",
+                    tok[0].value, KLJIT_VERSION_STRING),
+           -2;
+  return 0;
+}
+
+kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale) {
+  memset(out, 0, sizeof *out);
+  if (stale) *stale = 0;
+  if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom text is NULL", origin);
+  char why[600] = "";
+  int lineno = 0, header = 0, bad = 0;
+  kljit_status st = KLJIT_SUCCESS;
+  for (const char *p = text; *p && !bad && st == KLJIT_SUCCESS;) {
+    lineno++;
+    size_t len = strcspn(p, "\n");
+    const char *next = p[len] ? p + len + 1 : p + len;
+    if (len && p[len - 1] == '\r') len--;
+    size_t lead = 0;
+    while (lead < len && (p[lead] == ' ' || p[lead] == '\t')) lead++;
+    if (lead == len || p[lead] == '#') {
+      p = next;
+      continue;
+    }
+    char *line = malloc(len + 1);
+    if (!line) {
+      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+      break;
+    }
+    memcpy(line, p, len);
+    line[len] = '\0';
+    if (!header) {
+      header = 1;
+      const int h = parse_header(line, why, sizeof why);
+      if (h == -2 && stale) *stale = 1;
+      bad = h != 0;
+    } else {
+      wisdom_entry e;
+      bad = parse_entry(line, &e, why, sizeof why) != 0;
+      if (!bad) st = wisdom_merge(out, &e);
+    }
+    free(line);
+    p = next;
+  }
+  if (st == KLJIT_SUCCESS && !bad && !header) {
+    bad = 1, lineno = 1;
+    snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
+  }
+  if (bad) st = err_set(KLJIT_ERR_WISDOM, "%s:%d: %s (nothing imported)", origin, lineno, why);
+  if (st != KLJIT_SUCCESS) wisdom_set_free(out);
+  return st;
+}

@@ -1,0 +1,154 @@
+/* wisdom_precompile.c — kljit_precompile_wisdom: the modules of every plan a wisdom file leads
+ * to, compiled for one architecture into a kernel cache, without a GPU.
+ *
+ * For each entry: the problem it was tuned for (key + extra fields) with the heuristic tuning
+ * for sm_<arch> (what a GPU without matching wisdom plans), and, when the entry was tuned on an
+ * sm_<arch> GPU, its own tuning. Plans share modules (the helpers, often the heuristic rows):
+ * the distinct specs are collected first, so each module is built and reported once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit.h"
+#include "jit_memo.h"
+#include "nvrtc_compile.h"
+#include "wisdom.h"
+
+typedef struct spec_list {
+  kspec *k;
+  char **text; /* jit_memo_spec_text: equal texts, equal modules */
+  size_t n, cap;
+} spec_list;
+
+static void spec_list_free(spec_list *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->text[i]);
+  free(l->k), free(l->text);
+  memset(l, 0, sizeof *l);
+}
+
+/* Appends the plan's two modules unless already listed. */
+static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_tuning *t,
+                             int arch) {
+  prob_geometry g;
+  kljit_status st = prob_geometry_make(pb, t, &g);
+  const kspec *specs[] = {&g.rows, &g.helpers};
+  for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++) {
+    strbuf text = {0};
+    if ((st = jit_memo_spec_text(specs[i], arch, &text)) != KLJIT_SUCCESS) break;
+    int seen = 0;
+    for (size_t j = 0; j < l->n && !seen; j++) seen = !strcmp(l->text[j], text.data);
+    if (seen) {
+      sb_free(&text);
+      continue;
+    }
+    if (l->n == l->cap) {
+      const size_t cap = l->cap ? 2 * l->cap : 16;
+      kspec *k = realloc(l->k, cap * sizeof *k);
+      if (k) l->k = k;
+      char **tx = k ? realloc(l->text, cap * sizeof *tx) : NULL;
+      if (tx) l->text = tx;
+      if (!k || !tx) {
+        sb_free(&text);
+        return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+      }
+      l->cap = cap;
+    }
+    l->k[l->n] = *specs[i]; /* its strings are static literals (prob_geometry_make) */
+    l->text[l->n++] = text.data;
+  }
+  return st;
+}
+
+/* A dry run of one module: render and look up, compile nothing. */
+static kljit_status probe(const kspec *k, int arch, const cache_config *cfg,
+                          kljit_module_report *r) {
+  strbuf src = {0}, key = {0};
+  kljit_status st = kspec_render(k, &src);
+  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  if (st == KLJIT_SUCCESS) {
+    kspec_name(k, src.data, r->name);
+    cache_file_name(key.data, r->file);
+    cache_entry e = {0};
+    cache_result res = CACHE_MISS;
+    st = cache_lookup(cfg, key.data, &e, &res);
+    if (st == KLJIT_SUCCESS) r->compiled = res == CACHE_MISS;
+    cache_entry_free(&e);
+  }
+  sb_free(&src);
+  sb_free(&key);
+  return st;
+}
+
+static kljit_status build_all(const spec_list *l, int arch, const cache_config *cfg, uint32_t flags,
+                              kljit_module_callback done, void *user) {
+  kljit_status st = KLJIT_SUCCESS;
+  for (size_t i = 0; i < l->n && st == KLJIT_SUCCESS; i++) {
+    kljit_module_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)l->n;
+    if (flags & KLJIT_PRECOMPILE_DRY_RUN) {
+      st = probe(&l->k[i], arch, cfg, &r);
+    } else {
+      jit_bin bin;
+      if ((st = jit_build(&l->k[i], arch, cfg, &bin)) != KLJIT_SUCCESS) break;
+      r.compiled = bin.source == CACHE_MISS;
+      r.compile_ms = bin.compile_ms;
+      snprintf(r.name, sizeof r.name, "%s", bin.name);
+      snprintf(r.file, sizeof r.file, "%s.kjc", bin.key_hash);
+      jit_bin_free(&bin);
+    }
+    if (st == KLJIT_SUCCESS && done) done(&r, user);
+  }
+  return st;
+}
+
+kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const char *cache_dir,
+                                     uint32_t flags, kljit_module_callback done, void *user) {
+  const char *who = "kljit_precompile_wisdom";
+  if (!wisdom_file || !*wisdom_file)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom_file is %s", who,
+                   wisdom_file ? "empty" : "NULL");
+  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
+                   (unsigned)flags);
+  char arch_text[16];
+  snprintf(arch_text, sizeof arch_text, "%d", arch);
+  if (!nvrtc_parse_arch(arch_text))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: arch = %d, must be a real architecture of sm_80 or newer (80, 86, 89, "
+                   "90, ...)",
+                   who, arch);
+  if (cache_dir && !*cache_dir)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
+  wisdom_set set;
+  kljit_status st = wisdom_read_file(wisdom_file, &set, NULL);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
+  spec_list list = {0};
+  for (size_t i = 0; i < set.n && st == KLJIT_SUCCESS; i++) {
+    const wisdom_entry *e = &set.e[i];
+    kljit_problem pb;
+    if ((st = wisdom_entry_problem(e, &pb)) != KLJIT_SUCCESS) break;
+    const prob_tuning heur = prob_estimate(&pb, 0, arch);
+    st = add_plan(&list, &pb, &heur, arch);
+    if (st == KLJIT_SUCCESS && e->arch == arch) st = add_plan(&list, &pb, &e->tune, arch);
+  }
+  wisdom_set_free(&set);
+  cache_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  if (st == KLJIT_SUCCESS && cache_dir) {
+    if (!(cfg.rw_dir = strdup(cache_dir))) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of memory");
+  } else if (st == KLJIT_SUCCESS) {
+    st = cache_config_from_env(&cfg);
+  }
+  if (st == KLJIT_SUCCESS && (cfg.disabled || !cfg.rw_dir))
+    st = err_set(KLJIT_ERR_CACHE,
+                 "no writable kernel cache (KLJIT_CACHE_DISABLE is set, or "
+                 "neither KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir");
+  if (st == KLJIT_SUCCESS) st = build_all(&list, arch, &cfg, flags, done, user);
+  cache_config_free(&cfg);
+  spec_list_free(&list);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
+  err_clear();
+  return KLJIT_SUCCESS;
+}

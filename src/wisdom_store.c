@@ -1,0 +1,316 @@
+/* wisdom_store.c — the process-wide wisdom store, its default files, and the public wisdom API.
+ *
+ * `store` holds every entry this process knows (see wisdom.h for the invariants). The system
+ * file, then the user file, are merged into it on the first use of wisdom; kljit_wisdom_forget
+ * empties it for good. Tuned entries are also merged into the user file, read-merge-write and
+ * published with rename(2), so a reader never sees half a file (two processes writing at once
+ * may lose one of their entries: wisdom is an optimization, not a record).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "wisdom.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;      /* store, defaults_done */
+static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER; /* the user file */
+static wisdom_set store;
+static int defaults_done;
+
+enum { WISDOM_FILE_MAX = 16 << 20 };
+
+kljit_status wisdom_default_path(kljit_wisdom_file which, strbuf *out) {
+  if (which == KLJIT_WISDOM_SYSTEM) {
+    const char *e = getenv("KLJIT_SYSTEM_WISDOM");
+    return sb_printf(out, "%s", e ? e : "/etc/kljit/wisdom");
+  }
+  const char *e = getenv("KLJIT_WISDOM");
+  if (e) return sb_printf(out, "%s", strcmp(e, "none") == 0 ? "" : e);
+  /* next to the kernel cache, as cache_config_from_env finds its directory */
+  const char *dir = getenv("KLJIT_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  if (dir && *dir) return sb_printf(out, "%s/wisdom", dir);
+  if (xdg && xdg[0] == '/') return sb_printf(out, "%s/kljit/wisdom", xdg);
+  if (home && *home) return sb_printf(out, "%s/.cache/kljit/wisdom", home);
+  return sb_printf(out, "%s", "");
+}
+
+/* Reads a whole (small) file. KLJIT_ERR_WISDOM naming the path; *missing set on ENOENT. */
+static kljit_status read_text(const char *path, strbuf *text, int *missing) {
+  if (missing) *missing = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (missing) *missing = errno == ENOENT;
+    return err_set(KLJIT_ERR_WISDOM, "cannot open wisdom file %s: %s", path, strerror(errno));
+  }
+  kljit_status st = sb_append(text, "", 0);
+  char buf[65536];
+  size_t n;
+  while (st == KLJIT_SUCCESS && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+    st = text->len + n > WISDOM_FILE_MAX
+             ? err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path,
+                       WISDOM_FILE_MAX >> 20)
+             : sb_append(text, buf, n);
+  }
+  if (st == KLJIT_SUCCESS && ferror(f))
+    st = err_set(KLJIT_ERR_WISDOM, "cannot read wisdom file %s", path);
+  fclose(f);
+  if (st == KLJIT_SUCCESS && strlen(text->data) != text->len)
+    st = err_set(KLJIT_ERR_WISDOM, "%s: not a kljit wisdom file (it holds NUL bytes)", path);
+  return st;
+}
+
+kljit_status wisdom_read_file(const char *path, wisdom_set *out, int *stale) {
+  memset(out, 0, sizeof *out);
+  if (stale) *stale = 0;
+  strbuf text = {0};
+  kljit_status st = read_text(path, &text, NULL);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path, out, stale);
+  sb_free(&text);
+  return st;
+}
+
+/* Creates the parent directories of `path` (0700), as the kernel cache creates its own. */
+static void make_parents(const char *path) {
+  char dir[PATH_MAX];
+  if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return;
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(dir, 0700);
+    *p = '/';
+  }
+}
+
+/* Writes `text` to a temp file beside `path`, then renames it over `path`. */
+static kljit_status write_atomic(const char *path, const char *text, size_t len) {
+  strbuf tmp = {0};
+  kljit_status st = sb_printf(&tmp, "%s.XXXXXX", path);
+  if (st != KLJIT_SUCCESS) return st;
+  const int fd = mkstemp(tmp.data);
+  if (fd < 0) {
+    st = err_set(KLJIT_ERR_WISDOM, "cannot write wisdom file %s: %s", path, strerror(errno));
+    sb_free(&tmp);
+    return st;
+  }
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t w = write(fd, text + done, len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  const int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+  const int err = errno;
+  if (close(fd) != 0 || !ok || rename(tmp.data, path) != 0) {
+    st = err_set(KLJIT_ERR_WISDOM, "cannot write wisdom file %s: %s", path,
+                 strerror(ok ? errno : err));
+    unlink(tmp.data);
+  }
+  sb_free(&tmp);
+  return st;
+}
+
+/* Merges a default file into the store (lock held); a missing one is silently absent, a bad
+ * one is skipped and logged: the defaults never make a plan fail. */
+static void load_default_locked(kljit_wisdom_file which) {
+  strbuf path = {0};
+  if (wisdom_default_path(which, &path) != KLJIT_SUCCESS || !path.data || !*path.data) {
+    sb_free(&path);
+    return;
+  }
+  strbuf text = {0};
+  int missing = 0;
+  wisdom_set s;
+  memset(&s, 0, sizeof s);
+  kljit_status st = read_text(path.data, &text, &missing);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, NULL);
+  for (size_t i = 0; i < s.n && st == KLJIT_SUCCESS; i++) st = wisdom_merge(&store, &s.e[i]);
+  if (st == KLJIT_SUCCESS)
+    util_log("wisdom: %zu entries from %s", s.n, path.data);
+  else if (!missing)
+    util_log("wisdom: skipping %s: %s", path.data, kljit_last_error());
+  err_clear();
+  wisdom_set_free(&s);
+  sb_free(&text);
+  sb_free(&path);
+}
+
+static void ensure_defaults_locked(void) {
+  if (defaults_done) return;
+  defaults_done = 1;
+  load_default_locked(KLJIT_WISDOM_SYSTEM); /* searched first: wins ties */
+  load_default_locked(KLJIT_WISDOM_USER);
+}
+
+int wisdom_lookup(const char *gpu, int arch, int sms, const char *problem, int64_t bucket,
+                  wisdom_match match, kljit_plan_rigor min_rigor, wisdom_entry *out) {
+  pthread_mutex_lock(&lock);
+  ensure_defaults_locked();
+  const wisdom_entry *best = NULL;
+  int64_t best_dist = 0;
+  for (size_t i = 0; i < store.n; i++) {
+    const wisdom_entry *e = &store.e[i];
+    if (e->arch != arch || e->sms != sms || e->rigor < min_rigor || strcmp(e->gpu, gpu) != 0 ||
+        strcmp(e->problem, problem) != 0)
+      continue;
+    if (match == WISDOM_EXACT_BUCKET && e->bucket != bucket) continue;
+    /* distance in octaves; buckets are powers of two */
+    int64_t lo = e->bucket < bucket ? e->bucket : bucket, hi = e->bucket ^ bucket ^ lo, d = 0;
+    while (lo < hi) lo *= 2, d++;
+    if (!best || d < best_dist || (d == best_dist && e->bucket > best->bucket))
+      best = e, best_dist = d;
+  }
+  if (best) *out = *best;
+  pthread_mutex_unlock(&lock);
+  return best != NULL;
+}
+
+/* Merges one entry into the user file. Never fails the caller: problems are logged. */
+static void save_to_user_file(const wisdom_entry *e) {
+  strbuf path = {0}, text = {0};
+  if (wisdom_default_path(KLJIT_WISDOM_USER, &path) != KLJIT_SUCCESS || !path.data || !*path.data) {
+    sb_free(&path);
+    return;
+  }
+  pthread_mutex_lock(&file_lock);
+  wisdom_set s;
+  memset(&s, 0, sizeof s);
+  int missing = 0, stale = 0;
+  kljit_status st = read_text(path.data, &text, &missing);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, &stale);
+  if (st != KLJIT_SUCCESS && (missing || stale)) {
+    if (stale) util_log("wisdom: replacing %s: %s", path.data, kljit_last_error());
+    st = KLJIT_SUCCESS; /* start it afresh */
+  }
+  sb_free(&text);
+  if (st == KLJIT_SUCCESS) st = wisdom_merge(&s, e);
+  if (st == KLJIT_SUCCESS) st = wisdom_format(&s, &text);
+  if (st == KLJIT_SUCCESS) {
+    make_parents(path.data);
+    st = write_atomic(path.data, text.data, text.len);
+  }
+  if (st != KLJIT_SUCCESS)
+    util_log("wisdom: not saved to %s: %s", path.data, kljit_last_error());
+  else
+    util_log("wisdom: saved to %s", path.data);
+  pthread_mutex_unlock(&file_lock);
+  err_clear();
+  wisdom_set_free(&s);
+  sb_free(&text);
+  sb_free(&path);
+}
+
+kljit_status wisdom_add(const wisdom_entry *e) {
+  wisdom_entry clean = *e;
+  for (char *c = clean.gpu; *c; c++) /* the format quotes the name: no quotes, no controls */
+    if (*c == '"' || (unsigned char)*c < 0x20 || *c == 0x7f) *c = '_';
+  pthread_mutex_lock(&lock);
+  ensure_defaults_locked();
+  const kljit_status st = wisdom_merge(&store, &clean);
+  pthread_mutex_unlock(&lock);
+  if (st == KLJIT_SUCCESS) save_to_user_file(&clean);
+  return st;
+}
+
+/* ---- public API -------------------------------------------------------------------------- */
+
+static kljit_status import_set(const wisdom_set *s) {
+  kljit_status st = KLJIT_SUCCESS;
+  pthread_mutex_lock(&lock);
+  ensure_defaults_locked();
+  for (size_t i = 0; i < s->n && st == KLJIT_SUCCESS; i++) st = wisdom_merge(&store, &s->e[i]);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+kljit_status kljit_wisdom_import_file(const char *path) {
+  if (!path || !*path)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_file: path is %s",
+                   path ? "empty" : "NULL");
+  wisdom_set s;
+  kljit_status st = wisdom_read_file(path, &s, NULL);
+  if (st == KLJIT_SUCCESS) st = import_set(&s);
+  wisdom_set_free(&s);
+  if (st == KLJIT_SUCCESS) err_clear();
+  return st;
+}
+
+kljit_status kljit_wisdom_import_string(const char *text) {
+  if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_string: text is NULL");
+  wisdom_set s;
+  kljit_status st = wisdom_parse(text, "<string>", &s, NULL);
+  if (st == KLJIT_SUCCESS) st = import_set(&s);
+  wisdom_set_free(&s);
+  if (st == KLJIT_SUCCESS) err_clear();
+  return st;
+}
+
+static kljit_status export_text(strbuf *text) {
+  pthread_mutex_lock(&lock);
+  ensure_defaults_locked();
+  const kljit_status st = wisdom_format(&store, text);
+  pthread_mutex_unlock(&lock);
+  return st;
+}
+
+kljit_status kljit_wisdom_export_file(const char *path) {
+  if (!path || !*path)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_export_file: path is %s",
+                   path ? "empty" : "NULL");
+  strbuf text = {0};
+  kljit_status st = export_text(&text);
+  if (st == KLJIT_SUCCESS) st = write_atomic(path, text.data, text.len);
+  sb_free(&text);
+  if (st == KLJIT_SUCCESS) err_clear();
+  return st;
+}
+
+kljit_status kljit_wisdom_export_string(char **out) {
+  if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_export_string: text is NULL");
+  *out = NULL;
+  strbuf text = {0};
+  const kljit_status st = export_text(&text);
+  if (st != KLJIT_SUCCESS) {
+    sb_free(&text);
+    return st;
+  }
+  *out = text.data; /* malloc'd by sb_append: kljit_free releases it */
+  err_clear();
+  return KLJIT_SUCCESS;
+}
+
+void kljit_free(void *ptr) {
+  free(ptr);
+}
+
+void kljit_wisdom_forget(void) {
+  pthread_mutex_lock(&lock);
+  wisdom_set_free(&store);
+  defaults_done = 1;
+  pthread_mutex_unlock(&lock);
+}
+
+kljit_status kljit_wisdom_path(kljit_wisdom_file which, char *buf, size_t cap) {
+  if (which != KLJIT_WISDOM_SYSTEM && which != KLJIT_WISDOM_USER)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_path: which = %d", (int)which);
+  if (!buf || !cap)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_path: buf is NULL or cap is 0");
+  strbuf path = {0};
+  kljit_status st = wisdom_default_path(which, &path);
+  const char *p = path.data ? path.data : "";
+  if (st == KLJIT_SUCCESS && strlen(p) + 1 > cap)
+    st = err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                 "kljit_wisdom_path: the path needs %zu bytes, cap "
+                 "is %zu",
+                 strlen(p) + 1, cap);
+  if (st == KLJIT_SUCCESS) memcpy(buf, p, strlen(p) + 1);
+  sb_free(&path);
+  if (st == KLJIT_SUCCESS) err_clear();
+  return st;
+}

@@ -1,0 +1,381 @@
+/* gpu_shard.c — vocabulary-parallel tensor parallelism on ONE GPU, without NCCL (issue 7).
+ *
+ * For tp = 2, 3, 4, 8 and V = 1001 (divisible by none of them), a problem runs unsharded
+ * (kljit_fused) and as tp shards through the split API: shard r holds global ids
+ * [r V / tp, (r + 1) V / tp) — its rows of W, its bias slice, its dense teacher columns as a
+ * contiguous [N, V_r] array; sparse ids stay global. kljit_shard_stats runs for every shard, the
+ * test gathers the records into [tp][N][8] (device -> host -> device: the all-gather),
+ * kljit_shard_finish runs per shard, and the test sums the shards' losses and dX (the
+ * all-reduce) and concatenates dW and db. Both results are compared with the fp64 reference
+ * (tests/ref.h) and with each other: fp32 inputs, loss relative 1e-5, gradients relative
+ * Frobenius 1e-5. Skips (77) without a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_util.h"
+#include "harness.h"
+#include "ref.h"
+
+static kljit_context *the_ctx;
+
+typedef struct scase {
+  const char *name;
+  kljit_teacher_form form;
+  kljit_reduction red;
+  kljit_tail tail;
+  kljit_topk_values values;
+  int labels; /* 0 none, 1 every fifth row ignored, 2 all ignored */
+  int bias;
+  double T, TT; /* TT: teacher temperature of DENSE_LOGITS (0: same as T) */
+  int k;        /* sparse K (global ids) */
+} scase;
+
+enum { N = 37, H = 64, V = 1001 };
+static const double TOL = 1e-5;
+
+/* Host inputs of one case (fp32-exact doubles). */
+typedef struct inputs {
+  double *x, *w, *b, *teacher, *vals;
+  int64_t *labels, *ids;
+} inputs;
+
+static void make_inputs(const scase *c, inputs *in) {
+  host_rng rng = {0x5eed0000u + (uint64_t)c->form * 131 + (uint64_t)c->tail * 7};
+  in->x = malloc(sizeof(double) * N * H);
+  in->w = malloc(sizeof(double) * V * H);
+  in->b = malloc(sizeof(double) * V);
+  in->teacher = malloc(sizeof(double) * N * V);
+  in->vals = malloc(sizeof(double) * N * (c->k ? c->k : 1));
+  in->labels = malloc(sizeof(int64_t) * N);
+  in->ids = malloc(sizeof(int64_t) * N * (c->k ? c->k : 1));
+  for (int i = 0; i < N * H; i++) in->x[i] = (double)(float)host_normal(&rng);
+  for (int i = 0; i < V * H; i++) in->w[i] = (double)(float)(0.3 * host_normal(&rng));
+  for (int i = 0; i < V; i++) in->b[i] = (double)(float)(0.5 * host_normal(&rng));
+  for (int r = 0; r < N; r++) {
+    in->labels[r] = c->labels == 2 || (c->labels == 1 && r % 5 == 2) ? -100 : 1;
+    double *t = in->teacher + (size_t)r * V;
+    if (c->form == KLJIT_TEACHER_DENSE_LOGITS) {
+      for (int v = 0; v < V; v++) t[v] = (double)(float)(2.0 * host_normal(&rng));
+    } else {
+      double s = 0;
+      for (int v = 0; v < V; v++) s += t[v] = exp(1.5 * host_normal(&rng));
+      for (int v = 0; v < V; v++) t[v] = (double)(float)(t[v] / s);
+    }
+  }
+  if (c->form != KLJIT_TEACHER_SPARSE_TOPK) return;
+  int perm[V];
+  for (int r = 0; r < N; r++) {
+    for (int v = 0; v < V; v++) perm[v] = v;
+    for (int j = 0; j < c->k; j++) { /* K distinct global ids, spread over every shard */
+      const int pick = j + (int)(host_uniform(&rng) * (V - j));
+      const int tmp = perm[j];
+      perm[j] = perm[pick], perm[pick] = tmp;
+    }
+    double s = 0, u[1024];
+    for (int j = 0; j < c->k; j++) s += u[j] = 0.05 + host_uniform(&rng);
+    const double mass = c->tail == KLJIT_TAIL_RENORM ? 1.7 : 0.4 + 0.5 * host_uniform(&rng);
+    for (int j = 0; j < c->k; j++) {
+      const double p = (double)(float)(u[j] / s * mass);
+      in->ids[(size_t)r * c->k + j] = perm[j];
+      in->vals[(size_t)r * c->k + j] = c->values == KLJIT_TOPK_LOGPROBS ? (double)(float)log(p) : p;
+    }
+  }
+}
+
+static void free_inputs(inputs *in) {
+  free(in->x), free(in->w), free(in->b), free(in->teacher), free(in->vals), free(in->labels);
+  free(in->ids);
+}
+
+static kljit_problem base_problem(const scase *c) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = H, pb.vocab = V;
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+  pb.grad_weight_dtype = KLJIT_FP32;
+  pb.teacher = c->form, pb.reduction = c->red, pb.temperature = c->T;
+  pb.teacher_temperature = c->TT;
+  pb.label_dtype = KLJIT_INT64;
+  if (c->bias) pb.flags |= KLJIT_FLAG_BIAS;
+  if (c->form == KLJIT_TEACHER_SPARSE_TOPK) {
+    pb.topk = c->k, pb.topk_id_dtype = KLJIT_INT64, pb.topk_values = c->values;
+    pb.tail = c->tail;
+  }
+  return pb;
+}
+
+/* Device buffers of one plan's call. */
+typedef struct dev {
+  gbuf x, w, b, lab, t, ids, vals, loss, dx, dw, db, ws;
+} dev;
+
+static void dev_free(dev *d) {
+  gbuf *all[] = {&d->x,    &d->w,    &d->b,  &d->lab, &d->t,  &d->ids,
+                 &d->vals, &d->loss, &d->dx, &d->dw,  &d->db, &d->ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->ptr) gbuf_free(all[i]);
+}
+
+/* Uploads the inputs of shard [off, off + v) (the whole vocabulary: off = 0, v = V) and
+ * allocates its outputs; fills `a`. */
+static int dev_setup(const scase *c, const inputs *in, const kljit_plan *plan, int64_t off,
+                     int64_t v, dev *d, kljit_args *a) {
+  memset(d, 0, sizeof *d);
+  size_t ws = 0;
+  if (kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, N, &ws)) return 1;
+  double *t = malloc(sizeof(double) * N * v);
+  for (int r = 0; r < N; r++)
+    memcpy(t + (size_t)r * v, in->teacher + (size_t)r * V + off, sizeof(double) * v);
+  double *lab = malloc(sizeof(double) * N), *ids = NULL;
+  for (int r = 0; r < N; r++) lab[r] = (double)in->labels[r];
+  const int sparse = c->form == KLJIT_TEACHER_SPARSE_TOPK;
+  const size_t nk = (size_t)N * (c->k ? c->k : 1);
+  int fail = gbuf_alloc(&d->x, KLJIT_FP32, N * H) | gbuf_upload(&d->x, in->x, NULL);
+  fail |= gbuf_alloc(&d->w, KLJIT_FP32, v * H) | gbuf_upload(&d->w, in->w + off * H, NULL);
+  if (c->bias) fail |= gbuf_alloc(&d->b, KLJIT_FP32, v) | gbuf_upload(&d->b, in->b + off, NULL);
+  fail |= gbuf_alloc(&d->lab, KLJIT_INT64, N) | gbuf_upload(&d->lab, lab, NULL);
+  if (sparse) {
+    ids = malloc(sizeof(double) * nk);
+    for (size_t i = 0; i < nk; i++) ids[i] = (double)in->ids[i];
+    fail |= gbuf_alloc(&d->ids, KLJIT_INT64, nk) | gbuf_upload(&d->ids, ids, NULL);
+    fail |= gbuf_alloc(&d->vals, KLJIT_FP32, nk) | gbuf_upload(&d->vals, in->vals, NULL);
+  } else {
+    fail |= gbuf_alloc(&d->t, KLJIT_FP32, N * v) | gbuf_upload(&d->t, t, NULL);
+  }
+  fail |= gbuf_alloc(&d->loss, KLJIT_FP32, 1) | gbuf_poison(&d->loss);
+  fail |= gbuf_alloc(&d->dx, KLJIT_FP32, N * H) | gbuf_poison(&d->dx);
+  fail |= gbuf_alloc(&d->dw, KLJIT_FP32, v * H) | gbuf_poison(&d->dw);
+  if (c->bias) fail |= gbuf_alloc(&d->db, KLJIT_FP32, v) | gbuf_poison(&d->db);
+  fail |= gbuf_alloc(&d->ws, KLJIT_INT32, ws / 4 + 64);
+  free(t), free(lab), free(ids);
+  kljit_args init = KLJIT_ARGS_INIT;
+  *a = init;
+  a->rows = N, a->input = d->x.ptr, a->weight = d->w.ptr, a->bias = d->b.ptr;
+  a->labels = d->lab.ptr;
+  if (sparse)
+    a->teacher_ids = d->ids.ptr, a->teacher_values = d->vals.ptr;
+  else
+    a->teacher = d->t.ptr;
+  a->loss = d->loss.ptr, a->grad_input = d->dx.ptr, a->grad_weight = d->dw.ptr;
+  a->grad_bias = d->db.ptr, a->workspace = d->ws.ptr, a->workspace_size = ws;
+  return fail;
+}
+
+/* Host results: loss, dX, dW, db. */
+typedef struct result {
+  double loss, dx[N * H], dw[V * H], db[V];
+} result;
+
+static double rel(double a, double b) {
+  return a == b ? 0.0 : fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1e-30);
+}
+
+/* a vs b within TOL; prints one line. */
+static int compare(const char *what, const result *a, const result *b, int bias) {
+  const double el = rel(a->loss, b->loss), ex = rel_frobenius(a->dx, b->dx, N * H);
+  const double ew = rel_frobenius(a->dw, b->dw, (size_t)V * H);
+  const double eb = bias ? rel_frobenius(a->db, b->db, V) : 0.0;
+  const int ok = el <= TOL && ex <= TOL && ew <= TOL && eb <= TOL;
+  printf("    %-22s loss %.9g vs %.9g rel %.1e; dX %.1e dW %.1e db %.1e %s\n", what, a->loss,
+         b->loss, el, ex, ew, eb, ok ? "ok" : "FAIL");
+  return ok;
+}
+
+static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
+                  const result *unsharded, result *out) {
+  kljit_plan **plans = calloc((size_t)tp, sizeof *plans);
+  dev *devs = calloc((size_t)tp, sizeof *devs);
+  kljit_args *args = calloc((size_t)tp, sizeof *args);
+  gbuf *stats = calloc((size_t)tp, sizeof *stats);
+  gbuf all;
+  memset(&all, 0, sizeof all);
+  double *host_all = malloc(sizeof(double) * (size_t)tp * N * 8);
+  int fail = !plans || !devs || !args || !stats || !host_all;
+  memset(out, 0, sizeof *out);
+  for (int r = 0; r < tp && !fail; r++) {
+    const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
+    kljit_problem pb = base_problem(c);
+    pb.vocab = v, pb.vocab_total = V, pb.vocab_offset = off, pb.shards = tp;
+    kljit_status st = kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plans[r]);
+    if (st) fprintf(stderr, "shard %d plan: %s\n", r, kljit_last_error());
+    fail |= st != KLJIT_SUCCESS || dev_setup(c, in, plans[r], off, v, &devs[r], &args[r]);
+    size_t bytes = 0;
+    fail |= fail || kljit_plan_shard_stats_size(plans[r], N, &bytes) != KLJIT_SUCCESS ||
+            bytes != (size_t)N * 32 || gbuf_alloc(&stats[r], KLJIT_FP32, N * 8) ||
+            gbuf_poison(&stats[r]);
+    if (!fail && (st = kljit_shard_stats(plans[r], NULL, &args[r], stats[r].ptr)))
+      fprintf(stderr, "shard %d stats: %s\n", r, kljit_last_error()), fail = 1;
+    /* the all-gather: shard r's records at all + r N 8 */
+    fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * 8);
+  }
+  fail |=
+      fail || gbuf_alloc(&all, KLJIT_FP32, (size_t)tp * N * 8) || gbuf_upload(&all, host_all, NULL);
+  for (int r = 0; r < tp && !fail; r++) {
+    const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
+    kljit_status st = kljit_shard_finish(plans[r], NULL, &args[r], all.ptr, tp);
+    if (st) fprintf(stderr, "shard %d finish: %s\n", r, kljit_last_error()), fail = 1;
+    double loss = 0, *dx = malloc(sizeof(double) * N * H);
+    fail |= fail || gbuf_download(&devs[r].loss, &loss) || gbuf_download(&devs[r].dx, dx) ||
+            gbuf_download(&devs[r].dw, out->dw + off * H) ||
+            (c->bias && gbuf_download(&devs[r].db, out->db + off));
+    /* the all-reduce of the loss and dX */
+    out->loss += loss;
+    for (int i = 0; i < N * H; i++) out->dx[i] += dx[i];
+    free(dx);
+    (void)v;
+  }
+  int ok = !fail;
+  if (ok) {
+    char what[32];
+    snprintf(what, sizeof what, "tp=%d vs fp64 ref", tp);
+    ok = compare(what, out, ref, c->bias);
+    snprintf(what, sizeof what, "tp=%d vs unsharded", tp);
+    ok = compare(what, out, unsharded, c->bias) && ok;
+  }
+  for (int r = 0; r < tp; r++) {
+    if (devs) dev_free(&devs[r]);
+    if (stats && stats[r].ptr) gbuf_free(&stats[r]);
+    if (plans) kljit_plan_destroy(plans[r]);
+  }
+  if (all.ptr) gbuf_free(&all);
+  free(plans), free(devs), free(args), free(stats), free(host_all);
+  return ok;
+}
+
+static int run_case(const scase *c) {
+  int rc = gpu_test_context(&the_ctx);
+  if (rc != TH_PASS) return rc;
+  inputs in;
+  make_inputs(c, &in);
+  const kljit_problem pb = base_problem(c);
+  result *ref = calloc(1, sizeof *ref), *uns = calloc(1, sizeof *uns);
+  result *sh = calloc(1, sizeof *sh);
+  TH_CHECK(ref && uns && sh);
+  /* the fp64 reference */
+  ref_inputs ri;
+  memset(&ri, 0, sizeof ri);
+  ri.pb = &pb, ri.rows = N, ri.x = in.x, ri.w = in.w, ri.b = c->bias ? in.b : NULL;
+  ri.labels = in.labels, ri.teacher = in.teacher, ri.ids = in.ids, ri.vals = in.vals;
+  ri.temperature = c->T;
+  ref_outputs ro;
+  memset(&ro, 0, sizeof ro);
+  ro.dx = ref->dx, ro.dw = ref->dw, ro.db = c->bias ? ref->db : NULL;
+  TH_CHECK(ref_compute(&ri, &ro) == 0);
+  ref->loss = ro.loss;
+  /* unsharded kljit_fused */
+  kljit_plan *plan = NULL;
+  TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  dev d;
+  kljit_args a;
+  TH_CHECK(dev_setup(c, &in, plan, 0, V, &d, &a) == 0);
+  TH_OK(kljit_fused(plan, NULL, &a));
+  TH_CHECK(gbuf_download(&d.loss, &uns->loss) == 0 && gbuf_download(&d.dx, uns->dx) == 0 &&
+           gbuf_download(&d.dw, uns->dw) == 0 && (!c->bias || gbuf_download(&d.db, uns->db) == 0));
+  dev_free(&d);
+  kljit_plan_destroy(plan);
+  printf("%s (N=%d H=%d V=%d, %lld rows kept)\n", c->name, N, H, V, (long long)ro.rows_kept);
+  int ok = compare("unsharded vs fp64 ref", uns, ref, c->bias);
+  static const int TPS[] = {2, 3, 4, 8};
+  for (size_t i = 0; i < sizeof TPS / sizeof TPS[0]; i++)
+    ok = run_tp(c, &in, TPS[i], ref, uns, sh) && ok;
+  free(ref), free(uns), free(sh);
+  free_inputs(&in);
+  return ok ? TH_PASS : TH_FAIL;
+}
+
+static int dense_probs_batchmean_with_ignored_rows(void) {
+  const scase c = {"dense probs, batchmean, bias, ignored rows",
+                   KLJIT_TEACHER_DENSE_PROBS,
+                   KLJIT_REDUCTION_BATCHMEAN,
+                   KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS,
+                   1,
+                   1,
+                   1.0,
+                   0,
+                   0};
+  return run_case(&c);
+}
+
+static int dense_logits_own_teacher_temperature_mean(void) {
+  const scase c = {"dense logits, TT = 2, T = 1.5, mean",
+                   KLJIT_TEACHER_DENSE_LOGITS,
+                   KLJIT_REDUCTION_MEAN,
+                   KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS,
+                   1,
+                   1,
+                   1.5,
+                   2.0,
+                   0};
+  return run_case(&c);
+}
+
+static int sparse_tail_none_batchmean(void) {
+  /* K = 200 exceeds every shard's vocabulary at tp = 8 (125 or 126) */
+  const scase c = {"sparse NONE, K = 200, batchmean",
+                   KLJIT_TEACHER_SPARSE_TOPK,
+                   KLJIT_REDUCTION_BATCHMEAN,
+                   KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS,
+                   1,
+                   0,
+                   1.0,
+                   0,
+                   200};
+  return run_case(&c);
+}
+
+static int sparse_tail_bucket_mean(void) {
+  const scase c = {"sparse BUCKET, K = 50, mean, bias",
+                   KLJIT_TEACHER_SPARSE_TOPK,
+                   KLJIT_REDUCTION_MEAN,
+                   KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS,
+                   1,
+                   1,
+                   0.7,
+                   0,
+                   50};
+  return run_case(&c);
+}
+
+static int sparse_tail_renorm_logprobs(void) {
+  const scase c = {"sparse RENORM log-probs, K = 64",
+                   KLJIT_TEACHER_SPARSE_TOPK,
+                   KLJIT_REDUCTION_BATCHMEAN,
+                   KLJIT_TAIL_RENORM,
+                   KLJIT_TOPK_LOGPROBS,
+                   0,
+                   1,
+                   2.0,
+                   0,
+                   64};
+  return run_case(&c);
+}
+
+static int all_rows_ignored_gives_zero(void) {
+  const scase c = {"sparse BUCKET, every row ignored",
+                   KLJIT_TEACHER_SPARSE_TOPK,
+                   KLJIT_REDUCTION_BATCHMEAN,
+                   KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS,
+                   2,
+                   1,
+                   1.0,
+                   0,
+                   30};
+  return run_case(&c);
+}
+
+static const th_case cases[] = {
+    {"dense_probs_batchmean_with_ignored_rows", dense_probs_batchmean_with_ignored_rows},
+    {"dense_logits_own_teacher_temperature_mean", dense_logits_own_teacher_temperature_mean},
+    {"sparse_tail_none_batchmean", sparse_tail_none_batchmean},
+    {"sparse_tail_bucket_mean", sparse_tail_bucket_mean},
+    {"sparse_tail_renorm_logprobs", sparse_tail_renorm_logprobs},
+    {"all_rows_ignored_gives_zero", all_rows_ignored_gives_zero},
+};
+TH_MAIN(cases)

@@ -1,0 +1,274 @@
+/* gpu_tune.c — tuning and wisdom on a GPU: kljit_tune stores a winner that is never slower
+ * than the heuristic plan and that WISDOM_ONLY plans then use; KLJIT_PLAN_MEASURE tunes once
+ * and reuses its wisdom; the time of kljit_plan_create on a warm kernel cache. Public API only.
+ * Skips (77) without a GPU.
+ *
+ * Each case points the wisdom files at a temp directory of its own (CTest runs each case in a
+ * process of its own; the store reads its default files once per process).
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_util.h"
+#include "harness.h"
+#include "kljit.h"
+
+static void private_wisdom(const char *dir) {
+  char sys[PATH_MAX], user[PATH_MAX];
+  th_path_in(sys, dir, "system-wisdom");
+  th_path_in(user, dir, "wisdom");
+  setenv("KLJIT_SYSTEM_WISDOM", sys, 1);
+  setenv("KLJIT_WISDOM", user, 1);
+}
+
+typedef struct tracker {
+  int candidates, timed, skipped, finished;
+  double heuristic_ms, best_ms, elapsed_s, budget_s;
+  int64_t rows;
+  char best[128];
+} tracker;
+
+static void on_progress(const kljit_tune_progress *p, void *user) {
+  tracker *t = user;
+  if (p->event == KLJIT_TUNE_CANDIDATE) t->candidates++;
+  if (p->event == KLJIT_TUNE_TIMED) {
+    t->timed++;
+    t->skipped += p->candidate_ms < 0;
+    printf("  [%2d/%2d] %-48s %9.3f ms   best %.3f ms (%s)\n", p->index, p->count, p->candidate,
+           p->candidate_ms, p->best_ms, p->best);
+  }
+  if (p->event == KLJIT_TUNE_FINISHED) {
+    t->finished++;
+    t->heuristic_ms = p->heuristic_ms, t->best_ms = p->best_ms, t->rows = p->rows;
+    t->elapsed_s = p->elapsed_s, t->budget_s = p->budget_s;
+    snprintf(t->best, sizeof t->best, "%s", p->best);
+  }
+}
+
+/* Loss of one fused call of `plan` on fixed random inputs (rows x hidden, bf16, dense probs). */
+static int fused_loss(const kljit_plan *plan, const kljit_problem *pb, int64_t rows, float *loss) {
+  const size_t n = (size_t)rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
+  void *x = NULL, *w = NULL, *t = NULL, *dx = NULL, *dw = NULL, *ws = NULL;
+  float *l = NULL;
+  size_t ws_bytes = 0;
+  TH_OK(kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, rows, &ws_bytes));
+  TH_CHECK(cudaMalloc(&x, n * h * 2) == cudaSuccess && cudaMalloc(&w, v * h * 2) == cudaSuccess);
+  TH_CHECK(cudaMalloc(&t, n * v * 2) == cudaSuccess && cudaMalloc(&dx, n * h * 2) == cudaSuccess);
+  TH_CHECK(cudaMalloc(&dw, v * h * 4) == cudaSuccess && cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+  TH_CHECK(cudaMalloc((void **)&l, 4) == cudaSuccess);
+  TH_CHECK(gpu_fill_bf16(x, n * h, -0.5, 0.5, 1) == 0 &&
+           gpu_fill_bf16(w, v * h, -0.5, 0.5, 2) == 0);
+  TH_CHECK(gpu_fill_bf16(t, n * v, 0.0, 2.0 / (double)v, 3) == 0);
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = rows, a.input = x, a.weight = w, a.teacher = t, a.loss = l;
+  a.grad_input = dx, a.grad_weight = dw, a.workspace = ws, a.workspace_size = ws_bytes;
+  TH_OK(kljit_fused(plan, NULL, &a));
+  TH_CHECK(cudaMemcpy(loss, l, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaFree(x), cudaFree(w), cudaFree(t), cudaFree(dx), cudaFree(dw), cudaFree(ws), cudaFree(l);
+  return TH_PASS;
+}
+
+static int tune_in(const char *dir) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  private_wisdom(dir);
+  setenv("KLJIT_TUNE_BUDGET_S", "20", 1);
+  setenv("KLJIT_TUNE_ROWS", "4096", 1);
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 1024, pb.vocab = 32000;
+  tracker tr;
+  memset(&tr, 0, sizeof tr);
+  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  printf(
+      "tuned V=32000 H=1024 bf16 at %lld rows in %.1f s (budget %.0f s): heuristic %.3f ms, "
+      "best %.3f ms (%s), %d candidates, %d skipped\n",
+      (long long)tr.rows, tr.elapsed_s, tr.budget_s, tr.heuristic_ms, tr.best_ms, tr.best, tr.timed,
+      tr.skipped);
+  TH_CHECK(tr.finished == 1 && tr.timed >= 2 && tr.candidates == tr.timed);
+  TH_CHECK(tr.best_ms > 0 && tr.best_ms <= tr.heuristic_ms && tr.rows == 4096);
+  TH_CHECK(tr.elapsed_s < tr.budget_s + 15); /* the last candidate may start just before */
+  /* stored: in the store and in the user file */
+  char *text = NULL;
+  TH_OK(kljit_wisdom_export_string(&text));
+  printf("%s", text);
+  TH_CHECK(strstr(text, "bucket=4096") && strstr(text, "rigor=measure"));
+  kljit_free(text);
+  char user[PATH_MAX];
+  th_path_in(user, dir, "wisdom");
+  TH_CHECK(access(user, R_OK) == 0);
+  /* WISDOM_ONLY now plans from it; MEASURE reuses it without tuning again */
+  kljit_plan *wise, *heur;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_WISDOM_ONLY, &wise));
+  printf("%s", kljit_plan_describe(wise));
+  TH_CHECK(strstr(kljit_plan_describe(wise), "tuning from wisdom (measure") != NULL);
+  kljit_plan *again;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_MEASURE, &again));
+  TH_CHECK(strstr(kljit_plan_describe(again), "tuning from wisdom (measure") != NULL);
+  kljit_plan_destroy(again);
+  /* the winner computes what the heuristic plan computes */
+  kljit_wisdom_forget();
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &heur));
+  TH_CHECK(strstr(kljit_plan_describe(heur), "tuning from heuristic") != NULL);
+  float lw = 0, lh = 0;
+  if (fused_loss(wise, &pb, 1000, &lw) || fused_loss(heur, &pb, 1000, &lh)) return TH_FAIL;
+  printf("loss: tuned plan %.7g, heuristic plan %.7g\n", lw, lh);
+  TH_NEAR(lw, lh, 1e-6, 1e-4); /* chunking changes only the order of fp32 sums */
+  kljit_plan_destroy(wise), kljit_plan_destroy(heur);
+  return TH_PASS;
+}
+static int tune_stores_a_winner_no_slower_than_the_heuristic(void) {
+  return th_in_tmpdir("gpu-tune", tune_in);
+}
+
+static int measure_in(const char *dir) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  private_wisdom(dir);
+  setenv("KLJIT_TUNE_BUDGET_S", "10", 1);
+  setenv("KLJIT_TUNE_ROWS", "2048", 1);
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 512, pb.vocab = 16384;
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
+  kljit_plan *p;
+  TH_STATUS(kljit_plan_create(ctx, &pb, KLJIT_PLAN_WISDOM_ONLY, &p), KLJIT_ERR_NO_WISDOM);
+  printf("%s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "no wisdom for gpu=") &&
+           strstr(kljit_last_error(), "V=16384 H=512 in=f16"));
+  TH_CHECK(p == NULL);
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_MEASURE, &p));
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  const double first = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+  printf("KLJIT_PLAN_MEASURE, no wisdom: %.2f s\n%s", first, kljit_plan_describe(p));
+  TH_CHECK(strstr(kljit_plan_describe(p), "tuning from a measurement now (measure") != NULL);
+  kljit_plan_destroy(p);
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_MEASURE, &p));
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  const double second = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+  printf("KLJIT_PLAN_MEASURE again: %.3f s\n", second);
+  TH_CHECK(strstr(kljit_plan_describe(p), "tuning from wisdom (measure") != NULL);
+  TH_CHECK(second < 1.0);
+  kljit_plan_destroy(p);
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_WISDOM_ONLY, &p));
+  kljit_plan_destroy(p);
+  /* EXHAUSTIVE is not served by MEASURE wisdom: it tunes (a small budget keeps this short) */
+  setenv("KLJIT_TUNE_BUDGET_S", "3", 1);
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_EXHAUSTIVE, &p));
+  TH_CHECK(strstr(kljit_plan_describe(p), "a measurement now (exhaustive") != NULL);
+  kljit_plan_destroy(p);
+  return TH_PASS;
+}
+static int measure_tunes_once_then_wisdom_only_and_measure_reuse_it(void) {
+  return th_in_tmpdir("gpu-tune", measure_in);
+}
+
+/* ---- warm plan_create -------------------------------------------------------------------- */
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static kljit_problem readme_problem(void) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 4096, pb.vocab = 128256, pb.temperature = 2.0;
+  pb.flags = KLJIT_FLAG_SCALE_T_SQUARED;
+  return pb;
+}
+
+/* The child of the next case: context, then one plan in a process whose cache is warm. */
+static int fresh_process_plan_create(void) {
+  if (!getenv("KLJIT_GPU_TUNE_CHILD")) return TH_SKIP;
+  const double t0 = now_ms();
+  kljit_context *ctx;
+  TH_OK(kljit_context_create(&ctx, 0, NULL));
+  const double t1 = now_ms();
+  const kljit_problem pb = readme_problem();
+  kljit_plan *p;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p));
+  const double t2 = now_ms();
+  printf("%.3f %.3f\n", t1 - t0, t2 - t1);
+  fprintf(stderr, "%s", kljit_plan_describe(p));
+  kljit_plan_destroy(p);
+  kljit_context_destroy(ctx);
+  return TH_PASS;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  const double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+static int warm_in(const char *dir) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  private_wisdom(dir);
+  const kljit_problem pb = readme_problem();
+  kljit_plan *p, *held;
+  double t0 = now_ms();
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &held)); /* compiles if needed */
+  const double first = now_ms() - t0;
+  printf("%s", kljit_plan_describe(held));
+  enum { N = 15 };
+  double hot[N], cycle[N];
+  for (int i = 0; i < N; i++) { /* modules already loaded by `held`: no cuModuleLoadData */
+    t0 = now_ms();
+    TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p));
+    hot[i] = now_ms() - t0;
+    kljit_plan_destroy(p);
+  }
+  kljit_plan_destroy(held);
+  for (int i = 0; i < N; i++) { /* nothing held: each create loads its modules again */
+    t0 = now_ms();
+    TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p));
+    cycle[i] = now_ms() - t0;
+    kljit_plan_destroy(p);
+  }
+  qsort(hot, N, sizeof hot[0], cmp_double);
+  qsort(cycle, N, sizeof cycle[0], cmp_double);
+  /* a fresh process on the warm cache (best of 3) */
+  char self[4096], cmd[4200];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  TH_CHECK(n > 0);
+  self[n] = '\0';
+  snprintf(cmd, sizeof cmd, "KLJIT_GPU_TUNE_CHILD=1 '%s' fresh_process_plan_create", self);
+  double fresh = 1e30, ctx_ms = 0;
+  for (int i = 0; i < 3; i++) {
+    FILE *f = popen(cmd, "r");
+    TH_CHECK(f);
+    double c = -1, ms = -1;
+    TH_CHECK(fscanf(f, "%lf %lf", &c, &ms) == 2);
+    TH_CHECK(pclose(f) == 0);
+    if (ms < fresh) fresh = ms, ctx_ms = c;
+  }
+  printf(
+      "warm-cache kljit_plan_create (V=128256 H=4096 bf16): first in process %.2f ms; "
+      "repeated, modules loaded %.2f ms median; repeated, modules reloaded %.2f ms median "
+      "(max %.2f); fresh process %.2f ms (after a %.0f ms kljit_context_create)\n",
+      first, hot[N / 2], cycle[N / 2], cycle[N - 1], fresh, ctx_ms);
+  TH_CHECK(cycle[N / 2] <= 5.0);
+  return TH_PASS;
+}
+static int warm_cache_plan_create_is_under_5ms(void) {
+  return th_in_tmpdir("gpu-tune", warm_in);
+}
+
+static const th_case cases[] = {
+    {"tune_stores_a_winner_no_slower_than_the_heuristic",
+     tune_stores_a_winner_no_slower_than_the_heuristic},
+    {"measure_tunes_once_then_wisdom_only_and_measure_reuse_it",
+     measure_tunes_once_then_wisdom_only_and_measure_reuse_it},
+    {"warm_cache_plan_create_is_under_5ms", warm_cache_plan_create_is_under_5ms},
+    {"fresh_process_plan_create", fresh_process_plan_create}, /* the previous case's child */
+};
+TH_MAIN(cases)

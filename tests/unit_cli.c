@@ -1,0 +1,461 @@
+/* unit_cli.c — the kljit command-line tool as a script sees it: exit codes, help, the
+ * precompile manifest, cache verify / clear / stats / ls, info without a GPU. Needs no GPU.
+ *
+ * Each case runs the CLI (its path in KLJIT_CLI) through the shell and checks the exit code
+ * and the output; files are checked with the library's own SHA-256 (the test links the static
+ * library), independent of the CLI's code path. */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "harness.h"
+#include "kljit.h"
+
+enum { OUT_CAP = 1 << 17 };
+static char out[OUT_CAP];
+
+/* Runs `kljit <args>` with stdout and stderr into `out`; returns its exit code (-1: no exit). */
+static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int cli(const char *fmt, ...) {
+  const char *const exe = getenv("KLJIT_CLI");
+  if (!exe) {
+    fprintf(stderr, "KLJIT_CLI is not set\n");
+    return -1;
+  }
+  char args[4096], cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
+  FILE *const p = popen(cmd, "r");
+  if (!p) return -1;
+  const size_t n = fread(out, 1, OUT_CAP - 1, p);
+  out[n] = '\0';
+  const int status = pclose(p);
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  fprintf(stderr, "$ kljit %s -> %d\n%s", args, rc, out);
+  return rc;
+}
+
+/* The commands `kljit --help` lists (so a new command is covered without touching this). */
+static int commands(char names[16][32]) {
+  if (cli("--help") != 0) return 0;
+  const char *p = strstr(out, "commands:\n");
+  int n = 0;
+  for (p = p ? strchr(p, '\n') + 1 : NULL; p && !strncmp(p, "  ", 2) && n < 16; n++) {
+    sscanf(p, "%31s", names[n]);
+    p = strchr(p, '\n');
+    p = p ? p + 1 : NULL;
+  }
+  return n;
+}
+
+static int count_kjc(const char *dir) {
+  DIR *const d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += cache_name_classify(e->d_name) == CACHE_NAME_ENTRY;
+  closedir(d);
+  return n;
+}
+
+static int file_exists(const char *dir, const char *name) {
+  char path[PATH_MAX];
+  th_path_in(path, dir, name);
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text) {
+  char path[PATH_MAX];
+  th_path_in(path, dir, name);
+  FILE *const f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+/* A small problem: two modules per arch, about half a second of NVRTC each. */
+#define SMALL "--vocab 1000 --hidden 64"
+
+static int precompile_into(const char *dir, const char *extra) {
+  return cli("precompile --arch sm_80,sm_90 " SMALL " --cache-dir '%s' %s", dir, extra);
+}
+
+/* ---- help and usage ------------------------------------------------------------------------ */
+
+static int every_command_has_help_that_exits_0(void) {
+  char names[16][32];
+  const int n = commands(names);
+  TH_CHECK(n >= 5);
+  TH_CHECK(strstr(out, "exit codes:") && strstr(out, "4  cache verify"));
+  TH_CHECK(cli("help") == 0 && strstr(out, "usage: kljit <command>"));
+  for (int i = 0; i < n; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "usage: kljit %.31s", names[i]);
+    TH_CHECK(cli("%s --help", names[i]) == 0 && strstr(out, want));
+    TH_CHECK(cli("%s -h", names[i]) == 0 && strstr(out, want));
+    TH_CHECK(cli("help %s", names[i]) == 0 && strstr(out, want));
+  }
+  return TH_PASS;
+}
+
+static int unknown_commands_and_options_exit_2(void) {
+  char names[16][32];
+  const int n = commands(names);
+  TH_CHECK(n >= 5);
+  TH_CHECK(cli("%s", "") == 2 && strstr(out, "usage:"));
+  TH_CHECK(cli("frobnicate") == 2 && strstr(out, "unknown command 'frobnicate'"));
+  TH_CHECK(cli("help frobnicate") == 2);
+  for (int i = 0; i < n; i++)
+    TH_CHECK(cli("%s --no-such-option", names[i]) == 2 && strstr(out, "--no-such-option"));
+  TH_CHECK(cli("precompile --vocab") == 2 && strstr(out, "needs a value"));
+  TH_CHECK(cli("precompile --vocab 12x") == 2);
+  TH_CHECK(cli("precompile --dtype fp8") == 2 && strstr(out, "fp32, fp16 or bf16"));
+  TH_CHECK(cli("precompile --arch sm_,90") == 2);
+  TH_CHECK(cli("precompile --jobs 0") == 2);
+  TH_CHECK(cli("demo --rows 0") == 2);
+  TH_CHECK(cli("cache") == 2);
+  TH_CHECK(cli("cache frob") == 2 && strstr(out, "unknown subcommand"));
+  TH_CHECK(cli("cache ls extra") == 2);
+  TH_CHECK(cli("version extra") == 2);
+  return TH_PASS;
+}
+
+/* ---- precompile ---------------------------------------------------------------------------- */
+
+static int manifest_matches_files_in(const char *dir) {
+  TH_CHECK(precompile_into(dir, "") == 0);
+  TH_CHECK(strstr(out, "[4/4]") && strstr(out, "compiled"));
+  TH_CHECK(strstr(out, "manifest:"));
+  char path[PATH_MAX];
+  th_path_in(path, dir, "manifest.txt");
+  FILE *const f = fopen(path, "r");
+  TH_CHECK(f != NULL);
+  char line[512];
+  int lines = 0, archs[2] = {0, 0};
+  TH_CHECK(fgets(line, sizeof line, f) && !strcmp(line, "# kljit cache manifest 1\n"));
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') continue;
+    char file[128], arch[32], sha[128], name[128];
+    unsigned long long size;
+    TH_CHECK(sscanf(line, "%127s %31s %127s %llu %127s", file, arch, sha, &size, name) == 5);
+    TH_CHECK(cache_name_classify(file) == CACHE_NAME_ENTRY);
+    archs[0] += !strcmp(arch, "sm_80"), archs[1] += !strcmp(arch, "sm_90");
+    char fpath[PATH_MAX];
+    th_path_in(fpath, dir, file);
+    FILE *const e = fopen(fpath, "rb");
+    TH_CHECK(e != NULL);
+    static unsigned char buf[1 << 24];
+    const size_t got = fread(buf, 1, sizeof buf, e);
+    fclose(e);
+    char hex[65];
+    sha256_hex(buf, got, hex);
+    TH_CHECK(got == size);
+    TH_CHECK(!strcmp(hex, sha));
+    lines++;
+  }
+  fclose(f);
+  TH_CHECK(lines == 4 && count_kjc(dir) == 4);
+  TH_CHECK(archs[0] == 2 && archs[1] == 2);
+  /* a second run compiles nothing and says so */
+  TH_CHECK(precompile_into(dir, "") == 0 && strstr(out, "0 module(s) compiled now, 2 already"));
+  return TH_PASS;
+}
+static int precompile_writes_a_manifest_whose_checksums_match_the_files(void) {
+  return th_in_tmpdir("cli-manifest", manifest_matches_files_in);
+}
+
+/* The entry names (hashes of the key texts) in manifest order, one per line. */
+static int manifest_files(const char *dir, char *list, size_t cap) {
+  char path[PATH_MAX], line[512];
+  th_path_in(path, dir, "manifest.txt");
+  FILE *const f = fopen(path, "r");
+  if (!f) return -1;
+  list[0] = '\0';
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') continue;
+    char file[128], arch[32];
+    if (sscanf(line, "%127s %31s", file, arch) != 2) break;
+    snprintf(list + strlen(list), cap - strlen(list), "%s %s\n", file, arch);
+  }
+  fclose(f);
+  return 0;
+}
+
+static int jobs_in(const char *dir) {
+  char one[PATH_MAX], two[PATH_MAX];
+  th_path_in(one, dir, "jobs1");
+  th_path_in(two, dir, "jobs2");
+  /* three archs x one problem = three jobs, two at a time */
+  TH_CHECK(cli("precompile --arch sm_80,sm_86,sm_90 " SMALL " --cache-dir '%s' --jobs 1", one) ==
+           0);
+  TH_CHECK(cli("precompile --arch sm_80,sm_86,sm_90 " SMALL " --cache-dir '%s' --jobs 2", two) ==
+           0);
+  TH_CHECK(strstr(out, "[6/6]"));
+  static char a[8192], b[8192];
+  TH_CHECK(manifest_files(one, a, sizeof a) == 0 && manifest_files(two, b, sizeof b) == 0);
+  TH_CHECK(count_kjc(one) == 6 && count_kjc(two) == 6);
+  TH_CHECK(strcmp(a, b) == 0);
+  TH_CHECK(cli("cache verify --cache-dir '%s' --cache-dir '%s'", one, two) == 0);
+  return TH_PASS;
+}
+static int precompile_jobs_2_gives_the_same_entries_as_jobs_1(void) {
+  return th_in_tmpdir("cli-jobs", jobs_in);
+}
+
+static int dry_run_in(const char *dir) {
+  char sub[PATH_MAX];
+  th_path_in(sub, dir, "cache");
+  TH_CHECK(precompile_into(sub, "--dry-run") == 0);
+  TH_CHECK(strstr(out, "2 module(s) to compile") && strstr(out, "to compile"));
+  TH_CHECK(!file_exists(dir, "cache")); /* nothing written, not even the directory */
+  return TH_PASS;
+}
+static int precompile_dry_run_writes_nothing(void) {
+  return th_in_tmpdir("cli-dry", dry_run_in);
+}
+
+/* ---- cache --------------------------------------------------------------------------------- */
+
+/* The name of the first entry in dir, in name order. */
+static int first_entry(const char *dir, char name[80]) {
+  DIR *const d = opendir(dir);
+  if (!d) return -1;
+  name[0] = '\0';
+  for (struct dirent *e; (e = readdir(d));)
+    if (cache_name_classify(e->d_name) == CACHE_NAME_ENTRY &&
+        (!name[0] || strcmp(e->d_name, name) < 0))
+      snprintf(name, 80, "%.68s", e->d_name);
+  closedir(d);
+  return name[0] ? 0 : -1;
+}
+
+static int verify_in(const char *dir) {
+  TH_CHECK(precompile_into(dir, "") == 0);
+  TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 0);
+  TH_CHECK(strstr(out, "4 entries, 0 problem(s)"));
+  char name[80], path[PATH_MAX];
+  TH_CHECK(first_entry(dir, name) == 0);
+  th_path_in(path, dir, name);
+  FILE *const f = fopen(path, "r+b"); /* flip one byte in the middle of the cubin */
+  TH_CHECK(f != NULL);
+  struct stat st;
+  TH_CHECK(stat(path, &st) == 0);
+  TH_CHECK(fseek(f, st.st_size / 2, SEEK_SET) == 0);
+  const int c = fgetc(f);
+  TH_CHECK(fseek(f, st.st_size / 2, SEEK_SET) == 0 && fputc(c ^ 0x40, f) != EOF);
+  TH_CHECK(fclose(f) == 0);
+  TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 4);
+  char want[160];
+  snprintf(want, sizeof want, "CORRUPT %s/%s: checksum mismatch", dir, name);
+  TH_CHECK(strstr(out, want));
+  TH_CHECK(strstr(out, "4 entries, 1 problem(s)"));
+  TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0 && strstr(out, "INVALID"));
+  /* the default directories: KLJIT_CACHE_PATH ones are verified too */
+  char cmd[PATH_MAX + 64];
+  snprintf(cmd, sizeof cmd, "KLJIT_CACHE_PATH='%s' '%s' cache verify", dir, getenv("KLJIT_CLI"));
+  const int status = system(cmd);
+  TH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 4);
+  return TH_PASS;
+}
+static int cache_verify_finds_a_flipped_byte_and_exits_4(void) {
+  return th_in_tmpdir("cli-verify", verify_in);
+}
+
+static int clear_in(const char *dir) {
+  TH_CHECK(precompile_into(dir, "") == 0);
+  const char *const temp =
+      ".0000000000000000000000000000000000000000000000000000000000000000.kjc.host.1.00ff.tmp";
+  TH_CHECK(write_file(dir, "notes.txt", "mine\n") == 0);
+  TH_CHECK(write_file(dir, "abc.kjc", "not an entry name\n") == 0);
+  TH_CHECK(write_file(dir, temp, "half") == 0);
+  TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0);
+  TH_CHECK(strstr(out, "removed 5 files"));
+  TH_CHECK(strstr(out, "manifest.txt"));
+  TH_CHECK(count_kjc(dir) == 0);
+  TH_CHECK(file_exists(dir, "notes.txt") && file_exists(dir, "abc.kjc"));
+  TH_CHECK(!file_exists(dir, temp) && !file_exists(dir, "manifest.txt"));
+  TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0 && strstr(out, "removed 0 files"));
+  TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0 && strstr(out, ": 0 entries"));
+  return TH_PASS;
+}
+static int cache_clear_removes_entries_and_leaves_foreign_files(void) {
+  return th_in_tmpdir("cli-clear", clear_in);
+}
+
+static int stats_in(const char *dir) {
+  TH_CHECK(precompile_into(dir, "") == 0);
+  TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0);
+  TH_CHECK(strstr(out, ": 4 entries") && strstr(out, "0 invalid"));
+  TH_CHECK(strstr(out, "sm_80        2 entries") && strstr(out, "sm_90        2 entries"));
+  TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0);
+  TH_CHECK(strstr(out, "# 4 entries") && strstr(out, "sm_80") && strstr(out, "sm_90"));
+  TH_CHECK(strstr(out, "dense_rows") && strstr(out, "helpers"));
+  /* a named directory that is not there is an error; a default one is just reported */
+  TH_CHECK(cli("cache stats --cache-dir '%s/none'", dir) == 1);
+  return TH_PASS;
+}
+static int cache_stats_and_ls_count_the_entries(void) {
+  return th_in_tmpdir("cli-stats", stats_in);
+}
+
+/* ---- info ---------------------------------------------------------------------------------- */
+
+static int info_runs_without_a_gpu_and_says_so(void) {
+  TH_CHECK(cli("info") == 0);
+  TH_CHECK(strstr(out, "NVRTC") && strstr(out, "Lua 5.4") && strstr(out, "CUDA toolkit"));
+  TH_CHECK(strstr(out, "kernel cache") && strstr(out, "wisdom"));
+  kljit_context *ctx = NULL;
+  const kljit_status st = kljit_context_create(&ctx, 0, NULL);
+  kljit_context_destroy(ctx);
+  if (st == KLJIT_SUCCESS) return TH_PASS; /* a GPU machine: "GPU 0 ..." instead */
+  TH_CHECK(strstr(out, "GPU            none"));
+  return TH_PASS;
+}
+
+/* ---- the library functions behind the CLI -------------------------------------------------- */
+
+typedef struct thread_job {
+  kljit_problem pb;
+  int arch;
+  const char *dir;
+  kljit_status st;
+  int reports, last_count;
+} thread_job;
+
+static void count_report(const kljit_module_report *m, void *user) {
+  thread_job *const j = user;
+  if (m->index == j->reports && m->arch == j->arch &&
+      cache_name_classify(m->file) == CACHE_NAME_ENTRY)
+    j->reports++;
+  j->last_count = m->count;
+}
+
+/* Counts the modules a run compiled (a dry run: would compile); starts from -1 = "none seen". */
+static void count_compiled(const kljit_module_report *m, void *user) {
+  int *const n = user;
+  if (*n < 0) *n = 0;
+  *n += m->compiled;
+}
+
+static void *thread_main(void *arg) {
+  thread_job *const j = arg;
+  j->st = kljit_precompile_v2(&j->pb, j->arch, j->dir, 0, count_report, j);
+  return NULL;
+}
+
+static int list_names(const kljit_cache_entry_info *e, void *user) {
+  char *const list = user;
+  if (e->status == KLJIT_SUCCESS)
+    snprintf(list + strlen(list), 8192 - strlen(list), "%s\n", e->file);
+  return 0;
+}
+
+static int threads_in(const char *dir) {
+  char par[PATH_MAX], ser[PATH_MAX];
+  th_path_in(par, dir, "threads");
+  th_path_in(ser, dir, "serial");
+  thread_job jobs[4];
+  const int archs[4] = {80, 90, 80, 90};
+  for (int i = 0; i < 4; i++) {
+    const kljit_problem init = KLJIT_PROBLEM_INIT;
+    jobs[i] = (thread_job){init, archs[i], par, KLJIT_SUCCESS, 0, 0};
+    jobs[i].pb.hidden = 64;
+    jobs[i].pb.vocab = i < 2 ? 1000 : 1001; /* two problems x two archs */
+  }
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) TH_CHECK(pthread_create(&t[i], NULL, thread_main, &jobs[i]) == 0);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    TH_OK(jobs[i].st);
+    TH_CHECK(jobs[i].reports == jobs[i].last_count && jobs[i].reports >= 2);
+    thread_job s = jobs[i];
+    s.dir = ser, s.reports = 0;
+    thread_main(&s);
+    TH_OK(s.st);
+  }
+  static char a[8192], b[8192];
+  a[0] = b[0] = '\0';
+  TH_OK(kljit_cache_list(par, list_names, a));
+  TH_OK(kljit_cache_list(ser, list_names, b));
+  TH_CHECK(strcmp(a, b) == 0 && count_kjc(par) == 8);
+  /* a dry run over the filled directory finds everything cached */
+  int to_compile = -1;
+  TH_OK(kljit_precompile_v2(&jobs[3].pb, 90, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
+                            &to_compile));
+  TH_CHECK(to_compile == 0);
+  TH_OK(kljit_precompile_v2(&jobs[3].pb, 86, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
+                            &to_compile));
+  TH_CHECK(to_compile == 2 && count_kjc(par) == 8);
+  return TH_PASS;
+}
+static int precompile_v2_from_threads_matches_a_serial_run(void) {
+  return th_in_tmpdir("cli-threads", threads_in);
+}
+
+static int stop_after_one(const kljit_cache_entry_info *e, void *user) {
+  (void)e;
+  ++*(int *)user;
+  return 1;
+}
+
+static int api_in(const char *dir) {
+  kljit_versions v = {0};
+  TH_STATUS(kljit_get_versions(&v), KLJIT_ERR_INVALID_ARGUMENT); /* struct_size unset */
+  v.struct_size = sizeof v;
+  TH_OK(kljit_get_versions(&v));
+  TH_CHECK(v.library == kljit_version_number() && v.nvrtc_major >= 11 && v.cuda_toolkit >= 11000);
+  TH_CHECK(!strncmp(v.lua, "Lua 5.4", 7));
+  TH_CHECK(precompile_into(dir, "--no-manifest") == 0 && !file_exists(dir, "manifest.txt"));
+  int seen = 0;
+  TH_OK(kljit_cache_list(dir, stop_after_one, &seen));
+  TH_CHECK(seen == 1);
+  char missing[PATH_MAX];
+  th_path_in(missing, dir, "missing");
+  TH_STATUS(kljit_cache_list(missing, stop_after_one, &seen), KLJIT_ERR_CACHE);
+  TH_STATUS(kljit_cache_list(NULL, stop_after_one, &seen), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(chmod(dir, 0777) == 0); /* a directory others may write is refused, not listed */
+  TH_STATUS(kljit_cache_list(dir, stop_after_one, &seen), KLJIT_ERR_CACHE);
+  TH_CHECK(strstr(kljit_last_error(), "writable by group or others"));
+  TH_STATUS(kljit_cache_clear(dir, NULL, NULL), KLJIT_ERR_CACHE);
+  TH_CHECK(count_kjc(dir) == 4);
+  TH_CHECK(chmod(dir, 0700) == 0);
+  TH_OK(kljit_cache_clear(dir, NULL, NULL));
+  TH_CHECK(count_kjc(dir) == 0);
+  const kljit_problem pb = {0};
+  TH_STATUS(kljit_precompile_v2(&pb, 90, dir, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  return TH_PASS;
+}
+static int tooling_functions_check_their_arguments_and_permissions(void) {
+  return th_in_tmpdir("cli-api", api_in);
+}
+
+static const th_case cases[] = {
+    {"every_command_has_help_that_exits_0", every_command_has_help_that_exits_0},
+    {"unknown_commands_and_options_exit_2", unknown_commands_and_options_exit_2},
+    {"precompile_writes_a_manifest_whose_checksums_match_the_files",
+     precompile_writes_a_manifest_whose_checksums_match_the_files},
+    {"precompile_jobs_2_gives_the_same_entries_as_jobs_1",
+     precompile_jobs_2_gives_the_same_entries_as_jobs_1},
+    {"precompile_dry_run_writes_nothing", precompile_dry_run_writes_nothing},
+    {"cache_verify_finds_a_flipped_byte_and_exits_4",
+     cache_verify_finds_a_flipped_byte_and_exits_4},
+    {"cache_clear_removes_entries_and_leaves_foreign_files",
+     cache_clear_removes_entries_and_leaves_foreign_files},
+    {"cache_stats_and_ls_count_the_entries", cache_stats_and_ls_count_the_entries},
+    {"info_runs_without_a_gpu_and_says_so", info_runs_without_a_gpu_and_says_so},
+    {"precompile_v2_from_threads_matches_a_serial_run",
+     precompile_v2_from_threads_matches_a_serial_run},
+    {"tooling_functions_check_their_arguments_and_permissions",
+     tooling_functions_check_their_arguments_and_permissions},
+};
+TH_MAIN(cases)

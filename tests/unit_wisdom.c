@@ -1,0 +1,648 @@
+/* unit_wisdom.c — wisdom (format, store, merge rules, default files), the rigor rules of
+ * kljit_plan_create (through tune_choose, which needs no GPU), the tuner's candidate sets, and
+ * precompiling from a wisdom file. No GPU.
+ *
+ * Every case points KLJIT_SYSTEM_WISDOM and KLJIT_WISDOM at its own temp directory before the
+ * first use of wisdom: the store reads its default files once per process, and CTest runs each
+ * case in a process of its own.
+ */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "jit.h"
+#include "kljit.h"
+#include "tune.h"
+#include "wisdom.h"
+
+static const char H[] = "kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n";
+#define GPU_A "gpu=\"NVIDIA H200\" arch=sm_90 sms=132 kljit=" KLJIT_VERSION_STRING " "
+#define GPU_B "gpu=\"NVIDIA A100-SXM4-80GB\" arch=sm_80 sms=108 kljit=" KLJIT_VERSION_STRING " "
+#define DENSE "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 tmode=const flags=- "
+#define SPARSE                                                                             \
+  "V=128256 H=4096 in=bf16 teacher=topk tdt=f32 k=64 ids=i32 values=logprobs tail=bucket " \
+  "tmode=runtime flags=bias,check "
+#define CHOICE(c, r, ms) \
+  " -> chunk_rows=" c " threads=256 split=4 cluster=0 nv=1 rigor=" r " rows=8192 ms=" ms
+
+/* Private default files for this process (before any wisdom call). */
+static void private_defaults(const char *dir) {
+  char sys[PATH_MAX], user[PATH_MAX];
+  th_path_in(sys, dir, "system-wisdom");
+  th_path_in(user, dir, "user-wisdom");
+  setenv("KLJIT_SYSTEM_WISDOM", sys, 1);
+  setenv("KLJIT_WISDOM", user, 1);
+}
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char *buf = calloc(1, 1 << 20);
+  if (buf) fread(buf, 1, (1 << 20) - 1, f);
+  fclose(f);
+  return buf;
+}
+
+static char *export(void) {
+  char *s = NULL;
+  return kljit_wisdom_export_string(&s) == KLJIT_SUCCESS ? s : NULL;
+}
+
+static kljit_problem dense_problem(void) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 256, pb.vocab = 50257;
+  return pb;
+}
+
+static int count_lines(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
+/* ---- format ------------------------------------------------------------------------------ */
+
+static int round_trip_in(const char *dir) {
+  private_defaults(dir);
+  char text[4096];
+  snprintf(text, sizeof text,
+           "%s# a comment\n\n" GPU_B DENSE "bucket=8192" CHOICE("2048", "measure", "1.5") "\n"
+           GPU_A SPARSE "bucket=65536" CHOICE("4096", "exhaustive", "12.25") " T=2 tt=0 "
+           "eps=1e-20 reduction=sum t2=1 gw=bf16 accum=out\n"
+           GPU_A DENSE "bucket=1024" CHOICE("1024", "estimate", "0") "\n",
+           H);
+  TH_OK(kljit_wisdom_import_string(text));
+  char *first = export();
+  TH_CHECK(first);
+  printf("%s", first);
+  TH_CHECK(strncmp(first, H, strlen(H)) == 0);
+  TH_CHECK(count_lines(first, "gpu=") == 3);
+  TH_CHECK(strstr(first, "T=2 tt=0 eps=1e-20 reduction=sum t2=1 gw=bf16 accum=out"));
+  TH_CHECK(strstr(first, "T=1 tt=0 eps=1e-20 reduction=batchmean t2=0 gw=f32 accum=fp32"));
+  TH_CHECK(strstr(first, "A100") < strstr(first, "H200")); /* sorted by GPU name first */
+  char path[PATH_MAX];
+  th_path_in(path, dir, "exported");
+  TH_OK(kljit_wisdom_export_file(path));
+  kljit_wisdom_forget();
+  char *empty = export();
+  TH_CHECK(empty && count_lines(empty, "gpu=") == 0);
+  TH_OK(kljit_wisdom_import_file(path));
+  char *second = export();
+  TH_CHECK(second && strcmp(first, second) == 0);
+  char *on_disk = read_file(path);
+  TH_CHECK(on_disk && strcmp(on_disk, first) == 0);
+  kljit_free(first), kljit_free(second), kljit_free(empty), free(on_disk);
+  kljit_free(NULL);
+  return TH_PASS;
+}
+static int export_import_export_is_identical(void) {
+  return th_in_tmpdir("unit-wisdom", round_trip_in);
+}
+
+/* Imports `text` expecting KLJIT_ERR_WISDOM with `want` in the message; the store is unchanged. */
+static int rejected(const char *text, const char *want) {
+  char *before = export();
+  TH_CHECK(before);
+  TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+  printf("  %s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), want) != NULL);
+  TH_CHECK(strstr(kljit_last_error(), "nothing imported") != NULL);
+  char *after = export();
+  TH_CHECK(after && strcmp(before, after) == 0);
+  kljit_free(before), kljit_free(after);
+  return TH_PASS;
+}
+
+static int stale_in(const char *dir) {
+  private_defaults(dir);
+  TH_OK(kljit_wisdom_import_string("kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n" GPU_A DENSE
+                                   "bucket=8192" CHOICE("2048", "measure", "1.5") "\n"));
+  const char *entry = GPU_A DENSE "bucket=4096" CHOICE("2048", "measure", "1.5") "\n";
+  char text[2048];
+  snprintf(text, sizeof text, "kljit-wisdom 1 kljit=0.0.9\n%s", entry);
+  if (rejected(text, "stale wisdom: written by kljit 0.0.9, this is kljit " KLJIT_VERSION_STRING))
+    return TH_FAIL;
+  snprintf(text, sizeof text, "kljit-wisdom 2 kljit=%s\n%s", KLJIT_VERSION_STRING, entry);
+  if (rejected(text, "wisdom format 2")) return TH_FAIL;
+  if (rejected("(fftw-2.0 (fftwf_codelet_n1_2 0 #x1040 ...))\n", "not a kljit wisdom file"))
+    return TH_FAIL;
+  if (rejected("", "not a kljit wisdom file")) return TH_FAIL;
+  /* a foreign file: the message names it */
+  char path[PATH_MAX];
+  th_path_in(path, dir, "foreign");
+  TH_CHECK(write_file(path, "hello\n") == 0);
+  TH_STATUS(kljit_wisdom_import_file(path), KLJIT_ERR_WISDOM);
+  TH_CHECK(strstr(kljit_last_error(), path) && strstr(kljit_last_error(), ":1: not a kljit"));
+  th_path_in(path, dir, "missing");
+  TH_STATUS(kljit_wisdom_import_file(path), KLJIT_ERR_WISDOM);
+  TH_CHECK(strstr(kljit_last_error(), path) != NULL);
+  /* one bad line rejects the good lines around it, naming its line */
+  snprintf(text, sizeof text, "%s%s%s", H, entry,
+           GPU_A DENSE "bucket=2048" CHOICE("2048", "measure", "fast") "\n");
+  if (rejected(text, "<string>:3: bad value ms=fast")) return TH_FAIL;
+  return TH_PASS;
+}
+static int stale_or_foreign_text_is_rejected_whole(void) {
+  return th_in_tmpdir("unit-wisdom", stale_in);
+}
+
+static int bad_lines_in(const char *dir) {
+  private_defaults(dir);
+  static const struct {
+    const char *line, *why;
+  } bad[] = {
+      {GPU_A DENSE "bucket=8192 -> chunk_rows=2048 threads=256 split=4 cluster=0 nv=1 "
+                   "rigor=measure rows=8192",
+       "field ms is missing"},
+      {GPU_A DENSE "bucket=8192" CHOICE("2048", "measure", "1") " color=red",
+       "unknown field color"},
+      {GPU_A DENSE "bucket=8192 bucket=4096" CHOICE("2048", "measure", "1"), "given twice"},
+      {GPU_A DENSE "bucket=8192" CHOICE("2048", "fast", "1"), "bad value rigor=fast"},
+      {GPU_A DENSE "bucket=1000" CHOICE("2048", "measure", "1"), "bad value bucket=1000"},
+      {GPU_A DENSE "bucket=8192 chunk_rows=1" CHOICE("2048", "measure", "1"), "belongs after"},
+      {GPU_A "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 tmode=const bucket=8192" CHOICE(
+           "2048", "measure", "1"),
+       "field flags is missing"},
+      {GPU_A
+       "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 k=8 tmode=const flags=- bucket=8192" CHOICE(
+           "2048", "measure", "1"),
+       "only for teacher=topk"},
+      {GPU_A "V=1 H=256 in=bf16 teacher=probs tdt=bf16 tmode=const flags=- bucket=8192" CHOICE(
+           "2048", "measure", "1"),
+       "bad value V=1"},
+      {GPU_A DENSE "bucket=8192 -> chunk_rows=2048 threads=256 split=4 cluster=2 nv=1 "
+                   "rigor=measure rows=8192 ms=1",
+       "unusable choice"},
+      {GPU_A "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 tmode=const flags=bias,bias "
+             "bucket=8192" CHOICE("2048", "measure", "1"),
+       "bad value flags=bias,bias"},
+      {"gpu=\"NVIDIA H200 arch=sm_90" CHOICE("2048", "measure", "1"), "no closing quote"},
+      {GPU_A DENSE "bucket=8192", "no '->'"},
+      {"gpu=\"NVIDIA H200\" arch=sm_90 sms=132 kljit=9.9.9 " DENSE
+       "bucket=8192" CHOICE("2048", "measure", "1"),
+       "entry of kljit 9.9.9"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s\n", H, bad[i].line);
+    if (rejected(text, bad[i].why)) {
+      fprintf(stderr, "case %zu: %s\n", i, bad[i].line);
+      return TH_FAIL;
+    }
+  }
+  return TH_PASS;
+}
+static int malformed_entries_are_rejected_naming_the_field(void) {
+  return th_in_tmpdir("unit-wisdom", bad_lines_in);
+}
+
+/* ---- merging ----------------------------------------------------------------------------- */
+
+/* The stored entry of the dense problem on GPU_A for `bucket`. */
+static int lookup_ms(int64_t bucket, double *ms, int *rigor) {
+  wisdom_entry e;
+  const kljit_problem pb = dense_problem();
+  char key[WISDOM_PROBLEM_MAX];
+  wisdom_problem_key(&pb, key);
+  if (!wisdom_lookup("NVIDIA H200", 90, 132, key, bucket, WISDOM_EXACT_BUCKET, KLJIT_PLAN_ESTIMATE,
+                     &e))
+    return -1;
+  *ms = e.ms, *rigor = (int)e.rigor;
+  return 0;
+}
+
+static int import_one(const char *bucket, const char *rigor, const char *ms) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "%s" GPU_A DENSE
+           "bucket=%s -> chunk_rows=2048 threads=256 "
+           "split=4 cluster=0 nv=1 rigor=%s rows=8192 ms=%s\n",
+           H, bucket, rigor, ms);
+  return kljit_wisdom_import_string(text) == KLJIT_SUCCESS ? 0 : -1;
+}
+
+static int merge_in(const char *dir) {
+  private_defaults(dir);
+  double ms;
+  int rigor;
+  TH_CHECK(import_one("8192", "measure", "10") == 0);
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 10 && rigor == KLJIT_PLAN_MEASURE);
+  TH_CHECK(import_one("8192", "measure", "12") == 0); /* slower, same rigor: ignored */
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 10);
+  TH_CHECK(import_one("8192", "measure", "9") == 0); /* faster: replaces */
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 9);
+  TH_CHECK(import_one("8192", "exhaustive", "11") == 0); /* higher rigor wins, even if slower */
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 11 && rigor == KLJIT_PLAN_EXHAUSTIVE);
+  TH_CHECK(import_one("8192", "measure", "1") == 0); /* lower rigor never replaces */
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 11);
+  TH_CHECK(import_one("1024", "measure", "1") == 0); /* another bucket: another entry */
+  TH_CHECK(lookup_ms(1024, &ms, &rigor) == 0 && ms == 1);
+  TH_CHECK(lookup_ms(8192, &ms, &rigor) == 0 && ms == 11);
+  char *all = export();
+  TH_CHECK(all && count_lines(all, "gpu=") == 2);
+  kljit_free(all);
+  return TH_PASS;
+}
+static int merge_keeps_higher_rigor_then_lower_time(void) {
+  return th_in_tmpdir("unit-wisdom", merge_in);
+}
+
+/* ---- default files ----------------------------------------------------------------------- */
+
+static int defaults_in(const char *dir) {
+  private_defaults(dir);
+  char sys[PATH_MAX], user[PATH_MAX], buf[PATH_MAX];
+  th_path_in(sys, dir, "system-wisdom");
+  th_path_in(user, dir, "user-wisdom");
+  TH_OK(kljit_wisdom_path(KLJIT_WISDOM_SYSTEM, buf, sizeof buf));
+  TH_CHECK(strcmp(buf, sys) == 0);
+  TH_OK(kljit_wisdom_path(KLJIT_WISDOM_USER, buf, sizeof buf));
+  TH_CHECK(strcmp(buf, user) == 0);
+  TH_STATUS(kljit_wisdom_path(KLJIT_WISDOM_USER, buf, 3), KLJIT_ERR_INVALID_ARGUMENT);
+  char text[2048];
+  /* the same key in both: equal rigor and time, so the system file (read first) keeps it */
+  snprintf(text, sizeof text,
+           "%s" GPU_A DENSE
+           "bucket=8192 -> chunk_rows=1024 threads=512 "
+           "split=2 cluster=0 nv=1 rigor=measure rows=8192 ms=5\n",
+           H);
+  TH_CHECK(write_file(sys, text) == 0);
+  snprintf(text, sizeof text,
+           "%s" GPU_A DENSE
+           "bucket=8192 -> chunk_rows=4096 threads=256 "
+           "split=4 cluster=0 nv=1 rigor=measure rows=8192 ms=5\n" GPU_B DENSE
+           "bucket=8192" CHOICE("2048", "measure", "3") "\n",
+           H);
+  TH_CHECK(write_file(user, text) == 0);
+  const kljit_problem pb = dense_problem();
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && t.threads == 512 && t.chunk_rows == 1024);
+  TH_OK(
+      tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA A100-SXM4-80GB", 80, 108, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 2048);
+  return TH_PASS;
+}
+static int system_file_then_user_file_are_read_on_first_use(void) {
+  return th_in_tmpdir("unit-wisdom", defaults_in);
+}
+
+static int bad_defaults_in(const char *dir) {
+  private_defaults(dir);
+  char sys[PATH_MAX];
+  th_path_in(sys, dir, "system-wisdom");
+  TH_CHECK(write_file(sys, "kljit-wisdom 1 kljit=0.0.1\n") == 0); /* stale: skipped */
+  const kljit_problem pb = dense_problem();
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_HEURISTIC);
+  TH_CHECK(strcmp(kljit_last_error(), "") == 0); /* a skipped default is not an error */
+  return TH_PASS;
+}
+static int a_stale_default_file_is_skipped_not_fatal(void) {
+  return th_in_tmpdir("unit-wisdom", bad_defaults_in);
+}
+
+static wisdom_entry tuned_entry(int64_t bucket, double ms) {
+  wisdom_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.gpu, sizeof e.gpu, "NVIDIA \"H200\"");
+  e.arch = 90, e.sms = 132, e.bucket = bucket, e.rows = bucket, e.ms = ms;
+  const kljit_problem pb = dense_problem();
+  wisdom_problem_key(&pb, e.problem);
+  wisdom_problem_extra(&pb, e.extra);
+  e.tune = prob_estimate(&pb, 132, 90);
+  e.rigor = KLJIT_PLAN_MEASURE;
+  return e;
+}
+
+static int user_file_in(const char *dir) {
+  private_defaults(dir);
+  char user[PATH_MAX], sub[PATH_MAX];
+  th_path_in(sub, dir, "a/b/wisdom"); /* parents are created */
+  setenv("KLJIT_WISDOM", sub, 1);
+  wisdom_entry e = tuned_entry(8192, 7);
+  TH_OK(wisdom_add(&e));
+  e = tuned_entry(1024, 1);
+  TH_OK(wisdom_add(&e));
+  char *text = read_file(sub);
+  TH_CHECK(text);
+  printf("%s", text);
+  TH_CHECK(strncmp(text, H, strlen(H)) == 0 && count_lines(text, "gpu=") == 2);
+  TH_CHECK(strstr(text, "gpu=\"NVIDIA _H200_\"")); /* no quote inside the quotes */
+  wisdom_set s;
+  TH_OK(wisdom_read_file(sub, &s, NULL));
+  TH_CHECK(s.n == 2);
+  wisdom_set_free(&s);
+  free(text);
+  /* a file that is not wisdom is never overwritten */
+  th_path_in(user, dir, "not-wisdom");
+  TH_CHECK(write_file(user, "precious\n") == 0);
+  setenv("KLJIT_WISDOM", user, 1);
+  TH_OK(wisdom_add(&e));
+  text = read_file(user);
+  TH_CHECK(text && strcmp(text, "precious\n") == 0);
+  free(text);
+  /* a stale one is replaced */
+  TH_CHECK(write_file(user, "kljit-wisdom 1 kljit=0.0.1\n") == 0);
+  TH_OK(wisdom_add(&e));
+  TH_OK(wisdom_read_file(user, &s, NULL));
+  TH_CHECK(s.n == 1);
+  wisdom_set_free(&s);
+  /* KLJIT_WISDOM=none: the store only */
+  setenv("KLJIT_WISDOM", "none", 1);
+  char buf[16];
+  TH_OK(kljit_wisdom_path(KLJIT_WISDOM_USER, buf, sizeof buf));
+  TH_CHECK(buf[0] == '\0');
+  TH_OK(wisdom_add(&e));
+  return TH_PASS;
+}
+static int tuned_entries_are_merged_into_the_user_file(void) {
+  return th_in_tmpdir("unit-wisdom", user_file_in);
+}
+
+/* ---- rigor rules (what kljit_plan_create does, without its GPU) -------------------------- */
+
+static int no_wisdom_in(const char *dir) {
+  private_defaults(dir);
+  const kljit_problem pb = dense_problem();
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used),
+            KLJIT_ERR_NO_WISDOM);
+  printf("%s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "gpu=\"NVIDIA H200\" arch=sm_90 sms=132"));
+  TH_CHECK(strstr(kljit_last_error(), DENSE) != NULL);
+  /* wisdom for another GPU, or the same model with another SM count, does not count */
+  char text[2048];
+  snprintf(text, sizeof text,
+           "%s" GPU_B DENSE "bucket=8192" CHOICE(
+               "2048", "measure", "1") "\ngpu=\"NVIDIA H200\" arch=sm_90 sms=66 kljit=%s " DENSE
+                                       "bucket=8192" CHOICE("2048", "measure", "1") "\n",
+           H, KLJIT_VERSION_STRING);
+  TH_OK(kljit_wisdom_import_string(text));
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used),
+            KLJIT_ERR_NO_WISDOM);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  const prob_tuning h = prob_estimate(&pb, 132, 90);
+  TH_CHECK(src == TUNE_FROM_HEURISTIC && t.threads == h.threads && t.split == h.split &&
+           t.chunk_rows == h.chunk_rows);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_NEEDED);
+  return TH_PASS;
+}
+static int wisdom_only_without_wisdom_is_no_wisdom_naming_the_key(void) {
+  return th_in_tmpdir("unit-wisdom", no_wisdom_in);
+}
+
+static int estimate_in(const char *dir) {
+  private_defaults(dir);
+  unsetenv("KLJIT_TUNE_ROWS"); /* tuning bucket 8192 */
+  const kljit_problem pb = dense_problem();
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  char text[4096];
+  /* buckets 1024 and 65536 are both three octaves from 8192: the larger serves */
+  snprintf(text, sizeof text,
+           "%s" GPU_A DENSE
+           "bucket=1024 -> chunk_rows=1024 threads=512 "
+           "split=2 cluster=0 nv=1 rigor=exhaustive rows=1024 ms=1\n" GPU_A DENSE
+           "bucket=65536 -> chunk_rows=8192 threads=512 split=8 cluster=0 nv=1 rigor=measure "
+           "rows=65536 ms=50\n",
+           H);
+  TH_OK(kljit_wisdom_import_string(text));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536 && t.split == 8);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
+  /* MEASURE wants its own bucket (8192): neither serves */
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_NEEDED);
+  /* KLJIT_TUNE_ROWS=1000 -> bucket 1024: the exhaustive entry serves MEASURE and EXHAUSTIVE */
+  setenv("KLJIT_TUNE_ROWS", "1000", 1);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 1024 && t.threads == 512 && t.split == 2);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(used.bucket == 1024);
+  /* ... but a MEASURE entry does not serve EXHAUSTIVE */
+  setenv("KLJIT_TUNE_ROWS", "65536", 1);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_NEEDED);
+  /* KLJIT_CHUNK_ROWS still overrides the chunk size of a stored choice */
+  setenv("KLJIT_CHUNK_ROWS", "300", 1);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 300 && t.split == 8);
+  unsetenv("KLJIT_CHUNK_ROWS");
+  unsetenv("KLJIT_TUNE_ROWS");
+  return TH_PASS;
+}
+static int estimate_and_measure_use_stored_wisdom_by_rigor_and_bucket(void) {
+  return th_in_tmpdir("unit-wisdom", estimate_in);
+}
+
+/* ---- candidates -------------------------------------------------------------------------- */
+
+static int candidates_are_usable_and_start_with_the_heuristic(void) {
+  kljit_problem pbs[3];
+  pbs[0] = dense_problem();
+  pbs[1] = dense_problem(), pbs[1].vocab = 128256, pbs[1].hidden = 4096;
+  pbs[2] = pbs[1], pbs[2].teacher = KLJIT_TEACHER_SPARSE_TOPK, pbs[2].topk = 64;
+  pbs[2].teacher_dtype = KLJIT_FP32;
+  prob_tuning c[TUNE_MAX_CANDIDATES];
+  for (int p = 0; p < 3; p++)
+    for (int arch = 80; arch <= 90; arch += 10) {
+      const prob_tuning h = prob_estimate(&pbs[p], 132, arch);
+      int total[4] = {0, 0, 0, 0};
+      for (int rigor = KLJIT_PLAN_MEASURE; rigor <= KLJIT_PLAN_EXHAUSTIVE; rigor++) {
+        int n = tune_candidates(&pbs[p], arch, (kljit_plan_rigor)rigor, TUNE_SHAPES, &h, 8192, c,
+                                TUNE_MAX_CANDIDATES);
+        TH_CHECK(n >= 1 && c[0].threads == h.threads && c[0].split == h.split &&
+                 c[0].chunk_rows == h.chunk_rows && c[0].cluster == h.cluster);
+        total[rigor] += n;
+        for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER; s++) {
+          n = tune_candidates(&pbs[p], arch, (kljit_plan_rigor)rigor, (tune_stage)s, &h, 8192, c,
+                              TUNE_MAX_CANDIDATES);
+          if (s != TUNE_SHAPES) total[rigor] += n;
+          for (int i = 0; i < n; i++) {
+            prob_geometry g;
+            TH_OK(prob_geometry_make(&pbs[p], &c[i], &g));
+            TH_CHECK(c[i].chunk_rows <= 8192 || c[i].chunk_rows == h.chunk_rows);
+            if (s == TUNE_CLUSTER) TH_CHECK(arch >= 90 && c[i].cluster > 0 && p < 2);
+            if (s != TUNE_CLUSTER) TH_CHECK(c[i].cluster == 0 || (s == TUNE_SHAPES && i == 0));
+            for (int j = 0; j < i; j++) TH_CHECK(memcmp(&c[i], &c[j], sizeof c[i]) != 0);
+          }
+        }
+      }
+      printf("V=%lld %s sm_%d: %d candidates (measure), %d (exhaustive)\n", (long long)pbs[p].vocab,
+             p == 2 ? "topk" : "dense", arch, total[2], total[3]);
+      TH_CHECK(total[KLJIT_PLAN_MEASURE] <= 16);
+      TH_CHECK(total[KLJIT_PLAN_EXHAUSTIVE] > total[KLJIT_PLAN_MEASURE]);
+    }
+  return TH_PASS;
+}
+
+/* ---- precompile from wisdom -------------------------------------------------------------- */
+
+static int count_kjc(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    n += strlen(e->d_name) == 68 && strcmp(e->d_name + 64, ".kjc") == 0;
+  closedir(d);
+  return n;
+}
+
+typedef struct module_count {
+  int reports, compiled, count;
+} module_count;
+
+static void count(const kljit_module_report *m, void *user) {
+  module_count *c = user;
+  c->reports++, c->compiled += m->compiled, c->count = m->count;
+}
+
+/* A plan's modules through the environment's cache, as kljit_plan_create would build them. */
+static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms,
+                     cache_result want) {
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, &t, &src, &used));
+  prob_geometry g;
+  TH_OK(prob_geometry_make(pb, &t, &g));
+  cache_config cfg;
+  TH_OK(cache_config_from_env(&cfg));
+  const kspec *specs[] = {&g.rows, &g.helpers};
+  for (int k = 0; k < 2; k++) {
+    jit_bin bin;
+    TH_OK(jit_build(specs[k], arch, &cfg, &bin));
+    TH_CHECK(bin.source == want && bin.compile_ms == 0.0);
+    jit_bin_free(&bin);
+  }
+  cache_config_free(&cfg);
+  printf("  %s sm_%d: tuning from %s, modules from the read-only cache\n", gpu, arch,
+         src == TUNE_FROM_WISDOM ? "wisdom" : "heuristics");
+  return TH_PASS;
+}
+
+static int precompile_in(const char *dir) {
+  private_defaults(dir);
+  char ro[PATH_MAX], rw[PATH_MAX], file[PATH_MAX];
+  th_path_in(ro, dir, "cluster-cache");
+  th_path_in(rw, dir, "user-cache");
+  th_path_in(file, dir, "shipped-wisdom");
+  /* tuned choices that differ from the heuristics, for an sm_80 and an sm_90 GPU, of a problem
+   * with non-default extra fields (T=2, T^2 scaling, sum) */
+  char text[4096];
+  snprintf(text, sizeof text,
+           "%s" GPU_B
+           "V=32000 H=64 in=bf16 teacher=probs tdt=bf16 tmode=const flags=- "
+           "bucket=8192 -> chunk_rows=1024 threads=512 split=2 cluster=0 nv=1 rigor=measure "
+           "rows=8192 ms=1 T=2 tt=0 eps=1e-20 reduction=sum t2=1 gw=f32 accum=fp32\n" GPU_A
+           "V=32000 H=64 in=bf16 teacher=probs tdt=bf16 tmode=const flags=- "
+           "bucket=8192 -> chunk_rows=1024 threads=128 split=4 cluster=0 nv=1 rigor=measure "
+           "rows=8192 ms=1 T=2 tt=0 eps=1e-20 reduction=sum t2=1 gw=f32 accum=fp32\n",
+           H);
+  TH_CHECK(write_file(file, text) == 0);
+  const int archs[] = {80, 90};
+  for (int i = 0; i < 2; i++) {
+    module_count c = {0, 0, 0};
+    const int before = count_kjc(ro);
+    TH_OK(kljit_precompile_wisdom(file, archs[i], ro, KLJIT_PRECOMPILE_DRY_RUN, count, &c));
+    TH_CHECK(c.reports == 3 && c.compiled == 3 && c.count == 3 && count_kjc(ro) == before);
+    memset(&c, 0, sizeof c);
+    TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, count, &c));
+    printf("sm_%d: %d of %d modules compiled\n", archs[i], c.compiled, c.reports);
+    /* heuristic plan (rows + helpers) + the tuned rows module of the entry of this arch (its
+     * helpers module is the heuristic plan's) */
+    TH_CHECK(c.reports == 3 && c.compiled == 3 && c.count == 3);
+    memset(&c, 0, sizeof c);
+    TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, NULL, NULL));
+    TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, count, &c));
+    TH_CHECK(c.reports == 3 && c.compiled == 0);
+  }
+  TH_CHECK(count_kjc(ro) == 6);
+  TH_CHECK(chmod(ro, 0755) == 0);
+  setenv("KLJIT_CACHE_PATH", ro, 1);
+  setenv("KLJIT_CACHE_DIR", rw, 1);
+  TH_OK(kljit_wisdom_import_file(file));
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 32000, pb.hidden = 64, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_SUM;
+  pb.flags = KLJIT_FLAG_SCALE_T_SQUARED;
+  if (plan_hits(&pb, "NVIDIA A100-SXM4-80GB", 80, 108, CACHE_HIT_READONLY) ||
+      plan_hits(&pb, "NVIDIA H200", 90, 132, CACHE_HIT_READONLY))
+    return TH_FAIL;
+  /* GPUs without wisdom take the heuristic plan, precompiled too */
+  if (plan_hits(&pb, "NVIDIA A100-PCIE-40GB", 80, 108, CACHE_HIT_READONLY) ||
+      plan_hits(&pb, "NVIDIA H100 80GB HBM3", 90, 132, CACHE_HIT_READONLY))
+    return TH_FAIL;
+  TH_CHECK(count_kjc(rw) <= 0); /* nothing compiled for sm_80/sm_90, nothing written */
+  TH_STATUS(kljit_precompile_wisdom(file, 75, ro, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 8, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile_wisdom(NULL, 90, ro, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  th_path_in(file, dir, "no-such-wisdom");
+  TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 0, NULL, NULL), KLJIT_ERR_WISDOM);
+  unsetenv("KLJIT_CACHE_PATH");
+  unsetenv("KLJIT_CACHE_DIR");
+  return TH_PASS;
+}
+static int precompile_from_wisdom_then_plans_compile_nothing(void) {
+  return th_in_tmpdir("unit-wisdom", precompile_in);
+}
+
+static int bad_arguments_are_rejected(void) {
+  TH_STATUS(kljit_wisdom_import_file(NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_wisdom_import_file(""), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_wisdom_import_string(NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_wisdom_export_file(NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_wisdom_export_string(NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_wisdom_path((kljit_wisdom_file)7, NULL, 0), KLJIT_ERR_INVALID_ARGUMENT);
+  const kljit_problem pb = dense_problem();
+  TH_STATUS(kljit_tune(NULL, &pb, 0, KLJIT_PLAN_MEASURE, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(wisdom_bucket(1) == 1 && wisdom_bucket(8192) == 8192 && wisdom_bucket(8193) == 16384);
+  TH_CHECK(wisdom_bucket(5000) == 8192);
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"export_import_export_is_identical", export_import_export_is_identical},
+    {"stale_or_foreign_text_is_rejected_whole", stale_or_foreign_text_is_rejected_whole},
+    {"malformed_entries_are_rejected_naming_the_field",
+     malformed_entries_are_rejected_naming_the_field},
+    {"merge_keeps_higher_rigor_then_lower_time", merge_keeps_higher_rigor_then_lower_time},
+    {"system_file_then_user_file_are_read_on_first_use",
+     system_file_then_user_file_are_read_on_first_use},
+    {"a_stale_default_file_is_skipped_not_fatal", a_stale_default_file_is_skipped_not_fatal},
+    {"tuned_entries_are_merged_into_the_user_file", tuned_entries_are_merged_into_the_user_file},
+    {"wisdom_only_without_wisdom_is_no_wisdom_naming_the_key",
+     wisdom_only_without_wisdom_is_no_wisdom_naming_the_key},
+    {"estimate_and_measure_use_stored_wisdom_by_rigor_and_bucket",
+     estimate_and_measure_use_stored_wisdom_by_rigor_and_bucket},
+    {"candidates_are_usable_and_start_with_the_heuristic",
+     candidates_are_usable_and_start_with_the_heuristic},
+    {"precompile_from_wisdom_then_plans_compile_nothing",
+     precompile_from_wisdom_then_plans_compile_nothing},
+    {"bad_arguments_are_rejected", bad_arguments_are_rejected},
+};
+TH_MAIN(cases)

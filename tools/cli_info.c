@@ -1,0 +1,126 @@
+/* cli_info.c — `kljit info`: versions, the GPUs if any, kernel cache and wisdom locations.
+ * Needs no GPU and no driver: versions come from the library (the driver's through its own
+ * dlopen), the GPU list from the CUDA runtime, which reports "no driver" as an error. */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fputs(
+      "usage: kljit info\n"
+      "Prints the kljit library, CUDA toolkit, NVRTC, Lua and CUDA driver versions, the GPUs\n"
+      "(name, sm, SMs, memory) or that there is none, the kernel cache directories (read-only\n"
+      "KLJIT_CACHE_PATH ones, then the writable one) and where wisdom files are read.\n"
+      "Needs no GPU; exit 0 unless the library fails.\n",
+      f);
+}
+
+static void print_cuda_version(const char *label, int v) {
+  if (v > 0)
+    printf("%-14s %d.%d\n", label, v / 1000, v % 1000 / 10);
+  else
+    printf("%-14s none\n", label);
+}
+
+static void print_gpus(int driver) {
+  if (driver <= 0) {
+    printf("%-14s none (no CUDA driver)\n", "GPU");
+    return;
+  }
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    printf("%-14s none (%s)\n", "GPU", e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    struct cudaDeviceProp d;
+    if (cudaGetDeviceProperties(&d, i) != cudaSuccess) continue;
+    printf("GPU %-10d %s, sm_%d%d, %d SMs, %.1f GiB\n", i, d.name, d.major, d.minor,
+           d.multiProcessorCount, d.totalGlobalMem / 1073741824.0);
+  }
+}
+
+static const char *existence(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return "does not exist yet";
+  return S_ISDIR(st.st_mode) ? "exists" : "exists, not a directory";
+}
+
+static void print_cache_dir(const char *dir, int writable, void *user) {
+  ++*(int *)user;
+  printf("  %-12s %s (%s)\n", writable ? "writable" : "read-only", dir, existence(dir));
+}
+
+static void print_env(const char *name) {
+  const char *const v = getenv(name);
+  printf("  %-20s %s\n", name, v ? v : "(unset)");
+}
+
+/* Wisdom files, in the order they are read (include/kljit.h, wisdom section): the system file
+ * (KLJIT_SYSTEM_WISDOM, default /etc/kljit/wisdom), then the user's (KLJIT_WISDOM, "none" for
+ * no file, default <writable kernel cache>/wisdom). The library resolves them. */
+static int print_wisdom(void) {
+  static const struct {
+    kljit_wisdom_file which;
+    const char *label, *var;
+  } files[] = {{KLJIT_WISDOM_SYSTEM, "system", "KLJIT_SYSTEM_WISDOM"},
+               {KLJIT_WISDOM_USER, "user", "KLJIT_WISDOM"}};
+  printf("wisdom\n");
+  for (int i = 0; i < 2; i++) {
+    char path[4096];
+    const kljit_status st = kljit_wisdom_path(files[i].which, path, sizeof path);
+    if (st != KLJIT_SUCCESS) return cli_fail("info", st);
+    const char *const env = getenv(files[i].var);
+    struct stat sb;
+    printf("  %-12s %s (%s%s)\n", files[i].label, path[0] ? path : "none",
+           env && *env ? files[i].var : "default",
+           !path[0]               ? ""
+           : stat(path, &sb) == 0 ? ", present"
+                                  : ", absent");
+  }
+  return CLI_OK;
+}
+
+int cli_info(int argc, char **argv) {
+  cli_parser p;
+  cli_parser_init(&p, argc, argv);
+  while (cli_next(&p)) cli_unknown(&p);
+  if (cli_stopped(&p, usage)) return p.status;
+
+  kljit_versions v = {.struct_size = sizeof v};
+  kljit_status st = kljit_get_versions(&v);
+  if (st != KLJIT_SUCCESS) return cli_fail("info", st);
+  printf("%-14s %s (built from header %s)\n", "kljit", kljit_version(), KLJIT_VERSION_STRING);
+  print_cuda_version("CUDA toolkit", v.cuda_toolkit);
+  printf("%-14s %d.%d\n", "NVRTC", v.nvrtc_major, v.nvrtc_minor);
+  printf("%-14s %s\n", "Lua", v.lua);
+  if (v.driver > 0)
+    print_cuda_version("CUDA driver", v.driver);
+  else
+    printf("%-14s none (no libcuda.so.1)\n", "CUDA driver");
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  print_cuda_version("CUDA runtime", rt);
+  print_gpus(v.driver);
+
+  printf("kernel cache\n");
+  int n_dirs = 0;
+  if ((st = kljit_cache_dirs(print_cache_dir, &n_dirs)) != KLJIT_SUCCESS)
+    return cli_fail("info", st);
+  if (!n_dirs)
+    printf(
+        "  none (KLJIT_CACHE_DISABLE=1, or no KLJIT_CACHE_DIR, XDG_CACHE_HOME or "
+        "HOME): kernels are compiled in every process\n");
+  if (print_wisdom() != CLI_OK) return CLI_FAIL;
+  printf("environment\n");
+  static const char *const vars[] = {
+      "KLJIT_CACHE_DIR",    "KLJIT_CACHE_PATH", "KLJIT_CACHE_DISABLE",
+      "XDG_CACHE_HOME",     "KLJIT_WISDOM",     "KLJIT_SYSTEM_WISDOM",
+      "KLJIT_TEMPLATE_DIR", "KLJIT_DUMP_DIR",   "KLJIT_LOG"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) print_env(vars[i]);
+  return CLI_OK;
+}

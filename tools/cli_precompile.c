@@ -1,0 +1,266 @@
+/* cli_precompile.c — `kljit precompile`: the kernels of a list of problems for a list of GPU
+ * architectures into a cache directory, with NVRTC only (no GPU), then a manifest of it.
+ *
+ * Work is one job per (problem, arch); --jobs N runs N of them at a time on threads
+ * (kljit_precompile_v2 is thread-safe across problems and archs). Progress goes to stderr, one
+ * line per module as it finishes; the summary to stdout. The manifest (docs/cache-format.md)
+ * lists every valid entry of the directory afterwards, so successive runs into one directory
+ * leave one manifest of all of them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+enum { MAX_ARCHS = 16, MAX_JOBS = 256 };
+
+typedef struct precompile_opts {
+  kljit_problem problems[MAX_JOBS]; /* from the problem options (and, later, --wisdom) */
+  int n_problems;
+  int archs[MAX_ARCHS], n_archs;
+  const char *arch;
+  const char *cache_dir; /* NULL: the writable cache from the environment */
+  const char *wisdom;    /* --wisdom F: the plans of a wisdom file too */
+  int problem_given;     /* a problem option was given (else --wisdom alone: no problem) */
+  long long jobs;
+  int dry_run, no_manifest;
+} precompile_opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kljit precompile [--arch sm_80,sm_90] [--cache-dir DIR] [--jobs N]\n"
+          "                        [--wisdom F] [--dry-run] [--no-manifest] [problem options]\n"
+          "Renders and compiles (NVRTC, no GPU needed) every kernel module a plan for the\n"
+          "problem uses on each architecture, into the kernel cache DIR; plans elsewhere load\n"
+          "them when DIR is in their KLJIT_CACHE_PATH. Progress goes to stderr, one line per\n"
+          "module. Then writes DIR/manifest.txt: every entry of DIR with its arch, SHA-256 and\n"
+          "size (format: docs/cache-format.md).\n\n"
+          "options:\n"
+          "  --arch LIST       architectures, comma-separated (default sm_80,sm_90)\n"
+          "  --cache-dir DIR   destination, created 0700 if missing (default: the user cache,\n"
+          "                    see kljit info)\n"
+          "  --jobs N          compile N (problem, arch) pairs at a time (default 1)\n"
+          "  --wisdom F        every plan the wisdom file F leads to (its tuned choices for\n"
+          "                    GPUs of each arch, the heuristic ones for others); without\n"
+          "                    problem options, only those (docs/wisdom.md)\n"
+          "  --dry-run         say which modules would be compiled; write nothing\n"
+          "  --no-manifest     do not write DIR/manifest.txt\n"
+          "%s",
+          CLI_PROBLEM_HELP);
+}
+
+/* ---- jobs ---------------------------------------------------------------------------------- */
+
+typedef struct job {
+  const kljit_problem *pb;
+  int arch;
+  const char *wisdom; /* not NULL: the plans of this wisdom file (pb unused) */
+} job;
+
+typedef struct run_state {
+  const precompile_opts *o;
+  job jobs[MAX_JOBS * MAX_ARCHS];
+  int n_jobs;
+  pthread_mutex_t lock; /* guards everything below and stderr's progress lines */
+  int next;             /* next job to take */
+  int done, total;      /* modules finished / expected (from the dry run) */
+  int compiled[MAX_ARCHS], cached[MAX_ARCHS];
+  kljit_status failed; /* first failure, its message in error */
+  char error[2048];
+} run_state;
+
+static int arch_slot(const precompile_opts *o, int arch) {
+  for (int i = 0; i < o->n_archs; i++)
+    if (o->archs[i] == arch) return i;
+  return 0;
+}
+
+static void on_module(const kljit_module_report *m, void *user) {
+  run_state *const s = user;
+  pthread_mutex_lock(&s->lock);
+  const int slot = arch_slot(s->o, m->arch);
+  if (m->compiled)
+    s->compiled[slot]++;
+  else
+    s->cached[slot]++;
+  s->done++;
+  const char *const what = !m->compiled ? "cached" : s->o->dry_run ? "to compile" : "compiled";
+  fprintf(stderr, "[%d/%d] sm_%d %s %s", s->done, s->total, m->arch, m->name, what);
+  if (m->compiled && !s->o->dry_run) fprintf(stderr, " (%.0f ms)", m->compile_ms);
+  fputc('\n', stderr);
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void on_probe(const kljit_module_report *m, void *user) {
+  (void)m;
+  ++*(int *)user;
+}
+
+/* One job through the library. A job of another kind (a wisdom file's modules, say) is a field
+ * in `job` and a branch here; the probe pass and the workers both come through here. */
+static kljit_status run_job(const job *j, const char *dir, uint32_t flags,
+                            kljit_module_callback done, void *user) {
+  if (j->wisdom) return kljit_precompile_wisdom(j->wisdom, j->arch, dir, flags, done, user);
+  return kljit_precompile_v2(j->pb, j->arch, dir, flags, done, user);
+}
+
+static void *worker(void *arg) {
+  run_state *const s = arg;
+  const uint32_t flags = s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0;
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    const int i = s->failed ? s->n_jobs : s->next++;
+    pthread_mutex_unlock(&s->lock);
+    if (i >= s->n_jobs) return NULL;
+    const job *const j = &s->jobs[i];
+    const kljit_status st = run_job(j, s->o->cache_dir, flags, on_module, s);
+    if (st != KLJIT_SUCCESS) {
+      pthread_mutex_lock(&s->lock);
+      if (!s->failed) {
+        s->failed = st;
+        snprintf(s->error, sizeof s->error, "%s", kljit_last_error());
+      }
+      pthread_mutex_unlock(&s->lock);
+    }
+  }
+}
+
+/* ---- manifest ------------------------------------------------------------------------------ */
+
+typedef struct manifest_writer {
+  FILE *f;
+  int entries, skipped;
+} manifest_writer;
+
+static int manifest_line(const kljit_cache_entry_info *e, void *user) {
+  manifest_writer *const w = user;
+  if (e->status != KLJIT_SUCCESS) { /* a damaged entry is not vouched for */
+    w->skipped++;
+    return 0;
+  }
+  fprintf(w->f, "%s sm_%d %s %llu %s\n", e->file, e->arch, e->sha256, (unsigned long long)e->size,
+          e->name[0] ? e->name : "-");
+  w->entries++;
+  return 0;
+}
+
+/* Writes dir/manifest.txt through a temp file and a rename, so a reader never sees half. */
+static int write_manifest(const char *dir) {
+  char tmp[4096], path[4096];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  snprintf(tmp, sizeof tmp, "%s/.manifest.txt.%ld.tmp", dir, (long)getpid());
+  manifest_writer w = {fopen(tmp, "w"), 0, 0};
+  if (!w.f) {
+    fprintf(stderr, "kljit: cannot write %s: %s\n", tmp, strerror(errno));
+    return CLI_FAIL;
+  }
+  fprintf(w.f, "# kljit cache manifest 1\n# file arch sha256 bytes module\n");
+  const kljit_status st = kljit_cache_list(dir, manifest_line, &w);
+  const int io_error = ferror(w.f), close_error = fclose(w.f);
+  int rc = CLI_OK;
+  if (st != KLJIT_SUCCESS) {
+    rc = cli_fail("manifest", st);
+  } else if (io_error || close_error || rename(tmp, path) != 0) {
+    fprintf(stderr, "kljit: cannot write %s: %s\n", path, strerror(errno));
+    rc = CLI_FAIL;
+  }
+  if (rc != CLI_OK) {
+    unlink(tmp);
+    return rc;
+  }
+  printf("manifest: %s (%d entries", path, w.entries);
+  if (w.skipped) printf("; %d invalid entries left out, see kljit cache verify", w.skipped);
+  printf(")\n");
+  return CLI_OK;
+}
+
+static void keep_writable(const char *dir, int writable, void *user) {
+  if (writable) snprintf(user, 4096, "%s", dir);
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static int run(precompile_opts *o) {
+  char dir[4096] = "";
+  if (o->cache_dir) {
+    snprintf(dir, sizeof dir, "%s", o->cache_dir);
+  } else {
+    const kljit_status st = kljit_cache_dirs(keep_writable, dir);
+    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
+    if (!dir[0]) {
+      fprintf(stderr,
+              "kljit precompile: no writable kernel cache (KLJIT_CACHE_DISABLE=1, or "
+              "no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME): pass --cache-dir\n");
+      return CLI_FAIL;
+    }
+    o->cache_dir = dir;
+  }
+  static run_state s; /* large; one per process */
+  memset(&s, 0, sizeof s);
+  s.o = o;
+  for (int p = 0; p < o->n_problems; p++)
+    for (int a = 0; a < o->n_archs; a++) s.jobs[s.n_jobs++] = (job){&o->problems[p], o->archs[a], NULL};
+  for (int a = 0; o->wisdom && a < o->n_archs; a++)
+    s.jobs[s.n_jobs++] = (job){NULL, o->archs[a], o->wisdom};
+  /* A dry run of every job first: it renders (milliseconds) and gives the total for the
+   * progress lines; a bad problem or arch fails here, before any compile. */
+  for (int i = 0; i < s.n_jobs; i++) {
+    const kljit_status st =
+        run_job(&s.jobs[i], o->cache_dir, KLJIT_PRECOMPILE_DRY_RUN, on_probe, &s.total);
+    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
+  }
+  pthread_mutex_init(&s.lock, NULL);
+  const int n_threads = (int)(o->jobs < s.n_jobs ? o->jobs : s.n_jobs);
+  pthread_t threads[64];
+  int started = 0;
+  for (; started < n_threads - 1; started++)
+    if (pthread_create(&threads[started], NULL, worker, &s) != 0) break;
+  worker(&s); /* the main thread is one of the workers */
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  pthread_mutex_destroy(&s.lock);
+  if (s.failed) {
+    fprintf(stderr, "kljit: precompile: %s\n  %s\n", kljit_status_string(s.failed), s.error);
+    return CLI_FAIL;
+  }
+  for (int a = 0; a < o->n_archs; a++)
+    printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], s.compiled[a],
+           o->dry_run ? "to compile" : "compiled now", s.cached[a], o->cache_dir);
+  if (o->dry_run || o->no_manifest) return CLI_OK;
+  return write_manifest(o->cache_dir);
+}
+
+int cli_precompile(int argc, char **argv) {
+  static precompile_opts o; /* large; one per process */
+  memset(&o, 0, sizeof o);
+  o.arch = "sm_80,sm_90", o.jobs = 1, o.n_problems = 1;
+  cli_problem_defaults(&o.problems[0]);
+  cli_parser p;
+  cli_parser_init(&p, argc, argv);
+  while (cli_next(&p)) {
+    if (cli_string(&p, "--arch", &o.arch)) continue;
+    if (cli_string(&p, "--cache-dir", &o.cache_dir)) continue;
+    if (cli_int(&p, "--jobs", 1, 64, &o.jobs)) continue;
+    if (cli_flag(&p, "--dry-run")) {
+      o.dry_run = 1;
+      continue;
+    }
+    if (cli_flag(&p, "--no-manifest")) {
+      o.no_manifest = 1;
+      continue;
+    }
+    if (cli_string(&p, "--wisdom", &o.wisdom)) continue;
+    if (cli_problem_option(&p, &o.problems[0])) {
+      o.problem_given = 1;
+      continue;
+    }
+    cli_unknown(&p);
+  }
+  if (cli_stopped(&p, usage)) return p.status;
+  if (o.wisdom && !o.problem_given) o.n_problems = 0;
+  if (!(o.n_archs = cli_parse_archs(&p, o.arch, o.archs, MAX_ARCHS))) return p.status;
+  return run(&o);
+}
