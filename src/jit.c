@@ -1,6 +1,7 @@
 /* jit.c — the compile pipeline of one kernel module, shared by plans and precompile. */
 #include "jit.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "jit_memo.h"
@@ -12,11 +13,11 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
   char storage[NVRTC_MAX_OPTIONS][64];
   const char *opts[NVRTC_MAX_OPTIONS];
   const int n = nvrtc_options(arch, storage, opts);
-  kljit_status st = sb_printf(key,
-                              "kljit-cache-key %d\nkljit %s\nsource-sha256 %s\n%s\narch sm_%d\n"
-                              "options",
-                              JIT_CACHE_FORMAT, KLJIT_VERSION_STRING, hex, nvrtc_version_string(),
-                              arch);
+  kljit_status st =
+      sb_printf(key,
+                "kljit-cache-key %d\nkljit %s\nsource-sha256 %s\n%s\narch sm_%d\n"
+                "options",
+                JIT_CACHE_FORMAT, KLJIT_VERSION_STRING, hex, nvrtc_version_string(), arch);
   for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) st = sb_printf(key, " %s", opts[i]);
   if (st == KLJIT_SUCCESS) st = sb_append(key, "\n", 1);
   return st;
@@ -81,4 +82,38 @@ done:
   return st;
 }
 
-void jit_bin_free(jit_bin *b) { sb_free(&b->cubin); }
+/* One module of a precompile into r (name, cache file, compiled, compile_ms): built, or with
+ * dry_run only rendered and looked up (r->compiled = 1 when it is missing). */
+kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config *cfg, int dry_run,
+                                   kljit_module_report *r) {
+  if (!dry_run) {
+    jit_bin bin;
+    kljit_status st = jit_build(k, arch, cfg, &bin);
+    if (st != KLJIT_SUCCESS) return st;
+    r->compiled = bin.source == CACHE_MISS;
+    r->compile_ms = bin.compile_ms;
+    snprintf(r->name, sizeof r->name, "%s", bin.name);
+    snprintf(r->file, sizeof r->file, "%s.kjc", bin.key_hash);
+    jit_bin_free(&bin);
+    return KLJIT_SUCCESS;
+  }
+  strbuf src = {0}, key = {0};
+  kljit_status st = kspec_render(k, &src);
+  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  if (st == KLJIT_SUCCESS) {
+    kspec_name(k, src.data, r->name);
+    cache_file_name(key.data, r->file);
+    cache_entry e = {0};
+    cache_result res = CACHE_MISS;
+    st = cache_lookup(cfg, key.data, &e, &res);
+    if (st == KLJIT_SUCCESS) r->compiled = res == CACHE_MISS;
+    cache_entry_free(&e);
+  }
+  sb_free(&src);
+  sb_free(&key);
+  return st;
+}
+
+void jit_bin_free(jit_bin *b) {
+  sb_free(&b->cubin);
+}

@@ -9,26 +9,6 @@
 #include "nvrtc_compile.h"
 #include "problem.h"
 
-/* A dry run: render and look up, compile nothing. *compiled = 1 when the module is missing. */
-static kljit_status module_probe(const kspec *k, int arch, const cache_config *cfg,
-                                 kljit_module_report *r) {
-  strbuf src = {0}, key = {0};
-  kljit_status st = kspec_render(k, &src);
-  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
-  if (st == KLJIT_SUCCESS) {
-    kspec_name(k, src.data, r->name);
-    cache_file_name(key.data, r->file);
-    cache_entry e;
-    cache_result res;
-    st = cache_lookup(cfg, key.data, &e, &res);
-    if (st == KLJIT_SUCCESS) r->compiled = res == CACHE_MISS;
-    cache_entry_free(&e);
-  }
-  sb_free(&src);
-  sb_free(&key);
-  return st;
-}
-
 kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const char *cache_dir,
                                  uint32_t flags, kljit_module_callback done, void *user) {
   const char *who = "kljit_precompile";
@@ -69,18 +49,7 @@ kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const c
     kljit_module_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r, r.arch = arch, r.index = i, r.count = count;
-    if (flags & KLJIT_PRECOMPILE_DRY_RUN) {
-      st = module_probe(specs[i], arch, &cfg, &r);
-    } else {
-      jit_bin bin;
-      st = jit_build(specs[i], arch, &cfg, &bin);
-      if (st != KLJIT_SUCCESS) break;
-      r.compiled = bin.source == CACHE_MISS;
-      r.compile_ms = bin.compile_ms;
-      snprintf(r.name, sizeof r.name, "%s", bin.name);
-      snprintf(r.file, sizeof r.file, "%s.kjc", bin.key_hash);
-      jit_bin_free(&bin);
-    }
+    st = jit_precompile_module(specs[i], arch, &cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
     if (st == KLJIT_SUCCESS && done) done(&r, user);
   }
   cache_config_free(&cfg);

@@ -60,26 +60,6 @@ static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_t
   return st;
 }
 
-/* A dry run of one module: render and look up, compile nothing. */
-static kljit_status probe(const kspec *k, int arch, const cache_config *cfg,
-                          kljit_module_report *r) {
-  strbuf src = {0}, key = {0};
-  kljit_status st = kspec_render(k, &src);
-  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
-  if (st == KLJIT_SUCCESS) {
-    kspec_name(k, src.data, r->name);
-    cache_file_name(key.data, r->file);
-    cache_entry e = {0};
-    cache_result res = CACHE_MISS;
-    st = cache_lookup(cfg, key.data, &e, &res);
-    if (st == KLJIT_SUCCESS) r->compiled = res == CACHE_MISS;
-    cache_entry_free(&e);
-  }
-  sb_free(&src);
-  sb_free(&key);
-  return st;
-}
-
 static kljit_status build_all(const spec_list *l, int arch, const cache_config *cfg, uint32_t flags,
                               kljit_module_callback done, void *user) {
   kljit_status st = KLJIT_SUCCESS;
@@ -87,17 +67,7 @@ static kljit_status build_all(const spec_list *l, int arch, const cache_config *
     kljit_module_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)l->n;
-    if (flags & KLJIT_PRECOMPILE_DRY_RUN) {
-      st = probe(&l->k[i], arch, cfg, &r);
-    } else {
-      jit_bin bin;
-      if ((st = jit_build(&l->k[i], arch, cfg, &bin)) != KLJIT_SUCCESS) break;
-      r.compiled = bin.source == CACHE_MISS;
-      r.compile_ms = bin.compile_ms;
-      snprintf(r.name, sizeof r.name, "%s", bin.name);
-      snprintf(r.file, sizeof r.file, "%s.kjc", bin.key_hash);
-      jit_bin_free(&bin);
-    }
+    st = jit_precompile_module(&l->k[i], arch, cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
     if (st == KLJIT_SUCCESS && done) done(&r, user);
   }
   return st;
