@@ -331,8 +331,10 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
  * args (rows, input, weight, bias, labels, teacher...); shard_stats ignores the outputs. Not for
  * REDUCTION_NONE. Unsharded plans may use them too (shards = 1).
  *
- * Checked mode runs in both calls and may fail on one rank only (a dense teacher slice): with
- * kljit_fused_nccl the other ranks then wait in the collective; check the inputs beforehand. */
+ * Checked mode runs in both calls and may fail on one rank only (a dense teacher slice): a
+ * caller with its own collectives must tell the other ranks before its all-gather, as
+ * kljit_fused_nccl does (one int32 all-reduce of the verdicts after kljit_shard_stats: then
+ * every rank returns KLJIT_ERR_BAD_INPUT_DATA, and none writes its outputs). */
 
 /* Bytes of one rank's per-row statistics for `rows` rows: rows * 8 floats. */
 KLJIT_API kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows,

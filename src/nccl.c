@@ -73,6 +73,30 @@ static int nccl_dtype(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? NCCL_FLOAT32 : dt == KLJIT_FP16 ? NCCL_FLOAT16 : NCCL_BFLOAT16;
 }
 
+/* Checked mode: the ranks' verdicts, all-reduced (max) through one int32 of device `scratch`
+ * before any collective that carries data, so that a rank whose inputs failed the check does
+ * not leave the others waiting in ncclAllGather. *any_bad: some rank's inputs failed. Syncs the
+ * stream (checked mode already does). */
+static kljit_status agree_on_check(const nccl_table *n, const kljit_plan *plan, void *comm,
+                                   void *stream, void *scratch, int bad, int *any_bad) {
+  const drv_table *d = plan->ctx->drv;
+  const CUstream s = (CUstream)stream;
+  const CUdeviceptr flag = (CUdeviceptr)(uintptr_t)scratch;
+  int32_t verdict = 0;
+  kljit_status st = ctx_enter(plan->ctx);
+  if (st == KLJIT_SUCCESS)
+    st = drv_check(d, d->cuMemsetD32Async(flag, (unsigned)bad, 1, s), "cuMemsetD32Async");
+  if (st == KLJIT_SUCCESS)
+    st = nccl_check(n, n->AllReduce(scratch, scratch, 1, NCCL_INT32, NCCL_MAX, comm, stream),
+                    "ncclAllReduce of the input check's verdict");
+  if (st == KLJIT_SUCCESS)
+    st = drv_check(d, d->cuMemcpyDtoHAsync(&verdict, flag, sizeof verdict, s),
+                   "cuMemcpyDtoHAsync");
+  if (st == KLJIT_SUCCESS) st = drv_check(d, d->cuStreamSynchronize(s), "cuStreamSynchronize");
+  *any_bad = verdict != 0;
+  return st;
+}
+
 kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_args *args,
                               void *comm) {
   const char *who = "kljit_fused_nccl";
@@ -96,7 +120,22 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
   float *local = (float *)((char *)args->workspace + w.stats);
   float *all = local + (size_t)args->rows * 8;
   const size_t nrec = (size_t)args->rows * 8;
-  if ((st = kljit_shard_stats(plan, stream, args, local))) return st;
+  st = kljit_shard_stats(plan, stream, args, local);
+  if (pb->flags & KLJIT_FLAG_CHECK_INPUTS) {
+    /* a bad teacher slice fails on its rank alone: every rank learns of it and returns */
+    if (st != KLJIT_SUCCESS && st != KLJIT_ERR_BAD_INPUT_DATA) return st;
+    const int mine = st == KLJIT_ERR_BAD_INPUT_DATA;
+    int any = 0;
+    kljit_status ag = agree_on_check(n, plan, comm, stream, all, mine, &any);
+    if (ag != KLJIT_SUCCESS) return ag;
+    if (mine) return st; /* kljit_shard_stats' message names the row and the defect */
+    if (any)
+      return err_set(KLJIT_ERR_BAD_INPUT_DATA,
+                     "%s: another rank's inputs failed KLJIT_FLAG_CHECK_INPUTS (that rank's "
+                     "status names the row and the defect); nothing was written", who);
+  } else if (st != KLJIT_SUCCESS) {
+    return st;
+  }
   if ((st = nccl_check(n, n->AllGather(local, all, nrec, NCCL_FLOAT32, comm, stream),
                        "ncclAllGather of the row statistics")))
     return st;

@@ -14,7 +14,8 @@ typedef void *nccl_comm;   /* ncclComm_t (an opaque pointer) */
 typedef void *nccl_stream; /* cudaStream_t */
 
 /* ncclDataType_t and ncclRedOp_t values of the NCCL 2.x ABI */
-enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9, NCCL_SUM = 0 };
+enum { NCCL_INT32 = 2, NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 };
+enum { NCCL_SUM = 0, NCCL_MAX = 2 };
 
 typedef struct nccl_table {
   nccl_result (*AllGather)(const void *send, void *recv, size_t sendcount, int datatype,

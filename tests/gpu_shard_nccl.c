@@ -2,7 +2,9 @@
  * the multi-GPU run). Each rank plans its shard of V = 1001 (not divisible by tp), runs
  * kljit_fused_nccl on its own GPU with an NCCL communicator, and compares the all-reduced loss
  * and dX and its rows of dW and db with the unsharded kljit_fused on the same GPU: fp32 inputs,
- * relative 1e-5 (loss) and relative Frobenius 1e-5 (gradients); bf16 inputs 5e-3.
+ * relative 1e-5 (loss) and relative Frobenius 1e-5 (gradients); bf16 inputs 5e-3. Then checked
+ * mode with a NaN in the last rank's teacher slice: every rank must return
+ * KLJIT_ERR_BAD_INPUT_DATA (none may wait in a collective) and leave its loss unwritten.
  *
  * The case forks tp children that exec this program again (`--rank r --tp n --dir D --form f
  * --dtype d`: no CUDA state crosses a fork); rank 0 writes the NCCL unique id to D/id, the
@@ -39,12 +41,14 @@ static double rel(double a, double b) {
   return a == b ? 0.0 : fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1e-30);
 }
 
-/* form 0: dense probs, batchmean, bias, ignored rows; 1: sparse BUCKET, mean. */
+/* form 0: dense probs, batchmean, bias, ignored rows; 1: sparse BUCKET, mean; 2: form 0 checked,
+ * with a NaN teacher entry in the last rank's slice (FORM_BAD). */
+enum { FORM_BAD = 2, BAD_ROW = 17 };
 static kljit_problem problem(int form, kljit_dtype dt) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = H, pb.vocab = V, pb.input_dtype = pb.weight_dtype = dt;
   pb.teacher_dtype = KLJIT_FP32, pb.label_dtype = KLJIT_INT64;
-  pb.flags = KLJIT_FLAG_BIAS;
+  pb.flags = KLJIT_FLAG_BIAS | (form == FORM_BAD ? KLJIT_FLAG_CHECK_INPUTS : 0);
   if (form == 1) {
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = K, pb.tail = KLJIT_TAIL_BUCKET;
     pb.topk_id_dtype = KLJIT_INT64, pb.reduction = KLJIT_REDUCTION_MEAN;
@@ -77,6 +81,7 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
       vals[r * K + k] = 0.6 / K * (0.5 + host_uniform(&rng));
     }
   }
+  if (form == FORM_BAD) t[(size_t)BAD_ROW * V + V - 1] = NAN;
   kljit_problem pb = problem(form, dt);
   if (comm) pb.vocab = v, pb.vocab_total = V, pb.vocab_offset = off, pb.shards = tp;
   kljit_plan *plan = NULL;
@@ -108,12 +113,25 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
     a.teacher = T.ptr;
   a.loss = LOSS.ptr, a.grad_input = DX.ptr, a.grad_weight = DW.ptr, a.grad_bias = DB.ptr;
   a.workspace = WS.ptr, a.workspace_size = ws;
-  TH_OK(comm ? kljit_fused_nccl(plan, NULL, &a, comm) : kljit_fused(plan, NULL, &a));
-  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
-  o->dx = malloc(sizeof(double) * N * H), o->dw = malloc(sizeof(double) * v * H);
-  o->db = malloc(sizeof(double) * v);
-  TH_CHECK(gbuf_download(&LOSS, &o->loss) == 0 && gbuf_download(&DX, o->dx) == 0 &&
-           gbuf_download(&DW, o->dw) == 0 && gbuf_download(&DB, o->db) == 0);
+  if (form == FORM_BAD) { /* every rank reports the bad slice; the loss keeps its poison */
+    const double poison = 12345.0;
+    TH_CHECK(gbuf_upload(&LOSS, &poison, NULL) == 0);
+    TH_STATUS(kljit_fused_nccl(plan, NULL, &a, comm), KLJIT_ERR_BAD_INPUT_DATA);
+    printf("rank of shard [%lld, %lld): %s\n", (long long)off, (long long)(off + v),
+           kljit_last_error());
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess && gbuf_download(&LOSS, &o->loss) == 0);
+    TH_CHECK(o->loss == poison);
+    o->dx = o->dw = o->db = NULL;
+  } else {
+    TH_OK(comm ? kljit_fused_nccl(plan, NULL, &a, comm) : kljit_fused(plan, NULL, &a));
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  if (form != FORM_BAD) {
+    o->dx = malloc(sizeof(double) * N * H), o->dw = malloc(sizeof(double) * v * H);
+    o->db = malloc(sizeof(double) * v);
+    TH_CHECK(gbuf_download(&LOSS, &o->loss) == 0 && gbuf_download(&DX, o->dx) == 0 &&
+             gbuf_download(&DW, o->dw) == 0 && gbuf_download(&DB, o->db) == 0);
+  }
   gbuf *all[] = {&X, &W, &B, &L, &T, &I, &VA, &LOSS, &DX, &DW, &DB, &WS};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gbuf_free(all[i]);
   kljit_plan_destroy(plan);
@@ -151,6 +169,13 @@ static int rank_main(int rank, int tp, const char *dir, int form, kljit_dtype dt
   TH_OK(kljit_context_create(&ctx, rank, NULL));
   const int64_t off = (int64_t)rank * V / tp, v = (int64_t)(rank + 1) * V / tp - off;
   run_out whole, mine;
+  if (form == FORM_BAD) {
+    alarm(300); /* a rank left waiting in a collective fails the case instead of hanging it */
+    const int rc = run(ctx, form, dt, off, v, tp, comm, &mine);
+    destroy(comm);
+    kljit_context_destroy(ctx);
+    return rc;
+  }
   int rc = run(ctx, form, dt, 0, V, 1, NULL, &whole);
   if (rc == TH_PASS) rc = run(ctx, form, dt, off, v, tp, comm, &mine);
   destroy(comm);
@@ -207,6 +232,7 @@ static int tp_cases(int tp) {
       if (r == TH_SKIP) return TH_SKIP; /* too few GPUs or no NCCL: the same for every run */
       if (r != TH_PASS) worst = TH_FAIL;
     }
+  if (spawn(tp, FORM_BAD, KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
   return worst;
 }
 
