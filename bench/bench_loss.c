@@ -12,6 +12,8 @@
  * Prints one CSV row per shape (stdout) and a table (stderr). Inputs are random, never zero.
  * --no-fused times the two-phase mode alone and --no-full skips the unchunked floor (whose
  * N x V logits do not fit at long context): the long-context run of the sparse issue.
+ * --native-logits times the opt-in bf16 logits (KLJIT_FLAG_NATIVE_LOGITS): the chunked floor
+ * then writes bf16 logits too, and validation takes that option's tolerances.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -52,6 +54,7 @@
 static int repeats = 10;
 static int topk = 0;                     /* 0: dense teacher */
 static int do_fused = 1, do_full = 1;
+static int native = 0;                   /* 1: KLJIT_FLAG_NATIVE_LOGITS */
 
 static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
   if (gpu_fill_bf16(dst, count, lo, hi, seed)) exit(1);
@@ -120,7 +123,7 @@ static void floor_gemms(shape_ctx *s, int gemms) {
   const float one = 1.0f, zero = 0.0f;
   const int64_t r = s->full ? s->n : s->chunk;
   const int ld = (int)((s->v + 7) / 8 * 8);
-  const cudaDataType zt = s->full ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType zt = s->full || native ? CUDA_R_16BF : CUDA_R_32F;
   for (int64_t row0 = 0; row0 < s->n; row0 += r) {
     const int n = (int)(s->n - row0 < r ? s->n - row0 : r);
     const char *x = (const char *)s->x + row0 * s->h * 2;
@@ -141,8 +144,9 @@ static void floor_gemms(shape_ctx *s, int gemms) {
 static void run_floor3(void *p) { floor_gemms(p, 3); }
 static void run_floor4(void *p) { floor_gemms(p, 4); }
 
-/* The teacher form of the bench's problems. */
+/* The teacher form (and the logits dtype) of the bench's problems. */
 static void set_teacher(kljit_problem *pb) {
+  if (native) pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
   if (!topk) return;
   pb->teacher = KLJIT_TEACHER_SPARSE_TOPK, pb->topk = topk, pb->topk_id_dtype = KLJIT_INT64;
 }
@@ -222,7 +226,10 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
     fprintf(stderr, "validation failed to run\n");
     exit(1);
   }
-  const int valid = le <= 1e-5 && xe <= 5e-3 && we <= 5e-3;
+  /* fp32 logits: the issue's bars. bf16 logits round every score to 8 bits (relative 2^-9),
+   * which the loss sums over the row and G carries: the gpu tests' native-logits bounds */
+  const int valid = native ? le <= 2e-3 && xe <= 2e-2 && we <= 2e-2
+                           : le <= 1e-5 && xe <= 5e-3 && we <= 5e-3;
 
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = h, pb.vocab = v;
@@ -308,7 +315,8 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   const int64_t ld = (v + 7) / 8 * 8;
   const size_t rows_c = (size_t)(s.chunk < n ? s.chunk : n), rows_f = do_full ? (size_t)n : 0;
   const size_t g_bytes = rows_c * ld * 2 > rows_f * ld * 2 ? rows_c * ld * 2 : rows_f * ld * 2;
-  const size_t z_bytes = rows_c * ld * 4 > rows_f * ld * 2 ? rows_c * ld * 4 : rows_f * ld * 2;
+  const size_t zsz = native ? 2 : 4;
+  const size_t z_bytes = rows_c * ld * zsz > rows_f * ld * 2 ? rows_c * ld * zsz : rows_f * ld * 2;
   CK(cudaMalloc(&s.g, g_bytes));
   fill_bf16(s.g, rows_c * ld, -1e-4, 1e-4, 5);
   CK(cudaMalloc(&s.logits, z_bytes));
@@ -336,8 +344,10 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
   CK(cudaFree(s.dst));
   /* bytes the row kernels must move (the GEMM's z write is not theirs): dense, z fp32 and the
    * bf16 teacher read twice, G bf16 written once (14 per logit); sparse, z read twice, G
-   * written once (10; fused) or z read once in forward, once in backward, G once (10) */
-  const double row_bytes = (double)n * (double)v * (topk ? 4 + 4 + 2 : 4 + 4 + 2 + 2 + 2);
+   * written once (10; fused) or z read once in forward, once in backward, G once (10). bf16
+   * logits: 2 bytes per read of z (10 dense, 6 sparse) */
+  const double zb = native ? 2 : 4;
+  const double row_bytes = (double)n * (double)v * (topk ? 2 * zb + 2 : 2 * zb + 2 + 2 + 2);
   const double rows_gbs = row_bytes / (t_rows * 1e-3) / 1e9;
   const double tflop = do_fused ? 6.0 * n * h * v / (t_fused * 1e-3) / 1e12
                                 : 8.0 * n * h * v / (t_two * 1e-3) / 1e12;
@@ -350,19 +360,20 @@ static void bench_shape(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int
     printf("gpu,driver,kljit,N,H,V,K,chunk,valid_loss_rel,valid_dx_rel,valid_dw_rel,"
            "deterministic,fused_ms,floor3_chunked_ms,floor3_full_ms,ratio_chunked,ratio_full,"
            "twophase_ms,floor4_chunked_ms,ratio4,rows_ms,rows_gbs,copy_gbs,rows_frac_copy,"
-           "fused_tflops,workspace_gib,hidden_alloc_mib\n");
+           "fused_tflops,workspace_gib,hidden_alloc_mib,logits\n");
   printf("%s,%d,%s,%lld,%lld,%lld,%d,%lld,%.2e,%.2e,%.2e,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-         "%.3f,%.3f,%.0f,%.0f,%.3f,%.1f,%.3f,%.1f\n",
+         "%.3f,%.3f,%.0f,%.0f,%.3f,%.1f,%.3f,%.1f,%s\n",
          prop.name, drv, kljit_version(), (long long)n, (long long)h, (long long)v, topk,
          (long long)s.chunk, le, xe, we, deterministic, t_fused, f3, f3full,
          f3 > 0 ? t_fused / f3 : 0.0, f3full > 0 ? t_fused / f3full : 0.0, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs, copy_gbs,
-         rows_gbs / copy_gbs, tflop, ws / (double)(1 << 30), hidden_alloc);
+         rows_gbs / copy_gbs, tflop, ws / (double)(1 << 30), hidden_alloc, native ? "bf16" : "f32");
   fflush(stdout);
   fprintf(stderr,
-          "%5lldx%4lldx%6lld K=%d valid=%d det=%d fused %.2f ms | floor chunked %.2f (x%.3f) full %.2f "
+          "%5lldx%4lldx%6lld K=%d %s valid=%d det=%d fused %.2f ms | floor chunked %.2f (x%.3f) full %.2f "
           "(x%.3f) | 2-phase %.2f vs %.2f (x%.3f) | rows %.2f ms %.0f GB/s = %.0f%% of copy %.0f | "
           "ws %.2f GiB hidden %.0f MiB\n",
-          (long long)n, (long long)h, (long long)v, topk, valid, deterministic, t_fused, f3,
+          (long long)n, (long long)h, (long long)v, topk, native ? "bf16-logits" : "f32-logits",
+          valid, deterministic, t_fused, f3,
           f3 > 0 ? t_fused / f3 : 0.0, f3full, f3full > 0 ? t_fused / f3full : 0.0, t_two, f4, twophase ? t_two / f4 : 0.0, t_rows, rows_gbs,
           100 * rows_gbs / copy_gbs, copy_gbs, ws / (double)(1 << 30), hidden_alloc);
   cudaFree(s.x), cudaFree(s.w), cudaFree(s.t), cudaFree(s.dx), cudaFree(s.dw), cudaFree(loss);
@@ -382,9 +393,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-fused")) do_fused = 0;
     else if (!strcmp(argv[i], "--no-full")) do_full = 0;
     else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--native-logits")) native = 1;
     else {
       fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R] [--topk K] [--no-twophase] "
-              "[--no-fused] [--no-full]\n", argv[0]);
+              "[--no-fused] [--no-full] [--native-logits]\n", argv[0]);
       return 2;
     }
   }

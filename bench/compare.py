@@ -23,7 +23,10 @@ probabilities, T = 1, batchmean, eps 1e-10; or the sparse top-K teacher, tail 'n
 Opt-in (--methods), for like-for-like dW accumulation: liger_accum_fp32 (Liger with
 accum_dtype=torch.float32, as kljit does by default) and kljit_fused_accum_out (kljit with
 grad_weight_accum='output': dW accumulated in bf16 across chunks, as Liger does by default;
-no V x H fp32 buffer).
+no V x H fp32 buffer). For the speed/precision trade of bf16 logits: kljit_fused_native
+(native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in fp32) and
+kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
+class on both counts).
 
 Per shape: inputs are made once (deterministic seed, random and never zero: X uniform in
 [-1, 1), W uniform in [-0.05, 0.05), bf16; teacher probs softmax(2 N(0, 1)) rows in bf16; sparse:
@@ -90,7 +93,7 @@ DENSE_SHAPES = [Shape(8192, 4096, 128256), Shape(4096, 4096, 128256), Shape(2048
                 Shape(8192, 2048, 32000), Shape(4096, 2048, 32000)]
 SPARSE_SHAPES = [Shape(65536, 2048, 151936, 100), Shape(8192, 4096, 128256, 100)]
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_two_phase", "liger_accum_fp32",
-           "kljit_fused_accum_out")
+           "kljit_fused_accum_out", "kljit_fused_native", "kljit_fused_native_accum_out")
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -374,7 +377,8 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     teacher = "sparse_topk" if shape.sparse else "dense_probs"
     config = LossConfig(teacher=teacher, reduction="batchmean", eps=EPS, tail=args.tail,
                         mode="two_phase" if method == "kljit_two_phase" else "fused",
-                        grad_weight_accum="output" if method.endswith("accum_out") else "fp32")
+                        grad_weight_accum="output" if method.endswith("accum_out") else "fp32",
+                        native_logits="_native" in method)
     impl = "dense" if shape.sparse else "gather"
 
     def plain(x: Any, w: Any, teacher_t: Any, ids: Any, vals: Any) -> Any:
