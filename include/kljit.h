@@ -313,8 +313,9 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
  * BUCKET's ghost-token term is counted on the rank with vocab_offset = 0. X, labels, the sparse
  * ids and values are the same on every rank. Sharded plans use the two-pass row kernels (no
  * cluster variant); kljit_fused, kljit_forward and kljit_backward refuse them
- * (KLJIT_ERR_UNSUPPORTED), and so, for now, does tuning on the GPU (KLJIT_PLAN_MEASURE and
- * EXHAUSTIVE time kljit_fused): plan shards with KLJIT_PLAN_ESTIMATE.
+ * (KLJIT_ERR_UNSUPPORTED). KLJIT_PLAN_MEASURE and EXHAUSTIVE tune a shard on its own GPU by
+ * timing kljit_shard_stats + kljit_shard_finish (the collective between them is not timed);
+ * REDUCTION_NONE has no split API and so no sharded plan to tune.
  *
  * Split API (callers with their own collectives), one chunk loop per call:
  *   1. kljit_shard_stats: this rank's per-row statistics, N records of 8 floats (dense

@@ -3,7 +3,9 @@
  *
  * What one timing is: a plan built with the candidate's tuning (plan_create_tuned) runs one
  * kljit_fused call over `rows` tokens (kljit_forward + kljit_backward for REDUCTION_NONE, which
- * has no fused mode), on kljit's own stream and buffers: random non-zero inputs of the
+ * has no fused mode; for a vocabulary shard, kljit_shard_stats + kljit_shard_finish on records
+ * of every rank that are this rank's, replicated once: the collective between them is the
+ * caller's and is not timed), on kljit's own stream and buffers: random non-zero inputs of the
  * problem's dtypes (a host tile repeated on the device), outputs and workspace that nobody
  * else reads. One warm-up call (it also picks the cuBLASLt algorithms), then repeats, each
  * after a 256 MiB memset that flushes the L2, timed with CUDA events; the median counts. A
@@ -33,6 +35,8 @@ typedef struct bench {
   CUstream stream;
   CUevent ev[2];
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
+  CUdeviceptr all; /* sharded: [shards][rows][8] records for kljit_shard_finish */
+  int all_ready;   /* the other ranks' slots hold (this rank's) records */
   size_t ws_bytes;
   kljit_args a;
   /* progress */
@@ -154,6 +158,7 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
   else
     s += up(n * v * td);
   s += 3 * up(n * 4 + (PLAN_HDR_FLOATS + 4 * n) * 4); /* loss, saved, grad_output */
+  if (prob_sharded(pb)) s += up(n * 32 * (size_t)pb->shards);
   return s;
 }
 
@@ -172,7 +177,8 @@ static kljit_status alloc(bench *b, CUdeviceptr *p, size_t bytes) {
 
 static void free_all(bench *b) {
   CUdeviceptr *all[] = {&b->x,  &b->w,  &b->b,  &b->t,     &b->ids,  &b->vals, &b->loss,
-                        &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush};
+                        &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush,
+                        &b->all};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (*all[i]) b->d->cuMemFree(*all[i]), *all[i] = 0;
   for (int i = 0; i < 2; i++)
@@ -226,6 +232,8 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (PLAN_HDR_FLOATS + 4 * n) * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->gout, n * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->flush, FLUSH_BYTES);
+  if (st == KLJIT_SUCCESS && prob_sharded(pb))
+    st = alloc(b, &b->all, n * 32 * (size_t)pb->shards);
   if (st != KLJIT_SUCCESS) return st;
   /* inputs: |z| of order 0.1; a teacher of the right form with every entry non-zero */
   const double lv = log(1.0 / (double)v), k = sparse ? (double)pb->topk : 1.0;
@@ -264,8 +272,27 @@ static kljit_status setup(bench *b) {
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
+/* A shard's step without its collective: this rank's records go to slot 0; the other slots get
+ * a copy of them once (finite, plausible records: the merge costs the same whatever they hold). */
+static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
+  void *s = (void *)b->stream;
+  float *all = (float *)(uintptr_t)b->all;
+  kljit_status st = kljit_shard_stats(plan, s, &b->a, all);
+  if (st == KLJIT_SUCCESS && !b->all_ready) {
+    const size_t bytes = (size_t)b->rows * 32;
+    st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+    for (int k = 1; k < b->pb->shards && st == KLJIT_SUCCESS; k++)
+      st = DRV(b, cuMemcpyDtoD(b->all + (size_t)k * bytes, b->all, bytes), "cuMemcpyDtoD");
+    /* device-to-device copies run on the legacy stream without waiting for the host */
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    b->all_ready = st == KLJIT_SUCCESS;
+  }
+  return st == KLJIT_SUCCESS ? kljit_shard_finish(plan, s, &b->a, all, b->pb->shards) : st;
+}
+
 static kljit_status call(bench *b, const kljit_plan *plan) {
   void *s = (void *)b->stream;
+  if (prob_sharded(b->pb)) return sharded_call(b, plan);
   if (!b->two_phase) return kljit_fused(plan, s, &b->a);
   kljit_status st = kljit_forward(plan, s, &b->a);
   return st == KLJIT_SUCCESS ? kljit_backward(plan, s, &b->a) : st;

@@ -8,7 +8,8 @@
  * kljit_shard_finish runs per shard, and the test sums the shards' losses and dX (the
  * all-reduce) and concatenates dW and db. Both results are compared with the fp64 reference
  * (tests/ref.h) and with each other: fp32 inputs, loss relative 1e-5, gradients relative
- * Frobenius 1e-5. Skips (77) without a GPU.
+ * Frobenius 1e-5. Skips (77) without a GPU. One case plans the shards with KLJIT_PLAN_MEASURE
+ * (the tuner times each shard's split calls) instead of KLJIT_PLAN_ESTIMATE.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "ref.h"
 
 static kljit_context *the_ctx;
+static kljit_plan_rigor shard_rigor = KLJIT_PLAN_ESTIMATE; /* how run_tp plans the shards */
 
 typedef struct scase {
   const char *name;
@@ -198,8 +200,12 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
     const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
     kljit_problem pb = base_problem(c);
     pb.vocab = v, pb.vocab_total = V, pb.vocab_offset = off, pb.shards = tp;
-    kljit_status st = kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plans[r]);
+    kljit_status st = kljit_plan_create(the_ctx, &pb, shard_rigor, &plans[r]);
     if (st) fprintf(stderr, "shard %d plan: %s\n", r, kljit_last_error());
+    if (!st && shard_rigor == KLJIT_PLAN_MEASURE && r == 0) {
+      printf("tp=%d shard 0, measured plan:\n%s", tp, kljit_plan_describe(plans[r]));
+      fail |= strstr(kljit_plan_describe(plans[r]), "(measure") == NULL;
+    }
     fail |= st != KLJIT_SUCCESS || dev_setup(c, in, plans[r], off, v, &devs[r], &args[r]);
     size_t bytes = 0;
     fail |= fail || kljit_plan_shard_stats_size(plans[r], N, &bytes) != KLJIT_SUCCESS ||
@@ -370,6 +376,24 @@ static int all_rows_ignored_gives_zero(void) {
   return run_case(&c);
 }
 
+/* The shards tuned on the GPU (KLJIT_PLAN_MEASURE, private wisdom files, a short budget). */
+static int measured_in(const char *dir) {
+  char sys[4096], user[4096];
+  snprintf(sys, sizeof sys, "%s/system.wisdom", dir), snprintf(user, sizeof user, "%s/user.wisdom", dir);
+  setenv("KLJIT_SYSTEM_WISDOM", sys, 1), setenv("KLJIT_WISDOM", user, 1);
+  setenv("KLJIT_TUNE_BUDGET_S", "2", 1), setenv("KLJIT_TUNE_ROWS", "512", 1);
+  shard_rigor = KLJIT_PLAN_MEASURE;
+  const scase c = {"dense probs, batchmean, bias, ignored rows; shards tuned (MEASURE)",
+                   KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0};
+  const int rc = run_case(&c);
+  shard_rigor = KLJIT_PLAN_ESTIMATE;
+  return rc;
+}
+static int measured_shard_plans_match(void) {
+  return th_in_tmpdir("gpu-shard", measured_in);
+}
+
 static const th_case cases[] = {
     {"dense_probs_batchmean_with_ignored_rows", dense_probs_batchmean_with_ignored_rows},
     {"dense_logits_own_teacher_temperature_mean", dense_logits_own_teacher_temperature_mean},
@@ -377,5 +401,6 @@ static const th_case cases[] = {
     {"sparse_tail_bucket_mean", sparse_tail_bucket_mean},
     {"sparse_tail_renorm_logprobs", sparse_tail_renorm_logprobs},
     {"all_rows_ignored_gives_zero", all_rows_ignored_gives_zero},
+    {"measured_shard_plans_match", measured_shard_plans_match},
 };
 TH_MAIN(cases)

@@ -4,6 +4,6 @@ add_executable(gpu_shard gpu_shard.c)
 target_link_libraries(gpu_shard PRIVATE kljit kljit_gpusupport)
 foreach(case dense_probs_batchmean_with_ignored_rows dense_logits_own_teacher_temperature_mean
         sparse_tail_none_batchmean sparse_tail_bucket_mean sparse_tail_renorm_logprobs
-        all_rows_ignored_gives_zero)
+        all_rows_ignored_gives_zero measured_shard_plans_match)
   kljit_test(NAME gpu.shard.${case} EXE gpu_shard CASE ${case} LABELS gpu TIMEOUT 900)
 endforeach()
