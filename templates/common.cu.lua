@@ -2,8 +2,8 @@
 %--
 %-- Holds what the kernel families share: fixed-width types, fp16/bf16 <-> fp32 conversions
 %-- written in PTX (so no CUDA header is needed at run time), vector loads of N elements,
-%-- warp/block reductions in a fixed order (results are bitwise reproducible run to run), and
-%-- the (max, sum-exp) merge of the online softmax.
+%-- one warp/block reduction for any record and merge, in a fixed order (results are bitwise
+%-- reproducible run to run), and the (max, sum-exp) merge of the online softmax.
 %--
 %-- Parameters: none.
 %--
@@ -124,66 +124,63 @@ __device__ __forceinline__ md_t md_merge(md_t a, md_t b) {
   return r;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ md_t warp_md(md_t v) {
+/* Merge functors of warp_reduce / block_reduce (the families add their own). */
+struct sum_op {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct md_op {
+  __device__ __forceinline__ md_t operator()(md_t a, md_t b) const { return md_merge(a, b); }
+};
+
+/* Butterfly over the warp: every lane gets the merge of the 32 lanes' values, combined in the
+ * same order on every run (offsets 16, 8, 4, 2, 1; merge(own, other)). R is any record of
+ * 4-byte words (float, double, a struct of floats), shuffled word by word; memcpy is the
+ * aliasing-safe way to see its words and compiles to register moves (no local memory). */
+template <typename R, typename Merge>
+__device__ __forceinline__ R warp_reduce(R v, Merge merge) {
+  static_assert(sizeof(R) % 4 == 0, "warp_reduce shuffles 4-byte words");
+  constexpr int W = sizeof(R) / 4;
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
-    md_t w;
-    w.m = __shfl_xor_sync(0xffffffffu, v.m, o);
-    w.d = __shfl_xor_sync(0xffffffffu, v.d, o);
-    v = md_merge(v, w);
+    u32 a[W], b[W];
+    memcpy(a, &v, sizeof(R));
+#pragma unroll
+    for (int i = 0; i < W; i++) b[i] = __shfl_xor_sync(0xffffffffu, a[i], o);
+    R w;
+    memcpy(&w, b, sizeof(R));
+    v = merge(v, w);
   }
   return v;
 }
 
-/* Block-wide reductions for a block of THREADS threads (a multiple of 32); every thread gets
- * the result. `sh` needs THREADS/32 elements; the function ends with the block synchronized. */
-template <int THREADS>
-__device__ __forceinline__ float block_sum(float v, float* sh) {
-  v = warp_sum(v);
+/* Block-wide reduction for a block of THREADS threads (a multiple of 32): each warp reduces,
+ * lane 0 of warp k writes sh[k], then every warp reduces sh[0 .. THREADS/32) (`empty` in the
+ * lanes above), so every thread gets the result. `sh` needs THREADS/32 elements; the function
+ * ends with the block synchronized, so sh may be reused at once. */
+template <int THREADS, typename R, typename Merge>
+__device__ __forceinline__ R block_reduce(R v, R* sh, R empty, Merge merge) {
+  v = warp_reduce(v, merge);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) sh[warp] = v;
   __syncthreads();
-  v = lane < THREADS / 32 ? sh[lane] : 0.0f;
-  v = warp_sum(v);
+  v = lane < THREADS / 32 ? sh[lane] : empty;
+  v = warp_reduce(v, merge);
   __syncthreads();
   return v;
+}
+
+/* The block reductions the kernels call. */
+template <int THREADS>
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  return block_reduce<THREADS>(v, sh, 0.0f, sum_op());
 }
 template <int THREADS>
 __device__ __forceinline__ double block_sum_d(double v, double* sh) {
-  v = warp_sum_d(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < THREADS / 32 ? sh[lane] : 0.0;
-  v = warp_sum_d(v);
-  __syncthreads();
-  return v;
+  return block_reduce<THREADS>(v, sh, 0.0, sum_op());
 }
 template <int THREADS>
 __device__ __forceinline__ md_t block_md(md_t v, md_t* sh) {
-  v = warp_md(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (lane < THREADS / 32) {
-    v = sh[lane];
-  } else {
-    v.m = KL_NEG_INF;
-    v.d = 0.0f;
-  }
-  v = warp_md(v);
-  __syncthreads();
-  return v;
+  return block_reduce<THREADS>(v, sh, md_t{KL_NEG_INF, 0.0f}, md_op());
 }
 
 /* Reads label i (int32 or int64 as the call says) and tells whether the row is kept. */

@@ -166,40 +166,17 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
   a.m = m, a.don = don, a.doff = doff;
 }
 
-/* Merges (m, don, doff) records in a fixed order: every thread gets the block's record. */
-__device__ __forceinline__ acc_t acc_merge(acc_t a, acc_t b) {
-  const float m = fmaxf(a.m, b.m);
-  if (m == KL_NEG_INF) return a;
-  const float ra = expf(a.m - m), rb = expf(b.m - m);
-  acc_t r;
-  r.m = m, r.don = a.don * ra + b.don * rb, r.doff = a.doff * ra + b.doff * rb;
-  return r;
-}
-__device__ __forceinline__ acc_t warp_acc(acc_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    acc_t w;
-    w.m = __shfl_xor_sync(0xffffffffu, v.m, o);
-    w.don = __shfl_xor_sync(0xffffffffu, v.don, o);
-    w.doff = __shfl_xor_sync(0xffffffffu, v.doff, o);
-    v = acc_merge(v, w);
+/* Merges two (m, don, doff) records: the merge functor of block_reduce (common.cu.lua). */
+struct acc_merge {
+  __device__ __forceinline__ acc_t operator()(acc_t a, acc_t b) const {
+    const float m = fmaxf(a.m, b.m);
+    if (m == KL_NEG_INF) return a;
+    const float ra = expf(a.m - m), rb = expf(b.m - m);
+    acc_t r;
+    r.m = m, r.don = a.don * ra + b.don * rb, r.doff = a.doff * ra + b.doff * rb;
+    return r;
   }
-  return v;
-}
-__device__ __forceinline__ acc_t block_acc(acc_t v, acc_t* sh) {
-  v = warp_acc(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (lane < THREADS / 32) {
-    v = sh[lane];
-  } else {
-    v.m = KL_NEG_INF, v.don = 0.0f, v.doff = 0.0f;
-  }
-  v = warp_acc(v);
-  __syncthreads();
-  return v;
-}
+};
 
 __device__ __forceinline__ int seg_begin() { return blockIdx.x * SEG; }
 __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) * SEG); }
@@ -256,7 +233,7 @@ kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
     acc_add(a, s, 0u);
 #endif
   }
-  a = block_acc(a, sh_acc);
+  a = block_reduce<THREADS>(a, sh_acc, acc_t{KL_NEG_INF, 0.0f, 0.0f}, acc_merge());
   if (threadIdx.x == 0) {
     float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
     out[0] = a.m, out[1] = a.don, out[2] = a.doff;
