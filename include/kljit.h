@@ -303,6 +303,18 @@ KLJIT_API kljit_status kljit_forward(const kljit_plan *plan, void *stream,
 KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
                                       const kljit_args *args);
 
+/* The upstream gradient of a fused call, applied afterwards without a host synchronization:
+ * multiplies in place, on `stream`, the gradients kljit_fused wrote — args->grad_input
+ * (rows x hidden, input dtype), args->grad_weight (vocab x hidden) and, with KLJIT_FLAG_BIAS,
+ * args->grad_bias (vocab), both in grad_weight_dtype — by the fp32 scalar at
+ * args->grad_output (device memory). For autograd, whose upstream gradient arrives after the
+ * fused call has run: one read and write of each gradient, each product rounded once.
+ * KLJIT_EXEC_NO_GRAD_INPUT / NO_GRAD_WEIGHT skip those; KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT is
+ * refused (dW would hold earlier gradients, which must not be scaled again), and so is
+ * REDUCTION_NONE (no fused mode). The other fields of args are not read. */
+KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
+                                         const kljit_args *args);
+
 /* ---- tensor parallelism (vocabulary-parallel head) -------------------------------------- *
  * With the head sharded over the vocabulary across `shards` ranks (Megatron style: rank r holds
  * rows [vocab_offset, vocab_offset + vocab) of W, any split, V need not divide), each rank builds

@@ -348,6 +348,60 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
   return execute(plan, stream, args, KLJIT_MODE_FUSED, "kljit_fused");
 }
 
+static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
+                              const float *s, int out) {
+  const long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
+  void *params[] = {&ptr, &n, (void *)&s, &out};
+  return exec_launch(p, FN_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks), 1,
+                     256, params, stream);
+}
+
+static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,
+                                const char *who) {
+  const kljit_problem *pb = &p->pb;
+  if (a->struct_size != sizeof(kljit_args))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
+                   "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
+                   sizeof(kljit_args));
+  const uint32_t known = KLJIT_EXEC_NO_GRAD_INPUT | KLJIT_EXEC_NO_GRAD_WEIGHT;
+  if (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT: grad_weight holds earlier gradients, "
+                   "which must not be scaled again", who);
+  if (a->flags & ~known)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
+                   who, a->flags, a->flags & ~known);
+  if (pb->reduction == KLJIT_REDUCTION_NONE)
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "%s: reduction NONE has no fused mode, so no gradients to scale afterwards", who);
+  if (a->rows < 1 || a->rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->rows = %lld, must be in [1, 2^31)",
+                   who, (long long)a->rows);
+  const int dx = !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT), dw = !(a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT);
+  const int db = dw && (pb->flags & KLJIT_FLAG_BIAS);
+  TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
+  if (dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
+  if (dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
+  if (db) TRY(check_ptr(p, who, "grad_bias", a->grad_bias, prob_dtype_size(pb->grad_weight_dtype)));
+  if (dx) TRY(run_scale(p, stream, a->grad_input, (long long)(a->rows * pb->hidden), a->grad_output, 0));
+  if (dw)
+    TRY(run_scale(p, stream, a->grad_weight, (long long)(pb->vocab * pb->hidden), a->grad_output, 1));
+  if (db) TRY(run_scale(p, stream, a->grad_bias, (long long)pb->vocab, a->grad_output, 1));
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  const char *who = "kljit_scale_grads";
+  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  kljit_status st = ctx_enter(plan->ctx);
+  if (st != KLJIT_SUCCESS) return st;
+  st = scale_grads(plan, stream, args, who);
+  ctx_leave(plan->ctx);
+  return st;
+}
+
 kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const char *who) {
   kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
   if (st != KLJIT_SUCCESS) return st;

@@ -12,7 +12,7 @@
 
 enum plan_fn {
   FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, FN_MERGE, /* rows (dense or sparse) */
-  FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT,  /* helpers module */
+  FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT, FN_SCALE, /* helpers module */
   FN_COUNT
 };
 

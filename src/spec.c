@@ -135,7 +135,7 @@ static const char *const SPARSE[] = {"kl_sparse_stats",    "kl_sparse_fused",
                                      "kl_sparse_forward",  "kl_sparse_backward",
                                      "kl_sparse_check",    "kl_sparse_merge", NULL};
 static const char *const HELPERS[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
-                                      NULL};
+                                      "kl_scale", NULL};
 
 static const char *const *family_kernels(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? DENSE

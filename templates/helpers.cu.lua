@@ -11,12 +11,14 @@
 %--                   order (deterministic, no atomics).
 %--   kl_convert      dst (+)= scale * src, fp32 -> OUT dtype (dW, db from their fp32
 %--                   accumulators; scale undoes fp16 G's multiplier for db).
+%--   kl_scale        p[i] *= *s in place, p of GRAD (dX) or OUT (dW, db) dtype: the upstream
+%--                   gradient applied after a fused call (kljit_scale_grads), read on the device.
 %--
 %-- Parameters: V, LD, LDG (row stride of G in its elements), GRAD, OUT (f32|bf16|f16), REDUCTION
 %-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode), VTOT (the global
 %-- vocabulary size of a sharded head, MEAN's divisor; default V).
 %-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
-%-- x ceil(V/256); kl_convert with 256 threads x any grid (grid-stride).
+%-- x ceil(V/256); kl_convert and kl_scale with 256 threads x any grid (grid-stride).
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
 %if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
 %if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
@@ -103,4 +105,31 @@ kl_convert(const float* __restrict__ src, out_t* __restrict__ dst, i64 n, int ac
     const float prev = accumulate ? to_f32(dst[i]) : 0.0f;
     dst[i] = from_f32<out_t>(prev + scale * src[i]);
   }
+}
+
+/* p[0, n) *= s: 16-byte vectors where p is 16-byte aligned, one element at a time for the rest
+ * (or all of it); the product is rounded once to T, as an fp32 multiply then a store. */
+template <typename T>
+__device__ __forceinline__ void scale_in_place(T* p, i64 n, float s) {
+  constexpr int VEC = 16 / sizeof(T);
+  const i64 stride = (i64)gridDim.x * 256, first = (i64)blockIdx.x * 256 + threadIdx.x;
+  const i64 nv = ((unsigned long long)p % 16 == 0) ? n / VEC : 0;
+  for (i64 i = first; i < nv; i += stride) {
+    float v[VEC];
+    load_n<VEC, true>(p + i * VEC, v);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] *= s;
+    store_n<VEC, true>(p + i * VEC, v);
+  }
+  for (i64 i = nv * VEC + first; i < n; i += stride) p[i] = from_f32<T>(to_f32(p[i]) * s);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+kl_scale(void* p, i64 n, const float* __restrict__ s, int out) {
+  /* out = 0: p holds GRAD elements (dX); 1: OUT elements (dW, db) */
+  const float f = *s;
+  if (out)
+    scale_in_place(static_cast<out_t*>(p), n, f);
+  else
+    scale_in_place(static_cast<grad_t*>(p), n, f);
 }

@@ -22,6 +22,7 @@
 
 #include "gpu_util.h"
 #include "harness.h"
+#include "host_dtype.h"
 #include "kljit.h"
 
 enum { ROWS = 8, HIDDEN = 64, VOCAB = 1000 };
@@ -554,6 +555,85 @@ static int one_plan_on_two_threads_and_streams_matches_a_serial_run(void) {
   return bad ? TH_FAIL : TH_PASS;
 }
 
+/* kljit_scale_grads after kljit_fused: every element of dX, dW and db becomes exactly the
+ * fp32 product with the upstream scalar rounded to its dtype (the host computes the same);
+ * NO_GRAD_WEIGHT leaves dW and db alone; bad arguments change nothing. */
+static int expect_scaled(const gbuf *b, const double *before, float s, int scaled) {
+  double *now = malloc(sizeof(double) * b->n), one = 0;
+  unsigned char tmp[8];
+  TH_CHECK(now && gbuf_download(b, now) == 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    double want = before[i];
+    if (scaled) { /* fp32 product, rounded once to the buffer's dtype */
+      host_store(tmp, b->dt, 0, (double)((float)before[i] * s));
+      want = host_load(tmp, b->dt, 0);
+    }
+    bad += memcmp(&now[i], &want, sizeof want) != 0;
+    one += fabs(now[i]);
+  }
+  free(now);
+  if (bad) fprintf(stderr, "%zu of %zu elements differ from the expected product\n", bad, b->n);
+  TH_CHECK(bad == 0 && one > 0);
+  return TH_PASS;
+}
+
+static int scale_grads_multiplies_each_gradient_once_in_place(void) {
+  fixture f;
+  kljit_problem pb = small_problem();
+  pb.input_dtype = pb.weight_dtype = KLJIT_BF16, pb.flags = KLJIT_FLAG_BIAS;
+  pb.grad_weight_dtype = KLJIT_BF16;
+  int rc = fixture_make(&f, &pb);
+  if (rc != TH_PASS) return rc;
+  gbuf db;
+  TH_CHECK(gbuf_alloc(&db, pb.grad_weight_dtype, VOCAB) == 0);
+  kljit_args a = good_args(&f, KLJIT_MODE_FUSED);
+  a.bias = f.bias.ptr, a.grad_bias = db.ptr;
+  TH_OK(kljit_fused(f.plan, NULL, &a));
+  double *x0 = malloc(sizeof(double) * f.dx.n), *w0 = malloc(sizeof(double) * f.dw.n);
+  double b0[VOCAB];
+  TH_CHECK(x0 && w0 && gbuf_download(&f.dx, x0) == 0 && gbuf_download(&f.dw, w0) == 0 &&
+           gbuf_download(&db, b0) == 0);
+  const float s = -0.37f;
+  double go[ROWS] = {s};
+  TH_CHECK(gbuf_upload(&f.go, go, NULL) == 0);
+  kljit_args g = KLJIT_ARGS_INIT;
+  g.rows = ROWS, g.grad_input = f.dx.ptr, g.grad_weight = f.dw.ptr, g.grad_bias = db.ptr;
+  g.grad_output = f.go.ptr;
+  /* refused, nothing changes: accumulated dW, a host scalar, unknown flags */
+  kljit_args bad = g;
+  bad.flags = KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT;
+  TH_STATUS(kljit_scale_grads(f.plan, NULL, &bad), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_scale_grads: KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT"));
+  bad = g, bad.grad_output = &s;
+  TH_STATUS(kljit_scale_grads(f.plan, NULL, &bad), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "grad_output"));
+  bad = g, bad.flags = 1u << 30;
+  TH_STATUS(kljit_scale_grads(f.plan, NULL, &bad), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  if ((rc = expect_scaled(&f.dx, x0, s, 0)) || (rc = expect_scaled(&f.dw, w0, s, 0)) ||
+      (rc = expect_scaled(&db, b0, s, 0)))
+    return rc;
+  /* dX only, then everything */
+  kljit_args only_dx = g;
+  only_dx.flags = KLJIT_EXEC_NO_GRAD_WEIGHT;
+  TH_OK(kljit_scale_grads(f.plan, NULL, &only_dx));
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  if ((rc = expect_scaled(&f.dx, x0, s, 1)) || (rc = expect_scaled(&f.dw, w0, s, 0)) ||
+      (rc = expect_scaled(&db, b0, s, 0)))
+    return rc;
+  TH_CHECK(gbuf_download(&f.dx, x0) == 0);
+  TH_OK(kljit_scale_grads(f.plan, NULL, &g));
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  if ((rc = expect_scaled(&f.dx, x0, s, 1)) || (rc = expect_scaled(&f.dw, w0, s, 1)) ||
+      (rc = expect_scaled(&db, b0, s, 1)))
+    return rc;
+  free(x0), free(w0);
+  gbuf_free(&db);
+  fixture_free(&f);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"valid_arguments_are_accepted_and_write_the_outputs",
      valid_arguments_are_accepted_and_write_the_outputs},
@@ -575,5 +655,7 @@ static const th_case cases[] = {
      unknown_exec_flags_are_rejected_before_any_write},
     {"one_plan_on_two_threads_and_streams_matches_a_serial_run",
      one_plan_on_two_threads_and_streams_matches_a_serial_run},
+    {"scale_grads_multiplies_each_gradient_once_in_place",
+     scale_grads_multiplies_each_gradient_once_in_place},
 };
 TH_MAIN(cases)

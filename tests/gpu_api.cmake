@@ -13,6 +13,7 @@ foreach(case
     reduction_none_in_fused_mode_is_unsupported
     runtime_temperature_zero_nan_or_infinite_is_rejected_before_any_write
     unknown_exec_flags_are_rejected_before_any_write
-    one_plan_on_two_threads_and_streams_matches_a_serial_run)
+    one_plan_on_two_threads_and_streams_matches_a_serial_run
+    scale_grads_multiplies_each_gradient_once_in_place)
   kljit_test(NAME gpu.api.${case} EXE gpu_api CASE ${case} LABELS gpu)
 endforeach()

@@ -480,13 +480,13 @@ static int null_plan_queries_are_rejected_and_write_nothing(void) {
 typedef kljit_status (*exec_fn)(const kljit_plan *, void *, const kljit_args *);
 
 static int null_plan_executions_are_rejected_and_write_nothing(void) {
-  const exec_fn fns[] = {kljit_fused, kljit_forward, kljit_backward};
-  const char *names[] = {"kljit_fused", "kljit_forward", "kljit_backward"};
+  const exec_fn fns[] = {kljit_fused, kljit_forward, kljit_backward, kljit_scale_grads};
+  const char *names[] = {"kljit_fused", "kljit_forward", "kljit_backward", "kljit_scale_grads"};
   /* Host buffers stand in for the outputs: with no plan nothing may touch them. */
   enum { N = 64 };
   float loss[N], saved[N], gin[N], gw[N], ws[N], ref[N];
   memset(ref, 0xFF, sizeof ref);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     memset(loss, 0xFF, sizeof loss), memset(saved, 0xFF, sizeof saved);
     memset(gin, 0xFF, sizeof gin), memset(gw, 0xFF, sizeof gw), memset(ws, 0xFF, sizeof ws);
     kljit_args a = KLJIT_ARGS_INIT;

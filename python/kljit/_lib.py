@@ -409,6 +409,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    # Newer entry points, used when the library has them (Plan.can_scale_grads).
+    optional = {"kljit_scale_grads": (st, [vp, vp, ar])}
+    for name, (restype, argtypes) in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
 
 
 def _check_library(lib: ctypes.CDLL, path: str) -> None:
@@ -579,6 +586,18 @@ class Plan:
                     Mode.FORWARD: (lib.kljit_forward, "kljit_forward"),
                     Mode.BACKWARD: (lib.kljit_backward, "kljit_backward")}[Mode(mode)]
         check(fn(self._handle, ctypes.c_void_p(stream or None), ctypes.byref(args)), name)
+
+    @staticmethod
+    def can_scale_grads() -> bool:
+        """Whether the loaded library has kljit_scale_grads."""
+        return hasattr(load_library(), "kljit_scale_grads")
+
+    def scale_grads(self, stream: int, args: Args) -> None:
+        """kljit_scale_grads: args' dX, dW, db times the fp32 scalar at args.grad_output, in
+        place on `stream`, with no host synchronization."""
+        lib = load_library()
+        check(lib.kljit_scale_grads(self._handle, ctypes.c_void_p(stream or None),
+                                    ctypes.byref(args)), "kljit_scale_grads")
 
 
 _contexts: Dict[int, Context] = {}
