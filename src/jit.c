@@ -84,6 +84,23 @@ done:
 
 /* One module of a precompile into r (name, cache file, compiled, compile_ms): built, or with
  * dry_run only rendered and looked up (r->compiled = 1 when it is missing). */
+kljit_status jit_precompile_check(const char *who, int arch, const char *cache_dir,
+                                  uint32_t flags) {
+  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
+                   (unsigned)flags);
+  char arch_text[16];
+  snprintf(arch_text, sizeof arch_text, "%d", arch);
+  if (!nvrtc_parse_arch(arch_text))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: arch = %d, must be a real architecture of sm_80 or newer (80, 86, 89, "
+                   "90, ...)",
+                   who, arch);
+  if (cache_dir && !*cache_dir)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
+  return KLJIT_SUCCESS;
+}
+
 kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config *cfg, int dry_run,
                                    kljit_module_report *r) {
   if (!dry_run) {

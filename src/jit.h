@@ -23,6 +23,11 @@ void jit_bin_free(jit_bin *b);
 /* The cache key text of a rendered source for an arch (format in docs/cache-format.md). */
 kljit_status jit_key_text(const char *source, int arch, strbuf *key);
 
+/* The arguments kljit_precompile and kljit_precompile_wisdom share: flags (DRY_RUN only), a real
+ * architecture of sm_80 or newer, and a cache_dir that is NULL or not empty. */
+kljit_status jit_precompile_check(const char *who, int arch, const char *cache_dir,
+                                  uint32_t flags);
+
 /* One module of kljit_precompile / kljit_precompile_wisdom: compiled (or found) into the cache,
  * or with dry_run only rendered and looked up; fills r's name, file, compiled and compile_ms. */
 kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config *cfg, int dry_run,

@@ -6,28 +6,17 @@
 #include <string.h>
 
 #include "jit.h"
-#include "nvrtc_compile.h"
 #include "problem.h"
 
 kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const char *cache_dir,
                                  uint32_t flags, kljit_module_callback done, void *user) {
   const char *who = "kljit_precompile";
   kljit_status st = prob_validate(problem, who);
+  if (st == KLJIT_SUCCESS) st = jit_precompile_check(who, arch, cache_dir, flags);
   if (st != KLJIT_SUCCESS) return st;
-  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
-                   (unsigned)flags);
-  char arch_text[16];
-  snprintf(arch_text, sizeof arch_text, "%d", arch);
-  if (!nvrtc_parse_arch(arch_text))
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: arch = %d, must be a real architecture of sm_80 or newer (80, 86, 89, "
-                   "90, ...)",
-                   who, arch);
   cache_config cfg;
   memset(&cfg, 0, sizeof cfg);
   if (cache_dir) {
-    if (!*cache_dir) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
     if (!(cfg.rw_dir = strdup(cache_dir)))
       return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   } else if ((st = cache_config_from_env(&cfg))) {

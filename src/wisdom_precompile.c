@@ -12,7 +12,6 @@
 
 #include "jit.h"
 #include "jit_memo.h"
-#include "nvrtc_compile.h"
 #include "wisdom.h"
 
 typedef struct spec_list {
@@ -79,20 +78,10 @@ kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const ch
   if (!wisdom_file || !*wisdom_file)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom_file is %s", who,
                    wisdom_file ? "empty" : "NULL");
-  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
-                   (unsigned)flags);
-  char arch_text[16];
-  snprintf(arch_text, sizeof arch_text, "%d", arch);
-  if (!nvrtc_parse_arch(arch_text))
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: arch = %d, must be a real architecture of sm_80 or newer (80, 86, 89, "
-                   "90, ...)",
-                   who, arch);
-  if (cache_dir && !*cache_dir)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
+  kljit_status st = jit_precompile_check(who, arch, cache_dir, flags);
+  if (st != KLJIT_SUCCESS) return st;
   wisdom_set set;
-  kljit_status st = wisdom_read_file(wisdom_file, &set, NULL);
+  st = wisdom_read_file(wisdom_file, &set, NULL);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
   spec_list list = {0};
   for (size_t i = 0; i < set.n && st == KLJIT_SUCCESS; i++) {
