@@ -47,25 +47,31 @@ static kljit_status check_absent(const char *who, const char *name, const void *
     if (try_st_ != KLJIT_SUCCESS) return try_st_; \
   } while (0)
 
-/* stats_only: kljit_shard_stats (fused-mode workspace; no loss or gradient outputs). */
-static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mode mode,
-                             int stats_only, const char *who) {
-  if (!p) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
-  if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+/* What every entry point taking kljit_args checks first: the struct's size, flags within
+ * `known`, and a row count in [1, 2^31). */
+static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
   if (a->struct_size != sizeof(kljit_args))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
                    "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
                    sizeof(kljit_args));
-  const kljit_problem *pb = &p->pb;
-  const uint32_t known = KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
-                         KLJIT_EXEC_NO_GRAD_WEIGHT;
   if (a->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
                    who, a->flags, a->flags & ~known);
   if (a->rows < 1 || a->rows > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->rows = %lld, must be in [1, 2^31)",
                    who, (long long)a->rows);
+  return KLJIT_SUCCESS;
+}
+
+/* stats_only: kljit_shard_stats (fused-mode workspace; no loss or gradient outputs). */
+static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mode mode,
+                             int stats_only, const char *who) {
+  if (!p) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  const kljit_problem *pb = &p->pb;
+  TRY(check_args_head(a, KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
+                             KLJIT_EXEC_NO_GRAD_WEIGHT, who));
   if (mode == KLJIT_MODE_FUSED && pb->reduction == KLJIT_REDUCTION_NONE)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "%s: reduction NONE needs the two-phase mode (kljit_forward, kljit_backward): "
@@ -359,25 +365,15 @@ static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,
                                 const char *who) {
   const kljit_problem *pb = &p->pb;
-  if (a->struct_size != sizeof(kljit_args))
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
-                   "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
-                   sizeof(kljit_args));
-  const uint32_t known = KLJIT_EXEC_NO_GRAD_INPUT | KLJIT_EXEC_NO_GRAD_WEIGHT;
+  TRY(check_args_head(a, KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
+                             KLJIT_EXEC_NO_GRAD_WEIGHT, who));
   if (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT: grad_weight holds earlier gradients, "
                    "which must not be scaled again", who);
-  if (a->flags & ~known)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
-                   who, a->flags, a->flags & ~known);
   if (pb->reduction == KLJIT_REDUCTION_NONE)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "%s: reduction NONE has no fused mode, so no gradients to scale afterwards", who);
-  if (a->rows < 1 || a->rows > INT32_MAX)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->rows = %lld, must be in [1, 2^31)",
-                   who, (long long)a->rows);
   const int dx = !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT), dw = !(a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT);
   const int db = dw && (pb->flags & KLJIT_FLAG_BIAS);
   TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
