@@ -378,9 +378,7 @@ static int all_rows_ignored_gives_zero(void) {
 
 /* The shards tuned on the GPU (KLJIT_PLAN_MEASURE, private wisdom files, a short budget). */
 static int measured_in(const char *dir) {
-  char sys[4096], user[4096];
-  snprintf(sys, sizeof sys, "%s/system.wisdom", dir), snprintf(user, sizeof user, "%s/user.wisdom", dir);
-  setenv("KLJIT_SYSTEM_WISDOM", sys, 1), setenv("KLJIT_WISDOM", user, 1);
+  th_private_wisdom(dir);
   setenv("KLJIT_TUNE_BUDGET_S", "2", 1), setenv("KLJIT_TUNE_ROWS", "512", 1);
   shard_rigor = KLJIT_PLAN_MEASURE;
   const scase c = {"dense probs, batchmean, bias, ignored rows; shards tuned (MEASURE)",

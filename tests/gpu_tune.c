@@ -17,14 +17,6 @@
 #include "harness.h"
 #include "kljit.h"
 
-static void private_wisdom(const char *dir) {
-  char sys[PATH_MAX], user[PATH_MAX];
-  th_path_in(sys, dir, "system-wisdom");
-  th_path_in(user, dir, "wisdom");
-  setenv("KLJIT_SYSTEM_WISDOM", sys, 1);
-  setenv("KLJIT_WISDOM", user, 1);
-}
-
 typedef struct tracker {
   int candidates, timed, skipped, finished;
   double heuristic_ms, best_ms, elapsed_s, budget_s;
@@ -76,7 +68,7 @@ static int tune_in(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
-  private_wisdom(dir);
+  th_private_wisdom(dir);
   setenv("KLJIT_TUNE_BUDGET_S", "20", 1);
   setenv("KLJIT_TUNE_ROWS", "4096", 1);
   kljit_problem pb = KLJIT_PROBLEM_INIT;
@@ -99,7 +91,7 @@ static int tune_in(const char *dir) {
   TH_CHECK(strstr(text, "bucket=4096") && strstr(text, "rigor=measure"));
   kljit_free(text);
   char user[PATH_MAX];
-  th_path_in(user, dir, "wisdom");
+  th_path_in(user, dir, "user-wisdom");
   TH_CHECK(access(user, R_OK) == 0);
   /* WISDOM_ONLY now plans from it; MEASURE reuses it without tuning again */
   kljit_plan *wise, *heur;
@@ -129,7 +121,7 @@ static int measure_in(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
-  private_wisdom(dir);
+  th_private_wisdom(dir);
   setenv("KLJIT_TUNE_BUDGET_S", "10", 1);
   setenv("KLJIT_TUNE_ROWS", "2048", 1);
   kljit_problem pb = KLJIT_PROBLEM_INIT;
@@ -212,7 +204,7 @@ static int warm_in(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
-  private_wisdom(dir);
+  th_private_wisdom(dir);
   const kljit_problem pb = readme_problem();
   kljit_plan *p, *held;
   double t0 = now_ms();

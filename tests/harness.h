@@ -93,6 +93,16 @@ static inline void th_path_in(char out[PATH_MAX], const char *dir, const char *n
   if (snprintf(out, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX) fprintf(stderr, "path too long\n");
 }
 
+/* Private wisdom files for this process in dir (system-wisdom, user-wisdom): set before any
+ * wisdom call, so tests neither read nor write the user's. */
+static inline void th_private_wisdom(const char *dir) {
+  char sys[PATH_MAX], user[PATH_MAX];
+  th_path_in(sys, dir, "system-wisdom");
+  th_path_in(user, dir, "user-wisdom");
+  setenv("KLJIT_SYSTEM_WISDOM", sys, 1);
+  setenv("KLJIT_WISDOM", user, 1);
+}
+
 static inline int th_main(int argc, char **argv, const th_case *cases, size_t n) {
   if (argc < 2) {
     int worst = TH_PASS;

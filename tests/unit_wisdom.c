@@ -28,15 +28,6 @@ static const char H[] = "kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n";
 #define CHOICE(c, r, ms) \
   " -> chunk_rows=" c " threads=256 split=4 cluster=0 nv=1 rigor=" r " rows=8192 ms=" ms
 
-/* Private default files for this process (before any wisdom call). */
-static void private_defaults(const char *dir) {
-  char sys[PATH_MAX], user[PATH_MAX];
-  th_path_in(sys, dir, "system-wisdom");
-  th_path_in(user, dir, "user-wisdom");
-  setenv("KLJIT_SYSTEM_WISDOM", sys, 1);
-  setenv("KLJIT_WISDOM", user, 1);
-}
-
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   if (!f) return -1;
@@ -75,7 +66,7 @@ static int count_lines(const char *s, const char *needle) {
 /* ---- format ------------------------------------------------------------------------------ */
 
 static int round_trip_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   char text[4096];
   snprintf(text, sizeof text,
            "%s# a comment\n\n" GPU_B DENSE "bucket=8192" CHOICE("2048", "measure", "1.5") "\n"
@@ -126,7 +117,7 @@ static int rejected(const char *text, const char *want) {
 }
 
 static int stale_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   TH_OK(kljit_wisdom_import_string("kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n" GPU_A DENSE
                                    "bucket=8192" CHOICE("2048", "measure", "1.5") "\n"));
   const char *entry = GPU_A DENSE "bucket=4096" CHOICE("2048", "measure", "1.5") "\n";
@@ -159,7 +150,7 @@ static int stale_or_foreign_text_is_rejected_whole(void) {
 }
 
 static int bad_lines_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   static const struct {
     const char *line, *why;
   } bad[] = {
@@ -234,7 +225,7 @@ static int import_one(const char *bucket, const char *rigor, const char *ms) {
 }
 
 static int merge_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   double ms;
   int rigor;
   TH_CHECK(import_one("8192", "measure", "10") == 0);
@@ -262,7 +253,7 @@ static int merge_keeps_higher_rigor_then_lower_time(void) {
 /* ---- default files ----------------------------------------------------------------------- */
 
 static int defaults_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   char sys[PATH_MAX], user[PATH_MAX], buf[PATH_MAX];
   th_path_in(sys, dir, "system-wisdom");
   th_path_in(user, dir, "user-wisdom");
@@ -302,7 +293,7 @@ static int system_file_then_user_file_are_read_on_first_use(void) {
 }
 
 static int bad_defaults_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   char sys[PATH_MAX];
   th_path_in(sys, dir, "system-wisdom");
   TH_CHECK(write_file(sys, "kljit-wisdom 1 kljit=0.0.1\n") == 0); /* stale: skipped */
@@ -333,7 +324,7 @@ static wisdom_entry tuned_entry(int64_t bucket, double ms) {
 }
 
 static int user_file_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   char user[PATH_MAX], sub[PATH_MAX];
   th_path_in(sub, dir, "a/b/wisdom"); /* parents are created */
   setenv("KLJIT_WISDOM", sub, 1);
@@ -380,7 +371,7 @@ static int tuned_entries_are_merged_into_the_user_file(void) {
 /* ---- rigor rules (what kljit_plan_create does, without its GPU) -------------------------- */
 
 static int no_wisdom_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   const kljit_problem pb = dense_problem();
   prob_tuning t;
   tune_source src;
@@ -413,7 +404,7 @@ static int wisdom_only_without_wisdom_is_no_wisdom_naming_the_key(void) {
 }
 
 static int estimate_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   unsetenv("KLJIT_TUNE_ROWS"); /* tuning bucket 8192 */
   const kljit_problem pb = dense_problem();
   prob_tuning t;
@@ -549,7 +540,7 @@ static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms
 }
 
 static int precompile_in(const char *dir) {
-  private_defaults(dir);
+  th_private_wisdom(dir);
   char ro[PATH_MAX], rw[PATH_MAX], file[PATH_MAX];
   th_path_in(ro, dir, "cluster-cache");
   th_path_in(rw, dir, "user-cache");
