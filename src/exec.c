@@ -118,21 +118,21 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   return KLJIT_SUCCESS;
 }
 
-kljit_status exec_launch(const kljit_plan *p, int fn, unsigned gx, unsigned gy,
-                         unsigned threads, void **params, void *stream) {
+kljit_status exec_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
+                         unsigned threads, const kargs *args, void *stream) {
+  const plan_kernel *k = &p->kernel[step];
+  if (!k->sig)
+    return err_set(KLJIT_ERR_INTERNAL, "the plan has no %s kernel", kiface_step_name(step));
+  void *params[KIFACE_MAX_ARGS];
+  kiface_marshal(k->sig, args, params);
   return drv_check(p->ctx->drv,
-                   p->ctx->drv->cuLaunchKernel(p->fn[fn], gx, gy, 1, threads, 1, 1, 0,
+                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, threads, 1, 1, 0,
                                                (CUstream)stream, params, NULL),
-                   "cuLaunchKernel");
+                   k->sig->name);
 }
 
-
 static kljit_status run_setup(exec_call *c) {
-  const kljit_args *a = c->a;
-  long long n = a->rows;
-  float t = (float)a->temperature;
-  void *params[] = {(void *)&a->labels, &c->labels_is64, &c->ignore, &n, &t, &c->gmult, &c->hdr};
-  return exec_launch(c->p, FN_SETUP, 1, 1, 1024, params, c->stream);
+  return exec_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
 }
 
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
@@ -143,16 +143,10 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
                   c->ws + c->w.z, 1.0f, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
 }
 
-static kljit_status run_stats(exec_call *c, long long row0, int64_t n) {
+static kljit_status run_stats(exec_call *c, int64_t n) {
   const kljit_plan *p = c->p;
-  const kljit_args *a = c->a;
-  void *z = c->ws + c->w.z, *part = c->ws + c->w.part;
-  /* the sparse stats read the ids (BUCKET's support bitmap) where the dense read the teacher */
-  const void *const *t = c->sparse ? &a->teacher_ids : &a->teacher;
-  void *params[] = {&z, (void *)t, (void *)&a->bias, (void *)&a->labels,
-                    &c->labels_is64, &c->ignore, &c->hdr, &part, &row0};
-  return exec_launch(p, FN_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
-                (unsigned)p->geom.tune.threads, params, c->stream);
+  return exec_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
+                     (unsigned)p->geom.tune.threads, &c->k, c->stream);
 }
 
 /* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
@@ -174,32 +168,25 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
                  (const char *)a->input + xoff, g, dw, c->galpha, beta, c->ws + c->w.lt,
                  c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
-    int rows = (int)n, accumulate = !first;
-    void *db = c->ws + c->w.db;
-    void *params[] = {&g, &rows, &db, &accumulate};
-    TRY(exec_launch(p, FN_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, params, c->stream));
+    c->k.accumulate = !first;
+    TRY(exec_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
+                    c->stream));
   }
   return KLJIT_SUCCESS;
 }
 
 static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
                                 float scale) {
-  int accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
-  void *src = c->ws + src_off;
-  void *params[] = {&src, &dst, &n, &accumulate, &scale};
+  c->k.accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+  c->k.src = c->ws + src_off, c->k.dst = dst, c->k.count = n, c->k.scale = scale;
   const long long blocks = (n + 255) / 256;
-  return exec_launch(c->p, FN_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256, params,
-                c->stream);
+  return exec_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
+                     &c->k, c->stream);
 }
 
 /* Split API: one record per chunk row from its SPLIT partials -> c->stats_out[(row0 + r) * 8]. */
-static kljit_status run_merge(exec_call *c, long long row0, int64_t n) {
-  const kljit_args *a = c->a;
-  void *part = c->ws + c->w.part;
-  int rows = (int)n;
-  void *params[] = {&part, (void *)&a->labels, &c->labels_is64, &c->ignore, &rows,
-                    &c->stats_out, &row0};
-  return exec_launch(c->p, FN_MERGE, (unsigned)((n + 255) / 256), 1, 256, params, c->stream);
+static kljit_status run_merge(exec_call *c, int64_t n) {
+  return exec_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
 }
 
 static kljit_status run_finish_grads(exec_call *c) {
@@ -214,11 +201,7 @@ static kljit_status run_finish_grads(exec_call *c) {
 }
 
 static kljit_status run_finish_loss(exec_call *c) {
-  void *lossp = c->ws + c->w.lossp;
-  int split = c->p->geom.p2_split;
-  long long n = c->a->rows;
-  void *params[] = {&lossp, &split, &n, &c->hdr, (void *)&c->a->loss};
-  return exec_launch(c->p, FN_FINISH, 1, 1, 1024, params, c->stream);
+  return exec_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, 1024, &c->k, c->stream);
 }
 
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
@@ -231,57 +214,23 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
     TRY(exec_check_inputs(c));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
+  const kiface_step row_step = mode == KLJIT_MODE_FUSED     ? KSTEP_FUSED
+                               : mode == KLJIT_MODE_FORWARD ? KSTEP_FORWARD
+                                                            : KSTEP_BACKWARD;
   for (long long row0 = 0; row0 < a->rows; row0 += R) {
     const int64_t n = a->rows - row0 < R ? a->rows - row0 : R;
+    c->k.row0 = row0;
+    c->k.chunk_rows = (int32_t)n;
+    /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
+    c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;
     TRY(run_logits(c, row0, n));
-    void *z = c->ws + c->w.z, *g = c->ws + c->w.g, *part = c->ws + c->w.part;
-    void *lossp = c->ws + c->w.lossp;
-    const unsigned gx = (unsigned)p->geom.p2_split, gy = (unsigned)n;
-    const unsigned th = (unsigned)p->geom.tune.threads;
-    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all)
-      TRY(run_stats(c, row0, n));
+    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all) TRY(run_stats(c, n));
     if (c->stats_out) { /* kljit_shard_stats: the records are all it writes */
-      TRY(run_merge(c, row0, n));
+      TRY(run_merge(c, n));
       continue;
     }
-    /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
-    const float *recs = c->all ? c->all + row0 * 8 : (const float *)part;
-    int nrec = c->all ? c->nrec : p->geom.tune.split;
-    long long srow = c->all ? 1 : p->geom.tune.split, srec = c->all ? a->rows : 1;
-    /* (z, [g], teacher | ids, values, bias, labels, labels_is64, ignore_index, hdr, ...) */
-    int per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
-    void *params[16];
-    int k = 0;
-    params[k++] = &z;
-    if (mode != KLJIT_MODE_FORWARD) params[k++] = &g;
-    if (c->sparse) {
-      params[k++] = (void *)&a->teacher_ids;
-      params[k++] = (void *)&a->teacher_values;
-    } else {
-      params[k++] = (void *)&a->teacher;
-    }
-    params[k++] = (void *)&a->bias;
-    params[k++] = (void *)&a->labels;
-    params[k++] = &c->labels_is64;
-    params[k++] = &c->ignore;
-    params[k++] = &c->hdr;
-    if (mode == KLJIT_MODE_BACKWARD) {
-      params[k++] = &c->rowstat;
-      params[k++] = (void *)&a->grad_output;
-      params[k++] = &per_row;
-    } else {
-      params[k++] = (void *)&recs;
-      params[k++] = &nrec;
-      params[k++] = &srow;
-      params[k++] = &srec;
-      if (mode == KLJIT_MODE_FORWARD) params[k++] = &c->rowstat;
-      params[k++] = &lossp;
-    }
-    params[k++] = &row0;
-    const int fn = mode == KLJIT_MODE_FUSED     ? FN_FUSED
-                   : mode == KLJIT_MODE_FORWARD ? FN_FORWARD
-                                                : FN_BACKWARD;
-    TRY(exec_launch(p, fn, gx, gy, th, params, c->stream));
+    TRY(exec_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
+                    (unsigned)p->geom.tune.threads, &c->k, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (c->stats_out) return KLJIT_SUCCESS;
@@ -302,6 +251,42 @@ static float grad_multiplier(const kljit_problem *pb, int64_t rows) {
   if (pb->reduction == KLJIT_REDUCTION_MEAN)
     c = 1.0 / ((double)rows * (double)prob_vocab_total(pb)); /* the same on every shard */
   return (float)exp2(8.0 - rint(log2(c)));
+}
+
+/* The kernel arguments that stay the same for the whole call (exec_call.k); the chunk loop sets
+ * row0, chunk_rows and recs, the helpers their own. */
+void exec_call_args(exec_call *c, int nrec) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  kargs *k = &c->k;
+  memset(k, 0, sizeof *k);
+  k->z = c->ws + c->w.z;
+  k->g = c->ws + c->w.g;
+  k->part = c->ws + c->w.part;
+  k->lossp = c->ws + c->w.lossp;
+  k->db = c->ws + c->w.db;
+  k->check_flag = c->ws + c->w.check;
+  k->teacher = a->teacher;
+  k->teacher_ids = a->teacher_ids;
+  k->teacher_values = a->teacher_values;
+  k->bias = a->bias;
+  k->labels = a->labels;
+  k->labels_is64 = c->labels_is64;
+  k->ignore_index = c->ignore;
+  k->hdr = c->hdr;
+  k->rowstat = c->rowstat;
+  k->grad_output = a->grad_output;
+  k->per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
+  k->loss = a->loss;
+  k->stats_out = c->stats_out;
+  k->rows = a->rows;
+  k->temperature = (float)a->temperature;
+  k->gmult = c->gmult;
+  k->p2_split = p->geom.p2_split;
+  /* pass 2's records: the chunk's SPLIT partials of each row, or every shard's record */
+  k->nrec = c->all ? nrec : p->geom.tune.split;
+  k->srow = c->all ? 1 : p->geom.tune.split;
+  k->srec = c->all ? a->rows : 1;
 }
 
 /* stats_out: kljit_shard_stats; all (with nrec records per row): kljit_shard_finish. */
@@ -337,7 +322,8 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.gmult = grad_multiplier(&p->pb, a->rows);
     c.galpha = 1.0f / c.gmult;
     c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
-    c.stats_out = stats_out, c.all = all, c.nrec = nrec;
+    c.stats_out = stats_out, c.all = all;
+    exec_call_args(&c, nrec);
     st = run_mode(&c, mode);
     if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
   }
@@ -357,9 +343,11 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
 static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
                               const float *s, int out) {
   const long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
-  void *params[] = {&ptr, &n, (void *)&s, &out};
-  return exec_launch(p, FN_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks), 1,
-                     256, params, stream);
+  kargs k;
+  memset(&k, 0, sizeof k);
+  k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
+  return exec_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks),
+                     1, 256, &k, stream);
 }
 
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,

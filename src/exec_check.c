@@ -29,20 +29,7 @@ kljit_status exec_check_inputs(const exec_call *c) {
   CUstream s = (CUstream)c->stream;
   kljit_status st = drv_check(d, d->cuMemsetD32Async(flag, 0xFFFFFFFFu, 2, s), "cuMemsetD32Async");
   if (st != KLJIT_SUCCESS) return st;
-  void *fp = c->ws + c->w.check;
-  void *params[6];
-  int k = 0;
-  if (c->sparse) {
-    params[k++] = (void *)&a->teacher_ids;
-    params[k++] = (void *)&a->teacher_values;
-  } else {
-    params[k++] = (void *)&a->teacher;
-  }
-  params[k++] = (void *)&a->labels;
-  params[k++] = (void *)&c->labels_is64;
-  params[k++] = (void *)&c->ignore;
-  params[k++] = &fp;
-  st = exec_launch(p, FN_CHECK, (unsigned)a->rows, 1, 256, params, c->stream);
+  st = exec_launch(p, KSTEP_CHECK, (unsigned)a->rows, 1, 256, &c->k, c->stream);
   uint64_t verdict = 0;
   if (st == KLJIT_SUCCESS)
     st = drv_check(d, d->cuMemcpyDtoHAsync(&verdict, flag, sizeof verdict, s),

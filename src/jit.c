@@ -1,10 +1,12 @@
 /* jit.c — the compile pipeline of one kernel module, shared by plans and precompile. */
 #include "jit.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "jit_memo.h"
+#include "kiface.h"
 #include "nvrtc_compile.h"
 
 kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
@@ -23,6 +25,33 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
   return st;
 }
 
+kljit_status jit_meta_manifest(const char *meta, strbuf *manifest) {
+  kljit_status st = KLJIT_SUCCESS;
+  for (const char *l = meta ? meta : ""; *l && st == KLJIT_SUCCESS;) {
+    const char *nl = strchr(l, '\n');
+    const size_t n = nl ? (size_t)(nl - l) : strlen(l);
+    if (n > 7 && strncmp(l, "kernel=", 7) == 0) {
+      st = sb_append(manifest, l + 7, n - 7);
+      if (st == KLJIT_SUCCESS) st = sb_append(manifest, "\n", 1);
+    }
+    l += n + (nl != NULL);
+  }
+  return st;
+}
+
+/* A cache hit is used only when the manifest stored with it is the one this build's template
+ * declares: the plan marshals its arguments by that manifest, and a launch with the wrong
+ * arguments is silent memory corruption, not an error. */
+static kljit_status check_cached_manifest(const jit_bin *b, const cache_entry *e) {
+  strbuf stored = {0};
+  kljit_status st = jit_meta_manifest(e->meta, &stored);
+  if (st == KLJIT_SUCCESS)
+    st = kiface_compare(b->manifest.data, stored.data ? stored.data : "", b->name);
+  if (st != KLJIT_SUCCESS) err_prefix(st, "cache entry %s.kjc: ", b->key_hash);
+  sb_free(&stored);
+  return st;
+}
+
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
   memset(out, 0, sizeof *out);
   double t0 = util_now();
@@ -30,14 +59,19 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   kljit_status st = KLJIT_SUCCESS;
   /* a key computed before in this process needs no render until a compile does (jit_memo.h) */
   const int memo = jit_memo_enabled() && jit_memo_spec_text(k, arch, &spec) == KLJIT_SUCCESS;
-  const int known = memo && jit_memo_get(spec.data, &key, out->name, out->key_hash);
+  const int known =
+      memo && jit_memo_get(spec.data, &key, &out->manifest, out->name, out->key_hash);
   if (!known) {
-    st = kspec_render(k, &src);
+    sb_free(&key);
+    sb_free(&out->manifest);
+    st = kspec_render_iface(k, &src, &out->manifest);
     if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
     if (st == KLJIT_SUCCESS) {
       kspec_name(k, src.data, out->name);
       sha256_hex(key.data, key.len, out->key_hash);
-      if (memo) jit_memo_put(spec.data, key.data, out->name, out->key_hash);
+      if (memo)
+        jit_memo_put(spec.data, key.data, out->manifest.data ? out->manifest.data : "",
+                     out->name, out->key_hash);
     }
   }
   out->render_ms = 1e3 * (util_now() - t0);
@@ -49,7 +83,9 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   st = cache_lookup(cfg, key.data, &e, &res);
   if (st != KLJIT_SUCCESS) goto done;
   if (res != CACHE_MISS) {
-    st = sb_append(&out->cubin, (const char *)e.payload, e.payload_len);
+    st = check_cached_manifest(out, &e);
+    if (st == KLJIT_SUCCESS)
+      st = sb_append(&out->cubin, (const char *)e.payload, e.payload_len);
     out->source = res;
     cache_entry_free(&e);
     out->cache_ms = 1e3 * (util_now() - t0);
@@ -61,10 +97,15 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   out->compile_ms = 1e3 * (util_now() - t0);
   if (st != KLJIT_SUCCESS) goto done;
   strbuf meta = {0};
-  st = sb_printf(&meta, "name=%s\ntemplate=%s\narch=sm_%d\ncompile_ms=%.1f\nkernels=", out->name,
+  st = sb_printf(&meta, "name=%s\ntemplate=%s\narch=sm_%d\ncompile_ms=%.1f\n", out->name,
                  kspec_template(k), arch, out->compile_ms);
-  for (const char *const *kn = kspec_kernels(k); *kn && st == KLJIT_SUCCESS; kn++)
-    st = sb_printf(&meta, "%s%s", *kn, kn[1] ? "," : "\n");
+  /* the manifest, one kernel=<line> each (docs/cache-format.md) */
+  for (const char *l = out->manifest.data; l && *l && st == KLJIT_SUCCESS;) {
+    const char *nl = strchr(l, '\n');
+    const int n = (int)(nl ? nl - l : (ptrdiff_t)strlen(l));
+    st = sb_printf(&meta, "kernel=%.*s\n", n, l);
+    l += n + (nl != NULL);
+  }
   if (st == KLJIT_SUCCESS) {
     /* The cubin is in hand: a cache that cannot take it (full disk, read-only or unsafe
      * directory) costs the next process a compile, not this plan its kernels. */
@@ -133,4 +174,5 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
 
 void jit_bin_free(jit_bin *b) {
   sb_free(&b->cubin);
+  sb_free(&b->manifest);
 }

@@ -5,10 +5,12 @@
 #include "cache.h"
 #include "spec.h"
 
-enum { JIT_CACHE_FORMAT = 1 };
+/* 2: entries carry the kernel manifest (kernel= metadata lines, docs/cache-format.md). */
+enum { JIT_CACHE_FORMAT = 2 };
 
 typedef struct jit_bin {
   strbuf cubin;
+  strbuf manifest;        /* the module's kernel interface (src/kiface.h), checked on a hit */
   char name[64];          /* kspec_name */
   char key_hash[65];      /* sha256 of the key text = cache file name stem */
   cache_result source;    /* CACHE_MISS: compiled now */
@@ -19,6 +21,9 @@ typedef struct jit_bin {
  * may be disabled). */
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out);
 void jit_bin_free(jit_bin *b);
+
+/* The manifest stored in a cache entry's metadata (its kernel= lines), appended to `manifest`. */
+kljit_status jit_meta_manifest(const char *meta, strbuf *manifest);
 
 /* The cache key text of a rendered source for an arch (format in docs/cache-format.md). */
 kljit_status jit_key_text(const char *source, int arch, strbuf *key);

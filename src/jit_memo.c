@@ -9,7 +9,7 @@
 enum { MEMO_BUCKETS = 256, MEMO_MAX_ENTRIES = 8192 };
 
 typedef struct memo_entry {
-  char *spec_text, *key_text;
+  char *spec_text, *key_text, *manifest;
   char name[64], key_hash[65];
   struct memo_entry *next;
 } memo_entry;
@@ -60,12 +60,14 @@ static unsigned hash_text(const char *s) { /* FNV-1a */
   return h % MEMO_BUCKETS;
 }
 
-int jit_memo_get(const char *spec_text, strbuf *key_text, char name[64], char key_hash[65]) {
+int jit_memo_get(const char *spec_text, strbuf *key_text, strbuf *manifest, char name[64],
+                 char key_hash[65]) {
   int found = 0;
   pthread_mutex_lock(&lock);
   for (const memo_entry *e = buckets[hash_text(spec_text)]; e; e = e->next)
     if (!strcmp(e->spec_text, spec_text)) {
-      found = sb_append(key_text, e->key_text, strlen(e->key_text)) == KLJIT_SUCCESS;
+      found = sb_append(key_text, e->key_text, strlen(e->key_text)) == KLJIT_SUCCESS &&
+              sb_append(manifest, e->manifest, strlen(e->manifest)) == KLJIT_SUCCESS;
       memcpy(name, e->name, sizeof e->name);
       memcpy(key_hash, e->key_hash, sizeof e->key_hash);
       break;
@@ -74,15 +76,16 @@ int jit_memo_get(const char *spec_text, strbuf *key_text, char name[64], char ke
   return found;
 }
 
-void jit_memo_put(const char *spec_text, const char *key_text, const char *name,
-                  const char *key_hash) {
+void jit_memo_put(const char *spec_text, const char *key_text, const char *manifest,
+                  const char *name, const char *key_hash) {
   const unsigned b = hash_text(spec_text);
   pthread_mutex_lock(&lock);
   int present = 0;
   for (const memo_entry *e = buckets[b]; e && !present; e = e->next)
     present = !strcmp(e->spec_text, spec_text);
   memo_entry *e = present || entries >= MEMO_MAX_ENTRIES ? NULL : calloc(1, sizeof *e);
-  if (e && (e->spec_text = strdup(spec_text)) && (e->key_text = strdup(key_text))) {
+  if (e && (e->spec_text = strdup(spec_text)) && (e->key_text = strdup(key_text)) &&
+      (e->manifest = strdup(manifest))) {
     snprintf(e->name, sizeof e->name, "%s", name);
     snprintf(e->key_hash, sizeof e->key_hash, "%s", key_hash);
     e->next = buckets[b];
@@ -90,6 +93,7 @@ void jit_memo_put(const char *spec_text, const char *key_text, const char *name,
     entries++;
   } else if (e) {
     free(e->spec_text);
+    free(e->key_text);
     free(e);
   }
   pthread_mutex_unlock(&lock);

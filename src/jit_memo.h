@@ -5,7 +5,8 @@
  * texts and the spec's parameters (template.c, invariant 4), and the embedded templates cannot
  * change while the process runs, so the key of a spec, once computed, is remembered by the
  * spec's canonical parameter text (+ arch). With KLJIT_TEMPLATE_DIR set (templates read from
- * disk, editable at any time) the memo is bypassed. Only keys are remembered, never cubins:
+ * disk, editable at any time) the memo is bypassed. Only keys (and the kernel manifest that
+ * comes with the source) are remembered, never cubins:
  * every build still looks its key up in the cache (and sees a corrupted or removed entry).
  */
 #ifndef KLJIT_JIT_MEMO_H
@@ -20,11 +21,13 @@ int jit_memo_enabled(void);
  * unambiguous. */
 kljit_status jit_memo_spec_text(const kspec *k, int arch, strbuf *out);
 
-/* Looks `spec_text` up: 1 and key text (appended), name and key hash filled, or 0. */
-int jit_memo_get(const char *spec_text, strbuf *key_text, char name[64], char key_hash[65]);
+/* Looks `spec_text` up: 1 and key text and kernel manifest (appended), name and key hash
+ * filled, or 0. */
+int jit_memo_get(const char *spec_text, strbuf *key_text, strbuf *manifest, char name[64],
+                 char key_hash[65]);
 
-/* Remembers a spec's key (silently a no-op when out of memory or past its size cap). */
-void jit_memo_put(const char *spec_text, const char *key_text, const char *name,
-                  const char *key_hash);
+/* Remembers a spec's key and manifest (silently a no-op when out of memory or past its cap). */
+void jit_memo_put(const char *spec_text, const char *key_text, const char *manifest,
+                  const char *name, const char *key_hash);
 
 #endif

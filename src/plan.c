@@ -11,8 +11,10 @@ static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod, int first_fn,
-                                int end_fn, strbuf *desc) {
+/* Loads one module and resolves its kernels by the manifest that came with it (rendered now, or
+ * stored with the cubin and checked against the template's by jit_build). */
+static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
+                                kiface_manifest *iface, strbuf *desc) {
   jit_bin bin;
   kljit_status st = jit_build(k, p->ctx->arch, &p->ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
@@ -21,22 +23,40 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
                                                        : "cache";
   st = sb_printf(desc, "  module %s (sm_%d): %s; render %.2f ms, compile %.1f ms, cache %.2f ms\n",
                  bin.name, p->ctx->arch, how, bin.render_ms, bin.compile_ms, bin.cache_ms);
+  if (st == KLJIT_SUCCESS) st = kiface_parse(bin.manifest.data, bin.name, iface);
   if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, mod);
   jit_bin_free(&bin);
   if (st != KLJIT_SUCCESS) return st;
   const drv_table *d = p->ctx->drv;
-  for (const char *const *name = kspec_kernels(k); *name; name++) {
-    const int slot = kspec_kernel_slot(k, *name), i = first_fn + slot;
-    if (slot < 0 || i >= end_fn)
-      return err_set(KLJIT_ERR_INTERNAL, "module kernel %s has no slot", *name);
-    st = drv_check(d, d->cuModuleGetFunction(&p->fn[i], (*mod)->module, *name), *name);
+  for (int i = 0; i < iface->n; i++) {
+    const kiface_kernel *sig = &iface->kernel[i];
+    plan_kernel *pk = &p->kernel[sig->step];
+    if (pk->sig)
+      return err_set(KLJIT_ERR_INTERNAL, "kernels %s and %s are both for step %s",
+                     pk->sig->name, sig->name, kiface_step_name(sig->step));
+    st = drv_check(d, d->cuModuleGetFunction(&pk->fn, (*mod)->module, sig->name), sig->name);
     /* clusters of 16 blocks are beyond the portable 8 and must be allowed explicitly */
     if (st == KLJIT_SUCCESS && k->cluster > 8)
-      st = drv_check(d, d->cuFuncSetAttribute(p->fn[i],
+      st = drv_check(d, d->cuFuncSetAttribute(pk->fn,
                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                               1),
                      "cuFuncSetAttribute(non-portable cluster size)");
     if (st != KLJIT_SUCCESS) return st;
+    pk->sig = sig;
+  }
+  return KLJIT_SUCCESS;
+}
+
+/* Every step the plan's executes launch must have its kernel: a template that stops declaring
+ * one fails here, at plan time, not at the first call that needs it. */
+static kljit_status check_steps(const kljit_plan *p) {
+  for (int s = 0; s < KSTEP_COUNT; s++) {
+    const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !p->geom.tune.cluster
+                       : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
+                                          : 1;
+    if (needed && !p->kernel[s].sig)
+      return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",
+                     kiface_step_name((kiface_step)s));
   }
   return KLJIT_SUCCESS;
 }
@@ -107,9 +127,10 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   sb_printf(&desc, "  tuning from %s%s\n", origin,
             replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)" : "");
   if ((st = ctx_enter(ctx))) goto fail_desc;
-  st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
+  st = load_module(p, &p->geom.rows, &p->mod_rows, &p->iface_rows, &desc);
   if (st == KLJIT_SUCCESS)
-    st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_COUNT, &desc);
+    st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
+  if (st == KLJIT_SUCCESS) st = check_steps(p);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));

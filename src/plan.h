@@ -8,16 +8,17 @@
 
 #include "context.h"
 #include "gemm.h"
+#include "kiface.h"
 #include "problem.h"
-
-enum plan_fn {
-  FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, FN_MERGE, /* rows (dense or sparse) */
-  FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT, FN_SCALE, /* helpers module */
-  FN_COUNT
-};
 
 /* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
 enum { PLAN_HDR_FLOATS = 8 };
+
+/* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
+typedef struct plan_kernel {
+  CUfunction fn;
+  const kiface_kernel *sig;
+} plan_kernel;
 
 struct kljit_plan {
   kljit_context *ctx;
@@ -27,7 +28,8 @@ struct kljit_plan {
   gemm_shape gshape;
   gemm_cache *gemm;        /* separately allocated: mutated under a const plan */
   ctx_module *mod_rows, *mod_helpers;
-  CUfunction fn[FN_COUNT];
+  kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
+  plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
   char *description;
 };
 

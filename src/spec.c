@@ -89,83 +89,17 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
 }
 
 kljit_status kspec_render(const kspec *k, strbuf *out) {
+  return kspec_render_iface(k, out, NULL);
+}
+
+kljit_status kspec_render_iface(const kspec *k, strbuf *out, strbuf *manifest) {
   render_param params[KSPEC_MAX_PARAMS];
   const size_t n = kspec_params(k, params);
-  kljit_status st = render_template(kspec_template(k), params, n, out);
-  if (st != KLJIT_SUCCESS) return st;
-  /* The prelude carries no parameters; render it after so the banner stays first. */
-  strbuf common = {0};
-  st = render_template("common.cu.lua", NULL, 0, &common);
-  if (st == KLJIT_SUCCESS) {
-    /* splice: banner lines of the family render stay on top, then prelude, then body */
-    const char *body = out->data;
-    const char *split_at = body;
-    while (strncmp(split_at, "//", 2) == 0) {
-      const char *nl = strchr(split_at, '\n');
-      if (!nl) break;
-      split_at = nl + 1;
-    }
-    strbuf full = {0};
-    st = sb_append(&full, body, (size_t)(split_at - body));
-    if (st == KLJIT_SUCCESS) st = sb_append(&full, common.data, common.len);
-    if (st == KLJIT_SUCCESS) st = sb_append(&full, split_at, strlen(split_at));
-    if (st == KLJIT_SUCCESS) {
-      sb_free(out);
-      *out = full;
-    } else {
-      sb_free(&full);
-    }
-  }
-  sb_free(&common);
-  return st;
+  return render_template_iface(kspec_template(k), params, n, out, manifest);
 }
 
 void kspec_name(const kspec *k, const char *source, char name[64]) {
   char hex[65];
   sha256_hex(source, strlen(source), hex);
   snprintf(name, 64, "%s-%.12s", family_name(k), hex);
-}
-
-/* Every kernel of a family, in slot order (see kspec_kernel_slot). */
-static const char *const DENSE[] = {"kl_dense_stats",    "kl_dense_fused",
-                                    "kl_dense_forward",  "kl_dense_backward",
-                                    "kl_dense_check",    "kl_dense_merge",
-                                    NULL};
-static const char *const SPARSE[] = {"kl_sparse_stats",    "kl_sparse_fused",
-                                     "kl_sparse_forward",  "kl_sparse_backward",
-                                     "kl_sparse_check",    "kl_sparse_merge", NULL};
-static const char *const HELPERS[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
-                                      "kl_scale", NULL};
-
-static const char *const *family_kernels(const kspec *k) {
-  return k->family == KSPEC_DENSE_ROWS    ? DENSE
-         : k->family == KSPEC_SPARSE_ROWS ? SPARSE
-                                          : HELPERS;
-}
-
-const char *const *kspec_kernels(const kspec *k) {
-  /* the modules' exported subsets, NULL-terminated */
-  static const char *const dense_nocheck[] = {"kl_dense_stats",   "kl_dense_fused",
-                                              "kl_dense_forward", "kl_dense_backward",
-                                              "kl_dense_merge",   NULL};
-  static const char *const sparse_nocheck[] = {"kl_sparse_stats",   "kl_sparse_fused",
-                                               "kl_sparse_forward", "kl_sparse_backward",
-                                               "kl_sparse_merge",   NULL};
-  /* the cluster variant has neither pass 1 nor its merge */
-  static const char *const cluster_check[] = {"kl_dense_fused", "kl_dense_forward",
-                                              "kl_dense_backward", "kl_dense_check", NULL};
-  static const char *const cluster_nocheck[] = {"kl_dense_fused", "kl_dense_forward",
-                                                "kl_dense_backward", NULL};
-  if (k->family == KSPEC_DENSE_ROWS && k->cluster)
-    return k->check ? cluster_check : cluster_nocheck;
-  if (k->family == KSPEC_DENSE_ROWS) return k->check ? DENSE : dense_nocheck;
-  if (k->family == KSPEC_SPARSE_ROWS) return k->check ? SPARSE : sparse_nocheck;
-  return HELPERS;
-}
-
-int kspec_kernel_slot(const kspec *k, const char *name) {
-  const char *const *all = family_kernels(k);
-  for (int i = 0; all[i]; i++)
-    if (strcmp(all[i], name) == 0) return i;
-  return -1;
 }

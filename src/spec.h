@@ -1,8 +1,9 @@
 /* spec.h — kernel specs: the plain, hashable description of one generated module.
  *
  * A spec names a template family and every parameter the template takes. The plan builds
- * specs; render turns a spec into source (common prelude + family template); the cache keys
- * on that source. Two equal specs always give the same bytes.
+ * specs; render turns a spec into source (the family template, which includes the common
+ * prelude) and a kernel manifest (its interface); the cache keys on that source. Two equal
+ * specs always give the same bytes.
  */
 #ifndef KLJIT_SPEC_H
 #define KLJIT_SPEC_H
@@ -54,19 +55,12 @@ enum { KSPEC_MAX_PARAMS = 24 };
 const char *kspec_template(const kspec *k);
 size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]);
 
-/* Renders the full source of a spec: banner + common prelude + family template. */
+/* Renders the full source of a spec (the family template includes the common prelude and its
+ * interface); kspec_render_iface also appends the module's kernel manifest (src/kiface.h). */
 kljit_status kspec_render(const kspec *k, strbuf *out);
+kljit_status kspec_render_iface(const kspec *k, strbuf *out, strbuf *manifest);
 
 /* A short stable name for diagnostics and dump files ("dense_rows-<8 hex of the source>"). */
 void kspec_name(const kspec *k, const char *source, char name[64]);
-
-/* Kernel entry points the family's module exports (NULL-terminated). The cluster variant of the
- * dense rows has no kl_dense_stats; the check kernels exist with `check` only. */
-const char *const *kspec_kernels(const kspec *k);
-
-/* The slot of kernel `name` within its family: rows families 0 stats, 1 fused, 2 forward,
- * 3 backward, 4 check, 5 merge (the split API's per-row record merge); helpers 0 setup,
- * 1 finish_loss, 2 colsum, 3 convert. -1 if unknown. */
-int kspec_kernel_slot(const kspec *k, const char *name);
 
 #endif

@@ -46,6 +46,9 @@ typedef struct render_ctx {
   const render_param *const *sorted;
   size_t nparams;
   strbuf *out;     /* NULL once rendering has finished (finalizers run in lua_close) */
+  strbuf *manifest; /* manifest_add() lines, or NULL when the caller wants none */
+  const char *dir;  /* KLJIT_TEMPLATE_DIR for include(), or NULL: the embedded copies */
+  int depth;        /* include() nesting, to turn a cycle into an error */
   size_t out_base; /* out->len when rendering started */
   size_t mem_used;
   long long insns;
@@ -219,6 +222,102 @@ static int builtin_reject(lua_State *L) {
   return lua_error(L);
 }
 
+/* manifest_add(line): one line of the kernel manifest (templates/iface.cu.lua writes them). The
+ * renderer keeps them apart from the source, for the caller to store with the cubin. */
+static int builtin_manifest_add(lua_State *L) {
+  render_ctx *ctx = ctx_of(L);
+  size_t len = 0;
+  const char *line = luaL_checklstring(L, 1, &len);
+  if (memchr(line, '\n', len) || strlen(line) != len)
+    return luaL_error(L, "manifest_add: a manifest line holds no newline or NUL");
+  if (!ctx->manifest) return 0;
+  kljit_status st = sb_append(ctx->manifest, line, len);
+  if (st == KLJIT_SUCCESS) st = sb_append(ctx->manifest, "\n", 1);
+  if (st != KLJIT_SUCCESS) {
+    ctx->host_status = st;
+    return luaL_error(L, "out of host memory");
+  }
+  return 0;
+}
+
+static kljit_status compile_template(const char *chunkname, const char *text, size_t len,
+                                     strbuf *lua);
+static kljit_status read_template_file(const char *dir, const char *name, strbuf *text);
+
+/* The text of template `name`: from ctx->dir when set, else the embedded copy (a Lua string
+ * on the stack, so that an error raised later frees nothing by hand). */
+static int push_template_text(lua_State *L, const render_ctx *ctx, const char *name) {
+  if (ctx->dir) {
+    strbuf text = {0};
+    if (read_template_file(ctx->dir, name, &text) != KLJIT_SUCCESS) {
+      sb_free(&text);
+      return luaL_error(L, "include(\"%s\"): %s", name, kljit_last_error());
+    }
+    lua_pushlstring(L, text.data ? text.data : "", text.len);
+    sb_free(&text);
+    return 1;
+  }
+  const template_file *t = template_files;
+  while (t->name && strcmp(t->name, name) != 0) t++;
+  if (!t->name) return luaL_error(L, "include(\"%s\"): no such template", name);
+  lua_pushlstring(L, t->text, t->len);
+  return 1;
+}
+
+/* include(name): runs templates/<name> in the same sandbox (same P, same builtins), its text
+ * lines emitted where the include stands, and returns what that chunk returns. A file is run
+ * once per render: a second include returns the first one's value, so fragments may include
+ * what they need without duplicating definitions in the output. */
+static int builtin_include(lua_State *L) {
+  render_ctx *ctx = ctx_of(L);
+  const char *name = luaL_checkstring(L, 1);
+  if (!*name || strchr(name, '/'))
+    return luaL_error(L, "include(\"%s\"): a template file name, without a directory", name);
+  lua_settop(L, 1);
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.included") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.included");
+  }
+  const int done = 2;
+  if (lua_getfield(L, done, name) != LUA_TNIL) {
+    if (lua_type(L, -1) == LUA_TLIGHTUSERDATA) /* the marker of a file still running */
+      return luaL_error(L, "include(\"%s\"): the file includes itself (an include cycle)",
+                        name);
+    return 1;
+  }
+  lua_pop(L, 1);
+  if (ctx->depth >= 16) return luaL_error(L, "include(\"%s\"): nested too deeply", name);
+  lua_pushlightuserdata(L, ctx);
+  lua_setfield(L, done, name);
+  push_template_text(L, ctx, name); /* 3 */
+  lua_pushfstring(L, "templates/%s", name); /* 4 */
+  size_t len = 0;
+  const char *text = lua_tolstring(L, 3, &len);
+  strbuf chunk = {0};
+  kljit_status st = compile_template(lua_tostring(L, 4), text, len, &chunk);
+  if (st != KLJIT_SUCCESS) {
+    sb_free(&chunk);
+    return luaL_error(L, "%s", kljit_last_error());
+  }
+  lua_pushfstring(L, "@%s", lua_tostring(L, 4));
+  const int lst = luaL_loadbufferx(L, chunk.data, chunk.len, lua_tostring(L, -1), "t");
+  sb_free(&chunk);
+  if (lst != LUA_OK) return lua_error(L);
+  lua_pushcfunction(L, text_out);
+  ctx->depth++;
+  lua_call(L, 1, 1);
+  ctx->depth--;
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_pushboolean(L, 1);
+  }
+  lua_pushvalue(L, -1);
+  lua_setfield(L, done, name);
+  return 1;
+}
+
 /* ---- the sandboxed base library ----------------------------------------------------------- */
 
 /* load() restricted to text: the original load (upvalue 1) is called with mode "t" whatever
@@ -387,6 +486,8 @@ static int sandbox_main(lua_State *L) {
   lua_pop(L, 1);
   static const luaL_Reg builtins[] = {{"emit", builtin_emit},
                                       {"reject", builtin_reject},
+                                      {"include", builtin_include},
+                                      {"manifest_add", builtin_manifest_add},
                                       {"f32", builtin_f32},
                                       {"f64", builtin_f64},
                                       {NULL, NULL}};
@@ -590,8 +691,9 @@ static kljit_status run_sandbox(render_ctx *ctx) {
   return st;
 }
 
-kljit_status render_text(const char *chunkname, const char *text, size_t len,
-                         const render_param *params, size_t nparams, strbuf *out) {
+static kljit_status render_run(const char *chunkname, const char *text, size_t len,
+                               const render_param *params, size_t nparams, const char *dir,
+                               strbuf *out, strbuf *manifest) {
   if (!chunkname || !out || (!text && len) || (!params && nparams))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_text: chunkname, out, text (when len > 0) and params (when "
@@ -599,7 +701,7 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
   const render_param **sorted = calloc(nparams ? nparams : 1, sizeof *sorted);
   if (!sorted) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: out of host memory", chunkname);
   strbuf lua = {0};
-  const size_t base = out->len;
+  const size_t base = out->len, mbase = manifest ? manifest->len : 0;
   kljit_status st = check_params(chunkname, params, nparams, sorted);
   if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, &lua);
 
@@ -616,7 +718,8 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
   if (st == KLJIT_SUCCESS) st = write_banner(chunkname, sorted, nparams, out);
   if (st == KLJIT_SUCCESS) {
     render_ctx ctx = {.chunkname = chunkname, .chunk = &lua, .sorted = sorted,
-                      .nparams = nparams, .out = out, .out_base = out->len};
+                      .nparams = nparams, .out = out, .out_base = out->len,
+                      .manifest = manifest, .dir = dir};
     st = run_sandbox(&ctx);
     free(ctx.reject_msg);
   }
@@ -630,7 +733,16 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
     out->len = base;
     out->data[base] = '\0';
   }
+  if (st != KLJIT_SUCCESS && manifest && manifest->data) {
+    manifest->len = mbase;
+    manifest->data[mbase] = '\0';
+  }
   return st;
+}
+
+kljit_status render_text(const char *chunkname, const char *text, size_t len,
+                         const render_param *params, size_t nparams, strbuf *out) {
+  return render_run(chunkname, text, len, params, nparams, NULL, out, NULL);
 }
 
 /* Development mode: KLJIT_TEMPLATE_DIR=<dir> renders <dir>/<name> instead of the embedded copy,
@@ -660,6 +772,11 @@ static kljit_status read_template_file(const char *dir, const char *name, strbuf
 
 kljit_status render_template(const char *name, const render_param *params, size_t nparams,
                              strbuf *out) {
+  return render_template_iface(name, params, nparams, out, NULL);
+}
+
+kljit_status render_template_iface(const char *name, const render_param *params,
+                                   size_t nparams, strbuf *out, strbuf *manifest) {
   if (!name || !*name || strchr(name, '/'))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_template: name must be a file name in templates/ (got %s%s%s)",
@@ -672,7 +789,7 @@ kljit_status render_template(const char *name, const render_param *params, size_
     strbuf text = {0};
     st = read_template_file(dir, name, &text);
     if (st == KLJIT_SUCCESS)
-      st = render_text(chunkname.data, text.data, text.len, params, nparams, out);
+      st = render_run(chunkname.data, text.data, text.len, params, nparams, dir, out, manifest);
     sb_free(&text);
     sb_free(&chunkname);
     return st;
@@ -680,7 +797,7 @@ kljit_status render_template(const char *name, const render_param *params, size_
   const template_file *t = template_files;
   while (t->name && strcmp(t->name, name) != 0) t++;
   if (t->name) {
-    st = render_text(chunkname.data, t->text, t->len, params, nparams, out);
+    st = render_run(chunkname.data, t->text, t->len, params, nparams, NULL, out, manifest);
   } else {
     strbuf known = {0};
     for (const template_file *k = template_files; k->name && st == KLJIT_SUCCESS; k++)

@@ -4,7 +4,9 @@
  *   - a line whose first non-blank characters are `%` is Lua code (the rest of the line);
  *   - every other line is text, emitted with `{{ expr }}` replaced by tostring-like
  *     formatting of the Lua expression (integers as integers, floats via f32()/f64());
- *   - builtins: P (the parameter table), emit(s), reject(sentence), f32(x), f64(x).
+ *   - builtins: P (the parameter table), emit(s), reject(sentence), f32(x), f64(x),
+ *     include(name) (runs templates/<name> in the same sandbox once per render and returns its
+ *     value), manifest_add(line) (a line of the kernel manifest, kept apart from the source).
  * Rendering runs in a sandbox: base (minus dofile/loadfile/require/collectgarbage, load of
  * text chunks only), string (minus dump), table, math (minus random); an instruction-count
  * limit and a memory cap. The same parameters always give the same bytes.
@@ -44,7 +46,13 @@ typedef struct render_param {
 kljit_status render_template(const char *name, const render_param *params, size_t nparams,
                              strbuf *out);
 
-/* Same, for a template given as text (tests; `chunkname` is used in error messages). */
+/* Same, and the manifest_add() lines (each ended by '\n') appended to `manifest` (the kernel
+ * interface of the module: templates/iface.cu.lua, src/kiface.h). */
+kljit_status render_template_iface(const char *name, const render_param *params,
+                                   size_t nparams, strbuf *out, strbuf *manifest);
+
+/* Same as render_template, for a template given as text (tests; `chunkname` is used in error
+ * messages). include() there reads the embedded templates. */
 kljit_status render_text(const char *chunkname, const char *text, size_t len,
                          const render_param *params, size_t nparams, strbuf *out);
 

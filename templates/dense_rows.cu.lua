@@ -43,8 +43,11 @@
 %--   EPS      (0, 1e-3): floor of p inside log p
 %--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
-%-- Numerics: fp32 in registers; expf/logf (no fast math); fixed-order reductions.
+%-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
+%-- passes, expf in the (m, d) merges; fixed-order reductions.
 %local P = P
+%include("common.cu.lua")
+%local iface = include("iface.cu.lua")
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
 %local size = { f32 = 4, bf16 = 2, f16 = 2 }
 %if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
@@ -80,6 +83,42 @@
 %if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
 %  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
 %end
+%-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
+%-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
+%-- logits), so neither is __restrict__ in the pass-2 kernels.
+%local row_in = {
+%  { "teacher", "const teach_t* __restrict__" }, { "bias", "const bias_t* __restrict__" },
+%  { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%  { "hdr", "const float* __restrict__" } }
+%local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
+%  { "srow", "i64" }, { "srec", "i64" } }
+%local args = iface.args
+%local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
+%local ROW0 = { { "row0", "i64" } }
+%local K = iface.family({
+%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = {
+%    { "z", "const logit_t* __restrict__" }, { "teacher", "const teach_t* __restrict__" },
+%    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
+%    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
+%    { "part", "float* __restrict__" }, { "row0", "i64" } } },
+%  { name = "kl_dense_fused", step = "fused",
+%    args = args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
+%  { name = "kl_dense_forward", step = "forward",
+%    args = args(Z, row_in, recs, { { "rowstat", "float*" }, { "lossp", "float* __restrict__" } },
+%                ROW0) },
+%  { name = "kl_dense_backward", step = "backward",
+%    args = args(Z, G, row_in, { { "rowstat", "const float*" },
+%                { "gout", "const float* __restrict__", role = "grad_output" },
+%                { "gout_per_row", "int", role = "per_row" } }, ROW0) },
+%  { name = "kl_dense_merge", step = "merge", when = P.CLUSTER == 0, args = {
+%    { "part", "const float* __restrict__" }, { "labels", "const void*" }, { "labels_is64", "int" },
+%    { "ignore_index", "i64" }, { "rows", "int", role = "chunk_rows" },
+%    { "out", "float* __restrict__", role = "stats_out" }, { "row0", "i64" } } },
+%  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
+%    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
+%    { "labels_is64", "int" }, { "ignore_index", "i64" },
+%    { "flag", "u64*", role = "check_flag" } } },
+%})
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -362,10 +401,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-kl_dense_stats(const logit_t* __restrict__ z, const teach_t* __restrict__ teacher,
-               const bias_t* __restrict__ bias, const void* __restrict__ labels,
-               int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
-               float* __restrict__ part, i64 row0) {
+{{ K.signature("kl_dense_stats") }} {
   /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PSTRIDE) */
   const int r = blockIdx.y;
   const i64 row = row0 + r;
@@ -616,29 +652,19 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 extern "C" __global__ void LAUNCH_BOUNDS
-kl_dense_fused(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
-               const bias_t* __restrict__ bias, const void* labels, int labels_is64,
-               i64 ignore_index, const float* __restrict__ hdr, const float* __restrict__ part,
-               int nrec, i64 srow, i64 srec, float* __restrict__ lossp, i64 row0) {
+{{ K.signature("kl_dense_fused") }} {
   ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part, nrec,
                        srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
-kl_dense_forward(const logit_t* z, const teach_t* __restrict__ teacher,
-                 const bias_t* __restrict__ bias, const void* labels, int labels_is64,
-                 i64 ignore_index, const float* __restrict__ hdr,
-                 const float* __restrict__ part, int nrec, i64 srow, i64 srec, float* rowstat,
-                 float* __restrict__ lossp, i64 row0) {
+{{ K.signature("kl_dense_forward") }} {
   ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr,
                          part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
-kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teacher,
-                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
-                  i64 ignore_index, const float* __restrict__ hdr, const float* rowstat,
-                  const float* __restrict__ gout, int gout_per_row, i64 row0) {
+{{ K.signature("kl_dense_backward") }} {
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
                           0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
@@ -648,8 +674,7 @@ kl_dense_backward(const logit_t* z, grad_t* g, const teach_t* __restrict__ teach
  * records, in order, into one record {m, d, sum p, mt, dt, 0, 0, 0} at out[(row0 + r) * 8]
  * (an ignored row: zeros; pass 2 never reads it). */
 extern "C" __global__ void __launch_bounds__(256)
-kl_dense_merge(const float* __restrict__ part, const void* labels, int labels_is64,
-               i64 ignore_index, int rows, float* __restrict__ out, i64 row0) {
+{{ K.signature("kl_dense_merge") }} {
   const int r = blockIdx.x * 256 + threadIdx.x;
   if (r >= rows) return;
   float* o = out + (row0 + r) * PSTRIDE;
@@ -670,8 +695,7 @@ kl_dense_merge(const float* __restrict__ part, const void* labels, int labels_is
  * 3 a value NaN or infinite (-inf allowed for log-probs and logits: p = 0), 4 a negative
  * probability. */
 extern "C" __global__ void __launch_bounds__(256)
-kl_dense_check(const teach_t* __restrict__ teacher, const void* labels, int labels_is64,
-               i64 ignore_index, u64* flag) {
+{{ K.signature("kl_dense_check") }} {
   const i64 row = blockIdx.x;
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
   int bad = 0;

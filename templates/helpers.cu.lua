@@ -19,6 +19,8 @@
 %-- vocabulary size of a sharded head, MEAN's divisor; default V).
 %-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
 %-- x ceil(V/256); kl_convert and kl_scale with 256 threads x any grid (grid-stride).
+%include("common.cu.lua")
+%local iface = include("iface.cu.lua")
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
 %if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
 %if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
@@ -31,6 +33,27 @@
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
 %if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
 %if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
+%-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order; the C
+%-- side fills the roles from one struct (src/kiface.h).
+%local K = iface.family({
+%  { name = "kl_setup", step = "setup", args = {
+%    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%    { "n", "i64", role = "rows" }, { "T", "float", role = "temperature" }, { "gmult", "float" },
+%    { "hdr", "float* __restrict__" } } },
+%  { name = "kl_finish_loss", step = "finish_loss", args = {
+%    { "lossp", "const float* __restrict__" }, { "split", "int", role = "p2_split" },
+%    { "n", "i64", role = "rows" }, { "hdr", "const float* __restrict__" },
+%    { "loss", "float* __restrict__" } } },
+%  { name = "kl_colsum", step = "colsum", args = {
+%    { "g", "const grad_t* __restrict__" }, { "rows", "int", role = "chunk_rows" },
+%    { "acc", "float* __restrict__", role = "db" }, { "accumulate", "int" } } },
+%  { name = "kl_convert", step = "convert", args = {
+%    { "src", "const float* __restrict__" }, { "dst", "out_t* __restrict__" },
+%    { "n", "i64", role = "count" }, { "accumulate", "int" }, { "scale", "float" } } },
+%  { name = "kl_scale", step = "scale", args = {
+%    { "p", "void*", role = "data" }, { "n", "i64", role = "count" },
+%    { "s", "const float* __restrict__", role = "factor" }, { "out", "int", role = "out_dtype" } } },
+%})
 #define V {{ P.V }}
 #define LD {{ P.LD }}
 #define VTOT {{ VTOT }}
@@ -41,8 +64,7 @@ typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.OUT] }} out_t;
 
 extern "C" __global__ void __launch_bounds__(1024)
-kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T, float gmult,
-         float* __restrict__ hdr) {
+{{ K.signature("kl_setup") }} {
 %if P.TMODE == "const" then
   T = {{ f32(P.T) }};
 %end
@@ -68,8 +90,7 @@ kl_setup(const void* labels, int labels_is64, i64 ignore_index, i64 n, float T, 
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-kl_finish_loss(const float* __restrict__ lossp, int split, i64 n, const float* __restrict__ hdr,
-               float* __restrict__ loss) {
+{{ K.signature("kl_finish_loss") }} {
   /* lossp: (n, split) partial row losses; loss: scalar, or (n) for reduction none */
   __shared__ double shd[32];
   double acc = 0.0;
@@ -89,7 +110,7 @@ kl_finish_loss(const float* __restrict__ lossp, int split, i64 n, const float* _
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-kl_colsum(const grad_t* __restrict__ g, int rows, float* __restrict__ acc, int accumulate) {
+{{ K.signature("kl_colsum") }} {
   /* g: (rows, LDG); acc: (V) */
   const int v = blockIdx.x * 256 + threadIdx.x;
   if (v >= V) return;
@@ -99,8 +120,7 @@ kl_colsum(const grad_t* __restrict__ g, int rows, float* __restrict__ acc, int a
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-kl_convert(const float* __restrict__ src, out_t* __restrict__ dst, i64 n, int accumulate,
-           float scale) {
+{{ K.signature("kl_convert") }} {
   for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
     const float prev = accumulate ? to_f32(dst[i]) : 0.0f;
     dst[i] = from_f32<out_t>(prev + scale * src[i]);
@@ -125,7 +145,7 @@ __device__ __forceinline__ void scale_in_place(T* p, i64 n, float s) {
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-kl_scale(void* p, i64 n, const float* __restrict__ s, int out) {
+{{ K.signature("kl_scale") }} {
   /* out = 0: p holds GRAD elements (dX); 1: OUT elements (dW, db) */
   const float f = *s;
   if (out)

@@ -44,6 +44,8 @@
 %-- BUCKET ghost term is added on the shard with OFFSET = 0 only.
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
+%include("common.cu.lua")
+%local iface = include("iface.cu.lua")
 %local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
 %local size = { f32 = 4, bf16 = 2, f16 = 2 }
 %if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
@@ -80,6 +82,42 @@
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
 %if P.TAIL == "bucket" and SEG > 262144 then reject("BUCKET needs a segment <= 262144 columns") end
+%-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
+%-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
+%-- logits), so neither is __restrict__ in the pass-2 kernels.
+%local args = iface.args
+%local IDS = { { "ids", "const id_t* __restrict__", role = "teacher_ids" } }
+%local VALS = { { "vals", "const val_t* __restrict__", role = "teacher_values" } }
+%local row_in = args(IDS, VALS, {
+%  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
+%  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
+%local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
+%  { "srow", "i64" }, { "srec", "i64" } }
+%local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
+%local ROW0 = { { "row0", "i64" } }
+%local K = iface.family({
+%  { name = "kl_sparse_stats", step = "stats", args = args({
+%    { "z", "const logit_t* __restrict__" } }, IDS, {
+%    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
+%    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
+%    { "part", "float* __restrict__" }, { "row0", "i64" } }) },
+%  { name = "kl_sparse_fused", step = "fused",
+%    args = args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
+%  { name = "kl_sparse_forward", step = "forward",
+%    args = args(Z, row_in, recs, { { "rowstat", "float*" }, { "lossp", "float* __restrict__" } },
+%                ROW0) },
+%  { name = "kl_sparse_backward", step = "backward",
+%    args = args(Z, G, row_in, { { "rowstat", "const float*" },
+%                { "gout", "const float* __restrict__", role = "grad_output" },
+%                { "gout_per_row", "int", role = "per_row" } }, ROW0) },
+%  { name = "kl_sparse_merge", step = "merge", args = {
+%    { "part", "const float* __restrict__" }, { "labels", "const void*" }, { "labels_is64", "int" },
+%    { "ignore_index", "i64" }, { "rows", "int", role = "chunk_rows" },
+%    { "out", "float* __restrict__", role = "stats_out" }, { "row0", "i64" } } },
+%  { name = "kl_sparse_check", step = "check", when = P.CHECK, args = args(IDS, VALS, {
+%    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%    { "flag", "u64*", role = "check_flag" } }) },
+%})
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -186,10 +224,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 #define SEG_WORDS ((SEG + 31) / 32)
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-kl_sparse_stats(const logit_t* __restrict__ z, const id_t* __restrict__ ids,
-                const bias_t* __restrict__ bias, const void* __restrict__ labels,
-                int labels_is64, i64 ignore_index, const float* __restrict__ hdr,
-                float* __restrict__ part, i64 row0) {
+{{ K.signature("kl_sparse_stats") }} {
   /* z: (rows, LD) chunk logits; ids: (N, K); part: (rows, SPLIT, PSTRIDE) */
   const int r = blockIdx.y;
   const i64 row = row0 + r;
@@ -461,31 +496,19 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 extern "C" __global__ void __launch_bounds__(THREADS)
-kl_sparse_fused(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
-                const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
-                const void* labels, int labels_is64, i64 ignore_index,
-                const float* __restrict__ hdr, const float* __restrict__ part, int nrec,
-                i64 srow, i64 srec, float* __restrict__ lossp, i64 row0) {
+{{ K.signature("kl_sparse_fused") }} {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
                          nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-kl_sparse_forward(const logit_t* z, const id_t* __restrict__ ids, const val_t* __restrict__ vals,
-                  const bias_t* __restrict__ bias, const void* labels, int labels_is64,
-                  i64 ignore_index, const float* __restrict__ hdr,
-                  const float* __restrict__ part, int nrec, i64 srow, i64 srec,
-                  float* rowstat, float* __restrict__ lossp, i64 row0) {
+{{ K.signature("kl_sparse_forward") }} {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                            part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-kl_sparse_backward(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
-                   const val_t* __restrict__ vals, const bias_t* __restrict__ bias,
-                   const void* labels, int labels_is64, i64 ignore_index,
-                   const float* __restrict__ hdr, const float* rowstat,
-                   const float* __restrict__ gout, int gout_per_row, i64 row0) {
+{{ K.signature("kl_sparse_backward") }} {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                             nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
@@ -494,8 +517,7 @@ kl_sparse_backward(const logit_t* z, grad_t* g, const id_t* __restrict__ ids,
  * order, into one record {m, d_on, d_off, 0, 0, 0, 0, 0} at out[(row0 + r) * 8] (an ignored
  * row: zeros; pass 2 never reads it). */
 extern "C" __global__ void __launch_bounds__(256)
-kl_sparse_merge(const float* __restrict__ part, const void* labels, int labels_is64,
-                i64 ignore_index, int rows, float* __restrict__ out, i64 row0) {
+{{ K.signature("kl_sparse_merge") }} {
   const int r = blockIdx.x * 256 + threadIdx.x;
   if (r >= rows) return;
   float rec[PSTRIDE] = {};
@@ -523,8 +545,7 @@ __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-kl_sparse_check(const id_t* __restrict__ ids, const val_t* __restrict__ vals,
-                const void* labels, int labels_is64, i64 ignore_index, u64* flag) {
+{{ K.signature("kl_sparse_check") }} {
   /* one block per row of the call (blockIdx.x); ignored rows are not checked */
   const i64 row = blockIdx.x;
   __shared__ i64 sh_id[K];
