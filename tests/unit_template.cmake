@@ -24,4 +24,5 @@ kljit_test(NAME unit.template.sandbox_stops_runaway_output EXE unit_template CAS
 kljit_test(NAME unit.template.invalid_parameters_are_invalid_argument EXE unit_template CASE invalid_parameters_are_invalid_argument LABELS unit)
 kljit_test(NAME unit.template.unknown_template_name_is_invalid_argument EXE unit_template CASE unknown_template_name_is_invalid_argument LABELS unit)
 kljit_test(NAME unit.template.template_dir_env_reads_from_disk EXE unit_template CASE template_dir_env_reads_from_disk LABELS unit)
+kljit_test(NAME unit.template.include_runs_a_file_once_returns_its_value_and_refuses_cycles EXE unit_template CASE include_runs_a_file_once_returns_its_value_and_refuses_cycles LABELS unit)
 kljit_test(NAME unit.template.numbers_ignore_process_locale EXE unit_template CASE numbers_ignore_process_locale LABELS unit)
