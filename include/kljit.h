@@ -20,7 +20,11 @@
  * -----------
  *   - Every call returns a kljit_status. The detail (which argument, which value, the failing
  *     CUDA call, the NVRTC log, the template file:line) is in kljit_last_error(), which is
- *     thread-local and valid until the next kljit call on the same thread.
+ *     thread-local and valid until the next kljit call on the same thread. Every function
+ *     that returns a kljit_status clears it on entry, so it is "" after a success; the
+ *     functions that cannot fail (kljit_last_error, kljit_status_string, the version getters,
+ *     kljit_plan_describe, kljit_free and the destroys) never touch it, so it survives the
+ *     cleanup and the printing of a failure.
  *   - Bad input returns an error before any output is written.
  *   - Tensors are dense, row-major, on the device of the context. The caller owns all memory,
  *     including the workspace; kljit allocates no device memory while executing.
@@ -73,7 +77,7 @@ typedef enum kljit_status {
   KLJIT_ERR_INVALID_ARGUMENT = 1,   /* null pointer, size <= 0, value out of range, bad enum */
   KLJIT_ERR_MISALIGNED = 2,         /* a device pointer lacks the alignment listed above */
   KLJIT_ERR_UNSUPPORTED = 3,        /* valid, but this combination is not supported */
-  KLJIT_ERR_NOT_IMPLEMENTED = 4,    /* this entry point or option is not built yet */
+  /* 4 was KLJIT_ERR_NOT_IMPLEMENTED, returned by nothing: retired before 1.0, never reused */
   KLJIT_ERR_NO_DEVICE = 5,          /* no CUDA driver or no GPU */
   KLJIT_ERR_CUDA = 6,               /* a CUDA driver call failed */
   KLJIT_ERR_CUBLAS = 7,             /* a cuBLASLt call failed */
@@ -85,7 +89,8 @@ typedef enum kljit_status {
   KLJIT_ERR_BAD_INPUT_DATA = 13,    /* checked mode found NaN, an id out of range, ... */
   KLJIT_ERR_WISDOM = 14,            /* wisdom file unreadable, stale or foreign */
   KLJIT_ERR_NO_WISDOM = 15,         /* KLJIT_PLAN_WISDOM_ONLY and no stored choice */
-  KLJIT_ERR_INTERNAL = 16           /* a bug in kljit: please report it */
+  KLJIT_ERR_INTERNAL = 16,          /* a bug in kljit: please report it */
+  KLJIT_ERR_NCCL = 17               /* an NCCL call failed (kljit_fused_nccl; the NCCL error) */
 } kljit_status;
 
 /* A static English name for a status ("KLJIT_ERR_MISALIGNED: ..."). Never NULL. */
@@ -171,7 +176,8 @@ enum {
 };
 
 typedef struct kljit_problem {
-  size_t struct_size;               /* sizeof(kljit_problem); set by KLJIT_PROBLEM_INIT */
+  size_t struct_size;               /* sizeof(kljit_problem), set by KLJIT_PROBLEM_INIT; any
+                                     * size from KLJIT_PROBLEM_MIN_SIZE up is accepted */
   int64_t hidden;                   /* H >= 1 */
   int64_t vocab;                    /* V, 2 <= V <= 2^24 */
   kljit_dtype input_dtype;          /* X; FP32, FP16 or BF16 */
@@ -192,7 +198,7 @@ typedef struct kljit_problem {
   kljit_dtype grad_weight_dtype;    /* FP32 or weight_dtype */
   kljit_grad_weight_accum grad_weight_accum;
   uint32_t flags;                   /* KLJIT_FLAG_* */
-  /* Vocabulary-parallel tensor parallelism (see "tensor parallelism" below). 0: unsharded (the
+  /* Vocabulary-parallel tensor parallelism (experimental: kljit_experimental.h). 0: unsharded (the
    * default). Else the global V (2 <= vocab_total <= 2^24), and `vocab` is this shard's size:
    * the shard holds global vocabulary ids [vocab_offset, vocab_offset + vocab) of W, b and the
    * teacher. REDUCTION_MEAN then divides by kept * vocab_total. */
@@ -200,6 +206,13 @@ typedef struct kljit_problem {
   int64_t vocab_offset;             /* first global id of this shard, >= 0; 0 when unsharded */
   int32_t shards;                   /* tp size, 1..1024; 1 when unsharded (the default) */
 } kljit_problem;
+
+/* The size of the first released kljit_problem, the stable part up to `flags`: every entry
+ * point accepts a struct_size from this up (the fields a shorter struct lacks take their
+ * KLJIT_PROBLEM_INIT values; a longer one, from a newer kljit.h, must leave what this library
+ * does not know at zero). The tensor-parallel fields after `flags` are experimental
+ * (kljit_experimental.h). */
+#define KLJIT_PROBLEM_MIN_SIZE offsetof(kljit_problem, vocab_total)
 
 #define KLJIT_PROBLEM_INIT                                                                    \
   {                                                                                           \
@@ -268,7 +281,7 @@ enum {
 };
 
 typedef struct kljit_args {
-  size_t struct_size;          /* sizeof(kljit_args); set by KLJIT_ARGS_INIT */
+  size_t struct_size;          /* sizeof(kljit_args), set by KLJIT_ARGS_INIT (MIN_SIZE up) */
   int64_t rows;                /* N >= 1 */
   const void *input;           /* X  [N,H]  input_dtype                                   */
   const void *weight;          /* W  [V,H]  weight_dtype                                  */
@@ -288,6 +301,11 @@ typedef struct kljit_args {
   size_t workspace_size;
   uint32_t flags;              /* KLJIT_EXEC_*                                            */
 } kljit_args;
+
+/* The size of the first released kljit_args (all of the fields above): entry points accept a
+ * struct_size from this up, a longer struct leaving the fields this library does not know at
+ * zero. */
+#define KLJIT_ARGS_MIN_SIZE (offsetof(kljit_args, flags) + sizeof(uint32_t))
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
@@ -315,87 +333,9 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
 KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
                                          const kljit_args *args);
 
-/* ---- tensor parallelism (vocabulary-parallel head) -------------------------------------- *
- * With the head sharded over the vocabulary across `shards` ranks (Megatron style: rank r holds
- * rows [vocab_offset, vocab_offset + vocab) of W, any split, V need not divide), each rank builds
- * a plan with vocab = its shard size, vocab_total = V, vocab_offset and shards set, and passes
- * its own W rows [vocab, H], bias slice [vocab], and for a dense teacher its own teacher columns
- * as a contiguous [N, vocab] array. Sparse teacher ids stay GLOBAL ([0, vocab_total)); each rank
- * uses the ids that fall in its shard, every id in [0, vocab_total) counts in M on every rank,
- * BUCKET's ghost-token term is counted on the rank with vocab_offset = 0. X, labels, the sparse
- * ids and values are the same on every rank. Sharded plans use the two-pass row kernels (no
- * cluster variant); kljit_fused, kljit_forward and kljit_backward refuse them
- * (KLJIT_ERR_UNSUPPORTED). KLJIT_PLAN_MEASURE and EXHAUSTIVE tune a shard on its own GPU by
- * timing kljit_shard_stats + kljit_shard_finish (the collective between them is not timed);
- * REDUCTION_NONE has no split API and so no sharded plan to tune.
- *
- * Split API (callers with their own collectives), one chunk loop per call:
- *   1. kljit_shard_stats: this rank's per-row statistics, N records of 8 floats (dense
- *      {m, d, sum p, mt, dt, 0, 0, 0}: student max and sum-exp of s, teacher mass, teacher-logit
- *      max and sum-exp; sparse {m, d_on, d_off, 0...}: sum-exp on / off the local support).
- *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][8]
- *      (rank s's records at all + s * N * 8; e.g. ncclAllGather, or copies on one GPU).
- *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
- *      global records (in rank order: every rank gets the same numbers). It writes
- *        loss  THIS rank's part of the loss (the caller sums the ranks' losses: all-reduce),
- *        dX    this rank's partial G_r W_r (the caller sums the ranks' dX: all-reduce),
- *        dW, db this rank's rows of dW and db, complete (nothing to reduce).
- * Both calls take the workspace of kljit_plan_workspace_size(KLJIT_MODE_FUSED) and the same
- * args (rows, input, weight, bias, labels, teacher...); shard_stats ignores the outputs. Not for
- * REDUCTION_NONE. Unsharded plans may use them too (shards = 1).
- *
- * Checked mode runs in both calls and may fail on one rank only (a dense teacher slice): a
- * caller with its own collectives must tell the other ranks before its all-gather, as
- * kljit_fused_nccl does (one int32 all-reduce of the verdicts after kljit_shard_stats: then
- * every rank returns KLJIT_ERR_BAD_INPUT_DATA, and none writes its outputs). */
-
-/* Bytes of one rank's per-row statistics for `rows` rows: rows * 8 floats. */
-KLJIT_API kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows,
-                                                   size_t *bytes);
-/* Per chunk: logits GEMM, row statistics, merge -> stats[N][8] (device, 16-byte aligned). */
-KLJIT_API kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream,
-                                         const kljit_args *args, float *stats);
-/* Loss part, dX partial, dW and db rows from the gathered records `all` [shards][N][8] (device,
- * 16-byte aligned); `shards` must equal the problem's shards. */
-KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
-                                          const kljit_args *args, const float *all, int shards);
-
-/* The whole sharded step through NCCL on `stream`: shard_stats, ncclAllGather of the records
- * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), shard_finish, then
- * ncclAllReduce (sum) in place of the loss (fp32) and dX (input dtype). `nccl_comm` is an
- * ncclComm_t whose size equals the problem's shards, its rank this rank's shard. NCCL is loaded
- * at run time (dlopen("libnccl.so.2")): KLJIT_ERR_UNSUPPORTED when it is missing or the
- * communicator's size differs. kljit sets nothing in NCCL's environment: set
- * NCCL_NVLS_ENABLE=0 yourself where NVLink SHARP multicast is unavailable or unwanted. */
-KLJIT_API kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream,
-                                        const kljit_args *args, void *nccl_comm);
-
 /* ---- ahead-of-time compilation (needs no GPU) ------------------------------------------ */
 
-/* Renders and NVRTC-compiles, for sm_<arch> (80, 90, ...), every kernel module that
- * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
- * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
- * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `compiled`
- * (may be NULL) receives the number of modules compiled now; the others were already cached. */
-KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
-                                        const char *cache_dir, int *compiled);
-
-/* ---- tooling: versions, per-module precompile, cache inspection (the kljit CLI) ---------- *
- * What `kljit info`, `kljit precompile` and `kljit cache` need and other tools may use. None
- * of it needs a GPU. Strings in the structs below live until the callback returns. */
-
-/* Versions of what this library was built with and runs on. */
-typedef struct kljit_versions {
-  size_t struct_size;      /* sizeof(kljit_versions); the caller sets it */
-  unsigned library;        /* kljit_version_number() */
-  int cuda_toolkit;        /* CUDA_VERSION the library was compiled against, e.g. 13000 */
-  int nvrtc_major, nvrtc_minor; /* nvrtcVersion() of the NVRTC it runs with */
-  int driver;              /* cuDriverGetVersion() of libcuda.so.1, e.g. 13000; 0: no driver */
-  char lua[32];            /* LUA_RELEASE, e.g. "Lua 5.4.6" */
-} kljit_versions;
-KLJIT_API kljit_status kljit_get_versions(kljit_versions *out);
-
-/* kljit_precompile_v2 flags (bits). */
+/* kljit_precompile flags (bits). */
 enum {
   /* Render every module and look it up in cache_dir, but compile and write nothing: the
    * reports say which modules a real run would compile. */
@@ -414,50 +354,17 @@ typedef struct kljit_module_report {
 } kljit_module_report;
 typedef void (*kljit_module_callback)(const kljit_module_report *module, void *user);
 
-/* kljit_precompile with a report per module (`done` may be NULL) and flags (KLJIT_PRECOMPILE_*).
- * Different problems or archs may be precompiled from several threads at once. */
-KLJIT_API kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch,
-                                           const char *cache_dir, uint32_t flags,
-                                           kljit_module_callback done, void *user);
+/* Renders and NVRTC-compiles, for sm_<arch> (80, 90, ...), every kernel module that
+ * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
+ * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
+ * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `flags`:
+ * KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done (its
+ * `compiled` says whether it was compiled now or already cached). Different problems or archs
+ * may be precompiled from several threads at once. */
+KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
+                                        const char *cache_dir, uint32_t flags,
+                                        kljit_module_callback done, void *user);
 
-/* One file of a cache directory that is named like an entry (<64 hex>.kjc; other files are
- * never listed). `status` is KLJIT_SUCCESS for an entry a lookup would load, else
- * KLJIT_ERR_CACHE with the reason in `problem`: damaged content (checked as in
- * docs/cache-format.md: magic, version, lengths, checksum, name = hash of the key), not a
- * regular file, or refused by the permission rules. */
-typedef struct kljit_cache_entry_info {
-  size_t struct_size;     /* sizeof(kljit_cache_entry_info) */
-  const char *dir;        /* the directory listed */
-  const char *file;       /* the file name in it */
-  uint64_t size;          /* bytes on disk */
-  int64_t mtime;          /* last modification, seconds since the Epoch */
-  kljit_status status;
-  const char *problem;    /* "" when status is KLJIT_SUCCESS */
-  int arch;               /* from the entry's metadata (arch=sm_90 -> 90); 0 if unknown */
-  const char *name;       /* module name from the metadata (name=), "" if unknown */
-  const char *family;     /* template (kernel family) from the metadata (template=), or "" */
-  const char *meta;       /* the whole metadata text ("name=value\n" lines), or "" */
-  char sha256[65];        /* SHA-256 of the whole file, hex ("" when it could not be read) */
-} kljit_cache_entry_info;
-/* Return 0 to go on, anything else to stop (kljit_cache_list then returns KLJIT_SUCCESS). */
-typedef int (*kljit_cache_visitor)(const kljit_cache_entry_info *entry, void *user);
-
-/* Visits the entry-named files of `dir` in file-name order, reading and validating each.
- * KLJIT_ERR_CACHE when the directory cannot be opened or fails the permission rules. */
-KLJIT_API kljit_status kljit_cache_list(const char *dir, kljit_cache_visitor visit, void *user);
-
-/* Deletes from `dir` every file named like an entry (valid or not; a symbolic link is removed,
- * not followed) and every temp file a crashed writer left (.<64 hex>.kjc.*.tmp), nothing else,
- * calling `removed` (may be NULL) for each after it is gone (arch/name as read before). */
-KLJIT_API kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor removed,
-                                         void *user);
-
-/* The kernel cache directories this process would use, from the environment (README's table):
- * the read-only KLJIT_CACHE_PATH directories in search order, then the writable one. `visit`
- * gets each path with `writable` 0 or 1; none when KLJIT_CACHE_DISABLE=1. */
-typedef void (*kljit_cache_dir_visitor)(const char *dir, int writable, void *user);
-KLJIT_API kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user);
-/* ---- end of tooling --------------------------------------------------------------------- */
 
 /* ---- wisdom ----------------------------------------------------------------------------- */
 
@@ -542,7 +449,7 @@ KLJIT_API kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *probl
                                   kljit_plan_rigor rigor, kljit_tune_callback callback,
                                   void *user);
 
-/* kljit_precompile_v2 for the plans of a wisdom file: every kernel module they need on
+/* kljit_precompile for the plans of a wisdom file: every kernel module they need on
  * sm_<arch>, compiled with no GPU. For each entry, the problem it was tuned for (its key and
  * extra fields, docs/wisdom.md) with the heuristic tuning (what a GPU without matching wisdom
  * plans) and, when the entry was tuned on an sm_<arch> GPU, with its own tuning. Each module is

@@ -11,7 +11,6 @@ const char *kljit_status_string(kljit_status s) {
   case KLJIT_ERR_INVALID_ARGUMENT: return "KLJIT_ERR_INVALID_ARGUMENT: invalid argument";
   case KLJIT_ERR_MISALIGNED: return "KLJIT_ERR_MISALIGNED: misaligned device pointer";
   case KLJIT_ERR_UNSUPPORTED: return "KLJIT_ERR_UNSUPPORTED: unsupported combination";
-  case KLJIT_ERR_NOT_IMPLEMENTED: return "KLJIT_ERR_NOT_IMPLEMENTED: not implemented yet";
   case KLJIT_ERR_NO_DEVICE: return "KLJIT_ERR_NO_DEVICE: no CUDA driver or GPU";
   case KLJIT_ERR_CUDA: return "KLJIT_ERR_CUDA: CUDA driver error";
   case KLJIT_ERR_CUBLAS: return "KLJIT_ERR_CUBLAS: cuBLASLt error";
@@ -24,11 +23,13 @@ const char *kljit_status_string(kljit_status s) {
   case KLJIT_ERR_WISDOM: return "KLJIT_ERR_WISDOM: wisdom unusable";
   case KLJIT_ERR_NO_WISDOM: return "KLJIT_ERR_NO_WISDOM: no wisdom for this problem";
   case KLJIT_ERR_INTERNAL: return "KLJIT_ERR_INTERNAL: internal error (a kljit bug)";
+  case KLJIT_ERR_NCCL: return "KLJIT_ERR_NCCL: NCCL error";
   }
   return "KLJIT_ERR_?: unknown status";
 }
 
 kljit_status kljit_plan_check(const kljit_problem *problem) {
   err_clear();
-  return prob_validate(problem, "kljit_plan_check");
+  kljit_problem pb;
+  return prob_import(problem, "kljit_plan_check", &pb);
 }

@@ -14,6 +14,7 @@ void ctx_leave(const kljit_context *ctx) {
 }
 
 kljit_status kljit_context_create(kljit_context **out, int device, const void *options) {
+  err_clear();
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: ctx is NULL");
   *out = NULL;
   if (options)

@@ -50,11 +50,18 @@ static kljit_status check_absent(const char *who, const char *name, const void *
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
 static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
-  if (a->struct_size != sizeof(kljit_args))
+  if (a->struct_size < KLJIT_ARGS_MIN_SIZE)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
-                   "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
-                   sizeof(kljit_args));
+                   "%s: args->struct_size = %zu, below the %zu bytes of the first released "
+                   "kljit_args (initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
+                   (size_t)KLJIT_ARGS_MIN_SIZE);
+  /* a newer caller's struct: what this library does not know must be left at zero */
+  for (size_t i = sizeof(kljit_args); i < a->struct_size; i++)
+    if (((const unsigned char *)a)[i])
+      return err_set(KLJIT_ERR_UNSUPPORTED,
+                     "%s: args->struct_size = %zu and byte %zu is set: a field newer than this "
+                     "library's kljit_args (%zu bytes) is in use", who, a->struct_size, i,
+                     sizeof(kljit_args));
   if (a->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
                    who, a->flags, a->flags & ~known);
@@ -337,6 +344,7 @@ static kljit_status execute(const kljit_plan *p, void *stream, const kljit_args 
 }
 
 kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  err_clear();
   return execute(plan, stream, args, KLJIT_MODE_FUSED, "kljit_fused");
 }
 
@@ -376,6 +384,7 @@ static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_a
 }
 
 kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  err_clear();
   const char *who = "kljit_scale_grads";
   if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
@@ -395,6 +404,7 @@ kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const
 }
 
 kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows, size_t *bytes) {
+  err_clear();
   const char *who = "kljit_plan_shard_stats_size";
   if (!plan || !bytes)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, plan ? "bytes" : "plan");
@@ -407,6 +417,7 @@ kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows, s
 
 kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream, const kljit_args *args,
                                float *stats) {
+  err_clear();
   const char *who = "kljit_shard_stats";
   if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
@@ -416,6 +427,7 @@ kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream, const kljit
 
 kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const kljit_args *args,
                                 const float *all, int shards) {
+  err_clear();
   const char *who = "kljit_shard_finish";
   if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
@@ -428,9 +440,11 @@ kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const klji
 }
 
 kljit_status kljit_forward(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  err_clear();
   return execute(plan, stream, args, KLJIT_MODE_FORWARD, "kljit_forward");
 }
 
 kljit_status kljit_backward(const kljit_plan *plan, void *stream, const kljit_args *args) {
+  err_clear();
   return execute(plan, stream, args, KLJIT_MODE_BACKWARD, "kljit_backward");
 }

@@ -110,8 +110,10 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
     /* The cubin is in hand: a cache that cannot take it (full disk, read-only or unsafe
      * directory) costs the next process a compile, not this plan its kernels. */
     t0 = util_now();
-    if (cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len) != KLJIT_SUCCESS)
+    if (cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len) != KLJIT_SUCCESS) {
       util_log("not cached: %s", kljit_last_error());
+      err_clear(); /* the build succeeded: its caller's last error stays "" */
+    }
     out->cache_ms = 1e3 * (util_now() - t0);
   }
   sb_free(&meta);

@@ -65,7 +65,7 @@ kljit_status nccl_load(const nccl_table **out) {
 
 static kljit_status nccl_check(const nccl_table *n, nccl_result r, const char *what) {
   if (r == 0) return KLJIT_SUCCESS;
-  return err_set(KLJIT_ERR_CUDA, "kljit_fused_nccl: %s failed: NCCL error %d (%s)", what, r,
+  return err_set(KLJIT_ERR_NCCL, "kljit_fused_nccl: %s failed: NCCL error %d (%s)", what, r,
                  n->GetErrorString ? n->GetErrorString(r) : "?");
 }
 
@@ -73,17 +73,14 @@ static int nccl_dtype(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? NCCL_FLOAT32 : dt == KLJIT_FP16 ? NCCL_FLOAT16 : NCCL_BFLOAT16;
 }
 
-/* Checked mode: the ranks' verdicts, all-reduced (max) through one int32 of device `scratch`
- * before any collective that carries data, so that a rank whose inputs failed the check does
- * not leave the others waiting in ncclAllGather. *any_bad: some rank's inputs failed. Syncs the
- * stream (checked mode already does). */
-static kljit_status agree_on_check(const nccl_table *n, const kljit_plan *plan, void *comm,
-                                   void *stream, void *scratch, int bad, int *any_bad) {
+kljit_status nccl_agree_on_check(const nccl_table *n, const kljit_plan *plan, void *comm,
+                                 void *stream, void *scratch, int bad, int *any_bad) {
   const drv_table *d = plan->ctx->drv;
   const CUstream s = (CUstream)stream;
   const CUdeviceptr flag = (CUdeviceptr)(uintptr_t)scratch;
   int32_t verdict = 0;
-  kljit_status st = ctx_enter(plan->ctx);
+  const kljit_status entered = ctx_enter(plan->ctx);
+  kljit_status st = entered;
   if (st == KLJIT_SUCCESS)
     st = drv_check(d, d->cuMemsetD32Async(flag, (unsigned)bad, 1, s), "cuMemsetD32Async");
   if (st == KLJIT_SUCCESS)
@@ -93,12 +90,14 @@ static kljit_status agree_on_check(const nccl_table *n, const kljit_plan *plan, 
     st = drv_check(d, d->cuMemcpyDtoHAsync(&verdict, flag, sizeof verdict, s),
                    "cuMemcpyDtoHAsync");
   if (st == KLJIT_SUCCESS) st = drv_check(d, d->cuStreamSynchronize(s), "cuStreamSynchronize");
+  if (entered == KLJIT_SUCCESS) ctx_leave(plan->ctx);
   *any_bad = verdict != 0;
   return st;
 }
 
 kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_args *args,
                               void *comm) {
+  err_clear();
   const char *who = "kljit_fused_nccl";
   if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
@@ -126,7 +125,7 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
     if (st != KLJIT_SUCCESS && st != KLJIT_ERR_BAD_INPUT_DATA) return st;
     const int mine = st == KLJIT_ERR_BAD_INPUT_DATA;
     int any = 0;
-    kljit_status ag = agree_on_check(n, plan, comm, stream, all, mine, &any);
+    kljit_status ag = nccl_agree_on_check(n, plan, comm, stream, all, mine, &any);
     if (ag != KLJIT_SUCCESS) return ag;
     if (mine) return st; /* kljit_shard_stats' message names the row and the defect */
     if (any)

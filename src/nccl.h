@@ -33,4 +33,12 @@ kljit_status nccl_load_from(const char *library, nccl_table *out);
 /* The process-wide table from libnccl.so.2, loaded once (thread-safe). */
 kljit_status nccl_load(const nccl_table **out);
 
+/* Checked mode of kljit_fused_nccl: the ranks' verdicts (`bad`: this rank's inputs failed),
+ * all-reduced (max) through one int32 of device `scratch` before any collective that carries
+ * data, so that a rank whose inputs failed does not leave the others waiting in ncclAllGather.
+ * *any_bad: some rank's inputs failed. Enters and leaves the plan's context (the context stack
+ * is as it was on return, whatever fails) and syncs the stream (checked mode already does). */
+kljit_status nccl_agree_on_check(const nccl_table *n, const kljit_plan *plan, void *comm,
+                                 void *stream, void *scratch, int bad, int *any_bad);
+
 #endif

@@ -63,11 +63,14 @@ static kljit_status check_steps(const kljit_plan *p) {
 
 kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
                                kljit_plan_rigor rigor, kljit_plan **out) {
+  err_clear();
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: plan is NULL");
   *out = NULL;
   if (!ctx) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: ctx is NULL");
-  kljit_status st = prob_validate(problem, "kljit_plan_create");
+  kljit_problem pb;
+  kljit_status st = prob_import(problem, "kljit_plan_create", &pb);
   if (st != KLJIT_SUCCESS) return st;
+  problem = &pb;
   if (rigor < KLJIT_PLAN_ESTIMATE || rigor > KLJIT_PLAN_WISDOM_ONLY)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: rigor = %d", (int)rigor);
   const double t0 = util_now();
@@ -170,6 +173,7 @@ static kljit_status check_rows(const char *who, int64_t rows) {
 
 kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int64_t max_rows,
                                        size_t *bytes) {
+  err_clear();
   const char *who = "kljit_plan_workspace_size";
   if (!p || !bytes)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
@@ -182,6 +186,7 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
 }
 
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
+  err_clear();
   const char *who = "kljit_plan_saved_size";
   if (!p || !bytes)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");

@@ -8,10 +8,13 @@
 #include "jit.h"
 #include "problem.h"
 
-kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const char *cache_dir,
-                                 uint32_t flags, kljit_module_callback done, void *user) {
+kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char *cache_dir,
+                              uint32_t flags, kljit_module_callback done, void *user) {
+  err_clear();
   const char *who = "kljit_precompile";
-  kljit_status st = prob_validate(problem, who);
+  kljit_problem pb;
+  kljit_status st = prob_import(problem, who, &pb);
+  problem = &pb;
   if (st == KLJIT_SUCCESS) st = jit_precompile_check(who, arch, cache_dir, flags);
   if (st != KLJIT_SUCCESS) return st;
   cache_config cfg;
@@ -43,17 +46,5 @@ kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const c
   }
   cache_config_free(&cfg);
   if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
-  return st;
-}
-
-static void count_compiled(const kljit_module_report *m, void *user) {
-  if (m->compiled) ++*(int *)user;
-}
-
-kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char *cache_dir,
-                              int *compiled) {
-  int n = 0;
-  const kljit_status st = kljit_precompile_v2(problem, arch, cache_dir, 0, count_compiled, &n);
-  if (compiled) *compiled = st == KLJIT_SUCCESS ? n : 0;
   return st;
 }

@@ -48,6 +48,27 @@ const char *prob_dtype_name(kljit_dtype dt) {
 
 #define BAD(...) err_set(KLJIT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
+kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
+  if (!user) return BAD("%s: problem is NULL", who);
+  const size_t n = user->struct_size;
+  if (n < KLJIT_PROBLEM_MIN_SIZE)
+    return BAD("%s: problem->struct_size = %zu, below the %zu bytes of the first released "
+               "kljit_problem (initialize it with KLJIT_PROBLEM_INIT)", who, n,
+               (size_t)KLJIT_PROBLEM_MIN_SIZE);
+  /* a newer caller's struct: what this library does not know must be left at zero */
+  for (size_t i = sizeof *out; i < n; i++)
+    if (((const unsigned char *)user)[i])
+      return err_set(KLJIT_ERR_UNSUPPORTED,
+                     "%s: problem->struct_size = %zu and byte %zu is set: a field newer than "
+                     "this library's kljit_problem (%zu bytes) is in use", who, n, i,
+                     sizeof *out);
+  const kljit_problem defaults = KLJIT_PROBLEM_INIT;
+  *out = defaults;
+  memcpy(out, user, n < sizeof *out ? n : sizeof *out);
+  out->struct_size = sizeof *out;
+  return prob_validate(out, who);
+}
+
 kljit_status prob_validate(const kljit_problem *pb, const char *who) {
   if (!pb) return BAD("%s: problem is NULL", who);
   if (pb->struct_size != sizeof(kljit_problem))

@@ -4,6 +4,12 @@
 
 #include "spec.h"
 
+/* A caller's problem of any size from KLJIT_PROBLEM_MIN_SIZE up, copied into *out (a struct of
+ * this library's size: fields the caller's struct lacks take KLJIT_PROBLEM_INIT's values) and
+ * validated (prob_validate). A larger struct is accepted when every byte this library does not
+ * know is zero. Every public entry point taking a kljit_problem reads it through this. */
+kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out);
+
 /* Is `pb` a valid problem this build supports? KLJIT_SUCCESS, or the status with a sentence
  * naming the field and its value. `who` prefixes the message ("kljit_plan_check"). */
 kljit_status prob_validate(const kljit_problem *pb, const char *who);

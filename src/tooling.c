@@ -14,6 +14,7 @@
 #include "cache.h"
 
 kljit_status kljit_get_versions(kljit_versions *out) {
+  err_clear();
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_get_versions: out is NULL");
   if (out->struct_size < sizeof *out)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
@@ -37,6 +38,7 @@ kljit_status kljit_get_versions(kljit_versions *out) {
 }
 
 kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user) {
+  err_clear();
   if (!visit) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_cache_dirs: visit is NULL");
   cache_config cfg;
   const kljit_status st = cache_config_from_env(&cfg);
@@ -104,6 +106,7 @@ static kljit_status list_one(const char *dir, const char *name, cache_name_kind 
 }
 
 kljit_status kljit_cache_list(const char *dir, kljit_cache_visitor visit, void *user) {
+  err_clear();
   if (!dir || !*dir || !visit)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_cache_list: %s is NULL or empty",
                    !dir || !*dir ? "dir" : "visit");
@@ -138,6 +141,7 @@ static kljit_status clear_one(const char *dir, const char *name, cache_name_kind
 }
 
 kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor removed, void *user) {
+  err_clear();
   if (!dir || !*dir)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_cache_clear: dir is NULL or empty");
   walk w = {removed, user};

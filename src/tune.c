@@ -235,10 +235,13 @@ kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_pl
 
 kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_t rows,
                         kljit_plan_rigor rigor, kljit_tune_callback callback, void *user) {
+  err_clear();
   const char *who = "kljit_tune";
   if (!ctx) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", who);
-  kljit_status st = prob_validate(problem, who);
+  kljit_problem pb;
+  kljit_status st = prob_import(problem, who, &pb);
   if (st != KLJIT_SUCCESS) return st;
+  problem = &pb;
   if (rigor != KLJIT_PLAN_MEASURE && rigor != KLJIT_PLAN_EXHAUSTIVE)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: rigor = %d, must be KLJIT_PLAN_MEASURE or KLJIT_PLAN_EXHAUSTIVE", who,

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kljit.h"
+#include "kljit_experimental.h" /* the library defines both headers' functions */
 
 #if defined(__GNUC__)
 #define KLJIT_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -74,6 +74,7 @@ static kljit_status build_all(const spec_list *l, int arch, const cache_config *
 
 kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const char *cache_dir,
                                      uint32_t flags, kljit_module_callback done, void *user) {
+  err_clear();
   const char *who = "kljit_precompile_wisdom";
   if (!wisdom_file || !*wisdom_file)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom_file is %s", who,

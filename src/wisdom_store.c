@@ -230,6 +230,7 @@ static kljit_status import_set(const wisdom_set *s) {
 }
 
 kljit_status kljit_wisdom_import_file(const char *path) {
+  err_clear();
   if (!path || !*path)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_file: path is %s",
                    path ? "empty" : "NULL");
@@ -242,6 +243,7 @@ kljit_status kljit_wisdom_import_file(const char *path) {
 }
 
 kljit_status kljit_wisdom_import_string(const char *text) {
+  err_clear();
   if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_string: text is NULL");
   wisdom_set s;
   kljit_status st = wisdom_parse(text, "<string>", &s, NULL);
@@ -260,6 +262,7 @@ static kljit_status export_text(strbuf *text) {
 }
 
 kljit_status kljit_wisdom_export_file(const char *path) {
+  err_clear();
   if (!path || !*path)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_export_file: path is %s",
                    path ? "empty" : "NULL");
@@ -272,6 +275,7 @@ kljit_status kljit_wisdom_export_file(const char *path) {
 }
 
 kljit_status kljit_wisdom_export_string(char **out) {
+  err_clear();
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_export_string: text is NULL");
   *out = NULL;
   strbuf text = {0};
@@ -297,6 +301,7 @@ void kljit_wisdom_forget(void) {
 }
 
 kljit_status kljit_wisdom_path(kljit_wisdom_file which, char *buf, size_t cap) {
+  err_clear();
   if (which != KLJIT_WISDOM_SYSTEM && which != KLJIT_WISDOM_USER)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_path: which = %d", (int)which);
   if (!buf || !cap)

@@ -18,6 +18,7 @@
 
 #include "gpu_util.h"
 #include "harness.h"
+#include "kljit_experimental.h"
 #include "ref.h"
 
 static kljit_context *the_ctx;

@@ -23,6 +23,7 @@
 
 #include "gpu_util.h"
 #include "harness.h"
+#include "kljit_experimental.h"
 
 enum { N = 45, H = 64, V = 1001, K = 40 };
 

@@ -15,6 +15,8 @@ foreach(case
     plan_check_accepts_sparse_and_checked_problems
     plan_check_success_clears_the_last_error
     last_error_is_thread_local
+    problem_structs_from_the_first_released_size_up_are_accepted
+    a_success_after_a_failure_leaves_the_last_error_empty
     null_plan_queries_are_rejected_and_write_nothing
     null_plan_executions_are_rejected_and_write_nothing)
   kljit_test(NAME unit.api.${case} EXE unit_api CASE ${case} LABELS unit)

@@ -16,7 +16,7 @@
 
 #include "cache.h"
 #include "harness.h"
-#include "kljit.h"
+#include "kljit_experimental.h"
 
 enum { OUT_CAP = 1 << 17 };
 static char out[OUT_CAP];
@@ -349,7 +349,7 @@ static void count_compiled(const kljit_module_report *m, void *user) {
 
 static void *thread_main(void *arg) {
   thread_job *const j = arg;
-  j->st = kljit_precompile_v2(&j->pb, j->arch, j->dir, 0, count_report, j);
+  j->st = kljit_precompile(&j->pb, j->arch, j->dir, 0, count_report, j);
   return NULL;
 }
 
@@ -390,10 +390,10 @@ static int threads_in(const char *dir) {
   TH_CHECK(strcmp(a, b) == 0 && count_kjc(par) == 8);
   /* a dry run over the filled directory finds everything cached */
   int to_compile = -1;
-  TH_OK(kljit_precompile_v2(&jobs[3].pb, 90, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
+  TH_OK(kljit_precompile(&jobs[3].pb, 90, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
                             &to_compile));
   TH_CHECK(to_compile == 0);
-  TH_OK(kljit_precompile_v2(&jobs[3].pb, 86, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
+  TH_OK(kljit_precompile(&jobs[3].pb, 86, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
                             &to_compile));
   TH_CHECK(to_compile == 2 && count_kjc(par) == 8);
   return TH_PASS;
@@ -432,7 +432,7 @@ static int api_in(const char *dir) {
   TH_OK(kljit_cache_clear(dir, NULL, NULL));
   TH_CHECK(count_kjc(dir) == 0);
   const kljit_problem pb = {0};
-  TH_STATUS(kljit_precompile_v2(&pb, 90, dir, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile(&pb, 90, dir, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   return TH_PASS;
 }
 static int tooling_functions_check_their_arguments_and_permissions(void) {

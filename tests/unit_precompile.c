@@ -42,16 +42,21 @@ static kljit_problem problem(void) {
   return pb;
 }
 
+static void count_compiled(const kljit_module_report *m, void *user) {
+  if (m->compiled) ++*(int *)user;
+}
+
 static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
   char ro[] = "/tmp/kljit-pre-ro-XXXXXX", rw[] = "/tmp/kljit-pre-rw-XXXXXX";
   TH_CHECK(mkdtemp(ro) && mkdtemp(rw));
   const kljit_problem pb = problem();
   const int archs[] = {80, 90};
   for (int i = 0; i < 2; i++) {
-    int compiled = -1;
-    TH_OK(kljit_precompile(&pb, archs[i], ro, &compiled));
+    int compiled = 0;
+    TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
     TH_CHECK(compiled == 2); /* the row module and the helpers module */
-    TH_OK(kljit_precompile(&pb, archs[i], ro, &compiled));
+    compiled = 0;
+    TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
     TH_CHECK(compiled == 0); /* second time: all cached */
   }
   TH_CHECK(count_entries(ro) == 4);
@@ -84,15 +89,16 @@ static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
 
 static int precompile_rejects_bad_arguments(void) {
   const kljit_problem pb = problem();
-  int compiled = 7;
-  TH_STATUS(kljit_precompile(NULL, 90, "/tmp", &compiled), KLJIT_ERR_INVALID_ARGUMENT);
+  int compiled = 0;
+  TH_STATUS(kljit_precompile(NULL, 90, "/tmp", 0, count_compiled, &compiled),
+            KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(compiled == 0);
-  TH_STATUS(kljit_precompile(&pb, 75, "/tmp", NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile(&pb, 75, "/tmp", 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "arch = 75") != NULL);
-  TH_STATUS(kljit_precompile(&pb, 90, "", NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile(&pb, 90, "", 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   kljit_problem bad = pb;
   bad.vocab = 1;
-  TH_STATUS(kljit_precompile(&bad, 90, "/tmp", NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_precompile(&bad, 90, "/tmp", 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "vocab = 1") != NULL);
   return TH_PASS;
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kljit.h"
+#include "kljit_experimental.h"
 #include "nccl.h"
 #include "plan.h"
 
@@ -153,7 +153,78 @@ static int workspace_holds_the_records_and_no_cluster_variant(void) {
   return TH_PASS;
 }
 
+/* ---- the context stack across the checked-mode agreement (a fake driver and NCCL) -------- */
+
+static int ctx_depth, memsets, allreduces;
+static nccl_result allreduce_result;
+static CUresult fake_push(CUcontext c) {
+  (void)c;
+  ctx_depth++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_pop(CUcontext *c) {
+  if (c) *c = NULL;
+  ctx_depth--;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_memset(CUdeviceptr p, unsigned v, size_t n, CUstream s) {
+  (void)p, (void)v, (void)n, (void)s;
+  memsets++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+  (void)src, (void)s;
+  memset(dst, 0, n);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_sync(CUstream s) {
+  (void)s;
+  return CUDA_SUCCESS;
+}
+static nccl_result fake_allreduce(const void *send, void *recv, size_t count, int datatype,
+                                  int op, nccl_comm comm, nccl_stream stream) {
+  (void)send, (void)recv, (void)count, (void)datatype, (void)op, (void)comm, (void)stream;
+  allreduces++;
+  return allreduce_result;
+}
+static const char *fake_error_string(nccl_result r) { return r ? "fake failure" : "success"; }
+
+/* Every checked kljit_fused_nccl call agrees on the ranks' verdicts inside the plan's context;
+ * each one used to leave one more context pushed on the calling thread (nccl.c's ctx_enter had
+ * no ctx_leave). The stack must be as deep after each call as before, on success and when the
+ * collective fails (then with KLJIT_ERR_NCCL, not a CUDA status). */
+static int checked_agreement_leaves_the_context_stack_as_it_found_it(void) {
+  drv_table d;
+  memset(&d, 0, sizeof d);
+  d.cuCtxPushCurrent = fake_push, d.cuCtxPopCurrent = fake_pop;
+  d.cuMemsetD32Async = fake_memset, d.cuMemcpyDtoHAsync = fake_dtoh;
+  d.cuStreamSynchronize = fake_sync;
+  kljit_context ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.drv = &d;
+  kljit_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.ctx = &ctx;
+  nccl_table n;
+  memset(&n, 0, sizeof n);
+  n.AllReduce = fake_allreduce, n.GetErrorString = fake_error_string;
+  int scratch = 0, any = -1;
+  for (int call = 0; call < 3; call++) {
+    TH_OK(nccl_agree_on_check(&n, &plan, &n, NULL, &scratch, 0, &any));
+    TH_CHECK(any == 0);
+    TH_CHECK(ctx_depth == 0);
+  }
+  TH_CHECK(allreduces == 3 && memsets == 3);
+  allreduce_result = 5;
+  TH_STATUS(nccl_agree_on_check(&n, &plan, &n, NULL, &scratch, 1, &any), KLJIT_ERR_NCCL);
+  TH_CHECK(strstr(kljit_last_error(), "fake failure") != NULL);
+  TH_CHECK(ctx_depth == 0);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"checked_agreement_leaves_the_context_stack_as_it_found_it",
+     checked_agreement_leaves_the_context_stack_as_it_found_it},
     {"workspace_holds_the_records_and_no_cluster_variant",
      workspace_holds_the_records_and_no_cluster_variant},
     {"shard_fields_are_validated_naming_field_and_value",

@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-#include "kljit.h"
+#include "kljit_experimental.h" /* the CLI uses the tooling entry points */
 
 /* Exit codes scripts may rely on (documented in `kljit --help` and README.md). */
 enum {

@@ -103,6 +103,10 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   return CLI_OK;
 }
 
+static void count_compiled(const kljit_module_report *m, void *user) {
+  if (m->compiled) ++*(int *)user;
+}
+
 /* No GPU: check the problem, then compile its kernels as `kljit precompile` would. */
 static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   printf(
@@ -118,7 +122,8 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   if (!n) return p->status;
   for (int i = 0; i < n; i++) {
     int compiled = 0;
-    const kljit_status st = kljit_precompile(&o->pb, archs[i], o->cache_dir, &compiled);
+    const kljit_status st =
+        kljit_precompile(&o->pb, archs[i], o->cache_dir, 0, count_compiled, &compiled);
     if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
     printf("sm_%d: %d module(s) compiled now -> %s\n", archs[i], compiled,
            o->cache_dir ? o->cache_dir : "the user kernel cache");

@@ -2,7 +2,7 @@
  * architectures into a cache directory, with NVRTC only (no GPU), then a manifest of it.
  *
  * Work is one job per (problem, arch); --jobs N runs N of them at a time on threads
- * (kljit_precompile_v2 is thread-safe across problems and archs). Progress goes to stderr, one
+ * (kljit_precompile is thread-safe across problems and archs). Progress goes to stderr, one
  * line per module as it finishes; the summary to stdout. The manifest (docs/cache-format.md)
  * lists every valid entry of the directory afterwards, so successive runs into one directory
  * leave one manifest of all of them.
@@ -105,7 +105,7 @@ static void on_probe(const kljit_module_report *m, void *user) {
 static kljit_status run_job(const job *j, const char *dir, uint32_t flags,
                             kljit_module_callback done, void *user) {
   if (j->wisdom) return kljit_precompile_wisdom(j->wisdom, j->arch, dir, flags, done, user);
-  return kljit_precompile_v2(j->pb, j->arch, dir, flags, done, user);
+  return kljit_precompile(j->pb, j->arch, dir, flags, done, user);
 }
 
 static void *worker(void *arg) {

@@ -29,7 +29,6 @@ STATUS_NAMES: Dict[int, str] = {
     1: "KLJIT_ERR_INVALID_ARGUMENT",
     2: "KLJIT_ERR_MISALIGNED",
     3: "KLJIT_ERR_UNSUPPORTED",
-    4: "KLJIT_ERR_NOT_IMPLEMENTED",
     5: "KLJIT_ERR_NO_DEVICE",
     6: "KLJIT_ERR_CUDA",
     7: "KLJIT_ERR_CUBLAS",
@@ -42,6 +41,7 @@ STATUS_NAMES: Dict[int, str] = {
     14: "KLJIT_ERR_WISDOM",
     15: "KLJIT_ERR_NO_WISDOM",
     16: "KLJIT_ERR_INTERNAL",
+    17: "KLJIT_ERR_NCCL",
 }
 
 
@@ -52,7 +52,6 @@ class Status(enum.IntEnum):
     ERR_INVALID_ARGUMENT = 1
     ERR_MISALIGNED = 2
     ERR_UNSUPPORTED = 3
-    ERR_NOT_IMPLEMENTED = 4
     ERR_NO_DEVICE = 5
     ERR_CUDA = 6
     ERR_CUBLAS = 7
@@ -65,6 +64,7 @@ class Status(enum.IntEnum):
     ERR_WISDOM = 14
     ERR_NO_WISDOM = 15
     ERR_INTERNAL = 16
+    ERR_NCCL = 17
 
 
 class DType(enum.IntEnum):
@@ -402,8 +402,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kljit_fused": (st, [vp, vp, ar]),
         "kljit_forward": (st, [vp, vp, ar]),
         "kljit_backward": (st, [vp, vp, ar]),
-        "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p,
-                                  ctypes.POINTER(ctypes.c_int)]),
+        "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, vp,
+                                  vp]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)

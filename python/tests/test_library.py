@@ -47,8 +47,12 @@ class LibraryTest(unittest.TestCase):
 
     def test_library_accepts_the_binding_struct_size(self) -> None:
         _lib.plan_check(valid_problem())
+        # a binding built against an older header (no shards field) still works; one below
+        # the first released struct does not
         pb = valid_problem()
-        pb.struct_size = ctypes.sizeof(Problem) - 8
+        pb.struct_size = Problem.shards.offset
+        _lib.plan_check(pb)
+        pb.struct_size = Problem.vocab_total.offset - 8
         e = check_status(pb)
         self.assertEqual(e.name, "KLJIT_ERR_INVALID_ARGUMENT")
         self.assertIn("struct_size", e.detail)

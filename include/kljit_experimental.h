@@ -1,0 +1,135 @@
+/* kljit_experimental.h — entry points of kljit that are not stable yet.
+ *
+ * Opt in by including this header (after or instead of kljit.h). What is here may change
+ * between minor versions, in signature or in behaviour, and moves to kljit.h once it is
+ * stable. The library exports these functions like the others; the rules of kljit.h (status,
+ * kljit_last_error, struct_size first) hold here too.
+ *
+ *   - the tensor-parallel (vocabulary-parallel head) split API and its NCCL driver; the
+ *     problem fields it reads (vocab_total, vocab_offset, shards) stay at the end of
+ *     kljit_problem, and a struct that ends before them leaves them at their defaults;
+ *   - tooling that the kljit CLI uses (`kljit info`, `kljit cache`): versions of what the
+ *     library runs with, cache inspection. None of it needs a GPU.
+ */
+#ifndef KLJIT_EXPERIMENTAL_H
+#define KLJIT_EXPERIMENTAL_H
+
+#include "kljit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- tensor parallelism (vocabulary-parallel head) -------------------------------------- *
+ * With the head sharded over the vocabulary across `shards` ranks (Megatron style: rank r holds
+ * rows [vocab_offset, vocab_offset + vocab) of W, any split, V need not divide), each rank builds
+ * a plan with vocab = its shard size, vocab_total = V, vocab_offset and shards set, and passes
+ * its own W rows [vocab, H], bias slice [vocab], and for a dense teacher its own teacher columns
+ * as a contiguous [N, vocab] array. Sparse teacher ids stay GLOBAL ([0, vocab_total)); each rank
+ * uses the ids that fall in its shard, every id in [0, vocab_total) counts in M on every rank,
+ * BUCKET's ghost-token term is counted on the rank with vocab_offset = 0. X, labels, the sparse
+ * ids and values are the same on every rank. Sharded plans use the two-pass row kernels (no
+ * cluster variant); kljit_fused, kljit_forward and kljit_backward refuse them
+ * (KLJIT_ERR_UNSUPPORTED). KLJIT_PLAN_MEASURE and EXHAUSTIVE tune a shard on its own GPU by
+ * timing kljit_shard_stats + kljit_shard_finish (the collective between them is not timed);
+ * REDUCTION_NONE has no split API and so no sharded plan to tune.
+ *
+ * Split API (callers with their own collectives), one chunk loop per call:
+ *   1. kljit_shard_stats: this rank's per-row statistics, N records of 8 floats (dense
+ *      {m, d, sum p, mt, dt, 0, 0, 0}: student max and sum-exp of s, teacher mass, teacher-logit
+ *      max and sum-exp; sparse {m, d_on, d_off, 0...}: sum-exp on / off the local support).
+ *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][8]
+ *      (rank s's records at all + s * N * 8; e.g. ncclAllGather, or copies on one GPU).
+ *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
+ *      global records (in rank order: every rank gets the same numbers). It writes
+ *        loss  THIS rank's part of the loss (the caller sums the ranks' losses: all-reduce),
+ *        dX    this rank's partial G_r W_r (the caller sums the ranks' dX: all-reduce),
+ *        dW, db this rank's rows of dW and db, complete (nothing to reduce).
+ * Both calls take the workspace of kljit_plan_workspace_size(KLJIT_MODE_FUSED) and the same
+ * args (rows, input, weight, bias, labels, teacher...); shard_stats ignores the outputs. Not for
+ * REDUCTION_NONE. Unsharded plans may use them too (shards = 1).
+ *
+ * Checked mode runs in both calls and may fail on one rank only (a dense teacher slice): a
+ * caller with its own collectives must tell the other ranks before its all-gather, as
+ * kljit_fused_nccl does (one int32 all-reduce of the verdicts after kljit_shard_stats: then
+ * every rank returns KLJIT_ERR_BAD_INPUT_DATA, and none writes its outputs). */
+
+/* Bytes of one rank's per-row statistics for `rows` rows: rows * 8 floats. */
+KLJIT_API kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows,
+                                                   size_t *bytes);
+/* Per chunk: logits GEMM, row statistics, merge -> stats[N][8] (device, 16-byte aligned). */
+KLJIT_API kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream,
+                                         const kljit_args *args, float *stats);
+/* Loss part, dX partial, dW and db rows from the gathered records `all` [shards][N][8] (device,
+ * 16-byte aligned); `shards` must equal the problem's shards. */
+KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
+                                          const kljit_args *args, const float *all, int shards);
+
+/* The whole sharded step through NCCL on `stream`: shard_stats, ncclAllGather of the records
+ * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), shard_finish, then
+ * ncclAllReduce (sum) in place of the loss (fp32) and dX (input dtype). `nccl_comm` is an
+ * ncclComm_t whose size equals the problem's shards, its rank this rank's shard. NCCL is loaded
+ * at run time (dlopen("libnccl.so.2")): KLJIT_ERR_UNSUPPORTED when it is missing or the
+ * communicator's size differs. kljit sets nothing in NCCL's environment: set
+ * NCCL_NVLS_ENABLE=0 yourself where NVLink SHARP multicast is unavailable or unwanted. */
+KLJIT_API kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream,
+                                        const kljit_args *args, void *nccl_comm);
+
+/* ---- tooling: versions, cache inspection (the kljit CLI) --------------------------------- *
+ * What `kljit info` and `kljit cache` need and other tools may use. None of it needs a GPU.
+ * Strings in the structs below live until the callback returns. */
+
+/* Versions of what this library was built with and runs on. */
+typedef struct kljit_versions {
+  size_t struct_size;      /* sizeof(kljit_versions); the caller sets it */
+  unsigned library;        /* kljit_version_number() */
+  int cuda_toolkit;        /* CUDA_VERSION the library was compiled against, e.g. 13000 */
+  int nvrtc_major, nvrtc_minor; /* nvrtcVersion() of the NVRTC it runs with */
+  int driver;              /* cuDriverGetVersion() of libcuda.so.1, e.g. 13000; 0: no driver */
+  char lua[32];            /* LUA_RELEASE, e.g. "Lua 5.4.6" */
+} kljit_versions;
+KLJIT_API kljit_status kljit_get_versions(kljit_versions *out);
+
+/* One file of a cache directory that is named like an entry (<64 hex>.kjc; other files are
+ * never listed). `status` is KLJIT_SUCCESS for an entry a lookup would load, else
+ * KLJIT_ERR_CACHE with the reason in `problem`: damaged content (checked as in
+ * docs/cache-format.md: magic, version, lengths, checksum, name = hash of the key), not a
+ * regular file, or refused by the permission rules. */
+typedef struct kljit_cache_entry_info {
+  size_t struct_size;     /* sizeof(kljit_cache_entry_info) */
+  const char *dir;        /* the directory listed */
+  const char *file;       /* the file name in it */
+  uint64_t size;          /* bytes on disk */
+  int64_t mtime;          /* last modification, seconds since the Epoch */
+  kljit_status status;
+  const char *problem;    /* "" when status is KLJIT_SUCCESS */
+  int arch;               /* from the entry's metadata (arch=sm_90 -> 90); 0 if unknown */
+  const char *name;       /* module name from the metadata (name=), "" if unknown */
+  const char *family;     /* template (kernel family) from the metadata (template=), or "" */
+  const char *meta;       /* the whole metadata text ("name=value\n" lines), or "" */
+  char sha256[65];        /* SHA-256 of the whole file, hex ("" when it could not be read) */
+} kljit_cache_entry_info;
+/* Return 0 to go on, anything else to stop (kljit_cache_list then returns KLJIT_SUCCESS). */
+typedef int (*kljit_cache_visitor)(const kljit_cache_entry_info *entry, void *user);
+
+/* Visits the entry-named files of `dir` in file-name order, reading and validating each.
+ * KLJIT_ERR_CACHE when the directory cannot be opened or fails the permission rules. */
+KLJIT_API kljit_status kljit_cache_list(const char *dir, kljit_cache_visitor visit, void *user);
+
+/* Deletes from `dir` every file named like an entry (valid or not; a symbolic link is removed,
+ * not followed) and every temp file a crashed writer left (.<64 hex>.kjc.*.tmp), nothing else,
+ * calling `removed` (may be NULL) for each after it is gone (arch/name as read before). */
+KLJIT_API kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor removed,
+                                         void *user);
+
+/* The kernel cache directories this process would use, from the environment (README's table):
+ * the read-only KLJIT_CACHE_PATH directories in search order, then the writable one. `visit`
+ * gets each path with `writable` 0 or 1; none when KLJIT_CACHE_DISABLE=1. */
+typedef void (*kljit_cache_dir_visitor)(const char *dir, int writable, void *user);
+KLJIT_API kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user);
+/* ---- end of tooling --------------------------------------------------------------------- */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KLJIT_EXPERIMENTAL_H */
