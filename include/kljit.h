@@ -226,9 +226,53 @@ typedef struct kljit_problem {
 
 typedef struct kljit_context kljit_context;
 
+/* Row kernels a context's plans may use. */
+typedef enum kljit_row_kernel {
+  KLJIT_ROW_KERNEL_TWO_PASS = 1, /* two passes over the chunk, any arch (the default) */
+  /* sm_90 thread-block clusters, one pass, where a row fits the cluster's registers (dense
+   * teachers, unsharded); measured slower on the H200 (bench/RESULTS.md): opt-in */
+  KLJIT_ROW_KERNEL_CLUSTER = 2
+} kljit_row_kernel;
+
+/* Context flags (bits). */
+enum {
+  KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0,   /* no kernel cache: compile in every process */
+  /* benchmark knob: skip the GEMMs to time the row kernels alone; the results are WRONG */
+  KLJIT_CONTEXT_DEBUG_SKIP_GEMMS = 1u << 1
+};
+
+/* What a context's plans and executes are steered by. kljit_context_options_default fills it
+ * from the environment, which is where each member's default comes from (the README's table):
+ *
+ *   member          environment             default
+ *   cache_dir       KLJIT_CACHE_DIR         $XDG_CACHE_HOME/kljit, else ~/.cache/kljit
+ *   cache_path      KLJIT_CACHE_PATH        none (read-only caches, ':'-separated, searched first)
+ *   flags           KLJIT_CACHE_DISABLE=1, KLJIT_DEBUG_SKIP_GEMMS=1    0
+ *   row_kernel      KLJIT_ROW_KERNEL        KLJIT_ROW_KERNEL_TWO_PASS ("cluster": CLUSTER)
+ *   chunk_rows      KLJIT_CHUNK_ROWS        0: the planner's (or wisdom's) choice
+ *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE
+ *   tune_budget_s   KLJIT_TUNE_BUDGET_S     30 seconds of tuning per plan
+ *
+ * The context copies what it is given: the strings need not outlive kljit_context_create. */
+typedef struct kljit_context_options {
+  size_t struct_size;            /* sizeof(kljit_context_options) */
+  uint32_t flags;                /* KLJIT_CONTEXT_* */
+  kljit_row_kernel row_kernel;
+  int64_t chunk_rows;            /* 0, or the chunk size every plan uses */
+  int64_t tune_rows;             /* >= 1 */
+  double tune_budget_s;          /* > 0 */
+  const char *cache_dir;         /* NULL: the default directory */
+  const char *cache_path;        /* NULL: none */
+} kljit_context_options;
+
+/* The options the environment sets now (each member's default above). */
+KLJIT_API kljit_status kljit_context_options_default(kljit_context_options *options);
+
 /* Binds the primary context of CUDA device `device`. Returns KLJIT_ERR_NO_DEVICE where there is
- * no driver or no such GPU. `options` must be NULL (reserved). */
-KLJIT_API kljit_status kljit_context_create(kljit_context **ctx, int device, const void *options);
+ * no driver or no such GPU. `options` NULL: kljit_context_options_default(), read once, here;
+ * the context never reads the environment again. */
+KLJIT_API kljit_status kljit_context_create(kljit_context **ctx, int device,
+                                            const kljit_context_options *options);
 KLJIT_API void kljit_context_destroy(kljit_context *ctx);
 
 /* ---- plans ------------------------------------------------------------------------------ */

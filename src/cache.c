@@ -39,6 +39,7 @@
  *    threads and processes at once.
  */
 #include "cache.h"
+#include "env.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -624,16 +625,16 @@ static kljit_status config_add_ro(cache_config *cfg, const char *dir, size_t len
   return KLJIT_SUCCESS;
 }
 
-kljit_status cache_config_from_env(cache_config *cfg) {
-  if (!cfg) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "cache_config_from_env: cfg is NULL");
+kljit_status cache_config_make(const char *dir, const char *path, int disabled,
+                               cache_config *cfg) {
+  if (!cfg) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "cache_config_make: cfg is NULL");
   memset(cfg, 0, sizeof *cfg);
-  const char *const disable = getenv("KLJIT_CACHE_DISABLE");
-  if (disable && strcmp(disable, "1") == 0) {
+  if (disabled) {
     cfg->disabled = 1;
     return KLJIT_SUCCESS;
   }
   kljit_status s = KLJIT_SUCCESS;
-  const char *p = getenv("KLJIT_CACHE_PATH");
+  const char *p = path;
   while (p && *p && !s) {
     const size_t len = strcspn(p, ":");
     if (len) s = config_add_ro(cfg, p, len); /* "a::b" and a trailing ':' add nothing */
@@ -644,9 +645,8 @@ kljit_status cache_config_from_env(cache_config *cfg) {
     cache_config_free(cfg);
     return s;
   }
-  const char *const dir = getenv("KLJIT_CACHE_DIR");
-  const char *const xdg = getenv("XDG_CACHE_HOME");
-  const char *const home = getenv("HOME");
+  const char *const xdg = env_text(ENV_XDG_CACHE_HOME);
+  const char *const home = env_text(ENV_HOME);
   strbuf rw = {0};
   if (dir && *dir)
     s = sb_printf(&rw, "%s", dir);
@@ -663,6 +663,13 @@ kljit_status cache_config_from_env(cache_config *cfg) {
   }
   cfg->rw_dir = rw.data; /* NULL when nothing was printed */
   return KLJIT_SUCCESS;
+}
+
+kljit_status cache_config_from_env(cache_config *cfg) {
+  kljit_context_options o;
+  env_context_defaults(&o);
+  return cache_config_make(o.cache_dir, o.cache_path, (o.flags & KLJIT_CONTEXT_CACHE_DISABLE) != 0,
+                           cfg);
 }
 
 void cache_config_free(cache_config *cfg) {

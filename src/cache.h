@@ -21,8 +21,13 @@ typedef struct cache_config {
   int disabled;
 } cache_config;
 
-/* Reads KLJIT_CACHE_PATH, KLJIT_CACHE_DIR, XDG_CACHE_HOME, HOME, KLJIT_CACHE_DISABLE. Does not
- * create anything yet. */
+/* The cache of a writable `dir` (NULL: $XDG_CACHE_HOME/kljit, else ~/.cache/kljit) and the
+ * read-only directories of `path` (':'-separated, may be NULL); or none when `disabled`. Does
+ * not create anything yet. */
+kljit_status cache_config_make(const char *dir, const char *path, int disabled,
+                               cache_config *cfg);
+/* The same from the environment's defaults (KLJIT_CACHE_PATH, KLJIT_CACHE_DIR,
+ * KLJIT_CACHE_DISABLE: env.c), for what runs without a context (precompile, tooling). */
 kljit_status cache_config_from_env(cache_config *cfg);
 void cache_config_free(cache_config *cfg);
 

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
+
 kljit_status ctx_enter(const kljit_context *ctx) {
   return drv_check(ctx->drv, ctx->drv->cuCtxPushCurrent(ctx->cu), "cuCtxPushCurrent");
 }
@@ -13,16 +15,66 @@ void ctx_leave(const kljit_context *ctx) {
   ctx->drv->cuCtxPopCurrent(&popped);
 }
 
-kljit_status kljit_context_create(kljit_context **out, int device, const void *options) {
+kljit_status kljit_context_options_default(kljit_context_options *options) {
+  err_clear();
+  if (!options)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_options_default: options is NULL");
+  env_context_defaults(options);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out) {
+  const char *who = "kljit_context_create";
+  if (!user) {
+    env_context_defaults(out);
+    return KLJIT_SUCCESS;
+  }
+  if (user->struct_size < sizeof *out)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->struct_size = %zu, below the %zu bytes of the first released "
+                   "kljit_context_options (fill it with kljit_context_options_default)", who,
+                   user->struct_size, sizeof *out);
+  for (size_t i = sizeof *out; i < user->struct_size; i++)
+    if (((const unsigned char *)user)[i])
+      return err_set(KLJIT_ERR_UNSUPPORTED,
+                     "%s: options->struct_size = %zu and byte %zu is set: an option newer than "
+                     "this library's is in use", who, user->struct_size, i);
+  *out = *user;
+  out->struct_size = sizeof *out;
+  const uint32_t known = KLJIT_CONTEXT_CACHE_DISABLE | KLJIT_CONTEXT_DEBUG_SKIP_GEMMS;
+  if (out->flags & ~known)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: options->flags = 0x%x has unknown bits 0x%x",
+                   who, out->flags, out->flags & ~known);
+  if (out->row_kernel != KLJIT_ROW_KERNEL_TWO_PASS && out->row_kernel != KLJIT_ROW_KERNEL_CLUSTER)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->row_kernel = %d, must be KLJIT_ROW_KERNEL_TWO_PASS or "
+                   "KLJIT_ROW_KERNEL_CLUSTER", who, (int)out->row_kernel);
+  if (out->chunk_rows < 0 || out->chunk_rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->chunk_rows = %lld, must be 0 (the planner's) or in [1, 2^31)",
+                   who, (long long)out->chunk_rows);
+  if (out->tune_rows < 1 || out->tune_rows > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: options->tune_rows = %lld, must be in "
+                   "[1, 2^31)", who, (long long)out->tune_rows);
+  if (!(out->tune_budget_s > 0 && out->tune_budget_s < 1e6))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds", who,
+                   out->tune_budget_s);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_context_create(kljit_context **out, int device,
+                                  const kljit_context_options *options) {
   err_clear();
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: ctx is NULL");
   *out = NULL;
-  if (options)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: options must be NULL");
+  kljit_context_options opt;
+  kljit_status st = ctx_options_import(options, &opt);
+  if (st != KLJIT_SUCCESS) return st;
   if (device < 0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: device = %d", device);
   const drv_table *d;
-  kljit_status st = drv_get(&d);
+  st = drv_get(&d);
   if (st != KLJIT_SUCCESS) return st;
   int count = 0;
   if ((st = drv_check(d, d->cuDeviceGetCount(&count), "cuDeviceGetCount"))) return st;
@@ -55,7 +107,11 @@ kljit_status kljit_context_create(kljit_context **out, int device, const void *o
     st = err_set(KLJIT_ERR_CUBLAS, "cublasLtCreate: %s", cublasLtGetStatusString(cs));
     goto fail_ctx;
   }
-  if ((st = cache_config_from_env(&ctx->cache))) goto fail_lt;
+  if ((st = cache_config_make(opt.cache_dir, opt.cache_path,
+                              (opt.flags & KLJIT_CONTEXT_CACHE_DISABLE) != 0, &ctx->cache)))
+    goto fail_lt;
+  ctx->opt = opt;
+  ctx->opt.cache_dir = ctx->opt.cache_path = NULL; /* the caller's strings: in ctx->cache now */
   *out = ctx;
   return KLJIT_SUCCESS;
 fail_lt:

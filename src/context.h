@@ -31,9 +31,13 @@ struct kljit_context {
   char gpu_name[128];
   cublasLtHandle_t lt;
   cache_config cache;
+  kljit_context_options opt; /* as created (cache_dir/cache_path NULL: they are in `cache`) */
   pthread_mutex_t lock;
   ctx_module *modules;
 };
+
+/* The caller's options checked and copied into *out; NULL: the environment's defaults. */
+kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out);
 
 /* Makes the context's CUDA context current for the calling thread (push), and undoes it. */
 kljit_status ctx_enter(const kljit_context *ctx);

@@ -216,8 +216,7 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   const kljit_args *a = c->a;
   const int64_t R = p->geom.tune.chunk_rows;
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
-  const char *skip = getenv("KLJIT_DEBUG_SKIP_GEMMS");
-  c->skip_gemms = skip && strcmp(skip, "1") == 0;
+  c->skip_gemms = (p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) != 0;
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
     TRY(exec_check_inputs(c));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));

@@ -1,5 +1,6 @@
 /* jit_memo.c — spec → cache key memo (see jit_memo.h for why it is exact). */
 #include "jit_memo.h"
+#include "env.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static memo_entry *buckets[MEMO_BUCKETS];
 static size_t entries;
 
 int jit_memo_enabled(void) {
-  const char *dir = getenv("KLJIT_TEMPLATE_DIR");
+  const char *dir = env_text(ENV_TEMPLATE_DIR);
   return !(dir && *dir);
 }
 

@@ -4,6 +4,7 @@
  * templates), so compilation never depends on where the toolkit's headers live at run time.
  */
 #include "nvrtc_compile.h"
+#include "env.h"
 
 #include <errno.h>
 #include <nvrtc.h>
@@ -48,7 +49,7 @@ int nvrtc_parse_arch(const char *text) {
 }
 
 static void dump(const char *name, const char *ext, const char *text) {
-  const char *dir = getenv("KLJIT_DUMP_DIR");
+  const char *dir = env_text(ENV_DUMP_DIR);
   if (!dir || !*dir || !text) return;
   char path[4096];
   /* mkdir -p: each prefix of the path, then the directory itself */

@@ -103,7 +103,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   /* a stored cluster tuning (wisdom of the same shape) cannot serve a vocabulary shard, whose
    * row statistics are merged across ranks: the shard takes the two-pass heuristics */
   const int replaced = tune.cluster && prob_sharded(problem);
-  if (replaced) tune = prob_estimate(problem, ctx->sm_count, ctx->arch);
+  if (replaced) tune = prob_estimate_opt(problem, ctx->sm_count, ctx->arch, &ctx->opt);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   const kljit_dtype in = problem->input_dtype;
   p->gtypes.in = cuda_type(in);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "gemm.h"
 
 enum { MAX_VOCAB = 1 << 24, MAX_HIDDEN = 1 << 20, MAX_TOPK = 1024, MAX_SHARDS = 1024 };
@@ -178,16 +179,22 @@ static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tu
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
 prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
+  kljit_context_options o;
+  env_context_defaults(&o);
+  return prob_estimate_opt(pb, sm_count, arch, &o);
+}
+
+prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
+                              const kljit_context_options *opt) {
   (void)sm_count;
   prob_tuning t;
   memset(&t, 0, sizeof t);
   const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* The cluster variant reads every byte once but, as measured on the H200 (bench/RESULTS.md),
    * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
-   * bandwidth: it is opt-in, KLJIT_ROW_KERNEL=cluster (README). */
-  const char *variant = getenv("KLJIT_ROW_KERNEL");
+   * bandwidth: it is opt-in, KLJIT_ROW_KERNEL_CLUSTER (KLJIT_ROW_KERNEL=cluster, README). */
   /* sharded plans merge their row statistics across ranks: two-pass rows only */
-  const int allow = variant && strcmp(variant, "cluster") == 0 &&
+  const int allow = opt->row_kernel == KLJIT_ROW_KERNEL_CLUSTER &&
                     pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && !prob_sharded(pb);
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
@@ -217,9 +224,8 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
   int64_t r = (int64_t)(CHUNK_BUDGET / (double)chunk_row_bytes(pb, ld, &t));
   r = r / 256 * 256;
   t.chunk_rows = r < 256 ? 256 : r > 8192 ? 8192 : r;
-  /* Debug/test override of the chunk size (documented in the README). */
-  const char *e = getenv("KLJIT_CHUNK_ROWS");
-  if (e && atoll(e) > 0) t.chunk_rows = atoll(e);
+  /* the options' chunk size (KLJIT_CHUNK_ROWS: tests, experiments) */
+  if (opt->chunk_rows > 0) t.chunk_rows = opt->chunk_rows;
   return t;
 }
 

@@ -44,6 +44,10 @@ typedef struct prob_geometry {
 /* Heuristic tuning for sm_<arch> with `sm_count` multiprocessors (0: unknown, e.g. precompile).
  * On sm_90 and newer, rows that fit a cluster's registers take the one-pass cluster variant. */
 prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);
+/* The same with a context's options (row_kernel, chunk_rows); prob_estimate takes the
+ * environment's defaults (what runs without a context: precompile, tests). */
+prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
+                              const kljit_context_options *opt);
 
 /* Geometry and specs for a validated problem and a tuning. */
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,

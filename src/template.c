@@ -23,6 +23,7 @@
  * protected mode would call Lua's panic handler, which aborts the process.
  */
 #include "template.h"
+#include "env.h"
 
 #include <errno.h>
 #include <float.h>
@@ -784,7 +785,7 @@ kljit_status render_template_iface(const char *name, const render_param *params,
   strbuf chunkname = {0};
   kljit_status st = sb_printf(&chunkname, "templates/%s", name);
   if (st != KLJIT_SUCCESS) return st;
-  const char *dir = getenv("KLJIT_TEMPLATE_DIR");
+  const char *dir = env_text(ENV_TEMPLATE_DIR);
   if (dir && *dir) {
     strbuf text = {0};
     st = read_template_file(dir, name, &text);

@@ -8,17 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t tune_rows(void) {
-  const char *e = getenv("KLJIT_TUNE_ROWS");
-  const long long n = e ? atoll(e) : 0;
-  return n >= 1 && n <= INT32_MAX ? (int64_t)n : 8192;
-}
-
-double tune_budget_s(void) {
-  const char *e = getenv("KLJIT_TUNE_BUDGET_S");
-  const double s = e ? atof(e) : 0.0;
-  return s > 0 && s < 1e6 ? s : 30.0;
-}
+#include "env.h"
 
 void tune_describe(const prob_tuning *t, char *out, size_t cap) {
   if (t->cluster)
@@ -158,10 +148,10 @@ int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, t
 
 /* ---- choosing ---------------------------------------------------------------------------- */
 
-/* KLJIT_CHUNK_ROWS overrides the chunk size whatever chose the rest (tests, experiments). */
-static void chunk_override(prob_tuning *t) {
-  const char *e = getenv("KLJIT_CHUNK_ROWS");
-  if (e && atoll(e) > 0) t->chunk_rows = atoll(e);
+/* The options' chunk_rows (KLJIT_CHUNK_ROWS) override the chunk size whatever chose the rest
+ * (tests, experiments). */
+static void chunk_override(const kljit_context_options *opt, prob_tuning *t) {
+  if (opt->chunk_rows > 0) t->chunk_rows = opt->chunk_rows;
 }
 
 static const char *rigor_name(kljit_plan_rigor r) {
@@ -172,10 +162,13 @@ static const char *rigor_name(kljit_plan_rigor r) {
 }
 
 kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
-                         int sms, prob_tuning *out, tune_source *src, wisdom_entry *used) {
+                         int sms, const kljit_context_options *opt, prob_tuning *out,
+                         tune_source *src, wisdom_entry *used) {
+  kljit_context_options env;
+  if (!opt) env_context_defaults(&env), opt = &env;
   char key[WISDOM_PROBLEM_MAX];
   wisdom_problem_key(pb, key);
-  const int64_t bucket = wisdom_bucket(tune_rows());
+  const int64_t bucket = wisdom_bucket(opt->tune_rows);
   const int measured = rigor == KLJIT_PLAN_MEASURE || rigor == KLJIT_PLAN_EXHAUSTIVE;
   /* MEASURE and EXHAUSTIVE reuse only what was measured as hard for the bucket they would tune
    * (FFTW: higher rigor serves lower); ESTIMATE and WISDOM_ONLY take the nearest bucket. */
@@ -185,7 +178,7 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
   if (found) {
     *out = used->tune;
     *src = TUNE_FROM_WISDOM;
-    chunk_override(out);
+    chunk_override(opt, out);
     return KLJIT_SUCCESS;
   }
   if (rigor == KLJIT_PLAN_WISDOM_ONLY)
@@ -194,7 +187,7 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
                    "%s (any token bucket); tune it (kljit tune, or KLJIT_PLAN_MEASURE) or import "
                    "a wisdom file (kljit_wisdom_import_file, KLJIT_WISDOM)",
                    gpu, arch, sms, KLJIT_VERSION_STRING, key);
-  *out = prob_estimate(pb, sms, arch);
+  *out = prob_estimate_opt(pb, sms, arch, opt);
   *src = measured ? TUNE_NEEDED : TUNE_FROM_HEURISTIC;
   return KLJIT_SUCCESS;
 }
@@ -216,7 +209,8 @@ kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_pl
   wisdom_entry key, used;
   tune_entry_key(ctx, pb, 1, &key);
   tune_source src;
-  kljit_status st = tune_choose(pb, rigor, key.gpu, key.arch, key.sms, out, &src, &used);
+  kljit_status st =
+      tune_choose(pb, rigor, key.gpu, key.arch, key.sms, &ctx->opt, out, &src, &used);
   if (st != KLJIT_SUCCESS) return st;
   if (src == TUNE_FROM_WISDOM)
     return sb_printf(origin, "wisdom (%s, %.3f ms at %lld rows, bucket %lld)",
@@ -224,11 +218,11 @@ kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_pl
   if (src == TUNE_FROM_HEURISTIC) return sb_printf(origin, "heuristic (no wisdom)");
   wisdom_entry win;
   const double t0 = util_now();
-  st = tune_measure(ctx, pb, tune_rows(), rigor, NULL, NULL, &win);
+  st = tune_measure(ctx, pb, ctx->opt.tune_rows, rigor, NULL, NULL, &win);
   if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "tuning (%s): ", rigor_name(rigor));
   *out = win.tune;
-  chunk_override(out);
+  chunk_override(&ctx->opt, out);
   return sb_printf(origin, "a measurement now (%s in %.1f s: %.3f ms at %lld rows)",
                    rigor_name(rigor), util_now() - t0, win.ms, (long long)win.rows);
 }
@@ -252,7 +246,7 @@ kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_
                    "KLJIT_TUNE_ROWS)",
                    who, (long long)rows);
   wisdom_entry win;
-  st = tune_measure(ctx, problem, rows ? rows : tune_rows(), rigor, callback, user, &win);
+  st = tune_measure(ctx, problem, rows ? rows : ctx->opt.tune_rows, rigor, callback, user, &win);
   if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
   err_clear();

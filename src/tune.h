@@ -12,11 +12,6 @@
 #include "context.h"
 #include "wisdom.h"
 
-/* Tokens a plan tunes at, and whose bucket it looks wisdom up for: KLJIT_TUNE_ROWS, default
- * 8192. */
-int64_t tune_rows(void);
-/* Seconds one problem's tuning may take: KLJIT_TUNE_BUDGET_S, default 30. */
-double tune_budget_s(void);
 
 typedef enum tune_stage { TUNE_SHAPES = 1, TUNE_CHUNKS = 2, TUNE_CLUSTER = 3 } tune_stage;
 
@@ -41,9 +36,11 @@ typedef enum tune_source {
 
 /* The rigor rules of kljit_plan_create (kljit.h, "wisdom"), without a GPU: the tuning for `pb`
  * on a GPU named `gpu` (sm_<arch>, `sms` multiprocessors). KLJIT_ERR_NO_WISDOM for WISDOM_ONLY
- * without an entry, naming the key. KLJIT_CHUNK_ROWS still overrides the chunk size. */
+ * without an entry, naming the key. opt (NULL: the environment's defaults) gives the token
+ * bucket (tune_rows) and may override the chunk size (chunk_rows). */
 kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
-                         int sms, prob_tuning *out, tune_source *src, wisdom_entry *used);
+                         int sms, const kljit_context_options *opt, prob_tuning *out,
+                         tune_source *src, wisdom_entry *used);
 
 /* The wisdom entry identity of `pb` on ctx's GPU for `rows` tokens (tune and rigor unset). */
 void tune_entry_key(const kljit_context *ctx, const kljit_problem *pb, int64_t rows,

@@ -420,8 +420,8 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
   b.ctx = ctx, b.d = ctx->drv, b.pb = pb, b.rigor = rigor, b.cb = cb, b.user = user;
   b.two_phase = pb->reduction == KLJIT_REDUCTION_NONE;
   b.pr.struct_size = sizeof b.pr;
-  b.t0 = util_now(), b.budget = tune_budget_s();
-  const prob_tuning heur = prob_estimate(pb, ctx->sm_count, ctx->arch);
+  b.t0 = util_now(), b.budget = ctx->opt.tune_budget_s;
+  const prob_tuning heur = prob_estimate_opt(pb, ctx->sm_count, ctx->arch, &ctx->opt);
   kljit_status st = ctx_enter(ctx);
   if (st != KLJIT_SUCCESS) return st;
   st = pick_rows(&b, &heur, rows);

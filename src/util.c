@@ -1,5 +1,6 @@
 /* util.c — thread-local error message, string buffer, logging knob, clock. */
 #include "util.h"
+#include "env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,7 @@ void sb_free(strbuf *sb) {
 }
 
 void util_log(const char *fmt, ...) {
-  const char *e = getenv("KLJIT_LOG");
+  const char *e = env_text(ENV_LOG);
   if (!e || strcmp(e, "1") != 0) return;
   va_list ap;
   va_start(ap, fmt);

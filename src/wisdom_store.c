@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "wisdom.h"
+#include "env.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;      /* store, defaults_done */
 static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER; /* the user file */
@@ -26,14 +27,14 @@ enum { WISDOM_FILE_MAX = 16 << 20 };
 
 kljit_status wisdom_default_path(kljit_wisdom_file which, strbuf *out) {
   if (which == KLJIT_WISDOM_SYSTEM) {
-    const char *e = getenv("KLJIT_SYSTEM_WISDOM");
+    const char *e = env_text(ENV_SYSTEM_WISDOM);
     return sb_printf(out, "%s", e ? e : "/etc/kljit/wisdom");
   }
-  const char *e = getenv("KLJIT_WISDOM");
+  const char *e = env_text(ENV_WISDOM);
   if (e) return sb_printf(out, "%s", strcmp(e, "none") == 0 ? "" : e);
   /* next to the kernel cache, as cache_config_from_env finds its directory */
-  const char *dir = getenv("KLJIT_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
+  const char *dir = env_text(ENV_CACHE_DIR), *xdg = env_text(ENV_XDG_CACHE_HOME);
+  const char *home = env_text(ENV_HOME);
   if (dir && *dir) return sb_printf(out, "%s/wisdom", dir);
   if (xdg && xdg[0] == '/') return sb_printf(out, "%s/kljit/wisdom", xdg);
   if (home && *home) return sb_printf(out, "%s/.cache/kljit/wisdom", home);

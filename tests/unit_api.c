@@ -144,11 +144,48 @@ static int context_create_rejects_null_out_negative_device_and_options(void) {
   TH_CHECK(ctx == NULL);
   TH_CHECK(strstr(kljit_last_error(), "device = -1") != NULL);
 
-  const int options = 0;
+  /* options are checked before any device is looked for */
+  kljit_context_options options;
+  memset(&options, 0, sizeof options);
   ctx = (kljit_context *)&ctx;
   TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(ctx == NULL);
-  TH_CHECK(strstr(kljit_last_error(), "options") != NULL);
+  TH_CHECK(strstr(kljit_last_error(), "options->struct_size = 0") != NULL);
+  TH_OK(kljit_context_options_default(&options));
+  options.row_kernel = (kljit_row_kernel)7;
+  TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "options->row_kernel = 7") != NULL);
+  TH_OK(kljit_context_options_default(&options));
+  options.tune_budget_s = 0;
+  TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "tune_budget_s") != NULL);
+  return TH_PASS;
+}
+
+/* The options' defaults are the environment's (the README's table), read when asked. */
+static int context_options_default_to_the_environment(void) {
+  kljit_context_options o;
+  unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_CHUNK_ROWS"), unsetenv("KLJIT_TUNE_ROWS");
+  unsetenv("KLJIT_TUNE_BUDGET_S"), unsetenv("KLJIT_CACHE_DISABLE");
+  unsetenv("KLJIT_DEBUG_SKIP_GEMMS");
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.struct_size == sizeof o && o.flags == 0 && o.row_kernel == KLJIT_ROW_KERNEL_TWO_PASS);
+  TH_CHECK(o.chunk_rows == 0 && o.tune_rows == 8192 && o.tune_budget_s == 30.0);
+  setenv("KLJIT_ROW_KERNEL", "cluster", 1), setenv("KLJIT_CHUNK_ROWS", "512", 1);
+  setenv("KLJIT_TUNE_ROWS", "1024", 1), setenv("KLJIT_TUNE_BUDGET_S", "2.5", 1);
+  setenv("KLJIT_CACHE_DISABLE", "1", 1), setenv("KLJIT_DEBUG_SKIP_GEMMS", "1", 1);
+  setenv("KLJIT_CACHE_DIR", "/tmp/kljit-options-dir", 1);
+  const kljit_status st = kljit_context_options_default(&o);
+  const int ok = o.row_kernel == KLJIT_ROW_KERNEL_CLUSTER && o.chunk_rows == 512 &&
+                 o.tune_rows == 1024 && o.tune_budget_s == 2.5 &&
+                 o.flags == (KLJIT_CONTEXT_CACHE_DISABLE | KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) &&
+                 o.cache_dir && strcmp(o.cache_dir, "/tmp/kljit-options-dir") == 0;
+  unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_CHUNK_ROWS"), unsetenv("KLJIT_TUNE_ROWS");
+  unsetenv("KLJIT_TUNE_BUDGET_S"), unsetenv("KLJIT_CACHE_DISABLE");
+  unsetenv("KLJIT_DEBUG_SKIP_GEMMS"), unsetenv("KLJIT_CACHE_DIR");
+  TH_OK(st);
+  TH_CHECK(ok);
+  TH_STATUS(kljit_context_options_default(NULL), KLJIT_ERR_INVALID_ARGUMENT);
   return TH_PASS;
 }
 
@@ -605,6 +642,7 @@ static const th_case cases[] = {
      plan_check_accepts_sparse_and_checked_problems},
     {"plan_check_success_clears_the_last_error", plan_check_success_clears_the_last_error},
     {"last_error_is_thread_local", last_error_is_thread_local},
+    {"context_options_default_to_the_environment", context_options_default_to_the_environment},
     {"problem_structs_from_the_first_released_size_up_are_accepted",
      problem_structs_from_the_first_released_size_up_are_accepted},
     {"a_success_after_a_failure_leaves_the_last_error_empty",

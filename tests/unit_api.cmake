@@ -15,6 +15,7 @@ foreach(case
     plan_check_accepts_sparse_and_checked_problems
     plan_check_success_clears_the_last_error
     last_error_is_thread_local
+    context_options_default_to_the_environment
     problem_structs_from_the_first_released_size_up_are_accepted
     a_success_after_a_failure_leaves_the_last_error_empty
     null_plan_queries_are_rejected_and_write_nothing

@@ -281,10 +281,10 @@ static int defaults_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.threads == 512 && t.chunk_rows == 1024);
   TH_OK(
-      tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA A100-SXM4-80GB", 80, 108, &t, &src, &used));
+      tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA A100-SXM4-80GB", 80, 108, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 2048);
   return TH_PASS;
 }
@@ -301,7 +301,7 @@ static int bad_defaults_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_HEURISTIC);
   TH_CHECK(strcmp(kljit_last_error(), "") == 0); /* a skipped default is not an error */
   return TH_PASS;
@@ -376,7 +376,7 @@ static int no_wisdom_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used),
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used),
             KLJIT_ERR_NO_WISDOM);
   printf("%s\n", kljit_last_error());
   TH_CHECK(strstr(kljit_last_error(), "gpu=\"NVIDIA H200\" arch=sm_90 sms=132"));
@@ -389,13 +389,13 @@ static int no_wisdom_in(const char *dir) {
                                        "bucket=8192" CHOICE("2048", "measure", "1") "\n",
            H, KLJIT_VERSION_STRING);
   TH_OK(kljit_wisdom_import_string(text));
-  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used),
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used),
             KLJIT_ERR_NO_WISDOM);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   const prob_tuning h = prob_estimate(&pb, 132, 90);
   TH_CHECK(src == TUNE_FROM_HEURISTIC && t.threads == h.threads && t.split == h.split &&
            t.chunk_rows == h.chunk_rows);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   return TH_PASS;
 }
@@ -420,30 +420,30 @@ static int estimate_in(const char *dir) {
            "rows=65536 ms=50\n",
            H);
   TH_OK(kljit_wisdom_import_string(text));
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536 && t.split == 8);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
   /* MEASURE wants its own bucket (8192): neither serves */
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   /* KLJIT_TUNE_ROWS=1000 -> bucket 1024: the exhaustive entry serves MEASURE and EXHAUSTIVE */
   setenv("KLJIT_TUNE_ROWS", "1000", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 1024 && t.threads == 512 && t.split == 2);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(used.bucket == 1024);
   /* ... but a MEASURE entry does not serve EXHAUSTIVE */
   setenv("KLJIT_TUNE_ROWS", "65536", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   /* KLJIT_CHUNK_ROWS still overrides the chunk size of a stored choice */
   setenv("KLJIT_CHUNK_ROWS", "300", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 300 && t.split == 8);
   unsetenv("KLJIT_CHUNK_ROWS");
   unsetenv("KLJIT_TUNE_ROWS");
@@ -521,7 +521,7 @@ static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, &t, &src, &used));
+  TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, NULL, &t, &src, &used));
   prob_geometry g;
   TH_OK(prob_geometry_make(pb, &t, &g));
   cache_config cfg;

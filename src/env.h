@@ -1,0 +1,31 @@
+/* env.h — the environment, read in one place (the one file of src/ that calls getenv).
+ *
+ * What the environment steers is documented once, in the table of env.c (the README and
+ * kljit.h's kljit_context_options repeat it for users). It steers two kinds of things:
+ *  - a context's options: env_context_defaults() fills a kljit_context_options from it, which
+ *    kljit_context_create reads once (without caller options) and keeps; plans and executes
+ *    read the context's options, never the environment;
+ *  - process-wide settings with no context to hang on (logging, template and dump
+ *    directories, wisdom files, the cache of context-free calls such as kljit_precompile):
+ *    read through env_text() when they are used.
+ */
+#ifndef KLJIT_ENV_H
+#define KLJIT_ENV_H
+
+#include "util.h"
+
+typedef enum env_var {
+  ENV_CACHE_DIR, ENV_CACHE_PATH, ENV_CACHE_DISABLE, ENV_XDG_CACHE_HOME, ENV_HOME,
+  ENV_ROW_KERNEL, ENV_CHUNK_ROWS, ENV_TUNE_ROWS, ENV_TUNE_BUDGET_S, ENV_DEBUG_SKIP_GEMMS,
+  ENV_TEMPLATE_DIR, ENV_DUMP_DIR, ENV_LOG, ENV_WISDOM, ENV_SYSTEM_WISDOM,
+  ENV_COUNT
+} env_var;
+
+/* The variable's value now, or NULL when unset. */
+const char *env_text(env_var v);
+
+/* A context's options as the environment sets them (kljit_context_options_default). String
+ * members point into the environment: copy them before it may change. */
+void env_context_defaults(kljit_context_options *o);
+
+#endif
