@@ -17,6 +17,28 @@
 #include <string.h>
 
 #include "exec.h"
+#include "exec_check.h"
+
+/* One call's constants, shared by the loops. */
+typedef struct exec_call {
+  const kljit_plan *p;
+  const kljit_args *a;
+  void *stream;
+  char *ws;
+  prob_workspace w;
+  float *hdr, *rowstat;
+  int labels_is64;
+  long long ignore;
+  size_t in_sz;
+  int skip_gemms;
+  int sparse;          /* the plan's rows module is the sparse top-K one */
+  float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
+  float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
+  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
+  kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
+} exec_call;
+
+
 
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
@@ -72,8 +94,9 @@ static kljit_status check_args_head(const kljit_args *a, uint32_t known, const c
 }
 
 /* stats_only: kljit_shard_stats (fused-mode workspace; no loss or gradient outputs). */
+/* *w: the call's workspace layout, computed once here for the checks and the loops. */
 static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mode mode,
-                             int stats_only, const char *who) {
+                             int stats_only, const char *who, prob_workspace *w) {
   if (!p) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
   const kljit_problem *pb = &p->pb;
@@ -116,7 +139,8 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
     TRY(check_ptr(p, who, "grad_bias", a->grad_bias, prob_dtype_size(pb->grad_weight_dtype)));
-  const size_t need = prob_workspace_layout(pb, &p->geom, mode, a->rows).total;
+  *w = prob_workspace_layout(pb, &p->geom, mode, a->rows);
+  const size_t need = w->total;
   if (a->workspace_size < need)
     return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
                    "%s: args->workspace_size = %zu, this call needs %zu bytes "
@@ -125,21 +149,8 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   return KLJIT_SUCCESS;
 }
 
-kljit_status exec_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
-                         unsigned threads, const kargs *args, void *stream) {
-  const plan_kernel *k = &p->kernel[step];
-  if (!k->sig)
-    return err_set(KLJIT_ERR_INTERNAL, "the plan has no %s kernel", kiface_step_name(step));
-  void *params[KIFACE_MAX_ARGS];
-  kiface_marshal(k->sig, args, params);
-  return drv_check(p->ctx->drv,
-                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, threads, 1, 1, 0,
-                                               (CUstream)stream, params, NULL),
-                   k->sig->name);
-}
-
 static kljit_status run_setup(exec_call *c) {
-  return exec_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
 }
 
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
@@ -152,7 +163,7 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
 
 static kljit_status run_stats(exec_call *c, int64_t n) {
   const kljit_plan *p = c->p;
-  return exec_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
+  return plan_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
                      (unsigned)p->geom.tune.threads, &c->k, c->stream);
 }
 
@@ -176,7 +187,7 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
                  c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
-    TRY(exec_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
+    TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
                     c->stream));
   }
   return KLJIT_SUCCESS;
@@ -187,13 +198,13 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
   c->k.accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   c->k.src = c->ws + src_off, c->k.dst = dst, c->k.count = n, c->k.scale = scale;
   const long long blocks = (n + 255) / 256;
-  return exec_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
+  return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
                      &c->k, c->stream);
 }
 
 /* Split API: one record per chunk row from its SPLIT partials -> c->stats_out[(row0 + r) * 8]. */
 static kljit_status run_merge(exec_call *c, int64_t n) {
-  return exec_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
 }
 
 static kljit_status run_finish_grads(exec_call *c) {
@@ -208,7 +219,7 @@ static kljit_status run_finish_grads(exec_call *c) {
 }
 
 static kljit_status run_finish_loss(exec_call *c) {
-  return exec_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, 1024, &c->k, c->stream);
 }
 
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
@@ -218,7 +229,7 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
   c->skip_gemms = (p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) != 0;
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
-    TRY(exec_check_inputs(c));
+    TRY(exec_check_inputs(p, &c->k, a->rows, c->stream));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
   const kiface_step row_step = mode == KLJIT_MODE_FUSED     ? KSTEP_FUSED
                                : mode == KLJIT_MODE_FORWARD ? KSTEP_FORWARD
@@ -235,7 +246,7 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
       TRY(run_merge(c, n));
       continue;
     }
-    TRY(exec_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
+    TRY(plan_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
                     (unsigned)p->geom.tune.threads, &c->k, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
@@ -261,7 +272,7 @@ static float grad_multiplier(const kljit_problem *pb, int64_t rows) {
 
 /* The kernel arguments that stay the same for the whole call (exec_call.k); the chunk loop sets
  * row0, chunk_rows and recs, the helpers their own. */
-void exec_call_args(exec_call *c, int nrec) {
+static void exec_call_args(exec_call *c, int nrec) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   kargs *k = &c->k;
@@ -301,7 +312,8 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
                                const float *all, int nrec) {
   kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
   if (st != KLJIT_SUCCESS) return st;
-  st = validate(p, a, mode, stats_out != NULL, who);
+  prob_workspace w;
+  st = validate(p, a, mode, stats_out != NULL, who, &w);
   if (st == KLJIT_SUCCESS && stats_out) st = check_ptr(p, who, "stats", stats_out, 16);
   if (st == KLJIT_SUCCESS && all) st = check_ptr(p, who, "all", all, 16);
   if (st == KLJIT_SUCCESS && !stats_out && !all && prob_sharded(&p->pb))
@@ -319,7 +331,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     memset(&c, 0, sizeof c);
     c.p = p, c.a = a, c.stream = stream;
     c.ws = a->workspace;
-    c.w = prob_workspace_layout(&p->pb, &p->geom, mode, a->rows);
+    c.w = w;
     c.hdr = mode == KLJIT_MODE_FUSED ? (float *)(c.ws + c.w.hdr) : a->saved;
     c.rowstat = a->saved ? a->saved + PLAN_HDR_FLOATS : NULL;
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
@@ -353,7 +365,7 @@ static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long
   kargs k;
   memset(&k, 0, sizeof k);
   k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
-  return exec_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks),
+  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks),
                      1, 256, &k, stream);
 }
 
@@ -394,10 +406,11 @@ kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream, const kljit
   return st;
 }
 
-kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const char *who) {
+kljit_status exec_validate_fused(const kljit_plan *p, const kljit_args *a, const char *who,
+                                 prob_workspace *w) {
   kljit_status st = p ? ctx_enter(p->ctx) : KLJIT_SUCCESS;
   if (st != KLJIT_SUCCESS) return st;
-  st = validate(p, a, KLJIT_MODE_FUSED, 0, who);
+  st = validate(p, a, KLJIT_MODE_FUSED, 0, who, w);
   if (p) ctx_leave(p->ctx);
   return st;
 }

@@ -8,7 +8,7 @@
  */
 #include <stdint.h>
 
-#include "exec.h"
+#include "exec_check.h"
 
 /* Kinds written by kl_dense_check / kl_sparse_check (templates). */
 static const char *kind_text(unsigned kind) {
@@ -21,15 +21,13 @@ static const char *kind_text(unsigned kind) {
   return "an unknown defect";
 }
 
-kljit_status exec_check_inputs(const exec_call *c) {
-  const kljit_plan *p = c->p;
-  const kljit_args *a = c->a;
+kljit_status exec_check_inputs(const kljit_plan *p, const kargs *k, int64_t rows, void *stream) {
   const drv_table *d = p->ctx->drv;
-  CUdeviceptr flag = (CUdeviceptr)(uintptr_t)(c->ws + c->w.check);
-  CUstream s = (CUstream)c->stream;
+  CUdeviceptr flag = (CUdeviceptr)(uintptr_t)k->check_flag;
+  CUstream s = (CUstream)stream;
   kljit_status st = drv_check(d, d->cuMemsetD32Async(flag, 0xFFFFFFFFu, 2, s), "cuMemsetD32Async");
   if (st != KLJIT_SUCCESS) return st;
-  st = exec_launch(p, KSTEP_CHECK, (unsigned)a->rows, 1, 256, &c->k, c->stream);
+  st = plan_launch(p, KSTEP_CHECK, (unsigned)rows, 1, 256, k, stream);
   uint64_t verdict = 0;
   if (st == KLJIT_SUCCESS)
     st = drv_check(d, d->cuMemcpyDtoHAsync(&verdict, flag, sizeof verdict, s),
@@ -38,7 +36,7 @@ kljit_status exec_check_inputs(const exec_call *c) {
   if (st != KLJIT_SUCCESS) return st;
   if (verdict == UINT64_MAX) return KLJIT_SUCCESS;
   const unsigned long long row = (unsigned long long)(verdict >> 8);
-  const char *what = c->sparse ? "teacher_ids/teacher_values" : "teacher";
+  const char *what = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK ? "teacher_ids/teacher_values" : "teacher";
   return err_set(KLJIT_ERR_BAD_INPUT_DATA,
                  "checked mode: %s row %llu has %s (nothing was written)", what, row,
                  kind_text((unsigned)(verdict & 0xFF)));

@@ -103,7 +103,8 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
   if (!comm) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: nccl_comm is NULL", who);
   /* every check that can fail on one rank alone comes before the first collective */
-  kljit_status st = exec_validate_fused(plan, args, who);
+  prob_workspace w;
+  kljit_status st = exec_validate_fused(plan, args, who, &w);
   if (st != KLJIT_SUCCESS) return st;
   const nccl_table *n = NULL;
   if ((st = nccl_load(&n)) != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
@@ -115,7 +116,6 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
                    "%s: the communicator has %d ranks, the problem has shards = %d", who, count,
                    (int)pb->shards);
   if (pb->shards == 1) return kljit_fused(plan, stream, args); /* nothing to exchange */
-  const prob_workspace w = prob_workspace_layout(pb, &plan->geom, KLJIT_MODE_FUSED, args->rows);
   float *local = (float *)((char *)args->workspace + w.stats);
   float *all = local + (size_t)args->rows * 8;
   const size_t nrec = (size_t)args->rows * 8;

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tune.h"
 
 static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -59,29 +58,6 @@ static kljit_status check_steps(const kljit_plan *p) {
                      kiface_step_name((kiface_step)s));
   }
   return KLJIT_SUCCESS;
-}
-
-kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
-                               kljit_plan_rigor rigor, kljit_plan **out) {
-  err_clear();
-  if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: plan is NULL");
-  *out = NULL;
-  if (!ctx) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: ctx is NULL");
-  kljit_problem pb;
-  kljit_status st = prob_import(problem, "kljit_plan_create", &pb);
-  if (st != KLJIT_SUCCESS) return st;
-  problem = &pb;
-  if (rigor < KLJIT_PLAN_ESTIMATE || rigor > KLJIT_PLAN_WISDOM_ONLY)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: rigor = %d", (int)rigor);
-  const double t0 = util_now();
-  /* the tuning by rigor (tune.c): wisdom, heuristics, or timing candidates now */
-  prob_tuning chosen;
-  strbuf origin = {0};
-  st = tune_for_plan(ctx, problem, rigor, &chosen, &origin);
-  if (st == KLJIT_SUCCESS)
-    st = plan_create_tuned(ctx, problem, &chosen, origin.data ? origin.data : "", t0, out);
-  sb_free(&origin);
-  return st;
 }
 
 kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
@@ -158,6 +134,20 @@ void kljit_plan_destroy(kljit_plan *p) {
   free(p->gemm);
   free(p->description);
   free(p);
+}
+
+/* Marshals by the kernel's manifest: nothing else knows its argument order. */
+kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
+                         unsigned threads, const kargs *args, void *stream) {
+  const plan_kernel *k = &p->kernel[step];
+  if (!k->sig)
+    return err_set(KLJIT_ERR_INTERNAL, "the plan has no %s kernel", kiface_step_name(step));
+  void *params[KIFACE_MAX_ARGS];
+  kiface_marshal(k->sig, args, params);
+  return drv_check(p->ctx->drv,
+                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, threads, 1, 1, 0,
+                                               (CUstream)stream, params, NULL),
+                   k->sig->name);
 }
 
 const char *kljit_plan_describe(const kljit_plan *p) {

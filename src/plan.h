@@ -40,4 +40,10 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out);
 
+/* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of `threads`, its
+ * arguments taken from `args` by the roles of the kernel's manifest (src/kiface.h);
+ * KLJIT_ERR_INTERNAL when the plan has no kernel for the step. */
+kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
+                         unsigned threads, const kargs *args, void *stream);
+
 #endif

@@ -148,18 +148,10 @@ int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, t
 
 /* ---- choosing ---------------------------------------------------------------------------- */
 
-/* The options' chunk_rows (KLJIT_CHUNK_ROWS) override the chunk size whatever chose the rest
- * (tests, experiments). */
-static void chunk_override(const kljit_context_options *opt, prob_tuning *t) {
+void tune_chunk_override(const kljit_context_options *opt, prob_tuning *t) {
   if (opt->chunk_rows > 0) t->chunk_rows = opt->chunk_rows;
 }
 
-static const char *rigor_name(kljit_plan_rigor r) {
-  return r == KLJIT_PLAN_ESTIMATE     ? "estimate"
-         : r == KLJIT_PLAN_MEASURE    ? "measure"
-         : r == KLJIT_PLAN_EXHAUSTIVE ? "exhaustive"
-                                      : "wisdom-only";
-}
 
 kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
                          int sms, const kljit_context_options *opt, prob_tuning *out,
@@ -178,7 +170,7 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
   if (found) {
     *out = used->tune;
     *src = TUNE_FROM_WISDOM;
-    chunk_override(opt, out);
+    tune_chunk_override(opt, out);
     return KLJIT_SUCCESS;
   }
   if (rigor == KLJIT_PLAN_WISDOM_ONLY)
@@ -204,51 +196,3 @@ void tune_entry_key(const kljit_context *ctx, const kljit_problem *pb, int64_t r
   e->bucket = wisdom_bucket(rows);
 }
 
-kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_plan_rigor rigor,
-                           prob_tuning *out, strbuf *origin) {
-  wisdom_entry key, used;
-  tune_entry_key(ctx, pb, 1, &key);
-  tune_source src;
-  kljit_status st =
-      tune_choose(pb, rigor, key.gpu, key.arch, key.sms, &ctx->opt, out, &src, &used);
-  if (st != KLJIT_SUCCESS) return st;
-  if (src == TUNE_FROM_WISDOM)
-    return sb_printf(origin, "wisdom (%s, %.3f ms at %lld rows, bucket %lld)",
-                     rigor_name(used.rigor), used.ms, (long long)used.rows, (long long)used.bucket);
-  if (src == TUNE_FROM_HEURISTIC) return sb_printf(origin, "heuristic (no wisdom)");
-  wisdom_entry win;
-  const double t0 = util_now();
-  st = tune_measure(ctx, pb, ctx->opt.tune_rows, rigor, NULL, NULL, &win);
-  if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
-  if (st != KLJIT_SUCCESS) return err_prefix(st, "tuning (%s): ", rigor_name(rigor));
-  *out = win.tune;
-  chunk_override(&ctx->opt, out);
-  return sb_printf(origin, "a measurement now (%s in %.1f s: %.3f ms at %lld rows)",
-                   rigor_name(rigor), util_now() - t0, win.ms, (long long)win.rows);
-}
-
-kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_t rows,
-                        kljit_plan_rigor rigor, kljit_tune_callback callback, void *user) {
-  err_clear();
-  const char *who = "kljit_tune";
-  if (!ctx) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", who);
-  kljit_problem pb;
-  kljit_status st = prob_import(problem, who, &pb);
-  if (st != KLJIT_SUCCESS) return st;
-  problem = &pb;
-  if (rigor != KLJIT_PLAN_MEASURE && rigor != KLJIT_PLAN_EXHAUSTIVE)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: rigor = %d, must be KLJIT_PLAN_MEASURE or KLJIT_PLAN_EXHAUSTIVE", who,
-                   (int)rigor);
-  if (rows < 0 || rows > INT32_MAX)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: rows = %lld, must be in [0, 2^31) (0: "
-                   "KLJIT_TUNE_ROWS)",
-                   who, (long long)rows);
-  wisdom_entry win;
-  st = tune_measure(ctx, problem, rows ? rows : ctx->opt.tune_rows, rigor, callback, user, &win);
-  if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
-  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
-  err_clear();
-  return KLJIT_SUCCESS;
-}

@@ -1,5 +1,7 @@
-/* tune.h — planning rigor: choosing a plan's tuning from wisdom or heuristics (no GPU), the
- * candidate configurations a tuner tries (no GPU), and timing them on the GPU.
+/* tune.h — choosing a plan's tuning (the planner's second layer, no GPU): from wisdom or the
+ * heuristics, by rigor, and the candidate configurations a tuner tries. Timing them is
+ * tune_measure.h, on top of building plans; kljit_plan_create and kljit_tune (planner.c) put
+ * the layers together.
  *
  * Tuning searches in stages: SHAPES (row-kernel threads x split at the heuristic chunk size),
  * then CHUNKS (chunk sizes for the best shape, no new kernels), then CLUSTER (the sm_90 one-pass
@@ -42,20 +44,12 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
                          int sms, const kljit_context_options *opt, prob_tuning *out,
                          tune_source *src, wisdom_entry *used);
 
+/* The options' chunk_rows (KLJIT_CHUNK_ROWS) override the chunk size whatever chose the rest
+ * (wisdom, heuristics or a measurement: tests, experiments). */
+void tune_chunk_override(const kljit_context_options *opt, prob_tuning *t);
+
 /* The wisdom entry identity of `pb` on ctx's GPU for `rows` tokens (tune and rigor unset). */
 void tune_entry_key(const kljit_context *ctx, const kljit_problem *pb, int64_t rows,
                     wisdom_entry *e);
-
-/* Times the candidates on ctx's GPU (tune_measure.c) and fills *winner (identity, tuning,
- * rigor, rows, ms). `cb` may be NULL. */
-kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t rows,
-                          kljit_plan_rigor rigor, kljit_tune_callback cb, void *user,
-                          wisdom_entry *winner);
-
-/* What kljit_plan_create calls: tune_choose, then tune_measure + wisdom_add when needed.
- * `origin` receives a phrase for the plan's description ("wisdom (measure, 8.10 ms at 8192
- * rows)", "heuristic", ...). */
-kljit_status tune_for_plan(kljit_context *ctx, const kljit_problem *pb, kljit_plan_rigor rigor,
-                           prob_tuning *out, strbuf *origin);
 
 #endif

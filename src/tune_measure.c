@@ -20,8 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
-#include "tune.h"
+#include "tune_measure.h"
 
 enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
 
