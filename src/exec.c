@@ -157,8 +157,8 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
   if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  return gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_LOGITS, n, c->a->weight, x,
-                  c->ws + c->w.z, 1.0f, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
+  return gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
+                  0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
 }
 
 static kljit_status run_stats(exec_call *c, int64_t n) {
@@ -174,17 +174,15 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   void *g = c->ws + c->w.g;
   const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
   if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DX, n, a->weight, g,
-                 (char *)a->grad_input + xoff, c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size,
-                 c->stream));
+    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
+                 c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
   const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
   if (!c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, p->gemm, &p->gtypes, &p->gshape, GEMM_DW, n,
-                 (const char *)a->input + xoff, g, dw, c->galpha, beta, c->ws + c->w.lt,
-                 c->w.lt_size, c->stream));
+    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DW], n, (const char *)a->input + xoff, g, dw,
+                 c->galpha, beta, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
     TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,

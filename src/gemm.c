@@ -43,76 +43,108 @@ static kljit_status lt_check(cublasStatus_t s, const char *what) {
   return err_set(KLJIT_ERR_CUBLAS, "%s: %s", what, cublasLtGetStatusString(s));
 }
 
-kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *ty,
-                      const gemm_shape *sh, gemm_kind kind, int64_t n, const void *a,
-                      const void *b, void *c, float alpha, float beta, void *ws,
-                      size_t ws_size, void *stream) {
-  const int beta_zero = beta == 0.0f;
-  const gemm_desc d = describe(ty, sh, kind, n);
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  kljit_status st = lt_check(cublasLtMatmulDescCreate(&op, (cublasComputeType_t)ty->compute,
-                                                      CUDA_R_32F),
-                             "cublasLtMatmulDescCreate");
-  if (st) return st;
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
-  const uint64_t ar = d.ta == CUBLAS_OP_N ? d.m : d.k, ac = d.ta == CUBLAS_OP_N ? d.k : d.m;
-  const uint64_t br = d.tb == CUBLAS_OP_N ? d.k : d.n, bc = d.tb == CUBLAS_OP_N ? d.n : d.k;
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&la, (cudaDataType)d.ta_type, ar, ac, d.lda),
-                         "cublasLtMatrixLayoutCreate(A)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&lb, (cudaDataType)d.tb_type, br, bc, d.ldb),
-                         "cublasLtMatrixLayoutCreate(B)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&lc, (cudaDataType)d.tc_type, d.m, d.n, d.ldc),
-                         "cublasLtMatrixLayoutCreate(C)");
+static const char *kind_name(gemm_kind kind) {
+  return kind == GEMM_LOGITS ? "logits" : kind == GEMM_DX ? "dX" : "dW";
+}
 
-  /* memoized algorithm for (kind, n, beta) */
-  cublasLtMatmulAlgo_t algo;
-  int found = 0;
-  pthread_mutex_lock(&cache->lock);
-  for (int i = 0; i < GEMM_CACHE_SLOTS; i++) {
-    const gemm_algo_slot *s = &cache->slots[i];
-    if (s->used && s->kind == kind && s->n == n && s->beta_zero == beta_zero) {
-      algo = s->algo;
-      found = 1;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&cache->lock);
-  if (!st && !found) {
-    st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-    if (!st) {
-      uint64_t cap = ws_size;
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
-                                           sizeof cap);
-      cublasLtMatmulHeuristicResult_t h;
-      int count = 0;
-      st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &count),
-                    "cublasLtMatmulAlgoGetHeuristic");
-      if (!st && count == 0)
-        st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
-                     "k=%llu)", kind == GEMM_LOGITS ? "logits" : kind == GEMM_DX ? "dX" : "dW",
-                     (unsigned long long)d.m, (unsigned long long)d.n, (unsigned long long)d.k);
-      if (!st) {
-        algo = h.algo;
-        pthread_mutex_lock(&cache->lock);
-        gemm_algo_slot *s = &cache->slots[cache->next];
-        cache->next = (cache->next + 1) % GEMM_CACHE_SLOTS;
-        s->used = 1, s->kind = kind, s->n = n, s->beta_zero = beta_zero, s->algo = algo;
-        pthread_mutex_unlock(&cache->lock);
-      }
-    }
-  }
-  if (!st) {
-    st = lt_check(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo, ws,
-                                 ws_size, (cudaStream_t)stream),
-                  "cublasLtMatmul");
-  }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+/* The layouts of A, B and C for a chunk of n rows. */
+static kljit_status make_layouts(const gemm_desc *d, cublasLtMatrixLayout_t *la,
+                                 cublasLtMatrixLayout_t *lb, cublasLtMatrixLayout_t *lc) {
+  *la = *lb = *lc = NULL;
+  const uint64_t ar = d->ta == CUBLAS_OP_N ? d->m : d->k, ac = d->ta == CUBLAS_OP_N ? d->k : d->m;
+  const uint64_t br = d->tb == CUBLAS_OP_N ? d->k : d->n, bc = d->tb == CUBLAS_OP_N ? d->n : d->k;
+  kljit_status st =
+      lt_check(cublasLtMatrixLayoutCreate(la, (cudaDataType)d->ta_type, ar, ac, d->lda),
+               "cublasLtMatrixLayoutCreate(A)");
+  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(lb, (cudaDataType)d->tb_type, br, bc, d->ldb),
+                         "cublasLtMatrixLayoutCreate(B)");
+  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(lc, (cudaDataType)d->tc_type, d->m, d->n,
+                                                    d->ldc),
+                         "cublasLtMatrixLayoutCreate(C)");
+  return st;
+}
+
+static void free_layouts(cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                         cublasLtMatrixLayout_t lc) {
   if (lc) cublasLtMatrixLayoutDestroy(lc);
   if (lb) cublasLtMatrixLayoutDestroy(lb);
   if (la) cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(op);
+}
+
+/* cuBLASLt's first heuristic choice for the layouts within ws_size bytes of workspace. */
+static kljit_status choose_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                cublasLtMatrixLayout_t lc, const gemm_desc *d, gemm_kind kind,
+                                size_t ws_size, cublasLtMatmulAlgo_t *algo) {
+  cublasLtMatmulPreference_t pref = NULL;
+  kljit_status st =
+      lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  if (st) return st;
+  uint64_t cap = ws_size;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
+                                       sizeof cap);
+  cublasLtMatmulHeuristicResult_t h;
+  int count = 0;
+  st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &count),
+                "cublasLtMatmulAlgoGetHeuristic");
+  if (!st && count == 0)
+    st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
+                 "k=%llu)", kind_name(kind), (unsigned long long)d->m, (unsigned long long)d->n,
+                 (unsigned long long)d->k);
+  if (!st) *algo = h.algo;
+  cublasLtMatmulPreferenceDestroy(pref);
   return st;
+}
+
+kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
+                          gemm_kind kind, int64_t n, size_t ws_size, gemm_op *op) {
+  memset(op, 0, sizeof *op);
+  const gemm_desc d = describe(ty, sh, kind, n);
+  cublasLtMatmulDesc_t desc = NULL;
+  kljit_status st = lt_check(cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)ty->compute,
+                                                      CUDA_R_32F),
+                             "cublasLtMatmulDescCreate");
+  if (st) return st;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
+  cublasLtMatrixLayout_t la, lb, lc;
+  st = make_layouts(&d, &la, &lb, &lc);
+  if (!st) st = choose_algo(lt, desc, la, lb, lc, &d, kind, ws_size, &op->algo);
+  if (st) {
+    free_layouts(la, lb, lc);
+    cublasLtMatmulDescDestroy(desc);
+    memset(op, 0, sizeof *op);
+    return st;
+  }
+  op->kind = kind, op->types = *ty, op->shape = *sh, op->n = n;
+  op->desc = desc, op->la = la, op->lb = lb, op->lc = lc;
+  return KLJIT_SUCCESS;
+}
+
+kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const void *a,
+                      const void *b, void *c, float alpha, float beta, void *ws, size_t ws_size,
+                      void *stream) {
+  if (n == op->n)
+    return lt_check(cublasLtMatmul(lt, op->desc, &alpha, a, op->la, b, op->lb, &beta, c, op->lc,
+                                   c, op->lc, &op->algo, ws, ws_size, (cudaStream_t)stream),
+                    "cublasLtMatmul");
+  /* a chunk of another size: its own layouts and algorithm, for this call */
+  const gemm_desc d = describe(&op->types, &op->shape, op->kind, n);
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  kljit_status st = make_layouts(&d, &la, &lb, &lc);
+  if (!st) st = choose_algo(lt, op->desc, la, lb, lc, &d, op->kind, ws_size, &algo);
+  if (!st)
+    st = lt_check(cublasLtMatmul(lt, op->desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo,
+                                 ws, ws_size, (cudaStream_t)stream),
+                  "cublasLtMatmul");
+  free_layouts(la, lb, lc);
+  return st;
+}
+
+void gemm_destroy(gemm_op *op) {
+  if (!op || !op->desc) return;
+  free_layouts(op->la, op->lb, op->lc);
+  cublasLtMatmulDescDestroy(op->desc);
+  memset(op, 0, sizeof *op);
 }

@@ -4,34 +4,19 @@
  *   logits  Z[n,V] (ld LD)  = X[n,H] W[V,H]^T      -> m=V, n=n, k=H, op(A)=T on W
  *   dX      dX[n,H]         = G[n,V] (ld LD) W     -> m=H, n=n, k=V
  *   dW      dW[V,H]        (+)= G[n,V]^T X[n,H]    -> m=H, n=V, k=n, op(B)=T on G
- * Algorithm choices come from cuBLASLt's heuristic and are memoized per shape in the gemm_cache
- * (guarded by its lock, so plans stay usable from several threads).
+ * A plan prepares each operation once (gemm_prepare: the matmul descriptor, the three matrix
+ * layouts and cuBLASLt's heuristic algorithm for its chunk size), so the plan is immutable and
+ * an execute only runs them (gemm_run). A chunk of another size (the last one of a call)
+ * gets its own layouts and heuristic algorithm for that call, as the same query would give.
  */
 #ifndef KLJIT_GEMM_H
 #define KLJIT_GEMM_H
 
 #include <cublasLt.h>
-#include <pthread.h>
 
 #include "util.h"
 
 typedef enum gemm_kind { GEMM_LOGITS = 0, GEMM_DX = 1, GEMM_DW = 2 } gemm_kind;
-
-enum { GEMM_CACHE_SLOTS = 24 };
-
-typedef struct gemm_algo_slot {
-  int used;
-  gemm_kind kind;
-  int64_t n;
-  int beta_zero;
-  cublasLtMatmulAlgo_t algo;
-} gemm_algo_slot;
-
-typedef struct gemm_cache {
-  pthread_mutex_t lock;
-  gemm_algo_slot slots[GEMM_CACHE_SLOTS];
-  int next;
-} gemm_cache;
 
 /* Types of one plan's GEMMs (cudaDataType values). */
 typedef struct gemm_types {
@@ -48,11 +33,30 @@ typedef struct gemm_shape {
   int64_t ldg;  /* row stride of G (elements) */
 } gemm_shape;
 
-/* C = alpha op(A) op(B) + beta C on `stream` (host scalars: with beta = 0, C is not read). */
-kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *ty,
-                      const gemm_shape *sh, gemm_kind kind, int64_t n, const void *a,
-                      const void *b, void *c, float alpha, float beta, void *ws,
-                      size_t ws_size, void *stream);
+/* One prepared operation: C = alpha op(A) op(B) + beta C for chunks of `n` rows. */
+typedef struct gemm_op {
+  gemm_kind kind;
+  gemm_types types;
+  gemm_shape shape;
+  int64_t n;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+} gemm_op;
+
+/* Prepares `kind` for chunks of n rows, the algorithm chosen for a workspace of ws_size bytes.
+ * On failure *op holds nothing to destroy. */
+kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
+                          gemm_kind kind, int64_t n, size_t ws_size, gemm_op *op);
+
+/* Runs a prepared operation on a chunk of n rows (n < op->n: the layouts and algorithm of that
+ * size, for this call only) on `stream`; host scalars: with beta = 0, C is not read. */
+kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const void *a,
+                      const void *b, void *c, float alpha, float beta, void *ws, size_t ws_size,
+                      void *stream);
+
+/* Frees what gemm_prepare made (a zeroed op: nothing). */
+void gemm_destroy(gemm_op *op);
 
 enum { GEMM_WORKSPACE_BYTES = 32 << 20 };
 

@@ -65,16 +65,9 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                kljit_plan **out) {
   kljit_status st;
   kljit_plan *p = calloc(1, sizeof *p);
-  gemm_cache *gc = calloc(1, sizeof *gc);
-  if (!p || !gc) {
-    free(p);
-    free(gc);
-    return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  pthread_mutex_init(&gc->lock, NULL);
+  if (!p) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   p->ctx = ctx;
   p->pb = *problem;
-  p->gemm = gc;
   prob_tuning tune = *chosen;
   /* a stored cluster tuning (wisdom of the same shape) cannot serve a vocabulary shard, whose
    * row statistics are merged across ranks: the shard takes the two-pass heuristics */
@@ -82,16 +75,16 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (replaced) tune = prob_estimate_opt(problem, ctx->sm_count, ctx->arch, &ctx->opt);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   const kljit_dtype in = problem->input_dtype;
-  p->gtypes.in = cuda_type(in);
-  p->gtypes.logits = strcmp(p->geom.logit, "f32") == 0 ? CUDA_R_32F : cuda_type(in);
-  p->gtypes.dx = cuda_type(in);
-  p->gtypes.dw = p->geom.dw_workspace ? CUDA_R_32F : cuda_type(problem->grad_weight_dtype);
-  p->gtypes.compute = in == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
-                          ? CUBLAS_COMPUTE_32F
-                      : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                         : CUBLAS_COMPUTE_32F;
-  p->gshape.v = problem->vocab, p->gshape.h = problem->hidden, p->gshape.ld = p->geom.ld;
-  p->gshape.ldg = p->geom.ldg;
+  gemm_types gtypes;
+  gtypes.in = cuda_type(in);
+  gtypes.logits = strcmp(p->geom.logit, "f32") == 0 ? CUDA_R_32F : cuda_type(in);
+  gtypes.dx = cuda_type(in);
+  gtypes.dw = p->geom.dw_workspace ? CUDA_R_32F : cuda_type(problem->grad_weight_dtype);
+  gtypes.compute = in == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
+                       ? CUBLAS_COMPUTE_32F
+                   : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F;
+  const gemm_shape gshape = {problem->vocab, problem->hidden, p->geom.ld, p->geom.ldg};
 
   strbuf desc = {0};
   sb_printf(&desc,
@@ -110,6 +103,10 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
   if (st == KLJIT_SUCCESS) st = check_steps(p);
+  /* the GEMMs of a full chunk, prepared once: executes only run them */
+  for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++)
+    st = gemm_prepare(ctx->lt, &gtypes, &gshape, (gemm_kind)k, tune.chunk_rows,
+                      GEMM_WORKSPACE_BYTES, &p->gemm[k]);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
@@ -130,8 +127,7 @@ void kljit_plan_destroy(kljit_plan *p) {
     ctx_module_release(p->ctx, p->mod_helpers);
     ctx_leave(p->ctx);
   }
-  if (p->gemm) pthread_mutex_destroy(&p->gemm->lock);
-  free(p->gemm);
+  for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);
   free(p->description);
   free(p);
 }

@@ -1,7 +1,8 @@
 /* plan.h — kljit_plan: an immutable, executable plan for one problem on one context.
  *
- * Invariants: after kljit_plan_create returns, nothing in the plan changes except the GEMM
- * algorithm memo behind `gemm` (its own lock), so executes may run concurrently.
+ * Invariants: after kljit_plan_create returns, nothing in the plan changes (its GEMM operations
+ * are prepared, its kernels resolved and checked against their manifests), so executes may run
+ * concurrently.
  */
 #ifndef KLJIT_PLAN_H
 #define KLJIT_PLAN_H
@@ -24,9 +25,7 @@ struct kljit_plan {
   kljit_context *ctx;
   kljit_problem pb;
   prob_geometry geom;
-  gemm_types gtypes;
-  gemm_shape gshape;
-  gemm_cache *gemm;        /* separately allocated: mutated under a const plan */
+  gemm_op gemm[3];         /* by gemm_kind, prepared for the plan's chunk rows */
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
