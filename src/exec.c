@@ -110,20 +110,20 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
       !(a->temperature > 0 && isfinite(a->temperature)))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: args->temperature = %g, must be finite and > 0", who, a->temperature);
-  const size_t in_sz = prob_dtype_size(pb->input_dtype);
+  const size_t in_sz = names_dtype_size(pb->input_dtype);
   TRY(check_ptr(p, who, "input", a->input, 16));
   TRY(check_ptr(p, who, "weight", a->weight, 16));
   if (pb->flags & KLJIT_FLAG_BIAS)
     TRY(check_ptr(p, who, "bias", a->bias, in_sz));
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
-  if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, prob_dtype_size(pb->label_dtype)));
+  if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     TRY(check_absent(who, "teacher", a->teacher, "with the sparse teacher (teacher_ids, "
                      "teacher_values)"));
-    TRY(check_ptr(p, who, "teacher_ids", a->teacher_ids, prob_dtype_size(pb->topk_id_dtype)));
+    TRY(check_ptr(p, who, "teacher_ids", a->teacher_ids, names_dtype_size(pb->topk_id_dtype)));
     TRY(check_ptr(p, who, "teacher_values", a->teacher_values,
-                  prob_dtype_size(pb->teacher_dtype)));
+                  names_dtype_size(pb->teacher_dtype)));
   } else {
     TRY(check_ptr(p, who, "teacher", a->teacher, 16));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
@@ -138,7 +138,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (want_dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
   if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
-    TRY(check_ptr(p, who, "grad_bias", a->grad_bias, prob_dtype_size(pb->grad_weight_dtype)));
+    TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
   *w = prob_workspace_layout(pb, &p->geom, mode, a->rows);
   const size_t need = w->total;
   if (a->workspace_size < need)
@@ -334,7 +334,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.rowstat = a->saved ? a->saved + PLAN_HDR_FLOATS : NULL;
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
-    c.in_sz = prob_dtype_size(p->pb.input_dtype);
+    c.in_sz = names_dtype_size(p->pb.input_dtype);
     c.gmult = grad_multiplier(&p->pb, a->rows);
     c.galpha = 1.0f / c.gmult;
     c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
@@ -384,7 +384,7 @@ static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_a
   TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
   if (dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
   if (dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
-  if (db) TRY(check_ptr(p, who, "grad_bias", a->grad_bias, prob_dtype_size(pb->grad_weight_dtype)));
+  if (db) TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
   if (dx) TRY(run_scale(p, stream, a->grad_input, (long long)(a->rows * pb->hidden), a->grad_output, 0));
   if (dw)
     TRY(run_scale(p, stream, a->grad_weight, (long long)(pb->vocab * pb->hidden), a->grad_output, 1));

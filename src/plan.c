@@ -77,7 +77,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   const kljit_dtype in = problem->input_dtype;
   gemm_types gtypes;
   gtypes.in = cuda_type(in);
-  gtypes.logits = strcmp(p->geom.logit, "f32") == 0 ? CUDA_R_32F : cuda_type(in);
+  gtypes.logits = cuda_type(p->geom.logit);
   gtypes.dx = cuda_type(in);
   gtypes.dw = p->geom.dw_workspace ? CUDA_R_32F : cuda_type(problem->grad_weight_dtype);
   gtypes.compute = in == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
@@ -91,9 +91,9 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
             "kljit %s plan on %s (sm_%d, %d SMs)\n  V=%lld H=%lld input=%s teacher=%s (%s) "
             "logits=%s grad=%s%s\n  chunk_rows=%lld threads=%d split=%d cluster=%d ld=%lld\n",
             KLJIT_VERSION_STRING, ctx->gpu_name, ctx->arch, ctx->sm_count,
-            (long long)problem->vocab, (long long)problem->hidden, prob_dtype_name(in),
-            p->geom.rows.teacher, prob_dtype_name(problem->teacher_dtype), p->geom.logit,
-            p->geom.grad, p->geom.grad_in_place ? " (in place)" : "",
+            (long long)problem->vocab, (long long)problem->hidden, names_dtype(in),
+            p->geom.rows.teacher, names_dtype(problem->teacher_dtype),
+            names_dtype_tag(p->geom.logit), names_dtype_tag(p->geom.grad), p->geom.grad_in_place ? " (in place)" : "",
             (long long)tune.chunk_rows, tune.threads, tune.split, tune.cluster,
             (long long)p->geom.ld);
   sb_printf(&desc, "  tuning from %s%s\n", origin,

@@ -12,13 +12,6 @@
 
 #include "tune_measure.h"
 
-static const char *rigor_name(kljit_plan_rigor r) {
-  return r == KLJIT_PLAN_ESTIMATE     ? "estimate"
-         : r == KLJIT_PLAN_MEASURE    ? "measure"
-         : r == KLJIT_PLAN_EXHAUSTIVE ? "exhaustive"
-                                      : "wisdom-only";
-}
-
 /* tune_choose, then tune_measure + wisdom_add when the rigor asks for a measurement. `origin`
  * receives a phrase for the plan's description ("wisdom (measure, 8.10 ms at 8192 rows)",
  * "heuristic", ...). */
@@ -32,17 +25,17 @@ static kljit_status choose_tuning(kljit_context *ctx, const kljit_problem *pb,
   if (st != KLJIT_SUCCESS) return st;
   if (src == TUNE_FROM_WISDOM)
     return sb_printf(origin, "wisdom (%s, %.3f ms at %lld rows, bucket %lld)",
-                     rigor_name(used.rigor), used.ms, (long long)used.rows, (long long)used.bucket);
+                     names_rigor(used.rigor), used.ms, (long long)used.rows, (long long)used.bucket);
   if (src == TUNE_FROM_HEURISTIC) return sb_printf(origin, "heuristic (no wisdom)");
   wisdom_entry win;
   const double t0 = util_now();
   st = tune_measure(ctx, pb, ctx->opt.tune_rows, rigor, NULL, NULL, &win);
   if (st == KLJIT_SUCCESS) st = wisdom_add(&win);
-  if (st != KLJIT_SUCCESS) return err_prefix(st, "tuning (%s): ", rigor_name(rigor));
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "tuning (%s): ", names_rigor(rigor));
   *out = win.tune;
   tune_chunk_override(&ctx->opt, out);
   return sb_printf(origin, "a measurement now (%s in %.1f s: %.3f ms at %lld rows)",
-                   rigor_name(rigor), util_now() - t0, win.ms, (long long)win.rows);
+                   names_rigor(rigor), util_now() - t0, win.ms, (long long)win.rows);
 }
 
 kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_t rows,

@@ -23,30 +23,6 @@ static int is_float(kljit_dtype dt) {
   return dt == KLJIT_FP32 || dt == KLJIT_FP16 || dt == KLJIT_BF16;
 }
 
-const char *prob_dtype_tag(kljit_dtype dt) {
-  return dt == KLJIT_FP32 ? "f32" : dt == KLJIT_FP16 ? "f16" : "bf16";
-}
-
-size_t prob_dtype_size(kljit_dtype dt) {
-  switch (dt) {
-  case KLJIT_FP32: case KLJIT_INT32: return 4;
-  case KLJIT_FP16: case KLJIT_BF16: return 2;
-  case KLJIT_INT64: return 8;
-  }
-  return 0;
-}
-
-const char *prob_dtype_name(kljit_dtype dt) {
-  switch (dt) {
-  case KLJIT_FP32: return "FP32";
-  case KLJIT_FP16: return "FP16";
-  case KLJIT_BF16: return "BF16";
-  case KLJIT_INT32: return "INT32";
-  case KLJIT_INT64: return "INT64";
-  }
-  return "unknown";
-}
-
 #define BAD(...) err_set(KLJIT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
@@ -89,7 +65,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
   if (pb->weight_dtype != pb->input_dtype)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "%s: input_dtype %s with weight_dtype %s: the GEMMs need one dtype for both",
-                   who, prob_dtype_name(pb->input_dtype), prob_dtype_name(pb->weight_dtype));
+                   who, names_dtype(pb->input_dtype), names_dtype(pb->weight_dtype));
   if (!is_float(pb->teacher_dtype))
     return BAD("%s: teacher_dtype = %d, must be KLJIT_FP32, KLJIT_FP16 or KLJIT_BF16", who,
                (int)pb->teacher_dtype);
@@ -148,7 +124,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
     return BAD("%s: eps = %g, must be in [1e-30, 1e-3)", who, pb->eps);
   if (pb->grad_weight_dtype != KLJIT_FP32 && pb->grad_weight_dtype != pb->weight_dtype)
     return BAD("%s: grad_weight_dtype = %s, must be KLJIT_FP32 or weight_dtype (%s)", who,
-               prob_dtype_name(pb->grad_weight_dtype), prob_dtype_name(pb->weight_dtype));
+               names_dtype(pb->grad_weight_dtype), names_dtype(pb->weight_dtype));
   if (pb->grad_weight_accum != KLJIT_ACCUM_FP32 &&
       pb->grad_weight_accum != KLJIT_ACCUM_OUTPUT_DTYPE)
     return BAD("%s: grad_weight_accum = %d is not a kljit_grad_weight_accum", who,
@@ -171,7 +147,7 @@ static int native_logits(const kljit_problem *pb) {
 
 /* Chunk bytes per row: the logits (G overwrites them in place) and the pass-1 partials. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
-  const size_t z = native_logits(pb) ? prob_dtype_size(pb->input_dtype) : 4;
+  const size_t z = native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
   return (size_t)ld * z + (size_t)t->split * 32;
 }
 
@@ -246,8 +222,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   g->tune = *tune;
   g->ld = round_up(pb->vocab, 8);
   const int native = native_logits(pb);
-  g->grad = prob_dtype_tag(pb->input_dtype);
-  g->logit = native ? g->grad : "f32";
+  g->grad = pb->input_dtype;
+  g->logit = native ? g->grad : KLJIT_FP32;
   /* same dtype: G replaces z element by element; else 16-bit G over the fp32 row, made safe by
    * the cluster barrier or by the one-block-per-row pass 2 (INPLACE) */
   g->grad_in_place = 1;
@@ -259,8 +235,6 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
                         : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ? "logprobs"
                                                                       : "logits";
-  const char *tmode = pb->temperature_mode == KLJIT_TEMPERATURE_CONSTANT ? "const" : "runtime";
-  const char *reds[] = {"", "sum", "batchmean", "mean", "none"};
 
   kspec *r = &g->rows;
   r->family = KSPEC_DENSE_ROWS;
@@ -269,12 +243,12 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->cluster = tune->cluster, r->nv = tune->nv, r->ldg = g->ldg;
   r->inplace = !native && !tune->cluster;
   r->logit = g->logit, r->grad = g->grad;
-  r->tdt = prob_dtype_tag(pb->teacher_dtype);
-  r->bdt = prob_dtype_tag(pb->weight_dtype);
-  r->out = "f32";
+  r->tdt = pb->teacher_dtype;
+  r->bdt = pb->weight_dtype;
+  r->out = KLJIT_FP32;
   r->teacher = teacher;
-  r->reduction = reds[pb->reduction];
-  r->tmode = tmode;
+  r->reduction = names_reduction(pb->reduction);
+  r->tmode = pb->temperature_mode;
   r->bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
   r->t2 = (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0;
   r->tt_same = pb->teacher_temperature == 0;
@@ -289,17 +263,16 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
     r->cluster = 0, r->nv = 1;
     r->teacher = "sparse";
     r->topk = pb->topk;
-    r->idt = pb->topk_id_dtype == KLJIT_INT32 ? "i32" : "i64";
-    r->values = pb->topk_values == KLJIT_TOPK_PROBS ? "probs" : "logprobs";
-    r->tail = pb->tail == KLJIT_TAIL_NONE ? "none" : pb->tail == KLJIT_TAIL_RENORM ? "renorm"
-                                                                                   : "bucket";
+    r->idt = pb->topk_id_dtype;
+    r->values = names_topk_values(pb->topk_values);
+    r->tail = names_tail(pb->tail);
   }
 
   kspec *h = &g->helpers;
   *h = *r;
   h->family = KSPEC_HELPERS;
   h->check = 0;
-  h->out = prob_dtype_tag(pb->grad_weight_dtype);
+  h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;
 }
 
@@ -310,8 +283,8 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   prob_workspace w;
   memset(&w, 0, sizeof w);
   const int64_t r = rows < g->tune.chunk_rows ? rows : g->tune.chunk_rows;
-  const size_t zsize = strcmp(g->logit, "f32") == 0 ? 4 : 2;
-  const size_t gsize = prob_dtype_size(pb->input_dtype);
+  const size_t zsize = names_dtype_size(g->logit);
+  const size_t gsize = names_dtype_size(pb->input_dtype);
   const int grads = mode != KLJIT_MODE_FORWARD;
   size_t off = 0;
   /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */

@@ -34,7 +34,7 @@ typedef struct prob_geometry {
   prob_tuning tune;
   int64_t ld;                 /* row stride of the chunk buffers, V rounded up to 8 */
   int64_t ldg;                /* row stride of G in its own elements (2 ld: 16-bit G over fp32) */
-  const char *logit, *grad;   /* dtypes of the chunk logits and of G */
+  kljit_dtype logit, grad;    /* dtypes of the chunk logits and of G */
   int grad_in_place;          /* G overwrites Z (always, now: same dtype, or 16-bit over fp32) */
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
@@ -61,10 +61,5 @@ typedef struct prob_workspace {
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
                                      kljit_mode mode, int64_t rows);
-
-/* "f32" | "bf16" | "f16" for a float dtype. */
-const char *prob_dtype_tag(kljit_dtype dt);
-size_t prob_dtype_size(kljit_dtype dt);
-const char *prob_dtype_name(kljit_dtype dt);
 
 #endif

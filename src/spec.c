@@ -39,9 +39,9 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   size_t n = 0;
   out[n++] = pi("V", k->v);
   out[n++] = pi("LD", k->ld);
-  out[n++] = ps("TMODE", k->tmode);
+  out[n++] = ps("TMODE", names_tmode(k->tmode));
   /* A run-time temperature must not leak into the source (one module serves every T). */
-  out[n++] = pn("T", strcmp(k->tmode, "const") == 0 ? k->t : 1.0);
+  out[n++] = pn("T", k->tmode == KLJIT_TEMPERATURE_CONSTANT ? k->t : 1.0);
   if (k->family == KSPEC_DENSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);
@@ -49,12 +49,12 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pi("NV", k->nv);
     out[n++] = pi("LDG", k->ldg);
     out[n++] = pb("INPLACE", k->inplace);
-    out[n++] = ps("LOGIT", k->logit);
-    out[n++] = ps("GRAD", k->grad);
+    out[n++] = ps("LOGIT", names_dtype_tag(k->logit));
+    out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = ps("TEACHER", k->teacher);
-    out[n++] = ps("TDT", k->tdt);
+    out[n++] = ps("TDT", names_dtype_tag(k->tdt));
     out[n++] = pb("BIAS", k->bias);
-    out[n++] = ps("BDT", k->bdt);
+    out[n++] = ps("BDT", names_dtype_tag(k->bdt));
     out[n++] = pb("TT_SAME", k->tt_same);
     out[n++] = pn("TT", k->tt_same ? 1.0 : k->tt);
     out[n++] = pn("EPS", k->eps);
@@ -64,23 +64,23 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pi("SPLIT", k->split);
     out[n++] = pi("LDG", k->ldg);
     out[n++] = pb("INPLACE", k->inplace);
-    out[n++] = ps("LOGIT", k->logit);
-    out[n++] = ps("GRAD", k->grad);
+    out[n++] = ps("LOGIT", names_dtype_tag(k->logit));
+    out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("K", k->topk);
-    out[n++] = ps("IDT", k->idt);
-    out[n++] = ps("VDT", k->tdt);
+    out[n++] = ps("IDT", names_dtype_tag(k->idt));
+    out[n++] = ps("VDT", names_dtype_tag(k->tdt));
     out[n++] = ps("VALUES", k->values);
     out[n++] = ps("TAIL", k->tail);
     out[n++] = pb("BIAS", k->bias);
-    out[n++] = ps("BDT", k->bdt);
+    out[n++] = ps("BDT", names_dtype_tag(k->bdt));
     out[n++] = pn("EPS", k->eps);
     out[n++] = pb("CHECK", k->check);
     out[n++] = pi("VTOT", k->vtot ? k->vtot : k->v);
     out[n++] = pi("OFFSET", k->offset);
   } else {
-    out[n++] = ps("GRAD", k->grad);
+    out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);
-    out[n++] = ps("OUT", k->out);
+    out[n++] = ps("OUT", names_dtype_tag(k->out));
     out[n++] = ps("REDUCTION", k->reduction);
     out[n++] = pb("T2", k->t2);
     out[n++] = pi("VTOT", k->vtot ? k->vtot : k->v);

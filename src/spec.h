@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "names.h"
 #include "template.h"
 
 typedef enum kspec_family {
@@ -28,21 +29,21 @@ typedef struct kspec {
   int nv;             /* dense rows, cluster variant: vectors per thread */
   int64_t ldg;        /* row stride of G (elements of its dtype) */
   int inplace;        /* dense rows, two-pass: 16-bit G over fp32 z, one pass-2 block per row */
-  const char *logit;  /* "f32" | "bf16" | "f16" */
-  const char *grad;
-  const char *tdt;    /* dense rows: teacher dtype */
-  const char *bdt;    /* dense rows: bias dtype */
-  const char *out;    /* helpers: dW/db output dtype */
+  kljit_dtype logit;  /* the chunk logits: FP32, BF16 or FP16 */
+  kljit_dtype grad;   /* G */
+  kljit_dtype tdt;    /* teacher (sparse: values) dtype */
+  kljit_dtype bdt;    /* bias dtype */
+  kljit_dtype out;    /* helpers: dW/db output dtype */
   const char *teacher;    /* dense rows: "probs" | "logprobs" | "logits" */
   const char *reduction;  /* helpers */
-  const char *tmode;      /* "const" | "runtime" */
+  kljit_temperature_mode tmode;
   int bias;
   int t2;             /* helpers: T^2 scaling */
   int tt_same;
   double t, tt, eps;
   int check;          /* rows: emit the checked-mode kernel */
   int topk;           /* sparse rows: K */
-  const char *idt;    /* sparse rows: "i32" | "i64" */
+  kljit_dtype idt;    /* sparse rows: INT32 or INT64 ids */
   const char *values; /* sparse rows: "probs" | "logprobs" */
   const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
   int64_t vtot;       /* global V (= v unless sharded): sparse rows' id range, helpers' MEAN */

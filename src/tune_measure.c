@@ -99,7 +99,7 @@ static kljit_status replicate(bench *b, CUdeviceptr dst, const void *host, size_
 /* count values of dtype dt, uniform in [lo, hi), a tile of TILE values repeated. */
 static kljit_status fill(bench *b, CUdeviceptr dst, size_t count, kljit_dtype dt, double lo,
                          double hi, uint64_t seed) {
-  const size_t es = prob_dtype_size(dt), n = count < TILE ? count : TILE;
+  const size_t es = names_dtype_size(dt), n = count < TILE ? count : TILE;
   unsigned char *h = malloc(n * es);
   if (!h) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   for (size_t i = 0; i < n; i++) {
@@ -147,13 +147,13 @@ static size_t up(size_t x) {
 /* Bytes of every buffer but the workspace, for `rows` tokens. */
 static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
   const size_t n = (size_t)rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
-  const size_t in = prob_dtype_size(pb->input_dtype), gw = prob_dtype_size(pb->grad_weight_dtype);
-  const size_t td = prob_dtype_size(pb->teacher_dtype);
+  const size_t in = names_dtype_size(pb->input_dtype), gw = names_dtype_size(pb->grad_weight_dtype);
+  const size_t td = names_dtype_size(pb->teacher_dtype);
   const int bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
   size_t s = 2 * up(n * h * in) + up(v * h * in) + up(v * h * gw) + FLUSH_BYTES;
   if (bias) s += up(v * in) + up(v * gw);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
-    s += up(n * (size_t)pb->topk * (prob_dtype_size(pb->topk_id_dtype) + td));
+    s += up(n * (size_t)pb->topk * (names_dtype_size(pb->topk_id_dtype) + td));
   else
     s += up(n * v * td);
   s += 3 * up(n * 4 + (PLAN_HDR_FLOATS + 4 * n) * 4); /* loss, saved, grad_output */
@@ -211,7 +211,7 @@ static kljit_status setup(bench *b) {
   const kljit_problem *pb = b->pb;
   const size_t n = (size_t)b->rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
   const kljit_dtype in = pb->input_dtype, gw = pb->grad_weight_dtype, td = pb->teacher_dtype;
-  const size_t ins = prob_dtype_size(in), tds = prob_dtype_size(td);
+  const size_t ins = names_dtype_size(in), tds = names_dtype_size(td);
   const int bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
   kljit_status st = DRV(b, cuStreamCreate(&b->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -220,11 +220,11 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->x, n * h * ins);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->w, v * h * ins);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->dx, n * h * ins);
-  if (st == KLJIT_SUCCESS) st = alloc(b, &b->dw, v * h * prob_dtype_size(gw));
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->dw, v * h * names_dtype_size(gw));
   if (st == KLJIT_SUCCESS && bias) st = alloc(b, &b->b, v * ins);
-  if (st == KLJIT_SUCCESS && bias) st = alloc(b, &b->db, v * prob_dtype_size(gw));
+  if (st == KLJIT_SUCCESS && bias) st = alloc(b, &b->db, v * names_dtype_size(gw));
   if (st == KLJIT_SUCCESS && sparse)
-    st = alloc(b, &b->ids, n * (size_t)pb->topk * prob_dtype_size(pb->topk_id_dtype));
+    st = alloc(b, &b->ids, n * (size_t)pb->topk * names_dtype_size(pb->topk_id_dtype));
   if (st == KLJIT_SUCCESS && sparse) st = alloc(b, &b->vals, n * (size_t)pb->topk * tds);
   if (st == KLJIT_SUCCESS && !sparse) st = alloc(b, &b->t, n * v * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);

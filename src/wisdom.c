@@ -47,17 +47,15 @@ void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
   char sparse[128] = "";
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
     snprintf(sparse, sizeof sparse, " k=%d ids=%s values=%s tail=%s", pb->topk,
-             pb->topk_id_dtype == KLJIT_INT32 ? "i32" : "i64",
-             pb->topk_values == KLJIT_TOPK_LOGPROBS ? "logprobs" : "probs",
-             pb->tail >= KLJIT_TAIL_NONE && pb->tail <= KLJIT_TAIL_BUCKET ? TAILS[pb->tail] : "?");
+             names_dtype_tag(pb->topk_id_dtype), names_topk_values(pb->topk_values),
+             names_tail(pb->tail));
   const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK
                     ? (int)pb->teacher
                     : 0;
   snprintf(out, WISDOM_PROBLEM_MAX, "V=%lld H=%lld in=%s teacher=%s tdt=%s%s tmode=%s flags=%s",
-           (long long)pb->vocab, (long long)pb->hidden, prob_dtype_tag(pb->input_dtype),
-           t ? TEACHERS[t] : "?", prob_dtype_tag(pb->teacher_dtype), sparse,
-           pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? "runtime" : "const",
-           *flags ? flags : "-");
+           (long long)pb->vocab, (long long)pb->hidden, names_dtype_tag(pb->input_dtype),
+           t ? TEACHERS[t] : "?", names_dtype_tag(pb->teacher_dtype), sparse,
+           names_tmode(pb->temperature_mode), *flags ? flags : "-");
 }
 
 /* The shortest %g form that reads back as the same double ("2", "1e-20"). */
@@ -79,7 +77,7 @@ void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
                     : 0;
   snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s", t, tt, eps,
            REDUCTIONS[r], (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
-           prob_dtype_tag(pb->grad_weight_dtype),
+           names_dtype_tag(pb->grad_weight_dtype),
            pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
 }
 
