@@ -12,7 +12,7 @@
 #ifndef KLJIT_ENV_H
 #define KLJIT_ENV_H
 
-#include "util.h"
+#include "kljit_experimental.h"
 
 typedef enum env_var {
   ENV_CACHE_DIR, ENV_CACHE_PATH, ENV_CACHE_DISABLE, ENV_XDG_CACHE_HOME, ENV_HOME,

@@ -1,0 +1,20 @@
+# unit_sources: static checks of src/ (tests/check_sources.py): the include layers of
+# docs/architecture.md (no upward include, no cycle, every module placed), every status-returning
+# entry point clearing the last error first, and the checker's own self-test.
+find_package(Python3 COMPONENTS Interpreter)
+if(NOT Python3_Interpreter_FOUND)
+  add_test(NAME unit.layers.python3_is_missing COMMAND sh -c "exit 77")
+  set_tests_properties(unit.layers.python3_is_missing PROPERTIES LABELS unit SKIP_RETURN_CODE 77)
+  return()
+endif()
+set(kljit_check ${CMAKE_CURRENT_SOURCE_DIR}/check_sources.py)
+add_test(NAME unit.layers.src_includes_follow_the_documented_layers_without_cycles
+         COMMAND ${Python3_EXECUTABLE} ${kljit_check} layers ${CMAKE_SOURCE_DIR})
+add_test(NAME unit.layers.checker_refuses_an_upward_include_a_cycle_and_an_unplaced_module
+         COMMAND ${Python3_EXECUTABLE} ${kljit_check} selftest)
+add_test(NAME unit.api.every_status_entry_point_clears_the_last_error_first
+         COMMAND ${Python3_EXECUTABLE} ${kljit_check} entry-points ${CMAKE_SOURCE_DIR})
+set_tests_properties(unit.layers.src_includes_follow_the_documented_layers_without_cycles
+                     unit.layers.checker_refuses_an_upward_include_a_cycle_and_an_unplaced_module
+                     unit.api.every_status_entry_point_clears_the_last_error_first
+                     PROPERTIES LABELS unit)
