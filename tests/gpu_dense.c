@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpu_case.h"
+#include "gpu_util.h"
 #include "harness.h"
 
 /* Teacher form x dtype x temperature mode x reduction x mode, bias on every other case. */
@@ -111,10 +112,39 @@ static int large_logits_and_temperatures(void) {
 }
 
 /* The opt-in sm_90 cluster row kernels (KLJIT_ROW_KERNEL=cluster; two-pass elsewhere). */
+/* The plan of problem (V, dtype) on the test context uses the cluster row kernels: the
+ * description's tuning line says cluster=<C> with C > 0. */
+static int plan_uses_cluster(int64_t v, kljit_dtype dt) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 32, pb.vocab = v;
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = dt;
+  kljit_plan *plan;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  const char *d = kljit_plan_describe(plan);
+  const char *c = strstr(d, " cluster=");
+  const int sm90 = strstr(d, "(sm_9") != NULL || strstr(d, "(sm_1") != NULL;
+  const int on = c && atoi(c + 9) > 0;
+  if (!on)
+    fprintf(stderr, "%s plan for V=%lld: not the cluster variant\n%s", sm90 ? "an sm_90" : "a",
+            (long long)v, d);
+  kljit_plan_destroy(plan);
+  return !sm90 ? TH_SKIP : on ? TH_PASS : TH_FAIL;
+}
+
 static int cluster_variant_matches_reference(void) {
   setenv("KLJIT_ROW_KERNEL", "cluster", 1);
   const int64_t vs[] = {1000, 32001, 128256};
   int worst = TH_PASS;
+  /* the cases below check numbers, not which kernels ran: first make sure they are the cluster
+   * ones (sm_90 and newer; elsewhere there is nothing to test) */
+  for (int i = 0; i < 3 && worst == TH_PASS; i++) worst = plan_uses_cluster(vs[i], KLJIT_BF16);
+  if (worst != TH_PASS) {
+    unsetenv("KLJIT_ROW_KERNEL");
+    return worst;
+  }
   for (int i = 0; i < 3 && worst != TH_SKIP; i++)
     for (int k = 0; k < 4; k++) {
       gcase c = gcase_base();

@@ -12,9 +12,41 @@ int gpu_available(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+static int same_text(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Did the environment's options change since `was` (a test's setenv between cases)? */
+static int options_changed(const kljit_context_options *was, const char *was_dir,
+                           const char *was_path, const kljit_context_options *now) {
+  return was->flags != now->flags || was->row_kernel != now->row_kernel ||
+         was->chunk_rows != now->chunk_rows || was->tune_rows != now->tune_rows ||
+         was->tune_budget_s != now->tune_budget_s || !same_text(was_dir, now->cache_dir) ||
+         !same_text(was_path, now->cache_path);
+}
+
 int gpu_test_context(kljit_context **ctx) {
   static kljit_context *the_ctx;
+  static kljit_context_options the_opt;
+  static char the_dir[4096], the_path[4096];
+  static int has_dir, has_path;
   if (!gpu_available()) return 77;
+  /* a context reads the environment once, when it is created: a test that changed it since
+   * (KLJIT_CHUNK_ROWS, KLJIT_ROW_KERNEL, KLJIT_TUNE_*) gets a new context, and must hold no
+   * plan of the old one */
+  kljit_context_options now;
+  if (kljit_context_options_default(&now) != KLJIT_SUCCESS) return 1;
+  if (the_ctx && options_changed(&the_opt, has_dir ? the_dir : NULL, has_path ? the_path : NULL,
+                                 &now)) {
+    kljit_context_destroy(the_ctx);
+    the_ctx = NULL;
+  }
+  if (!the_ctx) {
+    the_opt = now;
+    has_dir = now.cache_dir != NULL, has_path = now.cache_path != NULL;
+    snprintf(the_dir, sizeof the_dir, "%s", now.cache_dir ? now.cache_dir : "");
+    snprintf(the_path, sizeof the_path, "%s", now.cache_path ? now.cache_path : "");
+  }
   if (!the_ctx && kljit_context_create(&the_ctx, 0, NULL) != KLJIT_SUCCESS) {
     fprintf(stderr, "context: %s\n", kljit_last_error());
     return 1;
