@@ -48,28 +48,17 @@
 %local P = P
 %include("common.cu.lua")
 %local iface = include("iface.cu.lua")
-%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
-%local size = { f32 = 4, bf16 = 2, f16 = 2 }
-%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
-%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
-%if P.THREADS < 64 or P.THREADS > 1024 or P.THREADS % 32 ~= 0 then
-%  reject("THREADS must be a multiple of 32 in [64, 1024]")
-%end
-%if P.SPLIT < 1 or P.SPLIT > 64 then reject("SPLIT must be in [1, 64]") end
-%for _, k in ipairs({ "LOGIT", "GRAD", "TDT", "BDT" }) do
-%  if not dt[P[k]] then reject(k .. " must be f32, bf16 or f16") end
-%end
+%local params = include("params.cu.lua")
+%local dt, size = params.dt, params.size
+%params.module()
+%params.rows({ "LOGIT", "GRAD", "TDT", "BDT" })
 %if P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits" then
 %  reject("TEACHER must be probs, logprobs or logits")
 %end
-%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
-%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
 %if not P.TT_SAME and not (P.TT > 0 and P.TT < math.huge) then reject("TT must be > 0") end
-%if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
 %if P.CLUSTER ~= 0 and (P.CLUSTER ~= P.SPLIT or P.CLUSTER > 16 or P.CLUSTER & (P.CLUSTER - 1) ~= 0) then
 %  reject("CLUSTER must be 0 or equal SPLIT, a power of two up to 16")
 %end
-%if P.LDG ~= P.LD and P.LDG ~= 2 * P.LD then reject("LDG must be LD or 2 LD") end
 %if P.INPLACE and (P.CLUSTER ~= 0 or P.LDG ~= 2 * P.LD) then
 %  reject("INPLACE is the two-pass variant writing 16-bit G over fp32 z (LDG = 2 LD)")
 %end

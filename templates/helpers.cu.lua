@@ -21,18 +21,12 @@
 %-- x ceil(V/256); kl_convert and kl_scale with 256 threads x any grid (grid-stride).
 %include("common.cu.lua")
 %local iface = include("iface.cu.lua")
-%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
-%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
-%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
+%local params = include("params.cu.lua")
+%local dt = params.dt
+%local VTOT = params.module()
 %if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
-%local VTOT = P.VTOT or P.V
-%if type(VTOT) ~= "number" or VTOT < P.V or VTOT > 16777216 then
-%  reject("VTOT must be in [V, 2^24]")
-%end
 %local red = { sum = 1, batchmean = 2, mean = 3, none = 4 }
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
-%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
-%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order; the C
 %-- side fills the roles from one struct (src/kiface.h).
 %local K = iface.family({

@@ -46,37 +46,22 @@
 %local P = P
 %include("common.cu.lua")
 %local iface = include("iface.cu.lua")
-%local dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
-%local size = { f32 = 4, bf16 = 2, f16 = 2 }
-%if type(P.V) ~= "number" or P.V < 2 or P.V > 16777216 then reject("V must be in [2, 2^24]") end
-%if P.LD < P.V or P.LD % 8 ~= 0 then reject("LD must be >= V and a multiple of 8") end
-%if P.THREADS < 64 or P.THREADS > 1024 or P.THREADS % 32 ~= 0 then
-%  reject("THREADS must be a multiple of 32 in [64, 1024]")
-%end
-%if P.SPLIT < 1 or P.SPLIT > 64 then reject("SPLIT must be in [1, 64]") end
-%local VTOT = P.VTOT or P.V
+%local params = include("params.cu.lua")
+%local dt, size = params.dt, params.size
+%local VTOT = params.module()
+%params.rows({ "LOGIT", "GRAD", "VDT", "BDT" })
 %local OFFSET = P.OFFSET or 0
-%if type(VTOT) ~= "number" or VTOT < P.V or VTOT > 16777216 then
-%  reject("VTOT must be in [V, 2^24]")
-%end
 %if type(OFFSET) ~= "number" or OFFSET < 0 or OFFSET + P.V > VTOT then
 %  reject("OFFSET must be in [0, VTOT - V]")
 %end
 %if type(P.K) ~= "number" or P.K < 1 or P.K > 1024 or P.K > VTOT then
 %  reject("K must be in [1, min(VTOT, 1024)]")
 %end
-%for _, k in ipairs({ "LOGIT", "GRAD", "VDT", "BDT" }) do
-%  if not dt[P[k]] then reject(k .. " must be f32, bf16 or f16") end
-%end
 %if P.IDT ~= "i32" and P.IDT ~= "i64" then reject("IDT must be i32 or i64") end
 %if P.VALUES ~= "probs" and P.VALUES ~= "logprobs" then reject("VALUES must be probs or logprobs") end
 %if P.TAIL ~= "none" and P.TAIL ~= "renorm" and P.TAIL ~= "bucket" then
 %  reject("TAIL must be none, renorm or bucket")
 %end
-%if P.TMODE ~= "const" and P.TMODE ~= "runtime" then reject("TMODE must be const or runtime") end
-%if P.TMODE == "const" and not (P.T > 0 and P.T < math.huge) then reject("T must be > 0") end
-%if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
-%if P.LDG ~= P.LD and P.LDG ~= 2 * P.LD then reject("LDG must be LD or 2 LD") end
 %if P.INPLACE ~= (P.LDG == 2 * P.LD) then reject("INPLACE must be set exactly when LDG = 2 LD") end
 %local VEC = 16 // size[P.LOGIT]
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
