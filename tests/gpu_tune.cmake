@@ -3,9 +3,6 @@
 # where there is no GPU.
 add_executable(gpu_tune gpu_tune.c)
 target_link_libraries(gpu_tune PRIVATE kljit kljit_gpusupport)
-foreach(case
-    tune_stores_a_winner_no_slower_than_the_heuristic
-    measure_tunes_once_then_wisdom_only_and_measure_reuse_it
-    warm_cache_plan_create_is_under_5ms)
-  kljit_test(NAME gpu.tune.${case} EXE gpu_tune CASE ${case} LABELS gpu TIMEOUT 600)
-endforeach()
+# fresh_process_plan_create is the child of warm_cache_plan_create_is_under_5ms, not a test
+kljit_test_cases(EXE gpu_tune SOURCE gpu_tune.c PREFIX gpu.tune LABELS gpu TIMEOUT 600
+                 EXCEPT fresh_process_plan_create)

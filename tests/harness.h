@@ -74,6 +74,13 @@ static inline int th_rm_entry(const char *path, const struct stat *st, int flag,
   return remove(path);
 }
 
+/* Whether wall-clock limits apply: only in the `perf` registration of a case (CTest label perf,
+ * run alone: KLJIT_TEST_PERF=1), never in `unit`, where a loaded machine must not fail it. */
+static inline int th_perf_limits(void) {
+  const char *const e = getenv("KLJIT_TEST_PERF");
+  return e && strcmp(e, "1") == 0;
+}
+
 /* Runs fn in a fresh private directory $TMPDIR/kljit-<tag>-XXXXXX (default /tmp) and removes
  * it afterwards, pass or fail. */
 static inline int th_in_tmpdir(const char *tag, th_dir_case fn) {

@@ -498,11 +498,11 @@ static int cold_compile_and_warm_lookup_times_in(const char *dir) {
     printf("sm_%d %-22s cold %7.1f ms (NVRTC %7.1f)   warm %6.2f ms (lookup %5.2f)  %5.0fx\n",
            mods[m].arch, m == 3 ? "dense_rows cluster" : mods[m].what, cold, compile, warm,
            lookup, cold / warm);
-    TH_CHECK(warm * 10 <= cold);
+    if (th_perf_limits()) TH_CHECK(warm * 10 <= cold);
     cold_all += cold, warm_all += warm;
   }
   printf("all modules: cold %.1f ms, warm %.2f ms\n", cold_all, warm_all);
-  TH_CHECK(warm_all * 10 <= cold_all);
+  if (th_perf_limits()) TH_CHECK(warm_all * 10 <= cold_all);
   return TH_PASS;
 }
 static int cold_compile_and_warm_lookup_times(void) {

@@ -5,8 +5,5 @@
 kljit_test_exe(unit_kernels unit_kernels.c)
 kljit_test(NAME unit.kernels.every_variant_compiles_for_sm80_and_sm90 EXE unit_kernels
            CASE every_variant_compiles_for_sm80_and_sm90 LABELS unit slow TIMEOUT 3000)
-foreach(case
-    rendering_is_deterministic_per_spec
-    invalid_spec_is_rejected_with_a_sentence)
-  kljit_test(NAME unit.kernels.${case} EXE unit_kernels CASE ${case} LABELS unit)
-endforeach()
+kljit_test_cases(EXE unit_kernels SOURCE unit_kernels.c PREFIX unit.kernels LABELS unit
+                 EXCEPT every_variant_compiles_for_sm80_and_sm90)

@@ -103,8 +103,8 @@ static int warm_in(const char *dir) {
       "%.0f ms; fresh process %.2f ms (render + lookup); same process %.2f ms median of %d "
       "(memo + lookup)\n",
       cold, fresh, median, REPEATS);
-  TH_CHECK(median <= 5.0);
-  TH_CHECK(fresh <= 50.0); /* loose: rendering is ~1 ms per module on a desktop CPU */
+  if (th_perf_limits()) TH_CHECK(median <= 5.0);
+  if (th_perf_limits()) TH_CHECK(fresh <= 50.0); /* loose: rendering is ~1 ms per module on a desktop CPU */
   return TH_PASS;
 }
 static int cpu_part_of_a_warm_plan_is_under_5ms(void) {

@@ -1,8 +1,5 @@
 kljit_test_exe(unit_precompile unit_precompile.c)
-foreach(case plans_use_precompiled_read_only_cache_and_compile_nothing
-        precompile_rejects_bad_arguments)
-  kljit_test(NAME unit.precompile.${case} EXE unit_precompile CASE ${case} LABELS unit)
-endforeach()
+kljit_test_cases(EXE unit_precompile SOURCE unit_precompile.c PREFIX unit.precompile LABELS unit)
 
 # The CLI: scripts rely on its exit codes and its first lines.
 add_test(NAME unit.cli.demo_without_gpu_says_so_and_compiles COMMAND kljit_cli demo --vocab 1000

@@ -425,7 +425,7 @@ static int sandbox_stops_infinite_loop(void) {
     TH_CHECK(fails_with(loops[k], KLJIT_ERR_TEMPLATE, NAME ":2:", "instruction limit exceeded"));
     const double dt = util_now() - t0;
     fprintf(stderr, "loop %zu stopped after %.3f s\n", k, dt);
-    TH_CHECK(dt < 5.0);
+    if (th_perf_limits()) TH_CHECK(dt < 5.0);
   }
   return TH_PASS;
 }

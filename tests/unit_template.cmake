@@ -1,28 +1,14 @@
 # Unit tests of the template renderer (src/template.c): syntax, banner, determinism, errors,
 # sandbox limits. No GPU needed.
 kljit_test_exe(unit_template unit_template.c)
-kljit_test(NAME unit.template.substitution_and_lua_lines_render_expected_text EXE unit_template CASE substitution_and_lua_lines_render_expected_text LABELS unit)
-kljit_test(NAME unit.template.loops_and_conditionals_wrap_text_lines EXE unit_template CASE loops_and_conditionals_wrap_text_lines LABELS unit)
-kljit_test(NAME unit.template.text_bytes_pass_through_verbatim EXE unit_template CASE text_bytes_pass_through_verbatim LABELS unit)
-kljit_test(NAME unit.template.rendering_is_deterministic EXE unit_template CASE rendering_is_deterministic LABELS unit)
-kljit_test(NAME unit.template.banner_names_template_and_sorted_parameters EXE unit_template CASE banner_names_template_and_sorted_parameters LABELS unit)
-kljit_test(NAME unit.template.reject_returns_unsupported_with_sentence EXE unit_template CASE reject_returns_unsupported_with_sentence LABELS unit)
-kljit_test(NAME unit.template.error_names_template_file_and_line EXE unit_template CASE error_names_template_file_and_line LABELS unit)
-kljit_test(NAME unit.template.float_in_braces_is_an_error_use_f32 EXE unit_template CASE float_in_braces_is_an_error_use_f32 LABELS unit)
-kljit_test(NAME unit.template.f32_round_trips_floats EXE unit_template CASE f32_round_trips_floats LABELS unit)
-kljit_test(NAME unit.template.f32_rejects_nonfinite_and_out_of_range EXE unit_template CASE f32_rejects_nonfinite_and_out_of_range LABELS unit)
-kljit_test(NAME unit.template.parameters_are_read_only EXE unit_template CASE parameters_are_read_only LABELS unit)
-kljit_test(NAME unit.template.sandbox_blocks_os_execute EXE unit_template CASE sandbox_blocks_os_execute LABELS unit)
-kljit_test(NAME unit.template.sandbox_blocks_io_open EXE unit_template CASE sandbox_blocks_io_open LABELS unit)
-kljit_test(NAME unit.template.sandbox_blocks_require EXE unit_template CASE sandbox_blocks_require LABELS unit)
-kljit_test(NAME unit.template.sandbox_blocks_bytecode_load EXE unit_template CASE sandbox_blocks_bytecode_load LABELS unit)
-kljit_test(NAME unit.template.sandbox_blocks_dofile_and_loadfile EXE unit_template CASE sandbox_blocks_dofile_and_loadfile LABELS unit)
-kljit_test(NAME unit.template.sandbox_removes_print_collectgarbage_and_random EXE unit_template CASE sandbox_removes_print_collectgarbage_and_random LABELS unit)
-kljit_test(NAME unit.template.sandbox_stops_infinite_loop EXE unit_template CASE sandbox_stops_infinite_loop LABELS unit TIMEOUT 30)
-kljit_test(NAME unit.template.sandbox_stops_huge_allocation EXE unit_template CASE sandbox_stops_huge_allocation LABELS unit)
-kljit_test(NAME unit.template.sandbox_stops_runaway_output EXE unit_template CASE sandbox_stops_runaway_output LABELS unit)
-kljit_test(NAME unit.template.invalid_parameters_are_invalid_argument EXE unit_template CASE invalid_parameters_are_invalid_argument LABELS unit)
-kljit_test(NAME unit.template.unknown_template_name_is_invalid_argument EXE unit_template CASE unknown_template_name_is_invalid_argument LABELS unit)
-kljit_test(NAME unit.template.template_dir_env_reads_from_disk EXE unit_template CASE template_dir_env_reads_from_disk LABELS unit)
-kljit_test(NAME unit.template.include_runs_a_file_once_returns_its_value_and_refuses_cycles EXE unit_template CASE include_runs_a_file_once_returns_its_value_and_refuses_cycles LABELS unit)
-kljit_test(NAME unit.template.numbers_ignore_process_locale EXE unit_template CASE numbers_ignore_process_locale LABELS unit)
+kljit_test_cases(EXE unit_template SOURCE unit_template.c PREFIX unit.template LABELS unit
+                 EXCEPT sandbox_stops_infinite_loop)
+# a runaway template must stop quickly: the unit case has a short CTest timeout, the perf case
+# also checks that each loop stops within 5 s
+kljit_test(NAME unit.template.sandbox_stops_infinite_loop EXE unit_template
+           CASE sandbox_stops_infinite_loop LABELS unit TIMEOUT 30)
+kljit_test(NAME perf.template.sandbox_stops_infinite_loop EXE unit_template
+           CASE sandbox_stops_infinite_loop LABELS perf TIMEOUT 30)
+set_property(TEST perf.template.sandbox_stops_infinite_loop APPEND PROPERTY ENVIRONMENT
+             KLJIT_TEST_PERF=1)
+set_property(TEST perf.template.sandbox_stops_infinite_loop PROPERTY RUN_SERIAL TRUE)

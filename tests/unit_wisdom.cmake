@@ -1,21 +1,7 @@
 # unit_wisdom: the wisdom format, store and merge rules, the rigor rules of kljit_plan_create
 # (through tune_choose), the tuner's candidate sets, and precompiling from a wisdom file. No GPU.
 kljit_test_exe(unit_wisdom unit_wisdom.c)
-foreach(case
-    export_import_export_is_identical
-    stale_or_foreign_text_is_rejected_whole
-    malformed_entries_are_rejected_naming_the_field
-    merge_keeps_higher_rigor_then_lower_time
-    system_file_then_user_file_are_read_on_first_use
-    a_stale_default_file_is_skipped_not_fatal
-    tuned_entries_are_merged_into_the_user_file
-    wisdom_only_without_wisdom_is_no_wisdom_naming_the_key
-    estimate_and_measure_use_stored_wisdom_by_rigor_and_bucket
-    candidates_are_usable_and_start_with_the_heuristic
-    precompile_from_wisdom_then_plans_compile_nothing
-    bad_arguments_are_rejected)
-  kljit_test(NAME unit.wisdom.${case} EXE unit_wisdom CASE ${case} LABELS unit)
-endforeach()
+kljit_test_cases(EXE unit_wisdom SOURCE unit_wisdom.c PREFIX unit.wisdom LABELS unit)
 
 # The CLI: `kljit precompile --wisdom` and `kljit tune` as scripts use them.
 set(wisdom_cli_file ${CMAKE_BINARY_DIR}/test-wisdom-cli)
