@@ -154,6 +154,27 @@ static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tu
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
+int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
+  /* sharded plans merge their row statistics across ranks: two-pass rows only */
+  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb)) return 0;
+  const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
+  /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
+  const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
+  if (pb->vocab > 2 * CLUSTER_MAX * per_block) return 0; /* a row held in a cluster's registers */
+  const int wide = pb->vocab > CLUSTER_MAX * per_block;
+  const int64_t block_values = wide ? 2 * per_block : per_block;
+  int c = 1;
+  while ((int64_t)c * block_values < pb->vocab) c *= 2;
+  t->cluster = t->split = c;
+  t->nv = CLUSTER_VALUES / vec;
+  /* a single-block row needs only as many threads as its vectors */
+  int64_t th = (pb->vocab + (int64_t)t->nv * vec - 1) / ((int64_t)t->nv * vec);
+  th = (th + 31) / 32 * 32;
+  t->threads = c > 1 ? (int)(wide ? 2 * CLUSTER_THREADS : CLUSTER_THREADS)
+                     : (int)(th < 64 ? 64 : th);
+  return 1;
+}
+
 prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
   kljit_context_options o;
   env_context_defaults(&o);
@@ -165,28 +186,10 @@ prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
   (void)sm_count;
   prob_tuning t;
   memset(&t, 0, sizeof t);
-  const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* The cluster variant reads every byte once but, as measured on the H200 (bench/RESULTS.md),
    * runs its rows at half the copy bandwidth, while the two-pass variant runs at the copy
    * bandwidth: it is opt-in, KLJIT_ROW_KERNEL_CLUSTER (KLJIT_ROW_KERNEL=cluster, README). */
-  /* sharded plans merge their row statistics across ranks: two-pass rows only */
-  const int allow = opt->row_kernel == KLJIT_ROW_KERNEL_CLUSTER &&
-                    pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && !prob_sharded(pb);
-  /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
-  const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
-  if (allow && arch >= 90 && pb->vocab <= 2 * CLUSTER_MAX * per_block) {
-    const int wide = pb->vocab > CLUSTER_MAX * per_block;
-    const int64_t block_values = wide ? 2 * per_block : per_block;
-    int c = 1;
-    while ((int64_t)c * block_values < pb->vocab) c *= 2;
-    t.cluster = t.split = c;
-    t.nv = CLUSTER_VALUES / vec;
-    /* a single-block row needs only as many threads as its vectors */
-    int64_t th = (pb->vocab + (int64_t)t.nv * vec - 1) / ((int64_t)t.nv * vec);
-    th = (th + 31) / 32 * 32;
-    t.threads = c > 1 ? (int)(wide ? 2 * CLUSTER_THREADS : CLUSTER_THREADS)
-                      : (int)(th < 64 ? 64 : th);
-  } else {
+  if (!(opt->row_kernel == KLJIT_ROW_KERNEL_CLUSTER && prob_cluster_tuning(pb, arch, &t))) {
     t.threads = 256;
     t.nv = 1;
     /* ~16K columns per block: enough rows x blocks to fill the GPU at any chunk size. The

@@ -41,6 +41,12 @@ typedef struct prob_geometry {
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
+/* The sm_90 one-pass (cluster) shape of a row for `pb` on sm_<arch>: fills t's cluster, split,
+ * nv and threads and returns 1, or returns 0 where the variant does not apply (before sm_90,
+ * the sparse teacher, a sharded head, a row too long for a cluster's registers). The one
+ * definition the heuristics and the tuner's candidates share. */
+int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t);
+
 /* Heuristic tuning for sm_<arch> with `sm_count` multiprocessors (0: unknown, e.g. precompile).
  * On sm_90 and newer, rows that fit a cluster's registers take the one-pass cluster variant. */
 prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);

@@ -109,31 +109,17 @@ static void chunks(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_t
   }
 }
 
-/* The sm_90 one-pass variant, as prob_estimate builds it under KLJIT_ROW_KERNEL=cluster
- * (problem.c). Should the two drift apart, a candidate is refused by prob_geometry_make
- * or by its template and skipped: never a wrong result. */
+/* The sm_90 one-pass variant (prob_cluster_tuning, the heuristics' own shape), and with
+ * EXHAUSTIVE also at half the chunk. */
 static void clusters(const kljit_problem *pb, int arch, kljit_plan_rigor rigor,
                      const prob_tuning *base, prob_tuning *out, int *n, int cap) {
-  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) return;
-  const int64_t vec = native_16bit_logits(pb) ? 8 : 4;
-  const int64_t per_block = 256 * 32; /* threads x fp32 values a thread holds */
   prob_tuning t = *base;
-  if (pb->vocab <= 2 * 16 * per_block) { /* a row held in a cluster's registers */
-    const int wide = pb->vocab > 16 * per_block;
-    const int64_t block_values = wide ? 2 * per_block : per_block;
-    int c = 1;
-    while ((int64_t)c * block_values < pb->vocab) c *= 2;
-    t.cluster = t.split = c;
-    t.nv = (int)(32 / vec);
-    int64_t th = (pb->vocab + t.nv * vec - 1) / (t.nv * vec);
-    th = (th + 31) / 32 * 32;
-    t.threads = c > 1 ? (wide ? 512 : 256) : (int)(th < 64 ? 64 : th);
-    add(pb, &t, out, n, cap);
-    if (rigor == KLJIT_PLAN_EXHAUSTIVE && base->chunk_rows >= 512) {
-      prob_tuning half = t;
-      half.chunk_rows = base->chunk_rows / 2 / 256 * 256;
-      add(pb, &half, out, n, cap);
-    }
+  if (!prob_cluster_tuning(pb, arch, &t)) return;
+  add(pb, &t, out, n, cap);
+  if (rigor == KLJIT_PLAN_EXHAUSTIVE && base->chunk_rows >= 512) {
+    prob_tuning half = t;
+    half.chunk_rows = base->chunk_rows / 2 / 256 * 256;
+    add(pb, &half, out, n, cap);
   }
 }
 
