@@ -40,6 +40,7 @@
  */
 #include "cache.h"
 #include "env.h"
+#include "fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -237,50 +238,6 @@ static kljit_status dir_open_for_lookup(const char *dir, int *out) {
   return KLJIT_SUCCESS;
 }
 
-/* mkdir -p. Missing components are created 0700 and then fchmod'ed, so the umask neither
- * widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for a
- * symlink between mkdir and open is caught. Existing components are followed as they are,
- * symlinks included (users keep ~/.cache on other disks). Returns the final directory open. */
-static kljit_status mkdir_p(const char *dir, int *out) {
-  const size_t n = strlen(dir);
-  if (n == 0 || n >= PATH_MAX)
-    return err_set(KLJIT_ERR_CACHE, "bad cache directory name '%s'", dir);
-  char buf[PATH_MAX];
-  memcpy(buf, dir, n + 1);
-  int cur = open(buf[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (cur < 0) return err_set(KLJIT_ERR_CACHE, "cannot open %s: %s", dir, strerror(errno));
-  char *p = buf;
-  for (;;) {
-    while (*p == '/') p++;
-    if (*p == '\0') break;
-    char *const end = strchr(p, '/');
-    if (end) *end = '\0'; /* buf is now the path up to this component, for messages */
-    int created = 0, mkdir_errno = 0;
-    if (mkdirat(cur, p, 0700) == 0)
-      created = 1;
-    else if (errno != EEXIST)
-      mkdir_errno = errno; /* may still exist (EACCES/EROFS can precede EEXIST): try it */
-    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (created ? O_NOFOLLOW : 0);
-    const int next = openat(cur, p, flags);
-    const int open_errno = errno;
-    close(cur);
-    if (next < 0)
-      return err_set(KLJIT_ERR_CACHE, "cannot create cache directory %s: %s", buf,
-                     strerror(mkdir_errno ? mkdir_errno : open_errno));
-    if (created && fchmod(next, 0700) != 0) {
-      const int e = errno;
-      close(next);
-      return err_set(KLJIT_ERR_CACHE, "cannot chmod cache directory %s: %s", buf, strerror(e));
-    }
-    cur = next;
-    if (!end) break;
-    *end = '/';
-    p = end + 1;
-  }
-  *out = cur;
-  return KLJIT_SUCCESS;
-}
-
 /* Opens the writable directory, creating it if missing, and applies the trust rule to it. */
 static kljit_status dir_make(const char *dir, int *out) {
   *out = -1;
@@ -288,7 +245,7 @@ static kljit_status dir_make(const char *dir, int *out) {
   if (cur < 0 && errno != ENOENT)
     return err_set(KLJIT_ERR_CACHE, "cannot open cache directory %s: %s", dir, strerror(errno));
   if (cur < 0) {
-    const kljit_status s = mkdir_p(dir, &cur);
+    const kljit_status s = fs_mkdir_p(dir, KLJIT_ERR_CACHE, "cache directory", &cur);
     if (s) return s;
   }
   struct stat st;
@@ -304,30 +261,6 @@ static kljit_status dir_make(const char *dir, int *out) {
   }
   *out = cur;
   return KLJIT_SUCCESS;
-}
-
-/* Reads up to n bytes; returns the count (short only at end of file) or -1 with errno. */
-static ssize_t read_full(int fd, void *buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = read(fd, (char *)buf + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (ssize_t)got;
-}
-
-static int write_full(int fd, const void *buf, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t w = write(fd, (const char *)buf + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    done += (size_t)w;
-  }
-  return 0;
 }
 
 static char *dup_n(const char *s, size_t n) {
@@ -377,13 +310,13 @@ static kljit_status entry_read_fd(int fd, const char *path, const char *want_key
   const size_t size = (size_t)st.st_size;
   unsigned char *const buf = malloc(size ? size : 1);
   if (!buf) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory (%zu bytes)", size);
-  const ssize_t got = read_full(fd, buf, size);
+  const ssize_t got = fs_read_full(fd, buf, size);
   unsigned char extra;
   entry_view v = {0};
   kljit_status copied = KLJIT_SUCCESS;
   if (got < 0) {
     snprintf(why, WHY_CAP, "read failed: %s", strerror(errno));
-  } else if ((size_t)got != size || read_full(fd, &extra, 1) != 0) {
+  } else if ((size_t)got != size || fs_read_full(fd, &extra, 1) != 0) {
     snprintf(why, WHY_CAP, "changed size while being read"); /* not one of our publishes */
   } else if (parse_entry(buf, size, &v, why)) {
     if (want_key && (strlen(want_key) != v.key_len || memcmp(want_key, v.key, v.key_len) != 0))
@@ -435,7 +368,7 @@ static uint64_t random_u64(void) {
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
   const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
-    const ssize_t got = read_full(fd, &r, sizeof r);
+    const ssize_t got = fs_read_full(fd, &r, sizeof r);
     close(fd);
     if (got == (ssize_t)sizeof r) return r;
   }
@@ -555,8 +488,8 @@ kljit_status cache_store_in(const char *dir, const char *key_text, const char *m
   if (!s) s = dir_make(dir, &dfd);
   if (!s) s = temp_create(dfd, dir, name, tmp, &fd);
   if (s) goto done;
-  if (write_full(fd, head.data, head.len) != 0 || write_full(fd, sum, sizeof sum) != 0 ||
-      write_full(fd, payload, payload_len) != 0 || fsync(fd) != 0) {
+  if (fs_write_full(fd, head.data, head.len) != 0 || fs_write_full(fd, sum, sizeof sum) != 0 ||
+      fs_write_full(fd, payload, payload_len) != 0 || fsync(fd) != 0) {
     s = err_set(KLJIT_ERR_CACHE, "cannot write %s/%s: %s", dir, tmp, strerror(errno));
     goto done;
   }
@@ -645,16 +578,9 @@ kljit_status cache_config_make(const char *dir, const char *path, int disabled,
     cache_config_free(cfg);
     return s;
   }
-  const char *const xdg = env_text(ENV_XDG_CACHE_HOME);
-  const char *const home = env_text(ENV_HOME);
   strbuf rw = {0};
-  if (dir && *dir)
-    s = sb_printf(&rw, "%s", dir);
-  else if (xdg && xdg[0] == '/') /* the XDG spec says relative values are to be ignored */
-    s = sb_printf(&rw, "%s/kljit", xdg);
-  else if (home && *home)
-    s = sb_printf(&rw, "%s/.cache/kljit", home);
-  else
+  s = fs_default_cache_dir(dir, &rw);
+  if (!s && !rw.data)
     util_log("cache: no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME; compiled kernels are not kept");
   if (s) {
     sb_free(&rw);
@@ -749,21 +675,19 @@ kljit_status cache_dir_iterate(const char *dir, unsigned kinds, cache_dir_fn fn,
 
 /* SHA-256 of what an open file holds from its start. */
 static int file_sha256(int fd, char hex[65]) {
-  static const char digits[] = "0123456789abcdef";
   if (lseek(fd, 0, SEEK_SET) != 0) return -1;
   sha256_ctx c;
   sha256_init(&c);
   unsigned char buf[1 << 16];
   for (;;) {
-    const ssize_t got = read_full(fd, buf, sizeof buf);
+    const ssize_t got = fs_read_full(fd, buf, sizeof buf);
     if (got < 0) return -1;
     sha256_update(&c, buf, (size_t)got);
     if ((size_t)got < sizeof buf) break;
   }
   uint8_t d[32];
   sha256_final(&c, d);
-  for (int i = 0; i < 32; i++) hex[2 * i] = digits[d[i] >> 4], hex[2 * i + 1] = digits[d[i] & 15];
-  hex[64] = '\0';
+  util_hex(d, sizeof d, hex);
   return 0;
 }
 

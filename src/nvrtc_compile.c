@@ -5,6 +5,7 @@
  */
 #include "nvrtc_compile.h"
 #include "env.h"
+#include "fs.h"
 
 #include <errno.h>
 #include <nvrtc.h>
@@ -52,15 +53,11 @@ static void dump(const char *name, const char *ext, const char *text) {
   const char *dir = env_text(ENV_DUMP_DIR);
   if (!dir || !*dir || !text) return;
   char path[4096];
-  /* mkdir -p: each prefix of the path, then the directory itself */
-  snprintf(path, sizeof path, "%s", dir);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(path, 0700);
-    *p = '/';
+  if (fs_mkdir_p(dir, KLJIT_ERR_CACHE, "KLJIT_DUMP_DIR directory", NULL) != KLJIT_SUCCESS) {
+    util_log("%s", kljit_last_error());
+    err_clear(); /* a dump is a debugging aid: never the compile's failure */
+    return;
   }
-  mkdir(path, 0700);
   snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
   FILE *f = fopen(path, "w");
   if (!f) {

@@ -117,12 +117,7 @@ void sha256(const void *data, size_t len, uint8_t digest[32]) {
 }
 
 void sha256_hex(const void *data, size_t len, char hex[65]) {
-  static const char digits[] = "0123456789abcdef";
   uint8_t d[32];
   sha256(data, len, d);
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = digits[d[i] >> 4];
-    hex[2 * i + 1] = digits[d[i] & 15];
-  }
-  hex[64] = '\0';
+  util_hex(d, sizeof d, hex);
 }

@@ -35,6 +35,9 @@ void sb_free(strbuf *sb);
 /* Debug log, only when KLJIT_LOG=1 is set in the environment (to stderr). */
 void util_log(const char *fmt, ...) KLJIT_PRINTF(1, 2);
 
+/* Lowercase hex of n bytes into out (2 n characters and a NUL). */
+void util_hex(const uint8_t *bytes, size_t n, char *out);
+
 /* Monotonic clock in seconds. */
 double util_now(void);
 

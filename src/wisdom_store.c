@@ -17,6 +17,7 @@
 
 #include "wisdom.h"
 #include "env.h"
+#include "fs.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;      /* store, defaults_done */
 static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER; /* the user file */
@@ -32,13 +33,13 @@ kljit_status wisdom_default_path(kljit_wisdom_file which, strbuf *out) {
   }
   const char *e = env_text(ENV_WISDOM);
   if (e) return sb_printf(out, "%s", strcmp(e, "none") == 0 ? "" : e);
-  /* next to the kernel cache, as cache_config_from_env finds its directory */
-  const char *dir = env_text(ENV_CACHE_DIR), *xdg = env_text(ENV_XDG_CACHE_HOME);
-  const char *home = env_text(ENV_HOME);
-  if (dir && *dir) return sb_printf(out, "%s/wisdom", dir);
-  if (xdg && xdg[0] == '/') return sb_printf(out, "%s/kljit/wisdom", xdg);
-  if (home && *home) return sb_printf(out, "%s/.cache/kljit/wisdom", home);
-  return sb_printf(out, "%s", "");
+  /* next to the kernel cache, in the directory the cache finds */
+  strbuf dir = {0};
+  kljit_status st = fs_default_cache_dir(env_text(ENV_CACHE_DIR), &dir);
+  if (st == KLJIT_SUCCESS) st = sb_printf(out, "%s%s", dir.data ? dir.data : "",
+                                          dir.data ? "/wisdom" : "");
+  sb_free(&dir);
+  return st;
 }
 
 /* Reads a whole (small) file. KLJIT_ERR_WISDOM naming the path; *missing set on ENOENT. */
@@ -73,47 +74,6 @@ kljit_status wisdom_read_file(const char *path, wisdom_set *out, int *stale) {
   kljit_status st = read_text(path, &text, NULL);
   if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path, out, stale);
   sb_free(&text);
-  return st;
-}
-
-/* Creates the parent directories of `path` (0700), as the kernel cache creates its own. */
-static void make_parents(const char *path) {
-  char dir[PATH_MAX];
-  if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return;
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    mkdir(dir, 0700);
-    *p = '/';
-  }
-}
-
-/* Writes `text` to a temp file beside `path`, then renames it over `path`. */
-static kljit_status write_atomic(const char *path, const char *text, size_t len) {
-  strbuf tmp = {0};
-  kljit_status st = sb_printf(&tmp, "%s.XXXXXX", path);
-  if (st != KLJIT_SUCCESS) return st;
-  const int fd = mkstemp(tmp.data);
-  if (fd < 0) {
-    st = err_set(KLJIT_ERR_WISDOM, "cannot write wisdom file %s: %s", path, strerror(errno));
-    sb_free(&tmp);
-    return st;
-  }
-  size_t done = 0;
-  while (done < len) {
-    const ssize_t w = write(fd, text + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    done += (size_t)w;
-  }
-  const int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
-  const int err = errno;
-  if (close(fd) != 0 || !ok || rename(tmp.data, path) != 0) {
-    st = err_set(KLJIT_ERR_WISDOM, "cannot write wisdom file %s: %s", path,
-                 strerror(ok ? errno : err));
-    unlink(tmp.data);
-  }
-  sb_free(&tmp);
   return st;
 }
 
@@ -193,8 +153,7 @@ static void save_to_user_file(const wisdom_entry *e) {
   if (st == KLJIT_SUCCESS) st = wisdom_merge(&s, e);
   if (st == KLJIT_SUCCESS) st = wisdom_format(&s, &text);
   if (st == KLJIT_SUCCESS) {
-    make_parents(path.data);
-    st = write_atomic(path.data, text.data, text.len);
+    st = fs_write_atomic(path.data, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
   }
   if (st != KLJIT_SUCCESS)
     util_log("wisdom: not saved to %s: %s", path.data, kljit_last_error());
@@ -269,7 +228,8 @@ kljit_status kljit_wisdom_export_file(const char *path) {
                    path ? "empty" : "NULL");
   strbuf text = {0};
   kljit_status st = export_text(&text);
-  if (st == KLJIT_SUCCESS) st = write_atomic(path, text.data, text.len);
+  if (st == KLJIT_SUCCESS)
+    st = fs_write_atomic(path, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
   sb_free(&text);
   if (st == KLJIT_SUCCESS) err_clear();
   return st;

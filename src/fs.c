@@ -1,0 +1,131 @@
+/* fs.c — the file-system helpers every writer shares: mkdir -p, full reads and writes, atomic
+ * publication with the directory fsynced, the default cache directory. */
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "env.h"
+
+/* mkdir -p. Missing components are created 0700 and then fchmod'ed, so the umask neither
+ * widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for a
+ * symlink between mkdir and open is caught. Existing components are followed as they are,
+ * symlinks included (users keep ~/.cache on other disks). Returns the final directory open
+ * (*out), or closes it when out is NULL. */
+kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out) {
+  const size_t n = strlen(dir);
+  if (n == 0 || n >= PATH_MAX)
+    return err_set(status, "bad %s name '%s'", what, dir);
+  char buf[PATH_MAX];
+  memcpy(buf, dir, n + 1);
+  int cur = open(buf[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0) return err_set(status, "cannot open %s: %s", dir, strerror(errno));
+  char *p = buf;
+  for (;;) {
+    while (*p == '/') p++;
+    if (*p == '\0') break;
+    char *const end = strchr(p, '/');
+    if (end) *end = '\0'; /* buf is now the path up to this component, for messages */
+    int created = 0, mkdir_errno = 0;
+    if (mkdirat(cur, p, 0700) == 0)
+      created = 1;
+    else if (errno != EEXIST)
+      mkdir_errno = errno; /* may still exist (EACCES/EROFS can precede EEXIST): try it */
+    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (created ? O_NOFOLLOW : 0);
+    const int next = openat(cur, p, flags);
+    const int open_errno = errno;
+    close(cur);
+    if (next < 0)
+      return err_set(status, "cannot create %s %s: %s", what, buf,
+                     strerror(mkdir_errno ? mkdir_errno : open_errno));
+    if (created && fchmod(next, 0700) != 0) {
+      const int e = errno;
+      close(next);
+      return err_set(status, "cannot chmod %s %s: %s", what, buf, strerror(e));
+    }
+    cur = next;
+    if (!end) break;
+    *end = '/';
+    p = end + 1;
+  }
+  if (out)
+    *out = cur;
+  else
+    close(cur);
+  return KLJIT_SUCCESS;
+}
+
+/* Reads up to n bytes; returns the count (short only at end of file) or -1 with errno. */
+ssize_t fs_read_full(int fd, void *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = read(fd, (char *)buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+int fs_write_full(int fd, const void *buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = write(fd, (const char *)buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    done += (size_t)w;
+  }
+  return 0;
+}
+
+kljit_status fs_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+                            kljit_status status, const char *what) {
+  const char *slash = strrchr(path, '/');
+  char dir[PATH_MAX];
+  const int n = !slash ? snprintf(dir, sizeof dir, ".")
+                : slash == path ? snprintf(dir, sizeof dir, "/")
+                                : snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (n < 0 || n >= (int)sizeof dir) return err_set(status, "%s path %s is too long", what, path);
+  int dfd = -1;
+  kljit_status st = fs_mkdir_p(dir, status, "directory", &dfd);
+  if (st != KLJIT_SUCCESS) return st;
+  strbuf tmp = {0};
+  st = sb_printf(&tmp, "%s.XXXXXX", path);
+  const int fd = st == KLJIT_SUCCESS ? mkstemp(tmp.data) : -1;
+  if (st == KLJIT_SUCCESS && fd < 0)
+    st = err_set(status, "cannot write %s %s: %s", what, path, strerror(errno));
+  if (st == KLJIT_SUCCESS) {
+    const int ok = fs_write_full(fd, data, len) == 0 && fchmod(fd, (mode_t)mode) == 0 &&
+                   fsync(fd) == 0;
+    const int err = errno;
+    /* close can report a deferred write error (NFS); the rename publishes whole or nothing, the
+     * directory's fsync makes the new name survive a power loss */
+    if (close(fd) != 0 || !ok || rename(tmp.data, path) != 0) {
+      st = err_set(status, "cannot write %s %s: %s", what, path, strerror(ok ? errno : err));
+      unlink(tmp.data);
+    } else if (fsync(dfd) != 0) {
+      st = err_set(status, "cannot fsync the directory of %s %s: %s", what, path,
+                   strerror(errno));
+    }
+  }
+  close(dfd);
+  sb_free(&tmp);
+  return st;
+}
+
+kljit_status fs_default_cache_dir(const char *dir, strbuf *out) {
+  const char *const xdg = env_text(ENV_XDG_CACHE_HOME);
+  const char *const home = env_text(ENV_HOME);
+  if (dir && *dir) return sb_printf(out, "%s", dir);
+  if (xdg && xdg[0] == '/') /* the XDG spec says relative values are to be ignored */
+    return sb_printf(out, "%s/kljit", xdg);
+  if (home && *home) return sb_printf(out, "%s/.cache/kljit", home);
+  return KLJIT_SUCCESS;
+}
