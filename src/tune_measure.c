@@ -22,6 +22,8 @@
 
 #include "tune_measure.h"
 
+#include "host_dtype.h"
+
 enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
 
 typedef struct bench {
@@ -59,33 +61,6 @@ static uint64_t next_random(uint64_t *s) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (no NaN here) */
-  return (uint16_t)(u >> 16);
-}
-
-static uint16_t to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  const uint32_t sign = (u >> 16) & 0x8000u, m = u & 0x7fffffu;
-  const int e = (int)((u >> 23) & 0xffu) - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) { /* subnormal: the value is (m | 1 << 23) >> (14 - e) units of 2^-24 */
-    if (e < -10) return (uint16_t)sign;
-    const uint32_t full = m | 0x800000u, shift = (uint32_t)(14 - e);
-    uint32_t h = full >> shift;
-    const uint32_t rem = full & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = (uint32_t)e << 10 | m >> 13;
-  const uint32_t rem = m & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  return (uint16_t)(sign | h);
-}
-
 /* Copies host bytes to the start of dst, then doubles them until `bytes` are filled. */
 static kljit_status replicate(bench *b, CUdeviceptr dst, const void *host, size_t tile,
                               size_t bytes) {
@@ -107,7 +82,7 @@ static kljit_status fill(bench *b, CUdeviceptr dst, size_t count, kljit_dtype dt
     if (dt == KLJIT_FP32)
       memcpy(h + 4 * i, &v, 4);
     else {
-      const uint16_t x = dt == KLJIT_BF16 ? to_bf16(v) : to_f16(v);
+      const uint16_t x = dt == KLJIT_BF16 ? host_f32_to_bf16(v) : host_f32_to_f16(v);
       memcpy(h + 2 * i, &x, 2);
     }
   }
