@@ -7,11 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gpu_available(void) {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 static int same_text(const char *a, const char *b) {
   return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
@@ -101,23 +96,6 @@ int gbuf_download(const gbuf *b, double *v) {
 
 int gbuf_poison(gbuf *b) {
   return cuda_ok(cudaMemset(b->ptr, 0xFF, b->n * host_dtype_size(b->dt)), "poison");
-}
-
-int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
-  const size_t tile = (size_t)1 << 22;
-  const size_t n = count < tile ? count : tile;
-  uint16_t *h = malloc(n * 2);
-  if (!h) return 1;
-  host_rng r = {seed};
-  for (size_t i = 0; i < n; i++)
-    h[i] = host_f32_to_bf16((float)(lo + (hi - lo) * host_uniform(&r)));
-  int rc = 0;
-  for (size_t off = 0; off < count && !rc; off += n) {
-    const size_t m = count - off < n ? count - off : n;
-    rc = cuda_ok(cudaMemcpy((char *)dst + off * 2, h, m * 2, cudaMemcpyHostToDevice), "fill");
-  }
-  free(h);
-  return rc;
 }
 
 double rel_frobenius(const double *a, const double *b, size_t n) {

@@ -6,10 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_fill.h" /* gpu_available, gpu_fill_bf16 (shared with the CLI demo) */
 #include "host_dtype.h"
-
-/* 1 when a CUDA device is present, 0 otherwise (tests then return TH_SKIP). */
-int gpu_available(void);
 
 /* The process's kljit context on device 0, created on first use: 0 with *ctx set, 77 (skip)
  * without a GPU, 1 when creation fails (message on stderr). */
@@ -32,10 +30,6 @@ int gbuf_download(const gbuf *b, double *v);
 int gbuf_poison(gbuf *b);
 /* Raw bytes back (for bitwise comparisons). */
 int gbuf_bytes(const gbuf *b, void *host);
-
-/* Fills `count` bf16 elements at device pointer dst with a random pattern uniform in
- * [lo, hi), a tile of 4M values repeated (fast for gigabyte buffers, never all zeros). */
-int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed);
 
 /* ||a - b||_F / ||b||_F (0 when both are 0; inf when b is 0 and a is not). */
 double rel_frobenius(const double *a, const double *b, size_t n);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gpu_util.h"
+#include "gpu_fill.h"
 
 typedef struct demo_opts {
   kljit_problem pb;

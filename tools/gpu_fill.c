@@ -1,0 +1,32 @@
+/* gpu_fill.c — device inputs for the CLI demo, the GPU tests and the benchmarks: whether a GPU
+ * is present, and bf16 buffers filled with a reproducible random pattern. CUDA runtime only;
+ * no test support, so the installed CLI links none. */
+#include "gpu_fill.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../src/host_dtype.h"
+
+int gpu_available(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int gpu_fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
+  const size_t tile = (size_t)1 << 22;
+  const size_t n = count < tile ? count : tile;
+  uint16_t *h = malloc(n * 2);
+  if (!h) return 1;
+  host_rng r = {seed};
+  for (size_t i = 0; i < n; i++)
+    h[i] = host_f32_to_bf16((float)(lo + (hi - lo) * host_uniform(&r)));
+  int rc = 0;
+  for (size_t off = 0; off < count && !rc; off += n) {
+    const size_t m = count - off < n ? count - off : n;
+    rc = cudaMemcpy((char *)dst + off * 2, h, m * 2, cudaMemcpyHostToDevice) != cudaSuccess;
+  }
+  free(h);
+  return rc;
+}
