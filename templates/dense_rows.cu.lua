@@ -288,7 +288,7 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
   return rs;
 }
 
-enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
+%include("rows_common.cu.lua")
 
 /* The per-element terms: loss += p (log max(p, eps) - log q); g = gscale (sum p q - p). */
 template <int MODE>
@@ -328,32 +328,6 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   rowstat[4 * row + 1] = rs.sp;
   rowstat[4 * row + 2] = rs.lset;
   rowstat[4 * row + 3] = rs.kept;
-}
-
-/* Stores VEC gradient values at column v of row gr (only the columns < V when not FULL). */
-template <bool FULL>
-__device__ __forceinline__ void store_cols(grad_t* gr, int v, const float (&gv)[VEC]) {
-  if constexpr (FULL) {
-    store_n<VEC, true>(gr + v, gv);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; i++)
-      if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
-  }
-}
-
-/* Zeroes columns [v0, v1) of G (an ignored row). */
-__device__ __forceinline__ void zero_range(grad_t* gr, int v0, int v1) {
-  const float zero[VEC] = {};
-  int v = v0 + threadIdx.x * VEC;
-  for (; v + VEC <= v1; v += THREADS * VEC) store_cols<true>(gr, v, zero);
-  if (v < v1) store_cols<false>(gr, v, zero);
-}
-
-__device__ __forceinline__ float grad_scale(const float* hdr, const float* gout, int per_row,
-                                            i64 row, int mode) {
-  if (mode == MODE_FORWARD) return 0.0f;
-  return hdr[1] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
 }
 
 %if P.CLUSTER == 0 then

@@ -267,7 +267,7 @@ struct row_t {
   float lse, cout, cin, pscale;
 };
 
-enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
+%include("rows_common.cu.lua")
 
 /* The gathered support of one row, in shared memory. */
 struct support_t {
@@ -350,26 +350,6 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
   return l;
 }
 
-/* Zeroes columns [0, V) of G (a row with no gradient). */
-__device__ __forceinline__ void zero_row(grad_t* gr) {
-  const float zero[VEC] = {};
-  int v = threadIdx.x * VEC;
-  for (; v + VEC <= V; v += THREADS * VEC) store_n<VEC, true>(gr + v, zero);
-  for (; v < V; v++) gr[v] = from_f32<grad_t>(0.0f);
-}
-
-/* Stores VEC gradient values at column v (only the columns < V when not FULL). */
-template <bool FULL>
-__device__ __forceinline__ void store_g(grad_t* gr, int v, const float (&gv)[VEC]) {
-  if constexpr (FULL) {
-    store_n<VEC, true>(gr + v, gv);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VEC; i++)
-      if (v + i < V) gr[v + i] = from_f32<grad_t>(gv[i]);
-  }
-}
-
 /* G = gscale c_out q over the row, then gscale (c_in q - pscale p) on the support. With INPLACE
  * (16-bit G over fp32 z) the row goes in groups: every thread reads the group, the block
  * synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns [a/2, b/2), read by then. */
@@ -394,8 +374,8 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       float gv[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; i++) gv[i] = co * fexp(s[u][i] - rs.lse);
-      if (v + VEC <= V) store_g<true>(gr, v, gv);
-      else if (v < V) store_g<false>(gr, v, gv);
+      if (v + VEC <= V) store_cols<true>(gr, v, gv);
+      else if (v < V) store_cols<false>(gr, v, gv);
     }
   }
   __syncthreads(); /* the stream's stores are visible to the block before the support rewrite */
@@ -404,12 +384,6 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
     if (id >= 0)
       gr[id] = from_f32<grad_t>(gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]));
   }
-}
-
-__device__ __forceinline__ float grad_scale(const float* hdr, const float* gout, int per_row,
-                                            i64 row, int mode) {
-  if (mode == MODE_FORWARD) return 0.0f;
-  return hdr[1] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
 }
 
 /* One block per row: pass 2 of the fused and forward modes, and the backward pass. */
@@ -473,7 +447,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     return;
   }
   if (rs.cout == 0.0f && rs.cin == 0.0f && rs.pscale == 0.0f) {
-    zero_row(gr);
+    zero_range(gr, 0, V);
     return;
   }
   write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE));
