@@ -9,7 +9,9 @@
  * kernels take ids and values where the dense ones take the teacher).
  * Everything is enqueued on the caller's stream; nothing allocates. Nothing synchronizes except
  * checked mode (KLJIT_FLAG_CHECK_INPUTS), which reads its verdict back before any output is
- * written (exec_check.c).
+ * written (exec_check.c). Every kernel takes its arguments from one kargs (exec_call.k), filled
+ * once per call and per chunk, by the roles of its manifest (plan_launch): nothing here knows a
+ * kernel's argument order.
  */
 #include <math.h>
 #include <stdint.h>
@@ -31,14 +33,11 @@ typedef struct exec_call {
   long long ignore;
   size_t in_sz;
   int skip_gemms;
-  int sparse;          /* the plan's rows module is the sparse top-K one */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
   const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
 } exec_call;
-
-
 
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
@@ -337,7 +336,6 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.in_sz = names_dtype_size(p->pb.input_dtype);
     c.gmult = grad_multiplier(&p->pb, a->rows);
     c.galpha = 1.0f / c.gmult;
-    c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
     c.stats_out = stats_out, c.all = all;
     exec_call_args(&c, nrec);
     st = run_mode(&c, mode);
