@@ -644,7 +644,33 @@ static int scale_grads_multiplies_each_gradient_once_in_place(void) {
   return TH_PASS;
 }
 
+/* A context's options, not the environment, steer its plans: a chunk size given in the options
+ * is the plan's (KLJIT_CHUNK_ROWS set to something else meanwhile changes nothing). */
+static int context_options_steer_the_plans_not_the_environment(void) {
+  if (!gpu_available()) return TH_SKIP;
+  kljit_context_options o;
+  TH_OK(kljit_context_options_default(&o));
+  o.chunk_rows = 256;
+  kljit_context *ctx;
+  TH_OK(kljit_context_create(&ctx, 0, &o));
+  setenv("KLJIT_CHUNK_ROWS", "512", 1);
+  kljit_problem pb = small_problem();
+  kljit_plan *plan;
+  const kljit_status st = kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan);
+  unsetenv("KLJIT_CHUNK_ROWS");
+  TH_OK(st);
+  const char *d = kljit_plan_describe(plan);
+  printf("%s", d);
+  const int ok = strstr(d, "chunk_rows=256 ") != NULL;
+  kljit_plan_destroy(plan);
+  kljit_context_destroy(ctx);
+  TH_CHECK(ok);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"context_options_steer_the_plans_not_the_environment",
+     context_options_steer_the_plans_not_the_environment},
     {"valid_arguments_are_accepted_and_write_the_outputs",
      valid_arguments_are_accepted_and_write_the_outputs},
     {"null_arguments_are_rejected_before_any_write", null_arguments_are_rejected_before_any_write},
