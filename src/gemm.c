@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "cublaslt.h"
+
 typedef struct gemm_desc {
   cublasOperation_t ta, tb;
   uint64_t m, n, k;
@@ -40,32 +42,36 @@ static gemm_desc describe(const gemm_types *ty, const gemm_shape *sh, gemm_kind 
 
 static kljit_status lt_check(cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return KLJIT_SUCCESS;
-  return err_set(KLJIT_ERR_CUBLAS, "%s: %s", what, cublasLtGetStatusString(s));
+  return err_set(KLJIT_ERR_CUBLAS, "%s: %s", what, cublaslt_loaded()->cublasLtGetStatusString(s));
 }
 
 kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *ty,
                       const gemm_shape *sh, gemm_kind kind, int64_t n, const void *a,
                       const void *b, void *c, float alpha, float beta, void *ws,
                       size_t ws_size, void *stream) {
+  const cublaslt_table *const L = cublaslt_loaded(); /* loaded by the context */
   const int beta_zero = beta == 0.0f;
   const gemm_desc d = describe(ty, sh, kind, n);
   cublasLtMatmulDesc_t op = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
   cublasLtMatmulPreference_t pref = NULL;
-  kljit_status st = lt_check(cublasLtMatmulDescCreate(&op, (cublasComputeType_t)ty->compute,
+  kljit_status st = lt_check(L->cublasLtMatmulDescCreate(&op, (cublasComputeType_t)ty->compute,
                                                       CUDA_R_32F),
                              "cublasLtMatmulDescCreate");
   if (st) return st;
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
+  L->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
+  L->cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
   const uint64_t ar = d.ta == CUBLAS_OP_N ? d.m : d.k, ac = d.ta == CUBLAS_OP_N ? d.k : d.m;
   const uint64_t br = d.tb == CUBLAS_OP_N ? d.k : d.n, bc = d.tb == CUBLAS_OP_N ? d.n : d.k;
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&la, (cudaDataType)d.ta_type, ar, ac, d.lda),
-                         "cublasLtMatrixLayoutCreate(A)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&lb, (cudaDataType)d.tb_type, br, bc, d.ldb),
-                         "cublasLtMatrixLayoutCreate(B)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&lc, (cudaDataType)d.tc_type, d.m, d.n, d.ldc),
-                         "cublasLtMatrixLayoutCreate(C)");
+  if (!st)
+    st = lt_check(L->cublasLtMatrixLayoutCreate(&la, (cudaDataType)d.ta_type, ar, ac, d.lda),
+                  "cublasLtMatrixLayoutCreate(A)");
+  if (!st)
+    st = lt_check(L->cublasLtMatrixLayoutCreate(&lb, (cudaDataType)d.tb_type, br, bc, d.ldb),
+                  "cublasLtMatrixLayoutCreate(B)");
+  if (!st)
+    st = lt_check(L->cublasLtMatrixLayoutCreate(&lc, (cudaDataType)d.tc_type, d.m, d.n, d.ldc),
+                  "cublasLtMatrixLayoutCreate(C)");
 
   /* memoized algorithm for (kind, n, beta) */
   cublasLtMatmulAlgo_t algo;
@@ -81,15 +87,16 @@ kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *
   }
   pthread_mutex_unlock(&cache->lock);
   if (!st && !found) {
-    st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    st = lt_check(L->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     if (!st) {
       uint64_t cap = ws_size;
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
-                                           sizeof cap);
+      L->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                              &cap, sizeof cap);
       cublasLtMatmulHeuristicResult_t h;
       int count = 0;
-      st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &count),
-                    "cublasLtMatmulAlgoGetHeuristic");
+      st = lt_check(
+          L->cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &h, &count),
+          "cublasLtMatmulAlgoGetHeuristic");
       if (!st && count == 0)
         st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
                      "k=%llu)", kind == GEMM_LOGITS ? "logits" : kind == GEMM_DX ? "dX" : "dW",
@@ -105,14 +112,14 @@ kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *
     }
   }
   if (!st) {
-    st = lt_check(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo, ws,
+    st = lt_check(L->cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo, ws,
                                  ws_size, (cudaStream_t)stream),
                   "cublasLtMatmul");
   }
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (lc) cublasLtMatrixLayoutDestroy(lc);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(op);
+  if (pref) L->cublasLtMatmulPreferenceDestroy(pref);
+  if (lc) L->cublasLtMatrixLayoutDestroy(lc);
+  if (lb) L->cublasLtMatrixLayoutDestroy(lb);
+  if (la) L->cublasLtMatrixLayoutDestroy(la);
+  L->cublasLtMatmulDescDestroy(op);
   return st;
 }
