@@ -17,3 +17,13 @@ foreach(case every_command_has_help_that_exits_0
     ENVIRONMENT
     "KLJIT_CLI=$<TARGET_FILE:kljit_cli>;KLJIT_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-cli")
 endforeach()
+
+# `kljit version` loads no cuBLASLt (dlopen'ed by contexts only): bounded memory in a unit
+# test, bounded time (wall clock, so sensitive to a loaded machine) under the perf label.
+add_executable(proc_usage proc_usage.c)
+add_test(NAME unit.cli.version_runs_in_under_50mb_of_memory
+         COMMAND proc_usage --max-rss-mb 50 -- $<TARGET_FILE:kljit_cli> version)
+add_test(NAME perf.cli.version_runs_in_under_100ms
+         COMMAND proc_usage --max-ms 100 --runs 5 -- $<TARGET_FILE:kljit_cli> version)
+set_tests_properties(unit.cli.version_runs_in_under_50mb_of_memory PROPERTIES LABELS unit)
+set_tests_properties(perf.cli.version_runs_in_under_100ms PROPERTIES LABELS perf)
