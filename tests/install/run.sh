@@ -69,7 +69,8 @@ echo "installed into $prefix (libdir ${libdir#"$prefix"/})"
 
 case $mode in
 exports)
-  # Defined dynamic symbols other than kljit_*: the hidden-visibility promise of STYLE.md.
+  # Defined dynamic symbols other than kljit_*: the promise of hidden visibility
+  # (README.md, "Contributing": only kljit_ names are exported).
   nm -D --defined-only "$so" > "$work/nm.txt" || fail "nm -D $so"
   offenders=$(awk 'NF >= 3 && $3 !~ /^kljit_/ { print $2, $3 }' "$work/nm.txt")
   count=$(awk 'NF >= 3 && $3 ~ /^kljit_/' "$work/nm.txt" | wc -l)
@@ -130,9 +131,9 @@ static)
   export PKG_CONFIG_PATH="$libdir/pkgconfig"
   flags=$(pkg-config --static --cflags --libs kljit) || fail "pkg-config --static kljit"
   echo "pkg-config --static kljit: $flags"
-  # -lkljit would pick libkljit.so where both are installed: take the archive explicitly, the
-  # way a static link does (-static would also want static Lua and CUDA, which Debian lacks).
-  flags=${flags/-lkljit/-Wl,-Bstatic -lkljit -Wl,-Bdynamic}
+  # -lkljit would pick libkljit.so where both are installed: name the archive, as README.md
+  # does (-static would also want static Lua and CUDA libraries, which Debian lacks).
+  flags=$(echo "$flags " | sed 's/-lkljit /-l:libkljit.a /')
   # shellcheck disable=SC2086  # the flags are words
   cc -std=c11 -Wall -Wextra -Werror "$src/tests/install/consumer.c" $flags \
     -o "$work/pc-static" > "$work/cc-static.log" 2>&1 ||
