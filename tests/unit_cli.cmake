@@ -1,6 +1,8 @@
 # The kljit CLI as scripts use it (tools/cli_*.c): help, exit codes, precompile's manifest and
 # --jobs, cache ls/verify/clear/stats, info without a GPU. The cases run the built `kljit`.
 kljit_test_exe(unit_cli unit_cli.c)
+set(cli_env "KLJIT_CLI=$<TARGET_FILE:kljit_cli>" "KLJIT_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+            "KLJIT_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-cli")
 foreach(case every_command_has_help_that_exits_0
         unknown_commands_and_options_exit_2
         precompile_writes_a_manifest_whose_checksums_match_the_files
@@ -20,7 +22,7 @@ foreach(case every_command_has_help_that_exits_0
         default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read)
   add_test(NAME unit.cli.${case} COMMAND unit_cli ${case})
   set_tests_properties(unit.cli.${case} PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77
-    ENVIRONMENT "KLJIT_CLI=$<TARGET_FILE:kljit_cli>;KLJIT_SOURCE_DIR=${PROJECT_SOURCE_DIR};KLJIT_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-cli")
+    ENVIRONMENT "${cli_env}")
 endforeach()
 
 # `kljit version` loads no cuBLASLt (dlopen'ed by contexts only): bounded memory in a unit
