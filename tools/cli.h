@@ -80,6 +80,10 @@ typedef struct cli_choice {
 } cli_choice;
 /* choices ends with {NULL, 0}. */
 int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out);
+/* v among choices: 1 with *out set; else 0 with "a, b or c" (the names) in list. */
+int cli_choose(const char *v, const cli_choice *choices, int *out, char *list, size_t cap);
+/* sum, batchmean, mean, none: the --reduction option and the reduction= word. */
+extern const cli_choice CLI_REDUCTIONS[];
 /* An argument that is not an option (subcommands, operands). */
 int cli_positional(cli_parser *p, const char **out);
 /* Reports the current argument as unknown and stops the walk. Returns 0. */
@@ -125,6 +129,10 @@ int cli_refused(cli_parser *p, const char *what, kljit_status st);
  * "sm_90a" (and the other arch-specific "a"/"f" targets) means sm_90: kljit's kernels use no
  * arch-specific instructions, so the sm_90 cubin is the one every sm_90 GPU loads. */
 int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap);
+
+/* The directory a command writes kernels to: `given` (--cache-dir) if not NULL, else the
+ * writable cache of the environment, else "" (KLJIT_CACHE_DISABLE=1, or no directory). */
+kljit_status cli_cache_dir(const char *given, char dir[4096]);
 
 /* Prints "kljit: <what>: <status>\n  <last error>" and returns CLI_FAIL. */
 int cli_fail(const char *what, kljit_status st);

@@ -134,22 +134,28 @@ int cli_double(cli_parser *p, const char *name, double lo, double hi, double *ou
   return 1;
 }
 
-int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out) {
-  const char *v;
-  if (!match(p, name, &v)) return 0;
-  if (!(v = take_value(p, name, v))) return 1;
+int cli_choose(const char *v, const cli_choice *choices, int *out, char *list, size_t cap) {
   for (const cli_choice *c = choices; c->name; c++) {
     if (!strcmp(v, c->name)) {
       *out = c->value;
       return 1;
     }
   }
-  char list[256] = "";
+  list[0] = '\0';
   for (const cli_choice *c = choices; c->name; c++) {
-    if (c != choices) strncat(list, c[1].name ? ", " : " or ", sizeof list - strlen(list) - 1);
-    strncat(list, c->name, sizeof list - strlen(list) - 1);
+    if (c != choices) strncat(list, c[1].name ? ", " : " or ", cap - strlen(list) - 1);
+    strncat(list, c->name, cap - strlen(list) - 1);
   }
-  cli_usage_error(p, "%s %s: want %s", name, v, list);
+  return 0;
+}
+
+int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (!(v = take_value(p, name, v))) return 1;
+  char list[256];
+  if (!cli_choose(v, choices, out, list, sizeof list))
+    cli_usage_error(p, "%s %s: want %s", name, v, list);
   return 1;
 }
 
@@ -165,6 +171,19 @@ int cli_refused(cli_parser *p, const char *what, kljit_status st) {
   if (st == KLJIT_ERR_INVALID_ARGUMENT || st == KLJIT_ERR_UNSUPPORTED)
     return cli_usage_error(p, "%s: %s", what, kljit_last_error());
   return cli_fail(what, st);
+}
+
+static void keep_writable(const char *dir, int writable, void *user) {
+  if (writable) snprintf(user, 4096, "%s", dir);
+}
+
+kljit_status cli_cache_dir(const char *given, char dir[4096]) {
+  dir[0] = '\0';
+  if (given) {
+    snprintf(dir, 4096, "%s", given);
+    return KLJIT_SUCCESS;
+  }
+  return kljit_cache_dirs(keep_writable, dir);
 }
 
 int cli_fail(const char *what, kljit_status st) {
@@ -191,7 +210,7 @@ static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
                                       {"logprobs", KLJIT_TEACHER_DENSE_LOGPROBS},
                                       {"logits", KLJIT_TEACHER_DENSE_LOGITS},
                                       {NULL, 0}};
-static const cli_choice REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
+const cli_choice CLI_REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
                                         {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
                                         {"mean", KLJIT_REDUCTION_MEAN},
                                         {"none", KLJIT_REDUCTION_NONE},
@@ -230,7 +249,7 @@ int cli_problem_option(cli_parser *p, kljit_problem *pb) {
       pb->input_dtype = pb->weight_dtype = pb->teacher_dtype = (kljit_dtype)e;
   } else if (cli_enum(p, "--teacher", TEACHERS, &e)) {
     if (p->status == CLI_OK) pb->teacher = (kljit_teacher_form)e;
-  } else if (cli_enum(p, "--reduction", REDUCTIONS, &e)) {
+  } else if (cli_enum(p, "--reduction", CLI_REDUCTIONS, &e)) {
     if (p->status == CLI_OK) pb->reduction = (kljit_reduction)e;
   } else if (cli_double(p, "--temperature", 1e-6, 1e6, &pb->temperature)) {
   } else if (cli_flag(p, "--runtime-temperature")) {

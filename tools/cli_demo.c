@@ -145,10 +145,6 @@ static void count_module(const kljit_module_report *m, void *user) {
   n[m->compiled ? 0 : 1]++;
 }
 
-static void keep_writable(const char *dir, int writable, void *user) {
-  if (writable) snprintf(user, 4096, "%s", dir);
-}
-
 /* No GPU: compile the problem's kernels as `kljit precompile` would, into --cache-dir, else the
  * user cache, else (KLJIT_CACHE_DISABLE=1, no HOME) a temporary directory removed afterwards:
  * the demo is the smoke test of an install, and a cache is not needed to compile. */
@@ -162,14 +158,10 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   int archs[16];
   const int n = cli_parse_archs(p, o->arch, archs, 16);
   if (!n) return p->status;
-  char dir[4096] = "";
+  char dir[4096];
   int temporary = 0;
-  if (o->cache_dir) {
-    snprintf(dir, sizeof dir, "%s", o->cache_dir);
-  } else {
-    const kljit_status st = kljit_cache_dirs(keep_writable, dir);
-    if (st != KLJIT_SUCCESS) return cli_fail("demo", st);
-  }
+  const kljit_status found = cli_cache_dir(o->cache_dir, dir);
+  if (found != KLJIT_SUCCESS) return cli_fail("demo", found);
   if (!dir[0]) {
     const char *const tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/kljit-demo.XXXXXX", tmp && *tmp ? tmp : "/tmp");

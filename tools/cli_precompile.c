@@ -186,27 +186,19 @@ static int write_manifest(const char *dir) {
   return CLI_OK;
 }
 
-static void keep_writable(const char *dir, int writable, void *user) {
-  if (writable) snprintf(user, 4096, "%s", dir);
-}
-
 /* ---- the command --------------------------------------------------------------------------- */
 
 static int run(cli_parser *p, precompile_opts *o) {
-  char dir[4096] = "";
-  if (o->cache_dir) {
-    snprintf(dir, sizeof dir, "%s", o->cache_dir);
-  } else {
-    const kljit_status st = kljit_cache_dirs(keep_writable, dir);
-    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
-    if (!dir[0]) {
-      fprintf(stderr,
-              "kljit precompile: no writable kernel cache (KLJIT_CACHE_DISABLE=1, or "
-              "no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME): pass --cache-dir\n");
-      return CLI_FAIL;
-    }
-    o->cache_dir = dir;
+  char dir[4096];
+  const kljit_status found = cli_cache_dir(o->cache_dir, dir);
+  if (found != KLJIT_SUCCESS) return cli_fail("precompile", found);
+  if (!dir[0]) {
+    fprintf(stderr,
+            "kljit precompile: no writable kernel cache (KLJIT_CACHE_DISABLE=1, or "
+            "no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME): pass --cache-dir\n");
+    return CLI_FAIL;
   }
+  o->cache_dir = dir;
   static run_state s; /* large; one per process */
   memset(&s, 0, sizeof s);
   s.o = o;

@@ -27,6 +27,16 @@ const char CLI_SHAPE_HELP[] =
     "  bias native tf32 check         problem flags\n"
     "  gw=fp32|fp16|bf16 accum=fp32|out  dW dtype and accumulation\n";
 
+static const cli_choice TOPK_VALUES[] = {
+    {"probs", KLJIT_TOPK_PROBS}, {"logprobs", KLJIT_TOPK_LOGPROBS}, {NULL, 0}};
+static const cli_choice TAILS[] = {{"none", KLJIT_TAIL_NONE},
+                                   {"renorm", KLJIT_TAIL_RENORM},
+                                   {"bucket", KLJIT_TAIL_BUCKET},
+                                   {NULL, 0}};
+static const cli_choice ID_DTYPES[] = {{"i32", KLJIT_INT32}, {"i64", KLJIT_INT64}, {NULL, 0}};
+static const cli_choice ACCUMS[] = {
+    {"fp32", KLJIT_ACCUM_FP32}, {"out", KLJIT_ACCUM_OUTPUT_DTYPE}, {NULL, 0}};
+
 static int dtype_of(const char *v, kljit_dtype *out) {
   *out = !strcmp(v, "fp32") || !strcmp(v, "f32")   ? KLJIT_FP32
          : !strcmp(v, "fp16") || !strcmp(v, "f16") ? KLJIT_FP16
@@ -85,6 +95,8 @@ static int flag_word(kljit_problem *pb, const char *w) {
 static int field_word(cli_shape *s, const char *key, const char *v, char *why, size_t cap) {
   kljit_problem *const pb = &s->pb;
   long long n = 0;
+  int e = 0;
+  char list[128];
   const char *want = NULL;
   if (!strcmp(key, "V")) {
     if (integer(v, 2, KLJIT_MAX_VOCAB, &n)) pb->vocab = n;
@@ -110,33 +122,20 @@ static int field_word(cli_shape *s, const char *key, const char *v, char *why, s
     else
       want = "an integer from 1 to 1024 (and at most V)";
   } else if (!strcmp(key, "values")) {
-    if (!strcmp(v, "probs") || !strcmp(v, "logprobs"))
-      pb->topk_values = !strcmp(v, "logprobs") ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
-    else
-      want = "probs or logprobs";
+    if (!cli_choose(v, TOPK_VALUES, &e, list, sizeof list)) want = list;
+    pb->topk_values = (kljit_topk_values)e;
   } else if (!strcmp(key, "tail")) {
-    pb->tail = !strcmp(v, "none")     ? KLJIT_TAIL_NONE
-               : !strcmp(v, "renorm") ? KLJIT_TAIL_RENORM
-               : !strcmp(v, "bucket") ? KLJIT_TAIL_BUCKET
-                                      : (kljit_tail)0;
-    if (!pb->tail) want = "none, renorm or bucket";
+    if (!cli_choose(v, TAILS, &e, list, sizeof list)) want = list;
+    pb->tail = (kljit_tail)e;
   } else if (!strcmp(key, "ids")) {
-    if (!strcmp(v, "i32") || !strcmp(v, "i64"))
-      pb->topk_id_dtype = !strcmp(v, "i32") ? KLJIT_INT32 : KLJIT_INT64;
-    else
-      want = "i32 or i64";
+    if (!cli_choose(v, ID_DTYPES, &e, list, sizeof list)) want = list;
+    pb->topk_id_dtype = (kljit_dtype)e;
   } else if (!strcmp(key, "reduction")) {
-    pb->reduction = !strcmp(v, "sum")         ? KLJIT_REDUCTION_SUM
-                    : !strcmp(v, "batchmean") ? KLJIT_REDUCTION_BATCHMEAN
-                    : !strcmp(v, "mean")      ? KLJIT_REDUCTION_MEAN
-                    : !strcmp(v, "none")      ? KLJIT_REDUCTION_NONE
-                                              : (kljit_reduction)0;
-    if (!pb->reduction) want = "sum, batchmean, mean or none";
+    if (!cli_choose(v, CLI_REDUCTIONS, &e, list, sizeof list)) want = list;
+    pb->reduction = (kljit_reduction)e;
   } else if (!strcmp(key, "accum")) {
-    if (!strcmp(v, "fp32") || !strcmp(v, "out"))
-      pb->grad_weight_accum = !strcmp(v, "out") ? KLJIT_ACCUM_OUTPUT_DTYPE : KLJIT_ACCUM_FP32;
-    else
-      want = "fp32 or out";
+    if (!cli_choose(v, ACCUMS, &e, list, sizeof list)) want = list;
+    pb->grad_weight_accum = (kljit_grad_weight_accum)e;
   } else {
     snprintf(why, cap, "unknown field '%s'", key);
     return 0;

@@ -69,30 +69,23 @@ echo "installed into $prefix (libdir ${libdir#"$prefix"/})"
 
 case $mode in
 exports)
-  # Defined dynamic symbols other than kljit_*: the promise of hidden visibility
-  # (README.md, "Contributing": only kljit_ names are exported).
+  # Defined global symbols other than kljit_*: the promise of hidden visibility (README.md,
+  # "Contributing"). The archive's internals (sha256, err_set, cache_store, ...) must be local.
+  only_kljit_globals() { # NM_OUTPUT WHAT
+    offenders=$(awk 'NF >= 3 && $3 !~ /^kljit_/ { print $2, $3 }' "$1")
+    count=$(awk 'NF >= 3 && $3 ~ /^kljit_/' "$1" | wc -l)
+    echo "$count kljit_ global symbols defined by $2"
+    if [ -n "$offenders" ]; then
+      echo "global symbols defined by $2 that do not start with kljit_:" >&2
+      echo "$offenders" >&2
+      fail "$2 defines non-kljit global symbols"
+    fi
+    [ "$count" -gt 0 ] || fail "$2 defines no kljit_ symbol at all"
+  }
   nm -D --defined-only "$so" > "$work/nm.txt" || fail "nm -D $so"
-  offenders=$(awk 'NF >= 3 && $3 !~ /^kljit_/ { print $2, $3 }' "$work/nm.txt")
-  count=$(awk 'NF >= 3 && $3 ~ /^kljit_/' "$work/nm.txt" | wc -l)
-  echo "$count kljit_ symbols exported"
-  if [ -n "$offenders" ]; then
-    echo "symbols exported by $so that do not start with kljit_:" >&2
-    echo "$offenders" >&2
-    fail "libkljit.so exports non-kljit symbols"
-  fi
-  [ "$count" -gt 0 ] || fail "libkljit.so exports no kljit_ symbol at all"
-  # The archive's internals (sha256, err_set, cache_store, ...) must be local symbols.
-  a=$libdir/libkljit.a
-  nm -g --defined-only "$a" > "$work/nm-a.txt" || fail "nm -g $a"
-  offenders=$(awk 'NF >= 3 && $3 !~ /^kljit_/ { print $2, $3 }' "$work/nm-a.txt")
-  count=$(awk 'NF >= 3 && $3 ~ /^kljit_/' "$work/nm-a.txt" | wc -l)
-  echo "$count kljit_ symbols defined by libkljit.a"
-  if [ -n "$offenders" ]; then
-    echo "global symbols defined by $a that do not start with kljit_:" >&2
-    echo "$offenders" >&2
-    fail "libkljit.a defines non-kljit global symbols"
-  fi
-  [ "$count" -gt 0 ] || fail "libkljit.a defines no kljit_ symbol at all"
+  only_kljit_globals "$work/nm.txt" "$so (exports)"
+  nm -g --defined-only "$libdir/libkljit.a" > "$work/nm-a.txt" || fail "nm -g libkljit.a"
+  only_kljit_globals "$work/nm-a.txt" "$libdir/libkljit.a"
   ;;
 cli)
   # The loader path of a user who just installed: nothing but the binary's own RPATH.
