@@ -86,6 +86,10 @@ exports)
   only_kljit_globals "$work/nm.txt" "$so (exports)"
   nm -g --defined-only "$libdir/libkljit.a" > "$work/nm-a.txt" || fail "nm -g libkljit.a"
   only_kljit_globals "$work/nm-a.txt" "$libdir/libkljit.a"
+  # cuBLASLt (and the driver) are dlopen'ed by contexts: linking them costs every process.
+  if readelf -d "$so" | grep -E 'NEEDED.*(cublas|libcuda\.)'; then
+    fail "libkljit.so links cuBLASLt or the driver at load time"
+  fi
   ;;
 cli)
   # The loader path of a user who just installed: nothing but the binary's own RPATH.
