@@ -1,9 +1,9 @@
 # The installed package as a user sees it: `cmake --install` into a temporary prefix, then
 # consumers built with find_package(kljit) (shared and static targets) and with pkg-config
-# (--libs and --static), the exported symbol lists and load-time dependencies, and the installed
-# CLI run from the prefix;
-# plus a parent project that add_subdirectory()s the source tree. Needs no GPU. tests/install/
-# and tests/embed/ are standalone projects, built only by tests/install/run.sh.
+# (--libs and --static), the exported symbol lists and load-time dependencies, the installed
+# CLI run from the prefix; plus a parent project that add_subdirectory()s the source tree.
+# Needs no GPU. tests/install/ and tests/embed/ are standalone projects, built only by
+# tests/install/run.sh.
 set(kljit_dep_dirs ${CUDAToolkit_LIBRARY_DIR})
 foreach(lib ${LUA_LIBRARIES})
   if(IS_ABSOLUTE "${lib}")
