@@ -211,10 +211,10 @@ static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
                                       {"logits", KLJIT_TEACHER_DENSE_LOGITS},
                                       {NULL, 0}};
 const cli_choice CLI_REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
-                                        {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
-                                        {"mean", KLJIT_REDUCTION_MEAN},
-                                        {"none", KLJIT_REDUCTION_NONE},
-                                        {NULL, 0}};
+                                     {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
+                                     {"mean", KLJIT_REDUCTION_MEAN},
+                                     {"none", KLJIT_REDUCTION_NONE},
+                                     {NULL, 0}};
 
 /* The SHAPE word each old option stands for, for the note. */
 static void old_spelling(cli_parser *p, const char *option, const char *word) {
@@ -229,11 +229,16 @@ int cli_problem_option(cli_parser *p, kljit_problem *pb) {
   int e;
   const char *const a = p->argv[p->i];
   if (!p->operands_only && !strncmp(a, "--", 2)) {
-    static const char *const words[][2] = {
-        {"--hidden", "H="},      {"--vocab", "V="},         {"--dtype", "fp32|fp16|bf16"},
-        {"--teacher", "probs"},  {"--reduction", "reduction="}, {"--temperature", "T="},
-        {"--runtime-temperature", "runtime"}, {"--t-squared", "t2"}, {"--bias", "bias"},
-        {"--native-logits", "native"}};
+    static const char *const words[][2] = {{"--hidden", "H="},
+                                           {"--vocab", "V="},
+                                           {"--dtype", "fp32|fp16|bf16"},
+                                           {"--teacher", "probs|logprobs|logits"},
+                                           {"--reduction", "reduction="},
+                                           {"--temperature", "T="},
+                                           {"--runtime-temperature", "runtime"},
+                                           {"--t-squared", "t2"},
+                                           {"--bias", "bias"},
+                                           {"--native-logits", "native"}};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
       const size_t len = strlen(words[i][0]);
       if (!strncmp(a, words[i][0], len) && (a[len] == '\0' || a[len] == '='))
