@@ -175,10 +175,15 @@ enum {
   KLJIT_FLAG_CHECK_INPUTS = 1u << 4
 };
 
+/* The size limits kljit_plan_check enforces (tools and bindings quote them in messages). */
+#define KLJIT_MAX_HIDDEN 1048576 /* hidden in [1, 2^20] */
+#define KLJIT_MAX_VOCAB 16777216 /* vocab and vocab_total in [2, 2^24] */
+#define KLJIT_MAX_TOPK 1024      /* topk in [1, min(V, 1024)] */
+
 typedef struct kljit_problem {
   size_t struct_size;               /* sizeof(kljit_problem), set by KLJIT_PROBLEM_INIT; any
                                      * size from KLJIT_PROBLEM_MIN_SIZE up is accepted */
-  int64_t hidden;                   /* H >= 1 */
+  int64_t hidden;                   /* H, 1 <= H <= 2^20 */
   int64_t vocab;                    /* V, 2 <= V <= 2^24 */
   kljit_dtype input_dtype;          /* X; FP32, FP16 or BF16 */
   kljit_dtype weight_dtype;         /* W and b; must equal input_dtype */
@@ -419,9 +424,10 @@ KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
  *
  * The process keeps one store (thread-safe). On the first use of wisdom in a process it reads
  * the system file (KLJIT_SYSTEM_WISDOM, default /etc/kljit/wisdom), then the user file
- * (KLJIT_WISDOM, default <kernel cache dir>/wisdom); a missing, stale or foreign default file is
- * skipped (logged under KLJIT_LOG=1). Same entry twice: the higher rigor wins, then the lower
- * time. kljit_plan_create uses it by rigor:
+ * (KLJIT_WISDOM, default $XDG_STATE_HOME/kljit/wisdom, i.e. ~/.local/state/kljit/wisdom, or
+ * $KLJIT_CACHE_DIR/wisdom when that is set; kljit 0.1.0's <kernel cache>/wisdom is still read
+ * after it); a missing, stale or foreign default file is skipped (logged under KLJIT_LOG=1).
+ * Same entry twice: the higher rigor wins, then the lower time. kljit_plan_create uses it by rigor:
  *   ESTIMATE      the stored entry of the nearest token bucket, else heuristics;
  *   WISDOM_ONLY   the same entry, else KLJIT_ERR_NO_WISDOM (the message names the key);
  *   MEASURE       an entry of the tuning bucket with rigor >= MEASURE, else tunes on the GPU;

@@ -100,11 +100,13 @@ kljit_status kljit_context_create(kljit_context **out, int device,
   if ((st = drv_check(d, d->cuDevicePrimaryCtxRetain(&ctx->cu, ctx->device),
                       "cuDevicePrimaryCtxRetain")))
     goto fail;
+  const cublaslt_table *lt;
+  if ((st = cublaslt_get(&lt))) goto fail_ctx;
   if ((st = ctx_enter(ctx))) goto fail_ctx;
-  cublasStatus_t cs = cublasLtCreate(&ctx->lt);
+  cublasStatus_t cs = lt->cublasLtCreate(&ctx->lt);
   ctx_leave(ctx);
   if (cs != CUBLAS_STATUS_SUCCESS) {
-    st = err_set(KLJIT_ERR_CUBLAS, "cublasLtCreate: %s", cublasLtGetStatusString(cs));
+    st = err_set(KLJIT_ERR_CUBLAS, "cublasLtCreate: %s", lt->cublasLtGetStatusString(cs));
     goto fail_ctx;
   }
   if ((st = cache_config_make(opt.cache_dir, opt.cache_path,
@@ -115,7 +117,7 @@ kljit_status kljit_context_create(kljit_context **out, int device,
   *out = ctx;
   return KLJIT_SUCCESS;
 fail_lt:
-  cublasLtDestroy(ctx->lt);
+  lt->cublasLtDestroy(ctx->lt);
 fail_ctx:
   d->cuDevicePrimaryCtxRelease(ctx->device);
 fail:
@@ -132,7 +134,7 @@ void kljit_context_destroy(kljit_context *ctx) {
       ctx->drv->cuModuleUnload(m->module);
       free(m);
     }
-    cublasLtDestroy(ctx->lt);
+    cublaslt_loaded()->cublasLtDestroy(ctx->lt);
     ctx_leave(ctx);
   }
   ctx->drv->cuDevicePrimaryCtxRelease(ctx->device);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 
 #include "cache.h"
+#include "cublaslt.h"
 #include "driver.h"
 #include "jit.h"
 

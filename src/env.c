@@ -13,9 +13,10 @@
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
  *   KLJIT_DUMP_DIR         rendered sources and NVRTC logs        not written
  *   KLJIT_LOG=1            log lines on stderr                    off
- *   KLJIT_WISDOM           the user wisdom file                   <writable cache>/wisdom
+ *   KLJIT_WISDOM           the user wisdom file                   $XDG_STATE_HOME/kljit/wisdom,
+ *                                                                 else ~/.local/state/kljit/wisdom
  *   KLJIT_SYSTEM_WISDOM    the system wisdom file                 /etc/kljit/wisdom
- * (XDG_CACHE_HOME and HOME only locate the default directories.)
+ * (XDG_CACHE_HOME, XDG_STATE_HOME and HOME only locate the default directories.)
  */
 #include "env.h"
 
@@ -25,6 +26,7 @@
 static const char *const NAMES[ENV_COUNT] = {
     [ENV_CACHE_DIR] = "KLJIT_CACHE_DIR",       [ENV_CACHE_PATH] = "KLJIT_CACHE_PATH",
     [ENV_CACHE_DISABLE] = "KLJIT_CACHE_DISABLE", [ENV_XDG_CACHE_HOME] = "XDG_CACHE_HOME",
+    [ENV_XDG_STATE_HOME] = "XDG_STATE_HOME",
     [ENV_HOME] = "HOME",                       [ENV_ROW_KERNEL] = "KLJIT_ROW_KERNEL",
     [ENV_CHUNK_ROWS] = "KLJIT_CHUNK_ROWS",     [ENV_TUNE_ROWS] = "KLJIT_TUNE_ROWS",
     [ENV_TUNE_BUDGET_S] = "KLJIT_TUNE_BUDGET_S", [ENV_DEBUG_SKIP_GEMMS] = "KLJIT_DEBUG_SKIP_GEMMS",

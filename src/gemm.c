@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "cublaslt.h"
+
 typedef struct gemm_desc {
   cublasOperation_t ta, tb;
   uint64_t m, n, k;
@@ -40,7 +42,7 @@ static gemm_desc describe(const gemm_types *ty, const gemm_shape *sh, gemm_kind 
 
 static kljit_status lt_check(cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return KLJIT_SUCCESS;
-  return err_set(KLJIT_ERR_CUBLAS, "%s: %s", what, cublasLtGetStatusString(s));
+  return err_set(KLJIT_ERR_CUBLAS, "%s: %s", what, cublaslt_loaded()->cublasLtGetStatusString(s));
 }
 
 static const char *kind_name(gemm_kind kind) {
@@ -54,21 +56,21 @@ static kljit_status make_layouts(const gemm_desc *d, cublasLtMatrixLayout_t *la,
   const uint64_t ar = d->ta == CUBLAS_OP_N ? d->m : d->k, ac = d->ta == CUBLAS_OP_N ? d->k : d->m;
   const uint64_t br = d->tb == CUBLAS_OP_N ? d->k : d->n, bc = d->tb == CUBLAS_OP_N ? d->n : d->k;
   kljit_status st =
-      lt_check(cublasLtMatrixLayoutCreate(la, (cudaDataType)d->ta_type, ar, ac, d->lda),
-               "cublasLtMatrixLayoutCreate(A)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(lb, (cudaDataType)d->tb_type, br, bc, d->ldb),
-                         "cublasLtMatrixLayoutCreate(B)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(lc, (cudaDataType)d->tc_type, d->m, d->n,
+      lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(la, (cudaDataType)d->ta_type, ar, ac, d->lda),
+               "cublaslt_loaded()->cublasLtMatrixLayoutCreate(A)");
+  if (!st) st = lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(lb, (cudaDataType)d->tb_type, br, bc, d->ldb),
+                         "cublaslt_loaded()->cublasLtMatrixLayoutCreate(B)");
+  if (!st) st = lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(lc, (cudaDataType)d->tc_type, d->m, d->n,
                                                     d->ldc),
-                         "cublasLtMatrixLayoutCreate(C)");
+                         "cublaslt_loaded()->cublasLtMatrixLayoutCreate(C)");
   return st;
 }
 
 static void free_layouts(cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                          cublasLtMatrixLayout_t lc) {
-  if (lc) cublasLtMatrixLayoutDestroy(lc);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (lc) cublaslt_loaded()->cublasLtMatrixLayoutDestroy(lc);
+  if (lb) cublaslt_loaded()->cublasLtMatrixLayoutDestroy(lb);
+  if (la) cublaslt_loaded()->cublasLtMatrixLayoutDestroy(la);
 }
 
 /* cuBLASLt's first heuristic choice for the layouts within ws_size bytes of workspace. */
@@ -78,21 +80,21 @@ static kljit_status choose_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
                                 size_t ws_size, cublasLtMatmulAlgo_t *algo) {
   cublasLtMatmulPreference_t pref = NULL;
   kljit_status st =
-      lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      lt_check(cublaslt_loaded()->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   if (st) return st;
   uint64_t cap = ws_size;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
+  cublaslt_loaded()->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
                                        sizeof cap);
   cublasLtMatmulHeuristicResult_t h;
   int count = 0;
-  st = lt_check(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &count),
+  st = lt_check(cublaslt_loaded()->cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &count),
                 "cublasLtMatmulAlgoGetHeuristic");
   if (!st && count == 0)
     st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
                  "k=%llu)", kind_name(kind), (unsigned long long)d->m, (unsigned long long)d->n,
                  (unsigned long long)d->k);
   if (!st) *algo = h.algo;
-  cublasLtMatmulPreferenceDestroy(pref);
+  cublaslt_loaded()->cublasLtMatmulPreferenceDestroy(pref);
   return st;
 }
 
@@ -101,18 +103,18 @@ kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_
   memset(op, 0, sizeof *op);
   const gemm_desc d = describe(ty, sh, kind, n);
   cublasLtMatmulDesc_t desc = NULL;
-  kljit_status st = lt_check(cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)ty->compute,
+  kljit_status st = lt_check(cublaslt_loaded()->cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)ty->compute,
                                                       CUDA_R_32F),
                              "cublasLtMatmulDescCreate");
   if (st) return st;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
+  cublaslt_loaded()->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
+  cublaslt_loaded()->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
   cublasLtMatrixLayout_t la, lb, lc;
   st = make_layouts(&d, &la, &lb, &lc);
   if (!st) st = choose_algo(lt, desc, la, lb, lc, &d, kind, ws_size, &op->algo);
   if (st) {
     free_layouts(la, lb, lc);
-    cublasLtMatmulDescDestroy(desc);
+    cublaslt_loaded()->cublasLtMatmulDescDestroy(desc);
     memset(op, 0, sizeof *op);
     return st;
   }
@@ -125,7 +127,7 @@ kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const v
                       const void *b, void *c, float alpha, float beta, void *ws, size_t ws_size,
                       void *stream) {
   if (n == op->n)
-    return lt_check(cublasLtMatmul(lt, op->desc, &alpha, a, op->la, b, op->lb, &beta, c, op->lc,
+    return lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, op->la, b, op->lb, &beta, c, op->lc,
                                    c, op->lc, &op->algo, ws, ws_size, (cudaStream_t)stream),
                     "cublasLtMatmul");
   /* a chunk of another size: its own layouts and algorithm, for this call */
@@ -135,7 +137,7 @@ kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const v
   kljit_status st = make_layouts(&d, &la, &lb, &lc);
   if (!st) st = choose_algo(lt, op->desc, la, lb, lc, &d, op->kind, ws_size, &algo);
   if (!st)
-    st = lt_check(cublasLtMatmul(lt, op->desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo,
+    st = lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo,
                                  ws, ws_size, (cudaStream_t)stream),
                   "cublasLtMatmul");
   free_layouts(la, lb, lc);
@@ -145,6 +147,6 @@ kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const v
 void gemm_destroy(gemm_op *op) {
   if (!op || !op->desc) return;
   free_layouts(op->la, op->lb, op->lc);
-  cublasLtMatmulDescDestroy(op->desc);
+  cublaslt_loaded()->cublasLtMatmulDescDestroy(op->desc);
   memset(op, 0, sizeof *op);
 }

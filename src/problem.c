@@ -9,7 +9,12 @@
 #include "env.h"
 #include "gemm.h"
 
-enum { MAX_VOCAB = 1 << 24, MAX_HIDDEN = 1 << 20, MAX_TOPK = 1024, MAX_SHARDS = 1024 };
+enum {
+  MAX_VOCAB = KLJIT_MAX_VOCAB,
+  MAX_HIDDEN = KLJIT_MAX_HIDDEN,
+  MAX_TOPK = KLJIT_MAX_TOPK,
+  MAX_SHARDS = 1024
+};
 
 int64_t prob_vocab_total(const kljit_problem *pb) {
   return pb->vocab_total ? pb->vocab_total : pb->vocab;

@@ -26,6 +26,9 @@ static int defaults_done;
 
 enum { WISDOM_FILE_MAX = 16 << 20 };
 
+/* The user file is durable data, not a cache: XDG puts it under $XDG_STATE_HOME, so clearing
+ * ~/.cache keeps what tuning learned. An explicit KLJIT_CACHE_DIR keeps its file beside the
+ * cache (a private setup: tests, containers, a cluster job's scratch). */
 kljit_status wisdom_default_path(kljit_wisdom_file which, strbuf *out) {
   if (which == KLJIT_WISDOM_SYSTEM) {
     const char *e = env_text(ENV_SYSTEM_WISDOM);
@@ -33,12 +36,25 @@ kljit_status wisdom_default_path(kljit_wisdom_file which, strbuf *out) {
   }
   const char *e = env_text(ENV_WISDOM);
   if (e) return sb_printf(out, "%s", strcmp(e, "none") == 0 ? "" : e);
-  /* next to the kernel cache, in the directory the cache finds */
-  strbuf dir = {0};
-  kljit_status st = fs_default_cache_dir(env_text(ENV_CACHE_DIR), &dir);
-  if (st == KLJIT_SUCCESS) st = sb_printf(out, "%s%s", dir.data ? dir.data : "",
-                                          dir.data ? "/wisdom" : "");
-  sb_free(&dir);
+  const char *dir = env_text(ENV_CACHE_DIR), *xdg = env_text(ENV_XDG_STATE_HOME);
+  const char *home = env_text(ENV_HOME);
+  if (dir && *dir) return sb_printf(out, "%s/wisdom", dir);
+  if (xdg && xdg[0] == '/') return sb_printf(out, "%s/kljit/wisdom", xdg);
+  if (home && *home) return sb_printf(out, "%s/.local/state/kljit/wisdom", home);
+  return sb_printf(out, "%s", "");
+}
+
+/* Where kljit 0.1.0 kept the default user file, beside the kernel cache; still read (after the
+ * user file) so existing users keep their tunings, never written. "" when the user file is not
+ * the default one. */
+static kljit_status legacy_user_path(strbuf *out) {
+  const char *dir = env_text(ENV_CACHE_DIR);
+  if (env_text(ENV_WISDOM) || (dir && *dir)) return sb_printf(out, "%s", "");
+  strbuf cache = {0};
+  kljit_status st = fs_default_cache_dir(NULL, &cache);
+  if (st == KLJIT_SUCCESS)
+    st = sb_printf(out, "%s%s", cache.data ? cache.data : "", cache.data ? "/wisdom" : "");
+  sb_free(&cache);
   return st;
 }
 
@@ -77,11 +93,16 @@ kljit_status wisdom_read_file(const char *path, wisdom_set *out, int *stale) {
   return st;
 }
 
+enum { LEGACY_USER_FILE = -1 };
+
 /* Merges a default file into the store (lock held); a missing one is silently absent, a bad
  * one is skipped and logged: the defaults never make a plan fail. */
-static void load_default_locked(kljit_wisdom_file which) {
+static void load_default_locked(int which) {
   strbuf path = {0};
-  if (wisdom_default_path(which, &path) != KLJIT_SUCCESS || !path.data || !*path.data) {
+  const kljit_status found = which == LEGACY_USER_FILE
+                                 ? legacy_user_path(&path)
+                                 : wisdom_default_path((kljit_wisdom_file)which, &path);
+  if (found != KLJIT_SUCCESS || !path.data || !*path.data) {
     sb_free(&path);
     return;
   }
@@ -107,6 +128,7 @@ static void ensure_defaults_locked(void) {
   defaults_done = 1;
   load_default_locked(KLJIT_WISDOM_SYSTEM); /* searched first: wins ties */
   load_default_locked(KLJIT_WISDOM_USER);
+  load_default_locked(LEGACY_USER_FILE);
 }
 
 int wisdom_lookup(const char *gpu, int arch, int sms, const char *problem, int64_t bucket,

@@ -33,7 +33,7 @@ static void entry_path(char out[PATH_MAX], const char *dir, const char *key) {
   th_path_in(out, dir, name);
 }
 
-/* A key text shaped like the real one (DESIGN.md 5); each field can be varied alone. */
+/* A key text shaped like the real one (docs/cache-format.md); each field can be varied alone. */
 static void make_key(char out[512], const char *kljit, const char *src, const char *nvrtc,
                      const char *arch, const char *opts) {
   snprintf(out, 512, "kljit-cache 1\nkljit %s\nsource %s\nnvrtc %s\narch %s\noptions %s\n",

@@ -17,6 +17,7 @@
 #include "cache.h"
 #include "harness.h"
 #include "kljit_experimental.h"
+#include "wisdom.h"
 
 enum { OUT_CAP = 1 << 17 };
 static char out[OUT_CAP];
@@ -84,7 +85,7 @@ static int write_file(const char *dir, const char *name, const char *text) {
 }
 
 /* A small problem: two modules per arch, about half a second of NVRTC each. */
-#define SMALL "--vocab 1000 --hidden 64"
+#define SMALL "V=1000,H=64"
 
 static int precompile_into(const char *dir, const char *extra) {
   return cli("precompile --arch sm_80,sm_90 " SMALL " --cache-dir '%s' %s", dir, extra);
@@ -439,6 +440,263 @@ static int tooling_functions_check_their_arguments_and_permissions(void) {
   return th_in_tmpdir("cli-api", api_in);
 }
 
+/* ---- one problem grammar, exit codes (issue 18) --------------------------------------------- */
+
+/* Two dense shapes and a sparse one, for two architectures, in one call: one manifest listing
+ * every entry of the directory, which `cache verify` accepts. */
+static int three_shapes_in(const char *dir) {
+  char cache[PATH_MAX];
+  th_path_in(cache, dir, "cluster");
+  TH_CHECK(cli("precompile --arch sm_80,sm_90 --jobs 2 --cache-dir '%s' V=1000,H=64 "
+               "V=2048,H=32,fp16,logits V=4096,H=64,topk=8,tail=bucket,ids=i64",
+               cache) == 0);
+  TH_CHECK(strstr(out, "sm_80: ") && strstr(out, "sm_90: "));
+  TH_CHECK(strstr(out, "sparse_rows") && strstr(out, "dense_rows"));
+  const int entries = count_kjc(cache);
+  char want[64];
+  snprintf(want, sizeof want, "(%d entries)", entries);
+  TH_CHECK(entries >= 6 && strstr(out, want)); /* at least rows + helpers per arch */
+  char manifest[PATH_MAX], line[512];
+  th_path_in(manifest, cache, "manifest.txt");
+  FILE *f = fopen(manifest, "r");
+  TH_CHECK(f);
+  int lines = 0, archs[2] = {0, 0};
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') continue;
+    lines++;
+    archs[0] += strstr(line, " sm_80 ") != NULL, archs[1] += strstr(line, " sm_90 ") != NULL;
+  }
+  fclose(f);
+  TH_CHECK(lines == entries && archs[0] > 0 && archs[1] > 0 && archs[0] + archs[1] == lines);
+  /* verify checks every manifest line's checksum against its file */
+  TH_CHECK(cli("cache verify --cache-dir '%s'", cache) == 0);
+  TH_CHECK(strstr(out, " 0 problem(s)"));
+  /* the same again: everything is cached, one manifest still */
+  TH_CHECK(cli("precompile --arch sm_80,sm_90 --cache-dir '%s' V=1000,H=64 "
+               "V=2048,H=32,fp16,logits V=4096,H=64,topk=8,tail=bucket,ids=i64",
+               cache) == 0);
+  TH_CHECK(strstr(out, "0 module(s) compiled now") && count_kjc(cache) == entries);
+  return TH_PASS;
+}
+static int precompile_takes_several_shapes_dense_and_sparse_into_one_manifest(void) {
+  return th_in_tmpdir("cli-shapes", three_shapes_in);
+}
+
+/* Each value the CLI or the library refuses is a usage error (2), never a failure (1). */
+static int usage_in(const char *dir) {
+  char wisdom[PATH_MAX];
+  th_path_in(wisdom, dir, "no-such-wisdom");
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"precompile --dry-run V=100000000,H=64", "from 2 to 16777216"},
+      {"precompile --dry-run V=1000,H=1000000000000", "from 1 to 1048576"},
+      {"precompile --dry-run --vocab 100000000", "from 2 to 16777216"},
+      {"precompile --dry-run --hidden 1000000000000", "from 1 to 1048576"},
+      {"precompile --dry-run V=1000", "V= and H= are required"},
+      {"precompile --dry-run V=1000,H=64,fp8", "unknown word 'fp8'"},
+      {"precompile --dry-run V=1000,H=64,topk=2000", "from 1 to 1024"},
+      {"precompile --dry-run V=100,H=64,topk=200", "topk"}, /* the library's refusal: K > V */
+      {"precompile --dry-run V=1000,H=64,tail=most", "none, renorm or bucket"},
+      {"precompile --dry-run --arch sm_75 V=1000,H=64", "arch = 75"},
+      {"precompile --dry-run --arch sm_75", "arch = 75"},
+      {"precompile --dry-run --file /no/such/shapes", "No such file"},
+      {"demo V=100000000,H=64", "from 2 to 16777216"},
+      {"demo --vocab 100000000", "from 2 to 16777216"},
+      {"demo --arch sm_75 V=1000,H=64", "75"},
+      {"demo V=1000,H=64,reduction=none", "reduction=none"},
+      {"demo --reduction none", "reduction=none"},
+      {"demo V=1000,H=64 V=2000,H=64", "one SHAPE at most"},
+      {"tune --file /no/such/shapes", "No such file"},
+      {"tune V=100000000,H=64", "from 2 to 16777216"},
+      {"tune", "no shape"},
+      {"precompile -- --dry-run", "unknown word '--dry-run'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const int rc = cli("%s", bad[i].args);
+    TH_CHECK(rc == 2);
+    if (!strstr(out, bad[i].says)) {
+      fprintf(stderr, "FAIL: 'kljit %s' does not say '%s'\n", bad[i].args, bad[i].says);
+      return TH_FAIL;
+    }
+  }
+  TH_CHECK(cli("precompile --dry-run --wisdom '%s'", wisdom) == 2);
+  TH_CHECK(strstr(out, "No such file"));
+  return TH_PASS;
+}
+static int every_refused_value_is_a_usage_error_exit_2_with_the_real_range(void) {
+  return th_in_tmpdir("cli-usage", usage_in);
+}
+
+static int operands_in(const char *dir) {
+  /* "--" ends the options; sm_90a is sm_90; shapes after "--" are still shapes */
+  TH_CHECK(cli("precompile --dry-run --arch sm_90a --cache-dir '%s' -- V=1000,H=64", dir) == 0);
+  TH_CHECK(strstr(out, "sm_90: ") && strstr(out, "sm_90a is compiled as sm_90"));
+  TH_CHECK(cli("precompile --dry-run --arch sm_80,sm_100a --cache-dir '%s' V=1000,H=64", dir) ==
+           0);
+  TH_CHECK(strstr(out, "sm_100: "));
+  TH_CHECK(cli("version --") == 0);
+  TH_CHECK(count_kjc(dir) == 0); /* dry runs */
+  return TH_PASS;
+}
+static int double_dash_ends_options_and_sm_90a_is_accepted(void) {
+  return th_in_tmpdir("cli-operands", operands_in);
+}
+
+/* The demo without a GPU says where the kernels went and what was cached; with the cache
+ * disabled it still compiles (into a temporary directory it removes). */
+static int demo_in(const char *dir) {
+  kljit_context *ctx = NULL;
+  const kljit_status st = kljit_context_create(&ctx, 0, NULL);
+  kljit_context_destroy(ctx);
+  if (st == KLJIT_SUCCESS) return TH_SKIP; /* a GPU machine runs the loss instead */
+  char cache[PATH_MAX], tmp[PATH_MAX];
+  th_path_in(cache, dir, "cache");
+  th_path_in(tmp, dir, "tmp");
+  TH_CHECK(mkdir(tmp, 0700) == 0);
+  setenv("KLJIT_CACHE_DIR", cache, 1);
+  TH_CHECK(cli("demo --arch sm_80 V=1000,H=64,topk=4") == 0);
+  char want[PATH_MAX + 64];
+  snprintf(want, sizeof want, "compiled now, 0 already cached -> %s", cache);
+  TH_CHECK(strstr(out, want));
+  TH_CHECK(cli("demo --arch sm_80 V=1000,H=64,topk=4") == 0);
+  TH_CHECK(strstr(out, "0 module(s) compiled now, ") && !strstr(out, ", 0 already cached"));
+  setenv("KLJIT_CACHE_DISABLE", "1", 1);
+  setenv("TMPDIR", tmp, 1);
+  const int rc = cli("demo --arch sm_80 V=1000,H=64");
+  unsetenv("KLJIT_CACHE_DISABLE");
+  unsetenv("TMPDIR");
+  TH_CHECK(rc == 0 && strstr(out, "removed afterwards") && strstr(out, "compiled now"));
+  DIR *d = opendir(tmp);
+  TH_CHECK(d);
+  int left = 0;
+  for (struct dirent *e; (e = readdir(d));) left += e->d_name[0] != '.';
+  closedir(d);
+  TH_CHECK(left == 0);
+  return TH_PASS;
+}
+static int demo_without_gpu_names_its_cache_and_falls_back_without_one(void) {
+  const char *const keep = getenv("KLJIT_CACHE_DIR");
+  char saved[PATH_MAX];
+  snprintf(saved, sizeof saved, "%s", keep ? keep : "");
+  const int r = th_in_tmpdir("cli-demo", demo_in);
+  if (keep) setenv("KLJIT_CACHE_DIR", saved, 1);
+  return r;
+}
+
+/* `kljit info` shows every knob of README.md's environment table. */
+static int info_lists_every_environment_knob_of_the_readme(void) {
+  const char *const src = getenv("KLJIT_SOURCE_DIR");
+  TH_CHECK(src);
+  char path[PATH_MAX], line[1024];
+  snprintf(path, sizeof path, "%s/README.md", src);
+  FILE *f = fopen(path, "r");
+  TH_CHECK(f);
+  TH_CHECK(cli("info") == 0);
+  int knobs = 0, in_table = 0, missing = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "## Environment knobs", 20)) in_table = 1;
+    else if (!strncmp(line, "## ", 3)) in_table = 0;
+    char name[128];
+    if (!in_table || sscanf(line, "| `%127[A-Z0-9_]", name) != 1) continue;
+    knobs++;
+    char want[160];
+    snprintf(want, sizeof want, "  %s ", name);
+    if (!strstr(out, want)) fprintf(stderr, "FAIL: kljit info does not list %s\n", name), missing++;
+  }
+  fclose(f);
+  printf("%d knobs in README.md, %d missing from kljit info\n", knobs, missing);
+  TH_CHECK(knobs >= 13 && missing == 0);
+  TH_CHECK(strstr(out, "Apache-2.0"));
+  return TH_PASS;
+}
+
+/* ---- the default user wisdom file (issue 18): $XDG_STATE_HOME, the old file still read ----- */
+
+static wisdom_entry state_entry(void) {
+  wisdom_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.gpu, sizeof e.gpu, "NVIDIA H200");
+  e.arch = 90, e.sms = 132, e.bucket = 8192, e.rows = 8192, e.ms = 3;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 256, pb.vocab = 50257;
+  wisdom_problem_key(&pb, e.problem);
+  wisdom_problem_extra(&pb, e.extra);
+  e.tune = prob_estimate(&pb, 132, 90);
+  e.rigor = KLJIT_PLAN_MEASURE;
+  return e;
+}
+
+/* Runs fn in a child process (the store reads its default files once per process). */
+static int in_child(int (*fn)(const char *), const char *dir) {
+  fflush(NULL);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(fn(dir));
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return TH_FAIL;
+  return WEXITSTATUS(status);
+}
+
+static void home_env(const char *dir) {
+  unsetenv("KLJIT_WISDOM"), unsetenv("KLJIT_CACHE_DIR"), unsetenv("XDG_STATE_HOME");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", dir, 1);
+  setenv("KLJIT_SYSTEM_WISDOM", "/nonexistent/kljit-system-wisdom", 1);
+}
+
+static int write_old_file(const char *dir) {
+  char old[PATH_MAX];
+  th_path_in(old, dir, ".cache/kljit/wisdom");
+  home_env(dir);
+  setenv("KLJIT_WISDOM", old, 1); /* where 0.1.0 wrote it */
+  const wisdom_entry e = state_entry();
+  TH_OK(wisdom_add(&e));
+  struct stat sb;
+  TH_CHECK(stat(old, &sb) == 0);
+  return TH_PASS;
+}
+
+static int read_defaults(const char *dir) {
+  home_env(dir);
+  char buf[PATH_MAX], want[PATH_MAX];
+  TH_OK(kljit_wisdom_path(KLJIT_WISDOM_USER, buf, sizeof buf));
+  th_path_in(want, dir, ".local/state/kljit/wisdom");
+  TH_CHECK(strcmp(buf, want) == 0);
+  const wisdom_entry e = state_entry();
+  wisdom_entry got;
+  TH_CHECK(wisdom_lookup(e.gpu, e.arch, e.sms, e.problem, e.bucket, WISDOM_EXACT_BUCKET,
+                         KLJIT_PLAN_MEASURE, &got)); /* from the old file */
+  TH_CHECK(got.ms == e.ms);
+  /* new results go to the state file; the old one is left as it was */
+  wisdom_entry faster = e;
+  faster.ms = 1;
+  TH_OK(wisdom_add(&faster));
+  struct stat sb;
+  TH_CHECK(stat(want, &sb) == 0);
+  wisdom_set s;
+  char old[PATH_MAX];
+  th_path_in(old, dir, ".cache/kljit/wisdom");
+  TH_OK(wisdom_read_file(old, &s, NULL));
+  TH_CHECK(s.n == 1 && s.e[0].ms == 3);
+  wisdom_set_free(&s);
+  /* XDG_STATE_HOME, when absolute, is the base */
+  th_path_in(want, dir, "state");
+  setenv("XDG_STATE_HOME", want, 1);
+  TH_OK(kljit_wisdom_path(KLJIT_WISDOM_USER, buf, sizeof buf));
+  th_path_in(want, dir, "state/kljit/wisdom");
+  TH_CHECK(strcmp(buf, want) == 0);
+  return TH_PASS;
+}
+
+static int state_in(const char *dir) {
+  TH_CHECK(in_child(write_old_file, dir) == TH_PASS);
+  TH_CHECK(in_child(read_defaults, dir) == TH_PASS);
+  return TH_PASS;
+}
+static int default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read(void) {
+  return th_in_tmpdir("cli-wisdom-state", state_in);
+}
+
 static const th_case cases[] = {
     {"every_command_has_help_that_exits_0", every_command_has_help_that_exits_0},
     {"unknown_commands_and_options_exit_2", unknown_commands_and_options_exit_2},
@@ -457,5 +715,17 @@ static const th_case cases[] = {
      precompile_v2_from_threads_matches_a_serial_run},
     {"tooling_functions_check_their_arguments_and_permissions",
      tooling_functions_check_their_arguments_and_permissions},
+    {"precompile_takes_several_shapes_dense_and_sparse_into_one_manifest",
+     precompile_takes_several_shapes_dense_and_sparse_into_one_manifest},
+    {"every_refused_value_is_a_usage_error_exit_2_with_the_real_range",
+     every_refused_value_is_a_usage_error_exit_2_with_the_real_range},
+    {"double_dash_ends_options_and_sm_90a_is_accepted",
+     double_dash_ends_options_and_sm_90a_is_accepted},
+    {"demo_without_gpu_names_its_cache_and_falls_back_without_one",
+     demo_without_gpu_names_its_cache_and_falls_back_without_one},
+    {"info_lists_every_environment_knob_of_the_readme",
+     info_lists_every_environment_knob_of_the_readme},
+    {"default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read",
+     default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read},
 };
 TH_MAIN(cases)

@@ -52,7 +52,8 @@ int cli_tune(int argc, char **argv);
  *   if (cli_stopped(&p, usage)) return p.status;
  *
  * A bad value prints "kljit <cmd>: ..." on stderr and stops the walk with status CLI_USAGE.
- * --help / -h stop it too; cli_stopped then prints the usage on stdout with status CLI_OK. */
+ * --help / -h stop it too; cli_stopped then prints the usage on stdout with status CLI_OK.
+ * "--" ends the options: every later argument is an operand (cli_positional), even "-x". */
 typedef struct cli_parser {
   int argc;
   char **argv;
@@ -60,6 +61,7 @@ typedef struct cli_parser {
   const char *cmd;
   int status; /* CLI_OK, or CLI_USAGE after a bad argument */
   int help;   /* --help or -h was given */
+  int operands_only; /* after "--" */
 } cli_parser;
 
 void cli_parser_init(cli_parser *p, int argc, char **argv);
@@ -78,6 +80,10 @@ typedef struct cli_choice {
 } cli_choice;
 /* choices ends with {NULL, 0}. */
 int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out);
+/* v among choices: 1 with *out set; else 0 with "a, b or c" (the names) in list. */
+int cli_choose(const char *v, const cli_choice *choices, int *out, char *list, size_t cap);
+/* sum, batchmean, mean, none: the --reduction option and the reduction= word. */
+extern const cli_choice CLI_REDUCTIONS[];
 /* An argument that is not an option (subcommands, operands). */
 int cli_positional(cli_parser *p, const char **out);
 /* Reports the current argument as unknown and stops the walk. Returns 0. */
@@ -85,16 +91,48 @@ int cli_unknown(cli_parser *p);
 /* Reports a usage error for this command and stops the walk. Returns CLI_USAGE. */
 int cli_usage_error(cli_parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* ---- the problem options shared by demo and precompile ------------------------------------ */
+/* ---- problems: the shape grammar of every command (tools/cli_shape.c) ---------------------- */
 
-/* The README's problem: H 4096, V 128256, bf16, dense teacher probabilities. */
+enum { CLI_SHAPE_TEXT = 256 };
+
+typedef struct cli_shape {
+  kljit_problem pb;
+  long long rows; /* N=, 0 when not given */
+  int teacher_dtype_given;
+  char text[CLI_SHAPE_TEXT]; /* as written */
+} cli_shape;
+
+/* The words of a SHAPE, for --help. */
+extern const char CLI_SHAPE_HELP[];
+/* Parses one SHAPE into s and checks it with kljit_plan_check. A bad word or value, or a
+ * problem the library refuses, is a usage error naming `where` (may be NULL or "file:line: ");
+ * returns 1 when s is good. */
+int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shape *s);
+/* Appends the shapes of a file (one per line, '#' comments) to shapes[*n], at most cap in all.
+ * A missing file is a usage error. Returns 1 when every line was good. */
+int cli_shape_file(cli_parser *p, const char *path, cli_shape *shapes, int *n, int cap);
+
+/* The README's problem, V=128256,H=4096,bf16,dense: what demo and precompile do without one. */
 void cli_problem_defaults(kljit_problem *pb);
-/* Matches one of the options listed in CLI_PROBLEM_HELP. */
+/* The old spellings of the shape words (--hidden H --vocab V --dtype ...), still accepted by
+ * demo and precompile with a note on stderr pointing at the SHAPE form; they build one
+ * problem from the defaults. */
 int cli_problem_option(cli_parser *p, kljit_problem *pb);
 extern const char CLI_PROBLEM_HELP[];
 
-/* "sm_80,sm_90" or "80,90" into archs[]; returns the count, or 0 after printing why not. */
+/* A status of the library about values from the command line: INVALID_ARGUMENT and UNSUPPORTED
+ * are the user's values refused (usage error, exit 2, the library's sentence); anything else
+ * is a failure (exit 1). */
+int cli_refused(cli_parser *p, const char *what, kljit_status st);
+
+/* "sm_80,sm_90" or "80,90" into archs[]; returns the count, or 0 after printing why not.
+ * "sm_90a" (and the other arch-specific "a"/"f" targets) means sm_90: kljit's kernels use no
+ * arch-specific instructions, so the sm_90 cubin is the one every sm_90 GPU loads. */
 int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap);
+
+/* The directory a command writes kernels to: `given` (--cache-dir) if not NULL, else the
+ * writable cache of the environment, else "" (KLJIT_CACHE_DISABLE=1, or no directory). */
+kljit_status cli_cache_dir(const char *given, char dir[4096]);
 
 /* Prints "kljit: <what>: <status>\n  <last error>" and returns CLI_FAIL. */
 int cli_fail(const char *what, kljit_status st);

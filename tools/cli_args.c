@@ -15,6 +15,12 @@ void cli_parser_init(cli_parser *p, int argc, char **argv) {
 
 int cli_next(cli_parser *p) {
   if (p->status != CLI_OK || p->help || p->i >= p->argc) return 0;
+  if (p->operands_only) return 1;
+  if (!strcmp(p->argv[p->i], "--")) {
+    p->operands_only = 1;
+    p->i++;
+    return p->i < p->argc;
+  }
   const char *const a = p->argv[p->i];
   if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
     p->help = 1;
@@ -43,7 +49,7 @@ int cli_usage_error(cli_parser *p, const char *fmt, ...) {
 
 int cli_unknown(cli_parser *p) {
   const char *const a = p->argv[p->i];
-  if (a[0] == '-')
+  if (a[0] == '-' && !p->operands_only)
     cli_usage_error(p, "unknown option %s", a);
   else
     cli_usage_error(p, "unexpected argument '%s'", a);
@@ -52,6 +58,7 @@ int cli_unknown(cli_parser *p) {
 
 /* Matches "--name" or "--name=VALUE". *inline_value is the text after '=' or NULL. */
 static int match(const cli_parser *p, const char *name, const char **inline_value) {
+  if (p->operands_only) return 0;
   const char *const a = p->argv[p->i];
   const size_t n = strlen(name);
   if (strncmp(a, name, n) != 0) return 0;
@@ -127,31 +134,56 @@ int cli_double(cli_parser *p, const char *name, double lo, double hi, double *ou
   return 1;
 }
 
-int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out) {
-  const char *v;
-  if (!match(p, name, &v)) return 0;
-  if (!(v = take_value(p, name, v))) return 1;
+int cli_choose(const char *v, const cli_choice *choices, int *out, char *list, size_t cap) {
   for (const cli_choice *c = choices; c->name; c++) {
     if (!strcmp(v, c->name)) {
       *out = c->value;
       return 1;
     }
   }
-  char list[256] = "";
+  list[0] = '\0';
   for (const cli_choice *c = choices; c->name; c++) {
-    if (c != choices) strncat(list, c[1].name ? ", " : " or ", sizeof list - strlen(list) - 1);
-    strncat(list, c->name, sizeof list - strlen(list) - 1);
+    if (c != choices) strncat(list, c[1].name ? ", " : " or ", cap - strlen(list) - 1);
+    strncat(list, c->name, cap - strlen(list) - 1);
   }
-  cli_usage_error(p, "%s %s: want %s", name, v, list);
+  return 0;
+}
+
+int cli_enum(cli_parser *p, const char *name, const cli_choice *choices, int *out) {
+  const char *v;
+  if (!match(p, name, &v)) return 0;
+  if (!(v = take_value(p, name, v))) return 1;
+  char list[256];
+  if (!cli_choose(v, choices, out, list, sizeof list))
+    cli_usage_error(p, "%s %s: want %s", name, v, list);
   return 1;
 }
 
 int cli_positional(cli_parser *p, const char **out) {
   const char *const a = p->argv[p->i];
-  if (a[0] == '-' && a[1] != '\0') return 0;
+  if (a[0] == '-' && a[1] != '\0' && !p->operands_only) return 0;
   *out = a;
   p->i++;
   return 1;
+}
+
+int cli_refused(cli_parser *p, const char *what, kljit_status st) {
+  if (st == KLJIT_ERR_INVALID_ARGUMENT || st == KLJIT_ERR_UNSUPPORTED)
+    return cli_usage_error(p, "%s: %s", what, kljit_last_error());
+  return cli_fail(what, st);
+}
+
+static void keep_writable(const char *dir, int writable, void *user) {
+  if (writable) snprintf(user, 4096, "%s", dir);
+}
+
+kljit_status cli_cache_dir(const char *given, char dir[4096]) {
+  dir[0] = '\0';
+  if (given) {
+    snprintf(dir, 4096, "%s", given);
+    return KLJIT_SUCCESS;
+  }
+  return kljit_cache_dirs(keep_writable, dir);
 }
 
 int cli_fail(const char *what, kljit_status st) {
@@ -162,16 +194,9 @@ int cli_fail(const char *what, kljit_status st) {
 /* ---- problem options ---------------------------------------------------------------------- */
 
 const char CLI_PROBLEM_HELP[] =
-    "problem options:\n"
-    "  --hidden H --vocab V                 shape (default 4096 x 128256)\n"
-    "  --dtype fp32|fp16|bf16               inputs, weight and teacher (default bf16)\n"
-    "  --teacher probs|logprobs|logits      dense teacher form (default probs)\n"
-    "  --temperature T                      softmax temperature (default 1)\n"
-    "  --runtime-temperature                T comes with each call instead of being compiled in\n"
-    "  --t-squared                          scale loss and gradients by T^2\n"
-    "  --reduction sum|batchmean|mean|none  (default batchmean)\n"
-    "  --bias                               the head has a bias\n"
-    "  --native-logits                      logits in the input dtype instead of fp32\n";
+    "old problem options (still accepted; write a SHAPE instead):\n"
+    "  --hidden H --vocab V --dtype D --teacher probs|logprobs|logits --temperature T\n"
+    "  --runtime-temperature --t-squared --reduction R --bias --native-logits\n";
 
 void cli_problem_defaults(kljit_problem *pb) {
   const kljit_problem init = KLJIT_PROBLEM_INIT;
@@ -185,25 +210,51 @@ static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
                                       {"logprobs", KLJIT_TEACHER_DENSE_LOGPROBS},
                                       {"logits", KLJIT_TEACHER_DENSE_LOGITS},
                                       {NULL, 0}};
-static const cli_choice REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
-                                        {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
-                                        {"mean", KLJIT_REDUCTION_MEAN},
-                                        {"none", KLJIT_REDUCTION_NONE},
-                                        {NULL, 0}};
+const cli_choice CLI_REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
+                                     {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
+                                     {"mean", KLJIT_REDUCTION_MEAN},
+                                     {"none", KLJIT_REDUCTION_NONE},
+                                     {NULL, 0}};
+
+/* The SHAPE word each old option stands for, for the note. */
+static void old_spelling(cli_parser *p, const char *option, const char *word) {
+  static int said;
+  if (said++) return;
+  fprintf(stderr, "kljit %s: note: %s is the old spelling of the SHAPE word %s (kljit %s --help)\n",
+          p->cmd, option, word, p->cmd);
+}
 
 int cli_problem_option(cli_parser *p, kljit_problem *pb) {
   long long n = 0;
   int e;
-  if (cli_int(p, "--hidden", 1, INT64_MAX, &n)) {
+  const char *const a = p->argv[p->i];
+  if (!p->operands_only && !strncmp(a, "--", 2)) {
+    static const char *const words[][2] = {{"--hidden", "H="},
+                                           {"--vocab", "V="},
+                                           {"--dtype", "fp32|fp16|bf16"},
+                                           {"--teacher", "probs|logprobs|logits"},
+                                           {"--reduction", "reduction="},
+                                           {"--temperature", "T="},
+                                           {"--runtime-temperature", "runtime"},
+                                           {"--t-squared", "t2"},
+                                           {"--bias", "bias"},
+                                           {"--native-logits", "native"}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+      const size_t len = strlen(words[i][0]);
+      if (!strncmp(a, words[i][0], len) && (a[len] == '\0' || a[len] == '='))
+        old_spelling(p, words[i][0], words[i][1]);
+    }
+  }
+  if (cli_int(p, "--hidden", 1, KLJIT_MAX_HIDDEN, &n)) {
     pb->hidden = n;
-  } else if (cli_int(p, "--vocab", 2, INT64_MAX, &n)) {
+  } else if (cli_int(p, "--vocab", 2, KLJIT_MAX_VOCAB, &n)) {
     pb->vocab = n;
   } else if (cli_enum(p, "--dtype", DTYPES, &e)) {
     if (p->status == CLI_OK)
       pb->input_dtype = pb->weight_dtype = pb->teacher_dtype = (kljit_dtype)e;
   } else if (cli_enum(p, "--teacher", TEACHERS, &e)) {
     if (p->status == CLI_OK) pb->teacher = (kljit_teacher_form)e;
-  } else if (cli_enum(p, "--reduction", REDUCTIONS, &e)) {
+  } else if (cli_enum(p, "--reduction", CLI_REDUCTIONS, &e)) {
     if (p->status == CLI_OK) pb->reduction = (kljit_reduction)e;
   } else if (cli_double(p, "--temperature", 1e-6, 1e6, &pb->temperature)) {
   } else if (cli_flag(p, "--runtime-temperature")) {
@@ -227,6 +278,14 @@ int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap) {
     const char *digits = !strncmp(s, "sm_", 3) ? s + 3 : s;
     char *end;
     const long a = strtol(digits, &end, 10);
+    /* sm_90a / sm_100f: the same cubin (see cli.h) */
+    if (end == s + len - 1 && end > digits && (*end == 'a' || *end == 'f')) {
+      fprintf(stderr,
+              "kljit %s: note: %.*s is compiled as sm_%ld: kljit's kernels use no "
+              "arch-specific instructions, and every sm_%ld GPU loads that cubin\n",
+              p->cmd, (int)len, s, a, a);
+      end++;
+    }
     if (len == 0 || end != s + len || digits == end || a < 1 || a > 1000) {
       cli_usage_error(p, "--arch %s: want a comma-separated list like sm_80,sm_90", text);
       return 0;

@@ -2,14 +2,20 @@
  * Without a GPU it says so, checks the problem and compiles its kernels instead (exit 0: the
  * demo is also the smoke test of a GPU-less install). */
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "gpu_fill.h"
+#include "../src/host_dtype.h"
 
 typedef struct demo_opts {
   kljit_problem pb;
+  cli_shape shape; /* the SHAPE argument, when given */
+  int shape_given, legacy_given;
   long long rows, repeats;
   const char *arch;
   const char *cache_dir;
@@ -17,18 +23,46 @@ typedef struct demo_opts {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: kljit demo [options]\n"
+          "usage: kljit demo [options] [--] [SHAPE]\n"
           "Computes the fused linear + KL loss, dX and dW on one problem (default N x H x V =\n"
-          "4096 x 4096 x 128256, bf16) and prints the loss, the time and the memory used. Without\n"
-          "a GPU it says so and compiles the problem's kernels with NVRTC instead (exit 0).\n\n"
+          "4096 x 4096 x 128256, bf16, dense teacher probabilities) and prints the loss, the time\n"
+          "and the memory used. Without a GPU it says so and compiles the problem's kernels with\n"
+          "NVRTC instead (exit 0). N= in the SHAPE is the token count; reduction=none is for\n"
+          "kljit_forward/kljit_backward, not the fused call the demo makes.\n\n"
+          "%s\n"
           "options:\n"
-          "  --rows N            tokens (default 4096)\n"
+          "  --rows N            tokens (default 4096, or the SHAPE's N=)\n"
           "  --repeats R         timed runs after one warm-up (default 10)\n"
           "  --arch LIST         without a GPU: architectures to compile for (default "
           "sm_80,sm_90)\n"
           "  --cache-dir DIR     without a GPU: where to put them (default: the user cache)\n"
           "%s",
-          CLI_PROBLEM_HELP);
+          CLI_SHAPE_HELP, CLI_PROBLEM_HELP);
+}
+
+/* A sparse teacher's ids and values on the device: K distinct ids per row, values 1/K. */
+static int upload_topk(const kljit_problem *pb, long long rows, void **ids, void **vals) {
+  const size_t n = (size_t)rows * (size_t)pb->topk;
+  const size_t id_size = pb->topk_id_dtype == KLJIT_INT64 ? 8 : 4;
+  const size_t v_size = host_dtype_size(pb->teacher_dtype);
+  unsigned char *const hi = malloc(n * id_size), *const hv = malloc(n * v_size);
+  int rc = !hi || !hv;
+  for (size_t i = 0; !rc && i < n; i++) {
+    const size_t r = i / (size_t)pb->topk, k = i % (size_t)pb->topk;
+    const int64_t id = (int64_t)((r * 7919 + k) % (size_t)pb->vocab); /* distinct within a row */
+    if (id_size == 8)
+      ((int64_t *)hi)[i] = id;
+    else
+      ((int32_t *)hi)[i] = (int32_t)id;
+    const double p = 1.0 / (double)pb->topk;
+    host_store(hv, pb->teacher_dtype, i, pb->topk_values == KLJIT_TOPK_LOGPROBS ? log(p) : p);
+  }
+  if (!rc)
+    rc = cudaMalloc(ids, n * id_size) || cudaMalloc(vals, n * v_size) ||
+         cudaMemcpy(*ids, hi, n * id_size, cudaMemcpyHostToDevice) ||
+         cudaMemcpy(*vals, hv, n * v_size, cudaMemcpyHostToDevice);
+  free(hi), free(hv);
+  return rc;
 }
 
 static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
@@ -41,14 +75,16 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   size_t ws = 0, es = dtype == KLJIT_FP32 ? 4 : 2;
   kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, o->rows, &ws);
   const size_t nx = (size_t)o->rows * pb.hidden, nw = (size_t)pb.vocab * pb.hidden;
-  const size_t nt = (size_t)o->rows * pb.vocab;
-  void *x, *w, *t, *dx, *dw, *wsp, *bias = NULL, *dbias = NULL;
+  const int sparse = pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  const size_t nt = sparse ? 0 : (size_t)o->rows * pb.vocab;
+  void *x, *w, *t = NULL, *dx, *dw, *wsp, *bias = NULL, *dbias = NULL, *ids = NULL, *vals = NULL;
   float *loss;
   size_t free0, free1, total;
   cudaMemGetInfo(&free0, &total);
   const int has_bias = (pb.flags & KLJIT_FLAG_BIAS) != 0;
   const size_t nl = pb.reduction == KLJIT_REDUCTION_NONE ? (size_t)o->rows : 1;
-  if (cudaMalloc(&x, nx * es) || cudaMalloc(&w, nw * es) || cudaMalloc(&t, nt * es) ||
+  if (cudaMalloc(&x, nx * es) || cudaMalloc(&w, nw * es) || (!sparse && cudaMalloc(&t, nt * es)) ||
+      (sparse && upload_topk(&pb, o->rows, &ids, &vals)) ||
       cudaMalloc(&dx, nx * es) || cudaMalloc(&dw, nw * 4) || cudaMalloc((void **)&loss, nl * 4) ||
       cudaMalloc(&wsp, ws) ||
       (has_bias && (cudaMalloc(&bias, pb.vocab * es) || cudaMalloc(&dbias, pb.vocab * 4)))) {
@@ -59,13 +95,14 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   /* bf16 patterns; for fp32/fp16 inputs they are just random bits of the right magnitude */
   const double pv = 2.0 / (double)pb.vocab;
   if (gpu_fill_bf16(x, nx * es / 2, -1, 1, 1) || gpu_fill_bf16(w, nw * es / 2, -0.05, 0.05, 2) ||
-      gpu_fill_bf16(t, nt * es / 2, dtype == KLJIT_BF16 ? 0 : -1, dtype == KLJIT_BF16 ? pv : 1,
-                    3) ||
+      (!sparse && gpu_fill_bf16(t, nt * es / 2, dtype == KLJIT_BF16 ? 0 : -1,
+                                dtype == KLJIT_BF16 ? pv : 1, 3)) ||
       (has_bias && gpu_fill_bf16(bias, pb.vocab * es / 2, -0.1, 0.1, 4)))
     return CLI_FAIL;
   cudaMemGetInfo(&free1, &total);
   kljit_args a = KLJIT_ARGS_INIT;
   a.rows = o->rows, a.input = x, a.weight = w, a.teacher = t, a.loss = loss, a.bias = bias;
+  a.teacher_ids = ids, a.teacher_values = vals;
   a.grad_input = dx, a.grad_weight = dw, a.grad_bias = dbias, a.workspace = wsp;
   a.workspace_size = ws, a.temperature = pb.temperature;
   cudaEvent_t e0, e1;
@@ -95,56 +132,106 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
       "memory: inputs+outputs %.2f GiB, workspace %.2f GiB; never a %lld x %lld logits "
       "tensor (%.2f GiB in fp32)\n",
       (double)(free0 - free1) / 1073741824.0, ws / 1073741824.0, o->rows, (long long)pb.vocab,
-      nt * 4.0 / 1073741824.0);
+      (double)o->rows * (double)pb.vocab * 4.0 / 1073741824.0);
   cudaFree(x), cudaFree(w), cudaFree(t), cudaFree(dx), cudaFree(dw), cudaFree(loss);
+  cudaFree(ids), cudaFree(vals);
   cudaFree(wsp), cudaFree(bias), cudaFree(dbias);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   kljit_plan_destroy(plan);
   return CLI_OK;
 }
 
-static void count_compiled(const kljit_module_report *m, void *user) {
-  if (m->compiled) ++*(int *)user;
+static void count_module(const kljit_module_report *m, void *user) {
+  int *const n = user; /* [compiled, cached] */
+  n[m->compiled ? 0 : 1]++;
 }
 
-/* No GPU: check the problem, then compile its kernels as `kljit precompile` would. */
+/* No GPU: compile the problem's kernels as `kljit precompile` would, into --cache-dir, else the
+ * user cache, else (KLJIT_CACHE_DISABLE=1, no HOME) a temporary directory removed afterwards:
+ * the demo is the smoke test of an install, and a cache is not needed to compile. */
 static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   printf(
       "no GPU here (%s)\nso no loss is computed; compiling the problem's kernels with NVRTC "
       "instead:\n",
       kljit_last_error());
-  const kljit_status chk = kljit_plan_check(&o->pb);
-  if (chk != KLJIT_SUCCESS) return cli_fail("plan_check", chk);
-  printf("problem N=%lld H=%lld V=%lld is valid and supported\n", o->rows, (long long)o->pb.hidden,
-         (long long)o->pb.vocab);
+  printf("problem N=%lld H=%lld V=%lld is valid and supported by kljit_fused\n", o->rows,
+         (long long)o->pb.hidden, (long long)o->pb.vocab);
   int archs[16];
   const int n = cli_parse_archs(p, o->arch, archs, 16);
   if (!n) return p->status;
-  for (int i = 0; i < n; i++) {
-    int compiled = 0;
-    const kljit_status st =
-        kljit_precompile(&o->pb, archs[i], o->cache_dir, 0, count_compiled, &compiled);
-    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
-    printf("sm_%d: %d module(s) compiled now -> %s\n", archs[i], compiled,
-           o->cache_dir ? o->cache_dir : "the user kernel cache");
+  char dir[4096];
+  int temporary = 0;
+  const kljit_status found = cli_cache_dir(o->cache_dir, dir);
+  if (found != KLJIT_SUCCESS) return cli_fail("demo", found);
+  if (!dir[0]) {
+    const char *const tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/kljit-demo.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+      fprintf(stderr, "kljit demo: cannot create a temporary directory %s: %s\n", dir,
+              strerror(errno));
+      return CLI_FAIL;
+    }
+    temporary = 1;
+    printf("no kernel cache (KLJIT_CACHE_DISABLE=1, or no KLJIT_CACHE_DIR, XDG_CACHE_HOME or "
+           "HOME): compiling into %s, removed afterwards\n", dir);
   }
-  return CLI_OK;
+  int rc = CLI_OK;
+  for (int i = 0; i < n && rc == CLI_OK; i++) {
+    int counts[2] = {0, 0};
+    const kljit_status st = kljit_precompile(&o->pb, archs[i], dir, 0, count_module, counts);
+    if (st != KLJIT_SUCCESS) {
+      rc = cli_refused(p, "demo", st);
+      break;
+    }
+    printf("sm_%d: %d module(s) compiled now, %d already cached -> %s\n", archs[i], counts[0],
+           counts[1], dir);
+  }
+  if (temporary) {
+    kljit_cache_clear(dir, NULL, NULL);
+    rmdir(dir);
+  }
+  return rc;
 }
 
 int cli_demo(int argc, char **argv) {
   demo_opts o = {.rows = 4096, .repeats = 10, .arch = "sm_80,sm_90"};
   cli_problem_defaults(&o.pb);
+  long long rows = 0;
   cli_parser p;
   cli_parser_init(&p, argc, argv);
   while (cli_next(&p)) {
-    if (cli_int(&p, "--rows", 1, INT32_MAX, &o.rows)) continue;
+    const char *text;
+    if (cli_int(&p, "--rows", 1, INT32_MAX, &rows)) continue;
     if (cli_int(&p, "--repeats", 1, 1000000, &o.repeats)) continue;
     if (cli_string(&p, "--arch", &o.arch)) continue;
     if (cli_string(&p, "--cache-dir", &o.cache_dir)) continue;
-    if (cli_problem_option(&p, &o.pb)) continue;
+    if (cli_problem_option(&p, &o.pb)) {
+      o.legacy_given = 1;
+      continue;
+    }
+    if (cli_positional(&p, &text)) {
+      if (o.shape_given)
+        cli_usage_error(&p, "one SHAPE at most ('%s' is a second)", text);
+      else if (cli_shape_parse(&p, text, NULL, &o.shape))
+        o.shape_given = 1;
+      continue;
+    }
     cli_unknown(&p);
   }
   if (cli_stopped(&p, usage)) return p.status;
+  if (o.shape_given && o.legacy_given)
+    return cli_usage_error(&p, "give the problem as a SHAPE or as old options, not both");
+  if (o.shape_given) {
+    o.pb = o.shape.pb;
+    if (o.shape.rows) o.rows = o.shape.rows;
+  } else if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
+    return cli_usage_error(&p, "problem: %s", kljit_last_error());
+  }
+  if (rows) o.rows = rows;
+  if (o.pb.reduction == KLJIT_REDUCTION_NONE)
+    return cli_usage_error(&p, "reduction=none: the demo runs kljit_fused, which needs a scalar "
+                               "loss (sum, batchmean or mean); none is for kljit_forward and "
+                               "kljit_backward");
 
   kljit_context *ctx = NULL;
   const kljit_status st = kljit_context_create(&ctx, 0, NULL);

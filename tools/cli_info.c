@@ -95,6 +95,7 @@ int cli_info(int argc, char **argv) {
   kljit_status st = kljit_get_versions(&v);
   if (st != KLJIT_SUCCESS) return cli_fail("info", st);
   printf("%-14s %s (built from header %s)\n", "kljit", kljit_version(), KLJIT_VERSION_STRING);
+  printf("%-14s %s\n", "license", "Apache-2.0 (LICENSE)");
   print_cuda_version("CUDA toolkit", v.cuda_toolkit);
   printf("%-14s %d.%d\n", "NVRTC", v.nvrtc_major, v.nvrtc_minor);
   printf("%-14s %s\n", "Lua", v.lua);
@@ -117,10 +118,14 @@ int cli_info(int argc, char **argv) {
         "HOME): kernels are compiled in every process\n");
   if (print_wisdom() != CLI_OK) return CLI_FAIL;
   printf("environment\n");
+  /* Every knob of README.md's "Environment knobs" table (unit.cli checks), then the XDG
+   * directories the defaults derive from. */
   static const char *const vars[] = {
-      "KLJIT_CACHE_DIR",    "KLJIT_CACHE_PATH", "KLJIT_CACHE_DISABLE",
-      "XDG_CACHE_HOME",     "KLJIT_WISDOM",     "KLJIT_SYSTEM_WISDOM",
-      "KLJIT_TEMPLATE_DIR", "KLJIT_DUMP_DIR",   "KLJIT_LOG"};
+      "KLJIT_CACHE_DIR",     "KLJIT_CACHE_PATH",   "KLJIT_CACHE_DISABLE",
+      "KLJIT_DUMP_DIR",      "KLJIT_TEMPLATE_DIR", "KLJIT_LOG",
+      "KLJIT_CHUNK_ROWS",    "KLJIT_ROW_KERNEL",   "KLJIT_DEBUG_SKIP_GEMMS",
+      "KLJIT_WISDOM",        "KLJIT_SYSTEM_WISDOM", "KLJIT_TUNE_BUDGET_S",
+      "KLJIT_TUNE_ROWS",     "XDG_CACHE_HOME",     "XDG_STATE_HOME"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) print_env(vars[i]);
   return CLI_OK;
 }

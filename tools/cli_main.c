@@ -10,7 +10,7 @@ static const cli_command COMMANDS[] = {
     {"demo", "compute the loss on the README's problem (without a GPU: compile its kernels)",
      cli_demo},
     {"info", "versions, the GPU, kernel cache and wisdom locations", cli_info},
-    {"precompile", "compile a problem's kernels for a list of GPU architectures (no GPU)",
+    {"precompile", "compile the kernels of problems for a list of GPU architectures (no GPU)",
      cli_precompile},
     {"cache", "list, verify, clear or count the entries of a kernel cache", cli_cache},
     {"tune", "time configurations of shapes on the GPU and write their wisdom", cli_tune},
@@ -29,7 +29,7 @@ static void usage(FILE *f) {
       "\nexit codes:\n"
       "  0  success\n"
       "  1  a kljit or CUDA failure (the message is on stderr)\n"
-      "  2  usage error: unknown command or option, bad value\n"
+      "  2  usage error: unknown command or option, bad value (one the library refuses too)\n"
       "  3  the command needs a GPU and there is none (demo instead compiles and exits 0)\n"
       "  4  cache verify found corrupt entries\n",
       f);

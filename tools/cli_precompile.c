@@ -19,13 +19,17 @@
 enum { MAX_ARCHS = 16, MAX_JOBS = 256 };
 
 typedef struct precompile_opts {
-  kljit_problem problems[MAX_JOBS]; /* from the problem options (and, later, --wisdom) */
+  kljit_problem problems[MAX_JOBS]; /* the SHAPEs, then the old-style options' problem */
+  cli_shape shapes[MAX_JOBS];
+  int n_shapes;
+  kljit_problem legacy; /* from the old problem options */
   int n_problems;
   int archs[MAX_ARCHS], n_archs;
   const char *arch;
   const char *cache_dir; /* NULL: the writable cache from the environment */
   const char *wisdom;    /* --wisdom F: the plans of a wisdom file too */
-  int problem_given;     /* a problem option was given (else --wisdom alone: no problem) */
+  const char *file;      /* --file F: shapes, one per line */
+  int legacy_given;      /* an old-style problem option was given */
   long long jobs;
   int dry_run, no_manifest;
 } precompile_opts;
@@ -33,24 +37,28 @@ typedef struct precompile_opts {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kljit precompile [--arch sm_80,sm_90] [--cache-dir DIR] [--jobs N]\n"
-          "                        [--wisdom F] [--dry-run] [--no-manifest] [problem options]\n"
-          "Renders and compiles (NVRTC, no GPU needed) every kernel module a plan for the\n"
-          "problem uses on each architecture, into the kernel cache DIR; plans elsewhere load\n"
+          "                        [--file F] [--wisdom F] [--dry-run] [--no-manifest]\n"
+          "                        [--] [SHAPE ...]\n"
+          "Renders and compiles (NVRTC, no GPU needed) every kernel module plans for the given\n"
+          "problems use on each architecture, into the kernel cache DIR; plans elsewhere load\n"
           "them when DIR is in their KLJIT_CACHE_PATH. Progress goes to stderr, one line per\n"
           "module. Then writes DIR/manifest.txt: every entry of DIR with its arch, SHA-256 and\n"
-          "size (format: docs/cache-format.md).\n\n"
+          "size (format: docs/cache-format.md), one manifest for all the problems and archs.\n"
+          "Without a SHAPE, --file or --wisdom: the README's problem, V=128256,H=4096,bf16.\n\n"
+          "%s\n"
           "options:\n"
-          "  --arch LIST       architectures, comma-separated (default sm_80,sm_90)\n"
+          "  --arch LIST       architectures, comma-separated (default sm_80,sm_90); sm_90a is\n"
+          "                    sm_90 (the kernels use no arch-specific instructions)\n"
           "  --cache-dir DIR   destination, created 0700 if missing (default: the user cache,\n"
           "                    see kljit info)\n"
           "  --jobs N          compile N (problem, arch) pairs at a time (default 1)\n"
+          "  --file F          more SHAPEs from F, one per line ('#' starts a comment)\n"
           "  --wisdom F        every plan the wisdom file F leads to (its tuned choices for\n"
-          "                    GPUs of each arch, the heuristic ones for others); without\n"
-          "                    problem options, only those (docs/wisdom.md)\n"
+          "                    GPUs of each arch, the heuristic ones for others; docs/wisdom.md)\n"
           "  --dry-run         say which modules would be compiled; write nothing\n"
           "  --no-manifest     do not write DIR/manifest.txt\n"
           "%s",
-          CLI_PROBLEM_HELP);
+          CLI_SHAPE_HELP, CLI_PROBLEM_HELP);
 }
 
 /* ---- jobs ---------------------------------------------------------------------------------- */
@@ -178,32 +186,25 @@ static int write_manifest(const char *dir) {
   return CLI_OK;
 }
 
-static void keep_writable(const char *dir, int writable, void *user) {
-  if (writable) snprintf(user, 4096, "%s", dir);
-}
-
 /* ---- the command --------------------------------------------------------------------------- */
 
-static int run(precompile_opts *o) {
-  char dir[4096] = "";
-  if (o->cache_dir) {
-    snprintf(dir, sizeof dir, "%s", o->cache_dir);
-  } else {
-    const kljit_status st = kljit_cache_dirs(keep_writable, dir);
-    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
-    if (!dir[0]) {
-      fprintf(stderr,
-              "kljit precompile: no writable kernel cache (KLJIT_CACHE_DISABLE=1, or "
-              "no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME): pass --cache-dir\n");
-      return CLI_FAIL;
-    }
-    o->cache_dir = dir;
+static int run(cli_parser *p, precompile_opts *o) {
+  char dir[4096];
+  const kljit_status found = cli_cache_dir(o->cache_dir, dir);
+  if (found != KLJIT_SUCCESS) return cli_fail("precompile", found);
+  if (!dir[0]) {
+    fprintf(stderr,
+            "kljit precompile: no writable kernel cache (KLJIT_CACHE_DISABLE=1, or "
+            "no KLJIT_CACHE_DIR, XDG_CACHE_HOME or HOME): pass --cache-dir\n");
+    return CLI_FAIL;
   }
+  o->cache_dir = dir;
   static run_state s; /* large; one per process */
   memset(&s, 0, sizeof s);
   s.o = o;
-  for (int p = 0; p < o->n_problems; p++)
-    for (int a = 0; a < o->n_archs; a++) s.jobs[s.n_jobs++] = (job){&o->problems[p], o->archs[a], NULL};
+  for (int q = 0; q < o->n_problems; q++)
+    for (int a = 0; a < o->n_archs; a++)
+      s.jobs[s.n_jobs++] = (job){&o->problems[q], o->archs[a], NULL};
   for (int a = 0; o->wisdom && a < o->n_archs; a++)
     s.jobs[s.n_jobs++] = (job){NULL, o->archs[a], o->wisdom};
   /* A dry run of every job first: it renders (milliseconds) and gives the total for the
@@ -211,7 +212,11 @@ static int run(precompile_opts *o) {
   for (int i = 0; i < s.n_jobs; i++) {
     const kljit_status st =
         run_job(&s.jobs[i], o->cache_dir, KLJIT_PRECOMPILE_DRY_RUN, on_probe, &s.total);
-    if (st != KLJIT_SUCCESS) return cli_fail("precompile", st);
+    if (st != KLJIT_SUCCESS) {
+      char what[32];
+      snprintf(what, sizeof what, "sm_%d", s.jobs[i].arch);
+      return cli_refused(p, what, st);
+    }
   }
   pthread_mutex_init(&s.lock, NULL);
   const int n_threads = (int)(o->jobs < s.n_jobs ? o->jobs : s.n_jobs);
@@ -236,11 +241,12 @@ static int run(precompile_opts *o) {
 int cli_precompile(int argc, char **argv) {
   static precompile_opts o; /* large; one per process */
   memset(&o, 0, sizeof o);
-  o.arch = "sm_80,sm_90", o.jobs = 1, o.n_problems = 1;
-  cli_problem_defaults(&o.problems[0]);
+  o.arch = "sm_80,sm_90", o.jobs = 1;
+  cli_problem_defaults(&o.legacy);
   cli_parser p;
   cli_parser_init(&p, argc, argv);
   while (cli_next(&p)) {
+    const char *text;
     if (cli_string(&p, "--arch", &o.arch)) continue;
     if (cli_string(&p, "--cache-dir", &o.cache_dir)) continue;
     if (cli_int(&p, "--jobs", 1, 64, &o.jobs)) continue;
@@ -253,14 +259,31 @@ int cli_precompile(int argc, char **argv) {
       continue;
     }
     if (cli_string(&p, "--wisdom", &o.wisdom)) continue;
-    if (cli_problem_option(&p, &o.problems[0])) {
-      o.problem_given = 1;
+    if (cli_string(&p, "--file", &o.file)) continue;
+    if (cli_problem_option(&p, &o.legacy)) {
+      o.legacy_given = 1;
+      continue;
+    }
+    if (cli_positional(&p, &text)) {
+      if (o.n_shapes == MAX_JOBS - 1)
+        cli_usage_error(&p, "more than %d shapes", MAX_JOBS - 1);
+      else if (cli_shape_parse(&p, text, NULL, &o.shapes[o.n_shapes]))
+        o.n_shapes++;
       continue;
     }
     cli_unknown(&p);
   }
   if (cli_stopped(&p, usage)) return p.status;
-  if (o.wisdom && !o.problem_given) o.n_problems = 0;
+  if (o.file && !cli_shape_file(&p, o.file, o.shapes, &o.n_shapes, MAX_JOBS - 1)) return p.status;
+  if (o.wisdom && access(o.wisdom, R_OK) != 0)
+    return cli_usage_error(&p, "--wisdom %s: %s", o.wisdom, strerror(errno));
+  for (int i = 0; i < o.n_shapes; i++) o.problems[o.n_problems++] = o.shapes[i].pb;
+  /* the old options' problem, or the README's when nothing else names one */
+  if (o.legacy_given || (!o.n_problems && !o.wisdom)) {
+    if (o.legacy_given && kljit_plan_check(&o.legacy) != KLJIT_SUCCESS)
+      return cli_usage_error(&p, "problem: %s", kljit_last_error());
+    o.problems[o.n_problems++] = o.legacy;
+  }
   if (!(o.n_archs = cli_parse_archs(&p, o.arch, o.archs, MAX_ARCHS))) return p.status;
-  return run(&o);
+  return run(&p, &o);
 }
