@@ -12,6 +12,7 @@
  * written (exec_check.c).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +48,29 @@ static kljit_status check_absent(const char *who, const char *name, const void *
     if (try_st_ != KLJIT_SUCCESS) return try_st_; \
   } while (0)
 
+/* sizeof(kljit_args) before grad_scale was appended: through `flags`, padded to 8 */
+#define EXEC_ARGS_SIZE_V0 \
+  ((offsetof(kljit_args, flags) + sizeof(uint32_t) + 7) / 8 * 8)
+
+/* The fused call's gradient scale: 1 for older callers and for 0. */
+static double args_grad_scale(const kljit_args *a) {
+  return a->struct_size == sizeof(kljit_args) && a->grad_scale != 0 ? a->grad_scale : 1.0;
+}
+
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
 static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
-  if (a->struct_size != sizeof(kljit_args))
+  /* a struct ending at `flags` predates grad_scale (then 1) */
+  if (a->struct_size != sizeof(kljit_args) && a->struct_size != EXEC_ARGS_SIZE_V0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: args->struct_size = %zu, this library's kljit_args is %zu bytes "
                    "(initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
                    sizeof(kljit_args));
+  if (a->struct_size == sizeof(kljit_args) && a->grad_scale != 0 &&
+      !(a->grad_scale > 0 && isfinite(a->grad_scale)))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->grad_scale = %g, must be finite and > 0 (or 0 for 1)", who,
+                   a->grad_scale);
   if (a->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
                    who, a->flags, a->flags & ~known);
@@ -335,7 +351,9 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = prob_dtype_size(p->pb.input_dtype);
     c.gmult = grad_multiplier(&p->pb, a->rows);
-    c.galpha = 1.0f / c.gmult;
+    /* grad_scale goes into the GEMMs' alpha (fp32): G itself stays unscaled, so fp16 G keeps
+     * the range gmult gave it however large the scale */
+    c.galpha = (float)((mode != KLJIT_MODE_FORWARD ? args_grad_scale(a) : 1.0) / c.gmult);
     c.sparse = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
     c.stats_out = stats_out, c.all = all, c.nrec = nrec;
     st = run_mode(&c, mode);
