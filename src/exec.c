@@ -240,7 +240,7 @@ static kljit_status run_finish_loss(exec_call *c) {
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
-  const int64_t R = p->geom.tune.chunk_rows;
+  const int64_t R = prob_chunk_rows(&p->geom, a->rows);
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
   const char *skip = getenv("KLJIT_DEBUG_SKIP_GEMMS");
   c->skip_gemms = skip && strcmp(skip, "1") == 0;

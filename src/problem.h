@@ -43,6 +43,10 @@ prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
                                 prob_geometry *g);
 
+/* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most a quarter of the
+ * rows rounded up to 256 (at least 256), unless KLJIT_CHUNK_ROWS sets it. */
+int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
+
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {

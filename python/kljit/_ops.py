@@ -22,6 +22,7 @@ annotations`: torch.library reads the type hints as objects.
 
 import json
 import math
+import os
 from functools import lru_cache
 from typing import Any, Optional, Tuple
 
@@ -45,6 +46,14 @@ AUTO_MAX_CHUNKS = 8
 @lru_cache(maxsize=256)
 def _config(key: str) -> LossConfig:
     return LossConfig(**json.loads(key))
+
+
+def call_chunk_rows(plan_chunk_rows: int, rows: int) -> int:
+    """The chunk a call of `rows` rows runs with: the plan's, capped at a quarter of the rows
+    rounded up to 256 (prob_chunk_rows in src/problem.c; KLJIT_CHUNK_ROWS lifts the cap)."""
+    if os.environ.get("KLJIT_CHUNK_ROWS", "").strip().isdigit():
+        return plan_chunk_rows
+    return min(plan_chunk_rows, ((rows + 3) // 4 + 255) // 256 * 256)
 
 
 def _ptr(t: Optional[Tensor]) -> Optional[int]:
@@ -91,7 +100,7 @@ class Call:
             return _lib.get_plan(pb, device)
         pb.grad_weight_accum = _lib.GradWeightAccum.OUTPUT_DTYPE
         plan = _lib.get_plan(pb, device)
-        if math.ceil(spec.rows / plan.chunk_rows()) <= AUTO_MAX_CHUNKS:
+        if math.ceil(spec.rows / call_chunk_rows(plan.chunk_rows(), spec.rows)) <= AUTO_MAX_CHUNKS:
             return plan
         pb.grad_weight_accum = _lib.GradWeightAccum.FP32
         return _lib.get_plan(pb, device)
