@@ -24,8 +24,8 @@ class FusedLinearKLDivLoss(nn.Module):
     """KL(teacher || softmax((input @ weight.T + bias) / T)) without materializing the logits.
 
     Options are those of kljit.LossConfig: teacher_form (or teacher: 'dense_probs',
-    'dense_logprobs', 'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or 'two_phase'),
-    temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
+    'dense_logprobs', 'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or
+    'two_phase'), temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
     ignore_index, eps, topk_values, tail, native_logits, allow_tf32, check_inputs,
     grad_weight_accum. They are validated here, once.
     """
