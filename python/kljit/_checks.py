@@ -158,18 +158,10 @@ class LossConfig:
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        self.key  # made now, while not traced
-
-    @property
-    def key(self) -> str:
-        """The config as JSON: how the custom ops (kljit._ops) take it, a constant string in a
-        compiled graph. Made once per config, so torch.compile reads an attribute here."""
-        key = self.__dict__.get("_key")
-        if key is None:
-            key = json.dumps({f.name: getattr(self, f.name) for f in fields(self)},
-                             sort_keys=True)
-            object.__setattr__(self, "_key", key)
-        return key
+        # The config as JSON: how the custom ops (kljit._ops) take it, a constant string in a
+        # compiled graph; a plain attribute, made once, so torch.compile just reads it.
+        key = json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
+        object.__setattr__(self, "key", key)
 
     def with_teacher(self, teacher: str) -> "LossConfig":
         """A copy with the teacher form set."""

@@ -100,7 +100,8 @@ class Call:
             return _lib.get_plan(pb, device)
         pb.grad_weight_accum = _lib.GradWeightAccum.OUTPUT_DTYPE
         plan = _lib.get_plan(pb, device)
-        if math.ceil(spec.rows / call_chunk_rows(plan.chunk_rows(), spec.rows)) <= AUTO_MAX_CHUNKS:
+        chunk = call_chunk_rows(plan.chunk_rows(), spec.rows)
+        if math.ceil(spec.rows / chunk) <= AUTO_MAX_CHUNKS:
             return plan
         pb.grad_weight_accum = _lib.GradWeightAccum.FP32
         return _lib.get_plan(pb, device)
