@@ -644,8 +644,18 @@ def get_plan(problem: Problem, device: int) -> Plan:
         return _plans.setdefault(key, plan)
 
 
+_generation = 0
+
+
+def plan_cache_generation() -> int:
+    """How many times clear_plan_cache ran: what other caches of plans key on."""
+    return _generation
+
+
 def clear_plan_cache() -> None:
     """Drops the cached plans (a plan still referenced, e.g. by a pending backward, lives on
     until that reference goes). Contexts are kept for the life of the process."""
+    global _generation
     with _cache_lock:
         _plans.clear()
+        _generation += 1

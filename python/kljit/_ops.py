@@ -75,19 +75,42 @@ class Call:
 
     def __init__(self, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                  teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
-                 labels: Optional[Tensor], temperature: float) -> None:
-        config = _config(key)
-        spec = check_call(config, input, weight, teacher, bias=bias, labels=labels,
-                          teacher_ids=ids, teacher_values=values,
-                          temperature=None if temperature != temperature else temperature,
-                          require_cuda=REQUIRE_CUDA)
-        self.spec: CallSpec = spec
-        self.plan: Plan = self._plan(spec)
+                 labels: Optional[Tensor], temperature: float,
+                 checked: Optional[Tuple[CallSpec, Plan]] = None) -> None:
+        if checked is None:
+            config = _config(key)
+            spec = check_call(config, input, weight, teacher, bias=bias, labels=labels,
+                              teacher_ids=ids, teacher_values=values,
+                              temperature=None if temperature != temperature else temperature,
+                              require_cuda=REQUIRE_CUDA)
+            checked = spec, self._plan(spec)
+        self.checked = checked
+        self.spec: CallSpec = checked[0]
+        self.plan: Plan = checked[1]
         # Mixed precision: one cast of the fp32 master weight (and bias) per call.
         compute = input.dtype
         self.weight = weight if weight.dtype == compute else weight.to(compute)
         self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
         self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels)
+
+    @classmethod
+    def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+             teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
+             labels: Optional[Tensor], temperature: float) -> "Call":
+        """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
+        dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
+        check_call and the plan lookup, which cost a short call more than the C call does."""
+        tensors = (input, weight, bias, teacher, ids, values, labels)
+        sig = (key, temperature, _lib.plan_cache_generation(), tuple(
+            None if t is None else (t.shape, t.dtype, t.device, t.stride(), t.data_ptr() % 16)
+            for t in tensors))
+        checked = _checked.get(sig)
+        call = cls(key, *tensors, temperature, checked)
+        if checked is None:
+            if len(_checked) >= 256:
+                _checked.clear()
+            _checked[sig] = call.checked
+        return call
 
     @staticmethod
     def _plan(spec: CallSpec) -> Plan:
@@ -146,20 +169,29 @@ class Call:
         return torch.empty(shape, dtype=torch.float32, device=self.tensors[0].device)
 
 
+#: Call.make's memory: signature -> (spec, plan).
+_checked: "dict" = {}
+
+
 def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
     return (input.shape[0],) if _config(key).reduction == "none" else ()
 
 
 # ---- fused ------------------------------------------------------------------------------
+# Each op's body is a plain function: the custom op (what torch.compile sees) wraps it, and so
+# does the eager autograd.Function (FusedFunction, TwoPhaseFunction below), which skips the
+# dispatcher's round trips: the binding's host time before the first kernel is what a short
+# call pays on top of the C call.
 
 
-@torch.library.custom_op("kljit::fused", mutates_args=())
-def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
-          teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
-          labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-          want_dx: bool, want_dw: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    call = Call(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                temperature)
+def fused_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
+               teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+               teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+               temperature: float, grad_scale: float, want_dx: bool,
+               want_dw: bool) -> Tuple[Tuple[Tensor, Tensor, Tensor, Tensor], Plan]:
+    """kljit_fused: (loss, dx, dw, db) and the plan that ran."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
     args = call.args()
     loss = call.loss()
     args.loss = loss.data_ptr()
@@ -168,8 +200,78 @@ def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Option
     ws = call.workspace(Mode.FUSED, args)
     call.plan.execute(Mode.FUSED, stream(input.device), args)
     del ws
-    _fused_plans[_grads_key(key, dx, dw, db)] = call.plan
-    return loss, dx, dw, db
+    return (loss, dx, dw, db), call.plan
+
+
+def scale_grads_impl(plan: Optional[Plan], grad_output: Tensor, dx: Tensor, dw: Tensor,
+                     db: Tensor, rows: int, grad_scale: float) -> None:
+    """dx, dw, db *= grad_output / grad_scale in place: kljit_scale_grads when the plan has
+    it (an exact 1 costs no pass), else torch."""
+    g = grad_output.detach().to(torch.float32)
+    if grad_scale != 1.0:
+        g = g / grad_scale  # exactly 1 when the upstream gradient is the scale given
+    g = g.contiguous()
+    if plan is not None and plan.can_scale_grads():
+        args = Args.init(rows=rows, grad_input=_ptr(dx), grad_weight=_ptr(dw),
+                         grad_bias=_ptr(db))
+        args.grad_output = g.data_ptr()
+        args.flags = ((0 if dx.numel() else EXEC_NO_GRAD_INPUT)
+                      | (0 if dw.numel() else EXEC_NO_GRAD_WEIGHT))
+        plan.scale_grads(stream(g.device), args)
+        return
+    for t in (dx, dw, db):
+        if t.numel():
+            t.mul_(g)
+
+
+_FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its gradients were "
+                "computed in forward and are scaled in place); use mode='two_phase' to "
+                "backpropagate it again")
+
+
+def _fused_grads(need: Tuple[bool, ...], has_bias: bool, dx: Tensor, dw: Tensor,
+                 db: Tensor) -> Tuple[Optional[Tensor], ...]:
+    return (dx if need[0] and dx.numel() else None, dw if need[1] and dw.numel() else None,
+            db if has_bias and need[2] and db.numel() else None) + (None,) * 9
+
+
+class FusedFunction(torch.autograd.Function):
+    """Eager mode='fused': the gradients are stashed on ctx (not saved tensors) and dropped
+    before backward returns them, so autograd takes them as .grad without a copy."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                temperature: float, grad_scale: float, want_dx: bool,
+                want_dw: bool) -> Tensor:
+        (loss, dx, dw, db), plan = fused_impl(input, weight, bias, teacher, teacher_ids,
+                                              teacher_values, labels, key, temperature,
+                                              grad_scale, want_dx, want_dw)
+        ctx.stash = (dx, dw, db)
+        ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
+        ctx.has_bias = bias is not None
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+        if ctx.stash is None:
+            raise RuntimeError(_FUSED_TWICE)
+        dx, dw, db = ctx.stash
+        ctx.stash = None
+        scale_grads_impl(ctx.plan, grad_loss, dx, dw, db, ctx.rows, ctx.grad_scale)
+        return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
+
+
+@torch.library.custom_op("kljit::fused", mutates_args=())
+def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
+          teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+          labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
+          want_dx: bool, want_dw: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    out, plan = fused_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                           key, temperature, grad_scale, want_dx, want_dw)
+    _fused_plans[_grads_key(key, *out[1:])] = plan
+    return out
 
 
 @fused.register_fake
@@ -185,22 +287,8 @@ def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, label
 @torch.library.custom_op("kljit::scale_grads_", mutates_args=("dx", "dw", "db"))
 def scale_grads_(grad_output: Tensor, dx: Tensor, dw: Tensor, db: Tensor, key: str,
                  rows: int, grad_scale: float) -> None:
-    g = grad_output.detach().to(torch.float32)
-    if grad_scale != 1.0:
-        g = g / grad_scale  # exactly 1 when the upstream gradient is the scale given
-    g = g.contiguous()
-    plan = _scale_plan(key, dx, dw, db)
-    if plan is not None:
-        args = Args.init(rows=rows, grad_input=_ptr(dx), grad_weight=_ptr(dw),
-                         grad_bias=_ptr(db))
-        args.grad_output = g.data_ptr()
-        args.flags = ((0 if dx.numel() else EXEC_NO_GRAD_INPUT)
-                      | (0 if dw.numel() else EXEC_NO_GRAD_WEIGHT))
-        plan.scale_grads(stream(g.device), args)
-        return
-    for t in (dx, dw, db):
-        if t.numel():
-            t.mul_(g)
+    scale_grads_impl(_fused_plans.get(_grads_key(key, dx, dw, db)), grad_output, dx, dw, db,
+                     rows, grad_scale)
 
 
 @scale_grads_.register_fake
@@ -217,11 +305,6 @@ def _grads_key(key: str, dx: Tensor, dw: Tensor, db: Tensor) -> Tuple[Any, ...]:
     return (key, dx.dtype, dx.shape[-1:], dw.dtype, tuple(dw.shape), db.numel() > 0)
 
 
-def _scale_plan(key: str, dx: Tensor, dw: Tensor, db: Tensor) -> Optional[Plan]:
-    plan = _fused_plans.get(_grads_key(key, dx, dw, db))
-    return plan if plan is not None and plan.can_scale_grads() else None
-
-
 def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     _, dx, dw, db = output
     ctx.save_for_backward(dx, dw, db)
@@ -232,16 +315,12 @@ def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) 
 
 def _fused_backward(ctx: Any, grad_loss: Tensor, *_: Any) -> Tuple[Optional[Tensor], ...]:
     if ctx.used:
-        raise RuntimeError("kljit: a mode='fused' loss can be backpropagated once (its "
-                           "gradients were computed in forward and are scaled in place); use "
-                           "mode='two_phase' to backpropagate it again")
+        raise RuntimeError(_FUSED_TWICE)
     if not torch.compiler.is_compiling():
         ctx.used = True
     dx, dw, db = ctx.saved_tensors
     scale_grads_(grad_loss, dx, dw, db, ctx.key, ctx.rows, ctx.grad_scale)
-    need = ctx.needs_input_grad
-    return (dx if need[0] and dx.numel() else None, dw if need[1] and dw.numel() else None,
-            db if ctx.has_bias and need[2] and db.numel() else None) + (None,) * 9
+    return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
 
 
 fused.register_autograd(_fused_backward, setup_context=_fused_setup)
@@ -254,34 +333,27 @@ def _saved_floats(rows: int) -> int:
     return SAVED_HDR_FLOATS + SAVED_ROW_FLOATS * rows
 
 
-@torch.library.custom_op("kljit::two_phase", mutates_args=())
-def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
-              teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
-              labels: Optional[Tensor], key: str, temperature: float,
-              grad_scale: float) -> Tuple[Tensor, Tensor]:
-    """grad_scale is not used here: it is what backward divides the upstream gradient by."""
-    call = Call(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                temperature)
+def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                   teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                   teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                   temperature: float) -> Tuple[Tensor, Tensor]:
+    """kljit_forward: (loss, saved)."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
     args = call.args()
     loss = call.loss()
-    nbytes = call.plan.saved_size(call.spec.rows)
-    if nbytes != 4 * _saved_floats(call.spec.rows):
+    rows = call.spec.rows
+    nbytes = call.plan.saved_size(rows)
+    if nbytes != 4 * _saved_floats(rows):
         raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
                               f"{nbytes} bytes; the binding's fake kernel assumes "
-                              f"{4 * _saved_floats(call.spec.rows)}")
-    saved = torch.empty(_saved_floats(call.spec.rows), dtype=torch.float32, device=input.device)
+                              f"{4 * _saved_floats(rows)}")
+    saved = torch.empty(_saved_floats(rows), dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
     ws = call.workspace(Mode.FORWARD, args)
     call.plan.execute(Mode.FORWARD, stream(input.device), args)
     del ws
     return loss, saved
-
-
-@two_phase.register_fake
-def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
-                    temperature, grad_scale):
-    return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            input.new_empty((_saved_floats(input.shape[0]),), dtype=torch.float32))
 
 
 def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
@@ -296,14 +368,15 @@ def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
     return float(2.0 ** math.ceil(math.log2(top)))
 
 
-@torch.library.custom_op("kljit::two_phase_grads", mutates_args=())
-def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Optional[Tensor],
-                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
-                    teacher_values: Optional[Tensor], labels: Optional[Tensor], saved: Tensor,
-                    key: str, temperature: float, grad_scale: float, want_dx: bool,
-                    want_dw: bool, want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    call = Call(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                temperature)
+def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
+                         bias: Optional[Tensor], teacher: Optional[Tensor],
+                         teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+                         labels: Optional[Tensor], saved: Tensor, key: str, temperature: float,
+                         grad_scale: float, want_dx: bool, want_dw: bool,
+                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """kljit_backward: (dx, dw, db), empty where not wanted."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
     # kljit_backward takes dL_outer/dloss as fp32: one value, or one per row for NONE; fp16
     # G takes it divided by `lift`, which the GEMMs multiply back in fp32.
     g = grad_output.detach().to(torch.float32)
@@ -318,6 +391,67 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
     call.plan.execute(Mode.BACKWARD, stream(input.device), args)
     del ws
     return dx, dw, db
+
+
+def _two_phase_backward_with(grads_fn: Any, ctx: Any,
+                             grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+    x, w, b, t, ids, vals, lab, saved = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    want_dx, want_dw, want_db = need[0], need[1], b is not None and need[2]
+    if not (want_dx or want_dw or want_db):
+        return (None,) * 10
+    dx, dw, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
+                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db)
+    return ((dx if want_dx else None), (dw if want_dw else None), (db if want_db else None)
+            ) + (None,) * 7
+
+
+class TwoPhaseFunction(torch.autograd.Function):
+    """Eager mode='two_phase'."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                temperature: float, grad_scale: float) -> Tensor:
+        loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
+                                     teacher_values, labels, key, temperature)
+        ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
+                              labels, saved)
+        ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+        return _two_phase_backward_with(two_phase_grads_impl, ctx, grad_loss)
+
+
+@torch.library.custom_op("kljit::two_phase", mutates_args=())
+def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
+              teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+              labels: Optional[Tensor], key: str, temperature: float,
+              grad_scale: float) -> Tuple[Tensor, Tensor]:
+    """grad_scale is not used here: it is what backward divides the upstream gradient by."""
+    return two_phase_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                          key, temperature)
+
+
+@two_phase.register_fake
+def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
+                    temperature, grad_scale):
+    return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
+            input.new_empty((_saved_floats(input.shape[0]),), dtype=torch.float32))
+
+
+@torch.library.custom_op("kljit::two_phase_grads", mutates_args=())
+def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                    teacher_values: Optional[Tensor], labels: Optional[Tensor], saved: Tensor,
+                    key: str, temperature: float, grad_scale: float, want_dx: bool,
+                    want_dw: bool, want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return two_phase_grads_impl(grad_output, input, weight, bias, teacher, teacher_ids,
+                                teacher_values, labels, saved, key, temperature, grad_scale,
+                                want_dx, want_dw, want_db)
 
 
 @two_phase_grads.register_fake
@@ -337,15 +471,7 @@ def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ..
 
 
 def _two_phase_backward(ctx: Any, grad_loss: Tensor, _saved: Any) -> Tuple[Optional[Tensor], ...]:
-    x, w, b, t, ids, vals, lab, saved = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    want_dx, want_dw, want_db = need[0], need[1], b is not None and need[2]
-    if not (want_dx or want_dw or want_db):
-        return (None,) * 10
-    dx, dw, db = two_phase_grads(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
-                                 ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db)
-    return ((dx if want_dx else None), (dw if want_dw else None), (db if want_db else None)
-            ) + (None,) * 7
+    return _two_phase_backward_with(two_phase_grads, ctx, grad_loss)
 
 
 two_phase.register_autograd(_two_phase_backward, setup_context=_two_phase_setup)

@@ -5,10 +5,10 @@
                                mode="two_phase", tail="renorm")
     loss.backward()
 
-The work is done by torch.library custom ops (kljit._ops), one per execution mode of
+The work is registered as torch.library custom ops (kljit._ops), one per execution mode of
 include/kljit.h, each with a fake kernel, so torch.compile traces a model through the loss
-without a graph break and CUDA graphs can capture it (no host synchronization on the default
-path):
+without a graph break; eager calls run the same bodies through autograd Functions. CUDA graphs
+can capture it (no host synchronization on the default path):
 
 - mode='fused': kljit_fused computes loss, dX, dW (, db) in forward; backward multiplies them
   in place by the upstream gradient (kljit_scale_grads, which costs nothing when it is exactly
@@ -138,17 +138,22 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     grad = torch.is_grad_enabled()
     want_dx = grad and x.requires_grad
     want_dw = grad and (weight.requires_grad or (bias is not None and bias.requires_grad))
+    # torch.compile traces the custom ops; eager calls their bodies through autograd.Functions
+    # (the same code without the dispatcher's round trips)
+    compiling = torch.compiler.is_compiling()
     if config.mode == "fused":
-        loss = _ops.fused(x, weight, bias, t, ids, vals, lab, key, temp, float(grad_scale),
-                          want_dx, want_dw)[0]
+        args = (x, weight, bias, t, ids, vals, lab, key, temp, float(grad_scale), want_dx,
+                want_dw)
+        loss = _ops.fused(*args)[0] if compiling else _ops.FusedFunction.apply(*args)
     else:
-        loss = _ops.two_phase(x, weight, bias, t, ids, vals, lab, key, temp,
-                              float(grad_scale))[0]
+        args = (x, weight, bias, t, ids, vals, lab, key, temp, float(grad_scale))
+        loss = _ops.two_phase(*args)[0] if compiling else _ops.TwoPhaseFunction.apply(*args)
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
     return loss
 
 
-#: The custom ops, for callers that want them directly (see kljit._ops).
-FusedLinearKLDivFunction = _ops.fused
-TwoPhaseLinearKLDivFunction = _ops.two_phase
+#: The eager autograd Functions, for callers that want them directly (see kljit._ops for
+#: their arguments and for the custom ops kljit::fused and kljit::two_phase).
+FusedLinearKLDivFunction = _ops.FusedFunction
+TwoPhaseLinearKLDivFunction = _ops.TwoPhaseFunction
