@@ -340,29 +340,32 @@ class GpuMixedPrecisionTest(unittest.TestCase):
 
     def test_fp16_loss_scaling_gives_finite_correct_gradients_in_both_modes(self) -> None:
         torch = self.torch
-        # batchmean: gradients fp16 holds at every scale. mean over V = 32000: fp16 cannot hold
-        # them unscaled (subnormal: the fp64 reference rounded to fp16 is 52% off), which is
-        # what loss scaling is for: asserted at 65536 (GradScaler's initial scale), printed at
-        # 1024 (partly below fp16's normal range still).
-        cases = [(r, m, s, s if m == "fused" else None, r == "batchmean" or s == 65536.0)
-                 for r in ("batchmean", "mean") for m in ("two_phase", "fused")
-                 for s in (1.0, 1024.0, 65536.0)]
+        # 64 x 64 x 4096, reduction sum: gradients fp16 holds unscaled (|dW| < 1) and at 65536
+        # (< 65504): upstream 1, 1024, 65536 in both modes, fused with grad_scale = upstream.
+        # 256 x 128 x 32000, reduction mean (the issue's case): gradients ~1e-11, subnormal in
+        # fp16 unless scaled by about 2^24 (1024 and 65536 are not enough: printed only).
+        cases = [((64, 64, 4096), "sum", s, True) for s in (1.0, 1024.0, 65536.0)]
+        cases += [((256, 128, 32000), "mean", s, s == 2.0**24)
+                  for s in (1024.0, 65536.0, 2.0**24)]
         failed = []
-        for reduction, mode, scale, grad_scale, asserted in cases:
-            inp = Inputs(41, 256, 128, 32000, torch.float16, teacher="dense_probs")
-            leaves = inp.leaves()
-            loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], inp.teacher, mode=mode,
-                                             grad_scale=grad_scale, reduction=reduction)
-            go = torch.tensor(scale, device=DEVICE)
-            loss.backward(go)
-            err = self.errors(leaves["x"], leaves["w"], None, inp,
-                              LossConfig(mode=mode, reduction=reduction), go, scale)
-            print(f"  fp16 {reduction} V=32000 {mode} upstream {scale:g} grad_scale "
-                  f"{grad_scale}: " + " ".join(f"{k} {v:.1e}" for k, v in err.items())
-                  + ("" if asserted else " (not asserted)"), file=sys.stderr)
-            if asserted:
-                failed += [f"{k} {reduction} {mode} {scale:g}: {v:.1e}" for k, v in err.items()
-                           if not v < FP16_SCALED_TOL]
+        for (n, h, v), reduction, scale, asserted in cases:
+            for mode in ("two_phase", "fused"):
+                grad_scale = scale if mode == "fused" and scale != 1.0 else None
+                inp = Inputs(41, n, h, v, torch.float16, teacher="dense_probs")
+                leaves = inp.leaves()
+                loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], inp.teacher,
+                                                 mode=mode, grad_scale=grad_scale,
+                                                 reduction=reduction)
+                go = torch.tensor(scale, device=DEVICE)
+                loss.backward(go)
+                err = self.errors(leaves["x"], leaves["w"], None, inp,
+                                  LossConfig(mode=mode, reduction=reduction), go, scale)
+                print(f"  fp16 {n}x{h}x{v} {reduction} {mode} upstream {scale:g} grad_scale "
+                      f"{grad_scale}: " + " ".join(f"{k} {e:.1e}" for k, e in err.items())
+                      + ("" if asserted else " (not asserted)"), file=sys.stderr)
+                if asserted:
+                    failed += [f"{k} {reduction} {mode} {scale:g}: {e:.1e}"
+                               for k, e in err.items() if not e < FP16_SCALED_TOL]
         self.assertEqual(failed, [])
 
     def test_the_default_dw_accumulation_stays_within_the_bf16_bar(self) -> None:
