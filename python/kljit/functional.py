@@ -130,8 +130,10 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     lab = _flatten("labels", labels, 0)
     key = config.key
     temp = math.nan if temperature is None else float(temperature)
-    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        from ._checks import check_call  # the argument errors, before any op sees them
+    given = (t, bias, lab, ids, vals)
+    if (not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor)
+            or any(a is not None and not isinstance(a, torch.Tensor) for a in given)):
+        from ._checks import check_call  # the argument's TypeError, before any op sees it
 
         check_call(config, x, weight, t, bias=bias, labels=lab, teacher_ids=ids,
                    teacher_values=vals, require_cuda=_ops.REQUIRE_CUDA)
