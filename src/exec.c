@@ -52,7 +52,7 @@ static kljit_status check_absent(const char *who, const char *name, const void *
 #define EXEC_ARGS_SIZE_V0 \
   ((offsetof(kljit_args, flags) + sizeof(uint32_t) + 7) / 8 * 8)
 
-/* The fused call's gradient scale: 1 for older callers and for 0. */
+/* The gradient scale of a fused or backward call: 1 for older callers and for 0. */
 static double args_grad_scale(const kljit_args *a) {
   return a->struct_size == sizeof(kljit_args) && a->grad_scale != 0 ? a->grad_scale : 1.0;
 }

@@ -277,8 +277,9 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
 }
 
 /* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
- * they take at most about N V bytes, half of what a chunked autograd loss (Liger's) holds for
- * the same call, so a short call is never the fatter one. Long calls keep the tuned chunk
+ * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
+ * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
+ * fatter one. Long calls keep the tuned chunk
  * (the cap only bites below 4 chunk_rows tokens); the explicit KLJIT_CHUNK_ROWS is obeyed. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
   const char *e = getenv("KLJIT_CHUNK_ROWS");
