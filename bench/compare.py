@@ -18,12 +18,17 @@ probabilities, T = 1, batchmean, eps 1e-10; or the sparse top-K teacher, tail 'n
                    Imported from the environment, else from a wheel in .deps/wheels/
                    (or --liger-wheel), unpacked to a temporary directory; skipped with a note
                    when neither works.
-  kljit_fused      kljit through the PyTorch binding, mode='fused'.
+  kljit_fused      kljit through the PyTorch binding, mode='fused', default options (dW
+                   accumulation 'auto': bf16 across the few chunks of these shapes, no V x H
+                   fp32 buffer).
+  kljit_c          the same kljit_fused call without the binding's autograd and custom ops:
+                   the plan, outputs and workspace the binding would use, one C call per step
+                   (what kljit_fused is measured against: the binding's overhead).
   kljit_two_phase  kljit through the binding, mode='two_phase' (forward, then backward).
 Opt-in (--methods), for like-for-like dW accumulation: liger_accum_fp32 (Liger with
-accum_dtype=torch.float32, as kljit does by default) and kljit_fused_accum_out (kljit with
-grad_weight_accum='output': dW accumulated in bf16 across chunks, as Liger does by default;
-no V x H fp32 buffer). For the speed/precision trade of bf16 logits: kljit_fused_native
+accum_dtype=torch.float32), kljit_fused_accum_fp32 (kljit with grad_weight_accum='fp32': a
+V x H fp32 buffer) and kljit_fused_accum_out (grad_weight_accum='output': dW accumulated in bf16
+across chunks, as Liger does by default, whatever the chunk count). For the speed/precision trade of bf16 logits: kljit_fused_native
 (native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in fp32) and
 kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
 class on both counts).
@@ -92,10 +97,11 @@ class Shape:
 DENSE_SHAPES = [Shape(8192, 4096, 128256), Shape(4096, 4096, 128256), Shape(2048, 4096, 128256),
                 Shape(8192, 2048, 32000), Shape(4096, 2048, 32000)]
 SPARSE_SHAPES = [Shape(65536, 2048, 151936, 100), Shape(8192, 4096, 128256, 100)]
-METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_two_phase", "liger_accum_fp32",
-           "kljit_fused_accum_out", "kljit_fused_native", "kljit_fused_native_accum_out")
+METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
+           "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
+           "kljit_fused_native", "kljit_fused_native_accum_out")
 #: Dense shapes run these unless --methods says otherwise.
-DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_two_phase")
+DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
 SPARSE_DEFAULT = ("eager", "kljit_fused", "kljit_two_phase")
 EPS = 1e-10  # Liger's default; every method gets the same
@@ -377,7 +383,8 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     teacher = "sparse_topk" if shape.sparse else "dense_probs"
     config = LossConfig(teacher=teacher, reduction="batchmean", eps=EPS, tail=args.tail,
                         mode="two_phase" if method == "kljit_two_phase" else "fused",
-                        grad_weight_accum="output" if method.endswith("accum_out") else "fp32",
+                        grad_weight_accum=("output" if method.endswith("accum_out") else
+                                           "fp32" if method.endswith("accum_fp32") else "auto"),
                         native_logits="_native" in method)
     impl = "dense" if shape.sparse else "gather"
 
@@ -406,8 +413,40 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     if env.kljit is None:
         return None, env.kljit_note
     kl = env.kljit
+    if method == "kljit_c":
+        return c_call(config), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""
+
+
+def c_call(config: Any) -> Callable:
+    """kljit_fused straight through ctypes: the binding's plan (kljit._ops.Call, made at the
+    first call, in the warm-up), fresh outputs and workspace from torch's allocator per step as
+    the binding has, the gradients set as .grad; the loss returned as a leaf so that the step's
+    backward() costs nothing."""
+    from kljit import _ops
+    from kljit._lib import Mode
+
+    made: Dict[str, Any] = {}
+
+    def run(x: Any, w: Any, inp: Any) -> Any:
+        kw = inp.teacher_kwargs()
+        if "call" not in made:
+            made["call"] = _ops.Call(config.key, x.detach(), w.detach(), None, inp.teacher,
+                                     kw.get("teacher_ids"), kw.get("teacher_values"), None,
+                                     math.nan)
+        call = made["call"]
+        args = call.args()
+        loss = call.loss()
+        args.loss = loss.data_ptr()
+        dx, dw, _ = call.grads(w, None, True, True, False, args)
+        ws = call.workspace(Mode.FUSED, args)
+        call.plan.execute(Mode.FUSED, _ops.stream(x.device), args)
+        del ws
+        x.grad, w.grad = dx, dw
+        return loss.requires_grad_()
+
+    return run
 
 
 def is_oom(e: BaseException) -> bool:

@@ -302,7 +302,10 @@ KLJIT_API kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem
                                          kljit_plan_rigor rigor, kljit_plan **plan);
 KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
 
-/* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). */
+/* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). A
+ * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe), at most a
+ * quarter of its rows rounded up to 256 (KLJIT_CHUNK_ROWS sets it exactly): a short call's
+ * chunk logits stay small. */
 typedef enum kljit_mode {
   KLJIT_MODE_FUSED = 1,     /* kljit_fused                   */
   KLJIT_MODE_FORWARD = 2,   /* kljit_forward (two-phase)     */
@@ -349,6 +352,14 @@ typedef struct kljit_args {
   void *workspace;             /* kljit_plan_workspace_size bytes                         */
   size_t workspace_size;
   uint32_t flags;              /* KLJIT_EXEC_*                                            */
+  /* kljit_fused, kljit_backward (and the split API): dX, dW and db come out multiplied by it
+   * (the loss is not), applied in the GEMMs' fp32 alpha, never to the stored G. Fused: a loss
+   * scaler's scale known at forward time, so fp16 gradients are computed already scaled
+   * instead of rounded and then scaled. Backward: with grad_output divided by it, an fp16 G
+   * stays in range for any finite upstream gradient (fp16 G is lifted for |grad_output| <= 1).
+   * Finite and > 0; 0 means 1. Appended after `flags`: a caller whose struct_size ends at
+   * `flags` (older headers) gets 1. */
+  double grad_scale;
 } kljit_args;
 
 /* The size of the first released kljit_args (all of the fields above): entry points accept a
@@ -358,7 +369,7 @@ typedef struct kljit_args {
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u }
+    NULL, NULL, NULL, NULL, 0, 0u, 1.0 }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);
@@ -378,7 +389,9 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
  * fused call has run: one read and write of each gradient, each product rounded once.
  * KLJIT_EXEC_NO_GRAD_INPUT / NO_GRAD_WEIGHT skip those; KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT is
  * refused (dW would hold earlier gradients, which must not be scaled again), and so is
- * REDUCTION_NONE (no fused mode). The other fields of args are not read. */
+ * REDUCTION_NONE (no fused mode). The other fields of args are not read. A scalar of exactly
+ * 1 (autograd's usual upstream gradient) leaves the gradients as they are at the cost of one
+ * tiny launch: the kernels read it and stop, decided on the device. */
 KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
                                          const kljit_args *args);
 

@@ -14,6 +14,7 @@
  * kernel's argument order.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,15 @@ static kljit_status check_absent(const char *who, const char *name, const void *
     if (try_st_ != KLJIT_SUCCESS) return try_st_; \
   } while (0)
 
+/* Whether the caller's kljit_args reaches `field` (older, shorter structs do not). */
+#define ARGS_HAS(a, field) \
+  ((a)->struct_size >= offsetof(kljit_args, field) + sizeof((a)->field))
+
+/* The gradient scale of a fused or backward call: 1 for older callers and for 0. */
+static double args_grad_scale(const kljit_args *a) {
+  return ARGS_HAS(a, grad_scale) && a->grad_scale != 0 ? a->grad_scale : 1.0;
+}
+
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
 static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
@@ -83,6 +93,11 @@ static kljit_status check_args_head(const kljit_args *a, uint32_t known, const c
                      "%s: args->struct_size = %zu and byte %zu is set: a field newer than this "
                      "library's kljit_args (%zu bytes) is in use", who, a->struct_size, i,
                      sizeof(kljit_args));
+  if (ARGS_HAS(a, grad_scale) && a->grad_scale != 0 &&
+      !(a->grad_scale > 0 && isfinite(a->grad_scale)))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->grad_scale = %g, must be finite and > 0 (or 0 for 1)", who,
+                   a->grad_scale);
   if (a->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
                    who, a->flags, a->flags & ~known);
@@ -222,7 +237,7 @@ static kljit_status run_finish_loss(exec_call *c) {
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
-  const int64_t R = p->geom.tune.chunk_rows;
+  const int64_t R = prob_chunk_rows(&p->geom, a->rows);
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
   c->skip_gemms = (p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) != 0;
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
@@ -335,7 +350,9 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = names_dtype_size(p->pb.input_dtype);
     c.gmult = grad_multiplier(&p->pb, a->rows);
-    c.galpha = 1.0f / c.gmult;
+    /* grad_scale goes into the GEMMs' alpha (fp32): G itself stays unscaled, so fp16 G keeps
+     * the range gmult gave it however large the scale */
+    c.galpha = (float)((mode != KLJIT_MODE_FORWARD ? args_grad_scale(a) : 1.0) / c.gmult);
     c.stats_out = stats_out, c.all = all;
     exec_call_args(&c, nrec);
     st = run_mode(&c, mode);

@@ -284,13 +284,26 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   return KLJIT_SUCCESS;
 }
 
+/* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
+ * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
+ * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
+ * fatter one. Long calls keep the tuned chunk
+ * (the cap only bites below 4 chunk_rows tokens); a chunk size the context's options set
+ * (chunk_rows, KLJIT_CHUNK_ROWS) is obeyed. */
+int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
+  if (g->chunk_fixed) return g->tune.chunk_rows;
+  int64_t cap = ((rows + 3) / 4 + 255) / 256 * 256;
+  return g->tune.chunk_rows < cap ? g->tune.chunk_rows : cap;
+}
+
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
                                      kljit_mode mode, int64_t rows) {
   prob_workspace w;
   memset(&w, 0, sizeof w);
-  const int64_t r = rows < g->tune.chunk_rows ? rows : g->tune.chunk_rows;
+  const int64_t chunk = prob_chunk_rows(g, rows);
+  const int64_t r = rows < chunk ? rows : chunk;
   const size_t zsize = names_dtype_size(g->logit);
   const size_t gsize = names_dtype_size(pb->input_dtype);
   const int grads = mode != KLJIT_MODE_FORWARD;

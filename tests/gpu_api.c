@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,6 +669,53 @@ static int context_options_steer_the_plans_not_the_environment(void) {
   return TH_PASS;
 }
 
+/* grad_scale multiplies kljit_fused's and kljit_backward's gradients (a power of two: exactly,
+ * as it goes into the GEMMs' alpha), not the loss; a struct ending at `flags` runs with 1; a
+ * bad scale is refused. */
+static int grad_scale_multiplies_the_gradients_and_older_structs_get_one(void) {
+  fixture f;
+  kljit_problem pb = small_problem();
+  int rc = fixture_make(&f, &pb);
+  if (rc != TH_PASS) return rc;
+  double *x1 = malloc(sizeof(double) * f.dx.n), *w1 = malloc(sizeof(double) * f.dw.n);
+  double l1[ROWS], l8[ROWS];
+  TH_CHECK(x1 && w1 && f.loss.n <= ROWS);
+  for (int m = 0; m < 2; m++) {
+    const kljit_mode mode = m ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED;
+    kljit_args a = good_args(&f, mode);
+    if (mode == KLJIT_MODE_BACKWARD) {
+      kljit_args fw = good_args(&f, KLJIT_MODE_FORWARD);
+      TH_OK(kljit_forward(f.plan, NULL, &fw));
+    }
+    TH_OK((m ? kljit_backward : kljit_fused)(f.plan, NULL, &a));
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    TH_CHECK(gbuf_download(&f.dx, x1) == 0 && gbuf_download(&f.dw, w1) == 0);
+    TH_CHECK(gbuf_download(&f.loss, l1) == 0);
+    a.grad_scale = 8.0;
+    TH_OK((m ? kljit_backward : kljit_fused)(f.plan, NULL, &a));
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    TH_CHECK(gbuf_download(&f.loss, l8) == 0 && l8[0] == l1[0]);
+    if ((rc = expect_scaled(&f.dx, x1, 8.0f, 1)) || (rc = expect_scaled(&f.dw, w1, 8.0f, 1)))
+      return rc;
+    a.struct_size = offsetof(kljit_args, grad_scale); /* an older caller: grad_scale unread */
+    TH_OK((m ? kljit_backward : kljit_fused)(f.plan, NULL, &a));
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    if ((rc = expect_scaled(&f.dx, x1, 1.0f, 0)) || (rc = expect_scaled(&f.dw, w1, 1.0f, 0)))
+      return rc;
+    const double bad[] = {-1.0, INFINITY, NAN};
+    for (int k = 0; k < 3; k++) {
+      a = good_args(&f, mode);
+      a.grad_scale = bad[k];
+      TH_STATUS((m ? kljit_backward : kljit_fused)(f.plan, NULL, &a),
+                KLJIT_ERR_INVALID_ARGUMENT);
+      TH_CHECK(strstr(kljit_last_error(), "args->grad_scale") != NULL);
+    }
+  }
+  free(x1), free(w1);
+  fixture_free(&f);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"context_options_steer_the_plans_not_the_environment",
      context_options_steer_the_plans_not_the_environment},
@@ -693,5 +741,7 @@ static const th_case cases[] = {
      one_plan_on_two_threads_and_streams_matches_a_serial_run},
     {"scale_grads_multiplies_each_gradient_once_in_place",
      scale_grads_multiplies_each_gradient_once_in_place},
+    {"grad_scale_multiplies_the_gradients_and_older_structs_get_one",
+     grad_scale_multiplies_the_gradients_and_older_structs_get_one},
 };
 TH_MAIN(cases)

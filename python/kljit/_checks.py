@@ -12,8 +12,9 @@ first turns a status code into an error that points at the caller's tensor.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._lib import (
@@ -48,7 +49,9 @@ REDUCTIONS = {
 TAILS = {"none": Tail.NONE, "renorm": Tail.RENORM, "bucket": Tail.BUCKET}
 TOPK_VALUES = {"probs": TopkValues.PROBS, "logprobs": TopkValues.LOGPROBS}
 TEMPERATURE_MODES = {"constant": TemperatureMode.CONSTANT, "runtime": TemperatureMode.RUNTIME}
-GRAD_WEIGHT_ACCUMS = {"fp32": GradWeightAccum.FP32, "output": GradWeightAccum.OUTPUT_DTYPE}
+#: 'auto' is resolved per call by kljit._ops (it needs the plan's chunk count); FP32 until then.
+GRAD_WEIGHT_ACCUMS = {"auto": GradWeightAccum.FP32, "fp32": GradWeightAccum.FP32,
+                      "output": GradWeightAccum.OUTPUT_DTYPE}
 
 #: torch dtype names -> kljit dtypes and element sizes.
 DTYPES = {
@@ -107,8 +110,11 @@ class LossConfig:
     native_logits: logits in the input dtype instead of fp32 (faster, less precise).
     allow_tf32: fp32 inputs may use TF32 tensor cores.
     check_inputs: checked mode (NaN teacher, bad ids reported as KLJIT_ERR_BAD_INPUT_DATA).
-    grad_weight_accum: 'fp32' (dW accumulated in fp32 across token chunks, then converted to
-        the weight dtype) or 'output' (in the weight dtype: no V*H fp32 buffer, more rounding).
+    grad_weight_accum: 'auto' (the default: fp32 straight into an fp32 dW; in the weight
+        dtype when a call has at most kljit._ops.AUTO_MAX_CHUNKS token chunks, as few roundings
+        as Liger's; else 'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H
+        fp32 buffer when dW is not fp32, then converted) or 'output' (in the weight dtype: no
+        V*H fp32 buffer, one rounding per chunk).
     """
 
     teacher: Optional[str] = None
@@ -125,7 +131,7 @@ class LossConfig:
     native_logits: bool = False
     allow_tf32: bool = False
     check_inputs: bool = False
-    grad_weight_accum: str = "fp32"
+    grad_weight_accum: str = "auto"
 
     def __post_init__(self) -> None:
         if self.teacher is not None:
@@ -152,10 +158,33 @@ class LossConfig:
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        # The config as JSON: how the custom ops (kljit._ops) take it, a constant string in a
+        # compiled graph; a plain attribute, made once, so torch.compile just reads it.
+        key = json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
+        object.__setattr__(self, "key", key)
 
     def with_teacher(self, teacher: str) -> "LossConfig":
         """A copy with the teacher form set."""
         return replace(self, teacher=teacher)
+
+
+def config_from_options(options: Dict[str, Any]) -> LossConfig:
+    """A LossConfig from keyword options, where the teacher form is `teacher_form` (the
+    functional's `teacher` is the teacher tensor); LossConfig's own name `teacher` is accepted
+    too (the modules have no teacher tensor among their options)."""
+    options = dict(options)
+    if "teacher_form" in options:
+        if "teacher" in options:
+            raise TypeError("pass teacher_form or teacher, not both")
+        options["teacher"] = options.pop("teacher_form")
+    try:
+        return LossConfig(**options)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            known = ", ".join(["teacher_form"] + [n for n in LossConfig.__dataclass_fields__
+                                                  if n != "teacher"])
+            raise TypeError(f"{e}; the options are {known}") from None
+        raise
 
 
 # ---- tensors ----------------------------------------------------------------------------
@@ -214,7 +243,9 @@ def check_tensor(rule: TensorRule, tensor: Any, dims: Dict[str, int],
         raise TypeError(f"{name} must have dtype {' or '.join(rule.dtypes)}, got {dt}")
     if rule.same_dtype_as is not None and dt != dtypes[rule.same_dtype_as]:
         raise TypeError(f"{name} has dtype {dt} but {rule.same_dtype_as} has "
-                        f"{dtypes[rule.same_dtype_as]}: they must be the same")
+                        f"{dtypes[rule.same_dtype_as]}: they must be the same"
+                        + (" (or the weight fp32 with fp16/bf16 input)" if name == "weight"
+                           else ""))
     dtypes[name] = dt
     shape = _shape(tensor)
     want = [dims.get(s, s) if isinstance(s, str) else s for s in rule.shape]
@@ -285,9 +316,10 @@ def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
 
 def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
-                 label_dtype: str = "int64") -> Problem:
-    """The kljit_problem of a call. dW comes out in the weight dtype (what autograd wants),
-    accumulated in fp32 unless config.grad_weight_accum is 'output'."""
+                 label_dtype: str = "int64", grad_weight_dtype: Optional[str] = None) -> Problem:
+    """The kljit_problem of a call, computing in the input dtype. dW and db come out in
+    grad_weight_dtype (the stored weight's: what autograd wants; fp32 for an fp32 master
+    weight; default the input dtype), accumulated as config.grad_weight_accum says."""
     if config.teacher is None:
         raise ValueError("config.teacher must be set (see infer_teacher)")
     flags = ((FLAG_BIAS if bias else 0) | (FLAG_SCALE_T_SQUARED if config.scale_t_squared else 0)
@@ -315,7 +347,7 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
         label_dtype=DTYPES[label_dtype],
         ignore_index=config.ignore_index,
         eps=config.eps,
-        grad_weight_dtype=DTYPES[input_dtype],
+        grad_weight_dtype=DTYPES[grad_weight_dtype or input_dtype],
         grad_weight_accum=GRAD_WEIGHT_ACCUMS[config.grad_weight_accum],
         flags=flags,
     )
@@ -327,7 +359,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                require_cuda: bool = True) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
-    input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype), bias [V] (weight's dtype),
+    input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype, or an fp32 weight with
+    fp16/bf16 input: computed in the input dtype, dW in fp32), bias [V] (weight's dtype),
     labels [N] (int32/int64), and either teacher [N, V] (any float dtype) or teacher_ids
     [N, K] (int32/int64) with teacher_values [N, K] (any float dtype). All on one CUDA device
     (require_cuda=False lets the tests use CPU tensors), contiguous, aligned as
@@ -339,8 +372,12 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     if not _is_tensor(input):
         raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
     device = device_str(input)
+    # Mixed precision: an fp32 (master) weight with fp16/bf16 input; else one dtype.
+    mixed = (_is_tensor(input) and _is_tensor(weight) and dtype_name(weight) == "float32"
+             and dtype_name(input) in ("float16", "bfloat16"))
     rules = [(TensorRule("input", ("N", "H"), FLOAT_DTYPES, TENSOR_ALIGN), input),
-             (TensorRule("weight", ("V", "H"), FLOAT_DTYPES, TENSOR_ALIGN, "input"), weight)]
+             (TensorRule("weight", ("V", "H"), FLOAT_DTYPES, TENSOR_ALIGN,
+                         None if mixed else "input"), weight)]
     if bias is not None:
         rules.append((TensorRule("bias", ("V",), FLOAT_DTYPES, 1, "weight"), bias))
     if labels is not None:
@@ -383,7 +420,7 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         config, h, v, dtypes["input"],
         dtypes["teacher_values" if config.teacher == "sparse_topk" else "teacher"],
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
-        label_dtype=dtypes.get("labels", "int64"))
+        label_dtype=dtypes.get("labels", "int64"), grad_weight_dtype=dtypes["weight"])
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 

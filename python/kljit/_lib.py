@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -284,6 +285,7 @@ class Args(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
         ("flags", ctypes.c_uint32),
+        ("grad_scale", ctypes.c_double),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -306,6 +308,7 @@ class Args(ctypes.Structure):
         "workspace": None,
         "workspace_size": 0,
         "flags": 0,
+        "grad_scale": 1.0,
     }
 
     @classmethod
@@ -322,7 +325,12 @@ class Args(ctypes.Structure):
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
 _PROBLEM_SIZE = 144
-_ARGS_SIZE = 152
+
+#: kljit_plan_saved_size(rows) = (SAVED_HDR_FLOATS + SAVED_ROW_FLOATS * rows) floats (src/plan.c);
+#: the shape torch.compile's fake kernels give `saved` (checked against the library per call).
+SAVED_HDR_FLOATS = 8
+SAVED_ROW_FLOATS = 4
+_ARGS_SIZE = 160
 
 
 def check_struct_sizes() -> None:
@@ -575,6 +583,14 @@ class Plan:
               "kljit_plan_saved_size")
         return out.value
 
+    def chunk_rows(self) -> int:
+        """Tokens per chunk of this plan's loop (from kljit_plan_describe's `chunk_rows=`)."""
+        m = re.search(r"\bchunk_rows=(\d+)", self.describe())
+        if m is None:
+            raise KljitError(Status.INTERNAL, "kljit_plan_describe", "no chunk_rows= in the "
+                             "plan's description")
+        return int(m.group(1))
+
     def describe(self) -> str:
         """kljit_plan_describe: geometry, kernels, compiled or cached."""
         return load_library().kljit_plan_describe(self._handle).decode(errors="replace")
@@ -628,8 +644,18 @@ def get_plan(problem: Problem, device: int) -> Plan:
         return _plans.setdefault(key, plan)
 
 
+_generation = 0
+
+
+def plan_cache_generation() -> int:
+    """How many times clear_plan_cache ran: what other caches of plans key on."""
+    return _generation
+
+
 def clear_plan_cache() -> None:
     """Drops the cached plans (a plan still referenced, e.g. by a pending backward, lives on
     until that reference goes). Contexts are kept for the life of the process."""
+    global _generation
     with _cache_lock:
         _plans.clear()
+        _generation += 1

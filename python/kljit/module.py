@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from ._checks import LossConfig
+from ._checks import LossConfig, config_from_options
 from .functional import fused_linear_kl_div
 
 __all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv"]
@@ -23,28 +23,31 @@ __all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv"]
 class FusedLinearKLDivLoss(nn.Module):
     """KL(teacher || softmax((input @ weight.T + bias) / T)) without materializing the logits.
 
-    Options are those of kljit.LossConfig: teacher ('dense_probs', 'dense_logprobs',
-    'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or 'two_phase'),
-    temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
+    Options are those of kljit.LossConfig: teacher_form (or teacher: 'dense_probs',
+    'dense_logprobs', 'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or
+    'two_phase'), temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
     ignore_index, eps, topk_values, tail, native_logits, allow_tf32, check_inputs,
     grad_weight_accum. They are validated here, once.
     """
 
     def __init__(self, **options: Any) -> None:
         super().__init__()
-        self.config = LossConfig(**options)
+        self.config = config_from_options(options)
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor,
                 teacher: Optional[torch.Tensor] = None, *, bias: Optional[torch.Tensor] = None,
                 labels: Optional[torch.Tensor] = None,
                 teacher_ids: Optional[torch.Tensor] = None,
                 teacher_values: Optional[torch.Tensor] = None,
-                temperature: Optional[float] = None) -> torch.Tensor:
+                temperature: Optional[float] = None,
+                grad_scale: Optional[float] = None) -> torch.Tensor:
         """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
-        [..., K], labels [...]; temperature per call with temperature_mode='runtime'."""
+        [..., K], labels [...]; temperature per call with temperature_mode='runtime';
+        grad_scale as fused_linear_kl_div's."""
         return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
-                                   temperature=temperature, config=self.config)
+                                   temperature=temperature, grad_scale=grad_scale,
+                                   config=self.config)
 
     def extra_repr(self) -> str:
         c = self.config
@@ -76,7 +79,7 @@ class FusedLinearKLDiv(nn.Module):
         if vocab < 2:
             raise ValueError(f"vocab must be >= 2, got {vocab}")
         self.hidden, self.vocab = hidden, vocab
-        self.config = LossConfig(**options)
+        self.config = config_from_options(options)
         factory = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty(vocab, hidden, **factory))
         self.bias = nn.Parameter(torch.empty(vocab, **factory)) if bias else None
@@ -93,11 +96,13 @@ class FusedLinearKLDiv(nn.Module):
                 labels: Optional[torch.Tensor] = None,
                 teacher_ids: Optional[torch.Tensor] = None,
                 teacher_values: Optional[torch.Tensor] = None,
-                temperature: Optional[float] = None) -> torch.Tensor:
+                temperature: Optional[float] = None,
+                grad_scale: Optional[float] = None) -> torch.Tensor:
         """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K]."""
         return fused_linear_kl_div(input, self.weight, teacher, bias=self.bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
-                                   temperature=temperature, config=self.config)
+                                   temperature=temperature, grad_scale=grad_scale,
+                                   config=self.config)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -106,7 +106,8 @@ class CompareTest(unittest.TestCase):
                 compare.parse_shapes(bad)
         self.assertEqual(compare.parse_methods("all"), list(compare.METHODS))
         self.assertEqual(compare.methods_for(compare.DENSE_SHAPES[0], None),
-                         ["eager", "compile", "liger", "kljit_fused", "kljit_two_phase"])
+                         ["eager", "compile", "liger", "kljit_fused", "kljit_c",
+                          "kljit_two_phase"])
         with self.assertRaises(Exception):
             compare.parse_methods("eager,nope")
         self.assertEqual(compare.methods_for(compare.SPARSE_SHAPES[0], None),

@@ -114,8 +114,11 @@ class FakeTensorChecks(unittest.TestCase):
     def test_wrong_dtypes_are_type_errors_naming_the_argument(self) -> None:
         self.assert_error(TypeError, "input|float32 or float16 or bfloat16|int64",
                           **dense(input=FakeTensor((N, H), "int64")))
-        self.assert_error(TypeError, "weight|float32|input|bfloat16",
-                          **dense(weight=FakeTensor((V, H), "float32")))
+        self.assert_error(TypeError, "weight|float16|input|bfloat16|fp32",
+                          **dense(weight=FakeTensor((V, H), "float16")))
+        self.assert_error(TypeError, "weight|bfloat16|input|float32",
+                          **dense(input=FakeTensor((N, H), "float32"),
+                                  weight=FakeTensor((V, H), "bfloat16")))
         self.assert_error(TypeError, "bias|float16", bias=FakeTensor((V,), "float16"), **dense())
         self.assert_error(TypeError, "teacher|int32", **dense(teacher=FakeTensor((N, V), "int32")))
         self.assert_error(TypeError, "labels|int32 or int64|float32",
@@ -123,6 +126,35 @@ class FakeTensorChecks(unittest.TestCase):
         self.assert_error(TypeError, "teacher_ids", **sparse(teacher_ids=FakeTensor((N, K))))
         self.assert_error(TypeError, "teacher_values",
                           **sparse(teacher_values=FakeTensor((N, K), "int64")))
+
+    def test_an_fp32_weight_with_half_input_computes_in_the_input_dtype_with_fp32_grads(
+            self) -> None:
+        for dt, kdt in (("bfloat16", _lib.DType.BF16), ("float16", _lib.DType.FP16)):
+            args = dense(input=FakeTensor((N, H), dt), weight=FakeTensor((V, H), "float32"))
+            spec = check_call(LossConfig(), **args, bias=FakeTensor((V,), "float32"))
+            pb = spec.problem
+            self.assertEqual((pb.input_dtype, pb.weight_dtype, pb.grad_weight_dtype),
+                             (kdt, kdt, _lib.DType.FP32))
+
+    def test_every_documented_option_is_a_keyword_and_teacher_form_names_the_form(self) -> None:
+        from kljit._checks import config_from_options
+
+        values = dict(teacher_form="dense_logits", mode="two_phase", temperature=2.0,
+                      temperature_mode="runtime", teacher_temperature=3.0,
+                      scale_t_squared=True, reduction="sum", ignore_index=-1, eps=1e-12,
+                      topk_values="logprobs", tail="bucket", native_logits=True,
+                      allow_tf32=True, check_inputs=True, grad_weight_accum="output")
+        for name, value in values.items():
+            config = config_from_options({name: value})
+            field = "teacher" if name == "teacher_form" else name
+            self.assertEqual(getattr(config, field), value, name)
+            self.assertIn(f'"{field}": ', config.key)
+        self.assertEqual(config_from_options({"teacher": "sparse_topk"}).teacher, "sparse_topk")
+        self.assertEqual(LossConfig().grad_weight_accum, "auto")
+        with self.assertRaisesRegex(TypeError, "teacher_form"):
+            config_from_options({"teacher_forms": "dense_probs"})
+        with self.assertRaises(TypeError):
+            config_from_options({"teacher_form": "dense_probs", "teacher": "dense_probs"})
 
     def test_wrong_shapes_are_value_errors_naming_the_argument(self) -> None:
         self.assert_error(ValueError, "input|2-D|[N, H]|[6, 32, 1]",

@@ -40,7 +40,14 @@ class FakePlan:
         return 4096 + 16 * rows
 
     def saved_size(self, rows: int) -> int:
-        return (4 + 4 * rows) * 4
+        return (8 + 4 * rows) * 4
+
+    def chunk_rows(self) -> int:
+        return 4  # the tests' 6 rows are 2 chunks: 'auto' accumulates in the weight dtype
+
+    @staticmethod
+    def can_scale_grads() -> bool:
+        return False  # the binding then scales with torch
 
     def _tensor(self, ptr: int, shape: tuple, dtype_name: str) -> Any:
         import torch
@@ -100,22 +107,23 @@ class FakePlan:
             out = self._tensor(args.loss, (n,) if none else (), "float32")
             out.copy_(ref["row_loss"] if none else ref["loss"])
         if mode == Mode.FORWARD:
-            self._tensor(args.saved, (4 + 4 * n,), "float32").zero_()
+            self._tensor(args.saved, (8 + 4 * n,), "float32").zero_()
             return
+        s = args.grad_scale  # kljit_fused and kljit_backward multiply the gradients by it
+        self.calls[-1]["grad_scale"] = s
         if not args.flags & EXEC_NO_GRAD_INPUT:
-            self._tensor(args.grad_input, (n, h), dt("input_dtype")).copy_(ref["grad_input"])
+            self._tensor(args.grad_input, (n, h), dt("input_dtype")).copy_(ref["grad_input"] * s)
         if not args.flags & EXEC_NO_GRAD_WEIGHT:
             gw = dt("grad_weight_dtype")
-            self._tensor(args.grad_weight, (v, h), gw).copy_(ref["grad_weight"])
+            self._tensor(args.grad_weight, (v, h), gw).copy_(ref["grad_weight"] * s)
             if args.bias:
-                self._tensor(args.grad_bias, (v,), gw).copy_(ref["grad_bias"])
+                self._tensor(args.grad_bias, (v,), gw).copy_(ref["grad_bias"] * s)
 
 
 class PlumbingTest(unittest.TestCase):
     def setUp(self) -> None:
         self.torch = require("torch")
         import kljit
-        from kljit import functional
 
         self.kljit = kljit
         self.plans: List[FakePlan] = []
@@ -125,12 +133,17 @@ class PlumbingTest(unittest.TestCase):
             self.plans.append(plan)
             return plan
 
-        self.patches = [mock.patch.object(functional, "_REQUIRE_CUDA", False),
-                        mock.patch.object(functional, "_stream", lambda device: 0),
+        from kljit import _ops
+
+        self.patches = [mock.patch.object(_ops, "REQUIRE_CUDA", False),
+                        mock.patch.object(_ops, "stream", lambda device: 0),
                         mock.patch.object(_lib, "get_plan", get_plan)]
         for p in self.patches:
             p.start()
             self.addCleanup(p.stop)
+        # the binding remembers checked calls with their plans: forget the real or fake ones
+        _lib.clear_plan_cache()
+        self.addCleanup(_lib.clear_plan_cache)
 
     def inputs(self, teacher: str = "dense_probs", n: int = 6, dtype: Any = None) -> Dict:
         t = self.torch
@@ -254,6 +267,68 @@ class PlumbingTest(unittest.TestCase):
         self.assertIsNotNone(head.weight.grad)
         self.assertIsNotNone(head.bias.grad)
         self.assertIn("mode=two_phase", repr(head))
+
+    def test_teacher_form_is_a_keyword_beside_the_teacher_tensor(self) -> None:
+        t = self.torch
+        inp = self.inputs()
+        zt = t.randn(6, 40)
+        loss = self.kljit.fused_linear_kl_div(inp["x"], inp["w"], zt, bias=inp["b"],
+                                              teacher_form="dense_logits", temperature=2.0)
+        self.assertEqual(self.plans[-1].problem.teacher, _lib.TeacherForm.DENSE_LOGITS)
+        ref = self.reference({**inp, "teacher": zt},
+                             config=_checks.LossConfig(teacher="dense_logits", temperature=2.0))
+        self.assert_close(loss, ref["loss"], "loss")
+        with self.assertRaises(TypeError):
+            self.kljit.fused_linear_kl_div(inp["x"], inp["w"], zt, teacher_form="dense_logits",
+                                           teacher_forms="x")
+        self.assertEqual(self.kljit.FusedLinearKLDivLoss(teacher_form="sparse_topk")
+                         .config.teacher, "sparse_topk")
+
+    def test_an_fp32_master_weight_with_bf16_input_computes_in_bf16_and_returns_fp32_grads(
+            self) -> None:
+        t = self.torch
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            x16 = inp["x"].detach().to(t.bfloat16).requires_grad_()
+            self.kljit.fused_linear_kl_div(x16, inp["w"], inp["teacher"], bias=inp["b"],
+                                           mode=mode).backward()
+            pb = self.plans[-1].problem
+            self.assertEqual((pb.input_dtype, pb.weight_dtype, pb.grad_weight_dtype),
+                             (_lib.DType.BF16, _lib.DType.BF16, _lib.DType.FP32), mode)
+            self.assertEqual(pb.grad_weight_accum, _lib.GradWeightAccum.FP32, mode)
+            self.assertEqual((x16.grad.dtype, inp["w"].grad.dtype, inp["b"].grad.dtype),
+                             (t.bfloat16, t.float32, t.float32), mode)
+
+    def test_autocast_casts_the_input_and_keeps_the_fp32_weight(self) -> None:
+        t = self.torch
+        inp = self.inputs()
+        with t.autocast("cpu", dtype=t.bfloat16):
+            loss = self.loss(inp)
+        loss.backward()
+        pb = self.plans[-1].problem
+        self.assertEqual((pb.input_dtype, pb.grad_weight_dtype), (_lib.DType.BF16, _lib.DType.FP32))
+        self.assertEqual((inp["x"].grad.dtype, inp["w"].grad.dtype), (t.float32, t.float32))
+
+    def test_grad_scale_reaches_the_library_and_backward_divides_it_out(self) -> None:
+        t = self.torch
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            loss = self.loss(inp, mode=mode, grad_scale=1024.0)
+            loss.backward(t.tensor(2048.0))
+            self.assertEqual(self.plans[-1].calls[-1]["grad_scale"], 1024.0, mode)
+            ref = self.reference(inp, t.tensor(2048.0))
+            self.assert_close(inp["x"].grad, ref["grad_input"], mode + " dX")
+            self.assert_close(inp["w"].grad, ref["grad_weight"], mode + " dW")
+        with self.assertRaises(ValueError):
+            self.loss(self.inputs(), grad_scale=float("inf"))
+
+    def test_fp16_two_phase_takes_a_large_upstream_gradient_out_of_g(self) -> None:
+        t = self.torch
+        inp = self.inputs(dtype=t.float16)
+        self.loss(inp, mode="two_phase").backward(t.tensor(3000.0))
+        call = self.plans[-1].calls[-1]
+        self.assertEqual(call["grad_scale"], 4096.0)  # the power of two >= 3000
+        self.assertAlmostEqual(float(call["go"]), 3000.0 / 4096.0, places=6)
 
 
 if __name__ == "__main__":

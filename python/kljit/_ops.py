@@ -1,0 +1,477 @@
+"""The loss as torch.library custom ops, so torch.compile sees one opaque op and no graph break.
+
+Four ops, each with a fake (meta) kernel that gives the output shapes without running:
+
+    kljit::fused(input, weight, bias?, teacher?, ids?, values?, labels?, key, T, grad_scale,
+                 want_dx, want_dw) -> (loss, dx, dw, db)
+        kljit_fused: loss and the gradients of the loss itself (times grad_scale).
+    kljit::scale_grads_(grad_output, dx, dw, db, key, grad_scale) -> ()
+        the fused mode's backward: dx, dw, db *= grad_output / grad_scale, in place, on the
+        device (kljit_scale_grads; an exact 1 costs no pass over the gradients).
+    kljit::two_phase(input, weight, bias?, teacher?, ids?, values?, labels?, key, T)
+        -> (loss, saved)                                     kljit_forward
+    kljit::two_phase_grads(grad_output, input, ..., saved, key, T, grad_scale, want_dx,
+                           want_dw, want_db) -> (dx, dw, db) kljit_backward
+
+`key` is the LossConfig as JSON (a constant in a compiled graph). A gradient that is not wanted
+comes back as an empty tensor. The weight may be fp32 with fp16/bf16 input (mixed precision):
+the op casts it once per call to the input dtype and writes dW and db in fp32, accumulated in
+fp32 by the library with no V x H buffer. This module has no `from __future__ import
+annotations`: torch.library reads the type hints as objects.
+"""
+
+import json
+import math
+import os
+from functools import lru_cache
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._checks import WORKSPACE_ALIGN, CallSpec, LossConfig, check_call, check_workspace
+from ._lib import (EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, SAVED_HDR_FLOATS, SAVED_ROW_FLOATS,
+                   Args, Mode, Plan)
+
+#: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
+#: plumbing on CPU tensors against a fake library).
+REQUIRE_CUDA = True
+
+#: "auto" dW accumulation: in the weight's own dtype up to this many token chunks (each chunk
+#: adds one rounding of dW; Liger rounds once per 1024 tokens), else in an fp32 V x H buffer.
+AUTO_MAX_CHUNKS = 8
+
+
+@lru_cache(maxsize=256)
+def _config(key: str) -> LossConfig:
+    return LossConfig(**json.loads(key))
+
+
+def call_chunk_rows(plan_chunk_rows: int, rows: int) -> int:
+    """The chunk a call of `rows` rows runs with: the plan's, capped at a quarter of the rows
+    rounded up to 256 (prob_chunk_rows in src/problem.c; KLJIT_CHUNK_ROWS lifts the cap)."""
+    if os.environ.get("KLJIT_CHUNK_ROWS", "").strip().isdigit():
+        return plan_chunk_rows
+    return min(plan_chunk_rows, ((rows + 3) // 4 + 255) // 256 * 256)
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    return None if t is None or t.numel() == 0 else t.data_ptr()
+
+
+def stream(device: torch.device) -> int:
+    """The current CUDA stream of `device`, as the integer kljit takes."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _empty(like: Tensor) -> Tensor:
+    return like.new_empty((0,))
+
+
+class Call:
+    """One checked call: its spec, its plan (with dW accumulation resolved), its tensors in
+    the compute dtype."""
+
+    def __init__(self, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                 teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
+                 labels: Optional[Tensor], temperature: float,
+                 checked: Optional[Tuple[CallSpec, Plan]] = None) -> None:
+        if checked is None:
+            config = _config(key)
+            spec = check_call(config, input, weight, teacher, bias=bias, labels=labels,
+                              teacher_ids=ids, teacher_values=values,
+                              temperature=None if temperature != temperature else temperature,
+                              require_cuda=REQUIRE_CUDA)
+            checked = spec, self._plan(spec)
+        self.checked = checked
+        self.spec: CallSpec = checked[0]
+        self.plan: Plan = checked[1]
+        # Mixed precision: one cast of the fp32 master weight (and bias) per call.
+        compute = input.dtype
+        self.weight = weight if weight.dtype == compute else weight.to(compute)
+        self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
+        self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels)
+
+    @classmethod
+    def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+             teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
+             labels: Optional[Tensor], temperature: float) -> "Call":
+        """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
+        dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
+        check_call and the plan lookup, which cost a short call more than the C call does."""
+        tensors = (input, weight, bias, teacher, ids, values, labels)
+        sig = (key, temperature, _lib.plan_cache_generation(), tuple(
+            None if t is None else (t.shape, t.dtype, t.device, t.stride(), t.data_ptr() % 16)
+            for t in tensors))
+        checked = _checked.get(sig)
+        call = cls(key, *tensors, temperature, checked)
+        if checked is None:
+            if len(_checked) >= 256:
+                _checked.clear()
+            _checked[sig] = call.checked
+        return call
+
+    @staticmethod
+    def _plan(spec: CallSpec) -> Plan:
+        device = spec.device_index or 0
+        pb = spec.problem
+        if spec.config.grad_weight_accum != "auto":
+            return _lib.get_plan(pb, device)
+        if pb.grad_weight_dtype == _lib.DType.FP32:  # fp32 into dW itself: no buffer
+            pb.grad_weight_accum = _lib.GradWeightAccum.FP32
+            return _lib.get_plan(pb, device)
+        pb.grad_weight_accum = _lib.GradWeightAccum.OUTPUT_DTYPE
+        plan = _lib.get_plan(pb, device)
+        chunk = call_chunk_rows(plan.chunk_rows(), spec.rows)
+        if math.ceil(spec.rows / chunk) <= AUTO_MAX_CHUNKS:
+            return plan
+        pb.grad_weight_accum = _lib.GradWeightAccum.FP32
+        return _lib.get_plan(pb, device)
+
+    def args(self) -> Args:
+        x, w, b, t, ids, vals, lab = self.tensors
+        return Args.init(rows=self.spec.rows, input=x.data_ptr(), weight=w.data_ptr(),
+                         bias=_ptr(b), labels=_ptr(lab), teacher=_ptr(t),
+                         teacher_ids=_ptr(ids), teacher_values=_ptr(vals),
+                         temperature=self.spec.temperature)
+
+    def workspace(self, mode: Mode, args: Args) -> Tensor:
+        size = self.plan.workspace_size(mode, self.spec.rows)
+        # CUDA's caching allocator hands out 512-byte aligned blocks; over-allocating by 255
+        # bytes makes the 256 bytes kljit needs independent of that.
+        raw = torch.empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8,
+                          device=self.tensors[0].device)
+        offset = -raw.data_ptr() % WORKSPACE_ALIGN
+        ws = raw[offset:offset + size]
+        check_workspace(ws, size)
+        args.workspace, args.workspace_size = ws.data_ptr(), size
+        return ws
+
+    def grads(self, weight: Tensor, bias: Optional[Tensor], want_dx: bool, want_dw: bool,
+              want_db: bool, args: Args) -> Tuple[Tensor, Tensor, Tensor]:
+        """dX (input dtype), dW and db (the stored weight's dtype) as wanted, pointed to by
+        args; empty tensors for the others."""
+        x = self.tensors[0]
+        dx = torch.empty_like(x, memory_format=torch.contiguous_format) if want_dx else _empty(x)
+        want_w = want_dw or (want_db and bias is not None)
+        dw = (torch.empty_like(weight, memory_format=torch.contiguous_format) if want_w
+              else _empty(weight))
+        db = (torch.empty_like(bias, memory_format=torch.contiguous_format)
+              if want_w and bias is not None else _empty(weight))
+        args.grad_input, args.grad_weight, args.grad_bias = _ptr(dx), _ptr(dw), _ptr(db)
+        args.flags = (0 if want_dx else EXEC_NO_GRAD_INPUT) | (0 if want_w else
+                                                               EXEC_NO_GRAD_WEIGHT)
+        return dx, dw, db
+
+    def loss(self) -> Tensor:
+        shape = (self.spec.rows,) if self.spec.config.reduction == "none" else ()
+        return torch.empty(shape, dtype=torch.float32, device=self.tensors[0].device)
+
+
+#: Call.make's memory: signature -> (spec, plan).
+_checked: "dict" = {}
+
+
+def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
+    return (input.shape[0],) if _config(key).reduction == "none" else ()
+
+
+# ---- fused ------------------------------------------------------------------------------
+# Each op's body is a plain function: the custom op (what torch.compile sees) wraps it, and so
+# does the eager autograd.Function (FusedFunction, TwoPhaseFunction below), which skips the
+# dispatcher's round trips: the binding's host time before the first kernel is what a short
+# call pays on top of the C call.
+
+
+def fused_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
+               teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+               teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+               temperature: float, grad_scale: float, want_dx: bool,
+               want_dw: bool) -> Tuple[Tuple[Tensor, Tensor, Tensor, Tensor], Plan]:
+    """kljit_fused: (loss, dx, dw, db) and the plan that ran."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
+    args = call.args()
+    loss = call.loss()
+    args.loss = loss.data_ptr()
+    args.grad_scale = grad_scale
+    dx, dw, db = call.grads(weight, bias, want_dx, want_dw, want_dw, args)
+    ws = call.workspace(Mode.FUSED, args)
+    call.plan.execute(Mode.FUSED, stream(input.device), args)
+    del ws
+    return (loss, dx, dw, db), call.plan
+
+
+def scale_grads_impl(plan: Optional[Plan], grad_output: Tensor, dx: Tensor, dw: Tensor,
+                     db: Tensor, rows: int, grad_scale: float) -> None:
+    """dx, dw, db *= grad_output / grad_scale in place: kljit_scale_grads when the plan has
+    it (an exact 1 costs no pass), else torch."""
+    g = grad_output.detach().to(torch.float32)
+    if grad_scale != 1.0:
+        g = g / grad_scale  # exactly 1 when the upstream gradient is the scale given
+    g = g.contiguous()
+    if plan is not None and plan.can_scale_grads():
+        args = Args.init(rows=rows, grad_input=_ptr(dx), grad_weight=_ptr(dw),
+                         grad_bias=_ptr(db))
+        args.grad_output = g.data_ptr()
+        args.flags = ((0 if dx.numel() else EXEC_NO_GRAD_INPUT)
+                      | (0 if dw.numel() else EXEC_NO_GRAD_WEIGHT))
+        plan.scale_grads(stream(g.device), args)
+        return
+    for t in (dx, dw, db):
+        if t.numel():
+            t.mul_(g)
+
+
+_FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its gradients were "
+                "computed in forward and are scaled in place); use mode='two_phase' to "
+                "backpropagate it again")
+
+
+def _fused_grads(need: Tuple[bool, ...], has_bias: bool, dx: Tensor, dw: Tensor,
+                 db: Tensor) -> Tuple[Optional[Tensor], ...]:
+    return (dx if need[0] and dx.numel() else None, dw if need[1] and dw.numel() else None,
+            db if has_bias and need[2] and db.numel() else None) + (None,) * 9
+
+
+class FusedFunction(torch.autograd.Function):
+    """Eager mode='fused': the gradients are stashed on ctx (not saved tensors) and dropped
+    before backward returns them, so autograd takes them as .grad without a copy."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                temperature: float, grad_scale: float, want_dx: bool,
+                want_dw: bool) -> Tensor:
+        (loss, dx, dw, db), plan = fused_impl(input, weight, bias, teacher, teacher_ids,
+                                              teacher_values, labels, key, temperature,
+                                              grad_scale, want_dx, want_dw)
+        ctx.stash = (dx, dw, db)
+        ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
+        ctx.has_bias = bias is not None
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+        if ctx.stash is None:
+            raise RuntimeError(_FUSED_TWICE)
+        dx, dw, db = ctx.stash
+        ctx.stash = None
+        scale_grads_impl(ctx.plan, grad_loss, dx, dw, db, ctx.rows, ctx.grad_scale)
+        return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
+
+
+@torch.library.custom_op("kljit::fused", mutates_args=())
+def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
+          teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+          labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
+          want_dx: bool, want_dw: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    out, plan = fused_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                           key, temperature, grad_scale, want_dx, want_dw)
+    _fused_plans[_grads_key(key, *out[1:])] = plan
+    return out
+
+
+@fused.register_fake
+def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
+                temperature, grad_scale, want_dx, want_dw):
+    loss = input.new_empty(_loss_shape(key, input), dtype=torch.float32)
+    dx = torch.empty_like(input) if want_dx else _empty(input)
+    dw = torch.empty_like(weight) if want_dw else _empty(weight)
+    db = torch.empty_like(bias) if want_dw and bias is not None else _empty(weight)
+    return loss, dx, dw, db
+
+
+@torch.library.custom_op("kljit::scale_grads_", mutates_args=("dx", "dw", "db"))
+def scale_grads_(grad_output: Tensor, dx: Tensor, dw: Tensor, db: Tensor, key: str,
+                 rows: int, grad_scale: float) -> None:
+    scale_grads_impl(_fused_plans.get(_grads_key(key, dx, dw, db)), grad_output, dx, dw, db,
+                     rows, grad_scale)
+
+
+@scale_grads_.register_fake
+def _scale_grads_fake(grad_output, dx, dw, db, key, rows, grad_scale):
+    return None
+
+
+#: The plan kljit::fused last ran for each (key, gradient dtypes and shapes): kljit_scale_grads
+#: needs a plan of the dtypes and sizes that wrote the gradients (any such plan will do).
+_fused_plans: "dict" = {}
+
+
+def _grads_key(key: str, dx: Tensor, dw: Tensor, db: Tensor) -> Tuple[Any, ...]:
+    return (key, dx.dtype, dx.shape[-1:], dw.dtype, tuple(dw.shape), db.numel() > 0)
+
+
+def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
+    _, dx, dw, db = output
+    ctx.save_for_backward(dx, dw, db)
+    ctx.key, ctx.rows, ctx.grad_scale = inputs[7], inputs[0].shape[0], inputs[9]
+    ctx.has_bias = inputs[2] is not None
+    ctx.used = False
+
+
+def _fused_backward(ctx: Any, grad_loss: Tensor, *_: Any) -> Tuple[Optional[Tensor], ...]:
+    if ctx.used:
+        raise RuntimeError(_FUSED_TWICE)
+    if not torch.compiler.is_compiling():
+        ctx.used = True
+    dx, dw, db = ctx.saved_tensors
+    scale_grads_(grad_loss, dx, dw, db, ctx.key, ctx.rows, ctx.grad_scale)
+    return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
+
+
+fused.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+# ---- two-phase --------------------------------------------------------------------------
+
+
+def _saved_floats(rows: int) -> int:
+    return SAVED_HDR_FLOATS + SAVED_ROW_FLOATS * rows
+
+
+def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                   teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                   teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                   temperature: float) -> Tuple[Tensor, Tensor]:
+    """kljit_forward: (loss, saved)."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
+    args = call.args()
+    loss = call.loss()
+    rows = call.spec.rows
+    nbytes = call.plan.saved_size(rows)
+    if nbytes != 4 * _saved_floats(rows):
+        raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
+                              f"{nbytes} bytes; the binding's fake kernel assumes "
+                              f"{4 * _saved_floats(rows)}")
+    saved = torch.empty(_saved_floats(rows), dtype=torch.float32, device=input.device)
+    args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
+    ws = call.workspace(Mode.FORWARD, args)
+    call.plan.execute(Mode.FORWARD, stream(input.device), args)
+    del ws
+    return loss, saved
+
+
+def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
+    """The power of two kljit_backward takes out of the upstream gradient (args.grad_scale) so
+    that fp16 G stays finite: grad_scale when the caller gave one, else, for fp16 only, the
+    smallest power of two >= max |g| (one read of it on the host)."""
+    if grad_scale != 1.0 or not half:
+        return grad_scale
+    top = float(g.abs().max()) if g.numel() else 0.0
+    if not math.isfinite(top) or top <= 1.0:
+        return 1.0
+    return float(2.0 ** math.ceil(math.log2(top)))
+
+
+def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
+                         bias: Optional[Tensor], teacher: Optional[Tensor],
+                         teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+                         labels: Optional[Tensor], saved: Tensor, key: str, temperature: float,
+                         grad_scale: float, want_dx: bool, want_dw: bool,
+                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """kljit_backward: (dx, dw, db), empty where not wanted."""
+    call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                     temperature)
+    # kljit_backward takes dL_outer/dloss as fp32: one value, or one per row for NONE; fp16
+    # G takes it divided by `lift`, which the GEMMs multiply back in fp32.
+    g = grad_output.detach().to(torch.float32)
+    lift = _upstream_lift(g, grad_scale, input.dtype == torch.float16)
+    if lift != 1.0:
+        g = g / lift
+    g = g.contiguous()
+    args = call.args()
+    args.saved, args.grad_output, args.grad_scale = saved.data_ptr(), g.data_ptr(), lift
+    dx, dw, db = call.grads(weight, bias, want_dx, want_dw, want_db, args)
+    ws = call.workspace(Mode.BACKWARD, args)
+    call.plan.execute(Mode.BACKWARD, stream(input.device), args)
+    del ws
+    return dx, dw, db
+
+
+def _two_phase_backward_with(grads_fn: Any, ctx: Any,
+                             grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+    x, w, b, t, ids, vals, lab, saved = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    want_dx, want_dw, want_db = need[0], need[1], b is not None and need[2]
+    if not (want_dx or want_dw or want_db):
+        return (None,) * 10
+    dx, dw, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
+                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db)
+    return ((dx if want_dx else None), (dw if want_dw else None), (db if want_db else None)
+            ) + (None,) * 7
+
+
+class TwoPhaseFunction(torch.autograd.Function):
+    """Eager mode='two_phase'."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
+                temperature: float, grad_scale: float) -> Tensor:
+        loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
+                                     teacher_values, labels, key, temperature)
+        ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
+                              labels, saved)
+        ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+        return _two_phase_backward_with(two_phase_grads_impl, ctx, grad_loss)
+
+
+@torch.library.custom_op("kljit::two_phase", mutates_args=())
+def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
+              teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+              labels: Optional[Tensor], key: str, temperature: float,
+              grad_scale: float) -> Tuple[Tensor, Tensor]:
+    """grad_scale is not used here: it is what backward divides the upstream gradient by."""
+    return two_phase_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                          key, temperature)
+
+
+@two_phase.register_fake
+def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
+                    temperature, grad_scale):
+    return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
+            input.new_empty((_saved_floats(input.shape[0]),), dtype=torch.float32))
+
+
+@torch.library.custom_op("kljit::two_phase_grads", mutates_args=())
+def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                    teacher_values: Optional[Tensor], labels: Optional[Tensor], saved: Tensor,
+                    key: str, temperature: float, grad_scale: float, want_dx: bool,
+                    want_dw: bool, want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return two_phase_grads_impl(grad_output, input, weight, bias, teacher, teacher_ids,
+                                teacher_values, labels, saved, key, temperature, grad_scale,
+                                want_dx, want_dw, want_db)
+
+
+@two_phase_grads.register_fake
+def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
+                          teacher_values, labels, saved, key, temperature, grad_scale,
+                          want_dx, want_dw, want_db):
+    want_w = want_dw or (want_db and bias is not None)
+    return (torch.empty_like(input) if want_dx else _empty(input),
+            torch.empty_like(weight) if want_w else _empty(weight),
+            torch.empty_like(bias) if want_w and bias is not None else _empty(weight))
+
+
+def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
+    x, w, b, t, ids, vals, lab = inputs[:7]
+    ctx.save_for_backward(x, w, b, t, ids, vals, lab, output[1])
+    ctx.key, ctx.temperature, ctx.grad_scale = inputs[7], inputs[8], inputs[9]
+
+
+def _two_phase_backward(ctx: Any, grad_loss: Tensor, _saved: Any) -> Tuple[Optional[Tensor], ...]:
+    return _two_phase_backward_with(two_phase_grads, ctx, grad_loss)
+
+
+two_phase.register_autograd(_two_phase_backward, setup_context=_two_phase_setup)

@@ -1,0 +1,64 @@
+/* unit_chunk.c — a call's chunk and workspace without a GPU: the chunk is the tuning's but at
+ * most a quarter of the call's rows (rounded up to 256), so a short call's workspace stays
+ * under the N x V x 2 bytes a chunked autograd loss (Liger's) holds for the same call; long
+ * calls and a chunk size the context's options fix keep the tuning's chunk. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "kljit.h"
+#include "problem.h"
+
+static kljit_problem dense(int64_t hidden, int64_t vocab) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = hidden, pb.vocab = vocab;
+  return pb;
+}
+
+static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
+  const kljit_problem pb = dense(4096, 128256);
+  const prob_tuning t = prob_estimate(&pb, 132, 90);
+  prob_geometry g;
+  TH_OK(prob_geometry_make(&pb, &t, &g));
+  const int64_t T = t.chunk_rows;
+  TH_CHECK(T >= 512);
+  TH_CHECK(prob_chunk_rows(&g, 2048) == 512);
+  TH_CHECK(prob_chunk_rows(&g, 2049) == 768);  /* ceil(2049 / 4) = 513, up to 768 */
+  TH_CHECK(prob_chunk_rows(&g, 100) == 256);
+  TH_CHECK(prob_chunk_rows(&g, 8192) == (T < 2048 ? T : 2048));
+  TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T); /* long calls keep the tuning's */
+  g.chunk_fixed = 1; /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
+  TH_CHECK(prob_chunk_rows(&g, 2048) == T);
+  return TH_PASS;
+}
+
+/* Liger's five dense shapes: kljit's fused workspace (bf16, fp32 logits, dW in bf16) stays
+ * below N x V x 2 bytes, what Liger keeps beyond the gradients (bench/RESULTS.md). */
+static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
+  unsetenv("KLJIT_CHUNK_ROWS");
+  const int64_t shapes[][3] = {{8192, 4096, 128256}, {4096, 4096, 128256},
+                               {2048, 4096, 128256}, {8192, 2048, 32000}, {4096, 2048, 32000}};
+  for (int i = 0; i < 5; i++) {
+    kljit_problem pb = dense(shapes[i][1], shapes[i][2]);
+    pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+    const prob_tuning t = prob_estimate(&pb, 132, 90);
+    prob_geometry g;
+    TH_OK(prob_geometry_make(&pb, &t, &g));
+    const int64_t n = shapes[i][0];
+    const size_t ws = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, n).total;
+    const size_t liger = (size_t)n * (size_t)pb.vocab * 2;
+    if (!(ws < liger))
+      fprintf(stderr, "%lld x %lld x %lld: workspace %zu bytes, N V 2 = %zu\n", (long long)n,
+              (long long)pb.hidden, (long long)pb.vocab, ws, liger);
+    TH_CHECK(ws < liger);
+  }
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"a_short_call_chunks_at_a_quarter_of_its_rows",
+     a_short_call_chunks_at_a_quarter_of_its_rows},
+    {"a_short_calls_workspace_stays_under_n_v_bf16_values",
+     a_short_calls_workspace_stays_under_n_v_bf16_values},
+};
+TH_MAIN(cases)
