@@ -74,7 +74,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   const int replaced = tune.cluster && prob_sharded(problem);
   if (replaced) tune = prob_estimate_opt(problem, ctx->sm_count, ctx->arch, &ctx->opt);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
-  p->geom.chunk_fixed = ctx->opt.chunk_rows > 0;
+  if (ctx->opt.chunk_rows > 0) p->geom.chunk_cap = 0; /* the options' chunk is obeyed */
   const kljit_dtype in = problem->input_dtype;
   gemm_types gtypes;
   gtypes.in = cuda_type(in);

@@ -1,7 +1,8 @@
-/* unit_chunk.c — a call's chunk and workspace without a GPU: the chunk is the tuning's but at
- * most a quarter of the call's rows (rounded up to 256), so a short call's workspace stays
- * under the N x V x 2 bytes a chunked autograd loss (Liger's) holds for the same call; long
- * calls and a chunk size the context's options fix keep the tuning's chunk. */
+/* unit_chunk.c — a call's chunk and workspace without a GPU: with a 16-bit dW accumulated in
+ * place, the chunk is the tuning's but at most a quarter of the call's rows (rounded up to
+ * 256), so a short call's workspace stays under the N x V x 2 bytes a chunked autograd loss
+ * (Liger's) holds for the same call; an fp32 dW, long calls and a chunk size the context's
+ * options fix keep the tuning's chunk. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,7 +17,8 @@ static kljit_problem dense(int64_t hidden, int64_t vocab) {
 }
 
 static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
-  const kljit_problem pb = dense(4096, 128256);
+  kljit_problem pb = dense(4096, 128256);
+  pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
   const prob_tuning t = prob_estimate(&pb, 132, 90);
   prob_geometry g;
   TH_OK(prob_geometry_make(&pb, &t, &g));
@@ -27,7 +29,11 @@ static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
   TH_CHECK(prob_chunk_rows(&g, 100) == 256);
   TH_CHECK(prob_chunk_rows(&g, 8192) == (T < 2048 ? T : 2048));
   TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T); /* long calls keep the tuning's */
-  g.chunk_fixed = 1; /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
+  g.chunk_cap = 0; /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
+  TH_CHECK(prob_chunk_rows(&g, 2048) == T);
+  /* an fp32 dW (the default) keeps the tuning's chunk: every extra chunk re-reads it */
+  const kljit_problem f32 = dense(4096, 128256);
+  TH_OK(prob_geometry_make(&f32, &t, &g));
   TH_CHECK(prob_chunk_rows(&g, 2048) == T);
   return TH_PASS;
 }
@@ -35,12 +41,11 @@ static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
 /* Liger's five dense shapes: kljit's fused workspace (bf16, fp32 logits, dW in bf16) stays
  * below N x V x 2 bytes, what Liger keeps beyond the gradients (bench/RESULTS.md). */
 static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
-  unsetenv("KLJIT_CHUNK_ROWS");
   const int64_t shapes[][3] = {{8192, 4096, 128256}, {4096, 4096, 128256},
                                {2048, 4096, 128256}, {8192, 2048, 32000}, {4096, 2048, 32000}};
   for (int i = 0; i < 5; i++) {
     kljit_problem pb = dense(shapes[i][1], shapes[i][2]);
-    pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
     const prob_tuning t = prob_estimate(&pb, 132, 90);
     prob_geometry g;
     TH_OK(prob_geometry_make(&pb, &t, &g));

@@ -50,7 +50,8 @@ def _config(key: str) -> LossConfig:
 
 def call_chunk_rows(plan_chunk_rows: int, rows: int) -> int:
     """The chunk a call of `rows` rows runs with: the plan's, capped at a quarter of the rows
-    rounded up to 256 (prob_chunk_rows in src/problem.c; KLJIT_CHUNK_ROWS lifts the cap)."""
+    rounded up to 256 (prob_chunk_rows in src/problem.c, which caps only a 16-bit dW accumulated
+    in place, the one case this is asked for; KLJIT_CHUNK_ROWS lifts the cap)."""
     if os.environ.get("KLJIT_CHUNK_ROWS", "").strip().isdigit():
         return plan_chunk_rows
     return min(plan_chunk_rows, ((rows + 3) // 4 + 255) // 256 * 256)
