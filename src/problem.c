@@ -24,6 +24,122 @@ static int is_float(kljit_dtype dt) {
 }
 
 #define BAD(...) err_set(KLJIT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+#define UNSUP(...) err_set(KLJIT_ERR_UNSUPPORTED, __VA_ARGS__)
+
+int64_t prob_teacher_vocab(const kljit_problem *pb) {
+  return pb->teacher_vocab ? pb->teacher_vocab : pb->vocab;
+}
+
+int64_t prob_teacher_ld(const kljit_problem *pb) {
+  return pb->teacher_ld ? pb->teacher_ld : prob_teacher_vocab(pb);
+}
+
+int prob_is_forward_kl(const kljit_problem *pb) {
+  return pb->divergence == KLJIT_DIVERGENCE_FORWARD_KL ||
+         (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0);
+}
+
+static int teacher_has_logits(kljit_teacher_form t) {
+  return t == KLJIT_TEACHER_DENSE_LOGITS || t == KLJIT_TEACHER_DENSE_HIDDEN;
+}
+
+/* 0 (off) or a finite cap in (0, MAX_SOFTCAP]: tanh(z / c) needs c well inside fp32's range. */
+static const double MAX_SOFTCAP = 1e6;
+static int softcap_ok(double c) { return c == 0.0 || (c > 0.0 && c <= MAX_SOFTCAP); }
+
+static int weight_ok(double w) { return w >= 0.0 && isfinite(w); }
+
+/* The loss-family fields (divergence, weights, softcaps, padded and online teachers): each
+ * value in range, and the combinations whose math is defined. */
+static kljit_status validate_family(const kljit_problem *pb, const char *who) {
+  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL || pb->divergence > KLJIT_DIVERGENCE_JSD)
+    return BAD("%s: divergence = %d is not a kljit_divergence", who, (int)pb->divergence);
+  if (pb->divergence == KLJIT_DIVERGENCE_JSD && !(pb->beta >= 0.0 && pb->beta <= 1.0))
+    return BAD("%s: beta = %g, must be in [0, 1] for KLJIT_DIVERGENCE_JSD", who, pb->beta);
+  if (pb->divergence != KLJIT_DIVERGENCE_JSD && pb->beta != 0.0)
+    return BAD("%s: beta = %g is set but only KLJIT_DIVERGENCE_JSD takes a beta (leave it 0)",
+               who, pb->beta);
+  if (!weight_ok(pb->hard_weight))
+    return BAD("%s: hard_weight = %g, must be finite and >= 0", who, pb->hard_weight);
+  if (!weight_ok(pb->soft_weight))
+    return BAD("%s: soft_weight = %g, must be finite and >= 0", who, pb->soft_weight);
+  if (pb->hard_weight == 0.0 && pb->soft_weight == 0.0)
+    return BAD("%s: hard_weight = soft_weight = 0: the loss would be 0 for every input", who);
+  if (!softcap_ok(pb->softcap))
+    return BAD("%s: softcap = %g, must be 0 (off) or in (0, %g]", who, pb->softcap,
+               MAX_SOFTCAP);
+  if (!softcap_ok(pb->teacher_softcap))
+    return BAD("%s: teacher_softcap = %g, must be 0 (off) or in (0, %g]", who,
+               pb->teacher_softcap, MAX_SOFTCAP);
+  if (pb->teacher_softcap != 0.0 && !teacher_has_logits(pb->teacher))
+    return BAD("%s: teacher_softcap = %g caps teacher logits: the teacher form must be "
+               "KLJIT_TEACHER_DENSE_LOGITS or KLJIT_TEACHER_DENSE_HIDDEN", who,
+               pb->teacher_softcap);
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  if (sparse && !prob_is_forward_kl(pb))
+    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs log p at "
+                 "every column where q > 0, and p is unknown off the support", who,
+                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "reverse KL" : "JSD");
+  if (pb->teacher_vocab != 0 &&
+      (pb->teacher_vocab < pb->vocab || pb->teacher_vocab > MAX_VOCAB))
+    return BAD("%s: teacher_vocab = %lld, must be 0 (= vocab) or in [vocab, %d] = [%lld, %d]",
+               who, (long long)pb->teacher_vocab, MAX_VOCAB, (long long)pb->vocab, MAX_VOCAB);
+  if (pb->teacher_ld != 0 &&
+      (pb->teacher_ld < prob_teacher_vocab(pb) || pb->teacher_ld > 2 * (int64_t)MAX_VOCAB))
+    return BAD("%s: teacher_ld = %lld, must be 0 (= teacher_vocab) or in [teacher_vocab, %d] "
+               "= [%lld, %d]", who, (long long)pb->teacher_ld, 2 * MAX_VOCAB,
+               (long long)prob_teacher_vocab(pb), 2 * MAX_VOCAB);
+  if (sparse && (pb->teacher_vocab != 0 || pb->teacher_ld != 0))
+    return UNSUP("%s: teacher_vocab / teacher_ld describe a dense teacher's rows; the sparse "
+                 "teacher's ids index the student vocabulary (ids >= vocab are skipped)", who);
+  if (prob_sharded(pb) && (pb->teacher_vocab != 0 || pb->teacher_ld != 0))
+    return UNSUP("%s: a sharded head takes its teacher columns as a contiguous [N, vocab] "
+                 "array: teacher_vocab / teacher_ld are for unsharded problems", who);
+  if (prob_sharded(pb) && pb->hard_weight != 0.0)
+    return UNSUP("%s: hard_weight = %g on a sharded head: the label's logit lives on one rank "
+                 "and the shard records do not carry it yet", who, pb->hard_weight);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    if (pb->teacher_hidden < 1 || pb->teacher_hidden > MAX_HIDDEN)
+      return BAD("%s: teacher_hidden = %lld, must be in [1, %d] for KLJIT_TEACHER_DENSE_HIDDEN",
+                 who, (long long)pb->teacher_hidden, MAX_HIDDEN);
+    if (pb->teacher_ld != 0)
+      return BAD("%s: teacher_ld = %lld: the online teacher's logits never leave the chunk "
+                 "buffer, they have no caller-side stride (leave it 0)", who,
+                 (long long)pb->teacher_ld);
+  } else {
+    if (pb->teacher_hidden != 0)
+      return BAD("%s: teacher_hidden = %lld is set but the teacher form is not "
+                 "KLJIT_TEACHER_DENSE_HIDDEN (leave it 0)", who, (long long)pb->teacher_hidden);
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
+      return BAD("%s: KLJIT_FLAG_TEACHER_BIAS is set but the teacher form is not "
+                 "KLJIT_TEACHER_DENSE_HIDDEN", who);
+  }
+  return KLJIT_SUCCESS;
+}
+
+/* What the row kernels of this build compute: a valid problem outside it is refused with
+ * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
+ * of it. */
+static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
+  static const char *const later = "is defined (include/kljit.h) but not in this build's row "
+                                   "kernels yet";
+  if (!prob_is_forward_kl(pb))
+    return UNSUP("%s: divergence %s (beta = %g) %s", who,
+                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta,
+                 later);
+  if (pb->hard_weight != 0.0 || pb->soft_weight != 1.0)
+    return UNSUP("%s: hard_weight = %g, soft_weight = %g: CE mixing %s", who, pb->hard_weight,
+                 pb->soft_weight, later);
+  if (pb->softcap != 0.0 || pb->teacher_softcap != 0.0)
+    return UNSUP("%s: softcap = %g, teacher_softcap = %g: softcapping %s", who, pb->softcap,
+                 pb->teacher_softcap, later);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
+    return UNSUP("%s: the online teacher (KLJIT_TEACHER_DENSE_HIDDEN) %s", who, later);
+  if (prob_teacher_ld(pb) != pb->vocab)
+    return UNSUP("%s: teacher_vocab = %lld, teacher_ld = %lld: a padded teacher %s", who,
+                 (long long)pb->teacher_vocab, (long long)pb->teacher_ld, later);
+  return KLJIT_SUCCESS;
+}
 
 kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
   if (!user) return BAD("%s: problem is NULL", who);
@@ -69,7 +185,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
   if (!is_float(pb->teacher_dtype))
     return BAD("%s: teacher_dtype = %d, must be KLJIT_FP32, KLJIT_FP16 or KLJIT_BF16", who,
                (int)pb->teacher_dtype);
-  if (pb->teacher < KLJIT_TEACHER_DENSE_PROBS || pb->teacher > KLJIT_TEACHER_SPARSE_TOPK)
+  if (pb->teacher < KLJIT_TEACHER_DENSE_PROBS || pb->teacher > KLJIT_TEACHER_DENSE_HIDDEN)
     return BAD("%s: teacher = %d is not a kljit_teacher_form", who, (int)pb->teacher);
   if (pb->vocab_total != 0) {
     if (pb->vocab_total < 2 || pb->vocab_total > MAX_VOCAB)
@@ -130,10 +246,12 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
     return BAD("%s: grad_weight_accum = %d is not a kljit_grad_weight_accum", who,
                (int)pb->grad_weight_accum);
   const uint32_t known = KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
-                         KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS;
+                         KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS |
+                         KLJIT_FLAG_TEACHER_BIAS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
-  return KLJIT_SUCCESS;
+  const kljit_status st = validate_family(pb, who);
+  return st ? st : kernels_support(pb, who);
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

@@ -19,6 +19,12 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who);
 int64_t prob_vocab_total(const kljit_problem *pb);
 int prob_sharded(const kljit_problem *pb);
 
+/* A dense teacher's columns (teacher_vocab, or vocab) and row stride (teacher_ld, or those
+ * columns), and whether the divergence is the forward KL (FORWARD_KL, or JSD with beta = 0). */
+int64_t prob_teacher_vocab(const kljit_problem *pb);
+int64_t prob_teacher_ld(const kljit_problem *pb);
+int prob_is_forward_kl(const kljit_problem *pb);
+
 /* The tunable choices of a plan (what wisdom stores). */
 typedef struct prob_tuning {
   int64_t chunk_rows;  /* R */

@@ -145,6 +145,7 @@ static void fill_problem(prob *p, host_rng *g) {
     double *t = p->teacher + i * v;
     switch (p->pb.teacher) {
       case KLJIT_TEACHER_DENSE_LOGITS: fill_normal(t, v, 1.5, g); break;
+      case KLJIT_TEACHER_DENSE_HIDDEN: break;
       case KLJIT_TEACHER_DENSE_PROBS: {
         double z[MAXV];
         fill_normal(z, v, 1.5, g);

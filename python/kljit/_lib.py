@@ -84,6 +84,15 @@ class TeacherForm(enum.IntEnum):
     DENSE_LOGPROBS = 2
     DENSE_LOGITS = 3
     SPARSE_TOPK = 4
+    DENSE_HIDDEN = 5
+
+
+class Divergence(enum.IntEnum):
+    """kljit_divergence."""
+
+    FORWARD_KL = 1
+    REVERSE_KL = 2
+    JSD = 3
 
 
 class TopkValues(enum.IntEnum):
@@ -147,6 +156,7 @@ FLAG_SCALE_T_SQUARED = 1 << 1
 FLAG_NATIVE_LOGITS = 1 << 2
 FLAG_ALLOW_TF32 = 1 << 3
 FLAG_CHECK_INPUTS = 1 << 4
+FLAG_TEACHER_BIAS = 1 << 5
 EXEC_ACCUMULATE_GRAD_WEIGHT = 1 << 0
 EXEC_NO_GRAD_INPUT = 1 << 1
 EXEC_NO_GRAD_WEIGHT = 1 << 2
@@ -157,6 +167,7 @@ C_ENUMERATORS: Dict[str, int] = {
     **{name: value for value, name in STATUS_NAMES.items()},
     **{f"KLJIT_{m.name}": int(m) for m in DType},
     **{f"KLJIT_TEACHER_{m.name}": int(m) for m in TeacherForm},
+    **{f"KLJIT_DIVERGENCE_{m.name}": int(m) for m in Divergence},
     **{f"KLJIT_TOPK_{m.name}": int(m) for m in TopkValues},
     **{f"KLJIT_TAIL_{m.name}": int(m) for m in Tail},
     **{f"KLJIT_REDUCTION_{m.name}": int(m) for m in Reduction},
@@ -169,6 +180,7 @@ C_ENUMERATORS: Dict[str, int] = {
     "KLJIT_FLAG_NATIVE_LOGITS": FLAG_NATIVE_LOGITS,
     "KLJIT_FLAG_ALLOW_TF32": FLAG_ALLOW_TF32,
     "KLJIT_FLAG_CHECK_INPUTS": FLAG_CHECK_INPUTS,
+    "KLJIT_FLAG_TEACHER_BIAS": FLAG_TEACHER_BIAS,
     "KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT": EXEC_ACCUMULATE_GRAD_WEIGHT,
     "KLJIT_EXEC_NO_GRAD_INPUT": EXEC_NO_GRAD_INPUT,
     "KLJIT_EXEC_NO_GRAD_WEIGHT": EXEC_NO_GRAD_WEIGHT,
@@ -212,6 +224,15 @@ class Problem(ctypes.Structure):
         ("vocab_total", ctypes.c_int64),
         ("vocab_offset", ctypes.c_int64),
         ("shards", ctypes.c_int32),
+        ("divergence", _enum),
+        ("beta", ctypes.c_double),
+        ("hard_weight", ctypes.c_double),
+        ("soft_weight", ctypes.c_double),
+        ("softcap", ctypes.c_double),
+        ("teacher_softcap", ctypes.c_double),
+        ("teacher_vocab", ctypes.c_int64),
+        ("teacher_ld", ctypes.c_int64),
+        ("teacher_hidden", ctypes.c_int64),
     ]
 
     #: KLJIT_PROBLEM_INIT, field by field.
@@ -239,6 +260,15 @@ class Problem(ctypes.Structure):
         "vocab_total": 0,
         "vocab_offset": 0,
         "shards": 1,
+        "divergence": Divergence.FORWARD_KL,
+        "beta": 0.0,
+        "hard_weight": 0.0,
+        "soft_weight": 1.0,
+        "softcap": 0.0,
+        "teacher_softcap": 0.0,
+        "teacher_vocab": 0,
+        "teacher_ld": 0,
+        "teacher_hidden": 0,
     }
 
     @classmethod
@@ -321,7 +351,7 @@ class Args(ctypes.Structure):
 
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
-_PROBLEM_SIZE = 144
+_PROBLEM_SIZE = 208
 _ARGS_SIZE = 152
 
 
