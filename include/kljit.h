@@ -36,6 +36,10 @@
  *   column where q > 0, and p is unknown off the support.
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
+ *   What this build's plans compute: the forward KL (and JSD with beta = 0), softcaps (dense
+ *   teachers) and padded dense teachers. The reverse KL, JSD with beta > 0, CE mixing
+ *   (hard_weight != 0 or soft_weight != 1) and DENSE_HIDDEN are defined here (and in the tests'
+ *   fp64 reference) but plans refuse them with KLJIT_ERR_UNSUPPORTED until the kernels have them.
  *
  * Conventions
  * -----------

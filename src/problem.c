@@ -130,14 +130,11 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   if (pb->hard_weight != 0.0 || pb->soft_weight != 1.0)
     return UNSUP("%s: hard_weight = %g, soft_weight = %g: CE mixing %s", who, pb->hard_weight,
                  pb->soft_weight, later);
-  if (pb->softcap != 0.0 || pb->teacher_softcap != 0.0)
-    return UNSUP("%s: softcap = %g, teacher_softcap = %g: softcapping %s", who, pb->softcap,
-                 pb->teacher_softcap, later);
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK && pb->softcap != 0.0)
+    return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
+                 "kernels have it)", who, pb->softcap, later);
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
     return UNSUP("%s: the online teacher (KLJIT_TEACHER_DENSE_HIDDEN) %s", who, later);
-  if (prob_teacher_ld(pb) != pb->vocab)
-    return UNSUP("%s: teacher_vocab = %lld, teacher_ld = %lld: a padded teacher %s", who,
-                 (long long)pb->teacher_vocab, (long long)pb->teacher_ld, later);
   return KLJIT_SUCCESS;
 }
 
@@ -377,6 +374,9 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
   r->vtot = prob_vocab_total(pb);
   r->offset = pb->vocab_offset;
+  r->tld = prob_teacher_ld(pb);
+  r->softcap = pb->softcap;
+  r->tsoftcap = pb->teacher_softcap;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
       return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
@@ -392,6 +392,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   kspec *h = &g->helpers;
   *h = *r;
   h->family = KSPEC_HELPERS;
+  h->tld = 0, h->softcap = h->tsoftcap = 0.0; /* the helpers never see logits or the teacher */
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;

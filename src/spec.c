@@ -59,6 +59,9 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pn("TT", k->tt_same ? 1.0 : k->tt);
     out[n++] = pn("EPS", k->eps);
     out[n++] = pb("CHECK", k->check);
+    if (k->tld && k->tld != k->v) out[n++] = pi("TLD", k->tld);
+    if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
+    if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);

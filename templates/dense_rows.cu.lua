@@ -42,6 +42,11 @@
 %--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
 %--   EPS      (0, 1e-3): floor of p inside log p
 %--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
+%-- Optional (absent: the plain problem, whose source they leave byte for byte unchanged):
+%--   TLD      teacher row stride >= V (a padded teacher: columns [V, TLD) are never read)
+%--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
+%--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
+%--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
@@ -65,7 +70,21 @@
 %-- Vector width: one 16-byte load of logits per step; the teacher is read with the same
 %-- element count, vectorized only when every row start stays aligned (V % VEC == 0).
 %local VEC = 16 // size[P.LOGIT]
-%local TALIGNED = (P.V % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%local TLD = P.TLD or P.V
+%if type(TLD) ~= "number" or TLD < P.V then reject("TLD must be >= V") end
+%if P.SOFTCAP ~= nil and not (P.SOFTCAP > 0 and P.SOFTCAP < math.huge) then
+%  reject("SOFTCAP must be > 0")
+%end
+%if P.TSOFTCAP ~= nil and
+%   not (P.TEACHER == "logits" and P.TSOFTCAP > 0 and P.TSOFTCAP < math.huge) then
+%  reject("TSOFTCAP must be > 0 and needs TEACHER = logits")
+%end
+%-- the teacher row stride as written in the source: the V of the plain problem, else TLD
+%local TSTRIDE = P.TLD and tostring(TLD) or "V"
+%local TROW = "teacher + row * " .. TSTRIDE
+%-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
+%local KCAP = P.SOFTCAP and ", kcap" or ""
+%local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
@@ -181,6 +200,19 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
 #endif
     }
   }
+%if P.SOFTCAP or P.TSOFTCAP then
+  /* softcaps on the loaded columns only: a missing column stays -inf (it must add nothing) */
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (FULL || v + i < V) {
+%  if P.SOFTCAP then
+      s[i] = {{ f32(P.SOFTCAP) }} * tanhf(s[i] * {{ f32(1.0 / P.SOFTCAP) }});
+%  end
+%  if P.TSOFTCAP then
+      t[i] = {{ f32(P.TSOFTCAP) }} * tanhf(t[i] * {{ f32(1.0 / P.TSOFTCAP) }});
+%  end
+    }
+%end
 #pragma unroll
   for (int i = 0; i < VEC; i++) s[i] *= invT;
 }
@@ -294,6 +326,9 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
 template <int MODE>
 __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&t)[VEC],
                                            const row_t& rs, float invTT, float gscale,
+%if P.SOFTCAP then
+                                           float kcap,
+%end
                                            float& loss, float (&gv)[VEC]) {
 #pragma unroll
   for (int i = 0; i < VEC; i++) {
@@ -311,6 +346,10 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 #endif
     if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - logq); /* as tests/ref.c */
     gv[i] = gscale * (rs.sp * fexp(logq) - p);
+%if P.SOFTCAP then
+    const float th = s[i] * kcap; /* tanh(z / c) */
+    gv[i] *= 1.0f - th * th;
+%end
   }
 }
 
@@ -378,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const float invTT = 1.0f;
 #endif
   float rec[5];
-  stats_range(z + (i64)r * LD, teacher + row * V, bias, seg_begin(), seg_end(), INV_T(hdr),
+  stats_range(z + (i64)r * LD, {{ TROW }}, bias, seg_begin(), seg_end(), INV_T(hdr),
               invTT, sh_md, sh_f, rec);
   if (threadIdx.x == 0)
     for (int k = 0; k < 5; k++) out[k] = rec[k];
@@ -434,7 +473,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const float invTT = 1.0f;
 #endif
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
-  const teach_t* tr = teacher + row * V;
+%if P.SOFTCAP then
+  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
+%end
+  const teach_t* tr = teacher + row * {{ TSTRIDE }};
   float loss = 0.0f;
 #if INPLACE
   for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
@@ -452,7 +494,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, gscale, loss, gv);
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, gscale{{ KCAP }}, loss, gv);
       if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
       else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
     }
@@ -465,7 +507,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       load_cols<true>(zr, tr, bias, v, invT, s, t);
     else
       load_cols<false>(zr, tr, bias, v, invT, s, t);
-    elem_terms<MODE>(s, t, rs, invTT, gscale, loss, gv);
+    elem_terms<MODE>(s, t, rs, invTT, gscale{{ KCAP }}, loss, gv);
     if (MODE != MODE_FORWARD) {
       if (v < vfull)
         store_cols<true>(gr, v, gv);
@@ -537,7 +579,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 #else
   const float invTT = 1.0f;
 #endif
-  const teach_t* tr = teacher + row * V;
+  const teach_t* tr = teacher + row * {{ TSTRIDE }};
   const int v0 = seg_begin(), v1 = seg_end();
   /* the whole segment into registers: NV independent vector loads per thread in flight */
   float s[NV][VEC], t[NV][VEC];
@@ -589,12 +631,15 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     rs = sh_row;
   }
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
+%if P.SOFTCAP then
+  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
+%end
   float loss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
     const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
     float gv[VEC];
-    elem_terms<MODE>(s[j], t[j], rs, invTT, gscale, loss, gv);
+    elem_terms<MODE>(s[j], t[j], rs, invTT, gscale{{ KCAP }}, loss, gv);
     if (MODE != MODE_FORWARD) {
       if (v + VEC <= v1)
         store_cols<true>(gr, v, gv);
@@ -663,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(256)
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
   int bad = 0;
   for (int v = threadIdx.x; v < V && !bad; v += 256) {
-    const float t = to_f32(teacher[row * V + v]);
+    const float t = to_f32(teacher[row * {{ TSTRIDE }} + v]);
     const bool finite = (__float_as_uint(t) & 0x7f800000u) != 0x7f800000u;
 #if defined(TEACHER_PROBS)
     if (!finite) bad = 3;

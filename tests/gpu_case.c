@@ -32,13 +32,19 @@ static const char *rname(kljit_reduction r) {
                                         : r == KLJIT_REDUCTION_MEAN        ? "mean" : "none";
 }
 
-/* Random teacher rows in the form asked, as doubles. */
+/* The row stride of the dense teacher: tld, or V. */
+static int64_t teacher_ld(const gcase *c) { return c->tld ? c->tld : c->v; }
+
+/* Random teacher rows in the form asked, as doubles (rows teacher_ld apart). */
 static void make_teacher(const gcase *c, host_rng *rng, double *t) {
   for (int64_t i = 0; i < c->n; i++) {
-    double *row = t + i * c->v;
+    double *row = t + i * teacher_ld(c);
+    for (int64_t v = c->v; v < teacher_ld(c); v++)
+      row[v] = c->form == KLJIT_TEACHER_DENSE_PROBS ? 0.9 : 40.0;
     double mx = -INFINITY, sum = 0;
     for (int64_t v = 0; v < c->v; v++) {
-      row[v] = 2.0 * host_normal(rng);
+      /* teacher logits as large as the student's where a teacher softcap is tested */
+      row[v] = (c->teacher_softcap > 0 ? c->zstd : 2.0) * host_normal(rng);
       mx = fmax(mx, row[v]);
     }
     if (c->form == KLJIT_TEACHER_DENSE_LOGITS) continue;
@@ -123,13 +129,15 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   pb.reduction = c->red;
   pb.flags = c->flags | (c->bias ? KLJIT_FLAG_BIAS : 0);
   pb.grad_weight_dtype = c->gw;
+  pb.softcap = c->softcap, pb.teacher_softcap = c->teacher_softcap;
+  pb.teacher_vocab = pb.teacher_ld = c->tld;
   pb.label_dtype = (case_seed & 1) ? KLJIT_INT32 : KLJIT_INT64;
   kljit_plan *plan = NULL;
   TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
 
   const int64_t n = c->n, h = c->h, v = c->v;
   double *x = malloc(sizeof(double) * n * h), *w = malloc(sizeof(double) * v * h);
-  const int64_t tn = sparse ? n * c->k : n * v; /* teacher elements */
+  const int64_t tn = sparse ? n * c->k : n * teacher_ld(c); /* teacher elements */
   double *b = malloc(sizeof(double) * v), *t = malloc(sizeof(double) * tn);
   int64_t *ids = sparse ? malloc(sizeof(int64_t) * tn) : NULL;
   double *dx = calloc(n * h, sizeof(double)), *dw = calloc(v * h, sizeof(double));
@@ -281,13 +289,16 @@ int gcase_check(const gcase *c) {
   const double tl = native ? 2e-2 : 1e-5;
   const double tg = c->dt == KLJIT_FP32 ? 1e-5 : native ? 2e-2 : 5e-3;
   const int ok = e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg && e.db <= tg;
-  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d | "
-         "loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
+  char fam[64] = "";
+  if (c->softcap > 0 || c->teacher_softcap > 0 || c->tld)
+    snprintf(fam, sizeof fam, " cap=%g tcap=%g tld=%lld", c->softcap, c->teacher_softcap,
+             (long long)c->tld);
+  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s"
+         " | loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
          ok ? "ok" : "FAIL", fname(c), dname(c->dt), dname(c->tdt), c->T,
          c->tmode == KLJIT_TEMPERATURE_RUNTIME ? "runtime" : "const", rname(c->red),
          c->fused ? "fused" : "2ph", (long long)c->n, (long long)c->v, c->k, c->bias, c->labels,
-         e.loss,
-         e.rows, tl, e.dx, e.dw, e.db, tg);
+         fam, e.loss, e.rows, tl, e.dx, e.dw, e.db, tg);
   return ok ? TH_PASS : TH_FAIL;
 }
 
