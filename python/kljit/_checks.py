@@ -22,6 +22,7 @@ from ._lib import (
     FLAG_CHECK_INPUTS,
     FLAG_NATIVE_LOGITS,
     FLAG_SCALE_T_SQUARED,
+    Divergence,
     DType,
     GradWeightAccum,
     Problem,
@@ -46,6 +47,8 @@ REDUCTIONS = {
     "none": Reduction.NONE,
 }
 TAILS = {"none": Tail.NONE, "renorm": Tail.RENORM, "bucket": Tail.BUCKET}
+DIVERGENCES = {"forward_kl": Divergence.FORWARD_KL, "reverse_kl": Divergence.REVERSE_KL,
+               "jsd": Divergence.JSD}
 TOPK_VALUES = {"probs": TopkValues.PROBS, "logprobs": TopkValues.LOGPROBS}
 TEMPERATURE_MODES = {"constant": TemperatureMode.CONSTANT, "runtime": TemperatureMode.RUNTIME}
 GRAD_WEIGHT_ACCUMS = {"fp32": GradWeightAccum.FP32, "output": GradWeightAccum.OUTPUT_DTYPE}
@@ -109,6 +112,14 @@ class LossConfig:
     check_inputs: checked mode (NaN teacher, bad ids reported as KLJIT_ERR_BAD_INPUT_DATA).
     grad_weight_accum: 'fp32' (dW accumulated in fp32 across token chunks, then converted to
         the weight dtype) or 'output' (in the weight dtype: no V*H fp32 buffer, more rounding).
+    divergence, beta: 'forward_kl' (the default), 'reverse_kl' or 'jsd' with beta in [0, 1]
+        (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math).
+    hard_weight, soft_weight: loss = hard_weight * CE(labels) + soft_weight * divergence.
+    softcap, teacher_softcap: logit caps c (z -> c tanh(z / c)); 0 is none. The teacher's cap
+        applies to teacher logits ('dense_logits').
+    A dense teacher may have more columns than the weight has rows (a padded vocabulary,
+    teacher [N, Vt] with Vt >= V): its columns past V are excluded.
+    The library refuses (KljitError, KLJIT_ERR_UNSUPPORTED) what its kernels do not compute yet.
     """
 
     teacher: Optional[str] = None
@@ -126,6 +137,12 @@ class LossConfig:
     allow_tf32: bool = False
     check_inputs: bool = False
     grad_weight_accum: str = "fp32"
+    divergence: str = "forward_kl"
+    beta: float = 0.0
+    hard_weight: float = 0.0
+    soft_weight: float = 1.0
+    softcap: float = 0.0
+    teacher_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.teacher is not None:
@@ -149,6 +166,18 @@ class LossConfig:
         _choice("topk_values", self.topk_values, tuple(TOPK_VALUES))
         _choice("tail", self.tail, tuple(TAILS))
         _choice("grad_weight_accum", self.grad_weight_accum, tuple(GRAD_WEIGHT_ACCUMS))
+        _choice("divergence", self.divergence, tuple(DIVERGENCES))
+        for name in ("beta", "hard_weight", "soft_weight", "softcap", "teacher_softcap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if self.beta > 1 or (self.beta and self.divergence != "jsd"):
+            raise ValueError(f"beta must be in [0, 1] and needs divergence='jsd', got "
+                             f"{self.beta!r} with {self.divergence!r}")
+        if self.hard_weight == 0 and self.soft_weight == 0:
+            raise ValueError("hard_weight and soft_weight are both 0: the loss would be 0")
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -285,9 +314,11 @@ def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
 
 def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
-                 label_dtype: str = "int64") -> Problem:
+                 label_dtype: str = "int64", teacher_vocab: int = 0) -> Problem:
     """The kljit_problem of a call. dW comes out in the weight dtype (what autograd wants),
-    accumulated in fp32 unless config.grad_weight_accum is 'output'."""
+    accumulated in fp32 unless config.grad_weight_accum is 'output'. teacher_vocab: the dense
+    teacher's columns (0 or vocab: unpadded)."""
+    teacher_vocab = teacher_vocab or vocab
     if config.teacher is None:
         raise ValueError("config.teacher must be set (see infer_teacher)")
     flags = ((FLAG_BIAS if bias else 0) | (FLAG_SCALE_T_SQUARED if config.scale_t_squared else 0)
@@ -318,6 +349,14 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
         grad_weight_dtype=DTYPES[input_dtype],
         grad_weight_accum=GRAD_WEIGHT_ACCUMS[config.grad_weight_accum],
         flags=flags,
+        divergence=DIVERGENCES[config.divergence],
+        beta=float(config.beta),
+        hard_weight=float(config.hard_weight),
+        soft_weight=float(config.soft_weight),
+        softcap=float(config.softcap),
+        teacher_softcap=float(config.teacher_softcap),
+        teacher_vocab=teacher_vocab if teacher_vocab != vocab else 0,
+        teacher_ld=teacher_vocab if teacher_vocab != vocab else 0,
     )
 
 
@@ -350,7 +389,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         rules.append((TensorRule("teacher_values", ("N", "K"), FLOAT_DTYPES, TENSOR_ALIGN),
                       teacher_values))
     else:
-        rules.append((TensorRule("teacher", ("N", "V"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
+        # Vt: a padded teacher may have more columns than V (checked below)
+        rules.append((TensorRule("teacher", ("N", "Vt"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
     for rule, tensor in rules:
         if rule.align == 1 and _is_tensor(tensor):  # element-size alignment
             rule.align = ELEMENT_SIZE.get(dtype_name(tensor), 1)
@@ -364,6 +404,10 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         raise ValueError("input has H = 0 columns")
     if v < 2:
         raise ValueError(f"weight has V = {v} rows; the vocabulary needs at least 2")
+    vt = dims.get("Vt", v)
+    if vt < v:
+        raise ValueError(f"teacher has {vt} columns but weight has V = {v} rows: a teacher needs "
+                         f"at least V columns (more for a padded vocabulary)")
     topk = 0
     if config.teacher == "sparse_topk":
         topk = dims["K"]
@@ -383,7 +427,7 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         config, h, v, dtypes["input"],
         dtypes["teacher_values" if config.teacher == "sparse_topk" else "teacher"],
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
-        label_dtype=dtypes.get("labels", "int64"))
+        label_dtype=dtypes.get("labels", "int64"), teacher_vocab=vt)
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 
