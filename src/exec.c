@@ -117,6 +117,9 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
   if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
+  if (!a->labels && pb->hard_weight != 0.0)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: labels is NULL but hard_weight = %g: the "
+                   "hard-label CE needs them", who, pb->hard_weight);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     TRY(check_absent(who, "teacher", a->teacher, "with the sparse teacher (teacher_ids, "
                      "teacher_values)"));

@@ -127,10 +127,11 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
     return UNSUP("%s: divergence %s (beta = %g) %s", who,
                  pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta,
                  later);
-  if (pb->hard_weight != 0.0 || pb->soft_weight != 1.0)
-    return UNSUP("%s: hard_weight = %g, soft_weight = %g: CE mixing %s", who, pb->hard_weight,
-                 pb->soft_weight, later);
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK && pb->softcap != 0.0)
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  if (sparse && (pb->hard_weight != 0.0 || pb->soft_weight != 1.0))
+    return UNSUP("%s: hard_weight = %g, soft_weight = %g with the sparse teacher: CE mixing %s "
+                 "(the dense row kernels have it)", who, pb->hard_weight, pb->soft_weight, later);
+  if (sparse && pb->softcap != 0.0)
     return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
                  "kernels have it)", who, pb->softcap, later);
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
@@ -377,6 +378,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->tld = prob_teacher_ld(pb);
   r->softcap = pb->softcap;
   r->tsoftcap = pb->teacher_softcap;
+  r->hard = pb->hard_weight;
+  r->soft1 = pb->soft_weight - 1.0;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
       return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
@@ -392,7 +395,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   kspec *h = &g->helpers;
   *h = *r;
   h->family = KSPEC_HELPERS;
-  h->tld = 0, h->softcap = h->tsoftcap = 0.0; /* the helpers never see logits or the teacher */
+  /* the helpers never see logits, the teacher or the loss's terms */
+  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = 0.0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;

@@ -53,9 +53,11 @@ typedef struct kspec {
   int64_t tld;        /* teacher row stride; 0: V */
   double softcap;     /* student logit cap; 0: none */
   double tsoftcap;    /* teacher logit cap (logits teacher); 0: none */
+  double hard;        /* weight of the hard-label CE; 0: none */
+  double soft1;       /* the divergence's weight minus 1 (0: the plain weight 1) */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 24 }; /* dense rows: 20 always, 3 optional */
+enum { KSPEC_MAX_PARAMS = 28 }; /* dense rows: 20 always, 6 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 const char *kspec_template(const kspec *k);

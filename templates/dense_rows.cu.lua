@@ -47,6 +47,12 @@
 %--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
 %--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
 %--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
+%--   HARD     weight wh > 0 of the hard-label CE, CE = lse(z') - z'_y at temperature 1: pass 1
+%--            adds the (max, sum-exp) of z' = s T to the record (slots 5, 6; the same pass),
+%--            pass 2 adds wh / t2 (lse(z') - z'_y) to the loss partial (the helpers multiply
+%--            by c t2) and wh c g (softmax(z') - [v = y]) to G. T2: whether t2 = T^2.
+%--            The saved row statistics grow from 4 to 8 floats a row (plan.c agrees).
+%--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
@@ -85,6 +91,18 @@
 %-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
 %local KCAP = P.SOFTCAP and ", kcap" or ""
 %local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
+%if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
+%local HARD = P.HARD ~= nil
+%-- record floats of pass 1 (5; 7 with the CE's lse), saved floats per row (4; 8)
+%local NREC = HARD and 7 or 5
+%local RS = HARD and 8 or 4
+%-- pass 2's gradient scale of the divergence, and the CE's arguments of elem_terms
+%local GS = (HARD or P.SOFT) and "gsoft" or "gscale"
+%local CEARG = HARD and ", v, ce" or ""
+%local TARG = HARD and ", 1.0f / invT" or ""
+%-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
+%local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
@@ -222,16 +240,37 @@ struct acc1_t {
   md_t s;       /* student (max, sum-exp) */
   md_t t;       /* teacher logits (max, sum-exp), TEACHER_LOGITS only */
   float sp;     /* sum p, probs/logprobs only */
+%if HARD then
+  md_t h;       /* (max, sum-exp) of z' = s T: the CE's lse */
+%end
 };
 
 __device__ __forceinline__ void acc1_init(acc1_t& a) {
   a.s.m = a.t.m = KL_NEG_INF;
   a.s.d = a.t.d = 0.0f;
   a.sp = 0.0f;
+%if HARD then
+  a.h.m = KL_NEG_INF;
+  a.h.d = 0.0f;
+%end
 }
 
 __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const float (&t)[VEC],
+%if HARD then
+                                         float invTT, float tz) {
+  float mh = a.h.m;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) mh = fmaxf(mh, s[i] * tz);
+  if (mh != KL_NEG_INF) {
+    float dh = a.h.d * fexp(a.h.m - mh);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) dh += fexp(s[i] * tz - mh);
+    a.h.m = mh;
+    a.h.d = dh;
+  }
+%else
                                          float invTT) {
+%end
   float m = a.s.m;
 #pragma unroll
   for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
@@ -268,7 +307,7 @@ __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const
 
 /* Block-wide merge of the accumulators into one partial record {m, d, sum p, mt, dt}. */
 __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* sh_f,
-                                           float (&rec)[5]) {
+                                           float (&rec)[{{ NREC }}]) {
   const md_t ms = block_md<THREADS>(a.s, sh_md);
 #if defined(TEACHER_LOGITS)
   const md_t mt = block_md<THREADS>(a.t, sh_md);
@@ -280,6 +319,10 @@ __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* 
   const float sp = block_sum<THREADS>(a.sp, sh_f);
 #endif
   rec[0] = ms.m, rec[1] = ms.d, rec[2] = sp, rec[3] = mt.m, rec[4] = mt.d;
+%if HARD then
+  const md_t mh = block_md<THREADS>(a.h, sh_md);
+  rec[5] = mh.m, rec[6] = mh.d;
+%end
 }
 
 /* Row statistics after the merge: what the loss/gradient pass needs. */
@@ -288,17 +331,27 @@ struct row_t {
   float sp;     /* sum p */
   float lset;   /* lse(t), teacher logits only */
   float kept;   /* 1 or 0 */
+%if HARD then
+  float lse1;   /* lse(z'), the CE's */
+%end
 };
 
 /* Merges partial records in order k = 0..n-1 (the same order everywhere: deterministic). */
 struct row_merge_t {
   md_t s, t;
   float sp;
+%if HARD then
+  md_t h;
+%end
 };
 __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
   m.s.m = m.t.m = KL_NEG_INF;
   m.s.d = m.t.d = 0.0f;
   m.sp = 0.0f;
+%if HARD then
+  m.h.m = KL_NEG_INF;
+  m.h.d = 0.0f;
+%end
 }
 __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
   md_t a, b;
@@ -306,10 +359,18 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
   m.s = md_merge(m.s, a);
   m.t = md_merge(m.t, b);
   m.sp += rec[2];
+%if HARD then
+  md_t c;
+  c.m = rec[5], c.d = rec[6];
+  m.h = md_merge(m.h, c);
+%end
 }
 __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
   row_t rs;
   rs.lse = m.s.m + logf(m.s.d);
+%if HARD then
+  rs.lse1 = m.h.m + logf(m.h.d);
+%end
   rs.lset = m.t.m + logf(m.t.d);
 #if defined(TEACHER_LOGITS)
   rs.sp = 1.0f;
@@ -322,6 +383,15 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
 
 %include("rows_common.cu.lua")
 
+%if HARD then
+/* The CE's per-row state in pass 2: its label column (-1 when outside this block's columns),
+ * lse(z'), T (z' = s T), G's scale wh c g, and the block's -z'_y. */
+struct ce_t {
+  int y;
+  float lse1, t, gh, loss;
+};
+
+%end
 /* The per-element terms: loss += p (log max(p, eps) - log q); g = gscale (sum p q - p). */
 template <int MODE>
 __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&t)[VEC],
@@ -329,7 +399,11 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %if P.SOFTCAP then
                                            float kcap,
 %end
+%if HARD then
+                                           float& loss, float (&gv)[VEC], int v, ce_t& ce) {
+%else
                                            float& loss, float (&gv)[VEC]) {
+%end
 #pragma unroll
   for (int i = 0; i < VEC; i++) {
     const float logq = s[i] - rs.lse;
@@ -346,6 +420,14 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 #endif
     if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - logq); /* as tests/ref.c */
     gv[i] = gscale * (rs.sp * fexp(logq) - p);
+%if HARD then
+    const float zc = s[i] * ce.t; /* z' */
+    gv[i] += ce.gh * fexp(zc - ce.lse1);
+    if (v + i == ce.y) {
+      gv[i] -= ce.gh;
+      if (MODE != MODE_BACKWARD) ce.loss -= zc;
+    }
+%end
 %if P.SOFTCAP then
     const float th = s[i] * kcap; /* tanh(z / c) */
     gv[i] *= 1.0f - th * th;
@@ -356,17 +438,23 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 /* Row statistics from the saved buffer, or zeros for an ignored row. */
 __device__ __forceinline__ row_t row_saved(const float* rowstat, i64 row) {
   row_t rs;
-  rs.lse = rowstat[4 * row + 0];
-  rs.sp = rowstat[4 * row + 1];
-  rs.lset = rowstat[4 * row + 2];
-  rs.kept = rowstat[4 * row + 3];
+  rs.lse = rowstat[{{ RS }} * row + 0];
+  rs.sp = rowstat[{{ RS }} * row + 1];
+  rs.lset = rowstat[{{ RS }} * row + 2];
+  rs.kept = rowstat[{{ RS }} * row + 3];
+%if HARD then
+  rs.lse1 = rowstat[{{ RS }} * row + 4];
+%end
   return rs;
 }
 __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& rs) {
-  rowstat[4 * row + 0] = rs.lse;
-  rowstat[4 * row + 1] = rs.sp;
-  rowstat[4 * row + 2] = rs.lset;
-  rowstat[4 * row + 3] = rs.kept;
+  rowstat[{{ RS }} * row + 0] = rs.lse;
+  rowstat[{{ RS }} * row + 1] = rs.sp;
+  rowstat[{{ RS }} * row + 2] = rs.lset;
+  rowstat[{{ RS }} * row + 3] = rs.kept;
+%if HARD then
+  rowstat[{{ RS }} * row + 4] = rs.lse1;
+%end
 }
 
 %if P.CLUSTER == 0 then
@@ -376,7 +464,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
                                             const teach_t* __restrict__ tr,
                                             const bias_t* __restrict__ bias, int v0, int v1,
                                             float invT, float invTT, md_t* sh_md, float* sh_f,
-                                            float (&rec)[5]) {
+                                            float (&rec)[{{ NREC }}]) {
   acc1_t a;
   acc1_init(a);
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
@@ -387,17 +475,17 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
 #pragma unroll
     for (int u = 0; u < 4; u++) load_cols<true>(zr, tr, bias, v + u * THREADS * VEC, invT, s[u], t[u]);
 #pragma unroll
-    for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT);
+    for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT{{ TARG }});
   }
   for (; v < vfull; v += THREADS * VEC) {
     float s[VEC], t[VEC];
     load_cols<true>(zr, tr, bias, v, invT, s, t);
-    acc1_add(a, s, t, invTT);
+    acc1_add(a, s, t, invTT{{ TARG }});
   }
   if (v < v1) {
     float s[VEC], t[VEC];
     load_cols<false>(zr, tr, bias, v, invT, s, t);
-    acc1_add(a, s, t, invTT);
+    acc1_add(a, s, t, invTT{{ TARG }});
   }
   acc1_block(a, sh_md, sh_f, rec);
 }
@@ -416,11 +504,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #else
   const float invTT = 1.0f;
 #endif
-  float rec[5];
+  float rec[{{ NREC }}];
   stats_range(z + (i64)r * LD, {{ TROW }}, bias, seg_begin(), seg_end(), INV_T(hdr),
               invTT, sh_md, sh_f, rec);
   if (threadIdx.x == 0)
-    for (int k = 0; k < 5; k++) out[k] = rec[k];
+    for (int k = 0; k < {{ NREC }}; k++) out[k] = rec[k];
 }
 
 /* Pass 2 over this block's segment: loss partial and/or G. */
@@ -476,6 +564,21 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 %if P.SOFTCAP then
   const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
 %end
+%if HARD or P.SOFT then
+  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+  ce_t ce;
+  ce.t = 1.0f / invT;
+  ce.lse1 = rs.lse1;
+  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
+  ce.loss = 0.0f;
+  {
+    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
+                                             : (i64)((const int*)labels)[row];
+    ce.y = y >= v0 && y < v1 ? (int)y : -1;
+  }
+%end
   const teach_t* tr = teacher + row * {{ TSTRIDE }};
   float loss = 0.0f;
 #if INPLACE
@@ -494,7 +597,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, gscale{{ KCAP }}, loss, gv);
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
       if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
       else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
     }
@@ -507,7 +610,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       load_cols<true>(zr, tr, bias, v, invT, s, t);
     else
       load_cols<false>(zr, tr, bias, v, invT, s, t);
-    elem_terms<MODE>(s, t, rs, invTT, gscale{{ KCAP }}, loss, gv);
+    elem_terms<MODE>(s, t, rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v < vfull)
         store_cols<true>(gr, v, gv);
@@ -517,6 +620,13 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   }
 #endif
   if (MODE != MODE_BACKWARD) {
+%if HARD or P.SOFT then
+    loss *= {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%end
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
   }
@@ -610,18 +720,18 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     acc1_t a;
     acc1_init(a);
 #pragma unroll
-    for (int j = 0; j < NV; j++) acc1_add(a, s[j], t[j], invTT);
-    float rec[5];
+    for (int j = 0; j < NV; j++) acc1_add(a, s[j], t[j], invTT{{ TARG }});
+    float rec[{{ NREC }}];
     acc1_block(a, sh_md, sh_f, rec);
-    if (threadIdx.x < 5) sh_rec[threadIdx.x] = rec[threadIdx.x];
+    if (threadIdx.x < {{ NREC }}) sh_rec[threadIdx.x] = rec[threadIdx.x];
     cluster_sync(); /* records visible cluster-wide; all logits of the row are in registers */
     if (threadIdx.x == 0) {
       const u32 base = smem_addr(sh_rec);
       row_merge_t m;
       row_merge_init(m);
       for (int k = 0; k < CLUSTER; k++) {
-        float peer[5];
-        for (int q = 0; q < 5; q++) peer[q] = ld_cluster(base + 4 * q, (u32)k);
+        float peer[{{ NREC }}];
+        for (int q = 0; q < {{ NREC }}; q++) peer[q] = ld_cluster(base + 4 * q, (u32)k);
         row_merge_add(m, peer);
       }
       sh_row = row_finish(m);
@@ -634,12 +744,27 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 %if P.SOFTCAP then
   const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
 %end
+%if HARD or P.SOFT then
+  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+  ce_t ce;
+  ce.t = 1.0f / invT;
+  ce.lse1 = rs.lse1;
+  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
+  ce.loss = 0.0f;
+  {
+    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
+                                             : (i64)((const int*)labels)[row];
+    ce.y = y >= v0 && y < v1 ? (int)y : -1;
+  }
+%end
   float loss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
     const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
     float gv[VEC];
-    elem_terms<MODE>(s[j], t[j], rs, invTT, gscale{{ KCAP }}, loss, gv);
+    elem_terms<MODE>(s[j], t[j], rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v + VEC <= v1)
         store_cols<true>(gr, v, gv);
@@ -648,6 +773,13 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     }
   }
   if (MODE != MODE_BACKWARD) {
+%if HARD or P.SOFT then
+    loss *= {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%end
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
   }

@@ -46,6 +46,7 @@ typedef struct gcase {
    * tld >= V elements apart (0: V) with columns past V that would dominate if they were read */
   double softcap, teacher_softcap;
   int64_t tld;
+  double hard_weight, soft_weight; /* CE mixing (gcase_base: 0 and 1, the plain divergence) */
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

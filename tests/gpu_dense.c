@@ -204,8 +204,40 @@ static int softcaps_and_padded_teachers_in_every_dtype_form_and_mode(void) {
   return worst;
 }
 
-/* The same features in the sm_90 cluster row kernels (skips before sm_90). */
-static int softcaps_and_padded_teachers_in_the_cluster_variant(void) {
+/* Issue 19: hard-label CE mixed with the forward KL (hard h, soft s: h CE + s KL, CE at
+ * temperature 1 from the same pass), with about a fifth of the rows ignored, in every dtype,
+ * teacher form and mode; CE alone, the divergence alone at a weight, T != 1 with T^2 (which
+ * scales the soft term only), softcaps on top, every reduction rotating. */
+static int hard_label_ce_mixing_in_every_dtype_form_and_mode(void) {
+  const kljit_dtype dts[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+  const kljit_reduction reds[] = {KLJIT_REDUCTION_SUM, KLJIT_REDUCTION_BATCHMEAN,
+                                  KLJIT_REDUCTION_MEAN, KLJIT_REDUCTION_NONE};
+  const double weights[4][2] = {{0.5, 0.5}, {1.0, 0.0}, {0.0, 0.3}, {0.2, 2.0}};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = gcase_base();
+        c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + f);
+        c.dt = dts[d], c.tdt = dts[(d + 1) % 3];
+        c.fused = fused, c.bias = k % 2;
+        c.hard_weight = weights[k % 4][0], c.soft_weight = weights[k % 4][1];
+        c.red = reds[(k + 1) % 4];
+        if (fused && c.red == KLJIT_REDUCTION_NONE) c.red = KLJIT_REDUCTION_SUM;
+        c.tmode = k % 3 == 2 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+        c.T = k % 3 == 0 ? 1.0 : k % 3 == 1 ? 2.0 : 0.5;
+        c.flags = k % 2 ? KLJIT_FLAG_SCALE_T_SQUARED : 0;
+        if (k % 5 == 4) c.zstd = 30.0, c.softcap = 30.0;
+        if (k == 7) c.v = 128256, c.n = 9, c.h = 32;
+        const int rc = gcase_check(&c);
+        if (rc == TH_SKIP) return rc;
+        if (rc != TH_PASS) worst = TH_FAIL;
+      }
+  return worst;
+}
+
+/* The same features, and CE mixing, in the sm_90 cluster row kernels (skips before sm_90). */
+static int softcaps_padded_teachers_and_ce_in_the_cluster_variant(void) {
   setenv("KLJIT_ROW_KERNEL", "cluster", 1);
   int worst = plan_uses_cluster(32001, KLJIT_BF16);
   for (int k = 0; k < 4 && worst == TH_PASS; k++) {
@@ -215,6 +247,8 @@ static int softcaps_and_padded_teachers_in_the_cluster_variant(void) {
     c.zstd = 30.0, c.softcap = 30.0;
     c.teacher_softcap = k < 2 ? 50.0 : 0.0;
     c.tld = k % 2 ? 32064 : 32002;
+    c.hard_weight = k < 2 ? 0.0 : 0.5, c.soft_weight = k == 3 ? 0.5 : 1.0;
+    c.T = k == 2 ? 2.0 : 1.0;
     c.fused = k % 2;
     if (!c.fused) c.red = KLJIT_REDUCTION_NONE;
     const int rc = gcase_check(&c);
@@ -237,7 +271,9 @@ static const th_case cases[] = {
     {"cluster_variant_matches_reference", cluster_variant_matches_reference},
     {"softcaps_and_padded_teachers_in_every_dtype_form_and_mode",
      softcaps_and_padded_teachers_in_every_dtype_form_and_mode},
-    {"softcaps_and_padded_teachers_in_the_cluster_variant",
-     softcaps_and_padded_teachers_in_the_cluster_variant},
+    {"hard_label_ce_mixing_in_every_dtype_form_and_mode",
+     hard_label_ce_mixing_in_every_dtype_form_and_mode},
+    {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
+     softcaps_padded_teachers_and_ce_in_the_cluster_variant},
 };
 TH_MAIN(cases)

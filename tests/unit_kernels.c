@@ -524,7 +524,8 @@ static int add_sparse_and_checked(space *s) {
 
 /* Issue 19's dense-row parameters, each only in the source of a problem that sets it: the
  * student softcap (two-pass, cluster, fp32 and 16-bit logits), the teacher softcap of a logits
- * teacher, padded teacher rows with and without aligned vector loads. A representative set
+ * teacher, padded teacher rows with and without aligned vector loads, CE mixing (with T^2 and
+ * without, CE alone). A representative set
  * (the features are independent #if blocks of one template), not a product. */
 static int add_loss_families(space *s) {
   for (int i = 0; i < 4; i++) {
@@ -534,6 +535,7 @@ static int add_loss_families(space *s) {
     if (pb.teacher == KLJIT_TEACHER_DENSE_LOGITS) pb.teacher_softcap = 50.0;
     pb.teacher_vocab = pb.teacher_ld = i % 2 ? pb.vocab + 1 : i == 2 ? 152064 : 0;
     if (i == 3) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
+    if (i >= 2) pb.hard_weight = 0.5, pb.soft_weight = i == 3 ? 0.0 : 0.5; /* CE mixing */
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
@@ -550,7 +552,7 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
   prob_geometry g;
   for (int t = 0; t < N_TARGETS; t++) {
     TH_OK(geometry_for(&pb, &TARGETS[t], &g));
-    strbuf plain = {0}, cap = {0}, tcap = {0}, pad = {0};
+    strbuf plain = {0}, cap = {0}, tcap = {0}, pad = {0}, ce = {0};
     TH_OK(kspec_render(&g.rows, &plain));
     kspec k = g.rows;
     k.softcap = 30.0;
@@ -559,6 +561,11 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     TH_OK(kspec_render(&k, &tcap));
     k = g.rows, k.tld = 50264;
     TH_OK(kspec_render(&k, &pad));
+    k = g.rows, k.hard = 0.5, k.soft1 = -0.5;
+    TH_OK(kspec_render(&k, &ce));
+    TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
+             strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
+    TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
     TH_CHECK(strstr(plain.data, "tanhf") == NULL && strstr(plain.data, "SOFTCAP") == NULL);
     TH_CHECK(strstr(plain.data, "TLD") == NULL && strstr(plain.data, "teacher + row * V"));
     TH_CHECK(strstr(cap.data, "SOFTCAP=30") && strstr(cap.data, "kcap") &&
@@ -572,14 +579,16 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     strbuf same = {0};
     TH_OK(kspec_render(&k, &same));
     TH_CHECK(strcmp(same.data, plain.data) == 0);
-    sb_free(&plain), sb_free(&cap), sb_free(&tcap), sb_free(&pad), sb_free(&same);
+    sb_free(&plain), sb_free(&cap), sb_free(&tcap), sb_free(&pad), sb_free(&same), sb_free(&ce);
   }
   /* the planner fills the spec from the problem's fields */
   pb.softcap = 20.0, pb.teacher_softcap = 40.0, pb.teacher_vocab = pb.teacher_ld = 50304;
+  pb.hard_weight = 0.25, pb.soft_weight = 0.75;
   TH_OK(prob_validate(&pb, "test"));
   TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
   TH_CHECK(g.rows.softcap == 20.0 && g.rows.tsoftcap == 40.0 && g.rows.tld == 50304);
-  TH_CHECK(g.helpers.softcap == 0.0 && g.helpers.tld == 0);
+  TH_CHECK(g.rows.hard == 0.25 && g.rows.soft1 == -0.25);
+  TH_CHECK(g.helpers.softcap == 0.0 && g.helpers.tld == 0 && g.helpers.hard == 0.0);
   return TH_PASS;
 }
 
