@@ -439,7 +439,33 @@ static int tooling_functions_check_their_arguments_and_permissions(void) {
   return th_in_tmpdir("cli-api", api_in);
 }
 
+/* The loss-family options reach the plan: a softcapped, CE-mixed problem with a padded teacher
+ * plans other row kernels than the plain problem, a divergence this build's kernels lack fails
+ * with the library's sentence (exit 1), and a value out of range is a usage error (exit 2). */
+static int precompile_takes_the_loss_family_options(void) {
+  char dir[] = "/tmp/kljit-cli-fam-XXXXXX";
+  TH_CHECK(mkdtemp(dir) != NULL);
+  const int plain = precompile_into(dir, "--dry-run");
+  char plain_out[256];
+  const char *const plain_rows = strstr(out, "dense_rows-");
+  snprintf(plain_out, sizeof plain_out, "%s", plain_rows ? plain_rows : "");
+  const int fam = precompile_into(dir, "--dry-run --softcap 30 --hard-weight 0.5 --soft-weight "
+                                       "0.5 --teacher-ld 1024");
+  const char *const rows = strstr(out, "dense_rows-");
+  const int differs = rows && strncmp(rows, plain_out, 23) != 0;
+  const int rev = precompile_into(dir, "--dry-run --divergence reverse");
+  const int unsupported = strstr(out, "KLJIT_ERR_UNSUPPORTED") && strstr(out, "REVERSE_KL");
+  const int beta = precompile_into(dir, "--dry-run --divergence jsd --beta 1.5");
+  rmdir(dir);
+  TH_CHECK(plain == 0 && fam == 0 && differs);
+  TH_CHECK(rev == 1 && unsupported);
+  TH_CHECK(beta == 2);
+  TH_CHECK(cli("precompile --help") == 0 && strstr(out, "--teacher-softcap"));
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"precompile_takes_the_loss_family_options", precompile_takes_the_loss_family_options},
     {"every_command_has_help_that_exits_0", every_command_has_help_that_exits_0},
     {"unknown_commands_and_options_exit_2", unknown_commands_and_options_exit_2},
     {"precompile_writes_a_manifest_whose_checksums_match_the_files",

@@ -171,7 +171,11 @@ const char CLI_PROBLEM_HELP[] =
     "  --t-squared                          scale loss and gradients by T^2\n"
     "  --reduction sum|batchmean|mean|none  (default batchmean)\n"
     "  --bias                               the head has a bias\n"
-    "  --native-logits                      logits in the input dtype instead of fp32\n";
+    "  --native-logits                      logits in the input dtype instead of fp32\n"
+    "  --divergence forward|reverse|jsd     (default forward: KL(p || q)); --beta B for jsd\n"
+    "  --hard-weight W --soft-weight W      loss = W_hard CE(labels) + W_soft divergence\n"
+    "  --softcap C --teacher-softcap C      logit caps z -> C tanh(z / C) (default none)\n"
+    "  --teacher-ld N                       a padded teacher: N >= V columns a row\n";
 
 void cli_problem_defaults(kljit_problem *pb) {
   const kljit_problem init = KLJIT_PROBLEM_INIT;
@@ -185,6 +189,10 @@ static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
                                       {"logprobs", KLJIT_TEACHER_DENSE_LOGPROBS},
                                       {"logits", KLJIT_TEACHER_DENSE_LOGITS},
                                       {NULL, 0}};
+static const cli_choice DIVERGENCES[] = {{"forward", KLJIT_DIVERGENCE_FORWARD_KL},
+                                         {"reverse", KLJIT_DIVERGENCE_REVERSE_KL},
+                                         {"jsd", KLJIT_DIVERGENCE_JSD},
+                                         {NULL, 0}};
 static const cli_choice REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
                                         {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
                                         {"mean", KLJIT_REDUCTION_MEAN},
@@ -214,6 +222,15 @@ int cli_problem_option(cli_parser *p, kljit_problem *pb) {
     pb->flags |= KLJIT_FLAG_BIAS;
   } else if (cli_flag(p, "--native-logits")) {
     pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  } else if (cli_enum(p, "--divergence", DIVERGENCES, &e)) { /* the loss families (issue 19) */
+    if (p->status == CLI_OK) pb->divergence = (kljit_divergence)e;
+  } else if (cli_double(p, "--beta", 0.0, 1.0, &pb->beta)) {
+  } else if (cli_double(p, "--hard-weight", 0.0, 1e6, &pb->hard_weight)) {
+  } else if (cli_double(p, "--soft-weight", 0.0, 1e6, &pb->soft_weight)) {
+  } else if (cli_double(p, "--softcap", 1e-6, 1e6, &pb->softcap)) {
+  } else if (cli_double(p, "--teacher-softcap", 1e-6, 1e6, &pb->teacher_softcap)) {
+  } else if (cli_int(p, "--teacher-ld", 2, INT64_MAX, &n)) {
+    pb->teacher_vocab = pb->teacher_ld = n;
   } else {
     return 0;
   }
