@@ -36,11 +36,12 @@
  *   column where q > 0, and p is unknown off the support.
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
- *   What this build's plans compute: the forward KL (and JSD with beta = 0), and with dense
- *   teachers softcaps, CE mixing (unsharded; labels required when hard_weight > 0; a kept row's
- *   label outside [0, V) is not checked and gives CE = lse(z')) and padded teachers. The reverse
- *   KL, JSD with beta > 0 and DENSE_HIDDEN are defined here (and in the tests' fp64 reference)
- *   but plans refuse them with KLJIT_ERR_UNSUPPORTED until the kernels have them.
+ *   What this build's plans compute: every divergence (the reverse KL and the JSD unsharded,
+ *   in the two-pass row kernels, which then run one pass-2 block per row and, fused, read each
+ *   chunk row once more), and with dense teachers softcaps, CE mixing (unsharded; labels
+ *   required when hard_weight > 0; a kept row's label outside [0, V) is not checked and gives
+ *   CE = lse(z')) and padded teachers. DENSE_HIDDEN is defined here (and in the tests' fp64
+ *   reference) but plans refuse it with KLJIT_ERR_UNSUPPORTED until the kernels run its GEMM.
  *
  * Conventions
  * -----------

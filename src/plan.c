@@ -178,8 +178,9 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  /* 4 row statistics a row (templates/dense_rows.cu.lua), 8 with the CE's lse */
-  const int64_t per_row = p->pb.hard_weight != 0.0 ? 8 : 4;
+  /* 4 row statistics a row (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse
+   * KL's and JSD's row total */
+  const int64_t per_row = p->pb.hard_weight != 0.0 || prob_divergence_rows(&p->pb) ? 8 : 4;
   *bytes = (size_t)(PLAN_HDR_FLOATS + per_row * rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

@@ -39,6 +39,11 @@ int prob_is_forward_kl(const kljit_problem *pb) {
          (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0);
 }
 
+const char *prob_divergence_rows(const kljit_problem *pb) {
+  if (prob_is_forward_kl(pb)) return NULL;
+  return pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->beta == 1.0 ? "reverse" : "jsd";
+}
+
 static int teacher_has_logits(kljit_teacher_form t) {
   return t == KLJIT_TEACHER_DENSE_LOGITS || t == KLJIT_TEACHER_DENSE_HIDDEN;
 }
@@ -123,10 +128,10 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   static const char *const later = "is defined (include/kljit.h) but not in this build's row "
                                    "kernels yet";
-  if (!prob_is_forward_kl(pb))
-    return UNSUP("%s: divergence %s (beta = %g) %s", who,
-                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta,
-                 later);
+  if (!prob_is_forward_kl(pb) && prob_sharded(pb))
+    return UNSUP("%s: divergence %s (beta = %g) on a sharded head: its gradient's row total is "
+                 "not in the shard records yet", who,
+                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta);
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
   if (sparse && (pb->hard_weight != 0.0 || pb->soft_weight != 1.0))
     return UNSUP("%s: hard_weight = %g, soft_weight = %g with the sparse teacher: CE mixing %s "
@@ -271,8 +276,11 @@ static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tu
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
 int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
-  /* sharded plans merge their row statistics across ranks: two-pass rows only */
-  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb)) return 0;
+  /* sharded plans merge their row statistics across ranks, and the reverse KL and the JSD need
+   * a row total before G: two-pass rows only */
+  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb) ||
+      prob_divergence_rows(pb))
+    return 0;
   const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
@@ -348,7 +356,13 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   g->grad_in_place = 1;
   g->ldg = native ? g->ld : 2 * g->ld;
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  g->p2_split = (!native && !tune->cluster) || sparse ? 1 : tune->split;
+  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row */
+  const int one_block = (!native && !tune->cluster) || sparse || prob_divergence_rows(pb);
+  g->p2_split = one_block ? 1 : tune->split;
+  if (tune->cluster && prob_divergence_rows(pb))
+    return err_set(KLJIT_ERR_UNSUPPORTED, "the %s divergence has no cluster row kernels (its "
+                   "gradient needs a row total before the first column)",
+                   prob_divergence_rows(pb));
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
@@ -380,6 +394,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->tsoftcap = pb->teacher_softcap;
   r->hard = pb->hard_weight;
   r->soft1 = pb->soft_weight - 1.0;
+  r->div = prob_divergence_rows(pb);
+  r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
       return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
@@ -396,7 +412,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   *h = *r;
   h->family = KSPEC_HELPERS;
   /* the helpers never see logits, the teacher or the loss's terms */
-  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = 0.0;
+  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
+  h->div = NULL;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;

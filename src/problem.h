@@ -24,6 +24,9 @@ int prob_sharded(const kljit_problem *pb);
 int64_t prob_teacher_vocab(const kljit_problem *pb);
 int64_t prob_teacher_ld(const kljit_problem *pb);
 int prob_is_forward_kl(const kljit_problem *pb);
+/* The dense rows' DIV parameter: "reverse" (REVERSE_KL, JSD with beta = 1), "jsd", or NULL
+ * (the forward KL). */
+const char *prob_divergence_rows(const kljit_problem *pb);
 
 /* The tunable choices of a plan (what wisdom stores). */
 typedef struct prob_tuning {

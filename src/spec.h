@@ -55,9 +55,11 @@ typedef struct kspec {
   double tsoftcap;    /* teacher logit cap (logits teacher); 0: none */
   double hard;        /* weight of the hard-label CE; 0: none */
   double soft1;       /* the divergence's weight minus 1 (0: the plain weight 1) */
+  const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
+  double beta;        /* jsd: in (0, 1) */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 28 }; /* dense rows: 20 always, 6 optional */
+enum { KSPEC_MAX_PARAMS = 28 }; /* dense rows: 20 always, 8 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 const char *kspec_template(const kspec *k);

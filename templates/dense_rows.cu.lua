@@ -53,6 +53,14 @@
 %--            by c t2) and wh c g (softmax(z') - [v = y]) to G. T2: whether t2 = T^2.
 %--            The saved row statistics grow from 4 to 8 floats a row (plan.c agrees).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
+%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd, in (0, 1):
+%--              reverse  loss q (log q - log p),  G = gscale q (g - S), g = log q - log p
+%--              jsd      m = beta p + (1 - beta) q, loss beta p (log p - log m) + (1 - beta)
+%--                       q (log q - log m),  G = gscale q (g - S), g = (1 - beta) log(q / m)
+%--            S = sum_v q g is a row total G needs before its first column: pass 2 runs one
+%--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
+%--            sweep that writes G; forward saves S (row statistic 5) for backward. Two-pass
+%--            rows only (no cluster variant).
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
@@ -103,6 +111,16 @@
 %local TARG = HARD and ", 1.0f / invT" or ""
 %-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
 %local INV_T2 = P.T2 and "invT * invT" or "1.0f"
+%local DIVX = P.DIV ~= nil
+%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
+%  reject("BETA must be in (0, 1) for DIV = jsd")
+%end
+%if DIVX and P.CLUSTER ~= 0 then reject("DIV (reverse, jsd) has no cluster variant") end
+%if DIVX then RS = 8 end
+%local SARG = DIVX and ", sacc" or ""
+%-- elem_terms' arguments after invTT: the gradient scale, then kcap and sacc where they exist
+%local EARGS = GS .. KCAP .. SARG
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
@@ -158,7 +176,7 @@
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
-#define P2SPLIT (INPLACE ? 1 : SPLIT) /* pass-2 blocks per row */
+#define P2SPLIT {{ DIVX and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
@@ -331,6 +349,9 @@ struct row_t {
   float sp;     /* sum p */
   float lset;   /* lse(t), teacher logits only */
   float kept;   /* 1 or 0 */
+%if DIVX then
+  float S;      /* sum_v q g (see DIV above) */
+%end
 %if HARD then
   float lse1;   /* lse(z'), the CE's */
 %end
@@ -368,6 +389,9 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
 __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
   row_t rs;
   rs.lse = m.s.m + logf(m.s.d);
+%if DIVX then
+  rs.S = 0.0f; /* pass 2 computes it */
+%end
 %if HARD then
   rs.lse1 = m.h.m + logf(m.h.d);
 %end
@@ -399,6 +423,9 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %if P.SOFTCAP then
                                            float kcap,
 %end
+%if DIVX then
+                                           float& sacc,
+%end
 %if HARD then
                                            float& loss, float (&gv)[VEC], int v, ce_t& ce) {
 %else
@@ -418,8 +445,28 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     const float p = t[i];
     const float lp = flog(fmaxf(p, EPS));
 #endif
+%if not DIVX then
     if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - logq); /* as tests/ref.c */
     gv[i] = gscale * (rs.sp * fexp(logq) - p);
+%else
+    const float q = fexp(logq);
+%  if P.DIV == "reverse" then
+    const float g = logq - lp;
+    if (MODE != MODE_BACKWARD && q != 0.0f) loss += q * g;
+%  else
+#define BETA {{ f32(P.BETA) }}
+    const float m = BETA * p + (1.0f - BETA) * q;
+    const float logm = flog(m);
+    const float g = m > 0.0f ? (1.0f - BETA) * (logq - logm) : 0.0f;
+    if (MODE != MODE_BACKWARD) {
+      if (p != 0.0f) loss += BETA * p * (lp - logm);
+      if (q != 0.0f) loss += (1.0f - BETA) * q * (logq - logm);
+    }
+#undef BETA
+%  end
+    if (q != 0.0f) sacc += q * g; /* a missing column (q = 0, log q = -inf) adds nothing */
+    gv[i] = q != 0.0f ? gscale * q * (g - rs.S) : 0.0f;
+%end
 %if HARD then
     const float zc = s[i] * ce.t; /* z' */
     gv[i] += ce.gh * fexp(zc - ce.lse1);
@@ -442,6 +489,9 @@ __device__ __forceinline__ row_t row_saved(const float* rowstat, i64 row) {
   rs.sp = rowstat[{{ RS }} * row + 1];
   rs.lset = rowstat[{{ RS }} * row + 2];
   rs.kept = rowstat[{{ RS }} * row + 3];
+%if DIVX then
+  rs.S = rowstat[{{ RS }} * row + 5];
+%end
 %if HARD then
   rs.lse1 = rowstat[{{ RS }} * row + 4];
 %end
@@ -548,7 +598,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
   }
   __syncthreads();
-  const row_t rs = sh_row;
+  {{ DIVX and "row_t" or "const row_t" }} rs = sh_row;
   if (rs.kept == 0.0f) {
     if (MODE != MODE_FORWARD) zero_range(gr, v0, v1);
     if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = 0.0f;
@@ -581,6 +631,23 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 %end
   const teach_t* tr = teacher + row * {{ TSTRIDE }};
   float loss = 0.0f;
+%if DIVX then
+  float sacc = 0.0f;
+  if (MODE == MODE_FUSED) { /* sweep 1: S over the whole row before sweep 2 writes any G */
+    float unused = 0.0f;
+    for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
+      float s[VEC], t[VEC], gv[VEC];
+      if (v + VEC <= v1)
+        load_cols<true>(zr, tr, bias, v, invT, s, t);
+      else
+        load_cols<false>(zr, tr, bias, v, invT, s, t);
+      /* BACKWARD: adds to sacc only, never to the loss (sweep 2 does) */
+      elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
+    }
+    rs.S = block_sum<THREADS>(sacc, sh_f); /* every thread, the block synchronized after */
+    sacc = 0.0f;
+  }
+%end
 #if INPLACE
   for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
     float s[4][VEC], t[4][VEC];
@@ -597,7 +664,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
       if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
       else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
     }
@@ -610,7 +677,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       load_cols<true>(zr, tr, bias, v, invT, s, t);
     else
       load_cols<false>(zr, tr, bias, v, invT, s, t);
-    elem_terms<MODE>(s, t, rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
+    elem_terms<MODE>(s, t, rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v < vfull)
         store_cols<true>(gr, v, gv);
@@ -629,6 +696,12 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 %end
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
+%if DIVX then
+    if (MODE == MODE_FORWARD) { /* S for backward (one block per row: the whole row's) */
+      sacc = block_sum<THREADS>(sacc, sh_f);
+      if (threadIdx.x == 0) rowstat[{{ RS }} * row + 5] = sacc;
+    }
+%end
   }
 }
 #define ROW_BODY pass2
@@ -764,7 +837,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   for (int j = 0; j < NV; j++) {
     const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
     float gv[VEC];
-    elem_terms<MODE>(s[j], t[j], rs, invTT, {{ GS }}{{ KCAP }}, loss, gv{{ CEARG }});
+    elem_terms<MODE>(s[j], t[j], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v + VEC <= v1)
         store_cols<true>(gr, v, gv);

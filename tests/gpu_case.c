@@ -132,6 +132,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   pb.softcap = c->softcap, pb.teacher_softcap = c->teacher_softcap;
   pb.teacher_vocab = pb.teacher_ld = c->tld;
   pb.hard_weight = c->hard_weight, pb.soft_weight = c->soft_weight;
+  pb.divergence = c->divergence, pb.beta = c->beta;
   pb.label_dtype = (case_seed & 1) ? KLJIT_INT32 : KLJIT_INT64;
   kljit_plan *plan = NULL;
   TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
@@ -290,11 +291,12 @@ int gcase_check(const gcase *c) {
   const double tl = native ? 2e-2 : 1e-5;
   const double tg = c->dt == KLJIT_FP32 ? 1e-5 : native ? 2e-2 : 5e-3;
   const int ok = e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg && e.db <= tg;
-  char fam[96] = "";
+  char fam[128] = "";
   if (c->softcap > 0 || c->teacher_softcap > 0 || c->tld || c->hard_weight > 0 ||
-      c->soft_weight != 1.0)
-    snprintf(fam, sizeof fam, " cap=%g tcap=%g tld=%lld hard=%g soft=%g", c->softcap,
-             c->teacher_softcap, (long long)c->tld, c->hard_weight, c->soft_weight);
+      c->soft_weight != 1.0 || c->divergence != KLJIT_DIVERGENCE_FORWARD_KL)
+    snprintf(fam, sizeof fam, " div=%d beta=%g cap=%g tcap=%g tld=%lld hard=%g soft=%g",
+             (int)c->divergence, c->beta, c->softcap, c->teacher_softcap, (long long)c->tld,
+             c->hard_weight, c->soft_weight);
   printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s"
          " | loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
          ok ? "ok" : "FAIL", fname(c), dname(c->dt), dname(c->tdt), c->T,
@@ -327,5 +329,6 @@ gcase gcase_base(void) {
   c.gw = KLJIT_FP32;
   c.k = 100, c.idt = KLJIT_INT64, c.values = KLJIT_TOPK_PROBS, c.tail = KLJIT_TAIL_NONE;
   c.soft_weight = 1.0;
+  c.divergence = KLJIT_DIVERGENCE_FORWARD_KL;
   return c;
 }

@@ -47,6 +47,8 @@ typedef struct gcase {
   double softcap, teacher_softcap;
   int64_t tld;
   double hard_weight, soft_weight; /* CE mixing (gcase_base: 0 and 1, the plain divergence) */
+  kljit_divergence divergence;      /* gcase_base: FORWARD_KL */
+  double beta;                      /* JSD */
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -236,6 +236,48 @@ static int hard_label_ce_mixing_in_every_dtype_form_and_mode(void) {
   return worst;
 }
 
+/* Issue 19: the reverse KL and the JSD (beta 0.5, 0.1, and 1, which runs the reverse KL's
+ * kernels) x teacher form x mode, the dtype rotating so that each divergence meets every dtype;
+ * on top, rotating: CE mixing, softcaps, a padded teacher, T != 1 with T^2, every reduction.
+ * Also the cluster knob on, which these divergences must ignore (two-pass rows). */
+static int every_divergence_teacher_form_mode_and_dtype(void) {
+  const kljit_dtype dts[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+  const kljit_reduction reds[] = {KLJIT_REDUCTION_SUM, KLJIT_REDUCTION_BATCHMEAN,
+                                  KLJIT_REDUCTION_MEAN, KLJIT_REDUCTION_NONE};
+  const struct {
+    kljit_divergence div;
+    double beta;
+  } divs[] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0}, {KLJIT_DIVERGENCE_JSD, 0.5},
+              {KLJIT_DIVERGENCE_JSD, 0.1}, {KLJIT_DIVERGENCE_JSD, 1.0}};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 4; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = gcase_base();
+        c.divergence = divs[d].div, c.beta = divs[d].beta;
+        c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + f);
+        c.dt = dts[(k + d) % 3], c.tdt = dts[(k + d + 1) % 3];
+        c.fused = fused, c.bias = k % 2;
+        c.red = reds[k % 4];
+        if (fused && c.red == KLJIT_REDUCTION_NONE) c.red = KLJIT_REDUCTION_BATCHMEAN;
+        c.tmode = k % 3 == 2 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+        c.T = k % 3 == 0 ? 1.0 : k % 3 == 1 ? 2.0 : 0.5;
+        c.TT = k % 4 == 3 ? 1.5 : 0.0;
+        c.flags = k % 5 == 1 ? KLJIT_FLAG_SCALE_T_SQUARED : 0;
+        if (k % 7 == 3) c.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+        if (k % 4 == 1) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (k % 6 == 5) c.zstd = 30.0, c.softcap = 30.0;
+        if (k % 5 == 2) c.tld = c.v + 24;
+        if (k == 9) c.v = 128256, c.n = 9, c.h = 32;
+        if (k % 8 == 6) setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+        const int rc = gcase_check(&c);
+        unsetenv("KLJIT_ROW_KERNEL");
+        if (rc == TH_SKIP) return rc;
+        if (rc != TH_PASS) worst = TH_FAIL;
+      }
+  return worst;
+}
+
 /* The same features, and CE mixing, in the sm_90 cluster row kernels (skips before sm_90). */
 static int softcaps_padded_teachers_and_ce_in_the_cluster_variant(void) {
   setenv("KLJIT_ROW_KERNEL", "cluster", 1);
@@ -273,6 +315,7 @@ static const th_case cases[] = {
      softcaps_and_padded_teachers_in_every_dtype_form_and_mode},
     {"hard_label_ce_mixing_in_every_dtype_form_and_mode",
      hard_label_ce_mixing_in_every_dtype_form_and_mode},
+    {"every_divergence_teacher_form_mode_and_dtype", every_divergence_teacher_form_mode_and_dtype},
     {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
      softcaps_padded_teachers_and_ce_in_the_cluster_variant},
 };

@@ -463,10 +463,10 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
  * sparse support: KLJIT_ERR_UNSUPPORTED with a sentence, never a plan that computes something
  * else. The defaults spelled out (and JSD's end point beta = 0, the forward KL) are accepted. */
 static const check_case families[] = {
-    {"reverse KL", {{F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
-     {"REVERSE_KL", "row kernels"}},
-    {"JSD 0.5", {JSD(0.5)}, UNSUPPORTED, {"JSD (beta = 0.5)", "row kernels"}},
-    {"JSD 1 (the reverse KL)", {JSD(1.0)}, UNSUPPORTED, {"JSD (beta = 1)", NULL}},
+    {"sharded reverse KL", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
+     UNSUPPORTED, {"REVERSE_KL", "sharded head"}},
+    {"sharded JSD", {{F_VTOT, 2000}, {F_SHARDS, 2}, JSD(0.5)}, UNSUPPORTED,
+     {"JSD (beta = 0.5)", "shard records"}},
     {"sparse reverse KL", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
      {"sparse teacher takes the forward KL only", "reverse KL"}},
     {"sparse JSD", {SPARSE, JSD(0.5)}, UNSUPPORTED, {"forward KL only", "off the support"}},
@@ -486,6 +486,11 @@ static const check_case families[] = {
      {{F_DIV, KLJIT_DIVERGENCE_FORWARD_KL}, {F_SOFT, 1}, {F_TVOCAB, 1000}, {F_TLD, 1000}},
      KLJIT_SUCCESS, {NULL, NULL}},
     {"JSD 0 (the forward KL)", {JSD(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"reverse KL", {{F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD 0.5", {JSD(0.5)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD 1 (the reverse KL)", {JSD(1.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD with CE and softcap", {JSD(0.5), {F_HARD, 0.5}, {F_CAP, 30}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
     {"student softcap", {{F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"CE mixing", {{F_HARD, 0.5}, {F_SOFT, 0.5}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"CE only", {{F_HARD, 1}, {F_SOFT, 0}}, KLJIT_SUCCESS, {NULL, NULL}},

@@ -440,8 +440,8 @@ static int tooling_functions_check_their_arguments_and_permissions(void) {
 }
 
 /* The loss-family options reach the plan: a softcapped, CE-mixed problem with a padded teacher
- * plans other row kernels than the plain problem, a divergence this build's kernels lack fails
- * with the library's sentence (exit 1), and a value out of range is a usage error (exit 2). */
+ * and the reverse KL each plan other row kernels than the plain problem, JSD with beta = 0 (the
+ * forward KL) plans the plain problem's, and a value out of range is a usage error (exit 2). */
 static int precompile_takes_the_loss_family_options(void) {
   char dir[] = "/tmp/kljit-cli-fam-XXXXXX";
   TH_CHECK(mkdtemp(dir) != NULL);
@@ -454,11 +454,15 @@ static int precompile_takes_the_loss_family_options(void) {
   const char *const rows = strstr(out, "dense_rows-");
   const int differs = rows && strncmp(rows, plain_out, 23) != 0;
   const int rev = precompile_into(dir, "--dry-run --divergence reverse");
-  const int unsupported = strstr(out, "KLJIT_ERR_UNSUPPORTED") && strstr(out, "REVERSE_KL");
+  const char *const rev_rows = strstr(out, "dense_rows-");
+  const int rev_differs = rev_rows && strncmp(rev_rows, plain_out, 23) != 0;
+  const int jsd0 = precompile_into(dir, "--dry-run --divergence jsd --beta 0");
+  const char *const jsd0_rows = strstr(out, "dense_rows-");
+  const int jsd0_same = jsd0_rows && strncmp(jsd0_rows, plain_out, 23) == 0;
   const int beta = precompile_into(dir, "--dry-run --divergence jsd --beta 1.5");
   rmdir(dir);
   TH_CHECK(plain == 0 && fam == 0 && differs);
-  TH_CHECK(rev == 1 && unsupported);
+  TH_CHECK(rev == 0 && rev_differs && jsd0 == 0 && jsd0_same);
   TH_CHECK(beta == 2);
   TH_CHECK(cli("precompile --help") == 0 && strstr(out, "--teacher-softcap"));
   return TH_PASS;

@@ -536,6 +536,10 @@ static int add_loss_families(space *s) {
     pb.teacher_vocab = pb.teacher_ld = i % 2 ? pb.vocab + 1 : i == 2 ? 152064 : 0;
     if (i == 3) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
     if (i >= 2) pb.hard_weight = 0.5, pb.soft_weight = i == 3 ? 0.0 : 0.5; /* CE mixing */
+    /* the reverse KL and the JSD (two-pass rows: the cluster target plans those too) */
+    pb.divergence = i == 0 ? KLJIT_DIVERGENCE_REVERSE_KL : i == 1 ? KLJIT_DIVERGENCE_JSD
+                                                                  : KLJIT_DIVERGENCE_FORWARD_KL;
+    pb.beta = i == 1 ? 0.5 : 0.0;
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
@@ -566,6 +570,15 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
              strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
     TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
+    if (g.rows.cluster == 0) { /* DIV: two-pass rows only */
+      strbuf jsd = {0};
+      k = g.rows, k.div = "jsd", k.beta = 0.5;
+      TH_OK(kspec_render(&k, &jsd));
+      TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "#define P2SPLIT 1") &&
+               strstr(jsd.data, "rowstat[8 * row + 5]") && strstr(jsd.data, "sweep 1"));
+      TH_CHECK(strstr(plain.data, "sweep 1") == NULL);
+      sb_free(&jsd);
+    }
     TH_CHECK(strstr(plain.data, "tanhf") == NULL && strstr(plain.data, "SOFTCAP") == NULL);
     TH_CHECK(strstr(plain.data, "TLD") == NULL && strstr(plain.data, "teacher + row * V"));
     TH_CHECK(strstr(cap.data, "SOFTCAP=30") && strstr(cap.data, "kcap") &&
@@ -587,7 +600,15 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
   TH_OK(prob_validate(&pb, "test"));
   TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
   TH_CHECK(g.rows.softcap == 20.0 && g.rows.tsoftcap == 40.0 && g.rows.tld == 50304);
-  TH_CHECK(g.rows.hard == 0.25 && g.rows.soft1 == -0.25);
+  TH_CHECK(g.rows.hard == 0.25 && g.rows.soft1 == -0.25 && g.rows.div == NULL);
+  pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+  TH_OK(prob_validate(&pb, "test"));
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM90_CLUSTER], &g));
+  TH_CHECK(g.rows.div && strcmp(g.rows.div, "jsd") == 0 && g.rows.beta == 0.5);
+  TH_CHECK(g.rows.cluster == 0 && g.p2_split == 1); /* two-pass, one pass-2 block per row */
+  pb.beta = 1.0; /* JSD's end point is the reverse KL's kernels */
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
+  TH_CHECK(g.rows.div && strcmp(g.rows.div, "reverse") == 0 && g.rows.beta == 0.0);
   TH_CHECK(g.helpers.softcap == 0.0 && g.helpers.tld == 0 && g.helpers.hard == 0.0);
   return TH_PASS;
 }

@@ -218,9 +218,11 @@ class FakeTensorChecks(unittest.TestCase):
                      **dense()).problem
         self.assertEqual((mixed.divergence, mixed.beta), (_lib.Divergence.JSD, 0.5))
         self.assertEqual((mixed.hard_weight, mixed.soft_weight), (0.5, 0.5))
-        # defined, but not in this build's kernels: the library says so, it computes nothing else
+        plan_check_agrees(mixed)
+        # undefined on the sparse support: the library says so, it computes nothing else
+        sparse_jsd = call(LossConfig(divergence="jsd", beta=0.5), **sparse()).problem
         with self.assertRaises(KljitError) as cm:
-            _lib.plan_check(mixed)
+            _lib.plan_check(sparse_jsd)
         self.assertEqual(cm.exception.name, "KLJIT_ERR_UNSUPPORTED")
         bad = [({"divergence": "kl"}, "divergence"), ({"beta": 0.5}, "jsd"),
                ({"divergence": "jsd", "beta": 1.5}, "beta"), ({"softcap": -1.0}, "softcap"),
