@@ -507,6 +507,39 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %end
 }
 
+%-- Pass 2's per-row values after gscale, in both variants (needs invT, gscale, rs, labels,
+%-- row, v0 and v1): the softcap's kcap, the divergence's scale gsoft, the CE's state.
+%local function row_setup()
+%if P.SOFTCAP then
+  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
+%end
+%if HARD or P.SOFT then
+  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+  ce_t ce;
+  ce.t = 1.0f / invT;
+  ce.lse1 = rs.lse1;
+  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
+  ce.loss = 0.0f;
+  {
+    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
+                                             : (i64)((const int*)labels)[row];
+    ce.y = y >= v0 && y < v1 ? (int)y : -1;
+  }
+%end
+%end
+%-- The block's loss partial before its sum, in both variants: the divergence's weight, and
+%-- the CE's wh / t2 (lse(z'), once per row, minus z'_y where this block holds the label).
+%local function loss_terms()
+%if HARD or P.SOFT then
+    loss *= {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%end
+%end
 %if P.CLUSTER == 0 then
 /* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sum p, mt, dt},
  * returned to every thread. */
@@ -611,24 +644,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const float invTT = 1.0f;
 #endif
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
-%if P.SOFTCAP then
-  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
-%end
-%if HARD or P.SOFT then
-  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
-%end
-%if HARD then
-  ce_t ce;
-  ce.t = 1.0f / invT;
-  ce.lse1 = rs.lse1;
-  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
-  ce.loss = 0.0f;
-  {
-    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
-                                             : (i64)((const int*)labels)[row];
-    ce.y = y >= v0 && y < v1 ? (int)y : -1;
-  }
-%end
+%row_setup()
   const teach_t* tr = teacher + row * {{ TSTRIDE }};
   float loss = 0.0f;
 %if DIVX then
@@ -687,13 +703,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   }
 #endif
   if (MODE != MODE_BACKWARD) {
-%if HARD or P.SOFT then
-    loss *= {{ f32(P.SOFT or 1.0) }};
-%end
-%if HARD then
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
-    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
-%end
+%loss_terms()
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
 %if DIVX then
@@ -814,24 +824,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     rs = sh_row;
   }
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
-%if P.SOFTCAP then
-  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
-%end
-%if HARD or P.SOFT then
-  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
-%end
-%if HARD then
-  ce_t ce;
-  ce.t = 1.0f / invT;
-  ce.lse1 = rs.lse1;
-  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
-  ce.loss = 0.0f;
-  {
-    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
-                                             : (i64)((const int*)labels)[row];
-    ce.y = y >= v0 && y < v1 ? (int)y : -1;
-  }
-%end
+%row_setup()
   float loss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
@@ -846,13 +839,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     }
   }
   if (MODE != MODE_BACKWARD) {
-%if HARD or P.SOFT then
-    loss *= {{ f32(P.SOFT or 1.0) }};
-%end
-%if HARD then
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
-    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
-%end
+%loss_terms()
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
   }
