@@ -171,6 +171,11 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
   return KLJIT_SUCCESS;
 }
 
+int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows) {
+  const int64_t per_row = pb->hard_weight != 0.0 || prob_divergence_rows(pb) ? 8 : 4;
+  return PLAN_HDR_FLOATS + per_row * rows;
+}
+
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
   err_clear();
   const char *who = "kljit_plan_saved_size";
@@ -178,9 +183,6 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  /* 4 row statistics a row (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse
-   * KL's and JSD's row total */
-  const int64_t per_row = p->pb.hard_weight != 0.0 || prob_divergence_rows(&p->pb) ? 8 : 4;
-  *bytes = (size_t)(PLAN_HDR_FLOATS + per_row * rows) * sizeof(float);
+  *bytes = (size_t)plan_saved_floats(&p->pb, rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

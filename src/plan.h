@@ -15,6 +15,10 @@
 /* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
 enum { PLAN_HDR_FLOATS = 8 };
 
+/* Floats of `saved` for `rows` rows: the header, then 4 row statistics a row
+ * (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse KL's / JSD's row total. */
+int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows);
+
 /* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
 typedef struct plan_kernel {
   CUfunction fn;
