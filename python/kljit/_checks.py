@@ -404,6 +404,9 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         raise ValueError("input has H = 0 columns")
     if v < 2:
         raise ValueError(f"weight has V = {v} rows; the vocabulary needs at least 2")
+    if config.hard_weight and labels is None:
+        raise ValueError(f"hard_weight={config.hard_weight!r} needs labels: the hard-label "
+                         f"cross-entropy is computed on them")
     vt = dims.get("Vt", v)
     if vt < v:
         raise ValueError(f"teacher has {vt} columns but weight has V = {v} rows: a teacher needs "

@@ -215,10 +215,12 @@ class FakeTensorChecks(unittest.TestCase):
         self.assertEqual(unpadded.divergence, _lib.Divergence.FORWARD_KL)
         self.assertEqual((unpadded.soft_weight, unpadded.hard_weight), (1.0, 0.0))
         mixed = call(LossConfig(divergence="jsd", beta=0.5, hard_weight=0.5, soft_weight=0.5),
-                     **dense()).problem
+                     labels=FakeTensor((N,), "int64"), **dense()).problem
         self.assertEqual((mixed.divergence, mixed.beta), (_lib.Divergence.JSD, 0.5))
         self.assertEqual((mixed.hard_weight, mixed.soft_weight), (0.5, 0.5))
         plan_check_agrees(mixed)
+        self.assert_error(ValueError, "hard_weight=0.5 needs labels",
+                          config=LossConfig(hard_weight=0.5), **dense())
         # undefined on the sparse support: the library says so, it computes nothing else
         sparse_jsd = call(LossConfig(divergence="jsd", beta=0.5), **sparse()).problem
         with self.assertRaises(KljitError) as cm:
