@@ -4,6 +4,10 @@
 %--   loss_i = sum_v p_v (log max(p_v, eps) - log q_v)                    (0 log 0 = 0)
 %--   G_v    = gscale * (sum(p) * q_v - p_v),  gscale = scale * T^2? / T * upstream (hdr)
 %-- Teacher forms: probs (p given), logprobs (log p given), logits (p = softmax(zt / Tt)).
+%-- The loss families (include/kljit.h's math; each an optional parameter below): the reverse
+%-- KL and the JSD(beta) replace the per-element terms (G = gscale q (g - S), S a row total),
+%-- the hard-label CE adds wh (lse(z') - z'_y) from the same passes, softcaps bend z and zt
+%-- (G times dz'/dz), a padded teacher is a row stride.
 %--
 %-- Two variants, chosen by CLUSTER (grid: SPLIT blocks per row x rows of the chunk):
 %-- CLUSTER = 0, two passes over global memory (any V, any arch):
