@@ -40,8 +40,8 @@
  *   in the two-pass row kernels, which then run one pass-2 block per row and, fused, read each
  *   chunk row once more), and with dense teachers softcaps, CE mixing (unsharded; labels
  *   required when hard_weight > 0; a kept row's label outside [0, V) is not checked and gives
- *   CE = lse(z')) and padded teachers. DENSE_HIDDEN is defined here (and in the tests' fp64
- *   reference) but plans refuse it with KLJIT_ERR_UNSUPPORTED until the kernels run its GEMM.
+ *   CE = lse(z')) and padded teachers, and the online teacher DENSE_HIDDEN (unsharded, without
+ *   a teacher bias or checked mode, which plans refuse with KLJIT_ERR_UNSUPPORTED).
  *
  * Conventions
  * -----------
@@ -64,7 +64,8 @@
  *
  * Alignment the kernels need (checked; KLJIT_ERR_MISALIGNED otherwise)
  *   workspace: 256 bytes (cuBLASLt's workspace lives in it; cudaMalloc gives 256);
- *   input, weight, teacher, teacher_values, grad_input, grad_weight: 16 bytes;
+ *   input, weight, teacher, teacher_values, grad_input, grad_weight, teacher_input,
+ *   teacher_weight: 16 bytes;
  *   bias, grad_bias, labels, teacher_ids, loss, saved, grad_output: their element size.
  */
 #ifndef KLJIT_H
@@ -142,9 +143,9 @@ typedef enum kljit_teacher_form {
   KLJIT_TEACHER_DENSE_LOGITS = 3,   /* teacher[N,V] = zt, p = softmax(zt / T_teacher)      */
   KLJIT_TEACHER_SPARSE_TOPK = 4,    /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
   /* An online teacher head: zt = teacher_input[N,Ht] teacher_weight[Vt,Ht]^T (+ teacher bias
-   * with KLJIT_FLAG_TEACHER_BIAS), then as DENSE_LOGITS; no gradient flows to the teacher.
-   * Defined here and in the CPU reference; plans refuse it (KLJIT_ERR_UNSUPPORTED) until the
-   * kernels run its GEMM. */
+   * with KLJIT_FLAG_TEACHER_BIAS: defined, not yet planned), then as DENSE_LOGITS; no gradient
+   * flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they never
+   * leave the chunk buffer); teacher_dtype is that of teacher_input and teacher_weight. */
   KLJIT_TEACHER_DENSE_HIDDEN = 5
 } kljit_teacher_form;
 
@@ -395,16 +396,20 @@ typedef struct kljit_args {
   void *workspace;             /* kljit_plan_workspace_size bytes                         */
   size_t workspace_size;
   uint32_t flags;              /* KLJIT_EXEC_*                                            */
+  /* The online teacher (KLJIT_TEACHER_DENSE_HIDDEN; `teacher` is then NULL): its hidden states
+   * and head, both teacher_dtype; no gradient flows to them. Absent from a shorter struct. */
+  const void *teacher_input;   /* Xt [N,Ht]                                               */
+  const void *teacher_weight;  /* Wt [Vt,Ht] (rows [V, Vt) are never read)                */
 } kljit_args;
 
-/* The size of the first released kljit_args (all of the fields above): entry points accept a
+/* The size of the first released kljit_args (the fields up to `flags`): entry points accept a
  * struct_size from this up, a longer struct leaving the fields this library does not know at
  * zero. */
 #define KLJIT_ARGS_MIN_SIZE (offsetof(kljit_args, flags) + sizeof(uint32_t))
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u }
+    NULL, NULL, NULL, NULL, 0, 0u, NULL, NULL }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);

@@ -30,6 +30,7 @@ struct kljit_plan {
   kljit_problem pb;
   prob_geometry geom;
   gemm_op gemm[3];         /* by gemm_kind, prepared for the plan's chunk rows */
+  gemm_op gemm_teacher;    /* the online teacher's logits GEMM (DENSE_HIDDEN), else zeroed */
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */

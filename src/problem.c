@@ -139,8 +139,15 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   if (sparse && pb->softcap != 0.0)
     return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
                  "kernels have it)", who, pb->softcap, later);
-  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
-    return UNSUP("%s: the online teacher (KLJIT_TEACHER_DENSE_HIDDEN) %s", who, later);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
+      return UNSUP("%s: KLJIT_FLAG_TEACHER_BIAS: the online teacher's bias %s", who, later);
+    if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
+      return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
+                   "computed in the chunk buffer, there is no teacher array to check", who);
+    if (prob_sharded(pb))
+      return UNSUP("%s: the online teacher on a sharded head %s", who, later);
+  }
   return KLJIT_SUCCESS;
 }
 
@@ -266,10 +273,12 @@ static int native_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
 }
 
-/* Chunk bytes per row: the logits (G overwrites them in place) and the pass-1 partials. */
+/* Chunk bytes per row: the logits (G overwrites them in place), the pass-1 partials and, for
+ * the online teacher, its fp32 logits. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
   const size_t z = native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
-  return (size_t)ld * z + (size_t)t->split * 32;
+  const size_t zt = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (size_t)ld * 4 : 0;
+  return (size_t)ld * z + (size_t)t->split * 32 + zt;
 }
 
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
@@ -368,6 +377,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
                         : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ? "logprobs"
                                                                       : "logits";
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
 
   kspec *r = &g->rows;
   r->family = KSPEC_DENSE_ROWS;
@@ -390,6 +400,11 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->vtot = prob_vocab_total(pb);
   r->offset = pb->vocab_offset;
   r->tld = prob_teacher_ld(pb);
+  if (hidden) { /* the teacher GEMM's fp32 logits, chunk rows LD apart (exec.c) */
+    r->tdt = KLJIT_FP32;
+    r->tld = g->ld;
+    r->tchunk = 1;
+  }
   r->softcap = pb->softcap;
   r->tsoftcap = pb->teacher_softcap;
   r->hard = pb->hard_weight;
@@ -414,6 +429,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   /* the helpers never see logits, the teacher or the loss's terms */
   h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
   h->div = NULL;
+  h->tchunk = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;
@@ -438,6 +454,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
                            && !g->tune.cluster
                            ? align256((size_t)r * (size_t)g->tune.split * 32) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
+  /* the online teacher's logits of the chunk (fp32, LD apart) */
+  w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
+                         ? align256((size_t)r * (size_t)g->ld * 4) : 0;
   w.g = g->grad_in_place || !grads ? w.z : off;
   off += g->grad_in_place || !grads ? 0 : align256((size_t)r * (size_t)g->ld * gsize);
   w.dw = off, off += grads && g->dw_workspace

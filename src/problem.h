@@ -71,7 +71,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
-  size_t hdr, lossp, part, z, g, dw, db, check, stats, lt, total;
+  size_t hdr, lossp, part, z, zt, g, dw, db, check, stats, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

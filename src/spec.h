@@ -57,9 +57,10 @@ typedef struct kspec {
   double soft1;       /* the divergence's weight minus 1 (0: the plain weight 1) */
   const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
   double beta;        /* jsd: in (0, 1) */
+  int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 28 }; /* dense rows: 20 always, 8 optional */
+enum { KSPEC_MAX_PARAMS = 30 }; /* dense rows: 20 always, 9 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 const char *kspec_template(const kspec *k);

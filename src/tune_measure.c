@@ -37,6 +37,7 @@ typedef struct bench {
   CUevent ev[2];
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
   CUdeviceptr lab; /* labels (all 0), for the CE a hard_weight asks for */
+  CUdeviceptr tx, tw; /* the online teacher's hidden states and head (DENSE_HIDDEN) */
   CUdeviceptr all; /* sharded: [shards][rows][8] records for kljit_shard_finish */
   int all_ready;   /* the other ranks' slots hold (this rank's) records */
   size_t ws_bytes;
@@ -130,6 +131,8 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
   if (bias) s += up(v * in) + up(v * gw);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
     s += up(n * (size_t)pb->topk * (names_dtype_size(pb->topk_id_dtype) + td));
+  else if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
+    s += up((n + v) * (size_t)pb->teacher_hidden * td);
   else
     s += up(n * (size_t)prob_teacher_ld(pb) * td);
   s += 3 * up(n * 4 + (size_t)plan_saved_floats(pb, rows) * 4); /* loss, saved, grad_output */
@@ -154,7 +157,7 @@ static kljit_status alloc(bench *b, CUdeviceptr *p, size_t bytes) {
 static void free_all(bench *b) {
   CUdeviceptr *all[] = {&b->x,  &b->w,  &b->b,  &b->t,     &b->ids,  &b->vals, &b->loss,
                         &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush,
-                        &b->all, &b->lab};
+                        &b->all, &b->lab, &b->tx, &b->tw};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (*all[i]) b->d->cuMemFree(*all[i]), *all[i] = 0;
   for (int i = 0; i < 2; i++)
@@ -204,7 +207,11 @@ static kljit_status setup(bench *b) {
     st = alloc(b, &b->ids, n * (size_t)pb->topk * names_dtype_size(pb->topk_id_dtype));
   if (st == KLJIT_SUCCESS && sparse) st = alloc(b, &b->vals, n * (size_t)pb->topk * tds);
   const size_t tld = (size_t)prob_teacher_ld(pb); /* a padded teacher's rows */
-  if (st == KLJIT_SUCCESS && !sparse) st = alloc(b, &b->t, n * tld * tds);
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  const size_t ht = (size_t)pb->teacher_hidden;
+  if (st == KLJIT_SUCCESS && !sparse && !hidden) st = alloc(b, &b->t, n * tld * tds);
+  if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tx, n * ht * tds);
+  if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tw, v * ht * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (size_t)plan_saved_floats(pb, b->rows) * 4);
   if (st == KLJIT_SUCCESS && pb->hard_weight != 0.0) st = alloc(b, &b->lab, n * 8);
@@ -218,7 +225,9 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS) st = fill(b, b->x, n * h, in, -0.1, 0.1, 1);
   if (st == KLJIT_SUCCESS) st = fill(b, b->w, v * h, in, -0.1, 0.1, 2);
   if (st == KLJIT_SUCCESS && bias) st = fill(b, b->b, v, in, -0.1, 0.1, 3);
-  if (st == KLJIT_SUCCESS && !sparse)
+  if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tx, n * ht, td, -0.1, 0.1, 6);
+  if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tw, v * ht, td, -0.1, 0.1, 7);
+  if (st == KLJIT_SUCCESS && !sparse && !hidden)
     st = pb->teacher == KLJIT_TEACHER_DENSE_PROBS ? fill(b, b->t, n * tld, td, 0.5 / v, 1.5 / v, 4)
          : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS
              ? fill(b, b->t, n * tld, td, lv - .5, lv + .5, 4)
@@ -239,7 +248,9 @@ static kljit_status setup(bench *b) {
   a.input = (void *)(uintptr_t)b->x, a.weight = (void *)(uintptr_t)b->w;
   a.bias = bias ? (void *)(uintptr_t)b->b : NULL;
   a.labels = b->lab ? (const void *)(uintptr_t)b->lab : NULL;
-  a.teacher = sparse ? NULL : (void *)(uintptr_t)b->t;
+  a.teacher = sparse || hidden ? NULL : (void *)(uintptr_t)b->t;
+  a.teacher_input = hidden ? (const void *)(uintptr_t)b->tx : NULL;
+  a.teacher_weight = hidden ? (const void *)(uintptr_t)b->tw : NULL;
   a.teacher_ids = sparse ? (void *)(uintptr_t)b->ids : NULL;
   a.teacher_values = sparse ? (void *)(uintptr_t)b->vals : NULL;
   a.temperature = pb->temperature > 0 ? pb->temperature : 1.0;

@@ -48,6 +48,8 @@
 %--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
 %-- Optional (absent: the plain problem, whose source they leave byte for byte unchanged):
 %--   TLD      teacher row stride >= V (a padded teacher: columns [V, TLD) are never read)
+%--   TCHUNK   bool: the teacher rows are the chunk's (row r of the chunk, not row0 + r): the
+%--            online teacher's logits, which its GEMM writes into the workspace per chunk
 %--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
 %--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
 %--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
@@ -99,7 +101,9 @@
 %end
 %-- the teacher row stride as written in the source: the V of the plain problem, else TLD
 %local TSTRIDE = P.TLD and tostring(TLD) or "V"
-%local TROW = "teacher + row * " .. TSTRIDE
+%local TRI = P.TCHUNK and "(i64)r" or "row"
+%if P.TCHUNK and P.CHECK then reject("TCHUNK has no teacher array to check (CHECK)") end
+%local TROW = "teacher + " .. TRI .. " * " .. TSTRIDE
 %-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
 %local KCAP = P.SOFTCAP and ", kcap" or ""
 %local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
@@ -649,7 +653,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 #endif
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
 %row_setup()
-  const teach_t* tr = teacher + row * {{ TSTRIDE }};
+  const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
   float loss = 0.0f;
 %if DIVX then
   float sacc = 0.0f;
@@ -776,7 +780,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 #else
   const float invTT = 1.0f;
 #endif
-  const teach_t* tr = teacher + row * {{ TSTRIDE }};
+  const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
   const int v0 = seg_begin(), v1 = seg_end();
   /* the whole segment into registers: NV independent vector loads per thread in flight */
   float s[NV][VEC], t[NV][VEC];

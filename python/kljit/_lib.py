@@ -314,6 +314,8 @@ class Args(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
         ("flags", ctypes.c_uint32),
+        ("teacher_input", ctypes.c_void_p),
+        ("teacher_weight", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -336,6 +338,8 @@ class Args(ctypes.Structure):
         "workspace": None,
         "workspace_size": 0,
         "flags": 0,
+        "teacher_input": None,
+        "teacher_weight": None,
     }
 
     @classmethod
@@ -352,7 +356,7 @@ class Args(ctypes.Structure):
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
 _PROBLEM_SIZE = 208
-_ARGS_SIZE = 152
+_ARGS_SIZE = 168
 
 
 def check_struct_sizes() -> None:
