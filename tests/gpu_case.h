@@ -49,6 +49,9 @@ typedef struct gcase {
   double hard_weight, soft_weight; /* CE mixing (gcase_base: 0 and 1, the plain divergence) */
   kljit_divergence divergence;      /* gcase_base: FORWARD_KL */
   double beta;                      /* JSD */
+  /* the online teacher (form DENSE_HIDDEN): teacher_input [N, ht] and a head of tld rows (0: V;
+   * only the first V are used), both in tdt, its logits of standard deviation about 2 */
+  int64_t ht;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -184,6 +184,14 @@ static int sweep_case(const gcase *c, int *worst) {
   return rc == TH_SKIP;
 }
 
+/* sweep_case with the cluster knob (KLJIT_ROW_KERNEL=cluster) on when `cluster`. */
+static int sweep_case_knob(const gcase *c, int cluster, int *worst) {
+  if (cluster) setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+  const int skip = sweep_case(c, worst);
+  unsetenv("KLJIT_ROW_KERNEL");
+  return skip;
+}
+
 /* Case k of a dtype (d) x teacher form (f) x mode sweep, the rest rotating with k: the teacher
  * dtype, bias, reduction (NONE in two-phase only), temperature mode and T, T^2. */
 static gcase rotated_case(int k, int d, int f, int fused) {
@@ -267,10 +275,32 @@ static int every_divergence_teacher_form_mode_and_dtype(void) {
         if (k % 6 == 5) c.zstd = 30.0, c.softcap = 30.0;
         if (k % 5 == 2) c.tld = c.v + 24;
         if (k == 9) c.v = 128256, c.n = 9, c.h = 32;
-        if (k % 8 == 6) setenv("KLJIT_ROW_KERNEL", "cluster", 1);
-        const int skip = sweep_case(&c, &worst);
-        unsetenv("KLJIT_ROW_KERNEL");
-        if (skip) return TH_SKIP;
+        if (sweep_case_knob(&c, k % 8 == 6, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* Issue 19: the online teacher (its head run chunk by chunk, the logits never materialized)
+ * under the forward KL, the reverse KL and the JSD(0.5), in each mode and dtype (rotating so
+ * that each divergence meets every dtype), its own temperature and softcap, a padded head
+ * (rows past V never read), CE mixing and the cluster knob rotating, one case at V = 128256. */
+static int online_teacher_every_divergence_mode_and_dtype(void) {
+  const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_FORWARD_KL, KLJIT_DIVERGENCE_REVERSE_KL,
+                                    KLJIT_DIVERGENCE_JSD};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, dt, 2, fused);
+        c.form = KLJIT_TEACHER_DENSE_HIDDEN;
+        c.ht = k % 2 ? 48 : 64;
+        c.divergence = divs[d], c.beta = divs[d] == KLJIT_DIVERGENCE_JSD ? 0.5 : 0.0;
+        c.TT = k % 3 == 1 ? 1.5 : 0.0;
+        if (k % 4 == 2) c.zstd = 30.0, c.teacher_softcap = 30.0, c.softcap = 30.0;
+        if (k % 3 == 0) c.tld = c.v + 64;
+        if (k % 5 == 3) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (k == 7) c.v = 128256, c.n = 9, c.h = 32;
+        if (sweep_case_knob(&c, k % 4 == 1, &worst)) return TH_SKIP;
       }
   return worst;
 }
@@ -313,6 +343,8 @@ static const th_case cases[] = {
     {"hard_label_ce_mixing_in_every_dtype_form_and_mode",
      hard_label_ce_mixing_in_every_dtype_form_and_mode},
     {"every_divergence_teacher_form_mode_and_dtype", every_divergence_teacher_form_mode_and_dtype},
+    {"online_teacher_every_divergence_mode_and_dtype",
+     online_teacher_every_divergence_mode_and_dtype},
     {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
      softcaps_padded_teachers_and_ce_in_the_cluster_variant},
 };
