@@ -38,6 +38,7 @@ TEACHER_FORMS = {
     "dense_logprobs": TeacherForm.DENSE_LOGPROBS,
     "dense_logits": TeacherForm.DENSE_LOGITS,
     "sparse_topk": TeacherForm.SPARSE_TOPK,
+    "dense_hidden": TeacherForm.DENSE_HIDDEN,
 }
 MODES = ("fused", "two_phase")
 REDUCTIONS = {
@@ -118,7 +119,9 @@ class LossConfig:
     softcap, teacher_softcap: logit caps c (z -> c tanh(z / c)); 0 is none. The teacher's cap
         applies to teacher logits ('dense_logits').
     A dense teacher may have more columns than the weight has rows (a padded vocabulary,
-    teacher [N, Vt] with Vt >= V): its columns past V are excluded.
+    teacher [N, Vt] with Vt >= V): its columns past V are excluded. teacher='dense_hidden' is
+    the online teacher: teacher_input [N, Ht] and teacher_weight [Vt, Ht] (one dtype), whose
+    logits kljit computes chunk by chunk; then as 'dense_logits'.
     The library refuses (KljitError, KLJIT_ERR_UNSUPPORTED) what its kernels do not compute yet.
     """
 
@@ -288,9 +291,20 @@ class CallSpec:
 
 
 def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
-                  teacher_values: Any) -> LossConfig:
-    """Sets config.teacher from the tensors given when it is None; else checks they agree."""
+                  teacher_values: Any, teacher_weight: Any = None) -> LossConfig:
+    """Sets config.teacher from the tensors given when it is None; else checks they agree.
+    The online teacher's teacher_input travels as `teacher` (with teacher_weight)."""
     sparse_given = teacher_ids is not None or teacher_values is not None
+    if config.teacher is None and teacher_weight is not None:
+        config = config.with_teacher("dense_hidden")
+    if config.teacher == "dense_hidden" or teacher_weight is not None:
+        if config.teacher != "dense_hidden" or sparse_given:
+            raise ValueError("teacher_weight is the online teacher's head: it needs "
+                             "teacher='dense_hidden' and no teacher_ids / teacher_values")
+        if teacher is None or teacher_weight is None:
+            raise ValueError("teacher='dense_hidden' needs teacher_input [N, Ht] and "
+                             "teacher_weight [Vt, Ht]")
+        return config
     if config.teacher is None:
         if teacher is None and not sparse_given:
             raise ValueError("no teacher given: pass teacher (dense [N, V]) or teacher_ids and "
@@ -314,7 +328,8 @@ def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
 
 def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
-                 label_dtype: str = "int64", teacher_vocab: int = 0) -> Problem:
+                 label_dtype: str = "int64", teacher_vocab: int = 0,
+                 teacher_hidden: int = 0) -> Problem:
     """The kljit_problem of a call. dW comes out in the weight dtype (what autograd wants),
     accumulated in fp32 unless config.grad_weight_accum is 'output'. teacher_vocab: the dense
     teacher's columns (0 or vocab: unpadded)."""
@@ -356,14 +371,15 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
         softcap=float(config.softcap),
         teacher_softcap=float(config.teacher_softcap),
         teacher_vocab=teacher_vocab if teacher_vocab != vocab else 0,
-        teacher_ld=teacher_vocab if teacher_vocab != vocab else 0,
+        teacher_ld=teacher_vocab if teacher_vocab != vocab and not teacher_hidden else 0,
+        teacher_hidden=teacher_hidden,
     )
 
 
 def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None, *,
                bias: Any = None, labels: Any = None, teacher_ids: Any = None,
                teacher_values: Any = None, temperature: Optional[float] = None,
-               require_cuda: bool = True) -> CallSpec:
+               require_cuda: bool = True, teacher_weight: Any = None) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
     input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype), bias [V] (weight's dtype),
@@ -372,7 +388,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     (require_cuda=False lets the tests use CPU tensors), contiguous, aligned as
     include/kljit.h asks. `temperature` is the per-call T (temperature_mode='runtime' only).
     """
-    config = infer_teacher(config, teacher, teacher_ids, teacher_values)
+    config = infer_teacher(config, teacher, teacher_ids, teacher_values, teacher_weight)
+    hidden = config.teacher == "dense_hidden"
     dims: Dict[str, int] = {}
     dtypes: Dict[str, str] = {}
     if not _is_tensor(input):
@@ -388,6 +405,11 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         rules.append((TensorRule("teacher_ids", ("N", "K"), INT_DTYPES, 1), teacher_ids))
         rules.append((TensorRule("teacher_values", ("N", "K"), FLOAT_DTYPES, TENSOR_ALIGN),
                       teacher_values))
+    elif hidden:  # `teacher` is the online teacher's teacher_input
+        rules.append((TensorRule("teacher_input", ("N", "Ht"), FLOAT_DTYPES, TENSOR_ALIGN),
+                      teacher))
+        rules.append((TensorRule("teacher_weight", ("Vt", "Ht"), FLOAT_DTYPES, TENSOR_ALIGN,
+                                 "teacher_input"), teacher_weight))
     else:
         # Vt: a padded teacher may have more columns than V (checked below)
         rules.append((TensorRule("teacher", ("N", "Vt"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
@@ -409,8 +431,9 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                          f"cross-entropy is computed on them")
     vt = dims.get("Vt", v)
     if vt < v:
-        raise ValueError(f"teacher has {vt} columns but weight has V = {v} rows: a teacher needs "
-                         f"at least V columns (more for a padded vocabulary)")
+        what = "teacher_weight has" if hidden else "teacher has"
+        raise ValueError(f"{what} {vt} {'rows' if hidden else 'columns'} but weight has V = {v} "
+                         f"rows: a teacher needs at least V (more for a padded vocabulary)")
     topk = 0
     if config.teacher == "sparse_topk":
         topk = dims["K"]
@@ -428,9 +451,11 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         t = config.temperature
     problem = make_problem(
         config, h, v, dtypes["input"],
-        dtypes["teacher_values" if config.teacher == "sparse_topk" else "teacher"],
+        dtypes["teacher_values" if config.teacher == "sparse_topk"
+               else "teacher_input" if hidden else "teacher"],
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
-        label_dtype=dtypes.get("labels", "int64"), teacher_vocab=vt)
+        label_dtype=dtypes.get("labels", "int64"), teacher_vocab=vt,
+        teacher_hidden=dims.get("Ht", 0))
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 

@@ -56,6 +56,8 @@ class _Call:
         self.plan: Plan = _lib.get_plan(spec.problem, spec.device_index or 0)
         self.want_dx = want_dx
         self.want_dw = want_dw
+        # the online teacher's head (teacher='dense_hidden'), held for both phases
+        self.teacher_weight: Optional[torch.Tensor] = None
 
     def grad_flags(self, want_dx: bool, want_dw: bool) -> int:
         return (0 if want_dx else EXEC_NO_GRAD_INPUT) | (0 if want_dw else EXEC_NO_GRAD_WEIGHT)
@@ -73,8 +75,13 @@ class _Call:
     def args(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
              teacher: Optional[torch.Tensor], teacher_ids: Optional[torch.Tensor],
              teacher_values: Optional[torch.Tensor], labels: Optional[torch.Tensor]) -> Args:
+        # the online teacher: `teacher` carries teacher_input, the call its teacher_weight
+        hidden = self.teacher_weight is not None
         return Args.init(rows=self.spec.rows, input=input.data_ptr(), weight=weight.data_ptr(),
-                         bias=_ptr(bias), labels=_ptr(labels), teacher=_ptr(teacher),
+                         bias=_ptr(bias), labels=_ptr(labels),
+                         teacher=None if hidden else _ptr(teacher),
+                         teacher_input=_ptr(teacher) if hidden else None,
+                         teacher_weight=_ptr(self.teacher_weight),
                          teacher_ids=_ptr(teacher_ids), teacher_values=_ptr(teacher_values),
                          temperature=self.spec.temperature)
 
@@ -208,12 +215,17 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         teacher_ids: Optional[torch.Tensor] = None,
                         teacher_values: Optional[torch.Tensor] = None,
                         temperature: Optional[float] = None,
-                        config: Optional[LossConfig] = None, **options: Any) -> torch.Tensor:
+                        config: Optional[LossConfig] = None,
+                        teacher_input: Optional[torch.Tensor] = None,
+                        teacher_weight: Optional[torch.Tensor] = None,
+                        **options: Any) -> torch.Tensor:
     """KL(teacher || softmax((input @ weight.T + bias) / T)), fused with the head's GEMMs.
 
     input [..., H] and weight [V, H]: one float dtype (fp32, fp16, bf16). bias [V] optional.
     teacher [..., V] (dense forms: probs, log-probs or logits, any float dtype) or
     teacher_ids [..., K] (int32/int64) with teacher_values [..., K] (sparse top-K form).
+    teacher_input [..., Ht] with teacher_weight [Vt, Ht] (the online teacher: its logits are
+    computed chunk by chunk, never materialized; no gradient flows to it).
     labels [...] (int32/int64) optional: rows whose label is ignore_index are excluded.
     temperature: T. With keyword options it is the loss's T; with a LossConfig (as the modules
         pass) it is this call's T and needs temperature_mode='runtime' unless it equals the
@@ -236,17 +248,22 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         raise TypeError("pass either config or keyword options, not both")
     lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
     x = _flatten("input", input, 1)
-    t = _flatten("teacher", teacher, 1)
+    if teacher_input is not None and teacher is not None:
+        raise ValueError("pass teacher or teacher_input (the online teacher), not both")
+    t = _flatten("teacher_input" if teacher_input is not None else "teacher",
+                 teacher_input if teacher_input is not None else teacher, 1)
     ids = _flatten("teacher_ids", teacher_ids, 1)
     vals = _flatten("teacher_values", teacher_values, 1)
     lab = _flatten("labels", labels, 0)
     spec = check_call(config, x, weight, t, bias=bias, labels=lab, teacher_ids=ids,
                       teacher_values=vals, temperature=temperature,
-                      require_cuda=_REQUIRE_CUDA)
+                      require_cuda=_REQUIRE_CUDA, teacher_weight=teacher_weight)
     grad = torch.is_grad_enabled()
     want_dx = grad and x.requires_grad
     want_dw = grad and (weight.requires_grad or (bias is not None and bias.requires_grad))
     call = _Call(spec, want_dx, want_dw)
+    if spec.config.teacher == "dense_hidden":
+        call.teacher_weight = teacher_weight
     fn = _FusedFunction if spec.config.mode == "fused" else _TwoPhaseFunction
     loss = fn.apply(x, weight, bias, t, ids, vals, lab, call)
     if spec.config.reduction == "none" and len(lead) != 1:

@@ -237,6 +237,27 @@ class FakeTensorChecks(unittest.TestCase):
         with self.assertRaises(TypeError):
             LossConfig(softcap="30")
 
+    def test_the_online_teacher_takes_its_input_and_head(self) -> None:
+        base = {k: v for k, v in dense().items() if k != "teacher"}
+        spec = check_call(LossConfig(divergence="jsd", beta=0.5), base["input"], base["weight"],
+                          FakeTensor((N, 48)), teacher_weight=FakeTensor((V + 12, 48)))
+        pb = spec.problem
+        self.assertEqual(spec.config.teacher, "dense_hidden")
+        self.assertEqual(pb.teacher, TeacherForm.DENSE_HIDDEN)
+        self.assertEqual((pb.teacher_hidden, pb.teacher_vocab, pb.teacher_ld), (48, V + 12, 0))
+        plan_check_agrees(pb)
+        with self.assertRaises(ValueError) as cm:  # a head shorter than V
+            check_call(LossConfig(), base["input"], base["weight"], FakeTensor((N, 48)),
+                       teacher_weight=FakeTensor((V - 1, 48)))
+        self.assertIn("teacher_weight has 99 rows", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:  # hidden sizes that disagree
+            check_call(LossConfig(), base["input"], base["weight"], FakeTensor((N, 48)),
+                       teacher_weight=FakeTensor((V, 40)))
+        self.assertIn("teacher_weight", str(cm.exception))
+        with self.assertRaises(ValueError):  # the online teacher without its head
+            check_call(LossConfig(teacher="dense_hidden"), base["input"], base["weight"],
+                       FakeTensor((N, 48)))
+
     def test_temperature_per_call_needs_the_runtime_mode(self) -> None:
         self.assert_error(ValueError, "temperature_mode='runtime'", temperature=2.0, **dense())
         spec = call(LossConfig(temperature_mode="runtime", temperature=3.0), **dense())
