@@ -16,6 +16,33 @@
  *   Rows whose label equals ignore_index are excluded; all rows excluded gives loss 0 and zero
  *   gradients, never NaN. See kljit_reduction for the scale, KLJIT_FLAG_SCALE_T_SQUARED for T^2.
  *
+ * The loss families (kljit_problem.divergence, hard_weight, soft_weight, softcap)
+ *   Softcap (Gemma 2), student: z' = c tanh(z / c) with c = softcap > 0 (0: z' = z), applied
+ *   after the bias and before the temperature, s = z' / T; dz'/dz = 1 - tanh^2(z / c). The
+ *   teacher's logits (DENSE_LOGITS, DENSE_HIDDEN) likewise with teacher_softcap, before
+ *   teacher_temperature. With D the divergence below and CE the hard-label cross-entropy,
+ *     row loss   l_i = soft_weight * t2 * D_i + hard_weight * CE_i      (t2 = T^2 or 1)
+ *     CE_i       = lse(z') - z'_label      (temperature 1; labels[i] in [0, V) on kept rows)
+ *     dl/dz'_v   = soft_weight * t2 / T * dD/ds_v + hard_weight * (softmax(z')_v - [v = label])
+ *   Divergences, q = softmax(s), p the teacher, log p floored at log eps as above:
+ *     FORWARD_KL  D = KL(p || q) = sum p (log p - log q)            dD/ds = sum(p) q - p
+ *     REVERSE_KL  D = KL(q || p) = sum q (log q - log p)            dD/ds = q (log q - log p - D)
+ *     JSD(beta)   0 < beta < 1, m = beta p + (1 - beta) q:
+ *                 D = beta KL(p || m) + (1 - beta) KL(q || m)       dD/ds = q (g - sum q g),
+ *                 g = (1 - beta) log(q / m);  beta = 0 is FORWARD_KL and beta = 1 REVERSE_KL
+ *                 (Liger's LigerFusedLinearJSD and TRL's GKD define the end points so; they are
+ *                 the limits of D / beta and D / (1 - beta), not of D, which tends to 0).
+ *   The sparse teacher takes FORWARD_KL only: the reverse KL and the JSD weigh log p at every
+ *   column where q > 0, and p is unknown off the support.
+ *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
+ *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
+ *   What this build's plans compute: every divergence (the reverse KL and the JSD unsharded,
+ *   in the two-pass row kernels, which then run one pass-2 block per row and, fused, read each
+ *   chunk row once more), and with dense teachers softcaps, CE mixing (unsharded; labels
+ *   required when hard_weight > 0; a kept row's label outside [0, V) is not checked and gives
+ *   CE = lse(z')) and padded teachers, and the online teacher DENSE_HIDDEN (unsharded, without
+ *   a teacher bias or checked mode, which plans refuse with KLJIT_ERR_UNSUPPORTED).
+ *
  * Conventions
  * -----------
  *   - Every call returns a kljit_status. The detail (which argument, which value, the failing
@@ -37,7 +64,8 @@
  *
  * Alignment the kernels need (checked; KLJIT_ERR_MISALIGNED otherwise)
  *   workspace: 256 bytes (cuBLASLt's workspace lives in it; cudaMalloc gives 256);
- *   input, weight, teacher, teacher_values, grad_input, grad_weight: 16 bytes;
+ *   input, weight, teacher, teacher_values, grad_input, grad_weight, teacher_input,
+ *   teacher_weight: 16 bytes;
  *   bias, grad_bias, labels, teacher_ids, loss, saved, grad_output: their element size.
  */
 #ifndef KLJIT_H
@@ -113,8 +141,20 @@ typedef enum kljit_teacher_form {
   KLJIT_TEACHER_DENSE_PROBS = 1,    /* teacher[N,V] = p                                    */
   KLJIT_TEACHER_DENSE_LOGPROBS = 2, /* teacher[N,V] = log p (torch log_target=True)        */
   KLJIT_TEACHER_DENSE_LOGITS = 3,   /* teacher[N,V] = zt, p = softmax(zt / T_teacher)      */
-  KLJIT_TEACHER_SPARSE_TOPK = 4     /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
+  KLJIT_TEACHER_SPARSE_TOPK = 4,    /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
+  /* An online teacher head: zt = teacher_input[N,Ht] teacher_weight[Vt,Ht]^T (+ teacher bias
+   * with KLJIT_FLAG_TEACHER_BIAS: defined, not yet planned), then as DENSE_LOGITS; no gradient
+   * flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they never
+   * leave the chunk buffer); teacher_dtype is that of teacher_input and teacher_weight. */
+  KLJIT_TEACHER_DENSE_HIDDEN = 5
 } kljit_teacher_form;
+
+/* The divergence between teacher and student (the math section above). */
+typedef enum kljit_divergence {
+  KLJIT_DIVERGENCE_FORWARD_KL = 1, /* KL(p || q), the default */
+  KLJIT_DIVERGENCE_REVERSE_KL = 2, /* KL(q || p) (MiniLLM) */
+  KLJIT_DIVERGENCE_JSD = 3         /* generalized Jensen-Shannon with `beta` in [0, 1] */
+} kljit_divergence;
 
 /* What teacher_values hold in the sparse form. */
 typedef enum kljit_topk_values {
@@ -172,7 +212,8 @@ enum {
    * only kljit call that synchronizes. Unchecked, a sparse id outside [0, V) is skipped (it
    * adds nothing to M, the loss or G), duplicate ids give unspecified values, NaN propagates;
    * nothing faults. */
-  KLJIT_FLAG_CHECK_INPUTS = 1u << 4
+  KLJIT_FLAG_CHECK_INPUTS = 1u << 4,
+  KLJIT_FLAG_TEACHER_BIAS = 1u << 5     /* DENSE_HIDDEN: the teacher head has a bias bt[Vt]   */
 };
 
 /* The size limits kljit_plan_check enforces (tools and bindings quote them in messages). */
@@ -195,7 +236,7 @@ typedef struct kljit_problem {
   kljit_tail tail;
   kljit_temperature_mode temperature_mode;
   double temperature;               /* T > 0, finite */
-  double teacher_temperature;       /* DENSE_LOGITS only; 0 means "same as temperature" */
+  double teacher_temperature;       /* DENSE_LOGITS, DENSE_HIDDEN; 0: "same as temperature" */
   kljit_reduction reduction;
   kljit_dtype label_dtype;          /* INT32 or INT64 */
   int64_t ignore_index;             /* rows with this label are excluded; default -100 */
@@ -210,13 +251,23 @@ typedef struct kljit_problem {
   int64_t vocab_total;
   int64_t vocab_offset;             /* first global id of this shard, >= 0; 0 when unsharded */
   int32_t shards;                   /* tp size, 1..1024; 1 when unsharded (the default) */
+  /* The loss families (the math section). Each default keeps the plain forward KL. */
+  kljit_divergence divergence;      /* KLJIT_DIVERGENCE_FORWARD_KL by default */
+  double beta;                      /* JSD only: in [0, 1]; 0 otherwise */
+  double hard_weight;               /* >= 0, finite: weight of CE on labels; default 0 */
+  double soft_weight;               /* >= 0, finite: weight of the divergence; default 1 */
+  double softcap;                   /* student logit cap c: 0 (off, default) or in (0, 1e6] */
+  double teacher_softcap;           /* the teacher's logits (DENSE_LOGITS, DENSE_HIDDEN): same */
+  int64_t teacher_vocab;            /* dense teachers: Vt columns, V <= Vt <= 2^24; 0: Vt = V */
+  int64_t teacher_ld;               /* dense teachers: row stride (elements) >= Vt; 0: Vt */
+  int64_t teacher_hidden;           /* DENSE_HIDDEN: Ht, 1..2^20; 0 otherwise */
 } kljit_problem;
 
 /* The size of the first released kljit_problem, the stable part up to `flags`: every entry
  * point accepts a struct_size from this up (the fields a shorter struct lacks take their
  * KLJIT_PROBLEM_INIT values; a longer one, from a newer kljit.h, must leave what this library
  * does not know at zero). The tensor-parallel fields after `flags` are experimental
- * (kljit_experimental.h). */
+ * (kljit_experimental.h); the loss-family fields from `divergence` on were added after them. */
 #define KLJIT_PROBLEM_MIN_SIZE offsetof(kljit_problem, vocab_total)
 
 #define KLJIT_PROBLEM_INIT                                                                    \
@@ -224,7 +275,8 @@ typedef struct kljit_problem {
     sizeof(kljit_problem), 0, 0, KLJIT_BF16, KLJIT_BF16, KLJIT_BF16,                          \
         KLJIT_TEACHER_DENSE_PROBS, 0, KLJIT_INT64, KLJIT_TOPK_PROBS, KLJIT_TAIL_NONE,         \
         KLJIT_TEMPERATURE_CONSTANT, 1.0, 0.0, KLJIT_REDUCTION_BATCHMEAN, KLJIT_INT64, -100,   \
-        1e-20, KLJIT_FP32, KLJIT_ACCUM_FP32, 0u, 0, 0, 1                                      \
+        1e-20, KLJIT_FP32, KLJIT_ACCUM_FP32, 0u, 0, 0, 1, KLJIT_DIVERGENCE_FORWARD_KL, 0.0,  \
+        0.0, 1.0, 0.0, 0.0, 0, 0, 0                                                           \
   }
 
 /* ---- context ---------------------------------------------------------------------------- */
@@ -360,16 +412,20 @@ typedef struct kljit_args {
    * Finite and > 0; 0 means 1. Appended after `flags`: a caller whose struct_size ends at
    * `flags` (older headers) gets 1. */
   double grad_scale;
+  /* The online teacher (KLJIT_TEACHER_DENSE_HIDDEN; `teacher` is then NULL): its hidden states
+   * and head, both teacher_dtype; no gradient flows to them. Absent from a shorter struct. */
+  const void *teacher_input;   /* Xt [N,Ht]                                               */
+  const void *teacher_weight;  /* Wt [Vt,Ht] (rows [V, Vt) are never read)                */
 } kljit_args;
 
-/* The size of the first released kljit_args (all of the fields above): entry points accept a
+/* The size of the first released kljit_args (the fields up to `flags`): entry points accept a
  * struct_size from this up, a longer struct leaving the fields this library does not know at
  * zero. */
 #define KLJIT_ARGS_MIN_SIZE (offsetof(kljit_args, flags) + sizeof(uint32_t))
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u, 1.0 }
+    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);

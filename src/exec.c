@@ -78,6 +78,14 @@ static double args_grad_scale(const kljit_args *a) {
   return ARGS_HAS(a, grad_scale) && a->grad_scale != 0 ? a->grad_scale : 1.0;
 }
 
+/* The online teacher's pointers of `a`, NULL in a struct too short to have them. */
+static const void *teacher_input_of(const kljit_args *a) {
+  return ARGS_HAS(a, teacher_input) ? a->teacher_input : NULL;
+}
+static const void *teacher_weight_of(const kljit_args *a) {
+  return ARGS_HAS(a, teacher_weight) ? a->teacher_weight : NULL;
+}
+
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
 static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
@@ -132,12 +140,22 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
   if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
+  if (!a->labels && pb->hard_weight != 0.0)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: labels is NULL but hard_weight = %g: the "
+                   "hard-label CE needs them", who, pb->hard_weight);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     TRY(check_absent(who, "teacher", a->teacher, "with the sparse teacher (teacher_ids, "
                      "teacher_values)"));
     TRY(check_ptr(p, who, "teacher_ids", a->teacher_ids, names_dtype_size(pb->topk_id_dtype)));
     TRY(check_ptr(p, who, "teacher_values", a->teacher_values,
                   names_dtype_size(pb->teacher_dtype)));
+  } else if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    TRY(check_absent(who, "teacher", a->teacher, "with the online teacher (teacher_input, "
+                     "teacher_weight)"));
+    TRY(check_ptr(p, who, "teacher_input", teacher_input_of(a), 16));
+    TRY(check_ptr(p, who, "teacher_weight", teacher_weight_of(a), 16));
+    TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
+    TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   } else {
     TRY(check_ptr(p, who, "teacher", a->teacher, 16));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
@@ -171,8 +189,15 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
   if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  return gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
-                  0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
+  TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
+               0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  if (p->pb.teacher != KLJIT_TEACHER_DENSE_HIDDEN) return KLJIT_SUCCESS;
+  /* the online teacher: its logits of the chunk, which the row kernels read (TCHUNK) */
+  const size_t tsz = names_dtype_size(p->pb.teacher_dtype);
+  const char *xt = (const char *)teacher_input_of(c->a) +
+                   (size_t)row0 * (size_t)p->pb.teacher_hidden * tsz;
+  return gemm_run(p->ctx->lt, &p->gemm_teacher, n, teacher_weight_of(c->a), xt,
+                  c->ws + c->w.zt, 1.0f, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
 }
 
 static kljit_status run_stats(exec_call *c, int64_t n) {
@@ -295,7 +320,8 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->lossp = c->ws + c->w.lossp;
   k->db = c->ws + c->w.db;
   k->check_flag = c->ws + c->w.check;
-  k->teacher = a->teacher;
+  k->teacher = p->pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (const void *)(c->ws + c->w.zt)
+                                                            : a->teacher;
   k->teacher_ids = a->teacher_ids;
   k->teacher_values = a->teacher_values;
   k->bias = a->bias;

@@ -108,6 +108,19 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++)
     st = gemm_prepare(ctx->lt, &gtypes, &gshape, (gemm_kind)k, tune.chunk_rows,
                       GEMM_WORKSPACE_BYTES, &p->gemm[k]);
+  if (st == KLJIT_SUCCESS && problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
+    const kljit_dtype td = problem->teacher_dtype;
+    gemm_types tt = gtypes;
+    tt.in = cuda_type(td), tt.logits = CUDA_R_32F;
+    tt.compute = td == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
+                     ? CUBLAS_COMPUTE_32F
+                 : td == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                    : CUBLAS_COMPUTE_32F;
+    const gemm_shape ts = {problem->vocab, problem->teacher_hidden, p->geom.ld, p->geom.ldg};
+    st = gemm_prepare(ctx->lt, &tt, &ts, GEMM_LOGITS, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
+                      &p->gemm_teacher);
+  }
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
@@ -129,6 +142,7 @@ void kljit_plan_destroy(kljit_plan *p) {
     ctx_leave(p->ctx);
   }
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);
+  gemm_destroy(&p->gemm_teacher);
   free(p->description);
   free(p);
 }
@@ -172,6 +186,11 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
   return KLJIT_SUCCESS;
 }
 
+int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows) {
+  const int64_t per_row = pb->hard_weight != 0.0 || prob_divergence_rows(pb) ? 8 : 4;
+  return PLAN_HDR_FLOATS + per_row * rows;
+}
+
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
   err_clear();
   const char *who = "kljit_plan_saved_size";
@@ -179,6 +198,6 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = (size_t)(PLAN_HDR_FLOATS + 4 * rows) * sizeof(float);
+  *bytes = (size_t)plan_saved_floats(&p->pb, rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

@@ -15,6 +15,10 @@
 /* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
 enum { PLAN_HDR_FLOATS = 8 };
 
+/* Floats of `saved` for `rows` rows: the header, then 4 row statistics a row
+ * (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse KL's / JSD's row total. */
+int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows);
+
 /* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
 typedef struct plan_kernel {
   CUfunction fn;
@@ -26,6 +30,7 @@ struct kljit_plan {
   kljit_problem pb;
   prob_geometry geom;
   gemm_op gemm[3];         /* by gemm_kind, prepared for the plan's chunk rows */
+  gemm_op gemm_teacher;    /* the online teacher's logits GEMM (DENSE_HIDDEN), else zeroed */
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */

@@ -29,6 +29,132 @@ static int is_float(kljit_dtype dt) {
 }
 
 #define BAD(...) err_set(KLJIT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+#define UNSUP(...) err_set(KLJIT_ERR_UNSUPPORTED, __VA_ARGS__)
+
+int64_t prob_teacher_vocab(const kljit_problem *pb) {
+  return pb->teacher_vocab ? pb->teacher_vocab : pb->vocab;
+}
+
+int64_t prob_teacher_ld(const kljit_problem *pb) {
+  return pb->teacher_ld ? pb->teacher_ld : prob_teacher_vocab(pb);
+}
+
+int prob_is_forward_kl(const kljit_problem *pb) {
+  return pb->divergence == KLJIT_DIVERGENCE_FORWARD_KL ||
+         (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0);
+}
+
+const char *prob_divergence_rows(const kljit_problem *pb) {
+  if (prob_is_forward_kl(pb)) return NULL;
+  return pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->beta == 1.0 ? "reverse" : "jsd";
+}
+
+static int teacher_has_logits(kljit_teacher_form t) {
+  return t == KLJIT_TEACHER_DENSE_LOGITS || t == KLJIT_TEACHER_DENSE_HIDDEN;
+}
+
+/* 0 (off) or a finite cap in (0, MAX_SOFTCAP]: tanh(z / c) needs c well inside fp32's range. */
+static const double MAX_SOFTCAP = 1e6;
+static int softcap_ok(double c) { return c == 0.0 || (c > 0.0 && c <= MAX_SOFTCAP); }
+
+static int weight_ok(double w) { return w >= 0.0 && isfinite(w); }
+
+/* The loss-family fields (divergence, weights, softcaps, padded and online teachers): each
+ * value in range, and the combinations whose math is defined. */
+static kljit_status validate_family(const kljit_problem *pb, const char *who) {
+  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL || pb->divergence > KLJIT_DIVERGENCE_JSD)
+    return BAD("%s: divergence = %d is not a kljit_divergence", who, (int)pb->divergence);
+  if (pb->divergence == KLJIT_DIVERGENCE_JSD && !(pb->beta >= 0.0 && pb->beta <= 1.0))
+    return BAD("%s: beta = %g, must be in [0, 1] for KLJIT_DIVERGENCE_JSD", who, pb->beta);
+  if (pb->divergence != KLJIT_DIVERGENCE_JSD && pb->beta != 0.0)
+    return BAD("%s: beta = %g is set but only KLJIT_DIVERGENCE_JSD takes a beta (leave it 0)",
+               who, pb->beta);
+  if (!weight_ok(pb->hard_weight))
+    return BAD("%s: hard_weight = %g, must be finite and >= 0", who, pb->hard_weight);
+  if (!weight_ok(pb->soft_weight))
+    return BAD("%s: soft_weight = %g, must be finite and >= 0", who, pb->soft_weight);
+  if (pb->hard_weight == 0.0 && pb->soft_weight == 0.0)
+    return BAD("%s: hard_weight = soft_weight = 0: the loss would be 0 for every input", who);
+  if (!softcap_ok(pb->softcap))
+    return BAD("%s: softcap = %g, must be 0 (off) or in (0, %g]", who, pb->softcap,
+               MAX_SOFTCAP);
+  if (!softcap_ok(pb->teacher_softcap))
+    return BAD("%s: teacher_softcap = %g, must be 0 (off) or in (0, %g]", who,
+               pb->teacher_softcap, MAX_SOFTCAP);
+  if (pb->teacher_softcap != 0.0 && !teacher_has_logits(pb->teacher))
+    return BAD("%s: teacher_softcap = %g caps teacher logits: the teacher form must be "
+               "KLJIT_TEACHER_DENSE_LOGITS or KLJIT_TEACHER_DENSE_HIDDEN", who,
+               pb->teacher_softcap);
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  if (sparse && !prob_is_forward_kl(pb))
+    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs log p at "
+                 "every column where q > 0, and p is unknown off the support", who,
+                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "reverse KL" : "JSD");
+  if (pb->teacher_vocab != 0 &&
+      (pb->teacher_vocab < pb->vocab || pb->teacher_vocab > MAX_VOCAB))
+    return BAD("%s: teacher_vocab = %lld, must be 0 (= vocab) or in [vocab, %d] = [%lld, %d]",
+               who, (long long)pb->teacher_vocab, MAX_VOCAB, (long long)pb->vocab, MAX_VOCAB);
+  if (pb->teacher_ld != 0 &&
+      (pb->teacher_ld < prob_teacher_vocab(pb) || pb->teacher_ld > 2 * (int64_t)MAX_VOCAB))
+    return BAD("%s: teacher_ld = %lld, must be 0 (= teacher_vocab) or in [teacher_vocab, %d] "
+               "= [%lld, %d]", who, (long long)pb->teacher_ld, 2 * MAX_VOCAB,
+               (long long)prob_teacher_vocab(pb), 2 * MAX_VOCAB);
+  if (sparse && (pb->teacher_vocab != 0 || pb->teacher_ld != 0))
+    return UNSUP("%s: teacher_vocab / teacher_ld describe a dense teacher's rows; the sparse "
+                 "teacher's ids index the student vocabulary (ids >= vocab are skipped)", who);
+  if (prob_sharded(pb) && (pb->teacher_vocab != 0 || pb->teacher_ld != 0))
+    return UNSUP("%s: a sharded head takes its teacher columns as a contiguous [N, vocab] "
+                 "array: teacher_vocab / teacher_ld are for unsharded problems", who);
+  if (prob_sharded(pb) && pb->hard_weight != 0.0)
+    return UNSUP("%s: hard_weight = %g on a sharded head: the label's logit lives on one rank "
+                 "and the shard records do not carry it yet", who, pb->hard_weight);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    if (pb->teacher_hidden < 1 || pb->teacher_hidden > MAX_HIDDEN)
+      return BAD("%s: teacher_hidden = %lld, must be in [1, %d] for KLJIT_TEACHER_DENSE_HIDDEN",
+                 who, (long long)pb->teacher_hidden, MAX_HIDDEN);
+    if (pb->teacher_ld != 0)
+      return BAD("%s: teacher_ld = %lld: the online teacher's logits never leave the chunk "
+                 "buffer, they have no caller-side stride (leave it 0)", who,
+                 (long long)pb->teacher_ld);
+  } else {
+    if (pb->teacher_hidden != 0)
+      return BAD("%s: teacher_hidden = %lld is set but the teacher form is not "
+                 "KLJIT_TEACHER_DENSE_HIDDEN (leave it 0)", who, (long long)pb->teacher_hidden);
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
+      return BAD("%s: KLJIT_FLAG_TEACHER_BIAS is set but the teacher form is not "
+                 "KLJIT_TEACHER_DENSE_HIDDEN", who);
+  }
+  return KLJIT_SUCCESS;
+}
+
+/* What the row kernels of this build compute: a valid problem outside it is refused with
+ * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
+ * of it. */
+static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
+  static const char *const later = "is defined (include/kljit.h) but not in this build's row "
+                                   "kernels yet";
+  if (!prob_is_forward_kl(pb) && prob_sharded(pb))
+    return UNSUP("%s: divergence %s (beta = %g) on a sharded head: its gradient's row total is "
+                 "not in the shard records yet", who,
+                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta);
+  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  if (sparse && (pb->hard_weight != 0.0 || pb->soft_weight != 1.0))
+    return UNSUP("%s: hard_weight = %g, soft_weight = %g with the sparse teacher: CE mixing %s "
+                 "(the dense row kernels have it)", who, pb->hard_weight, pb->soft_weight, later);
+  if (sparse && pb->softcap != 0.0)
+    return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
+                 "kernels have it)", who, pb->softcap, later);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
+      return UNSUP("%s: KLJIT_FLAG_TEACHER_BIAS: the online teacher's bias %s", who, later);
+    if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
+      return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
+                   "computed in the chunk buffer, there is no teacher array to check", who);
+    if (prob_sharded(pb))
+      return UNSUP("%s: the online teacher on a sharded head %s", who, later);
+  }
+  return KLJIT_SUCCESS;
+}
 
 kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
   if (!user) return BAD("%s: problem is NULL", who);
@@ -74,7 +200,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
   if (!is_float(pb->teacher_dtype))
     return BAD("%s: teacher_dtype = %d, must be KLJIT_FP32, KLJIT_FP16 or KLJIT_BF16", who,
                (int)pb->teacher_dtype);
-  if (pb->teacher < KLJIT_TEACHER_DENSE_PROBS || pb->teacher > KLJIT_TEACHER_SPARSE_TOPK)
+  if (pb->teacher < KLJIT_TEACHER_DENSE_PROBS || pb->teacher > KLJIT_TEACHER_DENSE_HIDDEN)
     return BAD("%s: teacher = %d is not a kljit_teacher_form", who, (int)pb->teacher);
   if (pb->vocab_total != 0) {
     if (pb->vocab_total < 2 || pb->vocab_total > MAX_VOCAB)
@@ -135,10 +261,12 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
     return BAD("%s: grad_weight_accum = %d is not a kljit_grad_weight_accum", who,
                (int)pb->grad_weight_accum);
   const uint32_t known = KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
-                         KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS;
+                         KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS |
+                         KLJIT_FLAG_TEACHER_BIAS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
-  return KLJIT_SUCCESS;
+  const kljit_status st = validate_family(pb, who);
+  return st ? st : kernels_support(pb, who);
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -150,18 +278,23 @@ static int native_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
 }
 
-/* Chunk bytes per row: the logits (G overwrites them in place) and the pass-1 partials. */
+/* Chunk bytes per row: the logits (G overwrites them in place), the pass-1 partials and, for
+ * the online teacher, its fp32 logits. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
   const size_t z = native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
-  return (size_t)ld * z + (size_t)t->split * 32;
+  const size_t zt = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (size_t)ld * 4 : 0;
+  return (size_t)ld * z + (size_t)t->split * 32 + zt;
 }
 
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
 int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
-  /* sharded plans merge their row statistics across ranks: two-pass rows only */
-  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb)) return 0;
+  /* sharded plans merge their row statistics across ranks, and the reverse KL and the JSD need
+   * a row total before G: two-pass rows only */
+  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb) ||
+      prob_divergence_rows(pb))
+    return 0;
   const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
@@ -237,7 +370,13 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   g->grad_in_place = 1;
   g->ldg = native ? g->ld : 2 * g->ld;
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  g->p2_split = (!native && !tune->cluster) || sparse ? 1 : tune->split;
+  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row */
+  const int one_block = (!native && !tune->cluster) || sparse || prob_divergence_rows(pb);
+  g->p2_split = one_block ? 1 : tune->split;
+  if (tune->cluster && prob_divergence_rows(pb))
+    return err_set(KLJIT_ERR_UNSUPPORTED, "the %s divergence has no cluster row kernels (its "
+                   "gradient needs a row total before the first column)",
+                   prob_divergence_rows(pb));
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   /* Every chunk after the first reads and writes dW once more (beta = 1): 8 V H bytes with an
@@ -249,6 +388,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
                         : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ? "logprobs"
                                                                       : "logits";
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
 
   kspec *r = &g->rows;
   r->family = KSPEC_DENSE_ROWS;
@@ -270,6 +410,18 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
   r->vtot = prob_vocab_total(pb);
   r->offset = pb->vocab_offset;
+  r->tld = prob_teacher_ld(pb);
+  if (hidden) { /* the teacher GEMM's fp32 logits, chunk rows LD apart (exec.c) */
+    r->tdt = KLJIT_FP32;
+    r->tld = g->ld;
+    r->tchunk = 1;
+  }
+  r->softcap = pb->softcap;
+  r->tsoftcap = pb->teacher_softcap;
+  r->hard = pb->hard_weight;
+  r->soft1 = pb->soft_weight - 1.0;
+  r->div = prob_divergence_rows(pb);
+  r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
       return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
@@ -285,6 +437,10 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   kspec *h = &g->helpers;
   *h = *r;
   h->family = KSPEC_HELPERS;
+  /* the helpers never see logits, the teacher or the loss's terms */
+  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
+  h->div = NULL;
+  h->tchunk = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;
@@ -323,6 +479,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
                            && !g->tune.cluster
                            ? align256((size_t)r * (size_t)g->tune.split * 32) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
+  /* the online teacher's logits of the chunk (fp32, LD apart) */
+  w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
+                         ? align256((size_t)r * (size_t)g->ld * 4) : 0;
   w.g = g->grad_in_place || !grads ? w.z : off;
   off += g->grad_in_place || !grads ? 0 : align256((size_t)r * (size_t)g->ld * gsize);
   w.dw = off, off += grads && g->dw_workspace

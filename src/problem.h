@@ -19,6 +19,15 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who);
 int64_t prob_vocab_total(const kljit_problem *pb);
 int prob_sharded(const kljit_problem *pb);
 
+/* A dense teacher's columns (teacher_vocab, or vocab) and row stride (teacher_ld, or those
+ * columns), and whether the divergence is the forward KL (FORWARD_KL, or JSD with beta = 0). */
+int64_t prob_teacher_vocab(const kljit_problem *pb);
+int64_t prob_teacher_ld(const kljit_problem *pb);
+int prob_is_forward_kl(const kljit_problem *pb);
+/* The dense rows' DIV parameter: "reverse" (REVERSE_KL, JSD with beta = 1), "jsd", or NULL
+ * (the forward KL). */
+const char *prob_divergence_rows(const kljit_problem *pb);
+
 /* The tunable choices of a plan (what wisdom stores). */
 typedef struct prob_tuning {
   int64_t chunk_rows;  /* R */
@@ -67,7 +76,7 @@ int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
-  size_t hdr, lossp, part, z, g, dw, db, check, stats, lt, total;
+  size_t hdr, lossp, part, z, zt, g, dw, db, check, stats, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

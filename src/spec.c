@@ -59,6 +59,13 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pn("TT", k->tt_same ? 1.0 : k->tt);
     out[n++] = pn("EPS", k->eps);
     out[n++] = pb("CHECK", k->check);
+    if (k->tld && k->tld != k->v) out[n++] = pi("TLD", k->tld);
+    if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
+    if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
+    if (k->hard > 0.0) out[n++] = pn("HARD", k->hard), out[n++] = pb("T2", k->t2);
+    if (k->soft1 != 0.0) out[n++] = pn("SOFT", 1.0 + k->soft1);
+    if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
+    if (k->tchunk) out[n++] = pb("TCHUNK", 1);
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);

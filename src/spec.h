@@ -48,9 +48,19 @@ typedef struct kspec {
   const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
   int64_t vtot;       /* global V (= v unless sharded): sparse rows' id range, helpers' MEAN */
   int64_t offset;     /* sparse rows: first global id of the shard (0 unsharded) */
+  /* dense rows, each a template parameter only when set, so the plain problem's source stays
+   * byte for byte what it was (its cache entries and tuning stay valid) */
+  int64_t tld;        /* teacher row stride; 0: V */
+  double softcap;     /* student logit cap; 0: none */
+  double tsoftcap;    /* teacher logit cap (logits teacher); 0: none */
+  double hard;        /* weight of the hard-label CE; 0: none */
+  double soft1;       /* the divergence's weight minus 1 (0: the plain weight 1) */
+  const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
+  double beta;        /* jsd: in (0, 1) */
+  int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 24 };
+enum { KSPEC_MAX_PARAMS = 30 }; /* dense rows: 20 always, 9 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 const char *kspec_template(const kspec *k);

@@ -36,6 +36,8 @@ typedef struct bench {
   CUstream stream;
   CUevent ev[2];
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
+  CUdeviceptr lab; /* labels (all 0), for the CE a hard_weight asks for */
+  CUdeviceptr tx, tw; /* the online teacher's hidden states and head (DENSE_HIDDEN) */
   CUdeviceptr all; /* sharded: [shards][rows][8] records for kljit_shard_finish */
   int all_ready;   /* the other ranks' slots hold (this rank's) records */
   size_t ws_bytes;
@@ -129,9 +131,12 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
   if (bias) s += up(v * in) + up(v * gw);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
     s += up(n * (size_t)pb->topk * (names_dtype_size(pb->topk_id_dtype) + td));
+  else if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
+    s += up((n + v) * (size_t)pb->teacher_hidden * td);
   else
-    s += up(n * v * td);
-  s += 3 * up(n * 4 + (PLAN_HDR_FLOATS + 4 * n) * 4); /* loss, saved, grad_output */
+    s += up(n * (size_t)prob_teacher_ld(pb) * td);
+  s += 3 * up(n * 4 + (size_t)plan_saved_floats(pb, rows) * 4); /* loss, saved, grad_output */
+  if (pb->hard_weight != 0.0) s += up(n * 8);
   if (prob_sharded(pb)) s += up(n * 32 * (size_t)pb->shards);
   return s;
 }
@@ -152,7 +157,7 @@ static kljit_status alloc(bench *b, CUdeviceptr *p, size_t bytes) {
 static void free_all(bench *b) {
   CUdeviceptr *all[] = {&b->x,  &b->w,  &b->b,  &b->t,     &b->ids,  &b->vals, &b->loss,
                         &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush,
-                        &b->all};
+                        &b->all, &b->lab, &b->tx, &b->tw};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (*all[i]) b->d->cuMemFree(*all[i]), *all[i] = 0;
   for (int i = 0; i < 2; i++)
@@ -201,9 +206,15 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS && sparse)
     st = alloc(b, &b->ids, n * (size_t)pb->topk * names_dtype_size(pb->topk_id_dtype));
   if (st == KLJIT_SUCCESS && sparse) st = alloc(b, &b->vals, n * (size_t)pb->topk * tds);
-  if (st == KLJIT_SUCCESS && !sparse) st = alloc(b, &b->t, n * v * tds);
+  const size_t tld = (size_t)prob_teacher_ld(pb); /* a padded teacher's rows */
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  const size_t ht = (size_t)pb->teacher_hidden;
+  if (st == KLJIT_SUCCESS && !sparse && !hidden) st = alloc(b, &b->t, n * tld * tds);
+  if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tx, n * ht * tds);
+  if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tw, v * ht * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
-  if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (PLAN_HDR_FLOATS + 4 * n) * 4);
+  if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (size_t)plan_saved_floats(pb, b->rows) * 4);
+  if (st == KLJIT_SUCCESS && pb->hard_weight != 0.0) st = alloc(b, &b->lab, n * 8);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->gout, n * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->flush, FLUSH_BYTES);
   if (st == KLJIT_SUCCESS && prob_sharded(pb))
@@ -214,11 +225,15 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS) st = fill(b, b->x, n * h, in, -0.1, 0.1, 1);
   if (st == KLJIT_SUCCESS) st = fill(b, b->w, v * h, in, -0.1, 0.1, 2);
   if (st == KLJIT_SUCCESS && bias) st = fill(b, b->b, v, in, -0.1, 0.1, 3);
-  if (st == KLJIT_SUCCESS && !sparse)
-    st = pb->teacher == KLJIT_TEACHER_DENSE_PROBS ? fill(b, b->t, n * v, td, 0.5 / v, 1.5 / v, 4)
+  if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tx, n * ht, td, -0.1, 0.1, 6);
+  if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tw, v * ht, td, -0.1, 0.1, 7);
+  if (st == KLJIT_SUCCESS && !sparse && !hidden)
+    st = pb->teacher == KLJIT_TEACHER_DENSE_PROBS ? fill(b, b->t, n * tld, td, 0.5 / v, 1.5 / v, 4)
          : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS
-             ? fill(b, b->t, n * v, td, lv - .5, lv + .5, 4)
-             : fill(b, b->t, n * v, td, -4.0, 4.0, 4);
+             ? fill(b, b->t, n * tld, td, lv - .5, lv + .5, 4)
+             : fill(b, b->t, n * tld, td, -4.0, 4.0, 4);
+  if (st == KLJIT_SUCCESS && b->lab) /* label 0 on every row */
+    st = DRV(b, cuMemsetD8Async(b->lab, 0, n * 8, b->stream), "cuMemsetD8Async");
   if (st == KLJIT_SUCCESS && sparse) st = fill_ids(b);
   if (st == KLJIT_SUCCESS && sparse) /* 90% of the mass on the support: a tail for BUCKET */
     st = pb->topk_values == KLJIT_TOPK_PROBS
@@ -232,7 +247,10 @@ static kljit_status setup(bench *b) {
   a.rows = b->rows;
   a.input = (void *)(uintptr_t)b->x, a.weight = (void *)(uintptr_t)b->w;
   a.bias = bias ? (void *)(uintptr_t)b->b : NULL;
-  a.teacher = sparse ? NULL : (void *)(uintptr_t)b->t;
+  a.labels = b->lab ? (const void *)(uintptr_t)b->lab : NULL;
+  a.teacher = sparse || hidden ? NULL : (void *)(uintptr_t)b->t;
+  a.teacher_input = hidden ? (const void *)(uintptr_t)b->tx : NULL;
+  a.teacher_weight = hidden ? (const void *)(uintptr_t)b->tw : NULL;
   a.teacher_ids = sparse ? (void *)(uintptr_t)b->ids : NULL;
   a.teacher_values = sparse ? (void *)(uintptr_t)b->vals : NULL;
   a.temperature = pb->temperature > 0 ? pb->temperature : 1.0;

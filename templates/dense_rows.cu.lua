@@ -4,6 +4,10 @@
 %--   loss_i = sum_v p_v (log max(p_v, eps) - log q_v)                    (0 log 0 = 0)
 %--   G_v    = gscale * (sum(p) * q_v - p_v),  gscale = scale * T^2? / T * upstream (hdr)
 %-- Teacher forms: probs (p given), logprobs (log p given), logits (p = softmax(zt / Tt)).
+%-- The loss families (include/kljit.h's math; each an optional parameter below): the reverse
+%-- KL and the JSD(beta) replace the per-element terms (G = gscale q (g - S), S a row total),
+%-- the hard-label CE adds wh (lse(z') - z'_y) from the same passes, softcaps bend z and zt
+%-- (G times dz'/dz), a padded teacher is a row stride.
 %--
 %-- Two variants, chosen by CLUSTER (grid: SPLIT blocks per row x rows of the chunk):
 %-- CLUSTER = 0, two passes over global memory (any V, any arch):
@@ -42,6 +46,27 @@
 %--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
 %--   EPS      (0, 1e-3): floor of p inside log p
 %--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
+%-- Optional (absent: the plain problem, whose source they leave byte for byte unchanged):
+%--   TLD      teacher row stride >= V (a padded teacher: columns [V, TLD) are never read)
+%--   TCHUNK   bool: the teacher rows are the chunk's (row r of the chunk, not row0 + r): the
+%--            online teacher's logits, which its GEMM writes into the workspace per chunk
+%--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
+%--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
+%--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
+%--   HARD     weight wh > 0 of the hard-label CE, CE = lse(z') - z'_y at temperature 1: pass 1
+%--            adds the (max, sum-exp) of z' = s T to the record (slots 5, 6; the same pass),
+%--            pass 2 adds wh / t2 (lse(z') - z'_y) to the loss partial (the helpers multiply
+%--            by c t2) and wh c g (softmax(z') - [v = y]) to G. T2: whether t2 = T^2.
+%--            The saved row statistics grow from 4 to 8 floats a row (plan.c agrees).
+%--   SOFT     weight ws != 1 of the divergence (loss and gradient)
+%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd, in (0, 1):
+%--              reverse  loss q (log q - log p),  G = gscale q (g - S), g = log q - log p
+%--              jsd      m = beta p + (1 - beta) q, loss beta p (log p - log m) + (1 - beta)
+%--                       q (log q - log m),  G = gscale q (g - S), g = (1 - beta) log(q / m)
+%--            S = sum_v q g is a row total G needs before its first column: pass 2 runs one
+%--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
+%--            sweep that writes G; forward saves S (row statistic 5) for backward. Two-pass
+%--            rows only (no cluster variant).
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
@@ -65,7 +90,45 @@
 %-- Vector width: one 16-byte load of logits per step; the teacher is read with the same
 %-- element count, vectorized only when every row start stays aligned (V % VEC == 0).
 %local VEC = 16 // size[P.LOGIT]
-%local TALIGNED = (P.V % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%local TLD = P.TLD or P.V
+%if type(TLD) ~= "number" or TLD < P.V then reject("TLD must be >= V") end
+%if P.SOFTCAP ~= nil and not (P.SOFTCAP > 0 and P.SOFTCAP < math.huge) then
+%  reject("SOFTCAP must be > 0")
+%end
+%if P.TSOFTCAP ~= nil and
+%   not (P.TEACHER == "logits" and P.TSOFTCAP > 0 and P.TSOFTCAP < math.huge) then
+%  reject("TSOFTCAP must be > 0 and needs TEACHER = logits")
+%end
+%-- the teacher row stride as written in the source: the V of the plain problem, else TLD
+%local TSTRIDE = P.TLD and tostring(TLD) or "V"
+%local TRI = P.TCHUNK and "(i64)r" or "row"
+%if P.TCHUNK and P.CHECK then reject("TCHUNK has no teacher array to check (CHECK)") end
+%local TROW = "teacher + " .. TRI .. " * " .. TSTRIDE
+%-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
+%local KCAP = P.SOFTCAP and ", kcap" or ""
+%local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
+%if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
+%local HARD = P.HARD ~= nil
+%-- record floats of pass 1 (5; 7 with the CE's lse), saved floats per row (4; 8)
+%local NREC = HARD and 7 or 5
+%local RS = HARD and 8 or 4
+%-- pass 2's gradient scale of the divergence, and the CE's arguments of elem_terms
+%local GS = (HARD or P.SOFT) and "gsoft" or "gscale"
+%local CEARG = HARD and ", v, ce" or ""
+%local TARG = HARD and ", 1.0f / invT" or ""
+%-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
+%local INV_T2 = P.T2 and "invT * invT" or "1.0f"
+%local DIVX = P.DIV ~= nil
+%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
+%  reject("BETA must be in (0, 1) for DIV = jsd")
+%end
+%if DIVX and P.CLUSTER ~= 0 then reject("DIV (reverse, jsd) has no cluster variant") end
+%if DIVX then RS = 8 end
+%local SARG = DIVX and ", sacc" or ""
+%-- elem_terms' arguments after invTT: the gradient scale, then kcap and sacc where they exist
+%local EARGS = GS .. KCAP .. SARG
 %-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
@@ -121,7 +184,7 @@
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
-#define P2SPLIT (INPLACE ? 1 : SPLIT) /* pass-2 blocks per row */
+#define P2SPLIT {{ DIVX and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
@@ -181,6 +244,19 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
 #endif
     }
   }
+%if P.SOFTCAP or P.TSOFTCAP then
+  /* softcaps on the loaded columns only: a missing column stays -inf (it must add nothing) */
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (FULL || v + i < V) {
+%  if P.SOFTCAP then
+      s[i] = {{ f32(P.SOFTCAP) }} * tanhf(s[i] * {{ f32(1.0 / P.SOFTCAP) }});
+%  end
+%  if P.TSOFTCAP then
+      t[i] = {{ f32(P.TSOFTCAP) }} * tanhf(t[i] * {{ f32(1.0 / P.TSOFTCAP) }});
+%  end
+    }
+%end
 #pragma unroll
   for (int i = 0; i < VEC; i++) s[i] *= invT;
 }
@@ -190,16 +266,37 @@ struct acc1_t {
   md_t s;       /* student (max, sum-exp) */
   md_t t;       /* teacher logits (max, sum-exp), TEACHER_LOGITS only */
   float sp;     /* sum p, probs/logprobs only */
+%if HARD then
+  md_t h;       /* (max, sum-exp) of z' = s T: the CE's lse */
+%end
 };
 
 __device__ __forceinline__ void acc1_init(acc1_t& a) {
   a.s.m = a.t.m = KL_NEG_INF;
   a.s.d = a.t.d = 0.0f;
   a.sp = 0.0f;
+%if HARD then
+  a.h.m = KL_NEG_INF;
+  a.h.d = 0.0f;
+%end
 }
 
 __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const float (&t)[VEC],
+%if HARD then
+                                         float invTT, float tz) {
+  float mh = a.h.m;
+#pragma unroll
+  for (int i = 0; i < VEC; i++) mh = fmaxf(mh, s[i] * tz);
+  if (mh != KL_NEG_INF) {
+    float dh = a.h.d * fexp(a.h.m - mh);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) dh += fexp(s[i] * tz - mh);
+    a.h.m = mh;
+    a.h.d = dh;
+  }
+%else
                                          float invTT) {
+%end
   float m = a.s.m;
 #pragma unroll
   for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
@@ -236,7 +333,7 @@ __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const
 
 /* Block-wide merge of the accumulators into one partial record {m, d, sum p, mt, dt}. */
 __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* sh_f,
-                                           float (&rec)[5]) {
+                                           float (&rec)[{{ NREC }}]) {
   const md_t ms = block_md<THREADS>(a.s, sh_md);
 #if defined(TEACHER_LOGITS)
   const md_t mt = block_md<THREADS>(a.t, sh_md);
@@ -248,6 +345,10 @@ __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* 
   const float sp = block_sum<THREADS>(a.sp, sh_f);
 #endif
   rec[0] = ms.m, rec[1] = ms.d, rec[2] = sp, rec[3] = mt.m, rec[4] = mt.d;
+%if HARD then
+  const md_t mh = block_md<THREADS>(a.h, sh_md);
+  rec[5] = mh.m, rec[6] = mh.d;
+%end
 }
 
 /* Row statistics after the merge: what the loss/gradient pass needs. */
@@ -256,17 +357,30 @@ struct row_t {
   float sp;     /* sum p */
   float lset;   /* lse(t), teacher logits only */
   float kept;   /* 1 or 0 */
+%if DIVX then
+  float S;      /* sum_v q g (see DIV above) */
+%end
+%if HARD then
+  float lse1;   /* lse(z'), the CE's */
+%end
 };
 
 /* Merges partial records in order k = 0..n-1 (the same order everywhere: deterministic). */
 struct row_merge_t {
   md_t s, t;
   float sp;
+%if HARD then
+  md_t h;
+%end
 };
 __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
   m.s.m = m.t.m = KL_NEG_INF;
   m.s.d = m.t.d = 0.0f;
   m.sp = 0.0f;
+%if HARD then
+  m.h.m = KL_NEG_INF;
+  m.h.d = 0.0f;
+%end
 }
 __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
   md_t a, b;
@@ -274,10 +388,21 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
   m.s = md_merge(m.s, a);
   m.t = md_merge(m.t, b);
   m.sp += rec[2];
+%if HARD then
+  md_t c;
+  c.m = rec[5], c.d = rec[6];
+  m.h = md_merge(m.h, c);
+%end
 }
 __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
   row_t rs;
   rs.lse = m.s.m + logf(m.s.d);
+%if DIVX then
+  rs.S = 0.0f; /* pass 2 computes it */
+%end
+%if HARD then
+  rs.lse1 = m.h.m + logf(m.h.d);
+%end
   rs.lset = m.t.m + logf(m.t.d);
 #if defined(TEACHER_LOGITS)
   rs.sp = 1.0f;
@@ -290,11 +415,30 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
 
 %include("rows_common.cu.lua")
 
+%if HARD then
+/* The CE's per-row state in pass 2: its label column (-1 when outside this block's columns),
+ * lse(z'), T (z' = s T), G's scale wh c g, and the block's -z'_y. */
+struct ce_t {
+  int y;
+  float lse1, t, gh, loss;
+};
+
+%end
 /* The per-element terms: loss += p (log max(p, eps) - log q); g = gscale (sum p q - p). */
 template <int MODE>
 __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&t)[VEC],
                                            const row_t& rs, float invTT, float gscale,
+%if P.SOFTCAP then
+                                           float kcap,
+%end
+%if DIVX then
+                                           float& sacc,
+%end
+%if HARD then
+                                           float& loss, float (&gv)[VEC], int v, ce_t& ce) {
+%else
                                            float& loss, float (&gv)[VEC]) {
+%end
 #pragma unroll
   for (int i = 0; i < VEC; i++) {
     const float logq = s[i] - rs.lse;
@@ -309,27 +453,101 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     const float p = t[i];
     const float lp = flog(fmaxf(p, EPS));
 #endif
+%if not DIVX then
     if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - logq); /* as tests/ref.c */
     gv[i] = gscale * (rs.sp * fexp(logq) - p);
+%else
+    const float q = fexp(logq);
+%  if P.DIV == "reverse" then
+    const float g = logq - lp;
+    if (MODE != MODE_BACKWARD && q != 0.0f) loss += q * g;
+%  else
+#define BETA {{ f32(P.BETA) }}
+    const float m = BETA * p + (1.0f - BETA) * q;
+    const float logm = flog(m);
+    const float g = m > 0.0f ? (1.0f - BETA) * (logq - logm) : 0.0f;
+    if (MODE != MODE_BACKWARD) {
+      if (p != 0.0f) loss += BETA * p * (lp - logm);
+      if (q != 0.0f) loss += (1.0f - BETA) * q * (logq - logm);
+    }
+#undef BETA
+%  end
+    if (q != 0.0f) sacc += q * g; /* a missing column (q = 0, log q = -inf) adds nothing */
+    gv[i] = q != 0.0f ? gscale * q * (g - rs.S) : 0.0f;
+%end
+%if HARD then
+    const float zc = s[i] * ce.t; /* z' */
+    gv[i] += ce.gh * fexp(zc - ce.lse1);
+    if (v + i == ce.y) {
+      gv[i] -= ce.gh;
+      if (MODE != MODE_BACKWARD) ce.loss -= zc;
+    }
+%end
+%if P.SOFTCAP then
+    const float th = s[i] * kcap; /* tanh(z / c) */
+    gv[i] *= 1.0f - th * th;
+%end
   }
 }
 
 /* Row statistics from the saved buffer, or zeros for an ignored row. */
 __device__ __forceinline__ row_t row_saved(const float* rowstat, i64 row) {
   row_t rs;
-  rs.lse = rowstat[4 * row + 0];
-  rs.sp = rowstat[4 * row + 1];
-  rs.lset = rowstat[4 * row + 2];
-  rs.kept = rowstat[4 * row + 3];
+  rs.lse = rowstat[{{ RS }} * row + 0];
+  rs.sp = rowstat[{{ RS }} * row + 1];
+  rs.lset = rowstat[{{ RS }} * row + 2];
+  rs.kept = rowstat[{{ RS }} * row + 3];
+%if DIVX then
+  rs.S = rowstat[{{ RS }} * row + 5];
+%end
+%if HARD then
+  rs.lse1 = rowstat[{{ RS }} * row + 4];
+%end
   return rs;
 }
 __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& rs) {
-  rowstat[4 * row + 0] = rs.lse;
-  rowstat[4 * row + 1] = rs.sp;
-  rowstat[4 * row + 2] = rs.lset;
-  rowstat[4 * row + 3] = rs.kept;
+  rowstat[{{ RS }} * row + 0] = rs.lse;
+  rowstat[{{ RS }} * row + 1] = rs.sp;
+  rowstat[{{ RS }} * row + 2] = rs.lset;
+  rowstat[{{ RS }} * row + 3] = rs.kept;
+%if HARD then
+  rowstat[{{ RS }} * row + 4] = rs.lse1;
+%end
 }
 
+%-- Pass 2's per-row values after gscale, in both variants (needs invT, gscale, rs, labels,
+%-- row, v0 and v1): the softcap's kcap, the divergence's scale gsoft, the CE's state.
+%local function row_setup()
+%if P.SOFTCAP then
+  const float kcap = 1.0f / (invT * {{ f32(P.SOFTCAP) }});
+%end
+%if HARD or P.SOFT then
+  const float gsoft = gscale * {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+  ce_t ce;
+  ce.t = 1.0f / invT;
+  ce.lse1 = rs.lse1;
+  ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
+  ce.loss = 0.0f;
+  {
+    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
+                                             : (i64)((const int*)labels)[row];
+    ce.y = y >= v0 && y < v1 ? (int)y : -1;
+  }
+%end
+%end
+%-- The block's loss partial before its sum, in both variants: the divergence's weight, and
+%-- the CE's wh / t2 (lse(z'), once per row, minus z'_y where this block holds the label).
+%local function loss_terms()
+%if HARD or P.SOFT then
+    loss *= {{ f32(P.SOFT or 1.0) }};
+%end
+%if HARD then
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%end
+%end
 %if P.CLUSTER == 0 then
 /* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sum p, mt, dt},
  * returned to every thread. */
@@ -337,7 +555,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
                                             const teach_t* __restrict__ tr,
                                             const bias_t* __restrict__ bias, int v0, int v1,
                                             float invT, float invTT, md_t* sh_md, float* sh_f,
-                                            float (&rec)[5]) {
+                                            float (&rec)[{{ NREC }}]) {
   acc1_t a;
   acc1_init(a);
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
@@ -348,17 +566,17 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
 #pragma unroll
     for (int u = 0; u < 4; u++) load_cols<true>(zr, tr, bias, v + u * THREADS * VEC, invT, s[u], t[u]);
 #pragma unroll
-    for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT);
+    for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT{{ TARG }});
   }
   for (; v < vfull; v += THREADS * VEC) {
     float s[VEC], t[VEC];
     load_cols<true>(zr, tr, bias, v, invT, s, t);
-    acc1_add(a, s, t, invTT);
+    acc1_add(a, s, t, invTT{{ TARG }});
   }
   if (v < v1) {
     float s[VEC], t[VEC];
     load_cols<false>(zr, tr, bias, v, invT, s, t);
-    acc1_add(a, s, t, invTT);
+    acc1_add(a, s, t, invTT{{ TARG }});
   }
   acc1_block(a, sh_md, sh_f, rec);
 }
@@ -377,11 +595,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #else
   const float invTT = 1.0f;
 #endif
-  float rec[5];
-  stats_range(z + (i64)r * LD, teacher + row * V, bias, seg_begin(), seg_end(), INV_T(hdr),
+  float rec[{{ NREC }}];
+  stats_range(z + (i64)r * LD, {{ TROW }}, bias, seg_begin(), seg_end(), INV_T(hdr),
               invTT, sh_md, sh_f, rec);
   if (threadIdx.x == 0)
-    for (int k = 0; k < 5; k++) out[k] = rec[k];
+    for (int k = 0; k < {{ NREC }}; k++) out[k] = rec[k];
 }
 
 /* Pass 2 over this block's segment: loss partial and/or G. */
@@ -421,7 +639,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
   }
   __syncthreads();
-  const row_t rs = sh_row;
+  {{ DIVX and "row_t" or "const row_t" }} rs = sh_row;
   if (rs.kept == 0.0f) {
     if (MODE != MODE_FORWARD) zero_range(gr, v0, v1);
     if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = 0.0f;
@@ -434,8 +652,26 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const float invTT = 1.0f;
 #endif
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
-  const teach_t* tr = teacher + row * V;
+%row_setup()
+  const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
   float loss = 0.0f;
+%if DIVX then
+  float sacc = 0.0f;
+  if (MODE == MODE_FUSED) { /* sweep 1: S over the whole row before sweep 2 writes any G */
+    float unused = 0.0f;
+    for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
+      float s[VEC], t[VEC], gv[VEC];
+      if (v + VEC <= v1)
+        load_cols<true>(zr, tr, bias, v, invT, s, t);
+      else
+        load_cols<false>(zr, tr, bias, v, invT, s, t);
+      /* BACKWARD: adds to sacc only, never to the loss (sweep 2 does) */
+      elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
+    }
+    rs.S = block_sum<THREADS>(sacc, sh_f); /* every thread, the block synchronized after */
+    sacc = 0.0f;
+  }
+%end
 #if INPLACE
   for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
     float s[4][VEC], t[4][VEC];
@@ -452,7 +688,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, gscale, loss, gv);
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
       if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
       else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
     }
@@ -465,7 +701,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       load_cols<true>(zr, tr, bias, v, invT, s, t);
     else
       load_cols<false>(zr, tr, bias, v, invT, s, t);
-    elem_terms<MODE>(s, t, rs, invTT, gscale, loss, gv);
+    elem_terms<MODE>(s, t, rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v < vfull)
         store_cols<true>(gr, v, gv);
@@ -475,8 +711,15 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   }
 #endif
   if (MODE != MODE_BACKWARD) {
+%loss_terms()
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
+%if DIVX then
+    if (MODE == MODE_FORWARD) { /* S for backward (one block per row: the whole row's) */
+      sacc = block_sum<THREADS>(sacc, sh_f);
+      if (threadIdx.x == 0) rowstat[{{ RS }} * row + 5] = sacc;
+    }
+%end
   }
 }
 #define ROW_BODY pass2
@@ -537,7 +780,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 #else
   const float invTT = 1.0f;
 #endif
-  const teach_t* tr = teacher + row * V;
+  const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
   const int v0 = seg_begin(), v1 = seg_end();
   /* the whole segment into registers: NV independent vector loads per thread in flight */
   float s[NV][VEC], t[NV][VEC];
@@ -568,18 +811,18 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     acc1_t a;
     acc1_init(a);
 #pragma unroll
-    for (int j = 0; j < NV; j++) acc1_add(a, s[j], t[j], invTT);
-    float rec[5];
+    for (int j = 0; j < NV; j++) acc1_add(a, s[j], t[j], invTT{{ TARG }});
+    float rec[{{ NREC }}];
     acc1_block(a, sh_md, sh_f, rec);
-    if (threadIdx.x < 5) sh_rec[threadIdx.x] = rec[threadIdx.x];
+    if (threadIdx.x < {{ NREC }}) sh_rec[threadIdx.x] = rec[threadIdx.x];
     cluster_sync(); /* records visible cluster-wide; all logits of the row are in registers */
     if (threadIdx.x == 0) {
       const u32 base = smem_addr(sh_rec);
       row_merge_t m;
       row_merge_init(m);
       for (int k = 0; k < CLUSTER; k++) {
-        float peer[5];
-        for (int q = 0; q < 5; q++) peer[q] = ld_cluster(base + 4 * q, (u32)k);
+        float peer[{{ NREC }}];
+        for (int q = 0; q < {{ NREC }}; q++) peer[q] = ld_cluster(base + 4 * q, (u32)k);
         row_merge_add(m, peer);
       }
       sh_row = row_finish(m);
@@ -589,12 +832,13 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     rs = sh_row;
   }
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
+%row_setup()
   float loss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
     const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
     float gv[VEC];
-    elem_terms<MODE>(s[j], t[j], rs, invTT, gscale, loss, gv);
+    elem_terms<MODE>(s[j], t[j], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v + VEC <= v1)
         store_cols<true>(gr, v, gv);
@@ -603,6 +847,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     }
   }
   if (MODE != MODE_BACKWARD) {
+%loss_terms()
     loss = block_sum<THREADS>(loss, sh_f);
     if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
   }
@@ -663,7 +908,7 @@ extern "C" __global__ void __launch_bounds__(256)
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
   int bad = 0;
   for (int v = threadIdx.x; v < V && !bad; v += 256) {
-    const float t = to_f32(teacher[row * V + v]);
+    const float t = to_f32(teacher[row * {{ TSTRIDE }} + v]);
     const bool finite = (__float_as_uint(t) & 0x7f800000u) != 0x7f800000u;
 #if defined(TEACHER_PROBS)
     if (!finite) bad = 3;

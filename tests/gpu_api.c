@@ -395,6 +395,25 @@ static int bias_without_the_bias_flag_is_rejected_before_any_write(void) {
   return bad ? TH_FAIL : TH_PASS;
 }
 
+/* The hard-label CE needs labels: a call without them is refused, in every mode, before any
+ * output is written (the kernels would otherwise compute a CE against no label). */
+static int hard_weight_without_labels_is_rejected_before_any_write(void) {
+  fixture f;
+  kljit_problem pb = small_problem();
+  pb.hard_weight = 0.5;
+  int rc = fixture_make(&f, &pb);
+  if (rc != TH_PASS) return rc;
+  int bad = 0;
+  for (int m = 0; m < 3; m++) {
+    kljit_args a = good_args(&f, all_modes[m]);
+    a.labels = NULL;
+    bad += !expect_rejected(&f, all_modes[m], &a, KLJIT_ERR_INVALID_ARGUMENT, "labels is NULL",
+                            "hard_weight = 0.5");
+  }
+  fixture_free(&f);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
 static int reduction_none_in_fused_mode_is_unsupported(void) {
   fixture f;
   kljit_problem pb = small_problem();
@@ -732,6 +751,8 @@ static const th_case cases[] = {
      a_workspace_one_byte_short_is_rejected_before_any_write},
     {"bias_without_the_bias_flag_is_rejected_before_any_write",
      bias_without_the_bias_flag_is_rejected_before_any_write},
+    {"hard_weight_without_labels_is_rejected_before_any_write",
+     hard_weight_without_labels_is_rejected_before_any_write},
     {"reduction_none_in_fused_mode_is_unsupported", reduction_none_in_fused_mode_is_unsupported},
     {"runtime_temperature_zero_nan_or_infinite_is_rejected_before_any_write",
      runtime_temperature_zero_nan_or_infinite_is_rejected_before_any_write},

@@ -25,6 +25,7 @@ static const char *fname(const gcase *c) {
     return sparse[c->values == KLJIT_TOPK_LOGPROBS][c->tail - KLJIT_TAIL_NONE];
   return c->form == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
          : c->form == KLJIT_TEACHER_DENSE_LOGPROBS ? "logprobs"
+         : c->form == KLJIT_TEACHER_DENSE_HIDDEN   ? "hidden"
                                                    : "logits";
 }
 static const char *rname(kljit_reduction r) {
@@ -32,13 +33,19 @@ static const char *rname(kljit_reduction r) {
                                         : r == KLJIT_REDUCTION_MEAN        ? "mean" : "none";
 }
 
-/* Random teacher rows in the form asked, as doubles. */
+/* The row stride of the dense teacher: tld, or V. */
+static int64_t teacher_ld(const gcase *c) { return c->tld ? c->tld : c->v; }
+
+/* Random teacher rows in the form asked, as doubles (rows teacher_ld apart). */
 static void make_teacher(const gcase *c, host_rng *rng, double *t) {
   for (int64_t i = 0; i < c->n; i++) {
-    double *row = t + i * c->v;
+    double *row = t + i * teacher_ld(c);
+    for (int64_t v = c->v; v < teacher_ld(c); v++)
+      row[v] = c->form == KLJIT_TEACHER_DENSE_PROBS ? 0.9 : 40.0;
     double mx = -INFINITY, sum = 0;
     for (int64_t v = 0; v < c->v; v++) {
-      row[v] = 2.0 * host_normal(rng);
+      /* teacher logits as large as the student's where a teacher softcap is tested */
+      row[v] = (c->teacher_softcap > 0 ? c->zstd : 2.0) * host_normal(rng);
       mx = fmax(mx, row[v]);
     }
     if (c->form == KLJIT_TEACHER_DENSE_LOGITS) continue;
@@ -123,13 +130,22 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   pb.reduction = c->red;
   pb.flags = c->flags | (c->bias ? KLJIT_FLAG_BIAS : 0);
   pb.grad_weight_dtype = c->gw;
+  pb.softcap = c->softcap, pb.teacher_softcap = c->teacher_softcap;
+  const int hidden = c->form == KLJIT_TEACHER_DENSE_HIDDEN;
+  pb.teacher_vocab = c->tld, pb.teacher_ld = hidden ? 0 : c->tld;
+  pb.teacher_hidden = hidden ? c->ht : 0;
+  pb.hard_weight = c->hard_weight, pb.soft_weight = c->soft_weight;
+  pb.divergence = c->divergence, pb.beta = c->beta;
   pb.label_dtype = (case_seed & 1) ? KLJIT_INT32 : KLJIT_INT64;
   kljit_plan *plan = NULL;
   TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
 
   const int64_t n = c->n, h = c->h, v = c->v;
   double *x = malloc(sizeof(double) * n * h), *w = malloc(sizeof(double) * v * h);
-  const int64_t tn = sparse ? n * c->k : n * v; /* teacher elements */
+  /* teacher elements: the sparse values, the online teacher's inputs, or the dense rows */
+  const int64_t tn = sparse ? n * c->k : hidden ? n * c->ht : n * teacher_ld(c);
+  const int64_t twn = hidden ? teacher_ld(c) * c->ht : 0; /* the online teacher's head */
+  double *tw = hidden ? malloc(sizeof(double) * twn) : NULL;
   double *b = malloc(sizeof(double) * v), *t = malloc(sizeof(double) * tn);
   int64_t *ids = sparse ? malloc(sizeof(int64_t) * tn) : NULL;
   double *dx = calloc(n * h, sizeof(double)), *dw = calloc(v * h, sizeof(double));
@@ -145,12 +161,18 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   for (int64_t i = 0; i < v * h; i++) dw0[i] = host_normal(&rng);
   for (int64_t i = 0; i < n; i++) gout[i] = 0.5 + host_uniform(&rng);
   if (sparse) make_sparse(c, &rng, ids, t);
-  else make_teacher(c, &rng, t);
+  else if (hidden) {
+    for (int64_t i = 0; i < tn; i++) t[i] = host_normal(&rng);
+    const double s = (c->teacher_softcap > 0 ? c->zstd : 2.0) / sqrt((double)c->ht);
+    for (int64_t i = 0; i < twn; i++) tw[i] = s * host_normal(&rng);
+  } else {
+    make_teacher(c, &rng, t);
+  }
   for (int64_t i = 0; i < n; i++)
     lab[i] = c->labels == 2 ? -100 : c->labels == 1 && host_uniform(&rng) < 0.2 ? -100 : i % 7;
 
-  gbuf X, W, B, Tt, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS;
-  memset(&ID, 0, sizeof ID);
+  gbuf X, W, B, Tt, TW, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS;
+  memset(&ID, 0, sizeof ID), memset(&TW, 0, sizeof TW);
   memset(&B, 0, sizeof B), memset(&DB, 0, sizeof DB), memset(&L, 0, sizeof L);
   memset(&SAVED, 0, sizeof SAVED), memset(&GO, 0, sizeof GO);
   const int none = c->red == KLJIT_REDUCTION_NONE;
@@ -167,12 +189,14 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
              gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 1);
   if (c->bias) fail |= gbuf_alloc(&B, c->dt, v) | gbuf_alloc(&DB, c->gw, v);
   if (sparse) fail |= gbuf_alloc(&ID, c->idt, tn);
+  if (hidden) fail |= gbuf_alloc(&TW, c->tdt, twn);
   if (c->labels) fail |= gbuf_alloc(&L, pb.label_dtype, n);
   if (!c->fused) fail |= gbuf_alloc(&SAVED, KLJIT_FP32, saved / 4) |
                          gbuf_alloc(&GO, KLJIT_FP32, none ? n : 1);
   TH_CHECK(!fail);
   /* the reference sees exactly the values the device holds */
   fail |= gbuf_upload(&X, x, x) | gbuf_upload(&W, w, w) | gbuf_upload(&Tt, t, t);
+  if (hidden) fail |= gbuf_upload(&TW, tw, tw);
   if (c->bias) fail |= gbuf_upload(&B, b, b);
   if (sparse) {
     double *idd = malloc(sizeof(double) * tn);
@@ -200,6 +224,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   kljit_args a = KLJIT_ARGS_INIT;
   a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.bias = B.ptr, a.labels = L.ptr;
   if (sparse) a.teacher_ids = ID.ptr, a.teacher_values = Tt.ptr;
+  else if (hidden) a.teacher_input = Tt.ptr, a.teacher_weight = TW.ptr;
   else a.teacher = Tt.ptr;
   a.temperature = c->T, a.loss = LOSS.ptr, a.grad_input = DX.ptr;
   a.grad_weight = DW.ptr, a.grad_bias = DB.ptr, a.saved = SAVED.ptr, a.grad_output = GO.ptr;
@@ -220,6 +245,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.b = c->bias ? b : NULL;
   ri.labels = c->labels ? lab : NULL, ri.temperature = c->T;
   if (sparse) ri.ids = ids, ri.vals = t;
+  else if (hidden) ri.teacher_x = t, ri.teacher_w = tw;
   else ri.teacher = t;
   ri.grad_output = c->fused ? NULL : gout;
   ref_outputs ro;
@@ -261,10 +287,10 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     e->dx = s > 0 ? INFINITY : 0; /* exactly zero, not merely small */
     e->loss = none ? 0 : fabs(gl[0]) > 0 ? INFINITY : 0;
   }
-  gbuf *bufs[] = {&X, &W, &B, &Tt, &ID, &L, &DX, &DW, &DB, &LOSS, &SAVED, &GO, &WS};
+  gbuf *bufs[] = {&X, &W, &B, &Tt, &TW, &ID, &L, &DX, &DW, &DB, &LOSS, &SAVED, &GO, &WS};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
   free(x), free(w), free(b), free(t), free(dx), free(dw), free(db), free(rl), free(gx);
-  free(gw), free(gb), free(gl), free(dw0), free(gout), free(lab), free(ids);
+  free(gw), free(gb), free(gl), free(dw0), free(gout), free(lab), free(ids), free(tw);
   kljit_plan_destroy(plan);
   if (bad) {
     fprintf(stderr, "%zu outputs not finite (unwritten or NaN)\n", bad);
@@ -281,13 +307,18 @@ int gcase_check(const gcase *c) {
   const double tl = native ? 2e-2 : 1e-5;
   const double tg = c->dt == KLJIT_FP32 ? 1e-5 : native ? 2e-2 : 5e-3;
   const int ok = e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg && e.db <= tg;
-  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d | "
-         "loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
+  char fam[128] = "";
+  if (c->softcap > 0 || c->teacher_softcap > 0 || c->tld || c->hard_weight > 0 ||
+      c->soft_weight != 1.0 || c->divergence != KLJIT_DIVERGENCE_FORWARD_KL)
+    snprintf(fam, sizeof fam, " div=%d beta=%g cap=%g tcap=%g tld=%lld hard=%g soft=%g",
+             (int)c->divergence, c->beta, c->softcap, c->teacher_softcap, (long long)c->tld,
+             c->hard_weight, c->soft_weight);
+  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s"
+         " | loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
          ok ? "ok" : "FAIL", fname(c), dname(c->dt), dname(c->tdt), c->T,
          c->tmode == KLJIT_TEMPERATURE_RUNTIME ? "runtime" : "const", rname(c->red),
          c->fused ? "fused" : "2ph", (long long)c->n, (long long)c->v, c->k, c->bias, c->labels,
-         e.loss,
-         e.rows, tl, e.dx, e.dw, e.db, tg);
+         fam, e.loss, e.rows, tl, e.dx, e.dw, e.db, tg);
   return ok ? TH_PASS : TH_FAIL;
 }
 
@@ -313,5 +344,7 @@ gcase gcase_base(void) {
   c.zstd = 3.0;
   c.gw = KLJIT_FP32;
   c.k = 100, c.idt = KLJIT_INT64, c.values = KLJIT_TOPK_PROBS, c.tail = KLJIT_TAIL_NONE;
+  c.soft_weight = 1.0;
+  c.divergence = KLJIT_DIVERGENCE_FORWARD_KL;
   return c;
 }

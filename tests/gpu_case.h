@@ -42,6 +42,16 @@ typedef struct gcase {
   kljit_tail tail;
   int zero_mass_rows;       /* every 4th row has all-zero probabilities (M = 0) */
   int all_ids;              /* K = V: the ids are a permutation of the vocabulary */
+  /* loss families (kljit.h): logit caps (0: none) and a padded dense teacher, whose rows are
+   * tld >= V elements apart (0: V) with columns past V that would dominate if they were read */
+  double softcap, teacher_softcap;
+  int64_t tld;
+  double hard_weight, soft_weight; /* CE mixing (gcase_base: 0 and 1, the plain divergence) */
+  kljit_divergence divergence;      /* gcase_base: FORWARD_KL */
+  double beta;                      /* JSD */
+  /* the online teacher (form DENSE_HIDDEN): teacher_input [N, ht] and a head of tld rows (0: V;
+   * only the first V are used), both in tdt, its logits of standard deviation about 2 */
+  int64_t ht;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -171,6 +171,162 @@ static int native_logits_and_accumulated_grad_weight(void) {
   return gcase_check(&c);
 }
 
+/* The dtypes and reductions issue 19's sweeps rotate through. */
+static const kljit_dtype DTS[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+static const kljit_reduction REDS[] = {KLJIT_REDUCTION_SUM, KLJIT_REDUCTION_BATCHMEAN,
+                                       KLJIT_REDUCTION_MEAN, KLJIT_REDUCTION_NONE};
+
+/* One case of a sweep: returns 1 when it skipped (no GPU: the sweep stops), and marks a
+ * failure in *worst, the sweep going on so that every failing case prints its line. */
+static int sweep_case(const gcase *c, int *worst) {
+  const int rc = gcase_check(c);
+  if (rc != TH_PASS && rc != TH_SKIP) *worst = TH_FAIL;
+  return rc == TH_SKIP;
+}
+
+/* sweep_case with the cluster knob (KLJIT_ROW_KERNEL=cluster) on when `cluster`. */
+static int sweep_case_knob(const gcase *c, int cluster, int *worst) {
+  if (cluster) setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+  const int skip = sweep_case(c, worst);
+  unsetenv("KLJIT_ROW_KERNEL");
+  return skip;
+}
+
+/* Case k of a dtype (d) x teacher form (f) x mode sweep, the rest rotating with k: the teacher
+ * dtype, bias, reduction (NONE in two-phase only), temperature mode and T, T^2. */
+static gcase rotated_case(int k, int d, int f, int fused) {
+  gcase c = gcase_base();
+  c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + f);
+  c.dt = DTS[d % 3], c.tdt = DTS[(d + f + 1) % 3];
+  c.fused = fused, c.bias = k % 2;
+  c.red = REDS[k % 4];
+  if (fused && c.red == KLJIT_REDUCTION_NONE) c.red = KLJIT_REDUCTION_BATCHMEAN;
+  c.tmode = k % 3 == 2 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+  c.T = k % 3 == 0 ? 1.0 : k % 3 == 1 ? 2.0 : 0.5;
+  c.flags = k % 4 == 1 ? KLJIT_FLAG_SCALE_T_SQUARED : 0;
+  return c;
+}
+
+/* Every dtype x dense teacher form x mode (18 cases), `extra` setting case k's features. */
+static int dense_sweep(void (*extra)(gcase *c, int k)) {
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, d, f, fused);
+        extra(&c, k);
+        if (sweep_case(&c, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* Softcaps (student, and teacher logits) with |z| up to ~100 against caps of 30 and 50, and
+ * padded teachers: a row stride past V (152064 for 151936 as Qwen2.5 pads; an odd one that
+ * rules out vector loads), whose extra columns hold values that would dominate if read. */
+static void caps_and_padding(gcase *c, int k) {
+  const int caps = k % 3; /* 0: student cap, 1: both caps, 2: padding alone */
+  if (caps < 2) c->zstd = 30.0, c->softcap = 30.0;
+  if (caps == 1 && c->form == KLJIT_TEACHER_DENSE_LOGITS) c->teacher_softcap = 50.0;
+  c->tld = k % 2 ? c->v + 1 : caps == 2 ? c->v + 128 : 0;
+  if (k == 5) c->v = 151936, c->tld = 152064, c->n = 9, c->h = 32;
+}
+
+/* Issue 19: softcaps and padded teachers in every dtype, teacher form and mode. */
+static int softcaps_and_padded_teachers_in_every_dtype_form_and_mode(void) {
+  return dense_sweep(caps_and_padding);
+}
+
+/* Hard-label CE mixed with the forward KL (h CE + s KL, CE at temperature 1 from the same
+ * pass; about a fifth of the rows ignored): both weights, CE alone, the divergence alone at a
+ * weight; with T^2, which scales the soft term only; softcaps on some. */
+static void ce_weights(gcase *c, int k) {
+  static const double weights[4][2] = {{0.5, 0.5}, {1.0, 0.0}, {0.0, 0.3}, {0.2, 2.0}};
+  c->hard_weight = weights[k % 4][0], c->soft_weight = weights[k % 4][1];
+  if (k % 2) c->flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+  if (k % 5 == 4) c->zstd = 30.0, c->softcap = 30.0;
+  if (k == 7) c->v = 128256, c->n = 9, c->h = 32;
+}
+
+/* Issue 19: hard-label CE mixing in every dtype, teacher form and mode. */
+static int hard_label_ce_mixing_in_every_dtype_form_and_mode(void) {
+  return dense_sweep(ce_weights);
+}
+
+/* Issue 19: the reverse KL and the JSD (beta 0.5, 0.1, and 1, which runs the reverse KL's
+ * kernels) x teacher form x mode, the dtype rotating so that each divergence meets every dtype;
+ * on top, rotating: CE mixing, softcaps, a padded teacher, T != 1 with T^2, every reduction.
+ * Also the cluster knob on, which these divergences must ignore (two-pass rows). */
+static int every_divergence_teacher_form_mode_and_dtype(void) {
+  const struct {
+    kljit_divergence div;
+    double beta;
+  } divs[] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0}, {KLJIT_DIVERGENCE_JSD, 0.5},
+              {KLJIT_DIVERGENCE_JSD, 0.1}, {KLJIT_DIVERGENCE_JSD, 1.0}};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 4; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, k + d, f, fused);
+        c.divergence = divs[d].div, c.beta = divs[d].beta;
+        if (k % 5 == 1) c.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+        c.TT = k % 4 == 3 ? 1.5 : 0.0;
+        if (k % 7 == 3) c.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+        if (k % 4 == 1) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (k % 6 == 5) c.zstd = 30.0, c.softcap = 30.0;
+        if (k % 5 == 2) c.tld = c.v + 24;
+        if (k == 9) c.v = 128256, c.n = 9, c.h = 32;
+        if (sweep_case_knob(&c, k % 8 == 6, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* Issue 19: the online teacher (its head run chunk by chunk, the logits never materialized)
+ * under the forward KL, the reverse KL and the JSD(0.5), in each mode and dtype (rotating so
+ * that each divergence meets every dtype), its own temperature and softcap, a padded head
+ * (rows past V never read), CE mixing and the cluster knob rotating, one case at V = 128256. */
+static int online_teacher_every_divergence_mode_and_dtype(void) {
+  const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_FORWARD_KL, KLJIT_DIVERGENCE_REVERSE_KL,
+                                    KLJIT_DIVERGENCE_JSD};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, dt, 2, fused);
+        c.form = KLJIT_TEACHER_DENSE_HIDDEN;
+        c.ht = k % 2 ? 48 : 64;
+        c.divergence = divs[d], c.beta = divs[d] == KLJIT_DIVERGENCE_JSD ? 0.5 : 0.0;
+        c.TT = k % 3 == 1 ? 1.5 : 0.0;
+        if (k % 4 == 2) c.zstd = 30.0, c.teacher_softcap = 30.0, c.softcap = 30.0;
+        if (k % 3 == 0) c.tld = c.v + 64;
+        if (k % 5 == 3) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (k == 7) c.v = 128256, c.n = 9, c.h = 32;
+        if (sweep_case_knob(&c, k % 4 == 1, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* The same features, and CE mixing, in the sm_90 cluster row kernels (skips before sm_90). */
+static int softcaps_padded_teachers_and_ce_in_the_cluster_variant(void) {
+  setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+  int worst = plan_uses_cluster(32001, KLJIT_BF16);
+  for (int k = 0; k < 4 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    c.v = 32001, c.n = 9, c.h = 32;
+    c.form = k < 2 ? KLJIT_TEACHER_DENSE_LOGITS : KLJIT_TEACHER_DENSE_PROBS;
+    c.zstd = 30.0, c.softcap = 30.0;
+    c.teacher_softcap = k < 2 ? 50.0 : 0.0;
+    c.tld = k % 2 ? 32064 : 32002;
+    c.hard_weight = k < 2 ? 0.0 : 0.5, c.soft_weight = k == 3 ? 0.5 : 1.0;
+    c.T = k == 2 ? 2.0 : 1.0;
+    c.fused = k % 2;
+    if (!c.fused) c.red = KLJIT_REDUCTION_NONE;
+    const int rc = gcase_check(&c);
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  unsetenv("KLJIT_ROW_KERNEL");
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
@@ -182,5 +338,14 @@ static const th_case cases[] = {
     {"large_logits_and_temperatures", large_logits_and_temperatures},
     {"native_logits_and_accumulated_grad_weight", native_logits_and_accumulated_grad_weight},
     {"cluster_variant_matches_reference", cluster_variant_matches_reference},
+    {"softcaps_and_padded_teachers_in_every_dtype_form_and_mode",
+     softcaps_and_padded_teachers_in_every_dtype_form_and_mode},
+    {"hard_label_ce_mixing_in_every_dtype_form_and_mode",
+     hard_label_ce_mixing_in_every_dtype_form_and_mode},
+    {"every_divergence_teacher_form_mode_and_dtype", every_divergence_teacher_form_mode_and_dtype},
+    {"online_teacher_every_divergence_mode_and_dtype",
+     online_teacher_every_divergence_mode_and_dtype},
+    {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
+     softcaps_padded_teachers_and_ce_in_the_cluster_variant},
 };
 TH_MAIN(cases)

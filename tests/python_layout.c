@@ -48,6 +48,15 @@ static void print_problem(void) {
   FIELD(kljit_problem, vocab_total);
   FIELD(kljit_problem, vocab_offset);
   FIELD(kljit_problem, shards);
+  FIELD(kljit_problem, divergence);
+  FIELD(kljit_problem, beta);
+  FIELD(kljit_problem, hard_weight);
+  FIELD(kljit_problem, soft_weight);
+  FIELD(kljit_problem, softcap);
+  FIELD(kljit_problem, teacher_softcap);
+  FIELD(kljit_problem, teacher_vocab);
+  FIELD(kljit_problem, teacher_ld);
+  FIELD(kljit_problem, teacher_hidden);
   const kljit_problem pb = KLJIT_PROBLEM_INIT;
   printf(
       "], \"init\": {\"struct_size\": %zu, \"hidden\": %lld, \"vocab\": %lld, "
@@ -56,13 +65,18 @@ static void print_problem(void) {
       "\"temperature_mode\": %d, \"temperature\": %.17g, \"teacher_temperature\": %.17g, "
       "\"reduction\": %d, \"label_dtype\": %d, \"ignore_index\": %lld, \"eps\": %.17g, "
       "\"grad_weight_dtype\": %d, \"grad_weight_accum\": %d, \"flags\": %u, "
-      "\"vocab_total\": %lld, \"vocab_offset\": %lld, \"shards\": %d}}",
+      "\"vocab_total\": %lld, \"vocab_offset\": %lld, \"shards\": %d, \"divergence\": %d, "
+      "\"beta\": %.17g, \"hard_weight\": %.17g, \"soft_weight\": %.17g, \"softcap\": %.17g, "
+      "\"teacher_softcap\": %.17g, \"teacher_vocab\": %lld, \"teacher_ld\": %lld, "
+      "\"teacher_hidden\": %lld}}",
       pb.struct_size, (long long)pb.hidden, (long long)pb.vocab, (int)pb.input_dtype,
       (int)pb.weight_dtype, (int)pb.teacher_dtype, (int)pb.teacher, (int)pb.topk,
       (int)pb.topk_id_dtype, (int)pb.topk_values, (int)pb.tail, (int)pb.temperature_mode,
       pb.temperature, pb.teacher_temperature, (int)pb.reduction, (int)pb.label_dtype,
       (long long)pb.ignore_index, pb.eps, (int)pb.grad_weight_dtype, (int)pb.grad_weight_accum,
-      (unsigned)pb.flags, (long long)pb.vocab_total, (long long)pb.vocab_offset, (int)pb.shards);
+      (unsigned)pb.flags, (long long)pb.vocab_total, (long long)pb.vocab_offset, (int)pb.shards,
+      (int)pb.divergence, pb.beta, pb.hard_weight, pb.soft_weight, pb.softcap, pb.teacher_softcap,
+      (long long)pb.teacher_vocab, (long long)pb.teacher_ld, (long long)pb.teacher_hidden);
 }
 
 static void print_args(void) {
@@ -88,6 +102,8 @@ static void print_args(void) {
   FIELD(kljit_args, workspace_size);
   FIELD(kljit_args, flags);
   FIELD(kljit_args, grad_scale);
+  FIELD(kljit_args, teacher_input);
+  FIELD(kljit_args, teacher_weight);
   const kljit_args a = KLJIT_ARGS_INIT;
   /* Pointers are printed as 0 or 1 (NULL or not): INIT must leave them all NULL. */
   printf(
@@ -95,12 +111,14 @@ static void print_args(void) {
       "\"bias\": %d, \"labels\": %d, \"teacher\": %d, \"teacher_ids\": %d, "
       "\"teacher_values\": %d, \"temperature\": %.17g, \"loss\": %d, \"grad_input\": %d, "
       "\"grad_weight\": %d, \"grad_bias\": %d, \"saved\": %d, \"grad_output\": %d, "
-      "\"workspace\": %d, \"workspace_size\": %zu, \"flags\": %u, \"grad_scale\": %.17g}}",
+      "\"workspace\": %d, \"workspace_size\": %zu, \"flags\": %u, \"grad_scale\": %.17g, "
+      "\"teacher_input\": %d, \"teacher_weight\": %d}}",
       a.struct_size, (long long)a.rows, a.input != NULL, a.weight != NULL, a.bias != NULL,
       a.labels != NULL, a.teacher != NULL, a.teacher_ids != NULL, a.teacher_values != NULL,
       a.temperature, a.loss != NULL, a.grad_input != NULL, a.grad_weight != NULL,
       a.grad_bias != NULL, a.saved != NULL, a.grad_output != NULL, a.workspace != NULL,
-      a.workspace_size, (unsigned)a.flags, a.grad_scale);
+      a.workspace_size, (unsigned)a.flags, a.grad_scale, a.teacher_input != NULL,
+      a.teacher_weight != NULL);
 }
 
 /* Every enumerator of the header, by name (the test also checks that this list names every
@@ -136,6 +154,10 @@ static void print_enums(void) {
   ENUM(KLJIT_TEACHER_DENSE_LOGPROBS);
   ENUM(KLJIT_TEACHER_DENSE_LOGITS);
   ENUM(KLJIT_TEACHER_SPARSE_TOPK);
+  ENUM(KLJIT_TEACHER_DENSE_HIDDEN);
+  ENUM(KLJIT_DIVERGENCE_FORWARD_KL);
+  ENUM(KLJIT_DIVERGENCE_REVERSE_KL);
+  ENUM(KLJIT_DIVERGENCE_JSD);
   ENUM(KLJIT_TOPK_PROBS);
   ENUM(KLJIT_TOPK_LOGPROBS);
   ENUM(KLJIT_TAIL_NONE);
@@ -154,6 +176,7 @@ static void print_enums(void) {
   ENUM(KLJIT_FLAG_NATIVE_LOGITS);
   ENUM(KLJIT_FLAG_ALLOW_TF32);
   ENUM(KLJIT_FLAG_CHECK_INPUTS);
+  ENUM(KLJIT_FLAG_TEACHER_BIAS);
   ENUM(KLJIT_PLAN_ESTIMATE);
   ENUM(KLJIT_PLAN_MEASURE);
   ENUM(KLJIT_PLAN_EXHAUSTIVE);

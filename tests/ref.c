@@ -9,9 +9,19 @@
  *     BUCKET  NONE + t log(t / (1 - Q_S)),  t = 1 - M,  Q_S = sum_k q_{id_k}
  *             dl/ds_v = M q_v - p_v + t/(1-Q_S) * q_v (c_v - Q_S)   (c_v: occurrences of v)
  *             i.e. q_v - p_v on S and q_v (M - t Q_S / (1 - Q_S)) off S without duplicates.
- *   row_loss[i] = t2 * l,  t2 = T^2 with KLJIT_FLAG_SCALE_T_SQUARED, else 1
+ *   (dense, other divergences: REVERSE_KL l = sum q (log q - log p), dl/ds = q (log q - log p
+ *   - l); JSD(beta) with m = beta p + (1 - beta) q, l = beta sum p (log p - log m) + (1 - beta)
+ *   sum q (log q - log m), dl/ds = q (g - sum q g), g = (1 - beta)(log q - log m); beta = 0 and
+ *   1 take the forward and reverse KL; log p is log max(p, eps) throughout)
+ *   softcap c: z' = c tanh(z / c) replaces z everywhere (s = z' / T), dz'/dz = 1 / cosh^2(z / c)
+ *   CE = lse(z') - z'_y (y = labels[i]),  dCE/dz'_v = softmax(z')_v - [v = y]
+ *   row_loss[i] = ws * t2 * l + wh * CE,  t2 = T^2 with KLJIT_FLAG_SCALE_T_SQUARED, else 1
  *   loss = c * sum_i row_loss[i],  c = 1 (SUM, NONE), 1/kept (BATCHMEAN), 1/(kept V) (MEAN)
- *   G[i,v] = dL/dz_v = g_i * c * t2 / T * dl/ds_v;  dx = G W,  dw = G^T X,  db = sum_i G[i,:]
+ *   G[i,v] = dL/dz_v = g_i c (ws t2 / T dl/ds_v + wh dCE/dz'_v) dz'/dz_v
+ *   dx = G W,  dw = G^T X,  db = sum_i G[i,:]
+ *   Teachers: dense rows lie teacher_ld apart and only their first V columns count (padded
+ *   teachers); DENSE_HIDDEN computes zt = xt Wt^T + bt for those columns, then as DENSE_LOGITS;
+ *   teacher_softcap caps zt before the teacher temperature.
  *
  * Choices the contract leaves open, made here and documented for the GPU side:
  *   - Duplicate ids in a sparse row: every occurrence is its own term (of M, of sum p log p, of
@@ -103,7 +113,38 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
     case KLJIT_REDUCTION_NONE: break;
     default: return ref_fail("unknown reduction", (long long)pb->reduction);
   }
+  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL || pb->divergence > KLJIT_DIVERGENCE_JSD)
+    return ref_fail("unknown divergence", (long long)pb->divergence);
+  if (pb->divergence == KLJIT_DIVERGENCE_JSD && !(pb->beta >= 0.0 && pb->beta <= 1.0))
+    return ref_failf("JSD beta must be in [0, 1]", pb->beta);
+  if (!(pb->hard_weight >= 0.0) || !(pb->soft_weight >= 0.0))
+    return ref_failf("hard_weight and soft_weight must be >= 0", pb->hard_weight);
+  if (!(pb->softcap >= 0.0) || !(pb->teacher_softcap >= 0.0))
+    return ref_failf("softcaps must be >= 0", pb->softcap);
+  if (pb->hard_weight != 0.0) {
+    if (in->rows > 0 && !in->labels) return ref_fail("hard_weight needs labels", 0);
+    for (int64_t i = 0; i < in->rows; i++)
+      if (in->labels[i] != pb->ignore_index && (in->labels[i] < 0 || in->labels[i] >= pb->vocab))
+        return ref_fail("a kept row's label lies outside [0, vocab)", (long long)in->labels[i]);
+  }
+  const int64_t vt = pb->teacher_vocab ? pb->teacher_vocab : pb->vocab;
+  if (vt < pb->vocab) return ref_fail("teacher_vocab must be >= vocab", (long long)vt);
+  if (pb->teacher_ld != 0 && pb->teacher_ld < vt)
+    return ref_fail("teacher_ld must be >= teacher_vocab", (long long)pb->teacher_ld);
+  if (pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && pb->teacher != KLJIT_TEACHER_DENSE_LOGITS &&
+      pb->teacher != KLJIT_TEACHER_DENSE_HIDDEN && pb->teacher_softcap != 0.0)
+    return ref_failf("teacher_softcap needs teacher logits", pb->teacher_softcap);
   switch (pb->teacher) {
+    case KLJIT_TEACHER_DENSE_HIDDEN:
+      if (pb->teacher_hidden < 1)
+        return ref_fail("teacher_hidden must be >= 1", (long long)pb->teacher_hidden);
+      if (in->rows > 0 && (!in->teacher_x || !in->teacher_w))
+        return ref_fail("teacher_x and teacher_w must not be NULL", 0);
+      if (!(pb->flags & KLJIT_FLAG_TEACHER_BIAS) != !in->teacher_b)
+        return ref_fail("teacher_b must be given exactly with KLJIT_FLAG_TEACHER_BIAS", 0);
+      if (!(pb->teacher_temperature >= 0.0) || !isfinite(pb->teacher_temperature))
+        return ref_failf("teacher_temperature must be >= 0 and finite", pb->teacher_temperature);
+      break;
     case KLJIT_TEACHER_DENSE_LOGITS:
       if (!(pb->teacher_temperature >= 0.0) || !isfinite(pb->teacher_temperature))
         return ref_failf("teacher_temperature must be >= 0 and finite", pb->teacher_temperature);
@@ -114,6 +155,9 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
       break;
     case KLJIT_TEACHER_SPARSE_TOPK:
       if (pb->topk < 1) return ref_fail("topk must be >= 1", (long long)pb->topk);
+      if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL &&
+          !(pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0))
+        return ref_fail("the sparse teacher takes the forward KL only", (long long)pb->divergence);
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
         return ref_fail("unknown topk_values", (long long)pb->topk_values);
@@ -138,42 +182,85 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
 /* Scratch of one row: V-long student vectors, K-long teacher terms, per-id counts (dl/ds goes
  * to the caller's ds). */
 typedef struct ref_row {
-  double *logq; /* [V] s, then log q in place */
+  double *logq; /* [V] z, then s, then log q in place */
   double *q;    /* [V] */
-  double *tp;   /* [V] teacher log-probs (DENSE_LOGITS) */
+  double *zc;   /* [V] z' (the softcapped logits) */
+  double *dc;   /* [V] dz'/dz */
+  double *p;    /* [V] dense teacher probabilities */
+  double *lp;   /* [V] log max(p, eps) */
+  double *tz;   /* [V] the online teacher's logits (DENSE_HIDDEN) */
+  double *tp;   /* [V] teacher log-probs (DENSE_LOGITS), scratch (BUCKET) */
   double *pk;   /* [K] teacher probabilities on the support */
   double *lpk;  /* [K] log max(p, eps) on the support */
   int32_t *cnt; /* [V] occurrences of each id in the row (BUCKET) */
 } ref_row;
 
-/* Dense teacher row t[V]: loss l, ds = sum(p) q - p. */
-static double ref_row_dense(const kljit_problem *pb, const double *t, double T, const ref_row *r,
-                            double *ds) {
+/* c tanh(x / c) for a cap c > 0, x itself for c = 0 (no cap). */
+static double ref_softcap(double x, double c) { return c > 0.0 ? c * tanh(x / c) : x; }
+
+/* Dense teacher row t (its first V columns) into r->p and r->lp = log max(p, eps). */
+static void ref_teacher_dense(const kljit_problem *pb, const double *t, double T,
+                              const ref_row *r) {
   const int64_t V = pb->vocab;
   const double log_eps = log(pb->eps);
-  const double *lt = t; /* log p for LOGPROBS and LOGITS */
-  if (pb->teacher == KLJIT_TEACHER_DENSE_LOGITS) {
+  const double *lt = t; /* log p for LOGPROBS and the logits forms */
+  if (pb->teacher == KLJIT_TEACHER_DENSE_LOGITS || pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     const double Tt = pb->teacher_temperature > 0.0 ? pb->teacher_temperature : T;
-    for (int64_t v = 0; v < V; v++) r->tp[v] = t[v] / Tt;
+    for (int64_t v = 0; v < V; v++) r->tp[v] = ref_softcap(t[v], pb->teacher_softcap) / Tt;
     const double lse_t = ref_lse(r->tp, V);
     for (int64_t v = 0; v < V; v++) r->tp[v] -= lse_t;
     lt = r->tp;
   }
-  long double l = 0.0L, sum_p = 0.0L;
   for (int64_t v = 0; v < V; v++) {
-    double p, lp;
     if (pb->teacher == KLJIT_TEACHER_DENSE_PROBS) {
-      p = t[v];
-      lp = log(p > pb->eps ? p : pb->eps);
+      r->p[v] = t[v];
+      r->lp[v] = log(t[v] > pb->eps ? t[v] : pb->eps);
     } else {
-      p = exp(lt[v]);
-      lp = lt[v] > log_eps ? lt[v] : log_eps;
+      r->p[v] = exp(lt[v]);
+      r->lp[v] = lt[v] > log_eps ? lt[v] : log_eps;
     }
-    ds[v] = -p;
-    sum_p += p;
-    if (p != 0.0) l += (long double)p * (lp - r->logq[v]); /* 0 log 0 = 0 */
   }
-  for (int64_t v = 0; v < V; v++) ds[v] += (double)sum_p * r->q[v];
+}
+
+/* The divergence of a dense row (teacher in r->p, r->lp; student in r->q, r->logq): loss l
+ * and ds = dl/ds. */
+static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *ds) {
+  const int64_t V = pb->vocab;
+  const double beta = pb->beta;
+  const int jsd = pb->divergence == KLJIT_DIVERGENCE_JSD;
+  const int forward = pb->divergence == KLJIT_DIVERGENCE_FORWARD_KL || (jsd && beta == 0.0);
+  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || (jsd && beta == 1.0);
+  long double l = 0.0L;
+  if (forward) {
+    long double sum_p = 0.0L;
+    for (int64_t v = 0; v < V; v++) {
+      ds[v] = -r->p[v];
+      sum_p += r->p[v];
+      if (r->p[v] != 0.0) l += (long double)r->p[v] * (r->lp[v] - r->logq[v]); /* 0 log 0 */
+    }
+    for (int64_t v = 0; v < V; v++) ds[v] += (double)sum_p * r->q[v];
+    return (double)l;
+  }
+  /* ds = q (g - sum q g) with g = dl/dq: log q - log p (+ 1, which cancels) for the reverse
+   * KL, (1 - beta) log(q / m) for the JSD */
+  long double qg = 0.0L;
+  for (int64_t v = 0; v < V; v++) {
+    const double q = r->q[v];
+    double g;
+    if (reverse) {
+      g = r->logq[v] - r->lp[v];
+      if (q != 0.0) l += (long double)q * g;
+    } else {
+      const double m = beta * r->p[v] + (1.0 - beta) * q;
+      const double logm = log(m);
+      g = m > 0.0 ? (1.0 - beta) * (r->logq[v] - logm) : 0.0;
+      if (r->p[v] != 0.0) l += (long double)(beta * r->p[v]) * (r->lp[v] - logm);
+      if (q != 0.0) l += (long double)((1.0 - beta) * q) * (r->logq[v] - logm);
+    }
+    ds[v] = g;
+    qg += (long double)q * g;
+  }
+  for (int64_t v = 0; v < V; v++) ds[v] = r->q[v] * (ds[v] - (double)qg);
   return (double)l;
 }
 
@@ -287,16 +374,27 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
   if (pb->reduction == KLJIT_REDUCTION_BATCHMEAN) c = kept ? 1.0 / (double)kept : 0.0;
   if (pb->reduction == KLJIT_REDUCTION_MEAN) c = kept ? 1.0 / ((double)kept * (double)V) : 0.0;
 
-  double *zb = malloc((size_t)(RB * V) * sizeof(double)); /* s, then log q: [RB,V] */
+  const double ws = pb->soft_weight, wh = pb->hard_weight;
+  const int64_t Ht = pb->teacher_hidden;
+  const int64_t tld = pb->teacher_ld     ? pb->teacher_ld
+                      : pb->teacher_vocab ? pb->teacher_vocab
+                                          : V;
+  double *zb = malloc((size_t)(RB * V) * sizeof(double)); /* z, then log q: [RB,V] */
   double *gb = malloc((size_t)(RB * V) * sizeof(double)); /* dl/ds, then G:  [RB,V] */
   ref_row r;
   r.q = malloc((size_t)V * sizeof(double));
   r.tp = malloc((size_t)V * sizeof(double));
+  r.zc = malloc((size_t)V * sizeof(double));
+  r.dc = malloc((size_t)V * sizeof(double));
+  r.p = malloc((size_t)V * sizeof(double));
+  r.lp = malloc((size_t)V * sizeof(double));
+  r.tz = malloc((size_t)V * sizeof(double));
   r.cnt = malloc((size_t)V * sizeof(int32_t));
   r.pk = malloc((size_t)(K ? K : 1) * sizeof(double));
   r.lpk = malloc((size_t)(K ? K : 1) * sizeof(double));
   int rc = 0;
-  if (!zb || !gb || !r.q || !r.tp || !r.cnt || !r.pk || !r.lpk)
+  if (!zb || !gb || !r.q || !r.tp || !r.cnt || !r.pk || !r.lpk || !r.zc || !r.dc || !r.p ||
+      !r.lp || !r.tz)
     rc = ref_fail("out of host memory for V", (long long)V);
 
   if (rc == 0 && out->dw) memset(out->dw, 0, (size_t)(V * H) * sizeof(double));
@@ -313,7 +411,7 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
       const double *w_v = in->w + v * H;
       const double b_v = in->b ? in->b[v] : 0.0;
       for (int64_t k = 0; k < nb; k++)
-        if (keep[k]) zb[k * V + v] = (ref_dot(in->x + (i0 + k) * H, w_v, H) + b_v) / T;
+        if (keep[k]) zb[k * V + v] = ref_dot(in->x + (i0 + k) * H, w_v, H) + b_v;
     }
     for (int64_t k = 0; k < nb && rc == 0; k++) {
       const int64_t i = i0 + k;
@@ -324,23 +422,51 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
         continue;
       }
       r.logq = zb + k * V;
+      const double cap = pb->softcap;
+      for (int64_t v = 0; v < V; v++) {
+        const double z = r.logq[v], ch = cap > 0.0 ? cosh(z / cap) : 1.0;
+        r.zc[v] = ref_softcap(z, cap);
+        r.dc[v] = 1.0 / (ch * ch);
+        r.logq[v] = r.zc[v] / T;
+      }
       const double lse = ref_lse(r.logq, V);
       for (int64_t v = 0; v < V; v++) {
         r.logq[v] -= lse;
         r.q[v] = exp(r.logq[v]);
       }
       double l = 0.0;
-      if (K)
+      if (K) {
         rc = ref_row_sparse(pb, in->ids + i * K, in->vals + i * K, &r, i, G, &l);
-      else
-        l = ref_row_dense(pb, in->teacher + i * V, T, &r, G);
-      const double row_loss = t2 * l;
+      } else {
+        const double *t = in->teacher ? in->teacher + i * tld : NULL;
+        if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) { /* the columns [0, V) of zt */
+          const double *xt = in->teacher_x + i * Ht;
+          for (int64_t v = 0; v < V; v++)
+            r.tz[v] = ref_dot(xt, in->teacher_w + v * Ht, Ht) + (in->teacher_b ? in->teacher_b[v]
+                                                                               : 0.0);
+          t = r.tz;
+        }
+        ref_teacher_dense(pb, t, T, &r);
+        l = ref_row_dense(pb, &r, G);
+      }
+      /* CE on z' at temperature 1; its softmax only where it is weighted */
+      double ce = 0.0, lse1 = 0.0;
+      const int64_t y = wh != 0.0 ? in->labels[i] : -1;
+      if (wh != 0.0) {
+        lse1 = ref_lse(r.zc, V);
+        ce = lse1 - r.zc[y];
+      }
+      const double row_loss = ws * t2 * l + wh * ce;
       if (out->row_loss) out->row_loss[i] = row_loss;
       total += row_loss;
       double g = 1.0;
       if (in->grad_output) g = none ? in->grad_output[i] : in->grad_output[0];
-      const double gs = g * c * t2 / T;
-      for (int64_t v = 0; v < V; v++) G[v] *= gs;
+      const double gs = g * c * ws * t2 / T, gh = g * c * wh;
+      for (int64_t v = 0; v < V; v++) {
+        double d = gs * G[v];
+        if (wh != 0.0) d += gh * (exp(r.zc[v] - lse1) - (v == y ? 1.0 : 0.0));
+        G[v] = d * r.dc[v];
+      }
     }
     if (rc) break;
     if (out->dlogits) memcpy(out->dlogits + i0 * V, gb, (size_t)(nb * V) * sizeof(double));
@@ -362,6 +488,7 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
     }
   }
   free(zb), free(gb), free(r.q), free(r.tp), free(r.cnt), free(r.pk), free(r.lpk);
+  free(r.zc), free(r.dc), free(r.p), free(r.lp), free(r.tz);
   if (rc) return rc;
   out->loss = (double)(c * total);
   out->rows_kept = kept;

@@ -1,7 +1,8 @@
 /* ref.h — the double-precision CPU reference: the oracle every GPU test compares against.
  *
  * It implements the contract of include/kljit.h (the math section, every teacher form, tail
- * mode, temperature, reduction, ignore_index, bias, T^2 scaling) directly and slowly: full
+ * mode, temperature, reduction, ignore_index, bias, T^2 scaling, divergence, CE mixing,
+ * softcapping, padded and online teachers) directly and slowly: full
  * logits in double, no chunking, no online softmax. Inputs are doubles (tests convert their
  * fp16/bf16 device values to double first, so both sides see the same numbers).
  */
@@ -22,6 +23,12 @@ typedef struct ref_inputs {
   const double *teacher;    /* dense: [N,V] in the form pb->teacher says */
   const int64_t *ids;       /* sparse: [N,K] */
   const double *vals;       /* sparse: [N,K] probs or log-probs per pb->topk_values */
+  /* DENSE_HIDDEN: the online teacher head, xt [N,Ht], wt [Vt,Ht], bt [Vt] (with
+   * KLJIT_FLAG_TEACHER_BIAS, else NULL); Ht = pb->teacher_hidden, Vt = pb->teacher_vocab or V.
+   * The dense forms' teacher rows lie pb->teacher_ld apart (0: Vt). */
+  const double *teacher_x;
+  const double *teacher_w;
+  const double *teacher_b;
   double temperature;       /* used instead of pb->temperature when RUNTIME */
   /* Upstream gradient: for reductions other than NONE a scalar (grad_output[0]); for NONE a
    * per-row vector [N]. NULL means 1 (scalar) / all ones (NONE). */
@@ -33,7 +40,7 @@ typedef struct ref_inputs {
 
 typedef struct ref_outputs {
   double loss;        /* reduced loss (SUM/BATCHMEAN/MEAN; for NONE the sum of row_loss) */
-  double *row_loss;   /* [N] per-row loss before reduction scale (T^2 included), or NULL */
+  double *row_loss;   /* [N] per-row loss l_i (kljit.h) before the reduction, or NULL */
   double *dx;         /* [N,H] or NULL */
   double *dw;         /* [V,H] or NULL (overwritten) */
   double *db;         /* [V] or NULL */

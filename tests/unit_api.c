@@ -208,6 +208,10 @@ static int plan_check_accepts_the_default_problem_with_sizes_set(void) {
   TH_CHECK(pb.temperature == 1.0 && pb.teacher_temperature == 0.0);
   TH_CHECK(pb.ignore_index == -100 && pb.eps == 1e-20 && pb.flags == 0);
   TH_CHECK(pb.grad_weight_dtype == KLJIT_FP32 && pb.grad_weight_accum == KLJIT_ACCUM_FP32);
+  TH_CHECK(pb.divergence == KLJIT_DIVERGENCE_FORWARD_KL && pb.beta == 0.0);
+  TH_CHECK(pb.hard_weight == 0.0 && pb.soft_weight == 1.0);
+  TH_CHECK(pb.softcap == 0.0 && pb.teacher_softcap == 0.0);
+  TH_CHECK(pb.teacher_vocab == 0 && pb.teacher_ld == 0 && pb.teacher_hidden == 0);
   return TH_PASS;
 }
 
@@ -215,7 +219,8 @@ static int plan_check_accepts_the_default_problem_with_sizes_set(void) {
 typedef enum field {
   F_NONE, F_STRUCT_SIZE, F_HIDDEN, F_VOCAB, F_INPUT_DT, F_WEIGHT_DT, F_TEACHER_DT, F_TEACHER,
   F_TOPK, F_ID_DT, F_TOPK_VALUES, F_TAIL, F_TMODE, F_T, F_TT, F_REDUCTION, F_LABEL_DT, F_EPS,
-  F_GW_DT, F_ACCUM, F_FLAGS
+  F_GW_DT, F_ACCUM, F_FLAGS, F_DIV, F_BETA, F_HARD, F_SOFT, F_CAP, F_TCAP, F_TVOCAB, F_TLD,
+  F_THIDDEN, F_VTOT, F_SHARDS
 } field;
 
 static void set_field(kljit_problem *pb, field f, double v) {
@@ -241,6 +246,17 @@ static void set_field(kljit_problem *pb, field f, double v) {
   case F_GW_DT: pb->grad_weight_dtype = (kljit_dtype)(int)v; break;
   case F_ACCUM: pb->grad_weight_accum = (kljit_grad_weight_accum)(int)v; break;
   case F_FLAGS: pb->flags = (uint32_t)v; break;
+  case F_DIV: pb->divergence = (kljit_divergence)(int)v; break;
+  case F_BETA: pb->beta = v; break;
+  case F_HARD: pb->hard_weight = v; break;
+  case F_SOFT: pb->soft_weight = v; break;
+  case F_CAP: pb->softcap = v; break;
+  case F_TCAP: pb->teacher_softcap = v; break;
+  case F_TVOCAB: pb->teacher_vocab = (int64_t)v; break;
+  case F_TLD: pb->teacher_ld = (int64_t)v; break;
+  case F_THIDDEN: pb->teacher_hidden = (int64_t)v; break;
+  case F_VTOT: pb->vocab_total = (int64_t)v; break;
+  case F_SHARDS: pb->shards = (int32_t)v; break;
   }
 }
 
@@ -260,6 +276,8 @@ typedef struct check_case {
 
 #define SPARSE {F_TEACHER, KLJIT_TEACHER_SPARSE_TOPK}, {F_TOPK, 16}
 #define INVALID KLJIT_ERR_INVALID_ARGUMENT
+#define UNSUPPORTED KLJIT_ERR_UNSUPPORTED
+#define JSD(b) {F_DIV, KLJIT_DIVERGENCE_JSD}, {F_BETA, b}
 
 static const check_case rejected[] = {
     {"struct_size 0", {{F_STRUCT_SIZE, 0}}, INVALID, {"problem->struct_size = 0", NULL}},
@@ -284,7 +302,7 @@ static const check_case rejected[] = {
     {"teacher_dtype INT64", {{F_TEACHER_DT, KLJIT_INT64}}, INVALID, {"teacher_dtype = 5", NULL}},
     {"teacher_dtype 0", {{F_TEACHER_DT, 0}}, INVALID, {"teacher_dtype = 0", NULL}},
     {"teacher form 0", {{F_TEACHER, 0}}, INVALID, {"teacher = 0", NULL}},
-    {"teacher form 5", {{F_TEACHER, 5}}, INVALID, {"teacher = 5", NULL}},
+    {"teacher form 6", {{F_TEACHER, 6}}, INVALID, {"teacher = 6", NULL}},
     {"sparse topk 0", {SPARSE, {F_TOPK, 0}}, INVALID, {"topk = 0", NULL}},
     {"sparse topk -3", {SPARSE, {F_TOPK, -3}}, INVALID, {"topk = -3", NULL}},
     {"sparse topk V + 1 with V = 1000", {SPARSE, {F_TOPK, 1001}}, INVALID,
@@ -328,7 +346,39 @@ static const check_case rejected[] = {
      {"grad_weight_dtype = INT32", NULL}},
     {"grad_weight_accum 0", {{F_ACCUM, 0}}, INVALID, {"grad_weight_accum = 0", NULL}},
     {"grad_weight_accum 3", {{F_ACCUM, 3}}, INVALID, {"grad_weight_accum = 3", NULL}},
-    {"flags bit 5", {{F_FLAGS, 1u << 5}}, INVALID, {"flags = 0x20", "0x20"}},
+    {"flags bit 6", {{F_FLAGS, 1u << 6}}, INVALID, {"flags = 0x40", "0x40"}},
+    {"divergence 0", {{F_DIV, 0}}, INVALID, {"divergence = 0", NULL}},
+    {"divergence 4", {{F_DIV, 4}}, INVALID, {"divergence = 4", NULL}},
+    {"JSD beta -0.5", {JSD(-0.5)}, INVALID, {"beta = -0.5", "[0, 1]"}},
+    {"JSD beta 1.5", {JSD(1.5)}, INVALID, {"beta = 1.5", "[0, 1]"}},
+    {"JSD beta NaN", {JSD(NAN)}, INVALID, {"beta = nan", NULL}},
+    {"beta without JSD", {{F_BETA, 0.5}}, INVALID, {"beta = 0.5", "only KLJIT_DIVERGENCE_JSD"}},
+    {"hard_weight -1", {{F_HARD, -1}}, INVALID, {"hard_weight = -1", NULL}},
+    {"hard_weight Inf", {{F_HARD, INFINITY}}, INVALID, {"hard_weight = inf", NULL}},
+    {"soft_weight NaN", {{F_SOFT, NAN}}, INVALID, {"soft_weight = nan", NULL}},
+    {"both weights 0", {{F_SOFT, 0}}, INVALID, {"hard_weight = soft_weight = 0", NULL}},
+    {"softcap -30", {{F_CAP, -30}}, INVALID, {"softcap = -30", NULL}},
+    {"softcap 1e7", {{F_CAP, 1e7}}, INVALID, {"softcap = 1e+07", NULL}},
+    {"softcap NaN", {{F_CAP, NAN}}, INVALID, {"softcap = nan", NULL}},
+    {"teacher_softcap on probs", {{F_TCAP, 30}}, INVALID,
+     {"teacher_softcap = 30", "KLJIT_TEACHER_DENSE_LOGITS"}},
+    {"teacher_softcap Inf", {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGITS}, {F_TCAP, INFINITY}},
+     INVALID, {"teacher_softcap = inf", NULL}},
+    {"teacher_vocab below vocab", {{F_TVOCAB, 999}}, INVALID, {"teacher_vocab = 999", NULL}},
+    {"teacher_vocab above 2^24", {{F_TVOCAB, (1 << 24) + 1}}, INVALID,
+     {"teacher_vocab = 16777217", NULL}},
+    {"teacher_ld below teacher_vocab", {{F_TVOCAB, 1024}, {F_TLD, 1016}}, INVALID,
+     {"teacher_ld = 1016", "1024"}},
+    {"teacher_ld below vocab", {{F_TLD, 8}}, INVALID, {"teacher_ld = 8", NULL}},
+    {"teacher_hidden without the online teacher", {{F_THIDDEN, 64}}, INVALID,
+     {"teacher_hidden = 64", "KLJIT_TEACHER_DENSE_HIDDEN"}},
+    {"teacher bias without the online teacher", {{F_FLAGS, KLJIT_FLAG_TEACHER_BIAS}}, INVALID,
+     {"KLJIT_FLAG_TEACHER_BIAS", NULL}},
+    {"online teacher without teacher_hidden", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}}, INVALID,
+     {"teacher_hidden = 0", NULL}},
+    {"online teacher with a teacher_ld",
+     {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32}, {F_TLD, 1024}}, INVALID,
+     {"teacher_ld = 1024", "chunk buffer"}},
     {"flags bit 31 with BIAS", {{F_FLAGS, (double)(0x80000000u | KLJIT_FLAG_BIAS)}}, INVALID,
      {"flags = 0x80000001", "unknown bits 0x80000000"}},
 };
@@ -409,6 +459,63 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
   return bad ? TH_FAIL : TH_PASS;
 }
 
+/* Valid problems outside what the row kernels compute, or whose math is undefined on the
+ * sparse support: KLJIT_ERR_UNSUPPORTED with a sentence, never a plan that computes something
+ * else. The defaults spelled out (and JSD's end point beta = 0, the forward KL) are accepted. */
+static const check_case families[] = {
+    {"sharded reverse KL", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
+     UNSUPPORTED, {"REVERSE_KL", "sharded head"}},
+    {"sharded JSD", {{F_VTOT, 2000}, {F_SHARDS, 2}, JSD(0.5)}, UNSUPPORTED,
+     {"JSD (beta = 0.5)", "shard records"}},
+    {"sparse reverse KL", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
+     {"sparse teacher takes the forward KL only", "reverse KL"}},
+    {"sparse JSD", {SPARSE, JSD(0.5)}, UNSUPPORTED, {"forward KL only", "off the support"}},
+    {"sparse CE mixing", {SPARSE, {F_HARD, 0.5}}, UNSUPPORTED,
+     {"hard_weight = 0.5", "sparse teacher"}},
+    {"sparse soft weight", {SPARSE, {F_SOFT, 0.25}}, UNSUPPORTED, {"soft_weight = 0.25", NULL}},
+    {"sparse softcap", {SPARSE, {F_CAP, 30}}, UNSUPPORTED, {"softcap = 30", "sparse teacher"}},
+    {"online teacher with a bias", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32},
+     {F_FLAGS, KLJIT_FLAG_TEACHER_BIAS}}, UNSUPPORTED, {"KLJIT_FLAG_TEACHER_BIAS", "bias"}},
+    {"online teacher, checked", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32},
+     {F_FLAGS, KLJIT_FLAG_CHECK_INPUTS}}, UNSUPPORTED, {"KLJIT_FLAG_CHECK_INPUTS", "no teacher array"}},
+    {"sparse padded teacher", {SPARSE, {F_TVOCAB, 1024}}, UNSUPPORTED,
+     {"teacher_vocab / teacher_ld", "student vocabulary"}},
+    {"sharded padded teacher", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_TLD, 1024}}, UNSUPPORTED,
+     {"sharded head", "contiguous"}},
+    {"sharded CE mixing", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_HARD, 1}}, UNSUPPORTED,
+     {"hard_weight = 1 on a sharded head", NULL}},
+    {"the defaults spelled out",
+     {{F_DIV, KLJIT_DIVERGENCE_FORWARD_KL}, {F_SOFT, 1}, {F_TVOCAB, 1000}, {F_TLD, 1000}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD 0 (the forward KL)", {JSD(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"reverse KL", {{F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"online teacher", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"online teacher, padded head, softcapped", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN},
+     {F_THIDDEN, 2048}, {F_TVOCAB, 1024}, {F_TCAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD 0.5", {JSD(0.5)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD 1 (the reverse KL)", {JSD(1.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"JSD with CE and softcap", {JSD(0.5), {F_HARD, 0.5}, {F_CAP, 30}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"student softcap", {{F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"CE mixing", {{F_HARD, 0.5}, {F_SOFT, 0.5}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"CE only", {{F_HARD, 1}, {F_SOFT, 0}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"soft weight alone", {{F_SOFT, 0.25}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"both softcaps", {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGITS}, {F_TCAP, 50}, {F_CAP, 1e6}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"padded teacher", {{F_TVOCAB, 1024}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"padded teacher with its own stride", {{F_TVOCAB, 1024}, {F_TLD, 1031}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"sharded softcap", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_CAP, 30}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"sparse JSD 0", {SPARSE, JSD(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+};
+
+static int plan_check_refuses_loss_families_its_kernels_lack_with_a_sentence(void) {
+  const int bad = run_table(families, sizeof families / sizeof families[0]);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
 static int plan_check_accepts_sparse_and_checked_problems(void) {
   /* every tail, value form and id width of the sparse teacher, K from 1 to 1024 */
   for (int tail = KLJIT_TAIL_NONE; tail <= KLJIT_TAIL_BUCKET; tail++)
@@ -469,6 +576,8 @@ static int problem_structs_from_the_first_released_size_up_are_accepted(void) {
    * the missing fields take their defaults, whatever lies past the struct */
   TH_OK(check_sized(offsetof(kljit_problem, shards), 0xff));
   TH_OK(check_sized(KLJIT_PROBLEM_MIN_SIZE, 0xff));
+  /* the struct before the loss-family fields: forward KL, soft weight 1, no caps or padding */
+  TH_OK(check_sized(offsetof(kljit_problem, divergence), 0xff));
   TH_OK(check_sized(sizeof(kljit_problem), 0xff));
   /* a newer header's larger struct, its new fields unset */
   TH_OK(check_sized(sizeof(kljit_problem) + 16, 0));
@@ -636,6 +745,8 @@ static const th_case cases[] = {
      plan_check_accepts_the_default_problem_with_sizes_set},
     {"plan_check_accepts_valid_problems_at_the_limits",
      plan_check_accepts_valid_problems_at_the_limits},
+    {"plan_check_refuses_loss_families_its_kernels_lack_with_a_sentence",
+     plan_check_refuses_loss_families_its_kernels_lack_with_a_sentence},
     {"plan_check_rejects_each_invalid_field_naming_it_and_its_value",
      plan_check_rejects_each_invalid_field_naming_it_and_its_value},
     {"plan_check_accepts_sparse_and_checked_problems",

@@ -697,7 +697,37 @@ static int default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read(
   return th_in_tmpdir("cli-wisdom-state", state_in);
 }
 
+/* The loss-family options reach the plan: a softcapped, CE-mixed problem with a padded teacher
+ * and the reverse KL each plan other row kernels than the plain problem, JSD with beta = 0 (the
+ * forward KL) plans the plain problem's, and a value out of range is a usage error (exit 2). */
+static int precompile_takes_the_loss_family_options(void) {
+  char dir[] = "/tmp/kljit-cli-fam-XXXXXX";
+  TH_CHECK(mkdtemp(dir) != NULL);
+  const int plain = precompile_into(dir, "--dry-run");
+  char plain_out[256];
+  const char *const plain_rows = strstr(out, "dense_rows-");
+  snprintf(plain_out, sizeof plain_out, "%s", plain_rows ? plain_rows : "");
+  const int fam = precompile_into(dir, "--dry-run --softcap 30 --hard-weight 0.5 --soft-weight "
+                                       "0.5 --teacher-ld 1024");
+  const char *const rows = strstr(out, "dense_rows-");
+  const int differs = rows && strncmp(rows, plain_out, 23) != 0;
+  const int rev = precompile_into(dir, "--dry-run --divergence reverse");
+  const char *const rev_rows = strstr(out, "dense_rows-");
+  const int rev_differs = rev_rows && strncmp(rev_rows, plain_out, 23) != 0;
+  const int jsd0 = precompile_into(dir, "--dry-run --divergence jsd --beta 0");
+  const char *const jsd0_rows = strstr(out, "dense_rows-");
+  const int jsd0_same = jsd0_rows && strncmp(jsd0_rows, plain_out, 23) == 0;
+  const int beta = precompile_into(dir, "--dry-run --divergence jsd --beta 1.5");
+  rmdir(dir);
+  TH_CHECK(plain == 0 && fam == 0 && differs);
+  TH_CHECK(rev == 0 && rev_differs && jsd0 == 0 && jsd0_same);
+  TH_CHECK(beta == 2);
+  TH_CHECK(cli("precompile --help") == 0 && strstr(out, "--teacher-softcap"));
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"precompile_takes_the_loss_family_options", precompile_takes_the_loss_family_options},
     {"every_command_has_help_that_exits_0", every_command_has_help_that_exits_0},
     {"unknown_commands_and_options_exit_2", unknown_commands_and_options_exit_2},
     {"precompile_writes_a_manifest_whose_checksums_match_the_files",

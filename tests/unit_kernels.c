@@ -522,6 +522,97 @@ static int add_sparse_and_checked(space *s) {
   return add_shards(s);
 }
 
+/* Issue 19's dense-row parameters, each only in the source of a problem that sets it: the
+ * student softcap (two-pass, cluster, fp32 and 16-bit logits), the teacher softcap of a logits
+ * teacher, padded teacher rows with and without aligned vector loads, CE mixing (with T^2 and
+ * without, CE alone). A representative set
+ * (the features are independent #if blocks of one template), not a product. */
+static int add_loss_families(space *s) {
+  for (int i = 0; i < 4; i++) {
+    kljit_problem pb;
+    if (!make_problem(EDGE_PROBLEMS[i % 3], i == 3 ? 32000 : 151936, &pb)) return TH_FAIL;
+    pb.softcap = i == 2 ? 0.0 : 30.0;
+    if (pb.teacher == KLJIT_TEACHER_DENSE_LOGITS) pb.teacher_softcap = 50.0;
+    pb.teacher_vocab = pb.teacher_ld = i % 2 ? pb.vocab + 1 : i == 2 ? 152064 : 0;
+    if (i == 3) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
+    if (i >= 2) pb.hard_weight = 0.5, pb.soft_weight = i == 3 ? 0.0 : 0.5; /* CE mixing */
+    /* the reverse KL and the JSD (two-pass rows: the cluster target plans those too) */
+    pb.divergence = i == 0 ? KLJIT_DIVERGENCE_REVERSE_KL : i == 1 ? KLJIT_DIVERGENCE_JSD
+                                                                  : KLJIT_DIVERGENCE_FORWARD_KL;
+    pb.beta = i == 1 ? 0.5 : 0.0;
+    const int r = add_problem(s, &pb);
+    if (r != TH_PASS) return r;
+  }
+  return TH_PASS;
+}
+
+/* The optional parameters reach a source only when set: the plain problem renders the bytes it
+ * always did (its cache entries and wisdom stay valid), and each feature changes the source by
+ * what it needs (tanhf for a cap, the stride for a padded teacher). */
+static int loss_family_parameters_reach_the_source_only_when_set(void) {
+  kljit_problem pb;
+  TH_CHECK(make_problem(EDGE_PROBLEMS[0], 50257, &pb)); /* a logits teacher */
+  TH_CHECK(pb.teacher == KLJIT_TEACHER_DENSE_LOGITS);
+  prob_geometry g;
+  for (int t = 0; t < N_TARGETS; t++) {
+    TH_OK(geometry_for(&pb, &TARGETS[t], &g));
+    strbuf plain = {0}, cap = {0}, tcap = {0}, pad = {0}, ce = {0};
+    TH_OK(kspec_render(&g.rows, &plain));
+    kspec k = g.rows;
+    k.softcap = 30.0;
+    TH_OK(kspec_render(&k, &cap));
+    k = g.rows, k.tsoftcap = 50.0;
+    TH_OK(kspec_render(&k, &tcap));
+    k = g.rows, k.tld = 50264;
+    TH_OK(kspec_render(&k, &pad));
+    k = g.rows, k.hard = 0.5, k.soft1 = -0.5;
+    TH_OK(kspec_render(&k, &ce));
+    TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
+             strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
+    TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
+    if (g.rows.cluster == 0) { /* DIV: two-pass rows only */
+      strbuf jsd = {0};
+      k = g.rows, k.div = "jsd", k.beta = 0.5;
+      TH_OK(kspec_render(&k, &jsd));
+      TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "#define P2SPLIT 1") &&
+               strstr(jsd.data, "rowstat[8 * row + 5]") && strstr(jsd.data, "sweep 1"));
+      TH_CHECK(strstr(plain.data, "sweep 1") == NULL);
+      sb_free(&jsd);
+    }
+    TH_CHECK(strstr(plain.data, "tanhf") == NULL && strstr(plain.data, "SOFTCAP") == NULL);
+    TH_CHECK(strstr(plain.data, "TLD") == NULL && strstr(plain.data, "teacher + row * V"));
+    TH_CHECK(strstr(cap.data, "SOFTCAP=30") && strstr(cap.data, "kcap") &&
+             strstr(cap.data, "3.00000000e+01f * tanhf(s[i]"));
+    TH_CHECK(strstr(tcap.data, "TSOFTCAP=50") && strstr(tcap.data, "tanhf(t[i]") &&
+             strstr(tcap.data, "kcap") == NULL);
+    TH_CHECK(strstr(pad.data, "TLD=50264") && strstr(pad.data, "teacher + row * 50264") &&
+             strstr(pad.data, "teacher + row * V") == NULL);
+    /* TLD = V is the plain problem */
+    k = g.rows, k.tld = k.v;
+    strbuf same = {0};
+    TH_OK(kspec_render(&k, &same));
+    TH_CHECK(strcmp(same.data, plain.data) == 0);
+    sb_free(&plain), sb_free(&cap), sb_free(&tcap), sb_free(&pad), sb_free(&same), sb_free(&ce);
+  }
+  /* the planner fills the spec from the problem's fields */
+  pb.softcap = 20.0, pb.teacher_softcap = 40.0, pb.teacher_vocab = pb.teacher_ld = 50304;
+  pb.hard_weight = 0.25, pb.soft_weight = 0.75;
+  TH_OK(prob_validate(&pb, "test"));
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
+  TH_CHECK(g.rows.softcap == 20.0 && g.rows.tsoftcap == 40.0 && g.rows.tld == 50304);
+  TH_CHECK(g.rows.hard == 0.25 && g.rows.soft1 == -0.25 && g.rows.div == NULL);
+  pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+  TH_OK(prob_validate(&pb, "test"));
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM90_CLUSTER], &g));
+  TH_CHECK(g.rows.div && strcmp(g.rows.div, "jsd") == 0 && g.rows.beta == 0.5);
+  TH_CHECK(g.rows.cluster == 0 && g.p2_split == 1); /* two-pass, one pass-2 block per row */
+  pb.beta = 1.0; /* JSD's end point is the reverse KL's kernels */
+  TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
+  TH_CHECK(g.rows.div && strcmp(g.rows.div, "reverse") == 0 && g.rows.beta == 0.0);
+  TH_CHECK(g.helpers.softcap == 0.0 && g.helpers.tld == 0 && g.helpers.hard == 0.0);
+  return TH_PASS;
+}
+
 static int every_variant_compiles_for_sm80_and_sm90(void) {
   static const int64_t FULL_V[] = {50257, 128256};
   static const int64_t EDGE_V[] = {2, 7, 32000, 151936, 256000, 1 << 24};
@@ -546,6 +637,7 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     else r = add_problem(&s, &pb);
   }
   if (r == TH_PASS) r = add_sparse_and_checked(&s);
+  if (r == TH_PASS) r = add_loss_families(&s);
   const double enum_s = util_now() - t0;
   if (r == TH_PASS) {
     int kinds[N_KINDS] = {0};
@@ -706,6 +798,8 @@ static const th_case cases[] = {
     {"every_variant_compiles_for_sm80_and_sm90", every_variant_compiles_for_sm80_and_sm90},
     {"rendering_is_deterministic_per_spec", rendering_is_deterministic_per_spec},
     {"invalid_spec_is_rejected_with_a_sentence", invalid_spec_is_rejected_with_a_sentence},
+    {"loss_family_parameters_reach_the_source_only_when_set",
+     loss_family_parameters_reach_the_source_only_when_set},
 };
 
 int main(int argc, char **argv) {

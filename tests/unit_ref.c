@@ -17,14 +17,16 @@
 #include "host_dtype.h"
 #include "ref.h"
 
-enum { MAXN = 6, MAXH = 8, MAXV = 8, MAXK = 8 };
+/* MAXTLD: a padded teacher's row stride; MAXHT: the online teacher's hidden size. */
+enum { MAXN = 6, MAXH = 8, MAXV = 8, MAXK = 8, MAXTLD = 12, MAXHT = 4 };
 
 /* One small problem with every input the reference may read. */
 typedef struct prob {
   kljit_problem pb;
   int64_t n;
   double x[MAXN * MAXH], w[MAXV * MAXH], b[MAXV];
-  double teacher[MAXN * MAXV];
+  double teacher[MAXN * MAXTLD];
+  double tx[MAXN * MAXHT], tw[MAXTLD * MAXHT], tb[MAXTLD]; /* DENSE_HIDDEN */
   int64_t ids[MAXN * MAXK];
   double vals[MAXN * MAXK];
   int64_t labels[MAXN];
@@ -60,7 +62,8 @@ static int run(const prob *p, result *r) {
       .b = (p->pb.flags & KLJIT_FLAG_BIAS) ? p->b : NULL,
       .labels = p->has_labels ? p->labels : NULL, .teacher = p->teacher, .ids = p->ids,
       .vals = p->vals, .temperature = p->runtime_t, .grad_output = p->has_gout ? p->gout : NULL,
-      .block_rows = p->block_rows};
+      .block_rows = p->block_rows, .teacher_x = p->tx, .teacher_w = p->tw,
+      .teacher_b = (p->pb.flags & KLJIT_FLAG_TEACHER_BIAS) ? p->tb : NULL};
   ref_outputs out = {.loss = NAN, .row_loss = r->row_loss, .dx = r->dx, .dw = r->dw,
                      .db = r->db, .dlogits = r->dl, .rows_kept = -1};
   const int rc = ref_compute(&in, &out);
@@ -133,18 +136,39 @@ static void sparse_row(int64_t v, int64_t k, double mass, host_rng *g, int64_t *
   for (int64_t j = 0; j < k; j++) pv[j] *= mass / sum;
 }
 
+/* The columns and the row stride of the dense teacher (kljit.h: teacher_vocab, teacher_ld). */
+static int64_t teacher_cols(const kljit_problem *pb) {
+  return pb->teacher_vocab ? pb->teacher_vocab : pb->vocab;
+}
+static int64_t teacher_ld(const kljit_problem *pb) {
+  return pb->teacher_ld ? pb->teacher_ld : teacher_cols(pb);
+}
+
 /* Random x, W, b and a teacher in p->pb.teacher's form. The dense teacher has a zero (or -inf)
  * entry and, for PROBS, a row whose mass is 0.8; the sparse teacher has a zero value in row 0
- * and a duplicated id in the last row, so those paths are differentiated too. */
+ * and a duplicated id in the last row, so those paths are differentiated too. A padded dense
+ * teacher's columns past V hold values that would dominate the row if they were read. */
 static void fill_problem(prob *p, host_rng *g) {
   const int64_t n = p->n, h = p->pb.hidden, v = p->pb.vocab, k = p->pb.topk;
+  const int64_t ld = teacher_ld(&p->pb);
   fill_normal(p->x, n * h, 1.0, g);
   fill_normal(p->w, v * h, 0.5, g);
   fill_normal(p->b, v, 0.5, g);
   for (int64_t i = 0; i < n; i++) {
-    double *t = p->teacher + i * v;
+    double *t = p->teacher + i * ld;
+    for (int64_t j = v; j < ld; j++)
+      t[j] = p->pb.teacher == KLJIT_TEACHER_DENSE_PROBS ? 0.9 : 40.0;
     switch (p->pb.teacher) {
       case KLJIT_TEACHER_DENSE_LOGITS: fill_normal(t, v, 1.5, g); break;
+      case KLJIT_TEACHER_DENSE_HIDDEN: {
+        const int64_t ht = p->pb.teacher_hidden, vt = teacher_cols(&p->pb);
+        fill_normal(p->tx + i * ht, ht, 1.0, g);
+        if (i == 0) {
+          fill_normal(p->tw, vt * ht, 0.8, g);
+          fill_normal(p->tb, vt, 0.5, g);
+        }
+        break;
+      }
       case KLJIT_TEACHER_DENSE_PROBS: {
         double z[MAXV];
         fill_normal(z, v, 1.5, g);
@@ -768,6 +792,296 @@ static int ref_rejects_invalid_inputs(void) {
   const ref_inputs in = {.pb = &q.pb, .rows = 2, .x = p.x, .w = p.w, .ids = p.ids,
                          .vals = p.vals};
   TH_CHECK(ref_compute(&in, &out) != 0);
+  /* the loss families: divergences the sparse support cannot define, CE without labels or with
+   * a label outside [0, V), beta outside [0, 1], a teacher softcap on probabilities */
+  q = p, q.pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+  TH_CHECK(run(&q, &r) != 0);
+  q = p, q.pb.divergence = KLJIT_DIVERGENCE_JSD, q.pb.beta = 0.5;
+  TH_CHECK(run(&q, &r) != 0);
+  q = p, q.pb.hard_weight = 1.0;
+  TH_CHECK(run(&q, &r) != 0);
+  q.has_labels = 1, q.labels[0] = 0, q.labels[1] = 5; /* == V */
+  TH_CHECK(run(&q, &r) != 0);
+  q.labels[1] = -100; /* ignored: never read */
+  TH_CHECK(run(&q, &r) == 0);
+  prob d;
+  prob_init(&d, 2, 3, 5, KLJIT_TEACHER_DENSE_PROBS);
+  fill_problem(&d, &g);
+  TH_CHECK(run(&d, &r) == 0);
+  prob e = d;
+  e.pb.divergence = KLJIT_DIVERGENCE_JSD, e.pb.beta = 1.5;
+  TH_CHECK(run(&e, &r) != 0);
+  e = d, e.pb.teacher_softcap = 10.0;
+  TH_CHECK(run(&e, &r) != 0);
+  e = d, e.pb.teacher_vocab = 4; /* < V */
+  TH_CHECK(run(&e, &r) != 0);
+  e = d, e.pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN; /* teacher_hidden 0 */
+  TH_CHECK(run(&e, &r) != 0);
+  return TH_PASS;
+}
+
+/* ---- the loss families: divergences, CE mixing, softcaps, padded and online teachers ----- */
+
+/* A divergence and its beta (JSD only). */
+typedef struct family {
+  kljit_divergence div;
+  double beta;
+} family;
+
+/* Finite differences of one dense or sparse form under one divergence, in four setups:
+ *   0: the divergence alone, T = 1, SUM, bias;
+ *   1: T = 1.7 with T^2, BATCHMEAN, CE mixing (hard 0.6, soft 0.8) with row 1 ignored, student
+ *      softcap 2 and, for teacher logits, teacher softcap 1.5 (caps small enough that tanh
+ *      bends the logits of these inputs);
+ *   2: runtime T = 0.6, NONE with per-row upstream gradients, a padded teacher (dense forms);
+ *   3: MEAN, CE alone (soft weight 0), softcap 1. */
+static int fd_family(kljit_teacher_form form, family f) {
+  const int sparse = form == KLJIT_TEACHER_SPARSE_TOPK;
+  for (int setup = 0; setup < 4; setup++) {
+    prob p;
+    prob_init(&p, 4, 5, 7, form);
+    p.pb.divergence = f.div, p.pb.beta = f.beta;
+    p.pb.topk = 4;
+    p.pb.tail = KLJIT_TAIL_BUCKET;
+    p.pb.teacher_temperature = 1.3;
+    p.pb.teacher_hidden = form == KLJIT_TEACHER_DENSE_HIDDEN ? 3 : 0;
+    if (form == KLJIT_TEACHER_DENSE_HIDDEN) p.pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
+    const int logits = form == KLJIT_TEACHER_DENSE_LOGITS || form == KLJIT_TEACHER_DENSE_HIDDEN;
+    p.has_labels = 1;
+    for (int64_t i = 0; i < p.n; i++) p.labels[i] = (3 * i + 1) % 7;
+    if (setup == 0) p.pb.flags |= KLJIT_FLAG_BIAS;
+    if (setup == 1) {
+      p.pb.temperature = 1.7;
+      p.pb.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+      p.pb.reduction = KLJIT_REDUCTION_BATCHMEAN;
+      p.pb.hard_weight = 0.6, p.pb.soft_weight = 0.8;
+      p.pb.softcap = 2.0;
+      if (logits) p.pb.teacher_softcap = 1.5;
+      p.labels[1] = -100;
+    } else if (setup == 2) {
+      p.pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+      p.pb.temperature = 3.0;
+      p.runtime_t = 0.6;
+      p.pb.reduction = KLJIT_REDUCTION_NONE;
+      if (!sparse) p.pb.teacher_vocab = 9;
+      if (!sparse && form != KLJIT_TEACHER_DENSE_HIDDEN) p.pb.teacher_ld = 11;
+    } else if (setup == 3) {
+      p.pb.reduction = KLJIT_REDUCTION_MEAN;
+      p.pb.hard_weight = 1.0, p.pb.soft_weight = 0.0;
+      p.pb.softcap = 1.0;
+    }
+    host_rng g = {(uint64_t)(7000 + 100 * form + 10 * f.div + setup)};
+    fill_problem(&p, &g);
+    p.has_gout = 1;
+    p.gout[0] = 0.7;
+    if (p.pb.reduction == KLJIT_REDUCTION_NONE)
+      for (int64_t i = 0; i < p.n; i++) p.gout[i] = 3.0 * host_uniform(&g) - 1.0;
+    char label[128];
+    snprintf(label, sizeof label, "form %d divergence %d beta %g setup %d", form, f.div, f.beta,
+             setup);
+    if (!check_gradients(&p, label)) return TH_FAIL;
+  }
+  return TH_PASS;
+}
+
+static int gradients_match_finite_differences_for_every_divergence_and_dense_form(void) {
+  const family fams[4] = {{KLJIT_DIVERGENCE_FORWARD_KL, 0.0},
+                          {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+                          {KLJIT_DIVERGENCE_JSD, 0.3},
+                          {KLJIT_DIVERGENCE_JSD, 0.9}};
+  const kljit_teacher_form forms[4] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                       KLJIT_TEACHER_DENSE_LOGITS, KLJIT_TEACHER_DENSE_HIDDEN};
+  for (int fi = 0; fi < 4; fi++)
+    for (int d = 0; d < 4; d++)
+      if (fd_family(forms[fi], fams[d]) != TH_PASS) return TH_FAIL;
+  return TH_PASS;
+}
+
+static int gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and_softcap(void) {
+  const family fwd = {KLJIT_DIVERGENCE_FORWARD_KL, 0.0};
+  return fd_family(KLJIT_TEACHER_SPARSE_TOPK, fwd);
+}
+
+/* The two-class problem of two_class(): p = (1/4, 3/4), q = (3/4, 1/4). By hand,
+ * KL(q || p) = 3/4 log 3 + 1/4 log(1/3) = (1/2) log 3; with beta = 1/2, m = (1/2, 1/2) and
+ * JSD = 1/2 KL(p || m) + 1/2 KL(q || m) = 1/4 log(1/2) + 3/4 log(3/2) (the two KLs are equal
+ * by symmetry). dD/ds_0 = q_0 (g_0 - sum q g) with g = dD/dq: for the reverse KL
+ * g = log(q / p) = (log 3, -log 3), sum q g = (1/2) log 3, so dD/ds_0 = 3/4 * (1/2) log 3. */
+static int two_class_reverse_kl_and_jsd_match_hand_values(void) {
+  for (int c = 0; c < 2; c++) {
+    prob p;
+    prob_init(&p, 1, 1, 2, KLJIT_TEACHER_DENSE_PROBS);
+    p.x[0] = 1.0;
+    p.w[0] = log(3.0);
+    p.teacher[0] = 0.25;
+    p.teacher[1] = 0.75;
+    p.pb.divergence = c == 0 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    p.pb.beta = c == 0 ? 0.0 : 0.5;
+    result r;
+    TH_CHECK(run(&p, &r) == 0);
+    if (c == 0) {
+      TH_NEAR(r.loss, 0.5 * log(3.0), 0, 1e-14);
+      TH_NEAR(r.dl[0], 0.375 * log(3.0), 1e-15, 1e-14);
+      TH_NEAR(r.dl[1], -0.375 * log(3.0), 1e-15, 1e-14);
+    } else {
+      TH_NEAR(r.loss, 0.25 * log(0.5) + 0.75 * log(1.5), 0, 1e-14);
+      /* g = (1/2) log(q / m) = (1/2)(log(3/2), log(1/2)); dD/ds_0 = q_0 q_1 (g_0 - g_1) */
+      TH_NEAR(r.dl[0], 0.1875 * 0.5 * log(3.0), 1e-15, 1e-14);
+    }
+  }
+  return TH_PASS;
+}
+
+/* beta = 0 and 1 are the forward and reverse KL exactly (the Liger/TRL end points), and they
+ * are the limits of JSD / beta and JSD / (1 - beta), loss and gradients: at a distance 1e-5
+ * from the end point the scaled JSD is within 1e-3 of the KL (the error is O(beta)). */
+static int jsd_tends_to_the_forward_and_reverse_kl_at_its_end_points(void) {
+  for (int end = 0; end < 2; end++) {
+    prob p;
+    prob_init(&p, 3, 4, 6, KLJIT_TEACHER_DENSE_LOGITS);
+    host_rng g = {(uint64_t)(81 + end)};
+    fill_problem(&p, &g);
+    result kl, at, near;
+    p.pb.divergence = end ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_FORWARD_KL;
+    TH_CHECK(run(&p, &kl) == 0);
+    p.pb.divergence = KLJIT_DIVERGENCE_JSD;
+    p.pb.beta = end;
+    TH_CHECK(run(&p, &at) == 0);
+    TH_CHECK(same_result(&p, &at, &kl, 1.0, 1.0, 1.0, 0.0));
+    const double d = 1e-5;
+    p.pb.beta = end ? 1.0 - d : d;
+    TH_CHECK(run(&p, &near) == 0);
+    TH_CHECK(kl.loss > 1e-2); /* a real divergence, so the relative bound means something */
+    const double k = 1.0 / d;
+    if (!same_result(&p, &near, &kl, 1.0 / k, 1.0 / k, 1.0 / k, 1e-3)) return TH_FAIL;
+  }
+  return TH_PASS;
+}
+
+/* With soft weight 0 and T = 1 the CE on labels is the forward KL against a one-hot teacher on
+ * the label, loss and gradients; ignored rows drop out of both, and the weights are linear:
+ * hard h, soft s gives h CE + s KL. */
+static int hard_label_ce_is_the_forward_kl_of_a_one_hot_teacher_and_mixes_linearly(void) {
+  prob ce, hot, kl, mix;
+  prob_init(&ce, 4, 3, 6, KLJIT_TEACHER_DENSE_PROBS);
+  ce.pb.flags |= KLJIT_FLAG_BIAS;
+  ce.pb.reduction = KLJIT_REDUCTION_BATCHMEAN;
+  host_rng g = {91};
+  fill_problem(&ce, &g);
+  kl = ce;
+  ce.has_labels = 1;
+  for (int i = 0; i < 4; i++) ce.labels[i] = i == 2 ? -100 : (5 * i + 2) % 6;
+  hot = ce;
+  memset(hot.teacher, 0, sizeof hot.teacher);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) hot.teacher[i * 6 + ce.labels[i]] = 1.0;
+  ce.pb.hard_weight = 1.0, ce.pb.soft_weight = 0.0;
+  result rc, rh, rk, rm;
+  TH_CHECK(run(&ce, &rc) == 0 && run(&hot, &rh) == 0);
+  TH_CHECK(same_result(&ce, &rc, &rh, 1.0, 1.0, 1.0, 1e-13));
+  TH_CHECK(rc.kept == 3 && rc.row_loss[2] == 0.0);
+  kl.has_labels = 1;
+  memcpy(kl.labels, ce.labels, sizeof kl.labels);
+  mix = kl;
+  mix.pb.hard_weight = 0.25, mix.pb.soft_weight = 2.0;
+  TH_CHECK(run(&kl, &rk) == 0 && run(&mix, &rm) == 0);
+  TH_NEAR(rm.loss, 0.25 * rc.loss + 2.0 * rk.loss, 0, 1e-13);
+  for (int j = 0; j < 6 * 3; j++) TH_NEAR(rm.dw[j], 0.25 * rc.dw[j] + 2.0 * rk.dw[j], 1e-15, 1e-12);
+  for (int j = 0; j < 4 * 3; j++) TH_NEAR(rm.dx[j], 0.25 * rc.dx[j] + 2.0 * rk.dx[j], 1e-15, 1e-12);
+  return TH_PASS;
+}
+
+/* A teacher softcap c on logits zt is the plain logits form given c tanh(zt / c); a student
+ * softcap of 1e6 is no cap at all to within (z / c)^2 ~ 1e-10; and logits up to |z| = 100 with
+ * a cap of 30 stay finite, every |z'| <= 30, with gradients damped where tanh saturates. */
+static int softcaps_cap_the_logits_before_the_temperature(void) {
+  prob a;
+  prob_init(&a, 3, 4, 6, KLJIT_TEACHER_DENSE_LOGITS);
+  a.pb.temperature = 2.0;
+  host_rng g = {93};
+  fill_problem(&a, &g);
+  for (int j = 0; j < 3 * 6; j++) a.teacher[j] *= 20.0; /* |zt| up to ~100 */
+  prob b = a;
+  a.pb.teacher_softcap = 30.0;
+  for (int j = 0; j < 3 * 6; j++) b.teacher[j] = 30.0 * tanh(b.teacher[j] / 30.0);
+  result ra, rb;
+  TH_CHECK(run(&a, &ra) == 0 && run(&b, &rb) == 0);
+  TH_CHECK(same_result(&a, &ra, &rb, 1.0, 1.0, 1.0, 1e-13));
+
+  prob c = b;
+  c.pb.softcap = 1e6;
+  result rc;
+  TH_CHECK(run(&c, &rc) == 0);
+  TH_CHECK(same_result(&c, &rc, &rb, 1.0, 1.0, 1.0, 1e-8));
+
+  prob big = b;
+  for (int j = 0; j < 6 * 4; j++) big.w[j] *= 60.0; /* student logits of tens to ~100 */
+  big.pb.softcap = 30.0;
+  result rz;
+  TH_CHECK(run(&big, &rz) == 0);
+  TH_CHECK(isfinite(rz.loss) && rz.loss > 0.0);
+  double zmax = 0.0;
+  for (int i = 0; i < 3; i++)
+    for (int v = 0; v < 6; v++) {
+      double z = 0.0;
+      for (int j = 0; j < 4; j++) z += big.x[i * 4 + j] * big.w[v * 4 + j];
+      zmax = fmax(zmax, fabs(z));
+      TH_CHECK(isfinite(rz.dl[i * 6 + v]));
+    }
+  TH_CHECK(zmax > 60.0);
+  return check_gradients(&big, "softcap 30 with |z| up to 100") ? TH_PASS : TH_FAIL;
+}
+
+/* A padded teacher (teacher_vocab 10, teacher_ld 11 around V = 6) gives exactly the result of
+ * its first V columns passed unpadded: the padding, which fill_problem makes large, is never
+ * read, not even by the logits form's softmax. */
+static int padded_teacher_columns_are_excluded(void) {
+  const kljit_teacher_form forms[3] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                       KLJIT_TEACHER_DENSE_LOGITS};
+  for (int fi = 0; fi < 3; fi++) {
+    prob pad, flat;
+    prob_init(&pad, 3, 4, 6, forms[fi]);
+    pad.pb.teacher_vocab = 10, pad.pb.teacher_ld = 11;
+    pad.pb.divergence = KLJIT_DIVERGENCE_JSD, pad.pb.beta = 0.4;
+    host_rng g = {(uint64_t)(95 + fi)};
+    fill_problem(&pad, &g);
+    TH_CHECK(pad.teacher[11 + 7] != 0.0); /* row 1's padding is set */
+    flat = pad;
+    flat.pb.teacher_vocab = 0, flat.pb.teacher_ld = 0;
+    for (int i = 0; i < 3; i++)
+      memcpy(flat.teacher + i * 6, pad.teacher + i * 11, 6 * sizeof(double));
+    result rp, rf;
+    TH_CHECK(run(&pad, &rp) == 0 && run(&flat, &rf) == 0);
+    TH_CHECK(same_result(&pad, &rp, &rf, 1.0, 1.0, 1.0, 0.0));
+  }
+  return TH_PASS;
+}
+
+/* The online teacher is the logits form of its head's logits zt = xt Wt^T + bt, of which only
+ * the first V of Vt columns count. */
+static int online_teacher_equals_the_logits_form_of_its_head(void) {
+  prob on, off;
+  prob_init(&on, 3, 4, 6, KLJIT_TEACHER_DENSE_HIDDEN);
+  on.pb.teacher_hidden = 3, on.pb.teacher_vocab = 8;
+  on.pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
+  on.pb.teacher_temperature = 1.5, on.pb.teacher_softcap = 4.0;
+  on.pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+  host_rng g = {99};
+  fill_problem(&on, &g);
+  off = on;
+  off.pb.teacher = KLJIT_TEACHER_DENSE_LOGITS;
+  off.pb.teacher_hidden = 0, off.pb.teacher_vocab = 0;
+  off.pb.flags &= ~(uint32_t)KLJIT_FLAG_TEACHER_BIAS;
+  for (int i = 0; i < 3; i++)
+    for (int v = 0; v < 6; v++) {
+      double z = on.tb[v];
+      for (int j = 0; j < 3; j++) z += on.tx[i * 3 + j] * on.tw[v * 3 + j];
+      off.teacher[i * 6 + v] = z;
+    }
+  result ron, roff;
+  TH_CHECK(run(&on, &ron) == 0 && run(&off, &roff) == 0);
+  /* 1e-13: the head's dot product runs in another order than the loop above */
+  TH_CHECK(same_result(&on, &ron, &roff, 1.0, 1.0, 1.0, 1e-13));
   return TH_PASS;
 }
 
@@ -894,6 +1208,14 @@ static const th_case cases[] = {
     CASE(sparse_tail_bucket_is_the_kl_of_the_coarsened_distributions),
     CASE(sparse_duplicate_ids_count_each_occurrence),
     CASE(renorm_row_with_zero_mass_contributes_nothing),
+    CASE(gradients_match_finite_differences_for_every_divergence_and_dense_form),
+    CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and_softcap),
+    CASE(two_class_reverse_kl_and_jsd_match_hand_values),
+    CASE(jsd_tends_to_the_forward_and_reverse_kl_at_its_end_points),
+    CASE(hard_label_ce_is_the_forward_kl_of_a_one_hot_teacher_and_mixes_linearly),
+    CASE(softcaps_cap_the_logits_before_the_temperature),
+    CASE(padded_teacher_columns_are_excluded),
+    CASE(online_teacher_equals_the_logits_form_of_its_head),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),
     CASE(host_bf16_and_fp16_round_ties_to_even),

@@ -118,6 +118,18 @@ void cli_problem_defaults(kljit_problem *pb);
  * demo and precompile with a note on stderr pointing at the SHAPE form; they build one
  * problem from the defaults. */
 int cli_problem_option(cli_parser *p, kljit_problem *pb);
+
+/* The loss-family options (--divergence, --beta, --hard-weight, --soft-weight, --softcap,
+ * --teacher-softcap, --teacher-ld), collected once and applied to every problem of the command
+ * line (each SHAPE, or the old options' problem). */
+typedef struct cli_loss {
+  kljit_divergence divergence;
+  double beta, hard_weight, soft_weight, softcap, teacher_softcap;
+  long long teacher_ld; /* 0: the teacher is not padded */
+} cli_loss;
+void cli_loss_defaults(cli_loss *l);
+int cli_loss_option(cli_parser *p, cli_loss *l);
+void cli_loss_apply(const cli_loss *l, kljit_problem *pb);
 extern const char CLI_PROBLEM_HELP[];
 
 /* A status of the library about values from the command line: INVALID_ARGUMENT and UNSUPPORTED

@@ -196,7 +196,12 @@ int cli_fail(const char *what, kljit_status st) {
 const char CLI_PROBLEM_HELP[] =
     "old problem options (still accepted; write a SHAPE instead):\n"
     "  --hidden H --vocab V --dtype D --teacher probs|logprobs|logits --temperature T\n"
-    "  --runtime-temperature --t-squared --reduction R --bias --native-logits\n";
+    "  --runtime-temperature --t-squared --reduction R --bias --native-logits\n"
+    "loss-family options (with a SHAPE or the old options):\n"
+    "  --divergence forward|reverse|jsd     (default forward: KL(p || q)); --beta B for jsd\n"
+    "  --hard-weight W --soft-weight W      loss = W_hard CE(labels) + W_soft divergence\n"
+    "  --softcap C --teacher-softcap C      logit caps z -> C tanh(z / C) (default none)\n"
+    "  --teacher-ld N                       a padded teacher: N >= V columns a row\n";
 
 void cli_problem_defaults(kljit_problem *pb) {
   const kljit_problem init = KLJIT_PROBLEM_INIT;
@@ -210,6 +215,10 @@ static const cli_choice TEACHERS[] = {{"probs", KLJIT_TEACHER_DENSE_PROBS},
                                       {"logprobs", KLJIT_TEACHER_DENSE_LOGPROBS},
                                       {"logits", KLJIT_TEACHER_DENSE_LOGITS},
                                       {NULL, 0}};
+static const cli_choice DIVERGENCES[] = {{"forward", KLJIT_DIVERGENCE_FORWARD_KL},
+                                         {"reverse", KLJIT_DIVERGENCE_REVERSE_KL},
+                                         {"jsd", KLJIT_DIVERGENCE_JSD},
+                                         {NULL, 0}};
 const cli_choice CLI_REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
                                      {"batchmean", KLJIT_REDUCTION_BATCHMEAN},
                                      {"mean", KLJIT_REDUCTION_MEAN},
@@ -269,6 +278,37 @@ int cli_problem_option(cli_parser *p, kljit_problem *pb) {
     return 0;
   }
   return 1;
+}
+
+void cli_loss_defaults(cli_loss *l) {
+  memset(l, 0, sizeof *l);
+  l->divergence = KLJIT_DIVERGENCE_FORWARD_KL;
+  l->soft_weight = 1.0;
+}
+
+int cli_loss_option(cli_parser *p, cli_loss *l) {
+  long long n = 0;
+  int e;
+  if (cli_enum(p, "--divergence", DIVERGENCES, &e)) {
+    if (p->status == CLI_OK) l->divergence = (kljit_divergence)e;
+  } else if (cli_double(p, "--beta", 0.0, 1.0, &l->beta)) {
+  } else if (cli_double(p, "--hard-weight", 0.0, 1e6, &l->hard_weight)) {
+  } else if (cli_double(p, "--soft-weight", 0.0, 1e6, &l->soft_weight)) {
+  } else if (cli_double(p, "--softcap", 1e-6, 1e6, &l->softcap)) {
+  } else if (cli_double(p, "--teacher-softcap", 1e-6, 1e6, &l->teacher_softcap)) {
+  } else if (cli_int(p, "--teacher-ld", 2, INT64_MAX, &n)) {
+    l->teacher_ld = n;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+void cli_loss_apply(const cli_loss *l, kljit_problem *pb) {
+  pb->divergence = l->divergence, pb->beta = l->beta;
+  pb->hard_weight = l->hard_weight, pb->soft_weight = l->soft_weight;
+  pb->softcap = l->softcap, pb->teacher_softcap = l->teacher_softcap;
+  if (l->teacher_ld) pb->teacher_vocab = pb->teacher_ld = l->teacher_ld;
 }
 
 int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap) {

@@ -199,12 +199,15 @@ int cli_demo(int argc, char **argv) {
   long long rows = 0;
   cli_parser p;
   cli_parser_init(&p, argc, argv);
+  cli_loss loss;
+  cli_loss_defaults(&loss);
   while (cli_next(&p)) {
     const char *text;
     if (cli_int(&p, "--rows", 1, INT32_MAX, &rows)) continue;
     if (cli_int(&p, "--repeats", 1, 1000000, &o.repeats)) continue;
     if (cli_string(&p, "--arch", &o.arch)) continue;
     if (cli_string(&p, "--cache-dir", &o.cache_dir)) continue;
+    if (cli_loss_option(&p, &loss)) continue;
     if (cli_problem_option(&p, &o.pb)) {
       o.legacy_given = 1;
       continue;
@@ -224,7 +227,9 @@ int cli_demo(int argc, char **argv) {
   if (o.shape_given) {
     o.pb = o.shape.pb;
     if (o.shape.rows) o.rows = o.shape.rows;
-  } else if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
+  }
+  cli_loss_apply(&loss, &o.pb);
+  if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
     return cli_usage_error(&p, "problem: %s", kljit_last_error());
   }
   if (rows) o.rows = rows;

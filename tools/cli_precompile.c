@@ -23,6 +23,7 @@ typedef struct precompile_opts {
   cli_shape shapes[MAX_JOBS];
   int n_shapes;
   kljit_problem legacy; /* from the old problem options */
+  cli_loss loss;        /* the loss-family options, for every problem */
   int n_problems;
   int archs[MAX_ARCHS], n_archs;
   const char *arch;
@@ -243,6 +244,7 @@ int cli_precompile(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.arch = "sm_80,sm_90", o.jobs = 1;
   cli_problem_defaults(&o.legacy);
+  cli_loss_defaults(&o.loss);
   cli_parser p;
   cli_parser_init(&p, argc, argv);
   while (cli_next(&p)) {
@@ -260,6 +262,7 @@ int cli_precompile(int argc, char **argv) {
     }
     if (cli_string(&p, "--wisdom", &o.wisdom)) continue;
     if (cli_string(&p, "--file", &o.file)) continue;
+    if (cli_loss_option(&p, &o.loss)) continue;
     if (cli_problem_option(&p, &o.legacy)) {
       o.legacy_given = 1;
       continue;
@@ -277,13 +280,20 @@ int cli_precompile(int argc, char **argv) {
   if (o.file && !cli_shape_file(&p, o.file, o.shapes, &o.n_shapes, MAX_JOBS - 1)) return p.status;
   if (o.wisdom && access(o.wisdom, R_OK) != 0)
     return cli_usage_error(&p, "--wisdom %s: %s", o.wisdom, strerror(errno));
-  for (int i = 0; i < o.n_shapes; i++) o.problems[o.n_problems++] = o.shapes[i].pb;
+  for (int i = 0; i < o.n_shapes; i++) {
+    o.problems[o.n_problems] = o.shapes[i].pb;
+    cli_loss_apply(&o.loss, &o.problems[o.n_problems++]);
+  }
   /* the old options' problem, or the README's when nothing else names one */
   if (o.legacy_given || (!o.n_problems && !o.wisdom)) {
+    cli_loss_apply(&o.loss, &o.legacy);
     if (o.legacy_given && kljit_plan_check(&o.legacy) != KLJIT_SUCCESS)
       return cli_usage_error(&p, "problem: %s", kljit_last_error());
     o.problems[o.n_problems++] = o.legacy;
   }
+  for (int i = 0; i < o.n_problems; i++) /* each SHAPE again, with the loss-family options */
+    if (kljit_plan_check(&o.problems[i]) != KLJIT_SUCCESS)
+      return cli_usage_error(&p, "problem: %s", kljit_last_error());
   if (!(o.n_archs = cli_parse_archs(&p, o.arch, o.archs, MAX_ARCHS))) return p.status;
   return run(&p, &o);
 }

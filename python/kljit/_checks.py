@@ -23,6 +23,7 @@ from ._lib import (
     FLAG_CHECK_INPUTS,
     FLAG_NATIVE_LOGITS,
     FLAG_SCALE_T_SQUARED,
+    Divergence,
     DType,
     GradWeightAccum,
     Problem,
@@ -38,6 +39,7 @@ TEACHER_FORMS = {
     "dense_logprobs": TeacherForm.DENSE_LOGPROBS,
     "dense_logits": TeacherForm.DENSE_LOGITS,
     "sparse_topk": TeacherForm.SPARSE_TOPK,
+    "dense_hidden": TeacherForm.DENSE_HIDDEN,
 }
 MODES = ("fused", "two_phase")
 REDUCTIONS = {
@@ -47,6 +49,8 @@ REDUCTIONS = {
     "none": Reduction.NONE,
 }
 TAILS = {"none": Tail.NONE, "renorm": Tail.RENORM, "bucket": Tail.BUCKET}
+DIVERGENCES = {"forward_kl": Divergence.FORWARD_KL, "reverse_kl": Divergence.REVERSE_KL,
+               "jsd": Divergence.JSD}
 TOPK_VALUES = {"probs": TopkValues.PROBS, "logprobs": TopkValues.LOGPROBS}
 TEMPERATURE_MODES = {"constant": TemperatureMode.CONSTANT, "runtime": TemperatureMode.RUNTIME}
 #: 'auto' is resolved per call by kljit._ops (it needs the plan's chunk count); FP32 until then.
@@ -115,6 +119,16 @@ class LossConfig:
         as Liger's; else 'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H
         fp32 buffer when dW is not fp32, then converted) or 'output' (in the weight dtype: no
         V*H fp32 buffer, one rounding per chunk).
+    divergence, beta: 'forward_kl' (the default), 'reverse_kl' or 'jsd' with beta in [0, 1]
+        (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math).
+    hard_weight, soft_weight: loss = hard_weight * CE(labels) + soft_weight * divergence.
+    softcap, teacher_softcap: logit caps c (z -> c tanh(z / c)); 0 is none. The teacher's cap
+        applies to teacher logits ('dense_logits').
+    A dense teacher may have more columns than the weight has rows (a padded vocabulary,
+    teacher [N, Vt] with Vt >= V): its columns past V are excluded. teacher='dense_hidden' (the
+    online teacher: the C API's KLJIT_TEACHER_DENSE_HIDDEN) is not available through the binding
+    yet: pass the teacher's logits ('dense_logits') instead.
+    The library refuses (KljitError, KLJIT_ERR_UNSUPPORTED) what its kernels do not compute yet.
     """
 
     teacher: Optional[str] = None
@@ -132,6 +146,12 @@ class LossConfig:
     allow_tf32: bool = False
     check_inputs: bool = False
     grad_weight_accum: str = "auto"
+    divergence: str = "forward_kl"
+    beta: float = 0.0
+    hard_weight: float = 0.0
+    soft_weight: float = 1.0
+    softcap: float = 0.0
+    teacher_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.teacher is not None:
@@ -155,6 +175,18 @@ class LossConfig:
         _choice("topk_values", self.topk_values, tuple(TOPK_VALUES))
         _choice("tail", self.tail, tuple(TAILS))
         _choice("grad_weight_accum", self.grad_weight_accum, tuple(GRAD_WEIGHT_ACCUMS))
+        _choice("divergence", self.divergence, tuple(DIVERGENCES))
+        for name in ("beta", "hard_weight", "soft_weight", "softcap", "teacher_softcap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if self.beta > 1 or (self.beta and self.divergence != "jsd"):
+            raise ValueError(f"beta must be in [0, 1] and needs divergence='jsd', got "
+                             f"{self.beta!r} with {self.divergence!r}")
+        if self.hard_weight == 0 and self.soft_weight == 0:
+            raise ValueError("hard_weight and soft_weight are both 0: the loss would be 0")
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -290,9 +322,20 @@ class CallSpec:
 
 
 def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
-                  teacher_values: Any) -> LossConfig:
-    """Sets config.teacher from the tensors given when it is None; else checks they agree."""
+                  teacher_values: Any, teacher_weight: Any = None) -> LossConfig:
+    """Sets config.teacher from the tensors given when it is None; else checks they agree.
+    The online teacher's teacher_input travels as `teacher` (with teacher_weight)."""
     sparse_given = teacher_ids is not None or teacher_values is not None
+    if config.teacher is None and teacher_weight is not None:
+        config = config.with_teacher("dense_hidden")
+    if config.teacher == "dense_hidden" or teacher_weight is not None:
+        if config.teacher != "dense_hidden" or sparse_given:
+            raise ValueError("teacher_weight is the online teacher's head: it needs "
+                             "teacher='dense_hidden' and no teacher_ids / teacher_values")
+        if teacher is None or teacher_weight is None:
+            raise ValueError("teacher='dense_hidden' needs teacher_input [N, Ht] and "
+                             "teacher_weight [Vt, Ht]")
+        return config
     if config.teacher is None:
         if teacher is None and not sparse_given:
             raise ValueError("no teacher given: pass teacher (dense [N, V]) or teacher_ids and "
@@ -316,10 +359,13 @@ def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
 
 def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
-                 label_dtype: str = "int64", grad_weight_dtype: Optional[str] = None) -> Problem:
+                 label_dtype: str = "int64", grad_weight_dtype: Optional[str] = None,
+                 teacher_vocab: int = 0, teacher_hidden: int = 0) -> Problem:
     """The kljit_problem of a call, computing in the input dtype. dW and db come out in
     grad_weight_dtype (the stored weight's: what autograd wants; fp32 for an fp32 master
-    weight; default the input dtype), accumulated as config.grad_weight_accum says."""
+    weight; default the input dtype), accumulated as config.grad_weight_accum says.
+    teacher_vocab: the dense teacher's columns (0 or vocab: unpadded)."""
+    teacher_vocab = teacher_vocab or vocab
     if config.teacher is None:
         raise ValueError("config.teacher must be set (see infer_teacher)")
     flags = ((FLAG_BIAS if bias else 0) | (FLAG_SCALE_T_SQUARED if config.scale_t_squared else 0)
@@ -350,13 +396,22 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
         grad_weight_dtype=DTYPES[grad_weight_dtype or input_dtype],
         grad_weight_accum=GRAD_WEIGHT_ACCUMS[config.grad_weight_accum],
         flags=flags,
+        divergence=DIVERGENCES[config.divergence],
+        beta=float(config.beta),
+        hard_weight=float(config.hard_weight),
+        soft_weight=float(config.soft_weight),
+        softcap=float(config.softcap),
+        teacher_softcap=float(config.teacher_softcap),
+        teacher_vocab=teacher_vocab if teacher_vocab != vocab else 0,
+        teacher_ld=teacher_vocab if teacher_vocab != vocab and not teacher_hidden else 0,
+        teacher_hidden=teacher_hidden,
     )
 
 
 def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None, *,
                bias: Any = None, labels: Any = None, teacher_ids: Any = None,
                teacher_values: Any = None, temperature: Optional[float] = None,
-               require_cuda: bool = True) -> CallSpec:
+               require_cuda: bool = True, teacher_weight: Any = None) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
     input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype, or an fp32 weight with
@@ -366,7 +421,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     (require_cuda=False lets the tests use CPU tensors), contiguous, aligned as
     include/kljit.h asks. `temperature` is the per-call T (temperature_mode='runtime' only).
     """
-    config = infer_teacher(config, teacher, teacher_ids, teacher_values)
+    config = infer_teacher(config, teacher, teacher_ids, teacher_values, teacher_weight)
+    hidden = config.teacher == "dense_hidden"
     dims: Dict[str, int] = {}
     dtypes: Dict[str, str] = {}
     if not _is_tensor(input):
@@ -386,8 +442,14 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         rules.append((TensorRule("teacher_ids", ("N", "K"), INT_DTYPES, 1), teacher_ids))
         rules.append((TensorRule("teacher_values", ("N", "K"), FLOAT_DTYPES, TENSOR_ALIGN),
                       teacher_values))
+    elif hidden:  # `teacher` is the online teacher's teacher_input
+        rules.append((TensorRule("teacher_input", ("N", "Ht"), FLOAT_DTYPES, TENSOR_ALIGN),
+                      teacher))
+        rules.append((TensorRule("teacher_weight", ("Vt", "Ht"), FLOAT_DTYPES, TENSOR_ALIGN,
+                                 "teacher_input"), teacher_weight))
     else:
-        rules.append((TensorRule("teacher", ("N", "V"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
+        # Vt: a padded teacher may have more columns than V (checked below)
+        rules.append((TensorRule("teacher", ("N", "Vt"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
     for rule, tensor in rules:
         if rule.align == 1 and _is_tensor(tensor):  # element-size alignment
             rule.align = ELEMENT_SIZE.get(dtype_name(tensor), 1)
@@ -401,6 +463,14 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         raise ValueError("input has H = 0 columns")
     if v < 2:
         raise ValueError(f"weight has V = {v} rows; the vocabulary needs at least 2")
+    if config.hard_weight and labels is None:
+        raise ValueError(f"hard_weight={config.hard_weight!r} needs labels: the hard-label "
+                         f"cross-entropy is computed on them")
+    vt = dims.get("Vt", v)
+    if vt < v:
+        what = "teacher_weight has" if hidden else "teacher has"
+        raise ValueError(f"{what} {vt} {'rows' if hidden else 'columns'} but weight has V = {v} "
+                         f"rows: a teacher needs at least V (more for a padded vocabulary)")
     topk = 0
     if config.teacher == "sparse_topk":
         topk = dims["K"]
@@ -418,9 +488,11 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         t = config.temperature
     problem = make_problem(
         config, h, v, dtypes["input"],
-        dtypes["teacher_values" if config.teacher == "sparse_topk" else "teacher"],
+        dtypes["teacher_values" if config.teacher == "sparse_topk"
+               else "teacher_input" if hidden else "teacher"],
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
-        label_dtype=dtypes.get("labels", "int64"), grad_weight_dtype=dtypes["weight"])
+        label_dtype=dtypes.get("labels", "int64"), grad_weight_dtype=dtypes["weight"],
+        teacher_vocab=vt, teacher_hidden=dims.get("Ht", 0))
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 

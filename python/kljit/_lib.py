@@ -85,6 +85,15 @@ class TeacherForm(enum.IntEnum):
     DENSE_LOGPROBS = 2
     DENSE_LOGITS = 3
     SPARSE_TOPK = 4
+    DENSE_HIDDEN = 5
+
+
+class Divergence(enum.IntEnum):
+    """kljit_divergence."""
+
+    FORWARD_KL = 1
+    REVERSE_KL = 2
+    JSD = 3
 
 
 class TopkValues(enum.IntEnum):
@@ -148,6 +157,7 @@ FLAG_SCALE_T_SQUARED = 1 << 1
 FLAG_NATIVE_LOGITS = 1 << 2
 FLAG_ALLOW_TF32 = 1 << 3
 FLAG_CHECK_INPUTS = 1 << 4
+FLAG_TEACHER_BIAS = 1 << 5
 EXEC_ACCUMULATE_GRAD_WEIGHT = 1 << 0
 EXEC_NO_GRAD_INPUT = 1 << 1
 EXEC_NO_GRAD_WEIGHT = 1 << 2
@@ -158,6 +168,7 @@ C_ENUMERATORS: Dict[str, int] = {
     **{name: value for value, name in STATUS_NAMES.items()},
     **{f"KLJIT_{m.name}": int(m) for m in DType},
     **{f"KLJIT_TEACHER_{m.name}": int(m) for m in TeacherForm},
+    **{f"KLJIT_DIVERGENCE_{m.name}": int(m) for m in Divergence},
     **{f"KLJIT_TOPK_{m.name}": int(m) for m in TopkValues},
     **{f"KLJIT_TAIL_{m.name}": int(m) for m in Tail},
     **{f"KLJIT_REDUCTION_{m.name}": int(m) for m in Reduction},
@@ -170,6 +181,7 @@ C_ENUMERATORS: Dict[str, int] = {
     "KLJIT_FLAG_NATIVE_LOGITS": FLAG_NATIVE_LOGITS,
     "KLJIT_FLAG_ALLOW_TF32": FLAG_ALLOW_TF32,
     "KLJIT_FLAG_CHECK_INPUTS": FLAG_CHECK_INPUTS,
+    "KLJIT_FLAG_TEACHER_BIAS": FLAG_TEACHER_BIAS,
     "KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT": EXEC_ACCUMULATE_GRAD_WEIGHT,
     "KLJIT_EXEC_NO_GRAD_INPUT": EXEC_NO_GRAD_INPUT,
     "KLJIT_EXEC_NO_GRAD_WEIGHT": EXEC_NO_GRAD_WEIGHT,
@@ -213,6 +225,15 @@ class Problem(ctypes.Structure):
         ("vocab_total", ctypes.c_int64),
         ("vocab_offset", ctypes.c_int64),
         ("shards", ctypes.c_int32),
+        ("divergence", _enum),
+        ("beta", ctypes.c_double),
+        ("hard_weight", ctypes.c_double),
+        ("soft_weight", ctypes.c_double),
+        ("softcap", ctypes.c_double),
+        ("teacher_softcap", ctypes.c_double),
+        ("teacher_vocab", ctypes.c_int64),
+        ("teacher_ld", ctypes.c_int64),
+        ("teacher_hidden", ctypes.c_int64),
     ]
 
     #: KLJIT_PROBLEM_INIT, field by field.
@@ -240,6 +261,15 @@ class Problem(ctypes.Structure):
         "vocab_total": 0,
         "vocab_offset": 0,
         "shards": 1,
+        "divergence": Divergence.FORWARD_KL,
+        "beta": 0.0,
+        "hard_weight": 0.0,
+        "soft_weight": 1.0,
+        "softcap": 0.0,
+        "teacher_softcap": 0.0,
+        "teacher_vocab": 0,
+        "teacher_ld": 0,
+        "teacher_hidden": 0,
     }
 
     @classmethod
@@ -286,6 +316,8 @@ class Args(ctypes.Structure):
         ("workspace_size", ctypes.c_size_t),
         ("flags", ctypes.c_uint32),
         ("grad_scale", ctypes.c_double),
+        ("teacher_input", ctypes.c_void_p),
+        ("teacher_weight", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -309,6 +341,8 @@ class Args(ctypes.Structure):
         "workspace_size": 0,
         "flags": 0,
         "grad_scale": 1.0,
+        "teacher_input": None,
+        "teacher_weight": None,
     }
 
     @classmethod
@@ -324,13 +358,15 @@ class Args(ctypes.Structure):
 
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
-_PROBLEM_SIZE = 144
+_PROBLEM_SIZE = 208
 
-#: kljit_plan_saved_size(rows) = (SAVED_HDR_FLOATS + SAVED_ROW_FLOATS * rows) floats (src/plan.c);
+#: kljit_plan_saved_size(rows) = (SAVED_HDR_FLOATS + per-row floats * rows) floats
+#: (plan_saved_floats in src/plan.c: 4 a row, 8 with hard-label CE or a reverse KL / JSD);
 #: the shape torch.compile's fake kernels give `saved` (checked against the library per call).
 SAVED_HDR_FLOATS = 8
 SAVED_ROW_FLOATS = 4
-_ARGS_SIZE = 160
+SAVED_ROW_FLOATS_EXTENDED = 8
+_ARGS_SIZE = 176
 
 
 def check_struct_sizes() -> None:

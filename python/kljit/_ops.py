@@ -32,6 +32,7 @@ from torch import Tensor
 from . import _lib
 from ._checks import WORKSPACE_ALIGN, CallSpec, LossConfig, check_call, check_workspace
 from ._lib import (EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, SAVED_HDR_FLOATS, SAVED_ROW_FLOATS,
+                   SAVED_ROW_FLOATS_EXTENDED,
                    Args, Mode, Plan)
 
 #: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
@@ -330,8 +331,13 @@ fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 # ---- two-phase --------------------------------------------------------------------------
 
 
-def _saved_floats(rows: int) -> int:
-    return SAVED_HDR_FLOATS + SAVED_ROW_FLOATS * rows
+def _saved_floats(key: str, rows: int) -> int:
+    """plan_saved_floats (src/plan.c): 8 floats a row with hard-label CE or a divergence other
+    than the forward KL (beta 0), else 4."""
+    c = _config(key)
+    forward = c.divergence == "forward_kl" or (c.divergence == "jsd" and c.beta == 0.0)
+    extended = c.hard_weight != 0.0 or not forward
+    return SAVED_HDR_FLOATS + (SAVED_ROW_FLOATS_EXTENDED if extended else SAVED_ROW_FLOATS) * rows
 
 
 def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
@@ -345,11 +351,11 @@ def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
     loss = call.loss()
     rows = call.spec.rows
     nbytes = call.plan.saved_size(rows)
-    if nbytes != 4 * _saved_floats(rows):
+    if nbytes != 4 * _saved_floats(key, rows):
         raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
                               f"{nbytes} bytes; the binding's fake kernel assumes "
-                              f"{4 * _saved_floats(rows)}")
-    saved = torch.empty(_saved_floats(rows), dtype=torch.float32, device=input.device)
+                              f"{4 * _saved_floats(key, rows)}")
+    saved = torch.empty(_saved_floats(key, rows), dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
     ws = call.workspace(Mode.FORWARD, args)
     call.plan.execute(Mode.FORWARD, stream(input.device), args)
@@ -441,7 +447,7 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
                     temperature, grad_scale):
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            input.new_empty((_saved_floats(input.shape[0]),), dtype=torch.float32))
+            input.new_empty((_saved_floats(key, input.shape[0]),), dtype=torch.float32))
 
 
 @torch.library.custom_op("kljit::two_phase_grads", mutates_args=())

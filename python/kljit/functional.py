@@ -115,6 +115,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         config = config_from_options(options)
     elif options:
         raise TypeError("pass either config or keyword options, not both")
+    if config.teacher == "dense_hidden":
+        # The C API computes it (KLJIT_TEACHER_DENSE_HIDDEN); the custom ops do not carry the
+        # teacher's input and head yet.
+        raise ValueError("teacher_form='dense_hidden' (the online teacher) is not available "
+                         "through the binding yet: pass the teacher's logits with "
+                         "teacher_form='dense_logits'")
     if grad_scale is None:
         grad_scale = 1.0
     elif isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)):

@@ -40,7 +40,8 @@ def header_struct_fields(name: str) -> list:
 
 #: The enums the binding mirrors: those of kljit_problem's and kljit_args' fields and of the
 #: calls it makes. The header's other enums (wisdom, tuning, tooling) are not its business.
-MIRRORED_ENUMS = ("kljit_status", "kljit_dtype", "kljit_teacher_form", "kljit_topk_values",
+MIRRORED_ENUMS = ("kljit_status", "kljit_dtype", "kljit_teacher_form", "kljit_divergence",
+                  "kljit_topk_values",
                   "kljit_tail", "kljit_reduction", "kljit_temperature_mode",
                   "kljit_grad_weight_accum", "kljit_plan_rigor", "kljit_mode")
 MIRRORED_FLAG_PREFIXES = ("KLJIT_FLAG_", "KLJIT_EXEC_")
