@@ -54,6 +54,17 @@ kljit_status gemm_run(cublasLtHandle_t lt, gemm_cache *cache, const gemm_types *
                       const void *b, void *c, float alpha, float beta, void *ws,
                       size_t ws_size, void *stream);
 
+/* Stores `algo` as the memo of (kind, n, beta zero or not), replacing an earlier one. */
+void gemm_cache_put(gemm_cache *cache, gemm_kind kind, int64_t n, int beta_zero,
+                    const cublasLtMatmulAlgo_t *algo);
+
+/* The tuner's candidates: up to `cap` (<= 16) algorithms of cuBLASLt's heuristic for one GEMM,
+ * best first, so out[0] is what gemm_run picks untuned (tune_measure.c times them by putting
+ * each in a scratch cache and calling gemm_run). */
+kljit_status gemm_candidates(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
+                             gemm_kind kind, int64_t n, size_t ws_size, cublasLtMatmulAlgo_t *out,
+                             int cap, int *count);
+
 enum { GEMM_WORKSPACE_BYTES = 32 << 20 };
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_algo.h"
 #include "tune.h"
 
 static int cuda_type(kljit_dtype dt) {
@@ -106,6 +107,11 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
             (long long)p->geom.ld);
   sb_printf(&desc, "  tuning from %s%s\n", origin,
             replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)" : "");
+  int stale = 0;
+  const int tuned = gemm_algo_load(gc, &tune, &stale);
+  if (tuned || stale)
+    sb_printf(&desc, "  GEMMs: %d tuned cuBLASLt algorithms%s\n", tuned,
+              stale ? ", others refused (tuned with another cuBLASLt version)" : "");
   if ((st = ctx_enter(ctx))) goto fail_desc;
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)

@@ -15,11 +15,17 @@
  * variants. The heuristic choice is timed first, always, with at least 3 repeats; the others
  * run while the time budget lasts (compiles count). A challenger must beat the best by 1% to
  * replace it, so noise does not move the choice away from the heuristic.
+ *
+ * Then the winner's GEMMs: for each GEMM of its chunk loop, the top 8 algorithms of cuBLASLt's
+ * heuristic are timed alone (one warm-up, median of 5, L2 flushed); one that beats the
+ * heuristic's first by 1% is kept in the tuning (prob_gemm_choice, stored with the entry). The
+ * entry's ms stays the fused time measured with the heuristic's algorithms.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_algo.h"
 #include "plan.h"
 #include "tune.h"
 
@@ -412,6 +418,113 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
   return KLJIT_SUCCESS;
 }
 
+/* ---- cuBLASLt algorithms ------------------------------------------------------------------ */
+
+enum { GEMM_CANDIDATES = 8, GEMM_REPS = 5 };
+
+/* Median time of one GEMM with one algorithm (a scratch memo holding only it); *ok = 0 when
+ * cuBLASLt refuses to run it. */
+static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMatmulAlgo_t *algo,
+                              gemm_kind kind, int64_t n, float beta, const void *x, const void *y,
+                              void *out, void *lt_ws, size_t lt_size, double *ms, int *ok) {
+  gemm_cache scratch;
+  memset(&scratch, 0, sizeof scratch);
+  pthread_mutex_init(&scratch.lock, NULL);
+  gemm_cache_put(&scratch, kind, n, beta == 0.0f, algo);
+  *ok = 0;
+  float times[GEMM_REPS];
+  kljit_status st = KLJIT_SUCCESS;
+  for (int r = -1; r < GEMM_REPS && st == KLJIT_SUCCESS; r++) { /* r = -1: warm-up */
+    st = DRV(b, cuMemsetD8Async(b->flush, (unsigned char)(r + 2), FLUSH_BYTES, b->stream),
+             "cuMemsetD8Async (L2 flush)");
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[0], b->stream), "cuEventRecord");
+    if (st == KLJIT_SUCCESS) {
+      st = gemm_run(b->ctx->lt, &scratch, &plan->gtypes, &plan->gshape, kind, n, x, y, out, 1.0f,
+                    beta, lt_ws, lt_size, (void *)b->stream);
+      if (st == KLJIT_ERR_CUBLAS && r < 0) { /* this algorithm does not run here: skip it */
+        util_log("tune: a cuBLASLt candidate refused: %s", kljit_last_error());
+        err_clear();
+        break;
+      }
+    }
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[1], b->stream), "cuEventRecord");
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventSynchronize(b->ev[1]), "cuEventSynchronize");
+    float t = 0;
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventElapsedTime(&t, b->ev[0], b->ev[1]), "cuEventElapsedTime");
+    if (st == KLJIT_SUCCESS && r >= 0) times[r] = t, *ok = r + 1 == GEMM_REPS;
+  }
+  pthread_mutex_destroy(&scratch.lock);
+  if (st != KLJIT_SUCCESS || !*ok) return st;
+  qsort(times, GEMM_REPS, sizeof times[0], cmp_float);
+  *ms = times[GEMM_REPS / 2];
+  return KLJIT_SUCCESS;
+}
+
+/* Times the heuristic's top GEMM_CANDIDATES algorithms for one GEMM of the chunk loop and adds
+ * the winner to *t when it beats the heuristic's own first choice by 1% (as the row search). */
+static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, int64_t n,
+                              float beta, const void *x, const void *y, void *out, void *lt_ws,
+                              size_t lt_size, prob_tuning *t) {
+  static const char *const names[] = {"logits", "dX", "dW"};
+  cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
+  int count = 0, best = -1;
+  kljit_status st = gemm_candidates(b->ctx->lt, &plan->gtypes, &plan->gshape, kind, n, lt_size,
+                                    cand, GEMM_CANDIDATES, &count);
+  double best_ms = 0, heur_ms = 0;
+  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
+    double ms = 0;
+    int ok = 0;
+    st = time_gemm(b, plan, &cand[i], kind, n, beta, x, y, out, lt_ws, lt_size, &ms, &ok);
+    if (st != KLJIT_SUCCESS || !ok) continue;
+    util_log("tune: %s GEMM (%lld rows, beta %g) cuBLASLt candidate %d: %.3f ms", names[kind],
+             (long long)n, beta, i, ms);
+    if (i == 0) heur_ms = ms;
+    if (best < 0 || ms < 0.99 * best_ms) best = i, best_ms = ms;
+  }
+  if (st != KLJIT_SUCCESS) return st;
+  util_log("tune: %s GEMM (%lld rows, beta %g): candidate %d of %d, %.3f ms (heuristic %.3f ms)",
+           names[kind], (long long)n, beta, best, count, best_ms, heur_ms);
+  if (best <= 0) return KLJIT_SUCCESS; /* the heuristic's choice is what runs untuned anyway */
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  c.used = 1, c.kind = (int)kind, c.n = n, c.beta_zero = beta == 0.0f;
+  c.lt_version = (uint64_t)cublasLtGetVersion();
+  memcpy(c.algo, cand[best].data, sizeof c.algo);
+  gemm_algo_add(t, &c);
+  return KLJIT_SUCCESS;
+}
+
+/* The GEMMs of the winner's first chunks (logits, dX, dW starting and accumulating; the
+ * two-phase backward recomputes the same logits GEMM), on the tuner's buffers after one call
+ * of the plan has filled Z/G with real values. A last, shorter chunk keeps the heuristic. */
+static kljit_status tune_gemms(bench *b, prob_tuning *t) {
+  kljit_plan *plan = NULL;
+  kljit_status st = plan_create_tuned(b->ctx, b->pb, t, "GEMM tuning", util_now(), &plan);
+  if (st != KLJIT_SUCCESS) return st;
+  if (plan_ws(b->pb, t, b->rows, b->two_phase) > b->ws_bytes)
+    st = err_set(KLJIT_ERR_INTERNAL, "GEMM tuning: the winner's workspace is not allocated");
+  b->a.workspace = (void *)(uintptr_t)b->ws, b->a.workspace_size = b->ws_bytes;
+  if (st == KLJIT_SUCCESS) st = call(b, plan);
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+  const prob_workspace w = prob_workspace_layout(
+      b->pb, &plan->geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
+  char *ws = (char *)(uintptr_t)b->ws;
+  const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
+  void *dw = plan->geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
+  const int64_t r = t->chunk_rows, n = b->rows < r ? b->rows : r;
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_LOGITS, n, 0.0f, wt, x, ws + w.z, ws + w.lt, w.lt_size, t);
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_DX, n, 0.0f, wt, ws + w.g, (void *)(uintptr_t)b->dx, ws + w.lt,
+                   w.lt_size, t);
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_DW, n, 0.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t);
+  if (st == KLJIT_SUCCESS && b->rows > r)
+    st = tune_gemm(b, plan, GEMM_DW, n, 1.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t);
+  kljit_plan_destroy(plan);
+  return st;
+}
+
 kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t rows,
                           kljit_plan_rigor rigor, kljit_tune_callback cb, void *user,
                           wisdom_entry *winner) {
@@ -439,6 +552,7 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
                         b.rows, c, TUNE_MAX_CANDIDATES);
     st = run_stage(&b, c, n);
   }
+  if (st == KLJIT_SUCCESS) st = tune_gemms(&b, &b.best);
   free(c);
   free_all(&b);
   ctx_leave(ctx);

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gemm.h"
+#include "gemm_algo.h"
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
@@ -100,6 +102,49 @@ static int round_trip_in(const char *dir) {
 }
 static int export_import_export_is_identical(void) {
   return th_in_tmpdir("unit-wisdom", round_trip_in);
+}
+
+/* Tuned cuBLASLt algorithms (gemm_algo.h) travel with their entry; a plan takes only those of
+ * the running cuBLASLt version. */
+static int gemm_in(const char *dir) {
+  th_private_wisdom(dir);
+  const unsigned long long lt = (unsigned long long)cublasLtGetVersion();
+  char algo[200], foreign[200], text[4096];
+  snprintf(algo, sizeof algo, "logits:4096:b0:lt%llu:%016x%016x%096x", lt, 3, 0x17, 0);
+  snprintf(foreign, sizeof foreign, "dw:4096:b1:lt%llu:%0128d", lt + 1, 7);
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=%s gemm=%s\n", H, algo, foreign);
+  TH_OK(kljit_wisdom_import_string(text));
+  char *out = export();
+  TH_CHECK(out);
+  printf("%s", out);
+  TH_CHECK(strstr(out, algo) && strstr(out, foreign));
+  kljit_problem pb = dense_problem();
+  wisdom_entry e;
+  wisdom_problem_key(&pb, e.problem);
+  TH_CHECK(wisdom_lookup("NVIDIA H200", 90, 132, e.problem, 8192, WISDOM_EXACT_BUCKET,
+                         KLJIT_PLAN_MEASURE, &e));
+  TH_CHECK(e.tune.gemm[0].used && e.tune.gemm[0].kind == GEMM_LOGITS && e.tune.gemm[0].n == 4096);
+  TH_CHECK(e.tune.gemm[0].beta_zero && e.tune.gemm[0].algo[1] == 0x17);
+  TH_CHECK(e.tune.gemm[1].used && e.tune.gemm[1].kind == GEMM_DW && !e.tune.gemm[1].beta_zero);
+  gemm_cache cache;
+  memset(&cache, 0, sizeof cache);
+  pthread_mutex_init(&cache.lock, NULL);
+  int stale = -1;
+  TH_CHECK(gemm_algo_load(&cache, &e.tune, &stale) == 1 && stale == 1);
+  TH_CHECK(cache.slots[0].used && cache.slots[0].kind == GEMM_LOGITS && cache.slots[0].n == 4096);
+  TH_CHECK(cache.slots[0].algo.data[1] == 0x17 && !cache.slots[1].used);
+  pthread_mutex_destroy(&cache.lock);
+  kljit_free(out);
+  /* a malformed algorithm rejects the text whole, as any bad field */
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=logits:4096:b0:lt%llu:12345\n", H, lt);
+  TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+  TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
+  return TH_PASS;
+}
+static int tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused(void) {
+  return th_in_tmpdir("unit-wisdom", gemm_in);
 }
 
 /* Imports `text` expecting KLJIT_ERR_WISDOM with `want` in the message; the store is unchanged. */
@@ -620,6 +665,8 @@ static int bad_arguments_are_rejected(void) {
 
 static const th_case cases[] = {
     {"export_import_export_is_identical", export_import_export_is_identical},
+    {"tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused",
+     tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused},
     {"stale_or_foreign_text_is_rejected_whole", stale_or_foreign_text_is_rejected_whole},
     {"malformed_entries_are_rejected_naming_the_field",
      malformed_entries_are_rejected_naming_the_field},

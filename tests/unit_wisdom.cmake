@@ -3,6 +3,7 @@
 kljit_test_exe(unit_wisdom unit_wisdom.c)
 foreach(case
     export_import_export_is_identical
+    tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused
     stale_or_foreign_text_is_rejected_whole
     malformed_entries_are_rejected_naming_the_field
     merge_keeps_higher_rigor_then_lower_time
