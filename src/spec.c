@@ -88,6 +88,28 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   return n;
 }
 
+kljit_status kspec_splice(strbuf *out, const char *prelude) {
+  /* banner lines of the family render stay on top, then the prelude, then the body */
+  const char *body = out->data ? out->data : "";
+  const char *split_at = body;
+  while (strncmp(split_at, "//", 2) == 0) {
+    const char *nl = strchr(split_at, '\n');
+    if (!nl) break;
+    split_at = nl + 1;
+  }
+  strbuf full = {0};
+  kljit_status st = sb_append(&full, body, (size_t)(split_at - body));
+  if (st == KLJIT_SUCCESS) st = sb_append(&full, prelude, strlen(prelude));
+  if (st == KLJIT_SUCCESS) st = sb_append(&full, split_at, strlen(split_at));
+  if (st == KLJIT_SUCCESS) {
+    sb_free(out);
+    *out = full;
+  } else {
+    sb_free(&full);
+  }
+  return st;
+}
+
 kljit_status kspec_render(const kspec *k, strbuf *out) {
   render_param params[KSPEC_MAX_PARAMS];
   const size_t n = kspec_params(k, params);
@@ -96,26 +118,7 @@ kljit_status kspec_render(const kspec *k, strbuf *out) {
   /* The prelude carries no parameters; render it after so the banner stays first. */
   strbuf common = {0};
   st = render_template("common.cu.lua", NULL, 0, &common);
-  if (st == KLJIT_SUCCESS) {
-    /* splice: banner lines of the family render stay on top, then prelude, then body */
-    const char *body = out->data;
-    const char *split_at = body;
-    while (strncmp(split_at, "//", 2) == 0) {
-      const char *nl = strchr(split_at, '\n');
-      if (!nl) break;
-      split_at = nl + 1;
-    }
-    strbuf full = {0};
-    st = sb_append(&full, body, (size_t)(split_at - body));
-    if (st == KLJIT_SUCCESS) st = sb_append(&full, common.data, common.len);
-    if (st == KLJIT_SUCCESS) st = sb_append(&full, split_at, strlen(split_at));
-    if (st == KLJIT_SUCCESS) {
-      sb_free(out);
-      *out = full;
-    } else {
-      sb_free(&full);
-    }
-  }
+  if (st == KLJIT_SUCCESS) st = kspec_splice(out, common.data);
   sb_free(&common);
   return st;
 }

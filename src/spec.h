@@ -57,6 +57,10 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]);
 /* Renders the full source of a spec: banner + common prelude + family template. */
 kljit_status kspec_render(const kspec *k, strbuf *out);
 
+/* Inserts `prelude` into a rendered source after its banner comment lines (the template
+ * language has no include yet; the GEMM family splices its PTX helpers the same way). */
+kljit_status kspec_splice(strbuf *out, const char *prelude);
+
 /* A short stable name for diagnostics and dump files ("dense_rows-<8 hex of the source>"). */
 void kspec_name(const kspec *k, const char *source, char name[64]);
 

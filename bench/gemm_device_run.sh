@@ -1,0 +1,36 @@
+#!/bin/bash
+# One device call for the generated GEMMs (issue 16): build, bench_gemm (checks, then the
+# generated kernel against cuBLASLt's heuristic and best-of-8 choices), the tuner's cuBLASLt
+# candidates on the fused 8192 x 4096 x 128256 problem, and optionally bench_loss with and
+# without that wisdom. Run from the repository root with .deps beside it (DEPS=...):
+#   bash bench/gemm_device_run.sh        (GEMM_ARGS, TUNE=0|1, LOSS=0|1 select the parts)
+set -u
+OUT=${OUT:-/tmp/kljit-out}
+mkdir -p "$OUT"
+DEPS=${DEPS:-$PWD/../.deps}
+export LD_LIBRARY_PATH=$DEPS/lua/lib:${LD_LIBRARY_PATH:-}
+export KLJIT_CACHE_DIR=/tmp/kljit-cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
+  -DLUA_LIBRARY=$DEPS/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
+  cmake --build build -j16 --target ${TARGETS:-bench_gemm kljit_cli bench_loss} \
+    >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "== build ok"
+# shellcheck disable=SC2086
+timeout "${GEMM_TIMEOUT:-240}" ./build/bench/bench_gemm ${GEMM_ARGS:-} > "$OUT/gemm.log" 2>&1
+echo "== bench_gemm rc=$?"
+grep -E "^TIME|FAILED|passed|GPU|error|rror" "$OUT/gemm.log" | head -60
+shape="V=128256,H=4096,bf16,dense,N=8192"
+if [ "${TUNE:-1}" = 1 ]; then
+  KLJIT_LOG=1 KLJIT_WISDOM="$OUT/tuned.wisdom" KLJIT_TUNE_BUDGET_S=${TUNE_BUDGET:-3} \
+    timeout 180 ./build/kljit tune "$shape" > "$OUT/tune.log" 2>&1
+  echo "== tune rc=$?"
+  grep -E "GEMM \(|won" "$OUT/tune.log" | grep -v "candidate [0-9]:" | head -20
+fi
+if [ "${LOSS:-0}" = 1 ]; then
+  for w in none "$OUT/tuned.wisdom"; do
+    echo "== bench_loss, wisdom $w"
+    KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 --no-twophase \
+      --no-full --repeats 5 2>&1 | tail -4
+  done
+fi

@@ -1,0 +1,131 @@
+/* gemm_sm90.c — the generated sm_90a GEMM family: variants, rendering, TMA descriptors, launch
+ * (see gemm_sm90.h and templates/gemm_sm90.cu.lua). */
+#include "gemm_sm90.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "spec.h"
+
+jgemm_variant jgemm_default(const char *in, const char *out, int beta) {
+  jgemm_variant v = {in, out, beta, 256, 2, 4, 'm'};
+  return v;
+}
+
+int jgemm_variants(jgemm_variant *out, int cap) {
+  static const char *const ins[] = {"bf16", "f16"}, *const outs[] = {"f32", "bf16", "f16"};
+  /* the default tile and the few shapes a tuner would try around it */
+  static const int shapes[][3] = {{256, 2, 4}, {256, 2, 3}, {128, 2, 6}, {192, 2, 4},
+                                  {256, 1, 5}, {128, 1, 8}};
+  int n = 0;
+  for (int i = 0; i < 2; i++)
+    for (int o = 0; o < 3; o++)
+      for (int beta = 0; beta < 2; beta++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+          for (int r = 0; r < 2 && n < cap; r++) {
+            if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
+            jgemm_variant v = {ins[i], outs[o], beta, shapes[s][0], shapes[s][1], shapes[s][2],
+                               r ? 'n' : 'm'};
+            out[n++] = v;
+          }
+  return n;
+}
+
+void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c", v->in, v->out, v->beta, 64 * v->consumers, v->bn,
+           v->stages, v->raster);
+}
+
+static render_param pi(const char *key, int64_t v) {
+  render_param p = {key, RP_INT, v, 0.0, NULL};
+  return p;
+}
+static render_param ps(const char *key, const char *v) {
+  render_param p = {key, RP_STR, 0, 0.0, v};
+  return p;
+}
+
+kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
+  const char raster[2] = {v->raster, 0};
+  const render_param params[] = {
+      ps("LAYOUT", "nt"),     ps("IN", v->in),          ps("OUT", v->out),
+      {"BETA", RP_BOOL, v->beta != 0, 0.0, NULL},       pi("BN", v->bn),
+      pi("CONSUMERS", v->consumers), pi("STAGES", v->stages), ps("RASTER", raster),
+      pi("CLUSTER", 1)};
+  kljit_status st =
+      render_template("gemm_sm90.cu.lua", params, sizeof params / sizeof params[0], out);
+  /* preludes after the banner: common (types, conversions), then the PTX helpers */
+  strbuf ptx = {0}, common = {0};
+  if (st == KLJIT_SUCCESS) st = render_template("ptx_sm90.cu.lua", NULL, 0, &ptx);
+  if (st == KLJIT_SUCCESS) st = kspec_splice(out, ptx.data);
+  if (st == KLJIT_SUCCESS) st = render_template("common.cu.lua", NULL, 0, &common);
+  if (st == KLJIT_SUCCESS) st = kspec_splice(out, common.data);
+  sb_free(&ptx);
+  sb_free(&common);
+  return st;
+}
+
+unsigned jgemm_threads(const jgemm_variant *v) {
+  return 128u * (1u + (unsigned)v->consumers);
+}
+
+unsigned jgemm_smem_bytes(const jgemm_variant *v) {
+  return (unsigned)v->stages * (unsigned)(64 * v->consumers + v->bn) * 64u * 2u + 1024u;
+}
+
+kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v) {
+  return drv_check(d,
+                   d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)jgemm_smem_bytes(v)),
+                   "cuFuncSetAttribute(max dynamic shared memory, GEMM)");
+}
+
+/* A K-major [rows, k] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle (the
+ * layout wgmma_desc_k128 describes), zeros out of bounds. */
+static kljit_status tmap(const drv_table *d, CUtensorMap *map, const void *p, int64_t rows,
+                         int64_t k, int64_t ld, int box_rows, int f16) {
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+  return drv_check(d,
+                   d->cuTensorMapEncodeTiled(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                      : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                             2, (void *)p, dims, strides, box, elem,
+                                             CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                             CU_TENSOR_MAP_SWIZZLE_128B,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                   "cuTensorMapEncodeTiled");
+}
+
+kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
+                          const jgemm_args *a, CUstream stream) {
+  if (a->m < 1 || a->n < 1 || a->k < 1 || a->m > INT32_MAX || a->n > INT32_MAX ||
+      a->k > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
+                   (long long)a->m, (long long)a->n, (long long)a->k);
+  if (a->k % 8 || a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < a->k ||
+      a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "generated GEMM: K=%lld lda=%lld ldb=%lld must be multiples of 8 and A, B "
+                   "16-byte aligned (TMA)",
+                   (long long)a->k, (long long)a->lda, (long long)a->ldb);
+  const int f16 = strcmp(v->in, "f16") == 0;
+  CUtensorMap ma, mb;
+  kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  if (st == KLJIT_SUCCESS) st = tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn, f16);
+  if (st != KLJIT_SUCCESS) return st;
+  const int64_t bm = 64 * v->consumers;
+  const int64_t tiles = (a->m + bm - 1) / bm * ((a->n + v->bn - 1) / v->bn);
+  if (tiles > INT32_MAX) return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
+  const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+  int m = (int)a->m, n = (int)a->n, k = (int)a->k;
+  long long ldc = a->ldc;
+  float alpha = a->alpha;
+  void *c = a->c;
+  void *params[] = {&ma, &mb, &c, &m, &n, &k, &ldc, &alpha};
+  return drv_check(d,
+                   d->cuLaunchKernel(fn, grid, 1, 1, jgemm_threads(v), 1, 1, jgemm_smem_bytes(v),
+                                     stream, params, NULL),
+                   "cuLaunchKernel (generated GEMM)");
+}

@@ -1,0 +1,61 @@
+/* gemm_sm90.h — the generated sm_90a GEMM family (templates/gemm_sm90.cu.lua): its variants,
+ * their source, and launching one with its TMA descriptors.
+ *
+ * So far one layout, the logits GEMM of the chunk loop in row-major terms:
+ *   C[M, N] (+)= alpha A[M, K] B[N, K]^T     (A = X chunk rows, B = W, C = Z with row stride ldc)
+ * dX = G W and dW = G^T X stay on cuBLASLt (their operands are MN-major; not yet generated).
+ * KLJIT_GEMM=jit selects this family for the logits GEMM on sm_90 (gemm_jit_wanted).
+ */
+#ifndef KLJIT_GEMM_SM90_H
+#define KLJIT_GEMM_SM90_H
+
+#include "driver.h"
+
+typedef struct jgemm_variant {
+  const char *in;   /* "bf16" | "f16" */
+  const char *out;  /* "f32" | "bf16" | "f16" */
+  int beta;         /* 0: C = alpha AB; 1: C += alpha AB */
+  int bn;           /* tile columns: 64, 128, 192, 256 */
+  int consumers;    /* multiplying warpgroups (tile rows 64 x consumers) */
+  int stages;       /* shared-memory ring depth */
+  char raster;      /* 'm' | 'n': the tile index that runs fastest */
+} jgemm_variant;
+
+/* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
+ * raster. */
+jgemm_variant jgemm_default(const char *in, const char *out, int beta);
+
+/* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
+ * returns the count (<= cap). */
+int jgemm_variants(jgemm_variant *out, int cap);
+
+/* "bf16>f32 b0 128x256 s4 m" */
+void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
+
+/* The variant's full source: banner, common prelude, PTX helpers, GEMM body. KLJIT_ERR_UNSUPPORTED
+ * with the template's sentence for a variant it refuses. */
+kljit_status jgemm_render(const jgemm_variant *v, strbuf *out);
+
+/* Launch geometry of a variant. */
+unsigned jgemm_threads(const jgemm_variant *v);
+unsigned jgemm_smem_bytes(const jgemm_variant *v);
+
+/* Operands of one launch (device pointers; leading dimensions in elements). */
+typedef struct jgemm_args {
+  const void *a;  /* [M, K], row stride lda */
+  const void *b;  /* [N, K], row stride ldb */
+  void *c;        /* [M, N], row stride ldc */
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha;
+} jgemm_args;
+
+/* Checks the TMA rules (K, lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
+ * tensor maps and launches `fn` (a kl_gemm of variant v, its shared-memory limit raised by
+ * jgemm_prepare) on `sms` persistent CTAs at most. */
+kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
+                          const jgemm_args *a, CUstream stream);
+
+/* Raises fn's dynamic shared-memory limit to what variant v needs (once per loaded module). */
+kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v);
+
+#endif

@@ -1,0 +1,160 @@
+%-- ptx_sm90.cu.lua: the Hopper (sm_90a) instructions of the generated GEMMs, as small inline-PTX
+%-- helpers. Each cites the section of the PTX ISA ("Parallel Thread Execution ISA", version 8.x; section titles, as numbers move between versions)
+%-- that defines it; the GEMM template (gemm_sm90.cu.lua) is written in terms of these only.
+%--
+%-- Parameters: none. Needs the common prelude (u32, u64) before it; compiles for sm_90a only
+%-- (wgmma and setmaxnreg are architecture-specific features).
+%--
+%-- What a GEMM needs from the hardware, in pipeline order:
+%--   tensor maps      the TMA descriptor, 128 opaque bytes the host encodes with
+%--                    cuTensorMapEncodeTiled and passes as a __grid_constant__ parameter;
+%--   mbarriers        the producer/consumer handshake of each shared-memory stage;
+%--   TMA loads        one thread copies a whole tile global -> shared, completing on an mbarrier;
+%--   wgmma            a warpgroup multiplies tiles straight from shared memory into registers;
+%--   setmaxnreg       the copying warpgroup gives its registers to the multiplying ones.
+
+/* CUtensorMap (cuda.h: 64-byte aligned, 128 bytes), without the header. */
+struct __align__(64) kl_tmap { u64 opaque[16]; };
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+
+/* ---- mbarrier: PTX ISA, "Parallel Synchronization and Communication Instructions:
+ * mbarrier" ---- */
+
+/* PTX ISA "mbarrier.init": `count` arrivals complete a phase. */
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+/* PTX ISA "membar/fence" (fence.mbarrier_init): makes initialized barriers visible to the
+ * async proxy (the TMA unit) and to the other threads of the cluster (here: of the CTA). */
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* PTX ISA "mbarrier.expect_tx" and "mbarrier.arrive" (tx-count): one arrival that also
+ * announces `bytes` of asynchronous copies which must land before the phase completes. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+/* PTX ISA "mbarrier.arrive": one arrival, release semantics at CTA scope. */
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity `parity` has
+ * completed. A fresh barrier counts its (never run) previous phase, parity 1, as complete, so
+ * producers wait on empty slots with the flipped parity from the start. */
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  u32 done = 0;
+  while (!done) {
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+
+/* ---- TMA: PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor"
+ * ---- */
+
+/* A 2-D tile at element coordinates (c0 innermost, c1) of the tensor map into shared memory at
+ * dst; completion is counted in bytes on `bar` (complete_tx). Coordinates past the tensor's
+ * bounds read as zeros, which is what makes every tail of a GEMM safe to load. */
+__device__ __forceinline__ void tma_load_2d(void* dst, const kl_tmap* map, u64* bar, int c0,
+                                            int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4}], [%2];"
+               ::"r"(smem_addr(dst)), "l"((u64)map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+/* PTX ISA "prefetch, prefetchu" (prefetch.tensormap): the descriptor into the cache before first use. */
+__device__ __forceinline__ void tma_prefetch_map(const kl_tmap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+
+/* ---- setmaxnreg: PTX ISA, "Miscellaneous Instructions: setmaxnreg" ---- */
+
+template <u32 N> __device__ __forceinline__ void regs_release() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <u32 N> __device__ __forceinline__ void regs_claim() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+/* ---- wgmma: PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+ * Instructions" ---- */
+
+/* The shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of the wgmma section) of a K-major tile
+ * written by TMA with the 128-byte swizzle: rows of 64 16-bit elements (128 bytes), groups of
+ * 8 rows 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major
+ * layouts (1 by convention), swizzle mode 1 = 128B in bits 62-63. The tile must start on a
+ * 1024-byte boundary; stepping K by 16 elements inside the swizzle atom adds 32 bytes to the
+ * start address, as the swizzle is applied by the hardware on the final address. */
+__device__ __forceinline__ u64 wgmma_desc_k128(u32 saddr) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | (u64)1 << 16 | (u64)(1024 >> 4) << 32 | (u64)1 << 62;
+}
+
+/* PTX ISA "wgmma.fence": orders register accesses of the accumulators before wgmma. */
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+/* PTX ISA "wgmma.commit_group": closes the group of wgmma issued so far. */
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+/* PTX ISA "wgmma.wait_group": waits until at most N groups are pending. */
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* PTX ISA "membar/fence" (fence.proxy.async): generic-proxy writes to shared memory become visible to the
+ * async proxy (TMA, wgmma) of the same thread. */
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* PTX ISA "cvt" (cvt.rn.bf16x2.f32, cvt.rn.f16x2.f32): two floats -> one 32-bit word of two 16-bit
+ * values, lo in the low half. */
+__device__ __forceinline__ u32 pack2_bf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* PTX ISA "wgmma.mma_async" (m64nNk16), fp32 accumulators, A and B from shared memory, both
+ * K-major (no transpose). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
+ * layout of PTX ISA "Register Fragments" of wgmma: thread t of warp w holds rows 16 w + t/4 and
+ * 16 w + t/4 + 8, columns 8 i + 2 (t % 4) + {0, 1}). scale_d = 0 overwrites d, 1 adds. */
+%local function wgmma(n, ab, ty)
+%  local regs = {}
+%  for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
+%  local nd = n // 2
+template <> __device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}>(float* d, u64 da, u64 db, int scale_d) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 2 }}, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, 0;\n\t}"
+%  local outs = {}
+%  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
+%  for i = 1, #outs, 8 do
+               {{ i == 1 and ": " or "  " }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ i + 7 < #outs and "," or "" }}
+%  end
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+%end
+template <int N, int AB> __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db,
+                                                                  int scale_d);
+%for _, n in ipairs({ 64, 128, 192, 256 }) do
+%  wgmma(n, 0, "bf16")
+%  wgmma(n, 1, "f16")
+%end
