@@ -13,9 +13,16 @@ export KLJIT_CACHE_DIR=/tmp/kljit-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
   -DLUA_LIBRARY=$DEPS/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
-  cmake --build build -j16 --target ${TARGETS:-bench_gemm kljit_cli bench_loss} \
+  cmake --build build -j16 --target ${TARGETS:-bench_gemm kljit_cli bench_loss gpu_dense gpu_api gpu_gemm} \
     >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "== build ok"
+if [ "${GTEST:-1}" = 1 ]; then
+  for c in every_dtype_output_and_beta_matches_fp64_on_ragged_shapes every_tile_shape_matches_fp64; do
+    timeout 120 ./build/tests/gpu_gemm $c > "$OUT/gpu_gemm_$c.log" 2>&1
+    echo "== gpu.gemm.$c rc=$?"
+    grep -E "bad [1-9]|clobbered [1-9]|NOT|check failed|error" "$OUT/gpu_gemm_$c.log" | head -8
+  done
+fi
 # shellcheck disable=SC2086
 timeout "${GEMM_TIMEOUT:-240}" ./build/bench/bench_gemm ${GEMM_ARGS:-} > "$OUT/gemm.log" 2>&1
 echo "== bench_gemm rc=$?"
@@ -33,4 +40,10 @@ if [ "${LOSS:-0}" = 1 ]; then
     KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 --no-twophase \
       --no-full --repeats 5 2>&1 | tail -4
   done
+fi
+if [ "${SUITE:-0}" = 1 ]; then # the GPU tests with the generated logits GEMM forced
+  (cd build && KLJIT_GEMM=jit timeout 240 ctest -R "${SUITE_REGEX:-gpu.dense|gpu.api}" -j8 \
+    --output-on-failure) > "$OUT/suite.log" 2>&1
+  echo "== suite (KLJIT_GEMM=jit) rc=$?"
+  grep -E "tests passed|tests failed|Failed|GEMMs:" "$OUT/suite.log" | head -20
 fi

@@ -3,13 +3,28 @@
 #include "gemm_sm90.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
 
 jgemm_variant jgemm_default(const char *in, const char *out, int beta) {
   jgemm_variant v = {in, out, beta, 256, 2, 4, 'm'};
   return v;
+}
+
+int jgemm_mode(void) {
+  const char *e = getenv("KLJIT_GEMM");
+  if (!e || !*e || !strcmp(e, "cublas")) return 0;
+  if (!strcmp(e, "jit")) return 1;
+  err_set(KLJIT_ERR_INVALID_ARGUMENT, "KLJIT_GEMM=%s: must be cublas or jit", e);
+  return -1;
+}
+
+int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_variant *v) {
+  if (arch != 90 || pb->input_dtype == KLJIT_FP32 || pb->hidden % 8) return 0;
+  const char *in = prob_dtype_tag(pb->input_dtype);
+  *v = jgemm_default(in, strcmp(logit, "f32") == 0 ? "f32" : in, 0);
+  return 1;
 }
 
 int jgemm_variants(jgemm_variant *out, int cap) {
@@ -36,33 +51,19 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
            v->stages, v->raster);
 }
 
-static render_param pi(const char *key, int64_t v) {
-  render_param p = {key, RP_INT, v, 0.0, NULL};
-  return p;
-}
-static render_param ps(const char *key, const char *v) {
-  render_param p = {key, RP_STR, 0, 0.0, v};
-  return p;
+kspec jgemm_spec(const jgemm_variant *v) {
+  kspec k;
+  memset(&k, 0, sizeof k);
+  k.family = KSPEC_GEMM_SM90;
+  k.tdt = v->in, k.out = v->out;
+  k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
+  k.gemm_stages = v->stages, k.gemm_raster = v->raster;
+  return k;
 }
 
 kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
-  const char raster[2] = {v->raster, 0};
-  const render_param params[] = {
-      ps("LAYOUT", "nt"),     ps("IN", v->in),          ps("OUT", v->out),
-      {"BETA", RP_BOOL, v->beta != 0, 0.0, NULL},       pi("BN", v->bn),
-      pi("CONSUMERS", v->consumers), pi("STAGES", v->stages), ps("RASTER", raster),
-      pi("CLUSTER", 1)};
-  kljit_status st =
-      render_template("gemm_sm90.cu.lua", params, sizeof params / sizeof params[0], out);
-  /* preludes after the banner: common (types, conversions), then the PTX helpers */
-  strbuf ptx = {0}, common = {0};
-  if (st == KLJIT_SUCCESS) st = render_template("ptx_sm90.cu.lua", NULL, 0, &ptx);
-  if (st == KLJIT_SUCCESS) st = kspec_splice(out, ptx.data);
-  if (st == KLJIT_SUCCESS) st = render_template("common.cu.lua", NULL, 0, &common);
-  if (st == KLJIT_SUCCESS) st = kspec_splice(out, common.data);
-  sb_free(&ptx);
-  sb_free(&common);
-  return st;
+  const kspec k = jgemm_spec(v);
+  return kspec_render(&k, out);
 }
 
 unsigned jgemm_threads(const jgemm_variant *v) {

@@ -4,12 +4,14 @@
  * So far one layout, the logits GEMM of the chunk loop in row-major terms:
  *   C[M, N] (+)= alpha A[M, K] B[N, K]^T     (A = X chunk rows, B = W, C = Z with row stride ldc)
  * dX = G W and dW = G^T X stay on cuBLASLt (their operands are MN-major; not yet generated).
- * KLJIT_GEMM=jit selects this family for the logits GEMM on sm_90 (gemm_jit_wanted).
+ * KLJIT_GEMM=jit selects this family for the logits GEMM on sm_90 (jgemm_applies; plan.c).
  */
 #ifndef KLJIT_GEMM_SM90_H
 #define KLJIT_GEMM_SM90_H
 
 #include "driver.h"
+#include "problem.h"
+#include "spec.h"
 
 typedef struct jgemm_variant {
   const char *in;   /* "bf16" | "f16" */
@@ -25,12 +27,23 @@ typedef struct jgemm_variant {
  * raster. */
 jgemm_variant jgemm_default(const char *in, const char *out, int beta);
 
+/* KLJIT_GEMM: 0 for cublas (the default, also when unset), 1 for jit, -1 for anything else
+ * (KLJIT_ERR_INVALID_ARGUMENT's message set). */
+int jgemm_mode(void);
+
+/* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype tag `logit`
+ * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
+int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_variant *v);
+
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
 /* "bf16>f32 b0 128x256 s4 m" */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
+
+/* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
+kspec jgemm_spec(const jgemm_variant *v);
 
 /* The variant's full source: banner, common prelude, PTX helpers, GEMM body. KLJIT_ERR_UNSUPPORTED
  * with the template's sentence for a variant it refuses. */

@@ -42,6 +42,25 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
   return KLJIT_SUCCESS;
 }
 
+/* KLJIT_GEMM=jit: the logits GEMM from the generated sm_90a family, where it applies
+ * (jgemm_applies); cuBLASLt otherwise and by default (KLJIT_GEMM=cublas). */
+static kljit_status load_gemms(kljit_plan *p, strbuf *desc) {
+  const int mode = jgemm_mode();
+  if (mode <= 0) return mode < 0 ? KLJIT_ERR_INVALID_ARGUMENT : KLJIT_SUCCESS;
+  if (!jgemm_applies(&p->pb, p->ctx->arch, p->geom.logit, &p->gemm_logits))
+    return sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, 16-bit inputs and H "
+                           "a multiple of 8)\n");
+  const kspec k = jgemm_spec(&p->gemm_logits);
+  kljit_status st = load_module(p, &k, &p->mod_gemm, FN_GEMM_LOGITS, FN_COUNT, desc);
+  if (st == KLJIT_SUCCESS) st = jgemm_prepare(p->ctx->drv, p->fn[FN_GEMM_LOGITS], &p->gemm_logits);
+  if (st == KLJIT_SUCCESS) {
+    char what[64];
+    jgemm_describe(&p->gemm_logits, what, sizeof what);
+    st = sb_printf(desc, "  GEMMs: logits generated (%s), dX and dW cuBLASLt\n", what);
+  }
+  return st;
+}
+
 kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem *problem,
                                kljit_plan_rigor rigor, kljit_plan **out) {
   if (!out) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_plan_create: plan is NULL");
@@ -116,6 +135,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_COUNT, &desc);
+  if (st == KLJIT_SUCCESS) st = load_gemms(p, &desc);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
@@ -131,9 +151,10 @@ fail:
 
 void kljit_plan_destroy(kljit_plan *p) {
   if (!p) return;
-  if ((p->mod_rows || p->mod_helpers) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
+  if ((p->mod_rows || p->mod_helpers || p->mod_gemm) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
     ctx_module_release(p->ctx, p->mod_rows);
     ctx_module_release(p->ctx, p->mod_helpers);
+    ctx_module_release(p->ctx, p->mod_gemm);
     ctx_leave(p->ctx);
   }
   if (p->gemm) pthread_mutex_destroy(&p->gemm->lock);

@@ -8,11 +8,13 @@
 
 #include "context.h"
 #include "gemm.h"
+#include "gemm_sm90.h"
 #include "problem.h"
 
 enum plan_fn {
   FN_STATS, FN_FUSED, FN_FORWARD, FN_BACKWARD, FN_CHECK, FN_MERGE, /* rows (dense or sparse) */
   FN_SETUP, FN_FINISH, FN_COLSUM, FN_CONVERT, FN_SCALE, /* helpers module */
+  FN_GEMM_LOGITS, /* the generated sm_90a logits GEMM (KLJIT_GEMM=jit), else unused */
   FN_COUNT
 };
 
@@ -27,6 +29,8 @@ struct kljit_plan {
   gemm_shape gshape;
   gemm_cache *gemm;        /* separately allocated: mutated under a const plan */
   ctx_module *mod_rows, *mod_helpers;
+  ctx_module *mod_gemm;    /* the generated logits GEMM, or NULL: cuBLASLt (gemm_sm90.h) */
+  jgemm_variant gemm_logits;
   CUfunction fn[FN_COUNT];
   char *description;
 };

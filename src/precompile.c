@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_sm90.h"
 #include "jit.h"
 #include "problem.h"
 
@@ -32,8 +33,13 @@ kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const c
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
-  const kspec *specs[] = {&g.rows, &g.helpers};
-  const int count = (int)(sizeof specs / sizeof specs[0]);
+  /* the generated logits GEMM too where plans would load it (KLJIT_GEMM=jit, sm_90) */
+  jgemm_variant gv;
+  const int mode = st == KLJIT_SUCCESS ? jgemm_mode() : 0;
+  if (mode < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
+  const kspec gemm = mode > 0 && jgemm_applies(problem, arch, g.logit, &gv) ? jgemm_spec(&gv) : g.rows;
+  const kspec *specs[] = {&g.rows, &g.helpers, &gemm};
+  const int count = mode > 0 && gemm.family == KSPEC_GEMM_SM90 ? 3 : 2;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     kljit_module_report r;
     memset(&r, 0, sizeof r);

@@ -5,17 +5,24 @@
 #include <string.h>
 
 #include "cache.h"
+#include "nvrtc_compile.h"
 
 const char *kspec_template(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? "dense_rows.cu.lua"
          : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows.cu.lua"
+         : k->family == KSPEC_GEMM_SM90   ? "gemm_sm90.cu.lua"
                                           : "helpers.cu.lua";
 }
 
 static const char *family_name(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? "dense_rows"
          : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows"
+         : k->family == KSPEC_GEMM_SM90   ? "gemm_sm90"
                                           : "helpers";
+}
+
+int kspec_target(const kspec *k, int arch) {
+  return k->family == KSPEC_GEMM_SM90 ? arch | NVRTC_ARCH_SPECIFIC : arch;
 }
 
 static render_param pi(const char *key, int64_t v) {
@@ -35,7 +42,22 @@ static render_param pb(const char *key, int v) {
   return p;
 }
 
+static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
+  size_t n = 0;
+  out[n++] = ps("LAYOUT", "nt");
+  out[n++] = ps("IN", k->tdt);
+  out[n++] = ps("OUT", k->out);
+  out[n++] = pb("BETA", k->gemm_beta);
+  out[n++] = pi("BN", k->gemm_bn);
+  out[n++] = pi("CONSUMERS", k->gemm_consumers);
+  out[n++] = pi("STAGES", k->gemm_stages);
+  out[n++] = ps("RASTER", k->gemm_raster == 'm' ? "m" : k->gemm_raster == 'n' ? "n" : "?");
+  out[n++] = pi("CLUSTER", 1);
+  return n;
+}
+
 size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
+  if (k->family == KSPEC_GEMM_SM90) return gemm_params(k, out);
   size_t n = 0;
   out[n++] = pi("V", k->v);
   out[n++] = pi("LD", k->ld);
@@ -115,8 +137,15 @@ kljit_status kspec_render(const kspec *k, strbuf *out) {
   const size_t n = kspec_params(k, params);
   kljit_status st = render_template(kspec_template(k), params, n, out);
   if (st != KLJIT_SUCCESS) return st;
-  /* The prelude carries no parameters; render it after so the banner stays first. */
+  /* The preludes carry no parameters; render them after so the banner stays first (each
+   * splice goes right under the banner: the PTX helpers first, then common above them). */
   strbuf common = {0};
+  if (k->family == KSPEC_GEMM_SM90) {
+    st = render_template("ptx_sm90.cu.lua", NULL, 0, &common);
+    if (st == KLJIT_SUCCESS) st = kspec_splice(out, common.data);
+    sb_free(&common);
+    if (st != KLJIT_SUCCESS) return st;
+  }
   st = render_template("common.cu.lua", NULL, 0, &common);
   if (st == KLJIT_SUCCESS) st = kspec_splice(out, common.data);
   sb_free(&common);
@@ -139,10 +168,12 @@ static const char *const SPARSE[] = {"kl_sparse_stats",    "kl_sparse_fused",
                                      "kl_sparse_check",    "kl_sparse_merge", NULL};
 static const char *const HELPERS[] = {"kl_setup", "kl_finish_loss", "kl_colsum", "kl_convert",
                                       "kl_scale", NULL};
+static const char *const GEMM[] = {"kl_gemm", NULL};
 
 static const char *const *family_kernels(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? DENSE
          : k->family == KSPEC_SPARSE_ROWS ? SPARSE
+         : k->family == KSPEC_GEMM_SM90   ? GEMM
                                           : HELPERS;
 }
 
@@ -163,6 +194,7 @@ const char *const *kspec_kernels(const kspec *k) {
     return k->check ? cluster_check : cluster_nocheck;
   if (k->family == KSPEC_DENSE_ROWS) return k->check ? DENSE : dense_nocheck;
   if (k->family == KSPEC_SPARSE_ROWS) return k->check ? SPARSE : sparse_nocheck;
+  if (k->family == KSPEC_GEMM_SM90) return GEMM;
   return HELPERS;
 }
 
