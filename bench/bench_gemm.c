@@ -53,6 +53,7 @@
 enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 
 static int repeats = 10;
+static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
 static const drv_table *drv;
 static int sms;
 static float *tile_host; /* the values every input repeats (a prime period: rows never align) */
@@ -377,9 +378,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-small")) small = 0;
+    else if (!strcmp(argv[i], "--no-time")) do_time = 0;
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] [--variants BN.CONSUMERS.STAGES.RASTER,...] "
-              "[--repeats R] [--no-small]\n", argv[0]);
+              "[--repeats R] [--no-small] [--no-time]\n", argv[0]);
       return 2;
     }
   }
@@ -434,9 +436,9 @@ int main(int argc, char **argv) {
     long long m, n, k;
     if (sscanf(t, "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
     shape s = {m, n, k, (n + 7) / 8 * 8, 0};
-    failed |= one_shape(&s, jf, nj, lth, flush, 0, 1);
+    failed |= one_shape(&s, jf, nj, lth, flush, 0, do_time);
     s.out_bf16 = 1;
-    failed |= one_shape(&s, jb, 1, lth, flush, 0, 1);
+    failed |= one_shape(&s, jb, 1, lth, flush, 0, do_time);
   }
   printf("%s\n", failed ? "SOME CHECKS FAILED" : "all checks passed");
   return failed;

@@ -17,8 +17,8 @@ cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
     >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "== build ok"
 if [ "${GTEST:-1}" = 1 ]; then
-  for c in every_dtype_output_and_beta_matches_fp64_on_ragged_shapes every_tile_shape_matches_fp64; do
-    timeout 120 ./build/tests/gpu_gemm $c > "$OUT/gpu_gemm_$c.log" 2>&1
+  for c in ${GTEST_CASES:-every_dtype_output_and_beta_matches_fp64_on_ragged_shapes}; do
+    timeout ${GTEST_TIMEOUT:-90} ./build/tests/gpu_gemm $c > "$OUT/gpu_gemm_$c.log" 2>&1
     echo "== gpu.gemm.$c rc=$?"
     grep -E "bad [1-9]|clobbered [1-9]|NOT|check failed|error" "$OUT/gpu_gemm_$c.log" | head -8
   done
@@ -30,7 +30,7 @@ grep -E "^TIME|FAILED|passed|GPU|error|rror" "$OUT/gemm.log" | head -60
 shape="V=128256,H=4096,bf16,dense,N=8192"
 if [ "${TUNE:-1}" = 1 ]; then
   KLJIT_LOG=1 KLJIT_WISDOM="$OUT/tuned.wisdom" KLJIT_TUNE_BUDGET_S=${TUNE_BUDGET:-3} \
-    timeout 180 ./build/kljit tune "$shape" > "$OUT/tune.log" 2>&1
+    timeout ${TUNE_TIMEOUT:-90} ./build/kljit tune "$shape" > "$OUT/tune.log" 2>&1
   echo "== tune rc=$?"
   grep -E "GEMM \(|won" "$OUT/tune.log" | grep -v "candidate [0-9]:" | head -20
 fi
@@ -42,8 +42,16 @@ if [ "${LOSS:-0}" = 1 ]; then
   done
 fi
 if [ "${SUITE:-0}" = 1 ]; then # the GPU tests with the generated logits GEMM forced
-  (cd build && KLJIT_GEMM=jit timeout 240 ctest -R "${SUITE_REGEX:-gpu.dense|gpu.api}" -j8 \
+  (cd build && KLJIT_GEMM=jit timeout ${SUITE_TIMEOUT:-150} ctest -R "${SUITE_REGEX:-gpu.dense|gpu.api}" -j8 \
     --output-on-failure) > "$OUT/suite.log" 2>&1
   echo "== suite (KLJIT_GEMM=jit) rc=$?"
   grep -E "tests passed|tests failed|Failed|GEMMs:" "$OUT/suite.log" | head -20
+fi
+if [ "${SANITIZE:-0}" = 1 ]; then # memcheck and racecheck on a small ragged case
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 ./build/bench/bench_gemm \
+      --no-small --no-time --shapes 129x1031x200 --variants 256.2.4.m > "$OUT/san_$tool.log" 2>&1
+    echo "== compute-sanitizer $tool rc=$?"
+    grep -E "ERROR SUMMARY|check " "$OUT/san_$tool.log" | head -4
+  done
 fi

@@ -72,8 +72,9 @@ static kljit_status op_create(const gemm_types *ty, const gemm_desc *dp, gemm_op
                 "cublasLtMatrixLayoutCreate(A)");
   if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&g->lb, (cudaDataType)d.tb_type, br, bc, d.ldb),
                          "cublasLtMatrixLayoutCreate(B)");
-  if (!st) st = lt_check(cublasLtMatrixLayoutCreate(&g->lc, (cudaDataType)d.tc_type, d.m, d.n, d.ldc),
-                         "cublasLtMatrixLayoutCreate(C)");
+  if (!st)
+    st = lt_check(cublasLtMatrixLayoutCreate(&g->lc, (cudaDataType)d.tc_type, d.m, d.n, d.ldc),
+                  "cublasLtMatrixLayoutCreate(C)");
   if (st) op_destroy(g);
   return st;
 }
@@ -84,7 +85,8 @@ static kljit_status heuristic(cublasLtHandle_t lt, const gemm_op *g, const gemm_
                               gemm_kind kind, size_t ws_size, cublasLtMatmulHeuristicResult_t *h,
                               int cap, int *count) {
   cublasLtMatmulPreference_t pref = NULL;
-  kljit_status st = lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  kljit_status st =
+      lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   if (st) return st;
   uint64_t max_ws = ws_size;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,

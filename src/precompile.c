@@ -37,7 +37,8 @@ kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const c
   jgemm_variant gv;
   const int mode = st == KLJIT_SUCCESS ? jgemm_mode() : 0;
   if (mode < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
-  const kspec gemm = mode > 0 && jgemm_applies(problem, arch, g.logit, &gv) ? jgemm_spec(&gv) : g.rows;
+  const kspec gemm =
+      mode > 0 && jgemm_applies(problem, arch, g.logit, &gv) ? jgemm_spec(&gv) : g.rows;
   const kspec *specs[] = {&g.rows, &g.helpers, &gemm};
   const int count = mode > 0 && gemm.family == KSPEC_GEMM_SM90 ? 3 : 2;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {

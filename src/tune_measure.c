@@ -450,7 +450,8 @@ static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMa
     if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[1], b->stream), "cuEventRecord");
     if (st == KLJIT_SUCCESS) st = DRV(b, cuEventSynchronize(b->ev[1]), "cuEventSynchronize");
     float t = 0;
-    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventElapsedTime(&t, b->ev[0], b->ev[1]), "cuEventElapsedTime");
+    if (st == KLJIT_SUCCESS)
+      st = DRV(b, cuEventElapsedTime(&t, b->ev[0], b->ev[1]), "cuEventElapsedTime");
     if (st == KLJIT_SUCCESS && r >= 0) times[r] = t, *ok = r + 1 == GEMM_REPS;
   }
   pthread_mutex_destroy(&scratch.lock);

@@ -1,5 +1,6 @@
 %-- ptx_sm90.cu.lua: the Hopper (sm_90a) instructions of the generated GEMMs, as small inline-PTX
-%-- helpers. Each cites the section of the PTX ISA ("Parallel Thread Execution ISA", version 8.x; section titles, as numbers move between versions)
+%-- helpers. Each cites the section of the PTX ISA ("Parallel Thread Execution ISA", version
+%-- 8.x) it follows, by title: section numbers move between versions.
 %-- that defines it; the GEMM template (gemm_sm90.cu.lua) is written in terms of these only.
 %--
 %-- Parameters: none. Needs the common prelude (u32, u64) before it; compiles for sm_90a only
@@ -46,8 +47,8 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity `parity` has
- * completed. A fresh barrier counts its (never run) previous phase, parity 1, as complete, so
+/* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity
+ * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1, as complete, so
  * producers wait on empty slots with the flipped parity from the start. */
 __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
   u32 done = 0;
@@ -73,7 +74,8 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const kl_tmap* map, u64* 
                : "memory");
 }
 
-/* PTX ISA "prefetch, prefetchu" (prefetch.tensormap): the descriptor into the cache before first use. */
+/* PTX ISA "prefetch, prefetchu" (prefetch.tensormap): the descriptor into the cache before
+ * first use. */
 __device__ __forceinline__ void tma_prefetch_map(const kl_tmap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
 }
@@ -90,8 +92,8 @@ template <u32 N> __device__ __forceinline__ void regs_claim() {
 /* ---- wgmma: PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
  * Instructions" ---- */
 
-/* The shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of the wgmma section) of a K-major tile
- * written by TMA with the 128-byte swizzle: rows of 64 16-bit elements (128 bytes), groups of
+/* The shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of the wgmma
+ * section) of a K-major tile written by TMA with the 128-byte swizzle: rows of 64 16-bit elements (128 bytes), groups of
  * 8 rows 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major
  * layouts (1 by convention), swizzle mode 1 = 128B in bits 62-63. The tile must start on a
  * 1024-byte boundary; stepping K by 16 elements inside the swizzle atom adds 32 bytes to the
@@ -113,8 +115,8 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-/* PTX ISA "membar/fence" (fence.proxy.async): generic-proxy writes to shared memory become visible to the
- * async proxy (TMA, wgmma) of the same thread. */
+/* PTX ISA "membar/fence" (fence.proxy.async): generic-proxy writes to shared memory become
+ * visible to the async proxy (TMA, wgmma) of the same thread. */
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
@@ -140,14 +142,19 @@ __device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
 %  local regs = {}
 %  for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
 %  local nd = n // 2
-template <> __device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}>(float* d, u64 da, u64 db, int scale_d) {
+template <>
+__device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}>(float* d, u64 da, u64 db,
+                                                           int scale_d) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 2 }}, 0;\n\t"
                "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
-               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, 0;\n\t}"
+%  -- the rendered source has long lines here: one operand list per instruction
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, 0;"
+               "\n\t}"
 %  local outs = {}
 %  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
 %  for i = 1, #outs, 8 do
-               {{ i == 1 and ": " or "  " }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ i + 7 < #outs and "," or "" }}
+%    local sep, last = i == 1 and ": " or "  ", i + 7 < #outs and "," or ""
+               {{ sep }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ last }}
 %  end
                : "l"(da), "l"(db), "r"(scale_d));
 }

@@ -64,7 +64,8 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   const int64_t ld = (N + 7) / 8 * 8;
   const kljit_dtype in = dtype(v->in), out = dtype(v->out);
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
-  double *x = malloc(sizeof(double) * (size_t)(M * K)), *w = malloc(sizeof(double) * (size_t)(N * K));
+  double *x = malloc(sizeof(double) * (size_t)(M * K));
+  double *w = malloc(sizeof(double) * (size_t)(N * K));
   double *z0 = malloc(sizeof(double) * nz), *z = malloc(sizeof(double) * nz);
   TH_CHECK(x && w && z0 && z);
   for (int64_t i = 0; i < M * K; i++) x[i] = 2 * host_uniform(r) - 1;
@@ -96,7 +97,10 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
         continue;
       }
       double ref = 0, mag = 0;
-      for (int64_t k = 0; k < K; k++) ref += x[i * K + k] * w[j * K + k], mag += fabs(x[i * K + k] * w[j * K + k]);
+      for (int64_t k = 0; k < K; k++) {
+        const double pr = x[i * K + k] * w[j * K + k];
+        ref += pr, mag += fabs(pr);
+      }
       ref *= alpha, mag *= alpha;
       if (v->beta) ref += z0[i * ld + j];
       const double tol = ldexp(mag, -14) + (v->beta ? 2 : 1) * q * fabs(ref) + 1e-30;
