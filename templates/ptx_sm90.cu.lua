@@ -48,8 +48,8 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
 }
 
 /* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity
- * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1, as complete, so
- * producers wait on empty slots with the flipped parity from the start. */
+ * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1,
+ * as complete, so producers wait on empty slots with the flipped parity from the start. */
 __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
   u32 done = 0;
   while (!done) {
@@ -93,8 +93,8 @@ template <u32 N> __device__ __forceinline__ void regs_claim() {
  * Instructions" ---- */
 
 /* The shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of the wgmma
- * section) of a K-major tile written by TMA with the 128-byte swizzle: rows of 64 16-bit elements (128 bytes), groups of
- * 8 rows 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major
+ * section) of a K-major tile written by TMA with the 128-byte swizzle: rows of 64 16-bit
+ * elements (128 bytes), groups of 8 rows 1024 bytes apart (stride byte offset), leading byte offset unused for swizzled K-major
  * layouts (1 by convention), swizzle mode 1 = 128B in bits 62-63. The tile must start on a
  * 1024-byte boundary; stepping K by 16 elements inside the swizzle atom adds 32 bytes to the
  * start address, as the swizzle is applied by the hardware on the final address. */
