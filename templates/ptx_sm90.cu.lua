@@ -94,10 +94,11 @@ template <u32 N> __device__ __forceinline__ void regs_claim() {
 
 /* The shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format" of the wgmma
  * section) of a K-major tile written by TMA with the 128-byte swizzle: rows of 64 16-bit
- * elements (128 bytes), groups of 8 rows 1024 bytes apart (stride byte offset), leading byte
- * offset unused for swizzled K-major layouts (1 by convention), swizzle mode 1 = 128B in bits 62-63. The tile must start on a
- * 1024-byte boundary; stepping K by 16 elements inside the swizzle atom adds 32 bytes to the
- * start address, as the swizzle is applied by the hardware on the final address. */
+ * elements (128 bytes), groups of 8 rows 1024 bytes apart (stride byte offset), the leading
+ * byte offset unused for swizzled K-major layouts (1 by convention), swizzle mode 1 (128B) in
+ * bits 62-63. The tile must start on a 1024-byte boundary; stepping K by 16 elements inside
+ * the swizzle atom adds 32 bytes to the start address, as the hardware applies the swizzle to
+ * the final address. */
 __device__ __forceinline__ u64 wgmma_desc_k128(u32 saddr) {
   return (u64)((saddr & 0x3FFFF) >> 4) | (u64)1 << 16 | (u64)(1024 >> 4) << 32 | (u64)1 << 62;
 }
