@@ -25,30 +25,25 @@
 #include "gemm_sm90.h"
 #include "nvrtc_compile.h"
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
-#define KO(x)                                                                               \
-  do {                                                                                      \
-    kljit_status s_ = (x);                                                                  \
-    if (s_ != KLJIT_SUCCESS) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, kljit_last_error());       \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
-#define LT(x)                                                                               \
-  do {                                                                                      \
-    cublasStatus_t b_ = (x);                                                                \
-    if (b_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(b_)); \
-      exit(1);                                                                              \
-    }                                                                                       \
-  } while (0)
+/* Checks for a developer tool: any failure ends the run with the call and its reason. */
+static void die_cuda(cudaError_t e, const char *call, int line) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "bench_gemm.c:%d: %s: %s\n", line, call, cudaGetErrorString(e));
+  exit(1);
+}
+static void die_kljit(kljit_status s, const char *call, int line) {
+  if (s == KLJIT_SUCCESS) return;
+  fprintf(stderr, "bench_gemm.c:%d: %s: %s\n", line, call, kljit_last_error());
+  exit(1);
+}
+static void die_lt(cublasStatus_t s, const char *call, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  fprintf(stderr, "bench_gemm.c:%d: %s: %s\n", line, call, cublasLtGetStatusString(s));
+  exit(1);
+}
+#define CK(x) die_cuda((x), #x, __LINE__)
+#define KO(x) die_kljit((x), #x, __LINE__)
+#define LT(x) die_lt((x), #x, __LINE__)
 
 enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 

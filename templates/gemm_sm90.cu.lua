@@ -94,6 +94,15 @@ __device__ __forceinline__ void store_pair(out_t* __restrict__ C, i64 ldc, int r
 %end
 }
 
+/* The persistent schedule's tile t as (row tile, column tile), RASTER's index fastest. */
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm, int* tn) {
+%if P.RASTER == "m" then
+  *tm = t % tiles_m, *tn = t / tiles_m;
+%else
+  *tn = t % tiles_n, *tm = t / tiles_n;
+%end
+}
+
 extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
 kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap map_b,
         out_t* __restrict__ C, int M, int N, int K, i64 ldc, float alpha) {
@@ -124,11 +133,8 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-%if P.RASTER == "m" then
-        const int tm = t % tiles_m, tn = t / tiles_m;
-%else
-        const int tn = t % tiles_n, tm = t / tiles_n;
-%end
+        int tm, tn;
+        tile_of(t, tiles_m, tiles_n, &tm, &tn);
         for (int kb = 0; kb < kblocks; kb++) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
@@ -143,11 +149,8 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     float d[BN / 2];
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-%if P.RASTER == "m" then
-      const int tm = t % tiles_m, tn = t / tiles_m;
-%else
-      const int tn = t % tiles_n, tm = t / tiles_n;
-%end
+      int tm, tn;
+      tile_of(t, tiles_m, tiles_n, &tm, &tn);
       int prev = -1;
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
