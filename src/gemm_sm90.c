@@ -27,6 +27,17 @@ int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_va
   return 1;
 }
 
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
+                       const kspec *out[3]) {
+  out[0] = &g->rows, out[1] = &g->helpers;
+  const int mode = jgemm_mode();
+  jgemm_variant v;
+  if (mode <= 0 || !jgemm_applies(pb, arch, g->logit, &v)) return mode < 0 ? -1 : 2;
+  *gemm = jgemm_spec(&v);
+  out[2] = gemm;
+  return 3;
+}
+
 int jgemm_variants(jgemm_variant *out, int cap) {
   static const char *const ins[] = {"bf16", "f16"}, *const outs[] = {"f32", "bf16", "f16"};
   /* the default tile and the few shapes a tuner would try around it */

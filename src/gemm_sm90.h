@@ -35,6 +35,13 @@ int jgemm_mode(void);
  * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
 int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_variant *v);
 
+/* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers,
+ * and under KLJIT_GEMM=jit where it applies the logits GEMM (its spec written to *gemm).
+ * Returns the count (2 or 3) into out; -1 for a bad KLJIT_GEMM (message set). What precompile
+ * and precompile from wisdom build. */
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
+                       const kspec *out[3]);
+
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);

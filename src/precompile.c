@@ -33,14 +33,10 @@ kljit_status kljit_precompile_v2(const kljit_problem *problem, int arch, const c
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
-  /* the generated logits GEMM too where plans would load it (KLJIT_GEMM=jit, sm_90) */
-  jgemm_variant gv;
-  const int mode = st == KLJIT_SUCCESS ? jgemm_mode() : 0;
-  if (mode < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
-  const kspec gemm =
-      mode > 0 && jgemm_applies(problem, arch, g.logit, &gv) ? jgemm_spec(&gv) : g.rows;
-  const kspec *specs[] = {&g.rows, &g.helpers, &gemm};
-  const int count = mode > 0 && gemm.family == KSPEC_GEMM_SM90 ? 3 : 2;
+  kspec gemm;
+  const kspec *specs[3];
+  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, &gemm, specs) : 0;
+  if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     kljit_module_report r;
     memset(&r, 0, sizeof r);

@@ -1,6 +1,6 @@
 kljit_test_exe(unit_precompile unit_precompile.c)
 foreach(case plans_use_precompiled_read_only_cache_and_compile_nothing
-        precompile_rejects_bad_arguments)
+        precompile_rejects_bad_arguments precompile_covers_the_generated_gemm_under_kljit_gemm_jit)
   kljit_test(NAME unit.precompile.${case} EXE unit_precompile CASE ${case} LABELS unit)
 endforeach()
 
