@@ -366,7 +366,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
 
 int main(int argc, char **argv) {
   const char *shapes = "4096x128256x4096,8192x128256x4096,8192x32000x2048";
-  const char *variants = "256.2.4.m,256.2.3.m,128.2.6.m,192.2.4.m,256.2.4.n";
+  const char *variants = "256.2.4.m,256.2.4.g,128.2.6.g,192.2.4.g,256.2.3.m,256.2.4.n";
   int small = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];

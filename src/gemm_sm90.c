@@ -48,10 +48,10 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (int o = 0; o < 3; o++)
       for (int beta = 0; beta < 2; beta++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-          for (int r = 0; r < 2 && n < cap; r++) {
+          for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {ins[i], outs[o], beta, shapes[s][0], shapes[s][1], shapes[s][2],
-                               r ? 'n' : 'm'};
+                               "mng"[r]};
             out[n++] = v;
           }
   return n;

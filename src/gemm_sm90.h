@@ -20,7 +20,7 @@ typedef struct jgemm_variant {
   int bn;           /* tile columns: 64, 128, 192, 256 */
   int consumers;    /* multiplying warpgroups (tile rows 64 x consumers) */
   int stages;       /* shared-memory ring depth */
-  char raster;      /* 'm' | 'n': the tile index that runs fastest */
+  char raster;      /* 'm' | 'n' | 'g': the tile order (templates/gemm_sm90.cu.lua) */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest

@@ -51,7 +51,8 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   out[n++] = pi("BN", k->gemm_bn);
   out[n++] = pi("CONSUMERS", k->gemm_consumers);
   out[n++] = pi("STAGES", k->gemm_stages);
-  out[n++] = ps("RASTER", k->gemm_raster == 'm' ? "m" : k->gemm_raster == 'n' ? "n" : "?");
+  const char r = k->gemm_raster;
+  out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
   out[n++] = pi("CLUSTER", 1);
   return n;
 }

@@ -13,9 +13,12 @@
 %--   BN        64 | 128 | 192 | 256: tile columns (the wgmma N)
 %--   CONSUMERS 1 | 2: multiplying warpgroups; the tile has 64 CONSUMERS rows (BM)
 %--   STAGES    2..8: shared-memory ring depth, (BM + BN) x 64 x 2 bytes per stage, <= 227 KB
-%--   RASTER    m | n: which tile index runs fastest in the persistent schedule. m: the BM-row
-%--             tiles of one BN-column panel are consecutive, so concurrently running CTAs share
-%--             the panel of B (W, the large operand) and A stays in L2.
+%--   RASTER    m | n | g: the order of the persistent schedule's tiles. m: the BM-row tiles
+%--             of one BN-column panel are consecutive, so concurrently running CTAs share the
+%--             panel of B (W, the large operand); n: the reverse; g: groups of 16 row tiles,
+%--             column panels in order inside a group (a wave of CTAs then touches 16 row tiles
+%--             and about grid/16 panels: both operands' share of a wave stays in L2 when A
+%--             alone would not, e.g. 8192 chunk rows = 64 MiB of X).
 %--   CLUSTER   1 (thread-block clusters with TMA multicast are not implemented)
 %--
 %-- Launch: 128 (1 + CONSUMERS) threads, __launch_bounds__(..., 1); grid = min(tiles, SMs)
@@ -45,7 +48,7 @@
 %if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
 %if not one_of(P.CONSUMERS, { 1, 2 }) then reject("CONSUMERS must be 1 or 2") end
-%if not one_of(P.RASTER, { "m", "n" }) then reject("RASTER must be m or n") end
+%if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if P.CLUSTER ~= 1 then reject("CLUSTER must be 1") end
 %local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
 %local STAGE_BYTES = (BM + BN) * BK * 2
@@ -98,8 +101,14 @@ __device__ __forceinline__ void store_pair(out_t* __restrict__ C, i64 ldc, int r
 __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm, int* tn) {
 %if P.RASTER == "m" then
   *tm = t % tiles_m, *tn = t / tiles_m;
-%else
+%elseif P.RASTER == "n" then
   *tn = t % tiles_n, *tm = t / tiles_n;
+%else
+  /* group = 16 row tiles (fewer in the last group) x every column tile; row fastest inside */
+  const int group = t / (16 * tiles_n), first = 16 * group;
+  const int rows = tiles_m - first < 16 ? tiles_m - first : 16;
+  const int in_group = t - first * tiles_n;
+  *tm = first + in_group % rows, *tn = in_group / rows;
 %end
 }
 
