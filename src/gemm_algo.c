@@ -12,10 +12,28 @@ static const char *const KINDS[] = {"logits", "dx", "dw"}; /* by gemm_kind */
 
 void gemm_algo_text(const prob_gemm_choice *c, char out[GEMM_ALGO_TEXT_MAX]) {
   const char *kind = c->kind >= 0 && c->kind < 3 ? KINDS[c->kind] : "?";
-  int at = snprintf(out, GEMM_ALGO_TEXT_MAX, "%s:%lld:%s:lt%" PRIu64 ":", kind, (long long)c->n,
-                    c->beta_zero ? "b0" : "b1", c->lt_version);
+  int at = snprintf(out, GEMM_ALGO_TEXT_MAX, "%s:%lld:%s:", kind, (long long)c->n,
+                    c->beta_zero ? "b0" : "b1");
+  if (c->jit) {
+    snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "jit:%d.%d.%d.%c", c->bn, c->consumers,
+             c->stages, c->raster);
+    return;
+  }
+  at += snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "lt%" PRIu64 ":", c->lt_version);
   for (int i = 0; i < PROB_GEMM_ALGO_WORDS && at > 0 && at < GEMM_ALGO_TEXT_MAX; i++)
     at += snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "%016" PRIx64, c->algo[i]);
+}
+
+/* "jit:BN.CONSUMERS.STAGES.RASTER" (the template validates the values when it renders). */
+static int parse_jit(const char *s, prob_gemm_choice *c) {
+  int bn = 0, cons = 0, stages = 0, used = 0;
+  char r = 0;
+  if (sscanf(s, "jit:%d.%d.%d.%c%n", &bn, &cons, &stages, &r, &used) != 4 || s[used]) return -1;
+  if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
+  if (r != 'm' && r != 'n' && r != 'g') return -1;
+  c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r;
+  c->used = 1;
+  return 0;
 }
 
 static int hex_word(const char *s, uint64_t *out) {
@@ -47,6 +65,7 @@ int gemm_algo_parse(const char *text, prob_gemm_choice *c) {
   c->n = n, s = end + 1;
   if (strncmp(s, "b0:", 3) && strncmp(s, "b1:", 3)) return -1;
   c->beta_zero = s[1] == '0', s += 3;
+  if (!strncmp(s, "jit:", 4)) return c->kind == 0 ? parse_jit(s, c) : -1; /* logits only */
   if (strncmp(s, "lt", 2) || s[2] < '1' || s[2] > '9') return -1;
   c->lt_version = strtoull(s + 2, &end, 10);
   if (*end != ':') return -1;
@@ -78,7 +97,7 @@ int gemm_algo_load(struct gemm_cache *cache, const prob_tuning *t, int *stale) {
   int put = 0, refused = 0;
   for (int i = 0; i < PROB_GEMM_CHOICES; i++) {
     const prob_gemm_choice *c = &t->gemm[i];
-    if (!c->used) continue;
+    if (!c->used || c->jit) continue; /* a generated GEMM is the plan's to load */
     if (c->lt_version != running) {
       refused++;
       continue;
@@ -90,4 +109,10 @@ int gemm_algo_load(struct gemm_cache *cache, const prob_tuning *t, int *stale) {
   }
   if (stale) *stale = refused;
   return put;
+}
+
+const prob_gemm_choice *gemm_algo_jit_logits(const prob_tuning *t) {
+  for (int i = 0; i < PROB_GEMM_CHOICES; i++)
+    if (t->gemm[i].used && t->gemm[i].jit && t->gemm[i].kind == 0) return &t->gemm[i];
+  return NULL;
 }

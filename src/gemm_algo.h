@@ -6,6 +6,7 @@
  * heuristic's algorithm runs, as untuned). Wisdom text of one choice (docs/wisdom.md):
  *
  *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:lt<version>:<8 x 16 hex digits>
+ *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>   (a generated variant)
  */
 #ifndef KLJIT_GEMM_ALGO_H
 #define KLJIT_GEMM_ALGO_H
@@ -23,7 +24,10 @@ int gemm_algo_parse(const char *text, prob_gemm_choice *c);
 /* Adds a choice to a tuning, replacing one of the same GEMM; -1 when all slots hold others. */
 int gemm_algo_add(prob_tuning *t, const prob_gemm_choice *c);
 
-/* Puts the choices of `t` whose cuBLASLt version is the running one into a plan's memo; returns
+/* The tuning's generated-GEMM choice for the logits GEMM, or NULL. */
+const prob_gemm_choice *gemm_algo_jit_logits(const prob_tuning *t);
+
+/* Puts the cuBLASLt choices of `t` whose version is the running one into a plan's memo; returns
  * how many it put, and in *stale how many it refused for their version (may be NULL). */
 struct gemm_cache;
 int gemm_algo_load(struct gemm_cache *cache, const prob_tuning *t, int *stale);

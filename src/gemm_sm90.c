@@ -2,6 +2,8 @@
  * (see gemm_sm90.h and templates/gemm_sm90.cu.lua). */
 #include "gemm_sm90.h"
 
+#include "gemm_algo.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,9 @@ jgemm_variant jgemm_default(const char *in, const char *out, int beta) {
 
 int jgemm_mode(void) {
   const char *e = getenv("KLJIT_GEMM");
-  if (!e || !*e || !strcmp(e, "cublas")) return 0;
-  if (!strcmp(e, "jit")) return 1;
+  if (!e || !*e) return JGEMM_DEFAULT;
+  if (!strcmp(e, "cublas")) return JGEMM_CUBLAS;
+  if (!strcmp(e, "jit")) return JGEMM_JIT;
   err_set(KLJIT_ERR_INVALID_ARGUMENT, "KLJIT_GEMM=%s: must be cublas or jit", e);
   return -1;
 }
@@ -27,12 +30,23 @@ int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_va
   return 1;
 }
 
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, const char *logit,
+                 jgemm_variant *v) {
+  const int mode = jgemm_mode();
+  const prob_gemm_choice *c = gemm_algo_jit_logits(t);
+  if (mode < 0) return -1;
+  if (mode == JGEMM_CUBLAS || (!c && mode != JGEMM_JIT) || !jgemm_applies(pb, arch, logit, v))
+    return 0;
+  if (c) v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
+  return 1;
+}
+
 int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
                        const kspec *out[3]) {
   out[0] = &g->rows, out[1] = &g->helpers;
-  const int mode = jgemm_mode();
   jgemm_variant v;
-  if (mode <= 0 || !jgemm_applies(pb, arch, g->logit, &v)) return mode < 0 ? -1 : 2;
+  const int use = jgemm_choose(pb, &g->tune, arch, g->logit, &v);
+  if (use <= 0) return use < 0 ? -1 : 2;
   *gemm = jgemm_spec(&v);
   out[2] = gemm;
   return 3;

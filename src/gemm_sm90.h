@@ -27,16 +27,25 @@ typedef struct jgemm_variant {
  * raster. */
 jgemm_variant jgemm_default(const char *in, const char *out, int beta);
 
-/* KLJIT_GEMM: 0 for cublas (the default, also when unset), 1 for jit, -1 for anything else
- * (KLJIT_ERR_INVALID_ARGUMENT's message set). */
+/* KLJIT_GEMM: unset (DEFAULT: cuBLASLt unless the tuning chose a generated GEMM), cublas
+ * (forced), jit (forced where it applies); -1 for anything else (KLJIT_ERR_INVALID_ARGUMENT's
+ * message set). */
+enum { JGEMM_DEFAULT = 0, JGEMM_JIT = 1, JGEMM_CUBLAS = 2 };
 int jgemm_mode(void);
 
 /* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype tag `logit`
  * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
 int jgemm_applies(const kljit_problem *pb, int arch, const char *logit, jgemm_variant *v);
 
+/* The generated variant a plan's logits GEMM runs, where the family applies: 1 with *v set,
+ * 0 for cuBLASLt, -1 for a bad KLJIT_GEMM (message set). KLJIT_GEMM=cublas: cuBLASLt; else a
+ * generated choice in the tuning (wisdom, the tuner) is taken; else KLJIT_GEMM=jit takes the
+ * default variant. */
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, const char *logit,
+                 jgemm_variant *v);
+
 /* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers,
- * and under KLJIT_GEMM=jit where it applies the logits GEMM (its spec written to *gemm).
+ * and the generated logits GEMM when jgemm_choose takes it (its spec written to *gemm).
  * Returns the count (2 or 3) into out; -1 for a bad KLJIT_GEMM (message set). What precompile
  * and precompile from wisdom build. */
 int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,

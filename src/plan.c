@@ -42,21 +42,24 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
   return KLJIT_SUCCESS;
 }
 
-/* KLJIT_GEMM=jit: the logits GEMM from the generated sm_90a family, where it applies
- * (jgemm_applies); cuBLASLt otherwise and by default (KLJIT_GEMM=cublas). */
-static kljit_status load_gemms(kljit_plan *p, strbuf *desc) {
-  const int mode = jgemm_mode();
-  if (mode <= 0) return mode < 0 ? KLJIT_ERR_INVALID_ARGUMENT : KLJIT_SUCCESS;
-  if (!jgemm_applies(&p->pb, p->ctx->arch, p->geom.logit, &p->gemm_logits))
-    return sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, 16-bit inputs and H "
-                           "a multiple of 8)\n");
+/* The logits GEMM from the generated sm_90a family where jgemm_choose takes it (KLJIT_GEMM=jit,
+ * or a tuned choice); cuBLASLt otherwise. */
+static kljit_status load_gemms(kljit_plan *p, const prob_tuning *t, strbuf *desc) {
+  const int use = jgemm_choose(&p->pb, t, p->ctx->arch, p->geom.logit, &p->gemm_logits);
+  if (use < 0) return KLJIT_ERR_INVALID_ARGUMENT;
+  if (!use)
+    return jgemm_mode() == JGEMM_JIT
+               ? sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, 16-bit inputs "
+                                 "and H a multiple of 8)\n")
+               : KLJIT_SUCCESS;
   const kspec k = jgemm_spec(&p->gemm_logits);
   kljit_status st = load_module(p, &k, &p->mod_gemm, FN_GEMM_LOGITS, FN_COUNT, desc);
   if (st == KLJIT_SUCCESS) st = jgemm_prepare(p->ctx->drv, p->fn[FN_GEMM_LOGITS], &p->gemm_logits);
   if (st == KLJIT_SUCCESS) {
     char what[64];
     jgemm_describe(&p->gemm_logits, what, sizeof what);
-    st = sb_printf(desc, "  GEMMs: logits generated (%s), dX and dW cuBLASLt\n", what);
+    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
+                   jgemm_mode() == JGEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
   }
   return st;
 }
@@ -135,7 +138,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_COUNT, &desc);
-  if (st == KLJIT_SUCCESS) st = load_gemms(p, &desc);
+  if (st == KLJIT_SUCCESS) st = load_gemms(p, &tune, &desc);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
   sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));

@@ -14,9 +14,11 @@ int64_t prob_vocab_total(const kljit_problem *pb);
 int prob_sharded(const kljit_problem *pb);
 
 /* The tunable choices of a plan (what wisdom stores). */
-/* One tuned cuBLASLt algorithm of a plan's chunk loop (gemm_algo.c): the GEMM it serves (a
- * gemm_kind, the rows of the chunk, beta zero or not), the cuBLASLt version that chose it (an
- * algorithm is opaque data, meaningful only to that version) and cublasLtMatmulAlgo_t's words. */
+/* One tuned GEMM of a plan's chunk loop (gemm_algo.c): the GEMM it serves (a gemm_kind, the
+ * rows of the chunk, beta zero or not) and either a cuBLASLt algorithm (the cuBLASLt version
+ * that chose it: an algorithm is opaque data, meaningful only to that version, and
+ * cublasLtMatmulAlgo_t's words) or, jit = 1, a variant of the generated sm_90a family (tile
+ * columns, warpgroups, stages, raster: gemm_sm90.h). */
 enum { PROB_GEMM_CHOICES = 4, PROB_GEMM_ALGO_WORDS = 8 };
 typedef struct prob_gemm_choice {
   int used;
@@ -25,6 +27,8 @@ typedef struct prob_gemm_choice {
   int64_t n;
   uint64_t lt_version;
   uint64_t algo[PROB_GEMM_ALGO_WORDS];
+  int jit, bn, consumers, stages;
+  char raster;
 } prob_gemm_choice;
 
 typedef struct prob_tuning {

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gemm_algo.h"
+#include "jit.h"
 #include "plan.h"
 #include "tune.h"
 
@@ -422,15 +423,33 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
 
 enum { GEMM_CANDIDATES = 8, GEMM_REPS = 5 };
 
-/* Median time of one GEMM with one algorithm (a scratch memo holding only it); *ok = 0 when
- * cuBLASLt refuses to run it. */
-static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMatmulAlgo_t *algo,
-                              gemm_kind kind, int64_t n, float beta, const void *x, const void *y,
-                              void *out, void *lt_ws, size_t lt_size, double *ms, int *ok) {
-  gemm_cache scratch;
-  memset(&scratch, 0, sizeof scratch);
-  pthread_mutex_init(&scratch.lock, NULL);
-  gemm_cache_put(&scratch, kind, n, beta == 0.0f, algo);
+/* One GEMM of the chunk loop as the tuner runs it: a cuBLASLt algorithm (memo: a scratch memo
+ * holding only it) or a generated kernel (fn, variant v; the logits GEMM only). x and y are
+ * gemm_run's operands (logits: W, then the chunk's X). */
+typedef struct gemm_launch {
+  const kljit_plan *plan;
+  gemm_cache *memo;
+  CUfunction fn;
+  const jgemm_variant *v;
+  gemm_kind kind;
+  int64_t n;
+  float beta;
+  const void *x, *y;
+  void *out, *lt_ws;
+  size_t lt_size;
+} gemm_launch;
+
+static kljit_status launch(bench *b, const gemm_launch *g) {
+  if (!g->fn)
+    return gemm_run(b->ctx->lt, g->memo, &g->plan->gtypes, &g->plan->gshape, g->kind, g->n, g->x,
+                    g->y, g->out, 1.0f, g->beta, g->lt_ws, g->lt_size, (void *)b->stream);
+  const int64_t h = b->pb->hidden;
+  const jgemm_args a = {g->y, g->x, g->out, g->n, b->pb->vocab, h, h, h, g->plan->geom.ld, 1.0f};
+  return jgemm_launch(b->d, g->fn, g->v, b->ctx->sm_count, &a, b->stream);
+}
+
+/* Median time of one GEMM launch; *ok = 0 when cuBLASLt refuses to run the algorithm. */
+static kljit_status time_gemm(bench *b, const gemm_launch *g, double *ms, int *ok) {
   *ok = 0;
   float times[GEMM_REPS];
   kljit_status st = KLJIT_SUCCESS;
@@ -439,12 +458,11 @@ static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMa
              "cuMemsetD8Async (L2 flush)");
     if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[0], b->stream), "cuEventRecord");
     if (st == KLJIT_SUCCESS) {
-      st = gemm_run(b->ctx->lt, &scratch, &plan->gtypes, &plan->gshape, kind, n, x, y, out, 1.0f,
-                    beta, lt_ws, lt_size, (void *)b->stream);
+      st = launch(b, g);
       if (st == KLJIT_ERR_CUBLAS && r < 0) { /* this algorithm does not run here: skip it */
         util_log("tune: a cuBLASLt candidate refused: %s", kljit_last_error());
         err_clear();
-        break;
+        return KLJIT_SUCCESS;
       }
     }
     if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[1], b->stream), "cuEventRecord");
@@ -454,7 +472,6 @@ static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMa
       st = DRV(b, cuEventElapsedTime(&t, b->ev[0], b->ev[1]), "cuEventElapsedTime");
     if (st == KLJIT_SUCCESS && r >= 0) times[r] = t, *ok = r + 1 == GEMM_REPS;
   }
-  pthread_mutex_destroy(&scratch.lock);
   if (st != KLJIT_SUCCESS || !*ok) return st;
   qsort(times, GEMM_REPS, sizeof times[0], cmp_float);
   *ms = times[GEMM_REPS / 2];
@@ -465,32 +482,154 @@ static kljit_status time_gemm(bench *b, const kljit_plan *plan, const cublasLtMa
  * the winner to *t when it beats the heuristic's own first choice by 1% (as the row search). */
 static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, int64_t n,
                               float beta, const void *x, const void *y, void *out, void *lt_ws,
-                              size_t lt_size, prob_tuning *t) {
+                              size_t lt_size, prob_tuning *t, double *best_out) {
   static const char *const names[] = {"logits", "dX", "dW"};
   cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
   int count = 0, best = -1;
   kljit_status st = gemm_candidates(b->ctx->lt, &plan->gtypes, &plan->gshape, kind, n, lt_size,
                                     cand, GEMM_CANDIDATES, &count);
   double best_ms = 0, heur_ms = 0;
+  gemm_cache scratch;
+  memset(&scratch, 0, sizeof scratch);
+  pthread_mutex_init(&scratch.lock, NULL);
+  const gemm_launch g = {plan, &scratch, NULL, NULL, kind, n, beta, x, y, out, lt_ws, lt_size};
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     double ms = 0;
     int ok = 0;
-    st = time_gemm(b, plan, &cand[i], kind, n, beta, x, y, out, lt_ws, lt_size, &ms, &ok);
+    gemm_cache_put(&scratch, kind, n, beta == 0.0f, &cand[i]);
+    st = time_gemm(b, &g, &ms, &ok);
     if (st != KLJIT_SUCCESS || !ok) continue;
     util_log("tune: %s GEMM (%lld rows, beta %g) cuBLASLt candidate %d: %.3f ms", names[kind],
              (long long)n, beta, i, ms);
     if (i == 0) heur_ms = ms;
     if (best < 0 || ms < 0.99 * best_ms) best = i, best_ms = ms;
   }
+  pthread_mutex_destroy(&scratch.lock);
   if (st != KLJIT_SUCCESS) return st;
   util_log("tune: %s GEMM (%lld rows, beta %g): candidate %d of %d, %.3f ms (heuristic %.3f ms)",
            names[kind], (long long)n, beta, best, count, best_ms, heur_ms);
+  *best_out = best >= 0 ? best_ms : 0;
   if (best <= 0) return KLJIT_SUCCESS; /* the heuristic's choice is what runs untuned anyway */
   prob_gemm_choice c;
   memset(&c, 0, sizeof c);
   c.used = 1, c.kind = (int)kind, c.n = n, c.beta_zero = beta == 0.0f;
   c.lt_version = (uint64_t)cublasLtGetVersion();
   memcpy(c.algo, cand[best].data, sizeof c.algo);
+  gemm_algo_add(t, &c);
+  return KLJIT_SUCCESS;
+}
+
+/* ---- the generated logits GEMM (KLJIT_GEMM=jit) ---- */
+
+static float f32_of_16(uint16_t h, int bf16) {
+  uint32_t u;
+  if (bf16) {
+    u = (uint32_t)h << 16;
+  } else { /* fp16: sign, 5-bit exponent, 10-bit mantissa */
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31u, m = h & 1023u;
+    if (e == 31) u = sign | 0x7f800000u | m << 13;
+    else if (e) u = sign | (e + 112) << 23 | m << 13;
+    else { /* zero or subnormal: m 2^-24 */
+      const float f = (float)m * 0x1p-24f;
+      memcpy(&u, &f, 4);
+      u |= sign;
+    }
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* The first and last rows of a chunk's logits as floats (n_rows x ld each end). */
+static kljit_status sample_rows(bench *b, const kljit_plan *plan, const void *z, int64_t n,
+                                float *out, int64_t rows) {
+  const int64_t ld = plan->geom.ld;
+  const int f32 = plan->gtypes.logits == CUDA_R_32F, bf16 = plan->pb.input_dtype == KLJIT_BF16;
+  const size_t es = f32 ? 4 : 2, per = (size_t)(rows * ld);
+  unsigned char *h = malloc(2 * per * es);
+  if (!h) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  const CUdeviceptr d = (CUdeviceptr)(uintptr_t)z;
+  kljit_status st = DRV(b, cuMemcpyDtoHAsync(h, d, per * es, b->stream), "cuMemcpyDtoHAsync");
+  if (st == KLJIT_SUCCESS)
+    st = DRV(b, cuMemcpyDtoHAsync(h + per * es, d + (size_t)(n - rows) * (size_t)ld * es,
+                                  per * es, b->stream), "cuMemcpyDtoHAsync");
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+  for (size_t i = 0; st == KLJIT_SUCCESS && i < 2 * per; i++) {
+    uint16_t v16;
+    if (f32) memcpy(&out[i], h + 4 * i, 4);
+    else memcpy(&v16, h + 2 * i, 2), out[i] = f32_of_16(v16, bf16);
+  }
+  free(h);
+  return st;
+}
+
+/* Each variant of a short list: loaded, its output checked against cuBLASLt's (in z when this
+ * is called) on the chunk's first and last rows, timed; the fastest is kept in *t when it beats
+ * cuBLASLt's best (lt_ms) by 1%, and then the tuning's plans run it (jgemm_choose). */
+static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n, const void *w,
+                                    const void *x, void *z, double lt_ms, prob_tuning *t) {
+  jgemm_variant base;
+  if (jgemm_mode() != JGEMM_JIT || !jgemm_applies(b->pb, b->ctx->arch, plan->geom.logit, &base))
+    return KLJIT_SUCCESS;
+  static const struct { int bn, consumers, stages; char raster; } tries[] = {
+      {256, 2, 4, 'm'}, {256, 2, 4, 'g'}, {128, 2, 6, 'g'}, {192, 2, 4, 'g'}};
+  const int64_t rows = n < 8 ? n : 8, ld = plan->geom.ld;
+  const size_t count = (size_t)(2 * rows * ld);
+  float *ref = malloc(count * sizeof *ref), *got = malloc(count * sizeof *got);
+  kljit_status st = ref && got ? sample_rows(b, plan, z, n, ref, rows)
+                               : err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  const double tol = plan->gtypes.logits == CUDA_R_32F ? 1e-4 : 1e-2; /* rel. Frobenius */
+  double best_ms = lt_ms;
+  int best = -1;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && st == KLJIT_SUCCESS; i++) {
+    jgemm_variant v = base;
+    v.bn = tries[i].bn, v.consumers = tries[i].consumers, v.stages = tries[i].stages;
+    v.raster = tries[i].raster;
+    const kspec k = jgemm_spec(&v);
+    jit_bin bin;
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    st = jit_build(&k, b->ctx->arch, &b->ctx->cache, &bin);
+    if (st != KLJIT_SUCCESS) break;
+    st = DRV(b, cuModuleLoadData(&mod, bin.cubin.data), "cuModuleLoadData (GEMM)");
+    jit_bin_free(&bin);
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuModuleGetFunction(&fn, mod, "kl_gemm"), "kl_gemm");
+    if (st == KLJIT_SUCCESS) st = jgemm_prepare(b->d, fn, &v);
+    const gemm_launch g = {plan, NULL, fn, &v, GEMM_LOGITS, n, 0.0f, w, x, z, NULL, 0};
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuMemsetD8Async((CUdeviceptr)(uintptr_t)z, 0xff,
+                                                         (size_t)(n * ld) * (plan->gtypes.logits ==
+                                                         CUDA_R_32F ? 4 : 2), b->stream),
+                                      "cuMemsetD8Async (poison)");
+    if (st == KLJIT_SUCCESS) st = launch(b, &g);
+    if (st == KLJIT_SUCCESS) st = sample_rows(b, plan, z, n, got, rows);
+    double num = 0, den = 0;
+    for (size_t e = 0; st == KLJIT_SUCCESS && e < count; e++) {
+      if ((int64_t)(e % (size_t)ld) >= b->pb->vocab) continue; /* padding */
+      const double d = (double)got[e] - ref[e];
+      num += d * d, den += (double)ref[e] * ref[e];
+    }
+    const int right = st == KLJIT_SUCCESS && isfinite(num) && num <= tol * tol * den;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    double ms = 0;
+    int ok = 0;
+    if (right) st = time_gemm(b, &g, &ms, &ok);
+    else if (st == KLJIT_SUCCESS)
+      util_log("tune: generated logits GEMM %s disagrees with cuBLASLt (rel %.3g): skipped", what,
+               den > 0 ? sqrt(num / den) : INFINITY);
+    if (mod) b->d->cuModuleUnload(mod);
+    if (st != KLJIT_SUCCESS || !ok) continue;
+    util_log("tune: logits GEMM (%lld rows) generated %s: %.3f ms (cuBLASLt best %.3f ms)",
+             (long long)n, what, ms, lt_ms);
+    if (ms < 0.99 * best_ms) best = (int)i, best_ms = ms;
+  }
+  free(ref), free(got);
+  if (st != KLJIT_SUCCESS || best < 0) return st;
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  c.used = 1, c.kind = GEMM_LOGITS, c.n = n, c.beta_zero = 1, c.jit = 1;
+  c.bn = tries[best].bn, c.consumers = tries[best].consumers, c.stages = tries[best].stages;
+  c.raster = tries[best].raster;
   gemm_algo_add(t, &c);
   return KLJIT_SUCCESS;
 }
@@ -513,15 +652,21 @@ static kljit_status tune_gemms(bench *b, prob_tuning *t) {
   const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
   void *dw = plan->geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
   const int64_t r = t->chunk_rows, n = b->rows < r ? b->rows : r;
-  if (st == KLJIT_SUCCESS)
-    st = tune_gemm(b, plan, GEMM_LOGITS, n, 0.0f, wt, x, ws + w.z, ws + w.lt, w.lt_size, t);
+  double lt_ms = 0, unused;
+  /* dX and dW first: the logits GEMM's output (a cuBLASLt candidate's) is then the reference
+   * the generated kernels are checked against, and G holds its values for the others */
   if (st == KLJIT_SUCCESS)
     st = tune_gemm(b, plan, GEMM_DX, n, 0.0f, wt, ws + w.g, (void *)(uintptr_t)b->dx, ws + w.lt,
-                   w.lt_size, t);
+                   w.lt_size, t, &unused);
   if (st == KLJIT_SUCCESS)
-    st = tune_gemm(b, plan, GEMM_DW, n, 0.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t);
+    st = tune_gemm(b, plan, GEMM_DW, n, 0.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t, &unused);
   if (st == KLJIT_SUCCESS && b->rows > r)
-    st = tune_gemm(b, plan, GEMM_DW, n, 1.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t);
+    st = tune_gemm(b, plan, GEMM_DW, n, 1.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t, &unused);
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_LOGITS, n, 0.0f, wt, x, ws + w.z, ws + w.lt, w.lt_size, t,
+                   &lt_ms);
+  if (st == KLJIT_SUCCESS && lt_ms > 0)
+    st = tune_jit_logits(b, plan, n, wt, x, ws + w.z, lt_ms, t);
   kljit_plan_destroy(plan);
   return st;
 }

@@ -14,6 +14,7 @@
 
 #include "gemm.h"
 #include "gemm_algo.h"
+#include "gemm_sm90.h"
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
@@ -113,12 +114,13 @@ static int gemm_in(const char *dir) {
   snprintf(algo, sizeof algo, "logits:4096:b0:lt%llu:%016x%016x%096x", lt, 3, 0x17, 0);
   snprintf(foreign, sizeof foreign, "dw:4096:b1:lt%llu:%0128d", lt + 1, 7);
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
-           " gemm=%s gemm=%s\n", H, algo, foreign);
+           " gemm=%s gemm=%s gemm=logits:2048:b0:jit:128.2.6.g\n", H, algo, foreign);
   TH_OK(kljit_wisdom_import_string(text));
   char *out = export();
   TH_CHECK(out);
   printf("%s", out);
   TH_CHECK(strstr(out, algo) && strstr(out, foreign));
+  TH_CHECK(strstr(out, " gemm=logits:2048:b0:jit:128.2.6.g"));
   kljit_problem pb = dense_problem();
   wisdom_entry e;
   wisdom_problem_key(&pb, e.problem);
@@ -135,12 +137,36 @@ static int gemm_in(const char *dir) {
   TH_CHECK(cache.slots[0].used && cache.slots[0].kind == GEMM_LOGITS && cache.slots[0].n == 4096);
   TH_CHECK(cache.slots[0].algo.data[1] == 0x17 && !cache.slots[1].used);
   pthread_mutex_destroy(&cache.lock);
+  /* the generated choice: what plans run unless KLJIT_GEMM=cublas, on sm_90 only */
+  jgemm_variant v;
+  unsetenv("KLJIT_GEMM");
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, "f32", &v) == 1);
+  TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g');
+  TH_CHECK(!strcmp(v.in, "bf16") && !strcmp(v.out, "f32") && !v.beta);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 80, "f32", &v) == 0);
+  setenv("KLJIT_GEMM", "cublas", 1);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, "f32", &v) == 0);
+  setenv("KLJIT_GEMM", "jit", 1);
+  prob_tuning plain;
+  memset(&plain, 0, sizeof plain);
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, "bf16", &v) == 1 && v.bn == 256 && v.raster == 'm');
+  TH_CHECK(!strcmp(v.out, "bf16"));
+  unsetenv("KLJIT_GEMM");
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, "f32", &v) == 0); /* untuned, default: cuBLASLt */
   kljit_free(out);
   /* a malformed algorithm rejects the text whole, as any bad field */
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
            " gemm=logits:4096:b0:lt%llu:12345\n", H, lt);
   TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
+  /* a generated choice for another GEMM than the logits one, or a malformed variant */
+  const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.3.4.m",
+                             "logits:4096:b0:jit:256.2.4.q", "logits:4096:b0:jit:256.2.4.m.x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+             " gemm=%s\n", H, bad[i]);
+    TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+  }
   return TH_PASS;
 }
 static int tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused(void) {
