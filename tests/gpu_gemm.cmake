@@ -8,3 +8,13 @@ foreach(case
     every_tile_shape_matches_fp64)
   kljit_test(NAME gpu.gemm.${case} EXE gpu_gemm CASE ${case} LABELS gpu TIMEOUT 900)
 endforeach()
+
+# The dense GPU cases again with the generated logits GEMM forced (KLJIT_GEMM=jit: sm_90 with
+# 16-bit inputs; other cases and GPUs take cuBLASLt as usual), against the same fp64 reference.
+foreach(case every_form_dtype_temperature_reduction_and_mode vocab_sizes_with_ragged_tails
+        rows_not_a_multiple_of_the_chunk a_single_row native_logits_and_accumulated_grad_weight)
+  kljit_test(NAME gpu.gemm.dense_${case}_with_the_generated_logits_gemm EXE gpu_dense
+             CASE ${case} LABELS gpu TIMEOUT 900)
+  set_property(TEST gpu.gemm.dense_${case}_with_the_generated_logits_gemm APPEND PROPERTY
+               ENVIRONMENT "KLJIT_GEMM=jit")
+endforeach()
