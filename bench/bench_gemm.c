@@ -366,7 +366,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
 
 int main(int argc, char **argv) {
   const char *shapes = "4096x128256x4096,8192x128256x4096,8192x32000x2048";
-  const char *variants = "256.2.4.m,256.2.4.g,128.2.6.g,192.2.4.g,256.2.3.m,256.2.4.n";
+  const char *variants = "256.2.4.m,256.2.4.g,128.2.6.g,256.2.4.g.2,256.2.4.m.2,256.2.4.n";
   int small = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
@@ -375,8 +375,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-small")) small = 0;
     else if (!strcmp(argv[i], "--no-time")) do_time = 0;
     else {
-      fprintf(stderr, "usage: %s [--shapes MxNxK,...] [--variants BN.CONSUMERS.STAGES.RASTER,...] "
-              "[--repeats R] [--no-small] [--no-time]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
+              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER],...] [--repeats R] [--no-small] "
+              "[--no-time]\n", argv[0]);
       return 2;
     }
   }
@@ -403,10 +404,10 @@ int main(int argc, char **argv) {
   int nj = 0;
   char *vl = strdup(variants);
   for (char *t = strtok(vl, ","); t && nj < MAX_V; t = strtok(NULL, ",")) {
-    int bn = 0, cons = 0, st = 0;
+    int bn = 0, cons = 0, st = 0, cl = 1;
     char r = 'm';
-    if (sscanf(t, "%d.%d.%d.%c", &bn, &cons, &st, &r) != 4) return 2;
-    jgemm_variant v = {"bf16", "f32", 0, bn, cons, st, r};
+    if (sscanf(t, "%d.%d.%d.%c.%d", &bn, &cons, &st, &r, &cl) < 4) return 2;
+    jgemm_variant v = {"bf16", "f32", 0, bn, cons, st, r, cl};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = "bf16";

@@ -6,7 +6,7 @@
  * heuristic's algorithm runs, as untuned). Wisdom text of one choice (docs/wisdom.md):
  *
  *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:lt<version>:<8 x 16 hex digits>
- *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>   (a generated variant)
+ *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>.<CLUSTER>   (generated)
  */
 #ifndef KLJIT_GEMM_ALGO_H
 #define KLJIT_GEMM_ALGO_H

@@ -10,7 +10,7 @@
 
 
 jgemm_variant jgemm_default(const char *in, const char *out, int beta) {
-  jgemm_variant v = {in, out, beta, 256, 2, 4, 'm'};
+  jgemm_variant v = {in, out, beta, 256, 2, 4, 'm', 1};
   return v;
 }
 
@@ -37,7 +37,10 @@ int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, const 
   if (mode < 0) return -1;
   if (mode == JGEMM_CUBLAS || (!c && mode != JGEMM_JIT) || !jgemm_applies(pb, arch, logit, v))
     return 0;
-  if (c) v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
+  if (c) {
+    v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
+    v->cluster = c->cluster;
+  }
   return 1;
 }
 
@@ -55,8 +58,8 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
 int jgemm_variants(jgemm_variant *out, int cap) {
   static const char *const ins[] = {"bf16", "f16"}, *const outs[] = {"f32", "bf16", "f16"};
   /* the default tile and the few shapes a tuner would try around it */
-  static const int shapes[][3] = {{256, 2, 4}, {256, 2, 3}, {128, 2, 6}, {192, 2, 4},
-                                  {256, 1, 5}, {128, 1, 8}};
+  static const int shapes[][4] = {{256, 2, 4, 1}, {256, 2, 3, 1}, {128, 2, 6, 1}, {192, 2, 4, 1},
+                                  {256, 1, 5, 1}, {128, 1, 8, 1}, {256, 2, 4, 2}, {128, 2, 6, 2}};
   int n = 0;
   for (int i = 0; i < 2; i++)
     for (int o = 0; o < 3; o++)
@@ -65,15 +68,15 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {ins[i], outs[o], beta, shapes[s][0], shapes[s][1], shapes[s][2],
-                               "mng"[r]};
+                               "mng"[r], shapes[s][3]};
             out[n++] = v;
           }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c", v->in, v->out, v->beta, 64 * v->consumers, v->bn,
-           v->stages, v->raster);
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s", v->in, v->out, v->beta, 64 * v->consumers,
+           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "");
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -82,7 +85,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.family = KSPEC_GEMM_SM90;
   k.tdt = v->in, k.out = v->out;
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
-  k.gemm_stages = v->stages, k.gemm_raster = v->raster;
+  k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
   return k;
 }
 
@@ -139,12 +142,15 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
   const int f16 = strcmp(v->in, "f16") == 0;
   CUtensorMap ma, mb;
   kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
-  if (st == KLJIT_SUCCESS) st = tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn, f16);
+  const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
+  if (st == KLJIT_SUCCESS) st = tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
   if (st != KLJIT_SUCCESS) return st;
   const int64_t bm = 64 * v->consumers;
-  const int64_t tiles = (a->m + bm - 1) / bm * ((a->n + v->bn - 1) / v->bn);
-  if (tiles > INT32_MAX) return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
-  const unsigned grid = (unsigned)(tiles < sms ? tiles : sms);
+  const int64_t groups = ((a->m + bm - 1) / bm + cl - 1) / cl; /* cluster tiles: cl row tiles */
+  const int64_t tiles = groups * ((a->n + v->bn - 1) / v->bn), most = sms / cl;
+  if (tiles * cl > INT32_MAX)
+    return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
+  const unsigned grid = (unsigned)(cl * (tiles < most ? tiles : most));
   int m = (int)a->m, n = (int)a->n, k = (int)a->k;
   long long ldc = a->ldc;
   float alpha = a->alpha;

@@ -21,6 +21,7 @@ typedef struct jgemm_variant {
   int consumers;    /* multiplying warpgroups (tile rows 64 x consumers) */
   int stages;       /* shared-memory ring depth */
   char raster;      /* 'm' | 'n' | 'g': the tile order (templates/gemm_sm90.cu.lua) */
+  int cluster;      /* 1 | 2: CTAs per cluster sharing (multicasting) the B tile */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -55,7 +56,7 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
-/* "bf16>f32 b0 128x256 s4 m" */
+/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */

@@ -18,7 +18,7 @@ int prob_sharded(const kljit_problem *pb);
  * rows of the chunk, beta zero or not) and either a cuBLASLt algorithm (the cuBLASLt version
  * that chose it: an algorithm is opaque data, meaningful only to that version, and
  * cublasLtMatmulAlgo_t's words) or, jit = 1, a variant of the generated sm_90a family (tile
- * columns, warpgroups, stages, raster: gemm_sm90.h). */
+ * columns, warpgroups, stages, raster, cluster: gemm_sm90.h). */
 enum { PROB_GEMM_CHOICES = 4, PROB_GEMM_ALGO_WORDS = 8 };
 typedef struct prob_gemm_choice {
   int used;
@@ -27,7 +27,7 @@ typedef struct prob_gemm_choice {
   int64_t n;
   uint64_t lt_version;
   uint64_t algo[PROB_GEMM_ALGO_WORDS];
-  int jit, bn, consumers, stages;
+  int jit, bn, consumers, stages, cluster;
   char raster;
 } prob_gemm_choice;
 

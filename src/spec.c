@@ -53,7 +53,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   out[n++] = pi("STAGES", k->gemm_stages);
   const char r = k->gemm_raster;
   out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
-  out[n++] = pi("CLUSTER", 1);
+  out[n++] = pi("CLUSTER", k->gemm_cluster);
   return n;
 }
 

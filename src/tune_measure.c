@@ -571,8 +571,9 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   jgemm_variant base;
   if (jgemm_mode() != JGEMM_JIT || !jgemm_applies(b->pb, b->ctx->arch, plan->geom.logit, &base))
     return KLJIT_SUCCESS;
-  static const struct { int bn, consumers, stages; char raster; } tries[] = {
-      {256, 2, 4, 'm'}, {256, 2, 4, 'g'}, {128, 2, 6, 'g'}, {192, 2, 4, 'g'}};
+  static const struct { int bn, consumers, stages; char raster; int cluster; } tries[] = {
+      {256, 2, 4, 'm', 1}, {256, 2, 4, 'g', 1}, {128, 2, 6, 'g', 1}, {256, 2, 4, 'g', 2},
+      {256, 2, 4, 'm', 2}};
   const int64_t rows = n < 8 ? n : 8, ld = plan->geom.ld;
   const size_t count = (size_t)(2 * rows * ld);
   float *ref = malloc(count * sizeof *ref), *got = malloc(count * sizeof *got);
@@ -584,7 +585,7 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   for (size_t i = 0; i < sizeof tries / sizeof tries[0] && st == KLJIT_SUCCESS; i++) {
     jgemm_variant v = base;
     v.bn = tries[i].bn, v.consumers = tries[i].consumers, v.stages = tries[i].stages;
-    v.raster = tries[i].raster;
+    v.raster = tries[i].raster, v.cluster = tries[i].cluster;
     const kspec k = jgemm_spec(&v);
     jit_bin bin;
     CUmodule mod = NULL;
@@ -629,7 +630,7 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   memset(&c, 0, sizeof c);
   c.used = 1, c.kind = GEMM_LOGITS, c.n = n, c.beta_zero = 1, c.jit = 1;
   c.bn = tries[best].bn, c.consumers = tries[best].consumers, c.stages = tries[best].stages;
-  c.raster = tries[best].raster;
+  c.raster = tries[best].raster, c.cluster = tries[best].cluster;
   gemm_algo_add(t, &c);
   return KLJIT_SUCCESS;
 }

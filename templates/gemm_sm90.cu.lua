@@ -19,12 +19,16 @@
 %--             column panels in order inside a group (a wave of CTAs then touches 16 row tiles
 %--             and about grid/16 panels: both operands' share of a wave stays in L2 when A
 %--             alone would not, e.g. 8192 chunk rows = 64 MiB of X).
-%--   CLUSTER   1 (thread-block clusters with TMA multicast are not implemented)
+%--   CLUSTER   1 | 2: CTAs per cluster. With 2, the cluster's CTAs take row tiles 2 g and 2 g + 1
+%--             of one column panel; each loads its own A tile and half of the shared B tile,
+%--             multicast to both (half the L2 reads of B, the large operand); a stage is freed
+%--             when the consumers of both CTAs have released it.
 %--
-%-- Launch: 128 (1 + CONSUMERS) threads, __launch_bounds__(..., 1); grid = min(tiles, SMs)
-%-- (persistent: CTA b takes tiles b, b + grid, ...); dynamic shared memory gemm_smem_bytes
+%-- Launch: 128 (1 + CONSUMERS) threads, __launch_bounds__(..., 1); grid = CLUSTER x min(tiles
+%-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
+%-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
 %-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
-%-- (dims {K, M}, box {64, BM}) and B (dims {K, N}, box {64, BN}), 16-bit elements, 128-byte
+%-- (dims {K, M}, box {64, BM}) and B (dims {K, N}, box {64, BN / CLUSTER}), 16-bit, 128-byte
 %-- swizzle, zero fill out of bounds; C, M, N, K, ldc (elements), alpha.
 %--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
@@ -49,7 +53,8 @@
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
 %if not one_of(P.CONSUMERS, { 1, 2 }) then reject("CONSUMERS must be 1 or 2") end
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
-%if P.CLUSTER ~= 1 then reject("CLUSTER must be 1") end
+%if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
+%local CL = P.CLUSTER
 %local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
 %local STAGE_BYTES = (BM + BN) * BK * 2
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
@@ -112,7 +117,19 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 %end
 }
 
-extern "C" __global__ void __launch_bounds__({{ THREADS }}, 1)
+/* A consumed stage back to its producers: every consumer thread (CLUSTER 1), or each warp once on
+ * the barrier of both CTAs of the cluster (CLUSTER 2: both producers write into this stage). */
+__device__ __forceinline__ void release_stage(u64* bar, int lane) {
+%if CL == 1 then
+  (void)lane;
+  mbar_arrive(bar);
+%else
+  __syncwarp();
+  if (lane == 0) mbar_arrive_cluster(bar, 0), mbar_arrive_cluster(bar, 1);
+%end
+}
+
+extern "C" __global__ void {{ CL == 2 and "__cluster_dims__(2, 1, 1) " or "" }}__launch_bounds__({{ THREADS }}, 1)
 kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap map_b,
         out_t* __restrict__ C, int M, int N, int K, i64 ldc, float alpha) {
   __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
@@ -123,17 +140,25 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
   unsigned char* tiles_b = smem + STAGES * BM * BK * 2;  /* STAGES x BN x BK */
 
   const int wg = threadIdx.x / 128;
+  const int rank = {{ CL == 2 and "(int)cluster_rank()" or "0" }};
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], CONSUMERS * 128);
+      mbar_init(&empty[s], {{ CL == 1 and "CONSUMERS * 128" or "2 * CONSUMERS * 4" }});
     }
     mbar_init_fence();
   }
+%if CL == 1 then
   __syncthreads();
+%else
+  cluster_sync();
+%end
 
+  /* cluster tiles: CLUSTER consecutive row tiles of one column panel */
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n, kblocks = (K + BK - 1) / BK;
+  const int groups_m = (tiles_m + {{ CL }} - 1) / {{ CL }}, tiles = groups_m * tiles_n;
+  const int first = blockIdx.x / {{ CL }}, step = gridDim.x / {{ CL }};
+  const int kblocks = (K + BK - 1) / BK;
   int stage = 0;
   u32 phase = 0;
   if (wg == 0) {
@@ -141,14 +166,26 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int tm, tn;
-        tile_of(t, tiles_m, tiles_n, &tm, &tn);
+      for (int t = first; t < tiles; t += step) {
+        int gm, tn;
+        tile_of(t, groups_m, tiles_n, &gm, &tn);
+        const int tm = {{ CL }} * gm + rank;
         for (int kb = 0; kb < kblocks; kb++) {
+%if CL == 1 then
           mbar_wait(&empty[stage], phase ^ 1);
+%else
+          mbar_wait_cluster(&empty[stage], phase ^ 1);
+%end
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
+%if CL == 1 then
           tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
+%else
+          /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
+           * odd last row tile's partner multiplies them and stores nothing) */
+          tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
+                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3);
+%end
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
       }
@@ -157,9 +194,10 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
     regs_claim<{{ CONSUMER_REGS }}>();
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     float d[BN / 2];
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int tm, tn;
-      tile_of(t, tiles_m, tiles_n, &tm, &tn);
+    for (int t = first; t < tiles; t += step) {
+      int gm, tn;
+      tile_of(t, groups_m, tiles_n, &gm, &tn);
+      const int tm = {{ CL }} * gm + rank;
       int prev = -1;
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
@@ -173,12 +211,12 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
         wgmma_commit();
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();
-        if (prev >= 0) mbar_arrive(&empty[prev]);
+        if (prev >= 0) release_stage(&empty[prev], lane);
         prev = stage;
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
       wgmma_wait<0>();
-      if (prev >= 0) mbar_arrive(&empty[prev]);
+      if (prev >= 0) release_stage(&empty[prev], lane);
       const int r0 = tm * BM + c * 64 + warp * 16 + lane / 4, c0 = tn * BN + 2 * (lane % 4);
 #pragma unroll
       for (int i = 0; i < BN / 8; i++) {
@@ -187,4 +225,7 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
       }
     }
   }
+%if CL == 2 then
+  cluster_sync(); /* the peer may still multicast into, or arrive on, this CTA's memory */
+%end
 }

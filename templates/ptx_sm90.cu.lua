@@ -60,6 +60,41 @@ __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
   }
 }
 
+/* PTX ISA "mbarrier.arrive" (.release.cluster on a shared::cluster address) and "mapa": one
+ * arrival on the barrier at the same offset in the shared memory of cluster CTA `rank`. */
+__device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
+  asm volatile("{\n\t.reg .b32 remote;\n\t"
+               "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+               ::"r"(smem_addr(bar)), "r"(rank) : "memory");
+}
+
+/* mbar_wait with acquire at cluster scope: the arrivals came from both CTAs of a cluster. */
+__device__ __forceinline__ void mbar_wait_cluster(u64* bar, u32 parity) {
+  u32 done = 0;
+  while (!done) {
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+
+/* ---- clusters: PTX ISA "Special Registers: %cluster_ctarank" and "barrier.cluster" ---- */
+
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+/* Every thread of every CTA of the cluster: barriers initialized before any remote arrival or
+ * multicast, and no CTA leaving while a peer may still write into its shared memory. */
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 /* ---- TMA: PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor"
  * ---- */
 
@@ -72,6 +107,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const kl_tmap* map, u64* 
                " [%0], [%1, {%3, %4}], [%2];"
                ::"r"(smem_addr(dst)), "l"((u64)map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
                : "memory");
+}
+
+/* The same with .multicast::cluster: the tile lands at dst in every CTA of `mask` (bit r =
+ * cluster rank r), each completing bytes on its own barrier at bar's offset. */
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const kl_tmap* map, u64* bar,
+                                                      int c0, int c1, unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+               ::"r"(smem_addr(dst)), "l"((u64)map), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+               "h"(mask) : "memory");
 }
 
 /* PTX ISA "prefetch, prefetchu" (prefetch.tensormap): the descriptor into the cache before

@@ -69,6 +69,8 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   TH_CHECK(refused(v, "CONSUMERS must be") == TH_PASS);
   v = ok, v.raster = 'x';
   TH_CHECK(refused(v, "RASTER must be") == TH_PASS);
+  v = ok, v.cluster = 4;
+  TH_CHECK(refused(v, "CLUSTER must be 1 or 2") == TH_PASS);
   return TH_PASS;
 }
 

@@ -114,13 +114,13 @@ static int gemm_in(const char *dir) {
   snprintf(algo, sizeof algo, "logits:4096:b0:lt%llu:%016x%016x%096x", lt, 3, 0x17, 0);
   snprintf(foreign, sizeof foreign, "dw:4096:b1:lt%llu:%0128d", lt + 1, 7);
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
-           " gemm=%s gemm=%s gemm=logits:2048:b0:jit:128.2.6.g\n", H, algo, foreign);
+           " gemm=%s gemm=%s gemm=logits:2048:b0:jit:128.2.6.g.2\n", H, algo, foreign);
   TH_OK(kljit_wisdom_import_string(text));
   char *out = export();
   TH_CHECK(out);
   printf("%s", out);
   TH_CHECK(strstr(out, algo) && strstr(out, foreign));
-  TH_CHECK(strstr(out, " gemm=logits:2048:b0:jit:128.2.6.g"));
+  TH_CHECK(strstr(out, " gemm=logits:2048:b0:jit:128.2.6.g.2"));
   kljit_problem pb = dense_problem();
   wisdom_entry e;
   wisdom_problem_key(&pb, e.problem);
@@ -141,7 +141,7 @@ static int gemm_in(const char *dir) {
   jgemm_variant v;
   unsetenv("KLJIT_GEMM");
   TH_CHECK(jgemm_choose(&pb, &e.tune, 90, "f32", &v) == 1);
-  TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g');
+  TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g' && v.cluster == 2);
   TH_CHECK(!strcmp(v.in, "bf16") && !strcmp(v.out, "f32") && !v.beta);
   TH_CHECK(jgemm_choose(&pb, &e.tune, 80, "f32", &v) == 0);
   setenv("KLJIT_GEMM", "cublas", 1);
@@ -160,8 +160,9 @@ static int gemm_in(const char *dir) {
   TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
   /* a generated choice for another GEMM than the logits one, or a malformed variant */
-  const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.3.4.m",
-                             "logits:4096:b0:jit:256.2.4.q", "logits:4096:b0:jit:256.2.4.m.x"};
+  const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
+                             "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
+                             "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
              " gemm=%s\n", H, bad[i]);
