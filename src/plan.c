@@ -137,7 +137,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if ((st = ctx_enter(ctx))) goto fail_desc;
   st = load_module(p, &p->geom.rows, &p->mod_rows, FN_STATS, FN_SETUP, &desc);
   if (st == KLJIT_SUCCESS)
-    st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_COUNT, &desc);
+    st = load_module(p, &p->geom.helpers, &p->mod_helpers, FN_SETUP, FN_GEMM_LOGITS, &desc);
   if (st == KLJIT_SUCCESS) st = load_gemms(p, &tune, &desc);
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
