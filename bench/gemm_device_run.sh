@@ -13,7 +13,8 @@ export KLJIT_CACHE_DIR=/tmp/kljit-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
 cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
   -DLUA_LIBRARY=$DEPS/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
-  cmake --build build -j16 --target ${TARGETS:-bench_gemm kljit_cli bench_loss gpu_dense gpu_api gpu_gemm} \
+  cmake --build build -j16 \
+    --target ${TARGETS:-bench_gemm kljit_cli bench_loss gpu_dense gpu_api gpu_gemm} \
     >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "== build ok"
 if [ "${GTEST:-1}" = 1 ]; then
@@ -35,22 +36,25 @@ if [ "${TUNE:-1}" = 1 ]; then
   grep -E "GEMM \(|won" "$OUT/tune.log" | grep -v "candidate [0-9]:" | head -20
 fi
 if [ "${LOSS:-0}" = 1 ]; then
-  for w in none "$OUT/tuned.wisdom"; do
-    echo "== bench_loss, wisdom $w"
-    KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 --no-twophase \
-      --no-full --repeats 5 2>&1 | tail -4
+  # heuristic cuBLASLt, the tuned wisdom, the generated logits GEMM forced: same process order
+  for run in "none cublas" "$OUT/tuned.wisdom cublas" "none jit"; do
+    set -- $run
+    echo "== bench_loss, wisdom $1, KLJIT_GEMM=$2"
+    KLJIT_WISDOM=$1 KLJIT_GEMM=$2 timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 \
+      --no-twophase --no-full --repeats 5 2>&1 | tail -4
   done
 fi
 if [ "${SUITE:-0}" = 1 ]; then # the GPU tests with the generated logits GEMM forced
-  (cd build && KLJIT_GEMM=jit timeout ${SUITE_TIMEOUT:-150} ctest -R "${SUITE_REGEX:-gpu.dense|gpu.api}" -j8 \
-    --output-on-failure) > "$OUT/suite.log" 2>&1
+  (cd build && KLJIT_GEMM=jit timeout "${SUITE_TIMEOUT:-150}" ctest -j8 --output-on-failure \
+    -R "${SUITE_REGEX:-gpu.dense|gpu.api|gpu.gemm}") > "$OUT/suite.log" 2>&1
   echo "== suite (KLJIT_GEMM=jit) rc=$?"
   grep -E "tests passed|tests failed|Failed|GEMMs:" "$OUT/suite.log" | head -20
 fi
 if [ "${SANITIZE:-0}" = 1 ]; then # memcheck and racecheck on a small ragged case
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 ./build/bench/bench_gemm \
-      --no-small --no-time --shapes 129x1031x200 --variants 256.2.4.m > "$OUT/san_$tool.log" 2>&1
+      --no-small --no-time --shapes 129x1031x200 --variants 256.2.4.m,256.2.4.g.2 \
+      > "$OUT/san_$tool.log" 2>&1
     echo "== compute-sanitizer $tool rc=$?"
     grep -E "ERROR SUMMARY|check " "$OUT/san_$tool.log" | head -4
   done
