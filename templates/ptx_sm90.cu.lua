@@ -49,16 +49,21 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
 
 /* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity
  * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1,
- * as complete, so producers wait on empty slots with the flipped parity from the start. */
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+ * as complete, so producers wait on empty slots with the flipped parity from the start.
+ * mbar_wait_cluster acquires at cluster scope: arrivals that came from both CTAs of a cluster. */
+%local function mbar_wait(name, sem)
+__device__ __forceinline__ void {{ name }}(u64* bar, u32 parity) {
   u32 done = 0;
   while (!done) {
     asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "mbarrier.try_wait.parity{{ sem }}.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   }
 }
+%end
+%mbar_wait("mbar_wait", "")
+%mbar_wait("mbar_wait_cluster", ".acquire.cluster")
 
 /* PTX ISA "mbarrier.arrive" (.release.cluster on a shared::cluster address) and "mapa": one
  * arrival on the barrier at the same offset in the shared memory of cluster CTA `rank`. */
@@ -67,17 +72,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
                "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
                ::"r"(smem_addr(bar)), "r"(rank) : "memory");
-}
-
-/* mbar_wait with acquire at cluster scope: the arrivals came from both CTAs of a cluster. */
-__device__ __forceinline__ void mbar_wait_cluster(u64* bar, u32 parity) {
-  u32 done = 0;
-  while (!done) {
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  }
 }
 
 /* ---- clusters: PTX ISA "Special Registers: %cluster_ctarank" and "barrier.cluster" ---- */
