@@ -407,7 +407,7 @@ int main(int argc, char **argv) {
     int bn = 0, cons = 0, st = 0, cl = 1;
     char r = 'm';
     if (sscanf(t, "%d.%d.%d.%c.%d", &bn, &cons, &st, &r, &cl) < 4) return 2;
-    jgemm_variant v = {"bf16", "f32", 0, bn, cons, st, r, cl};
+    jgemm_variant v = {"nt", "bf16", "f32", 0, bn, cons, st, r, cl};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = "bf16";

@@ -10,7 +10,7 @@
 
 
 jgemm_variant jgemm_default(const char *in, const char *out, int beta) {
-  jgemm_variant v = {in, out, beta, 256, 2, 4, 'm', 1};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1};
   return v;
 }
 
@@ -67,23 +67,32 @@ int jgemm_variants(jgemm_variant *out, int cap) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
-            jgemm_variant v = {ins[i], outs[o], beta, shapes[s][0], shapes[s][1], shapes[s][2],
-                               "mng"[r], shapes[s][3]};
+            jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
+                               shapes[s][2], "mng"[r], shapes[s][3]};
             out[n++] = v;
           }
+  for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
+    for (int o = 0; o < 2 && n + 1 < cap; o++) {
+      jgemm_variant v = jgemm_default(ins[i], outs[o == 0 ? 0 : 1 + i], 0);
+      v.layout = "nn";
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.raster = 'g';
+      out[n++] = v;
+    }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s", v->in, v->out, v->beta, 64 * v->consumers,
-           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "");
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s", v->in, v->out, v->beta, 64 * v->consumers,
+           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "",
+           v->layout && !strcmp(v->layout, "nn") ? " nn" : "");
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
   kspec k;
   memset(&k, 0, sizeof k);
   k.family = KSPEC_GEMM_SM90;
-  k.tdt = v->in, k.out = v->out;
+  k.tdt = v->in, k.out = v->out, k.gemm_layout = v->layout;
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
   k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
   return k;
@@ -109,11 +118,12 @@ kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_varian
                    "cuFuncSetAttribute(max dynamic shared memory, GEMM)");
 }
 
-/* A K-major [rows, k] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle (the
- * layout wgmma_desc_k128 describes), zeros out of bounds. */
+/* A row-major [rows, cols] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle
+ * (K-major, wgmma_desc_k128, when cols is K; MN-major, wgmma_desc_mn128, when rows is K), zeros
+ * out of bounds. */
 static kljit_status tmap(const drv_table *d, CUtensorMap *map, const void *p, int64_t rows,
-                         int64_t k, int64_t ld, int box_rows, int f16) {
-  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+                         int64_t cols, int64_t ld, int box_rows, int f16) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
   const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
   const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
   return drv_check(d,
@@ -133,17 +143,20 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
       a->k > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
                    (long long)a->m, (long long)a->n, (long long)a->k);
-  if (a->k % 8 || a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < a->k ||
+  const int nn = v->layout && !strcmp(v->layout, "nn");
+  if (a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < (nn ? a->n : a->k) ||
       a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
     return err_set(KLJIT_ERR_UNSUPPORTED,
-                   "generated GEMM: K=%lld lda=%lld ldb=%lld must be multiples of 8 and A, B "
-                   "16-byte aligned (TMA)",
-                   (long long)a->k, (long long)a->lda, (long long)a->ldb);
+                   "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
+                   "and A, B 16-byte aligned (TMA)",
+                   (long long)a->lda, (long long)a->ldb);
   const int f16 = strcmp(v->in, "f16") == 0;
   CUtensorMap ma, mb;
   kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
   const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
-  if (st == KLJIT_SUCCESS) st = tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
+  if (st == KLJIT_SUCCESS)
+    st = nn ? tmap(d, &mb, a->b, a->k, a->n, a->ldb, 64, f16)
+            : tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
   if (st != KLJIT_SUCCESS) return st;
   const int64_t bm = 64 * v->consumers;
   const int64_t groups = ((a->m + bm - 1) / bm + cl - 1) / cl; /* cluster tiles: cl row tiles */

@@ -1,9 +1,10 @@
 /* gemm_sm90.h — the generated sm_90a GEMM family (templates/gemm_sm90.cu.lua): its variants,
  * their source, and launching one with its TMA descriptors.
  *
- * So far one layout, the logits GEMM of the chunk loop in row-major terms:
- *   C[M, N] (+)= alpha A[M, K] B[N, K]^T     (A = X chunk rows, B = W, C = Z with row stride ldc)
- * dX = G W and dW = G^T X stay on cuBLASLt (their operands are MN-major; not yet generated).
+ * Two layouts, in row-major terms:
+ *   nt: C[M, N] (+)= alpha A[M, K] B[N, K]^T  (the logits GEMM: A = X chunk rows, B = W, C = Z)
+ *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
+ * dX and dW of the chunk loop stay on cuBLASLt (dW = G^T X needs an MN-major A: not written).
  * KLJIT_GEMM=jit selects this family for the logits GEMM on sm_90 (jgemm_applies; plan.c).
  */
 #ifndef KLJIT_GEMM_SM90_H
@@ -14,6 +15,7 @@
 #include "spec.h"
 
 typedef struct jgemm_variant {
+  const char *layout; /* "nt": B[N, K] (logits); "nn": B[K, N] row-major (the dX shape) */
   const char *in;   /* "bf16" | "f16" */
   const char *out;  /* "f32" | "bf16" | "f16" */
   int beta;         /* 0: C = alpha AB; 1: C += alpha AB */
@@ -56,7 +58,7 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
-/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2) */
+/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" for that layout) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -73,13 +75,13 @@ unsigned jgemm_smem_bytes(const jgemm_variant *v);
 /* Operands of one launch (device pointers; leading dimensions in elements). */
 typedef struct jgemm_args {
   const void *a;  /* [M, K], row stride lda */
-  const void *b;  /* [N, K], row stride ldb */
+  const void *b;  /* nt: [N, K]; nn: [K, N]; row stride ldb */
   void *c;        /* [M, N], row stride ldc */
   int64_t m, n, k, lda, ldb, ldc;
   float alpha;
 } jgemm_args;
 
-/* Checks the TMA rules (K, lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
+/* Checks the TMA rules (lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
  * tensor maps and launches `fn` (a kl_gemm of variant v, its shared-memory limit raised by
  * jgemm_prepare) on `sms` persistent CTAs at most. */
 kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,

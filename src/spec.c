@@ -44,7 +44,7 @@ static render_param pb(const char *key, int v) {
 
 static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   size_t n = 0;
-  out[n++] = ps("LAYOUT", "nt");
+  out[n++] = ps("LAYOUT", k->gemm_layout ? k->gemm_layout : "nt");
   out[n++] = ps("IN", k->tdt);
   out[n++] = ps("OUT", k->out);
   out[n++] = pb("BETA", k->gemm_beta);

@@ -49,6 +49,7 @@ typedef struct kspec {
   int64_t offset;     /* sparse rows: first global id of the shard (0 unsharded) */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
+  const char *gemm_layout; /* "nt" | "nn" */
   char gemm_raster;   /* 'm' | 'n' */
 } kspec;
 

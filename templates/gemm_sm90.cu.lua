@@ -1,12 +1,14 @@
 %-- gemm_sm90.cu.lua: one GEMM of the chunk loop on sm_90a, TMA + wgmma, persistent.
 %--
 %--   C[M, N] (+)= alpha A[M, K] B[N, K]^T        (LAYOUT nt: both operands K-major)
+%--   C[M, N] (+)= alpha A[M, K] B[K, N]          (LAYOUT nn: B row-major, MN-major for wgmma)
 %--
-%-- is the logits GEMM of the chunk loop (A = the chunk's X rows, B = W, C = Z with row stride
-%-- ldc >= N), fp32 accumulation, C in fp32 or the input dtype.
+%-- nt is the logits GEMM of the chunk loop (A = the chunk's X rows, B = W, C = Z with row
+%-- stride ldc >= N); nn is the shape of dX = G W (A = G, B = W). fp32 accumulation, C in fp32
+%-- or the input dtype.
 %--
 %-- Parameters (validated below):
-%--   LAYOUT    nt (the only layout so far; dX = G W and dW = G^T X need MN-major operands)
+%--   LAYOUT    nt | nn (nn: CLUSTER 1 only; dW = G^T X, an MN-major A, is not written yet)
 %--   IN        bf16 | f16 (A and B)
 %--   OUT       f32 | bf16 | f16 (C)
 %--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
@@ -28,7 +30,8 @@
 %-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
 %-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
 %-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
-%-- (dims {K, M}, box {64, BM}) and B (dims {K, N}, box {64, BN / CLUSTER}), 16-bit, 128-byte
+%-- (dims {K, M}, box {64, BM}) and B (nt: dims {K, N}, box {64, BN / CLUSTER}; nn: dims {N, K},
+%-- box {64, 64}), 16-bit, 128-byte
 %-- swizzle, zero fill out of bounds; C, M, N, K, ldc (elements), alpha.
 %--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
@@ -47,7 +50,7 @@
 %  for _, x in ipairs(set) do if v == x then return true end end
 %  return false
 %end
-%if P.LAYOUT ~= "nt" then reject("LAYOUT must be nt") end
+%if P.LAYOUT ~= "nt" and P.LAYOUT ~= "nn" then reject("LAYOUT must be nt or nn") end
 %if not one_of(P.IN, { "bf16", "f16" }) then reject("IN must be bf16 or f16") end
 %if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
@@ -55,6 +58,8 @@
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
+%if P.LAYOUT == "nn" and CL ~= 1 then reject("LAYOUT nn takes CLUSTER 1") end
+%local NN = P.LAYOUT == "nn"
 %local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
 %local STAGE_BYTES = (BM + BN) * BK * 2
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
@@ -178,7 +183,13 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
 %end
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
-%if CL == 1 then
+%if NN then
+          /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
+#pragma unroll
+          for (int j = 0; j < BN / 64; j++)
+            tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
+                        tn * BN + 64 * j, kb * BK);
+%elseif CL == 1 then
           tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
 %else
           /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
@@ -206,8 +217,14 @@ kl_gemm(const __grid_constant__ kl_tmap map_a, const __grid_constant__ kl_tmap m
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < BK / 16; k++)
-          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}>(d, wgmma_desc_k128(a0 + 32 * k),
-                                          wgmma_desc_k128(b0 + 32 * k), kb > 0 || k > 0);
+%if NN then
+          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d, wgmma_desc_k128(a0 + 32 * k),
+                                             wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
+                                             kb > 0 || k > 0);
+%else
+          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 0>(d, wgmma_desc_k128(a0 + 32 * k),
+                                             wgmma_desc_k128(b0 + 32 * k), kb > 0 || k > 0);
+%end
         wgmma_commit();
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();

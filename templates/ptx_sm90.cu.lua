@@ -142,6 +142,17 @@ __device__ __forceinline__ u64 wgmma_desc_k128(u32 saddr) {
   return (u64)((saddr & 0x3FFFF) >> 4) | (u64)1 << 16 | (u64)(1024 >> 4) << 32 | (u64)1 << 62;
 }
 
+/* The same descriptor for an MN-major tile (the B operand of C = A B with B[K, N] row-major):
+ * TMA boxes of 64 MN-elements (128 bytes, swizzled) x 64 K-rows, one box per 64 columns,
+ * `chunk` bytes apart. In the canonical MN-major 128B layout ((T, 8, m), (8, k)) : ((1, T, LBO),
+ * (8 T, SBO)) of that section, the leading byte offset is the stride between 64-element MN
+ * chunks (the next box) and the stride byte offset the stride between groups of 8 K-rows
+ * (1024 bytes); stepping K by 16 rows adds 2048 bytes to the start address. */
+__device__ __forceinline__ u64 wgmma_desc_mn128(u32 saddr, u32 chunk) {
+  return (u64)((saddr & 0x3FFFF) >> 4) | (u64)((chunk >> 4) & 0x3FFF) << 16 |
+         (u64)(1024 >> 4) << 32 | (u64)1 << 62;
+}
+
 /* PTX ISA "wgmma.fence": orders register accesses of the accumulators before wgmma. */
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -174,21 +185,21 @@ __device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
   return r;
 }
 
-/* PTX ISA "wgmma.mma_async" (m64nNk16), fp32 accumulators, A and B from shared memory, both
- * K-major (no transpose). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
+/* PTX ISA "wgmma.mma_async" (m64nNk16), fp32 accumulators, A and B from shared memory, A
+ * K-major, B K-major (TB = 0) or MN-major (TB = 1: the instruction's imm-trans-b). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
  * layout of PTX ISA "Register Fragments" of wgmma: thread t of warp w holds rows 16 w + t/4 and
  * 16 w + t/4 + 8, columns 8 i + 2 (t % 4) + {0, 1}). scale_d = 0 overwrites d, 1 adds. */
-%local function wgmma(n, ab, ty)
+%local function wgmma(n, ab, ty, tb)
 %  local regs = {}
 %  for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
 %  local nd = n // 2
 template <>
-__device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}>(float* d, u64 da, u64 db,
-                                                           int scale_d) {
+__device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}, {{ tb }}>(float* d, u64 da, u64 db,
+                                                                     int scale_d) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 2 }}, 0;\n\t"
                "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
 %  -- the rendered source has long lines here: one operand list per instruction
-               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, 0;"
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, {{ tb }};"
                "\n\t}"
 %  local outs = {}
 %  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
@@ -199,9 +210,11 @@ __device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}>(float* d, u64 da, u6
                : "l"(da), "l"(db), "r"(scale_d));
 }
 %end
-template <int N, int AB> __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db,
-                                                                  int scale_d);
+template <int N, int AB, int TB>
+__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d);
 %for _, n in ipairs({ 64, 128, 192, 256 }) do
-%  wgmma(n, 0, "bf16")
-%  wgmma(n, 1, "f16")
+%  for tb = 0, 1 do
+%    wgmma(n, 0, "bf16", tb)
+%    wgmma(n, 1, "f16", tb)
+%  end
 %end

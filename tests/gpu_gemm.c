@@ -2,7 +2,8 @@
  * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
  * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
  * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
- * untouched; a second run must give the same bytes. Skips (77) without an sm_90 GPU.
+ * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape).
+ * Skips (77) without an sm_90 GPU.
  *
  * Tolerance, per element: |z - ref| <= 2^-14 sum_k |x_k w_k| + (16-bit output) half an ulp of
  * ref, i.e. 2^-9 |ref| for bf16 and 2^-12 |ref| for fp16 (twice that: the beta = 1 input was
@@ -61,17 +62,20 @@ static kljit_dtype dtype(const char *tag) {
 /* One shape with one variant: 0 when every check holds (worst error printed). */
 static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, int64_t K,
                host_rng *r) {
-  const int64_t ld = (N + 7) / 8 * 8;
+  /* nt: W[N, K]; nn: B[K, N] row-major; rows padded to multiples of 8 as the chunk buffers */
+  const int nn = !strcmp(v->layout, "nn");
+  const int64_t ld = (N + 7) / 8 * 8, lda = (K + 7) / 8 * 8, ldb = nn ? ld : lda;
+  const int64_t nw = nn ? K * ldb : N * ldb;
   const kljit_dtype in = dtype(v->in), out = dtype(v->out);
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
-  double *x = malloc(sizeof(double) * (size_t)(M * K));
-  double *w = malloc(sizeof(double) * (size_t)(N * K));
+  double *x = malloc(sizeof(double) * (size_t)(M * lda));
+  double *w = malloc(sizeof(double) * (size_t)nw);
   double *z0 = malloc(sizeof(double) * nz), *z = malloc(sizeof(double) * nz);
   TH_CHECK(x && w && z0 && z);
-  for (int64_t i = 0; i < M * K; i++) x[i] = 2 * host_uniform(r) - 1;
-  for (int64_t i = 0; i < N * K; i++) w[i] = 2 * host_uniform(r) - 1;
+  for (int64_t i = 0; i < M * lda; i++) x[i] = 2 * host_uniform(r) - 1;
+  for (int64_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
   gbuf gx, gw, gz;
-  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)(M * K)) && !gbuf_alloc(&gw, in, (size_t)(N * K)));
+  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)(M * lda)) && !gbuf_alloc(&gw, in, (size_t)nw));
   TH_CHECK(!gbuf_alloc(&gz, out, nz));
   TH_CHECK(!gbuf_upload(&gx, x, x) && !gbuf_upload(&gw, w, w));
   TH_CHECK(!gbuf_poison(&gz));
@@ -82,7 +86,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
     TH_CHECK(!gbuf_upload(&gz, z0, z0));
   }
   const float alpha = v->beta ? 0.5f : 1.0f;
-  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, K, K, ld, alpha};
+  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha};
   TH_OK(jgemm_launch(drv, m->fn, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));
@@ -98,7 +102,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
       }
       double ref = 0, mag = 0;
       for (int64_t k = 0; k < K; k++) {
-        const double pr = x[i * K + k] * w[j * K + k];
+        const double pr = x[i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
         ref += pr, mag += fabs(pr);
       }
       ref *= alpha, mag *= alpha;
@@ -161,7 +165,7 @@ static int every_tile_shape_matches_fp64(void) {
   host_rng r = {7};
   int failed = 0;
   for (int i = 0; i < n; i++) {
-    if (strcmp(v[i].out, "f32") || v[i].beta) continue; /* the dtype sweep is the case above */
+    if (strcmp(v[i].out, "f32") || v[i].beta || strcmp(v[i].layout, "nt")) continue;
     gemm_mod m;
     TH_CHECK(load(&v[i], &m) == TH_PASS);
     failed |= one(&v[i], &m, 257, 1031, 200, &r);
@@ -172,7 +176,33 @@ static int every_tile_shape_matches_fp64(void) {
   return TH_PASS;
 }
 
+/* The nn layout (C = A B, B[K, N] row-major: the dX = G W shape, K = V with its ragged tails),
+ * each dtype with fp32 and input-dtype output. */
+static int nn_layout_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},     {7, 64, 7},      {129, 136, 127},
+                                      {127, 72, 129}, {65, 200, 4097}, {5, 64, 32001},
+                                      {3, 256, 50257}, {2, 4096, 129}};
+  jgemm_variant v[96];
+  const int n = jgemm_variants(v, 96);
+  host_rng r = {11};
+  int failed = 0, tried = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(v[i].layout, "nn")) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+    tried++;
+  }
+  TH_CHECK(tried >= 4 && !failed);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
     {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
      every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
     {"every_tile_shape_matches_fp64", every_tile_shape_matches_fp64},

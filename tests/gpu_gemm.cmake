@@ -5,7 +5,8 @@ kljit_test_exe(gpu_gemm gpu_gemm.c)
 target_link_libraries(gpu_gemm PRIVATE kljit_gpusupport kljit_static)
 foreach(case
     every_dtype_output_and_beta_matches_fp64_on_ragged_shapes
-    every_tile_shape_matches_fp64)
+    every_tile_shape_matches_fp64
+    nn_layout_matches_fp64_on_ragged_shapes)
   kljit_test(NAME gpu.gemm.${case} EXE gpu_gemm CASE ${case} LABELS gpu TIMEOUT 900)
 endforeach()
 
