@@ -17,6 +17,7 @@
 /* X(name as in cublasLt.h): each is looked up under its own name. */
 #define CUBLASLT_FUNCTIONS(X)              \
   X(cublasLtCreate)                        \
+  X(cublasLtGetVersion)                    \
   X(cublasLtDestroy)                       \
   X(cublasLtGetStatusString)               \
   X(cublasLtMatmulDescCreate)              \

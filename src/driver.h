@@ -46,7 +46,9 @@
   X(cuEventDestroy, "cuEventDestroy_v2")                         \
   X(cuEventRecord, "cuEventRecord")                              \
   X(cuEventSynchronize, "cuEventSynchronize")                    \
-  X(cuEventElapsedTime, "cuEventElapsedTime")
+  X(cuEventElapsedTime, "cuEventElapsedTime")                   \
+  /* the generated sm_90a GEMMs (gemm_sm90.c): TMA descriptors */  \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;

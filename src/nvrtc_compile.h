@@ -6,6 +6,10 @@
 
 enum { NVRTC_MAX_OPTIONS = 8 };
 
+/* OR'd into an arch: compile for the architecture-specific target (sm_90a: wgmma, setmaxnreg),
+ * whose cubin runs on that architecture only. */
+enum { NVRTC_ARCH_SPECIFIC = 1 << 16 };
+
 /* The exact, ordered NVRTC options kljit uses for architecture sm_<arch> (e.g. 90). They are
  * part of every cache key. Returns the count; opts[i] point into `storage`. */
 int nvrtc_options(int arch, char storage[NVRTC_MAX_OPTIONS][64], const char *opts[]);

@@ -16,7 +16,8 @@
 typedef enum kspec_family {
   KSPEC_DENSE_ROWS = 1,  /* templates/dense_rows.cu.lua */
   KSPEC_HELPERS = 2,     /* templates/helpers.cu.lua */
-  KSPEC_SPARSE_ROWS = 3  /* templates/sparse_rows.cu.lua */
+  KSPEC_SPARSE_ROWS = 3, /* templates/sparse_rows.cu.lua */
+  KSPEC_GEMM_SM90 = 4    /* templates/gemm_sm90.cu.lua (sm_90a only; gemm_sm90.h) */
 } kspec_family;
 
 typedef struct kspec {
@@ -48,11 +49,17 @@ typedef struct kspec {
   const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
   int64_t vtot;       /* global V (= v unless sharded): sparse rows' id range, helpers' MEAN */
   int64_t offset;     /* sparse rows: first global id of the shard (0 unsharded) */
+  /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
+  int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
+  const char *gemm_layout; /* "nt" | "nn" */
+  char gemm_raster;   /* 'm' | 'n' */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 24 };
 
 /* The template file of a family, and the spec's parameters for render_template. */
+/* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */
+int kspec_target(const kspec *k, int arch);
 const char *kspec_template(const kspec *k);
 size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]);
 
