@@ -9,8 +9,8 @@
  *           algorithms (what the tuner picks), and each generated variant: CUDA events, the
  *           median of --repeats after one warm-up, a 256 MiB memset flushing L2 before each.
  * Small ragged shapes (--check-small) are checked in full against fp64 with both outputs.
- * Tolerance: |z - ref| <= 2^-14 sum_k |x_k w_k| (+ half an output ulp for bf16 output): fp32
- * accumulation of K exact bf16 products errs by at most ~K 2^-24 of that sum in the worst case
+ * Tolerance: |z - ref| <= 2^-14 sum_k |x_k w_k|, + half a bf16 ulp per rounding (close_enough).
+ * fp32 accumulation of K exact bf16 products errs by at most ~K 2^-24 of that sum in the worst case
  * and ~sqrt(K) 2^-24 typically; 2^-14 leaves room for the tensor cores' own accumulation order
  * while any wrong tile, row or k-block gives an error of the order of the sum itself.
  * Uses internal headers (the family's renderer, NVRTC, the driver table): a developer tool.
@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "gemm_sm90.h"
+#include "host_dtype.h"
 #include "nvrtc_compile.h"
 
 /* Checks for a developer tool: any failure ends the run with the call and its reason. */
@@ -52,45 +53,35 @@ static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
 static const drv_table *drv;
 static int sms;
 static float *tile_host; /* the values every input repeats (a prime period: rows never align) */
+static uint16_t *tile_dev; /* the same as bf16, twice over (make_tile) */
 
 /* ---- inputs --------------------------------------------------------------------------------- */
 
-static uint16_t bf16_of(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-static float f32_of_bf16(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
+/* The tile on the host (fp64 references) and twice over on the device as bf16, so that any
+ * TILE consecutive elements from any offset are one contiguous device range (fill). */
 static void make_tile(void) {
   tile_host = malloc(sizeof(float) * TILE);
+  uint16_t *h = malloc(sizeof(uint16_t) * 2 * TILE);
   uint64_t s = 12345;
   for (size_t i = 0; i < TILE; i++) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
-    tile_host[i] = f32_of_bf16(bf16_of((float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0)));
+    h[i] = h[TILE + i] = host_f32_to_bf16((float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0));
+    tile_host[i] = host_bf16_to_f32(h[i]);
   }
-}
-
-/* Element i of an input with offset `seed` (A and B differ): tile_host[(i + seed) % TILE]. */
-static float in_at(size_t i, size_t seed) {
-  return tile_host[(i + seed) % TILE];
-}
-
-static void fill(void *dst, size_t count, size_t seed) {
-  const size_t chunk = (size_t)1 << 24;
-  uint16_t *h = malloc(chunk * 2);
-  for (size_t off = 0; off < count; off += chunk) {
-    const size_t n = count - off < chunk ? count - off : chunk;
-    for (size_t i = 0; i < n; i++) h[i] = bf16_of(in_at(off + i, seed));
-    CK(cudaMemcpy((uint16_t *)dst + off, h, n * 2, cudaMemcpyHostToDevice));
-  }
+  CK(cudaMalloc((void **)&tile_dev, sizeof(uint16_t) * 2 * TILE));
+  CK(cudaMemcpy(tile_dev, h, sizeof(uint16_t) * 2 * TILE, cudaMemcpyHostToDevice));
   free(h);
+}
+
+/* Element i of an input with offset `seed` (A and B differ) is tile_host[(i + seed) % TILE].
+ * fill writes it by device copies of the doubled tile: converting W
+ * (525 M elements at V = 128256) on the host took seconds per shape and output. */
+static void fill(void *dst, size_t count, size_t seed) {
+  for (size_t off = 0; off < count; off += TILE) {
+    const size_t n = count - off < TILE ? count - off : TILE;
+    CK(cudaMemcpy((uint16_t *)dst + off, tile_dev + (off + seed) % TILE, n * 2,
+                  cudaMemcpyDeviceToDevice));
+  }
 }
 
 /* ---- the three GEMMs under test ------------------------------------------------------------- */
@@ -171,45 +162,82 @@ static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w
 /* ---- checking ------------------------------------------------------------------------------- */
 
 static double z_at(const void *host, int bf16, size_t i) {
-  if (bf16) return f32_of_bf16(((const uint16_t *)host)[i]);
+  if (bf16) return host_bf16_to_f32(((const uint16_t *)host)[i]);
   return ((const float *)host)[i];
 }
 
 /* fp64 reference of z[i][j] and the sum of |products| (the error scale). */
 static double ref_at(const shape *s, int64_t i, int64_t j, double *scale) {
   double acc = 0, mag = 0;
+  /* the inputs' tile indices walked without a division per product (full checks do ~10^9) */
+  size_t a = (size_t)(i * s->k) % TILE, b = ((size_t)(j * s->k) + 77) % TILE;
   for (int64_t k = 0; k < s->k; k++) {
-    const double p = (double)in_at((size_t)(i * s->k + k), 0) * in_at((size_t)(j * s->k + k), 77);
+    const double p = (double)tile_host[a] * tile_host[b];
     acc += p, mag += fabs(p);
+    if (++a == TILE) a = 0;
+    if (++b == TILE) b = 0;
   }
   *scale = mag;
   return acc;
 }
 
-static int close_enough(const shape *s, double got, double ref, double scale, double *worst) {
+/* `roundings`: bf16 roundings between got and ref, each within 2^-8 |ref| (half an ulp): 1
+ * against fp64, 2 against cuBLASLt's bf16 output (two correctly rounded results of slightly
+ * different fp32 sums may sit on either side of a rounding boundary: one ulp apart). */
+static int close_enough(const shape *s, double got, double ref, double scale, int roundings,
+                        double *worst) {
   double tol = ldexp(scale, -14) + 1e-30;
-  if (s->out_bf16) tol += fabs(ref) * 0x1p-8;
+  if (s->out_bf16) tol += roundings * fabs(ref) * 0x1p-8;
   const double e = fabs(got - ref) / tol;
   if (!(e <= *worst)) *worst = isfinite(e) ? e : INFINITY;
   return e <= 1.0;
+}
+
+/* Of elements [from, from + n) of a host output: how many are not finite (nan_only: are NaN),
+ * by their bits (exponent all ones; NaN: and a mantissa), a loop the compiler vectorizes: the
+ * scan of every element of a 2 GiB output through z_at took over a second per check. */
+static size_t count_not_finite(const void *host, int bf16, size_t from, size_t n, int nan_only) {
+  size_t c = 0;
+  if (bf16) {
+    const uint16_t *p = (const uint16_t *)host + from;
+    for (size_t i = 0; i < n; i++)
+      c += (p[i] & 0x7f80u) == 0x7f80u && (!nan_only || (p[i] & 0x7fu));
+  } else {
+    const uint32_t *p = (const uint32_t *)host + from;
+    for (size_t i = 0; i < n; i++)
+      c += (p[i] & 0x7f800000u) == 0x7f800000u && (!nan_only || (p[i] & 0x7fffffu));
+  }
+  return c;
+}
+
+/* Page-locked host copy `which` (0, 1) of at least `bytes`, kept across shapes: a 2 GiB output
+ * (4097 x 128256 fp32) copied into fresh pageable memory for each variant's check took most of
+ * a second per copy. */
+static void *staging(int which, size_t bytes) {
+  static void *buf[2];
+  static size_t cap[2];
+  if (cap[which] < bytes) {
+    if (buf[which]) CK(cudaFreeHost(buf[which]));
+    CK(cudaMallocHost(&buf[which], bytes));
+    cap[which] = bytes;
+  }
+  return buf[which];
 }
 
 /* One output (already computed into z on the device) checked; returns 0 when good. */
 static int check_output(const shape *s, const void *z, const void *zref, const char *who,
                         int full) {
   const size_t es = s->out_bf16 ? 2 : 4, bytes = (size_t)(s->m + 1) * (size_t)s->ld * es;
-  unsigned char *h = malloc(bytes), *r = zref ? malloc(bytes) : NULL;
+  unsigned char *h = staging(0, bytes), *r = zref ? staging(1, bytes) : NULL;
   CK(cudaMemcpy(h, z, bytes, cudaMemcpyDeviceToHost));
   if (r) CK(cudaMemcpy(r, zref, bytes, cudaMemcpyDeviceToHost));
   size_t unwritten = 0, clobbered = 0, bad = 0, vs_lt = 0;
   double worst = 0, worst_lt = 0;
-  for (int64_t i = 0; i <= s->m; i++)
-    for (int64_t j = 0; j < s->ld; j++) {
-      const double v = z_at(h, s->out_bf16, (size_t)(i * s->ld + j));
-      const int inside = i < s->m && j < s->n;
-      if (inside && !isfinite(v)) unwritten++;
-      if (!inside && !isnan(v)) clobbered++;
-    }
+  for (int64_t i = 0; i <= s->m; i++) {
+    const size_t row = (size_t)(i * s->ld), n = i < s->m ? (size_t)s->n : 0;
+    unwritten += count_not_finite(h, s->out_bf16, row, n, 0);
+    clobbered += (size_t)s->ld - n - count_not_finite(h, s->out_bf16, row + n, s->ld - n, 1);
+  }
   const int64_t rows[3] = {0, s->m / 2, s->m - 1};
   for (int ri = 0; ri < 3; ri++)
     for (int64_t j = 0; j < s->n; j++) {
@@ -217,9 +245,9 @@ static int check_output(const shape *s, const void *z, const void *zref, const c
       if (!full && (j % 97) && j != s->n - 1) continue; /* big shapes: every 97th column */
       double sc;
       const double ref = ref_at(s, i, j, &sc), got = z_at(h, s->out_bf16, (size_t)(i * s->ld + j));
-      bad += !close_enough(s, got, ref, sc, &worst);
+      bad += !close_enough(s, got, ref, sc, 1, &worst);
       if (r) vs_lt += !close_enough(s, got, z_at(r, s->out_bf16, (size_t)(i * s->ld + j)), 2 * sc,
-                                    &worst_lt);
+                                    2, &worst_lt);
     }
   uint64_t rs = 99;
   for (int t = 0; t < 512; t++) {
@@ -228,21 +256,21 @@ static int check_output(const shape *s, const void *z, const void *zref, const c
     const int64_t j = (int64_t)((rs >> 40) % (uint64_t)s->n);
     double sc;
     const double ref = ref_at(s, i, j, &sc);
-    bad += !close_enough(s, z_at(h, s->out_bf16, (size_t)(i * s->ld + j)), ref, sc, &worst);
+    bad += !close_enough(s, z_at(h, s->out_bf16, (size_t)(i * s->ld + j)), ref, sc, 1, &worst);
   }
   if (full)
     for (int64_t i = 0; i < s->m; i++)
       for (int64_t j = 0; j < s->n; j++) {
         double sc;
         const double ref = ref_at(s, i, j, &sc);
-        bad += !close_enough(s, z_at(h, s->out_bf16, (size_t)(i * s->ld + j)), ref, sc, &worst);
+        bad += !close_enough(s, z_at(h, s->out_bf16, (size_t)(i * s->ld + j)), ref, sc, 1,
+                             &worst);
       }
   const int ok = !unwritten && !clobbered && !bad && !vs_lt;
   printf("  check %-26s M=%lld N=%lld K=%lld out=%s: %s (unwritten %zu, clobbered %zu, bad %zu, "
          "worst err/tol %.3g; vs cuBLASLt bad %zu, worst %.3g)\n",
          who, (long long)s->m, (long long)s->n, (long long)s->k, s->out_bf16 ? "bf16" : "f32",
          ok ? "ok" : "FAILED", unwritten, clobbered, bad, worst, vs_lt, worst_lt);
-  free(h), free(r);
   return !ok;
 }
 
@@ -327,14 +355,13 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
     CK(cudaDeviceSynchronize());
     failed |= check_output(s, z, j == 0 ? zl : NULL, jit[j].name, full_check);
     if (j == 0) { /* bitwise reproducible: a second run gives the same bytes */
-      unsigned char *a = malloc(zbytes), *b = malloc(zbytes);
+      unsigned char *a = staging(0, zbytes), *b = staging(1, zbytes);
       CK(cudaMemcpy(a, z, zbytes, cudaMemcpyDeviceToHost));
       jit_run(&jit[j], s, x, w, z);
       CK(cudaMemcpy(b, z, zbytes, cudaMemcpyDeviceToHost));
       const int same = memcmp(a, b, zbytes) == 0;
       printf("  %s: a second run is %s\n", jit[j].name, same ? "bitwise identical" : "DIFFERENT");
       failed |= !same;
-      free(a), free(b);
     }
   }
   if (timed) {
