@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_gemm.c — the generated sm_90a GEMM against cuBLASLt, checked then timed, one run.
  *
  * The logits GEMM of the chunk loop, Z[M, N] (ld) = X[M, K] W[N, K]^T (bf16 in, fp32 or bf16

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # One device call for the generated GEMMs (issue 16): build, bench_gemm (checks, then the
 # generated kernel against cuBLASLt's heuristic and best-of-8 choices), the tuner's cuBLASLt
 # candidates on the fused 8192 x 4096 x 128256 problem, and optionally bench_loss with and

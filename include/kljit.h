@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kljit.h — the public C API of kljit, and its reference documentation.
  *
  * kljit computes fused linear + KL-divergence distillation losses on NVIDIA GPUs, forward and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* context.c — kljit_context: device binding, cuBLASLt handle, shared module registry. */
 #include "context.h"
 

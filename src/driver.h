@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* driver.h — the CUDA driver, loaded at run time with dlopen("libcuda.so.1").
  *
  * The library, the CLI and the tests link no driver, so they load and run (render, compile,

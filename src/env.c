@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env.c — every environment variable kljit reads, and the one place that reads them.
  *
  *   variable               sets                                   default

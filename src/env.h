@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env.h — the environment, read in one place (the one file of src/ that calls getenv).
  *
  * What the environment steers is documented once, in the table of env.c (the README and

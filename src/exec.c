@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec.c — the chunk loops of the two execution modes, and their argument validation.
  *
  * Fused (gradient in forward), per chunk of R rows:

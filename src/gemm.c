@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm.c — cuBLASLt matmuls of the chunk loop (see gemm.h for the shapes). */
 #include "gemm.h"
 

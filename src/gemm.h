@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm.h — the three GEMM shapes of the chunk loop, through cuBLASLt on the caller's stream.
  *
  * Row-major views (what the chunk loop thinks in); cuBLASLt sees their column-major transposes:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm_algo.c — tuned cuBLASLt algorithms: their wisdom text and their place in a tuning. */
 #include "gemm_algo.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm_algo.h — tuned cuBLASLt algorithms as plan tuning and as wisdom text (gemm_algo.c).
  *
  * A cublasLtMatmulAlgo_t is 8 opaque 64-bit words that only the cuBLASLt version which produced

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm_sm90.c — the generated sm_90a GEMM family: variants, rendering, TMA descriptors, launch
  * (see gemm_sm90.h and templates/gemm_sm90.cu.lua). */
 #include "gemm_sm90.h"

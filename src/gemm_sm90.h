@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm_sm90.h — the generated sm_90a GEMM family (templates/gemm_sm90.cu.lua): its variants,
  * their source, and launching one with its TMA descriptors.
  *

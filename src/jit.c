@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jit.c — the compile pipeline of one kernel module, shared by plans and precompile. */
 #include "jit.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nvrtc_compile.c — NVRTC: rendered CUDA C++ -> cubin for a real architecture, no include path.
  *
  * Generated kernels include no headers at all (fp16/bf16 conversions are written out in the

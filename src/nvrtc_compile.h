@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nvrtc_compile.h — compile one rendered source for one real architecture into a cubin. */
 #ifndef KLJIT_NVRTC_COMPILE_H
 #define KLJIT_NVRTC_COMPILE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan.c — kljit_plan_create/destroy/describe and the size queries. */
 #include "plan.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan.h — kljit_plan: an immutable, executable plan for one problem on one context.
  *
  * Invariants: after kljit_plan_create returns, nothing in the plan changes (its GEMM operations

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* precompile.c — kljit_precompile: a plan's kernels into a cache directory, without a GPU.
  * Thread-safe for any mix of problems and archs: rendering has its own Lua state per call,
  * NVRTC programs are per call, and cache stores are atomic renames (src/cache.c). */

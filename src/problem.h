@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* problem.h — validation of kljit_problem and the plan geometry derived from it (no GPU). */
 #ifndef KLJIT_PROBLEM_H
 #define KLJIT_PROBLEM_H

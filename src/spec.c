@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.c — kernel spec → template parameters → rendered source. */
 #include "spec.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.h — kernel specs: the plain, hashable description of one generated module.
  *
  * A spec names a template family and every parameter the template takes. The plan builds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tune_measure.c — timing candidate configurations on the GPU (KLJIT_PLAN_MEASURE,
  * KLJIT_PLAN_EXHAUSTIVE, kljit_tune).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom.c — the wisdom text format: problem keys, entry lines, whole texts, merging.
  *
  * A text is a header line, then one entry per line (docs/wisdom.md):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom_precompile.c — kljit_precompile_wisdom: the modules of every plan a wisdom file leads
  * to, compiled for one architecture into a kernel cache, without a GPU.
  *

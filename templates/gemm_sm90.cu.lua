@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- gemm_sm90.cu.lua: one GEMM of the chunk loop on sm_90a, TMA + wgmma, persistent.
 %--
 %--   C[M, N] (+)= alpha A[M, K] B[N, K]^T        (LAYOUT nt: both operands K-major)

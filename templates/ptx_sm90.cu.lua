@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- ptx_sm90.cu.lua: the Hopper (sm_90a) instructions of the generated GEMMs, as small inline-PTX
 %-- helpers. Each cites the section of the PTX ISA ("Parallel Thread Execution ISA", version
 %-- 8.x) it follows, by title: section numbers move between versions.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_gemm.c — the generated sm_90a logits GEMM on the GPU: every input dtype x output dtype x
  * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
  * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA

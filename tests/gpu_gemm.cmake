@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # gpu_gemm: the generated sm_90a GEMM family against an fp64 CPU GEMM (every dtype x output x
 # beta on ragged shapes; every tile shape). Skips (77) without an sm_90 GPU.
 kljit_test_exe(gpu_gemm gpu_gemm.c)

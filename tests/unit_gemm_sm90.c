@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_gemm_sm90.c — the generated sm_90a GEMM family without a GPU: every variant renders
  * deterministically and compiles with NVRTC for sm_90a into a cubin whose kernel uses the
  * tensor-core and TMA instructions it was written for; refused variants say why.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_precompile.c — kljit_precompile fills a cache that later plans use without compiling.
  * Needs no GPU: a plan's modules are what prob_estimate + prob_geometry_make give for an arch,
  * and they are looked up through the cache configuration a context would read from the

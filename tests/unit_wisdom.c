@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_wisdom.c — wisdom (format, store, merge rules, default files), the rigor rules of
  * kljit_plan_create (through tune_choose, which needs no GPU), the tuner's candidate sets, and
  * precompiling from a wisdom file. No GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_info.c — `kljit info`: versions, the GPUs if any, kernel cache and wisdom locations.
  * Needs no GPU and no driver: versions come from the library (the driver's through its own
  * dlopen), the GPU list from the CUDA runtime, which reports "no driver" as an error. */
