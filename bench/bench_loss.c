@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_loss.c — times the fused linear + KL loss against its GEMM floor, same run.
  *
  * For each shape N x H x V (bf16 inputs, batchmean; teacher: dense bf16 probs, or with

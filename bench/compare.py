@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Times fused linear + KL losses side by side, in one process, on one GPU.
 
     PYTHONPATH=python python3 bench/compare.py [--shapes all] [--methods ...] [--out FILE]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # One device call: build, run the GPU tests, run the benchmarks; logs under $OUT.
 # Usage on the GPU machine (from the repository root, with .deps carried):
 #   bash bench/device_run.sh [ctest regex] [bench args...]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_child.c — `kljit-bench --one`: runs one experiment in this process and writes its
  * record (matrix_record.h) to --result-fd, or stdout.
  *

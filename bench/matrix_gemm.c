@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_gemm.c — the head's three GEMMs through cuBLAS, and the floor made of them alone.
  *
  * Row-major X [n, H], W [V, H], z and G [n, ld] are column-major H x n, H x V and ld x n to

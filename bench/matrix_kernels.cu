@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_kernels.cu — the simple kernels behind kljit-bench's baselines, and its input fills.
  *
  * The baselines materialize what kljit never does: the full logits z [N, V] (dense_unfused)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_kernels.h — the CUDA kernels of kljit-bench (matrix_kernels.cu), callable from C:
  * deterministic input fills, the sparse teacher's expansion to dense, and the simple row
  * kernels of the unfused and forward-chunked baselines. Everything runs on the legacy default

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_main.c — kljit-bench: the benchmark matrix of methods x sequence lengths x chunk
  * sizes, each experiment in a child process of its own (this program again, with --one), so
  * that an out-of-memory, a kernel fault or a crash becomes a FAILED row and the matrix goes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_methods.c — dense_unfused, chunked_forward, kljit_fused and kljit_two_phase.
  *
  * dense_unfused      z = X W^T [N, V] whole; one row kernel writes the loss per row and

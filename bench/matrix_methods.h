@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_methods.h — the four methods kljit-bench compares, each as setup / step / teardown
  * over the shared inputs of an mx_run. A step is one training step's loss: forward and
  * backward, loss in r->loss, dX in r->dx, dW in r->dw (batchmean, T = 1, no ignored rows).

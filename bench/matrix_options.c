@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_options.c — kljit-bench's option parsing, usage text and experiment list. */
 #include "matrix_options.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_options.h — kljit-bench's command line: the options, their defaults and checks, and
  * the list of experiments (method x sequence length x chunk size) they span. Needs no GPU. */
 #ifndef KLJIT_MATRIX_OPTIONS_H

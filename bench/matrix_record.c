@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_record.c — results: the child's key=value record, the CSV and the markdown table. */
 #include "matrix_record.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_record.h — one experiment's result: written by the child as `key=value` lines ending
  * with `end`, parsed by the parent, printed as a CSV row and a markdown table row. */
 #ifndef KLJIT_MATRIX_RECORD_H

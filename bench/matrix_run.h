@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_run.h — one experiment inside its child process: the problem, the shared inputs and
  * outputs every method reads and writes, the device allocations made on top of them, and the
  * first error. matrix_child.c measures; matrix_methods.c and matrix_gemm.c do the work.

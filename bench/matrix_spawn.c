@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_spawn.c — a child process with its output captured and a side channel on fd 3. */
 #include "matrix_spawn.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_spawn.h — runs a child process (posix_spawn) and collects what it says: its exit,
  * its stdout and stderr together, and a side channel on its file descriptor 3 (where
  * `kljit-bench --one --result-fd 3` writes its record). Used by the matrix runner and by the

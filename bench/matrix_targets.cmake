@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kljit-bench and its tests; included by bench/CMakeLists.txt once the CUDA language is on.
 
 # The baselines' kernels. The directory's warning options are gcc's (nvcc rejects -Wall), so

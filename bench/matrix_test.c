@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* matrix_test.c — tests of kljit-bench as a user runs it: each case starts the program
  * (MX_BENCH_EXE) as a child process and checks its exit status, its output and its CSV.
  * unit cases need no GPU; gpu cases run tiny matrices and return 77 (skip) without one. */

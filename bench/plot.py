@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Figures from the benchmark matrix CSV: peak VRAM and iteration time against sequence length.
 
     python3 bench/plot.py matrix.csv [--out-prefix bench/h200] [--title "H200, bf16"]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes OUT: a C file holding every templates/*.cu.lua as a byte array, so the library carries
 # its templates. Run as: cmake -DOUT=... -DSRC_DIR=... -P embed_templates.cmake
 file(GLOB files ${SRC_DIR}/*.cu.lua)

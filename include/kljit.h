@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kljit.h — the public C API of kljit, and its reference documentation.
  *
  * kljit computes fused linear + KL-divergence distillation losses on NVIDIA GPUs, forward and
@@ -291,6 +292,15 @@ typedef enum kljit_row_kernel {
   KLJIT_ROW_KERNEL_CLUSTER = 2
 } kljit_row_kernel;
 
+/* Where a context's plans take their logits GEMM from. */
+typedef enum kljit_gemm {
+  KLJIT_GEMM_DEFAULT = 0, /* cuBLASLt, unless the plan's tuning (wisdom) chose a generated one */
+  /* the generated sm_90a family (templates/gemm_sm90.cu.lua) on sm_90 with 16-bit inputs and H
+   * a multiple of 8, and the tuner tries its variants */
+  KLJIT_GEMM_JIT = 1,
+  KLJIT_GEMM_CUBLAS = 2   /* cuBLASLt for every GEMM, whatever the tuning says */
+} kljit_gemm;
+
 /* Context flags (bits). */
 enum {
   KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0,   /* no kernel cache: compile in every process */
@@ -309,6 +319,7 @@ enum {
  *   chunk_rows      KLJIT_CHUNK_ROWS        0: the planner's (or wisdom's) choice
  *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE
  *   tune_budget_s   KLJIT_TUNE_BUDGET_S     30 seconds of tuning per plan
+ *   gemm            KLJIT_GEMM              KLJIT_GEMM_DEFAULT ("jit": JIT, "cublas": CUBLAS)
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -320,6 +331,7 @@ typedef struct kljit_context_options {
   double tune_budget_s;          /* > 0 */
   const char *cache_dir;         /* NULL: the default directory */
   const char *cache_path;        /* NULL: none */
+  kljit_gemm gemm;               /* the logits GEMM's source */
 } kljit_context_options;
 
 /* The options the environment sets now (each member's default above). */

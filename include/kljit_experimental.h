@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kljit_experimental.h — entry points of kljit that are not stable yet.
  *
  * Opt in by including this header (after or instead of kljit.h). What is here may change

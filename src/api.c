@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* api.c — version getters, status names, kljit_plan_check. */
 #include "problem.h"
 

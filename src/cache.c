@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache.c — the on-disk cubin cache: entry format, atomic publish, validated and
  * permission-checked lookup. The byte layout is specified in docs/cache-format.md.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cache.h — the on-disk cubin cache (format: docs/cache-format.md).
  *
  * One file per entry, named by the SHA-256 (hex) of its key text. Read-only directories

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* context.c — kljit_context: device binding, cuBLASLt handle, shared module registry. */
 #include "context.h"
 
@@ -60,6 +61,14 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds", who,
                    out->tune_budget_s);
+  if (out->gemm != KLJIT_GEMM_DEFAULT && out->gemm != KLJIT_GEMM_JIT &&
+      out->gemm != KLJIT_GEMM_CUBLAS) {
+    const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->gemm = %d (KLJIT_GEMM=%s), must be KLJIT_GEMM_DEFAULT, "
+                   "KLJIT_GEMM_JIT (jit) or KLJIT_GEMM_CUBLAS (cublas)", who, (int)out->gemm,
+                   e ? e : "");
+  }
   return KLJIT_SUCCESS;
 }
 

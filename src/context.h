@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* context.h — the context: a device's primary CUDA context, its cuBLASLt handle, the kernel
  * cache configuration and the registry of loaded modules that plans share.
  *

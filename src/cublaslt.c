@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cublaslt.c — dlopen of cuBLASLt and its entry-point table (see cublaslt.h). */
 #include "cublaslt.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cublaslt.h — cuBLASLt, loaded at run time with dlopen when the first context is created.
  *
  * libcublasLt is half a gigabyte: linking it at load time cost every process that merely links
@@ -17,6 +18,7 @@
 /* X(name as in cublasLt.h): each is looked up under its own name. */
 #define CUBLASLT_FUNCTIONS(X)              \
   X(cublasLtCreate)                        \
+  X(cublasLtGetVersion)                    \
   X(cublasLtDestroy)                       \
   X(cublasLtGetStatusString)               \
   X(cublasLtMatmulDescCreate)              \

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* driver.c — dlopen of the CUDA driver and its entry-point table (see driver.h). */
 #include "driver.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* driver.h — the CUDA driver, loaded at run time with dlopen("libcuda.so.1").
  *
  * The library, the CLI and the tests link no driver, so they load and run (render, compile,
@@ -46,7 +47,9 @@
   X(cuEventDestroy, "cuEventDestroy_v2")                         \
   X(cuEventRecord, "cuEventRecord")                              \
   X(cuEventSynchronize, "cuEventSynchronize")                    \
-  X(cuEventElapsedTime, "cuEventElapsedTime")
+  X(cuEventElapsedTime, "cuEventElapsedTime")                   \
+  /* the generated sm_90a GEMMs (gemm_sm90.c): TMA descriptors */  \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;

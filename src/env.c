@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env.c — every environment variable kljit reads, and the one place that reads them.
  *
  *   variable               sets                                   default
@@ -10,6 +11,8 @@
  *   KLJIT_TUNE_ROWS        options.tune_rows                      8192
  *   KLJIT_TUNE_BUDGET_S    options.tune_budget_s                  30
  *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off
+ *   KLJIT_GEMM             options.gemm (jit, cublas; another     KLJIT_GEMM_DEFAULT
+ *                          value: -1, refused where it is used)
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
  *   KLJIT_DUMP_DIR         rendered sources and NVRTC logs        not written
  *   KLJIT_LOG=1            log lines on stderr                    off
@@ -32,7 +35,7 @@ static const char *const NAMES[ENV_COUNT] = {
     [ENV_TUNE_BUDGET_S] = "KLJIT_TUNE_BUDGET_S", [ENV_DEBUG_SKIP_GEMMS] = "KLJIT_DEBUG_SKIP_GEMMS",
     [ENV_TEMPLATE_DIR] = "KLJIT_TEMPLATE_DIR", [ENV_DUMP_DIR] = "KLJIT_DUMP_DIR",
     [ENV_LOG] = "KLJIT_LOG",                   [ENV_WISDOM] = "KLJIT_WISDOM",
-    [ENV_SYSTEM_WISDOM] = "KLJIT_SYSTEM_WISDOM"};
+    [ENV_SYSTEM_WISDOM] = "KLJIT_SYSTEM_WISDOM", [ENV_GEMM] = "KLJIT_GEMM"};
 
 const char *env_text(env_var v) {
   return v >= 0 && v < ENV_COUNT ? getenv(NAMES[v]) : NULL;
@@ -63,4 +66,10 @@ void env_context_defaults(kljit_context_options *o) {
   e = env_text(ENV_TUNE_BUDGET_S);
   const double s = e ? atof(e) : 0.0;
   o->tune_budget_s = s > 0 && s < 1e6 ? s : 30.0;
+  /* a typo must not silently mean cuBLASLt: -1 is refused with the variable's text */
+  e = env_text(ENV_GEMM);
+  o->gemm = !e || !*e                ? KLJIT_GEMM_DEFAULT
+            : !strcmp(e, "jit")      ? KLJIT_GEMM_JIT
+            : !strcmp(e, "cublas")   ? KLJIT_GEMM_CUBLAS
+                                     : (kljit_gemm)-1;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* env.h — the environment, read in one place (the one file of src/ that calls getenv).
  *
  * What the environment steers is documented once, in the table of env.c (the README and
@@ -17,7 +18,7 @@
 typedef enum env_var {
   ENV_CACHE_DIR, ENV_CACHE_PATH, ENV_CACHE_DISABLE, ENV_XDG_CACHE_HOME, ENV_XDG_STATE_HOME, ENV_HOME,
   ENV_ROW_KERNEL, ENV_CHUNK_ROWS, ENV_TUNE_ROWS, ENV_TUNE_BUDGET_S, ENV_DEBUG_SKIP_GEMMS,
-  ENV_TEMPLATE_DIR, ENV_DUMP_DIR, ENV_LOG, ENV_WISDOM, ENV_SYSTEM_WISDOM,
+  ENV_TEMPLATE_DIR, ENV_DUMP_DIR, ENV_LOG, ENV_WISDOM, ENV_SYSTEM_WISDOM, ENV_GEMM,
   ENV_COUNT
 } env_var;
 

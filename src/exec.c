@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec.c — the chunk loops of the two execution modes, and their argument validation.
  *
  * Fused (gradient in forward), per chunk of R rows:
@@ -189,8 +190,17 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
   if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
-               0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  /* TMA needs 16-byte aligned operands; the rare caller whose X or W is not takes cuBLASLt */
+  if (p->mod_gemm && !(((uintptr_t)x | (uintptr_t)c->a->weight) & 15)) {
+    const int64_t h = p->pb.hidden;
+    const jgemm_args g = {x, c->a->weight, c->ws + c->w.z, n, p->pb.vocab, h, h, h, p->geom.ld,
+                          1.0f};
+    TRY(jgemm_launch(p->ctx->drv, p->gemm_fn, &p->gemm_logits, p->ctx->sm_count, &g,
+                     (CUstream)c->stream));
+  } else {
+    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
+                 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  }
   if (p->pb.teacher != KLJIT_TEACHER_DENSE_HIDDEN) return KLJIT_SUCCESS;
   /* the online teacher: its logits of the chunk, which the row kernels read (TCHUNK) */
   const size_t tsz = names_dtype_size(p->pb.teacher_dtype);

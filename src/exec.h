@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec.h — what the execute paths offer the NCCL driver (nccl.c): the argument checks. */
 #ifndef KLJIT_EXEC_H
 #define KLJIT_EXEC_H

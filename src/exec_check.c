@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec_check.c — checked mode (KLJIT_FLAG_CHECK_INPUTS): validate the teacher on the device
  * before a call writes anything.
  *

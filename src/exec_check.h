@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* exec_check.h — checked mode (KLJIT_FLAG_CHECK_INPUTS): the teacher validated on the device
  * before a call writes anything. Below the chunk loops (exec.c), which call it first. */
 #ifndef KLJIT_EXEC_CHECK_H

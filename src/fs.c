@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fs.c — the file-system helpers every writer shares: mkdir -p, full reads and writes, atomic
  * publication with the directory fsynced, the default cache directory. */
 #include "fs.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fs.h — file-system helpers, one of each: mkdir -p, full reads and writes, an atomic write that
  * fsyncs the directory, the default cache directory (the kernel cache, wisdom, dumps use them). */
 #ifndef KLJIT_FS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm.c — cuBLASLt matmuls of the chunk loop (see gemm.h for the shapes). */
 #include "gemm.h"
 
@@ -73,45 +74,90 @@ static void free_layouts(cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
   if (la) cublaslt_loaded()->cublasLtMatrixLayoutDestroy(la);
 }
 
-/* cuBLASLt's first heuristic choice for the layouts within ws_size bytes of workspace. */
+/* Up to `cap` algorithms of cuBLASLt's heuristic for the layouts within ws_size bytes of
+ * workspace, best first (the first is what an untuned plan runs); KLJIT_ERR_CUBLAS for none. */
+static kljit_status heuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                              cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                              cublasLtMatrixLayout_t lc, const gemm_desc *d, gemm_kind kind,
+                              size_t ws_size, cublasLtMatmulHeuristicResult_t *h, int cap,
+                              int *count) {
+  const cublaslt_table *t = cublaslt_loaded();
+  cublasLtMatmulPreference_t pref = NULL;
+  kljit_status st =
+      lt_check(t->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  if (st) return st;
+  uint64_t max_ws = ws_size;
+  t->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                          sizeof max_ws);
+  *count = 0;
+  st = lt_check(t->cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, cap, h, count),
+                "cublasLtMatmulAlgoGetHeuristic");
+  if (!st && *count == 0)
+    st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
+                 "k=%llu)", kind_name(kind), (unsigned long long)d->m, (unsigned long long)d->n,
+                 (unsigned long long)d->k);
+  t->cublasLtMatmulPreferenceDestroy(pref);
+  return st;
+}
+
 static kljit_status choose_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
                                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                                 cublasLtMatrixLayout_t lc, const gemm_desc *d, gemm_kind kind,
                                 size_t ws_size, cublasLtMatmulAlgo_t *algo) {
-  cublasLtMatmulPreference_t pref = NULL;
-  kljit_status st =
-      lt_check(cublaslt_loaded()->cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  if (st) return st;
-  uint64_t cap = ws_size;
-  cublaslt_loaded()->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cap,
-                                       sizeof cap);
   cublasLtMatmulHeuristicResult_t h;
   int count = 0;
-  st = lt_check(cublaslt_loaded()->cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &h, &count),
-                "cublasLtMatmulAlgoGetHeuristic");
-  if (!st && count == 0)
-    st = err_set(KLJIT_ERR_CUBLAS, "cuBLASLt has no algorithm for the %s GEMM (m=%llu n=%llu "
-                 "k=%llu)", kind_name(kind), (unsigned long long)d->m, (unsigned long long)d->n,
-                 (unsigned long long)d->k);
+  kljit_status st = heuristic(lt, desc, la, lb, lc, d, kind, ws_size, &h, 1, &count);
   if (!st) *algo = h.algo;
-  cublaslt_loaded()->cublasLtMatmulPreferenceDestroy(pref);
+  return st;
+}
+
+/* The matmul descriptor of one plan's GEMMs (compute type, transposes). */
+static kljit_status make_desc(const gemm_types *ty, const gemm_desc *d,
+                              cublasLtMatmulDesc_t *desc) {
+  const cublaslt_table *t = cublaslt_loaded();
+  *desc = NULL;
+  kljit_status st = lt_check(t->cublasLtMatmulDescCreate(desc, (cublasComputeType_t)ty->compute,
+                                                         CUDA_R_32F),
+                             "cublasLtMatmulDescCreate");
+  if (st) return st;
+  t->cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &d->ta, sizeof d->ta);
+  t->cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &d->tb, sizeof d->tb);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status gemm_candidates(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
+                             gemm_kind kind, int64_t n, size_t ws_size, cublasLtMatmulAlgo_t *out,
+                             int cap, int *count) {
+  enum { MOST = 16 };
+  cublasLtMatmulHeuristicResult_t h[MOST];
+  const gemm_desc d = describe(ty, sh, kind, n);
+  *count = 0;
+  cublasLtMatmulDesc_t desc;
+  kljit_status st = make_desc(ty, &d, &desc);
+  if (st) return st;
+  cublasLtMatrixLayout_t la, lb, lc;
+  int got = 0;
+  st = make_layouts(&d, &la, &lb, &lc);
+  if (!st) st = heuristic(lt, desc, la, lb, lc, &d, kind, ws_size, h, cap < MOST ? cap : MOST, &got);
+  for (int i = 0; !st && i < got; i++)
+    if (h[i].state == CUBLAS_STATUS_SUCCESS) out[(*count)++] = h[i].algo;
+  free_layouts(la, lb, lc);
+  cublaslt_loaded()->cublasLtMatmulDescDestroy(desc);
   return st;
 }
 
 kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
-                          gemm_kind kind, int64_t n, size_t ws_size, gemm_op *op) {
+                          gemm_kind kind, int64_t n, size_t ws_size,
+                          const cublasLtMatmulAlgo_t *tuned, gemm_op *op) {
   memset(op, 0, sizeof *op);
   const gemm_desc d = describe(ty, sh, kind, n);
   cublasLtMatmulDesc_t desc = NULL;
-  kljit_status st = lt_check(cublaslt_loaded()->cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)ty->compute,
-                                                      CUDA_R_32F),
-                             "cublasLtMatmulDescCreate");
+  kljit_status st = make_desc(ty, &d, &desc);
   if (st) return st;
-  cublaslt_loaded()->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &d.ta, sizeof d.ta);
-  cublaslt_loaded()->cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &d.tb, sizeof d.tb);
   cublasLtMatrixLayout_t la, lb, lc;
   st = make_layouts(&d, &la, &lb, &lc);
-  if (!st) st = choose_algo(lt, desc, la, lb, lc, &d, kind, ws_size, &op->algo);
+  if (!st && tuned) op->algo = *tuned;
+  else if (!st) st = choose_algo(lt, desc, la, lb, lc, &d, kind, ws_size, &op->algo);
   if (st) {
     free_layouts(la, lb, lc);
     cublaslt_loaded()->cublasLtMatmulDescDestroy(desc);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gemm.h — the three GEMM shapes of the chunk loop, through cuBLASLt on the caller's stream.
  *
  * Row-major views (what the chunk loop thinks in); cuBLASLt sees their column-major transposes:
@@ -5,9 +6,9 @@
  *   dX      dX[n,H]         = G[n,V] (ld LD) W     -> m=H, n=n, k=V
  *   dW      dW[V,H]        (+)= G[n,V]^T X[n,H]    -> m=H, n=V, k=n, op(B)=T on G
  * A plan prepares each operation once (gemm_prepare: the matmul descriptor, the three matrix
- * layouts and cuBLASLt's heuristic algorithm for its chunk size), so the plan is immutable and
- * an execute only runs them (gemm_run). A chunk of another size (the last one of a call)
- * gets its own layouts and heuristic algorithm for that call, as the same query would give.
+ * layouts and the tuned algorithm, else cuBLASLt's heuristic one, for its chunk size), so the
+ * plan is immutable and an execute only runs them (gemm_run). A chunk of another size (the last
+ * one of a call) gets its own layouts and heuristic algorithm for that call.
  */
 #ifndef KLJIT_GEMM_H
 #define KLJIT_GEMM_H
@@ -44,10 +45,12 @@ typedef struct gemm_op {
   cublasLtMatmulAlgo_t algo;
 } gemm_op;
 
-/* Prepares `kind` for chunks of n rows, the algorithm chosen for a workspace of ws_size bytes.
- * On failure *op holds nothing to destroy. */
+/* Prepares `kind` for chunks of n rows: with `tuned` (the tuning's algorithm, from the running
+ * cuBLASLt version: gemm_algo_find), that algorithm; NULL: cuBLASLt's heuristic choice for a
+ * workspace of ws_size bytes. On failure *op holds nothing to destroy. */
 kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
-                          gemm_kind kind, int64_t n, size_t ws_size, gemm_op *op);
+                          gemm_kind kind, int64_t n, size_t ws_size,
+                          const cublasLtMatmulAlgo_t *tuned, gemm_op *op);
 
 /* Runs a prepared operation on a chunk of n rows (n < op->n: the layouts and algorithm of that
  * size, for this call only) on `stream`; host scalars: with beta = 0, C is not read. */
@@ -57,6 +60,13 @@ kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const v
 
 /* Frees what gemm_prepare made (a zeroed op: nothing). */
 void gemm_destroy(gemm_op *op);
+
+/* The tuner's candidates: up to `cap` (<= 16) algorithms of cuBLASLt's heuristic for one GEMM,
+ * best first, so out[0] is what gemm_prepare picks untuned (tune_measure.c times each as an
+ * operation prepared with it). */
+kljit_status gemm_candidates(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
+                             gemm_kind kind, int64_t n, size_t ws_size, cublasLtMatmulAlgo_t *out,
+                             int cap, int *count);
 
 enum { GEMM_WORKSPACE_BYTES = 32 << 20 };
 

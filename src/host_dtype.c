@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host_dtype.c — host-side fp16/bf16 conversions (round to nearest even) and random inputs.
  *
  * Tests build device inputs on the host, so these conversions decide which numbers the GPU and

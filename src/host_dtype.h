@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* host_dtype.h — host-side fp16/bf16 conversions (round to nearest even) and random inputs. */
 #ifndef KLJIT_HOST_DTYPE_H
 #define KLJIT_HOST_DTYPE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jit.c — the compile pipeline of one kernel module, shared by plans and precompile. */
 #include "jit.h"
 
@@ -19,7 +20,8 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
       sb_printf(key,
                 "kljit-cache-key %d\nkljit %s\nsource-sha256 %s\n%s\narch sm_%d\n"
                 "options",
-                JIT_CACHE_FORMAT, KLJIT_VERSION_STRING, hex, nvrtc_version_string(), arch);
+                JIT_CACHE_FORMAT, KLJIT_VERSION_STRING, hex, nvrtc_version_string(),
+                arch & ~NVRTC_ARCH_SPECIFIC);
   for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) st = sb_printf(key, " %s", opts[i]);
   if (st == KLJIT_SUCCESS) st = sb_append(key, "\n", 1);
   return st;
@@ -65,7 +67,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
     sb_free(&key);
     sb_free(&out->manifest);
     st = kspec_render_iface(k, &src, &out->manifest);
-    if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+    if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, kspec_target(k, arch), &key);
     if (st == KLJIT_SUCCESS) {
       kspec_name(k, src.data, out->name);
       sha256_hex(key.data, key.len, out->key_hash);
@@ -93,7 +95,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   }
   if (!src.data && (st = kspec_render(k, &src)) != KLJIT_SUCCESS) goto done; /* memo'd key */
   t0 = util_now();
-  st = nvrtc_compile(src.data, out->name, arch, &out->cubin, NULL);
+  st = nvrtc_compile(src.data, out->name, kspec_target(k, arch), &out->cubin, NULL);
   out->compile_ms = 1e3 * (util_now() - t0);
   if (st != KLJIT_SUCCESS) goto done;
   strbuf meta = {0};
@@ -159,7 +161,7 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
   }
   strbuf src = {0}, key = {0};
   kljit_status st = kspec_render(k, &src);
-  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, arch, &key);
+  if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, kspec_target(k, arch), &key);
   if (st == KLJIT_SUCCESS) {
     kspec_name(k, src.data, r->name);
     cache_file_name(key.data, r->file);

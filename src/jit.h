@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jit.h — spec → cubin: render, key, cache lookup, NVRTC on a miss, cache store. No GPU. */
 #ifndef KLJIT_JIT_H
 #define KLJIT_JIT_H

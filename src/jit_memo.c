@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jit_memo.c — spec → cache key memo (see jit_memo.h for why it is exact). */
 #include "jit_memo.h"
 #include "env.h"

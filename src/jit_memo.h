@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jit_memo.h — an in-process memo of the JIT pipeline's first step: spec → cache key text.
  *
  * Rendering a module (Lua) costs about a millisecond, and a plan on a warm cache needs the

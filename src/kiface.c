@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kiface.c — kernel manifests: parsing, checking against the kargs roles, marshalling. */
 #include "kiface.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kiface.h — kernel interfaces: the manifest a template declares, and arguments by role.
  *
  * A family template declares its kernels once (templates/iface.cu.lua): for each kernel its

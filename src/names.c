@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* names.c — enum names, one table each (names.h). */
 #include "names.h"
 

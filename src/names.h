@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* names.h — the one table of names for each public enum (messages, plan descriptions, the
  * templates' parameter values, wisdom keys). */
 #ifndef KLJIT_NAMES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nccl.c — NCCL at run time (see nccl.h) and kljit_fused_nccl: the sharded fused step with its
  * collectives, all on the caller's stream. kljit sets nothing in NCCL's environment (the user
  * sets NCCL_NVLS_ENABLE=0 where wanted).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nccl.h — NCCL loaded at run time (dlopen("libnccl.so.2"), like the CUDA driver), for
  * kljit_fused_nccl. No NCCL header is needed to build: the few types and entry points below are
  * declared from NCCL's public, stable C ABI (nccl.h of NCCL 2.x).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nvrtc_compile.c — NVRTC: rendered CUDA C++ -> cubin for a real architecture, no include path.
  *
  * Generated kernels include no headers at all (fp16/bf16 conversions are written out in the
@@ -16,7 +17,8 @@
 
 int nvrtc_options(int arch, char storage[NVRTC_MAX_OPTIONS][64], const char *opts[]) {
   int n = 0;
-  snprintf(storage[n], 64, "--gpu-architecture=sm_%d", arch);
+  snprintf(storage[n], 64, "--gpu-architecture=sm_%d%s", arch & ~NVRTC_ARCH_SPECIFIC,
+           arch & NVRTC_ARCH_SPECIFIC ? "a" : "");
   opts[n] = storage[n], n++;
   snprintf(storage[n], 64, "-std=c++17");
   opts[n] = storage[n], n++;
@@ -95,8 +97,9 @@ kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbu
   kljit_status st = get_log(prog, &lg);
   dump(name, "log", lg.data ? lg.data : "");
   if (st == KLJIT_SUCCESS && r != NVRTC_SUCCESS) {
-    st = err_set(KLJIT_ERR_COMPILE, "NVRTC failed to compile %s for sm_%d: %s\n%s", name, arch,
-                 nvrtcGetErrorString(r), lg.data ? lg.data : "(no log)");
+    st = err_set(KLJIT_ERR_COMPILE, "NVRTC failed to compile %s for %s: %s\n%s", name,
+                 opts[0] + strlen("--gpu-architecture="), nvrtcGetErrorString(r),
+                 lg.data ? lg.data : "(no log)");
   }
   if (st == KLJIT_SUCCESS) {
     size_t n = 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* nvrtc_compile.h — compile one rendered source for one real architecture into a cubin. */
 #ifndef KLJIT_NVRTC_COMPILE_H
 #define KLJIT_NVRTC_COMPILE_H
@@ -5,6 +6,10 @@
 #include "util.h"
 
 enum { NVRTC_MAX_OPTIONS = 8 };
+
+/* OR'd into an arch: compile for the architecture-specific target (sm_90a: wgmma, setmaxnreg),
+ * whose cubin runs on that architecture only. */
+enum { NVRTC_ARCH_SPECIFIC = 1 << 16 };
 
 /* The exact, ordered NVRTC options kljit uses for architecture sm_<arch> (e.g. 90). They are
  * part of every cache key. Returns the count; opts[i] point into `storage`. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan.c — kljit_plan_create/destroy/describe and the size queries. */
 #include "plan.h"
 
@@ -5,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_algo.h"
 
 static int cuda_type(kljit_dtype dt) {
   return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -60,6 +62,63 @@ static kljit_status check_steps(const kljit_plan *p) {
   return KLJIT_SUCCESS;
 }
 
+/* The logits GEMM from the generated sm_90a family where jgemm_choose takes it (options.gemm
+ * KLJIT_GEMM_JIT, or a tuned choice); cuBLASLt otherwise. Its kernel takes the TMA descriptors
+ * by value, which kargs cannot marshal: it has its own launch (jgemm_launch), and its manifest
+ * is checked against the one jgemm_launch is written for (jgemm_check_manifest). */
+static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc) {
+  const int mode = jgemm_mode(&p->ctx->opt);
+  const int use = jgemm_choose(&p->pb, t, p->ctx->arch, p->geom.logit, mode, &p->gemm_logits);
+  if (use < 0) return KLJIT_ERR_INVALID_ARGUMENT;
+  if (!use)
+    return mode == JGEMM_JIT ? sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, "
+                                               "16-bit inputs and H a multiple of 8)\n")
+                             : KLJIT_SUCCESS;
+  const kspec k = jgemm_spec(&p->gemm_logits);
+  jit_bin bin;
+  kljit_status st = jit_build(&k, p->ctx->arch, &p->ctx->cache, &bin);
+  if (st != KLJIT_SUCCESS) return st;
+  st = jgemm_check_manifest(bin.manifest.data, bin.name);
+  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, &p->mod_gemm);
+  if (st == KLJIT_SUCCESS)
+    st = sb_printf(desc, "  module %s (sm_%da): %s; render %.2f ms, compile %.1f ms\n", bin.name,
+                   p->ctx->arch, bin.source == CACHE_MISS ? "compiled" : "cache", bin.render_ms,
+                   bin.compile_ms);
+  jit_bin_free(&bin);
+  const drv_table *d = p->ctx->drv;
+  if (st == KLJIT_SUCCESS)
+    st = drv_check(d, d->cuModuleGetFunction(&p->gemm_fn, p->mod_gemm->module, "kl_gemm"),
+                   "kl_gemm");
+  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, p->gemm_fn, &p->gemm_logits);
+  if (st == KLJIT_SUCCESS) {
+    char what[64];
+    jgemm_describe(&p->gemm_logits, what, sizeof what);
+    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
+                   mode == JGEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
+  }
+  return st;
+}
+
+/* The GEMMs of a full chunk, prepared once with the tuning's algorithms where they were tuned
+ * with the running cuBLASLt (heuristic ones otherwise): executes only run them. */
+static kljit_status prepare_gemms(kljit_plan *p, const prob_tuning *t, const gemm_types *ty,
+                                  const gemm_shape *sh, strbuf *desc) {
+  int tuned = 0, stale = 0;
+  kljit_status st = KLJIT_SUCCESS;
+  for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++) {
+    cublasLtMatmulAlgo_t algo;
+    int refused = 0;
+    const int found = gemm_algo_find(t, k, t->chunk_rows, &algo, &refused);
+    tuned += found, stale += refused;
+    st = gemm_prepare(p->ctx->lt, ty, sh, (gemm_kind)k, t->chunk_rows, GEMM_WORKSPACE_BYTES,
+                      found ? &algo : NULL, &p->gemm[k]);
+  }
+  if (st == KLJIT_SUCCESS && (tuned || stale))
+    st = sb_printf(desc, "  GEMMs: %d tuned cuBLASLt algorithms%s\n", tuned,
+                   stale ? ", others refused (tuned with another cuBLASLt version)" : "");
+  return st;
+}
+
 kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out) {
@@ -104,10 +163,8 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
   if (st == KLJIT_SUCCESS) st = check_steps(p);
-  /* the GEMMs of a full chunk, prepared once: executes only run them */
-  for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++)
-    st = gemm_prepare(ctx->lt, &gtypes, &gshape, (gemm_kind)k, tune.chunk_rows,
-                      GEMM_WORKSPACE_BYTES, &p->gemm[k]);
+  if (st == KLJIT_SUCCESS) st = load_gemm(p, &tune, &desc);
+  if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, &desc);
   if (st == KLJIT_SUCCESS && problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
     const kljit_dtype td = problem->teacher_dtype;
@@ -119,7 +176,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                     : CUBLAS_COMPUTE_32F;
     const gemm_shape ts = {problem->vocab, problem->teacher_hidden, p->geom.ld, p->geom.ldg};
     st = gemm_prepare(ctx->lt, &tt, &ts, GEMM_LOGITS, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
-                      &p->gemm_teacher);
+                      NULL, &p->gemm_teacher);
   }
   ctx_leave(ctx);
   if (st != KLJIT_SUCCESS) goto fail_desc;
@@ -136,9 +193,10 @@ fail:
 
 void kljit_plan_destroy(kljit_plan *p) {
   if (!p) return;
-  if ((p->mod_rows || p->mod_helpers) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
+  if ((p->mod_rows || p->mod_helpers || p->mod_gemm) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
     ctx_module_release(p->ctx, p->mod_rows);
     ctx_module_release(p->ctx, p->mod_helpers);
+    ctx_module_release(p->ctx, p->mod_gemm);
     ctx_leave(p->ctx);
   }
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plan.h — kljit_plan: an immutable, executable plan for one problem on one context.
  *
  * Invariants: after kljit_plan_create returns, nothing in the plan changes (its GEMM operations
@@ -9,6 +10,7 @@
 
 #include "context.h"
 #include "gemm.h"
+#include "gemm_sm90.h"
 #include "kiface.h"
 #include "problem.h"
 
@@ -34,6 +36,11 @@ struct kljit_plan {
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
+  /* the generated logits GEMM (gemm_sm90.h), or NULL: cuBLASLt's gemm[GEMM_LOGITS]. Launched
+   * by jgemm_launch, not plan_launch: its TMA descriptors are by-value kernel parameters */
+  ctx_module *mod_gemm;
+  CUfunction gemm_fn;
+  jgemm_variant gemm_logits;
   char *description;
 };
 

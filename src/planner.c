@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* planner.c — kljit_plan_create and kljit_tune: the planner's layers put together.
  *
  *   problem.c       validate the problem, derive geometry and specs     (no GPU)

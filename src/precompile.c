@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* precompile.c — kljit_precompile: a plan's kernels into a cache directory, without a GPU.
  * Thread-safe for any mix of problems and archs: rendering has its own Lua state per call,
  * NVRTC programs are per call, and cache stores are atomic renames (src/cache.c). */
@@ -5,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_sm90.h"
 #include "jit.h"
 #include "problem.h"
 
@@ -35,8 +37,10 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
-  const kspec *specs[] = {&g.rows, &g.helpers};
-  const int count = (int)(sizeof specs / sizeof specs[0]);
+  kspec gemm;
+  const kspec *specs[3];
+  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, &gemm, specs) : 0;
+  if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     kljit_module_report r;
     memset(&r, 0, sizeof r);

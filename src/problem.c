@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* problem.c — problem validation, heuristic tuning, geometry, workspace layout. */
 #include "problem.h"
 

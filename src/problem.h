@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* problem.h — validation of kljit_problem and the plan geometry derived from it (no GPU). */
 #ifndef KLJIT_PROBLEM_H
 #define KLJIT_PROBLEM_H
@@ -29,6 +30,23 @@ int prob_is_forward_kl(const kljit_problem *pb);
 const char *prob_divergence_rows(const kljit_problem *pb);
 
 /* The tunable choices of a plan (what wisdom stores). */
+/* One tuned GEMM of a plan's chunk loop (gemm_algo.c): the GEMM it serves (a gemm_kind, the
+ * rows of the chunk, beta zero or not) and either a cuBLASLt algorithm (the cuBLASLt version
+ * that chose it: an algorithm is opaque data, meaningful only to that version, and
+ * cublasLtMatmulAlgo_t's words) or, jit = 1, a variant of the generated sm_90a family (tile
+ * columns, warpgroups, stages, raster, cluster: gemm_sm90.h). */
+enum { PROB_GEMM_CHOICES = 4, PROB_GEMM_ALGO_WORDS = 8 };
+typedef struct prob_gemm_choice {
+  int used;
+  int kind;
+  int beta_zero;
+  int64_t n;
+  uint64_t lt_version;
+  uint64_t algo[PROB_GEMM_ALGO_WORDS];
+  int jit, bn, consumers, stages, cluster;
+  char raster;
+} prob_gemm_choice;
+
 typedef struct prob_tuning {
   int64_t chunk_rows;  /* R */
   int threads;         /* row-kernel block size */
@@ -36,6 +54,7 @@ typedef struct prob_tuning {
   int cluster;         /* 0: two-pass row kernels; C: one pass in clusters of C = split blocks */
   int nv;              /* cluster variant: 16-byte vectors per thread held in registers */
   /* (sparse teacher: two-pass rows only; pass 2 and backward run one block per row) */
+  prob_gemm_choice gemm[PROB_GEMM_CHOICES]; /* tuned cuBLASLt algorithms; none: heuristic */
 } prob_tuning;
 
 /* Everything about a plan that follows from the problem and the tuning. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sha256.c — SHA-256 written from FIPS 180-4 (section 4.1.2 functions, 4.2.2 constants,
  * 5.1.1 padding, 5.3.3 initial value, 6.2.2 computation). Names cache entries and checksums
  * their contents; speed is secondary to being obviously the spec, so this is the plain

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.c — kernel spec → template parameters → rendered source. */
 #include "spec.h"
 
@@ -5,17 +6,24 @@
 #include <string.h>
 
 #include "cache.h"
+#include "nvrtc_compile.h"
 
 const char *kspec_template(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? "dense_rows.cu.lua"
          : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows.cu.lua"
+         : k->family == KSPEC_GEMM_SM90   ? "gemm_sm90.cu.lua"
                                           : "helpers.cu.lua";
 }
 
 static const char *family_name(const kspec *k) {
   return k->family == KSPEC_DENSE_ROWS    ? "dense_rows"
          : k->family == KSPEC_SPARSE_ROWS ? "sparse_rows"
+         : k->family == KSPEC_GEMM_SM90   ? "gemm_sm90"
                                           : "helpers";
+}
+
+int kspec_target(const kspec *k, int arch) {
+  return k->family == KSPEC_GEMM_SM90 ? arch | NVRTC_ARCH_SPECIFIC : arch;
 }
 
 static render_param pi(const char *key, int64_t v) {
@@ -35,7 +43,23 @@ static render_param pb(const char *key, int v) {
   return p;
 }
 
+static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
+  size_t n = 0;
+  out[n++] = ps("LAYOUT", k->gemm_layout ? k->gemm_layout : "nt");
+  out[n++] = ps("IN", names_dtype_tag(k->tdt));
+  out[n++] = ps("OUT", names_dtype_tag(k->out));
+  out[n++] = pb("BETA", k->gemm_beta);
+  out[n++] = pi("BN", k->gemm_bn);
+  out[n++] = pi("CONSUMERS", k->gemm_consumers);
+  out[n++] = pi("STAGES", k->gemm_stages);
+  const char r = k->gemm_raster;
+  out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
+  out[n++] = pi("CLUSTER", k->gemm_cluster);
+  return n;
+}
+
 size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
+  if (k->family == KSPEC_GEMM_SM90) return gemm_params(k, out);
   size_t n = 0;
   out[n++] = pi("V", k->v);
   out[n++] = pi("LD", k->ld);

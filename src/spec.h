@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.h — kernel specs: the plain, hashable description of one generated module.
  *
  * A spec names a template family and every parameter the template takes. The plan builds
@@ -16,7 +17,8 @@
 typedef enum kspec_family {
   KSPEC_DENSE_ROWS = 1,  /* templates/dense_rows.cu.lua */
   KSPEC_HELPERS = 2,     /* templates/helpers.cu.lua */
-  KSPEC_SPARSE_ROWS = 3  /* templates/sparse_rows.cu.lua */
+  KSPEC_SPARSE_ROWS = 3, /* templates/sparse_rows.cu.lua */
+  KSPEC_GEMM_SM90 = 4    /* templates/gemm_sm90.cu.lua (sm_90a only; gemm_sm90.h) */
 } kspec_family;
 
 typedef struct kspec {
@@ -58,11 +60,17 @@ typedef struct kspec {
   const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
+  /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
+  int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
+  const char *gemm_layout; /* "nt" | "nn" */
+  char gemm_raster;   /* 'm' | 'n' */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 30 }; /* dense rows: 20 always, 9 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
+/* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */
+int kspec_target(const kspec *k, int arch);
 const char *kspec_template(const kspec *k);
 size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]);
 

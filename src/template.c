@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* template.c — compiles a kernel template into one Lua chunk and runs it in a sandbox.
  *
  * Invariants (docs/templates.md is the author's view of the same rules):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* template.h — rendering the kernel templates (templates/NAME.cu.lua) into CUDA C++ source.
  *
  * Template syntax (documented in docs/templates.md):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tooling.c — the public functions behind `kljit info` and `kljit cache`: versions, cache
  * directories, and listing, validating and clearing cache entries (src/cache.c does the work). */
 #include <cuda.h>

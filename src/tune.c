@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tune.c — planning rigor without a GPU: the candidate configurations, the choice between
  * wisdom, heuristics and tuning, and the entry points that tune (kljit_tune, plans). The timing
  * itself is in tune_measure.c.

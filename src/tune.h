@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tune.h — choosing a plan's tuning (the planner's second layer, no GPU): from wisdom or the
  * heuristics, by rigor, and the candidate configurations a tuner tries. Timing them is
  * tune_measure.h, on top of building plans; kljit_plan_create and kljit_tune (planner.c) put

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tune_measure.c — timing candidate configurations on the GPU (KLJIT_PLAN_MEASURE,
  * KLJIT_PLAN_EXHAUSTIVE, kljit_tune).
  *
@@ -15,6 +16,11 @@
  * variants. The heuristic choice is timed first, always, with at least 3 repeats; the others
  * run while the time budget lasts (compiles count). A challenger must beat the best by 1% to
  * replace it, so noise does not move the choice away from the heuristic.
+ *
+ * Then the winner's GEMMs: for each GEMM of its chunk loop, the top 8 algorithms of cuBLASLt's
+ * heuristic are timed alone (one warm-up, median of 5, L2 flushed); one that beats the
+ * heuristic's first by 1% is kept in the tuning (prob_gemm_choice, stored with the entry). The
+ * entry's ms stays the fused time measured with the heuristic's algorithms.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +28,10 @@
 
 #include "tune_measure.h"
 
+#include "cublaslt.h"
+#include "gemm_algo.h"
 #include "host_dtype.h"
+#include "jit.h"
 
 enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
 
@@ -404,6 +413,244 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
   return KLJIT_SUCCESS;
 }
 
+/* ---- cuBLASLt algorithms ------------------------------------------------------------------ */
+
+enum { GEMM_CANDIDATES = 8, GEMM_REPS = 5 };
+
+/* One GEMM of the chunk loop as the tuner runs it: a cuBLASLt algorithm (op: an operation
+ * prepared with it) or a generated kernel (fn, variant v; the logits GEMM only). x and y are
+ * gemm_run's operands (logits: W, then the chunk's X). */
+typedef struct gemm_launch {
+  const kljit_plan *plan;
+  const gemm_op *op;
+  CUfunction fn;
+  const jgemm_variant *v;
+  gemm_kind kind;
+  int64_t n;
+  float beta;
+  const void *x, *y;
+  void *out, *lt_ws;
+  size_t lt_size;
+} gemm_launch;
+
+static kljit_status launch(bench *b, const gemm_launch *g) {
+  if (!g->fn)
+    return gemm_run(b->ctx->lt, g->op, g->n, g->x, g->y, g->out, 1.0f, g->beta, g->lt_ws,
+                    g->lt_size, (void *)b->stream);
+  const int64_t h = b->pb->hidden;
+  const jgemm_args a = {g->y, g->x, g->out, g->n, b->pb->vocab, h, h, h, g->plan->geom.ld, 1.0f};
+  return jgemm_launch(b->d, g->fn, g->v, b->ctx->sm_count, &a, b->stream);
+}
+
+/* Median time of one GEMM launch; *ok = 0 when cuBLASLt refuses to run the algorithm. */
+static kljit_status time_gemm(bench *b, const gemm_launch *g, double *ms, int *ok) {
+  *ok = 0;
+  float times[GEMM_REPS];
+  kljit_status st = KLJIT_SUCCESS;
+  for (int r = -1; r < GEMM_REPS && st == KLJIT_SUCCESS; r++) { /* r = -1: warm-up */
+    st = DRV(b, cuMemsetD8Async(b->flush, (unsigned char)(r + 2), FLUSH_BYTES, b->stream),
+             "cuMemsetD8Async (L2 flush)");
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[0], b->stream), "cuEventRecord");
+    if (st == KLJIT_SUCCESS) {
+      st = launch(b, g);
+      if (st == KLJIT_ERR_CUBLAS && r < 0) { /* this algorithm does not run here: skip it */
+        util_log("tune: a cuBLASLt candidate refused: %s", kljit_last_error());
+        err_clear();
+        return KLJIT_SUCCESS;
+      }
+    }
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventRecord(b->ev[1], b->stream), "cuEventRecord");
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuEventSynchronize(b->ev[1]), "cuEventSynchronize");
+    float t = 0;
+    if (st == KLJIT_SUCCESS)
+      st = DRV(b, cuEventElapsedTime(&t, b->ev[0], b->ev[1]), "cuEventElapsedTime");
+    if (st == KLJIT_SUCCESS && r >= 0) times[r] = t, *ok = r + 1 == GEMM_REPS;
+  }
+  if (st != KLJIT_SUCCESS || !*ok) return st;
+  qsort(times, GEMM_REPS, sizeof times[0], cmp_float);
+  *ms = times[GEMM_REPS / 2];
+  return KLJIT_SUCCESS;
+}
+
+/* Times the heuristic's top GEMM_CANDIDATES algorithms for one GEMM of the chunk loop and adds
+ * the winner to *t when it beats the heuristic's own first choice by 1% (as the row search). */
+static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, int64_t n,
+                              float beta, const void *x, const void *y, void *out, void *lt_ws,
+                              size_t lt_size, prob_tuning *t, double *best_out) {
+  static const char *const names[] = {"logits", "dX", "dW"};
+  cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
+  int count = 0, best = -1;
+  const gemm_types *ty = &plan->gemm[kind].types;
+  const gemm_shape *sh = &plan->gemm[kind].shape;
+  kljit_status st = gemm_candidates(b->ctx->lt, ty, sh, kind, n, lt_size, cand, GEMM_CANDIDATES,
+                                    &count);
+  double best_ms = 0, heur_ms = 0;
+  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
+    double ms = 0;
+    int ok = 0;
+    gemm_op op;
+    st = gemm_prepare(b->ctx->lt, ty, sh, kind, n, lt_size, &cand[i], &op);
+    const gemm_launch g = {plan, &op, NULL, NULL, kind, n, beta, x, y, out, lt_ws, lt_size};
+    if (st == KLJIT_SUCCESS) st = time_gemm(b, &g, &ms, &ok);
+    gemm_destroy(&op);
+    if (st != KLJIT_SUCCESS || !ok) continue;
+    util_log("tune: %s GEMM (%lld rows, beta %g) cuBLASLt candidate %d: %.3f ms", names[kind],
+             (long long)n, beta, i, ms);
+    if (i == 0) heur_ms = ms;
+    if (best < 0 || ms < 0.99 * best_ms) best = i, best_ms = ms;
+  }
+  if (st != KLJIT_SUCCESS) return st;
+  util_log("tune: %s GEMM (%lld rows, beta %g): candidate %d of %d, %.3f ms (heuristic %.3f ms)",
+           names[kind], (long long)n, beta, best, count, best_ms, heur_ms);
+  *best_out = best >= 0 ? best_ms : 0;
+  if (best <= 0) return KLJIT_SUCCESS; /* the heuristic's choice is what runs untuned anyway */
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  c.used = 1, c.kind = (int)kind, c.n = n, c.beta_zero = beta == 0.0f;
+  c.lt_version = (uint64_t)cublaslt_loaded()->cublasLtGetVersion();
+  memcpy(c.algo, cand[best].data, sizeof c.algo);
+  gemm_algo_add(t, &c);
+  return KLJIT_SUCCESS;
+}
+
+/* ---- the generated logits GEMM (KLJIT_GEMM=jit) ---- */
+
+/* The first and last rows of a chunk's logits as floats (n_rows x ld each end). */
+static kljit_status sample_rows(bench *b, const kljit_plan *plan, const void *z, int64_t n,
+                                float *out, int64_t rows) {
+  const int64_t ld = plan->geom.ld;
+  const int f32 = plan->gemm[GEMM_LOGITS].types.logits == CUDA_R_32F;
+  const int bf16 = plan->pb.input_dtype == KLJIT_BF16;
+  const size_t es = f32 ? 4 : 2, per = (size_t)(rows * ld);
+  unsigned char *h = malloc(2 * per * es);
+  if (!h) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  const CUdeviceptr d = (CUdeviceptr)(uintptr_t)z;
+  kljit_status st = DRV(b, cuMemcpyDtoHAsync(h, d, per * es, b->stream), "cuMemcpyDtoHAsync");
+  if (st == KLJIT_SUCCESS)
+    st = DRV(b, cuMemcpyDtoHAsync(h + per * es, d + (size_t)(n - rows) * (size_t)ld * es,
+                                  per * es, b->stream), "cuMemcpyDtoHAsync");
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+  for (size_t i = 0; st == KLJIT_SUCCESS && i < 2 * per; i++) {
+    uint16_t v16;
+    if (f32) memcpy(&out[i], h + 4 * i, 4);
+    else memcpy(&v16, h + 2 * i, 2), out[i] = bf16 ? host_bf16_to_f32(v16) : host_f16_to_f32(v16);
+  }
+  free(h);
+  return st;
+}
+
+/* Each variant of a short list: loaded, its output checked against cuBLASLt's (in z when this
+ * is called) on the chunk's first and last rows, timed; the fastest is kept in *t when it beats
+ * cuBLASLt's best (lt_ms) by 1%, and then the tuning's plans run it (jgemm_choose). */
+static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n, const void *w,
+                                    const void *x, void *z, double lt_ms, prob_tuning *t) {
+  jgemm_variant base;
+  if (jgemm_mode(&b->ctx->opt) != JGEMM_JIT ||
+      !jgemm_applies(b->pb, b->ctx->arch, plan->geom.logit, &base))
+    return KLJIT_SUCCESS;
+  static const struct { int bn, consumers, stages; char raster; int cluster; } tries[] = {
+      {256, 2, 4, 'm', 1}, {256, 2, 4, 'g', 1}, {128, 2, 6, 'g', 1}, {256, 2, 4, 'g', 2},
+      {256, 2, 4, 'm', 2}};
+  const int64_t rows = n < 8 ? n : 8, ld = plan->geom.ld;
+  const size_t count = (size_t)(2 * rows * ld);
+  float *ref = malloc(count * sizeof *ref), *got = malloc(count * sizeof *got);
+  kljit_status st = ref && got ? sample_rows(b, plan, z, n, ref, rows)
+                               : err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  const double tol = plan->gemm[GEMM_LOGITS].types.logits == CUDA_R_32F ? 1e-4 : 1e-2; /* rel. Frobenius */
+  double best_ms = lt_ms;
+  int best = -1;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && st == KLJIT_SUCCESS; i++) {
+    jgemm_variant v = base;
+    v.bn = tries[i].bn, v.consumers = tries[i].consumers, v.stages = tries[i].stages;
+    v.raster = tries[i].raster, v.cluster = tries[i].cluster;
+    const kspec k = jgemm_spec(&v);
+    jit_bin bin;
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    st = jit_build(&k, b->ctx->arch, &b->ctx->cache, &bin);
+    if (st != KLJIT_SUCCESS) break;
+    st = jgemm_check_manifest(bin.manifest.data, bin.name);
+    if (st == KLJIT_SUCCESS)
+      st = DRV(b, cuModuleLoadData(&mod, bin.cubin.data), "cuModuleLoadData (GEMM)");
+    jit_bin_free(&bin);
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuModuleGetFunction(&fn, mod, "kl_gemm"), "kl_gemm");
+    if (st == KLJIT_SUCCESS) st = jgemm_prepare(b->d, fn, &v);
+    const gemm_launch g = {plan, NULL, fn, &v, GEMM_LOGITS, n, 0.0f, w, x, z, NULL, 0};
+    if (st == KLJIT_SUCCESS) st = DRV(b, cuMemsetD8Async((CUdeviceptr)(uintptr_t)z, 0xff,
+                                                         (size_t)(n * ld) * (plan->gemm[GEMM_LOGITS].types.logits
+                                                         == CUDA_R_32F ? 4 : 2), b->stream),
+                                      "cuMemsetD8Async (poison)");
+    if (st == KLJIT_SUCCESS) st = launch(b, &g);
+    if (st == KLJIT_SUCCESS) st = sample_rows(b, plan, z, n, got, rows);
+    double num = 0, den = 0;
+    for (size_t e = 0; st == KLJIT_SUCCESS && e < count; e++) {
+      if ((int64_t)(e % (size_t)ld) >= b->pb->vocab) continue; /* padding */
+      const double d = (double)got[e] - ref[e];
+      num += d * d, den += (double)ref[e] * ref[e];
+    }
+    const int right = st == KLJIT_SUCCESS && isfinite(num) && num <= tol * tol * den;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    double ms = 0;
+    int ok = 0;
+    if (right) st = time_gemm(b, &g, &ms, &ok);
+    else if (st == KLJIT_SUCCESS)
+      util_log("tune: generated logits GEMM %s disagrees with cuBLASLt (rel %.3g): skipped", what,
+               den > 0 ? sqrt(num / den) : INFINITY);
+    if (mod) b->d->cuModuleUnload(mod);
+    if (st != KLJIT_SUCCESS || !ok) continue;
+    util_log("tune: logits GEMM (%lld rows) generated %s: %.3f ms (cuBLASLt best %.3f ms)",
+             (long long)n, what, ms, lt_ms);
+    if (ms < 0.99 * best_ms) best = (int)i, best_ms = ms;
+  }
+  free(ref), free(got);
+  if (st != KLJIT_SUCCESS || best < 0) return st;
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  c.used = 1, c.kind = GEMM_LOGITS, c.n = n, c.beta_zero = 1, c.jit = 1;
+  c.bn = tries[best].bn, c.consumers = tries[best].consumers, c.stages = tries[best].stages;
+  c.raster = tries[best].raster, c.cluster = tries[best].cluster;
+  gemm_algo_add(t, &c);
+  return KLJIT_SUCCESS;
+}
+
+/* The GEMMs of the winner's first chunks (logits, dX, dW starting and accumulating; the
+ * two-phase backward recomputes the same logits GEMM), on the tuner's buffers after one call
+ * of the plan has filled Z/G with real values. A last, shorter chunk keeps the heuristic. */
+static kljit_status tune_gemms(bench *b, prob_tuning *t) {
+  kljit_plan *plan = NULL;
+  kljit_status st = plan_create_tuned(b->ctx, b->pb, t, "GEMM tuning", util_now(), &plan);
+  if (st != KLJIT_SUCCESS) return st;
+  if (plan_ws(b->pb, t, b->rows, b->two_phase) > b->ws_bytes)
+    st = err_set(KLJIT_ERR_INTERNAL, "GEMM tuning: the winner's workspace is not allocated");
+  b->a.workspace = (void *)(uintptr_t)b->ws, b->a.workspace_size = b->ws_bytes;
+  if (st == KLJIT_SUCCESS) st = call(b, plan);
+  if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
+  const prob_workspace w = prob_workspace_layout(
+      b->pb, &plan->geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
+  char *ws = (char *)(uintptr_t)b->ws;
+  const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
+  void *dw = plan->geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
+  const int64_t r = t->chunk_rows, n = b->rows < r ? b->rows : r;
+  double lt_ms = 0, unused;
+  /* dX and dW first: the logits GEMM's output (a cuBLASLt candidate's) is then the reference
+   * the generated kernels are checked against, and G holds its values for the others */
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_DX, n, 0.0f, wt, ws + w.g, (void *)(uintptr_t)b->dx, ws + w.lt,
+                   w.lt_size, t, &unused);
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_DW, n, 0.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t, &unused);
+  if (st == KLJIT_SUCCESS && b->rows > r)
+    st = tune_gemm(b, plan, GEMM_DW, n, 1.0f, x, ws + w.g, dw, ws + w.lt, w.lt_size, t, &unused);
+  if (st == KLJIT_SUCCESS)
+    st = tune_gemm(b, plan, GEMM_LOGITS, n, 0.0f, wt, x, ws + w.z, ws + w.lt, w.lt_size, t,
+                   &lt_ms);
+  if (st == KLJIT_SUCCESS && lt_ms > 0)
+    st = tune_jit_logits(b, plan, n, wt, x, ws + w.z, lt_ms, t);
+  kljit_plan_destroy(plan);
+  return st;
+}
+
 kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t rows,
                           kljit_plan_rigor rigor, kljit_tune_callback cb, void *user,
                           wisdom_entry *winner) {
@@ -431,6 +678,7 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
                         b.rows, c, TUNE_MAX_CANDIDATES);
     st = run_stage(&b, c, n);
   }
+  if (st == KLJIT_SUCCESS) st = tune_gemms(&b, &b.best);
   free(c);
   free_all(&b);
   ctx_leave(ctx);

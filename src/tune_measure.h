@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tune_measure.h — timing tuning candidates on the GPU: the planner's layer above building
  * (it builds a plan per candidate through plan_create_tuned and runs it).
  */

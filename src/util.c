@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.c — thread-local error message, string buffer, logging knob, clock. */
 #include "util.h"
 #include "env.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.h — internal helpers every module uses: error reporting, checked allocation, strings. */
 #ifndef KLJIT_UTIL_H
 #define KLJIT_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom.c — the wisdom text format: problem keys, entry lines, whole texts, merging.
  *
  * A text is a header line, then one entry per line (docs/wisdom.md):
@@ -7,6 +8,9 @@
  *     tdt=bf16 tmode=const flags=- bucket=8192 -> chunk_rows=4096 threads=256 split=8 cluster=0
  *     nv=1 rigor=measure rows=8192 ms=10.1234           (one line in the file)
  *
+ * then, after the problem's extra fields, up to four optional gemm=... fields: the tuned
+ * cuBLASLt algorithms (gemm_algo.h).
+ *
  * Blank lines and lines starting with '#' are ignored. Fields are name=value separated by
  * single spaces, in any order on input, in the order above on output; only gpu's value is
  * quoted (GPU names hold spaces, never quotes). Parsing is strict: an unknown, repeated or
@@ -14,6 +18,8 @@
  * whole text, so what reaches the store can always be planned.
  */
 #include "wisdom.h"
+
+#include "gemm_algo.h"
 
 #include <errno.h>
 #include <math.h>
@@ -333,12 +339,19 @@ kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
 
 kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out) {
   const int r = e->rigor >= KLJIT_PLAN_ESTIMATE && e->rigor <= KLJIT_PLAN_EXHAUSTIVE ? e->rigor : 0;
-  return sb_printf(out,
+  kljit_status st = sb_printf(out,
                    "gpu=\"%s\" arch=sm_%d sms=%d kljit=%s %s bucket=%lld -> chunk_rows=%lld "
                    "threads=%d split=%d cluster=%d nv=%d rigor=%s rows=%lld ms=%.4f %s",
                    e->gpu, e->arch, e->sms, KLJIT_VERSION_STRING, e->problem, (long long)e->bucket,
                    (long long)e->tune.chunk_rows, e->tune.threads, e->tune.split, e->tune.cluster,
                    e->tune.nv, r ? RIGORS[r] : "?", (long long)e->rows, e->ms, e->extra);
+  for (int i = 0; st == KLJIT_SUCCESS && i < PROB_GEMM_CHOICES; i++)
+    if (e->tune.gemm[i].used) {
+      char text[GEMM_ALGO_TEXT_MAX];
+      gemm_algo_text(&e->tune.gemm[i], text);
+      st = sb_printf(out, " gemm=%s", text);
+    }
+  return st;
 }
 
 /* Entry fields that are not problem fields; KEY ones go before "->", the others after. */
@@ -443,6 +456,13 @@ static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
   for (int i = 0; i < n; i++) {
     if (!strcmp(tok[i].name, "->")) {
       if (arrows++) return snprintf(why, cap, "two '->'"), -1;
+      continue;
+    }
+    if (!strcmp(tok[i].name, "gemm")) { /* optional, one per tuned GEMM (gemm_algo.h) */
+      prob_gemm_choice c;
+      if (!arrows || gemm_algo_parse(tok[i].value, &c))
+        return snprintf(why, cap, "bad value gemm=%.60s", tok[i].value), -1;
+      if (gemm_algo_add(&e->tune, &c)) return snprintf(why, cap, "too many gemm fields"), -1;
       continue;
     }
     const int r = problem_field(&pb, &tok[i], arrows, &pseen, why, cap);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom.h — wisdom: the tuned choices of plans, keyed by GPU, kljit version, problem and token
  * bucket; its text format (docs/wisdom.md) and the process-wide store.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom_precompile.c — kljit_precompile_wisdom: the modules of every plan a wisdom file leads
  * to, compiled for one architecture into a kernel cache, without a GPU.
  *
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_sm90.h"
 #include "jit.h"
 #include "jit_memo.h"
 #include "wisdom.h"
@@ -26,13 +28,16 @@ static void spec_list_free(spec_list *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* Appends the plan's two modules unless already listed. */
+/* Appends the plan's modules (jgemm_plan_modules) unless already listed. */
 static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_tuning *t,
                              int arch) {
   prob_geometry g;
   kljit_status st = prob_geometry_make(pb, t, &g);
-  const kspec *specs[] = {&g.rows, &g.helpers};
-  for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++) {
+  kspec gemm;
+  const kspec *specs[3];
+  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(pb, &g, arch, &gemm, specs) : 0;
+  if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     strbuf text = {0};
     if ((st = jit_memo_spec_text(specs[i], arch, &text)) != KLJIT_SUCCESS) break;
     int seen = 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom_store.c — the process-wide wisdom store, its default files, and the public wisdom API.
  *
  * `store` holds every entry this process knows (see wisdom.h for the invariants). The system

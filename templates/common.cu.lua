@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- common.cu.lua: the prelude every kljit kernel source starts with.
 %--
 %-- Holds what the kernel families share: fixed-width types, fp16/bf16 <-> fp32 conversions

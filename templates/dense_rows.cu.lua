@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- dense_rows.cu.lua: row kernels of the dense-teacher KL loss (probs, log-probs, logits).
 %--
 %-- Math, per kept row (s = (z + b) / T, q = softmax(s), p the teacher):

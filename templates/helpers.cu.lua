@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- helpers.cu.lua: the small kernels around the row kernels of one plan.
 %--
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the

@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- iface.cu.lua: a kernel family's interface, declared once (included by the family templates).
 %--
 %-- A family lists its kernels in one table; each entry is

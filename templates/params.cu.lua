@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- params.cu.lua: the parameter checks and dtype tables the kernel families share (included by
 %-- dense_rows, sparse_rows and helpers). Emits no text; returns
 %--   dt      dtype tag -> CUDA type of a stored element ("bf16" -> "bf16_t")

@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- rows_common.cu.lua: device code the row families (dense_rows, sparse_rows) share, emitted
 %-- where a family includes it: the pass modes, storing and zeroing G, the gradient's scale.
 %-- Needs V, VEC, THREADS and grad_t defined before it (every family defines them first).

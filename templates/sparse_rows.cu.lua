@@ -1,3 +1,4 @@
+%-- SPDX-License-Identifier: Apache-2.0
 %-- sparse_rows.cu.lua: row kernels of the sparse top-K teacher KL loss (offline distillation
 %-- from cached top-K ids and probabilities; CompactifAI's "full chunked KL" and two tails more).
 %--

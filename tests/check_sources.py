@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """check_sources.py — static checks of src/ that CTest runs (tests/unit_sources.cmake).
 
   layers ROOT        every #include "x.h" in ROOT/src goes to a module of the same or a lower

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_api.c — execute-argument validation on a real plan, and one plan shared by two threads.
  *
  * Every rejection case poisons every output and scratch buffer with 0xFF bytes, makes one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_case.c — one GPU test case against the fp64 reference (see gpu_case.h). */
 #include "gpu_case.h"
 

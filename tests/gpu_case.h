@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_case.h — one GPU test case of the loss against the fp64 CPU reference: draw inputs
  * (never zeros), poison the outputs, run kljit (fused, or forward + backward), compare loss,
  * per-row loss, dX, dW and db with ref_compute on the same rounded inputs, print one line.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_dense.c — the dense-teacher loss on the GPU against the fp64 CPU reference.
  *
  * Every case draws fresh random inputs (never zeros), poisons every output, runs kljit and

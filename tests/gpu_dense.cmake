@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # GPU tests of the dense teacher (skip with 77 where there is no GPU).
 # The case runner (gpu_case.c) is shared with gpu_sparse.
 add_library(kljit_gpucase STATIC gpu_case.c)

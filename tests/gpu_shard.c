@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_shard.c — vocabulary-parallel tensor parallelism on ONE GPU, without NCCL (issue 7).
  *
  * For tp = 2, 3, 4, 8 and V = 1001 (divisible by none of them), a problem runs unsharded

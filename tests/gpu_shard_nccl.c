@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_shard_nccl.c — kljit_fused_nccl across GPUs: one process per GPU, tp = 2, 4, 8 (issue 7,
  * the multi-GPU run). Each rank plans its shard of V = 1001 (not divisible by tp), runs
  * kljit_fused_nccl on its own GPU with an NCCL communicator, and compares the all-reduced loss

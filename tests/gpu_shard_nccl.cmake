@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The multi-GPU run of issue 7: kljit_fused_nccl with one process per GPU, tp = 2, 4, 8 (skip
 # with 77 without NCCL or with fewer GPUs). NCCL_NVLS_ENABLE=0 as the device notes require.
 add_executable(gpu_shard_nccl gpu_shard_nccl.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_sparse.c — the sparse top-K teacher on the GPU against the fp64 CPU reference, and checked
  * mode (bad teacher data is reported, nothing is written).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # GPU tests of the sparse top-K teacher and checked mode (skip with 77 where there is no GPU).
 add_executable(gpu_sparse gpu_sparse.c)
 target_link_libraries(gpu_sparse PRIVATE kljit kljit_gpucase)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_tune.c — tuning and wisdom on a GPU: kljit_tune stores a winner that is never slower
  * than the heuristic plan (timed again apart from the tuner) and that WISDOM_ONLY plans then use; KLJIT_PLAN_MEASURE tunes once
  * and reuses its wisdom; the time of kljit_plan_create on a warm kernel cache. Public API only.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # gpu_tune: kljit_tune and KLJIT_PLAN_MEASURE / EXHAUSTIVE / WISDOM_ONLY on a GPU, and the time
 # of kljit_plan_create on a warm kernel cache (printed; the median must be <= 5 ms). Skips (77)
 # where there is no GPU.

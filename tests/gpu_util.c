@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_util.c — device buffers and error norms for GPU tests and benchmarks. */
 #include "gpu_util.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_util.h — what GPU tests and benchmarks share: device buffers of any dtype filled from
  * host doubles, read back as doubles, and the error norms they report. CUDA runtime only. */
 #ifndef KLJIT_GPU_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* harness.h — the in-house test harness: one executable per area, one CTest test per case.
  *
  * A test executable lists its cases in a table and calls th_main; CTest runs

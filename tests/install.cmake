@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The installed package as a user sees it: `cmake --install` into a temporary prefix, then
 # consumers built with find_package(kljit) (shared and static targets) and with pkg-config
 # (--libs and --static), the exported symbol lists and load-time dependencies, the installed

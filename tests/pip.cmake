@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # pip: `pip install .` (pyproject.toml, scikit-build-core from PyPI) into a fresh virtual
 # environment builds libkljit into the package, and `import kljit` then loads it with no
 # KLJIT_LIBRARY. It rebuilds the library and needs PyPI, so it runs only where

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # pip_install.sh — `pip install <repo>` into a fresh venv, then `import kljit` from outside the
 # repository with neither KLJIT_LIBRARY nor PYTHONPATH: the library must come from the package.
 # Prints kljit.version() and checks it against include/kljit.h. Exit 77 (skip) unless

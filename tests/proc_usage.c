@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* proc_usage.c — runs a command and fails if it exceeds a memory or time bar.
  *
  *   proc_usage --max-rss-mb M [--max-ms T --runs R] -- COMMAND [ARGS...]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # python: the PyTorch binding (python/kljit) and the bench scripts, tested through
 # python/tests/run.py, one CTest case per Python test method:
 #   unit.python.<module>.<case>  no torch or GPU needed: ctypes layout against the compiler,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* python_layout.c — prints, as JSON, what the C compiler makes of include/kljit.h: the size and
  * every field's offset and size of kljit_problem and kljit_args, the values KLJIT_PROBLEM_INIT
  * and KLJIT_ARGS_INIT put there, and every enumerator. python/tests/test_layout.py compares the

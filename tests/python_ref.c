@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* python_ref.c — runs the fp64 C reference (tests/ref.c) on a problem written by Python, so
  * python/tests/test_reference.py can check the PyTorch references of python/kljit/reference.py
  * against the oracle every GPU test uses.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref.c — the double-precision CPU reference for the fused linear + KL loss (see ref.h).
  *
  * Per kept row i (labels NULL or labels[i] != ignore_index):

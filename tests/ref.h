@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ref.h — the double-precision CPU reference: the oracle every GPU test compares against.
  *
  * It implements the contract of include/kljit.h (the math section, every teacher form, tail

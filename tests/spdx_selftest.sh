@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # spdx_selftest.sh — tools/spdx.sh finds a source file without the SPDX line, --fix adds it
 # (above line 1, or below a shebang) and changes nothing else, and non-source files are left
 # alone. Runs on a scratch tree that is not a git work tree.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_api.c — the public API's contract where no GPU is needed: versions, status strings,
  * destroy(NULL), context creation without a device, kljit_plan_check's field-by-field
  * validation and its messages, the thread-local last error, and NULL-plan calls.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_api: the public API's contract that needs no GPU (versions, status strings, context
 # creation without a device, kljit_plan_check field by field, thread-local last error).
 kljit_test_exe(unit_api unit_api.c)

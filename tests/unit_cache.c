@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_cache.c — the on-disk cubin cache (src/cache.c, src/sha256.c): SHA-256 against the
  * FIPS vectors, hits and misses, every kind of damaged file, concurrent writers, the
  * permission rules, the search order and the environment. Each case that touches the file

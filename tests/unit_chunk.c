@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_chunk.c — a call's chunk and workspace without a GPU: with a 16-bit dW accumulated in
  * place, the chunk is the tuning's but at most a quarter of the call's rows (rounded up to
  * 256), so a short call's workspace stays under the N x V x 2 bytes a chunked autograd loss

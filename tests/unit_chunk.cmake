@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_chunk: a call's chunk (at most a quarter of its rows) and its workspace, without a GPU.
 kljit_test_exe(unit_chunk unit_chunk.c)
 foreach(case

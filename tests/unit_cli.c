@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_cli.c — the kljit command-line tool as a script sees it: exit codes, help, the
  * precompile manifest, cache verify / clear / stats / ls, info without a GPU. Needs no GPU.
  *

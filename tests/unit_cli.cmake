@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The kljit CLI as scripts use it (tools/cli_*.c): help, exit codes, precompile's manifest and
 # --jobs, cache ls/verify/clear/stats, info without a GPU. The cases run the built `kljit`.
 kljit_test_exe(unit_cli unit_cli.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_jit.c — the compile pipeline of one module (src/jit.c): spec → render → key → cache
  * lookup → NVRTC on a miss → cache store, against real templates and real NVRTC. Needs no GPU.
  * Every case that touches the file system runs in its own mkdtemp directory and passes an

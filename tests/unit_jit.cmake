@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_jit: the compile pipeline of one module (src/jit.c: render, key, cache, NVRTC) with the
 # real templates and NVRTC, each case in its own temporary cache directory; no GPU needed.
 kljit_test_exe(unit_jit unit_jit.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_kernels.c — every kernel module a valid problem can need renders, deterministically,
  * and compiles with NVRTC for sm_80 and sm_90. Needs NVRTC, no GPU.
  *

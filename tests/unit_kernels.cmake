@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_kernels: every kernel module a valid problem can need renders deterministically and
 # compiles with NVRTC for sm_80 and sm_90 (templates/*.cu.lua through src/spec.c); no GPU.
 # The full enumeration compiles about a thousand modules per arch: hence `slow` and the long

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_kiface.c — kernel interfaces (src/kiface.c, templates/iface.cu.lua) without a GPU: every
  * kernel a plan can load declares a manifest that agrees with its CUDA signature and marshals
  * each argument from the kargs field of its role; a cached module whose manifest disagrees with

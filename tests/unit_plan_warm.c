@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_plan_warm.c — the CPU part of kljit_plan_create on a warm kernel cache (everything but
  * cuModuleLoadData): render or memo, key, cache lookup and validation, for both modules of a
  * plan. No GPU. gpu_tune.c times the whole kljit_plan_create on a GPU.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_plan_warm: the CPU part of a plan on a warm kernel cache (render or memo, key, lookup),
 # timed in a fresh process and in the same process; the spec -> key memo is exact. No GPU.
 kljit_test_exe(unit_plan_warm unit_plan_warm.c)

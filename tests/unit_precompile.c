@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_precompile.c — kljit_precompile fills a cache that later plans use without compiling.
  * Needs no GPU: a plan's modules are what prob_estimate + prob_geometry_make give for an arch,
  * and they are looked up through the cache configuration a context would read from the
@@ -44,6 +45,33 @@ static kljit_problem problem(void) {
 
 static void count_compiled(const kljit_module_report *m, void *user) {
   if (m->compiled) ++*(int *)user;
+}
+
+/* Under KLJIT_GEMM=jit the sm_90 plan of a 16-bit problem also loads the generated logits GEMM
+ * (sm_90a): precompile builds it there, and only there; a bad KLJIT_GEMM is refused. */
+static int precompile_covers_the_generated_gemm_under_kljit_gemm_jit(void) {
+  char dir[] = "/tmp/kljit-pre-gemm-XXXXXX";
+  TH_CHECK(mkdtemp(dir) != NULL);
+  const kljit_problem pb = problem();
+  setenv("KLJIT_GEMM", "jit", 1);
+  int compiled = 0;
+  TH_OK(kljit_precompile(&pb, 80, dir, 0, count_compiled, &compiled));
+  TH_CHECK(compiled == 2); /* rows, helpers: no sm_90a GEMM for sm_80 */
+  compiled = 0;
+  TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
+  TH_CHECK(compiled == 3); /* rows, helpers, the logits GEMM */
+  TH_CHECK(count_entries(dir) == 5);
+  setenv("KLJIT_GEMM", "cublas", 1);
+  compiled = 0;
+  TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
+  TH_CHECK(compiled == 0);
+  setenv("KLJIT_GEMM", "magic", 1);
+  TH_STATUS(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled),
+            KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_GEMM=magic") != NULL);
+  unsetenv("KLJIT_GEMM");
+  remove_dir(dir);
+  return TH_PASS;
 }
 
 static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
@@ -107,5 +135,7 @@ static const th_case cases[] = {
     {"plans_use_precompiled_read_only_cache_and_compile_nothing",
      plans_use_precompiled_read_only_cache_and_compile_nothing},
     {"precompile_rejects_bad_arguments", precompile_rejects_bad_arguments},
+    {"precompile_covers_the_generated_gemm_under_kljit_gemm_jit",
+     precompile_covers_the_generated_gemm_under_kljit_gemm_jit},
 };
 TH_MAIN(cases)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 kljit_test_exe(unit_precompile unit_precompile.c)
 kljit_test_cases(EXE unit_precompile SOURCE unit_precompile.c PREFIX unit.precompile LABELS unit)
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_ref.c — tests of the CPU reference (the oracle of every GPU test) and of host_dtype.
  *
  * The reference is checked against things that do not share its code: values derived by hand

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_shard.c — the tensor-parallel (vocabulary-sharded) API without a GPU: validation of the
  * shard fields (each message names the field and its value), the NCCL loader's report when the
  * library is absent, and the NULL checks of every new entry point.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_sources: static checks of src/ (tests/check_sources.py): the include layers of
 # docs/architecture.md (no upward include, no cycle, every module placed), every status-returning
 # entry point clearing the last error first, and the checker's own self-test.

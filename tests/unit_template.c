@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_template.c — the template renderer: syntax, banner, determinism, errors, sandbox. */
 #include <float.h>
 #include <lauxlib.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Unit tests of the template renderer (src/template.c): syntax, banner, determinism, errors,
 # sandbox limits. No GPU needed.
 kljit_test_exe(unit_template unit_template.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_wisdom.c — wisdom (format, store, merge rules, default files), the rigor rules of
  * kljit_plan_create (through tune_choose, which needs no GPU), the tuner's candidate sets, and
  * precompiling from a wisdom file. No GPU.
@@ -12,6 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cublaslt.h"
+#include "gemm.h"
+#include "gemm_algo.h"
+#include "gemm_sm90.h"
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
@@ -100,6 +105,91 @@ static int round_trip_in(const char *dir) {
 }
 static int export_import_export_is_identical(void) {
   return th_in_tmpdir("unit-wisdom", round_trip_in);
+}
+
+/* Tuned cuBLASLt algorithms (gemm_algo.h) travel with their entry; a plan takes only those of
+ * the running cuBLASLt version. */
+static int gemm_in(const char *dir) {
+  th_private_wisdom(dir);
+  const cublaslt_table *ltt;
+  TH_OK(cublaslt_get(&ltt)); /* dlopen only: no GPU needed */
+  const unsigned long long lt = (unsigned long long)ltt->cublasLtGetVersion();
+  char algo[200], foreign[200], text[4096];
+  snprintf(algo, sizeof algo, "logits:4096:b0:lt%llu:%016x%016x%096x", lt, 3, 0x17, 0);
+  snprintf(foreign, sizeof foreign, "dw:4096:b1:lt%llu:%0128d", lt + 1, 7);
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=%s gemm=%s gemm=logits:2048:b0:jit:128.2.6.g.2\n", H, algo, foreign);
+  TH_OK(kljit_wisdom_import_string(text));
+  char *out = export();
+  TH_CHECK(out);
+  printf("%s", out);
+  TH_CHECK(strstr(out, algo) && strstr(out, foreign));
+  TH_CHECK(strstr(out, " gemm=logits:2048:b0:jit:128.2.6.g.2"));
+  kljit_problem pb = dense_problem();
+  wisdom_entry e;
+  wisdom_problem_key(&pb, e.problem);
+  TH_CHECK(wisdom_lookup("NVIDIA H200", 90, 132, e.problem, 8192, WISDOM_EXACT_BUCKET,
+                         KLJIT_PLAN_MEASURE, &e));
+  TH_CHECK(e.tune.gemm[0].used && e.tune.gemm[0].kind == GEMM_LOGITS && e.tune.gemm[0].n == 4096);
+  TH_CHECK(e.tune.gemm[0].beta_zero && e.tune.gemm[0].algo[1] == 0x17);
+  TH_CHECK(e.tune.gemm[1].used && e.tune.gemm[1].kind == GEMM_DW && !e.tune.gemm[1].beta_zero);
+  /* what gemm_prepare is given: the running version's algorithm, nothing of a foreign one */
+  cublasLtMatmulAlgo_t a;
+  int stale = -1;
+  TH_CHECK(gemm_algo_find(&e.tune, GEMM_LOGITS, 4096, &a, &stale) == 1 && stale == 0);
+  TH_CHECK(a.data[0] == 3 && a.data[1] == 0x17 && a.data[2] == 0);
+  TH_CHECK(gemm_algo_find(&e.tune, GEMM_DW, 4096, &a, &stale) == 0 && stale == 1);
+  TH_CHECK(gemm_algo_find(&e.tune, GEMM_LOGITS, 2048, &a, &stale) == 0 && stale == 0);
+  /* the generated choice: what plans run unless the gemm option is CUBLAS, on sm_90 only */
+  jgemm_variant v;
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_DEFAULT, &v) == 1);
+  TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g' && v.cluster == 2);
+  TH_CHECK(v.in == KLJIT_BF16 && v.out == KLJIT_FP32 && !v.beta);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 80, KLJIT_FP32, JGEMM_DEFAULT, &v) == 0);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_CUBLAS, &v) == 0);
+  prob_tuning plain;
+  memset(&plain, 0, sizeof plain);
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, KLJIT_BF16, JGEMM_JIT, &v) == 1 && v.bn == 256 &&
+           v.raster == 'm');
+  TH_CHECK(v.out == KLJIT_BF16);
+  /* untuned, default: cuBLASLt */
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, KLJIT_FP32, JGEMM_DEFAULT, &v) == 0);
+  /* KLJIT_GEMM reaches the choice only as the options' gemm (src/env.c), a typo refused */
+  kljit_context_options o;
+  setenv("KLJIT_GEMM", "jit", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.gemm == KLJIT_GEMM_JIT && jgemm_mode(&o) == JGEMM_JIT);
+  setenv("KLJIT_GEMM", "cublas", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.gemm == KLJIT_GEMM_CUBLAS);
+  setenv("KLJIT_GEMM", "magic", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(jgemm_mode(&o) == -1 && strstr(kljit_last_error(), "KLJIT_GEMM=magic"));
+  kljit_context *ctx = NULL;
+  TH_STATUS(kljit_context_create(&ctx, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "options->gemm") != NULL);
+  unsetenv("KLJIT_GEMM");
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.gemm == KLJIT_GEMM_DEFAULT);
+  kljit_free(out);
+  /* a malformed algorithm rejects the text whole, as any bad field */
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=logits:4096:b0:lt%llu:12345\n", H, lt);
+  TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+  TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
+  /* a generated choice for another GEMM than the logits one, or a malformed variant */
+  const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
+                             "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
+                             "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+             " gemm=%s\n", H, bad[i]);
+    TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+  }
+  return TH_PASS;
+}
+static int tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused(void) {
+  return th_in_tmpdir("unit-wisdom", gemm_in);
 }
 
 /* Imports `text` expecting KLJIT_ERR_WISDOM with `want` in the message; the store is unchanged. */
@@ -620,6 +710,8 @@ static int bad_arguments_are_rejected(void) {
 
 static const th_case cases[] = {
     {"export_import_export_is_identical", export_import_export_is_identical},
+    {"tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused",
+     tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused},
     {"stale_or_foreign_text_is_rejected_whole", stale_or_foreign_text_is_rejected_whole},
     {"malformed_entries_are_rejected_naming_the_field",
      malformed_entries_are_rejected_naming_the_field},

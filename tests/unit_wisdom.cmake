@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_wisdom: the wisdom format, store and merge rules, the rigor rules of kljit_plan_create
 # (through tune_choose), the tuner's candidate sets, and precompiling from a wisdom file. No GPU.
 kljit_test_exe(unit_wisdom unit_wisdom.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli.h — what the kljit commands share: exit codes, the command table, option parsing.
  *
  * Each command lives in tools/cli_<name>.c and exports `int cli_<name>(int argc, char **argv)`

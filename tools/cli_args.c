@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_args.c — option parsing shared by the kljit commands, and the problem options. */
 #include <errno.h>
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_cache.c — `kljit cache ls | verify | clear | stats`: the entries of kernel caches.
  *
  * Directories: --cache-dir DIR (repeatable), else those the library would use (kljit info):

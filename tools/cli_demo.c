@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_demo.c — `kljit demo`: the fused loss on the README's problem, timed, with its memory.
  * Without a GPU it says so, checks the problem and compiles its kernels instead (exit 0: the
  * demo is also the smoke test of a GPU-less install). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_main.c — the kljit command-line tool: the table of commands and the dispatch. */
 #include <string.h>
 

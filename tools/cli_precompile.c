@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_precompile.c — `kljit precompile`: the kernels of a list of problems for a list of GPU
  * architectures into a cache directory, with NVRTC only (no GPU), then a manifest of it.
  *

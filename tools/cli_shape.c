@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_shape.c — the problem grammar every command takes: "V=128256,H=4096,bf16,dense,N=8192".
  *
  * One shape is one comma-separated argument (or one line of a --file); its words are listed in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_tune.c — `kljit tune`: tunes a list of shapes on the GPU and writes their wisdom.
  *
  * Shapes come from the command line and/or a file, one per argument or line, in the grammar

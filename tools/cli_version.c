@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli_version.c — `kljit version`: the version of the library actually loaded. */
 #include "cli.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_fill.c — device inputs for the CLI demo, the GPU tests and the benchmarks: whether a GPU
  * is present, and bf16 buffers filled with a reproducible random pattern. CUDA runtime only;
  * no test support, so the installed CLI links none. */

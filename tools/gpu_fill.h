@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_fill.h — device inputs shared by the CLI demo, the GPU tests and the benchmarks. */
 #ifndef KLJIT_GPU_FILL_H
 #define KLJIT_GPU_FILL_H

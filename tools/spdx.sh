@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # spdx.sh — every source file of the repository names its license on its first line (the
 # second after a shebang): "SPDX-License-Identifier: Apache-2.0" in the file's comment syntax.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kljit: fused linear + KL-divergence distillation losses on NVIDIA GPUs, from PyTorch.
 
 A ctypes binding over libkljit.so (no compiled extension). The library is found through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Argument checking for the binding, before anything reaches C: options and tensors.
 
 Nothing here imports torch. Tensors are duck-typed: anything with `.dtype` (whose str() is

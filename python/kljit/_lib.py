@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ctypes mirror of include/kljit.h: constants, the two structs, the library and its handles.
 
 Nothing here imports torch, so the layout, the library's loading and kljit_plan_check can be

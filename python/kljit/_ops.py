@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The loss as torch.library custom ops, so torch.compile sees one opaque op and no graph break.
 
 Four ops, each with a fake (meta) kernel that gives the output shapes without running:

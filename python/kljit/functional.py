@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fused linear + KL loss for PyTorch: autograd, autocast and torch.compile over libkljit.
 
     loss = fused_linear_kl_div(x, w, teacher_probs)                       # dense, fused

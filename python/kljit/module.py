@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """nn.Module front ends of the fused linear + KL loss.
 
 - FusedLinearKLDivLoss: the loss alone, given the head's weight per call (like Liger's

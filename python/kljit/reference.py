@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Plain PyTorch implementations of the loss of include/kljit.h, for tests and benchmarks.
 
 - kl_div_reference: what a PyTorch user would write: full logits, log_softmax, autograd.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers of python/tests: paths, optional imports, the C helpers, fake tensors."""
 
 from __future__ import annotations

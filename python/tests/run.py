@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs python/tests cases one at a time for CTest (tests/python.cmake), with CTest's codes.
 
     run.py --list             every case as module.Class.test_name, one per line

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/plot.py and bench/compare.py where no GPU is needed.
 
 plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library

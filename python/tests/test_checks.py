@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binding's argument checks (python/kljit/_checks.py), before anything reaches C.
 
 FakeTensorChecks runs everywhere (no torch); TorchCpuChecks repeats the essentials with real

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binding on the GPU against plain PyTorch: loss and gradients of input, weight and bias.
 
 The oracle is kljit.reference.kl_div_fp64 (float64 on the GPU, checked against the C

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ctypes mirrors of python/kljit/_lib.py against include/kljit.h.
 
 Two independent checks: what the C compiler makes of the header (tests/python_layout.c prints

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libkljit through ctypes, without torch or a GPU: loading, versions, statuses,
 kljit_plan_check's verdicts and their status names, KljitError."""
 

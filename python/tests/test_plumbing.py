@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The autograd plumbing of python/kljit/functional.py on CPU tensors, against a fake library.
 
 FakePlan stands in for a kljit_plan: it reads the kljit_args it is given the way the C library

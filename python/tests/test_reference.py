@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The PyTorch references (python/kljit/reference.py) against the C oracle (tests/ref.c).
 
 The GPU tests and bench/compare.py judge the binding by kl_div_fp64 and kl_div_reference; here

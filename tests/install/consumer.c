@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* consumer.c — what a user of an installed kljit writes: include <kljit.h>, link, call.
  * Exits 0 only if the loaded library's version is the one the header names and a valid
  * problem passes kljit_plan_check (which needs no GPU). */

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh — install the build tree into a temporary prefix and check what a user gets.
 #
 #   run.sh consumers BUILD_DIR SOURCE_DIR [DEP_LIB_DIRS]

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gemm_sm90.c — the generated sm_90a GEMM family: variants, rendering, TMA descriptors, launch
+ * (see gemm_sm90.h and templates/gemm_sm90.cu.lua). */
+#include "gemm_sm90.h"
+
+#include "env.h"
+#include "gemm_algo.h"
+#include "kiface.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1};
+  return v;
+}
+
+int jgemm_mode(const kljit_context_options *o) {
+  if (o->gemm == KLJIT_GEMM_DEFAULT || o->gemm == KLJIT_GEMM_JIT || o->gemm == KLJIT_GEMM_CUBLAS)
+    return (int)o->gemm;
+  const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
+  err_set(KLJIT_ERR_INVALID_ARGUMENT, "options->gemm = %d (KLJIT_GEMM=%s): must be cublas or jit",
+          (int)o->gemm, e ? e : "");
+  return -1;
+}
+
+int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v) {
+  if (arch != 90 || pb->input_dtype == KLJIT_FP32 || pb->hidden % 8) return 0;
+  *v = jgemm_default(pb->input_dtype, logit == KLJIT_FP32 ? KLJIT_FP32 : pb->input_dtype, 0);
+  return 1;
+}
+
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
+                 int mode, jgemm_variant *v) {
+  const prob_gemm_choice *c = gemm_algo_jit_logits(t);
+  if (mode < 0) return -1;
+  if (mode == JGEMM_CUBLAS || (!c && mode != JGEMM_JIT) || !jgemm_applies(pb, arch, logit, v))
+    return 0;
+  if (c) {
+    v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
+    v->cluster = c->cluster;
+  }
+  return 1;
+}
+
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
+                       const kspec *out[3]) {
+  out[0] = &g->rows, out[1] = &g->helpers;
+  kljit_context_options o; /* no context here: the defaults a context would take now */
+  env_context_defaults(&o);
+  jgemm_variant v;
+  const int use = jgemm_choose(pb, &g->tune, arch, g->logit, jgemm_mode(&o), &v);
+  if (use <= 0) return use < 0 ? -1 : 2;
+  *gemm = jgemm_spec(&v);
+  out[2] = gemm;
+  return 3;
+}
+
+int jgemm_variants(jgemm_variant *out, int cap) {
+  static const kljit_dtype ins[] = {KLJIT_BF16, KLJIT_FP16};
+  static const kljit_dtype outs[] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
+  /* the default tile and the few shapes a tuner would try around it */
+  static const int shapes[][4] = {{256, 2, 4, 1}, {256, 2, 3, 1}, {128, 2, 6, 1}, {192, 2, 4, 1},
+                                  {256, 1, 5, 1}, {128, 1, 8, 1}, {256, 2, 4, 2}, {128, 2, 6, 2}};
+  int n = 0;
+  for (int i = 0; i < 2; i++)
+    for (int o = 0; o < 3; o++)
+      for (int beta = 0; beta < 2; beta++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+          for (int r = 0; r < 3 && n < cap; r++) {
+            if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
+            jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
+                               shapes[s][2], "mng"[r], shapes[s][3]};
+            out[n++] = v;
+          }
+  for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
+    for (int o = 0; o < 2 && n + 1 < cap; o++) {
+      jgemm_variant v = jgemm_default(ins[i], outs[o == 0 ? 0 : 1 + i], 0);
+      v.layout = "nn";
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.raster = 'g';
+      out[n++] = v;
+    }
+  return n;
+}
+
+void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s", names_dtype_tag(v->in),
+           names_dtype_tag(v->out), v->beta, 64 * v->consumers,
+           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "",
+           v->layout && !strcmp(v->layout, "nn") ? " nn" : "");
+}
+
+kspec jgemm_spec(const jgemm_variant *v) {
+  kspec k;
+  memset(&k, 0, sizeof k);
+  k.family = KSPEC_GEMM_SM90;
+  k.tdt = v->in, k.out = v->out, k.gemm_layout = v->layout;
+  k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
+  k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
+  return k;
+}
+
+kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
+  const kspec k = jgemm_spec(v);
+  return kspec_render(&k, out);
+}
+
+unsigned jgemm_threads(const jgemm_variant *v) {
+  return 128u * (1u + (unsigned)v->consumers);
+}
+
+unsigned jgemm_smem_bytes(const jgemm_variant *v) {
+  return (unsigned)v->stages * (unsigned)(64 * v->consumers + v->bn) * 64u * 2u + 1024u;
+}
+
+/* What jgemm_launch passes, in order (templates/gemm_sm90.cu.lua's GEMM_ARGS). */
+static const char MANIFEST[] =
+    "kl_gemm gemm map_a:tmap map_b:tmap C:ptr M:i32 N:i32 K:i32 ldc:i64 alpha:f32\n";
+
+kljit_status jgemm_check_manifest(const char *manifest, const char *module) {
+  return kiface_compare(MANIFEST, manifest, module);
+}
+
+kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v) {
+  return drv_check(d,
+                   d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)jgemm_smem_bytes(v)),
+                   "cuFuncSetAttribute(max dynamic shared memory, GEMM)");
+}
+
+/* A row-major [rows, cols] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle
+ * (K-major, wgmma_desc_k128, when cols is K; MN-major, wgmma_desc_mn128, when rows is K), zeros
+ * out of bounds. */
+static kljit_status tmap(const drv_table *d, CUtensorMap *map, const void *p, int64_t rows,
+                         int64_t cols, int64_t ld, int box_rows, int f16) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+  return drv_check(d,
+                   d->cuTensorMapEncodeTiled(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                      : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                             2, (void *)p, dims, strides, box, elem,
+                                             CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                             CU_TENSOR_MAP_SWIZZLE_128B,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                   "cuTensorMapEncodeTiled");
+}
+
+kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
+                          const jgemm_args *a, CUstream stream) {
+  if (a->m < 1 || a->n < 1 || a->k < 1 || a->m > INT32_MAX || a->n > INT32_MAX ||
+      a->k > INT32_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
+                   (long long)a->m, (long long)a->n, (long long)a->k);
+  const int nn = v->layout && !strcmp(v->layout, "nn");
+  if (a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < (nn ? a->n : a->k) ||
+      a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
+                   "and A, B 16-byte aligned (TMA)",
+                   (long long)a->lda, (long long)a->ldb);
+  const int f16 = v->in == KLJIT_FP16;
+  CUtensorMap ma, mb;
+  kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
+  if (st == KLJIT_SUCCESS)
+    st = nn ? tmap(d, &mb, a->b, a->k, a->n, a->ldb, 64, f16)
+            : tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
+  if (st != KLJIT_SUCCESS) return st;
+  const int64_t bm = 64 * v->consumers;
+  const int64_t groups = ((a->m + bm - 1) / bm + cl - 1) / cl; /* cluster tiles: cl row tiles */
+  const int64_t tiles = groups * ((a->n + v->bn - 1) / v->bn), most = sms / cl;
+  if (tiles * cl > INT32_MAX)
+    return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
+  const unsigned grid = (unsigned)(cl * (tiles < most ? tiles : most));
+  int m = (int)a->m, n = (int)a->n, k = (int)a->k;
+  long long ldc = a->ldc;
+  float alpha = a->alpha;
+  void *c = a->c;
+  void *params[] = {&ma, &mb, &c, &m, &n, &k, &ldc, &alpha};
+  return drv_check(d,
+                   d->cuLaunchKernel(fn, grid, 1, 1, jgemm_threads(v), 1, 1, jgemm_smem_bytes(v),
+                                     stream, params, NULL),
+                   "cuLaunchKernel (generated GEMM)");
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gemm_sm90.h — the generated sm_90a GEMM family (templates/gemm_sm90.cu.lua): its variants,
+ * their source, and launching one with its TMA descriptors.
+ *
+ * Two layouts, in row-major terms:
+ *   nt: C[M, N] (+)= alpha A[M, K] B[N, K]^T  (the logits GEMM: A = X chunk rows, B = W, C = Z)
+ *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
+ * dX and dW of the chunk loop stay on cuBLASLt (dW = G^T X needs an MN-major A: not written).
+ * KLJIT_GEMM=jit (options.gemm) selects this family for the logits GEMM on sm_90 (jgemm_applies;
+ * plan.c).
+ */
+#ifndef KLJIT_GEMM_SM90_H
+#define KLJIT_GEMM_SM90_H
+
+#include "driver.h"
+#include "problem.h"
+#include "spec.h"
+
+typedef struct jgemm_variant {
+  const char *layout; /* "nt": B[N, K] (logits); "nn": B[K, N] row-major (the dX shape) */
+  kljit_dtype in;   /* KLJIT_BF16 | KLJIT_FP16 */
+  kljit_dtype out;  /* KLJIT_FP32 | KLJIT_BF16 | KLJIT_FP16 */
+  int beta;         /* 0: C = alpha AB; 1: C += alpha AB */
+  int bn;           /* tile columns: 64, 128, 192, 256 */
+  int consumers;    /* multiplying warpgroups (tile rows 64 x consumers) */
+  int stages;       /* shared-memory ring depth */
+  char raster;      /* 'm' | 'n' | 'g': the tile order (templates/gemm_sm90.cu.lua) */
+  int cluster;      /* 1 | 2: CTAs per cluster sharing (multicasting) the B tile */
+} jgemm_variant;
+
+/* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
+ * raster. */
+jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
+
+/* The options' gemm (KLJIT_GEMM): KLJIT_GEMM_DEFAULT (cuBLASLt unless the tuning chose a
+ * generated GEMM), KLJIT_GEMM_CUBLAS (forced), KLJIT_GEMM_JIT (forced where it applies); -1 for
+ * anything else (KLJIT_ERR_INVALID_ARGUMENT's message set, naming KLJIT_GEMM's text). */
+enum { JGEMM_DEFAULT = KLJIT_GEMM_DEFAULT, JGEMM_JIT = KLJIT_GEMM_JIT,
+       JGEMM_CUBLAS = KLJIT_GEMM_CUBLAS };
+int jgemm_mode(const kljit_context_options *o);
+
+/* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype `logit`
+ * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
+int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v);
+
+/* The generated variant a plan's logits GEMM runs, where the family applies: 1 with *v set,
+ * 0 for cuBLASLt, -1 for mode -1 (jgemm_mode's message set). JGEMM_CUBLAS: cuBLASLt; else a
+ * generated choice in the tuning (wisdom, the tuner) is taken; else JGEMM_JIT takes the
+ * default variant. */
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
+                 int mode, jgemm_variant *v);
+
+/* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers,
+ * and the generated logits GEMM when jgemm_choose takes it (its spec written to *gemm), with
+ * the options' defaults from the environment now (callers without a context).
+ * Returns the count (2 or 3) into out; -1 for mode -1 (message set). What precompile
+ * and precompile from wisdom build. */
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
+                       const kspec *out[3]);
+
+/* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
+ * returns the count (<= cap). */
+int jgemm_variants(jgemm_variant *out, int cap);
+
+/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" for that layout) */
+void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
+
+/* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
+kspec jgemm_spec(const jgemm_variant *v);
+
+/* The variant's full source: banner, common prelude, PTX helpers, GEMM body. KLJIT_ERR_UNSUPPORTED
+ * with the template's sentence for a variant it refuses. */
+kljit_status jgemm_render(const jgemm_variant *v, strbuf *out);
+
+/* Launch geometry of a variant. */
+unsigned jgemm_threads(const jgemm_variant *v);
+unsigned jgemm_smem_bytes(const jgemm_variant *v);
+
+/* Operands of one launch (device pointers; leading dimensions in elements). */
+typedef struct jgemm_args {
+  const void *a;  /* [M, K], row stride lda */
+  const void *b;  /* nt: [N, K]; nn: [K, N]; row stride ldb */
+  void *c;        /* [M, N], row stride ldc */
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha;
+} jgemm_args;
+
+/* Checks the TMA rules (lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
+ * tensor maps and launches `fn` (a kl_gemm of variant v, its shared-memory limit raised by
+ * jgemm_prepare) on `sms` persistent CTAs at most. */
+kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
+                          const jgemm_args *a, CUstream stream);
+
+/* A GEMM module's manifest (rendered, or stored with its cubin) against the parameters
+ * jgemm_launch passes: KLJIT_SUCCESS, else KLJIT_ERR_CACHE naming the first difference (the
+ * kernel takes its tensor maps by value, which kargs cannot marshal: it is launched here). */
+kljit_status jgemm_check_manifest(const char *manifest, const char *module);
+
+/* Raises fn's dynamic shared-memory limit to what variant v needs (once per loaded module). */
+kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v);
+
+#endif

@@ -1,0 +1,265 @@
+%-- SPDX-License-Identifier: Apache-2.0
+%-- gemm_sm90.cu.lua: one GEMM of the chunk loop on sm_90a, TMA + wgmma, persistent.
+%--
+%--   C[M, N] (+)= alpha A[M, K] B[N, K]^T        (LAYOUT nt: both operands K-major)
+%--   C[M, N] (+)= alpha A[M, K] B[K, N]          (LAYOUT nn: B row-major, MN-major for wgmma)
+%--
+%-- nt is the logits GEMM of the chunk loop (A = the chunk's X rows, B = W, C = Z with row
+%-- stride ldc >= N); nn is the shape of dX = G W (A = G, B = W). fp32 accumulation, C in fp32
+%-- or the input dtype.
+%--
+%-- Parameters (validated below):
+%--   LAYOUT    nt | nn (nn: CLUSTER 1 only; dW = G^T X, an MN-major A, is not written yet)
+%--   IN        bf16 | f16 (A and B)
+%--   OUT       f32 | bf16 | f16 (C)
+%--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
+%--   BN        64 | 128 | 192 | 256: tile columns (the wgmma N)
+%--   CONSUMERS 1 | 2: multiplying warpgroups; the tile has 64 CONSUMERS rows (BM)
+%--   STAGES    2..8: shared-memory ring depth, (BM + BN) x 64 x 2 bytes per stage, <= 227 KB
+%--   RASTER    m | n | g: the order of the persistent schedule's tiles. m: the BM-row tiles
+%--             of one BN-column panel are consecutive, so concurrently running CTAs share the
+%--             panel of B (W, the large operand); n: the reverse; g: groups of 16 row tiles,
+%--             column panels in order inside a group (a wave of CTAs then touches 16 row tiles
+%--             and about grid/16 panels: both operands' share of a wave stays in L2 when A
+%--             alone would not, e.g. 8192 chunk rows = 64 MiB of X).
+%--   CLUSTER   1 | 2: CTAs per cluster. With 2, the cluster's CTAs take row tiles 2 g and 2 g + 1
+%--             of one column panel; each loads its own A tile and half of the shared B tile,
+%--             multicast to both (half the L2 reads of B, the large operand); a stage is freed
+%--             when the consumers of both CTAs have released it.
+%--
+%-- Launch: 128 (1 + CONSUMERS) threads, __launch_bounds__(..., 1); grid = CLUSTER x min(tiles
+%-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
+%-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
+%-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
+%-- (dims {K, M}, box {64, BM}) and B (nt: dims {K, N}, box {64, BN / CLUSTER}; nn: dims {N, K},
+%-- box {64, 64}), 16-bit, 128-byte
+%-- swizzle, zero fill out of bounds; C, M, N, K, ldc (elements), alpha.
+%--
+%-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
+%-- for an empty stage, announces its bytes on the stage's full barrier and issues the two TMA
+%-- loads of the next k-block, for every tile of this CTA in order. Warpgroups 1..CONSUMERS
+%-- (setmaxnreg up) wait for a full stage, issue 4 wgmma k16 steps on their 64-row slice, keep
+%-- one wgmma group in flight, and free the previous stage once its group has retired. The
+%-- epilogue stores the fragment straight from registers, each element checked against M and
+%-- N; the producer keeps loading the next tile meanwhile.
+%--
+%-- Numerics: fp32 accumulation in the tensor cores, K summed in k-block order (no split-K, no
+%-- atomics): the same inputs give the same bits on every run. Tails: TMA reads zeros past M, N
+%-- and K, so partial tiles multiply zeros; stores are bounds-checked. K must be a multiple of 8
+%-- (TMA's 16-byte stride rule), M, N >= 1.
+%local function one_of(v, set)
+%  for _, x in ipairs(set) do if v == x then return true end end
+%  return false
+%end
+%if P.LAYOUT ~= "nt" and P.LAYOUT ~= "nn" then reject("LAYOUT must be nt or nn") end
+%if not one_of(P.IN, { "bf16", "f16" }) then reject("IN must be bf16 or f16") end
+%if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
+%if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
+%if not one_of(P.CONSUMERS, { 1, 2 }) then reject("CONSUMERS must be 1 or 2") end
+%if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
+%if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
+%local CL = P.CLUSTER
+%if P.LAYOUT == "nn" and CL ~= 1 then reject("LAYOUT nn takes CLUSTER 1") end
+%local NN = P.LAYOUT == "nn"
+%local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
+%local STAGE_BYTES = (BM + BN) * BK * 2
+%if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
+%  reject("STAGES must be in [2, 8]")
+%end
+%if P.STAGES * STAGE_BYTES + 1024 > 227 * 1024 then
+%  reject("STAGES x (BM + BN) x 128 bytes exceeds the 227 KB of shared memory")
+%end
+%local THREADS = 128 * (1 + P.CONSUMERS)
+%local CONSUMER_REGS = P.CONSUMERS == 2 and 232 or 240
+%include("common.cu.lua")
+%include("ptx_sm90.cu.lua")
+%-- The kernel's interface, declared once: the signature below and the manifest line are both
+%-- made from this list. It takes its tensor maps by value (__grid_constant__), which the row
+%-- families' kargs marshalling (iface.cu.lua, src/kiface.h) has no kind for, so the host
+%-- launches it itself (jgemm_launch) and checks this manifest at load (jgemm_check_manifest).
+%local GEMM_ARGS = {
+%  { "map_a", "const __grid_constant__ kl_tmap", "tmap" },
+%  { "map_b", "const __grid_constant__ kl_tmap", "tmap" },
+%  { "C", "out_t* __restrict__", "ptr" }, { "M", "int", "i32" }, { "N", "int", "i32" },
+%  { "K", "int", "i32" }, { "ldc", "i64", "i64" }, { "alpha", "float", "f32" } }
+%local gemm_line, gemm_params = { "kl_gemm", "gemm" }, {}
+%for i, a in ipairs(GEMM_ARGS) do
+%  gemm_line[#gemm_line + 1] = a[1] .. ":" .. a[3]
+%  gemm_params[i] = a[2] .. " " .. a[1]
+%end
+%manifest_add(table.concat(gemm_line, " "))
+#define BM {{ BM }}
+#define BN {{ BN }}
+#define BK {{ BK }}
+#define STAGES {{ P.STAGES }}
+#define CONSUMERS {{ P.CONSUMERS }}
+typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
+
+/* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
+ * c0 + 8 i + {0, 1} (see wgmma_ss), alpha applied, BETA adding the old value. */
+__device__ __forceinline__ void store_pair(out_t* __restrict__ C, i64 ldc, int row, int col,
+                                           int M, int N, float alpha, float v0, float v1) {
+  if (row >= M || col >= N) return;
+  out_t* p = C + (i64)row * ldc + col;
+  v0 *= alpha, v1 *= alpha;
+%if P.BETA then
+  v0 += to_f32(p[0]);
+  if (col + 1 < N) v1 += to_f32(p[1]);
+%end
+%if P.OUT == "f32" then
+  if (col + 1 < N && (ldc & 1) == 0) {
+    float2 v;
+    v.x = v0, v.y = v1;
+    *reinterpret_cast<float2*>(p) = v;
+  } else {
+    p[0] = v0;
+    if (col + 1 < N) p[1] = v1;
+  }
+%else
+  if (col + 1 < N && (ldc & 1) == 0) {
+    *reinterpret_cast<u32*>(p) = pack2_{{ P.OUT }}(v0, v1);
+  } else {
+    p[0] = from_f32<out_t>(v0);
+    if (col + 1 < N) p[1] = from_f32<out_t>(v1);
+  }
+%end
+}
+
+/* The persistent schedule's tile t as (row tile, column tile), RASTER's index fastest. */
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm, int* tn) {
+%if P.RASTER == "m" then
+  *tm = t % tiles_m, *tn = t / tiles_m;
+%elseif P.RASTER == "n" then
+  *tn = t % tiles_n, *tm = t / tiles_n;
+%else
+  /* group = 16 row tiles (fewer in the last group) x every column tile; row fastest inside */
+  const int group = t / (16 * tiles_n), first = 16 * group;
+  const int rows = tiles_m - first < 16 ? tiles_m - first : 16;
+  const int in_group = t - first * tiles_n;
+  *tm = first + in_group % rows, *tn = in_group / rows;
+%end
+}
+
+/* A consumed stage back to its producers: every consumer thread (CLUSTER 1), or each warp once on
+ * the barrier of both CTAs of the cluster (CLUSTER 2: both producers write into this stage). */
+__device__ __forceinline__ void release_stage(u64* bar, int lane) {
+%if CL == 1 then
+  (void)lane;
+  mbar_arrive(bar);
+%else
+  __syncwarp();
+  if (lane == 0) mbar_arrive_cluster(bar, 0), mbar_arrive_cluster(bar, 1);
+%end
+}
+
+extern "C" __global__ void {{ CL == 2 and "__cluster_dims__(2, 1, 1) " or "" }}__launch_bounds__({{ THREADS }}, 1)
+kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
+  __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  /* the swizzled tiles need 1024-byte alignment; the host adds 1024 bytes of slack */
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* tiles_a = smem;                         /* STAGES x BM x BK */
+  unsigned char* tiles_b = smem + STAGES * BM * BK * 2;  /* STAGES x BN x BK */
+
+  const int wg = threadIdx.x / 128;
+  const int rank = {{ CL == 2 and "(int)cluster_rank()" or "0" }};
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], {{ CL == 1 and "CONSUMERS * 128" or "2 * CONSUMERS * 4" }});
+    }
+    mbar_init_fence();
+  }
+%if CL == 1 then
+  __syncthreads();
+%else
+  cluster_sync();
+%end
+
+  /* cluster tiles: CLUSTER consecutive row tiles of one column panel */
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int groups_m = (tiles_m + {{ CL }} - 1) / {{ CL }}, tiles = groups_m * tiles_n;
+  const int first = blockIdx.x / {{ CL }}, step = gridDim.x / {{ CL }};
+  const int kblocks = (K + BK - 1) / BK;
+  int stage = 0;
+  u32 phase = 0;
+  if (wg == 0) {
+    regs_release<40>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_map(&map_a);
+      tma_prefetch_map(&map_b);
+      for (int t = first; t < tiles; t += step) {
+        int gm, tn;
+        tile_of(t, groups_m, tiles_n, &gm, &tn);
+        const int tm = {{ CL }} * gm + rank;
+        for (int kb = 0; kb < kblocks; kb++) {
+%if CL == 1 then
+          mbar_wait(&empty[stage], phase ^ 1);
+%else
+          mbar_wait_cluster(&empty[stage], phase ^ 1);
+%end
+          mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
+          tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
+%if NN then
+          /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
+#pragma unroll
+          for (int j = 0; j < BN / 64; j++)
+            tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
+                        tn * BN + 64 * j, kb * BK);
+%elseif CL == 1 then
+          tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
+%else
+          /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
+           * odd last row tile's partner multiplies them and stores nothing) */
+          tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
+                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3);
+%end
+          if (++stage == STAGES) stage = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    regs_claim<{{ CONSUMER_REGS }}>();
+    const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    float d[BN / 2];
+    for (int t = first; t < tiles; t += step) {
+      int gm, tn;
+      tile_of(t, groups_m, tiles_n, &gm, &tn);
+      const int tm = {{ CL }} * gm + rank;
+      int prev = -1;
+      for (int kb = 0; kb < kblocks; kb++) {
+        mbar_wait(&full[stage], phase);
+        const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2 + c * 64 * BK * 2);
+        const u32 b0 = smem_addr(tiles_b + stage * BN * BK * 2);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BK / 16; k++)
+%if NN then
+          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d, wgmma_desc_k128(a0 + 32 * k),
+                                             wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
+                                             kb > 0 || k > 0);
+%else
+          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 0>(d, wgmma_desc_k128(a0 + 32 * k),
+                                             wgmma_desc_k128(b0 + 32 * k), kb > 0 || k > 0);
+%end
+        wgmma_commit();
+        /* the group of the previous k-block has retired: its stage can be refilled */
+        wgmma_wait<1>();
+        if (prev >= 0) release_stage(&empty[prev], lane);
+        prev = stage;
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+      wgmma_wait<0>();
+      if (prev >= 0) release_stage(&empty[prev], lane);
+      const int r0 = tm * BM + c * 64 + warp * 16 + lane / 4, c0 = tn * BN + 2 * (lane % 4);
+#pragma unroll
+      for (int i = 0; i < BN / 8; i++) {
+        store_pair(C, ldc, r0, c0 + 8 * i, M, N, alpha, d[4 * i], d[4 * i + 1]);
+        store_pair(C, ldc, r0 + 8, c0 + 8 * i, M, N, alpha, d[4 * i + 2], d[4 * i + 3]);
+      }
+    }
+  }
+%if CL == 2 then
+  cluster_sync(); /* the peer may still multicast into, or arrive on, this CTA's memory */
+%end
+}

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_gemm.c — the generated sm_90a logits GEMM on the GPU: every input dtype x output dtype x
+ * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
+ * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
+ * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
+ * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape).
+ * Skips (77) without an sm_90 GPU.
+ *
+ * Tolerance, per element: |z - ref| <= 2^-14 sum_k |x_k w_k| + (16-bit output) half an ulp of
+ * ref, i.e. 2^-9 |ref| for bf16 and 2^-12 |ref| for fp16 (twice that: the beta = 1 input was
+ * rounded too). fp32 accumulation of K exact products errs by at most ~K 2^-24 of the sum of
+ * their magnitudes (K <= 4104 here: 2^-12), typically sqrt(K) 2^-24; a wrong tile, row, column
+ * or k-block is off by the order of the sum itself.
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_sm90.h"
+#include "gpu_util.h"
+#include "harness.h"
+#include "jit.h"
+
+typedef struct gemm_mod {
+  CUmodule mod;
+  CUfunction fn;
+} gemm_mod;
+
+static const drv_table *drv;
+static int sms;
+
+static int setup(void) {
+  if (!gpu_available()) return 77;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      major != 9)
+    return 77; /* sm_90a code runs on sm_90 only */
+  TH_CHECK(cudaFree(0) == cudaSuccess); /* the primary context, current for the driver too */
+  TH_OK(drv_get(&drv));
+  TH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  return 0;
+}
+
+static int load(const jgemm_variant *v, gemm_mod *m) {
+  const kspec k = jgemm_spec(v);
+  cache_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.disabled = 1;
+  jit_bin bin;
+  TH_OK(jit_build(&k, 90, &cfg, &bin));
+  TH_OK(drv_check(drv, drv->cuModuleLoadData(&m->mod, bin.cubin.data), "cuModuleLoadData"));
+  jit_bin_free(&bin);
+  TH_OK(drv_check(drv, drv->cuModuleGetFunction(&m->fn, m->mod, "kl_gemm"), "kl_gemm"));
+  TH_OK(jgemm_prepare(drv, m->fn, v));
+  return TH_PASS;
+}
+
+/* One shape with one variant: 0 when every check holds (worst error printed). */
+static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, int64_t K,
+               host_rng *r) {
+  /* nt: W[N, K]; nn: B[K, N] row-major; rows padded to multiples of 8 as the chunk buffers */
+  const int nn = !strcmp(v->layout, "nn");
+  const int64_t ld = (N + 7) / 8 * 8, lda = (K + 7) / 8 * 8, ldb = nn ? ld : lda;
+  const int64_t nw = nn ? K * ldb : N * ldb;
+  const kljit_dtype in = v->in, out = v->out;
+  const size_t nz = (size_t)(M + 1) * (size_t)ld;
+  double *x = malloc(sizeof(double) * (size_t)(M * lda));
+  double *w = malloc(sizeof(double) * (size_t)nw);
+  double *z0 = malloc(sizeof(double) * nz), *z = malloc(sizeof(double) * nz);
+  TH_CHECK(x && w && z0 && z);
+  for (int64_t i = 0; i < M * lda; i++) x[i] = 2 * host_uniform(r) - 1;
+  for (int64_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
+  gbuf gx, gw, gz;
+  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)(M * lda)) && !gbuf_alloc(&gw, in, (size_t)nw));
+  TH_CHECK(!gbuf_alloc(&gz, out, nz));
+  TH_CHECK(!gbuf_upload(&gx, x, x) && !gbuf_upload(&gw, w, w));
+  TH_CHECK(!gbuf_poison(&gz));
+  if (v->beta) { /* C starts as random values inside [M, N], NaN in the padding */
+    TH_CHECK(!gbuf_download(&gz, z0));
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) z0[i * ld + j] = 2 * host_uniform(r) - 1;
+    TH_CHECK(!gbuf_upload(&gz, z0, z0));
+  }
+  const float alpha = v->beta ? 0.5f : 1.0f;
+  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha};
+  TH_OK(jgemm_launch(drv, m->fn, v, sms, &a, NULL));
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  TH_CHECK(!gbuf_download(&gz, z));
+  /* The output's unit roundoff u = 2^-p (p = 8 significand bits for bf16, 11 for fp16): a
+   * correctly rounded store (cvt.rn) of the fp32 result y is within half an ulp of y, which is
+   * u |y| at most (just above a power of two). The test allowed u / 2, half of that, so a
+   * correctly rounded element could read up to twice its tolerance (bf16 worst 1.9 on the H200;
+   * fp16 hid it under the fp32 term, 2^-14 mag, which is comparable to its u there). */
+  const double q = out == KLJIT_BF16 ? 0x1p-8 : out == KLJIT_FP16 ? 0x1p-11 : 0;
+  size_t bad = 0, clobbered = 0;
+  double worst = 0;
+  for (int64_t i = 0; i <= M; i++)
+    for (int64_t j = 0; j < ld; j++) {
+      const double got = z[i * ld + j];
+      if (i == M || j >= N) {
+        clobbered += !isnan(got);
+        continue;
+      }
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) {
+        const double pr = x[i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
+        ref += pr, mag += fabs(pr);
+      }
+      ref *= alpha, mag *= alpha;
+      if (v->beta) ref += z0[i * ld + j];
+      /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
+       * one rounding of the store: still one u */
+      const double tol = ldexp(mag, -14) + q * fabs(ref) + 1e-30;
+      const double e = fabs(got - ref) / tol;
+      if (!(e <= 1)) bad++;
+      if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
+    }
+  /* bitwise reproducible (beta = 0: the same launch again over the same output) */
+  int same = 1;
+  if (!v->beta) {
+    const size_t bytes = nz * host_dtype_size(out);
+    unsigned char *b1 = malloc(bytes), *b2 = malloc(bytes);
+    TH_CHECK(b1 && b2 && !gbuf_bytes(&gz, b1));
+    TH_OK(jgemm_launch(drv, m->fn, v, sms, &a, NULL));
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess && !gbuf_bytes(&gz, b2));
+    same = memcmp(b1, b2, bytes) == 0;
+    free(b1), free(b2);
+  }
+  char what[64];
+  jgemm_describe(v, what, sizeof what);
+  printf("  %-24s M=%-5lld N=%-6lld K=%-5lld worst err/tol %.3f, bad %zu, clobbered %zu%s\n",
+         what, (long long)M, (long long)N, (long long)K, worst, bad, clobbered,
+         same ? "" : ", NOT REPRODUCIBLE");
+  gbuf_free(&gx), gbuf_free(&gw), gbuf_free(&gz);
+  free(x), free(w), free(z0), free(z);
+  return bad || clobbered || !same;
+}
+
+static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {
+      {1, 1, 8},     {7, 7, 8},      {127, 129, 72}, {129, 127, 136}, {4097, 7, 24},
+      {7, 4097, 16}, {3, 32000, 8},  {5, 32001, 16}, {2, 50257, 8},   {129, 1, 4104},
+      {1, 128256, 8}, {2, 151936, 8}, {1, 256000, 8}};
+  static const kljit_dtype ins[] = {KLJIT_BF16, KLJIT_FP16};
+  static const kljit_dtype outs[] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
+  host_rng r = {2026};
+  int failed = 0;
+  for (int i = 0; i < 2; i++)
+    for (int o = 0; o < 3; o++)
+      for (int beta = 0; beta < 2; beta++) {
+        const jgemm_variant v = jgemm_default(ins[i], outs[o], beta);
+        gemm_mod m;
+        TH_CHECK(load(&v, &m) == TH_PASS);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+          failed |= one(&v, &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+        drv->cuModuleUnload(m.mod);
+      }
+  TH_CHECK(!failed);
+  return TH_PASS;
+}
+
+static int every_tile_shape_matches_fp64(void) {
+  const int s = setup();
+  if (s) return s;
+  jgemm_variant v[96];
+  const int n = jgemm_variants(v, 96);
+  host_rng r = {7};
+  int failed = 0;
+  for (int i = 0; i < n; i++) {
+    if (v[i].out != KLJIT_FP32 || v[i].beta || strcmp(v[i].layout, "nt")) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    failed |= one(&v[i], &m, 257, 1031, 200, &r);
+    failed |= one(&v[i], &m, 129, 32001, 64, &r);
+    drv->cuModuleUnload(m.mod);
+  }
+  TH_CHECK(!failed);
+  return TH_PASS;
+}
+
+/* The nn layout (C = A B, B[K, N] row-major: the dX = G W shape, K = V with its ragged tails),
+ * each dtype with fp32 and input-dtype output. */
+static int nn_layout_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},     {7, 64, 7},      {129, 136, 127},
+                                      {127, 72, 129}, {65, 200, 4097}, {5, 64, 32001},
+                                      {3, 256, 50257}, {2, 4096, 129}};
+  jgemm_variant v[96];
+  const int n = jgemm_variants(v, 96);
+  host_rng r = {11};
+  int failed = 0, tried = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(v[i].layout, "nn")) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+    tried++;
+  }
+  TH_CHECK(tried >= 4 && !failed);
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
+    {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
+     every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
+    {"every_tile_shape_matches_fp64", every_tile_shape_matches_fp64},
+};
+TH_MAIN(cases)
