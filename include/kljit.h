@@ -135,6 +135,11 @@ typedef enum kljit_reduction {
   KLJIT_REDUCTION_NONE = 4       /* per-row vector loss[N]; two-phase only   */
 } kljit_reduction;
 
+/* The temperatures (T, the teacher's T, a runtime T) the kernels can represent: T, 1/T, T^2 and
+ * 1/T^2 are all normal fp32 numbers in this range. Plans and calls refuse others. */
+#define KLJIT_TEMPERATURE_MIN 1e-18
+#define KLJIT_TEMPERATURE_MAX 1e18
+
 typedef enum kljit_temperature_mode {
   /* temperature is baked into the kernels (T = 1 compiles to no scaling at all). */
   KLJIT_TEMPERATURE_CONSTANT = 1,
@@ -183,8 +188,9 @@ typedef struct kljit_problem {
   kljit_topk_values topk_values;
   kljit_tail tail;
   kljit_temperature_mode temperature_mode;
-  double temperature;               /* T > 0, finite */
-  double teacher_temperature;       /* DENSE_LOGITS only; 0 means "same as temperature" */
+  double temperature;               /* KLJIT_TEMPERATURE_MIN <= T <= KLJIT_TEMPERATURE_MAX */
+  double teacher_temperature;       /* DENSE_LOGITS only; 0 means "same as temperature",
+                                       else in [KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX] */
   kljit_reduction reduction;
   kljit_dtype label_dtype;          /* INT32 or INT64 */
   int64_t ignore_index;             /* rows with this label are excluded; default -100 */
@@ -277,7 +283,8 @@ typedef struct kljit_args {
   const void *teacher;         /* dense forms: [N,V] teacher_dtype                        */
   const void *teacher_ids;     /* sparse form: [N,K] topk_id_dtype                        */
   const void *teacher_values;  /* sparse form: [N,K] teacher_dtype                        */
-  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only; backward reuses forward's */
+  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only, in [KLJIT_TEMPERATURE_MIN,
+                                  KLJIT_TEMPERATURE_MAX]; backward reuses forward's       */
   float *loss;                 /* out: fp32 scalar, or [N] for KLJIT_REDUCTION_NONE       */
   void *grad_input;            /* out: dX [N,H] input_dtype                               */
   void *grad_weight;           /* out: dW [V,H] grad_weight_dtype                         */

@@ -211,10 +211,10 @@ static int problem_field(kljit_problem *pb, const token *t, int extra, unsigned 
   int ok = 1;
   switch (f) {
     case PF_T:
-      ok = !parse_real(v, 1e-30, 1e30, &pb->temperature);
+      ok = !parse_real(v, KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX, &pb->temperature);
       break;
     case PF_TT:
-      ok = !parse_real(v, 0, 1e30, &pb->teacher_temperature);
+      ok = !parse_real(v, 0, KLJIT_TEMPERATURE_MAX, &pb->teacher_temperature);
       break;
     case PF_EPS:
       ok = !parse_real(v, 1e-30, 1e-3, &pb->eps);
