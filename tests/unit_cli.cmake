@@ -11,9 +11,11 @@ foreach(case every_command_has_help_that_exits_0
         cache_stats_and_ls_count_the_entries
         info_runs_without_a_gpu_and_says_so
         precompile_v2_from_threads_matches_a_serial_run
-        tooling_functions_check_their_arguments_and_permissions)
+        tooling_functions_check_their_arguments_and_permissions
+        precompile_that_cannot_store_an_entry_exits_1_naming_it
+        precompile_into_a_full_or_read_only_filesystem_exits_1)
   add_test(NAME unit.cli.${case} COMMAND unit_cli ${case})
-  set_tests_properties(unit.cli.${case} PROPERTIES LABELS unit TIMEOUT 300
+  set_tests_properties(unit.cli.${case} PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77
     ENVIRONMENT
     "KLJIT_CLI=$<TARGET_FILE:kljit_cli>;KLJIT_CACHE_DIR=${CMAKE_BINARY_DIR}/test-cache-cli")
 endforeach()
