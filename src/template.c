@@ -31,6 +31,7 @@
 #include <lua.h>
 #include <lualib.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,8 @@ typedef struct render_ctx {
   int mem_fatal;   /* the allocator refused an allocation past RENDER_MEM_CAP */
   int insn_fatal;  /* the instruction limit was hit */
   int out_fatal;   /* the output limit was hit */
+  int validate_only; /* render_validate: stop at the first output, the end of the checks */
+  int validated;     /* ... and it was reached (a fatal condition, so pcall cannot catch it) */
   char *reject_msg;        /* the sentence of the first reject(), malloc'd */
   kljit_status host_status; /* host malloc failure outside Lua's allocator */
   char fatal_msg[512];     /* "file:line: instruction limit exceeded ..." */
@@ -65,7 +68,7 @@ static render_ctx *ctx_of(lua_State *L) {
 
 static int ctx_fatal(const render_ctx *ctx) {
   return ctx->mem_fatal || ctx->insn_fatal || ctx->out_fatal || ctx->reject_msg ||
-         ctx->host_status != KLJIT_SUCCESS;
+         ctx->validated || ctx->host_status != KLJIT_SUCCESS;
 }
 
 /* ---- limits ------------------------------------------------------------------------------- */
@@ -163,6 +166,11 @@ typedef enum value_site { SITE_TEXT_LINE, SITE_EMIT } value_site;
 static int append_values(lua_State *L, value_site site) {
   render_ctx *ctx = ctx_of(L);
   if (!ctx->out) return luaL_error(L, "emit() called after rendering finished");
+  if (ctx->validate_only) { /* every reject() precedes the first output (docs/templates.md) */
+    ctx->validated = 1;
+    lua_pushliteral(L, "validated");
+    return lua_error(L);
+  }
   const int n = lua_gettop(L);
   for (int i = 1; i <= n; i++) {
     char num[32];
@@ -355,8 +363,8 @@ static void remove_fields(lua_State *L, const char *const *names) {
   }
 }
 
-static int sandbox_main(lua_State *L) {
-  render_ctx *ctx = lua_touserdata(L, 1);
+/* The sandbox's globals: the libraries (trimmed and wrapped) and the builtins; no P yet. */
+static void sandbox_open(lua_State *L) {
   static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},
                                   {LUA_STRLIBNAME, luaopen_string},
                                   {LUA_TABLIBNAME, luaopen_table},
@@ -391,6 +399,13 @@ static int sandbox_main(lua_State *L) {
                                       {"f64", builtin_f64},
                                       {NULL, NULL}};
   luaL_setfuncs(L, builtins, 0);
+  lua_pop(L, 1);
+}
+
+static int sandbox_main(lua_State *L) {
+  render_ctx *ctx = lua_touserdata(L, 1);
+  sandbox_open(L);
+  lua_pushglobaltable(L);
   push_params(L, ctx);
   lua_setfield(L, -2, "P");
   lua_pop(L, 1);
@@ -464,8 +479,12 @@ static kljit_status compile_text_line(const char *chunkname, int lineno, const c
   return st != KLJIT_SUCCESS ? st : sb_append(lua, ")", 1);
 }
 
+/* RENDER_VALIDATE compiles the prologue only: the `%` lines before the first text line, where
+ * every reject() is (docs/templates.md); Lua then parses tens of lines, not the whole file. */
+typedef enum render_mode { RENDER_FULL, RENDER_VALIDATE } render_mode;
+
 static kljit_status compile_template(const char *chunkname, const char *text, size_t len,
-                                     strbuf *lua) {
+                                     render_mode mode, strbuf *lua) {
   /* The prologue shares line 1 with the template's first line (invariant 1). */
   kljit_status st = sb_printf(lua, "local __kl_out = ...; ");
   int lineno = 1;
@@ -479,6 +498,8 @@ static kljit_status compile_template(const char *chunkname, const char *text, si
       /* A '\r' is a line break to Lua's lexer; keeping it would shift every later line. */
       if (n > p + 1 && line[n - 1] == '\r') n--;
       st = sb_append(lua, line + p + 1, n - p - 1);
+    } else if (mode == RENDER_VALIDATE) {
+      break;
     } else {
       st = compile_text_line(chunkname, lineno, line, n, nl != NULL, lua);
     }
@@ -550,6 +571,9 @@ static kljit_status write_banner(const char *chunkname, const render_param *cons
 /* Decides the outcome from the pcall status and the fatal flags (invariant 3). */
 static kljit_status sandbox_outcome(const render_ctx *ctx, int status, const char *msg) {
   if (status == LUA_OK && !ctx_fatal(ctx)) return KLJIT_SUCCESS;
+  if (ctx->validated && !ctx->reject_msg && !ctx->mem_fatal && !ctx->insn_fatal &&
+      ctx->host_status == KLJIT_SUCCESS)
+    return KLJIT_SUCCESS;
   const char *name = ctx->chunkname;
   if (ctx->host_status != KLJIT_SUCCESS)
     return err_set(ctx->host_status, "%s: out of host memory while rendering", name);
@@ -590,8 +614,9 @@ static kljit_status run_sandbox(render_ctx *ctx) {
   return st;
 }
 
-kljit_status render_text(const char *chunkname, const char *text, size_t len,
-                         const render_param *params, size_t nparams, strbuf *out) {
+static kljit_status render_run(const char *chunkname, const char *text, size_t len,
+                               const render_param *params, size_t nparams, strbuf *out,
+                               render_mode mode) {
   if (!chunkname || !out || (!text && len) || (!params && nparams))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_text: chunkname, out, text (when len > 0) and params (when "
@@ -601,7 +626,7 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
   strbuf lua = {0};
   const size_t base = out->len;
   kljit_status st = check_params(chunkname, params, nparams, sorted);
-  if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, &lua);
+  if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, mode, &lua);
 
   /* Lua's tostring/string.format and our %.17g follow LC_NUMERIC; a host application that
    * called setlocale() must not change the bytes (a "0,5" would also break the CUDA source). */
@@ -616,7 +641,8 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
   if (st == KLJIT_SUCCESS) st = write_banner(chunkname, sorted, nparams, out);
   if (st == KLJIT_SUCCESS) {
     render_ctx ctx = {.chunkname = chunkname, .chunk = &lua, .sorted = sorted,
-                      .nparams = nparams, .out = out, .out_base = out->len};
+                      .nparams = nparams, .out = out, .out_base = out->len,
+                      .validate_only = mode == RENDER_VALIDATE};
     st = run_sandbox(&ctx);
     free(ctx.reject_msg);
   }
@@ -631,6 +657,11 @@ kljit_status render_text(const char *chunkname, const char *text, size_t len,
     out->data[base] = '\0';
   }
   return st;
+}
+
+kljit_status render_text(const char *chunkname, const char *text, size_t len,
+                         const render_param *params, size_t nparams, strbuf *out) {
+  return render_run(chunkname, text, len, params, nparams, out, RENDER_FULL);
 }
 
 /* Development mode: KLJIT_TEMPLATE_DIR=<dir> renders <dir>/<name> instead of the embedded copy,
@@ -658,8 +689,8 @@ static kljit_status read_template_file(const char *dir, const char *name, strbuf
   return st;
 }
 
-kljit_status render_template(const char *name, const render_param *params, size_t nparams,
-                             strbuf *out) {
+static kljit_status render_named(const char *name, const render_param *params, size_t nparams,
+                                 strbuf *out, render_mode mode) {
   if (!name || !*name || strchr(name, '/'))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_template: name must be a file name in templates/ (got %s%s%s)",
@@ -672,7 +703,7 @@ kljit_status render_template(const char *name, const render_param *params, size_
     strbuf text = {0};
     st = read_template_file(dir, name, &text);
     if (st == KLJIT_SUCCESS)
-      st = render_text(chunkname.data, text.data, text.len, params, nparams, out);
+      st = render_run(chunkname.data, text.data, text.len, params, nparams, out, mode);
     sb_free(&text);
     sb_free(&chunkname);
     return st;
@@ -680,7 +711,7 @@ kljit_status render_template(const char *name, const render_param *params, size_
   const template_file *t = template_files;
   while (t->name && strcmp(t->name, name) != 0) t++;
   if (t->name) {
-    st = render_text(chunkname.data, t->text, t->len, params, nparams, out);
+    st = render_run(chunkname.data, t->text, t->len, params, nparams, out, mode);
   } else {
     strbuf known = {0};
     for (const template_file *k = template_files; k->name && st == KLJIT_SUCCESS; k++)
@@ -692,4 +723,150 @@ kljit_status render_template(const char *name, const render_param *params, size_
   }
   sb_free(&chunkname);
   return st;
+}
+
+kljit_status render_template(const char *name, const render_param *params, size_t nparams,
+                             strbuf *out) {
+  return render_named(name, params, nparams, out, RENDER_FULL);
+}
+
+/* ---- validation with a kept sandbox ---------------------------------------------------------
+ *
+ * A wisdom file can hold tens of thousands of distinct specs, and a fresh lua_State per check
+ * costs ~40 us, most of a 60 000-entry import's budget. So render_validate keeps one sandbox per
+ * embedded template, its prologue chunk loaded once, and runs it per check under a fresh _ENV
+ * (P plus read access to the sandbox globals): assignments never reach the next check. This is
+ * for the templates built into the library only (our code); KLJIT_TEMPLATE_DIR and render_text
+ * keep a fresh state each time (invariant 3). A check that hits a limit drops its sandbox. */
+
+enum { MAX_VALIDATORS = 8 };
+typedef struct validator {
+  const template_file *t;
+  lua_State *L;
+  render_ctx ctx;
+  strbuf chunk, chunkname;
+} validator;
+static pthread_mutex_t validators_lock = PTHREAD_MUTEX_INITIALIZER;
+static validator validators[MAX_VALIDATORS];
+static locale_t validate_locale;
+
+static int validator_setup(lua_State *L) {
+  const validator *v = lua_touserdata(L, 1);
+  sandbox_open(L);
+  lua_pushfstring(L, "@%s", v->chunkname.data);
+  if (luaL_loadbufferx(L, v->chunk.data, v->chunk.len, lua_tostring(L, -1), "t") != LUA_OK)
+    return lua_error(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
+  return 0;
+}
+
+static int validator_call(lua_State *L) {
+  render_ctx *ctx = lua_touserdata(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
+  lua_createtable(L, 0, 1); /* the check's own _ENV */
+  push_params(L, ctx);
+  lua_setfield(L, -2, "P");
+  lua_createtable(L, 0, 1);
+  lua_pushglobaltable(L);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  if (!lua_setupvalue(L, -2, 1)) return luaL_error(L, "the prologue has no _ENV");
+  lua_pushcfunction(L, text_out);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+static void validator_drop(validator *v) {
+  if (v->L) lua_close(v->L);
+  v->L = NULL;
+  sb_free(&v->chunk);
+  sb_free(&v->chunkname);
+  free(v->ctx.reject_msg);
+  memset(&v->ctx, 0, sizeof v->ctx);
+}
+
+/* The kept sandbox of embedded template t, made on first use (validators_lock held). */
+static kljit_status validator_get(const template_file *t, validator **out) {
+  validator *v = NULL;
+  for (int i = 0; i < MAX_VALIDATORS && !v; i++)
+    if (validators[i].t == t || !validators[i].t) v = &validators[i];
+  if (!v) return err_set(KLJIT_ERR_INTERNAL, "render_validate: too many templates");
+  v->t = t;
+  *out = v;
+  if (v->L) return KLJIT_SUCCESS;
+  kljit_status st = sb_printf(&v->chunkname, "templates/%s", t->name);
+  if (st == KLJIT_SUCCESS)
+    st = compile_template(v->chunkname.data, t->text, t->len, RENDER_VALIDATE, &v->chunk);
+  if (st == KLJIT_SUCCESS && !validate_locale &&
+      !(validate_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0)))
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "render_validate: newlocale(\"C\") failed");
+  if (st == KLJIT_SUCCESS) {
+    v->ctx.chunkname = v->chunkname.data;
+    v->L = lua_newstate(sandbox_alloc, &v->ctx);
+    if (!v->L) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: cannot create a Lua state", t->name);
+  }
+  if (st == KLJIT_SUCCESS) {
+    lua_pushcfunction(v->L, validator_setup);
+    lua_pushlightuserdata(v->L, v);
+    if (lua_pcall(v->L, 1, 0, 0) != LUA_OK)
+      st = err_set(KLJIT_ERR_TEMPLATE, "%s: %s", v->chunkname.data,
+                   lua_type(v->L, -1) == LUA_TSTRING ? lua_tostring(v->L, -1) : "setup failed");
+  }
+  if (st != KLJIT_SUCCESS) {
+    validator_drop(v);
+    v->t = t;
+  }
+  return st;
+}
+
+static kljit_status validate_kept(const template_file *t, const render_param *params,
+                                  size_t nparams) {
+  const render_param *sorted[64];
+  if (nparams > sizeof sorted / sizeof sorted[0])
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "render_validate: %zu parameters", nparams);
+  pthread_mutex_lock(&validators_lock);
+  validator *v = NULL;
+  kljit_status st = validator_get(t, &v);
+  if (st == KLJIT_SUCCESS) st = check_params(v->chunkname.data, params, nparams, sorted);
+  if (st == KLJIT_SUCCESS) {
+    render_ctx *c = &v->ctx;
+    free(c->reject_msg);
+    strbuf scratch = {0};
+    const size_t mem = c->mem_used;
+    memset(c, 0, sizeof *c);
+    *c = (render_ctx){.chunkname = v->chunkname.data, .chunk = &v->chunk, .sorted = sorted,
+                      .nparams = nparams, .out = &scratch, .mem_used = mem,
+                      .validate_only = 1};
+    const locale_t old = uselocale(validate_locale);
+    lua_pushcfunction(v->L, validator_call);
+    lua_pushlightuserdata(v->L, c);
+    const int status = lua_pcall(v->L, 1, 0, 0);
+    char msg[2048] = "";
+    if (status != LUA_OK)
+      snprintf(msg, sizeof msg, "%s",
+               lua_type(v->L, -1) == LUA_TSTRING ? lua_tostring(v->L, -1) : "(error object)");
+    st = sandbox_outcome(c, status, msg);
+    lua_settop(v->L, 0);
+    uselocale(old);
+    sb_free(&scratch);
+    if (c->mem_fatal || c->insn_fatal || c->out_fatal || c->host_status || status == LUA_ERRMEM) {
+      validator_drop(v);
+      v->t = t;
+    }
+  }
+  pthread_mutex_unlock(&validators_lock);
+  return st;
+}
+
+kljit_status render_validate(const char *name, const render_param *params, size_t nparams) {
+  const char *dir = getenv("KLJIT_TEMPLATE_DIR");
+  const template_file *t = template_files;
+  while (t->name && name && strcmp(t->name, name) != 0) t++;
+  if ((dir && *dir) || !name || !t->name) { /* a fresh sandbox, or render_named's error */
+    strbuf scratch = {0};
+    const kljit_status st = render_named(name, params, nparams, &scratch, RENDER_VALIDATE);
+    sb_free(&scratch);
+    return st;
+  }
+  return validate_kept(t, params, nparams);
 }
