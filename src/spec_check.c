@@ -52,10 +52,18 @@ typedef struct memo_key {
 static memo_key **slots; /* MEMO_SLOTS, NULL = empty */
 static size_t used;
 
-static uint64_t fnv1a(const key *k) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < k->n; i++) h = (h ^ k->b[i]) * 1099511628211ull;
-  return h;
+/* 8 bytes a step (the keys are a few hundred bytes; byte-wise FNV showed in profiles). */
+static uint64_t key_hash(const key *k) {
+  uint64_t h = 1469598103934665603ull ^ k->n;
+  size_t i = 0;
+  for (; i + 8 <= k->n; i += 8) {
+    uint64_t w;
+    memcpy(&w, k->b + i, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
+  for (; i < k->n; i++) h = (h ^ k->b[i]) * 1099511628211ull;
+  return h ^ (h >> 32);
 }
 
 static int same(const memo_key *m, const key *k) {
@@ -64,7 +72,7 @@ static int same(const memo_key *m, const key *k) {
 
 /* The slot of text, or the empty slot where it would go (lock held, slots allocated). */
 static size_t find(const key *k) {
-  size_t i = (size_t)(fnv1a(k) % MEMO_SLOTS);
+  size_t i = (size_t)(key_hash(k) % MEMO_SLOTS);
   while (slots[i] && !same(slots[i], k)) i = (i + 1) % MEMO_SLOTS;
   return i;
 }
