@@ -236,8 +236,10 @@ typedef enum kljit_plan_rigor {
   KLJIT_PLAN_WISDOM_ONLY = 4  /* stored wisdom or KLJIT_ERR_NO_WISDOM, never tunes   */
 } kljit_plan_rigor;
 
-/* Is this problem valid and supported by this build? Needs no GPU and compiles nothing.
- * KLJIT_SUCCESS, or the status and a sentence (last_error) saying why not. */
+/* Is this problem valid and supported by this build? Needs no GPU and compiles nothing: the
+ * fields are checked, and the kernel templates' own checks are asked about the modules of its
+ * plans on sm_80 and sm_90 (they render). KLJIT_SUCCESS, or the status and a sentence
+ * (last_error) saying why not. */
 KLJIT_API kljit_status kljit_plan_check(const kljit_problem *problem);
 
 /* Validates, chooses the geometry, renders, compiles (or loads from the cache) and loads the
@@ -383,7 +385,10 @@ KLJIT_API kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream,
  * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
  * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
  * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `compiled`
- * (may be NULL) receives the number of modules compiled now; the others were already cached. */
+ * (may be NULL) receives the number of modules compiled now; the others were already cached.
+ * Storing is the point: a module that could not be stored (full or read-only filesystem, an
+ * entry path that is not a file, an unsafe directory) makes it return KLJIT_ERR_CACHE, after
+ * trying the others, with each such module's path and reason in kljit_last_error(). */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, int *compiled);
 
