@@ -2,16 +2,15 @@
  *
  * The memo holds a canonical binary key of the parameters (template, then each parameter's
  * name, kind and exact value; built without printf, which dominated a large import) of every
- * spec the templates accepted, in an open-addressing hash set under one mutex. Rejections are not kept: a text
- * with a rejected entry is refused whole, so each is asked once. The set is emptied when it
- * reaches MEMO_MAX, which bounds its memory whatever the input.
+ * spec the templates accepted, in an open-addressing hash set under one mutex. Rejections are not
+ * kept: a text with a rejected entry is refused whole, so each is asked once. The set is emptied
+ * when it reaches MEMO_MAX, which bounds its memory whatever the input.
  */
 #include "spec_check.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 enum { MEMO_MAX = 1 << 15, MEMO_SLOTS = 2 * MEMO_MAX };
 
@@ -37,9 +36,12 @@ static int make_key(const kspec *k, const render_param *params, size_t n, key *o
     put(out, p->key, strlen(p->key) + 1);
     const unsigned char kind = (unsigned char)p->kind;
     put(out, &kind, 1);
-    if (p->kind == RP_STR) put(out, p->s, strlen(p->s) + 1);
-    else if (p->kind == RP_NUM) put(out, &p->d, sizeof p->d);
-    else put(out, &p->i, sizeof p->i);
+    if (p->kind == RP_STR)
+      put(out, p->s, strlen(p->s) + 1);
+    else if (p->kind == RP_NUM)
+      put(out, &p->d, sizeof p->d);
+    else
+      put(out, &p->i, sizeof p->i);
   }
   return out->n <= sizeof out->b ? 0 : -1;
 }

@@ -330,7 +330,8 @@ static int sandbox_xpcall(lua_State *L) {
  * is never marked for finalization, so adding __gc later does nothing. Upvalue 1: the original. */
 static int sandbox_setmetatable(lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE && lua_getfield(L, 2, "__gc") != LUA_TNIL)
-    return luaL_error(L, "setmetatable: __gc metamethods (finalizers) are not allowed in templates");
+    return luaL_error(L,
+                      "setmetatable: __gc metamethods (finalizers) are not allowed in templates");
   lua_settop(L, 2);
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);

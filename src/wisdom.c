@@ -11,7 +11,8 @@
  * single spaces, in any order on input, in the order above on output; only gpu's value is
  * written quoted (GPU names hold spaces), with '"' and '\\' escaped by a backslash; any value
  * may be quoted on input, and an unquoted one holds no quote, backslash or control character,
- * so that parse(format(parse(text))) is the set parse(text). Parsing is strict: an unknown, repeated or
+ * so that parse(format(parse(text))) is the set parse(text).
+ * Parsing is strict: an unknown, repeated or
  * missing field, a value out of range, or a tuning prob_geometry_make or the templates
  * themselves (kspec_check) refuse rejects the whole text, so what reaches the store can always
  * be planned and rendered.

@@ -38,7 +38,8 @@ if(fuzz_ok)
     list(APPEND fuzz_outputs ${fuzz_dir}/${n})
   endforeach()
   file(GLOB fuzz_harnesses CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_*.c)
-  file(GLOB fuzz_headers CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*.h ${CMAKE_SOURCE_DIR}/include/*.h)
+  file(GLOB fuzz_headers CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/*.h
+       ${CMAKE_SOURCE_DIR}/include/*.h)
   add_custom_command(
     OUTPUT ${fuzz_outputs}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/build.sh ${fuzz_dir} ${KLJIT_CLANG}

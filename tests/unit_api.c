@@ -272,7 +272,8 @@ static const check_case rejected[] = {
     {"teacher_temperature NaN", {{F_TT, NAN}}, INVALID, {"teacher_temperature = nan", NULL}},
     {"teacher_temperature Inf", {{F_TT, INFINITY}}, INVALID, {"teacher_temperature = inf", NULL}},
     /* in range for a double, out of range for the kernels' fp32 T, 1/T, T^2 (kljit.h) */
-    {"temperature 5e-324", {{F_T, 5e-324}}, INVALID, {": temperature = 4.94066e-324", "[1e-18, 1e+18]"}},
+    {"temperature 5e-324", {{F_T, 5e-324}}, INVALID,
+     {": temperature = 4.94066e-324", "[1e-18, 1e+18]"}},
     {"temperature 1e-39", {{F_T, 1e-39}}, INVALID, {": temperature = 1e-39", "[1e-18, 1e+18]"}},
     {"temperature 1e39", {{F_T, 1e39}}, INVALID, {": temperature = 1e+39", "[1e-18, 1e+18]"}},
     {"temperature 1e300", {{F_T, 1e300}}, INVALID, {": temperature = 1e+300", "[1e-18, 1e+18]"}},

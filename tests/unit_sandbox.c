@@ -38,7 +38,8 @@ static int hostile(const char *what, const char *text, kljit_status want, const 
   strbuf out = {0};
   TH_OK(sb_append(&out, "kept", 4));
   const double t0 = now_s(), w0 = wall_s();
-  const kljit_status st = render_text("templates/hostile.cu.lua", text, strlen(text), NULL, 0, &out);
+  const kljit_status st =
+      render_text("templates/hostile.cu.lua", text, strlen(text), NULL, 0, &out);
   const double dt = now_s() - t0, dw = wall_s() - w0;
   printf("%-44s %5.2f s CPU %5.2f s wall  %s\n", what, dt, dw,
          st ? kljit_last_error() : "(rendered)");
@@ -50,71 +51,94 @@ static int hostile(const char *what, const char *text, kljit_status want, const 
   return TH_PASS;
 }
 
+typedef struct attack {
+  const char *what, *text;
+  kljit_status want;
+  const char *msg;
+} attack;
+
+static int run_attacks(const attack *a, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    TH_CHECK(hostile(a[i].what, a[i].text, a[i].want, a[i].msg) == TH_PASS);
+  return TH_PASS;
+}
+
+static const attack finalizers_cannot_be_installed_cases[] = {
+    {"__gc finalizer that loops", "%setmetatable({}, {__gc = function() while true do end end})\n",
+     KLJIT_ERR_TEMPLATE, "__gc metamethods"},
+    {"__gc = false, then a looping one",
+     "%local mt = {__gc = false}\n%setmetatable({}, mt)\n"
+     "%mt.__gc = function() while true do end end\n",
+     KLJIT_ERR_TEMPLATE, "__gc metamethods"},
+    /* added after setmetatable: the table was never marked, nothing runs at collection */
+    {"__gc added after setmetatable",
+     "%local mt = {}\n%setmetatable({}, mt)\n"
+     "%mt.__gc = function() while true do end end\n"
+     "%for i = 1, 200000 do local t = {i} end\nok\n",
+     KLJIT_SUCCESS, NULL},
+};
 static int finalizers_cannot_be_installed(void) {
-  TH_CHECK(hostile("__gc finalizer that loops",
-                   "%setmetatable({}, {__gc = function() while true do end end})\n",
-                   KLJIT_ERR_TEMPLATE, "__gc metamethods") == TH_PASS);
-  TH_CHECK(hostile("__gc = false, then a looping one",
-                   "%local mt = {__gc = false}\n%setmetatable({}, mt)\n"
-                   "%mt.__gc = function() while true do end end\n",
-                   KLJIT_ERR_TEMPLATE, "__gc metamethods") == TH_PASS);
-  /* added after setmetatable: the table was never marked, nothing runs at collection */
-  TH_CHECK(hostile("__gc added after setmetatable",
-                   "%local mt = {}\n%setmetatable({}, mt)\n"
-                   "%mt.__gc = function() while true do end end\n"
-                   "%for i = 1, 200000 do local t = {i} end\nok\n",
-                   KLJIT_SUCCESS, NULL) == TH_PASS);
-  return TH_PASS;
+  return run_attacks(
+      finalizers_cannot_be_installed_cases,
+      sizeof finalizers_cannot_be_installed_cases / sizeof finalizers_cannot_be_installed_cases[0]);
 }
 
+static const attack message_handlers_run_under_the_limits_cases[] = {
+    {"xpcall(error, looping handler)", "%xpcall(error, function() while true do end end)\n",
+     KLJIT_ERR_TEMPLATE, "limit exceeded"},
+    {"xpcall(looping f, looping handler)",
+     "%xpcall(function() while true do end end, function() while true do end end)\n",
+     KLJIT_ERR_TEMPLATE, "limit exceeded"},
+    /* an ordinary handler still works */
+    {"xpcall with a plain handler",
+     "%local ok, m = xpcall(error, function(e) return 'got ' .. tostring(e) end, 'x')\n"
+     "{{ tostring(ok) }} {{ m }}\n",
+     KLJIT_SUCCESS, NULL},
+};
 static int message_handlers_run_under_the_limits(void) {
-  TH_CHECK(hostile("xpcall(error, looping handler)",
-                   "%xpcall(error, function() while true do end end)\n", KLJIT_ERR_TEMPLATE,
-                   "limit exceeded") == TH_PASS);
-  TH_CHECK(hostile("xpcall(looping f, looping handler)",
-                   "%xpcall(function() while true do end end, function() while true do end end)\n",
-                   KLJIT_ERR_TEMPLATE, "limit exceeded") == TH_PASS);
-  /* an ordinary handler still works */
-  TH_CHECK(hostile("xpcall with a plain handler",
-                   "%local ok, m = xpcall(error, function(e) return 'got ' .. tostring(e) end, 'x')\n"
-                   "{{ tostring(ok) }} {{ m }}\n",
-                   KLJIT_SUCCESS, NULL) == TH_PASS);
-  return TH_PASS;
+  return run_attacks(message_handlers_run_under_the_limits_cases,
+                     sizeof message_handlers_run_under_the_limits_cases /
+                         sizeof message_handlers_run_under_the_limits_cases[0]);
 }
 
+static const attack costly_library_calls_are_refused_cases[] = {
+    {"backtracking string.find", "%string.find(string.rep('a', 30000), '.-.-.-.-b')\n",
+     KLJIT_ERR_TEMPLATE, "string pattern too costly"},
+    {"backtracking gsub through the string metatable",
+     "%local s = string.rep('a', 20000) s:gsub('(a*)*b', '')\n", KLJIT_ERR_TEMPLATE,
+     "string pattern too costly"},
+    {"table.move over 2^63 slots", "%table.move({}, 1, math.maxinteger, 2)\n", KLJIT_ERR_TEMPLATE,
+     "table.move of too many elements"},
+    {"table.move from mininteger", "%table.move({}, math.mininteger, math.maxinteger, 1)\n",
+     KLJIT_ERR_TEMPLATE, "table.move"},
+    {"cheap patterns still work",
+     "{{ (string.gsub('a b  c', '%s+', '_')) }} {{ string.find('xyz', 'y', 1, true) }}\n",
+     KLJIT_SUCCESS, NULL},
+};
 static int costly_library_calls_are_refused(void) {
-  TH_CHECK(hostile("backtracking string.find",
-                   "%string.find(string.rep('a', 30000), '.-.-.-.-b')\n", KLJIT_ERR_TEMPLATE,
-                   "string pattern too costly") == TH_PASS);
-  TH_CHECK(hostile("backtracking gsub through the string metatable",
-                   "%local s = string.rep('a', 20000) s:gsub('(a*)*b', '')\n", KLJIT_ERR_TEMPLATE,
-                   "string pattern too costly") == TH_PASS);
-  TH_CHECK(hostile("table.move over 2^63 slots",
-                   "%table.move({}, 1, math.maxinteger, 2)\n", KLJIT_ERR_TEMPLATE,
-                   "table.move of too many elements") == TH_PASS);
-  TH_CHECK(hostile("table.move from mininteger",
-                   "%table.move({}, math.mininteger, math.maxinteger, 1)\n", KLJIT_ERR_TEMPLATE,
-                   "table.move") == TH_PASS);
-  TH_CHECK(hostile("cheap patterns still work",
-                   "{{ (string.gsub('a b  c', '%s+', '_')) }} {{ string.find('xyz', 'y', 1, true) }}\n",
-                   KLJIT_SUCCESS, NULL) == TH_PASS);
-  return TH_PASS;
+  return run_attacks(costly_library_calls_are_refused_cases,
+                     sizeof costly_library_calls_are_refused_cases /
+                         sizeof costly_library_calls_are_refused_cases[0]);
 }
 
+static const attack many_heavy_calls_hit_the_time_limit_cases[] = {
+    {"plain find over 1 MiB, 10^7 times",
+     "%local s = string.rep('ab', 1 << 19)\n"
+     "%for i = 1, 10000000 do string.find(s, 'c', 1, true) end\n",
+     KLJIT_ERR_TEMPLATE, "time limit exceeded"},
+    {"upper of 1 MiB, 10^7 times",
+     "%local s = string.rep('a', 1 << 20)\n"
+     "%for i = 1, 10000000 do local _ = s:upper() end\n",
+     KLJIT_ERR_TEMPLATE, "time limit exceeded"},
+    {"table.insert at the front of a long table",
+     "%local t = {} for i = 1, 200000 do t[i] = i end\n"
+     "%for i = 1, 10000000 do table.insert(t, 1, i) table.remove(t, 1) end\n",
+     KLJIT_ERR_TEMPLATE, "time limit exceeded"},
+};
 static int many_heavy_calls_hit_the_time_limit(void) {
-  TH_CHECK(hostile("plain find over 1 MiB, 10^7 times",
-                   "%local s = string.rep('ab', 1 << 19)\n"
-                   "%for i = 1, 10000000 do string.find(s, 'c', 1, true) end\n",
-                   KLJIT_ERR_TEMPLATE, "time limit exceeded") == TH_PASS);
-  TH_CHECK(hostile("upper of 1 MiB, 10^7 times",
-                   "%local s = string.rep('a', 1 << 20)\n"
-                   "%for i = 1, 10000000 do local _ = s:upper() end\n",
-                   KLJIT_ERR_TEMPLATE, "time limit exceeded") == TH_PASS);
-  TH_CHECK(hostile("table.insert at the front of a long table",
-                   "%local t = {} for i = 1, 200000 do t[i] = i end\n"
-                   "%for i = 1, 10000000 do table.insert(t, 1, i) table.remove(t, 1) end\n",
-                   KLJIT_ERR_TEMPLATE, "time limit exceeded") == TH_PASS);
-  return TH_PASS;
+  return run_attacks(many_heavy_calls_hit_the_time_limit_cases,
+                     sizeof many_heavy_calls_hit_the_time_limit_cases /
+                         sizeof many_heavy_calls_hit_the_time_limit_cases[0]);
 }
 
 /* ---- files -------------------------------------------------------------------------------- */

@@ -33,6 +33,15 @@ static char *format_set(const wisdom_set *s) {
   return b.data;
 }
 
+/* A dense entry line: H=64 bf16 probs, 1024-row chunks of 128 threads, measured at 8192. */
+static void dense_entry(char *line, size_t cap, const char *gpu, const char *arch_sms, int v,
+                        const char *split_cluster, const char *ms) {
+  snprintf(line, cap,
+           "gpu=%s %s kljit=%s V=%d H=64 in=bf16 teacher=probs tdt=bf16 tmode=const flags=- "
+           "bucket=8192 -> chunk_rows=1024 threads=128 %s nv=1 rigor=measure rows=8192 ms=%s",
+           gpu, arch_sms, KLJIT_VERSION_STRING, v, split_cluster, ms);
+}
+
 /* ---- round trip --------------------------------------------------------------------------- */
 
 /* format(parse(t)) = u must parse, and format(parse(u)) must be u byte for byte. */
@@ -63,19 +72,12 @@ static int wisdom_text_round_trips_as_a_fixed_point(void) {
   /* the fuzzer's find: an unquoted quote was accepted, then exported as gpu="A"B" */
   char line[2048];
   wisdom_set s;
-  snprintf(line, sizeof line,
-           "gpu=A\"B arch=sm_90 sms=132 kljit=%s V=32000 H=64 in=bf16 teacher=probs tdt=bf16 "
-           "tmode=const flags=- bucket=8192 -> chunk_rows=1024 threads=128 split=4 cluster=0 "
-           "nv=1 rigor=measure rows=8192 ms=1",
-           KLJIT_VERSION_STRING);
+  dense_entry(line, sizeof line, "A\"B", "arch=sm_90 sms=132", 32000, "split=4 cluster=0", "1");
   TH_STATUS(parse_line(line, &s), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "unquoted value"));
   /* quoted, with escapes: kept exactly, and written back escaped */
-  snprintf(line, sizeof line,
-           "gpu=\"A\\\"B \\\\ C\" arch=sm_90 sms=132 kljit=%s V=32000 H=64 in=bf16 "
-           "teacher=probs tdt=bf16 tmode=const flags=- bucket=8192 -> chunk_rows=1024 "
-           "threads=128 split=4 cluster=0 nv=1 rigor=measure rows=8192 ms=0.000123456789",
-           KLJIT_VERSION_STRING);
+  dense_entry(line, sizeof line, "\"A\\\"B \\\\ C\"", "arch=sm_90 sms=132", 32000,
+              "split=4 cluster=0", "0.000123456789");
   TH_OK(parse_line(line, &s));
   TH_CHECK(s.n == 1 && !strcmp(s.e[0].gpu, "A\"B \\ C"));
   char *u = format_set(&s);
@@ -145,19 +147,11 @@ static int every_entry_the_parser_accepts_renders(void) {
          by_template);
   TH_CHECK(accepted > 200 && by_template > 0);
   /* the issue's two template rules, refused at parse time with the template's sentence */
-  snprintf(line, sizeof line,
-           "gpu=\"G\" arch=sm_80 sms=108 kljit=%s V=17 H=64 in=bf16 teacher=probs tdt=bf16 "
-           "tmode=const flags=- bucket=8192 -> chunk_rows=1024 threads=128 split=64 cluster=0 "
-           "nv=1 rigor=measure rows=8192 ms=1",
-           KLJIT_VERSION_STRING);
+  dense_entry(line, sizeof line, "\"G\"", "arch=sm_80 sms=108", 17, "split=64 cluster=0", "1");
   wisdom_set s;
   TH_STATUS(parse_line(line, &s), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "SPLIT too large for V"));
-  snprintf(line, sizeof line,
-           "gpu=\"G\" arch=sm_90 sms=132 kljit=%s V=128256 H=64 in=bf16 teacher=probs tdt=bf16 "
-           "tmode=const flags=- bucket=8192 -> chunk_rows=1024 threads=128 split=2 cluster=2 "
-           "nv=1 rigor=measure rows=8192 ms=1",
-           KLJIT_VERSION_STRING);
+  dense_entry(line, sizeof line, "\"G\"", "arch=sm_90 sms=132", 128256, "split=2 cluster=2", "1");
   TH_STATUS(parse_line(line, &s), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "does not fit in the cluster's registers"));
   return TH_PASS;

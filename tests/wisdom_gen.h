@@ -20,7 +20,9 @@ static inline uint64_t wg_next(uint64_t *s) { /* splitmix64 */
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-static inline int wg_below(uint64_t *s, int n) { return (int)(wg_next(s) % (uint64_t)n); }
+static inline int wg_below(uint64_t *s, int n) {
+  return (int)(wg_next(s) % (uint64_t)n);
+}
 #define WG_PICK(s, arr) (arr)[wg_below(s, (int)(sizeof(arr) / sizeof((arr)[0])))]
 
 /* Appends ` name=value` to line (cap bytes), quoting the value now and then as input may. */
@@ -36,13 +38,18 @@ static inline void wg_field(uint64_t *s, char *line, size_t cap, const char *nam
 /* One entry line (no newline) of the kljit version this build is. `realistic` keeps to
  * problems and tunings a tuner would produce (for the import timing); else anything goes. */
 static inline void wg_entry(uint64_t *s, int realistic, char *line, size_t cap) {
-  static const char *const gpus_quoted[] = {
-      "\"NVIDIA H200\"", "\"NVIDIA A100-SXM4-80GB\"", "\"A\\\"B\"", "\"back\\\\slash\"",
-      "\"  spaced  out \"", "\"\xc3\xbcnicode GPU\"", "\"x\"", "\"NVIDIA GeForce RTX 4090\""};
+  static const char *const gpus_quoted[] = {"\"NVIDIA H200\"",
+                                            "\"NVIDIA A100-SXM4-80GB\"",
+                                            "\"A\\\"B\"",
+                                            "\"back\\\\slash\"",
+                                            "\"  spaced  out \"",
+                                            "\"\xc3\xbcnicode GPU\"",
+                                            "\"x\"",
+                                            "\"NVIDIA GeForce RTX 4090\""};
   static const char *const gpus_bad[] = {"A\"B", "\"unterminated", "\"bad\\escape\"", "\"\"",
                                          "plain"};
-  static const char *const vs[] = {"2", "3", "100", "1000", "32000", "50257", "128256",
-                                   "151936", "16777216", "17", "4097"};
+  static const char *const vs[] = {"2",      "3",      "100",      "1000", "32000", "50257",
+                                   "128256", "151936", "16777216", "17",   "4097"};
   static const char *const hs[] = {"1", "64", "256", "4096", "8192"};
   static const char *const dts[] = {"f32", "f16", "bf16"};
   static const char *const teachers[] = {"probs", "logprobs", "logits", "topk"};
@@ -86,7 +93,10 @@ static inline void wg_entry(uint64_t *s, int realistic, char *line, size_t cap) 
   const char *const split = realistic ? splits[wg_below(s, 4)] : WG_PICK(s, splits);
   wg_field(s, line, cap, "threads", realistic ? threads[3 + wg_below(s, 3)] : WG_PICK(s, threads));
   wg_field(s, line, cap, "split", split);
-  wg_field(s, line, cap, "cluster", realistic ? "0" : wg_below(s, 3) ? WG_PICK(s, clusters) : split);
+  wg_field(s, line, cap, "cluster",
+           realistic        ? "0"
+           : wg_below(s, 3) ? WG_PICK(s, clusters)
+                            : split);
   wg_field(s, line, cap, "nv", realistic ? "1" : WG_PICK(s, nvs));
   static const char *const rigors[] = {"estimate", "measure", "exhaustive"};
   wg_field(s, line, cap, "rigor", WG_PICK(s, rigors));

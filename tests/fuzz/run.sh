@@ -18,6 +18,9 @@ cp -r "$here/corpus/$name" "$work/corpus"
   -artifact_prefix="$work/" -print_final_stats=1 "$@" "$work/corpus" 2>&1 | tail -25
 rc=${PIPESTATUS[0]}
 for a in "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-*; do
-  [ -e "$a" ] && { mkdir -p "${FUZZ_ARTIFACTS:-.}"; cp "$a" "${FUZZ_ARTIFACTS:-.}/"; echo "artifact: ${FUZZ_ARTIFACTS:-.}/$(basename "$a")"; }
+  [ -e "$a" ] || continue
+  mkdir -p "${FUZZ_ARTIFACTS:-.}"
+  cp "$a" "${FUZZ_ARTIFACTS:-.}/"
+  echo "artifact: ${FUZZ_ARTIFACTS:-.}/$(basename "$a")"
 done
 exit "$rc"
