@@ -15,8 +15,16 @@ cp -r "$here/corpus/$name" "$work/corpus"
 # -timeout: an input taking 10 s is a hang (the renderer's own budget is 1 s of CPU);
 # -rss_limit_mb: the renderer caps Lua at 64 MiB, ASan's shadow needs the rest.
 "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-  -artifact_prefix="$work/" -print_final_stats=1 "$@" "$work/corpus" 2>&1 | tail -25
-rc=${PIPESTATUS[0]}
+  -artifact_prefix="$work/" -print_final_stats=1 "$@" "$work/corpus" > "$work/log" 2>&1
+rc=$?
+# the findings, libFuzzer's last status line (executions, cov: edges, ft: features, corpus
+# size) and its final statistics
+grep -E "ERROR|SUMMARY|Test unit written|oracle" "$work/log" | head -20
+grep -E "^#[0-9]+" "$work/log" | tail -1
+grep -E "^stat::" "$work/log"
+if [ -n "${FUZZ_KEEP_CORPUS:-}" ]; then
+  mkdir -p "$FUZZ_KEEP_CORPUS" && cp -r "$work/corpus/." "$FUZZ_KEEP_CORPUS/"
+fi
 for a in "$work"/crash-* "$work"/timeout-* "$work"/oom-* "$work"/leak-*; do
   [ -e "$a" ] || continue
   mkdir -p "${FUZZ_ARTIFACTS:-.}"
