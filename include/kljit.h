@@ -181,6 +181,11 @@ typedef enum kljit_reduction {
   KLJIT_REDUCTION_NONE = 4       /* per-row vector loss[N]; two-phase only   */
 } kljit_reduction;
 
+/* The temperatures (T, the teacher's T, a runtime T) the kernels can represent: T, 1/T, T^2 and
+ * 1/T^2 are all normal fp32 numbers in this range. Plans and calls refuse others. */
+#define KLJIT_TEMPERATURE_MIN 1e-18
+#define KLJIT_TEMPERATURE_MAX 1e18
+
 typedef enum kljit_temperature_mode {
   /* temperature is baked into the kernels (T = 1 compiles to no scaling at all). */
   KLJIT_TEMPERATURE_CONSTANT = 1,
@@ -236,8 +241,10 @@ typedef struct kljit_problem {
   kljit_topk_values topk_values;
   kljit_tail tail;
   kljit_temperature_mode temperature_mode;
-  double temperature;               /* T > 0, finite */
-  double teacher_temperature;       /* DENSE_LOGITS, DENSE_HIDDEN; 0: "same as temperature" */
+  double temperature;               /* KLJIT_TEMPERATURE_MIN <= T <= KLJIT_TEMPERATURE_MAX */
+  double teacher_temperature;       /* DENSE_LOGITS, DENSE_HIDDEN; 0 means "same as
+                                     * temperature", else in [KLJIT_TEMPERATURE_MIN,
+                                     * KLJIT_TEMPERATURE_MAX] */
   kljit_reduction reduction;
   kljit_dtype label_dtype;          /* INT32 or INT64 */
   int64_t ignore_index;             /* rows with this label are excluded; default -100 */
@@ -356,8 +363,10 @@ typedef enum kljit_plan_rigor {
   KLJIT_PLAN_WISDOM_ONLY = 4  /* stored wisdom or KLJIT_ERR_NO_WISDOM, never tunes   */
 } kljit_plan_rigor;
 
-/* Is this problem valid and supported by this build? Needs no GPU and compiles nothing.
- * KLJIT_SUCCESS, or the status and a sentence (last_error) saying why not. */
+/* Is this problem valid and supported by this build? Needs no GPU and compiles nothing: the
+ * fields are checked, and the kernel templates' own checks are asked about the modules of its
+ * plans on sm_80 and sm_90 (they render). KLJIT_SUCCESS, or the status and a sentence
+ * (last_error) saying why not. */
 KLJIT_API kljit_status kljit_plan_check(const kljit_problem *problem);
 
 /* Validates, chooses the geometry, renders, compiles (or loads from the cache) and loads the
@@ -406,7 +415,8 @@ typedef struct kljit_args {
   const void *teacher;         /* dense forms: [N,V] teacher_dtype                        */
   const void *teacher_ids;     /* sparse form: [N,K] topk_id_dtype                        */
   const void *teacher_values;  /* sparse form: [N,K] teacher_dtype                        */
-  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only; backward reuses forward's */
+  double temperature;          /* KLJIT_TEMPERATURE_RUNTIME only, in [KLJIT_TEMPERATURE_MIN,
+                                  KLJIT_TEMPERATURE_MAX]; backward reuses forward's       */
   float *loss;                 /* out: fp32 scalar, or [N] for KLJIT_REDUCTION_NONE       */
   void *grad_input;            /* out: dX [N,H] input_dtype                               */
   void *grad_weight;           /* out: dW [V,H] grad_weight_dtype                         */
@@ -490,7 +500,10 @@ typedef void (*kljit_module_callback)(const kljit_module_report *module, void *u
  * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `flags`:
  * KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done (its
  * `compiled` says whether it was compiled now or already cached). Different problems or archs
- * may be precompiled from several threads at once. */
+ * may be precompiled from several threads at once. Storing is the point: a module that could
+ * not be stored (full or read-only filesystem, an entry path that is not a file, an unsafe
+ * directory) makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's
+ * path and reason in kljit_last_error(). */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, uint32_t flags,
                                         kljit_module_callback done, void *user);

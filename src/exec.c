@@ -130,9 +130,9 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
                    "%s: reduction NONE needs the two-phase mode (kljit_forward, kljit_backward): "
                    "the fused mode has no per-row upstream gradient", who);
   if (pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME && mode != KLJIT_MODE_BACKWARD &&
-      !(a->temperature > 0 && isfinite(a->temperature)))
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: args->temperature = %g, must be finite and > 0", who, a->temperature);
+      !prob_temperature_ok(a->temperature))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->temperature = %g, must be in [%g, %g]",
+                   who, a->temperature, KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX);
   const size_t in_sz = names_dtype_size(pb->input_dtype);
   TRY(check_ptr(p, who, "input", a->input, 16));
   TRY(check_ptr(p, who, "weight", a->weight, 16));

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jit_memo.h"
@@ -112,8 +113,10 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
     /* The cubin is in hand: a cache that cannot take it (full disk, read-only or unsafe
      * directory) costs the next process a compile, not this plan its kernels. */
     t0 = util_now();
-    if (cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len) != KLJIT_SUCCESS) {
-      util_log("not cached: %s", kljit_last_error());
+    out->store_status = cache_store(cfg, key.data, meta.data, out->cubin.data, out->cubin.len);
+    if (out->store_status != KLJIT_SUCCESS) {
+      snprintf(out->store_error, sizeof out->store_error, "%s", kljit_last_error());
+      util_log("not cached: %s", out->store_error);
       err_clear(); /* the build succeeded: its caller's last error stays "" */
     }
     out->cache_ms = 1e3 * (util_now() - t0);
@@ -157,6 +160,9 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
     snprintf(r->name, sizeof r->name, "%s", bin.name);
     snprintf(r->file, sizeof r->file, "%s.kjc", bin.key_hash);
     jit_bin_free(&bin);
+    if (bin.store_status != KLJIT_SUCCESS)
+      return err_set(KLJIT_ERR_CACHE, "sm_%d module %s not stored as %s/%s: %s", arch, r->name,
+                     cfg->rw_dir ? cfg->rw_dir : "(no cache)", r->file, bin.store_error);
     return KLJIT_SUCCESS;
   }
   strbuf src = {0}, key = {0};
@@ -174,6 +180,49 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
   sb_free(&src);
   sb_free(&key);
   return st;
+}
+
+kljit_status jit_precompile_all(const kspec *specs, size_t n, int arch, const cache_config *cfg,
+                                uint32_t flags, kljit_module_callback done, void *user) {
+  strbuf failed = {0};
+  size_t n_failed = 0;
+  kljit_status st = KLJIT_SUCCESS;
+  for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
+    kljit_module_report r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)n;
+    st = jit_precompile_module(&specs[i], arch, cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
+    if (st == KLJIT_ERR_CACHE && r.name[0]) { /* built, not stored: name it, go on */
+      st = sb_printf(&failed, "%s%s", n_failed++ ? "; " : "", kljit_last_error());
+      continue;
+    }
+    if (st == KLJIT_SUCCESS && done) done(&r, user);
+  }
+  if (st == KLJIT_SUCCESS && n_failed)
+    st = err_set(KLJIT_ERR_CACHE, "%zu of %zu module(s) not stored: %s", n_failed, n,
+                 failed.data);
+  sb_free(&failed);
+  return st;
+}
+
+kljit_status jit_precompile_config(const char *cache_dir, cache_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  if (cache_dir) {
+    if (!(cfg->rw_dir = strdup(cache_dir)))
+      return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    return KLJIT_SUCCESS;
+  }
+  kljit_status st = cache_config_from_env(cfg);
+  if (st != KLJIT_SUCCESS) return st;
+  if (cfg->disabled || !cfg->rw_dir) {
+    cache_config_free(cfg);
+    return err_set(KLJIT_ERR_CACHE,
+                   "no writable kernel cache (KLJIT_CACHE_DISABLE is set, or neither "
+                   "KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir");
+  }
+  for (size_t i = 0; i < cfg->n_ro; i++) free(cfg->ro_dirs[i]);
+  cfg->n_ro = 0;
+  return KLJIT_SUCCESS;
 }
 
 void jit_bin_free(jit_bin *b) {

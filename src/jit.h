@@ -16,6 +16,10 @@ typedef struct jit_bin {
   char key_hash[65];      /* sha256 of the key text = cache file name stem */
   cache_result source;    /* CACHE_MISS: compiled now */
   double render_ms, compile_ms, cache_ms;
+  /* Compiled now but not stored (full disk, read-only or unsafe directory): a plan still has
+   * its kernels; precompile, whose whole purpose is the store, fails with store_error. */
+  kljit_status store_status;
+  char store_error[1024];
 } jit_bin;
 
 /* Builds the cubin of spec `k` for sm_<arch>, through the cache described by `cfg` (which
@@ -38,5 +42,15 @@ kljit_status jit_precompile_check(const char *who, int arch, const char *cache_d
  * or with dry_run only rendered and looked up; fills r's name, file, compiled and compile_ms. */
 kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config *cfg, int dry_run,
                                    kljit_module_report *r);
+
+/* Every module of `specs` through jit_precompile_module into cfg's writable directory, calling
+ * `done` for each one built or found. A module that could not be stored does not stop the
+ * others: all of them are then named, with their path and reason, in one KLJIT_ERR_CACHE. */
+kljit_status jit_precompile_all(const kspec *specs, size_t n, int arch, const cache_config *cfg,
+                                uint32_t flags, kljit_module_callback done, void *user);
+
+/* The writable directory of a precompile: cache_dir, else the environment's (its read-only
+ * KLJIT_CACHE_PATH directories dropped: an entry found there is not in the destination). */
+kljit_status jit_precompile_config(const char *cache_dir, cache_config *cfg);
 
 #endif

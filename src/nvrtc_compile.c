@@ -83,9 +83,15 @@ static kljit_status get_log(nvrtcProgram prog, strbuf *log) {
 
 kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbuf *cubin,
                            strbuf *log) {
+  return nvrtc_compile_effort(source, name, arch, NVRTC_FULL, cubin, log);
+}
+
+kljit_status nvrtc_compile_effort(const char *source, const char *name, int arch,
+                                  nvrtc_effort effort, strbuf *cubin, strbuf *log) {
   char storage[NVRTC_MAX_OPTIONS][64];
   const char *opts[NVRTC_MAX_OPTIONS];
-  const int nopts = nvrtc_options(arch, storage, opts);
+  int nopts = nvrtc_options(arch, storage, opts);
+  if (effort == NVRTC_FAST && nopts < NVRTC_MAX_OPTIONS) opts[nopts++] = "--Ofast-compile=max";
   dump(name, "cu", source);
 
   nvrtcProgram prog;

@@ -25,6 +25,15 @@ const char *nvrtc_version_string(void);
 kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbuf *cubin,
                            strbuf *log);
 
+/* How hard NVRTC optimizes. kljit's modules are always NVRTC_FULL; NVRTC_FAST adds NVRTC's
+ * --Ofast-compile=max (parse, type-check, code generation and ptxas to a real cubin, with
+ * less optimization: 2-3x faster), for tests that compile thousands of variants. */
+typedef enum nvrtc_effort { NVRTC_FULL = 0, NVRTC_FAST = 1 } nvrtc_effort;
+
+/* nvrtc_compile with an effort (nvrtc_compile is NVRTC_FULL). */
+kljit_status nvrtc_compile_effort(const char *source, const char *name, int arch,
+                                  nvrtc_effort effort, strbuf *cubin, strbuf *log);
+
 /* Parses "sm_90" / "90" / "sm_80" into 90 / 80; returns 0 when not a supported arch. */
 int nvrtc_parse_arch(const char *text);
 

@@ -20,20 +20,8 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   if (st == KLJIT_SUCCESS) st = jit_precompile_check(who, arch, cache_dir, flags);
   if (st != KLJIT_SUCCESS) return st;
   cache_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  if (cache_dir) {
-    if (!(cfg.rw_dir = strdup(cache_dir)))
-      return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  } else if ((st = cache_config_from_env(&cfg))) {
-    return st;
-  }
-  if (cfg.disabled || !cfg.rw_dir) {
-    cache_config_free(&cfg);
-    return err_set(KLJIT_ERR_CACHE,
-                   "%s: no writable kernel cache (KLJIT_CACHE_DISABLE is set, "
-                   "or neither KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir",
-                   who);
-  }
+  if ((st = jit_precompile_config(cache_dir, &cfg)) != KLJIT_SUCCESS)
+    return err_prefix(st, "%s: ", who);
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
@@ -41,12 +29,10 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   const kspec *specs[3];
   const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, &gemm, specs) : 0;
   if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
-  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
-    kljit_module_report r;
-    memset(&r, 0, sizeof r);
-    r.struct_size = sizeof r, r.arch = arch, r.index = i, r.count = count;
-    st = jit_precompile_module(specs[i], arch, &cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
-    if (st == KLJIT_SUCCESS && done) done(&r, user);
+  if (st == KLJIT_SUCCESS) {
+    kspec all[3];
+    for (int i = 0; i < count; i++) all[i] = *specs[i];
+    st = jit_precompile_all(all, (size_t)count, arch, &cfg, flags, done, user);
   }
   cache_config_free(&cfg);
   if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);

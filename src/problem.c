@@ -29,6 +29,10 @@ static int is_float(kljit_dtype dt) {
   return dt == KLJIT_FP32 || dt == KLJIT_FP16 || dt == KLJIT_BF16;
 }
 
+int prob_temperature_ok(double t) {
+  return t >= KLJIT_TEMPERATURE_MIN && t <= KLJIT_TEMPERATURE_MAX; /* false for NaN */
+}
+
 #define BAD(...) err_set(KLJIT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 #define UNSUP(...) err_set(KLJIT_ERR_UNSUPPORTED, __VA_ARGS__)
 
@@ -209,10 +213,12 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                  (long long)pb->vocab_total, MAX_VOCAB);
     if (pb->vocab_offset < 0)
       return BAD("%s: vocab_offset = %lld, must be >= 0", who, (long long)pb->vocab_offset);
-    if (pb->vocab_offset + pb->vocab > pb->vocab_total)
-      return BAD("%s: vocab_offset + vocab = %lld + %lld = %lld exceeds vocab_total = %lld", who,
+    /* vocab_total - vocab cannot overflow (both are in [2, 2^24]); vocab_offset + vocab can */
+    if (pb->vocab_offset > pb->vocab_total - pb->vocab)
+      return BAD("%s: vocab_offset + vocab = %lld + %lld = %llu exceeds vocab_total = %lld", who,
                  (long long)pb->vocab_offset, (long long)pb->vocab,
-                 (long long)(pb->vocab_offset + pb->vocab), (long long)pb->vocab_total);
+                 (unsigned long long)pb->vocab_offset + (unsigned long long)pb->vocab,
+                 (long long)pb->vocab_total);
   } else if (pb->vocab_offset != 0) {
     return BAD("%s: vocab_offset = %lld, must be 0 when vocab_total = 0 (unsharded)", who,
                (long long)pb->vocab_offset);
@@ -241,12 +247,13 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
       pb->temperature_mode != KLJIT_TEMPERATURE_RUNTIME)
     return BAD("%s: temperature_mode = %d is not a kljit_temperature_mode", who,
                (int)pb->temperature_mode);
-  if (pb->temperature_mode == KLJIT_TEMPERATURE_CONSTANT &&
-      !(pb->temperature > 0 && isfinite(pb->temperature)))
-    return BAD("%s: temperature = %g, must be finite and > 0", who, pb->temperature);
-  if (!(pb->teacher_temperature >= 0 && isfinite(pb->teacher_temperature)))
-    return BAD("%s: teacher_temperature = %g, must be finite and > 0 (or 0: same as "
-               "temperature)", who, pb->teacher_temperature);
+  if (pb->temperature_mode == KLJIT_TEMPERATURE_CONSTANT && !prob_temperature_ok(pb->temperature))
+    return BAD("%s: temperature = %g, must be in [%g, %g] (T, 1/T, T^2 and 1/T^2 must be normal "
+               "fp32 numbers in the kernels)", who, pb->temperature, KLJIT_TEMPERATURE_MIN,
+               KLJIT_TEMPERATURE_MAX);
+  if (pb->teacher_temperature != 0 && !prob_temperature_ok(pb->teacher_temperature))
+    return BAD("%s: teacher_temperature = %g, must be 0 (same as temperature) or in [%g, %g]",
+               who, pb->teacher_temperature, KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX);
   if (pb->reduction < KLJIT_REDUCTION_SUM || pb->reduction > KLJIT_REDUCTION_NONE)
     return BAD("%s: reduction = %d is not a kljit_reduction", who, (int)pb->reduction);
   if (pb->label_dtype != KLJIT_INT32 && pb->label_dtype != KLJIT_INT64)

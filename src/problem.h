@@ -15,6 +15,9 @@ kljit_status prob_import(const kljit_problem *user, const char *who, kljit_probl
  * naming the field and its value. `who` prefixes the message ("kljit_plan_check"). */
 kljit_status prob_validate(const kljit_problem *pb, const char *who);
 
+/* t is a temperature the kernels can represent: in [KLJIT_TEMPERATURE_MIN, _MAX] (kljit.h). */
+int prob_temperature_ok(double t);
+
 /* The global vocabulary size (vocab_total, or vocab when unsharded) and whether the problem is
  * one shard of a vocabulary-parallel head (shards > 1, or vocab_total set and != vocab). */
 int64_t prob_vocab_total(const kljit_problem *pb);

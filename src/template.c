@@ -27,20 +27,35 @@
 #include "env.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <lauxlib.h>
 #include <locale.h>
 #include <lua.h>
 #include <lualib.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Kernel sources are tens of KB and templates run in milliseconds; these limits are far above
  * any real template and exist to turn a runaway loop or allocation into an error message. */
 enum { RENDER_MEM_CAP = 64 << 20, RENDER_OUT_CAP = 64 << 20, HOOK_EVERY = 10000 };
 #define RENDER_INSN_LIMIT 50000000LL
+/* CPU seconds one render (or one validation) may take. Instructions alone do not bound time:
+ * one instruction can be a library call that loops in C (a backtracking string.find, a
+ * table.move over 2^63 slots), and Lua runs __gc finalizers and error handlers with hooks off.
+ * So the clock is read in the count hook, in the allocator and on entry to every library
+ * function, each C loop is bounded by its input (guard_args), and finalizers and message
+ * handlers cannot be installed. A real template renders in milliseconds. */
+#define RENDER_CPU_LIMIT_S 1.0
+#define RENDER_CPU_LIMIT_TEXT "1 s"
+/* The most a single pattern-matching or table library call may do, in elementary steps. */
+#define GUARD_STEP_LIMIT 1e8
 
 typedef struct render_ctx {
   const char *chunkname; /* "templates/<name>" */
@@ -56,7 +71,13 @@ typedef struct render_ctx {
   long long insns;
   int mem_fatal;   /* the allocator refused an allocation past RENDER_MEM_CAP */
   int insn_fatal;  /* the instruction limit was hit */
+  int time_fatal;  /* RENDER_CPU_LIMIT_S was exceeded */
+  double cpu_start;  /* thread CPU time when the render started */
+  double wall_start; /* and the monotonic clock then */
+  unsigned allocs;  /* allocations since the clock was last read */
   int out_fatal;   /* the output limit was hit */
+  int validate_only; /* render_validate: stop at the first output, the end of the checks */
+  int validated;     /* ... and it was reached (a fatal condition, so pcall cannot catch it) */
   char *reject_msg;        /* the sentence of the first reject(), malloc'd */
   kljit_status host_status; /* host malloc failure outside Lua's allocator */
   char fatal_msg[512];     /* "file:line: instruction limit exceeded ..." */
@@ -69,8 +90,24 @@ static render_ctx *ctx_of(lua_State *L) {
 }
 
 static int ctx_fatal(const render_ctx *ctx) {
-  return ctx->mem_fatal || ctx->insn_fatal || ctx->out_fatal || ctx->reject_msg ||
-         ctx->host_status != KLJIT_SUCCESS;
+  return ctx->mem_fatal || ctx->insn_fatal || ctx->time_fatal || ctx->out_fatal ||
+         ctx->reject_msg || ctx->validated || ctx->host_status != KLJIT_SUCCESS;
+}
+
+static double clock_s(clockid_t id) {
+  struct timespec t;
+  clock_gettime(id, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Sets time_fatal once the render has used its CPU budget; nonzero when it has. A thread's CPU
+ * time never runs ahead of the wall clock, so the CPU clock (a system call) is read only once
+ * the monotonic one (vDSO, nanoseconds) says the budget could be spent: checks stay cheap. */
+static int out_of_time(render_ctx *ctx) {
+  if (!ctx->time_fatal && clock_s(CLOCK_MONOTONIC) - ctx->wall_start > RENDER_CPU_LIMIT_S &&
+      clock_s(CLOCK_THREAD_CPUTIME_ID) - ctx->cpu_start > RENDER_CPU_LIMIT_S)
+    ctx->time_fatal = 1;
+  return ctx->time_fatal;
 }
 
 /* ---- limits ------------------------------------------------------------------------------- */
@@ -89,6 +126,10 @@ static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   if (nsize > old && (ctx->mem_fatal || ctx->mem_used - old + nsize > RENDER_MEM_CAP)) {
     ctx->mem_fatal = 1;
     return NULL;
+  }
+  /* a heavy library call allocates: the clock every 64 allocations or at any large one */
+  if (nsize > old && (ctx->time_fatal || ((++ctx->allocs & 63) == 0 || nsize >= (1 << 20)))) {
+    if (out_of_time(ctx)) return NULL; /* reported as the time limit (sandbox_outcome) */
   }
   void *p = realloc(ptr, nsize);
   if (!p) return NULL; /* a real host OOM: Lua reports "not enough memory" */
@@ -111,6 +152,8 @@ static void count_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   render_ctx *ctx = ctx_of(L);
   ctx->insns += HOOK_EVERY;
+  if (out_of_time(ctx))
+    raise_fatal(L, ctx, 0, "time limit exceeded (" RENDER_CPU_LIMIT_TEXT " of CPU)");
   if (ctx->insns < RENDER_INSN_LIMIT && !ctx->insn_fatal) return;
   ctx->insn_fatal = 1;
   char what[96];
@@ -168,6 +211,11 @@ typedef enum value_site { SITE_TEXT_LINE, SITE_EMIT } value_site;
 static int append_values(lua_State *L, value_site site) {
   render_ctx *ctx = ctx_of(L);
   if (!ctx->out) return luaL_error(L, "emit() called after rendering finished");
+  if (ctx->validate_only) { /* every reject() precedes the first output (docs/templates.md) */
+    ctx->validated = 1;
+    lua_pushliteral(L, "validated");
+    return lua_error(L);
+  }
   const int n = lua_gettop(L);
   for (int i = 1; i <= n; i++) {
     char num[32];
@@ -242,8 +290,9 @@ static int builtin_manifest_add(lua_State *L) {
   return 0;
 }
 
+typedef enum render_mode { RENDER_FULL, RENDER_VALIDATE } render_mode;
 static kljit_status compile_template(const char *chunkname, const char *text, size_t len,
-                                     strbuf *lua);
+                                     render_mode mode, strbuf *lua);
 static kljit_status read_template_file(const char *dir, const char *name, strbuf *text);
 
 /* The text of template `name`: from ctx->dir when set, else the embedded copy (a Lua string
@@ -268,7 +317,8 @@ static int push_template_text(lua_State *L, const render_ctx *ctx, const char *n
 
 /* include(name): runs templates/<name> in the same sandbox (same P, same builtins), its text
  * lines emitted where the include stands, and returns what that chunk returns. A file is run
- * once per render: a second include returns the first one's value, so fragments may include
+ * once per render (a kept validation sandbox keeps it across checks: validator_call): a second
+ * include returns the first one's value, so fragments may include
  * what they need without duplicating definitions in the output. */
 static int builtin_include(lua_State *L) {
   render_ctx *ctx = ctx_of(L);
@@ -293,20 +343,39 @@ static int builtin_include(lua_State *L) {
   if (ctx->depth >= 16) return luaL_error(L, "include(\"%s\"): nested too deeply", name);
   lua_pushlightuserdata(L, ctx);
   lua_setfield(L, done, name);
-  push_template_text(L, ctx, name); /* 3 */
-  lua_pushfstring(L, "templates/%s", name); /* 4 */
-  size_t len = 0;
-  const char *text = lua_tolstring(L, 3, &len);
-  strbuf chunk = {0};
-  kljit_status st = compile_template(lua_tostring(L, 4), text, len, &chunk);
-  if (st != KLJIT_SUCCESS) {
-    sb_free(&chunk);
-    return luaL_error(L, "%s", kljit_last_error());
+  /* The loaded chunk of each file, kept in the state: a kept validation sandbox (tens of
+   * thousands of checks for one wisdom file) parses an included file once, not per check. */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.chunks") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.chunks");
   }
-  lua_pushfstring(L, "@%s", lua_tostring(L, 4));
-  const int lst = luaL_loadbufferx(L, chunk.data, chunk.len, lua_tostring(L, -1), "t");
-  sb_free(&chunk);
-  if (lst != LUA_OK) return lua_error(L);
+  const int chunks = 3;
+  if (lua_getfield(L, chunks, name) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    push_template_text(L, ctx, name);         /* 4 */
+    lua_pushfstring(L, "templates/%s", name); /* 5 */
+    size_t len = 0;
+    const char *text = lua_tolstring(L, 4, &len);
+    strbuf chunk = {0};
+    kljit_status st = compile_template(lua_tostring(L, 5), text, len, RENDER_FULL, &chunk);
+    if (st != KLJIT_SUCCESS) {
+      sb_free(&chunk);
+      return luaL_error(L, "%s", kljit_last_error());
+    }
+    lua_pushfstring(L, "@%s", lua_tostring(L, 5));
+    const int lst = luaL_loadbufferx(L, chunk.data, chunk.len, lua_tostring(L, -1), "t");
+    sb_free(&chunk);
+    if (lst != LUA_OK) return lua_error(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, chunks, name);
+  }
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.env") == LUA_TTABLE) {
+    if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1); /* the including render's _ENV */
+  } else {
+    lua_pop(L, 1);
+  }
   lua_pushcfunction(L, text_out);
   ctx->depth++;
   lua_call(L, 1, 1);
@@ -352,13 +421,145 @@ static int sandbox_pcall(lua_State *L) {
   return finish_pcall(L, lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0), 0);
 }
 
+/* xpcall(f, msgh, ...): Lua runs a message handler with hooks off when the error comes from a
+ * hook (the instruction or time limit), where `while true do end` would never stop. So f runs
+ * under a plain pcall and msgh is called afterwards, as an ordinary (hooked) function, with
+ * the error: the same results, minus a traceback taken at the point of the error. */
 static int sandbox_xpcall(lua_State *L) {
   const int n = lua_gettop(L);
   luaL_checktype(L, 2, LUA_TFUNCTION);
-  lua_pushboolean(L, 1);
   lua_pushvalue(L, 1);
-  lua_rotate(L, 3, 2); /* f, msgh, true, f, args... */
-  return finish_pcall(L, lua_pcall(L, n - 2, LUA_MULTRET, 2), 2);
+  lua_rotate(L, 3, 1); /* f, msgh, f, args... */
+  const int status = lua_pcall(L, n - 2, LUA_MULTRET, 0);
+  if (status == LUA_OK) {
+    lua_pushboolean(L, 1);
+    lua_replace(L, 1); /* true, msgh, results... -> drop msgh */
+    lua_remove(L, 2);
+    return lua_gettop(L);
+  }
+  if (ctx_fatal(ctx_of(L))) return lua_error(L);
+  lua_pushvalue(L, 2);
+  lua_insert(L, -2); /* msgh, err */
+  const int hstatus = lua_pcall(L, 1, 1, 0);
+  if (hstatus != LUA_OK && ctx_fatal(ctx_of(L))) return lua_error(L);
+  lua_pushboolean(L, 0);
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* setmetatable with a __gc field would make a finalizer, which Lua runs with hooks off (and in
+ * lua_close, after the outcome is decided): refused. Without the field at this call the table
+ * is never marked for finalization, so adding __gc later does nothing. Upvalue 1: the original. */
+static int sandbox_setmetatable(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TTABLE && lua_getfield(L, 2, "__gc") != LUA_TNIL)
+    return luaL_error(L,
+                      "setmetatable: __gc metamethods (finalizers) are not allowed in templates");
+  lua_settop(L, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, 2, 1);
+  return 1;
+}
+
+/* ---- guarded library calls --------------------------------------------------------------- */
+
+typedef enum guard_kind { G_CLOCK, G_FIND, G_MATCH, G_GSUB, G_MOVE, G_SORT } guard_kind;
+
+/* Elementary steps a Lua pattern match over n bytes may take, bounded from above: every start
+ * position (unless anchored) times n per repetition item, times the pattern length. */
+static double pattern_steps(size_t n, const char *p, size_t m, int plain) {
+  const double len = (double)n + 1;
+  if (plain) return len * (double)(m + 1);
+  int reps = 0, special = 0;
+  for (size_t i = 0; i < m; i++) {
+    const char c = p[i];
+    if (c == '%' && i + 1 < m) {
+      const char d = p[++i];
+      if (d == 'b' || d == 'f' || (d >= '0' && d <= '9')) reps++, special = 1;
+      continue;
+    }
+    if (c == '*' || c == '+' || c == '-' || c == '?') reps++;
+    if (strchr("^$*+?.([-", c)) special = 1;
+  }
+  if (!special) return len * (double)(m + 1); /* a literal: as plain */
+  double steps = (double)(m + 1) * (m && p[0] == '^' ? 1.0 : len);
+  for (int r = 0; r < reps && steps <= GUARD_STEP_LIMIT; r++) steps *= len;
+  return steps;
+}
+
+/* Refuses a call whose C loop could run past the limits (raises), else returns. */
+static void guard_args(lua_State *L, guard_kind kind) {
+  double steps = 0;
+  const char *what = "";
+  switch (kind) {
+    case G_CLOCK:
+      return;
+    case G_FIND:
+    case G_MATCH:
+    case G_GSUB: {
+      if (lua_type(L, 1) != LUA_TSTRING && lua_type(L, 1) != LUA_TNUMBER) return;
+      if (lua_type(L, 2) != LUA_TSTRING && lua_type(L, 2) != LUA_TNUMBER) return;
+      size_t n = 0, m = 0;
+      lua_tolstring(L, 1, &n); /* a number argument becomes its string, as the callee would */
+      const char *p = lua_tolstring(L, 2, &m);
+      const int plain = kind == G_FIND && lua_toboolean(L, 4);
+      steps = pattern_steps(n, p, m, plain);
+      what = "string pattern too costly for the template sandbox (subject and pattern length, "
+             "repetitions)";
+      break;
+    }
+    case G_MOVE: {
+      const lua_Integer f = luaL_optinteger(L, 2, 1), e = luaL_optinteger(L, 3, 0);
+      steps = e >= f ? 10 * ((double)e - (double)f + 1) : 0; /* a get and a set each */
+      what = "table.move of too many elements for the template sandbox";
+      break;
+    }
+    case G_SORT:
+      if (lua_type(L, 1) != LUA_TTABLE) return;
+      steps = (double)lua_rawlen(L, 1);
+      steps *= steps > 1 ? 10 * log2(steps) : 1; /* compares and swaps of Lua values */
+      what = "table.sort of too many elements for the template sandbox";
+      break;
+  }
+  if (steps > GUARD_STEP_LIMIT) {
+    char msg[256]; /* lua_pushfstring knows no %e */
+    snprintf(msg, sizeof msg, "%s (over %.0e steps)", what, GUARD_STEP_LIMIT);
+    luaL_error(L, "%s", msg);
+  }
+}
+
+/* Upvalues: 1 the library function, 2 its guard_kind. The clock first: many short but heavy
+ * calls under the instruction budget end here too. */
+static int guarded_call(lua_State *L) {
+  render_ctx *ctx = ctx_of(L);
+  if (out_of_time(ctx))
+    return raise_fatal(L, ctx, 1, "time limit exceeded (" RENDER_CPU_LIMIT_TEXT " of CPU)");
+  guard_args(L, (guard_kind)lua_tointeger(L, lua_upvalueindex(2)));
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* Wraps every C function of the table on top in guarded_call. */
+static void guard_table(lua_State *L, const char *const *names, const guard_kind *kinds) {
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    /* error() stays itself: its level argument counts call frames, a wrapper would be one */
+    if (lua_iscfunction(L, -1) && lua_type(L, -2) == LUA_TSTRING &&
+        strcmp(lua_tostring(L, -2), "error") != 0) {
+      guard_kind kind = G_CLOCK;
+      for (int i = 0; names && names[i]; i++)
+        if (!strcmp(lua_tostring(L, -2), names[i])) kind = kinds[i];
+      lua_pushinteger(L, kind);
+      lua_pushcclosure(L, guarded_call, 2);
+      lua_pushvalue(L, -2);
+      lua_insert(L, -2);
+      lua_rawset(L, -4); /* same key, so lua_next goes on */
+    } else {
+      lua_pop(L, 1);
+    }
+  }
 }
 
 /* string.rep of an empty string with a huge count loops in C, where the instruction hook
@@ -401,8 +602,21 @@ static int p_next(lua_State *L) {
   return 2;
 }
 
+/* Upvalue 1: key -> value. The sorted key order is built here, on demand, from the render's
+ * sorted parameters: most renders (and every validation) never walk P, and building it for
+ * each of them was a large part of checking a big wisdom file. */
 static int p_pairs(lua_State *L) {
+  const render_ctx *ctx = ctx_of(L);
+  lua_createtable(L, (int)ctx->nparams, 0); /* keys */
+  lua_createtable(L, 0, (int)ctx->nparams); /* positions */
+  for (size_t k = 0; k < ctx->nparams; k++) {
+    lua_pushstring(L, ctx->sorted[k]->key);
+    lua_rawseti(L, -3, (lua_Integer)k + 1);
+    lua_pushinteger(L, (lua_Integer)k + 1);
+    lua_setfield(L, -2, ctx->sorted[k]->key);
+  }
   lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, p_next, 3);
   lua_pushvalue(L, 1);
   lua_pushnil(L);
   return 3;
@@ -412,16 +626,10 @@ static int p_pairs(lua_State *L) {
  * __metatable hides the metatable from getmetatable/setmetatable. */
 static void push_params(lua_State *L, const render_ctx *ctx) {
   lua_newuserdatauv(L, 0, 0);
-  lua_createtable(L, 0, 6); /* metatable */
-  lua_createtable(L, (int)ctx->nparams, 0); /* keys */
-  lua_createtable(L, 0, (int)ctx->nparams); /* positions */
+  lua_createtable(L, 0, 4); /* metatable */
   lua_createtable(L, 0, (int)ctx->nparams); /* values */
   for (size_t k = 0; k < ctx->nparams; k++) {
     const render_param *p = ctx->sorted[k];
-    lua_pushstring(L, p->key);
-    lua_rawseti(L, -4, (lua_Integer)k + 1);
-    lua_pushinteger(L, (lua_Integer)k + 1);
-    lua_setfield(L, -3, p->key);
     switch (p->kind) {
       case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
       case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
@@ -431,8 +639,7 @@ static void push_params(lua_State *L, const render_ctx *ctx) {
     lua_setfield(L, -2, p->key);
   }
   lua_pushvalue(L, -1);
-  lua_setfield(L, -5, "__index"); /* metatable.__index = values */
-  lua_pushcclosure(L, p_next, 3);
+  lua_setfield(L, -3, "__index"); /* metatable.__index = values */
   lua_pushcclosure(L, p_pairs, 1);
   lua_setfield(L, -2, "__pairs");
   lua_pushcfunction(L, p_newindex);
@@ -456,8 +663,8 @@ static void remove_fields(lua_State *L, const char *const *names) {
   }
 }
 
-static int sandbox_main(lua_State *L) {
-  render_ctx *ctx = lua_touserdata(L, 1);
+/* The sandbox's globals: the libraries (trimmed and wrapped) and the builtins; no P yet. */
+static void sandbox_open(lua_State *L) {
   static const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},
                                   {LUA_STRLIBNAME, luaopen_string},
                                   {LUA_TABLIBNAME, luaopen_table},
@@ -486,6 +693,21 @@ static int sandbox_main(lua_State *L) {
   lua_getfield(L, -1, LUA_MATHLIBNAME);
   remove_fields(L, math_gone);
   lua_pop(L, 1);
+  wrap_field(L, "setmetatable", sandbox_setmetatable);
+  static const char *const string_fns[] = {"find", "match", "gmatch", "gsub", NULL};
+  static const guard_kind string_kinds[] = {G_FIND, G_MATCH, G_MATCH, G_GSUB};
+  static const char *const table_fns[] = {"move", "sort", NULL};
+  static const guard_kind table_kinds[] = {G_MOVE, G_SORT};
+  guard_table(L, NULL, NULL); /* the base functions: the clock */
+  lua_getfield(L, -1, LUA_STRLIBNAME);
+  guard_table(L, string_fns, string_kinds);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, LUA_TABLIBNAME);
+  guard_table(L, table_fns, table_kinds);
+  lua_pop(L, 1);
+  lua_getfield(L, -1, LUA_MATHLIBNAME);
+  guard_table(L, NULL, NULL);
+  lua_pop(L, 1);
   static const luaL_Reg builtins[] = {{"emit", builtin_emit},
                                       {"reject", builtin_reject},
                                       {"include", builtin_include},
@@ -494,9 +716,16 @@ static int sandbox_main(lua_State *L) {
                                       {"f64", builtin_f64},
                                       {NULL, NULL}};
   luaL_setfuncs(L, builtins, 0);
+  lua_pop(L, 1);
+}
+
+static int sandbox_main(lua_State *L) {
+  render_ctx *ctx = lua_touserdata(L, 1);
+  sandbox_open(L);
+  lua_pushglobaltable(L);
   push_params(L, ctx);
   lua_setfield(L, -2, "P");
-  lua_pop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env"); /* include()'d files run in it too */
 
   /* '@' makes Lua print the chunkname as a file name ("templates/x.cu.lua:3: ..."). */
   lua_pushfstring(L, "@%s", ctx->chunkname);
@@ -567,8 +796,10 @@ static kljit_status compile_text_line(const char *chunkname, int lineno, const c
   return st != KLJIT_SUCCESS ? st : sb_append(lua, ")", 1);
 }
 
+/* RENDER_VALIDATE compiles the prologue only: the `%` lines before the first text line, where
+ * every reject() is (docs/templates.md); Lua then parses tens of lines, not the whole file. */
 static kljit_status compile_template(const char *chunkname, const char *text, size_t len,
-                                     strbuf *lua) {
+                                     render_mode mode, strbuf *lua) {
   /* The prologue shares line 1 with the template's first line (invariant 1). */
   kljit_status st = sb_printf(lua, "local __kl_out = ...; ");
   int lineno = 1;
@@ -582,6 +813,8 @@ static kljit_status compile_template(const char *chunkname, const char *text, si
       /* A '\r' is a line break to Lua's lexer; keeping it would shift every later line. */
       if (n > p + 1 && line[n - 1] == '\r') n--;
       st = sb_append(lua, line + p + 1, n - p - 1);
+    } else if (mode == RENDER_VALIDATE) {
+      break;
     } else {
       st = compile_text_line(chunkname, lineno, line, n, nl != NULL, lua);
     }
@@ -653,10 +886,18 @@ static kljit_status write_banner(const char *chunkname, const render_param *cons
 /* Decides the outcome from the pcall status and the fatal flags (invariant 3). */
 static kljit_status sandbox_outcome(const render_ctx *ctx, int status, const char *msg) {
   if (status == LUA_OK && !ctx_fatal(ctx)) return KLJIT_SUCCESS;
+  if (ctx->validated && !ctx->reject_msg && !ctx->mem_fatal && !ctx->insn_fatal &&
+      !ctx->time_fatal && ctx->host_status == KLJIT_SUCCESS)
+    return KLJIT_SUCCESS;
   const char *name = ctx->chunkname;
   if (ctx->host_status != KLJIT_SUCCESS)
     return err_set(ctx->host_status, "%s: out of host memory while rendering", name);
   if (ctx->reject_msg) return err_set(KLJIT_ERR_UNSUPPORTED, "%s: %s", name, ctx->reject_msg);
+  if (ctx->time_fatal && ctx->fatal_msg[0]) /* with the position where it was seen */
+    return err_set(KLJIT_ERR_TEMPLATE, "%s", ctx->fatal_msg);
+  if (ctx->time_fatal) /* seen by the allocator */
+    return err_set(KLJIT_ERR_TEMPLATE, "%s: time limit exceeded (" RENDER_CPU_LIMIT_TEXT
+                   " of CPU)", name);
   if (ctx->insn_fatal || ctx->out_fatal) return err_set(KLJIT_ERR_TEMPLATE, "%s", ctx->fatal_msg);
   if (ctx->mem_fatal)
     return err_set(KLJIT_ERR_TEMPLATE, "%s: memory limit exceeded (%d MiB)", name,
@@ -695,7 +936,7 @@ static kljit_status run_sandbox(render_ctx *ctx) {
 
 static kljit_status render_run(const char *chunkname, const char *text, size_t len,
                                const render_param *params, size_t nparams, const char *dir,
-                               strbuf *out, strbuf *manifest) {
+                               strbuf *out, strbuf *manifest, render_mode mode) {
   if (!chunkname || !out || (!text && len) || (!params && nparams))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_text: chunkname, out, text (when len > 0) and params (when "
@@ -705,7 +946,7 @@ static kljit_status render_run(const char *chunkname, const char *text, size_t l
   strbuf lua = {0};
   const size_t base = out->len, mbase = manifest ? manifest->len : 0;
   kljit_status st = check_params(chunkname, params, nparams, sorted);
-  if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, &lua);
+  if (st == KLJIT_SUCCESS) st = compile_template(chunkname, text ? text : "", len, mode, &lua);
 
   /* Lua's tostring/string.format and our %.17g follow LC_NUMERIC; a host application that
    * called setlocale() must not change the bytes (a "0,5" would also break the CUDA source). */
@@ -721,7 +962,9 @@ static kljit_status render_run(const char *chunkname, const char *text, size_t l
   if (st == KLJIT_SUCCESS) {
     render_ctx ctx = {.chunkname = chunkname, .chunk = &lua, .sorted = sorted,
                       .nparams = nparams, .out = out, .out_base = out->len,
-                      .manifest = manifest, .dir = dir};
+                      .manifest = manifest, .dir = dir, .validate_only = mode == RENDER_VALIDATE,
+                      .cpu_start = clock_s(CLOCK_THREAD_CPUTIME_ID),
+                      .wall_start = clock_s(CLOCK_MONOTONIC)};
     st = run_sandbox(&ctx);
     free(ctx.reject_msg);
   }
@@ -744,41 +987,50 @@ static kljit_status render_run(const char *chunkname, const char *text, size_t l
 
 kljit_status render_text(const char *chunkname, const char *text, size_t len,
                          const render_param *params, size_t nparams, strbuf *out) {
-  return render_run(chunkname, text, len, params, nparams, NULL, out, NULL);
+  return render_run(chunkname, text, len, params, nparams, NULL, out, NULL, RENDER_FULL);
 }
 
 /* Development mode: KLJIT_TEMPLATE_DIR=<dir> renders <dir>/<name> instead of the embedded copy,
- * so a template can be edited without rebuilding the library. */
+ * so a template can be edited without rebuilding the library. Only a regular file below
+ * TEMPLATE_FILE_MAX is read, and the open never blocks: a FIFO, a device (/dev/zero) or a
+ * symbolic link to one is an error at once, not a hang or gigabytes read. */
+enum { TEMPLATE_FILE_MAX = 4 << 20 };
 static kljit_status read_template_file(const char *dir, const char *name, strbuf *text) {
   strbuf path = {0};
   kljit_status st = sb_printf(&path, "%s/%s", dir, name);
   if (st != KLJIT_SUCCESS) return st;
-  FILE *f = fopen(path.data, "rb");
-  if (!f) {
+  const int fd = open(path.data, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat sb;
+  if (fd < 0)
     st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot open %s: %s", path.data,
                  strerror(errno));
-    sb_free(&path);
-    return st;
-  }
+  else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is not a regular file", path.data);
+  else if (sb.st_size > TEMPLATE_FILE_MAX)
+    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is over %d MiB", path.data,
+                 TEMPLATE_FILE_MAX >> 20);
   char buf[65536];
-  size_t n;
-  while (st == KLJIT_SUCCESS && (n = fread(buf, 1, sizeof buf, f)) > 0)
-    st = sb_append(text, buf, n);
-  if (st == KLJIT_SUCCESS && ferror(f))
-    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot read %s", path.data);
-  fclose(f);
+  for (ssize_t n = 1; st == KLJIT_SUCCESS && n > 0;) {
+    n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) n = 1;
+    else if (n < 0)
+      st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot read %s: %s", path.data,
+                   strerror(errno));
+    else if (text->len + (size_t)n > TEMPLATE_FILE_MAX)
+      st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is over %d MiB", path.data,
+                   TEMPLATE_FILE_MAX >> 20);
+    else if (n > 0)
+      st = sb_append(text, buf, (size_t)n);
+  }
+  if (fd >= 0) close(fd);
+  if (st == KLJIT_SUCCESS) st = sb_append(text, "", 0); /* an empty file is an empty text */
   if (st == KLJIT_SUCCESS) util_log("template %s read from %s", name, path.data);
   sb_free(&path);
   return st;
 }
 
-kljit_status render_template(const char *name, const render_param *params, size_t nparams,
-                             strbuf *out) {
-  return render_template_iface(name, params, nparams, out, NULL);
-}
-
-kljit_status render_template_iface(const char *name, const render_param *params,
-                                   size_t nparams, strbuf *out, strbuf *manifest) {
+static kljit_status render_named(const char *name, const render_param *params, size_t nparams,
+                                 strbuf *out, strbuf *manifest, render_mode mode) {
   if (!name || !*name || strchr(name, '/'))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "render_template: name must be a file name in templates/ (got %s%s%s)",
@@ -791,7 +1043,8 @@ kljit_status render_template_iface(const char *name, const render_param *params,
     strbuf text = {0};
     st = read_template_file(dir, name, &text);
     if (st == KLJIT_SUCCESS)
-      st = render_run(chunkname.data, text.data, text.len, params, nparams, dir, out, manifest);
+      st = render_run(chunkname.data, text.data, text.len, params, nparams, dir, out, manifest,
+                      mode);
     sb_free(&text);
     sb_free(&chunkname);
     return st;
@@ -799,7 +1052,7 @@ kljit_status render_template_iface(const char *name, const render_param *params,
   const template_file *t = template_files;
   while (t->name && strcmp(t->name, name) != 0) t++;
   if (t->name) {
-    st = render_run(chunkname.data, t->text, t->len, params, nparams, NULL, out, manifest);
+    st = render_run(chunkname.data, t->text, t->len, params, nparams, NULL, out, manifest, mode);
   } else {
     strbuf known = {0};
     for (const template_file *k = template_files; k->name && st == KLJIT_SUCCESS; k++)
@@ -811,4 +1064,186 @@ kljit_status render_template_iface(const char *name, const render_param *params,
   }
   sb_free(&chunkname);
   return st;
+}
+
+kljit_status render_template(const char *name, const render_param *params, size_t nparams,
+                             strbuf *out) {
+  return render_named(name, params, nparams, out, NULL, RENDER_FULL);
+}
+
+kljit_status render_template_iface(const char *name, const render_param *params,
+                                   size_t nparams, strbuf *out, strbuf *manifest) {
+  return render_named(name, params, nparams, out, manifest, RENDER_FULL);
+}
+
+/* ---- validation with a kept sandbox ---------------------------------------------------------
+ *
+ * A wisdom file can hold tens of thousands of distinct specs, and a fresh lua_State per check
+ * costs ~40 us, most of a 60 000-entry import's budget. So render_validate keeps one sandbox per
+ * embedded template, its prologue chunk loaded once, and runs it per check under a fresh _ENV
+ * (P plus read access to the sandbox globals): assignments never reach the next check. This is
+ * for the templates built into the library only (our code); KLJIT_TEMPLATE_DIR and render_text
+ * keep a fresh state each time (invariant 3). A check that hits a limit drops its sandbox. */
+
+enum { MAX_VALIDATORS = 8 };
+typedef struct validator {
+  const template_file *t;
+  lua_State *L;
+  render_ctx ctx;
+  strbuf chunk, chunkname;
+} validator;
+static pthread_mutex_t validators_lock = PTHREAD_MUTEX_INITIALIZER;
+static validator validators[MAX_VALIDATORS];
+static locale_t validate_locale;
+
+static int validator_setup(lua_State *L) {
+  const validator *v = lua_touserdata(L, 1);
+  sandbox_open(L);
+  lua_pushfstring(L, "@%s", v->chunkname.data);
+  if (luaL_loadbufferx(L, v->chunk.data, v->chunk.len, lua_tostring(L, -1), "t") != LUA_OK)
+    return lua_error(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
+  return 0;
+}
+
+static int validator_call(lua_State *L) {
+  render_ctx *ctx = lua_touserdata(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
+  lua_createtable(L, 0, 1); /* the check's own _ENV */
+  push_params(L, ctx);
+  lua_setfield(L, -2, "P");
+  lua_createtable(L, 0, 1);
+  lua_pushglobaltable(L);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env"); /* include()'d files run in it too */
+  /* The files the prologue includes (params.cu.lua, iface.cu.lua) read P only inside the
+   * functions they return, so their values are kept from check to check; pointing the _ENV
+   * they share with those functions at this check's environment gives them this P. */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.chunks") == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      lua_pushvalue(L, -4); /* the check's _ENV */
+      if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  /* a check ends at its first output, which may lie inside an include (common.cu.lua's text):
+   * that file's "still running" marker must not read as a cycle in the next check */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.included") == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      const int running = lua_type(L, -1) == LUA_TLIGHTUSERDATA;
+      lua_pop(L, 1);
+      if (running) { /* clearing a field during lua_next is allowed */
+        lua_pushvalue(L, -1);
+        lua_pushnil(L);
+        lua_rawset(L, -4);
+      }
+    }
+  }
+  lua_pop(L, 1);
+  if (!lua_setupvalue(L, -2, 1)) return luaL_error(L, "the prologue has no _ENV");
+  lua_pushcfunction(L, text_out);
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+static void validator_drop(validator *v) {
+  if (v->L) lua_close(v->L);
+  v->L = NULL;
+  sb_free(&v->chunk);
+  sb_free(&v->chunkname);
+  free(v->ctx.reject_msg);
+  memset(&v->ctx, 0, sizeof v->ctx);
+}
+
+/* The kept sandbox of embedded template t, made on first use (validators_lock held). */
+static kljit_status validator_get(const template_file *t, validator **out) {
+  validator *v = NULL;
+  for (int i = 0; i < MAX_VALIDATORS && !v; i++)
+    if (validators[i].t == t || !validators[i].t) v = &validators[i];
+  if (!v) return err_set(KLJIT_ERR_INTERNAL, "render_validate: too many templates");
+  v->t = t;
+  *out = v;
+  if (v->L) return KLJIT_SUCCESS;
+  kljit_status st = sb_printf(&v->chunkname, "templates/%s", t->name);
+  if (st == KLJIT_SUCCESS)
+    st = compile_template(v->chunkname.data, t->text, t->len, RENDER_VALIDATE, &v->chunk);
+  if (st == KLJIT_SUCCESS && !validate_locale &&
+      !(validate_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0)))
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "render_validate: newlocale(\"C\") failed");
+  if (st == KLJIT_SUCCESS) {
+    v->ctx.chunkname = v->chunkname.data;
+    v->L = lua_newstate(sandbox_alloc, &v->ctx);
+    if (!v->L) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: cannot create a Lua state", t->name);
+  }
+  if (st == KLJIT_SUCCESS) {
+    lua_pushcfunction(v->L, validator_setup);
+    lua_pushlightuserdata(v->L, v);
+    if (lua_pcall(v->L, 1, 0, 0) != LUA_OK)
+      st = err_set(KLJIT_ERR_TEMPLATE, "%s: %s", v->chunkname.data,
+                   lua_type(v->L, -1) == LUA_TSTRING ? lua_tostring(v->L, -1) : "setup failed");
+  }
+  if (st != KLJIT_SUCCESS) {
+    validator_drop(v);
+    v->t = t;
+  }
+  return st;
+}
+
+static kljit_status validate_kept(const template_file *t, const render_param *params,
+                                  size_t nparams) {
+  const render_param *sorted[64];
+  if (nparams > sizeof sorted / sizeof sorted[0])
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "render_validate: %zu parameters", nparams);
+  pthread_mutex_lock(&validators_lock);
+  validator *v = NULL;
+  kljit_status st = validator_get(t, &v);
+  if (st == KLJIT_SUCCESS) st = check_params(v->chunkname.data, params, nparams, sorted);
+  if (st == KLJIT_SUCCESS) {
+    render_ctx *c = &v->ctx;
+    free(c->reject_msg);
+    strbuf scratch = {0};
+    const size_t mem = c->mem_used;
+    memset(c, 0, sizeof *c);
+    *c = (render_ctx){.chunkname = v->chunkname.data, .chunk = &v->chunk, .sorted = sorted,
+                      .nparams = nparams, .out = &scratch, .mem_used = mem,
+                      .validate_only = 1, .cpu_start = clock_s(CLOCK_THREAD_CPUTIME_ID),
+                      .wall_start = clock_s(CLOCK_MONOTONIC)};
+    const locale_t old = uselocale(validate_locale);
+    lua_pushcfunction(v->L, validator_call);
+    lua_pushlightuserdata(v->L, c);
+    const int status = lua_pcall(v->L, 1, 0, 0);
+    char msg[2048] = "";
+    if (status != LUA_OK)
+      snprintf(msg, sizeof msg, "%s",
+               lua_type(v->L, -1) == LUA_TSTRING ? lua_tostring(v->L, -1) : "(error object)");
+    st = sandbox_outcome(c, status, msg);
+    lua_settop(v->L, 0);
+    uselocale(old);
+    sb_free(&scratch);
+    if (c->mem_fatal || c->insn_fatal || c->time_fatal || c->out_fatal || c->host_status ||
+        status == LUA_ERRMEM) {
+      validator_drop(v);
+      v->t = t;
+    }
+  }
+  pthread_mutex_unlock(&validators_lock);
+  return st;
+}
+
+kljit_status render_validate(const char *name, const render_param *params, size_t nparams) {
+  const char *dir = env_text(ENV_TEMPLATE_DIR);
+  const template_file *t = template_files;
+  while (t->name && name && strcmp(t->name, name) != 0) t++;
+  if ((dir && *dir) || !name || !t->name) { /* a fresh sandbox, or render_named's error */
+    strbuf scratch = {0};
+    const kljit_status st = render_named(name, params, nparams, &scratch, NULL, RENDER_VALIDATE);
+    sb_free(&scratch);
+    return st;
+  }
+  return validate_kept(t, params, nparams);
 }

@@ -52,6 +52,11 @@ kljit_status render_template(const char *name, const render_param *params, size_
 kljit_status render_template_iface(const char *name, const render_param *params,
                                    size_t nparams, strbuf *out, strbuf *manifest);
 
+/* The template's verdict on `params` without rendering: its prologue (every reject() comes
+ * before its first text line, docs/templates.md) runs, in the same sandbox, up to the first
+ * output. KLJIT_SUCCESS, or the error render_template would give for a rejection. */
+kljit_status render_validate(const char *name, const render_param *params, size_t nparams);
+
 /* Same as render_template, for a template given as text (tests; `chunkname` is used in error
  * messages). include() there reads the embedded templates. */
 kljit_status render_text(const char *chunkname, const char *text, size_t len,

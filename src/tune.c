@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "spec_check.h"
 
 void tune_describe(const prob_tuning *t, char *out, size_t cap) {
   if (t->cluster)
@@ -30,16 +31,15 @@ static int native_16bit_logits(const kljit_problem *pb) {
 static int split_fits(const kljit_problem *pb, int split, int threads, int demand_work) {
   const int64_t vec = native_16bit_logits(pb) ? 8 : 4;
   const int64_t seg = (pb->vocab + split * vec - 1) / (split * vec) * vec;
-  if (seg * (split - 1) >= pb->vocab) return 0;
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK && pb->tail == KLJIT_TAIL_BUCKET && seg > 262144)
-    return 0;
+  /* whether the template accepts the split is its own rule (usable: kspec_check) */
   /* a block whose threads mostly idle is never the fastest: not worth a compile */
   return !demand_work || seg * 2 >= threads * vec;
 }
 
 static int usable(const kljit_problem *pb, const prob_tuning *t) {
   prob_geometry g;
-  const int ok = prob_geometry_make(pb, t, &g) == KLJIT_SUCCESS;
+  const int ok = prob_geometry_make(pb, t, &g) == KLJIT_SUCCESS && !kspec_check(&g.rows) &&
+                 !kspec_check(&g.helpers);
   if (!ok) err_clear();
   return ok;
 }

@@ -13,9 +13,13 @@
  *
  * Blank lines and lines starting with '#' are ignored. Fields are name=value separated by
  * single spaces, in any order on input, in the order above on output; only gpu's value is
- * quoted (GPU names hold spaces, never quotes). Parsing is strict: an unknown, repeated or
- * missing field, a value out of range, or a tuning prob_geometry_make refuses rejects the
- * whole text, so what reaches the store can always be planned.
+ * written quoted (GPU names hold spaces), with '"' and '\\' escaped by a backslash; any value
+ * may be quoted on input, and an unquoted one holds no quote, backslash or control character,
+ * so that parse(format(parse(text))) is the set parse(text).
+ * Parsing is strict: an unknown, repeated or
+ * missing field, a value out of range, or a tuning prob_geometry_make or the templates
+ * themselves (kspec_check) refuse rejects the whole text, so what reaches the store can always
+ * be planned and rendered.
  */
 #include "wisdom.h"
 
@@ -26,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "spec_check.h"
 
 static const char HEADER_WORD[] = "kljit-wisdom";
 
@@ -121,15 +127,33 @@ static int tokenize(char *s, token *tok, int *n, char *why, size_t cap) {
     if (*s != '=') return snprintf(why, cap, "'%.40s' is not name=value", t->name), -1;
     *s++ = '\0';
     if (*s == '"') {
-      t->value = ++s;
-      while (*s && *s != '"') s++;
+      /* quoted: \" and \\ are the only escapes (wisdom_format writes them), unescaped in place */
+      char *w = ++s;
+      t->value = s;
+      while (*s && *s != '"') {
+        if (*s == '\\') {
+          if (s[1] != '"' && s[1] != '\\')
+            return snprintf(why, cap, "%s: a backslash must escape '\"' or '\\'", t->name), -1;
+          s++;
+        }
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+          return snprintf(why, cap, "%s: a control character in its value", t->name), -1;
+        *w++ = *s++;
+      }
       if (!*s) return snprintf(why, cap, "%s: no closing quote", t->name), -1;
-      *s++ = '\0';
+      *w = '\0';
+      s++;
       if (*s && *s != ' ' && *s != '\t')
         return snprintf(why, cap, "%s: text after the closing quote", t->name), -1;
     } else {
+      /* unquoted: a quote or backslash inside could not be written back the same way */
       t->value = s;
-      while (*s && *s != ' ' && *s != '\t') s++;
+      while (*s && *s != ' ' && *s != '\t') {
+        if (*s == '"' || *s == '\\' || (unsigned char)*s < 0x20 || *s == 0x7f)
+          return snprintf(why, cap, "%s: a quote, backslash or control character in an "
+                          "unquoted value (quote it)", t->name), -1;
+        s++;
+      }
     }
     if (*s) *s++ = '\0';
   }
@@ -215,10 +239,10 @@ static int problem_field(kljit_problem *pb, const token *t, int extra, unsigned 
   int ok = 1;
   switch (f) {
     case PF_T:
-      ok = !parse_real(v, 1e-30, 1e30, &pb->temperature);
+      ok = !parse_real(v, KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX, &pb->temperature);
       break;
     case PF_TT:
-      ok = !parse_real(v, 0, 1e30, &pb->teacher_temperature);
+      ok = !parse_real(v, 0, KLJIT_TEMPERATURE_MAX, &pb->teacher_temperature);
       break;
     case PF_EPS:
       ok = !parse_real(v, 1e-30, 1e-3, &pb->eps);
@@ -339,12 +363,21 @@ kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
 
 kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out) {
   const int r = e->rigor >= KLJIT_PLAN_ESTIMATE && e->rigor <= KLJIT_PLAN_EXHAUSTIVE ? e->rigor : 0;
+  /* gpu is the one free-text field: quoted, with '"' and '\\' escaped (tokenize undoes it) */
+  char gpu[2 * WISDOM_GPU_MAX], ms[32];
+  size_t n = 0;
+  for (const char *c = e->gpu; *c && n + 2 < sizeof gpu; c++) {
+    if (*c == '"' || *c == '\\') gpu[n++] = '\\';
+    gpu[n++] = *c;
+  }
+  gpu[n] = '\0';
+  shortest(e->ms, ms, sizeof ms); /* exact: parse(format(x)) keeps the very time */
   kljit_status st = sb_printf(out,
                    "gpu=\"%s\" arch=sm_%d sms=%d kljit=%s %s bucket=%lld -> chunk_rows=%lld "
-                   "threads=%d split=%d cluster=%d nv=%d rigor=%s rows=%lld ms=%.4f %s",
-                   e->gpu, e->arch, e->sms, KLJIT_VERSION_STRING, e->problem, (long long)e->bucket,
+                   "threads=%d split=%d cluster=%d nv=%d rigor=%s rows=%lld ms=%s %s",
+                   gpu, e->arch, e->sms, KLJIT_VERSION_STRING, e->problem, (long long)e->bucket,
                    (long long)e->tune.chunk_rows, e->tune.threads, e->tune.split, e->tune.cluster,
-                   e->tune.nv, r ? RIGORS[r] : "?", (long long)e->rows, e->ms, e->extra);
+                   e->tune.nv, r ? RIGORS[r] : "?", (long long)e->rows, ms, e->extra);
   for (int i = 0; st == KLJIT_SUCCESS && i < PROB_GEMM_CHOICES; i++)
     if (e->tune.gemm[i].used) {
       char text[GEMM_ALGO_TEXT_MAX];
@@ -476,7 +509,8 @@ static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
   wisdom_problem_key(&pb, e->problem);
   wisdom_problem_extra(&pb, e->extra);
   prob_geometry g;
-  if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS)
+  if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
+      kspec_check(&g.helpers))
     return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
   return 0;
 }
@@ -510,11 +544,6 @@ kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e) {
   return KLJIT_SUCCESS;
 }
 
-void wisdom_set_free(wisdom_set *s) {
-  free(s->e);
-  memset(s, 0, sizeof *s);
-}
-
 static int identity_cmp(const void *pa, const void *pb) {
   const wisdom_entry *a = pa, *b = pb;
   int c = strcmp(a->gpu, b->gpu);
@@ -523,6 +552,67 @@ static int identity_cmp(const void *pa, const void *pb) {
   if (!c) c = strcmp(a->problem, b->problem);
   if (!c) c = (a->bucket > b->bucket) - (a->bucket < b->bucket);
   return c;
+}
+
+typedef struct ranked {
+  const wisdom_entry *e;
+  size_t pos; /* position in the set: earlier wins ties, as in sequential merging */
+} ranked;
+
+static int ranked_cmp(const void *pa, const void *pb) {
+  const ranked *a = pa, *b = pb;
+  const int c = identity_cmp(a->e, b->e);
+  return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* Leaves one entry per identity: the one sequential wisdom_merge calls in set order would
+ * keep (the first of the best), in O(n log n) instead of merging one by one in O(n^2). */
+static kljit_status normalize(wisdom_set *s) {
+  if (s->n < 2) return KLJIT_SUCCESS;
+  ranked *r = malloc(s->n * sizeof *r);
+  wisdom_entry *kept = r ? malloc(s->n * sizeof *kept) : NULL;
+  if (!kept) {
+    free(r);
+    return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  for (size_t i = 0; i < s->n; i++) r[i] = (ranked){&s->e[i], i};
+  qsort(r, s->n, sizeof *r, ranked_cmp);
+  size_t n = 0;
+  for (size_t i = 0; i < s->n;) {
+    const wisdom_entry *best = r[i].e;
+    size_t j = i + 1;
+    for (; j < s->n && identity_cmp(r[j].e, r[i].e) == 0; j++)
+      if (better(r[j].e, best)) best = r[j].e;
+    kept[n++] = *best;
+    i = j;
+  }
+  free(r);
+  free(s->e);
+  s->e = kept, s->n = n, s->cap = s->n;
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status append(wisdom_set *s, const wisdom_entry *e, size_t count) {
+  if (s->n + count > s->cap) {
+    size_t cap = s->cap ? s->cap : 16;
+    while (cap < s->n + count) cap *= 2;
+    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
+    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    s->e = grown, s->cap = cap;
+  }
+  if (count) memcpy(s->e + s->n, e, count * sizeof *e);
+  s->n += count;
+  return KLJIT_SUCCESS;
+}
+
+kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from) {
+  const kljit_status st = append(into, from->e, from->n);
+  return st != KLJIT_SUCCESS ? st : normalize(into);
+}
+
+void wisdom_set_free(wisdom_set *s) {
+  free(s->e);
+  memset(s, 0, sizeof *s);
 }
 
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out) {
@@ -610,7 +700,7 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
     } else {
       wisdom_entry e;
       bad = parse_entry(line, &e, why, sizeof why) != 0;
-      if (!bad) st = wisdom_merge(out, &e);
+      if (!bad) st = append(out, &e, 1); /* duplicates: normalize, below */
     }
     free(line);
     p = next;
@@ -620,6 +710,7 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
     snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
   }
   if (bad) st = err_set(KLJIT_ERR_WISDOM, "%s:%d: %s (nothing imported)", origin, lineno, why);
+  if (st == KLJIT_SUCCESS) st = normalize(out);
   if (st != KLJIT_SUCCESS) wisdom_set_free(out);
   return st;
 }

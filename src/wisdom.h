@@ -58,8 +58,12 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
 /* Appends the text of `s` (header, then entries sorted by identity) to `out`. */
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out);
 
-/* Merges one entry into a set (see the invariants). */
+/* Merges one entry into a set (see the invariants). O(n): for many, wisdom_merge_set. */
 kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e);
+
+/* Merges every entry of `from` into `into`, as wisdom_merge one by one would (entries already
+ * in `into` win ties), in O((n + m) log(n + m)). */
+kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from);
 void wisdom_set_free(wisdom_set *s);
 
 /* One entry line, without its newline (also used in messages). */

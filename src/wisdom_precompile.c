@@ -64,19 +64,6 @@ static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_t
   return st;
 }
 
-static kljit_status build_all(const spec_list *l, int arch, const cache_config *cfg, uint32_t flags,
-                              kljit_module_callback done, void *user) {
-  kljit_status st = KLJIT_SUCCESS;
-  for (size_t i = 0; i < l->n && st == KLJIT_SUCCESS; i++) {
-    kljit_module_report r;
-    memset(&r, 0, sizeof r);
-    r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)l->n;
-    st = jit_precompile_module(&l->k[i], arch, cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
-    if (st == KLJIT_SUCCESS && done) done(&r, user);
-  }
-  return st;
-}
-
 kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const char *cache_dir,
                                      uint32_t flags, kljit_module_callback done, void *user) {
   err_clear();
@@ -101,16 +88,8 @@ kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const ch
   wisdom_set_free(&set);
   cache_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  if (st == KLJIT_SUCCESS && cache_dir) {
-    if (!(cfg.rw_dir = strdup(cache_dir))) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of memory");
-  } else if (st == KLJIT_SUCCESS) {
-    st = cache_config_from_env(&cfg);
-  }
-  if (st == KLJIT_SUCCESS && (cfg.disabled || !cfg.rw_dir))
-    st = err_set(KLJIT_ERR_CACHE,
-                 "no writable kernel cache (KLJIT_CACHE_DISABLE is set, or "
-                 "neither KLJIT_CACHE_DIR, XDG_CACHE_HOME nor HOME is): pass cache_dir");
-  if (st == KLJIT_SUCCESS) st = build_all(&list, arch, &cfg, flags, done, user);
+  if (st == KLJIT_SUCCESS) st = jit_precompile_config(cache_dir, &cfg);
+  if (st == KLJIT_SUCCESS) st = jit_precompile_all(list.k, list.n, arch, &cfg, flags, done, user);
   cache_config_free(&cfg);
   spec_list_free(&list);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);

@@ -3,11 +3,12 @@
  *
  * `store` holds every entry this process knows (see wisdom.h for the invariants). The system
  * file, then the user file, are merged into it on the first use of wisdom; kljit_wisdom_forget
- * empties it for good. Tuned entries are also merged into the user file, read-merge-write and
- * published with rename(2), so a reader never sees half a file (two processes writing at once
- * may lose one of their entries: wisdom is an optimization, not a record).
+ * empties it for good. Tuned entries are also merged into the user file: read-merge-write under
+ * an advisory lock (fcntl on "<file>.lock"), so concurrent writers lose nothing, published with
+ * rename(2) and a directory fsync, so a reader never sees half a file and needs no lock.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,26 +60,38 @@ static kljit_status legacy_user_path(strbuf *out) {
   return st;
 }
 
-/* Reads a whole (small) file. KLJIT_ERR_WISDOM naming the path; *missing set on ENOENT. */
+/* Reads a whole (small) file. KLJIT_ERR_WISDOM naming the path; *missing set on ENOENT. Only a
+ * regular file of at most WISDOM_FILE_MAX bytes is read, and the open never blocks: a FIFO or a
+ * device (/dev/zero) put where the file belongs is refused at once, not read forever. */
 static kljit_status read_text(const char *path, strbuf *text, int *missing) {
   if (missing) *missing = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
     if (missing) *missing = errno == ENOENT;
     return err_set(KLJIT_ERR_WISDOM, "cannot open wisdom file %s: %s", path, strerror(errno));
   }
-  kljit_status st = sb_append(text, "", 0);
+  struct stat sb;
+  kljit_status st = KLJIT_SUCCESS;
+  if (fstat(fd, &sb) != 0)
+    st = err_set(KLJIT_ERR_WISDOM, "cannot stat wisdom file %s: %s", path, strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is not a regular file", path);
+  else if (sb.st_size > WISDOM_FILE_MAX)
+    st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path, WISDOM_FILE_MAX >> 20);
+  if (st == KLJIT_SUCCESS) st = sb_append(text, "", 0);
   char buf[65536];
-  size_t n;
-  while (st == KLJIT_SUCCESS && (n = fread(buf, 1, sizeof buf, f)) > 0) {
-    st = text->len + n > WISDOM_FILE_MAX
-             ? err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path,
-                       WISDOM_FILE_MAX >> 20)
-             : sb_append(text, buf, n);
+  for (ssize_t n = 1; st == KLJIT_SUCCESS && n > 0;) {
+    n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) n = 1;
+    else if (n < 0)
+      st = err_set(KLJIT_ERR_WISDOM, "cannot read wisdom file %s: %s", path, strerror(errno));
+    else if (text->len + (size_t)n > WISDOM_FILE_MAX) /* grew since the fstat */
+      st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path,
+                   WISDOM_FILE_MAX >> 20);
+    else if (n > 0)
+      st = sb_append(text, buf, (size_t)n);
   }
-  if (st == KLJIT_SUCCESS && ferror(f))
-    st = err_set(KLJIT_ERR_WISDOM, "cannot read wisdom file %s", path);
-  fclose(f);
+  close(fd);
   if (st == KLJIT_SUCCESS && strlen(text->data) != text->len)
     st = err_set(KLJIT_ERR_WISDOM, "%s: not a kljit wisdom file (it holds NUL bytes)", path);
   return st;
@@ -95,6 +108,41 @@ kljit_status wisdom_read_file(const char *path, wisdom_set *out, int *stale) {
 }
 
 enum { LEGACY_USER_FILE = -1 };
+
+/* The advisory lock of wisdom file `path`: an fcntl write lock on "<path>.lock" (fcntl, unlike
+ * flock, also holds over NFS), so that read-merge-write cycles of processes sharing the file
+ * run one at a time and none loses another's entry. The fd, or -1 with the error set. The lock
+ * file stays: removing it would race with a process that has just opened it. */
+static int lock_wisdom_file(const char *path) {
+  strbuf lp = {0};
+  if (sb_printf(&lp, "%s.lock", path) != KLJIT_SUCCESS) return -1;
+  const int fd = open(lp.data, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  int rc = -1;
+  if (fd >= 0) {
+    struct stat sb;
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET; /* l_len 0: the whole file */
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      errno = EINVAL;
+    } else {
+      do rc = fcntl(fd, F_SETLKW, &fl);
+      while (rc != 0 && errno == EINTR);
+    }
+  }
+  if (rc != 0) {
+    err_set(KLJIT_ERR_WISDOM, "cannot lock %s: %s", lp.data, strerror(errno));
+    if (fd >= 0) close(fd);
+    sb_free(&lp);
+    return -1;
+  }
+  sb_free(&lp);
+  return fd;
+}
+
+static void unlock_wisdom_file(int fd) {
+  if (fd >= 0) close(fd); /* closing releases the fcntl lock */
+}
 
 /* Merges a default file into the store (lock held); a missing one is silently absent, a bad
  * one is skipped and logged: the defaults never make a plan fail. */
@@ -113,7 +161,7 @@ static void load_default_locked(int which) {
   memset(&s, 0, sizeof s);
   kljit_status st = read_text(path.data, &text, &missing);
   if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, NULL);
-  for (size_t i = 0; i < s.n && st == KLJIT_SUCCESS; i++) st = wisdom_merge(&store, &s.e[i]);
+  if (st == KLJIT_SUCCESS) st = wisdom_merge_set(&store, &s);
   if (st == KLJIT_SUCCESS)
     util_log("wisdom: %zu entries from %s", s.n, path.data);
   else if (!missing)
@@ -155,6 +203,17 @@ int wisdom_lookup(const char *gpu, int arch, int sms, const char *problem, int64
   return best != NULL;
 }
 
+/* Creates the directory of `path` (0700, as the kernel cache's), so its lock file can be made
+ * beside it; a failure shows as the lock's, which save_to_user_file logs. */
+static void make_parent_dir(const char *path) {
+  strbuf dir = {0};
+  const char *slash = strrchr(path, '/');
+  if (slash && slash != path && sb_append(&dir, path, (size_t)(slash - path)) == KLJIT_SUCCESS &&
+      fs_mkdir_p(dir.data, KLJIT_ERR_WISDOM, "wisdom directory", NULL) != KLJIT_SUCCESS)
+    err_clear();
+  sb_free(&dir);
+}
+
 /* Merges one entry into the user file. Never fails the caller: problems are logged. */
 static void save_to_user_file(const wisdom_entry *e) {
   strbuf path = {0}, text = {0};
@@ -162,22 +221,24 @@ static void save_to_user_file(const wisdom_entry *e) {
     sb_free(&path);
     return;
   }
-  pthread_mutex_lock(&file_lock);
+  pthread_mutex_lock(&file_lock); /* threads of this process; the fcntl lock: processes */
   wisdom_set s;
   memset(&s, 0, sizeof s);
   int missing = 0, stale = 0;
-  kljit_status st = read_text(path.data, &text, &missing);
+  make_parent_dir(path.data);
+  const int lock_fd = lock_wisdom_file(path.data);
+  kljit_status st = lock_fd < 0 ? KLJIT_ERR_WISDOM : read_text(path.data, &text, &missing);
   if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, &stale);
-  if (st != KLJIT_SUCCESS && (missing || stale)) {
+  if (st != KLJIT_SUCCESS && lock_fd >= 0 && (missing || stale)) {
     if (stale) util_log("wisdom: replacing %s: %s", path.data, kljit_last_error());
     st = KLJIT_SUCCESS; /* start it afresh */
   }
   sb_free(&text);
   if (st == KLJIT_SUCCESS) st = wisdom_merge(&s, e);
   if (st == KLJIT_SUCCESS) st = wisdom_format(&s, &text);
-  if (st == KLJIT_SUCCESS) {
+  if (st == KLJIT_SUCCESS)
     st = fs_write_atomic(path.data, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
-  }
+  unlock_wisdom_file(lock_fd);
   if (st != KLJIT_SUCCESS)
     util_log("wisdom: not saved to %s: %s", path.data, kljit_last_error());
   else
@@ -207,7 +268,7 @@ static kljit_status import_set(const wisdom_set *s) {
   kljit_status st = KLJIT_SUCCESS;
   pthread_mutex_lock(&lock);
   ensure_defaults_locked();
-  for (size_t i = 0; i < s->n && st == KLJIT_SUCCESS; i++) st = wisdom_merge(&store, &s->e[i]);
+  st = wisdom_merge_set(&store, s);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -251,8 +312,11 @@ kljit_status kljit_wisdom_export_file(const char *path) {
                    path ? "empty" : "NULL");
   strbuf text = {0};
   kljit_status st = export_text(&text);
+  const int lock_fd = st == KLJIT_SUCCESS ? lock_wisdom_file(path) : -1;
+  if (st == KLJIT_SUCCESS && lock_fd < 0) st = KLJIT_ERR_WISDOM;
   if (st == KLJIT_SUCCESS)
     st = fs_write_atomic(path, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
+  unlock_wisdom_file(lock_fd);
   sb_free(&text);
   if (st == KLJIT_SUCCESS) err_clear();
   return st;

@@ -72,7 +72,6 @@
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
 %local P = P
-%include("common.cu.lua")
 %local iface = include("iface.cu.lua")
 %local params = include("params.cu.lua")
 %local dt, size = params.dt, params.size
@@ -136,6 +135,9 @@
 %if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
 %  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
 %end
+%-- the prelude's text after every reject() (render_validate stops at the first output) and
+%-- before the interface, which validation does not need
+%include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
 %-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
 %-- logits), so neither is __restrict__ in the pass-2 kernels.

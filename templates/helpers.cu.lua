@@ -20,7 +20,6 @@
 %-- vocabulary size of a sharded head, MEAN's divisor; default V).
 %-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
 %-- x ceil(V/256); kl_convert and kl_scale with 256 threads x any grid (grid-stride).
-%include("common.cu.lua")
 %local iface = include("iface.cu.lua")
 %local params = include("params.cu.lua")
 %local dt = params.dt
@@ -28,6 +27,9 @@
 %if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
 %local red = { sum = 1, batchmean = 2, mean = 3, none = 4 }
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
+%-- the prelude's text after every reject() (render_validate stops at the first output) and
+%-- before the interface, which validation does not need
+%include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order; the C
 %-- side fills the roles from one struct (src/kiface.h).
 %local K = iface.family({

@@ -45,7 +45,6 @@
 %-- BUCKET ghost term is added on the shard with OFFSET = 0 only.
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
-%include("common.cu.lua")
 %local iface = include("iface.cu.lua")
 %local params = include("params.cu.lua")
 %local dt, size = params.dt, params.size
@@ -68,6 +67,9 @@
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
 %if P.TAIL == "bucket" and SEG > 262144 then reject("BUCKET needs a segment <= 262144 columns") end
+%-- the prelude's text after every reject() (render_validate stops at the first output) and
+%-- before the interface, which validation does not need
+%include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
 %-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
 %-- logits), so neither is __restrict__ in the pass-2 kernels.

@@ -328,6 +328,14 @@ static const check_case rejected[] = {
     {"teacher_temperature -1", {{F_TT, -1}}, INVALID, {"teacher_temperature = -1", NULL}},
     {"teacher_temperature NaN", {{F_TT, NAN}}, INVALID, {"teacher_temperature = nan", NULL}},
     {"teacher_temperature Inf", {{F_TT, INFINITY}}, INVALID, {"teacher_temperature = inf", NULL}},
+    /* in range for a double, out of range for the kernels' fp32 T, 1/T, T^2 (kljit.h) */
+    {"temperature 5e-324", {{F_T, 5e-324}}, INVALID,
+     {": temperature = 4.94066e-324", "[1e-18, 1e+18]"}},
+    {"temperature 1e-39", {{F_T, 1e-39}}, INVALID, {": temperature = 1e-39", "[1e-18, 1e+18]"}},
+    {"temperature 1e39", {{F_T, 1e39}}, INVALID, {": temperature = 1e+39", "[1e-18, 1e+18]"}},
+    {"temperature 1e300", {{F_T, 1e300}}, INVALID, {": temperature = 1e+300", "[1e-18, 1e+18]"}},
+    {"teacher_temperature 1e-300", {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGITS}, {F_TT, 1e-300}},
+     INVALID, {"teacher_temperature = 1e-300", "[1e-18, 1e+18]"}},
     {"reduction 0", {{F_REDUCTION, 0}}, INVALID, {"reduction = 0", NULL}},
     {"reduction 5", {{F_REDUCTION, 5}}, INVALID, {"reduction = 5", NULL}},
     {"label_dtype FP32", {{F_LABEL_DT, KLJIT_FP32}}, INVALID, {"label_dtype = 1", NULL}},
@@ -452,7 +460,11 @@ static const check_case accepted[] = {
      {{F_FLAGS, KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
                     KLJIT_FLAG_ALLOW_TF32}},
      KLJIT_SUCCESS, {NULL, NULL}},
-    {"huge temperature", {{F_T, 1e300}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"smallest temperature", {{F_T, KLJIT_TEMPERATURE_MIN}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"largest temperature", {{F_T, KLJIT_TEMPERATURE_MAX}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"largest teacher temperature",
+     {{F_TEACHER, KLJIT_TEACHER_DENSE_LOGITS}, {F_TT, KLJIT_TEMPERATURE_MAX}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
 };
 
 static int plan_check_accepts_valid_problems_at_the_limits(void) {

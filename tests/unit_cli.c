@@ -226,6 +226,102 @@ static int precompile_dry_run_writes_nothing(void) {
   return th_in_tmpdir("cli-dry", dry_run_in);
 }
 
+/* The entry files the SMALL problem's modules get on arch, from a dry run of the library. */
+typedef struct file_list {
+  char name[8][80];
+  int n;
+} file_list;
+static void collect_file(const kljit_module_report *m, void *user) {
+  file_list *const l = user;
+  if (l->n < 8) snprintf(l->name[l->n++], sizeof l->name[0], "%s", m->file);
+}
+static int small_files(int arch, const char *dir, file_list *l) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 1000, pb.hidden = 64;
+  return kljit_precompile(&pb, arch, dir, KLJIT_PRECOMPILE_DRY_RUN, collect_file, l);
+}
+
+/* After a failed precompile: no manifest, and no entry named in stderr exists as a file. */
+static int nothing_vouched_for(const char *dir, const file_list *l) {
+  TH_CHECK(!file_exists(dir, "manifest.txt"));
+  for (int i = 0; i < l->n; i++) {
+    char path[PATH_MAX];
+    struct stat st;
+    th_path_in(path, dir, l->name[i]);
+    TH_CHECK(strstr(out, path) != NULL); /* each failure is named with its path */
+    TH_CHECK(lstat(path, &st) != 0 || !S_ISREG(st.st_mode));
+  }
+  return TH_PASS;
+}
+
+static int entry_is_a_directory_in(const char *dir) {
+  file_list l = {0};
+  TH_OK(small_files(80, dir, &l));
+  TH_CHECK(l.n == 2);
+  for (int i = 0; i < l.n; i++) {
+    char path[PATH_MAX];
+    th_path_in(path, dir, l.name[i]);
+    TH_CHECK(mkdir(path, 0700) == 0);
+  }
+  TH_CHECK(cli("precompile --arch sm_80 " SMALL " --cache-dir '%s'", dir) == 1);
+  TH_CHECK(strstr(out, "2 of 2 module(s) not stored") && strstr(out, "Is a directory"));
+  TH_CHECK(!strstr(out, "compiled now")); /* no success summary */
+  TH_CHECK(nothing_vouched_for(dir, &l) == TH_PASS);
+  /* the API says the same: KLJIT_ERR_CACHE, and with --wisdom's path too (same builder) */
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 1000, pb.hidden = 64;
+  TH_STATUS(kljit_precompile(&pb, 80, dir, 0, NULL, NULL), KLJIT_ERR_CACHE);
+  TH_CHECK(strstr(kljit_last_error(), l.name[0]) && strstr(kljit_last_error(), l.name[1]));
+  /* cache verify agrees that these are not entries */
+  TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 4);
+  return TH_PASS;
+}
+static int precompile_that_cannot_store_an_entry_exits_1_naming_it(void) {
+  return th_in_tmpdir("cli-isdir", entry_is_a_directory_in);
+}
+
+/* A 64 KiB tmpfs (full after one module) and a read-only bind mount; needs CAP_SYS_ADMIN
+ * (CI runs as root), else skipped. */
+static int full_and_read_only_in(const char *dir) {
+  char full[PATH_MAX], ro[PATH_MAX], cmd[4 * PATH_MAX];
+  th_path_in(full, dir, "full");
+  th_path_in(ro, dir, "ro");
+  TH_CHECK(mkdir(full, 0700) == 0 && mkdir(ro, 0700) == 0);
+  snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=64k,mode=0700 kljit-test '%s' 2>/dev/null",
+           full);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "cannot mount a tmpfs here (not root?): skipped\n");
+    return TH_SKIP;
+  }
+  snprintf(cmd, sizeof cmd,
+           "mount --bind '%s' '%s' && mount -o remount,ro,bind '%s' 2>/dev/null", ro, ro, ro);
+  const int ro_mounted = system(cmd) == 0;
+  int r = TH_PASS;
+  file_list l = {0};
+  if (small_files(90, full, &l) != KLJIT_SUCCESS || l.n != 2) r = TH_FAIL;
+  /* full: the first module may fit, the rest does not; whatever is missing is named */
+  if (r == TH_PASS && cli("precompile --arch sm_90 " SMALL " --cache-dir '%s'", full) != 1)
+    r = TH_FAIL;
+  if (r == TH_PASS && !strstr(out, "No space left on device")) r = TH_FAIL;
+  if (r == TH_PASS && file_exists(full, "manifest.txt")) r = TH_FAIL;
+  if (r == TH_PASS && cli("cache verify --cache-dir '%s'", full) != 0) r = TH_FAIL;
+  if (r == TH_PASS && ro_mounted) {
+    file_list lr = {0};
+    if (small_files(80, ro, &lr) != KLJIT_SUCCESS) r = TH_FAIL;
+    if (r == TH_PASS &&
+        cli("precompile --arch sm_80 " SMALL " --cache-dir '%s' --no-manifest", ro) != 1)
+      r = TH_FAIL;
+    if (r == TH_PASS && !strstr(out, "Read-only file system")) r = TH_FAIL;
+    if (r == TH_PASS && nothing_vouched_for(ro, &lr) != TH_PASS) r = TH_FAIL;
+  }
+  snprintf(cmd, sizeof cmd, "umount '%s'; umount '%s' 2>/dev/null", full, ro);
+  if (system(cmd) != 0 && ro_mounted) fprintf(stderr, "umount failed\n");
+  return r;
+}
+static int precompile_into_a_full_or_read_only_filesystem_exits_1(void) {
+  return th_in_tmpdir("cli-full", full_and_read_only_in);
+}
+
 /* ---- cache --------------------------------------------------------------------------------- */
 
 /* The name of the first entry in dir, in name order. */
@@ -744,6 +840,10 @@ static const th_case cases[] = {
     {"info_runs_without_a_gpu_and_says_so", info_runs_without_a_gpu_and_says_so},
     {"precompile_v2_from_threads_matches_a_serial_run",
      precompile_v2_from_threads_matches_a_serial_run},
+    {"precompile_that_cannot_store_an_entry_exits_1_naming_it",
+     precompile_that_cannot_store_an_entry_exits_1_naming_it},
+    {"precompile_into_a_full_or_read_only_filesystem_exits_1",
+     precompile_into_a_full_or_read_only_filesystem_exits_1},
     {"tooling_functions_check_their_arguments_and_permissions",
      tooling_functions_check_their_arguments_and_permissions},
     {"precompile_takes_several_shapes_dense_and_sparse_into_one_manifest",

@@ -40,6 +40,10 @@ static int shard_fields_are_validated_naming_field_and_value(void) {
   pb = sharded(), pb.vocab_offset = 876;
   bad += !expect(&pb, KLJIT_ERR_INVALID_ARGUMENT, "vocab_offset + vocab = 876 + 126 = 1002",
                  "vocab_total = 1001");
+  /* a sum past INT64_MAX must be refused, not wrap around to a "valid" shard */
+  pb = sharded(), pb.vocab_offset = INT64_MAX - 100;
+  bad += !expect(&pb, KLJIT_ERR_INVALID_ARGUMENT,
+                 "vocab_offset + vocab = 9223372036854775707 + 126", "vocab_total = 1001");
   pb = sharded(), pb.vocab_total = (1 << 24) + 1;
   bad += !expect(&pb, KLJIT_ERR_INVALID_ARGUMENT, "vocab_total = 16777217", NULL);
   pb = sharded(), pb.vocab_total = 1;

@@ -79,8 +79,9 @@ typedef struct run_state {
   int next;             /* next job to take */
   int done, total;      /* modules finished / expected (from the dry run) */
   int compiled[MAX_ARCHS], cached[MAX_ARCHS];
-  kljit_status failed; /* first failure, its message in error */
-  char error[2048];
+  int failed;          /* jobs that failed; each one's message went to stderr */
+  char (*files)[80];   /* the entry of every module reported, checked against the manifest */
+  int n_files, cap_files;
 } run_state;
 
 static int arch_slot(const precompile_opts *o, int arch) {
@@ -98,6 +99,13 @@ static void on_module(const kljit_module_report *m, void *user) {
   else
     s->cached[slot]++;
   s->done++;
+  if (!s->o->dry_run && s->n_files == s->cap_files) {
+    const int cap = s->cap_files ? 2 * s->cap_files : 64;
+    char(*grown)[80] = realloc(s->files, (size_t)cap * sizeof *grown);
+    if (grown) s->files = grown, s->cap_files = cap;
+  }
+  if (!s->o->dry_run && s->n_files < s->cap_files)
+    snprintf(s->files[s->n_files++], sizeof s->files[0], "%s", m->file);
   const char *const what = !m->compiled ? "cached" : s->o->dry_run ? "to compile" : "compiled";
   fprintf(stderr, "[%d/%d] sm_%d %s %s", s->done, s->total, m->arch, m->name, what);
   if (m->compiled && !s->o->dry_run) fprintf(stderr, " (%.0f ms)", m->compile_ms);
@@ -122,18 +130,18 @@ static void *worker(void *arg) {
   run_state *const s = arg;
   const uint32_t flags = s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0;
   for (;;) {
+    /* Every job runs even after one failed: an operator filling a cluster cache needs every
+     * module that is not in it named, not just the first. */
     pthread_mutex_lock(&s->lock);
-    const int i = s->failed ? s->n_jobs : s->next++;
+    const int i = s->next++;
     pthread_mutex_unlock(&s->lock);
     if (i >= s->n_jobs) return NULL;
     const job *const j = &s->jobs[i];
     const kljit_status st = run_job(j, s->o->cache_dir, flags, on_module, s);
     if (st != KLJIT_SUCCESS) {
       pthread_mutex_lock(&s->lock);
-      if (!s->failed) {
-        s->failed = st;
-        snprintf(s->error, sizeof s->error, "%s", kljit_last_error());
-      }
+      s->failed++;
+      fprintf(stderr, "kljit: precompile: %s\n  %s\n", kljit_status_string(st), kljit_last_error());
       pthread_mutex_unlock(&s->lock);
     }
   }
@@ -144,6 +152,8 @@ static void *worker(void *arg) {
 typedef struct manifest_writer {
   FILE *f;
   int entries, skipped;
+  char (*listed)[80]; /* the files written into the manifest */
+  int cap;
 } manifest_writer;
 
 static int manifest_line(const kljit_cache_entry_info *e, void *user) {
@@ -152,18 +162,64 @@ static int manifest_line(const kljit_cache_entry_info *e, void *user) {
     w->skipped++;
     return 0;
   }
+  if (w->entries == w->cap) {
+    const int cap = w->cap ? 2 * w->cap : 64;
+    char(*grown)[80] = realloc(w->listed, (size_t)cap * sizeof *grown);
+    if (!grown) return 1; /* stops the listing: the manifest is then not written */
+    w->listed = grown, w->cap = cap;
+  }
+  snprintf(w->listed[w->entries], sizeof w->listed[0], "%s", e->file);
   fprintf(w->f, "%s sm_%d %s %llu %s\n", e->file, e->arch, e->sha256, (unsigned long long)e->size,
           e->name[0] ? e->name : "-");
   w->entries++;
   return 0;
 }
 
-/* Writes dir/manifest.txt through a temp file and a rename, so a reader never sees half. */
-static int write_manifest(const char *dir) {
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(a, b);
+}
+
+/* 0 when every module this run reported is listed in the manifest (valid and present when
+ * the directory was listed), else names each missing one on stderr and returns their count. */
+static int missing_from_manifest(const char *dir, const run_state *s, manifest_writer *w) {
+  qsort(w->listed, (size_t)w->entries, sizeof w->listed[0], name_cmp);
+  int missing = 0;
+  for (int i = 0; i < s->n_files; i++)
+    if (!w->entries || !bsearch(s->files[i], w->listed, (size_t)w->entries, sizeof w->listed[0],
+                                name_cmp)) {
+      fprintf(stderr,
+              "kljit: precompile: %s/%s was stored by this run but is gone or invalid before "
+              "the manifest was written (a concurrent kljit cache clear?)\n",
+              dir, s->files[i]);
+      missing++;
+    }
+  return missing;
+}
+
+/* 0 when every file the manifest lists is still a regular file (a listing races with a
+ * concurrent clear: a manifest must not vouch for an entry that is not there). */
+static int listed_but_gone(const char *dir, const manifest_writer *w) {
+  int gone = 0;
+  for (int i = 0; i < w->entries; i++) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, w->listed[i]);
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+      fprintf(stderr, "kljit: precompile: %s vanished while the manifest was written\n", path);
+      gone++;
+    }
+  }
+  return gone;
+}
+
+/* Writes dir/manifest.txt through a temp file and a rename, so a reader never sees half; fails
+ * (and leaves no manifest of this run) when a module this run reported is not in it, or when
+ * an entry it lists disappears meanwhile. */
+static int write_manifest(const char *dir, const run_state *s) {
   char tmp[4096], path[4096];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   snprintf(tmp, sizeof tmp, "%s/.manifest.txt.%ld.tmp", dir, (long)getpid());
-  manifest_writer w = {fopen(tmp, "w"), 0, 0};
+  manifest_writer w = {fopen(tmp, "w"), 0, 0, NULL, 0};
   if (!w.f) {
     fprintf(stderr, "kljit: cannot write %s: %s\n", tmp, strerror(errno));
     return CLI_FAIL;
@@ -174,10 +230,20 @@ static int write_manifest(const char *dir) {
   int rc = CLI_OK;
   if (st != KLJIT_SUCCESS) {
     rc = cli_fail("manifest", st);
-  } else if (io_error || close_error || rename(tmp, path) != 0) {
+  } else if (io_error || close_error) {
+    fprintf(stderr, "kljit: cannot write %s: %s\n", tmp, strerror(errno));
+    rc = CLI_FAIL;
+  } else if (missing_from_manifest(dir, s, &w)) {
+    rc = CLI_FAIL;
+  } else if (rename(tmp, path) != 0) {
     fprintf(stderr, "kljit: cannot write %s: %s\n", path, strerror(errno));
     rc = CLI_FAIL;
+  } else if (listed_but_gone(dir, &w)) {
+    unlink(path);
+    fprintf(stderr, "kljit: precompile: removed %s: it listed entries that are gone\n", path);
+    rc = CLI_FAIL;
   }
+  free(w.listed);
   if (rc != CLI_OK) {
     unlink(tmp);
     return rc;
@@ -229,15 +295,19 @@ static int run(cli_parser *p, precompile_opts *o) {
   worker(&s); /* the main thread is one of the workers */
   for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
   pthread_mutex_destroy(&s.lock);
+  int rc = CLI_OK;
   if (s.failed) {
-    fprintf(stderr, "kljit: precompile: %s\n  %s\n", kljit_status_string(s.failed), s.error);
-    return CLI_FAIL;
+    fprintf(stderr, "kljit: precompile: %d of %d job(s) failed (see above); no manifest written\n",
+            s.failed, s.n_jobs);
+    rc = CLI_FAIL;
+  } else {
+    for (int a = 0; a < o->n_archs; a++)
+      printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], s.compiled[a],
+             o->dry_run ? "to compile" : "compiled now", s.cached[a], o->cache_dir);
+    if (!o->dry_run && !o->no_manifest) rc = write_manifest(o->cache_dir, &s);
   }
-  for (int a = 0; a < o->n_archs; a++)
-    printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], s.compiled[a],
-           o->dry_run ? "to compile" : "compiled now", s.cached[a], o->cache_dir);
-  if (o->dry_run || o->no_manifest) return CLI_OK;
-  return write_manifest(o->cache_dir);
+  free(s.files);
+  return rc;
 }
 
 int cli_precompile(int argc, char **argv) {

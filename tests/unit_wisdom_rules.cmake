@@ -1,0 +1,10 @@
+# unit_wisdom_rules: the wisdom text as a contract (round trip, the templates' rules, scale,
+# concurrent writers). No GPU.
+kljit_test_exe(unit_wisdom_rules unit_wisdom_rules.c)
+foreach(case
+    wisdom_text_round_trips_as_a_fixed_point
+    every_entry_the_parser_accepts_renders
+    sixty_thousand_entries_import_in_under_a_second
+    sixteen_concurrent_writers_keep_every_entry)
+  kljit_test(NAME unit.wisdom.${case} EXE unit_wisdom_rules CASE ${case} LABELS unit)
+endforeach()
