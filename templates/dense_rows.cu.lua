@@ -464,7 +464,11 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %  else
 #define BETA {{ f32(P.BETA) }}
     const float m = BETA * p + (1.0f - BETA) * q;
-    const float logm = flog(m);
+    /* m is subnormal where p and q are both below 2^-125 (q, p >= 2^-126 when not 0): flog
+     * (lg2.approx.ftz) would make that -inf, g +inf and the row's S and G inf or NaN. At the
+     * smallest normal instead, log q - log m stays in [0, -log(1 - beta)] and every term it
+     * enters is multiplied by p or q < 2^-125. */
+    const float logm = flog(fmaxf(m, 1.17549435e-38f));
     const float g = m > 0.0f ? (1.0f - BETA) * (logq - logm) : 0.0f;
     if (MODE != MODE_BACKWARD) {
       if (p != 0.0f) loss += BETA * p * (lp - logm);
