@@ -64,6 +64,7 @@
 %--              reverse  loss q (log q - log p),  G = gscale q (g - S), g = log q - log p
 %--              jsd      m = beta p + (1 - beta) q, loss beta p (log p - log m) + (1 - beta)
 %--                       q (log q - log m),  G = gscale q (g - S), g = (1 - beta) log(q / m)
+%--                       computed less its constant as -(1 - beta) log1p(beta p / ((1 - beta) q))
 %--            S = sum_v q g is a row total G needs before its first column: pass 2 runs one
 %--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
 %--            sweep that writes G; forward saves S (row statistic 5) for backward. Two-pass
@@ -467,8 +468,21 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %  else
 #define BETA {{ f32(P.BETA) }}
     const float m = BETA * p + (1.0f - BETA) * q;
-    const float logm = flog(m);
-    const float g = m > 0.0f ? (1.0f - BETA) * (logq - logm) : 0.0f;
+    /* m is subnormal where p and q are both below 2^-125 (q, p >= 2^-126 when not 0): flog
+     * (lg2.approx.ftz) would make that -inf, g +inf and the row's S and G inf or NaN. At the
+     * smallest normal instead, log q - log m stays in [0, -log(1 - beta)] and every term it
+     * enters is multiplied by p or q < 2^-125. */
+    const float logm = flog(fmaxf(m, 1.17549435e-38f));
+    /* g less its constant -(1 - beta) log(1 - beta), which G = q (g - S) cancels only when
+     * the row's q sum to 1 exactly (in fp32 they miss by ~1e-6 times that constant), and
+     * from p / q rather than as log q - log m: where q >> p (a peaked student, T < 1), g and
+     * S nearly agree and log q - log m's absolute error, not g's relative one, was G's error
+     * (fp32 dX 2.6e-5 against 1e-5). Accurate log1pf; the ratio, which overflows for q near
+     * 2^-126 and beta near 1, capped at 1e30 (there q < 1e-29: the column weighs nothing). */
+    const float g = q != 0.0f ? -(1.0f - BETA) *
+                                    log1pf(fminf({{ f32(P.BETA / (1.0 - P.BETA)) }} * (p / q),
+                                                 1e30f))
+                              : 0.0f;
     if (MODE != MODE_BACKWARD) {
       if (p != 0.0f) loss += BETA * p * (lp - logm);
       if (q != 0.0f) loss += (1.0f - BETA) * q * (logq - logm);
