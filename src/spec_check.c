@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_check.c — kspec_check: the family template's verdict on a spec, memoized.
  *
  * The memo holds a canonical binary key of the parameters (template, then each parameter's

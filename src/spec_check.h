@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec_check.h — whether the templates accept a spec, asked of the templates themselves.
  *
  * The wisdom parser, the tuner's candidates and kljit_plan_check accept a tuning only when the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Fuzzers (tests/fuzz/): libFuzzer harnesses for the cache entry reader, the wisdom parser and
 # formatter (with the round-trip oracle) and the template renderer, built with Debian's clang
 # (packages clang and libclang-rt-14-dev) when it is found at configure time, with ASan and

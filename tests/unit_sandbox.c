@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_sandbox.c — hostile templates and hostile files: every attack that once hung the
  * renderer (or read gigabytes) now fails within 2 s with a clear error and leaves nothing
  * behind. No GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* unit_wisdom_rules.c — the wisdom text as a contract: it round-trips (parse -> format -> parse
  * is a fixed point), the parser accepts exactly the tunings the templates render, a 60 000-entry
  * file imports in under a second, and concurrent writers of one file lose no entry. No GPU.

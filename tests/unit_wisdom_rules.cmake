@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # unit_wisdom_rules: the wisdom text as a contract (round trip, the templates' rules, scale,
 # concurrent writers). No GPU.
 kljit_test_exe(unit_wisdom_rules unit_wisdom_rules.c)

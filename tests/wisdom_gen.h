@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* wisdom_gen.h — random wisdom entry lines for property tests and fuzz seeds (tests only).
  *
  * Lines are built from pools that mix valid values with the edges that broke the parser before

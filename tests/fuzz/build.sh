@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/build.sh OUT CLANG "CFLAGS" "LIBS" SRC... -- builds the libFuzzer harnesses
 # (fuzz_*.c next to this script) against the library's sources, with ASan and UBSan, into OUT.
 # CMake calls it (tests/fuzz.cmake) with the include and link flags it found; the library's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_cache_entry.c — libFuzzer harness: the kernel cache entry reader. Each input is written
  * to a file (in $TMPDIR, default /tmp) and read back with cache_read_file and
  * cache_entry_inspect, the two paths every lookup and `kljit cache verify` take. Whatever the

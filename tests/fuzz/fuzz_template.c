@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_template.c — libFuzzer harness: the template renderer's sandbox. The input is a template
  * text rendered with a few parameters; it may fail in any way but must not crash, escape the
  * sandbox, leave output behind on failure, or run past its CPU budget (libFuzzer's -timeout,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_wisdom.c — libFuzzer harness: the wisdom parser and formatter, with the round-trip
  * oracle. Any text the parser accepts must format to a text that parses back to the same set,
  * whose format is the same bytes (parse -> format -> parse is a fixed point); a violation aborts,

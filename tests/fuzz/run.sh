@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/run.sh FUZZER SECONDS [libFuzzer options...] -- runs one harness for a fixed time
 # on a copy of its seed corpus (tests/fuzz/corpus/<name>, never modified), then prints the
 # executions and coverage. Exit: 0 no crash, hang or oracle violation; 77 the fuzzers were not
