@@ -315,6 +315,15 @@ static int push_template_text(lua_State *L, const render_ctx *ctx, const char *n
   return 1;
 }
 
+/* Pushes the registry's table `key`, made empty on first use. */
+static void registry_table(lua_State *L, const char *key) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+  lua_pop(L, 1);
+  lua_newtable(L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, key);
+}
+
 /* include(name): runs templates/<name> in the same sandbox (same P, same builtins), its text
  * lines emitted where the include stands, and returns what that chunk returns. A file is run
  * once per render (a kept validation sandbox keeps it across checks: validator_call): a second
@@ -326,12 +335,7 @@ static int builtin_include(lua_State *L) {
   if (!*name || strchr(name, '/'))
     return luaL_error(L, "include(\"%s\"): a template file name, without a directory", name);
   lua_settop(L, 1);
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.included") != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.included");
-  }
+  registry_table(L, "kljit.included");
   const int done = 2;
   if (lua_getfield(L, done, name) != LUA_TNIL) {
     if (lua_type(L, -1) == LUA_TLIGHTUSERDATA) /* the marker of a file still running */
@@ -345,12 +349,7 @@ static int builtin_include(lua_State *L) {
   lua_setfield(L, done, name);
   /* The loaded chunk of each file, kept in the state: a kept validation sandbox (tens of
    * thousands of checks for one wisdom file) parses an included file once, not per check. */
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.chunks") != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.chunks");
-  }
+  registry_table(L, "kljit.chunks");
   const int chunks = 3;
   if (lua_getfield(L, chunks, name) != LUA_TFUNCTION) {
     lua_pop(L, 1);
