@@ -5,7 +5,7 @@ kljit_test_exe(unit_wisdom_rules unit_wisdom_rules.c)
 foreach(case
     wisdom_text_round_trips_as_a_fixed_point
     every_entry_the_parser_accepts_renders
-    sixty_thousand_entries_import_in_under_a_second
+    wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries
     sixteen_concurrent_writers_keep_every_entry)
   kljit_test(NAME unit.wisdom.${case} EXE unit_wisdom_rules CASE ${case} LABELS unit)
 endforeach()
