@@ -146,35 +146,18 @@
 %  { "teacher", "const teach_t* __restrict__" }, { "bias", "const bias_t* __restrict__" },
 %  { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %  { "hdr", "const float* __restrict__" } }
-%local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
-%  { "srow", "i64" }, { "srec", "i64" } }
-%local args = iface.args
-%local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
-%local ROW0 = { { "row0", "i64" } }
-%local K = iface.family({
+%local K = iface.family(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = {
 %    { "z", "const logit_t* __restrict__" }, { "teacher", "const teach_t* __restrict__" },
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
-%    { "part", "float* __restrict__" }, { "row0", "i64" } } },
-%  { name = "kl_dense_fused", step = "fused",
-%    args = args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
-%  { name = "kl_dense_forward", step = "forward",
-%    args = args(Z, row_in, recs, { { "rowstat", "float*" }, { "lossp", "float* __restrict__" } },
-%                ROW0) },
-%  { name = "kl_dense_backward", step = "backward",
-%    args = args(Z, G, row_in, { { "rowstat", "const float*" },
-%                { "gout", "const float* __restrict__", role = "grad_output" },
-%                { "gout_per_row", "int", role = "per_row" } }, ROW0) },
-%  { name = "kl_dense_merge", step = "merge", when = P.CLUSTER == 0, args = {
-%    { "part", "const float* __restrict__" }, { "labels", "const void*" }, { "labels_is64", "int" },
-%    { "ignore_index", "i64" }, { "rows", "int", role = "chunk_rows" },
-%    { "out", "float* __restrict__", role = "stats_out" }, { "row0", "i64" } } },
+%    { "part", "float* __restrict__" }, { "row0", "i64" } } } },
+%  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0), {
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
 %    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "flag", "u64*", role = "check_flag" } } },
-%})
+%}))
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}

@@ -47,6 +47,31 @@
 %  end
 %  return out
 %end
+%-- The four pass-2 kernels every row family has (fused, forward, backward, merge), named
+%-- <prefix>_<step>, over the family's own per-row inputs `row_in`; `merge_when` as a kernel's
+%-- `when` (nil: always). Their arguments beyond row_in are the same in every family.
+%function M.row_passes(prefix, row_in, merge_when)
+%  local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
+%  local ROW0 = { { "row0", "i64" } }
+%  local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
+%    { "srow", "i64" }, { "srec", "i64" } }
+%  return {
+%    { name = prefix .. "_fused", step = "fused",
+%      args = M.args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
+%    { name = prefix .. "_forward", step = "forward",
+%      args = M.args(Z, row_in, recs, { { "rowstat", "float*" },
+%                    { "lossp", "float* __restrict__" } }, ROW0) },
+%    { name = prefix .. "_backward", step = "backward",
+%      args = M.args(Z, G, row_in, { { "rowstat", "const float*" },
+%                    { "gout", "const float* __restrict__", role = "grad_output" },
+%                    { "gout_per_row", "int", role = "per_row" } }, ROW0) },
+%    { name = prefix .. "_merge", step = "merge", when = merge_when, args = {
+%      { "part", "const float* __restrict__" }, { "labels", "const void*" },
+%      { "labels_is64", "int" }, { "ignore_index", "i64" },
+%      { "rows", "int", role = "chunk_rows" }, { "out", "float* __restrict__", role = "stats_out" },
+%      { "row0", "i64" } } },
+%  }
+%end
 %function M.family(kernels)
 %  local by_name, F = {}, {}
 %  for _, k in ipairs(kernels) do

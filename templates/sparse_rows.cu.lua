@@ -79,33 +79,17 @@
 %local row_in = args(IDS, VALS, {
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
-%local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
-%  { "srow", "i64" }, { "srec", "i64" } }
-%local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
-%local ROW0 = { { "row0", "i64" } }
-%local K = iface.family({
+%local K = iface.family(iface.args({
 %  { name = "kl_sparse_stats", step = "stats", args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
-%    { "part", "float* __restrict__" }, { "row0", "i64" } }) },
-%  { name = "kl_sparse_fused", step = "fused",
-%    args = args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
-%  { name = "kl_sparse_forward", step = "forward",
-%    args = args(Z, row_in, recs, { { "rowstat", "float*" }, { "lossp", "float* __restrict__" } },
-%                ROW0) },
-%  { name = "kl_sparse_backward", step = "backward",
-%    args = args(Z, G, row_in, { { "rowstat", "const float*" },
-%                { "gout", "const float* __restrict__", role = "grad_output" },
-%                { "gout_per_row", "int", role = "per_row" } }, ROW0) },
-%  { name = "kl_sparse_merge", step = "merge", args = {
-%    { "part", "const float* __restrict__" }, { "labels", "const void*" }, { "labels_is64", "int" },
-%    { "ignore_index", "i64" }, { "rows", "int", role = "chunk_rows" },
-%    { "out", "float* __restrict__", role = "stats_out" }, { "row0", "i64" } } },
+%    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
+%  iface.row_passes("kl_sparse", row_in), {
 %  { name = "kl_sparse_check", step = "check", when = P.CHECK, args = args(IDS, VALS, {
 %    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "flag", "u64*", role = "check_flag" } }) },
-%})
+%}))
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
