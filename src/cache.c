@@ -50,9 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -362,57 +360,6 @@ static kljit_status search_dir(const char *dir, const char *name, const char *ke
   return KLJIT_SUCCESS;
 }
 
-/* 64 bits for the temp name. Only uniqueness matters (O_EXCL guarantees it, retrying on a
- * clash), so a clock-based fallback is good enough where getrandom and urandom both fail. */
-static uint64_t random_u64(void) {
-  uint64_t r;
-  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
-  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    const ssize_t got = fs_read_full(fd, &r, sizeof r);
-    close(fd);
-    if (got == (ssize_t)sizeof r) return r;
-  }
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  r = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40;
-  return r * 0x9e3779b97f4a7c15u;
-}
-
-/* Creates ".<entry name>.<host>.<pid>.<random>.tmp" in dfd, 0600 whatever the umask. On
- * failure tmp is empty, so the caller's cleanup cannot unlink a name another writer owns. */
-static kljit_status temp_create(int dfd, const char *dir, const char *name, char tmp[NAME_MAX],
-                                int *out) {
-  char host[65] = "";
-  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown");
-  for (char *h = host; *h; h++) /* keep the name one plain path component */
-    if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
-          *h == '-'))
-      *h = '_';
-  for (int attempt = 0; attempt < 16; attempt++) {
-    snprintf(tmp, NAME_MAX, ".%s.%s.%ld.%016llx.tmp", name, host, (long)getpid(),
-             (unsigned long long)random_u64());
-    const int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) continue;
-    if (fd < 0) {
-      const int e = errno;
-      tmp[0] = '\0';
-      return err_set(KLJIT_ERR_CACHE, "cannot create a temp file in %s: %s", dir, strerror(e));
-    }
-    if (fchmod(fd, 0600) != 0) {
-      const int e = errno;
-      close(fd);
-      unlinkat(dfd, tmp, 0);
-      tmp[0] = '\0';
-      return err_set(KLJIT_ERR_CACHE, "cannot chmod a temp file in %s: %s", dir, strerror(e));
-    }
-    *out = fd;
-    return KLJIT_SUCCESS;
-  }
-  tmp[0] = '\0';
-  return err_set(KLJIT_ERR_CACHE, "cannot create a unique temp file in %s", dir);
-}
-
 /* ---- public (internal) API ------------------------------------------------------------- */
 
 void cache_file_name(const char *key_text, char name[80]) {
@@ -482,37 +429,14 @@ kljit_status cache_store_in(const char *dir, const char *key_text, const char *m
   uint8_t sum[CHECKSUM_LEN];
   entry_checksum(head.data, head.len, payload, payload_len, sum);
 
-  int dfd = -1, fd = -1;
-  char name[80], tmp[NAME_MAX] = "", path[PATH_MAX];
+  int dfd = -1;
+  char name[80], path[PATH_MAX];
   cache_file_name(key_text, name);
   s = join_path(path, dir, name);
   if (!s) s = dir_make(dir, &dfd);
-  if (!s) s = temp_create(dfd, dir, name, tmp, &fd);
-  if (s) goto done;
-  if (fs_write_full(fd, head.data, head.len) != 0 || fs_write_full(fd, sum, sizeof sum) != 0 ||
-      fs_write_full(fd, payload, payload_len) != 0 || fsync(fd) != 0) {
-    s = err_set(KLJIT_ERR_CACHE, "cannot write %s/%s: %s", dir, tmp, strerror(errno));
-    goto done;
-  }
-  const int rc = close(fd); /* close can report a deferred write error (NFS) */
-  fd = -1;
-  if (rc != 0) {
-    s = err_set(KLJIT_ERR_CACHE, "cannot write %s/%s: %s", dir, tmp, strerror(errno));
-    goto done;
-  }
-  if (renameat(dfd, tmp, dfd, name) != 0) {
-    s = err_set(KLJIT_ERR_CACHE, "cannot publish %s: %s", path, strerror(errno));
-    goto done;
-  }
-  tmp[0] = '\0'; /* renamed: nothing left to clean up */
-  if (fsync(dfd) != 0)
-    s = err_set(KLJIT_ERR_CACHE, "cannot fsync cache directory %s: %s", dir, strerror(errno));
-  else
-    util_log("cache: stored %s (%zu bytes)", path, payload_len);
-
-done:
-  if (fd >= 0) close(fd);
-  if (tmp[0]) unlinkat(dfd, tmp, 0);
+  const fs_part parts[] = {{head.data, head.len}, {sum, sizeof sum}, {payload, payload_len}};
+  if (!s) s = fs_publish_at(dfd, dir, name, parts, 3, 0600, KLJIT_ERR_CACHE, "cache entry");
+  if (!s) util_log("cache: stored %s (%zu bytes)", path, payload_len);
   if (dfd >= 0) close(dfd);
   sb_free(&head);
   return s;

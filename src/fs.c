@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fs.c — the file-system helpers every writer shares: mkdir -p, full reads and writes, atomic
- * publication with the directory fsynced, the default cache directory. */
+ * publication (a private temp file renamed over the name, the directory fsynced) for every
+ * writer (kernel cache entries, wisdom files), the default cache directory. */
 #include "fs.h"
 
 #include <errno.h>
@@ -9,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "env.h"
@@ -86,6 +89,86 @@ int fs_write_full(int fd, const void *buf, size_t n) {
   return 0;
 }
 
+/* 64 bits for a temp name. Only uniqueness matters (O_EXCL guarantees it, retrying on a
+ * clash), so a clock-based fallback is good enough where getrandom and urandom both fail. */
+static uint64_t random_u64(void) {
+  uint64_t r;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t got = fs_read_full(fd, &r, sizeof r);
+    close(fd);
+    if (got == (ssize_t)sizeof r) return r;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  r = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40;
+  return r * 0x9e3779b97f4a7c15u;
+}
+
+/* Creates ".<name>.<host>.<pid>.<random>.tmp" in dfd, 0600 whatever the umask. On failure tmp
+ * is empty, so the caller's cleanup cannot unlink a name another writer owns. */
+static kljit_status temp_create(int dfd, const char *dir, const char *name, char tmp[NAME_MAX],
+                                kljit_status status, int *out) {
+  char host[65] = "";
+  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown");
+  for (char *h = host; *h; h++) /* keep the name one plain path component */
+    if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
+          *h == '-'))
+      *h = '_';
+  for (int attempt = 0; attempt < 16; attempt++) {
+    snprintf(tmp, NAME_MAX, ".%s.%s.%ld.%016llx.tmp", name, host, (long)getpid(),
+             (unsigned long long)random_u64());
+    const int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) {
+      const int e = errno;
+      tmp[0] = '\0';
+      return err_set(status, "cannot create a temp file in %s: %s", dir, strerror(e));
+    }
+    if (fchmod(fd, 0600) != 0) {
+      const int e = errno;
+      close(fd);
+      unlinkat(dfd, tmp, 0);
+      tmp[0] = '\0';
+      return err_set(status, "cannot chmod a temp file in %s: %s", dir, strerror(e));
+    }
+    *out = fd;
+    return KLJIT_SUCCESS;
+  }
+  tmp[0] = '\0';
+  return err_set(status, "cannot create a unique temp file in %s", dir);
+}
+
+kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,
+                           int nparts, unsigned mode, kljit_status status, const char *what) {
+  if (strlen(name) > NAME_MAX - 64 || strchr(name, '/'))
+    return err_set(status, "bad %s name '%s'", what, name);
+  char tmp[NAME_MAX] = "";
+  int fd = -1;
+  kljit_status st = temp_create(dfd, dir, name, tmp, status, &fd);
+  if (st != KLJIT_SUCCESS) return st;
+  int ok = 1;
+  for (int i = 0; ok && i < nparts; i++) ok = fs_write_full(fd, parts[i].data, parts[i].len) == 0;
+  ok = ok && (mode == 0600 || fchmod(fd, (mode_t)mode) == 0) && fsync(fd) == 0;
+  const int err = errno;
+  /* close can report a deferred write error (NFS); the rename publishes whole or nothing, the
+   * directory's fsync makes the new name survive a power loss */
+  const int closed = close(fd) == 0;
+  if (!ok || !closed) {
+    st = err_set(status, "cannot write %s %s/%s: %s", what, dir, tmp, strerror(ok ? errno : err));
+  } else if (renameat(dfd, tmp, dfd, name) != 0) {
+    st = err_set(status, "cannot publish %s %s/%s: %s", what, dir, name, strerror(errno));
+  } else {
+    tmp[0] = '\0'; /* renamed: nothing left to clean up */
+    if (fsync(dfd) != 0)
+      st = err_set(status, "cannot fsync the directory %s of %s %s: %s", dir, what, name,
+                   strerror(errno));
+  }
+  if (tmp[0]) unlinkat(dfd, tmp, 0);
+  return st;
+}
+
 kljit_status fs_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                             kljit_status status, const char *what) {
   const char *slash = strrchr(path, '/');
@@ -97,27 +180,9 @@ kljit_status fs_write_atomic(const char *path, const void *data, size_t len, uns
   int dfd = -1;
   kljit_status st = fs_mkdir_p(dir, status, "directory", &dfd);
   if (st != KLJIT_SUCCESS) return st;
-  strbuf tmp = {0};
-  st = sb_printf(&tmp, "%s.XXXXXX", path);
-  const int fd = st == KLJIT_SUCCESS ? mkstemp(tmp.data) : -1;
-  if (st == KLJIT_SUCCESS && fd < 0)
-    st = err_set(status, "cannot write %s %s: %s", what, path, strerror(errno));
-  if (st == KLJIT_SUCCESS) {
-    const int ok = fs_write_full(fd, data, len) == 0 && fchmod(fd, (mode_t)mode) == 0 &&
-                   fsync(fd) == 0;
-    const int err = errno;
-    /* close can report a deferred write error (NFS); the rename publishes whole or nothing, the
-     * directory's fsync makes the new name survive a power loss */
-    if (close(fd) != 0 || !ok || rename(tmp.data, path) != 0) {
-      st = err_set(status, "cannot write %s %s: %s", what, path, strerror(ok ? errno : err));
-      unlink(tmp.data);
-    } else if (fsync(dfd) != 0) {
-      st = err_set(status, "cannot fsync the directory of %s %s: %s", what, path,
-                   strerror(errno));
-    }
-  }
+  const fs_part part = {data, len};
+  st = fs_publish_at(dfd, dir, slash ? slash + 1 : path, &part, 1, mode, status, what);
   close(dfd);
-  sb_free(&tmp);
   return st;
 }
 

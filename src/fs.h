@@ -18,8 +18,22 @@ kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, 
 ssize_t fs_read_full(int fd, void *buf, size_t n);
 int fs_write_full(int fd, const void *buf, size_t n);
 
-/* Replaces `path` whole or not at all: its directory created if missing, a temp file beside it
- * written, chmod'ed to `mode` and fsynced, renamed over `path`, then the directory fsynced. */
+/* One piece of what fs_publish_at writes. */
+typedef struct fs_part {
+  const void *data;
+  size_t len;
+} fs_part;
+
+/* Publishes `name` in the open directory `dfd` (`dir` names it in messages) whole or not at
+ * all: a temp file ".<name>.<host>.<pid>.<64 random bits>.tmp" created beside it (O_EXCL,
+ * O_NOFOLLOW, 0600), the parts written in order, chmod'ed to `mode`, fsynced and closed, renamed
+ * over `name`, then the directory fsynced. Concurrent writers need no lock: the last rename wins
+ * with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
+ * make the messages. */
+kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,
+                           int nparts, unsigned mode, kljit_status status, const char *what);
+
+/* fs_publish_at for a path: its directory created if missing (fs_mkdir_p). */
 kljit_status fs_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                              kljit_status status, const char *what);
 
