@@ -67,7 +67,8 @@
  *   workspace: 256 bytes (cuBLASLt's workspace lives in it; cudaMalloc gives 256);
  *   input, weight, teacher, teacher_values, grad_input, grad_weight, teacher_input,
  *   teacher_weight: 16 bytes;
- *   bias, grad_bias, labels, teacher_ids, loss, saved, grad_output: their element size.
+ *   bias, grad_bias, labels, teacher_ids, teacher_bias, loss, saved, grad_output: their
+ *   element size.
  */
 #ifndef KLJIT_H
 #define KLJIT_H
@@ -143,9 +144,9 @@ typedef enum kljit_teacher_form {
   KLJIT_TEACHER_DENSE_LOGPROBS = 2, /* teacher[N,V] = log p (torch log_target=True)        */
   KLJIT_TEACHER_DENSE_LOGITS = 3,   /* teacher[N,V] = zt, p = softmax(zt / T_teacher)      */
   KLJIT_TEACHER_SPARSE_TOPK = 4,    /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
-  /* An online teacher head: zt = teacher_input[N,Ht] teacher_weight[Vt,Ht]^T (+ teacher bias
-   * with KLJIT_FLAG_TEACHER_BIAS: defined, not yet planned), then as DENSE_LOGITS; no gradient
-   * flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they never
+  /* An online teacher head: zt = teacher_input[N,Ht] teacher_weight[Vt,Ht]^T (+ teacher_bias
+   * with KLJIT_FLAG_TEACHER_BIAS), then as DENSE_LOGITS (teacher softcap and temperature); no
+   * gradient flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they never
    * leave the chunk buffer); teacher_dtype is that of teacher_input and teacher_weight. */
   KLJIT_TEACHER_DENSE_HIDDEN = 5
 } kljit_teacher_form;
@@ -438,6 +439,8 @@ typedef struct kljit_args {
    * and head, both teacher_dtype; no gradient flows to them. Absent from a shorter struct. */
   const void *teacher_input;   /* Xt [N,Ht]                                               */
   const void *teacher_weight;  /* Wt [Vt,Ht] (rows [V, Vt) are never read)                */
+  const void *teacher_bias;    /* bt [Vt] teacher_dtype, with KLJIT_FLAG_TEACHER_BIAS, else
+                                  NULL ([V, Vt) never read); absent from a shorter struct */
 } kljit_args;
 
 /* The size of the first released kljit_args (the fields up to `flags`): entry points accept a
@@ -447,7 +450,7 @@ typedef struct kljit_args {
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL }
+    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL, NULL }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);

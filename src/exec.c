@@ -86,6 +86,9 @@ static const void *teacher_input_of(const kljit_args *a) {
 static const void *teacher_weight_of(const kljit_args *a) {
   return ARGS_HAS(a, teacher_weight) ? a->teacher_weight : NULL;
 }
+static const void *teacher_bias_of(const kljit_args *a) {
+  return ARGS_HAS(a, teacher_bias) ? a->teacher_bias : NULL;
+}
 
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
@@ -140,6 +143,8 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_ptr(p, who, "bias", a->bias, in_sz));
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
+  if (!(pb->flags & KLJIT_FLAG_TEACHER_BIAS))
+    TRY(check_absent(who, "teacher_bias", teacher_bias_of(a), "without KLJIT_FLAG_TEACHER_BIAS"));
   if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
   if (!a->labels && pb->hard_weight != 0.0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: labels is NULL but hard_weight = %g: the "
@@ -155,6 +160,9 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
                      "teacher_weight)"));
     TRY(check_ptr(p, who, "teacher_input", teacher_input_of(a), 16));
     TRY(check_ptr(p, who, "teacher_weight", teacher_weight_of(a), 16));
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
+      TRY(check_ptr(p, who, "teacher_bias", teacher_bias_of(a),
+                    names_dtype_size(pb->teacher_dtype)));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   } else {
@@ -335,6 +343,7 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->teacher_ids = a->teacher_ids;
   k->teacher_values = a->teacher_values;
   k->bias = a->bias;
+  k->teacher_bias = teacher_bias_of(a);
   k->labels = a->labels;
   k->labels_is64 = c->labels_is64;
   k->ignore_index = c->ignore;

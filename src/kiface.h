@@ -38,6 +38,7 @@ typedef float kiface_f32;
   X(teacher_ids, ptr)  /* sparse teacher ids (N, K) */                                      \
   X(teacher_values, ptr)                                                                    \
   X(bias, ptr)                                                                              \
+  X(teacher_bias, ptr) /* the online teacher's bias (V) */                                 \
   X(labels, ptr)       /* NULL: every row kept */                                           \
   X(labels_is64, i32)                                                                       \
   X(ignore_index, i64)                                                                      \

@@ -150,8 +150,6 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
     return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
                  "kernels have it)", who, pb->softcap, later);
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
-      return UNSUP("%s: KLJIT_FLAG_TEACHER_BIAS: the online teacher's bias %s", who, later);
     if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
       return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
                    "computed in the chunk buffer, there is no teacher array to check", who);
@@ -423,6 +421,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
     r->tdt = KLJIT_FP32;
     r->tld = g->ld;
     r->tchunk = 1;
+    /* its bias, in the teacher's dtype, is added as the row kernels load its logits */
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS) r->tbdt = pb->teacher_dtype;
   }
   r->softcap = pb->softcap;
   r->tsoftcap = pb->teacher_softcap;
@@ -449,6 +449,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
   h->div = NULL;
   h->tchunk = 0;
+  h->tbdt = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;

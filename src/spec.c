@@ -90,6 +90,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->soft1 != 0.0) out[n++] = pn("SOFT", 1.0 + k->soft1);
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->tchunk) out[n++] = pb("TCHUNK", 1);
+    if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);

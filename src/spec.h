@@ -60,13 +60,14 @@ typedef struct kspec {
   const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
+  kljit_dtype tbdt;   /* the online teacher's bias dtype; 0: no teacher bias */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
   const char *gemm_layout; /* "nt" | "nn" */
   char gemm_raster;   /* 'm' | 'n' */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 30 }; /* dense rows: 20 always, 9 optional */
+enum { KSPEC_MAX_PARAMS = 32 }; /* dense rows: 20 always, 10 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

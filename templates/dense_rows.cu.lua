@@ -51,6 +51,8 @@
 %--   TLD      teacher row stride >= V (a padded teacher: columns [V, TLD) are never read)
 %--   TCHUNK   bool: the teacher rows are the chunk's (row r of the chunk, not row0 + r): the
 %--            online teacher's logits, which its GEMM writes into the workspace per chunk
+%--   TBDT     f32|bf16|f16: the online teacher's bias bt[V] (TCHUNK, TEACHER = logits), added
+%--            to its logits as they are loaded: zt = Xt Wt^T + bt, before TSOFTCAP and 1 / TT
 %--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
 %--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
 %--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
@@ -104,6 +106,13 @@
 %local TSTRIDE = P.TLD and tostring(TLD) or "V"
 %local TRI = P.TCHUNK and "(i64)r" or "row"
 %if P.TCHUNK and P.CHECK then reject("TCHUNK has no teacher array to check (CHECK)") end
+%if P.TBDT ~= nil and not (dt[P.TBDT] and P.TCHUNK and P.TEACHER == "logits") then
+%  reject("TBDT must be f32, bf16 or f16 and needs TCHUNK with TEACHER = logits")
+%end
+%-- the teacher bias in signatures and calls: empty strings keep the plain source unchanged
+%local TB = P.TBDT ~= nil
+%local TBP = TB and " const tbias_t* __restrict__ tbias," or ""
+%local TBA = TB and " tbias," or ""
 %local TROW = "teacher + " .. TRI .. " * " .. TSTRIDE
 %-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
 %local KCAP = P.SOFTCAP and ", kcap" or ""
@@ -146,12 +155,18 @@
 %  { "teacher", "const teach_t* __restrict__" }, { "bias", "const bias_t* __restrict__" },
 %  { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %  { "hdr", "const float* __restrict__" } }
+%local stats_in = {
+%  { "z", "const logit_t* __restrict__" }, { "teacher", "const teach_t* __restrict__" },
+%  { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
+%  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
+%  { "part", "float* __restrict__" }, { "row0", "i64" } }
+%if TB then
+%  local tb = { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" }
+%  table.insert(row_in, 3, tb)
+%  table.insert(stats_in, 4, tb)
+%end
 %local K = iface.family(iface.args({
-%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = {
-%    { "z", "const logit_t* __restrict__" }, { "teacher", "const teach_t* __restrict__" },
-%    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
-%    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
-%    { "part", "float* __restrict__" }, { "row0", "i64" } } } },
+%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = stats_in } },
 %  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0), {
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
 %    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
@@ -176,6 +191,9 @@ typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
 typedef {{ dt[P.BDT] }} bias_t;
+%if TB then
+typedef {{ dt[P.TBDT] }} tbias_t;
+%end
 #define HAS_BIAS {{ P.BIAS and 1 or 0 }}
 #define TEACHER_{{ string.upper(P.TEACHER) }} 1
 #define LOG_EPS {{ f32(math.log(P.EPS)) }}
@@ -203,11 +221,17 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 template <bool FULL>
 __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           const teach_t* __restrict__ tr,
-                                          const bias_t* __restrict__ bias, int v, float invT,
+                                          const bias_t* __restrict__ bias,{{ TBP }} int v, float invT,
                                           float (&s)[VEC], float (&t)[VEC]) {
   if constexpr (FULL) {
     load_n<VEC, true>(zr + v, s);
     load_n<VEC, TALIGNED>(tr + v, t);
+%if TB then
+    float tb[VEC];
+    load_n<VEC, false>(tbias + v, tb);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) t[i] += tb[i];
+%end
 #if HAS_BIAS
     float b[VEC];
     load_n<VEC, false>(bias + v, b);
@@ -224,6 +248,9 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
 #endif
 #if defined(TEACHER_LOGITS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+%if TB then
+      if (in) t[i] += to_f32(tbias[v + i]);
+%end
 #elif defined(TEACHER_LOGPROBS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
 #else
@@ -553,7 +580,7 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
  * returned to every thread. */
 __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
                                             const teach_t* __restrict__ tr,
-                                            const bias_t* __restrict__ bias, int v0, int v1,
+                                            const bias_t* __restrict__ bias,{{ TBP }} int v0, int v1,
                                             float invT, float invTT, md_t* sh_md, float* sh_f,
                                             float (&rec)[{{ NREC }}]) {
   acc1_t a;
@@ -564,18 +591,18 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
     /* four independent 16-byte loads in flight per thread before the first use */
     float s[4][VEC], t[4][VEC];
 #pragma unroll
-    for (int u = 0; u < 4; u++) load_cols<true>(zr, tr, bias, v + u * THREADS * VEC, invT, s[u], t[u]);
+    for (int u = 0; u < 4; u++) load_cols<true>(zr, tr, bias,{{ TBA }} v + u * THREADS * VEC, invT, s[u], t[u]);
 #pragma unroll
     for (int u = 0; u < 4; u++) acc1_add(a, s[u], t[u], invTT{{ TARG }});
   }
   for (; v < vfull; v += THREADS * VEC) {
     float s[VEC], t[VEC];
-    load_cols<true>(zr, tr, bias, v, invT, s, t);
+    load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
     acc1_add(a, s, t, invTT{{ TARG }});
   }
   if (v < v1) {
     float s[VEC], t[VEC];
-    load_cols<false>(zr, tr, bias, v, invT, s, t);
+    load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
     acc1_add(a, s, t, invTT{{ TARG }});
   }
   acc1_block(a, sh_md, sh_f, rec);
@@ -596,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const float invTT = 1.0f;
 #endif
   float rec[{{ NREC }}];
-  stats_range(z + (i64)r * LD, {{ TROW }}, bias, seg_begin(), seg_end(), INV_T(hdr),
+  stats_range(z + (i64)r * LD, {{ TROW }}, bias,{{ TBA }} seg_begin(), seg_end(), INV_T(hdr),
               invTT, sh_md, sh_f, rec);
   if (threadIdx.x == 0)
     for (int k = 0; k < {{ NREC }}; k++) out[k] = rec[k];
@@ -606,7 +633,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 template <int MODE>
 __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
                                       const teach_t* __restrict__ teacher,
-                                      const bias_t* __restrict__ bias, const void* labels,
+                                      const bias_t* __restrict__ bias,{{ TBP }} const void* labels,
                                       int labels_is64, i64 ignore_index,
                                       const float* __restrict__ hdr,
                                       const float* __restrict__ part, int nrec, i64 srow,
@@ -662,9 +689,9 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
       float s[VEC], t[VEC], gv[VEC];
       if (v + VEC <= v1)
-        load_cols<true>(zr, tr, bias, v, invT, s, t);
+        load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
       else
-        load_cols<false>(zr, tr, bias, v, invT, s, t);
+        load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
       /* BACKWARD: adds to sacc only, never to the loss (sweep 2 does) */
       elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
     }
@@ -679,9 +706,9 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       if (v + VEC <= v1)
-        load_cols<true>(zr, tr, bias, v, invT, s[u], t[u]);
+        load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s[u], t[u]);
       else if (v < v1)
-        load_cols<false>(zr, tr, bias, v, invT, s[u], t[u]);
+        load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s[u], t[u]);
     }
     __syncthreads(); /* the whole group is read: G may now overwrite it (see the header) */
 #pragma unroll
@@ -698,9 +725,9 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
     float s[VEC], t[VEC], gv[VEC];
     if (v < vfull)
-      load_cols<true>(zr, tr, bias, v, invT, s, t);
+      load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
     else
-      load_cols<false>(zr, tr, bias, v, invT, s, t);
+      load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
     elem_terms<MODE>(s, t, rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
     if (MODE != MODE_FORWARD) {
       if (v < vfull)
@@ -747,7 +774,7 @@ __device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
 template <int MODE>
 __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             const teach_t* __restrict__ teacher,
-                                            const bias_t* __restrict__ bias, const void* labels,
+                                            const bias_t* __restrict__ bias,{{ TBP }} const void* labels,
                                             int labels_is64, i64 ignore_index,
                                             const float* __restrict__ hdr,
                                             const float* __restrict__ part, int nrec,
@@ -788,9 +815,9 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   for (int j = 0; j < NV; j++) {
     const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
     if (v + VEC <= v1) {
-      load_cols<true>(zr, tr, bias, v, invT, s[j], t[j]);
+      load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s[j], t[j]);
     } else if (v < v1) {
-      load_cols<false>(zr, tr, bias, v, invT, s[j], t[j]);
+      load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s[j], t[j]);
     } else {
 #pragma unroll
       for (int i = 0; i < VEC; i++) {
@@ -861,19 +888,19 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_fused") }} {
-  ROW_BODY<MODE_FUSED>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, part, nrec,
+  ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, part, nrec,
                        srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_forward") }} {
-  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias, labels, labels_is64, ignore_index, hdr,
+  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr,
                          part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_backward") }} {
-  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias, labels, labels_is64, ignore_index, hdr, nullptr,
+  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, nullptr,
                           0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 %if P.CLUSTER == 0 then

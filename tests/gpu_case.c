@@ -131,6 +131,8 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   pb.teacher_temperature = c->TT;
   pb.reduction = c->red;
   pb.flags = c->flags | (c->bias ? KLJIT_FLAG_BIAS : 0);
+  const int tbias = c->form == KLJIT_TEACHER_DENSE_HIDDEN && c->teacher_bias;
+  if (tbias) pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
   pb.grad_weight_dtype = c->gw;
   pb.softcap = c->softcap, pb.teacher_softcap = c->teacher_softcap;
   const int hidden = c->form == KLJIT_TEACHER_DENSE_HIDDEN;
@@ -148,6 +150,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   const int64_t tn = sparse ? n * c->k : hidden ? n * c->ht : n * teacher_ld(c);
   const int64_t twn = hidden ? teacher_ld(c) * c->ht : 0; /* the online teacher's head */
   double *tw = hidden ? malloc(sizeof(double) * twn) : NULL;
+  double *tb = tbias ? malloc(sizeof(double) * teacher_ld(c)) : NULL;
   double *b = malloc(sizeof(double) * v), *t = malloc(sizeof(double) * tn);
   int64_t *ids = sparse ? malloc(sizeof(int64_t) * tn) : NULL;
   double *dx = calloc(n * h, sizeof(double)), *dw = calloc(v * h, sizeof(double));
@@ -167,14 +170,15 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     for (int64_t i = 0; i < tn; i++) t[i] = host_normal(&rng);
     const double s = (c->teacher_softcap > 0 ? c->zstd : 2.0) / sqrt((double)c->ht);
     for (int64_t i = 0; i < twn; i++) tw[i] = s * host_normal(&rng);
+    for (int64_t i = 0; tb && i < teacher_ld(c); i++) tb[i] = host_normal(&rng);
   } else {
     make_teacher(c, &rng, t);
   }
   for (int64_t i = 0; i < n; i++)
     lab[i] = c->labels == 2 ? -100 : c->labels == 1 && host_uniform(&rng) < 0.2 ? -100 : i % 7;
 
-  gbuf X, W, B, Tt, TW, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS;
-  memset(&ID, 0, sizeof ID), memset(&TW, 0, sizeof TW);
+  gbuf X, W, B, Tt, TW, TB, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS;
+  memset(&ID, 0, sizeof ID), memset(&TW, 0, sizeof TW), memset(&TB, 0, sizeof TB);
   memset(&B, 0, sizeof B), memset(&DB, 0, sizeof DB), memset(&L, 0, sizeof L);
   memset(&SAVED, 0, sizeof SAVED), memset(&GO, 0, sizeof GO);
   const int none = c->red == KLJIT_REDUCTION_NONE;
@@ -192,6 +196,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   if (c->bias) fail |= gbuf_alloc(&B, c->dt, v) | gbuf_alloc(&DB, c->gw, v);
   if (sparse) fail |= gbuf_alloc(&ID, c->idt, tn);
   if (hidden) fail |= gbuf_alloc(&TW, c->tdt, twn);
+  if (tbias) fail |= gbuf_alloc(&TB, c->tdt, teacher_ld(c));
   if (c->labels) fail |= gbuf_alloc(&L, pb.label_dtype, n);
   if (!c->fused) fail |= gbuf_alloc(&SAVED, KLJIT_FP32, saved / 4) |
                          gbuf_alloc(&GO, KLJIT_FP32, none ? n : 1);
@@ -199,6 +204,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   /* the reference sees exactly the values the device holds */
   fail |= gbuf_upload(&X, x, x) | gbuf_upload(&W, w, w) | gbuf_upload(&Tt, t, t);
   if (hidden) fail |= gbuf_upload(&TW, tw, tw);
+  if (tbias) fail |= gbuf_upload(&TB, tb, tb);
   if (c->bias) fail |= gbuf_upload(&B, b, b);
   if (sparse) {
     double *idd = malloc(sizeof(double) * tn);
@@ -226,7 +232,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   kljit_args a = KLJIT_ARGS_INIT;
   a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.bias = B.ptr, a.labels = L.ptr;
   if (sparse) a.teacher_ids = ID.ptr, a.teacher_values = Tt.ptr;
-  else if (hidden) a.teacher_input = Tt.ptr, a.teacher_weight = TW.ptr;
+  else if (hidden) a.teacher_input = Tt.ptr, a.teacher_weight = TW.ptr, a.teacher_bias = TB.ptr;
   else a.teacher = Tt.ptr;
   a.temperature = c->T, a.loss = LOSS.ptr, a.grad_input = DX.ptr;
   a.grad_weight = DW.ptr, a.grad_bias = DB.ptr, a.saved = SAVED.ptr, a.grad_output = GO.ptr;
@@ -247,7 +253,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.b = c->bias ? b : NULL;
   ri.labels = c->labels ? lab : NULL, ri.temperature = c->T;
   if (sparse) ri.ids = ids, ri.vals = t;
-  else if (hidden) ri.teacher_x = t, ri.teacher_w = tw;
+  else if (hidden) ri.teacher_x = t, ri.teacher_w = tw, ri.teacher_b = tb;
   else ri.teacher = t;
   ri.grad_output = c->fused ? NULL : gout;
   ref_outputs ro;
@@ -289,10 +295,11 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     e->dx = s > 0 ? INFINITY : 0; /* exactly zero, not merely small */
     e->loss = none ? 0 : fabs(gl[0]) > 0 ? INFINITY : 0;
   }
-  gbuf *bufs[] = {&X, &W, &B, &Tt, &TW, &ID, &L, &DX, &DW, &DB, &LOSS, &SAVED, &GO, &WS};
+  gbuf *bufs[] = {&X, &W, &B, &Tt, &TW, &TB, &ID, &L, &DX, &DW, &DB, &LOSS, &SAVED, &GO, &WS};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
   free(x), free(w), free(b), free(t), free(dx), free(dw), free(db), free(rl), free(gx);
   free(gw), free(gb), free(gl), free(dw0), free(gout), free(lab), free(ids), free(tw);
+  free(tb);
   kljit_plan_destroy(plan);
   e->bad = bad; /* reported by the caller, after the line that names the case */
   return TH_PASS;
@@ -307,12 +314,12 @@ int gcase_check(const gcase *c) {
   const double tl = native ? 2e-2 : 1e-5;
   const double tg = c->dt == KLJIT_FP32 ? 1e-5 : native ? 2e-2 : 5e-3;
   const int ok = !e.bad && e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg && e.db <= tg;
-  char fam[128] = "";
+  char fam[160] = "";
   if (c->softcap > 0 || c->teacher_softcap > 0 || c->tld || c->hard_weight > 0 ||
-      c->soft_weight != 1.0 || c->divergence != KLJIT_DIVERGENCE_FORWARD_KL)
-    snprintf(fam, sizeof fam, " div=%d beta=%g cap=%g tcap=%g tld=%lld hard=%g soft=%g",
+      c->soft_weight != 1.0 || c->divergence != KLJIT_DIVERGENCE_FORWARD_KL || c->teacher_bias)
+    snprintf(fam, sizeof fam, " div=%d beta=%g cap=%g tcap=%g tld=%lld hard=%g soft=%g tbias=%d",
              (int)c->divergence, c->beta, c->softcap, c->teacher_softcap, (long long)c->tld,
-             c->hard_weight, c->soft_weight);
+             c->hard_weight, c->soft_weight, c->teacher_bias);
   printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s"
          " | loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
          ok ? "ok" : "FAIL", fname(c), dname(c->dt), dname(c->tdt), c->T,

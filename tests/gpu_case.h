@@ -51,8 +51,10 @@ typedef struct gcase {
   kljit_divergence divergence;      /* gcase_base: FORWARD_KL */
   double beta;                      /* JSD */
   /* the online teacher (form DENSE_HIDDEN): teacher_input [N, ht] and a head of tld rows (0: V;
-   * only the first V are used), both in tdt, its logits of standard deviation about 2 */
+   * only the first V are used), both in tdt, its logits of standard deviation about 2; with
+   * teacher_bias, a bias of tld elements (standard deviation 1) in tdt too */
   int64_t ht;
+  int teacher_bias;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -284,7 +284,8 @@ static int every_divergence_teacher_form_mode_and_dtype(void) {
 /* Issue 19: the online teacher (its head run chunk by chunk, the logits never materialized)
  * under the forward KL, the reverse KL and the JSD(0.5), in each mode and dtype (rotating so
  * that each divergence meets every dtype), its own temperature and softcap, a padded head
- * (rows past V never read), CE mixing and the cluster knob rotating, one case at V = 128256. */
+ * (rows past V never read), its bias (every third case), CE mixing and the cluster knob
+ * rotating, one case at V = 128256. */
 static int online_teacher_every_divergence_mode_and_dtype(void) {
   const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_FORWARD_KL, KLJIT_DIVERGENCE_REVERSE_KL,
                                     KLJIT_DIVERGENCE_JSD};
@@ -300,6 +301,7 @@ static int online_teacher_every_divergence_mode_and_dtype(void) {
         if (k % 4 == 2) c.zstd = 30.0, c.teacher_softcap = 30.0, c.softcap = 30.0;
         if (k % 3 == 0) c.tld = c.v + 64;
         if (k % 5 == 3) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        c.teacher_bias = k % 3 == 2;
         if (k == 7) c.v = 128256, c.n = 9, c.h = 32;
         if (sweep_case_knob(&c, k % 4 == 1, &worst)) return TH_SKIP;
       }

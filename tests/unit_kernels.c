@@ -551,7 +551,7 @@ static int add_sparse_and_checked(space *s) {
 /* Issue 19's dense-row parameters, each only in the source of a problem that sets it: the
  * student softcap (two-pass, cluster, fp32 and 16-bit logits), the teacher softcap of a logits
  * teacher, padded teacher rows with and without aligned vector loads, CE mixing (with T^2 and
- * without, CE alone). A representative set
+ * without, CE alone), the online teacher with its bias. A representative set
  * (the features are independent #if blocks of one template), not a product. */
 static int add_loss_families(space *s) {
   for (int i = 0; i < 4; i++) {
@@ -569,7 +569,11 @@ static int add_loss_families(space *s) {
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
-  return TH_PASS;
+  kljit_problem pb; /* the online teacher (its logits in the chunk buffer) with its bias */
+  if (!make_problem(EDGE_PROBLEMS[0], 128256, &pb)) return TH_FAIL;
+  pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 4096;
+  pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
+  return add_problem(s, &pb);
 }
 
 /* The optional parameters reach a source only when set: the plain problem renders the bytes it
@@ -618,6 +622,16 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     strbuf same = {0};
     TH_OK(kspec_render(&k, &same));
     TH_CHECK(strcmp(same.data, plain.data) == 0);
+    /* the online teacher's bias: an argument and an add on its loaded logits */
+    strbuf tb = {0};
+    k = g.rows, k.tchunk = 1, k.tbdt = KLJIT_BF16;
+    TH_OK(kspec_render(&k, &tb));
+    TH_CHECK(strstr(tb.data, "TBDT=bf16") && strstr(tb.data, "t[i] += to_f32(tbias[v + i])") &&
+             strstr(tb.data, "const tbias_t* __restrict__ tbias"));
+    TH_CHECK(strstr(plain.data, "tbias") == NULL);
+    k.tchunk = 0; /* a bias for a teacher array the caller gives is refused */
+    TH_CHECK(kspec_render(&k, &tb) != KLJIT_SUCCESS);
+    sb_free(&tb);
     sb_free(&plain), sb_free(&cap), sb_free(&tcap), sb_free(&pad), sb_free(&same), sb_free(&ce);
   }
   /* the planner fills the spec from the problem's fields */

@@ -319,6 +319,7 @@ class Args(ctypes.Structure):
         ("grad_scale", ctypes.c_double),
         ("teacher_input", ctypes.c_void_p),
         ("teacher_weight", ctypes.c_void_p),
+        ("teacher_bias", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -344,6 +345,7 @@ class Args(ctypes.Structure):
         "grad_scale": 1.0,
         "teacher_input": None,
         "teacher_weight": None,
+        "teacher_bias": None,
     }
 
     @classmethod
@@ -367,7 +369,7 @@ _PROBLEM_SIZE = 208
 SAVED_HDR_FLOATS = 8
 SAVED_ROW_FLOATS = 4
 SAVED_ROW_FLOATS_EXTENDED = 8
-_ARGS_SIZE = 176
+_ARGS_SIZE = 184
 
 
 def check_struct_sizes() -> None:
