@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,24 +51,51 @@ static const char *const TEACHERS[] = {NULL, "probs", "logprobs", "logits", "top
 static const char *const TAILS[] = {NULL, "none", "renorm", "bucket"};
 static const char *const RIGORS[] = {NULL, "estimate", "measure", "exhaustive"};
 
+/* A bounded text builder: what snprintf would write, without parsing a format for each field
+ * (every entry of a large file gets its key built while the file is imported). */
+typedef struct cursor {
+  char *p;
+  size_t n, cap; /* cap counts the NUL */
+} cursor;
+
+static void put(cursor *t, const char *s) {
+  while (*s && t->n + 1 < t->cap) t->p[t->n++] = *s++;
+  t->p[t->n] = '\0';
+}
+
+static void put_int(cursor *t, long long x) {
+  char digits[24];
+  size_t i = sizeof digits;
+  digits[--i] = '\0';
+  unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+  do digits[--i] = (char)('0' + u % 10);
+  while ((u /= 10) != 0);
+  if (x < 0) digits[--i] = '-';
+  put(t, digits + i);
+}
+
 void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
-  char flags[64] = "";
-  for (int i = 0; i < N_FLAGS; i++)
-    if (pb->flags & FLAGS[i].bit)
-      snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? "," : "",
-               FLAGS[i].name);
-  char sparse[128] = "";
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
-    snprintf(sparse, sizeof sparse, " k=%d ids=%s values=%s tail=%s", pb->topk,
-             names_dtype_tag(pb->topk_id_dtype), names_topk_values(pb->topk_values),
-             names_tail(pb->tail));
   const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK
                     ? (int)pb->teacher
                     : 0;
-  snprintf(out, WISDOM_PROBLEM_MAX, "V=%lld H=%lld in=%s teacher=%s tdt=%s%s tmode=%s flags=%s",
-           (long long)pb->vocab, (long long)pb->hidden, names_dtype_tag(pb->input_dtype),
-           t ? TEACHERS[t] : "?", names_dtype_tag(pb->teacher_dtype), sparse,
-           names_tmode(pb->temperature_mode), *flags ? flags : "-");
+  cursor k = {out, 0, WISDOM_PROBLEM_MAX};
+  put(&k, "V="), put_int(&k, (long long)pb->vocab);
+  put(&k, " H="), put_int(&k, (long long)pb->hidden);
+  put(&k, " in="), put(&k, names_dtype_tag(pb->input_dtype));
+  put(&k, " teacher="), put(&k, t ? TEACHERS[t] : "?");
+  put(&k, " tdt="), put(&k, names_dtype_tag(pb->teacher_dtype));
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    put(&k, " k="), put_int(&k, pb->topk);
+    put(&k, " ids="), put(&k, names_dtype_tag(pb->topk_id_dtype));
+    put(&k, " values="), put(&k, names_topk_values(pb->topk_values));
+    put(&k, " tail="), put(&k, names_tail(pb->tail));
+  }
+  put(&k, " tmode="), put(&k, names_tmode(pb->temperature_mode));
+  put(&k, " flags=");
+  int any = 0;
+  for (int i = 0; i < N_FLAGS; i++)
+    if (pb->flags & FLAGS[i].bit) put(&k, any++ ? "," : ""), put(&k, FLAGS[i].name);
+  if (!any) put(&k, "-");
 }
 
 /* The shortest %g form that reads back as the same double ("2", "1e-20"). */
@@ -225,13 +253,13 @@ static int parse_real(const char *v, double lo, double hi, double *out) {
   return 0;
 }
 
-/* Applies one problem field of the key (extra = 0) or extra (1) side. 1 applied, 0 not such a
- * field, -1 bad value or repeated (why set). */
-static int problem_field(kljit_problem *pb, const token *t, int extra, unsigned *seen, char *why,
-                         size_t cap) {
-  int f = 0;
-  while (f < PF_COUNT && strcmp(t->name, PROBLEM_FIELDS[f]) != 0) f++;
-  if (f == PF_COUNT || extra_field(f) != extra) return 0;
+static int field_code(const char *name);
+
+/* Applies one problem field (f: its field_code) of the key (extra = 0) or extra (1) side.
+ * 1 applied, 0 not such a field, -1 bad value or repeated (why set). */
+static int problem_field(kljit_problem *pb, const token *t, int f, int extra, unsigned *seen,
+                         char *why, size_t cap) {
+  if (f < 0 || f >= PF_COUNT || extra_field(f) != extra) return 0;
   if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
   *seen |= 1u << f;
   const char *v = t->value;
@@ -346,11 +374,13 @@ kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
     token tok[MAX_TOKENS];
     int n = 0;
     r = tokenize(copy, tok, &n, why, sizeof why);
-    for (int i = 0; i < n && r == 0; i++)
-      if (problem_field(pb, &tok[i], side, &seen, why, sizeof why) != 1) {
+    for (int i = 0; i < n && r == 0; i++) {
+      const int code = field_code(tok[i].name);
+      if (problem_field(pb, &tok[i], code, side, &seen, why, sizeof why) != 1) {
         if (!*why) snprintf(why, sizeof why, "unknown field %s", tok[i].name);
         r = -1;
       }
+    }
     free(copy);
   }
   if (r == 0) r = problem_complete(pb, seen, why, sizeof why);
@@ -411,12 +441,49 @@ static int key_field(int f) {
   return f <= EF_BUCKET;
 }
 
-static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigned *seen, char *why,
-                       size_t cap) {
-  int f = 0;
-  while (f < EF_COUNT && strcmp(t->name, ENTRY_FIELDS[f]) != 0) f++;
-  if (f == EF_COUNT)
-    return snprintf(why, cap, "unknown field %s (on this side of '->')", t->name), -1;
+/* Field codes: PF_* for problem fields, FIELD_ENTRY + EF_* for the others; every token of every
+ * line is looked up, so by hash (FIELD_SLOTS, filled once) rather than by a strcmp chain. */
+enum { FIELD_ENTRY = 32, FIELD_SLOTS = 64 };
+_Static_assert((int)PF_COUNT <= (int)FIELD_ENTRY && FIELD_ENTRY + (int)EF_COUNT < FIELD_SLOTS,
+               "the field codes of both tables fit the slots");
+static signed char field_slots[FIELD_SLOTS]; /* 1 + the code of the name hashed there; 0: none */
+static pthread_once_t fields_once = PTHREAD_ONCE_INIT;
+
+static const char *field_name(int code) {
+  return code < FIELD_ENTRY ? PROBLEM_FIELDS[code] : ENTRY_FIELDS[code - FIELD_ENTRY];
+}
+
+/* FNV-1a of s, and its length. */
+static uint64_t text_hash(const char *s, size_t *len) {
+  uint64_t h = 14695981039346656037ull;
+  const char *c = s;
+  for (; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  *len = (size_t)(c - s);
+  return h;
+}
+
+static void fields_init(void) {
+  for (int code = 0; code < FIELD_ENTRY + EF_COUNT; code++) {
+    if (code == PF_COUNT) code = FIELD_ENTRY;
+    size_t len, i = (size_t)(text_hash(field_name(code), &len) % FIELD_SLOTS);
+    while (field_slots[i]) i = (i + 1) % FIELD_SLOTS;
+    field_slots[i] = (signed char)(code + 1);
+  }
+}
+
+/* The field code of a token name, or -1 when it names no field. */
+static int field_code(const char *name) {
+  pthread_once(&fields_once, fields_init);
+  size_t len;
+  for (size_t i = text_hash(name, &len) % FIELD_SLOTS; field_slots[i]; i = (i + 1) % FIELD_SLOTS)
+    if (strcmp(field_name(field_slots[i] - 1), name) == 0) return field_slots[i] - 1;
+  return -1;
+}
+
+static int entry_field(wisdom_entry *e, const token *t, int code, int after_arrow, unsigned *seen,
+                       char *why, size_t cap) {
+  const int f = code >= FIELD_ENTRY ? code - FIELD_ENTRY : -1;
+  if (f < 0) return snprintf(why, cap, "unknown field %s (on this side of '->')", t->name), -1;
   if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
   if (key_field(f) == after_arrow)
     return snprintf(why, cap, "field %s belongs %s '->'", t->name,
@@ -428,8 +495,9 @@ static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigne
   int ok = 1;
   switch (f) {
     case EF_GPU:
-      ok = *v && strlen(v) < WISDOM_GPU_MAX;
-      if (ok) snprintf(e->gpu, sizeof e->gpu, "%s", v);
+      x = (long long)strlen(v);
+      ok = x > 0 && x < WISDOM_GPU_MAX;
+      if (ok) memcpy(e->gpu, v, (size_t)x + 1);
       break;
     case EF_ARCH:
       ok = !strncmp(v, "sm_", 3) && !parse_int(v + 3, 10, 9999, &x), e->arch = (int)x;
@@ -477,8 +545,35 @@ static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigne
   return 0;
 }
 
+/* The extra text of the last entry parsed and the fields it was made from: the entries of a
+ * file mostly share them, and each of its three numbers costs shortest() a printf or more. */
+typedef struct extra_memo {
+  int valid;
+  double t, tt, eps;
+  kljit_reduction reduction;
+  uint32_t t2;
+  kljit_dtype gw;
+  kljit_grad_weight_accum accum;
+  char text[WISDOM_EXTRA_MAX];
+} extra_memo;
+
+static void memo_extra(const kljit_problem *pb, extra_memo *m, char out[WISDOM_EXTRA_MAX]) {
+  const uint32_t t2 = pb->flags & KLJIT_FLAG_SCALE_T_SQUARED;
+  /* the numbers compared bit for bit: -0 and 0 print differently */
+  if (!m->valid || memcmp(&m->t, &pb->temperature, sizeof m->t) != 0 ||
+      memcmp(&m->tt, &pb->teacher_temperature, sizeof m->tt) != 0 ||
+      memcmp(&m->eps, &pb->eps, sizeof m->eps) != 0 || m->reduction != pb->reduction ||
+      m->t2 != t2 || m->gw != pb->grad_weight_dtype || m->accum != pb->grad_weight_accum) {
+    wisdom_problem_extra(pb, m->text);
+    m->valid = 1, m->t = pb->temperature, m->tt = pb->teacher_temperature, m->eps = pb->eps;
+    m->reduction = pb->reduction, m->t2 = t2, m->gw = pb->grad_weight_dtype;
+    m->accum = pb->grad_weight_accum;
+  }
+  memcpy(out, m->text, WISDOM_EXTRA_MAX);
+}
+
 /* One entry line (mutable copy). 0, or -1 with why. */
-static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
+static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why, size_t cap) {
   memset(e, 0, sizeof *e);
   token tok[MAX_TOKENS];
   int n = 0;
@@ -498,16 +593,17 @@ static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
       if (gemm_algo_add(&e->tune, &c)) return snprintf(why, cap, "too many gemm fields"), -1;
       continue;
     }
-    const int r = problem_field(&pb, &tok[i], arrows, &pseen, why, cap);
+    const int code = field_code(tok[i].name);
+    const int r = problem_field(&pb, &tok[i], code, arrows, &pseen, why, cap);
     if (r < 0) return -1;
-    if (r == 0 && entry_field(e, &tok[i], arrows, &eseen, why, cap)) return -1;
+    if (r == 0 && entry_field(e, &tok[i], code, arrows, &eseen, why, cap)) return -1;
   }
   if (!arrows) return snprintf(why, cap, "no '->' between the key and the choice"), -1;
   for (int f = 0; f < EF_COUNT; f++)
     if (!(eseen & 1u << f)) return snprintf(why, cap, "field %s is missing", ENTRY_FIELDS[f]), -1;
   if (problem_complete(&pb, pseen, why, cap)) return -1;
   wisdom_problem_key(&pb, e->problem);
-  wisdom_problem_extra(&pb, e->extra);
+  memo_extra(&pb, memo, e->extra);
   prob_geometry g;
   if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
       kspec_check(&g.helpers))
@@ -528,81 +624,198 @@ static int better(const wisdom_entry *a, const wisdom_entry *b) {
   return a->ms / (double)a->rows < b->ms / (double)b->rows;
 }
 
+/* Room for n entries in s. */
+static kljit_status reserve(wisdom_set *s, size_t n) {
+  if (n > s->cap) {
+    size_t cap = s->cap ? s->cap : 16;
+    while (cap < n) cap *= 2;
+    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
+    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    s->e = grown, s->cap = cap;
+  }
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status append(wisdom_set *s, const wisdom_entry *e, size_t count) {
+  const kljit_status st = reserve(s, s->n + count);
+  if (st != KLJIT_SUCCESS) return st;
+  if (count) memcpy(s->e + s->n, e, count * sizeof *e);
+  s->n += count;
+  return KLJIT_SUCCESS;
+}
+
 kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e) {
   for (size_t i = 0; i < s->n; i++)
     if (same_identity(&s->e[i], e)) {
       if (better(e, &s->e[i])) s->e[i] = *e;
       return KLJIT_SUCCESS;
     }
-  if (s->n == s->cap) {
-    const size_t cap = s->cap ? 2 * s->cap : 16;
-    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
-    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-    s->e = grown, s->cap = cap;
-  }
-  s->e[s->n++] = *e;
-  return KLJIT_SUCCESS;
+  return append(s, e, 1);
 }
 
-static int identity_cmp(const void *pa, const void *pb) {
-  const wisdom_entry *a = pa, *b = pb;
-  int c = strcmp(a->gpu, b->gpu);
-  if (!c) c = (a->arch > b->arch) - (a->arch < b->arch);
-  if (!c) c = (a->sms > b->sms) - (a->sms < b->sms);
-  if (!c) c = strcmp(a->problem, b->problem);
-  if (!c) c = (a->bucket > b->bucket) - (a->bucket < b->bucket);
-  return c;
-}
+/* ---- identity order ---------------------------------------------------------------------- */
+
+/* Sets are sorted by identity: gpu (strcmp), arch, sms, problem (strcmp), bucket. A sort
+ * compares each entry some log2(n) times, and comparing the strings every time, inside entries
+ * of over a kilobyte far apart in memory, was most of importing a large file. So each distinct
+ * string is ranked once (a hash set finds the distinct ones; only those are sorted) and the
+ * entries are sorted as small records of integers. */
 
 typedef struct ranked {
-  const wisdom_entry *e;
+  uint32_t gpu, problem; /* ranks of the strings */
+  int arch, sms;
+  int64_t bucket;
   size_t pos; /* position in the set: earlier wins ties, as in sequential merging */
 } ranked;
 
 static int ranked_cmp(const void *pa, const void *pb) {
   const ranked *a = pa, *b = pb;
-  const int c = identity_cmp(a->e, b->e);
-  return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
+  if (a->gpu != b->gpu) return a->gpu < b->gpu ? -1 : 1;
+  if (a->arch != b->arch) return a->arch < b->arch ? -1 : 1;
+  if (a->sms != b->sms) return a->sms < b->sms ? -1 : 1;
+  if (a->problem != b->problem) return a->problem < b->problem ? -1 : 1;
+  if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
+  return (a->pos > b->pos) - (a->pos < b->pos);
 }
 
-/* Leaves one entry per identity: the one sequential wisdom_merge calls in set order would
- * keep (the first of the best), in O(n log n) instead of merging one by one in O(n^2). */
-static kljit_status normalize(wisdom_set *s) {
-  if (s->n < 2) return KLJIT_SUCCESS;
-  ranked *r = malloc(s->n * sizeof *r);
-  wisdom_entry *kept = r ? malloc(s->n * sizeof *kept) : NULL;
-  if (!kept) {
-    free(r);
+static int same_rank_identity(const ranked *a, const ranked *b) {
+  return a->gpu == b->gpu && a->arch == b->arch && a->sms == b->sms && a->problem == b->problem &&
+         a->bucket == b->bucket;
+}
+
+typedef struct distinct {
+  uint64_t head; /* the first 8 bytes, big-endian (NUL-padded): most comparisons end here */
+  const char *s; /* a copy, packed with the others: the rest compares without cache misses */
+  uint32_t id;   /* the order it was first seen in */
+} distinct;
+
+static int distinct_cmp(const void *pa, const void *pb) {
+  const distinct *a = pa, *b = pb;
+  if (a->head != b->head) return a->head < b->head ? -1 : 1;
+  return strcmp(a->s, b->s); /* equal heads of distinct strings: both are longer than 8 */
+}
+
+/* rank[i] of each of the n strings str[i]: equal strings share a rank, and ranks order as
+ * strcmp orders the strings. */
+static kljit_status rank_strings(const char *const *str, size_t n, uint32_t *rank) {
+  size_t slots = 16, bytes = 0;
+  while (slots < 2 * n) slots *= 2;
+  uint32_t *slot = calloc(slots, sizeof *slot); /* 1 + the id of the string hashed there */
+  distinct *d = malloc((n ? n : 1) * sizeof *d);
+  uint32_t *place = malloc((n ? n : 1) * sizeof *place);
+  if (!slot || !d || !place || n >= UINT32_MAX) {
+    free(slot), free(d), free(place);
     return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  for (size_t i = 0; i < s->n; i++) r[i] = (ranked){&s->e[i], i};
-  qsort(r, s->n, sizeof *r, ranked_cmp);
-  size_t n = 0;
-  for (size_t i = 0; i < s->n;) {
-    const wisdom_entry *best = r[i].e;
-    size_t j = i + 1;
-    for (; j < s->n && identity_cmp(r[j].e, r[i].e) == 0; j++)
-      if (better(r[j].e, best)) best = r[j].e;
-    kept[n++] = *best;
-    i = j;
+  uint32_t nd = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+    size_t h = (size_t)text_hash(str[i], &len) & (slots - 1);
+    while (slot[h] && strcmp(d[slot[h] - 1].s, str[i]) != 0) h = (h + 1) & (slots - 1);
+    if (!slot[h]) {
+      d[nd] = (distinct){.s = str[i], .id = nd};
+      slot[h] = ++nd;
+      bytes += len + 1;
+    }
+    rank[i] = slot[h] - 1;
   }
-  free(r);
-  free(s->e);
-  s->e = kept, s->n = n, s->cap = s->n;
+  free(slot);
+  char *packed = malloc(bytes ? bytes : 1);
+  if (!packed) {
+    free(d), free(place);
+    return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  char *w = packed;
+  for (uint32_t k = 0; k < nd; k++) {
+    const size_t len = strlen(d[k].s);
+    memcpy(w, d[k].s, len + 1);
+    d[k].s = w, w += len + 1;
+    uint64_t head = 0;
+    for (size_t b = 0; b < 8; b++) head = head << 8 | (b < len ? (unsigned char)d[k].s[b] : 0);
+    d[k].head = head;
+  }
+  qsort(d, nd, sizeof *d, distinct_cmp);
+  for (uint32_t k = 0; k < nd; k++) place[d[k].id] = k;
+  for (size_t i = 0; i < n; i++) rank[i] = place[rank[i]];
+  free(packed), free(d), free(place);
   return KLJIT_SUCCESS;
 }
 
-static kljit_status append(wisdom_set *s, const wisdom_entry *e, size_t count) {
-  if (s->n + count > s->cap) {
-    size_t cap = s->cap ? s->cap : 16;
-    while (cap < s->n + count) cap *= 2;
-    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
-    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-    s->e = grown, s->cap = cap;
+/* The entries of s in identity order (ties: set order), as *out[0..s->n) (malloc'd). */
+static kljit_status identity_order(const wisdom_set *s, ranked **out) {
+  const size_t n = s->n;
+  ranked *r = malloc((n ? n : 1) * sizeof *r);
+  const char **str = malloc((n ? n : 1) * sizeof *str);
+  uint32_t *rank = malloc((n ? n : 1) * sizeof *rank);
+  kljit_status st =
+      r && str && rank ? KLJIT_SUCCESS : err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (st == KLJIT_SUCCESS) {
+    for (size_t i = 0; i < n; i++) str[i] = s->e[i].gpu;
+    st = rank_strings(str, n, rank);
   }
-  if (count) memcpy(s->e + s->n, e, count * sizeof *e);
-  s->n += count;
-  return KLJIT_SUCCESS;
+  for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
+    const wisdom_entry *e = &s->e[i];
+    r[i] = (ranked){.gpu = rank[i], .arch = e->arch, .sms = e->sms, .bucket = e->bucket, .pos = i};
+    str[i] = e->problem;
+  }
+  if (st == KLJIT_SUCCESS) st = rank_strings(str, n, rank);
+  if (st == KLJIT_SUCCESS) {
+    for (size_t i = 0; i < n; i++) r[i].problem = rank[i];
+    qsort(r, n, sizeof *r, ranked_cmp);
+  }
+  free(str), free(rank);
+  if (st != KLJIT_SUCCESS) free(r), r = NULL;
+  *out = r;
+  return st;
+}
+
+/* Rearranges e so that e[k] becomes what e[src[k]] was (src: a permutation, used up), moving
+ * each entry once along its cycle: no second array of the set's size (its fresh pages were a
+ * large part of normalizing a big set). */
+static void permute(wisdom_entry *e, size_t *src, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    if (src[k] == k) continue;
+    const wisdom_entry first = e[k];
+    size_t j = k;
+    while (src[j] != k) {
+      const size_t from = src[j];
+      e[j] = e[from];
+      src[j] = j;
+      j = from;
+    }
+    e[j] = first;
+    src[j] = j;
+  }
+}
+
+/* Leaves one entry per identity, in identity order: the one sequential wisdom_merge calls in
+ * set order would keep (the first of the best), in O(n log n) instead of merging one by one in
+ * O(n^2). */
+static kljit_status normalize(wisdom_set *s) {
+  if (s->n < 2) return KLJIT_SUCCESS;
+  const size_t n = s->n;
+  ranked *r = NULL;
+  kljit_status st = identity_order(s, &r);
+  size_t *src = st == KLJIT_SUCCESS ? malloc(n * sizeof *src) : NULL;
+  unsigned char *kept = src ? calloc(n, 1) : NULL;
+  if (st == KLJIT_SUCCESS && !kept) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (st == KLJIT_SUCCESS) {
+    /* src: the kept entries in identity order, then the dropped ones */
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+      size_t best = r[i].pos, j = i + 1;
+      for (; j < n && same_rank_identity(&r[j], &r[i]); j++)
+        if (better(&s->e[r[j].pos], &s->e[best])) best = r[j].pos;
+      src[m++] = best, kept[best] = 1;
+      i = j;
+    }
+    for (size_t i = 0, k = m; i < n; i++)
+      if (!kept[i]) src[k++] = i;
+    permute(s->e, src, n);
+    s->n = m;
+  }
+  free(r), free(src), free(kept);
+  return st;
 }
 
 kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from) {
@@ -616,20 +829,19 @@ void wisdom_set_free(wisdom_set *s) {
 }
 
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out) {
-  wisdom_entry *sorted = malloc((s->n ? s->n : 1) * sizeof *sorted);
-  if (!sorted) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  if (s->n) memcpy(sorted, s->e, s->n * sizeof *sorted);
-  qsort(sorted, s->n, sizeof *sorted, identity_cmp);
-  kljit_status st = sb_printf(out,
-                              "%s %d kljit=%s\n"
-                              "# GPU, problem and token bucket -> the chosen configuration, the "
-                              "rigor that chose it, its time (docs/wisdom.md)\n",
-                              HEADER_WORD, WISDOM_FORMAT, KLJIT_VERSION_STRING);
+  ranked *r = NULL;
+  kljit_status st = identity_order(s, &r);
+  if (st == KLJIT_SUCCESS)
+    st = sb_printf(out,
+                   "%s %d kljit=%s\n"
+                   "# GPU, problem and token bucket -> the chosen configuration, the "
+                   "rigor that chose it, its time (docs/wisdom.md)\n",
+                   HEADER_WORD, WISDOM_FORMAT, KLJIT_VERSION_STRING);
   for (size_t i = 0; i < s->n && st == KLJIT_SUCCESS; i++) {
-    st = wisdom_entry_text(&sorted[i], out);
+    st = wisdom_entry_text(&s->e[r[i].pos], out);
     if (st == KLJIT_SUCCESS) st = sb_append(out, "\n", 1);
   }
-  free(sorted);
+  free(r);
   return st;
 }
 
@@ -674,6 +886,9 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
   char why[600] = "";
   int lineno = 0, header = 0, bad = 0;
   kljit_status st = KLJIT_SUCCESS;
+  char *line = NULL; /* the mutable copy of each line, grown as needed */
+  size_t line_cap = 0;
+  extra_memo memo = {0};
   for (const char *p = text; *p && !bad && st == KLJIT_SUCCESS;) {
     lineno++;
     size_t len = strcspn(p, "\n");
@@ -685,10 +900,13 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
       p = next;
       continue;
     }
-    char *line = malloc(len + 1);
-    if (!line) {
-      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-      break;
+    if (len + 1 > line_cap) {
+      char *grown = realloc(line, len + 1);
+      if (!grown) {
+        st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+        break;
+      }
+      line = grown, line_cap = len + 1;
     }
     memcpy(line, p, len);
     line[len] = '\0';
@@ -697,14 +915,14 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
       const int h = parse_header(line, why, sizeof why);
       if (h == -2 && stale) *stale = 1;
       bad = h != 0;
-    } else {
-      wisdom_entry e;
-      bad = parse_entry(line, &e, why, sizeof why) != 0;
-      if (!bad) st = append(out, &e, 1); /* duplicates: normalize, below */
+    } else if ((st = reserve(out, out->n + 1)) == KLJIT_SUCCESS) {
+      /* parsed in place; duplicates are dropped by normalize, below */
+      bad = parse_entry(line, &out->e[out->n], &memo, why, sizeof why) != 0;
+      out->n += !bad;
     }
-    free(line);
     p = next;
   }
+  free(line);
   if (st == KLJIT_SUCCESS && !bad && !header) {
     bad = 1, lineno = 1;
     snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
