@@ -52,7 +52,12 @@ typedef struct memo_key {
   unsigned char b[]; /* n bytes */
 } memo_key;
 
-static memo_key **slots; /* MEMO_SLOTS, NULL = empty */
+typedef struct slot {
+  uint64_t hash; /* of key: a probe past another key costs no visit to its bytes */
+  memo_key *key; /* NULL: empty */
+} slot;
+
+static slot *slots; /* MEMO_SLOTS */
 static size_t used;
 
 /* 8 bytes a step (the keys are a few hundred bytes; byte-wise FNV showed in profiles). */
@@ -73,33 +78,33 @@ static int same(const memo_key *m, const key *k) {
   return m->n == k->n && memcmp(m->b, k->b, k->n) == 0;
 }
 
-/* The slot of text, or the empty slot where it would go (lock held, slots allocated). */
-static size_t find(const key *k) {
-  size_t i = (size_t)(key_hash(k) % MEMO_SLOTS);
-  while (slots[i] && !same(slots[i], k)) i = (i + 1) % MEMO_SLOTS;
+/* The slot of k (hash h), or the empty slot where it would go (lock held, slots allocated). */
+static size_t find(const key *k, uint64_t h) {
+  size_t i = (size_t)(h % MEMO_SLOTS);
+  while (slots[i].key && !(slots[i].hash == h && same(slots[i].key, k))) i = (i + 1) % MEMO_SLOTS;
   return i;
 }
 
-static int known(const key *k) {
+static int known(const key *k, uint64_t h) {
   pthread_mutex_lock(&lock);
-  const int hit = slots && slots[find(k)];
+  const int hit = slots && slots[find(k, h)].key;
   pthread_mutex_unlock(&lock);
   return hit;
 }
 
-static void remember(const key *k) {
+static void remember(const key *k, uint64_t h) {
   pthread_mutex_lock(&lock);
   if (slots && used >= MEMO_MAX) {
-    for (size_t i = 0; i < MEMO_SLOTS; i++) free(slots[i]);
+    for (size_t i = 0; i < MEMO_SLOTS; i++) free(slots[i].key);
     memset(slots, 0, MEMO_SLOTS * sizeof *slots);
     used = 0;
   }
   if (!slots) slots = calloc(MEMO_SLOTS, sizeof *slots);
   if (slots) {
-    const size_t i = find(k);
-    if (!slots[i] && (slots[i] = malloc(sizeof(memo_key) + k->n))) {
-      slots[i]->n = k->n;
-      memcpy(slots[i]->b, k->b, k->n);
+    slot *s = &slots[find(k, h)];
+    if (!s->key && (s->key = malloc(sizeof(memo_key) + k->n))) {
+      s->hash = h, s->key->n = k->n;
+      memcpy(s->key->b, k->b, k->n);
       used++;
     }
   }
@@ -111,8 +116,9 @@ kljit_status kspec_check(const kspec *k) {
   const size_t n = kspec_params(k, params);
   key mk;
   const int memo = make_key(k, params, n, &mk) == 0;
-  if (memo && known(&mk)) return KLJIT_SUCCESS;
+  const uint64_t h = memo ? key_hash(&mk) : 0;
+  if (memo && known(&mk, h)) return KLJIT_SUCCESS;
   const kljit_status st = render_validate(kspec_template(k), params, n);
-  if (st == KLJIT_SUCCESS && memo) remember(&mk);
+  if (st == KLJIT_SUCCESS && memo) remember(&mk, h);
   return st;
 }
