@@ -665,7 +665,8 @@ typedef struct ranked {
   uint32_t gpu, problem; /* ranks of the strings */
   int arch, sms;
   int64_t bucket;
-  size_t pos; /* position in the set: earlier wins ties, as in sequential merging */
+  size_t pos;   /* index in the set's array */
+  size_t order; /* place in the set's order: earlier wins ties, as in sequential merging */
 } ranked;
 
 static int ranked_cmp(const void *pa, const void *pb) {
@@ -675,7 +676,7 @@ static int ranked_cmp(const void *pa, const void *pb) {
   if (a->sms != b->sms) return a->sms < b->sms ? -1 : 1;
   if (a->problem != b->problem) return a->problem < b->problem ? -1 : 1;
   if (a->bucket != b->bucket) return a->bucket < b->bucket ? -1 : 1;
-  return (a->pos > b->pos) - (a->pos < b->pos);
+  return (a->order > b->order) - (a->order < b->order);
 }
 
 static int same_rank_identity(const ranked *a, const ranked *b) {
@@ -741,8 +742,9 @@ static kljit_status rank_strings(const char *const *str, size_t n, uint32_t *ran
   return KLJIT_SUCCESS;
 }
 
-/* The entries of s in identity order (ties: set order), as *out[0..s->n) (malloc'd). */
-static kljit_status identity_order(const wisdom_set *s, ranked **out) {
+/* The entries of s in identity order, as *out[0..s->n) (malloc'd). Ties in set order, which
+ * starts at index `first` of the array and wraps around (wisdom_merge_set_take). */
+static kljit_status identity_order(const wisdom_set *s, size_t first, ranked **out) {
   const size_t n = s->n;
   ranked *r = malloc((n ? n : 1) * sizeof *r);
   const char **str = malloc((n ? n : 1) * sizeof *str);
@@ -755,7 +757,8 @@ static kljit_status identity_order(const wisdom_set *s, ranked **out) {
   }
   for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
     const wisdom_entry *e = &s->e[i];
-    r[i] = (ranked){.gpu = rank[i], .arch = e->arch, .sms = e->sms, .bucket = e->bucket, .pos = i};
+    r[i] = (ranked){.gpu = rank[i], .arch = e->arch, .sms = e->sms, .bucket = e->bucket, .pos = i,
+                    .order = i >= first ? i - first : n - first + i};
     str[i] = e->problem;
   }
   if (st == KLJIT_SUCCESS) st = rank_strings(str, n, rank);
@@ -789,13 +792,13 @@ static void permute(wisdom_entry *e, size_t *src, size_t n) {
 }
 
 /* Leaves one entry per identity, in identity order: the one sequential wisdom_merge calls in
- * set order would keep (the first of the best), in O(n log n) instead of merging one by one in
- * O(n^2). */
-static kljit_status normalize(wisdom_set *s) {
+ * set order (from index `first`, see identity_order) would keep, the first of the best, in
+ * O(n log n) instead of merging one by one in O(n^2). */
+static kljit_status normalize(wisdom_set *s, size_t first) {
   if (s->n < 2) return KLJIT_SUCCESS;
   const size_t n = s->n;
   ranked *r = NULL;
-  kljit_status st = identity_order(s, &r);
+  kljit_status st = identity_order(s, first, &r);
   size_t *src = st == KLJIT_SUCCESS ? malloc(n * sizeof *src) : NULL;
   unsigned char *kept = src ? calloc(n, 1) : NULL;
   if (st == KLJIT_SUCCESS && !kept) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -820,7 +823,25 @@ static kljit_status normalize(wisdom_set *s) {
 
 kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from) {
   const kljit_status st = append(into, from->e, from->n);
-  return st != KLJIT_SUCCESS ? st : normalize(into);
+  return st != KLJIT_SUCCESS ? st : normalize(into, 0);
+}
+
+kljit_status wisdom_merge_set_take(wisdom_set *into, wisdom_set *from) {
+  if (from->n <= into->n) {
+    const kljit_status st = wisdom_merge_set(into, from);
+    wisdom_set_free(from);
+    return st;
+  }
+  /* The larger array takes the smaller one's entries (a copy of the larger, in fresh pages, was
+   * a large part of importing a big file): into's entries come after from's there, but first
+   * in set order, so they still win ties. */
+  const size_t first = from->n;
+  const kljit_status st = append(from, into->e, into->n);
+  if (st != KLJIT_SUCCESS) return st;
+  wisdom_set_free(into);
+  *into = *from;
+  memset(from, 0, sizeof *from);
+  return normalize(into, first);
 }
 
 void wisdom_set_free(wisdom_set *s) {
@@ -830,7 +851,7 @@ void wisdom_set_free(wisdom_set *s) {
 
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out) {
   ranked *r = NULL;
-  kljit_status st = identity_order(s, &r);
+  kljit_status st = identity_order(s, 0, &r);
   if (st == KLJIT_SUCCESS)
     st = sb_printf(out,
                    "%s %d kljit=%s\n"
@@ -928,7 +949,7 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
     snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
   }
   if (bad) st = err_set(KLJIT_ERR_WISDOM, "%s:%d: %s (nothing imported)", origin, lineno, why);
-  if (st == KLJIT_SUCCESS) st = normalize(out);
+  if (st == KLJIT_SUCCESS) st = normalize(out, 0);
   if (st != KLJIT_SUCCESS) wisdom_set_free(out);
   return st;
 }

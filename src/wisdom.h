@@ -64,6 +64,9 @@ kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e);
 /* Merges every entry of `from` into `into`, as wisdom_merge one by one would (entries already
  * in `into` win ties), in O((n + m) log(n + m)). */
 kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from);
+/* The same, but `from` is used up (emptied): its storage may become into's, which spares a
+ * copy of the larger set. On failure either set may hold entries of both. */
+kljit_status wisdom_merge_set_take(wisdom_set *into, wisdom_set *from);
 void wisdom_set_free(wisdom_set *s);
 
 /* One entry line, without its newline (also used in messages). */

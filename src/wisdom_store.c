@@ -161,9 +161,10 @@ static void load_default_locked(int which) {
   memset(&s, 0, sizeof s);
   kljit_status st = read_text(path.data, &text, &missing);
   if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, NULL);
-  if (st == KLJIT_SUCCESS) st = wisdom_merge_set(&store, &s);
+  const size_t n = s.n;
+  if (st == KLJIT_SUCCESS) st = wisdom_merge_set_take(&store, &s);
   if (st == KLJIT_SUCCESS)
-    util_log("wisdom: %zu entries from %s", s.n, path.data);
+    util_log("wisdom: %zu entries from %s", n, path.data);
   else if (!missing)
     util_log("wisdom: skipping %s: %s", path.data, kljit_last_error());
   err_clear();
@@ -264,11 +265,12 @@ kljit_status wisdom_add(const wisdom_entry *e) {
 
 /* ---- public API -------------------------------------------------------------------------- */
 
-static kljit_status import_set(const wisdom_set *s) {
+/* Merges a parsed set into the store; s is used up. */
+static kljit_status import_set(wisdom_set *s) {
   kljit_status st = KLJIT_SUCCESS;
   pthread_mutex_lock(&lock);
   ensure_defaults_locked();
-  st = wisdom_merge_set(&store, s);
+  st = wisdom_merge_set_take(&store, s);
   pthread_mutex_unlock(&lock);
   return st;
 }

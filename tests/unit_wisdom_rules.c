@@ -158,6 +158,68 @@ static int every_entry_the_parser_accepts_renders(void) {
   return TH_PASS;
 }
 
+/* ---- merging ------------------------------------------------------------------------------ */
+
+/* An entry of a small identity space (2 GPUs x 3 problems x 4 buckets) with a tuning that tells
+ * entries apart and rigors and times that tie often. */
+static wisdom_entry tie_entry(uint64_t *seed, int serial) {
+  wisdom_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.gpu, sizeof e.gpu, "%s", wg_below(seed, 2) ? "NVIDIA H200" : "NVIDIA H100");
+  e.arch = 90, e.sms = 132;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 32000 + 8 * wg_below(seed, 3), pb.hidden = 64;
+  wisdom_problem_key(&pb, e.problem);
+  wisdom_problem_extra(&pb, e.extra);
+  e.bucket = (int64_t)1 << (10 + wg_below(seed, 4));
+  e.tune = prob_estimate(&pb, 132, 90);
+  e.tune.chunk_rows = 1 + serial; /* which entry won shows in the text */
+  e.rigor = wg_below(seed, 2) ? KLJIT_PLAN_MEASURE : KLJIT_PLAN_EXHAUSTIVE;
+  e.rows = 8192, e.ms = 1 + wg_below(seed, 2);
+  return e;
+}
+
+/* Merging a set into another is merging its entries one by one, the receiving set's entries
+ * winning ties, whichever set is larger and whether or not the merge may take the other's
+ * storage (the import does: wisdom_merge_set_take). */
+static int merging_sets_is_merging_their_entries_one_by_one(void) {
+  uint64_t seed = 1414;
+  const size_t sizes[][2] = {{0, 5}, {5, 0}, {3, 40}, {40, 3}, {24, 24}, {1, 200}, {200, 1}};
+  for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+    wisdom_set into = {0}, from = {0}, seq = {0}, copy = {0}, took = {0}, taken = {0};
+    int serial = 0;
+    for (size_t i = 0; i < sizes[c][0]; i++) { /* the receiving set: one entry per identity */
+      const wisdom_entry e = tie_entry(&seed, serial++);
+      TH_OK(wisdom_merge(&into, &e));
+    }
+    for (size_t i = 0; i < sizes[c][1]; i++) { /* the other one may repeat identities */
+      const wisdom_entry e = tie_entry(&seed, serial++);
+      wisdom_entry *grown = realloc(from.e, (from.n + 1) * sizeof *grown);
+      TH_CHECK(grown != NULL);
+      from.e = grown, from.e[from.n++] = e, from.cap = from.n;
+    }
+    for (size_t i = 0; i < into.n; i++) TH_OK(wisdom_merge(&seq, &into.e[i]));
+    for (size_t i = 0; i < from.n; i++) TH_OK(wisdom_merge(&seq, &from.e[i]));
+    TH_OK(wisdom_merge_set(&copy, &into));
+    TH_OK(wisdom_merge_set(&copy, &from));
+    TH_OK(wisdom_merge_set(&took, &into));
+    TH_OK(wisdom_merge_set(&taken, &from));
+    TH_OK(wisdom_merge_set_take(&took, &taken));
+    TH_CHECK(taken.n == 0 && taken.e == NULL);
+    char *want = format_set(&seq), *a = format_set(&copy), *b = format_set(&took);
+    TH_CHECK(want && a && b);
+    if (strcmp(want, a) != 0 || strcmp(want, b) != 0) {
+      printf("sizes %zu, %zu: one by one\n%s---\nmerge_set\n%s---\nmerge_set_take\n%s",
+             sizes[c][0], sizes[c][1], want, a, b);
+      return TH_FAIL;
+    }
+    free(want), free(a), free(b);
+    wisdom_set_free(&into), wisdom_set_free(&from), wisdom_set_free(&seq);
+    wisdom_set_free(&copy), wisdom_set_free(&took);
+  }
+  return TH_PASS;
+}
+
 /* ---- scale -------------------------------------------------------------------------------- */
 
 static double cpu_seconds(void) {
@@ -270,5 +332,7 @@ static const th_case cases[] = {
     {"wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries",
      wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries},
     {"sixteen_concurrent_writers_keep_every_entry", sixteen_concurrent_writers_keep_every_entry},
+    {"merging_sets_is_merging_their_entries_one_by_one",
+     merging_sets_is_merging_their_entries_one_by_one},
 };
 TH_MAIN(cases)

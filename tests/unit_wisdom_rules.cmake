@@ -6,6 +6,7 @@ foreach(case
     wisdom_text_round_trips_as_a_fixed_point
     every_entry_the_parser_accepts_renders
     wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries
-    sixteen_concurrent_writers_keep_every_entry)
+    sixteen_concurrent_writers_keep_every_entry
+    merging_sets_is_merging_their_entries_one_by_one)
   kljit_test(NAME unit.wisdom.${case} EXE unit_wisdom_rules CASE ${case} LABELS unit)
 endforeach()
