@@ -1176,6 +1176,11 @@ static kljit_status validator_get(const template_file *t, validator **out) {
     st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "render_validate: newlocale(\"C\") failed");
   if (st == KLJIT_SUCCESS) {
     v->ctx.chunkname = v->chunkname.data;
+    /* the setup's own budget starts now: from zero, a thread that had used a second of CPU
+     * before its first validation ran out of time at once, and its allocator refused the
+     * state's memory ("not enough memory": no wisdom could be imported, no plan checked) */
+    v->ctx.wall_start = clock_s(CLOCK_MONOTONIC);
+    v->ctx.cpu_start = clock_s(CLOCK_THREAD_CPUTIME_ID);
     v->L = lua_newstate(sandbox_alloc, &v->ctx);
     if (!v->L) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: cannot create a Lua state", t->name);
   }

@@ -158,6 +158,31 @@ static int every_entry_the_parser_accepts_renders(void) {
   return TH_PASS;
 }
 
+/* The templates' checks run in a kept sandbox with a CPU budget. Its setup once counted the
+ * thread's CPU time from zero: a thread that had computed for a second before its first check
+ * (a long-running process) could then validate nothing, and every wisdom text was refused as
+ * "not enough memory". CTest runs this case in a fresh process, so the check below is the
+ * thread's first. */
+static int a_thread_that_computed_for_a_second_still_imports_wisdom(void) {
+  struct timespec t;
+  volatile double sink = 0;
+  do {
+    for (int i = 0; i < 100000; i++) sink += i;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  } while ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec < 1.1);
+  char line[2048];
+  dense_entry(line, sizeof line, "\"G\"", "arch=sm_90 sms=132", 32000, "split=4 cluster=0", "1");
+  wisdom_set s;
+  if (parse_line(line, &s) != KLJIT_SUCCESS) {
+    printf("after %.1f s of CPU (%.0f): %s\n", (double)t.tv_sec + 1e-9 * (double)t.tv_nsec,
+           sink, kljit_last_error());
+    return TH_FAIL;
+  }
+  TH_CHECK(s.n == 1);
+  wisdom_set_free(&s);
+  return TH_PASS;
+}
+
 /* ---- merging ------------------------------------------------------------------------------ */
 
 /* An entry of a small identity space (2 GPUs x 3 problems x 4 buckets) with a tuning that tells
@@ -334,5 +359,7 @@ static const th_case cases[] = {
     {"sixteen_concurrent_writers_keep_every_entry", sixteen_concurrent_writers_keep_every_entry},
     {"merging_sets_is_merging_their_entries_one_by_one",
      merging_sets_is_merging_their_entries_one_by_one},
+    {"a_thread_that_computed_for_a_second_still_imports_wisdom",
+     a_thread_that_computed_for_a_second_still_imports_wisdom},
 };
 TH_MAIN(cases)

@@ -7,6 +7,7 @@ foreach(case
     every_entry_the_parser_accepts_renders
     wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries
     sixteen_concurrent_writers_keep_every_entry
-    merging_sets_is_merging_their_entries_one_by_one)
+    merging_sets_is_merging_their_entries_one_by_one
+    a_thread_that_computed_for_a_second_still_imports_wisdom)
   kljit_test(NAME unit.wisdom.${case} EXE unit_wisdom_rules CASE ${case} LABELS unit)
 endforeach()
