@@ -453,13 +453,19 @@ static const char *field_name(int code) {
   return code < FIELD_ENTRY ? PROBLEM_FIELDS[code] : ENTRY_FIELDS[code - FIELD_ENTRY];
 }
 
-/* FNV-1a of s, and its length. */
+/* A hash of s, 8 bytes a step, and its length. */
 static uint64_t text_hash(const char *s, size_t *len) {
-  uint64_t h = 14695981039346656037ull;
-  const char *c = s;
-  for (; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  *len = (size_t)(c - s);
-  return h;
+  const size_t n = strlen(s);
+  uint64_t h = 14695981039346656037ull ^ n, w;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    memcpy(&w, s + i, 8);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;
+  }
+  for (; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  *len = n;
+  return h ^ (h >> 29);
 }
 
 static void fields_init(void) {
@@ -685,15 +691,17 @@ static int same_rank_identity(const ranked *a, const ranked *b) {
 }
 
 typedef struct distinct {
-  uint64_t head; /* the first 8 bytes, big-endian (NUL-padded): most comparisons end here */
-  const char *s; /* a copy, packed with the others: the rest compares without cache misses */
-  uint32_t id;   /* the order it was first seen in */
+  uint64_t head[2]; /* the first 16 bytes, big-endian, NUL-padded: most comparisons end here */
+  const char *s;    /* a copy, packed with the others: the rest compares without cache misses */
+  uint64_t hash;
+  uint32_t id; /* the order it was first seen in */
 } distinct;
 
 static int distinct_cmp(const void *pa, const void *pb) {
   const distinct *a = pa, *b = pb;
-  if (a->head != b->head) return a->head < b->head ? -1 : 1;
-  return strcmp(a->s, b->s); /* equal heads of distinct strings: both are longer than 8 */
+  for (int k = 0; k < 2; k++)
+    if (a->head[k] != b->head[k]) return a->head[k] < b->head[k] ? -1 : 1;
+  return strcmp(a->s, b->s); /* equal heads of distinct strings: both are longer than 16 */
 }
 
 /* rank[i] of each of the n strings str[i]: equal strings share a rank, and ranks order as
@@ -711,10 +719,12 @@ static kljit_status rank_strings(const char *const *str, size_t n, uint32_t *ran
   uint32_t nd = 0;
   for (size_t i = 0; i < n; i++) {
     size_t len = 0;
-    size_t h = (size_t)text_hash(str[i], &len) & (slots - 1);
-    while (slot[h] && strcmp(d[slot[h] - 1].s, str[i]) != 0) h = (h + 1) & (slots - 1);
+    const uint64_t hash = text_hash(str[i], &len);
+    size_t h = (size_t)hash & (slots - 1);
+    while (slot[h] && (d[slot[h] - 1].hash != hash || strcmp(d[slot[h] - 1].s, str[i]) != 0))
+      h = (h + 1) & (slots - 1);
     if (!slot[h]) {
-      d[nd] = (distinct){.s = str[i], .id = nd};
+      d[nd] = (distinct){.s = str[i], .hash = hash, .id = nd};
       slot[h] = ++nd;
       bytes += len + 1;
     }
@@ -731,9 +741,8 @@ static kljit_status rank_strings(const char *const *str, size_t n, uint32_t *ran
     const size_t len = strlen(d[k].s);
     memcpy(w, d[k].s, len + 1);
     d[k].s = w, w += len + 1;
-    uint64_t head = 0;
-    for (size_t b = 0; b < 8; b++) head = head << 8 | (b < len ? (unsigned char)d[k].s[b] : 0);
-    d[k].head = head;
+    for (size_t b = 0; b < 16; b++)
+      d[k].head[b / 8] = d[k].head[b / 8] << 8 | (b < len ? (unsigned char)d[k].s[b] : 0);
   }
   qsort(d, nd, sizeof *d, distinct_cmp);
   for (uint32_t k = 0; k < nd; k++) place[d[k].id] = k;
