@@ -825,16 +825,51 @@ static kljit_status compile_template(const char *chunkname, const char *text, si
 
 /* ---- banner and parameters ---------------------------------------------------------------- */
 
-static int cmp_param(const void *a, const void *b) {
-  const render_param *pa = *(const render_param *const *)a;
-  const render_param *pb = *(const render_param *const *)b;
-  return strcmp(pa->key, pb->key);
-}
-
 /* A control character in a banner value would end the // comment and inject source text. */
 static int has_control(const char *s) {
   for (; *s; s++)
     if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+/* The orders this thread last sorted parameter lists into, by the keys' addresses: the specs of
+ * one family pass the same key literals in the same order, and sorting them afresh for each of
+ * the ~50 000 checks of a large wisdom import was a tenth of it. An order found here is only a
+ * guess, used once it is verified. */
+enum { ORDER_SLOTS = 4, ORDER_MAX = 64 };
+typedef struct param_order {
+  size_t n;
+  const char *key[ORDER_MAX];
+  unsigned char at[ORDER_MAX]; /* sorted[k] = &params[at[k]] */
+} param_order;
+static _Thread_local param_order orders[ORDER_SLOTS];
+static _Thread_local unsigned orders_next;
+
+/* Sorts &params[0..n) by key into sorted. 1 when the keys are known to be strictly ascending
+ * (so none repeats), else 0 (sorted, a repeat not looked for). */
+static int sort_params(const render_param *params, size_t n, const render_param **sorted) {
+  for (int c = 0; c < ORDER_SLOTS && n <= ORDER_MAX; c++) {
+    const param_order *o = &orders[c];
+    size_t k = 0;
+    while (o->n == n && k < n && o->key[k] == params[k].key) k++;
+    if (o->n != n || k < n) continue;
+    for (k = 0; k < n; k++) sorted[k] = &params[o->at[k]];
+    for (k = 1; k < n && strcmp(sorted[k - 1]->key, sorted[k]->key) < 0; k++) continue;
+    if (k >= n) return 1; /* else the same addresses now hold other keys */
+  }
+  for (size_t k = 0; k < n; k++) sorted[k] = &params[k];
+  for (size_t k = 1; k < n; k++) { /* insertion sort: a few dozen parameters */
+    const render_param *p = sorted[k];
+    size_t j = k;
+    for (; j > 0 && strcmp(sorted[j - 1]->key, p->key) > 0; j--) sorted[j] = sorted[j - 1];
+    sorted[j] = p;
+  }
+  if (n <= ORDER_MAX) {
+    param_order *o = &orders[orders_next++ % ORDER_SLOTS];
+    o->n = n;
+    for (size_t k = 0; k < n; k++)
+      o->key[k] = params[k].key, o->at[k] = (unsigned char)(sorted[k] - params);
+  }
   return 0;
 }
 
@@ -852,9 +887,8 @@ static kljit_status check_params(const char *chunkname, const render_param *para
       return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                      "%s: string parameter %s is NULL or holds a control character", chunkname,
                      p->key);
-    sorted[k] = p;
   }
-  if (nparams > 1) qsort(sorted, nparams, sizeof *sorted, cmp_param);
+  if (sort_params(params, nparams, sorted)) return KLJIT_SUCCESS; /* strictly ascending */
   for (size_t k = 1; k < nparams; k++)
     if (strcmp(sorted[k - 1]->key, sorted[k]->key) == 0)
       return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: parameter %s is given twice", chunkname,
