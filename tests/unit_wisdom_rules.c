@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_wisdom_rules.c — the wisdom text as a contract: it round-trips (parse -> format -> parse
  * is a fixed point), the parser accepts exactly the tunings the templates render, a 60 000-entry
- * file imports in under a second, and concurrent writers of one file lose no entry. No GPU.
+ * file imports in under a second (the perf registration asserts it), merging sets is merging
+ * their entries one by one, and concurrent writers of one file lose no entry. No GPU.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -247,27 +249,29 @@ static int merging_sets_is_merging_their_entries_one_by_one(void) {
 
 /* ---- scale -------------------------------------------------------------------------------- */
 
+/* User + system CPU seconds of this process (getrusage): CPU time, not wall time, as the machine
+ * running the suite may be shared. */
 static double cpu_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-/* CPU seconds of importing n generated entries into a fresh private store under dir/<n>. */
-static int import_n(const char *dir, int n, double *cpu, int *identities) {
+/* CPU seconds of importing n generated entries (from `seed`) into the process's store, first
+ * pointed at a private directory dir/<n>; *identities: the entries the store then holds. */
+static int import_n(const char *dir, int n, uint64_t seed, double *cpu, int *identities) {
   char sub[PATH_MAX];
   snprintf(sub, sizeof sub, "%s/%d", dir, n);
   TH_CHECK(mkdir(sub, 0700) == 0);
   th_private_wisdom(sub);
   strbuf text = {0};
   TH_OK(sb_append(&text, H, strlen(H)));
-  uint64_t seed = 60000;
   char line[2048];
   for (int i = 0; i < n; i++) {
     wg_entry(&seed, 1, line, sizeof line);
     TH_OK(sb_printf(&text, "%s\n", line));
   }
-  /* CPU time, not wall time: the machine running the suite may be shared */
   const double t0 = cpu_seconds();
   TH_OK(kljit_wisdom_import_string(text.data));
   *cpu = cpu_seconds() - t0;
@@ -275,30 +279,34 @@ static int import_n(const char *dir, int n, double *cpu, int *identities) {
   TH_OK(kljit_wisdom_export_string(&out));
   *identities = 0;
   for (const char *p = out; (p = strstr(p, "\ngpu=")); p++) ++*identities;
-  printf("%d entries (%.1f MiB, %d distinct identities) imported in %.3f s CPU\n", n,
-         (double)text.len / (1 << 20), *identities, *cpu);
+  printf("%d entries (%.1f MiB) imported in %.3f s CPU; the store holds %d\n", n,
+         (double)text.len / (1 << 20), *cpu, *identities);
   kljit_free(out);
   sb_free(&text);
   return TH_PASS;
 }
 
-/* Issue 14's bar is 60 000 entries in under 1 s CPU. Measured on the 2-core CI kind after the
- * templates grew (issues 13 and 19): 0.93-1.33 s, so the absolute bar is NOT met and is only
- * printed here (bench/RESULTS.md, the closing note). What this asserts is the algorithm: the
- * import scales as n log n (the old one was quadratic, 82 s for 60 000), 10x the entries in at
- * most 20x the time. */
+/* Issue 14's bar: 60 000 entries (12.8 MiB, each checked by the templates) imported in under
+ * 1 s of CPU, the import alone. Asserted in the perf registration (run alone; the suite's
+ * other tests would share the 2 cores), printed in the unit one. Asserted in both: the import
+ * scales as n log n (the first one was quadratic, 82 s for 60 000), 10x the entries in at most
+ * 20x the time. The two texts come from different seeds, so the large one's specs are not
+ * already known to the templates' memo (spec_check.c): every one of its ~54 000 distinct specs
+ * runs the templates' checks. */
 static int import_in(const char *dir) {
   double small = 0, large = 0;
   int ids_small = 0, ids_large = 0;
-  TH_CHECK(import_n(dir, 6000, &small, &ids_small) == TH_PASS);
-  TH_CHECK(import_n(dir, 60000, &large, &ids_large) == TH_PASS);
-  TH_CHECK(ids_large > 50000); /* few identities repeat: the merge really ran at scale */
-  printf("60000 vs 6000 entries: %.1fx the CPU time (n log n: about 12.6x); the 1 s bar: %s\n",
-         large / small, large < 1.0 ? "met" : "NOT met");
+  TH_CHECK(import_n(dir, 6000, 6000, &small, &ids_small) == TH_PASS);
+  TH_CHECK(import_n(dir, 60000, 60000, &large, &ids_large) == TH_PASS);
+  TH_CHECK(ids_large > ids_small + 50000); /* few identities repeat: the merge ran at scale */
+  printf("60000 vs 6000 entries: %.1fx the CPU time (n log n: about 12.6x); the 1 s bar: "
+         "%.3f s, %s\n",
+         large / small, large, large < 1.0 ? "met" : "NOT met");
   TH_CHECK(large < 20.0 * small);
+  if (th_perf_limits()) TH_CHECK(large < 1.0);
   return TH_PASS;
 }
-static int wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries(void) {
+static int import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second(void) {
   return th_in_tmpdir("wisdom-60k", import_in);
 }
 
@@ -354,8 +362,8 @@ static int sixteen_concurrent_writers_keep_every_entry(void) {
 static const th_case cases[] = {
     {"wisdom_text_round_trips_as_a_fixed_point", wisdom_text_round_trips_as_a_fixed_point},
     {"every_entry_the_parser_accepts_renders", every_entry_the_parser_accepts_renders},
-    {"wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries",
-     wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries},
+    {"import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second",
+     import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second},
     {"sixteen_concurrent_writers_keep_every_entry", sixteen_concurrent_writers_keep_every_entry},
     {"merging_sets_is_merging_their_entries_one_by_one",
      merging_sets_is_merging_their_entries_one_by_one},
