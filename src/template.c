@@ -621,6 +621,15 @@ static int p_pairs(lua_State *L) {
   return 3;
 }
 
+static void push_param_value(lua_State *L, const render_param *p) {
+  switch (p->kind) {
+    case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
+    case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
+    case RP_STR: lua_pushstring(L, p->s); break;
+    case RP_BOOL: lua_pushboolean(L, p->i != 0); break;
+  }
+}
+
 /* A userdata, not a table: rawset() and next() cannot reach around the metatable, and
  * __metatable hides the metatable from getmetatable/setmetatable. */
 static void push_params(lua_State *L, const render_ctx *ctx) {
@@ -628,14 +637,8 @@ static void push_params(lua_State *L, const render_ctx *ctx) {
   lua_createtable(L, 0, 4); /* metatable */
   lua_createtable(L, 0, (int)ctx->nparams); /* values */
   for (size_t k = 0; k < ctx->nparams; k++) {
-    const render_param *p = ctx->sorted[k];
-    switch (p->kind) {
-      case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
-      case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
-      case RP_STR: lua_pushstring(L, p->s); break;
-      case RP_BOOL: lua_pushboolean(L, p->i != 0); break;
-    }
-    lua_setfield(L, -2, p->key);
+    push_param_value(L, ctx->sorted[k]);
+    lua_setfield(L, -2, ctx->sorted[k]->key);
   }
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index"); /* metatable.__index = values */
@@ -1139,11 +1142,61 @@ static int validator_setup(lua_State *L) {
   return 0;
 }
 
+/* The P of a kept validator's check. Building one (a table of some 20 fields, each key interned)
+ * was a sixth of a check, and the specs of a family all have the same keys: so the last check's
+ * P stays in the registry with the list of its keys, and a check with the same keys only
+ * replaces its values. No template can tell: P is read-only, its value table unreachable
+ * (__metatable), and the values are all replaced before the check runs. */
+static void push_kept_params(lua_State *L, const render_ctx *ctx) {
+  char keys[1024]; /* the sorted keys, each with its NUL */
+  size_t n = 0;
+  for (size_t k = 0; k < ctx->nparams && n <= sizeof keys; k++) {
+    const size_t len = strlen(ctx->sorted[k]->key) + 1;
+    if (n + len <= sizeof keys) memcpy(keys + n, ctx->sorted[k]->key, len);
+    n += len;
+  }
+  size_t old_n = 0;
+  const int kept = lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.keys") == LUA_TSTRING;
+  const char *old = kept ? lua_tolstring(L, -1, &old_n) : NULL;
+  const int same = kept && n <= sizeof keys && old_n == n && memcmp(old, keys, n) == 0;
+  lua_pop(L, 1);
+  if (same) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.names"); /* the interned keys, in order */
+    for (size_t k = 0; k < ctx->nparams; k++) {
+      lua_rawgeti(L, -1, (lua_Integer)k + 1);
+      push_param_value(L, ctx->sorted[k]);
+      lua_rawset(L, -4);
+    }
+    lua_pop(L, 2);
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
+    return;
+  }
+  push_params(L, ctx);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P");
+  lua_getmetatable(L, -1);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
+  lua_pop(L, 1);
+  lua_createtable(L, (int)ctx->nparams, 0);
+  for (size_t k = 0; k < ctx->nparams; k++) {
+    lua_pushstring(L, ctx->sorted[k]->key);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.names");
+  if (n <= sizeof keys)
+    lua_pushlstring(L, keys, n);
+  else
+    lua_pushnil(L); /* too many to compare: built afresh each time */
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.keys");
+}
+
 static int validator_call(lua_State *L) {
   render_ctx *ctx = lua_touserdata(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
   lua_createtable(L, 0, 1); /* the check's own _ENV */
-  push_params(L, ctx);
+  push_kept_params(L, ctx);
   lua_setfield(L, -2, "P");
   lua_createtable(L, 0, 1);
   lua_pushglobaltable(L);
