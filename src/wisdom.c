@@ -925,7 +925,8 @@ static int parse_header(char *line, char *why, size_t cap) {
   return 0;
 }
 
-kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale) {
+kljit_status wisdom_parse_entries(const char *text, const char *origin, wisdom_set *out,
+                                  int *stale) {
   memset(out, 0, sizeof *out);
   if (stale) *stale = 0;
   if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom text is NULL", origin);
@@ -974,6 +975,12 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
     snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
   }
   if (bad) st = err_set(KLJIT_ERR_WISDOM, "%s:%d: %s (nothing imported)", origin, lineno, why);
+  if (st != KLJIT_SUCCESS) wisdom_set_free(out);
+  return st;
+}
+
+kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale) {
+  kljit_status st = wisdom_parse_entries(text, origin, out, stale);
   if (st == KLJIT_SUCCESS) st = normalize(out, 0);
   if (st != KLJIT_SUCCESS) wisdom_set_free(out);
   return st;

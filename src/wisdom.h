@@ -3,8 +3,8 @@
  * bucket; its text format (docs/wisdom.md) and the process-wide store.
  *
  * Invariants:
- *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every parsed set
- *    hold at most one entry per identity. Merging keeps the higher rigor, then the lower time
+ *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every set
+ *    wisdom_parse returns hold at most one entry per identity, in identity order. Merging keeps the higher rigor, then the lower time
  *    per token, then the entry already there.
  *  - Every entry in a set has passed prob_validate (its problem) and prob_geometry_make (its
  *    tuning): wisdom can make a plan slow, never make it index out of range.
@@ -54,6 +54,11 @@ int64_t wisdom_bucket(int64_t rows);
  * <why>" on any error, and then `out` is empty; *stale (may be NULL) is set to 1 when the text
  * is kljit wisdom of another format or kljit version (safe to overwrite), else 0. */
 kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale);
+
+/* The same, except that the entries stay in the text's order and may repeat an identity: for a
+ * merge into the store, which orders and deduplicates the union once (wisdom_merge_set_take). */
+kljit_status wisdom_parse_entries(const char *text, const char *origin, wisdom_set *out,
+                                  int *stale);
 
 /* Appends the text of `s` (header, then entries sorted by identity) to `out`. */
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out);

@@ -214,6 +214,7 @@ static int merging_sets_is_merging_their_entries_one_by_one(void) {
   const size_t sizes[][2] = {{0, 5}, {5, 0}, {3, 40}, {40, 3}, {24, 24}, {1, 200}, {200, 1}};
   for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
     wisdom_set into = {0}, from = {0}, seq = {0}, copy = {0}, took = {0}, taken = {0};
+    wisdom_set took_raw = {0}, raw = {0}; /* raw: from as parsed, repeats and all */
     int serial = 0;
     for (size_t i = 0; i < sizes[c][0]; i++) { /* the receiving set: one entry per identity */
       const wisdom_entry e = tie_entry(&seed, serial++);
@@ -233,16 +234,26 @@ static int merging_sets_is_merging_their_entries_one_by_one(void) {
     TH_OK(wisdom_merge_set(&taken, &from));
     TH_OK(wisdom_merge_set_take(&took, &taken));
     TH_CHECK(taken.n == 0 && taken.e == NULL);
+    TH_OK(wisdom_merge_set(&took_raw, &into));
+    if (from.n) {
+      raw.e = malloc(from.n * sizeof *raw.e);
+      TH_CHECK(raw.e != NULL);
+      memcpy(raw.e, from.e, from.n * sizeof *raw.e);
+      raw.n = raw.cap = from.n;
+    }
+    TH_OK(wisdom_merge_set_take(&took_raw, &raw));
     char *want = format_set(&seq), *a = format_set(&copy), *b = format_set(&took);
-    TH_CHECK(want && a && b);
-    if (strcmp(want, a) != 0 || strcmp(want, b) != 0) {
-      printf("sizes %zu, %zu: one by one\n%s---\nmerge_set\n%s---\nmerge_set_take\n%s",
-             sizes[c][0], sizes[c][1], want, a, b);
+    char *d = format_set(&took_raw);
+    TH_CHECK(want && a && b && d);
+    if (strcmp(want, a) != 0 || strcmp(want, b) != 0 || strcmp(want, d) != 0) {
+      printf("sizes %zu, %zu: one by one\n%s---\nmerge_set\n%s---\nmerge_set_take\n%s---\n"
+             "merge_set_take of the entries as they came\n%s",
+             sizes[c][0], sizes[c][1], want, a, b, d);
       return TH_FAIL;
     }
-    free(want), free(a), free(b);
+    free(want), free(a), free(b), free(d);
     wisdom_set_free(&into), wisdom_set_free(&from), wisdom_set_free(&seq);
-    wisdom_set_free(&copy), wisdom_set_free(&took);
+    wisdom_set_free(&copy), wisdom_set_free(&took), wisdom_set_free(&took_raw);
   }
   return TH_PASS;
 }
