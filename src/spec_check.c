@@ -4,8 +4,12 @@
  * The memo holds a canonical binary key of the parameters (template, then each parameter's
  * name, kind and exact value; built without printf, which dominated a large import) of every
  * spec the templates accepted, in an open-addressing hash set under one mutex. Rejections are not
- * kept: a text with a rejected entry is refused whole, so each is asked once. The set is emptied
- * when it reaches MEMO_MAX, which bounds its memory whatever the input.
+ * kept: a text with a rejected entry is refused whole, so each is asked once. When the set
+ * reaches MEMO_MAX keys (which bounds its memory, ~20 MB, whatever the input; a 60 000-entry
+ * file has ~54 000 distinct specs) it keeps those found again since it last did so, up to half
+ * of it, and forgets the rest: a large wisdom file has tens of thousands of specs seen once
+ * (one per V) and a few that most of its entries share (the helpers'), which emptying the
+ * whole set had the templates check again after each flush.
  */
 #include "spec_check.h"
 
@@ -13,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MEMO_MAX = 1 << 15, MEMO_SLOTS = 2 * MEMO_MAX };
+enum { MEMO_MAX = 1 << 16, MEMO_SLOTS = 2 * MEMO_MAX };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -55,6 +59,7 @@ typedef struct memo_key {
 typedef struct slot {
   uint64_t hash; /* of key: a probe past another key costs no visit to its bytes */
   memo_key *key; /* NULL: empty */
+  int found;     /* looked up again since the last eviction */
 } slot;
 
 static slot *slots; /* MEMO_SLOTS */
@@ -87,18 +92,37 @@ static size_t find(const key *k, uint64_t h) {
 
 static int known(const key *k, uint64_t h) {
   pthread_mutex_lock(&lock);
-  const int hit = slots && slots[find(k, h)].key;
+  slot *s = slots ? &slots[find(k, h)] : NULL;
+  const int hit = s && s->key;
+  if (hit) s->found = 1;
   pthread_mutex_unlock(&lock);
   return hit;
 }
 
+/* The set is full (lock held): keeps up to MEMO_MAX / 2 keys found again since the last time,
+ * in a fresh table, and frees the others (all of them if no table can be had). */
+static void evict(void) {
+  slot *kept = calloc(MEMO_SLOTS, sizeof *kept);
+  size_t n = 0;
+  for (size_t i = 0; i < MEMO_SLOTS; i++) {
+    slot *s = &slots[i];
+    if (!s->key) continue;
+    if (kept && s->found && n < MEMO_MAX / 2) {
+      size_t j = (size_t)(s->hash % MEMO_SLOTS);
+      while (kept[j].key) j = (j + 1) % MEMO_SLOTS;
+      kept[j] = (slot){.hash = s->hash, .key = s->key};
+      n++;
+    } else {
+      free(s->key);
+    }
+  }
+  free(slots);
+  slots = kept, used = n;
+}
+
 static void remember(const key *k, uint64_t h) {
   pthread_mutex_lock(&lock);
-  if (slots && used >= MEMO_MAX) {
-    for (size_t i = 0; i < MEMO_SLOTS; i++) free(slots[i].key);
-    memset(slots, 0, MEMO_SLOTS * sizeof *slots);
-    used = 0;
-  }
+  if (slots && used >= MEMO_MAX) evict();
   if (!slots) slots = calloc(MEMO_SLOTS, sizeof *slots);
   if (slots) {
     slot *s = &slots[find(k, h)];
