@@ -74,6 +74,16 @@ kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from);
 kljit_status wisdom_merge_set_take(wisdom_set *into, wisdom_set *from);
 void wisdom_set_free(wisdom_set *s);
 
+/* Room for n entries in s (the parser fills them in place). */
+kljit_status wisdom_set_reserve(wisdom_set *s, size_t n);
+
+/* Leaves one entry per identity, in identity order: the one wisdom_merge calls in set order
+ * would keep (the first of the best). */
+kljit_status wisdom_normalize(wisdom_set *s);
+
+/* The indices of s's entries in identity order (ties: set order), as *order (malloc'd). */
+kljit_status wisdom_identity_order(const wisdom_set *s, size_t **order);
+
 /* One entry line, without its newline (also used in messages). */
 kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out);
 
