@@ -4,8 +4,12 @@
  * The memo holds a canonical binary key of the parameters (template, then each parameter's
  * name, kind and exact value; built without printf, which dominated a large import) of every
  * spec the templates accepted, in an open-addressing hash set under one mutex. Rejections are not
- * kept: a text with a rejected entry is refused whole, so each is asked once. The set is emptied
- * when it reaches MEMO_MAX, which bounds its memory whatever the input.
+ * kept: a text with a rejected entry is refused whole, so each is asked once. When the set
+ * reaches MEMO_MAX keys (which bounds its memory, ~20 MB, whatever the input; a 60 000-entry
+ * file has ~54 000 distinct specs) it keeps those found again since it last did so, up to half
+ * of it, and forgets the rest: a large wisdom file has tens of thousands of specs seen once
+ * (one per V) and a few that most of its entries share (the helpers'), which emptying the
+ * whole set had the templates check again after each flush.
  */
 #include "spec_check.h"
 
@@ -13,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MEMO_MAX = 1 << 15, MEMO_SLOTS = 2 * MEMO_MAX };
+enum { MEMO_MAX = 1 << 16, MEMO_SLOTS = 2 * MEMO_MAX };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -52,7 +56,13 @@ typedef struct memo_key {
   unsigned char b[]; /* n bytes */
 } memo_key;
 
-static memo_key **slots; /* MEMO_SLOTS, NULL = empty */
+typedef struct slot {
+  uint64_t hash; /* of key: a probe past another key costs no visit to its bytes */
+  memo_key *key; /* NULL: empty */
+  int found;     /* looked up again since the last eviction */
+} slot;
+
+static slot *slots; /* MEMO_SLOTS */
 static size_t used;
 
 /* 8 bytes a step (the keys are a few hundred bytes; byte-wise FNV showed in profiles). */
@@ -73,33 +83,52 @@ static int same(const memo_key *m, const key *k) {
   return m->n == k->n && memcmp(m->b, k->b, k->n) == 0;
 }
 
-/* The slot of text, or the empty slot where it would go (lock held, slots allocated). */
-static size_t find(const key *k) {
-  size_t i = (size_t)(key_hash(k) % MEMO_SLOTS);
-  while (slots[i] && !same(slots[i], k)) i = (i + 1) % MEMO_SLOTS;
+/* The slot of k (hash h), or the empty slot where it would go (lock held, slots allocated). */
+static size_t find(const key *k, uint64_t h) {
+  size_t i = (size_t)(h % MEMO_SLOTS);
+  while (slots[i].key && !(slots[i].hash == h && same(slots[i].key, k))) i = (i + 1) % MEMO_SLOTS;
   return i;
 }
 
-static int known(const key *k) {
+static int known(const key *k, uint64_t h) {
   pthread_mutex_lock(&lock);
-  const int hit = slots && slots[find(k)];
+  slot *s = slots ? &slots[find(k, h)] : NULL;
+  const int hit = s && s->key;
+  if (hit) s->found = 1;
   pthread_mutex_unlock(&lock);
   return hit;
 }
 
-static void remember(const key *k) {
-  pthread_mutex_lock(&lock);
-  if (slots && used >= MEMO_MAX) {
-    for (size_t i = 0; i < MEMO_SLOTS; i++) free(slots[i]);
-    memset(slots, 0, MEMO_SLOTS * sizeof *slots);
-    used = 0;
+/* The set is full (lock held): keeps up to MEMO_MAX / 2 keys found again since the last time,
+ * in a fresh table, and frees the others (all of them if no table can be had). */
+static void evict(void) {
+  slot *kept = calloc(MEMO_SLOTS, sizeof *kept);
+  size_t n = 0;
+  for (size_t i = 0; i < MEMO_SLOTS; i++) {
+    slot *s = &slots[i];
+    if (!s->key) continue;
+    if (kept && s->found && n < MEMO_MAX / 2) {
+      size_t j = (size_t)(s->hash % MEMO_SLOTS);
+      while (kept[j].key) j = (j + 1) % MEMO_SLOTS;
+      kept[j] = (slot){.hash = s->hash, .key = s->key};
+      n++;
+    } else {
+      free(s->key);
+    }
   }
+  free(slots);
+  slots = kept, used = n;
+}
+
+static void remember(const key *k, uint64_t h) {
+  pthread_mutex_lock(&lock);
+  if (slots && used >= MEMO_MAX) evict();
   if (!slots) slots = calloc(MEMO_SLOTS, sizeof *slots);
   if (slots) {
-    const size_t i = find(k);
-    if (!slots[i] && (slots[i] = malloc(sizeof(memo_key) + k->n))) {
-      slots[i]->n = k->n;
-      memcpy(slots[i]->b, k->b, k->n);
+    slot *s = &slots[find(k, h)];
+    if (!s->key && (s->key = malloc(sizeof(memo_key) + k->n))) {
+      s->hash = h, s->key->n = k->n;
+      memcpy(s->key->b, k->b, k->n);
       used++;
     }
   }
@@ -111,8 +140,9 @@ kljit_status kspec_check(const kspec *k) {
   const size_t n = kspec_params(k, params);
   key mk;
   const int memo = make_key(k, params, n, &mk) == 0;
-  if (memo && known(&mk)) return KLJIT_SUCCESS;
+  const uint64_t h = memo ? key_hash(&mk) : 0;
+  if (memo && known(&mk, h)) return KLJIT_SUCCESS;
   const kljit_status st = render_validate(kspec_template(k), params, n);
-  if (st == KLJIT_SUCCESS && memo) remember(&mk);
+  if (st == KLJIT_SUCCESS && memo) remember(&mk, h);
   return st;
 }

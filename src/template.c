@@ -621,6 +621,15 @@ static int p_pairs(lua_State *L) {
   return 3;
 }
 
+static void push_param_value(lua_State *L, const render_param *p) {
+  switch (p->kind) {
+    case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
+    case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
+    case RP_STR: lua_pushstring(L, p->s); break;
+    case RP_BOOL: lua_pushboolean(L, p->i != 0); break;
+  }
+}
+
 /* A userdata, not a table: rawset() and next() cannot reach around the metatable, and
  * __metatable hides the metatable from getmetatable/setmetatable. */
 static void push_params(lua_State *L, const render_ctx *ctx) {
@@ -628,14 +637,8 @@ static void push_params(lua_State *L, const render_ctx *ctx) {
   lua_createtable(L, 0, 4); /* metatable */
   lua_createtable(L, 0, (int)ctx->nparams); /* values */
   for (size_t k = 0; k < ctx->nparams; k++) {
-    const render_param *p = ctx->sorted[k];
-    switch (p->kind) {
-      case RP_INT: lua_pushinteger(L, (lua_Integer)p->i); break;
-      case RP_NUM: lua_pushnumber(L, (lua_Number)p->d); break;
-      case RP_STR: lua_pushstring(L, p->s); break;
-      case RP_BOOL: lua_pushboolean(L, p->i != 0); break;
-    }
-    lua_setfield(L, -2, p->key);
+    push_param_value(L, ctx->sorted[k]);
+    lua_setfield(L, -2, ctx->sorted[k]->key);
   }
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "__index"); /* metatable.__index = values */
@@ -825,16 +828,51 @@ static kljit_status compile_template(const char *chunkname, const char *text, si
 
 /* ---- banner and parameters ---------------------------------------------------------------- */
 
-static int cmp_param(const void *a, const void *b) {
-  const render_param *pa = *(const render_param *const *)a;
-  const render_param *pb = *(const render_param *const *)b;
-  return strcmp(pa->key, pb->key);
-}
-
 /* A control character in a banner value would end the // comment and inject source text. */
 static int has_control(const char *s) {
   for (; *s; s++)
     if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
+  return 0;
+}
+
+/* The orders this thread last sorted parameter lists into, by the keys' addresses: the specs of
+ * one family pass the same key literals in the same order, and sorting them afresh for each of
+ * the ~50 000 checks of a large wisdom import was a tenth of it. An order found here is only a
+ * guess, used once it is verified. */
+enum { ORDER_SLOTS = 4, ORDER_MAX = 64 };
+typedef struct param_order {
+  size_t n;
+  const char *key[ORDER_MAX];
+  unsigned char at[ORDER_MAX]; /* sorted[k] = &params[at[k]] */
+} param_order;
+static _Thread_local param_order orders[ORDER_SLOTS];
+static _Thread_local unsigned orders_next;
+
+/* Sorts &params[0..n) by key into sorted. 1 when the keys are known to be strictly ascending
+ * (so none repeats), else 0 (sorted, a repeat not looked for). */
+static int sort_params(const render_param *params, size_t n, const render_param **sorted) {
+  for (int c = 0; c < ORDER_SLOTS && n <= ORDER_MAX; c++) {
+    const param_order *o = &orders[c];
+    size_t k = 0;
+    while (o->n == n && k < n && o->key[k] == params[k].key) k++;
+    if (o->n != n || k < n) continue;
+    for (k = 0; k < n; k++) sorted[k] = &params[o->at[k]];
+    for (k = 1; k < n && strcmp(sorted[k - 1]->key, sorted[k]->key) < 0; k++) continue;
+    if (k >= n) return 1; /* else the same addresses now hold other keys */
+  }
+  for (size_t k = 0; k < n; k++) sorted[k] = &params[k];
+  for (size_t k = 1; k < n; k++) { /* insertion sort: a few dozen parameters */
+    const render_param *p = sorted[k];
+    size_t j = k;
+    for (; j > 0 && strcmp(sorted[j - 1]->key, p->key) > 0; j--) sorted[j] = sorted[j - 1];
+    sorted[j] = p;
+  }
+  if (n <= ORDER_MAX) {
+    param_order *o = &orders[orders_next++ % ORDER_SLOTS];
+    o->n = n;
+    for (size_t k = 0; k < n; k++)
+      o->key[k] = params[k].key, o->at[k] = (unsigned char)(sorted[k] - params);
+  }
   return 0;
 }
 
@@ -852,9 +890,8 @@ static kljit_status check_params(const char *chunkname, const render_param *para
       return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                      "%s: string parameter %s is NULL or holds a control character", chunkname,
                      p->key);
-    sorted[k] = p;
   }
-  if (nparams > 1) qsort(sorted, nparams, sizeof *sorted, cmp_param);
+  if (sort_params(params, nparams, sorted)) return KLJIT_SUCCESS; /* strictly ascending */
   for (size_t k = 1; k < nparams; k++)
     if (strcmp(sorted[k - 1]->key, sorted[k]->key) == 0)
       return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: parameter %s is given twice", chunkname,
@@ -1105,11 +1142,61 @@ static int validator_setup(lua_State *L) {
   return 0;
 }
 
+/* The P of a kept validator's check. Building one (a table of some 20 fields, each key interned)
+ * was a sixth of a check, and the specs of a family all have the same keys: so the last check's
+ * P stays in the registry with the list of its keys, and a check with the same keys only
+ * replaces its values. No template can tell: P is read-only, its value table unreachable
+ * (__metatable), and the values are all replaced before the check runs. */
+static void push_kept_params(lua_State *L, const render_ctx *ctx) {
+  char keys[1024]; /* the sorted keys, each with its NUL */
+  size_t n = 0;
+  for (size_t k = 0; k < ctx->nparams && n <= sizeof keys; k++) {
+    const size_t len = strlen(ctx->sorted[k]->key) + 1;
+    if (n + len <= sizeof keys) memcpy(keys + n, ctx->sorted[k]->key, len);
+    n += len;
+  }
+  size_t old_n = 0;
+  const int kept = lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.keys") == LUA_TSTRING;
+  const char *old = kept ? lua_tolstring(L, -1, &old_n) : NULL;
+  const int same = kept && n <= sizeof keys && old_n == n && memcmp(old, keys, n) == 0;
+  lua_pop(L, 1);
+  if (same) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.names"); /* the interned keys, in order */
+    for (size_t k = 0; k < ctx->nparams; k++) {
+      lua_rawgeti(L, -1, (lua_Integer)k + 1);
+      push_param_value(L, ctx->sorted[k]);
+      lua_rawset(L, -4);
+    }
+    lua_pop(L, 2);
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
+    return;
+  }
+  push_params(L, ctx);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P");
+  lua_getmetatable(L, -1);
+  lua_getfield(L, -1, "__index");
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
+  lua_pop(L, 1);
+  lua_createtable(L, (int)ctx->nparams, 0);
+  for (size_t k = 0; k < ctx->nparams; k++) {
+    lua_pushstring(L, ctx->sorted[k]->key);
+    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.names");
+  if (n <= sizeof keys)
+    lua_pushlstring(L, keys, n);
+  else
+    lua_pushnil(L); /* too many to compare: built afresh each time */
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.keys");
+}
+
 static int validator_call(lua_State *L) {
   render_ctx *ctx = lua_touserdata(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, "kljit.prologue");
   lua_createtable(L, 0, 1); /* the check's own _ENV */
-  push_params(L, ctx);
+  push_kept_params(L, ctx);
   lua_setfield(L, -2, "P");
   lua_createtable(L, 0, 1);
   lua_pushglobaltable(L);
@@ -1176,6 +1263,11 @@ static kljit_status validator_get(const template_file *t, validator **out) {
     st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "render_validate: newlocale(\"C\") failed");
   if (st == KLJIT_SUCCESS) {
     v->ctx.chunkname = v->chunkname.data;
+    /* the setup's own budget starts now: from zero, a thread that had used a second of CPU
+     * before its first validation ran out of time at once, and its allocator refused the
+     * state's memory ("not enough memory": no wisdom could be imported, no plan checked) */
+    v->ctx.wall_start = clock_s(CLOCK_MONOTONIC);
+    v->ctx.cpu_start = clock_s(CLOCK_THREAD_CPUTIME_ID);
     v->L = lua_newstate(sandbox_alloc, &v->ctx);
     if (!v->L) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "%s: cannot create a Lua state", t->name);
   }
@@ -1193,6 +1285,26 @@ static kljit_status validator_get(const template_file *t, validator **out) {
   return st;
 }
 
+/* The thread CPU time a validation starts from. That clock is a system call (the monotonic one
+ * is not) and a kept validator runs tens of thousands of checks a second, so the reading is
+ * reused for 10 ms of wall time: a check's CPU time then counts up to 10 ms that came before
+ * it, so its budget can end that much early, never late. Per thread, as the clock is; a forked
+ * child's thread starts a clock of its own, so the child forgets the reading. */
+static _Thread_local double cpu_read_at = -1, cpu_read;
+static pthread_once_t cpu_fork_once = PTHREAD_ONCE_INIT;
+
+static void cpu_reading_forget(void) { cpu_read_at = -1; }
+static void cpu_fork_install(void) { pthread_atfork(NULL, NULL, cpu_reading_forget); }
+
+static double validation_cpu_start(double wall_now) {
+  pthread_once(&cpu_fork_once, cpu_fork_install);
+  if (cpu_read_at < 0 || wall_now - cpu_read_at > 0.01) {
+    cpu_read = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    cpu_read_at = wall_now;
+  }
+  return cpu_read;
+}
+
 static kljit_status validate_kept(const template_file *t, const render_param *params,
                                   size_t nparams) {
   const render_param *sorted[64];
@@ -1207,11 +1319,12 @@ static kljit_status validate_kept(const template_file *t, const render_param *pa
     free(c->reject_msg);
     strbuf scratch = {0};
     const size_t mem = c->mem_used;
+    const double wall = clock_s(CLOCK_MONOTONIC);
     memset(c, 0, sizeof *c);
     *c = (render_ctx){.chunkname = v->chunkname.data, .chunk = &v->chunk, .sorted = sorted,
                       .nparams = nparams, .out = &scratch, .mem_used = mem,
-                      .validate_only = 1, .cpu_start = clock_s(CLOCK_THREAD_CPUTIME_ID),
-                      .wall_start = clock_s(CLOCK_MONOTONIC)};
+                      .validate_only = 1, .cpu_start = validation_cpu_start(wall),
+                      .wall_start = wall};
     const locale_t old = uselocale(validate_locale);
     lua_pushcfunction(v->L, validator_call);
     lua_pushlightuserdata(v->L, c);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* wisdom.c — the wisdom text format: problem keys, entry lines, whole texts, merging.
+/* wisdom.c — the wisdom text format: problem keys, entry lines, whole texts (sets and merging:
+ * wisdom_set.c).
  *
  * A text is a header line, then one entry per line (docs/wisdom.md):
  *
@@ -27,6 +28,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,24 +52,51 @@ static const char *const TEACHERS[] = {NULL, "probs", "logprobs", "logits", "top
 static const char *const TAILS[] = {NULL, "none", "renorm", "bucket"};
 static const char *const RIGORS[] = {NULL, "estimate", "measure", "exhaustive"};
 
+/* A bounded text builder: what snprintf would write, without parsing a format for each field
+ * (every entry of a large file gets its key built while the file is imported). */
+typedef struct cursor {
+  char *p;
+  size_t n, cap; /* cap counts the NUL */
+} cursor;
+
+static void put(cursor *t, const char *s) {
+  while (*s && t->n + 1 < t->cap) t->p[t->n++] = *s++;
+  t->p[t->n] = '\0';
+}
+
+static void put_int(cursor *t, long long x) {
+  char digits[24];
+  size_t i = sizeof digits;
+  digits[--i] = '\0';
+  unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+  do digits[--i] = (char)('0' + u % 10);
+  while ((u /= 10) != 0);
+  if (x < 0) digits[--i] = '-';
+  put(t, digits + i);
+}
+
 void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
-  char flags[64] = "";
-  for (int i = 0; i < N_FLAGS; i++)
-    if (pb->flags & FLAGS[i].bit)
-      snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s", *flags ? "," : "",
-               FLAGS[i].name);
-  char sparse[128] = "";
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
-    snprintf(sparse, sizeof sparse, " k=%d ids=%s values=%s tail=%s", pb->topk,
-             names_dtype_tag(pb->topk_id_dtype), names_topk_values(pb->topk_values),
-             names_tail(pb->tail));
   const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK
                     ? (int)pb->teacher
                     : 0;
-  snprintf(out, WISDOM_PROBLEM_MAX, "V=%lld H=%lld in=%s teacher=%s tdt=%s%s tmode=%s flags=%s",
-           (long long)pb->vocab, (long long)pb->hidden, names_dtype_tag(pb->input_dtype),
-           t ? TEACHERS[t] : "?", names_dtype_tag(pb->teacher_dtype), sparse,
-           names_tmode(pb->temperature_mode), *flags ? flags : "-");
+  cursor k = {out, 0, WISDOM_PROBLEM_MAX};
+  put(&k, "V="), put_int(&k, (long long)pb->vocab);
+  put(&k, " H="), put_int(&k, (long long)pb->hidden);
+  put(&k, " in="), put(&k, names_dtype_tag(pb->input_dtype));
+  put(&k, " teacher="), put(&k, t ? TEACHERS[t] : "?");
+  put(&k, " tdt="), put(&k, names_dtype_tag(pb->teacher_dtype));
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    put(&k, " k="), put_int(&k, pb->topk);
+    put(&k, " ids="), put(&k, names_dtype_tag(pb->topk_id_dtype));
+    put(&k, " values="), put(&k, names_topk_values(pb->topk_values));
+    put(&k, " tail="), put(&k, names_tail(pb->tail));
+  }
+  put(&k, " tmode="), put(&k, names_tmode(pb->temperature_mode));
+  put(&k, " flags=");
+  int any = 0;
+  for (int i = 0; i < N_FLAGS; i++)
+    if (pb->flags & FLAGS[i].bit) put(&k, any++ ? "," : ""), put(&k, FLAGS[i].name);
+  if (!any) put(&k, "-");
 }
 
 /* The shortest %g form that reads back as the same double ("2", "1e-20"). */
@@ -160,12 +189,21 @@ static int tokenize(char *s, token *tok, int *n, char *why, size_t cap) {
   return 0;
 }
 
+/* A decimal integer in [lo, hi] (|lo|, |hi| < 2^62): digits after an optional '-', no leading
+ * zero. By hand, not strtoll: a large import reads some ten numbers a line. */
 static int parse_int(const char *v, long long lo, long long hi, long long *out) {
-  if (!*v || (*v == '0' && v[1]) || *v == '+' || *v == ' ') return -1;
-  errno = 0;
-  char *end;
-  const long long x = strtoll(v, &end, 10);
-  if (errno || *end || x < lo || x > hi) return -1;
+  if (!*v || (*v == '0' && v[1])) return -1;
+  const int neg = *v == '-';
+  const char *p = v + neg;
+  if (!*p) return -1;
+  unsigned long long u = 0;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9' || u > (1ull << 62) / 10) return -1; /* past 2^62: out of range */
+    u = 10 * u + (unsigned long long)(*p - '0');
+  }
+  if (u > (1ull << 62)) return -1;
+  const long long x = neg ? -(long long)u : (long long)u;
+  if (x < lo || x > hi) return -1;
   *out = x;
   return 0;
 }
@@ -225,13 +263,13 @@ static int parse_real(const char *v, double lo, double hi, double *out) {
   return 0;
 }
 
-/* Applies one problem field of the key (extra = 0) or extra (1) side. 1 applied, 0 not such a
- * field, -1 bad value or repeated (why set). */
-static int problem_field(kljit_problem *pb, const token *t, int extra, unsigned *seen, char *why,
-                         size_t cap) {
-  int f = 0;
-  while (f < PF_COUNT && strcmp(t->name, PROBLEM_FIELDS[f]) != 0) f++;
-  if (f == PF_COUNT || extra_field(f) != extra) return 0;
+static int field_code(const char *name);
+
+/* Applies one problem field (f: its field_code) of the key (extra = 0) or extra (1) side.
+ * 1 applied, 0 not such a field, -1 bad value or repeated (why set). */
+static int problem_field(kljit_problem *pb, const token *t, int f, int extra, unsigned *seen,
+                         char *why, size_t cap) {
+  if (f < 0 || f >= PF_COUNT || extra_field(f) != extra) return 0;
   if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
   *seen |= 1u << f;
   const char *v = t->value;
@@ -346,11 +384,13 @@ kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
     token tok[MAX_TOKENS];
     int n = 0;
     r = tokenize(copy, tok, &n, why, sizeof why);
-    for (int i = 0; i < n && r == 0; i++)
-      if (problem_field(pb, &tok[i], side, &seen, why, sizeof why) != 1) {
+    for (int i = 0; i < n && r == 0; i++) {
+      const int code = field_code(tok[i].name);
+      if (problem_field(pb, &tok[i], code, side, &seen, why, sizeof why) != 1) {
         if (!*why) snprintf(why, sizeof why, "unknown field %s", tok[i].name);
         r = -1;
       }
+    }
     free(copy);
   }
   if (r == 0) r = problem_complete(pb, seen, why, sizeof why);
@@ -411,12 +451,47 @@ static int key_field(int f) {
   return f <= EF_BUCKET;
 }
 
-static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigned *seen, char *why,
-                       size_t cap) {
-  int f = 0;
-  while (f < EF_COUNT && strcmp(t->name, ENTRY_FIELDS[f]) != 0) f++;
-  if (f == EF_COUNT)
-    return snprintf(why, cap, "unknown field %s (on this side of '->')", t->name), -1;
+/* Field codes: PF_* for problem fields, FIELD_ENTRY + EF_* for the others; every token of every
+ * line is looked up, so by hash (FIELD_SLOTS, filled once) rather than by a strcmp chain. */
+enum { FIELD_ENTRY = 32, FIELD_SLOTS = 64 };
+_Static_assert((int)PF_COUNT <= (int)FIELD_ENTRY && FIELD_ENTRY + (int)EF_COUNT < FIELD_SLOTS,
+               "the field codes of both tables fit the slots");
+static signed char field_slots[FIELD_SLOTS]; /* 1 + the code of the name hashed there; 0: none */
+static pthread_once_t fields_once = PTHREAD_ONCE_INIT;
+
+static const char *field_name(int code) {
+  return code < FIELD_ENTRY ? PROBLEM_FIELDS[code] : ENTRY_FIELDS[code - FIELD_ENTRY];
+}
+
+/* Field names differ in their length, first or last byte often enough for a slot to hold one
+ * name or two: a cheap hash for the ~2 million lookups of a large import. */
+static size_t field_hash(const char *name) {
+  const size_t len = strlen(name);
+  return (len * 13 + (unsigned char)name[0] * 7 + (len ? (unsigned char)name[len - 1] : 0)) %
+         FIELD_SLOTS;
+}
+
+static void fields_init(void) {
+  for (int code = 0; code < FIELD_ENTRY + EF_COUNT; code++) {
+    if (code == PF_COUNT) code = FIELD_ENTRY;
+    size_t i = field_hash(field_name(code));
+    while (field_slots[i]) i = (i + 1) % FIELD_SLOTS;
+    field_slots[i] = (signed char)(code + 1);
+  }
+}
+
+/* The field code of a token name, or -1 when it names no field. */
+static int field_code(const char *name) {
+  pthread_once(&fields_once, fields_init);
+  for (size_t i = field_hash(name); field_slots[i]; i = (i + 1) % FIELD_SLOTS)
+    if (strcmp(field_name(field_slots[i] - 1), name) == 0) return field_slots[i] - 1;
+  return -1;
+}
+
+static int entry_field(wisdom_entry *e, const token *t, int code, int after_arrow, unsigned *seen,
+                       char *why, size_t cap) {
+  const int f = code >= FIELD_ENTRY ? code - FIELD_ENTRY : -1;
+  if (f < 0) return snprintf(why, cap, "unknown field %s (on this side of '->')", t->name), -1;
   if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
   if (key_field(f) == after_arrow)
     return snprintf(why, cap, "field %s belongs %s '->'", t->name,
@@ -428,8 +503,9 @@ static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigne
   int ok = 1;
   switch (f) {
     case EF_GPU:
-      ok = *v && strlen(v) < WISDOM_GPU_MAX;
-      if (ok) snprintf(e->gpu, sizeof e->gpu, "%s", v);
+      x = (long long)strlen(v);
+      ok = x > 0 && x < WISDOM_GPU_MAX;
+      if (ok) memcpy(e->gpu, v, (size_t)x + 1);
       break;
     case EF_ARCH:
       ok = !strncmp(v, "sm_", 3) && !parse_int(v + 3, 10, 9999, &x), e->arch = (int)x;
@@ -477,8 +553,35 @@ static int entry_field(wisdom_entry *e, const token *t, int after_arrow, unsigne
   return 0;
 }
 
+/* The extra text of the last entry parsed and the fields it was made from: the entries of a
+ * file mostly share them, and each of its three numbers costs shortest() a printf or more. */
+typedef struct extra_memo {
+  int valid;
+  double t, tt, eps;
+  kljit_reduction reduction;
+  uint32_t t2;
+  kljit_dtype gw;
+  kljit_grad_weight_accum accum;
+  char text[WISDOM_EXTRA_MAX];
+} extra_memo;
+
+static void memo_extra(const kljit_problem *pb, extra_memo *m, char out[WISDOM_EXTRA_MAX]) {
+  const uint32_t t2 = pb->flags & KLJIT_FLAG_SCALE_T_SQUARED;
+  /* the numbers compared bit for bit: -0 and 0 print differently */
+  if (!m->valid || memcmp(&m->t, &pb->temperature, sizeof m->t) != 0 ||
+      memcmp(&m->tt, &pb->teacher_temperature, sizeof m->tt) != 0 ||
+      memcmp(&m->eps, &pb->eps, sizeof m->eps) != 0 || m->reduction != pb->reduction ||
+      m->t2 != t2 || m->gw != pb->grad_weight_dtype || m->accum != pb->grad_weight_accum) {
+    wisdom_problem_extra(pb, m->text);
+    m->valid = 1, m->t = pb->temperature, m->tt = pb->teacher_temperature, m->eps = pb->eps;
+    m->reduction = pb->reduction, m->t2 = t2, m->gw = pb->grad_weight_dtype;
+    m->accum = pb->grad_weight_accum;
+  }
+  memcpy(out, m->text, WISDOM_EXTRA_MAX);
+}
+
 /* One entry line (mutable copy). 0, or -1 with why. */
-static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
+static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why, size_t cap) {
   memset(e, 0, sizeof *e);
   token tok[MAX_TOKENS];
   int n = 0;
@@ -498,16 +601,17 @@ static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
       if (gemm_algo_add(&e->tune, &c)) return snprintf(why, cap, "too many gemm fields"), -1;
       continue;
     }
-    const int r = problem_field(&pb, &tok[i], arrows, &pseen, why, cap);
+    const int code = field_code(tok[i].name);
+    const int r = problem_field(&pb, &tok[i], code, arrows, &pseen, why, cap);
     if (r < 0) return -1;
-    if (r == 0 && entry_field(e, &tok[i], arrows, &eseen, why, cap)) return -1;
+    if (r == 0 && entry_field(e, &tok[i], code, arrows, &eseen, why, cap)) return -1;
   }
   if (!arrows) return snprintf(why, cap, "no '->' between the key and the choice"), -1;
   for (int f = 0; f < EF_COUNT; f++)
     if (!(eseen & 1u << f)) return snprintf(why, cap, "field %s is missing", ENTRY_FIELDS[f]), -1;
   if (problem_complete(&pb, pseen, why, cap)) return -1;
   wisdom_problem_key(&pb, e->problem);
-  wisdom_problem_extra(&pb, e->extra);
+  memo_extra(&pb, memo, e->extra);
   prob_geometry g;
   if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
       kspec_check(&g.helpers))
@@ -515,121 +619,22 @@ static int parse_entry(char *line, wisdom_entry *e, char *why, size_t cap) {
   return 0;
 }
 
-/* ---- sets -------------------------------------------------------------------------------- */
-
-static int same_identity(const wisdom_entry *a, const wisdom_entry *b) {
-  return a->arch == b->arch && a->sms == b->sms && a->bucket == b->bucket &&
-         !strcmp(a->gpu, b->gpu) && !strcmp(a->problem, b->problem);
-}
-
-/* a is better than b: higher rigor, then less time per token. */
-static int better(const wisdom_entry *a, const wisdom_entry *b) {
-  if (a->rigor != b->rigor) return a->rigor > b->rigor;
-  return a->ms / (double)a->rows < b->ms / (double)b->rows;
-}
-
-kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e) {
-  for (size_t i = 0; i < s->n; i++)
-    if (same_identity(&s->e[i], e)) {
-      if (better(e, &s->e[i])) s->e[i] = *e;
-      return KLJIT_SUCCESS;
-    }
-  if (s->n == s->cap) {
-    const size_t cap = s->cap ? 2 * s->cap : 16;
-    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
-    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-    s->e = grown, s->cap = cap;
-  }
-  s->e[s->n++] = *e;
-  return KLJIT_SUCCESS;
-}
-
-static int identity_cmp(const void *pa, const void *pb) {
-  const wisdom_entry *a = pa, *b = pb;
-  int c = strcmp(a->gpu, b->gpu);
-  if (!c) c = (a->arch > b->arch) - (a->arch < b->arch);
-  if (!c) c = (a->sms > b->sms) - (a->sms < b->sms);
-  if (!c) c = strcmp(a->problem, b->problem);
-  if (!c) c = (a->bucket > b->bucket) - (a->bucket < b->bucket);
-  return c;
-}
-
-typedef struct ranked {
-  const wisdom_entry *e;
-  size_t pos; /* position in the set: earlier wins ties, as in sequential merging */
-} ranked;
-
-static int ranked_cmp(const void *pa, const void *pb) {
-  const ranked *a = pa, *b = pb;
-  const int c = identity_cmp(a->e, b->e);
-  return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
-}
-
-/* Leaves one entry per identity: the one sequential wisdom_merge calls in set order would
- * keep (the first of the best), in O(n log n) instead of merging one by one in O(n^2). */
-static kljit_status normalize(wisdom_set *s) {
-  if (s->n < 2) return KLJIT_SUCCESS;
-  ranked *r = malloc(s->n * sizeof *r);
-  wisdom_entry *kept = r ? malloc(s->n * sizeof *kept) : NULL;
-  if (!kept) {
-    free(r);
-    return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  for (size_t i = 0; i < s->n; i++) r[i] = (ranked){&s->e[i], i};
-  qsort(r, s->n, sizeof *r, ranked_cmp);
-  size_t n = 0;
-  for (size_t i = 0; i < s->n;) {
-    const wisdom_entry *best = r[i].e;
-    size_t j = i + 1;
-    for (; j < s->n && identity_cmp(r[j].e, r[i].e) == 0; j++)
-      if (better(r[j].e, best)) best = r[j].e;
-    kept[n++] = *best;
-    i = j;
-  }
-  free(r);
-  free(s->e);
-  s->e = kept, s->n = n, s->cap = s->n;
-  return KLJIT_SUCCESS;
-}
-
-static kljit_status append(wisdom_set *s, const wisdom_entry *e, size_t count) {
-  if (s->n + count > s->cap) {
-    size_t cap = s->cap ? s->cap : 16;
-    while (cap < s->n + count) cap *= 2;
-    wisdom_entry *grown = realloc(s->e, cap * sizeof *grown);
-    if (!grown) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-    s->e = grown, s->cap = cap;
-  }
-  if (count) memcpy(s->e + s->n, e, count * sizeof *e);
-  s->n += count;
-  return KLJIT_SUCCESS;
-}
-
-kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from) {
-  const kljit_status st = append(into, from->e, from->n);
-  return st != KLJIT_SUCCESS ? st : normalize(into);
-}
-
-void wisdom_set_free(wisdom_set *s) {
-  free(s->e);
-  memset(s, 0, sizeof *s);
-}
+/* ---- formatting sets ---------------------------------------------------------------------- */
 
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out) {
-  wisdom_entry *sorted = malloc((s->n ? s->n : 1) * sizeof *sorted);
-  if (!sorted) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  if (s->n) memcpy(sorted, s->e, s->n * sizeof *sorted);
-  qsort(sorted, s->n, sizeof *sorted, identity_cmp);
-  kljit_status st = sb_printf(out,
-                              "%s %d kljit=%s\n"
-                              "# GPU, problem and token bucket -> the chosen configuration, the "
-                              "rigor that chose it, its time (docs/wisdom.md)\n",
-                              HEADER_WORD, WISDOM_FORMAT, KLJIT_VERSION_STRING);
+  size_t *order = NULL;
+  kljit_status st = wisdom_identity_order(s, &order);
+  if (st == KLJIT_SUCCESS)
+    st = sb_printf(out,
+                   "%s %d kljit=%s\n"
+                   "# GPU, problem and token bucket -> the chosen configuration, the "
+                   "rigor that chose it, its time (docs/wisdom.md)\n",
+                   HEADER_WORD, WISDOM_FORMAT, KLJIT_VERSION_STRING);
   for (size_t i = 0; i < s->n && st == KLJIT_SUCCESS; i++) {
-    st = wisdom_entry_text(&sorted[i], out);
+    st = wisdom_entry_text(&s->e[order[i]], out);
     if (st == KLJIT_SUCCESS) st = sb_append(out, "\n", 1);
   }
-  free(sorted);
+  free(order);
   return st;
 }
 
@@ -667,13 +672,17 @@ static int parse_header(char *line, char *why, size_t cap) {
   return 0;
 }
 
-kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale) {
+kljit_status wisdom_parse_entries(const char *text, const char *origin, wisdom_set *out,
+                                  int *stale) {
   memset(out, 0, sizeof *out);
   if (stale) *stale = 0;
   if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: wisdom text is NULL", origin);
   char why[600] = "";
   int lineno = 0, header = 0, bad = 0;
   kljit_status st = KLJIT_SUCCESS;
+  char *line = NULL; /* the mutable copy of each line, grown as needed */
+  size_t line_cap = 0;
+  extra_memo memo = {0};
   for (const char *p = text; *p && !bad && st == KLJIT_SUCCESS;) {
     lineno++;
     size_t len = strcspn(p, "\n");
@@ -685,10 +694,13 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
       p = next;
       continue;
     }
-    char *line = malloc(len + 1);
-    if (!line) {
-      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-      break;
+    if (len + 1 > line_cap) {
+      char *grown = realloc(line, len + 1);
+      if (!grown) {
+        st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+        break;
+      }
+      line = grown, line_cap = len + 1;
     }
     memcpy(line, p, len);
     line[len] = '\0';
@@ -697,20 +709,26 @@ kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out,
       const int h = parse_header(line, why, sizeof why);
       if (h == -2 && stale) *stale = 1;
       bad = h != 0;
-    } else {
-      wisdom_entry e;
-      bad = parse_entry(line, &e, why, sizeof why) != 0;
-      if (!bad) st = append(out, &e, 1); /* duplicates: normalize, below */
+    } else if ((st = wisdom_set_reserve(out, out->n + 1)) == KLJIT_SUCCESS) {
+      /* parsed in place; duplicates are dropped by normalize, below */
+      bad = parse_entry(line, &out->e[out->n], &memo, why, sizeof why) != 0;
+      out->n += !bad;
     }
-    free(line);
     p = next;
   }
+  free(line);
   if (st == KLJIT_SUCCESS && !bad && !header) {
     bad = 1, lineno = 1;
     snprintf(why, sizeof why, "not a kljit wisdom file (empty: no 'kljit-wisdom' header)");
   }
   if (bad) st = err_set(KLJIT_ERR_WISDOM, "%s:%d: %s (nothing imported)", origin, lineno, why);
-  if (st == KLJIT_SUCCESS) st = normalize(out);
+  if (st != KLJIT_SUCCESS) wisdom_set_free(out);
+  return st;
+}
+
+kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale) {
+  kljit_status st = wisdom_parse_entries(text, origin, out, stale);
+  if (st == KLJIT_SUCCESS) st = wisdom_normalize(out);
   if (st != KLJIT_SUCCESS) wisdom_set_free(out);
   return st;
 }

@@ -3,8 +3,8 @@
  * bucket; its text format (docs/wisdom.md) and the process-wide store.
  *
  * Invariants:
- *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every parsed set
- *    hold at most one entry per identity. Merging keeps the higher rigor, then the lower time
+ *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every set
+ *    wisdom_parse returns hold at most one entry per identity, in identity order. Merging keeps the higher rigor, then the lower time
  *    per token, then the entry already there.
  *  - Every entry in a set has passed prob_validate (its problem) and prob_geometry_make (its
  *    tuning): wisdom can make a plan slow, never make it index out of range.
@@ -55,6 +55,11 @@ int64_t wisdom_bucket(int64_t rows);
  * is kljit wisdom of another format or kljit version (safe to overwrite), else 0. */
 kljit_status wisdom_parse(const char *text, const char *origin, wisdom_set *out, int *stale);
 
+/* The same, except that the entries stay in the text's order and may repeat an identity: for a
+ * merge into the store, which orders and deduplicates the union once (wisdom_merge_set_take). */
+kljit_status wisdom_parse_entries(const char *text, const char *origin, wisdom_set *out,
+                                  int *stale);
+
 /* Appends the text of `s` (header, then entries sorted by identity) to `out`. */
 kljit_status wisdom_format(const wisdom_set *s, strbuf *out);
 
@@ -64,7 +69,20 @@ kljit_status wisdom_merge(wisdom_set *s, const wisdom_entry *e);
 /* Merges every entry of `from` into `into`, as wisdom_merge one by one would (entries already
  * in `into` win ties), in O((n + m) log(n + m)). */
 kljit_status wisdom_merge_set(wisdom_set *into, const wisdom_set *from);
+/* The same, but `from` is used up (emptied): its storage may become into's, which spares a
+ * copy of the larger set. On failure either set may hold entries of both. */
+kljit_status wisdom_merge_set_take(wisdom_set *into, wisdom_set *from);
 void wisdom_set_free(wisdom_set *s);
+
+/* Room for n entries in s (the parser fills them in place). */
+kljit_status wisdom_set_reserve(wisdom_set *s, size_t n);
+
+/* Leaves one entry per identity, in identity order: the one wisdom_merge calls in set order
+ * would keep (the first of the best). */
+kljit_status wisdom_normalize(wisdom_set *s);
+
+/* The indices of s's entries in identity order (ties: set order), as *order (malloc'd). */
+kljit_status wisdom_identity_order(const wisdom_set *s, size_t **order);
 
 /* One entry line, without its newline (also used in messages). */
 kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out);

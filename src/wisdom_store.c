@@ -160,10 +160,11 @@ static void load_default_locked(int which) {
   wisdom_set s;
   memset(&s, 0, sizeof s);
   kljit_status st = read_text(path.data, &text, &missing);
-  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, NULL);
-  if (st == KLJIT_SUCCESS) st = wisdom_merge_set(&store, &s);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse_entries(text.data, path.data, &s, NULL);
+  const size_t n = s.n;
+  if (st == KLJIT_SUCCESS) st = wisdom_merge_set_take(&store, &s);
   if (st == KLJIT_SUCCESS)
-    util_log("wisdom: %zu entries from %s", s.n, path.data);
+    util_log("wisdom: %zu entries from %s", n, path.data);
   else if (!missing)
     util_log("wisdom: skipping %s: %s", path.data, kljit_last_error());
   err_clear();
@@ -264,11 +265,12 @@ kljit_status wisdom_add(const wisdom_entry *e) {
 
 /* ---- public API -------------------------------------------------------------------------- */
 
-static kljit_status import_set(const wisdom_set *s) {
+/* Merges parsed entries (wisdom_parse_entries) into the store; s is used up. */
+static kljit_status import_set(wisdom_set *s) {
   kljit_status st = KLJIT_SUCCESS;
   pthread_mutex_lock(&lock);
   ensure_defaults_locked();
-  st = wisdom_merge_set(&store, s);
+  st = wisdom_merge_set_take(&store, s);
   pthread_mutex_unlock(&lock);
   return st;
 }
@@ -279,9 +281,13 @@ kljit_status kljit_wisdom_import_file(const char *path) {
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_file: path is %s",
                    path ? "empty" : "NULL");
   wisdom_set s;
-  kljit_status st = wisdom_read_file(path, &s, NULL);
+  memset(&s, 0, sizeof s);
+  strbuf text = {0};
+  kljit_status st = read_text(path, &text, NULL);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse_entries(text.data, path, &s, NULL);
   if (st == KLJIT_SUCCESS) st = import_set(&s);
   wisdom_set_free(&s);
+  sb_free(&text);
   if (st == KLJIT_SUCCESS) err_clear();
   return st;
 }
@@ -290,7 +296,7 @@ kljit_status kljit_wisdom_import_string(const char *text) {
   err_clear();
   if (!text) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_import_string: text is NULL");
   wisdom_set s;
-  kljit_status st = wisdom_parse(text, "<string>", &s, NULL);
+  kljit_status st = wisdom_parse_entries(text, "<string>", &s, NULL);
   if (st == KLJIT_SUCCESS) st = import_set(&s);
   wisdom_set_free(&s);
   if (st == KLJIT_SUCCESS) err_clear();

@@ -452,6 +452,27 @@ static int sandbox_stops_runaway_output(void) {
   return TH_PASS;
 }
 
+/* The renderer remembers the order it sorted a list of keys into, by the keys' addresses (a
+ * wisdom import checks tens of thousands of specs with the same keys): keys rewritten in place
+ * must still come out sorted, and a repeat still be refused. */
+static int parameter_keys_rewritten_in_place_are_sorted_again(void) {
+  char first[2] = "A", second[2] = "B";
+  render_param p[] = {pint(first, 1), pint(second, 2)};
+  strbuf out = {0};
+  TH_OK(render("x\n", p, 2, &out));
+  TH_CHECK(contains(out.data, "parameters: A=1, B=2\n"));
+  first[0] = 'C'; /* the same addresses, another order */
+  sb_free(&out);
+  TH_OK(render("x\n", p, 2, &out));
+  TH_CHECK(contains(out.data, "parameters: B=2, C=1\n"));
+  first[0] = 'B';
+  sb_free(&out);
+  TH_STATUS(render("x\n", p, 2, &out), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(contains(kljit_last_error(), "B is given twice"));
+  sb_free(&out);
+  return TH_PASS;
+}
+
 static int invalid_parameters_are_invalid_argument(void) {
   strbuf out = {0};
   render_param dup[] = {pint("N", 1), pint("M", 2), pint("N", 3)};
@@ -588,6 +609,8 @@ static int include_runs_a_file_once_returns_its_value_and_refuses_cycles(void) {
 }
 
 static const th_case cases[] = {
+    {"parameter_keys_rewritten_in_place_are_sorted_again",
+     parameter_keys_rewritten_in_place_are_sorted_again},
     {"include_runs_a_file_once_returns_its_value_and_refuses_cycles",
      include_runs_a_file_once_returns_its_value_and_refuses_cycles},
     {"substitution_and_lua_lines_render_expected_text",

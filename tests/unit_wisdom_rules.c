@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_wisdom_rules.c — the wisdom text as a contract: it round-trips (parse -> format -> parse
  * is a fixed point), the parser accepts exactly the tunings the templates render, a 60 000-entry
- * file imports in under a second, and concurrent writers of one file lose no entry. No GPU.
+ * file imports in under a second (the perf registration asserts it), merging sets is merging
+ * their entries one by one, and concurrent writers of one file lose no entry. No GPU.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,29 +160,129 @@ static int every_entry_the_parser_accepts_renders(void) {
   return TH_PASS;
 }
 
-/* ---- scale -------------------------------------------------------------------------------- */
-
-static double cpu_seconds(void) {
+/* The templates' checks run in a kept sandbox with a CPU budget. Its setup once counted the
+ * thread's CPU time from zero: a thread that had computed for a second before its first check
+ * (a long-running process) could then validate nothing, and every wisdom text was refused as
+ * "not enough memory". CTest runs this case in a fresh process, so the check below is the
+ * thread's first. */
+static int a_thread_that_computed_for_a_second_still_imports_wisdom(void) {
   struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+  volatile double sink = 0;
+  do {
+    for (int i = 0; i < 100000; i++) sink += i;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  } while ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec < 1.1);
+  char line[2048];
+  dense_entry(line, sizeof line, "\"G\"", "arch=sm_90 sms=132", 32000, "split=4 cluster=0", "1");
+  wisdom_set s;
+  if (parse_line(line, &s) != KLJIT_SUCCESS) {
+    printf("after %.1f s of CPU (%.0f): %s\n", (double)t.tv_sec + 1e-9 * (double)t.tv_nsec,
+           sink, kljit_last_error());
+    return TH_FAIL;
+  }
+  TH_CHECK(s.n == 1);
+  wisdom_set_free(&s);
+  return TH_PASS;
 }
 
-/* CPU seconds of importing n generated entries into a fresh private store under dir/<n>. */
-static int import_n(const char *dir, int n, double *cpu, int *identities) {
+/* ---- merging ------------------------------------------------------------------------------ */
+
+/* An entry of a small identity space (2 GPUs x 3 problems x 4 buckets) with a tuning that tells
+ * entries apart and rigors and times that tie often. */
+static wisdom_entry tie_entry(uint64_t *seed, int serial) {
+  wisdom_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.gpu, sizeof e.gpu, "%s", wg_below(seed, 2) ? "NVIDIA H200" : "NVIDIA H100");
+  e.arch = 90, e.sms = 132;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 32000 + 8 * wg_below(seed, 3), pb.hidden = 64;
+  wisdom_problem_key(&pb, e.problem);
+  wisdom_problem_extra(&pb, e.extra);
+  e.bucket = (int64_t)1 << (10 + wg_below(seed, 4));
+  e.tune = prob_estimate(&pb, 132, 90);
+  e.tune.chunk_rows = 1 + serial; /* which entry won shows in the text */
+  e.rigor = wg_below(seed, 2) ? KLJIT_PLAN_MEASURE : KLJIT_PLAN_EXHAUSTIVE;
+  e.rows = 8192, e.ms = 1 + wg_below(seed, 2);
+  return e;
+}
+
+/* Merging a set into another is merging its entries one by one, the receiving set's entries
+ * winning ties, whichever set is larger and whether or not the merge may take the other's
+ * storage (the import does: wisdom_merge_set_take). */
+static int merging_sets_is_merging_their_entries_one_by_one(void) {
+  uint64_t seed = 1414;
+  const size_t sizes[][2] = {{0, 5}, {5, 0}, {3, 40}, {40, 3}, {24, 24}, {1, 200}, {200, 1}};
+  for (size_t c = 0; c < sizeof sizes / sizeof sizes[0]; c++) {
+    wisdom_set into = {0}, from = {0}, seq = {0}, copy = {0}, took = {0}, taken = {0};
+    wisdom_set took_raw = {0}, raw = {0}; /* raw: from as parsed, repeats and all */
+    int serial = 0;
+    for (size_t i = 0; i < sizes[c][0]; i++) { /* the receiving set: one entry per identity */
+      const wisdom_entry e = tie_entry(&seed, serial++);
+      TH_OK(wisdom_merge(&into, &e));
+    }
+    for (size_t i = 0; i < sizes[c][1]; i++) { /* the other one may repeat identities */
+      const wisdom_entry e = tie_entry(&seed, serial++);
+      wisdom_entry *grown = realloc(from.e, (from.n + 1) * sizeof *grown);
+      TH_CHECK(grown != NULL);
+      from.e = grown, from.e[from.n++] = e, from.cap = from.n;
+    }
+    for (size_t i = 0; i < into.n; i++) TH_OK(wisdom_merge(&seq, &into.e[i]));
+    for (size_t i = 0; i < from.n; i++) TH_OK(wisdom_merge(&seq, &from.e[i]));
+    TH_OK(wisdom_merge_set(&copy, &into));
+    TH_OK(wisdom_merge_set(&copy, &from));
+    TH_OK(wisdom_merge_set(&took, &into));
+    TH_OK(wisdom_merge_set(&taken, &from));
+    TH_OK(wisdom_merge_set_take(&took, &taken));
+    TH_CHECK(taken.n == 0 && taken.e == NULL);
+    TH_OK(wisdom_merge_set(&took_raw, &into));
+    if (from.n) {
+      raw.e = malloc(from.n * sizeof *raw.e);
+      TH_CHECK(raw.e != NULL);
+      memcpy(raw.e, from.e, from.n * sizeof *raw.e);
+      raw.n = raw.cap = from.n;
+    }
+    TH_OK(wisdom_merge_set_take(&took_raw, &raw));
+    char *want = format_set(&seq), *a = format_set(&copy), *b = format_set(&took);
+    char *d = format_set(&took_raw);
+    TH_CHECK(want && a && b && d);
+    if (strcmp(want, a) != 0 || strcmp(want, b) != 0 || strcmp(want, d) != 0) {
+      printf("sizes %zu, %zu: one by one\n%s---\nmerge_set\n%s---\nmerge_set_take\n%s---\n"
+             "merge_set_take of the entries as they came\n%s",
+             sizes[c][0], sizes[c][1], want, a, b, d);
+      return TH_FAIL;
+    }
+    free(want), free(a), free(b), free(d);
+    wisdom_set_free(&into), wisdom_set_free(&from), wisdom_set_free(&seq);
+    wisdom_set_free(&copy), wisdom_set_free(&took), wisdom_set_free(&took_raw);
+  }
+  return TH_PASS;
+}
+
+/* ---- scale -------------------------------------------------------------------------------- */
+
+/* User + system CPU seconds of this process (getrusage): CPU time, not wall time, as the machine
+ * running the suite may be shared. */
+static double cpu_seconds(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/* CPU seconds of importing n generated entries (from `seed`) into the process's store, first
+ * pointed at a private directory dir/<n>; *identities: the entries the store then holds. */
+static int import_n(const char *dir, int n, uint64_t seed, double *cpu, int *identities) {
   char sub[PATH_MAX];
   snprintf(sub, sizeof sub, "%s/%d", dir, n);
   TH_CHECK(mkdir(sub, 0700) == 0);
   th_private_wisdom(sub);
   strbuf text = {0};
   TH_OK(sb_append(&text, H, strlen(H)));
-  uint64_t seed = 60000;
   char line[2048];
   for (int i = 0; i < n; i++) {
     wg_entry(&seed, 1, line, sizeof line);
     TH_OK(sb_printf(&text, "%s\n", line));
   }
-  /* CPU time, not wall time: the machine running the suite may be shared */
   const double t0 = cpu_seconds();
   TH_OK(kljit_wisdom_import_string(text.data));
   *cpu = cpu_seconds() - t0;
@@ -188,30 +290,34 @@ static int import_n(const char *dir, int n, double *cpu, int *identities) {
   TH_OK(kljit_wisdom_export_string(&out));
   *identities = 0;
   for (const char *p = out; (p = strstr(p, "\ngpu=")); p++) ++*identities;
-  printf("%d entries (%.1f MiB, %d distinct identities) imported in %.3f s CPU\n", n,
-         (double)text.len / (1 << 20), *identities, *cpu);
+  printf("%d entries (%.1f MiB) imported in %.3f s CPU; the store holds %d\n", n,
+         (double)text.len / (1 << 20), *cpu, *identities);
   kljit_free(out);
   sb_free(&text);
   return TH_PASS;
 }
 
-/* Issue 14's bar is 60 000 entries in under 1 s CPU. Measured on the 2-core CI kind after the
- * templates grew (issues 13 and 19): 0.93-1.33 s, so the absolute bar is NOT met and is only
- * printed here (bench/RESULTS.md, the closing note). What this asserts is the algorithm: the
- * import scales as n log n (the old one was quadratic, 82 s for 60 000), 10x the entries in at
- * most 20x the time. */
+/* Issue 14's bar: 60 000 entries (12.8 MiB, each checked by the templates) imported in under
+ * 1 s of CPU, the import alone. Asserted in the perf registration (run alone; the suite's
+ * other tests would share the 2 cores), printed in the unit one. Asserted in both: the import
+ * scales as n log n (the first one was quadratic, 82 s for 60 000), 10x the entries in at most
+ * 20x the time. The two texts come from different seeds, so the large one's specs are not
+ * already known to the templates' memo (spec_check.c): every one of its ~54 000 distinct specs
+ * runs the templates' checks. */
 static int import_in(const char *dir) {
   double small = 0, large = 0;
   int ids_small = 0, ids_large = 0;
-  TH_CHECK(import_n(dir, 6000, &small, &ids_small) == TH_PASS);
-  TH_CHECK(import_n(dir, 60000, &large, &ids_large) == TH_PASS);
-  TH_CHECK(ids_large > 50000); /* few identities repeat: the merge really ran at scale */
-  printf("60000 vs 6000 entries: %.1fx the CPU time (n log n: about 12.6x); the 1 s bar: %s\n",
-         large / small, large < 1.0 ? "met" : "NOT met");
+  TH_CHECK(import_n(dir, 6000, 6000, &small, &ids_small) == TH_PASS);
+  TH_CHECK(import_n(dir, 60000, 60000, &large, &ids_large) == TH_PASS);
+  TH_CHECK(ids_large > ids_small + 50000); /* few identities repeat: the merge ran at scale */
+  printf("60000 vs 6000 entries: %.1fx the CPU time (n log n: about 12.6x); the 1 s bar: "
+         "%.3f s, %s\n",
+         large / small, large, large < 1.0 ? "met" : "NOT met");
   TH_CHECK(large < 20.0 * small);
+  if (th_perf_limits()) TH_CHECK(large < 1.0);
   return TH_PASS;
 }
-static int wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries(void) {
+static int import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second(void) {
   return th_in_tmpdir("wisdom-60k", import_in);
 }
 
@@ -267,8 +373,12 @@ static int sixteen_concurrent_writers_keep_every_entry(void) {
 static const th_case cases[] = {
     {"wisdom_text_round_trips_as_a_fixed_point", wisdom_text_round_trips_as_a_fixed_point},
     {"every_entry_the_parser_accepts_renders", every_entry_the_parser_accepts_renders},
-    {"wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries",
-     wisdom_import_scales_as_n_log_n_to_sixty_thousand_entries},
+    {"import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second",
+     import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second},
     {"sixteen_concurrent_writers_keep_every_entry", sixteen_concurrent_writers_keep_every_entry},
+    {"merging_sets_is_merging_their_entries_one_by_one",
+     merging_sets_is_merging_their_entries_one_by_one},
+    {"a_thread_that_computed_for_a_second_still_imports_wisdom",
+     a_thread_that_computed_for_a_second_still_imports_wisdom},
 };
 TH_MAIN(cases)
