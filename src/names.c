@@ -2,6 +2,8 @@
 /* names.c — enum names, one table each (names.h). */
 #include "names.h"
 
+#include <string.h>
+
 const char *names_dtype(kljit_dtype dt) {
   switch (dt) {
   case KLJIT_FP32: return "FP32";
@@ -33,29 +35,36 @@ size_t names_dtype_size(kljit_dtype dt) {
   return 0;
 }
 
-const char *names_rigor(kljit_plan_rigor r) {
-  switch (r) {
-  case KLJIT_PLAN_ESTIMATE: return "estimate";
-  case KLJIT_PLAN_MEASURE: return "measure";
-  case KLJIT_PLAN_EXHAUSTIVE: return "exhaustive";
-  case KLJIT_PLAN_WISDOM_ONLY: return "wisdom-only";
-  }
-  return "?";
+/* The tables of the enums whose values run 1..N: names and parsing both read them. */
+static const char *const RIGORS[] = {NULL, "estimate", "measure", "exhaustive", "wisdom-only"};
+static const char *const REDUCTIONS[] = {NULL, "sum", "batchmean", "mean", "none"};
+static const char *const TAILS[] = {NULL, "none", "renorm", "bucket"};
+static const char *const TEACHERS[] = {NULL, "probs", "logprobs", "logits", "topk", "hidden"};
+#define COUNT(t) ((int)(sizeof t / sizeof t[0]))
+
+static const char *name_of(const char *const *table, int n, int v) {
+  return v >= 1 && v < n ? table[v] : "?";
 }
 
+static int find(const char *const *table, int n, const char *s) {
+  for (int v = 1; v < n; v++)
+    if (strcmp(s, table[v]) == 0) return v;
+  return 0;
+}
+
+const char *names_rigor(kljit_plan_rigor r) { return name_of(RIGORS, COUNT(RIGORS), (int)r); }
 const char *names_reduction(kljit_reduction r) {
-  switch (r) {
-  case KLJIT_REDUCTION_SUM: return "sum";
-  case KLJIT_REDUCTION_BATCHMEAN: return "batchmean";
-  case KLJIT_REDUCTION_MEAN: return "mean";
-  case KLJIT_REDUCTION_NONE: return "none";
-  }
-  return "?";
+  return name_of(REDUCTIONS, COUNT(REDUCTIONS), (int)r);
+}
+const char *names_tail(kljit_tail t) { return name_of(TAILS, COUNT(TAILS), (int)t); }
+const char *names_teacher(kljit_teacher_form f) {
+  return name_of(TEACHERS, COUNT(TEACHERS), (int)f);
 }
 
-const char *names_tail(kljit_tail t) {
-  return t == KLJIT_TAIL_NONE ? "none" : t == KLJIT_TAIL_RENORM ? "renorm" : "bucket";
-}
+int names_find_rigor(const char *s) { return find(RIGORS, COUNT(RIGORS), s); }
+int names_find_reduction(const char *s) { return find(REDUCTIONS, COUNT(REDUCTIONS), s); }
+int names_find_tail(const char *s) { return find(TAILS, COUNT(TAILS), s); }
+int names_find_teacher(const char *s) { return find(TEACHERS, COUNT(TEACHERS), s); }
 
 const char *names_topk_values(kljit_topk_values v) {
   return v == KLJIT_TOPK_PROBS ? "probs" : "logprobs";

@@ -14,6 +14,13 @@ size_t names_dtype_size(kljit_dtype dt);      /* bytes of one element, 0 if unkn
 const char *names_rigor(kljit_plan_rigor r);  /* "estimate", ..., "wisdom-only" */
 const char *names_reduction(kljit_reduction r); /* "sum" | "batchmean" | "mean" | "none" */
 const char *names_tail(kljit_tail t);         /* "none" | "renorm" | "bucket" */
+const char *names_teacher(kljit_teacher_form f); /* "probs" | "logprobs" | "logits" | "topk" |
+                                                  * "hidden" */
+/* The reverse: the enum value a name stands for, 0 for none (out-of-range values name "?"). */
+int names_find_rigor(const char *s);
+int names_find_reduction(const char *s);
+int names_find_tail(const char *s);
+int names_find_teacher(const char *s);
 const char *names_topk_values(kljit_topk_values v); /* "probs" | "logprobs" */
 const char *names_tmode(kljit_temperature_mode m);  /* "const" | "runtime" */
 

@@ -391,9 +391,10 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
    * not). Only a 16-bit dW accumulated in place (4 V H bytes a chunk, and the lean-memory
    * setting the binding picks) takes the cap; the context's options may fix the chunk (plan.c). */
   g->chunk_cap = pb->grad_weight_dtype != KLJIT_FP32 && !g->dw_workspace;
-  const char *teacher = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? "probs"
-                        : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ? "logprobs"
-                                                                      : "logits";
+  /* the dense row kernels' TEACHER: the online teacher's logits are a logits teacher's */
+  const kljit_teacher_form form =
+      pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher;
+  const char *teacher = names_teacher(form);
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
 
   kspec *r = &g->rows;

@@ -48,9 +48,6 @@ static const struct {
              {KLJIT_FLAG_CHECK_INPUTS, "check"}};
 enum { N_FLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
-static const char *const TEACHERS[] = {NULL, "probs", "logprobs", "logits", "topk"};
-static const char *const TAILS[] = {NULL, "none", "renorm", "bucket"};
-static const char *const RIGORS[] = {NULL, "estimate", "measure", "exhaustive"};
 
 /* A bounded text builder: what snprintf would write, without parsing a format for each field
  * (every entry of a large file gets its key built while the file is imported). */
@@ -76,14 +73,13 @@ static void put_int(cursor *t, long long x) {
 }
 
 void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
-  const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK
-                    ? (int)pb->teacher
-                    : 0;
+  /* wisdom keys name the four forms that have wisdom (the online teacher has none yet) */
+  const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
   cursor k = {out, 0, WISDOM_PROBLEM_MAX};
   put(&k, "V="), put_int(&k, (long long)pb->vocab);
   put(&k, " H="), put_int(&k, (long long)pb->hidden);
   put(&k, " in="), put(&k, names_dtype_tag(pb->input_dtype));
-  put(&k, " teacher="), put(&k, t ? TEACHERS[t] : "?");
+  put(&k, " teacher="), put(&k, t ? names_teacher(pb->teacher) : "?");
   put(&k, " tdt="), put(&k, names_dtype_tag(pb->teacher_dtype));
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     put(&k, " k="), put_int(&k, pb->topk);
@@ -108,16 +104,12 @@ static void shortest(double x, char *out, size_t cap) {
 }
 
 void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
-  static const char *const REDUCTIONS[] = {"?", "sum", "batchmean", "mean", "none"};
   char t[32], tt[32], eps[32];
   shortest(pb->temperature, t, sizeof t);
   shortest(pb->teacher_temperature, tt, sizeof tt);
   shortest(pb->eps, eps, sizeof eps);
-  const int r = pb->reduction >= KLJIT_REDUCTION_SUM && pb->reduction <= KLJIT_REDUCTION_NONE
-                    ? (int)pb->reduction
-                    : 0;
   snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s", t, tt, eps,
-           REDUCTIONS[r], (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
+           names_reduction(pb->reduction), (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
            names_dtype_tag(pb->grad_weight_dtype),
            pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
 }
@@ -208,11 +200,6 @@ static int parse_int(const char *v, long long lo, long long hi, long long *out) 
   return 0;
 }
 
-static int pick(const char *v, const char *const *names, int lo, int hi) {
-  for (int i = lo; i <= hi; i++)
-    if (names[i] && strcmp(v, names[i]) == 0) return i;
-  return 0;
-}
 
 static kljit_dtype float_dtype(const char *v) {
   return !strcmp(v, "f32")    ? KLJIT_FP32
@@ -285,11 +272,9 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
     case PF_EPS:
       ok = !parse_real(v, 1e-30, 1e-3, &pb->eps);
       break;
-    case PF_RED: {
-      static const char *const names[] = {NULL, "sum", "batchmean", "mean", "none"};
-      ok = (pb->reduction = (kljit_reduction)pick(v, names, 1, 4)) != 0;
+    case PF_RED:
+      ok = (pb->reduction = (kljit_reduction)names_find_reduction(v)) != 0;
       break;
-    }
     case PF_T2:
       ok = !strcmp(v, "0") || !strcmp(v, "1");
       if (v[0] == '1') pb->flags |= KLJIT_FLAG_SCALE_T_SQUARED;
@@ -311,7 +296,8 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
       ok = (pb->input_dtype = pb->weight_dtype = float_dtype(v)) != 0;
       break;
     case PF_TEACHER:
-      ok = (pb->teacher = (kljit_teacher_form)pick(v, TEACHERS, 1, 4)) != 0;
+      pb->teacher = (kljit_teacher_form)names_find_teacher(v);
+      ok = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
       break;
     case PF_TDT:
       ok = (pb->teacher_dtype = float_dtype(v)) != 0;
@@ -328,7 +314,7 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
       ok = !strcmp(v, "probs") || !strcmp(v, "logprobs");
       break;
     case PF_TAIL:
-      ok = (pb->tail = (kljit_tail)pick(v, TAILS, 1, 3)) != 0;
+      ok = (pb->tail = (kljit_tail)names_find_tail(v)) != 0;
       break;
     case PF_TMODE:
       pb->temperature_mode =
@@ -417,7 +403,7 @@ kljit_status wisdom_entry_text(const wisdom_entry *e, strbuf *out) {
                    "threads=%d split=%d cluster=%d nv=%d rigor=%s rows=%lld ms=%s %s",
                    gpu, e->arch, e->sms, KLJIT_VERSION_STRING, e->problem, (long long)e->bucket,
                    (long long)e->tune.chunk_rows, e->tune.threads, e->tune.split, e->tune.cluster,
-                   e->tune.nv, r ? RIGORS[r] : "?", (long long)e->rows, ms, e->extra);
+                   e->tune.nv, r ? names_rigor(e->rigor) : "?", (long long)e->rows, ms, e->extra);
   for (int i = 0; st == KLJIT_SUCCESS && i < PROB_GEMM_CHOICES; i++)
     if (e->tune.gemm[i].used) {
       char text[GEMM_ALGO_TEXT_MAX];
@@ -537,7 +523,8 @@ static int entry_field(wisdom_entry *e, const token *t, int code, int after_arro
       ok = !parse_int(v, 1, 64, &x), e->tune.nv = (int)x;
       break;
     case EF_RIGOR:
-      ok = (e->rigor = (kljit_plan_rigor)pick(v, RIGORS, 1, 3)) != 0;
+      e->rigor = (kljit_plan_rigor)names_find_rigor(v); /* wisdom-only is no stored rigor */
+      ok = e->rigor >= KLJIT_PLAN_ESTIMATE && e->rigor <= KLJIT_PLAN_EXHAUSTIVE;
       break;
     case EF_ROWS:
       ok = !parse_int(v, 1, (long long)1 << 40, &x), e->rows = x;
