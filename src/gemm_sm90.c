@@ -13,7 +13,7 @@
 
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c'};
   return v;
 }
 
@@ -72,7 +72,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3]};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c'};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -83,14 +83,26 @@ int jgemm_variants(jgemm_variant *out, int cap) {
       v.bn = 128, v.stages = 6, v.raster = 'g';
       out[n++] = v;
     }
+  /* the pingpong schedule: 128 x 128 and 64 x 256 tiles at fp32 output, then each dtype pair's
+   * other output with beta, and the nn layout */
+  static const int pp[][3] = {{128, 2, 6}, {128, 2, 7}, {256, 1, 5}};
+  for (int i = 0; i < 2; i++)
+    for (size_t s = 0; s < sizeof pp / sizeof pp[0] + 2 && n < cap; s++) {
+      const size_t t = s < 3 ? s : 0;
+      jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmg"[t], 1,
+                         'p'};
+      if (s == 3) v.out = ins[i], v.beta = 1;
+      if (s == 4) v.layout = "nn";
+      out[n++] = v;
+    }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s", names_dtype_tag(v->in),
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "",
-           v->layout && !strcmp(v->layout, "nn") ? " nn" : "");
+           v->layout && !strcmp(v->layout, "nn") ? " nn" : "", v->schedule == 'p' ? " pp" : "");
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -100,6 +112,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.tdt = v->in, k.out = v->out, k.gemm_layout = v->layout;
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
   k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
+  k.gemm_schedule = v->schedule == 'p' ? 'p' : 0;
   return k;
 }
 
@@ -109,7 +122,7 @@ kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
 }
 
 unsigned jgemm_threads(const jgemm_variant *v) {
-  return 128u * (1u + (unsigned)v->consumers);
+  return v->schedule == 'p' ? 384u : 128u * (1u + (unsigned)v->consumers);
 }
 
 unsigned jgemm_smem_bytes(const jgemm_variant *v) {

@@ -26,6 +26,9 @@ typedef struct jgemm_variant {
   int stages;       /* shared-memory ring depth */
   char raster;      /* 'm' | 'n' | 'g': the tile order (templates/gemm_sm90.cu.lua) */
   int cluster;      /* 1 | 2: CTAs per cluster sharing (multicasting) the B tile */
+  char schedule;    /* 0 or 'c': cooperative (one warpgroup per 64 rows of every tile); 'p':
+                     * pingpong (two warpgroups on alternate tiles, each all of its tile's rows:
+                     * one stores while the other multiplies; templates/gemm_sm90.cu.lua) */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -62,7 +65,8 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
-/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" for that layout) */
+/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" for that layout, " pp"
+ * for the pingpong schedule) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */

@@ -96,6 +96,8 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   TH_CHECK(refused(v, "RASTER must be") == TH_PASS);
   v = ok, v.cluster = 4;
   TH_CHECK(refused(v, "CLUSTER must be 1 or 2") == TH_PASS);
+  v = ok, v.schedule = 'p'; /* 128 x 256 in one warpgroup: 256 accumulators a thread */
+  TH_CHECK(refused(v, "CONSUMERS x BN must be <= 256") == TH_PASS);
   return TH_PASS;
 }
 
