@@ -83,16 +83,18 @@ int jgemm_variants(jgemm_variant *out, int cap) {
       v.bn = 128, v.stages = 6, v.raster = 'g';
       out[n++] = v;
     }
-  /* the pingpong schedule: 128 x 128 and 64 x 256 tiles at fp32 output, then each dtype pair's
-   * other output with beta, and the nn layout */
-  static const int pp[][3] = {{128, 2, 6}, {128, 2, 7}, {256, 1, 5}};
+  /* the pingpong schedule: 128 x 128 and 64 x 256 tiles at fp32 output (each also in clusters
+   * of 2), then each dtype pair's other output with beta, and the nn layout */
+  static const int pp[][4] = {{128, 2, 6, 1}, {128, 2, 7, 1}, {256, 1, 5, 1},
+                              {128, 2, 6, 2}, {256, 1, 5, 2}};
+  enum { PP = sizeof pp / sizeof pp[0] };
   for (int i = 0; i < 2; i++)
-    for (size_t s = 0; s < sizeof pp / sizeof pp[0] + 2 && n < cap; s++) {
-      const size_t t = s < 3 ? s : 0;
-      jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmg"[t], 1,
-                         'p'};
-      if (s == 3) v.out = ins[i], v.beta = 1;
-      if (s == 4) v.layout = "nn";
+    for (size_t s = 0; s < PP + 2 && n < cap; s++) {
+      const size_t t = s < PP ? s : 0;
+      jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
+                         pp[t][3], 'p'};
+      if (s == PP) v.out = ins[i], v.beta = 1;
+      if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
     }
   return n;

@@ -221,11 +221,7 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
         tile_of(t, groups_m, tiles_n, &gm, &tn);
         const int tm = {{ CL }} * gm + rank;
         for (int kb = 0; kb < kblocks; kb++) {
-%if CL == 1 then
           mbar_wait(&empty[stage], phase ^ 1);
-%else
-          mbar_wait_cluster(&empty[stage], phase ^ 1);
-%end
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
 %if NN then

@@ -51,27 +51,30 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
 /* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity
  * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1,
  * as complete, so producers wait on empty slots with the flipped parity from the start.
- * mbar_wait_cluster acquires at cluster scope: arrivals that came from both CTAs of a cluster. */
-%local function mbar_wait(name, sem)
-__device__ __forceinline__ void {{ name }}(u64* bar, u32 parity) {
+ * The default semantics (acquire, CTA scope) also serve a barrier that the peer CTA of a cluster
+ * arrives on: what the waiter does next is a TMA copy, ordered after the wait by the barrier
+ * itself. An .acquire.cluster wait compiles to an L1 invalidation (CCTL.IVALL) after every wait
+ * (cuobjdump), which the cluster-2 producer paid once per k-block. */
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
   u32 done = 0;
   while (!done) {
     asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity{{ sem }}.shared::cta.b64 p, [%1], %2;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   }
 }
-%end
-%mbar_wait("mbar_wait", "")
-%mbar_wait("mbar_wait_cluster", ".acquire.cluster")
 
-/* PTX ISA "mbarrier.arrive" (.release.cluster on a shared::cluster address) and "mapa": one
- * arrival on the barrier at the same offset in the shared memory of cluster CTA `rank`. */
+/* PTX ISA "mbarrier.arrive" (on a shared::cluster address) and "mapa": one arrival on the
+ * barrier at the same offset in the shared memory of cluster CTA `rank`. Default semantics
+ * (release, CTA scope): the arrival frees a stage whose reads (wgmma) have completed, and the
+ * peer only overwrites it by TMA once the barrier's phase completes. .release.cluster compiled
+ * to MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before each arrival (cuobjdump): two full memory
+ * fences per consumer warp per k-block, the cluster-2 variant's 0.52x (run of 2026-12-03). */
 __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
   asm volatile("{\n\t.reg .b32 remote;\n\t"
                "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}"
                ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 

@@ -219,20 +219,21 @@ static int nn_layout_matches_fp64_on_ragged_shapes(void) {
 }
 
 /* The pingpong schedule (two warpgroups on alternate tiles, a turn barrier passing the shared
- * ring): every such variant of jgemm_variants (both layouts, each output, beta) on shapes with
- * one tile, an odd and an even count of tiles per CTA, k-blocks fewer than the stages and many
- * more, and ragged tails. */
-static int pingpong_variants_match_fp64_on_ragged_shapes(void) {
+ * ring) and clusters of 2 (stages freed by both CTAs' arrivals): every pingpong variant of
+ * jgemm_variants (both layouts, each output, beta, clusters of 1 and 2) and the cooperative
+ * cluster-2 ones of raster g, on shapes with one tile, an odd and an even count of tiles per
+ * CTA, k-blocks fewer than the stages and many more, and ragged tails. */
+static int pingpong_and_cluster_variants_match_fp64_on_ragged_shapes(void) {
   const int s = setup();
   if (s) return s;
   static const int64_t shapes[][3] = {{1, 1, 8},       {129, 127, 136}, {4097, 515, 72},
-                                      {1031, 4097, 8}, {257, 1031, 1032}, {65, 32001, 16}};
+                                      {1031, 4097, 8}, {129, 1031, 1032}, {65, 32001, 16}};
   jgemm_variant v[96];
   const int n = jgemm_variants(v, 96);
   host_rng r = {13};
   int failed = 0, tried = 0;
   for (int i = 0; i < n; i++) {
-    if (v[i].schedule != 'p') continue;
+    if (v[i].schedule != 'p' && (v[i].cluster != 2 || v[i].raster != 'g')) continue;
     gemm_mod m;
     TH_CHECK(load(&v[i], &m) == TH_PASS);
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
@@ -240,13 +241,13 @@ static int pingpong_variants_match_fp64_on_ragged_shapes(void) {
     drv->cuModuleUnload(m.mod);
     tried++;
   }
-  TH_CHECK(tried >= 6 && !failed);
+  TH_CHECK(tried >= 16 && !failed);
   return TH_PASS;
 }
 
 static const th_case cases[] = {
-    {"pingpong_variants_match_fp64_on_ragged_shapes",
-     pingpong_variants_match_fp64_on_ragged_shapes},
+    {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
+     pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},
     {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
     {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
      every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
