@@ -83,6 +83,16 @@ int jgemm_variants(jgemm_variant *out, int cap) {
       v.bn = 128, v.stages = 6, v.raster = 'g';
       out[n++] = v;
     }
+  /* the tn layout (dW = G^T X, accumulated over chunks): each dtype pair with beta into fp32
+   * and into the input dtype, and the fp32 one written (the first chunk), both schedules */
+  for (int i = 0; i < 2; i++)
+    for (int o = 0; o < 3 && n + 1 < cap; o++) {
+      jgemm_variant v = jgemm_default(ins[i], o == 1 ? ins[i] : KLJIT_FP32, o < 2);
+      v.layout = "tn";
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.raster = 'g', v.schedule = 'p';
+      out[n++] = v;
+    }
   /* the pingpong schedule: 128 x 128 and 64 x 256 tiles at fp32 output (each also in clusters
    * of 2), then each dtype pair's other output with beta, and the nn layout */
   static const int pp[][4] = {{128, 2, 6, 1}, {128, 2, 7, 1}, {256, 1, 5, 1},
@@ -101,10 +111,11 @@ int jgemm_variants(jgemm_variant *out, int cap) {
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s", names_dtype_tag(v->in),
+  const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
-           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "",
-           v->layout && !strcmp(v->layout, "nn") ? " nn" : "", v->schedule == 'p' ? " pp" : "");
+           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
+           other ? v->layout : "", v->schedule == 'p' ? " pp" : "");
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -171,8 +182,10 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
       a->k > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
                    (long long)a->m, (long long)a->n, (long long)a->k);
-  const int nn = v->layout && !strcmp(v->layout, "nn");
-  if (a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < (nn ? a->n : a->k) ||
+  /* nn, tn: B[K, N] row-major; tn: A[K, M] row-major too */
+  const int tn = v->layout && !strcmp(v->layout, "tn");
+  const int nn = tn || (v->layout && !strcmp(v->layout, "nn"));
+  if (a->lda % 8 || a->ldb % 8 || a->lda < (tn ? a->m : a->k) || a->ldb < (nn ? a->n : a->k) ||
       a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
@@ -180,7 +193,8 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
                    (long long)a->lda, (long long)a->ldb);
   const int f16 = v->in == KLJIT_FP16;
   CUtensorMap ma, mb;
-  kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  kljit_status st = tn ? tmap(d, &ma, a->a, a->k, a->m, a->lda, 64, f16)
+                       : tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
   const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
   if (st == KLJIT_SUCCESS)
     st = nn ? tmap(d, &mb, a->b, a->k, a->n, a->ldb, 64, f16)

@@ -3,13 +3,15 @@
 %--
 %--   C[M, N] (+)= alpha A[M, K] B[N, K]^T        (LAYOUT nt: both operands K-major)
 %--   C[M, N] (+)= alpha A[M, K] B[K, N]          (LAYOUT nn: B row-major, MN-major for wgmma)
+%--   C[M, N] (+)= alpha A[K, M]^T B[K, N]        (LAYOUT tn: both row-major, both MN-major)
 %--
 %-- nt is the logits GEMM of the chunk loop (A = the chunk's X rows, B = W, C = Z with row
 %-- stride ldc >= N); nn is the shape of dX = G W (A = G, B = W). fp32 accumulation, C in fp32
-%-- or the input dtype.
+%-- or the input dtype; tn is dW = G^T X (A = G[rows, V], B = X[rows, H], K = the chunk's rows),
+%-- with BETA to accumulate over chunks.
 %--
 %-- Parameters (validated below):
-%--   LAYOUT    nt | nn (nn: CLUSTER 1 only; dW = G^T X, an MN-major A, is not written yet)
+%--   LAYOUT    nt | nn | tn (nn, tn: CLUSTER 1 only)
 %--   IN        bf16 | f16 (A and B)
 %--   OUT       f32 | bf16 | f16 (C)
 %--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
@@ -41,9 +43,9 @@
 %-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
 %-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
 %-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
-%-- (dims {K, M}, box {64, BM}) and B (nt: dims {K, N}, box {64, BN / CLUSTER}; nn: dims {N, K},
-%-- box {64, 64}), 16-bit, 128-byte
-%-- swizzle, zero fill out of bounds; C, M, N, K, ldc (elements), alpha.
+%-- (nt, nn: dims {K, M}, box {64, BM}; tn: dims {M, K}, box {64, 64}) and B (nt: dims {K, N},
+%-- box {64, BN / CLUSTER}; nn, tn: dims {N, K}, box {64, 64}), 16-bit, 128-byte swizzle, zero
+%-- fill out of bounds; C, M, N, K, ldc (elements), alpha.
 %--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
 %-- for an empty stage, announces its bytes on the stage's full barrier and issues the two TMA
@@ -61,7 +63,7 @@
 %  for _, x in ipairs(set) do if v == x then return true end end
 %  return false
 %end
-%if P.LAYOUT ~= "nt" and P.LAYOUT ~= "nn" then reject("LAYOUT must be nt or nn") end
+%if not one_of(P.LAYOUT, { "nt", "nn", "tn" }) then reject("LAYOUT must be nt, nn or tn") end
 %if not one_of(P.IN, { "bf16", "f16" }) then reject("IN must be bf16 or f16") end
 %if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
@@ -69,8 +71,9 @@
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
-%if P.LAYOUT == "nn" and CL ~= 1 then reject("LAYOUT nn takes CLUSTER 1") end
-%local NN = P.LAYOUT == "nn"
+%if P.LAYOUT ~= "nt" and CL ~= 1 then reject("LAYOUT " .. P.LAYOUT .. " takes CLUSTER 1") end
+%-- NN: B is MN-major (nn, tn); TN: A is too
+%local NN, TN = P.LAYOUT ~= "nt", P.LAYOUT == "tn"
 %if P.SCHEDULE ~= nil and not one_of(P.SCHEDULE, { "coop", "pingpong" }) then
 %  reject("SCHEDULE must be coop or pingpong")
 %end
@@ -223,7 +226,15 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
         for (int kb = 0; kb < kblocks; kb++) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
+%if TN then
+          /* A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major) */
+#pragma unroll
+          for (int j = 0; j < BM / 64; j++)
+            tma_load_2d(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
+                        tm * BM + 64 * j, kb * BK);
+%else
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
+%end
 %if NN then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
 #pragma unroll
@@ -270,16 +281,13 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
         for (int k = 0; k < BK / 16; k++)
 #pragma unroll
           for (int ms = 0; ms < MS; ms++)
-%if NN then
-            wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d[ms],
-                                               wgmma_desc_k128(a0 + ms * 64 * BK * 2 + 32 * k),
-                                               wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
-                                               kb > 0 || k > 0);
-%else
-            wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 0>(d[ms],
-                                               wgmma_desc_k128(a0 + ms * 64 * BK * 2 + 32 * k),
-                                               wgmma_desc_k128(b0 + 32 * k), kb > 0 || k > 0);
-%end
+%local AB = P.IN == "bf16" and 0 or 1
+%local desc_a = TN and "wgmma_desc_mn128(a0 + ms * 64 * BK * 2 + 2048 * k, 64 * BK * 2)"
+%  or "wgmma_desc_k128(a0 + ms * 64 * BK * 2 + 32 * k)"
+%local desc_b = NN and "wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2)"
+%  or "wgmma_desc_k128(b0 + 32 * k)"
+            wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
+                                                   {{ desc_b }}, kb > 0 || k > 0);
         wgmma_commit();
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();

@@ -3,7 +3,8 @@
  * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
  * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
  * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
- * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape).
+ * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape)
+ * and the tn layout (the dW shape).
  * Skips (77) without an sm_90 GPU.
  *
  * Tolerance, per element (a bound, not an estimate: sqrt(K) growth is what random data does on
@@ -70,20 +71,22 @@ static int load(const jgemm_variant *v, gemm_mod *m) {
 /* One shape with one variant: 0 when every check holds (worst error printed). */
 static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, int64_t K,
                host_rng *r) {
-  /* nt: W[N, K]; nn: B[K, N] row-major; rows padded to multiples of 8 as the chunk buffers */
-  const int nn = !strcmp(v->layout, "nn");
-  const int64_t ld = (N + 7) / 8 * 8, lda = (K + 7) / 8 * 8, ldb = nn ? ld : lda;
+  /* nt: W[N, K]; nn, tn: B[K, N] row-major; tn: A[K, M] row-major (G of dW = G^T X); rows
+   * padded to multiples of 8 as the chunk buffers */
+  const int tn = !strcmp(v->layout, "tn"), nn = tn || !strcmp(v->layout, "nn");
+  const int64_t ld = (N + 7) / 8 * 8, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
+  const int64_t ldb = nn ? ld : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
   const int64_t nw = nn ? K * ldb : N * ldb;
   const kljit_dtype in = v->in, out = v->out;
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
-  double *x = malloc(sizeof(double) * (size_t)(M * lda));
+  double *x = malloc(sizeof(double) * (size_t)na);
   double *w = malloc(sizeof(double) * (size_t)nw);
   double *z0 = malloc(sizeof(double) * nz), *z = malloc(sizeof(double) * nz);
   TH_CHECK(x && w && z0 && z);
-  for (int64_t i = 0; i < M * lda; i++) x[i] = 2 * host_uniform(r) - 1;
+  for (int64_t i = 0; i < na; i++) x[i] = 2 * host_uniform(r) - 1;
   for (int64_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
   gbuf gx, gw, gz;
-  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)(M * lda)) && !gbuf_alloc(&gw, in, (size_t)nw));
+  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)na) && !gbuf_alloc(&gw, in, (size_t)nw));
   TH_CHECK(!gbuf_alloc(&gz, out, nz));
   TH_CHECK(!gbuf_upload(&gx, x, x) && !gbuf_upload(&gw, w, w));
   TH_CHECK(!gbuf_poison(&gz));
@@ -116,7 +119,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
       double ref = 0, mag = 0, chain = 0;
       for (int64_t k = 0; k < K; k++) {
         if (k % 16 == 0) chain += fabs(ref); /* the partial sum before each k16 step */
-        const double pr = x[i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
+        const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
         ref += pr, mag += fabs(pr);
       }
       ref *= alpha, mag *= alpha, chain *= alpha;
@@ -245,7 +248,34 @@ static int pingpong_and_cluster_variants_match_fp64_on_ragged_shapes(void) {
   return TH_PASS;
 }
 
+/* The tn layout (C (+)= A^T B with A[K, M] and B[K, N] row-major: dW = G^T X, K = the chunk's
+ * rows, M = V with its ragged tails, N = H; beta accumulating over chunks), every such variant
+ * of jgemm_variants (cooperative and pingpong, fp32 and input-dtype outputs). */
+static int tn_layout_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},       {7, 64, 7},     {129, 136, 127},
+                                      {32001, 16, 5},  {50257, 8, 3},  {127, 72, 4097},
+                                      {200, 264, 129}, {1031, 4104, 9}};
+  jgemm_variant v[96];
+  const int n = jgemm_variants(v, 96);
+  host_rng r = {17};
+  int failed = 0, tried = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(v[i].layout, "tn")) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+    tried++;
+  }
+  TH_CHECK(tried >= 8 && !failed);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"tn_layout_matches_fp64_on_ragged_shapes", tn_layout_matches_fp64_on_ragged_shapes},
     {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
      pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},
     {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
