@@ -104,10 +104,35 @@ static void fill(void *dst, size_t count, size_t seed) {
 
 /* ---- the three GEMMs under test ------------------------------------------------------------- */
 
+/* C[M, N] (ld) of one layout (--layout; templates/gemm_sm90.cu.lua): nt = X W^T (logits,
+ * A[M, K], B[N, K]), nn = G W (dX, A[M, K], B[K, N]), tn = G^T X (dW, A[K, M], B[K, N]); lda,
+ * ldb: the operands' row strides (K, or M, N rounded up to 8 where they are the rows). */
 typedef struct shape {
   int64_t m, n, k, ld;
   int out_bf16;
+  char layout; /* 'n' (nt), 'd' (nn: dX), 'w' (tn: dW) */
+  int64_t lda, ldb;
 } shape;
+
+static const char *layout_name(const shape *s) {
+  return s->layout == 'd' ? "nn" : s->layout == 'w' ? "tn" : "nt";
+}
+
+/* The operands' strides and sizes of a shape (lda, ldb set from m, n, k and the layout). */
+static void shape_strides(shape *s) {
+  s->lda = s->layout == 'w' ? (s->m + 7) / 8 * 8 : s->k;
+  s->ldb = s->layout == 'n' ? s->k : (s->n + 7) / 8 * 8;
+}
+/* "" for nt (the logits lines as before), else " nn" or " tn" */
+static const char *layout_tag(const shape *s) {
+  return s->layout == 'd' ? " nn" : s->layout == 'w' ? " tn" : "";
+}
+static size_t a_elems(const shape *s) {
+  return (size_t)(s->layout == 'w' ? s->k : s->m) * (size_t)s->lda;
+}
+static size_t b_elems(const shape *s) {
+  return (size_t)(s->layout == 'n' ? s->n : s->k) * (size_t)s->ldb;
+}
 
 typedef struct lt_gemm {
   cublasLtHandle_t h;
@@ -118,14 +143,24 @@ typedef struct lt_gemm {
   uint32_t splitk, reduction; /* algo[0]'s split-K count and reduction scheme (tol_cublas) */
 } lt_gemm;
 
-/* Z^T (N x M, column-major, ld) = W^T(op T on the K x N W) X^T (K x M): kljit's GEMM_LOGITS. */
+/* C^T (N x M, column-major, ld) = op(B') op(A'), B' and A' the row-major operands read as
+ * column-major: nt: W^T (op T on the K x N W) X^T (K x M), kljit's GEMM_LOGITS; nn: B' (N x K)
+ * A' (K x M); tn: B' (N x K) times A' (M x K) transposed. */
 static void lt_setup(lt_gemm *g, const shape *s) {
   LT(cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-  LT(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-  LT(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
-  LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, (uint64_t)s->k, (uint64_t)s->n, s->k));
-  LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_16BF, (uint64_t)s->k, (uint64_t)s->m, s->k));
+  const cublasOperation_t ta = s->layout == 'n' ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = s->layout == 'w' ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LT(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  const uint64_t m = (uint64_t)s->m, n = (uint64_t)s->n, k = (uint64_t)s->k;
+  if (s->layout == 'n')
+    LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, k, n, s->ldb));
+  else
+    LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_16BF, n, k, s->ldb));
+  if (s->layout == 'w')
+    LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_16BF, m, k, s->lda));
+  else
+    LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_16BF, k, m, s->lda));
   LT(cublasLtMatrixLayoutCreate(&g->lc, s->out_bf16 ? CUDA_R_16BF : CUDA_R_32F, (uint64_t)s->n,
                                 (uint64_t)s->m, s->ld));
   cublasLtMatmulPreference_t pref;
@@ -202,7 +237,7 @@ static void jit_load(jit_fn *j) {
 }
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
-  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->k, s->k, s->ld, 1.0f};
+  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f};
   const kljit_status st = jgemm_launch(drv, j->fn, &j->v, sms, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
@@ -224,14 +259,18 @@ typedef struct ref_val {
 
 static ref_val ref_at(const shape *s, int64_t i, int64_t j) {
   ref_val r = {0, 0, 0};
-  /* the inputs' tile indices walked without a division per product (full checks do ~10^9) */
-  size_t a = (size_t)(i * s->k) % TILE, b = ((size_t)(j * s->k) + 77) % TILE;
+  /* the inputs' tile indices walked without a division per product (full checks do ~10^9):
+   * A(i, k) and B(j, k) step by 1 along k where K is their row, else by their row stride */
+  const int a_t = s->layout == 'w', b_t = s->layout != 'n';
+  const size_t da = a_t ? (size_t)s->lda % TILE : 1, db = b_t ? (size_t)s->ldb % TILE : 1;
+  size_t a = (size_t)(a_t ? i : i * s->lda) % TILE;
+  size_t b = ((size_t)(b_t ? j : j * s->ldb) + 77) % TILE;
   for (int64_t k = 0; k < s->k; k++) {
     if (k % 16 == 0) r.chain += fabs(r.v);
     const double p = (double)tile_host[a] * tile_host[b];
     r.v += p, r.mag += fabs(p);
-    if (++a == TILE) a = 0;
-    if (++b == TILE) b = 0;
+    if ((a += da) >= TILE) a -= TILE;
+    if ((b += db) >= TILE) b -= TILE;
   }
   return r;
 }
@@ -344,10 +383,11 @@ static int check_output(const shape *s, const void *z, const void *zref, const l
   char algo[48] = "";
   if (of_lt)
     snprintf(algo, sizeof algo, " (split-K %u, reduction %u)", lt->splitk, lt->reduction);
-  printf("  check %-26s M=%lld N=%lld K=%lld out=%s%s: %s (unwritten %zu, clobbered %zu, bad %zu, "
-         "worst err/tol %.3g; vs cuBLASLt bad %zu, worst %.3g)\n",
-         who, (long long)s->m, (long long)s->n, (long long)s->k, s->out_bf16 ? "bf16" : "f32",
-         algo, ok ? "ok" : "FAILED", unwritten, clobbered, c.bad, c.worst, c.vs_lt, c.worst_lt);
+  printf("  check %-26s %s M=%lld N=%lld K=%lld out=%s%s: %s (unwritten %zu, clobbered %zu, "
+         "bad %zu, worst err/tol %.3g; vs cuBLASLt bad %zu, worst %.3g)\n",
+         who, layout_name(s), (long long)s->m, (long long)s->n, (long long)s->k,
+         s->out_bf16 ? "bf16" : "f32", algo, ok ? "ok" : "FAILED", unwritten, clobbered, c.bad,
+         c.worst, c.vs_lt, c.worst_lt);
   return !ok;
 }
 
@@ -409,13 +449,13 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
                      int full_check, int timed) {
   const size_t es = s->out_bf16 ? 2 : 4, zbytes = (size_t)(s->m + 1) * (size_t)s->ld * es;
   void *x, *w, *z, *zl, *ws;
-  CK(cudaMalloc(&x, (size_t)s->m * (size_t)s->k * 2));
-  CK(cudaMalloc(&w, (size_t)s->n * (size_t)s->k * 2));
+  CK(cudaMalloc(&x, a_elems(s) * 2));
+  CK(cudaMalloc(&w, b_elems(s) * 2));
   CK(cudaMalloc(&z, zbytes));
   CK(cudaMalloc(&zl, zbytes));
   CK(cudaMalloc(&ws, LT_WS));
-  fill(x, (size_t)(s->m * s->k), 0);
-  fill(w, (size_t)(s->n * s->k), 77);
+  fill(x, a_elems(s), 0);
+  fill(w, b_elems(s), 77);
   lt_gemm lt = {.h = lth};
   lt_setup(&lt, s);
   int failed = 0;
@@ -451,16 +491,17 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
       const float t = median_ms(run_lt, &c, flush);
       if (t > 0 && t < best) best = t, best_i = i;
     }
-    printf("TIME %lldx%lldx%lld out=%s cublasLt-heuristic %.3f ms %.1f TFLOP/s | best-of-%d "
+    printf("TIME %lldx%lldx%lld%s out=%s cublasLt-heuristic %.3f ms %.1f TFLOP/s | best-of-%d "
            "(#%d) %.3f ms %.1f TFLOP/s\n",
-           (long long)s->m, (long long)s->n, (long long)s->k, s->out_bf16 ? "bf16" : "f32", heur,
+           (long long)s->m, (long long)s->n, (long long)s->k, layout_tag(s),
+           s->out_bf16 ? "bf16" : "f32", heur,
            tflops(s, heur), lt.count, best_i, best, tflops(s, best));
     for (int j = 0; j < nj; j++) {
       c.jit = &jit[j], c.z = z;
       const float t = median_ms(run_jit, &c, flush);
-      printf("TIME %lldx%lldx%lld out=%s jit %-24s %.3f ms %.1f TFLOP/s  = %.3fx best cuBLASLt\n",
-             (long long)s->m, (long long)s->n, (long long)s->k, s->out_bf16 ? "bf16" : "f32",
-             jit[j].name, t, tflops(s, t), best / t);
+      printf("TIME %lldx%lldx%lld%s out=%s jit %-24s %.3f ms %.1f TFLOP/s  = %.3fx best cuBLASLt\n",
+             (long long)s->m, (long long)s->n, (long long)s->k, layout_tag(s),
+             s->out_bf16 ? "bf16" : "f32", jit[j].name, t, tflops(s, t), best / t);
     }
   }
   lt_teardown(&lt);
@@ -473,17 +514,24 @@ int main(int argc, char **argv) {
   const char *variants = "256.2.4.m,256.2.4.g,128.2.6.g,256.2.4.g.2,128.2.6.g.1.p,128.2.7.m.1.p,"
                          "256.1.5.g.1.p,128.2.6.g.2.p";
   int small = 1, bf16_all = 0;
+  char layout = 'n';
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
     else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-small")) small = 0;
     else if (!strcmp(argv[i], "--no-time")) do_time = 0;
+    else if (!strcmp(argv[i], "--layout") && i + 1 < argc) { /* nt (logits) | nn (dX) | tn (dW) */
+      const char *l = argv[++i];
+      layout = !strcmp(l, "nn") ? 'd' : !strcmp(l, "tn") ? 'w' : !strcmp(l, "nt") ? 'n' : 0;
+      if (!layout) return 2;
+    }
     else if (!strcmp(argv[i], "--bf16-all")) bf16_all = 1; /* time every variant at bf16 too */
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
               "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.SCHEDULE c|p]],...] "
-              "[--repeats R] [--no-small] [--no-time] [--bf16-all]\n", argv[0]);
+              "[--repeats R] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -513,7 +561,8 @@ int main(int argc, char **argv) {
     int bn = 0, cons = 0, st = 0, cl = 1;
     char r = 'm', sched = 'c';
     if (sscanf(t, "%d.%d.%d.%c.%d.%c", &bn, &cons, &st, &r, &cl, &sched) < 4) return 2;
-    jgemm_variant v = {"nt", KLJIT_BF16, KLJIT_FP32, 0, bn, cons, st, r, cl, sched};
+    jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
+                       0, bn, cons, st, r, cl, sched};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;
@@ -529,7 +578,8 @@ int main(int argc, char **argv) {
                                     {65, 151936, 8}};
     for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
       for (int ob = 0; ob < 2; ob++) {
-        shape s = {mn[i][0], mn[i][1], mn[i][2], (mn[i][1] + 7) / 8 * 8, ob};
+        shape s = {mn[i][0], mn[i][1], mn[i][2], (mn[i][1] + 7) / 8 * 8, ob, layout, 0, 0};
+        shape_strides(&s);
         failed |= one_shape(&s, ob ? jb : jf, 1, lth, flush, s.m * s.n * s.k < 400000000, 0);
       }
   }
@@ -537,7 +587,8 @@ int main(int argc, char **argv) {
   for (char *t = strtok(sl, ","); t; t = strtok(NULL, ",")) {
     long long m, n, k;
     if (sscanf(t, "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
-    shape s = {m, n, k, (n + 7) / 8 * 8, 0};
+    shape s = {m, n, k, (n + 7) / 8 * 8, 0, layout, 0, 0};
+    shape_strides(&s);
     failed |= one_shape(&s, jf, nj, lth, flush, 0, do_time);
     s.out_bf16 = 1;
     failed |= one_shape(&s, jb, bf16_all ? nj : 1, lth, flush, 0, do_time);

@@ -274,7 +274,8 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
       int prev = -1;
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
-        const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2{{ PP and "" or " + c * 64 * BK * 2" }});
+%local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
+        const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2{{ slice }});
         const u32 b0 = smem_addr(tiles_b + stage * BN * BK * 2);
         wgmma_fence();
 #pragma unroll
