@@ -196,6 +196,35 @@ static int every_tile_shape_matches_fp64(void) {
   return TH_PASS;
 }
 
+typedef int (*variant_filter)(const jgemm_variant *v);
+
+/* Every variant of jgemm_variants that `want` selects, on each of `count` shapes {M, N, K}:
+ * TH_PASS when at least `min_tried` were selected and every check held. */
+static int selected_variants_match(variant_filter want, const int64_t (*shapes)[3], size_t count,
+                                   uint64_t seed, int min_tried) {
+  jgemm_variant v[96];
+  const int n = jgemm_variants(v, 96);
+  host_rng r = {seed};
+  int failed = 0, tried = 0;
+  for (int i = 0; i < n; i++) {
+    if (!want(&v[i])) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < count; k++)
+      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+    tried++;
+  }
+  TH_CHECK(tried >= min_tried && !failed);
+  return TH_PASS;
+}
+
+static int is_nn(const jgemm_variant *v) { return !strcmp(v->layout, "nn"); }
+static int is_tn(const jgemm_variant *v) { return !strcmp(v->layout, "tn"); }
+static int is_pingpong_or_cluster_g(const jgemm_variant *v) {
+  return v->schedule == 'p' || (v->cluster == 2 && v->raster == 'g');
+}
+
 /* The nn layout (C = A B, B[K, N] row-major: the dX = G W shape, K = V with its ragged tails),
  * each dtype with fp32 and input-dtype output. */
 static int nn_layout_matches_fp64_on_ragged_shapes(void) {
@@ -204,48 +233,21 @@ static int nn_layout_matches_fp64_on_ragged_shapes(void) {
   static const int64_t shapes[][3] = {{1, 8, 1},     {7, 64, 7},      {129, 136, 127},
                                       {127, 72, 129}, {65, 200, 4097}, {5, 64, 32001},
                                       {3, 256, 50257}, {2, 4096, 129}};
-  jgemm_variant v[96];
-  const int n = jgemm_variants(v, 96);
-  host_rng r = {11};
-  int failed = 0, tried = 0;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(v[i].layout, "nn")) continue;
-    gemm_mod m;
-    TH_CHECK(load(&v[i], &m) == TH_PASS);
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-    drv->cuModuleUnload(m.mod);
-    tried++;
-  }
-  TH_CHECK(tried >= 4 && !failed);
-  return TH_PASS;
+  return selected_variants_match(is_nn, shapes, sizeof shapes / sizeof shapes[0], 11, 4);
 }
 
 /* The pingpong schedule (two warpgroups on alternate tiles, a turn barrier passing the shared
  * ring) and clusters of 2 (stages freed by both CTAs' arrivals): every pingpong variant of
- * jgemm_variants (both layouts, each output, beta, clusters of 1 and 2) and the cooperative
- * cluster-2 ones of raster g, on shapes with one tile, an odd and an even count of tiles per
- * CTA, k-blocks fewer than the stages and many more, and ragged tails. */
+ * jgemm_variants (each layout, output, beta, clusters of 1 and 2) and the cooperative cluster-2
+ * ones of raster g, on shapes with one tile, an odd and an even count of tiles per CTA, k-blocks
+ * fewer than the stages and many more, and ragged tails. */
 static int pingpong_and_cluster_variants_match_fp64_on_ragged_shapes(void) {
   const int s = setup();
   if (s) return s;
   static const int64_t shapes[][3] = {{1, 1, 8},       {129, 127, 136}, {4097, 515, 72},
                                       {1031, 4097, 8}, {129, 1031, 1032}, {65, 32001, 16}};
-  jgemm_variant v[96];
-  const int n = jgemm_variants(v, 96);
-  host_rng r = {13};
-  int failed = 0, tried = 0;
-  for (int i = 0; i < n; i++) {
-    if (v[i].schedule != 'p' && (v[i].cluster != 2 || v[i].raster != 'g')) continue;
-    gemm_mod m;
-    TH_CHECK(load(&v[i], &m) == TH_PASS);
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-    drv->cuModuleUnload(m.mod);
-    tried++;
-  }
-  TH_CHECK(tried >= 16 && !failed);
-  return TH_PASS;
+  return selected_variants_match(is_pingpong_or_cluster_g, shapes,
+                                 sizeof shapes / sizeof shapes[0], 13, 16);
 }
 
 /* The tn layout (C (+)= A^T B with A[K, M] and B[K, N] row-major: dW = G^T X, K = the chunk's
@@ -257,21 +259,7 @@ static int tn_layout_matches_fp64_on_ragged_shapes(void) {
   static const int64_t shapes[][3] = {{1, 8, 1},       {7, 64, 7},     {129, 136, 127},
                                       {32001, 16, 5},  {50257, 8, 3},  {127, 72, 4097},
                                       {200, 264, 129}, {1031, 4104, 9}};
-  jgemm_variant v[96];
-  const int n = jgemm_variants(v, 96);
-  host_rng r = {17};
-  int failed = 0, tried = 0;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(v[i].layout, "tn")) continue;
-    gemm_mod m;
-    TH_CHECK(load(&v[i], &m) == TH_PASS);
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-    drv->cuModuleUnload(m.mod);
-    tried++;
-  }
-  TH_CHECK(tried >= 8 && !failed);
-  return TH_PASS;
+  return selected_variants_match(is_tn, shapes, sizeof shapes / sizeof shapes[0], 17, 8);
 }
 
 static const th_case cases[] = {
