@@ -40,7 +40,7 @@ int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_
     return 0;
   if (c) {
     v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
-    v->cluster = c->cluster;
+    v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
   }
   return 1;
 }
