@@ -83,6 +83,15 @@ int jgemm_variants(jgemm_variant *out, int cap) {
       v.bn = 128, v.stages = 6, v.raster = 'g';
       out[n++] = v;
     }
+  /* nn and tn in clusters of 2 (B boxes multicast), fp32 output, both schedules */
+  for (int i = 0; i < 2; i++)
+    for (int l = 0; l < 2 && n + 1 < cap; l++) {
+      jgemm_variant v = jgemm_default(ins[i], KLJIT_FP32, l);
+      v.layout = l ? "tn" : "nn", v.raster = 'g', v.cluster = 2;
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.schedule = 'p';
+      out[n++] = v;
+    }
   /* the tn layout (dW = G^T X, accumulated over chunks): each dtype pair with beta into fp32
    * and into the input dtype, and the fp32 one written (the first chunk), both schedules */
   for (int i = 0; i < 2; i++)

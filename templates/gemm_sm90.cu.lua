@@ -11,7 +11,7 @@
 %-- with BETA to accumulate over chunks.
 %--
 %-- Parameters (validated below):
-%--   LAYOUT    nt | nn | tn (nn, tn: CLUSTER 1 only)
+%--   LAYOUT    nt | nn | tn
 %--   IN        bf16 | f16 (A and B)
 %--   OUT       f32 | bf16 | f16 (C)
 %--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
@@ -71,7 +71,9 @@
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
-%if P.LAYOUT ~= "nt" and CL ~= 1 then reject("LAYOUT " .. P.LAYOUT .. " takes CLUSTER 1") end
+%if P.LAYOUT ~= "nt" and CL == 2 and P.BN < 128 then
+%  reject("LAYOUT " .. P.LAYOUT .. " with CLUSTER 2 needs BN >= 128: two B boxes to share")
+%end
 %-- NN: B is MN-major (nn, tn); TN: A is too
 %local NN, TN = P.LAYOUT ~= "nt", P.LAYOUT == "tn"
 %if P.SCHEDULE ~= nil and not one_of(P.SCHEDULE, { "coop", "pingpong" }) then
@@ -235,12 +237,19 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
 %else
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
 %end
-%if NN then
+%if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
             tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
                         tn * BN + 64 * j, kb * BK);
+%elseif NN then
+          /* the same boxes, box j loaded by cluster CTA j % 2 into both */
+#pragma unroll
+          for (int j = 0; j < BN / 64; j++)
+            if (j % 2 == rank)
+              tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
+                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3);
 %elseif CL == 1 then
           tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
 %else
