@@ -54,7 +54,8 @@ fi
 if [ "${SANITIZE:-0}" = 1 ]; then # memcheck and racecheck on a small ragged case
   for tool in memcheck racecheck; do
     timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 ./build/bench/bench_gemm \
-      --no-small --no-time --shapes 129x1031x200 --variants 256.2.4.m,256.2.4.g.2 \
+      --no-small --no-time --shapes 129x1031x200,2049x1031x136 \
+      --variants 256.2.4.m,256.2.4.g.2,128.2.6.g.1.p,128.2.6.g.2.p \
       > "$OUT/san_$tool.log" 2>&1
     echo "== compute-sanitizer $tool rc=$?"
     grep -E "ERROR SUMMARY|check " "$OUT/san_$tool.log" | head -4

@@ -17,8 +17,8 @@ void gemm_algo_text(const prob_gemm_choice *c, char out[GEMM_ALGO_TEXT_MAX]) {
   int at = snprintf(out, GEMM_ALGO_TEXT_MAX, "%s:%lld:%s:", kind, (long long)c->n,
                     c->beta_zero ? "b0" : "b1");
   if (c->jit) {
-    snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "jit:%d.%d.%d.%c.%d", c->bn,
-             c->consumers, c->stages, c->raster, c->cluster);
+    snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "jit:%d.%d.%d.%c.%d%s", c->bn,
+             c->consumers, c->stages, c->raster, c->cluster, c->schedule == 'p' ? ".p" : "");
     return;
   }
   at += snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "lt%" PRIu64 ":", c->lt_version);
@@ -26,16 +26,18 @@ void gemm_algo_text(const prob_gemm_choice *c, char out[GEMM_ALGO_TEXT_MAX]) {
     at += snprintf(out + at, (size_t)(GEMM_ALGO_TEXT_MAX - at), "%016" PRIx64, c->algo[i]);
 }
 
-/* "jit:BN.CONSUMERS.STAGES.RASTER.CLUSTER" (the template validates the rest when it renders). */
+/* "jit:BN.CONSUMERS.STAGES.RASTER.CLUSTER[.p]" (.p: the pingpong schedule; the template
+ * validates the rest when it renders). */
 static int parse_jit(const char *s, prob_gemm_choice *c) {
   int bn = 0, cons = 0, stages = 0, cl = 0, used = 0;
   char r = 0;
-  if (sscanf(s, "jit:%d.%d.%d.%c.%d%n", &bn, &cons, &stages, &r, &cl, &used) != 5 || s[used])
-    return -1;
+  if (sscanf(s, "jit:%d.%d.%d.%c.%d%n", &bn, &cons, &stages, &r, &cl, &used) != 5) return -1;
+  const int pp = !strcmp(s + used, ".p");
+  if (s[used] && !pp) return -1;
   if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
-  c->used = 1;
+  c->schedule = pp ? 'p' : 'c', c->used = 1;
   return 0;
 }
 

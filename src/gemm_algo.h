@@ -7,7 +7,8 @@
  * heuristic's algorithm runs, as untuned). Wisdom text of one choice (docs/wisdom.md):
  *
  *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:lt<version>:<8 x 16 hex digits>
- *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>.<CLUSTER>   (generated)
+ *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>.<CLUSTER>[.p]   (generated;
+ *                                                                       .p: pingpong)
  */
 #ifndef KLJIT_GEMM_ALGO_H
 #define KLJIT_GEMM_ALGO_H

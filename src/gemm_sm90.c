@@ -13,7 +13,7 @@
 
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c'};
   return v;
 }
 
@@ -40,7 +40,7 @@ int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_
     return 0;
   if (c) {
     v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
-    v->cluster = c->cluster;
+    v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
   }
   return 1;
 }
@@ -72,7 +72,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3]};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c'};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -83,14 +83,48 @@ int jgemm_variants(jgemm_variant *out, int cap) {
       v.bn = 128, v.stages = 6, v.raster = 'g';
       out[n++] = v;
     }
+  /* nn and tn in clusters of 2 (B boxes multicast), fp32 output, both schedules */
+  for (int i = 0; i < 2; i++)
+    for (int l = 0; l < 2 && n + 1 < cap; l++) {
+      jgemm_variant v = jgemm_default(ins[i], KLJIT_FP32, l);
+      v.layout = l ? "tn" : "nn", v.raster = 'g', v.cluster = 2;
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.schedule = 'p';
+      out[n++] = v;
+    }
+  /* the tn layout (dW = G^T X, accumulated over chunks): each dtype pair with beta into fp32
+   * and into the input dtype, and the fp32 one written (the first chunk), both schedules */
+  for (int i = 0; i < 2; i++)
+    for (int o = 0; o < 3 && n + 1 < cap; o++) {
+      jgemm_variant v = jgemm_default(ins[i], o == 1 ? ins[i] : KLJIT_FP32, o < 2);
+      v.layout = "tn";
+      out[n++] = v;
+      v.bn = 128, v.stages = 6, v.raster = 'g', v.schedule = 'p';
+      out[n++] = v;
+    }
+  /* the pingpong schedule: 128 x 128 and 64 x 256 tiles at fp32 output (each also in clusters
+   * of 2), then each dtype pair's other output with beta, and the nn layout */
+  static const int pp[][4] = {{128, 2, 6, 1}, {128, 2, 7, 1}, {256, 1, 5, 1},
+                              {128, 2, 6, 2}, {256, 1, 5, 2}};
+  enum { PP = sizeof pp / sizeof pp[0] };
+  for (int i = 0; i < 2; i++)
+    for (size_t s = 0; s < PP + 2 && n < cap; s++) {
+      const size_t t = s < PP ? s : 0;
+      jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
+                         pp[t][3], 'p'};
+      if (s == PP) v.out = ins[i], v.beta = 1;
+      if (s == PP + 1) v.layout = "nn";
+      out[n++] = v;
+    }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s", names_dtype_tag(v->in),
+  const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
-           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "",
-           v->layout && !strcmp(v->layout, "nn") ? " nn" : "");
+           v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
+           other ? v->layout : "", v->schedule == 'p' ? " pp" : "");
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -100,6 +134,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.tdt = v->in, k.out = v->out, k.gemm_layout = v->layout;
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
   k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
+  k.gemm_schedule = v->schedule == 'p' ? 'p' : 0;
   return k;
 }
 
@@ -109,7 +144,7 @@ kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
 }
 
 unsigned jgemm_threads(const jgemm_variant *v) {
-  return 128u * (1u + (unsigned)v->consumers);
+  return v->schedule == 'p' ? 384u : 128u * (1u + (unsigned)v->consumers);
 }
 
 unsigned jgemm_smem_bytes(const jgemm_variant *v) {
@@ -156,8 +191,10 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
       a->k > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
                    (long long)a->m, (long long)a->n, (long long)a->k);
-  const int nn = v->layout && !strcmp(v->layout, "nn");
-  if (a->lda % 8 || a->ldb % 8 || a->lda < a->k || a->ldb < (nn ? a->n : a->k) ||
+  /* nn, tn: B[K, N] row-major; tn: A[K, M] row-major too */
+  const int tn = v->layout && !strcmp(v->layout, "tn");
+  const int nn = tn || (v->layout && !strcmp(v->layout, "nn"));
+  if (a->lda % 8 || a->ldb % 8 || a->lda < (tn ? a->m : a->k) || a->ldb < (nn ? a->n : a->k) ||
       a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
@@ -165,7 +202,8 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
                    (long long)a->lda, (long long)a->ldb);
   const int f16 = v->in == KLJIT_FP16;
   CUtensorMap ma, mb;
-  kljit_status st = tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  kljit_status st = tn ? tmap(d, &ma, a->a, a->k, a->m, a->lda, 64, f16)
+                       : tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
   const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
   if (st == KLJIT_SUCCESS)
     st = nn ? tmap(d, &mb, a->b, a->k, a->n, a->ldb, 64, f16)

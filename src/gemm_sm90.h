@@ -5,7 +5,8 @@
  * Two layouts, in row-major terms:
  *   nt: C[M, N] (+)= alpha A[M, K] B[N, K]^T  (the logits GEMM: A = X chunk rows, B = W, C = Z)
  *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
- * dX and dW of the chunk loop stay on cuBLASLt (dW = G^T X needs an MN-major A: not written).
+ *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW = G^T X shape; tested, not yet in the loop)
+ * dX and dW of the chunk loop stay on cuBLASLt.
  * KLJIT_GEMM=jit (options.gemm) selects this family for the logits GEMM on sm_90 (jgemm_applies;
  * plan.c).
  */
@@ -17,7 +18,8 @@
 #include "spec.h"
 
 typedef struct jgemm_variant {
-  const char *layout; /* "nt": B[N, K] (logits); "nn": B[K, N] row-major (the dX shape) */
+  const char *layout; /* "nt": B[N, K] (logits); "nn": B[K, N] row-major (the dX shape); "tn":
+                       * A[K, M] and B[K, N] row-major (dW = G^T X) */
   kljit_dtype in;   /* KLJIT_BF16 | KLJIT_FP16 */
   kljit_dtype out;  /* KLJIT_FP32 | KLJIT_BF16 | KLJIT_FP16 */
   int beta;         /* 0: C = alpha AB; 1: C += alpha AB */
@@ -26,6 +28,9 @@ typedef struct jgemm_variant {
   int stages;       /* shared-memory ring depth */
   char raster;      /* 'm' | 'n' | 'g': the tile order (templates/gemm_sm90.cu.lua) */
   int cluster;      /* 1 | 2: CTAs per cluster sharing (multicasting) the B tile */
+  char schedule;    /* 0 or 'c': cooperative (one warpgroup per 64 rows of every tile); 'p':
+                     * pingpong (two warpgroups on alternate tiles, each all of its tile's rows:
+                     * one stores while the other multiplies; templates/gemm_sm90.cu.lua) */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -62,7 +67,8 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
-/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" for that layout) */
+/* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
+ * layouts, " pp" for the pingpong schedule) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -78,8 +84,8 @@ unsigned jgemm_smem_bytes(const jgemm_variant *v);
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */
 typedef struct jgemm_args {
-  const void *a;  /* [M, K], row stride lda */
-  const void *b;  /* nt: [N, K]; nn: [K, N]; row stride ldb */
+  const void *a;  /* nt, nn: [M, K]; tn: [K, M]; row stride lda */
+  const void *b;  /* nt: [N, K]; nn, tn: [K, N]; row stride ldb */
   void *c;        /* [M, N], row stride ldc */
   int64_t m, n, k, lda, ldb, ldc;
   float alpha;

@@ -48,6 +48,7 @@ typedef struct prob_gemm_choice {
   uint64_t algo[PROB_GEMM_ALGO_WORDS];
   int jit, bn, consumers, stages, cluster;
   char raster;
+  char schedule; /* generated: 'c' (or 0) cooperative, 'p' pingpong (jgemm_variant.schedule) */
 } prob_gemm_choice;
 
 typedef struct prob_tuning {

@@ -55,6 +55,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   const char r = k->gemm_raster;
   out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
   out[n++] = pi("CLUSTER", k->gemm_cluster);
+  if (k->gemm_schedule == 'p') out[n++] = ps("SCHEDULE", "pingpong");
   return n;
 }
 

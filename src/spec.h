@@ -64,7 +64,8 @@ typedef struct kspec {
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
   const char *gemm_layout; /* "nt" | "nn" */
-  char gemm_raster;   /* 'm' | 'n' */
+  char gemm_raster;   /* 'm' | 'n' | 'g' */
+  char gemm_schedule; /* 0 / 'c': coop (no SCHEDULE parameter: its source as before); 'p' */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 32 }; /* dense rows: 20 always, 10 optional */

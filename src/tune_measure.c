@@ -548,9 +548,15 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   if (jgemm_mode(&b->ctx->opt) != JGEMM_JIT ||
       !jgemm_applies(b->pb, b->ctx->arch, plan->geom.logit, &base))
     return KLJIT_SUCCESS;
-  static const struct { int bn, consumers, stages; char raster; int cluster; } tries[] = {
-      {256, 2, 4, 'm', 1}, {256, 2, 4, 'g', 1}, {128, 2, 6, 'g', 1}, {256, 2, 4, 'g', 2},
-      {256, 2, 4, 'm', 2}};
+  static const struct {
+    int bn, consumers, stages;
+    char raster;
+    int cluster;
+    char schedule;
+  } tries[] = {
+      {256, 2, 4, 'm', 1, 'c'}, {256, 2, 4, 'g', 1, 'c'}, {128, 2, 6, 'g', 1, 'c'},
+      {256, 2, 4, 'g', 2, 'c'}, {256, 2, 4, 'm', 2, 'c'}, {128, 2, 6, 'g', 1, 'p'},
+      {256, 1, 5, 'g', 1, 'p'}, {128, 2, 6, 'g', 2, 'p'}};
   const int64_t rows = n < 8 ? n : 8, ld = plan->geom.ld;
   const size_t count = (size_t)(2 * rows * ld);
   float *ref = malloc(count * sizeof *ref), *got = malloc(count * sizeof *got);
@@ -562,7 +568,7 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   for (size_t i = 0; i < sizeof tries / sizeof tries[0] && st == KLJIT_SUCCESS; i++) {
     jgemm_variant v = base;
     v.bn = tries[i].bn, v.consumers = tries[i].consumers, v.stages = tries[i].stages;
-    v.raster = tries[i].raster, v.cluster = tries[i].cluster;
+    v.raster = tries[i].raster, v.cluster = tries[i].cluster, v.schedule = tries[i].schedule;
     const kspec k = jgemm_spec(&v);
     jit_bin bin;
     CUmodule mod = NULL;
@@ -610,6 +616,7 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
   c.used = 1, c.kind = GEMM_LOGITS, c.n = n, c.beta_zero = 1, c.jit = 1;
   c.bn = tries[best].bn, c.consumers = tries[best].consumers, c.stages = tries[best].stages;
   c.raster = tries[best].raster, c.cluster = tries[best].cluster;
+  c.schedule = tries[best].schedule;
   gemm_algo_add(t, &c);
   return KLJIT_SUCCESS;
 }

@@ -3,18 +3,21 @@
 %--
 %--   C[M, N] (+)= alpha A[M, K] B[N, K]^T        (LAYOUT nt: both operands K-major)
 %--   C[M, N] (+)= alpha A[M, K] B[K, N]          (LAYOUT nn: B row-major, MN-major for wgmma)
+%--   C[M, N] (+)= alpha A[K, M]^T B[K, N]        (LAYOUT tn: both row-major, both MN-major)
 %--
 %-- nt is the logits GEMM of the chunk loop (A = the chunk's X rows, B = W, C = Z with row
 %-- stride ldc >= N); nn is the shape of dX = G W (A = G, B = W). fp32 accumulation, C in fp32
-%-- or the input dtype.
+%-- or the input dtype; tn is dW = G^T X (A = G[rows, V], B = X[rows, H], K = the chunk's rows),
+%-- with BETA to accumulate over chunks.
 %--
 %-- Parameters (validated below):
-%--   LAYOUT    nt | nn (nn: CLUSTER 1 only; dW = G^T X, an MN-major A, is not written yet)
+%--   LAYOUT    nt | nn | tn
 %--   IN        bf16 | f16 (A and B)
 %--   OUT       f32 | bf16 | f16 (C)
 %--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
 %--   BN        64 | 128 | 192 | 256: tile columns (the wgmma N)
-%--   CONSUMERS 1 | 2: multiplying warpgroups; the tile has 64 CONSUMERS rows (BM)
+%--   CONSUMERS 1 | 2: the tile has 64 CONSUMERS rows (BM); with SCHEDULE coop, one multiplying
+%--             warpgroup per 64 rows
 %--   STAGES    2..8: shared-memory ring depth, (BM + BN) x 64 x 2 bytes per stage, <= 227 KB
 %--   RASTER    m | n | g: the order of the persistent schedule's tiles. m: the BM-row tiles
 %--             of one BN-column panel are consecutive, so concurrently running CTAs share the
@@ -26,14 +29,23 @@
 %--             of one column panel; each loads its own A tile and half of the shared B tile,
 %--             multicast to both (half the L2 reads of B, the large operand); a stage is freed
 %--             when the consumers of both CTAs have released it.
+%--   SCHEDULE  coop (or absent) | pingpong. coop: the CONSUMERS warpgroups share every tile, one
+%--             64-row slice each, and all of them stop multiplying for the epilogue. pingpong: two
+%--             warpgroups take alternate tiles of the CTA's schedule, each multiplying all BM rows
+%--             of its own tile (CONSUMERS x BN <= 256 accumulators a thread), so that one stores
+%--             its tile while the other multiplies the next: the epilogue leaves the tensor
+%--             cores' critical path. The ring is shared; the tiles' k-blocks enter it in order,
+%--             and a turn barrier passes the ring from one warpgroup to the other once it has
+%--             seen every full stage of its tile (a warpgroup waiting a whole tile ahead would
+%--             read a stage's parity one phase early).
 %--
-%-- Launch: 128 (1 + CONSUMERS) threads, __launch_bounds__(..., 1); grid = CLUSTER x min(tiles
+%-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1); grid = CLUSTER x min(tiles
 %-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
 %-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
 %-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
-%-- (dims {K, M}, box {64, BM}) and B (nt: dims {K, N}, box {64, BN / CLUSTER}; nn: dims {N, K},
-%-- box {64, 64}), 16-bit, 128-byte
-%-- swizzle, zero fill out of bounds; C, M, N, K, ldc (elements), alpha.
+%-- (nt, nn: dims {K, M}, box {64, BM}; tn: dims {M, K}, box {64, 64}) and B (nt: dims {K, N},
+%-- box {64, BN / CLUSTER}; nn, tn: dims {N, K}, box {64, 64}), 16-bit, 128-byte swizzle, zero
+%-- fill out of bounds; C, M, N, K, ldc (elements), alpha.
 %--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
 %-- for an empty stage, announces its bytes on the stage's full barrier and issues the two TMA
@@ -51,7 +63,7 @@
 %  for _, x in ipairs(set) do if v == x then return true end end
 %  return false
 %end
-%if P.LAYOUT ~= "nt" and P.LAYOUT ~= "nn" then reject("LAYOUT must be nt or nn") end
+%if not one_of(P.LAYOUT, { "nt", "nn", "tn" }) then reject("LAYOUT must be nt, nn or tn") end
 %if not one_of(P.IN, { "bf16", "f16" }) then reject("IN must be bf16 or f16") end
 %if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
@@ -59,8 +71,22 @@
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
-%if P.LAYOUT == "nn" and CL ~= 1 then reject("LAYOUT nn takes CLUSTER 1") end
-%local NN = P.LAYOUT == "nn"
+%if P.LAYOUT ~= "nt" and CL == 2 and P.BN < 128 then
+%  reject("LAYOUT " .. P.LAYOUT .. " with CLUSTER 2 needs BN >= 128: two B boxes to share")
+%end
+%-- NN: B is MN-major (nn, tn); TN: A is too
+%local NN, TN = P.LAYOUT ~= "nt", P.LAYOUT == "tn"
+%if P.SCHEDULE ~= nil and not one_of(P.SCHEDULE, { "coop", "pingpong" }) then
+%  reject("SCHEDULE must be coop or pingpong")
+%end
+%local PP = P.SCHEDULE == "pingpong"
+%if PP and P.CONSUMERS * P.BN > 256 then
+%  reject("SCHEDULE pingpong holds a whole tile per warpgroup: CONSUMERS x BN must be <= 256")
+%end
+%-- WGS: the multiplying warpgroups; MS: the 64-row slices each multiplies; RELEASERS: the
+%-- warpgroups that consume (and free) each stage
+%local WGS, MS = PP and 2 or P.CONSUMERS, PP and P.CONSUMERS or 1
+%local RELEASERS = PP and 1 or P.CONSUMERS
 %local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
 %local STAGE_BYTES = (BM + BN) * BK * 2
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
@@ -69,8 +95,8 @@
 %if P.STAGES * STAGE_BYTES + 1024 > 227 * 1024 then
 %  reject("STAGES x (BM + BN) x 128 bytes exceeds the 227 KB of shared memory")
 %end
-%local THREADS = 128 * (1 + P.CONSUMERS)
-%local CONSUMER_REGS = P.CONSUMERS == 2 and 232 or 240
+%local THREADS = 128 * (1 + WGS)
+%local CONSUMER_REGS = WGS == 2 and 232 or 240
 %include("common.cu.lua")
 %include("ptx_sm90.cu.lua")
 %-- The kernel's interface, declared once: the signature below and the manifest line are both
@@ -93,6 +119,7 @@
 #define BK {{ BK }}
 #define STAGES {{ P.STAGES }}
 #define CONSUMERS {{ P.CONSUMERS }}
+#define MS {{ MS }}
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 
 /* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
@@ -155,6 +182,9 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 extern "C" __global__ void {{ CL == 2 and "__cluster_dims__(2, 1, 1) " or "" }}__launch_bounds__({{ THREADS }}, 1)
 kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
   __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
+%if PP then
+  __shared__ __align__(8) u64 turn[2]; /* turn[c]: warpgroup c may wait on the ring */
+%end
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   /* the swizzled tiles need 1024-byte alignment; the host adds 1024 bytes of slack */
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -166,8 +196,11 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], {{ CL == 1 and "CONSUMERS * 128" or "2 * CONSUMERS * 4" }});
+      mbar_init(&empty[s], {{ CL == 1 and RELEASERS * 128 or 2 * RELEASERS * 4 }});
     }
+%if PP then
+    mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
+%end
     mbar_init_fence();
   }
 %if CL == 1 then
@@ -193,19 +226,30 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
         tile_of(t, groups_m, tiles_n, &gm, &tn);
         const int tm = {{ CL }} * gm + rank;
         for (int kb = 0; kb < kblocks; kb++) {
-%if CL == 1 then
           mbar_wait(&empty[stage], phase ^ 1);
-%else
-          mbar_wait_cluster(&empty[stage], phase ^ 1);
-%end
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
+%if TN then
+          /* A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major) */
+#pragma unroll
+          for (int j = 0; j < BM / 64; j++)
+            tma_load_2d(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
+                        tm * BM + 64 * j, kb * BK);
+%else
           tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
-%if NN then
+%end
+%if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
             tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
                         tn * BN + 64 * j, kb * BK);
+%elseif NN then
+          /* the same boxes, box j loaded by cluster CTA j % 2 into both */
+#pragma unroll
+          for (int j = 0; j < BN / 64; j++)
+            if (j % 2 == rank)
+              tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
+                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3);
 %elseif CL == 1 then
           tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
 %else
@@ -221,27 +265,39 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
   } else {
     regs_claim<{{ CONSUMER_REGS }}>();
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    float d[BN / 2];
+    float d[MS][BN / 2];
+%if PP then
+    /* the CTA's tiles c, c + 2, ...; tile j's k-blocks sit at ring positions j kblocks on */
+    for (int j = c, turns = 0; first + j * step < tiles; j += 2, turns++) {
+      const int t = first + j * step;
+      /* warpgroup 0 starts; after that each waits for the other's previous tile */
+      if (c == 1 || turns > 0) mbar_wait(&turn[c], (u32)(c == 1 ? turns : turns - 1) & 1);
+      const i64 pos = (i64)j * kblocks;
+      stage = (int)(pos % STAGES), phase = (u32)(pos / STAGES) & 1;
+%else
     for (int t = first; t < tiles; t += step) {
+%end
       int gm, tn;
       tile_of(t, groups_m, tiles_n, &gm, &tn);
       const int tm = {{ CL }} * gm + rank;
       int prev = -1;
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
-        const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2 + c * 64 * BK * 2);
+%local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
+        const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2{{ slice }});
         const u32 b0 = smem_addr(tiles_b + stage * BN * BK * 2);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < BK / 16; k++)
-%if NN then
-          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d, wgmma_desc_k128(a0 + 32 * k),
-                                             wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
-                                             kb > 0 || k > 0);
-%else
-          wgmma_ss<BN, {{ P.IN == "bf16" and 0 or 1 }}, 0>(d, wgmma_desc_k128(a0 + 32 * k),
-                                             wgmma_desc_k128(b0 + 32 * k), kb > 0 || k > 0);
-%end
+#pragma unroll
+          for (int ms = 0; ms < MS; ms++)
+%local AB = P.IN == "bf16" and 0 or 1
+%local desc_a = TN and "wgmma_desc_mn128(a0 + ms * 64 * BK * 2 + 2048 * k, 64 * BK * 2)"
+%  or "wgmma_desc_k128(a0 + ms * 64 * BK * 2 + 32 * k)"
+%local desc_b = NN and "wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2)"
+%  or "wgmma_desc_k128(b0 + 32 * k)"
+            wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
+                                                   {{ desc_b }}, kb > 0 || k > 0);
         wgmma_commit();
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();
@@ -249,13 +305,20 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
         prev = stage;
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
+%if PP then
+      mbar_arrive(&turn[1 - c]); /* every full stage of this tile seen: the ring to the other */
+%end
       wgmma_wait<0>();
       if (prev >= 0) release_stage(&empty[prev], lane);
-      const int r0 = tm * BM + c * 64 + warp * 16 + lane / 4, c0 = tn * BN + 2 * (lane % 4);
 #pragma unroll
-      for (int i = 0; i < BN / 8; i++) {
-        store_pair(C, ldc, r0, c0 + 8 * i, M, N, alpha, d[4 * i], d[4 * i + 1]);
-        store_pair(C, ldc, r0 + 8, c0 + 8 * i, M, N, alpha, d[4 * i + 2], d[4 * i + 3]);
+      for (int ms = 0; ms < MS; ms++) {
+        const int r0 = tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16 + lane / 4;
+        const int c0 = tn * BN + 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) {
+          store_pair(C, ldc, r0, c0 + 8 * i, M, N, alpha, d[ms][4 * i], d[ms][4 * i + 1]);
+          store_pair(C, ldc, r0 + 8, c0 + 8 * i, M, N, alpha, d[ms][4 * i + 2], d[ms][4 * i + 3]);
+        }
       }
     }
   }

@@ -4,8 +4,9 @@
 %-- 8.x) it follows, by title: section numbers move between versions.
 %-- that defines it; the GEMM template (gemm_sm90.cu.lua) is written in terms of these only.
 %--
-%-- Parameters: none. Needs the common prelude (u32, u64) before it; compiles for sm_90a only
-%-- (wgmma and setmaxnreg are architecture-specific features).
+%-- Parameters: none of its own; reads the including GEMM's BN, IN and LAYOUT where set (below:
+%-- only the wgmma form the kernel issues). Needs the common prelude (u32, u64) before it;
+%-- compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific features).
 %--
 %-- What a GEMM needs from the hardware, in pipeline order:
 %--   tensor maps      the TMA descriptor, 128 opaque bytes the host encodes with
@@ -51,27 +52,30 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
 /* PTX ISA "mbarrier.test_wait/mbarrier.try_wait" (.parity): spins until the phase of parity
  * `parity` has completed. A fresh barrier counts its (never run) previous phase, parity 1,
  * as complete, so producers wait on empty slots with the flipped parity from the start.
- * mbar_wait_cluster acquires at cluster scope: arrivals that came from both CTAs of a cluster. */
-%local function mbar_wait(name, sem)
-__device__ __forceinline__ void {{ name }}(u64* bar, u32 parity) {
+ * The default semantics (acquire, CTA scope) also serve a barrier that the peer CTA of a cluster
+ * arrives on: what the waiter does next is a TMA copy, ordered after the wait by the barrier
+ * itself. An .acquire.cluster wait compiles to an L1 invalidation (CCTL.IVALL) after every wait
+ * (cuobjdump), which the cluster-2 producer paid once per k-block. */
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
   u32 done = 0;
   while (!done) {
     asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity{{ sem }}.shared::cta.b64 p, [%1], %2;\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   }
 }
-%end
-%mbar_wait("mbar_wait", "")
-%mbar_wait("mbar_wait_cluster", ".acquire.cluster")
 
-/* PTX ISA "mbarrier.arrive" (.release.cluster on a shared::cluster address) and "mapa": one
- * arrival on the barrier at the same offset in the shared memory of cluster CTA `rank`. */
+/* PTX ISA "mbarrier.arrive" (on a shared::cluster address) and "mapa": one arrival on the
+ * barrier at the same offset in the shared memory of cluster CTA `rank`. Default semantics
+ * (release, CTA scope): the arrival frees a stage whose reads (wgmma) have completed, and the
+ * peer only overwrites it by TMA once the barrier's phase completes. .release.cluster compiled
+ * to MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before each arrival (cuobjdump): two full memory
+ * fences per consumer warp per k-block, the cluster-2 variant's 0.52x (run of 2026-12-03). */
 __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
   asm volatile("{\n\t.reg .b32 remote;\n\t"
                "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n\t}"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t}"
                ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
@@ -186,21 +190,22 @@ __device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
   return r;
 }
 
-/* PTX ISA "wgmma.mma_async" (m64nNk16), fp32 accumulators, A and B from shared memory, A
- * K-major, B K-major (TB = 0) or MN-major (TB = 1: the instruction's imm-trans-b). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
+/* PTX ISA "wgmma.mma_async" (m64nNk16), fp32 accumulators, A and B from shared memory, each
+ * K-major (TA, TB = 0) or MN-major (1: the instruction's imm-trans-a, imm-trans-b; 16-bit
+ * types only). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
  * layout of PTX ISA "Register Fragments" of wgmma: thread t of warp w holds rows 16 w + t/4 and
  * 16 w + t/4 + 8, columns 8 i + 2 (t % 4) + {0, 1}). scale_d = 0 overwrites d, 1 adds. */
-%local function wgmma(n, ab, ty, tb)
+%local function wgmma(n, ab, ty, ta, tb)
 %  local regs = {}
 %  for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
 %  local nd = n // 2
 template <>
-__device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}, {{ tb }}>(float* d, u64 da, u64 db,
-                                                                     int scale_d) {
+__device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}, {{ ta }}, {{ tb }}>(float* d, u64 da,
+                                                                             u64 db, int scale_d) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 2 }}, 0;\n\t"
                "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
 %  -- the rendered source has long lines here: one operand list per instruction
-               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, 0, {{ tb }};"
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, {{ ta }}, {{ tb }};"
                "\n\t}"
 %  local outs = {}
 %  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
@@ -211,11 +216,17 @@ __device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}, {{ tb }}>(float* d, 
                : "l"(da), "l"(db), "r"(scale_d));
 }
 %end
-template <int N, int AB, int TB>
+template <int N, int AB, int TA, int TB>
 __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d);
-%for _, n in ipairs({ 64, 128, 192, 256 }) do
-%  for tb = 0, 1 do
-%    wgmma(n, 0, "bf16", tb)
-%    wgmma(n, 1, "f16", tb)
+%-- (TA, TB) of each layout; the including GEMM's BN, IN and LAYOUT, when set, select the one
+%-- form it issues (NVRTC then parses one 100-operand asm statement, not 24)
+%local layouts = { nt = { 0, 0 }, nn = { 0, 1 }, tn = { 1, 1 } }
+%local sizes = P.BN and { P.BN } or { 64, 128, 192, 256 }
+%for _, n in ipairs(sizes) do
+%  for _, l in ipairs({ "nt", "nn", "tn" }) do
+%    if not P.LAYOUT or P.LAYOUT == l then
+%      if P.IN ~= "f16" then wgmma(n, 0, "bf16", layouts[l][1], layouts[l][2]) end
+%      if P.IN ~= "bf16" then wgmma(n, 1, "f16", layouts[l][1], layouts[l][2]) end
+%    end
 %  end
 %end

@@ -3,7 +3,19 @@
  * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
  * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
  * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
- * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape).
+ * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape)
+ * and the tn layout (the dW shape).
+ * Skips (77) without an sm_90 GPU.
+ *
+ * Tolerance, per element (a bound, not an estimate: sqrt(K) growth is what random data does on
+ * average, not what one element is promised), bench/bench_gemm.c's tol_generated: the kernel sums
+ * K in order, one k16 wgmma step at a time, each step a fused sum of 16 exact products and the
+ * accumulator aligned to its largest addend and truncated (the tensor-core model of Fasi, Higham,
+ * Mikaitis and Pranesh): at most 17 x 2^-23 x (|S_j| + sum|p| of the step), S_j the exact partial
+ * sum before step j; so 2^-23 17 (sum_j |S_j| + sum_k |x_k w_k|), scaled by alpha. Then the fp32
+ * add of beta's C (2^-24 |ref|) and one correctly rounded store to a 16-bit output: u |ref| with
+ * u = 2^-8 (bf16) or 2^-11 (fp16). Partial sums of random-sign products grow like sqrt(k), so the
+ * bound stays far below the error of a lost k-block, row or tile at every K tested (<= 50257).
  * Skips (77) without an sm_90 GPU.
  *
  * Tolerance, per element: |z - ref| <= 2^-14 sum_k |x_k w_k| + (16-bit output) half an ulp of
@@ -59,20 +71,22 @@ static int load(const jgemm_variant *v, gemm_mod *m) {
 /* One shape with one variant: 0 when every check holds (worst error printed). */
 static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, int64_t K,
                host_rng *r) {
-  /* nt: W[N, K]; nn: B[K, N] row-major; rows padded to multiples of 8 as the chunk buffers */
-  const int nn = !strcmp(v->layout, "nn");
-  const int64_t ld = (N + 7) / 8 * 8, lda = (K + 7) / 8 * 8, ldb = nn ? ld : lda;
+  /* nt: W[N, K]; nn, tn: B[K, N] row-major; tn: A[K, M] row-major (G of dW = G^T X); rows
+   * padded to multiples of 8 as the chunk buffers */
+  const int tn = !strcmp(v->layout, "tn"), nn = tn || !strcmp(v->layout, "nn");
+  const int64_t ld = (N + 7) / 8 * 8, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
+  const int64_t ldb = nn ? ld : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
   const int64_t nw = nn ? K * ldb : N * ldb;
   const kljit_dtype in = v->in, out = v->out;
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
-  double *x = malloc(sizeof(double) * (size_t)(M * lda));
+  double *x = malloc(sizeof(double) * (size_t)na);
   double *w = malloc(sizeof(double) * (size_t)nw);
   double *z0 = malloc(sizeof(double) * nz), *z = malloc(sizeof(double) * nz);
   TH_CHECK(x && w && z0 && z);
-  for (int64_t i = 0; i < M * lda; i++) x[i] = 2 * host_uniform(r) - 1;
+  for (int64_t i = 0; i < na; i++) x[i] = 2 * host_uniform(r) - 1;
   for (int64_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
   gbuf gx, gw, gz;
-  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)(M * lda)) && !gbuf_alloc(&gw, in, (size_t)nw));
+  TH_CHECK(!gbuf_alloc(&gx, in, (size_t)na) && !gbuf_alloc(&gw, in, (size_t)nw));
   TH_CHECK(!gbuf_alloc(&gz, out, nz));
   TH_CHECK(!gbuf_upload(&gx, x, x) && !gbuf_upload(&gw, w, w));
   TH_CHECK(!gbuf_poison(&gz));
@@ -102,16 +116,17 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
         clobbered += !isnan(got);
         continue;
       }
-      double ref = 0, mag = 0;
+      double ref = 0, mag = 0, chain = 0;
       for (int64_t k = 0; k < K; k++) {
-        const double pr = x[i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
+        if (k % 16 == 0) chain += fabs(ref); /* the partial sum before each k16 step */
+        const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
         ref += pr, mag += fabs(pr);
       }
-      ref *= alpha, mag *= alpha;
+      ref *= alpha, mag *= alpha, chain *= alpha;
       if (v->beta) ref += z0[i * ld + j];
       /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
-       * one rounding of the store: still one u */
-      const double tol = ldexp(mag, -14) + q * fabs(ref) + 1e-30;
+       * one rounding of the store */
+      const double tol = 0x1p-23 * 17 * (chain + mag) + (q + 0x1p-24) * fabs(ref) + 1e-30;
       const double e = fabs(got - ref) / tol;
       if (!(e <= 1)) bad++;
       if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
@@ -165,8 +180,8 @@ static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
 static int every_tile_shape_matches_fp64(void) {
   const int s = setup();
   if (s) return s;
-  jgemm_variant v[96];
-  const int n = jgemm_variants(v, 96);
+  jgemm_variant v[128];
+  const int n = jgemm_variants(v, 128);
   host_rng r = {7};
   int failed = 0;
   for (int i = 0; i < n; i++) {
@@ -181,6 +196,35 @@ static int every_tile_shape_matches_fp64(void) {
   return TH_PASS;
 }
 
+typedef int (*variant_filter)(const jgemm_variant *v);
+
+/* Every variant of jgemm_variants that `want` selects, on each of `count` shapes {M, N, K}:
+ * TH_PASS when at least `min_tried` were selected and every check held. */
+static int selected_variants_match(variant_filter want, const int64_t (*shapes)[3], size_t count,
+                                   uint64_t seed, int min_tried) {
+  jgemm_variant v[128];
+  const int n = jgemm_variants(v, 128);
+  host_rng r = {seed};
+  int failed = 0, tried = 0;
+  for (int i = 0; i < n; i++) {
+    if (!want(&v[i])) continue;
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < count; k++)
+      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+    tried++;
+  }
+  TH_CHECK(tried >= min_tried && !failed);
+  return TH_PASS;
+}
+
+static int is_nn(const jgemm_variant *v) { return !strcmp(v->layout, "nn"); }
+static int is_tn(const jgemm_variant *v) { return !strcmp(v->layout, "tn"); }
+static int is_pingpong_or_cluster_g(const jgemm_variant *v) {
+  return v->schedule == 'p' || (v->cluster == 2 && v->raster == 'g');
+}
+
 /* The nn layout (C = A B, B[K, N] row-major: the dX = G W shape, K = V with its ragged tails),
  * each dtype with fp32 and input-dtype output. */
 static int nn_layout_matches_fp64_on_ragged_shapes(void) {
@@ -189,24 +233,39 @@ static int nn_layout_matches_fp64_on_ragged_shapes(void) {
   static const int64_t shapes[][3] = {{1, 8, 1},     {7, 64, 7},      {129, 136, 127},
                                       {127, 72, 129}, {65, 200, 4097}, {5, 64, 32001},
                                       {3, 256, 50257}, {2, 4096, 129}};
-  jgemm_variant v[96];
-  const int n = jgemm_variants(v, 96);
-  host_rng r = {11};
-  int failed = 0, tried = 0;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(v[i].layout, "nn")) continue;
-    gemm_mod m;
-    TH_CHECK(load(&v[i], &m) == TH_PASS);
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-      failed |= one(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-    drv->cuModuleUnload(m.mod);
-    tried++;
-  }
-  TH_CHECK(tried >= 4 && !failed);
-  return TH_PASS;
+  return selected_variants_match(is_nn, shapes, sizeof shapes / sizeof shapes[0], 11, 4);
+}
+
+/* The pingpong schedule (two warpgroups on alternate tiles, a turn barrier passing the shared
+ * ring) and clusters of 2 (stages freed by both CTAs' arrivals): every pingpong variant of
+ * jgemm_variants (each layout, output, beta, clusters of 1 and 2) and the cooperative cluster-2
+ * ones of raster g, on shapes with one tile, an odd and an even count of tiles per CTA, k-blocks
+ * fewer than the stages and many more, and ragged tails. */
+static int pingpong_and_cluster_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 1, 8},       {129, 127, 136}, {4097, 515, 8},
+                                      {1031, 4097, 8}, {129, 1031, 1032}, {65, 32001, 16}};
+  return selected_variants_match(is_pingpong_or_cluster_g, shapes,
+                                 sizeof shapes / sizeof shapes[0], 13, 24);
+}
+
+/* The tn layout (C (+)= A^T B with A[K, M] and B[K, N] row-major: dW = G^T X, K = the chunk's
+ * rows, M = V with its ragged tails, N = H; beta accumulating over chunks), every such variant
+ * of jgemm_variants (cooperative and pingpong, fp32 and input-dtype outputs). */
+static int tn_layout_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},       {7, 64, 7},     {129, 136, 127},
+                                      {32001, 16, 5},  {50257, 8, 3},  {127, 72, 4097},
+                                      {200, 264, 129}, {1031, 4104, 9}};
+  return selected_variants_match(is_tn, shapes, sizeof shapes / sizeof shapes[0], 17, 8);
 }
 
 static const th_case cases[] = {
+    {"tn_layout_matches_fp64_on_ragged_shapes", tn_layout_matches_fp64_on_ragged_shapes},
+    {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
+     pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},
     {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
     {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
      every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},

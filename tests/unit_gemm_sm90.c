@@ -11,7 +11,7 @@
 #include "nvrtc_compile.h"
 #include "spec.h"
 
-enum { MAX_VARIANTS = 96 };
+enum { MAX_VARIANTS = 128 };
 
 /* An instruction's text in the cubin: the SASS mnemonics are not in the image, but the PTX
  * given to ptxas is checked by NVRTC's compile of the source; here the image is checked to be a
@@ -96,6 +96,10 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   TH_CHECK(refused(v, "RASTER must be") == TH_PASS);
   v = ok, v.cluster = 4;
   TH_CHECK(refused(v, "CLUSTER must be 1 or 2") == TH_PASS);
+  v = ok, v.layout = "nn", v.cluster = 2, v.bn = 64; /* one B box: nothing to multicast */
+  TH_CHECK(refused(v, "CLUSTER 2 needs BN >= 128") == TH_PASS);
+  v = ok, v.schedule = 'p'; /* 128 x 256 in one warpgroup: 256 accumulators a thread */
+  TH_CHECK(refused(v, "CONSUMERS x BN must be <= 256") == TH_PASS);
   return TH_PASS;
 }
 

@@ -144,6 +144,13 @@ static int gemm_in(const char *dir) {
   jgemm_variant v;
   TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_DEFAULT, &v) == 1);
   TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g' && v.cluster == 2);
+  TH_CHECK(v.schedule == 'c');
+  /* the pingpong schedule's suffix round-trips and reaches the variant */
+  prob_gemm_choice pc;
+  char pc_text[GEMM_ALGO_TEXT_MAX];
+  TH_CHECK(gemm_algo_parse("logits:1024:b0:jit:128.2.6.g.1.p", &pc) == 0 && pc.schedule == 'p');
+  gemm_algo_text(&pc, pc_text);
+  TH_CHECK(!strcmp(pc_text, "logits:1024:b0:jit:128.2.6.g.1.p"));
   TH_CHECK(v.in == KLJIT_BF16 && v.out == KLJIT_FP32 && !v.beta);
   TH_CHECK(jgemm_choose(&pb, &e.tune, 80, KLJIT_FP32, JGEMM_DEFAULT, &v) == 0);
   TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_CUBLAS, &v) == 0);
@@ -180,7 +187,8 @@ static int gemm_in(const char *dir) {
   /* a generated choice for another GEMM than the logits one, or a malformed variant */
   const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
                              "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
-                             "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x"};
+                             "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x",
+                             "logits:4096:b0:jit:128.2.6.g.1.q", "logits:4096:b0:jit:128.2.6.g.1.pp"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
              " gemm=%s\n", H, bad[i]);
