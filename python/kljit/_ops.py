@@ -16,9 +16,10 @@ Four ops, each with a fake (meta) kernel that gives the output shapes without ru
 
 `key` is the LossConfig as JSON (a constant in a compiled graph). A gradient that is not wanted
 comes back as an empty tensor. The online teacher (teacher='dense_hidden') passes its
-teacher_input in the `teacher` slot and its head as teacher_weight; no gradient reaches either. The weight may be fp32 with fp16/bf16 input (mixed precision):
-the op casts it once per call to the input dtype and writes dW and db in fp32, accumulated in
-fp32 by the library with no V x H buffer. This module has no `from __future__ import
+teacher_input in the `teacher` slot and its head as teacher_weight; no gradient reaches either.
+The weight may be fp32 with fp16/bf16 input (mixed precision): the op casts it once per call to
+the input dtype and writes dW and db in fp32, accumulated in fp32 by the library with no V x H
+buffer. This module has no `from __future__ import
 annotations`: torch.library reads the type hints as objects.
 """
 
