@@ -161,9 +161,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         if teacher_input is None or teacher_weight is None:
             raise ValueError("the online teacher needs both teacher_input [..., Ht] and "
                              "teacher_weight [Vt, Ht]")
-        if config.teacher is None:
-            config = config.with_teacher("dense_hidden")
-        teacher = teacher_input
+        teacher = teacher_input  # the checks infer teacher_form='dense_hidden' from the head
     elif config.teacher == "dense_hidden":
         raise ValueError("teacher_form='dense_hidden' (the online teacher) needs teacher_input "
                          "and teacher_weight")

@@ -505,5 +505,91 @@ class GpuCompileTest(unittest.TestCase):
             self.assertLess(e, 1e-3)
 
 
+class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
+    """The online teacher (teacher_input, teacher_weight) and Megatron's main_grad through the
+    binding, against kl_div_fp64 on the very tensors the kernels got."""
+
+    def setUp(self) -> None:
+        self.torch = require("torch")
+
+    def test_the_online_teacher_matches_the_fp64_reference_for_forward_kl_and_jsd(self) -> None:
+        torch = self.torch
+        from kljit.reference import kl_div_fp64
+
+        n, h, ht, v = 160, 128, 96, 3001
+        failed = []
+        for mode in ("fused", "two_phase"):
+            for divergence, beta in (("forward_kl", 0.0), ("jsd", 0.5)):
+                inp = Inputs(71, n, h, v, torch.bfloat16, teacher="dense_logits", labels=True)
+                g = torch.Generator(device=DEVICE).manual_seed(72)
+                xt = (torch.rand(n, ht, generator=g, device=DEVICE) * 2 - 1).to(torch.bfloat16)
+                wt = ((torch.rand(v, ht, generator=g, device=DEVICE) * 2 - 1) * 0.2
+                      ).to(torch.bfloat16)
+                xt_leaf = xt.clone().requires_grad_()
+                leaves = inp.leaves()
+                config = LossConfig(teacher="dense_hidden", mode=mode, divergence=divergence,
+                                    beta=beta, temperature=2.0)
+                loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], labels=inp.labels,
+                                                 teacher_input=xt_leaf, teacher_weight=wt,
+                                                 config=config)
+                go = torch.tensor(0.75, device=DEVICE)
+                loss.backward(go)
+                torch.cuda.synchronize()
+                ref = kl_div_fp64(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
+                                  teacher_weight=wt, grad_output=go, config=config)
+                err = {"loss": rel(loss, ref["loss"]), "dX": rel(leaves["x"].grad,
+                                                                 ref["grad_input"]),
+                       "dW": rel(leaves["w"].grad, ref["grad_weight"])}
+                print(f"  online teacher {mode} {divergence} beta {beta}: "
+                      + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+                self.assertIsNone(xt_leaf.grad, "no gradient reaches the teacher")
+                failed += [f"{k} {mode} {divergence}: {e:.1e}" for k, e in err.items()
+                           if not e < (LOSS_TOL if k == "loss" else GRAD_TOL["bfloat16"])]
+        # the module with Liger's signature gives the functional's loss
+        jsd = kljit.FusedLinearJSD(jsd_beta=0.5, temperature=2.0)
+        got = jsd(inp.x, inp.w, xt, wt, inp.labels)
+        want = kljit.fused_linear_kl_div(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
+                                         teacher_weight=wt, teacher_form="dense_hidden",
+                                         divergence="jsd", beta=0.5, temperature=2.0)
+        self.assertLess(rel(got, want), 1e-6)
+        self.assertEqual(failed, [])
+
+    def test_main_grad_accumulates_dw_onto_a_nonzero_fp32_main_grad(self) -> None:
+        torch = self.torch
+        from kljit.reference import kl_div_fp64
+
+        failed = []
+        for mode in ("fused", "two_phase"):
+            for bias in (False, True):
+                inp = Inputs(81, 192, 128, 6007, torch.bfloat16, teacher="dense_probs",
+                             bias=bias)
+                leaves = inp.leaves()
+                w, b = leaves["w"], leaves["b"]
+                g = torch.Generator(device=DEVICE).manual_seed(82)
+                start = torch.randn(w.shape, generator=g, device=DEVICE) * 1e-3
+                w.main_grad = start.clone()
+                w.grad_added_to_main_grad = False  # Megatron's DDP marks its parameters so
+                if b is not None:
+                    b.main_grad = torch.full(b.shape, 0.125, device=DEVICE)
+                loss = kljit.fused_linear_kl_div(leaves["x"], w, inp.teacher, bias=b, mode=mode,
+                                                 accumulate_into_main_grad=True)
+                go = torch.tensor(0.5, device=DEVICE)
+                loss.backward(go)
+                torch.cuda.synchronize()
+                ref = kl_div_fp64(inp.x, inp.w, inp.teacher, bias=inp.b, grad_output=go,
+                                  config=LossConfig(mode=mode))
+                self.assertEqual(w.main_grad.dtype, torch.float32)
+                self.assertTrue(w.grad_added_to_main_grad)
+                err = {"dW": rel(w.main_grad.double() - start.double(), ref["grad_weight"]),
+                       "dX": rel(leaves["x"].grad, ref["grad_input"])}
+                if b is not None:
+                    err["db"] = rel(b.main_grad.double() - 0.125, ref["grad_bias"])
+                print(f"  main_grad {mode} bias={bias}: "
+                      + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+                failed += [f"{k} {mode} bias={bias}: {e:.1e}" for k, e in err.items()
+                           if not e < GRAD_TOL["bfloat16"]]
+        self.assertEqual(failed, [])
+
+
 if __name__ == "__main__":
     unittest.main()
