@@ -65,8 +65,15 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return None if t is None or t.numel() == 0 else t.data_ptr()
 
 
+#: The current stream as a raw integer without a torch.cuda.Stream object (what Inductor's
+#: generated code calls); torch.cuda.current_stream where this build lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream(device: torch.device) -> int:
     """The current CUDA stream of `device`, as the integer kljit takes."""
+    if _raw_stream is not None and device.index is not None:
+        return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
 
 
