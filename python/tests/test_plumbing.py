@@ -384,6 +384,29 @@ class PlumbingTest(unittest.TestCase):
             self.kljit.fused_linear_kl_div(inp["x"], inp["w"], inp["teacher"], teacher_input=xt,
                                            teacher_weight=wt)
 
+    def test_the_online_teacher_compiles_through_the_custom_ops(self) -> None:
+        t = self.torch
+        import torch._dynamo
+
+        g = t.Generator().manual_seed(6)
+        xt, wt = t.rand(6, 12, generator=g) - 0.5, t.rand(40, 12, generator=g) - 0.5
+        for mode in ("fused", "two_phase"):
+            config = _checks.LossConfig(mode=mode, divergence="jsd", beta=0.5)
+
+            def loss_of(x: Any, w: Any) -> Any:
+                return self.kljit.fused_linear_kl_div(x, w, teacher_input=xt, teacher_weight=wt,
+                                                      config=config)
+
+            torch._dynamo.reset()
+            compiled = t.compile(loss_of, fullgraph=True, backend="aot_eager")
+            got, want = self.inputs(), self.inputs()
+            loss = compiled(got["x"], got["w"])
+            loss.backward()
+            loss_of(want["x"], want["w"]).backward()
+            self.assert_close(loss, loss_of(want["x"], want["w"]), mode + " loss")
+            self.assert_close(got["x"].grad, want["x"].grad, mode + " dX")
+            self.assert_close(got["w"].grad, want["w"].grad, mode + " dW")
+
     def test_accumulate_into_main_grad_adds_dw_and_db_in_fp32_megatron_style(self) -> None:
         t = self.torch
         go = t.tensor(0.3)
