@@ -98,7 +98,8 @@ class LossConfig:
 
     teacher: 'dense_probs' (teacher[N,V] = p), 'dense_logprobs' (log p), 'dense_logits' (teacher
         logits, p = softmax(zt / teacher_temperature)), 'sparse_topk' (teacher_ids[N,K] and
-        teacher_values[N,K], the top-K of p), or None: inferred from the tensors given.
+        teacher_values[N,K], the top-K of p), 'dense_hidden' (the online teacher: teacher_input
+        [N,Ht] and teacher_weight [Vt,Ht]), or None: inferred from the tensors given.
     mode: 'fused' (loss and gradients in forward, stashed for backward; the fastest when the
         loss is the last op) or 'two_phase' (forward saves O(N) statistics, backward
         recomputes the logits and takes the upstream gradient; needed for reduction='none').
