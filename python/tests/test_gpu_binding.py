@@ -15,6 +15,7 @@ KLJIT_ERR_NOT_IMPLEMENTED for the sparse teacher.
 
 from __future__ import annotations
 
+import math
 import sys
 import unittest
 from typing import Any, Dict, Optional
@@ -516,35 +517,45 @@ class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
         torch = self.torch
         from kljit.reference import kl_div_fp64
 
+        # Teacher heads of two scales: 0.2 gives teacher logits of std ~0.65 next to the
+        # student's ~0.2, both near uniform over 3001 tokens, a JSD of ~0.014 whose fp32 terms
+        # p (log p - log m) cancel: seen on the H200, 2.9e-5 relative (4e-7 absolute) in both
+        # modes while the forward KL of the same inputs is at 5.7e-7, so that JSD loss is held
+        # to 1e-6 absolute; 1.0 (std ~3.3, a JSD of ~0.25) to the usual 1e-5 relative.
         n, h, ht, v = 160, 128, 96, 3001
         failed = []
-        for mode in ("fused", "two_phase"):
-            for divergence, beta in (("forward_kl", 0.0), ("jsd", 0.5)):
-                inp = Inputs(71, n, h, v, torch.bfloat16, teacher="dense_logits", labels=True)
-                g = torch.Generator(device=DEVICE).manual_seed(72)
-                xt = (torch.rand(n, ht, generator=g, device=DEVICE) * 2 - 1).to(torch.bfloat16)
-                wt = ((torch.rand(v, ht, generator=g, device=DEVICE) * 2 - 1) * 0.2
-                      ).to(torch.bfloat16)
-                xt_leaf = xt.clone().requires_grad_()
-                leaves = inp.leaves()
-                config = LossConfig(teacher="dense_hidden", mode=mode, divergence=divergence,
-                                    beta=beta, temperature=2.0)
-                loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], labels=inp.labels,
-                                                 teacher_input=xt_leaf, teacher_weight=wt,
-                                                 config=config)
-                go = torch.tensor(0.75, device=DEVICE)
-                loss.backward(go)
-                torch.cuda.synchronize()
-                ref = kl_div_fp64(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
-                                  teacher_weight=wt, grad_output=go, config=config)
-                err = {"loss": rel(loss, ref["loss"]), "dX": rel(leaves["x"].grad,
-                                                                 ref["grad_input"]),
-                       "dW": rel(leaves["w"].grad, ref["grad_weight"])}
-                print(f"  online teacher {mode} {divergence} beta {beta}: "
-                      + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
-                self.assertIsNone(xt_leaf.grad, "no gradient reaches the teacher")
-                failed += [f"{k} {mode} {divergence}: {e:.1e}" for k, e in err.items()
-                           if not e < (LOSS_TOL if k == "loss" else GRAD_TOL["bfloat16"])]
+        cases = [(m, d, b, s) for s in (0.2, 1.0) for m in ("fused", "two_phase")
+                 for d, b in (("forward_kl", 0.0), ("jsd", 0.5))]
+        for mode, divergence, beta, scale in cases:
+            inp = Inputs(71, n, h, v, torch.bfloat16, teacher="dense_logits", labels=True)
+            g = torch.Generator(device=DEVICE).manual_seed(72)
+            xt = (torch.rand(n, ht, generator=g, device=DEVICE) * 2 - 1).to(torch.bfloat16)
+            wt = ((torch.rand(v, ht, generator=g, device=DEVICE) * 2 - 1) * scale
+                  ).to(torch.bfloat16)
+            xt_leaf = xt.clone().requires_grad_()
+            leaves = inp.leaves()
+            config = LossConfig(teacher="dense_hidden", mode=mode, divergence=divergence,
+                                beta=beta, temperature=2.0)
+            loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], labels=inp.labels,
+                                             teacher_input=xt_leaf, teacher_weight=wt,
+                                             config=config)
+            go = torch.tensor(0.75, device=DEVICE)
+            loss.backward(go)
+            torch.cuda.synchronize()
+            ref = kl_div_fp64(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
+                              teacher_weight=wt, grad_output=go, config=config)
+            err = {"loss": rel(loss, ref["loss"]), "dX": rel(leaves["x"].grad,
+                                                             ref["grad_input"]),
+                   "dW": rel(leaves["w"].grad, ref["grad_weight"])}
+            absolute = divergence == "jsd" and scale < 1.0
+            if absolute:
+                err["loss abs"] = abs(float(loss.detach().double() - ref["loss"]))
+            print(f"  online teacher {mode} {divergence} beta {beta} head scale {scale}: "
+                  + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+            self.assertIsNone(xt_leaf.grad, "no gradient reaches the teacher")
+            bars = {"loss": math.inf if absolute else LOSS_TOL, "loss abs": 1e-6}
+            failed += [f"{k} {mode} {divergence} {scale}: {e:.1e}" for k, e in err.items()
+                       if not e < bars.get(k, GRAD_TOL["bfloat16"])]
         # the module with Liger's signature gives the functional's loss
         jsd = kljit.FusedLinearJSD(jsd_beta=0.5, temperature=2.0)
         got = jsd(inp.x, inp.w, xt, wt, inp.labels)
