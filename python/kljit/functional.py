@@ -41,6 +41,12 @@ from ._checks import LossConfig, config_from_options
 
 __all__ = ["fused_linear_kl_div"]
 
+# autograd.Function.apply without its Python half, which only unwraps functorch's dead wrappers
+# (nothing to unwrap outside functorch's transforms, where the full apply is used) and costs
+# every eager call a few microseconds before its first kernel (issue 15's binding overhead).
+_FUSED_APPLY = super(torch.autograd.Function, _ops.FusedFunction).apply
+_TWO_PHASE_APPLY = super(torch.autograd.Function, _ops.TwoPhaseFunction).apply
+
 
 def _flatten(name: str, t: Optional[torch.Tensor], trailing: int) -> Optional[torch.Tensor]:
     """[..., D] -> [N, D] (or [...] -> [N] for trailing=0) as a view; other layouts are left
@@ -208,19 +214,21 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         _ops.main_grad_of(params[0], "weight")
         mains = params
     gs = float(grad_scale)
+    functorch = not compiling and torch._C._are_functorch_transforms_active()
     if config.mode == "fused":
         if compiling:
             loss = _ops.fused(x, weight, bias, t, ids, vals, lab, key, temp, gs, want_dx,
                               want_dw, teacher_weight)[0]
         else:
-            loss = _ops.FusedFunction.apply(x, weight, bias, t, ids, vals, lab, key, temp, gs,
-                                            want_dx, want_dw, teacher_weight, mains)
+            apply = _ops.FusedFunction.apply if functorch else _FUSED_APPLY
+            loss = apply(x, weight, bias, t, ids, vals, lab, key, temp, gs, want_dx, want_dw,
+                         teacher_weight, mains)
     elif compiling:
         loss = _ops.two_phase(x, weight, bias, t, ids, vals, lab, key, temp, gs,
                               teacher_weight)[0]
     else:
-        loss = _ops.TwoPhaseFunction.apply(x, weight, bias, t, ids, vals, lab, key, temp, gs,
-                                           teacher_weight, mains)
+        apply = _ops.TwoPhaseFunction.apply if functorch else _TWO_PHASE_APPLY
+        loss = apply(x, weight, bias, t, ids, vals, lab, key, temp, gs, teacher_weight, mains)
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
     return loss
