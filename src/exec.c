@@ -419,12 +419,16 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
 
 static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
                               const float *s, int out) {
-  const long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
+  long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
+  /* Eight resident 256-thread blocks per SM fill it for a grid-stride pass; more blocks add
+   * nothing when scaling and cost waves of blocks that only read *s when the factor is 1 (the
+   * usual case, paid by every fused backward). */
+  const long long cap = 8LL * (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132);
+  if (blocks > cap) blocks = cap;
   kargs k;
   memset(&k, 0, sizeof k);
   k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
-  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks),
-                     1, 256, &k, stream);
+  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, 256, &k, stream);
 }
 
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,

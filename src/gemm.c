@@ -2,6 +2,7 @@
 /* gemm.c — cuBLASLt matmuls of the chunk loop (see gemm.h for the shapes). */
 #include "gemm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cublaslt.h"
@@ -166,7 +167,36 @@ kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_
   }
   op->kind = kind, op->types = *ty, op->shape = *sh, op->n = n;
   op->desc = desc, op->la = la, op->lb = lb, op->lc = lc;
+  op->memo = calloc(1, sizeof *op->memo);
+  if (op->memo && pthread_mutex_init(&op->memo->lock, NULL) != 0) {
+    free(op->memo);
+    op->memo = NULL;
+  }
   return KLJIT_SUCCESS;
+}
+
+/* The remembered layouts and algorithm of chunk size n, copied to *out: 1, or 0 if none. */
+static int memo_find(gemm_memo *m, int64_t n, size_t ws_size, gemm_alt *out) {
+  int found = 0;
+  if (!m) return 0;
+  pthread_mutex_lock(&m->lock);
+  for (int i = 0; i < m->count && !found; i++)
+    if (m->alt[i].n == n && m->alt[i].ws_size == ws_size) *out = m->alt[i], found = 1;
+  pthread_mutex_unlock(&m->lock);
+  return found;
+}
+
+/* Keeps `alt` (the memo then owns its layouts): 1, or 0 when full or another thread was first
+ * (the caller frees them after its call). */
+static int memo_keep(gemm_memo *m, const gemm_alt *alt) {
+  int kept = 0, seen = 0;
+  if (!m) return 0;
+  pthread_mutex_lock(&m->lock);
+  for (int i = 0; i < m->count && !seen; i++)
+    seen = m->alt[i].n == alt->n && m->alt[i].ws_size == alt->ws_size;
+  if (!seen && m->count < GEMM_ALTS) m->alt[m->count++] = *alt, kept = 1;
+  pthread_mutex_unlock(&m->lock);
+  return kept;
 }
 
 kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const void *a,
@@ -176,22 +206,35 @@ kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const v
     return lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, op->la, b, op->lb, &beta, c, op->lc,
                                    c, op->lc, &op->algo, ws, ws_size, (cudaStream_t)stream),
                     "cublasLtMatmul");
-  /* a chunk of another size: its own layouts and algorithm, for this call */
+  /* a chunk of another size: its own layouts and algorithm, made once */
+  gemm_alt alt;
+  if (memo_find(op->memo, n, ws_size, &alt))
+    return lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, alt.la, b, alt.lb,
+                                                      &beta, c, alt.lc, c, alt.lc, &alt.algo, ws,
+                                                      ws_size, (cudaStream_t)stream),
+                    "cublasLtMatmul");
   const gemm_desc d = describe(&op->types, &op->shape, op->kind, n);
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo;
-  kljit_status st = make_layouts(&d, &la, &lb, &lc);
-  if (!st) st = choose_algo(lt, op->desc, la, lb, lc, &d, op->kind, ws_size, &algo);
+  memset(&alt, 0, sizeof alt);
+  alt.n = n, alt.ws_size = ws_size;
+  kljit_status st = make_layouts(&d, &alt.la, &alt.lb, &alt.lc);
+  if (!st) st = choose_algo(lt, op->desc, alt.la, alt.lb, alt.lc, &d, op->kind, ws_size, &alt.algo);
   if (!st)
-    st = lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo,
-                                 ws, ws_size, (cudaStream_t)stream),
+    st = lt_check(cublaslt_loaded()->cublasLtMatmul(lt, op->desc, &alpha, a, alt.la, b, alt.lb,
+                                                    &beta, c, alt.lc, c, alt.lc, &alt.algo, ws,
+                                                    ws_size, (cudaStream_t)stream),
                   "cublasLtMatmul");
-  free_layouts(la, lb, lc);
+  if (st || !memo_keep(op->memo, &alt)) free_layouts(alt.la, alt.lb, alt.lc);
   return st;
 }
 
 void gemm_destroy(gemm_op *op) {
   if (!op || !op->desc) return;
+  if (op->memo) {
+    for (int i = 0; i < op->memo->count; i++)
+      free_layouts(op->memo->alt[i].la, op->memo->alt[i].lb, op->memo->alt[i].lc);
+    pthread_mutex_destroy(&op->memo->lock);
+    free(op->memo);
+  }
   free_layouts(op->la, op->lb, op->lc);
   cublaslt_loaded()->cublasLtMatmulDescDestroy(op->desc);
   memset(op, 0, sizeof *op);

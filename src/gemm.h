@@ -8,12 +8,16 @@
  * A plan prepares each operation once (gemm_prepare: the matmul descriptor, the three matrix
  * layouts and the tuned algorithm, else cuBLASLt's heuristic one, for its chunk size), so the
  * plan is immutable and an execute only runs them (gemm_run). A chunk of another size (the last
- * one of a call) gets its own layouts and heuristic algorithm for that call.
+ * one of a call, or every chunk of a call whose chunks are capped at a quarter of its rows) gets
+ * its own layouts and heuristic algorithm at its first use, remembered for later calls (a few
+ * sizes per operation, under a lock: asking cuBLASLt's heuristic on every call costs host time
+ * that a short call's GPU work does not hide).
  */
 #ifndef KLJIT_GEMM_H
 #define KLJIT_GEMM_H
 
 #include <cublasLt.h>
+#include <pthread.h>
 
 #include "util.h"
 
@@ -34,6 +38,23 @@ typedef struct gemm_shape {
   int64_t ldg;  /* row stride of G (elements) */
 } gemm_shape;
 
+/* Layouts and algorithm of one other chunk size of an operation, made by gemm_run. */
+typedef struct gemm_alt {
+  int64_t n;
+  size_t ws_size;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+} gemm_alt;
+
+enum { GEMM_ALTS = 8 };
+
+/* The other chunk sizes seen so far (a plan is shared by threads: the lock guards them). */
+typedef struct gemm_memo {
+  pthread_mutex_t lock;
+  int count;
+  gemm_alt alt[GEMM_ALTS];
+} gemm_memo;
+
 /* One prepared operation: C = alpha op(A) op(B) + beta C for chunks of `n` rows. */
 typedef struct gemm_op {
   gemm_kind kind;
@@ -43,6 +64,7 @@ typedef struct gemm_op {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
+  gemm_memo *memo; /* other chunk sizes; NULL where it could not be allocated (none kept) */
 } gemm_op;
 
 /* Prepares `kind` for chunks of n rows: with `tuned` (the tuning's algorithm, from the running
@@ -53,7 +75,8 @@ kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_
                           const cublasLtMatmulAlgo_t *tuned, gemm_op *op);
 
 /* Runs a prepared operation on a chunk of n rows (n < op->n: the layouts and algorithm of that
- * size, for this call only) on `stream`; host scalars: with beta = 0, C is not read. */
+ * size, made at its first use and kept in op->memo) on `stream`; host scalars: with beta = 0,
+ * C is not read. */
 kljit_status gemm_run(cublasLtHandle_t lt, const gemm_op *op, int64_t n, const void *a,
                       const void *b, void *c, float alpha, float beta, void *ws, size_t ws_size,
                       void *stream);

@@ -10,8 +10,8 @@ $KLJIT_LIBRARY, next to this package, or in the repository's build directory.
     loss_fn = kljit.FusedLinearKLDivLoss(teacher="sparse_topk", tail="renorm")      # loss only
 
 `import kljit` needs neither torch nor the library: the torch front ends (fused_linear_kl_div,
-FusedLinearKLDiv, FusedLinearKLDivLoss) are imported at first use, and the library is loaded
-at the first call that needs it.
+FusedLinearKLDiv, FusedLinearKLDivLoss, FusedLinearJSD) are imported at first use, and the
+library is loaded at the first call that needs it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ._lib import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "FusedLinearJSD",
     "FusedLinearKLDiv",
     "FusedLinearKLDivLoss",
     "KljitError",
@@ -58,6 +59,7 @@ _TORCH_NAMES = {
     "TwoPhaseLinearKLDivFunction": "functional",
     "FusedLinearKLDiv": "module",
     "FusedLinearKLDivLoss": "module",
+    "FusedLinearJSD": "module",
 }
 
 
@@ -67,5 +69,6 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(f".{_TORCH_NAMES[name]}", __name__)
-        return getattr(module, name)
+        value = globals()[name] = getattr(module, name)  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'kljit' has no attribute {name!r}")

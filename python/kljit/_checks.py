@@ -98,7 +98,8 @@ class LossConfig:
 
     teacher: 'dense_probs' (teacher[N,V] = p), 'dense_logprobs' (log p), 'dense_logits' (teacher
         logits, p = softmax(zt / teacher_temperature)), 'sparse_topk' (teacher_ids[N,K] and
-        teacher_values[N,K], the top-K of p), or None: inferred from the tensors given.
+        teacher_values[N,K], the top-K of p), 'dense_hidden' (the online teacher: teacher_input
+        [N,Ht] and teacher_weight [Vt,Ht]), or None: inferred from the tensors given.
     mode: 'fused' (loss and gradients in forward, stashed for backward; the fastest when the
         loss is the last op) or 'two_phase' (forward saves O(N) statistics, backward
         recomputes the logits and takes the upstream gradient; needed for reduction='none').
@@ -126,9 +127,9 @@ class LossConfig:
     softcap, teacher_softcap: logit caps c (z -> c tanh(z / c)); 0 is none. The teacher's cap
         applies to teacher logits ('dense_logits').
     A dense teacher may have more columns than the weight has rows (a padded vocabulary,
-    teacher [N, Vt] with Vt >= V): its columns past V are excluded. teacher='dense_hidden' (the
-    online teacher: the C API's KLJIT_TEACHER_DENSE_HIDDEN) is not available through the binding
-    yet: pass the teacher's logits ('dense_logits') instead.
+    teacher [N, Vt] with Vt >= V): its columns past V are excluded. teacher='dense_hidden' is
+    the online teacher (the C API's KLJIT_TEACHER_DENSE_HIDDEN): the functional's teacher_input
+    and teacher_weight, its logits computed chunk by chunk and never stored.
     The library refuses (KljitError, KLJIT_ERR_UNSUPPORTED) what its kernels do not compute yet.
     """
 

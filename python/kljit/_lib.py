@@ -600,6 +600,11 @@ class Plan:
         self.context = context  # keeps the context alive as long as the plan
         self.problem = Problem.init(**{n: getattr(problem, n) for n in Problem.INIT})
         self._handle = handle
+        # the entry points, looked up once: execute is on every call's path
+        self._entry = {Mode.FUSED: (lib.kljit_fused, "kljit_fused"),
+                       Mode.FORWARD: (lib.kljit_forward, "kljit_forward"),
+                       Mode.BACKWARD: (lib.kljit_backward, "kljit_backward")}
+        self._scale = getattr(lib, "kljit_scale_grads", None)
 
     def __del__(self) -> None:
         # At interpreter exit the library may be half torn down: leak rather than crash.
@@ -636,23 +641,21 @@ class Plan:
 
     def execute(self, mode: Mode, stream: int, args: Args) -> None:
         """kljit_fused, kljit_forward or kljit_backward on `stream` (a cudaStream_t as int)."""
-        lib = load_library()
-        fn, name = {Mode.FUSED: (lib.kljit_fused, "kljit_fused"),
-                    Mode.FORWARD: (lib.kljit_forward, "kljit_forward"),
-                    Mode.BACKWARD: (lib.kljit_backward, "kljit_backward")}[Mode(mode)]
-        check(fn(self._handle, ctypes.c_void_p(stream or None), ctypes.byref(args)), name)
+        fn, name = self._entry[mode]
+        status = fn(self._handle, stream or None, ctypes.byref(args))
+        if status:
+            check(status, name)
 
-    @staticmethod
-    def can_scale_grads() -> bool:
+    def can_scale_grads(self) -> bool:
         """Whether the loaded library has kljit_scale_grads."""
-        return hasattr(load_library(), "kljit_scale_grads")
+        return self._scale is not None
 
     def scale_grads(self, stream: int, args: Args) -> None:
         """kljit_scale_grads: args' dX, dW, db times the fp32 scalar at args.grad_output, in
         place on `stream`, with no host synchronization."""
-        lib = load_library()
-        check(lib.kljit_scale_grads(self._handle, ctypes.c_void_p(stream or None),
-                                    ctypes.byref(args)), "kljit_scale_grads")
+        status = self._scale(self._handle, stream or None, ctypes.byref(args))
+        if status:
+            check(status, "kljit_scale_grads")
 
 
 _contexts: Dict[int, Context] = {}

@@ -4,20 +4,22 @@
 Four ops, each with a fake (meta) kernel that gives the output shapes without running:
 
     kljit::fused(input, weight, bias?, teacher?, ids?, values?, labels?, key, T, grad_scale,
-                 want_dx, want_dw) -> (loss, dx, dw, db)
+                 want_dx, want_dw, teacher_weight?) -> (loss, dx, dw, db)
         kljit_fused: loss and the gradients of the loss itself (times grad_scale).
     kljit::scale_grads_(grad_output, dx, dw, db, key, grad_scale) -> ()
         the fused mode's backward: dx, dw, db *= grad_output / grad_scale, in place, on the
         device (kljit_scale_grads; an exact 1 costs no pass over the gradients).
-    kljit::two_phase(input, weight, bias?, teacher?, ids?, values?, labels?, key, T)
-        -> (loss, saved)                                     kljit_forward
+    kljit::two_phase(input, weight, bias?, teacher?, ids?, values?, labels?, key, T,
+                     grad_scale, teacher_weight?) -> (loss, saved)       kljit_forward
     kljit::two_phase_grads(grad_output, input, ..., saved, key, T, grad_scale, want_dx,
-                           want_dw, want_db) -> (dx, dw, db) kljit_backward
+                           want_dw, want_db, teacher_weight?) -> (dx, dw, db) kljit_backward
 
 `key` is the LossConfig as JSON (a constant in a compiled graph). A gradient that is not wanted
-comes back as an empty tensor. The weight may be fp32 with fp16/bf16 input (mixed precision):
-the op casts it once per call to the input dtype and writes dW and db in fp32, accumulated in
-fp32 by the library with no V x H buffer. This module has no `from __future__ import
+comes back as an empty tensor. The online teacher (teacher='dense_hidden') passes its
+teacher_input in the `teacher` slot and its head as teacher_weight; no gradient reaches either.
+The weight may be fp32 with fp16/bf16 input (mixed precision): the op casts it once per call to
+the input dtype and writes dW and db in fp32, accumulated in fp32 by the library with no V x H
+buffer. This module has no `from __future__ import
 annotations`: torch.library reads the type hints as objects.
 """
 
@@ -31,10 +33,10 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from ._checks import WORKSPACE_ALIGN, CallSpec, LossConfig, check_call, check_workspace
-from ._lib import (EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, SAVED_HDR_FLOATS, SAVED_ROW_FLOATS,
-                   SAVED_ROW_FLOATS_EXTENDED,
-                   Args, Mode, Plan)
+from ._checks import WORKSPACE_ALIGN, CallSpec, LossConfig, check_call
+from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT,
+                   SAVED_HDR_FLOATS, SAVED_ROW_FLOATS, SAVED_ROW_FLOATS_EXTENDED, Args, Mode,
+                   Plan)
 
 #: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
 #: plumbing on CPU tensors against a fake library).
@@ -63,8 +65,15 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return None if t is None or t.numel() == 0 else t.data_ptr()
 
 
+#: The current stream as a raw integer without a torch.cuda.Stream object (what Inductor's
+#: generated code calls); torch.cuda.current_stream where this build lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream(device: torch.device) -> int:
     """The current CUDA stream of `device`, as the integer kljit takes."""
+    if _raw_stream is not None and device.index is not None:
+        return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
 
 
@@ -72,43 +81,70 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
+class Checked:
+    """What a call's signature fixes, worked out once and reused by every call with that
+    signature (Call.make): the checked spec, the plan, the kljit_args of the call with every
+    pointer NULL (copied per call: building it field by field costs more than the copy), and
+    the workspace size of each mode."""
+
+    __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape")
+
+    def __init__(self, spec: CallSpec, plan: Plan) -> None:
+        self.spec, self.plan = spec, plan
+        self.template = bytes(Args.init(rows=spec.rows, temperature=spec.temperature))
+        self.hidden = spec.config.teacher == "dense_hidden"
+        self.sizes: "dict" = {}
+        self.loss_shape = (spec.rows,) if spec.config.reduction == "none" else ()
+
+    def workspace_size(self, mode: Mode) -> int:
+        size = self.sizes.get(mode)
+        if size is None:
+            size = self.sizes[mode] = self.plan.workspace_size(mode, self.spec.rows)
+        return size
+
+
 class Call:
     """One checked call: its spec, its plan (with dW accumulation resolved), its tensors in
-    the compute dtype."""
+    the compute dtype. teacher_weight: the online teacher's head (its input is `teacher`).
+    main_grad: dW and db go to fp32 gradients the caller owns (Megatron's main_grad), so the
+    plan writes fp32 and accumulates in fp32."""
 
     def __init__(self, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                  teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
                  labels: Optional[Tensor], temperature: float,
-                 checked: Optional[Tuple[CallSpec, Plan]] = None) -> None:
+                 checked: Optional[Checked] = None, *, teacher_weight: Optional[Tensor] = None,
+                 main_grad: bool = False) -> None:
         if checked is None:
             config = _config(key)
             spec = check_call(config, input, weight, teacher, bias=bias, labels=labels,
                               teacher_ids=ids, teacher_values=values,
                               temperature=None if temperature != temperature else temperature,
-                              require_cuda=REQUIRE_CUDA)
-            checked = spec, self._plan(spec)
+                              require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight)
+            checked = Checked(spec, self._plan(spec, main_grad))
         self.checked = checked
-        self.spec: CallSpec = checked[0]
-        self.plan: Plan = checked[1]
+        self.spec: CallSpec = checked.spec
+        self.plan: Plan = checked.plan
         # Mixed precision: one cast of the fp32 master weight (and bias) per call.
         compute = input.dtype
         self.weight = weight if weight.dtype == compute else weight.to(compute)
         self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
         self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels)
+        self.teacher_weight = teacher_weight
 
     @classmethod
     def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
              teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
-             labels: Optional[Tensor], temperature: float) -> "Call":
+             labels: Optional[Tensor], temperature: float,
+             teacher_weight: Optional[Tensor] = None, main_grad: bool = False) -> "Call":
         """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
         dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
         check_call and the plan lookup, which cost a short call more than the C call does."""
-        tensors = (input, weight, bias, teacher, ids, values, labels)
-        sig = (key, temperature, _lib.plan_cache_generation(), tuple(
+        sig = (key, temperature, main_grad, _lib.plan_cache_generation(), tuple(
             None if t is None else (t.shape, t.dtype, t.device, t.stride(), t.data_ptr() % 16)
-            for t in tensors))
+            for t in (input, weight, bias, teacher, ids, values, labels, teacher_weight)))
         checked = _checked.get(sig)
-        call = cls(key, *tensors, temperature, checked)
+        call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
+                   teacher_weight=teacher_weight, main_grad=main_grad)
         if checked is None:
             if len(_checked) >= 256:
                 _checked.clear()
@@ -116,9 +152,13 @@ class Call:
         return call
 
     @staticmethod
-    def _plan(spec: CallSpec) -> Plan:
+    def _plan(spec: CallSpec, main_grad: bool = False) -> Plan:
         device = spec.device_index or 0
         pb = spec.problem
+        if main_grad:  # fp32 straight into the caller's fp32 main_grad: no buffer
+            pb.grad_weight_dtype = _lib.DType.FP32
+            pb.grad_weight_accum = _lib.GradWeightAccum.FP32
+            return _lib.get_plan(pb, device)
         if spec.config.grad_weight_accum != "auto":
             return _lib.get_plan(pb, device)
         if pb.grad_weight_dtype == _lib.DType.FP32:  # fp32 into dW itself: no buffer
@@ -133,23 +173,35 @@ class Call:
         return _lib.get_plan(pb, device)
 
     def args(self) -> Args:
+        """The call's kljit_args: the remembered template with this call's pointers."""
         x, w, b, t, ids, vals, lab = self.tensors
-        return Args.init(rows=self.spec.rows, input=x.data_ptr(), weight=w.data_ptr(),
-                         bias=_ptr(b), labels=_ptr(lab), teacher=_ptr(t),
-                         teacher_ids=_ptr(ids), teacher_values=_ptr(vals),
-                         temperature=self.spec.temperature)
+        args = Args.from_buffer_copy(self.checked.template)
+        # Checked tensors are never empty (N, H, K >= 1, V >= 2): data_ptr() is theirs.
+        args.input, args.weight = x.data_ptr(), w.data_ptr()
+        if b is not None:
+            args.bias = b.data_ptr()
+        if lab is not None:
+            args.labels = lab.data_ptr()
+        if self.checked.hidden:
+            args.teacher_input = t.data_ptr()
+            args.teacher_weight = self.teacher_weight.data_ptr()
+        elif t is not None:
+            args.teacher = t.data_ptr()
+        if ids is not None:
+            args.teacher_ids, args.teacher_values = ids.data_ptr(), vals.data_ptr()
+        return args
 
     def workspace(self, mode: Mode, args: Args) -> Tensor:
-        size = self.plan.workspace_size(mode, self.spec.rows)
+        """A workspace for `mode` from torch's allocator, pointed to by args; keep the tensor
+        alive until the call has been enqueued."""
+        size = self.checked.workspace_size(mode)
         # CUDA's caching allocator hands out 512-byte aligned blocks; over-allocating by 255
         # bytes makes the 256 bytes kljit needs independent of that.
         raw = torch.empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8,
                           device=self.tensors[0].device)
-        offset = -raw.data_ptr() % WORKSPACE_ALIGN
-        ws = raw[offset:offset + size]
-        check_workspace(ws, size)
-        args.workspace, args.workspace_size = ws.data_ptr(), size
-        return ws
+        ptr = raw.data_ptr()
+        args.workspace, args.workspace_size = ptr + (-ptr % WORKSPACE_ALIGN), size
+        return raw
 
     def grads(self, weight: Tensor, bias: Optional[Tensor], want_dx: bool, want_dw: bool,
               want_db: bool, args: Args) -> Tuple[Tensor, Tensor, Tensor]:
@@ -168,16 +220,53 @@ class Call:
         return dx, dw, db
 
     def loss(self) -> Tensor:
-        shape = (self.spec.rows,) if self.spec.config.reduction == "none" else ()
-        return torch.empty(shape, dtype=torch.float32, device=self.tensors[0].device)
+        return torch.empty(self.checked.loss_shape, dtype=torch.float32,
+                           device=self.tensors[0].device)
 
 
-#: Call.make's memory: signature -> (spec, plan).
+#: Call.make's memory: signature -> Checked.
 _checked: "dict" = {}
 
 
 def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
     return (input.shape[0],) if _config(key).reduction == "none" else ()
+
+
+# ---- Megatron's main_grad --------------------------------------------------------------
+
+
+def main_grad_of(param: Tensor, name: str) -> Tensor:
+    """param.main_grad, checked: an fp32 tensor of param's shape on its device, contiguous
+    (what Megatron's DDP allocates for gradient-accumulation fusion)."""
+    main = getattr(param, "main_grad", None)
+    if not isinstance(main, Tensor):
+        raise ValueError(f"accumulate_into_main_grad=True needs {name}.main_grad, an fp32 tensor "
+                         f"of {name}'s shape (Megatron's gradient-accumulation fusion); {name} "
+                         f"has none")
+    if (main.dtype != torch.float32 or main.shape != param.shape
+            or main.device != param.device or not main.is_contiguous()):
+        raise ValueError(f"{name}.main_grad must be a contiguous fp32 tensor of shape "
+                         f"{list(param.shape)} on {param.device}, got {main.dtype} "
+                         f"{list(main.shape)} on {main.device}"
+                         + ("" if main.is_contiguous() else ", not contiguous"))
+    return main
+
+
+def grad_after_main(param: Tensor, spare: Optional[Tensor]) -> Optional[Tensor]:
+    """What autograd gets for a parameter whose gradient went into its main_grad, the
+    convention of Megatron's fused linear layers: where the parameter has the attribute
+    `grad_added_to_main_grad` (Megatron's DDP sets it), it is set True and a placeholder of the
+    parameter's shape and dtype comes back (zeros where `zero_out_wgrad` is set), so the DDP's
+    hooks fire; else None (nothing for autograd to add). `spare` (a buffer of that shape and
+    dtype no longer needed, or None) serves as the placeholder."""
+    if not hasattr(param, "grad_added_to_main_grad"):
+        return None
+    param.grad_added_to_main_grad = True
+    out = (spare if spare is not None and spare.numel()
+           else torch.empty(param.shape, dtype=param.dtype, device=param.device))
+    if getattr(param, "zero_out_wgrad", False):
+        out.zero_()
+    return out
 
 
 # ---- fused ------------------------------------------------------------------------------
@@ -190,11 +279,12 @@ def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
 def fused_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
-               temperature: float, grad_scale: float, want_dx: bool,
-               want_dw: bool) -> Tuple[Tuple[Tensor, Tensor, Tensor, Tensor], Plan]:
+               temperature: float, grad_scale: float, want_dx: bool, want_dw: bool,
+               teacher_weight: Optional[Tensor] = None
+               ) -> Tuple[Tuple[Tensor, Tensor, Tensor, Tensor], Plan]:
     """kljit_fused: (loss, dx, dw, db) and the plan that ran."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature)
+                     temperature, teacher_weight)
     args = call.args()
     loss = call.loss()
     args.loss = loss.data_ptr()
@@ -206,21 +296,33 @@ def fused_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
     return (loss, dx, dw, db), call.plan
 
 
+def upstream(grad_output: Tensor, grad_scale: float) -> Tensor:
+    """The fused gradients' factor, grad_output / grad_scale, as a contiguous fp32 tensor on
+    the device (exactly 1 when the upstream gradient is the scale given)."""
+    g = grad_output.to(torch.float32)
+    if grad_scale != 1.0:
+        g = g / grad_scale
+    return g.contiguous()
+
+
+#: kljit_args with every field at KLJIT_ARGS_INIT: kljit_scale_grads' template.
+_SCALE_ARGS = bytes(Args.init())
+
+
 def scale_grads_impl(plan: Optional[Plan], grad_output: Tensor, dx: Tensor, dw: Tensor,
                      db: Tensor, rows: int, grad_scale: float) -> None:
     """dx, dw, db *= grad_output / grad_scale in place: kljit_scale_grads when the plan has
     it (an exact 1 costs no pass), else torch."""
-    g = grad_output.detach().to(torch.float32)
-    if grad_scale != 1.0:
-        g = g / grad_scale  # exactly 1 when the upstream gradient is the scale given
-    g = g.contiguous()
+    g = upstream(grad_output, grad_scale)
     if plan is not None and plan.can_scale_grads():
-        args = Args.init(rows=rows, grad_input=_ptr(dx), grad_weight=_ptr(dw),
-                         grad_bias=_ptr(db))
+        args = Args.from_buffer_copy(_SCALE_ARGS)
+        args.rows = rows
+        args.grad_input, args.grad_weight, args.grad_bias = _ptr(dx), _ptr(dw), _ptr(db)
         args.grad_output = g.data_ptr()
         args.flags = ((0 if dx.numel() else EXEC_NO_GRAD_INPUT)
                       | (0 if dw.numel() else EXEC_NO_GRAD_WEIGHT))
-        plan.scale_grads(stream(g.device), args)
+        if dx.numel() or dw.numel():
+            plan.scale_grads(stream(g.device), args)
         return
     for t in (dx, dw, db):
         if t.numel():
@@ -232,28 +334,58 @@ _FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its grad
                 "backpropagate it again")
 
 
-def _fused_grads(need: Tuple[bool, ...], has_bias: bool, dx: Tensor, dw: Tensor,
-                 db: Tensor) -> Tuple[Optional[Tensor], ...]:
-    return (dx if need[0] and dx.numel() else None, dw if need[1] and dw.numel() else None,
-            db if has_bias and need[2] and db.numel() else None) + (None,) * 9
+def _fused_grads(need: Tuple[bool, ...], has_bias: bool, dx: Optional[Tensor],
+                 dw: Optional[Tensor], db: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    def given(t: Optional[Tensor]) -> bool:
+        return t is not None and t.numel() > 0
+
+    return (dx if need[0] and given(dx) else None, dw if need[1] and given(dw) else None,
+            db if has_bias and need[2] and given(db) else None) + (None,) * (len(need) - 3)
+
+
+def _fused_backward_into_main(ctx: Any, grad_loss: Tensor, dx: Tensor, dw: Tensor,
+                              db: Tensor) -> Tuple[Optional[Tensor], ...]:
+    """Fused mode with accumulate_into_main_grad: dX scaled in place as usual; dW (and db where
+    the bias has a main_grad) added to main_grad times the upstream gradient, in fp32 and in
+    one pass (addcmul_: no V x H temporary), the forward's dW buffer then serving as
+    Megatron's placeholder."""
+    weight, bias = ctx.mains
+    g = upstream(grad_loss, ctx.grad_scale)
+    scale_grads_impl(ctx.plan, grad_loss, dx, _empty(dw), _empty(db), ctx.rows,
+                     ctx.grad_scale)
+    gw = gb = None
+    if dw.numel():
+        main_grad_of(weight, "weight").addcmul_(dw, g)
+        gw = grad_after_main(weight, dw)
+    if db.numel():
+        if getattr(bias, "main_grad", None) is not None:
+            main_grad_of(bias, "bias").addcmul_(db, g)
+            gb = grad_after_main(bias, db)
+        else:
+            gb = db.mul_(g)
+    return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, gw, gb)
 
 
 class FusedFunction(torch.autograd.Function):
     """Eager mode='fused': the gradients are stashed on ctx (not saved tensors) and dropped
-    before backward returns them, so autograd takes them as .grad without a copy."""
+    before backward returns them, so autograd takes them as .grad without a copy.
+    mains: (weight, bias) parameters as the caller holds them (before any autocast cast: their
+    main_grad attributes are read), for accumulate_into_main_grad; else None."""
 
     @staticmethod
     def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                 teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                 teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
-                temperature: float, grad_scale: float, want_dx: bool,
-                want_dw: bool) -> Tensor:
+                temperature: float, grad_scale: float, want_dx: bool, want_dw: bool,
+                teacher_weight: Optional[Tensor] = None, mains: Optional[Tuple[Any, Any]] = None
+                ) -> Tensor:
         (loss, dx, dw, db), plan = fused_impl(input, weight, bias, teacher, teacher_ids,
                                               teacher_values, labels, key, temperature,
-                                              grad_scale, want_dx, want_dw)
+                                              grad_scale, want_dx, want_dw, teacher_weight)
         ctx.stash = (dx, dw, db)
         ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
         ctx.has_bias = bias is not None
+        ctx.mains = mains
         return loss
 
     @staticmethod
@@ -262,6 +394,8 @@ class FusedFunction(torch.autograd.Function):
             raise RuntimeError(_FUSED_TWICE)
         dx, dw, db = ctx.stash
         ctx.stash = None
+        if ctx.mains is not None:
+            return _fused_backward_into_main(ctx, grad_loss, dx, dw, db)
         scale_grads_impl(ctx.plan, grad_loss, dx, dw, db, ctx.rows, ctx.grad_scale)
         return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
 
@@ -270,16 +404,17 @@ class FusedFunction(torch.autograd.Function):
 def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
           teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
           labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-          want_dx: bool, want_dw: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+          want_dx: bool, want_dw: bool,
+          teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     out, plan = fused_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                           key, temperature, grad_scale, want_dx, want_dw)
+                           key, temperature, grad_scale, want_dx, want_dw, teacher_weight)
     _fused_plans[_grads_key(key, *out[1:])] = plan
     return out
 
 
 @fused.register_fake
 def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
-                temperature, grad_scale, want_dx, want_dw):
+                temperature, grad_scale, want_dx, want_dw, teacher_weight):
     loss = input.new_empty(_loss_shape(key, input), dtype=torch.float32)
     dx = torch.empty_like(input) if want_dx else _empty(input)
     dw = torch.empty_like(weight) if want_dw else _empty(weight)
@@ -344,10 +479,11 @@ def _saved_floats(key: str, rows: int) -> int:
 def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                    teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
-                   temperature: float) -> Tuple[Tensor, Tensor]:
-    """kljit_forward: (loss, saved)."""
+                   temperature: float, teacher_weight: Optional[Tensor] = None,
+                   main_grad: bool = False) -> Tuple[Tensor, Tensor]:
+    """kljit_forward: (loss, saved). main_grad: the plan backward will use (fp32 dW)."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature)
+                     temperature, teacher_weight, main_grad)
     args = call.args()
     loss = call.loss()
     rows = call.spec.rows
@@ -380,11 +516,16 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
                          bias: Optional[Tensor], teacher: Optional[Tensor],
                          teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
                          labels: Optional[Tensor], saved: Tensor, key: str, temperature: float,
-                         grad_scale: float, want_dx: bool, want_dw: bool,
-                         want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """kljit_backward: (dx, dw, db), empty where not wanted."""
+                         grad_scale: float, want_dx: bool, want_dw: bool, want_db: bool,
+                         teacher_weight: Optional[Tensor] = None,
+                         main_grad: Optional[Tensor] = None,
+                         bias_main_grad: Optional[Tensor] = None
+                         ) -> Tuple[Tensor, Tensor, Tensor]:
+    """kljit_backward: (dx, dw, db), empty where not wanted. With main_grad (fp32 [V, H]) dW
+    is accumulated into it in fp32 (and db into bias_main_grad, else into fresh fp32 zeros,
+    returned as db in fp32) and dw comes back empty."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature)
+                     temperature, teacher_weight, main_grad is not None)
     # kljit_backward takes dL_outer/dloss as fp32: one value, or one per row for NONE; fp16
     # G takes it divided by `lift`, which the GEMMs multiply back in fp32.
     g = grad_output.detach().to(torch.float32)
@@ -394,7 +535,21 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
     g = g.contiguous()
     args = call.args()
     args.saved, args.grad_output, args.grad_scale = saved.data_ptr(), g.data_ptr(), lift
-    dx, dw, db = call.grads(weight, bias, want_dx, want_dw, want_db, args)
+    if main_grad is None:
+        dx, dw, db = call.grads(weight, bias, want_dx, want_dw, want_db, args)
+    else:
+        x = call.tensors[0]
+        dx = (torch.empty_like(x, memory_format=torch.contiguous_format) if want_dx
+              else _empty(x))
+        dw = _empty(weight)
+        db = _empty(weight)
+        if bias is not None:
+            db = bias_main_grad if bias_main_grad is not None else torch.zeros(
+                bias.shape, dtype=torch.float32, device=bias.device)
+        args.grad_input, args.grad_weight, args.grad_bias = _ptr(dx), _ptr(main_grad), _ptr(db)
+        args.flags = EXEC_ACCUMULATE_GRAD_WEIGHT | (0 if want_dx else EXEC_NO_GRAD_INPUT)
+        if bias_main_grad is not None:
+            db = _empty(weight)
     ws = call.workspace(Mode.BACKWARD, args)
     call.plan.execute(Mode.BACKWARD, stream(input.device), args)
     del ws
@@ -403,30 +558,47 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
 
 def _two_phase_backward_with(grads_fn: Any, ctx: Any,
                              grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
-    x, w, b, t, ids, vals, lab, saved = ctx.saved_tensors
+    x, w, b, t, ids, vals, lab, tw, saved = ctx.saved_tensors
     need = ctx.needs_input_grad
+    rest = (None,) * (len(need) - 3)
     want_dx, want_dw, want_db = need[0], need[1], b is not None and need[2]
     if not (want_dx or want_dw or want_db):
-        return (None,) * 10
+        return (None,) * 3 + rest
+    mains = getattr(ctx, "mains", None)
+    if mains is not None and want_dw:
+        weight, bias = mains
+        bias_main = (main_grad_of(bias, "bias") if want_db and
+                     getattr(bias, "main_grad", None) is not None else None)
+        dx, _, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
+                             ctx.temperature, ctx.grad_scale, want_dx, True, want_db, tw,
+                             main_grad_of(weight, "weight"), bias_main)
+        gb = None
+        if want_db:
+            gb = grad_after_main(bias, None) if bias_main is not None else db.to(b.dtype)
+        return (dx if want_dx else None, grad_after_main(weight, None), gb) + rest
     dx, dw, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
-                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db)
+                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db, tw)
     return ((dx if want_dx else None), (dw if want_dw else None), (db if want_db else None)
-            ) + (None,) * 7
+            ) + rest
 
 
 class TwoPhaseFunction(torch.autograd.Function):
-    """Eager mode='two_phase'."""
+    """Eager mode='two_phase'. mains as FusedFunction's: backward then accumulates dW (and db)
+    straight into weight.main_grad (bias.main_grad) in fp32."""
 
     @staticmethod
     def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                 teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                 teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
-                temperature: float, grad_scale: float) -> Tensor:
+                temperature: float, grad_scale: float, teacher_weight: Optional[Tensor] = None,
+                mains: Optional[Tuple[Any, Any]] = None) -> Tensor:
         loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
-                                     teacher_values, labels, key, temperature)
+                                     teacher_values, labels, key, temperature, teacher_weight,
+                                     mains is not None)
         ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
-                              labels, saved)
+                              labels, teacher_weight, saved)
         ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
+        ctx.mains = mains
         return loss
 
     @staticmethod
@@ -437,16 +609,16 @@ class TwoPhaseFunction(torch.autograd.Function):
 @torch.library.custom_op("kljit::two_phase", mutates_args=())
 def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
               teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
-              labels: Optional[Tensor], key: str, temperature: float,
-              grad_scale: float) -> Tuple[Tensor, Tensor]:
+              labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
+              teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """grad_scale is not used here: it is what backward divides the upstream gradient by."""
     return two_phase_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                          key, temperature)
+                          key, temperature, teacher_weight)
 
 
 @two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
-                    temperature, grad_scale):
+                    temperature, grad_scale, teacher_weight):
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
             input.new_empty((_saved_floats(key, input.shape[0]),), dtype=torch.float32))
 
@@ -456,16 +628,17 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
                     teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                     teacher_values: Optional[Tensor], labels: Optional[Tensor], saved: Tensor,
                     key: str, temperature: float, grad_scale: float, want_dx: bool,
-                    want_dw: bool, want_db: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                    want_dw: bool, want_db: bool,
+                    teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     return two_phase_grads_impl(grad_output, input, weight, bias, teacher, teacher_ids,
                                 teacher_values, labels, saved, key, temperature, grad_scale,
-                                want_dx, want_dw, want_db)
+                                want_dx, want_dw, want_db, teacher_weight)
 
 
 @two_phase_grads.register_fake
 def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
                           teacher_values, labels, saved, key, temperature, grad_scale,
-                          want_dx, want_dw, want_db):
+                          want_dx, want_dw, want_db, teacher_weight):
     want_w = want_dw or (want_db and bias is not None)
     return (torch.empty_like(input) if want_dx else _empty(input),
             torch.empty_like(weight) if want_w else _empty(weight),
@@ -474,7 +647,7 @@ def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids
 
 def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     x, w, b, t, ids, vals, lab = inputs[:7]
-    ctx.save_for_backward(x, w, b, t, ids, vals, lab, output[1])
+    ctx.save_for_backward(x, w, b, t, ids, vals, lab, inputs[10], output[1])
     ctx.key, ctx.temperature, ctx.grad_scale = inputs[7], inputs[8], inputs[9]
 
 

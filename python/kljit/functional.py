@@ -25,7 +25,8 @@ Mixed precision: under torch.autocast the input is cast to the autocast dtype, a
 does; an fp32 weight (a master weight) is cast once per call to the input's dtype, and dW and
 db come back in fp32, accumulated in fp32 straight into the gradient. Tensors are passed to C
 as data_ptr(), on torch.cuda.current_stream(); outputs and the workspace come from torch's
-allocator. Plans are cached per (problem, device). No gradient flows to the teacher.
+allocator. Plans are cached per (problem, device). No gradient flows to the teacher (nor to
+the online teacher's teacher_input and teacher_weight).
 """
 
 from __future__ import annotations
@@ -40,11 +41,19 @@ from ._checks import LossConfig, config_from_options
 
 __all__ = ["fused_linear_kl_div"]
 
+# autograd.Function.apply without its Python half, which only unwraps functorch's dead wrappers
+# (nothing to unwrap outside functorch's transforms, where the full apply is used) and costs
+# every eager call a few microseconds before its first kernel (issue 15's binding overhead).
+_FUSED_APPLY = super(torch.autograd.Function, _ops.FusedFunction).apply
+_TWO_PHASE_APPLY = super(torch.autograd.Function, _ops.TwoPhaseFunction).apply
+
 
 def _flatten(name: str, t: Optional[torch.Tensor], trailing: int) -> Optional[torch.Tensor]:
     """[..., D] -> [N, D] (or [...] -> [N] for trailing=0) as a view; other layouts are left
     for the checks to report."""
-    if t is None or not isinstance(t, torch.Tensor) or t.dim() <= max(trailing, 1):
+    # already [N, D] (or [N]): no view, which for a tensor that requires grad would cost an
+    # autograd node in forward and another in backward
+    if t is None or not isinstance(t, torch.Tensor) or t.dim() <= trailing + 1:
         return t
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (row-major, dense); call .contiguous() on "
@@ -74,6 +83,24 @@ def _autocast(input: Any, weight: Any, bias: Any) -> "tuple[Any, Any, Any]":
     return input, param(weight), param(bias)
 
 
+def _autocast_teacher(input: Any, teacher_input: Any, teacher_weight: Any) -> "tuple[Any, Any]":
+    """Under autocast the online teacher computes in the autocast dtype, as F.linear would."""
+    if not (isinstance(input, torch.Tensor) and isinstance(teacher_input, torch.Tensor)
+            and isinstance(teacher_weight, torch.Tensor)):
+        return teacher_input, teacher_weight
+    device = input.device.type
+    if not torch.is_autocast_enabled(device):
+        return teacher_input, teacher_weight
+    dtype = torch.get_autocast_dtype(device)
+    if dtype not in (torch.float16, torch.bfloat16):
+        return teacher_input, teacher_weight
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+
+    return cast(teacher_input), cast(teacher_weight)
+
+
 def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         teacher: Optional[torch.Tensor] = None, *,
                         bias: Optional[torch.Tensor] = None,
@@ -82,6 +109,9 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         teacher_values: Optional[torch.Tensor] = None,
                         temperature: Optional[float] = None,
                         grad_scale: Optional[float] = None,
+                        teacher_input: Optional[torch.Tensor] = None,
+                        teacher_weight: Optional[torch.Tensor] = None,
+                        accumulate_into_main_grad: bool = False,
                         config: Optional[LossConfig] = None, **options: Any) -> torch.Tensor:
     """KL(teacher || softmax((input @ weight.T + bias) / T)), fused with the head's GEMMs.
 
@@ -99,10 +129,24 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         keeps its range); backward then scales by upstream / grad_scale, free when they are
         equal. Two-phase mode divides the upstream gradient by it for the kernels and
         multiplies it back in the GEMMs, with no host read of the upstream gradient.
+    teacher_input [..., Ht] and teacher_weight [Vt, Ht] (Vt >= V; one dtype, fp32, fp16 or
+        bf16): the online teacher (teacher_form='dense_hidden', implied by them): its logits
+        teacher_input @ teacher_weight.T are computed chunk by chunk beside the student's and
+        never stored; no gradient reaches either (as Liger's LigerFusedLinearJSD). Under
+        autocast they are cast to the autocast dtype. `teacher` must then be None.
+    accumulate_into_main_grad: Megatron's gradient-accumulation fusion. weight.main_grad (an
+        fp32 [V, H] tensor the caller owns) receives dW += in fp32, and so does bias.main_grad
+        where the bias has one (else db comes back as usual). Two-phase mode accumulates
+        straight into main_grad inside kljit_backward (no V x H buffer); fused mode adds its
+        forward-computed dW (weight dtype) into main_grad times the upstream gradient in one
+        fp32 pass. Autograd then gets, as from Megatron's own layers, a placeholder gradient
+        (zeros with weight.zero_out_wgrad) where the weight has `grad_added_to_main_grad`,
+        which is set True, else None. Eager only (not under torch.compile).
     Options (see LossConfig): teacher_form ('dense_probs', 'dense_logprobs', 'dense_logits',
-    'sparse_topk'; LossConfig's `teacher`), mode, temperature_mode, teacher_temperature,
-    scale_t_squared, reduction, ignore_index, eps, topk_values, tail, native_logits,
-    allow_tf32, check_inputs, grad_weight_accum. Or pass a LossConfig.
+    'sparse_topk', 'dense_hidden'; LossConfig's `teacher`), mode, temperature_mode,
+    teacher_temperature, scale_t_squared, reduction, ignore_index, eps, topk_values, tail,
+    native_logits, allow_tf32, check_inputs, grad_weight_accum, divergence, beta, hard_weight,
+    soft_weight, softcap, teacher_softcap. Or pass a LossConfig.
 
     Returns the fp32 loss: a scalar, or [...] per row for reduction='none'. Raises TypeError
     or ValueError for bad arguments (naming them) and kljit.KljitError when the library
@@ -116,19 +160,30 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         config = config_from_options(options)
     elif options:
         raise TypeError("pass either config or keyword options, not both")
-    if config.teacher == "dense_hidden":
-        # The C API computes it (KLJIT_TEACHER_DENSE_HIDDEN); the custom ops do not carry the
-        # teacher's input and head yet.
-        raise ValueError("teacher_form='dense_hidden' (the online teacher) is not available "
-                         "through the binding yet: pass the teacher's logits with "
-                         "teacher_form='dense_logits'")
+    if teacher_input is not None or teacher_weight is not None:
+        if teacher is not None:
+            raise ValueError("pass either teacher (a dense or sparse teacher) or teacher_input "
+                             "and teacher_weight (the online teacher), not both")
+        if teacher_input is None or teacher_weight is None:
+            raise ValueError("the online teacher needs both teacher_input [..., Ht] and "
+                             "teacher_weight [Vt, Ht]")
+        teacher = teacher_input  # the checks infer teacher_form='dense_hidden' from the head
+    elif config.teacher == "dense_hidden":
+        raise ValueError("teacher_form='dense_hidden' (the online teacher) needs teacher_input "
+                         "and teacher_weight")
+    if not isinstance(accumulate_into_main_grad, bool):
+        raise TypeError(f"accumulate_into_main_grad must be a bool, got "
+                        f"{type(accumulate_into_main_grad).__name__}")
     if grad_scale is None:
         grad_scale = 1.0
     elif isinstance(grad_scale, bool) or not isinstance(grad_scale, (int, float)):
         raise TypeError(f"grad_scale must be a number, got {type(grad_scale).__name__}")
     elif not (math.isfinite(grad_scale) and grad_scale > 0):
         raise ValueError(f"grad_scale must be finite and > 0, got {grad_scale!r}")
+    params = (weight, bias)  # as the caller holds them: main_grad is their attribute
     input, weight, bias = _autocast(input, weight, bias)
+    if teacher_weight is not None:
+        teacher, teacher_weight = _autocast_teacher(input, teacher, teacher_weight)
     lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
     x = _flatten("input", input, 1)
     t = _flatten("teacher", teacher, 1)
@@ -137,26 +192,43 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     lab = _flatten("labels", labels, 0)
     key = config.key
     temp = math.nan if temperature is None else float(temperature)
-    given = (t, bias, lab, ids, vals)
+    given = (t, bias, lab, ids, vals, teacher_weight)
     if (not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor)
             or any(a is not None and not isinstance(a, torch.Tensor) for a in given)):
         from ._checks import check_call  # the argument's TypeError, before any op sees it
 
         check_call(config, x, weight, t, bias=bias, labels=lab, teacher_ids=ids,
-                   teacher_values=vals, require_cuda=_ops.REQUIRE_CUDA)
+                   teacher_values=vals, require_cuda=_ops.REQUIRE_CUDA,
+                   teacher_weight=teacher_weight)
     grad = torch.is_grad_enabled()
     want_dx = grad and x.requires_grad
     want_dw = grad and (weight.requires_grad or (bias is not None and bias.requires_grad))
     # torch.compile traces the custom ops; eager calls their bodies through autograd.Functions
     # (the same code without the dispatcher's round trips)
     compiling = torch.compiler.is_compiling()
+    mains = None
+    if accumulate_into_main_grad and grad and params[0].requires_grad:
+        if compiling:
+            raise ValueError("accumulate_into_main_grad=True is eager only: it is not "
+                             "available under torch.compile")
+        _ops.main_grad_of(params[0], "weight")
+        mains = params
+    gs = float(grad_scale)
+    functorch = not compiling and torch._C._are_functorch_transforms_active()
     if config.mode == "fused":
-        args = (x, weight, bias, t, ids, vals, lab, key, temp, float(grad_scale), want_dx,
-                want_dw)
-        loss = _ops.fused(*args)[0] if compiling else _ops.FusedFunction.apply(*args)
+        if compiling:
+            loss = _ops.fused(x, weight, bias, t, ids, vals, lab, key, temp, gs, want_dx,
+                              want_dw, teacher_weight)[0]
+        else:
+            apply = _ops.FusedFunction.apply if functorch else _FUSED_APPLY
+            loss = apply(x, weight, bias, t, ids, vals, lab, key, temp, gs, want_dx, want_dw,
+                         teacher_weight, mains)
+    elif compiling:
+        loss = _ops.two_phase(x, weight, bias, t, ids, vals, lab, key, temp, gs,
+                              teacher_weight)[0]
     else:
-        args = (x, weight, bias, t, ids, vals, lab, key, temp, float(grad_scale))
-        loss = _ops.two_phase(*args)[0] if compiling else _ops.TwoPhaseFunction.apply(*args)
+        apply = _ops.TwoPhaseFunction.apply if functorch else _TWO_PHASE_APPLY
+        loss = apply(x, weight, bias, t, ids, vals, lab, key, temp, gs, teacher_weight, mains)
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
     return loss

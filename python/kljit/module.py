@@ -5,6 +5,8 @@
   LigerFusedLinearKLDivLoss and torch.nn.KLDivLoss): loss(hidden, lm_head.weight, teacher).
 - FusedLinearKLDiv: a vocabulary head that owns its weight [V, H] (and bias [V]) and returns
   the distillation loss instead of logits: head(hidden, teacher).
+- FusedLinearJSD: the online teacher's generalized JSD with Liger's LigerFusedLinearJSD
+  signature: loss(student_input, student_weight, teacher_input, teacher_weight, shift_labels).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import nn
 from ._checks import LossConfig, config_from_options
 from .functional import fused_linear_kl_div
 
-__all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv"]
+__all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv", "FusedLinearJSD"]
 
 
 class FusedLinearKLDivLoss(nn.Module):
@@ -41,13 +43,19 @@ class FusedLinearKLDivLoss(nn.Module):
                 teacher_ids: Optional[torch.Tensor] = None,
                 teacher_values: Optional[torch.Tensor] = None,
                 temperature: Optional[float] = None,
-                grad_scale: Optional[float] = None) -> torch.Tensor:
+                grad_scale: Optional[float] = None,
+                teacher_input: Optional[torch.Tensor] = None,
+                teacher_weight: Optional[torch.Tensor] = None,
+                accumulate_into_main_grad: bool = False) -> torch.Tensor:
         """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
-        [..., K], labels [...]; temperature per call with temperature_mode='runtime';
-        grad_scale as fused_linear_kl_div's."""
+        [..., K] or teacher_input [..., Ht] with teacher_weight [Vt, Ht], labels [...];
+        temperature per call with temperature_mode='runtime'; grad_scale and
+        accumulate_into_main_grad as fused_linear_kl_div's."""
         return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
+                                   teacher_input=teacher_input, teacher_weight=teacher_weight,
+                                   accumulate_into_main_grad=accumulate_into_main_grad,
                                    config=self.config)
 
     def extra_repr(self) -> str:
@@ -98,11 +106,17 @@ class FusedLinearKLDiv(nn.Module):
                 teacher_ids: Optional[torch.Tensor] = None,
                 teacher_values: Optional[torch.Tensor] = None,
                 temperature: Optional[float] = None,
-                grad_scale: Optional[float] = None) -> torch.Tensor:
-        """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K]."""
+                grad_scale: Optional[float] = None,
+                teacher_input: Optional[torch.Tensor] = None,
+                teacher_weight: Optional[torch.Tensor] = None,
+                accumulate_into_main_grad: bool = False) -> torch.Tensor:
+        """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K] or
+        teacher_input [..., Ht] with teacher_weight [Vt, Ht]."""
         return fused_linear_kl_div(input, self.weight, teacher, bias=self.bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
+                                   teacher_input=teacher_input, teacher_weight=teacher_weight,
+                                   accumulate_into_main_grad=accumulate_into_main_grad,
                                    config=self.config)
 
     def extra_repr(self) -> str:
@@ -110,3 +124,39 @@ class FusedLinearKLDiv(nn.Module):
         return (f"hidden={self.hidden}, vocab={self.vocab}, bias={self.bias is not None}, "
                 f"teacher={c.teacher}, mode={c.mode}, temperature={c.temperature}, "
                 f"reduction={c.reduction}")
+
+
+class FusedLinearJSD(nn.Module):
+    """The generalized Jensen-Shannon divergence between a student head and an online teacher
+    head, neither's logits materialized; the signature of Liger's LigerFusedLinearJSD:
+
+        jsd = kljit.FusedLinearJSD(jsd_beta=0.5, temperature=1.0)
+        loss = jsd(student_hidden, lm_head.weight, teacher_hidden, teacher_head.weight,
+                   shift_labels)   # labels optional: rows equal to ignore_index are left out
+        loss.backward()            # grads of student_hidden and lm_head.weight only
+
+    JSD(beta) with m = beta p + (1 - beta) q (p the teacher's softmax, q the student's, both
+    at `temperature`): beta 0 is the forward KL(p || q), 1 the reverse KL(q || p), as Liger
+    defines the end points. The loss is averaged over the kept rows (reduction 'batchmean').
+    Other options of kljit.LossConfig (mode, softcap, ...) may be given as keywords.
+    """
+
+    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
+                 temperature: float = 1.0, **options: Any) -> None:
+        super().__init__()
+        self.config = config_from_options({"teacher_form": "dense_hidden", "divergence": "jsd",
+                                           "beta": jsd_beta, "ignore_index": ignore_index,
+                                           "temperature": temperature, **options})
+
+    def forward(self, student_input: torch.Tensor, student_weight: torch.Tensor,
+                teacher_input: torch.Tensor, teacher_weight: torch.Tensor,
+                shift_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """student_input [..., H], student_weight [V, H], teacher_input [..., Ht],
+        teacher_weight [Vt, Ht] (Vt >= V), shift_labels [...] (optional)."""
+        return fused_linear_kl_div(student_input, student_weight, labels=shift_labels,
+                                   teacher_input=teacher_input, teacher_weight=teacher_weight,
+                                   config=self.config)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"jsd_beta={c.beta}, ignore_index={c.ignore_index}, temperature={c.temperature}"

@@ -27,7 +27,7 @@ __all__ = ["kl_div_reference", "kl_div_fp64"]
 
 
 def _config(config: Optional[LossConfig], options: Dict[str, Any], teacher: Any, ids: Any,
-            vals: Any, temperature: Optional[float]) -> LossConfig:
+            vals: Any, temperature: Optional[float], teacher_weight: Any = None) -> LossConfig:
     """As kljit.fused_linear_kl_div: without a config, `temperature` is the loss's T."""
     if config is None:
         if temperature is not None:
@@ -35,7 +35,7 @@ def _config(config: Optional[LossConfig], options: Dict[str, Any], teacher: Any,
         config = LossConfig(**options)
     elif options:
         raise TypeError("pass either config or keyword options, not both")
-    return infer_teacher(config, teacher, ids, vals)
+    return infer_teacher(config, teacher, ids, vals, teacher_weight)
 
 
 def _temperature(config: LossConfig, temperature: Optional[float]) -> float:
@@ -64,10 +64,31 @@ def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
     t = t.to(dtype)
     if config.teacher == "dense_probs":
         return t, torch.log(torch.clamp_min(t, config.eps))
-    if config.teacher == "dense_logits":
+    if config.teacher in ("dense_logits", "dense_hidden"):
         tt = config.teacher_temperature or T
         t = torch.log_softmax(t / tt, dim=-1)
     return torch.exp(t), torch.clamp_min(t, math.log(config.eps))
+
+
+def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
+                logq: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The row losses of a dense row block and g = dl/dq for the divergences other than the
+    forward KL (tests/ref.c's ref_row_dense; g is None for the forward KL, whose dl/ds is
+    sum(p) q - p)."""
+    beta = float(config.beta)
+    jsd = config.divergence == "jsd"
+    if config.divergence == "forward_kl" or (jsd and beta == 0.0):
+        return torch.where(p != 0, p * (lp - logq), 0.0).sum(-1), None
+    q = torch.exp(logq)
+    if config.divergence == "reverse_kl" or (jsd and beta == 1.0):
+        g = logq - lp
+        return torch.where(q != 0, q * g, 0.0).sum(-1), g
+    m = beta * p + (1.0 - beta) * q
+    logm = torch.log(m)
+    g = torch.where(m > 0, (1.0 - beta) * (logq - logm), 0.0)
+    row = (torch.where(p != 0, beta * p * (lp - logm), 0.0)
+           + torch.where(q != 0, (1.0 - beta) * q * (logq - logm), 0.0)).sum(-1)
+    return row, g
 
 
 def _sparse_teacher(config: LossConfig, vals: torch.Tensor,
@@ -102,7 +123,9 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
                      temperature: Optional[float] = None,
                      config: Optional[LossConfig] = None,
                      compute_dtype: torch.dtype = torch.float32,
-                     sparse_impl: str = "gather", **options: Any) -> torch.Tensor:
+                     sparse_impl: str = "gather", teacher_input: Optional[torch.Tensor] = None,
+                     teacher_weight: Optional[torch.Tensor] = None,
+                     **options: Any) -> torch.Tensor:
     """The loss in plain PyTorch (differentiable wrt input, weight, bias).
 
     The logits come from F.linear in the input dtype (as a user's model computes them) and are
@@ -111,7 +134,11 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     dense [N, V] tensor first and runs the dense formula (tails 'none' and 'renorm' only): the
     "dense-from-sparse" baseline. Duplicate ids are assumed absent by the BUCKET tail here.
     """
-    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature)
+    if teacher_input is not None:  # the online teacher: its logits, no gradient
+        teacher = F.linear(teacher_input.reshape(-1, teacher_input.shape[-1]),
+                           teacher_weight[:weight.shape[0]]).detach()
+    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
+                     teacher_weight)
     T = _temperature(config, temperature)
     x = input.reshape(-1, input.shape[-1])
     n, vocab = x.shape[0], weight.shape[0]
@@ -141,7 +168,7 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
             raise ValueError(f"sparse_impl must be 'gather' or 'dense', got {sparse_impl!r}")
     else:
         p, lp = _dense_teacher(config, teacher.reshape(n, vocab), T, compute_dtype)
-        row = torch.where(p != 0, p * (lp - logq), 0.0).sum(-1)
+        row = _divergence(config, p, lp, logq)[0]
     if config.scale_t_squared:
         row = row * (T * T)
     kept_count = n
@@ -165,12 +192,18 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
                 temperature: Optional[float] = None,
                 grad_output: Optional[torch.Tensor] = None,
                 config: Optional[LossConfig] = None, chunk_rows: int = 256,
-                want_grads: bool = True, **options: Any) -> Dict[str, Optional[torch.Tensor]]:
+                want_grads: bool = True, teacher_input: Optional[torch.Tensor] = None,
+                teacher_weight: Optional[torch.Tensor] = None,
+                **options: Any) -> Dict[str, Optional[torch.Tensor]]:
     """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
     device. Returns {'loss', 'row_loss', 'grad_input', 'grad_weight', 'grad_bias'} (float64;
     the gradients are None when want_grads is False). grad_output: dL_outer/dloss, a scalar or
-    one per row for reduction='none' (default 1)."""
-    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature)
+    one per row for reduction='none' (default 1). teacher_input [N, Ht] and teacher_weight
+    [Vt, Ht]: the online teacher, its logits computed here in float64 (columns [0, V))."""
+    if teacher_input is not None:
+        teacher = teacher_input
+    config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
+                     teacher_weight)
     T = _temperature(config, temperature)
     f64 = torch.float64
     x = input.reshape(-1, input.shape[-1])
@@ -196,6 +229,9 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     if sparse:
         ids_all = teacher_ids.reshape(n, -1).long()
         vals_all = teacher_values.reshape(n, -1)
+    elif config.teacher == "dense_hidden":
+        xt_all = teacher.reshape(n, -1)
+        wt = teacher_weight[:vocab].to(f64)
     else:
         t_all = teacher.reshape(n, vocab)
     for i0 in range(0, n, chunk_rows):
@@ -215,9 +251,14 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             if config.tail == "bucket":
                 l_row, ds = _bucket(l_row, ds, logq, q, ids, m)
         else:
-            p, lp = _dense_teacher(config, t_all[i0:i1], T, f64)
-            l_row = torch.where(p != 0, p * (lp - logq), 0.0).sum(-1)
-            ds = p.sum(-1, keepdim=True) * q - p
+            tc = (xt_all[i0:i1].to(f64) @ wt.T if config.teacher == "dense_hidden"
+                  else t_all[i0:i1])
+            p, lp = _dense_teacher(config, tc, T, f64)
+            l_row, dq = _divergence(config, p, lp, logq)
+            if dq is None:
+                ds = p.sum(-1, keepdim=True) * q - p
+            else:
+                ds = q * (dq - (q * dq).sum(-1, keepdim=True))
         k = kept[i0:i1]
         row_loss[i0:i1] = torch.where(k, t2 * l_row, 0.0)
         if want_grads:

@@ -20,7 +20,7 @@ from unittest import mock
 from _util import require
 
 from kljit import _checks, _lib
-from kljit._lib import EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Mode
+from kljit._lib import EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Mode
 
 TORCH_DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16", "INT32": "int32",
                 "INT64": "int64"}
@@ -41,7 +41,10 @@ class FakePlan:
         return 4096 + 16 * rows
 
     def saved_size(self, rows: int) -> int:
-        return (8 + 4 * rows) * 4
+        pb = self.problem
+        forward = pb.divergence == _lib.Divergence.FORWARD_KL or (
+            pb.divergence == _lib.Divergence.JSD and pb.beta == 0.0)
+        return (8 + (4 if forward and not pb.hard_weight else 8) * rows) * 4
 
     def chunk_rows(self) -> int:
         return 4  # the tests' 6 rows are 2 chunks: 'auto' accumulates in the weight dtype
@@ -71,7 +74,8 @@ class FakePlan:
             scale_t_squared=bool(pb.flags & _lib.FLAG_SCALE_T_SQUARED),
             reduction=reverse(_checks.REDUCTIONS, pb.reduction), ignore_index=pb.ignore_index,
             eps=pb.eps, topk_values=reverse(_checks.TOPK_VALUES, pb.topk_values),
-            tail=reverse(_checks.TAILS, pb.tail))
+            tail=reverse(_checks.TAILS, pb.tail),
+            divergence=reverse(_checks.DIVERGENCES, pb.divergence), beta=pb.beta)
 
     def execute(self, mode: Mode, stream: int, args: _lib.Args) -> None:
         from kljit.reference import kl_div_fp64
@@ -90,7 +94,15 @@ class FakePlan:
         assert bool(args.bias) == bool(pb.flags & _lib.FLAG_BIAS)
         labels = self._tensor(args.labels, (n,), dt("label_dtype")) if args.labels else None
         sparse = pb.teacher == _lib.TeacherForm.SPARSE_TOPK
-        teacher = None if sparse else self._tensor(args.teacher, (n, v), dt("teacher_dtype"))
+        hidden = pb.teacher == _lib.TeacherForm.DENSE_HIDDEN
+        xt = wt = teacher = None
+        if hidden:  # the online teacher: its input and head, not a dense teacher
+            assert not args.teacher
+            ht, vt = pb.teacher_hidden, pb.teacher_vocab or v
+            xt = self._tensor(args.teacher_input, (n, ht), dt("teacher_dtype"))
+            wt = self._tensor(args.teacher_weight, (vt, ht), dt("teacher_dtype"))
+        elif not sparse:
+            teacher = self._tensor(args.teacher, (n, v), dt("teacher_dtype"))
         ids = self._tensor(args.teacher_ids, (n, k), dt("topk_id_dtype")) if sparse else None
         vals = self._tensor(args.teacher_values, (n, k), dt("teacher_dtype")) if sparse else None
         none = pb.reduction == _lib.Reduction.NONE
@@ -101,14 +113,15 @@ class FakePlan:
         runtime = pb.temperature_mode == _lib.TemperatureMode.RUNTIME
         ref = kl_div_fp64(x, w, teacher, bias=b, labels=labels, teacher_ids=ids,
                           teacher_values=vals, grad_output=go, config=self._config(),
-                          temperature=args.temperature if runtime else None)
+                          temperature=args.temperature if runtime else None,
+                          teacher_input=xt, teacher_weight=wt)
         self.calls.append({"mode": Mode(mode), "flags": args.flags, "go": go,
                            "temperature": args.temperature})
         if mode != Mode.BACKWARD:
             out = self._tensor(args.loss, (n,) if none else (), "float32")
             out.copy_(ref["row_loss"] if none else ref["loss"])
         if mode == Mode.FORWARD:
-            self._tensor(args.saved, (8 + 4 * n,), "float32").zero_()
+            self._tensor(args.saved, (self.saved_size(n) // 4,), "float32").zero_()
             return
         s = args.grad_scale  # kljit_fused and kljit_backward multiply the gradients by it
         self.calls[-1]["grad_scale"] = s
@@ -116,9 +129,16 @@ class FakePlan:
             self._tensor(args.grad_input, (n, h), dt("input_dtype")).copy_(ref["grad_input"] * s)
         if not args.flags & EXEC_NO_GRAD_WEIGHT:
             gw = dt("grad_weight_dtype")
-            self._tensor(args.grad_weight, (v, h), gw).copy_(ref["grad_weight"] * s)
-            if args.bias:
-                self._tensor(args.grad_bias, (v,), gw).copy_(ref["grad_bias"] * s)
+            dw = self._tensor(args.grad_weight, (v, h), gw)
+            db = self._tensor(args.grad_bias, (v,), gw) if args.bias else None
+            if args.flags & EXEC_ACCUMULATE_GRAD_WEIGHT:  # dW += ..., db += ...
+                dw.copy_(dw.double() + ref["grad_weight"] * s)
+                if db is not None:
+                    db.copy_(db.double() + ref["grad_bias"] * s)
+            else:
+                dw.copy_(ref["grad_weight"] * s)
+                if db is not None:
+                    db.copy_(ref["grad_bias"] * s)
 
 
 class PlumbingTest(unittest.TestCase):
@@ -330,6 +350,116 @@ class PlumbingTest(unittest.TestCase):
         call = self.plans[-1].calls[-1]
         self.assertEqual(call["grad_scale"], 4096.0)  # the power of two >= 3000
         self.assertAlmostEqual(float(call["go"]), 3000.0 / 4096.0, places=6)
+
+    def test_the_online_teacher_reaches_the_library_as_its_input_and_head(self) -> None:
+        t = self.torch
+        g = t.Generator().manual_seed(5)
+        xt = t.rand(6, 12, generator=g) - 0.5
+        wt = t.rand(40, 12, generator=g) - 0.5
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            teacher_in = xt.clone().requires_grad_()
+            loss = self.kljit.fused_linear_kl_div(
+                inp["x"], inp["w"], bias=inp["b"], teacher_input=teacher_in, teacher_weight=wt,
+                mode=mode, divergence="jsd", beta=0.5, temperature=2.0)
+            loss.backward()
+            pb = self.plans[-1].problem
+            self.assertEqual((pb.teacher, pb.teacher_hidden, pb.divergence),
+                             (_lib.TeacherForm.DENSE_HIDDEN, 12, _lib.Divergence.JSD), mode)
+            ref = self.reference({**inp, "teacher": None}, teacher_input=xt, teacher_weight=wt,
+                                 divergence="jsd", beta=0.5, temperature=2.0)
+            self.assert_close(loss, ref["loss"], mode + " loss")
+            self.assert_close(inp["x"].grad, ref["grad_input"], mode + " dX")
+            self.assert_close(inp["w"].grad, ref["grad_weight"], mode + " dW")
+            self.assertIsNone(teacher_in.grad, "no gradient reaches the teacher")
+        jsd = self.kljit.FusedLinearJSD(jsd_beta=0.25, temperature=1.5)
+        inp = self.inputs()
+        labels = t.tensor([1, -100, 3, 4, -100, 6])
+        loss = jsd(inp["x"], inp["w"], xt, wt, labels)
+        ref = self.reference({**inp, "b": t.zeros(40, requires_grad=True), "teacher": None},
+                             teacher_input=xt, teacher_weight=wt, labels=labels,
+                             divergence="jsd", beta=0.25, temperature=1.5)
+        self.assert_close(loss, ref["loss"], "FusedLinearJSD loss")
+        with self.assertRaises(ValueError):
+            self.kljit.fused_linear_kl_div(inp["x"], inp["w"], inp["teacher"], teacher_input=xt,
+                                           teacher_weight=wt)
+
+    def test_the_online_teacher_compiles_through_the_custom_ops(self) -> None:
+        t = self.torch
+        import torch._dynamo
+
+        g = t.Generator().manual_seed(6)
+        xt, wt = t.rand(6, 12, generator=g) - 0.5, t.rand(40, 12, generator=g) - 0.5
+        for mode in ("fused", "two_phase"):
+            config = _checks.LossConfig(mode=mode, divergence="jsd", beta=0.5)
+
+            def loss_of(x: Any, w: Any) -> Any:
+                return self.kljit.fused_linear_kl_div(x, w, teacher_input=xt, teacher_weight=wt,
+                                                      config=config)
+
+            torch._dynamo.reset()
+            compiled = t.compile(loss_of, fullgraph=True, backend="aot_eager")
+            got, want = self.inputs(), self.inputs()
+            loss = compiled(got["x"], got["w"])
+            loss.backward()
+            loss_of(want["x"], want["w"]).backward()
+            self.assert_close(loss, loss_of(want["x"], want["w"]), mode + " loss")
+            self.assert_close(got["x"].grad, want["x"].grad, mode + " dX")
+            self.assert_close(got["w"].grad, want["w"].grad, mode + " dW")
+
+    def test_accumulate_into_main_grad_adds_dw_and_db_in_fp32_megatron_style(self) -> None:
+        t = self.torch
+        go = t.tensor(0.3)
+        for mode in ("fused", "two_phase"):
+            for megatron in (False, True):
+                inp = self.inputs(dtype=t.bfloat16)
+                w, b = inp["w"], inp["b"]
+                w.main_grad = t.full(w.shape, 0.25)
+                b.main_grad = t.full(b.shape, -0.5)
+                if megatron:
+                    w.grad_added_to_main_grad = False
+                    w.zero_out_wgrad = True
+                self.loss(inp, mode=mode, accumulate_into_main_grad=True).backward(go)
+                ref = self.reference(inp, go)
+                what = f"{mode} megatron={megatron}"
+                self.assertEqual(w.main_grad.dtype, t.float32)
+                self.assert_close(w.main_grad - 0.25, ref["grad_weight"], what + " dW", 1e-2)
+                self.assert_close(b.main_grad + 0.5, ref["grad_bias"], what + " db", 1e-2)
+                self.assert_close(inp["x"].grad, ref["grad_input"], what + " dX", 1e-2)
+                if megatron:
+                    self.assertTrue(w.grad_added_to_main_grad, what)
+                    self.assertEqual(float(w.grad.abs().sum()), 0.0, what + " zero_out_wgrad")
+                else:
+                    self.assertIsNone(w.grad, what + ": main_grad holds it")
+                if mode == "two_phase":
+                    call = self.plans[-1].calls[-1]
+                    self.assertTrue(call["flags"] & EXEC_ACCUMULATE_GRAD_WEIGHT, what)
+                    self.assertEqual(self.plans[-1].problem.grad_weight_dtype, _lib.DType.FP32)
+        inp = self.inputs()
+        with self.assertRaises(ValueError):  # no main_grad on the weight
+            self.loss(inp, accumulate_into_main_grad=True)
+
+    def test_a_repeated_call_reuses_its_checks_plan_and_workspace_size(self) -> None:
+        from kljit import _ops
+
+        inp = self.inputs()
+        sizes: List[int] = []
+        real = FakePlan.workspace_size
+
+        def counted(plan: FakePlan, mode: Mode, rows: int) -> int:
+            sizes.append(rows)
+            return real(plan, mode, rows)
+
+        with mock.patch.object(_ops, "check_call", wraps=_ops.check_call) as checks, \
+                mock.patch.object(FakePlan, "workspace_size", counted):
+            for _ in range(3):
+                inp["x"].grad = None
+                self.loss(inp).backward()
+        self.assertEqual(checks.call_count, 1)
+        self.assertEqual(len(self.plans), 1)
+        self.assertEqual(len(self.plans[0].calls), 3)
+        # once by the binding, then once per call by FakePlan.execute's own check
+        self.assertEqual(len(sizes), 1 + 3)
 
 
 if __name__ == "__main__":

@@ -183,6 +183,49 @@ class ReferenceTest(unittest.TestCase):
                    "grad_bias": None if case.b is None else kw["bias"].grad}
             self.compare(case, got, case.c_reference(), "kl_div_reference")
 
+    def test_both_references_take_the_reverse_kl_and_the_jsd_like_the_c_reference(
+            self) -> None:
+        torch = self.torch
+        cases = (("reverse_kl", 0.0, "dense_logits"), ("jsd", 0.5, "dense_logits"),
+                 ("jsd", 0.5, "dense_probs"), ("jsd", 0.2, "dense_logprobs"),
+                 ("jsd", 1.0, "dense_logits"), ("jsd", 0.0, "dense_probs"))
+        for seed, (divergence, beta, teacher) in enumerate(cases):
+            config = LossConfig(teacher=teacher, divergence=divergence, beta=beta,
+                                temperature=2.0, reduction="batchmean")
+            case = Case(torch, 40 + seed, config, bias=seed % 2 == 0, labels=True,
+                        grad_output=0.7)
+            want = case.c_reference()
+            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
+                                       chunk_rows=3, **case.kwargs())
+            self.compare(case, got, want, f"kl_div_fp64 {divergence} {beta} {teacher}")
+            x = case.x.clone().requires_grad_()
+            loss = self.ref.kl_div_reference(x, case.w, case.teacher,
+                                             compute_dtype=torch.float64, **case.kwargs())
+            loss.backward(case.go.reshape(()))
+            self.compare(case, {"loss": loss, "grad_input": x.grad}, want,
+                         f"kl_div_reference {divergence} {beta} {teacher}")
+
+    def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
+        torch = self.torch
+        g = torch.Generator().manual_seed(8)
+        f64 = torch.float64
+        xt = torch.rand(N, 9, generator=g, dtype=f64) - 0.5
+        wt = torch.rand(V + 6, 9, generator=g, dtype=f64) - 0.5  # a padded head: rows >= V out
+        for divergence, beta in (("forward_kl", 0.0), ("jsd", 0.5)):
+            logits = LossConfig(teacher="dense_logits", divergence=divergence, beta=beta)
+            case = Case(torch, 9, logits, bias=True, labels=True, grad_output=None)
+            want = self.ref.kl_div_fp64(case.x, case.w, xt @ wt[:V].T, bias=case.b,
+                                        labels=case.labels, config=logits)
+            got = self.ref.kl_div_fp64(case.x, case.w, bias=case.b, labels=case.labels,
+                                       teacher_input=xt, teacher_weight=wt, chunk_rows=3,
+                                       divergence=divergence, beta=beta)
+            self.compare(case, got, want, f"online teacher {divergence}")
+            loss = self.ref.kl_div_reference(case.x, case.w, bias=case.b, labels=case.labels,
+                                             teacher_input=xt, teacher_weight=wt,
+                                             compute_dtype=f64, divergence=divergence,
+                                             beta=beta)
+            self.assertLess(rel(loss, want["loss"]), TOL, divergence)
+
     def test_dense_from_sparse_equals_the_gathered_sparse_loss(self) -> None:
         torch = self.torch
         for tail in ("none", "renorm"):
