@@ -638,7 +638,10 @@ def online_c_call(torch: Any, beta: float) -> Callable:
         if math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows)) > _ops.AUTO_MAX_CHUNKS:
             pb.grad_weight_accum = lib.GradWeightAccum.FP32
             plan = lib.get_plan(pb, device)
-        log(f"   kljit plan: {plan.describe().splitlines()[0]}")
+        chunk = _ops.call_chunk_rows(plan.chunk_rows(), rows)
+        accum = "fp32 buffer" if pb.grad_weight_accum == lib.GradWeightAccum.FP32 else "bf16"
+        log(f"   kljit plan: chunks of {chunk} rows, dW accumulated in {accum}, workspace "
+            f"{plan.workspace_size(lib.Mode.FUSED, rows) / 2**20:.0f} MiB")
         return plan
 
     def run(x: Any, w: Any, inp: Any) -> Any:
