@@ -82,6 +82,7 @@ import csv
 import datetime
 import gc
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -209,6 +210,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "one run per value, comma-separated (default 3; the bars: 2 to 12)")
     p.add_argument("--beta", type=float, default=0.5,
                    help="liger_jsd and kljit_jsd: the JSD's beta, in (0, 1) (default 0.5)")
+    p.add_argument("--kljit-dw-accum", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="kljit_jsd, kljit_fkl_online: dW accumulation, 'auto' the binding's rule "
+                        "(bf16 in place up to 8 chunks, else an fp32 V x H buffer); with "
+                        "KLJIT_CHUNK_ROWS set, 'bf16' is the lean-memory setting (Liger's: bf16 "
+                        "across every chunk)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the float64 reference (no error columns)")
     p.add_argument("--dry-run", action="store_true",
@@ -612,14 +618,15 @@ def build_online_method(env: Env, method: str, args: argparse.Namespace
         return (lambda x, w, inp: loss_fn(x, w, inp.xt, inp.wt, None)), ""
     if env.kljit is None:
         return None, env.kljit_note
-    return online_c_call(env.torch, beta), ""
+    return online_c_call(env.torch, beta, args.kljit_dw_accum), ""
 
 
-def online_c_call(torch: Any, beta: float) -> Callable:
+def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
     """kljit_fused with KLJIT_TEACHER_DENSE_HIDDEN through ctypes, as c_call does for the dense
     teacher: the plan made at the first call (the warm-up), with the binding's 'auto' bf16 dW
     accumulation (kljit._ops.Call._plan's rule); fresh outputs and workspace from torch's
-    allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD."""
+    allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD.
+    dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum)."""
     from kljit import _lib, _ops
     from kljit._checks import WORKSPACE_ALIGN
 
@@ -630,12 +637,14 @@ def online_c_call(torch: Any, beta: float) -> Callable:
         pb = lib.Problem.init(
             hidden=x.shape[1], vocab=w.shape[0], teacher=lib.TeacherForm.DENSE_HIDDEN,
             teacher_hidden=xt.shape[1], grad_weight_dtype=lib.DType.BF16,
-            grad_weight_accum=lib.GradWeightAccum.OUTPUT_DTYPE,
+            grad_weight_accum=(lib.GradWeightAccum.FP32 if dw_accum == "fp32" else
+                               lib.GradWeightAccum.OUTPUT_DTYPE),
             divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta)
         device = x.device.index or 0
         plan = lib.get_plan(pb, device)
         rows = x.shape[0]
-        if math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows)) > _ops.AUTO_MAX_CHUNKS:
+        chunks = math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows))
+        if dw_accum == "auto" and chunks > _ops.AUTO_MAX_CHUNKS:
             pb.grad_weight_accum = lib.GradWeightAccum.FP32
             plan = lib.get_plan(pb, device)
         chunk = _ops.call_chunk_rows(plan.chunk_rows(), rows)
@@ -818,11 +827,11 @@ def write_outputs(out: Path, header: List[str], results: List[Result], env: Env)
         wr = csv.writer(f)
         wr.writerow(CSV_FIELDS + list(env.info))
         for r in results:
+            numbers = [fmt(value, spec, "") for value, spec in (
+                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"), (r.loss_err, ".3e"),
+                (r.dx_err, ".3e"), (r.dw_err, ".3e"), (r.first_s, ".2f"))]
             wr.writerow([r.method, r.shape.name, r.shape.n, r.shape.h, r.shape.v, r.shape.k,
-                         fmt(r.std, "g", ""), r.std_measured, r.status] + [fmt(value, spec, "") for value, spec in (
-                             (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"),
-                             (r.loss_err, ".3e"), (r.dx_err, ".3e"), (r.dw_err, ".3e"),
-                             (r.first_s, ".2f"))] + [r.note]
+                         fmt(r.std, "g", ""), r.std_measured, r.status] + numbers + [r.note]
                         + list(env.info.values()))
 
 
@@ -845,12 +854,15 @@ def main(argv: Sequence[str]) -> int:
     all_methods = sorted({m for s in args.shapes for m in methods_for(s, args.methods)})
     env = make_env(args, all_methods)
     header = [f"{k}: {v}" for k, v in env.info.items()]
+    chunk_env = os.environ.get("KLJIT_CHUNK_ROWS", "").strip()
+    chunk_env = f", KLJIT_CHUNK_ROWS {chunk_env}" if chunk_env else ""
     header = ["compare.py — " + ", ".join(header), "",
               f"{args.warmup} warm-up, median of {args.repeats}, "
               f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}; "
               f"teacher probs, T = 1, batchmean, eps {EPS:g}; sparse tail {args.tail}; "
               f"online teacher (liger_jsd, kljit_jsd: JSD beta {args.beta:g}; *_fkl_online: "
-              f"forward KL; kljit eps 1e-20) at logit std "
+              f"forward KL; kljit eps 1e-20, dW accumulation {args.kljit_dw_accum}{chunk_env}"
+              f") at logit std "
               f"{', '.join(f'{x:g}' for x in args.logit_std)}; x base: speedup over eager, "
               f"or over Liger's method of the same divergence; "
               f"errors against float64 on the same inputs", ""]
