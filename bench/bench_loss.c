@@ -28,7 +28,9 @@
  *                 logits in the workspace, so larger chunks);
  *   dense_bf16    the teacher logits stored in bf16 (a materialized teacher as usually kept);
  *   teacher_gemm  the teacher GEMM alone (cublasGemmEx, bf16 in, fp32 out), chunk after chunk
- *                 at the online plan's chunk: the bar is added = online - dense_f32 <= it.
+ *                 at the online plan's chunk: the bar is added = online - dense_f32 <= it;
+ *   rows          the online plan's row kernels alone (KLJIT_DEBUG_SKIP_GEMMS) and their
+ *                 bandwidth: what the divergence's passes over z and zt cost.
  * --divergence fkl|rkl|jsd and --beta B (JSD, default 0.5) choose the loss; --logit-std S
  * (default 3) scales the inputs so both logits have std S (X, Xt uniform in [-1, 1), W, Wt in
  * [-a, a), a = 3 S / sqrt(H)); they apply to --teacher hidden only. dW is fp32, as above.
@@ -452,7 +454,8 @@ static float time_plan(online_ctx *o, kljit_plan *plan, const kljit_args *a, voi
   return t;
 }
 
-static void bench_online(kljit_context *ctx, int64_t n, int64_t h, int64_t v, int header) {
+static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, int64_t h,
+                         int64_t v, int header) {
   online_ctx o;
   memset(&o, 0, sizeof o);
   o.n = n, o.h = h, o.v = v;
@@ -461,6 +464,7 @@ static void bench_online(kljit_context *ctx, int64_t n, int64_t h, int64_t v, in
   pb.beta = divergence == KLJIT_DIVERGENCE_JSD ? jsd_beta : 0.0;
   pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = h;
   kljit_plan *p_online, *p_f32, *p_own, *p_bf16;
+  const kljit_problem pb_online = pb;
   KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p_online));
   o.chunk = plan_chunk(p_online);
   if (o.chunk < 1) {
@@ -523,6 +527,18 @@ static void bench_online(kljit_context *ctx, int64_t n, int64_t h, int64_t v, in
   d32.teacher = t32, d16.teacher = t16;
   float l_on, l_f32, l_own, l_bf16;
   const float t_on = time_plan(&o, p_online, &on, flush, flush_bytes, &l_on);
+  /* the online plan's row kernels alone (no GEMM runs: the logits are what the run above left
+   * in the workspace, finite: the fp32 z half overwritten by bf16 G, zt the last chunk's), and
+   * the bytes they must move per logit: z and zt (fp32) read twice, G (bf16) written once; the
+   * JSD and the reverse KL read both once more for their row total S */
+  kljit_plan *p_rows;
+  float l_rows;
+  KO(kljit_plan_create(ctx_rows, &pb_online, KLJIT_PLAN_ESTIMATE, &p_rows));
+  const float t_rows = time_plan(&o, p_rows, &on, flush, flush_bytes, &l_rows);
+  kljit_plan_destroy(p_rows);
+  const double row_bytes = (double)n * (double)v * (divergence == KLJIT_DIVERGENCE_FORWARD_KL
+                                                        ? 2 * 8 + 2 : 3 * 8 + 2);
+  const double rows_gbs = row_bytes / (t_rows * 1e-3) / 1e9;
   const float t_f32 = time_plan(&o, p_f32, &d32, flush, flush_bytes, &l_f32);
   const float t_own = time_plan(&o, p_own, &d32, flush, flush_bytes, &l_own);
   const float t_bf16 = time_plan(&o, p_bf16, &d16, flush, flush_bytes, &l_bf16);
@@ -542,21 +558,23 @@ static void bench_online(kljit_context *ctx, int64_t n, int64_t h, int64_t v, in
   if (header)
     printf("gpu,kljit,N,H,V,divergence,beta,logit_std,chunk_online,chunk_dense_own,online_ms,"
            "dense_f32_ms,dense_own_ms,dense_bf16_ms,teacher_gemm_ms,added_ms,added_over_gemm,"
-           "loss_online,loss_rel_diff_f32,workspace_online_gib,workspace_dense_own_gib\n");
-  printf("%s,%s,%lld,%lld,%lld,%s,%g,%g,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.6g,%.2e,"
-         "%.3f,%.3f\n",
+           "online_rows_ms,online_rows_gbs,loss_online,loss_rel_diff_f32,workspace_online_gib,"
+           "workspace_dense_own_gib\n");
+  printf("%s,%s,%lld,%lld,%lld,%s,%g,%g,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,"
+         "%.6g,%.2e,%.3f,%.3f\n",
          prop.name, kljit_version(), (long long)n, (long long)h, (long long)v, div, pb.beta,
          logit_std, (long long)o.chunk, (long long)plan_chunk(p_own), t_on, t_f32, t_own, t_bf16,
-         t_gemm, added, t_gemm > 0 ? added / t_gemm : 0.0, l_on, loss_diff,
+         t_gemm, added, t_gemm > 0 ? added / t_gemm : 0.0, t_rows, rows_gbs, l_on, loss_diff,
          ws_online / (double)(1 << 30), ws_own / (double)(1 << 30));
   fflush(stdout);
   fprintf(stderr,
           "%5lldx%4lldx%6lld %s beta %g std %g | online %.2f ms (chunk %lld) | dense fp32 logits "
           "%.2f same chunk, %.2f own chunk (%lld) | dense bf16 %.2f | teacher GEMM %.2f | "
-          "added %.2f = %.2fx the GEMM (bar <= 1) | loss %.6g, dense %.1e apart\n",
+          "added %.2f = %.2fx the GEMM (bar <= 1) | rows alone %.2f ms, %.0f GB/s | loss %.6g, "
+          "dense %.1e apart\n",
           (long long)n, (long long)h, (long long)v, div, pb.beta, logit_std, t_on,
           (long long)o.chunk, t_f32, t_own, (long long)plan_chunk(p_own), t_bf16, t_gemm, added,
-          t_gemm > 0 ? added / t_gemm : 0.0, l_on, loss_diff);
+          t_gemm > 0 ? added / t_gemm : 0.0, t_rows, rows_gbs, l_on, loss_diff);
   cublasDestroy(o.blas);
   void *bufs[] = {x, w, xt, wt, dx, dw, loss, wsp, flush, o.zt};
   for (int i = 0; i < 10; i++) cudaFree(bufs[i]);
@@ -616,7 +634,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (online)
-      bench_online(ctx, n, h, v, first);
+      bench_online(ctx, ctx_rows, n, h, v, first);
     else
       bench_shape(ctx, ctx_rows, n, h, v, twophase, first);
     first = 0;
