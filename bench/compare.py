@@ -647,9 +647,9 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
         if dw_accum == "auto" and chunks > _ops.AUTO_MAX_CHUNKS:
             pb.grad_weight_accum = lib.GradWeightAccum.FP32
             plan = lib.get_plan(pb, device)
-        chunk = _ops.call_chunk_rows(plan.chunk_rows(), rows)
         accum = "fp32 buffer" if pb.grad_weight_accum == lib.GradWeightAccum.FP32 else "bf16"
-        log(f"   kljit plan: chunks of {chunk} rows, dW accumulated in {accum}, workspace "
+        log(f"   kljit plan: chunk_rows {plan.chunk_rows()} (a call's chunk may be smaller: "
+            f"kljit_plan_workspace_size), dW accumulated in {accum}, workspace "
             f"{plan.workspace_size(lib.Mode.FUSED, rows) / 2**20:.0f} MiB")
         return plan
 
