@@ -15,6 +15,25 @@
  * N x V logits do not fit at long context): the long-context run of the sparse issue.
  * --native-logits times the opt-in bf16 logits (KLJIT_FLAG_NATIVE_LOGITS): the chunked floor
  * then writes bf16 logits too, and validation takes that option's tolerances.
+ *
+ * --teacher hidden times the online teacher (KLJIT_TEACHER_DENSE_HIDDEN, Xt [N,H], Wt [V,H]
+ * bf16; issue 19's bar: it adds at most the cost of its one GEMM per chunk) against the same
+ * call with the teacher given as dense logits, instead of the runs above:
+ *   online        kljit_fused with the online teacher (its plan's chunk);
+ *   dense_f32     the same problem with the teacher's fp32 logits (Xt Wt^T, made once by
+ *                 cuBLAS) as DENSE_LOGITS, on a context whose chunk is the online plan's: the
+ *                 row kernels then read the same bytes, so online - dense_f32 is what the
+ *                 online teacher adds, and the two losses must agree (printed);
+ *   dense_own     that dense call with its own plan's chunk (what a user gets: no teacher
+ *                 logits in the workspace, so larger chunks);
+ *   dense_bf16    the teacher logits stored in bf16 (a materialized teacher as usually kept);
+ *   teacher_gemm  the teacher GEMM alone (cublasGemmEx, bf16 in, fp32 out), chunk after chunk
+ *                 at the online plan's chunk: the bar is added = online - dense_f32 <= it;
+ *   rows          the online plan's row kernels alone (KLJIT_DEBUG_SKIP_GEMMS) and their
+ *                 bandwidth: what the divergence's passes over z and zt cost.
+ * --divergence fkl|rkl|jsd and --beta B (JSD, default 0.5) choose the loss; --logit-std S
+ * (default 3) scales the inputs so both logits have std S (X, Xt uniform in [-1, 1), W, Wt in
+ * [-a, a), a = 3 S / sqrt(H)); they apply to --teacher hidden only. dW is fp32, as above.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -56,6 +75,10 @@ static int repeats = 10;
 static int topk = 0;                     /* 0: dense teacher */
 static int do_fused = 1, do_full = 1;
 static int native = 0;                   /* 1: KLJIT_FLAG_NATIVE_LOGITS */
+static int online = 0;                   /* 1: --teacher hidden */
+static kljit_divergence divergence = KLJIT_DIVERGENCE_FORWARD_KL;
+static double jsd_beta = 0.5;
+static double logit_std = 3.0;
 
 static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
   if (gpu_fill_bf16(dst, count, lo, hi, seed)) exit(1);
@@ -387,11 +410,183 @@ static void bench_shape(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, 
   kljit_plan_destroy(s.plan);
 }
 
+/* --teacher hidden: one shape's buffers, plans and timings (see the header). */
+typedef struct online_ctx {
+  int64_t n, h, v, chunk;
+  kljit_plan *plan;
+  kljit_args args;
+  cublasHandle_t blas;
+  const void *xt, *wt;
+  void *zt; /* one chunk of teacher logits, fp32, LD apart */
+} online_ctx;
+
+static void run_online_plan(void *p) {
+  online_ctx *o = p;
+  KO(kljit_fused(o->plan, NULL, &o->args));
+}
+
+/* The online teacher's GEMM, chunk after chunk: zt = Xt[chunk] Wt^T in fp32. */
+static void run_teacher_gemm(void *p) {
+  online_ctx *o = p;
+  const float one = 1.0f, zero = 0.0f;
+  const int ld = (int)((o->v + 7) / 8 * 8);
+  for (int64_t row0 = 0; row0 < o->n; row0 += o->chunk) {
+    const int n = (int)(o->n - row0 < o->chunk ? o->n - row0 : o->chunk);
+    BK(cublasGemmEx(o->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)o->v, n, (int)o->h, &one, o->wt,
+                    CUDA_R_16BF, (int)o->h, (const char *)o->xt + row0 * o->h * 2, CUDA_R_16BF,
+                    (int)o->h, &zero, o->zt, CUDA_R_32F, ld, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+static int64_t plan_chunk(const kljit_plan *plan) {
+  const char *cr = strstr(kljit_plan_describe(plan), "chunk_rows=");
+  return cr ? atoll(cr + 11) : 0;
+}
+
+/* Times plan's kljit_fused with the teacher fields of `a` (its loss copied to *loss). */
+static float time_plan(online_ctx *o, kljit_plan *plan, const kljit_args *a, void *flush,
+                       size_t flush_bytes, float *loss) {
+  o->plan = plan;
+  o->args = *a;
+  const float t = time_ms(run_online_plan, o, flush, flush_bytes);
+  CK(cudaMemcpy(loss, a->loss, 4, cudaMemcpyDeviceToHost));
+  return t;
+}
+
+static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, int64_t h,
+                         int64_t v, int header) {
+  online_ctx o;
+  memset(&o, 0, sizeof o);
+  o.n = n, o.h = h, o.v = v;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = h, pb.vocab = v, pb.divergence = divergence;
+  pb.beta = divergence == KLJIT_DIVERGENCE_JSD ? jsd_beta : 0.0;
+  pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = h;
+  kljit_plan *p_online, *p_f32, *p_own, *p_bf16;
+  const kljit_problem pb_online = pb;
+  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p_online));
+  o.chunk = plan_chunk(p_online);
+  if (o.chunk < 1) {
+    fprintf(stderr, "bench_loss: no chunk_rows= in the online plan's description\n");
+    exit(1);
+  }
+  pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_hidden = 0, pb.teacher_dtype = KLJIT_FP32;
+  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p_own));
+  kljit_context *same;
+  kljit_context_options opt;
+  KO(kljit_context_options_default(&opt));
+  opt.chunk_rows = o.chunk;
+  KO(kljit_context_create(&same, 0, &opt));
+  KO(kljit_plan_create(same, &pb, KLJIT_PLAN_ESTIMATE, &p_f32));
+  pb.teacher_dtype = KLJIT_BF16;
+  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &p_bf16));
+  kljit_plan *plans[] = {p_online, p_f32, p_own, p_bf16};
+  size_t ws = 0, sz, ws_online = 0, ws_own = 0;
+  for (int i = 0; i < 4; i++) {
+    KO(kljit_plan_workspace_size(plans[i], KLJIT_MODE_FUSED, n, &sz));
+    ws = sz > ws ? sz : ws;
+    if (i == 0) ws_online = sz;
+    if (i == 2) ws_own = sz;
+  }
+
+  void *x, *w, *xt, *wt, *dx, *dw, *loss, *t32, *t16, *wsp, *flush;
+  const size_t flush_bytes = 256 << 20;
+  const double a = 3.0 * logit_std / sqrt((double)h);
+  CK(cudaMalloc(&x, n * h * 2));
+  CK(cudaMalloc(&w, v * h * 2));
+  CK(cudaMalloc(&xt, n * h * 2));
+  CK(cudaMalloc(&wt, v * h * 2));
+  CK(cudaMalloc(&dx, n * h * 2));
+  CK(cudaMalloc(&dw, v * h * 4));
+  CK(cudaMalloc(&loss, 4));
+  CK(cudaMalloc(&t32, (size_t)n * v * 4));
+  CK(cudaMalloc(&t16, (size_t)n * v * 2));
+  CK(cudaMalloc(&wsp, ws));
+  CK(cudaMalloc(&flush, flush_bytes));
+  fill_bf16(x, n * h, -1, 1, 1);
+  fill_bf16(w, v * h, -a, a, 2);
+  fill_bf16(xt, n * h, -1, 1, 3);
+  fill_bf16(wt, v * h, -a, a, 4);
+  /* the dense teachers: the online teacher's logits, all rows at once, fp32 and bf16 */
+  BK(cublasCreate(&o.blas));
+  const float one = 1.0f, zero = 0.0f;
+  BK(cublasGemmEx(o.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)v, (int)n, (int)h, &one, wt,
+                  CUDA_R_16BF, (int)h, xt, CUDA_R_16BF, (int)h, &zero, t32, CUDA_R_32F, (int)v,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  BK(cublasGemmEx(o.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)v, (int)n, (int)h, &one, wt,
+                  CUDA_R_16BF, (int)h, xt, CUDA_R_16BF, (int)h, &zero, t16, CUDA_R_16BF, (int)v,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CK(cudaDeviceSynchronize());
+
+  kljit_args base = KLJIT_ARGS_INIT;
+  base.rows = n, base.input = x, base.weight = w, base.loss = loss;
+  base.grad_input = dx, base.grad_weight = dw, base.workspace = wsp, base.workspace_size = ws;
+  kljit_args on = base, d32 = base, d16 = base;
+  on.teacher_input = xt, on.teacher_weight = wt;
+  d32.teacher = t32, d16.teacher = t16;
+  float l_on, l_f32, l_own, l_bf16;
+  const float t_on = time_plan(&o, p_online, &on, flush, flush_bytes, &l_on);
+  /* the online plan's row kernels alone (no GEMM runs: the logits are what the run above left
+   * in the workspace, finite: the fp32 z half overwritten by bf16 G, zt the last chunk's), and
+   * the bytes they must move per logit: z and zt (fp32) read twice, G (bf16) written once; the
+   * JSD and the reverse KL read both once more for their row total S */
+  kljit_plan *p_rows;
+  float l_rows;
+  KO(kljit_plan_create(ctx_rows, &pb_online, KLJIT_PLAN_ESTIMATE, &p_rows));
+  const float t_rows = time_plan(&o, p_rows, &on, flush, flush_bytes, &l_rows);
+  kljit_plan_destroy(p_rows);
+  const double row_bytes = (double)n * (double)v * (divergence == KLJIT_DIVERGENCE_FORWARD_KL
+                                                        ? 2 * 8 + 2 : 3 * 8 + 2);
+  const double rows_gbs = row_bytes / (t_rows * 1e-3) / 1e9;
+  const float t_f32 = time_plan(&o, p_f32, &d32, flush, flush_bytes, &l_f32);
+  const float t_own = time_plan(&o, p_own, &d32, flush, flush_bytes, &l_own);
+  const float t_bf16 = time_plan(&o, p_bf16, &d16, flush, flush_bytes, &l_bf16);
+  CK(cudaFree(t32));
+  CK(cudaFree(t16));
+  CK(cudaMalloc(&o.zt, (size_t)o.chunk * (size_t)((v + 7) / 8 * 8) * 4));
+  o.xt = xt, o.wt = wt;
+  const float t_gemm = time_ms(run_teacher_gemm, &o, flush, flush_bytes);
+  const float added = t_on - t_f32;
+  const double loss_diff = fabs((double)l_on - (double)l_f32) / fabs((double)l_f32);
+
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const char *div = divergence == KLJIT_DIVERGENCE_JSD          ? "jsd"
+                    : divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "rkl"
+                                                                : "fkl";
+  if (header)
+    printf("gpu,kljit,N,H,V,divergence,beta,logit_std,chunk_online,chunk_dense_own,online_ms,"
+           "dense_f32_ms,dense_own_ms,dense_bf16_ms,teacher_gemm_ms,added_ms,added_over_gemm,"
+           "online_rows_ms,online_rows_gbs,loss_online,loss_rel_diff_f32,workspace_online_gib,"
+           "workspace_dense_own_gib\n");
+  printf("%s,%s,%lld,%lld,%lld,%s,%g,%g,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,"
+         "%.6g,%.2e,%.3f,%.3f\n",
+         prop.name, kljit_version(), (long long)n, (long long)h, (long long)v, div, pb.beta,
+         logit_std, (long long)o.chunk, (long long)plan_chunk(p_own), t_on, t_f32, t_own, t_bf16,
+         t_gemm, added, t_gemm > 0 ? added / t_gemm : 0.0, t_rows, rows_gbs, l_on, loss_diff,
+         ws_online / (double)(1 << 30), ws_own / (double)(1 << 30));
+  fflush(stdout);
+  fprintf(stderr,
+          "%5lldx%4lldx%6lld %s beta %g std %g | online %.2f ms (chunk %lld) | dense fp32 logits "
+          "%.2f same chunk, %.2f own chunk (%lld) | dense bf16 %.2f | teacher GEMM %.2f | "
+          "added %.2f = %.2fx the GEMM (bar <= 1) | rows alone %.2f ms, %.0f GB/s | loss %.6g, "
+          "dense %.1e apart\n",
+          (long long)n, (long long)h, (long long)v, div, pb.beta, logit_std, t_on,
+          (long long)o.chunk, t_f32, t_own, (long long)plan_chunk(p_own), t_bf16, t_gemm, added,
+          t_gemm > 0 ? added / t_gemm : 0.0, t_rows, rows_gbs, l_on, loss_diff);
+  cublasDestroy(o.blas);
+  void *bufs[] = {x, w, xt, wt, dx, dw, loss, wsp, flush, o.zt};
+  for (int i = 0; i < 10; i++) cudaFree(bufs[i]);
+  for (int i = 0; i < 4; i++) kljit_plan_destroy(plans[i]);
+  kljit_context_destroy(same);
+}
+
 int main(int argc, char **argv) {
   const char *shapes = "8192x4096x128256,4096x4096x128256,2048x4096x128256,8192x2048x32000,"
                        "4096x2048x32000";
   int twophase = 1;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1, bad = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
     else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-twophase")) twophase = 0;
@@ -399,9 +594,24 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-full")) do_full = 0;
     else if (!strcmp(argv[i], "--topk") && i + 1 < argc) topk = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--native-logits")) native = 1;
-    else {
+    else if (!strcmp(argv[i], "--teacher") && i + 1 < argc && !strcmp(argv[i + 1], "hidden"))
+      online = 1, i++;
+    else if (!strcmp(argv[i], "--teacher") && i + 1 < argc && !strcmp(argv[i + 1], "probs"))
+      online = 0, i++;
+    else if (!strcmp(argv[i], "--divergence") && i + 1 < argc) {
+      const char *d = argv[++i];
+      divergence = !strcmp(d, "jsd") ? KLJIT_DIVERGENCE_JSD
+                   : !strcmp(d, "rkl") ? KLJIT_DIVERGENCE_REVERSE_KL
+                   : !strcmp(d, "fkl") ? KLJIT_DIVERGENCE_FORWARD_KL : 0;
+      bad = !divergence;
+    } else if (!strcmp(argv[i], "--beta") && i + 1 < argc) jsd_beta = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--logit-std") && i + 1 < argc) logit_std = atof(argv[++i]);
+    else bad = 1;
+    if (bad || !(jsd_beta > 0 && jsd_beta < 1) || !(logit_std > 0) || (topk && online)) {
       fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R] [--topk K] [--no-twophase] "
-              "[--no-fused] [--no-full] [--native-logits]\n", argv[0]);
+              "[--no-fused] [--no-full] [--native-logits] [--teacher probs|hidden "
+              "[--divergence fkl|rkl|jsd] [--beta B in (0, 1)] [--logit-std S > 0]]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -423,7 +633,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bad shape '%s' (want NxHxV)\n", tok);
       return 2;
     }
-    bench_shape(ctx, ctx_rows, n, h, v, twophase, first);
+    if (online)
+      bench_online(ctx, ctx_rows, n, h, v, first);
+    else
+      bench_shape(ctx, ctx_rows, n, h, v, twophase, first);
     first = 0;
   }
   free(list);

@@ -34,6 +34,31 @@ across chunks, as Liger does by default, whatever the chunk count). For the spee
 kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
 class on both counts).
 
+Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
+head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
+logits chunk by chunk itself (no gradient to the teacher), T = 1, batchmean, no labels:
+  liger_jsd        Liger-Kernel's LigerFusedLinearJSD(jsd_beta=--beta, temperature=1.0) called
+                   as loss(student_input, student_weight, teacher_input, teacher_weight, None)
+                   (liger_kernel/transformers/fused_linear_jsd.py, 0.8.5): bf16 dW accumulated
+                   across its chunks (accum_dtype=None), fp32 logits from the GEMMs.
+  kljit_jsd        kljit's equivalent through the C API (ctypes; the binding takes no online
+                   teacher yet): KLJIT_TEACHER_DENSE_HIDDEN, KLJIT_DIVERGENCE_JSD with beta
+                   --beta, fused mode, bf16 dW with the binding's 'auto' accumulation (in place
+                   up to 8 chunks, else an fp32 V x H buffer), default eps (1e-20).
+  liger_fkl_online LigerFusedLinearJSD with jsd_beta=0: Liger's JSD kernel takes beta = 0 as
+                   the forward KL(p || q) of teacher p and student q (its branch `beta == 0.0`:
+                   loss p (log p - log q); beta = 1 is the reverse KL(q || p)), kljit's
+                   convention too (include/kljit.h).
+  kljit_fkl_online kljit with KLJIT_DIVERGENCE_FORWARD_KL and the online teacher.
+Their inputs are made per --logit-std value s: X, Xt uniform in [-1, 1) (variance 1/3) and W,
+Wt uniform in [-a, a) with a = 3 s / sqrt(H) (variance a^2 / 3), so that every logit, a sum of
+H products, has variance H (1/3) (a^2 / 3) = s^2; student and teacher are independent draws.
+The std measured on the first 1024 rows (bf16 inputs, fp32 logits) is logged and written to
+the CSV. Their float64 reference (one per shape and std, shared by the methods): the inputs
+cast to float64 on the GPU, chunk_rows rows at a time, the exact divergence (no eps floor;
+kljit's 1e-20 changes nothing measurable) and its analytic gradient, dX = G W and dW = G^T X
+with G = dD/dz / N.
+
 Per shape: inputs are made once (deterministic seed, random and never zero: X uniform in
 [-1, 1), W uniform in [-0.05, 0.05), bf16; teacher probs softmax(2 N(0, 1)) rows in bf16; sparse:
 K distinct ids per row and values summing to 0.9) and shared by every method. The reference
@@ -57,6 +82,7 @@ import csv
 import datetime
 import gc
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -98,9 +124,11 @@ class Shape:
 DENSE_SHAPES = [Shape(8192, 4096, 128256), Shape(4096, 4096, 128256), Shape(2048, 4096, 128256),
                 Shape(8192, 2048, 32000), Shape(4096, 2048, 32000)]
 SPARSE_SHAPES = [Shape(65536, 2048, 151936, 100), Shape(8192, 4096, 128256, 100)]
+#: The online-teacher methods (teacher hidden states and head, not its probabilities).
+ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_online")
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
-           "kljit_fused_native", "kljit_fused_native_accum_out")
+           "kljit_fused_native", "kljit_fused_native_accum_out") + ONLINE_METHODS
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -133,15 +161,30 @@ def parse_shapes(text: str) -> List[Shape]:
 
 
 def parse_methods(text: str) -> List[str]:
-    """A comma list of METHODS, or 'all'."""
+    """A comma list of METHODS and 'online' (the four online-teacher methods), or 'all'."""
     if text == "all":
         return list(METHODS)
-    methods = [m.strip() for m in text.split(",") if m.strip()]
+    methods: List[str] = []
+    for m in (m.strip() for m in text.split(",") if m.strip()):
+        methods += list(ONLINE_METHODS) if m == "online" else [m]
+    methods = list(dict.fromkeys(methods))
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
         raise argparse.ArgumentTypeError(f"unknown method(s) {bad}: choose from "
-                                         f"{', '.join(METHODS)} or 'all'")
+                                         f"{', '.join(METHODS)}, 'online' or 'all'")
     return methods
+
+
+def parse_stds(text: str) -> List[float]:
+    """A comma list of logit standard deviations, each > 0."""
+    try:
+        stds = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        stds = []
+    if not stds or not all(0 < s < 1e4 for s in stds):
+        raise argparse.ArgumentTypeError(f"bad --logit-std {text!r}: positive numbers, "
+                                         f"comma-separated (e.g. 2,6,12)")
+    return list(dict.fromkeys(stds))
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -162,6 +205,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="liger-kernel wheel to use when liger_kernel is not importable "
                         "(default: .deps/wheels/liger_kernel-*.whl; the other wheels of its "
                         "directory are added behind the environment's packages)")
+    p.add_argument("--logit-std", type=parse_stds, default=parse_stds("3"),
+                   help="online-teacher methods: the std of the student and teacher logits, "
+                        "one run per value, comma-separated (default 3; the bars: 2 to 12)")
+    p.add_argument("--beta", type=float, default=0.5,
+                   help="liger_jsd and kljit_jsd: the JSD's beta, in (0, 1) (default 0.5)")
+    p.add_argument("--kljit-dw-accum", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="kljit_jsd, kljit_fkl_online: dW accumulation, 'auto' the binding's rule "
+                        "(bf16 in place up to 8 chunks, else an fp32 V x H buffer); with "
+                        "KLJIT_CHUNK_ROWS set, 'bf16' is the lean-memory setting (Liger's: bf16 "
+                        "across every chunk)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the float64 reference (no error columns)")
     p.add_argument("--dry-run", action="store_true",
@@ -172,6 +225,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = p.parse_args(list(argv))
     if args.repeats < 1 or args.warmup < 1:
         p.error("--repeats and --warmup must be >= 1 (the warm-up compiles)")
+    if not 0 < args.beta < 1:
+        p.error("--beta must be in (0, 1): beta 0 is the *_fkl_online methods")
     return args
 
 
@@ -186,15 +241,35 @@ def dry_run(args: argparse.Namespace) -> int:
     print(f"compare.py dry run: repeats {args.repeats}, warm-up {args.warmup}, seed {args.seed}, "
           f"tail {args.tail}, reference {'off' if args.no_reference else 'float64'}")
     for s in args.shapes:
-        inputs = (s.n * s.h + s.v * s.h) * 2 + (s.n * s.k * 10 if s.sparse else s.n * s.v * 2)
+        classic, online = split_methods(methods_for(s, args.methods))
         logits = s.n * s.v * 4
-        gflop = 6 * s.n * s.h * s.v / 1e9
-        print(f"  {s.label()}: {', '.join(methods_for(s, args.methods))}; inputs "
-              f"{inputs / 2**30:.2f} GiB, full fp32 logits {logits / 2**30:.2f} GiB, "
-              f"fwd+bwd GEMMs {gflop:.0f} GFLOP")
+        if classic:
+            inputs = (s.n * s.h + s.v * s.h) * 2 + (s.n * s.k * 10 if s.sparse else s.n * s.v * 2)
+            gflop = 6 * s.n * s.h * s.v / 1e9
+            print(f"  {s.label()}: {', '.join(classic)}; inputs "
+                  f"{inputs / 2**30:.2f} GiB, full fp32 logits {logits / 2**30:.2f} GiB, "
+                  f"fwd+bwd GEMMs {gflop:.0f} GFLOP")
+        if online:
+            inputs = (s.n * s.h + s.v * s.h) * 4
+            gflop = 8 * s.n * s.h * s.v / 1e9
+            print(f"  {s.label()}, online teacher, logit std "
+                  f"{', '.join(f'{x:g}' for x in args.logit_std)}: {', '.join(online)}; inputs "
+                  f"{inputs / 2**30:.2f} GiB, fwd+bwd GEMMs (teacher's included) "
+                  f"{gflop:.0f} GFLOP")
     if args.out:
         print(f"  would write {args.out} and {csv_path(args.out)}")
     return 0
+
+
+def split_methods(methods: Sequence[str]) -> "tuple[List[str], List[str]]":
+    """(the dense-probs / sparse methods, the online-teacher methods), each in the given order."""
+    return ([m for m in methods if m not in ONLINE_METHODS],
+            [m for m in methods if m in ONLINE_METHODS])
+
+
+def method_beta(method: str, args: argparse.Namespace) -> float:
+    """An online method's JSD beta: --beta for the JSD, 0 (Liger's forward KL) otherwise."""
+    return args.beta if method.endswith("_jsd") else 0.0
 
 
 def csv_path(out: Path) -> Path:
@@ -219,6 +294,8 @@ class Result:
     dw_err: Optional[float] = None
     first_s: Optional[float] = None
     note: str = ""
+    std: Optional[float] = None  # online teacher: the --logit-std value
+    std_measured: str = ""       # "student/teacher", on the first rows
 
 
 @dataclass
@@ -231,6 +308,8 @@ class Env:
     kljit_note: str = ""
     liger_cls: Any = None
     liger_note: str = ""
+    liger_jsd_cls: Any = None
+    liger_jsd_note: str = ""
     info: Dict[str, str] = field(default_factory=dict)
 
 
@@ -238,12 +317,13 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def import_liger(args: argparse.Namespace) -> "tuple[Any, str]":
-    """LigerFusedLinearKLDivLoss and its version, or (None, why not)."""
+def import_liger(args: argparse.Namespace,
+                 name: str = "LigerFusedLinearKLDivLoss") -> "tuple[Any, str]":
+    """liger_kernel.transformers.<name> and Liger's version, or (None, why not)."""
     def attempt() -> Any:
-        from liger_kernel.transformers import LigerFusedLinearKLDivLoss  # noqa: WPS433
+        import liger_kernel.transformers  # noqa: WPS433
 
-        return LigerFusedLinearKLDivLoss
+        return getattr(liger_kernel.transformers, name)
 
     try:
         cls = attempt()
@@ -314,11 +394,17 @@ def make_env(args: argparse.Namespace, methods: Sequence[str]) -> Env:
         except Exception as e:  # noqa: BLE001
             env.kljit_note = f"kljit unavailable: {e}"
             env.info["kljit"] = env.kljit_note
-    if any(m.startswith("liger") for m in methods):
+    classic, online = split_methods([m for m in methods if m.startswith("liger")])
+    if classic:
         env.liger_cls, note = import_liger(args)
         env.info["liger-kernel"] = note
         if env.liger_cls is None:
             env.liger_note = note
+    if online:
+        env.liger_jsd_cls, note = import_liger(args, "LigerFusedLinearJSD")
+        env.info["liger-kernel"] = note
+        if env.liger_jsd_cls is None:
+            env.liger_jsd_note = note
     triton = sys.modules.get("triton")
     cuda = args.device == "cuda"
     env.info.update({
@@ -362,6 +448,77 @@ class Inputs:
         if self.teacher is not None:
             return {}
         return {"teacher_ids": self.ids, "teacher_values": self.vals}
+
+
+class OnlineInputs:
+    """One shape's online-teacher inputs at logit std `std` (the module docstring says how),
+    made once on the GPU, shared by every online method."""
+
+    def __init__(self, torch: Any, shape: Shape, seed: int, std: float,
+                 dev: str = "cuda") -> None:
+        g = torch.Generator(device=dev).manual_seed(seed)
+        bf16 = torch.bfloat16
+        n, h, v = shape.n, shape.h, shape.v
+        a = 3.0 * std / math.sqrt(h)
+
+        def uniform(rows: int, cols: int, half: float) -> Any:
+            return ((torch.rand(rows, cols, generator=g, device=dev) * 2 - 1) * half).to(bf16)
+
+        self.x, self.w = uniform(n, h, 1.0), uniform(v, h, a)
+        self.xt, self.wt = uniform(n, h, 1.0), uniform(v, h, a)
+        rows = min(n, 1024)
+        self.std_measured = tuple(
+            float(torch.mm(x[:rows].float(), w.float().T).std())
+            for x, w in ((self.x, self.w), (self.xt, self.wt)))
+
+    def measured(self) -> str:
+        return "/".join(f"{x:.2f}" for x in self.std_measured)
+
+
+def divergence_fp64(torch: Any, lq: Any, lp: Any, beta: float) -> "tuple[Any, Any]":
+    """Per-row divergence D(p, q) and dD/dz of a float64 row block, from log q (student) and
+    log p (teacher), both log-softmaxes of T = 1 logits. beta = 0: KL(p || q); 1: KL(q || p);
+    else the JSD(beta) of include/kljit.h's math section."""
+    q, p = torch.exp(lq), torch.exp(lp)
+    if beta == 0.0:
+        return (p * (lp - lq)).sum(-1), q * p.sum(-1, keepdim=True) - p
+    if beta == 1.0:
+        g = lq - lp
+        rows = (q * g).sum(-1)
+        return rows, q * (g - rows[:, None])
+    lm = torch.logaddexp(lp + math.log(beta), lq + math.log1p(-beta))
+    g = (1.0 - beta) * (lq - lm)
+    qg = q * g
+    rows = beta * (p * (lp - lm)).sum(-1) + qg.sum(-1)
+    return rows, qg - q * qg.sum(-1, keepdim=True)
+
+
+def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> Dict[float, Any]:
+    """Loss, dX and dW in float64 for each beta (divergence_fp64), batchmean, chunked over rows
+    on the inputs' device: the four GEMMs run in float64 (the logits' once for every beta)."""
+    f64 = torch.float64
+    n, h = inp.x.shape
+    v = inp.w.shape[0]
+    chunk = max(64, min(4096, (1 << 30) // (8 * v)))
+    w, wt = inp.w.to(f64), inp.wt.to(f64)
+    out = {b: {"loss": torch.zeros((), dtype=f64, device=w.device),
+               "grad_input": torch.empty(n, h, dtype=f64, device=w.device),
+               "grad_weight": torch.zeros(v, h, dtype=f64, device=w.device)} for b in betas}
+    for i0 in range(0, n, chunk):
+        i1 = min(n, i0 + chunk)
+        xc = inp.x[i0:i1].to(f64)
+        lq = torch.log_softmax(xc @ w.T, dim=-1)
+        lp = torch.log_softmax(inp.xt[i0:i1].to(f64) @ wt.T, dim=-1)
+        for b in betas:
+            rows, grad = divergence_fp64(torch, lq, lp, b)
+            grad /= n
+            o = out[b]
+            o["loss"] += rows.sum() / n
+            o["grad_input"][i0:i1] = grad @ w
+            o["grad_weight"].addmm_(grad.T, xc)
+            del rows, grad
+        del xc, lq, lp
+    return out
 
 
 def rel_fro(a: Any, ref: Any, rows: int = 8192) -> float:
@@ -450,6 +607,74 @@ def c_call(config: Any) -> Callable:
     return run
 
 
+def build_online_method(env: Env, method: str, args: argparse.Namespace
+                        ) -> "tuple[Optional[Callable], str]":
+    """A function (x, w, inputs) -> loss for an online-teacher method, or (None, why not)."""
+    beta = method_beta(method, args)
+    if method.startswith("liger"):
+        if env.liger_jsd_cls is None:
+            return None, env.liger_jsd_note
+        loss_fn = env.liger_jsd_cls(jsd_beta=beta, temperature=1.0)
+        return (lambda x, w, inp: loss_fn(x, w, inp.xt, inp.wt, None)), ""
+    if env.kljit is None:
+        return None, env.kljit_note
+    return online_c_call(env.torch, beta, args.kljit_dw_accum), ""
+
+
+def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
+    """kljit_fused with KLJIT_TEACHER_DENSE_HIDDEN through ctypes, as c_call does for the dense
+    teacher: the plan made at the first call (the warm-up), with the binding's 'auto' bf16 dW
+    accumulation (kljit._ops.Call._plan's rule); fresh outputs and workspace from torch's
+    allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD.
+    dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum)."""
+    from kljit import _lib, _ops
+    from kljit._checks import WORKSPACE_ALIGN
+
+    made: Dict[str, Any] = {}
+
+    def plan_for(x: Any, w: Any, xt: Any) -> Any:
+        lib = _lib
+        pb = lib.Problem.init(
+            hidden=x.shape[1], vocab=w.shape[0], teacher=lib.TeacherForm.DENSE_HIDDEN,
+            teacher_hidden=xt.shape[1], grad_weight_dtype=lib.DType.BF16,
+            grad_weight_accum=(lib.GradWeightAccum.FP32 if dw_accum == "fp32" else
+                               lib.GradWeightAccum.OUTPUT_DTYPE),
+            divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta)
+        device = x.device.index or 0
+        plan = lib.get_plan(pb, device)
+        rows = x.shape[0]
+        chunks = math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows))
+        if dw_accum == "auto" and chunks > _ops.AUTO_MAX_CHUNKS:
+            pb.grad_weight_accum = lib.GradWeightAccum.FP32
+            plan = lib.get_plan(pb, device)
+        accum = "fp32 buffer" if pb.grad_weight_accum == lib.GradWeightAccum.FP32 else "bf16"
+        log(f"   kljit plan: chunk_rows {plan.chunk_rows()} (a call's chunk may be smaller: "
+            f"kljit_plan_workspace_size), dW accumulated in {accum}, workspace "
+            f"{plan.workspace_size(lib.Mode.FUSED, rows) / 2**20:.0f} MiB")
+        return plan
+
+    def run(x: Any, w: Any, inp: Any) -> Any:
+        if "plan" not in made:
+            made["plan"] = plan_for(x, w, inp.xt)
+            made["size"] = made["plan"].workspace_size(_lib.Mode.FUSED, x.shape[0])
+        plan, size = made["plan"], made["size"]
+        loss = torch.empty((), dtype=torch.float32, device=x.device)
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        raw = torch.empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8, device=x.device)
+        offset = -raw.data_ptr() % WORKSPACE_ALIGN
+        args = _lib.Args.init(rows=x.shape[0], input=x.data_ptr(), weight=w.data_ptr(),
+                              teacher_input=inp.xt.data_ptr(), teacher_weight=inp.wt.data_ptr(),
+                              loss=loss.data_ptr(), grad_input=dx.data_ptr(),
+                              grad_weight=dw.data_ptr(), workspace=raw.data_ptr() + offset,
+                              workspace_size=size)
+        plan.execute(_lib.Mode.FUSED, _ops.stream(x.device), args)
+        del raw
+        x.grad, w.grad = dx, dw
+        return loss.requires_grad_()
+
+    return run
+
+
 def is_oom(e: BaseException) -> bool:
     text = str(e).lower()
     return "out of memory" in text or type(e).__name__ == "OutOfMemoryError"
@@ -510,6 +735,54 @@ def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]
     res.ms = statistics.median(times)
 
 
+def try_reference(compute: Callable[[], Any], sync: Callable[[], None],
+                  empty_cache: Callable[[], None]) -> Any:
+    """compute(), timed and logged; None (no error columns) when it fails."""
+    t0 = time.perf_counter()
+    try:
+        ref = compute()
+        sync()
+    except Exception as e:  # noqa: BLE001 - time the methods anyway, without errors
+        log(f"   float64 reference failed ({type(e).__name__}: {e}); no error columns")
+        gc.collect()
+        empty_cache()
+        return None
+    losses = [ref["loss"]] if "loss" in ref else [r["loss"] for r in ref.values()]
+    log(f"   float64 reference: loss {', '.join(f'{float(x):.6g}' for x in losses)} "
+        f"({time.perf_counter() - t0:.1f} s)")
+    return ref
+
+
+def time_method(env: Env, res: Result, fn: Optional[Callable], why: str, inp: Any,
+                ref: Optional[Dict[str, Any]], args: argparse.Namespace, flush: Any,
+                empty_cache: Callable[[], None]) -> None:
+    """Runs one method into `res` (skipped, OOM and failures recorded, never raised)."""
+    if fn is None:
+        res.status, res.note = "skipped", why
+    else:
+        try:
+            run_method(env, fn, inp, ref, res, args, flush)
+        except Exception as e:  # noqa: BLE001 - record it and go on with the matrix
+            res.status = "OOM" if is_oom(e) else "FAILED"
+            res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
+            res.ms = res.loss_err = res.dx_err = res.dw_err = None
+            res.peak_mb = None
+        del fn
+        gc.collect()
+        empty_cache()
+    log("   " + table_row(res))
+
+
+def with_speedups(group: List[Result], base_of: Callable[[str], str]) -> List[Result]:
+    """Each result's speedup over its base method's time in the same group (when both ran)."""
+    ms = {r.method: r.ms for r in group}
+    for r in group:
+        base = ms.get(base_of(r.method))
+        if r.ms is not None and base is not None:
+            r.speedup = base / r.ms
+    return group
+
+
 def reference(env: Env, inp: Inputs, shape: Shape, args: argparse.Namespace) -> Dict[str, Any]:
     """Loss and gradients in float64 on the GPU (the gradients stay there for the checks)."""
     from kljit import LossConfig
@@ -528,35 +801,37 @@ def fmt(value: Optional[float], spec: str, missing: str = "—") -> str:
     return missing if value is None else format(value, spec)
 
 
-TABLE_HEAD = ("| method | N x H x V | ms | peak MB | x eager | loss rel err | dX rel err | "
-              "dW rel err | first call s | status |")
+TABLE_HEAD = ("| method | N x H x V | logit std | ms | peak MB | x base | loss rel err | "
+              "dX rel err | dW rel err | first call s | status |")
+TABLE_RULE = "|" + "---|" * 11
 
 
 def table_row(r: Result) -> str:
     status = r.status + (f": {r.note}" if r.note else "")
-    return (f"| {r.method} | {r.shape.label()} | {fmt(r.ms, '.2f')} | {fmt(r.peak_mb, '.0f')} | "
+    return (f"| {r.method} | {r.shape.label()} | {fmt(r.std, 'g')} | {fmt(r.ms, '.2f')} | "
+            f"{fmt(r.peak_mb, '.0f')} | "
             f"{fmt(r.speedup, '.2f')} | {fmt(r.loss_err, '.1e')} | {fmt(r.dx_err, '.1e')} | "
             f"{fmt(r.dw_err, '.1e')} | {fmt(r.first_s, '.1f')} | {status} |")
 
 
-CSV_FIELDS = ["method", "shape", "n", "h", "v", "k", "status", "ms", "peak_mb",
-              "speedup_vs_eager", "loss_rel_err", "dx_rel_err", "dw_rel_err", "first_call_s",
-              "note"]
+CSV_FIELDS = ["method", "shape", "n", "h", "v", "k", "logit_std", "logit_std_measured",
+              "status", "ms", "peak_mb", "speedup_vs_base", "loss_rel_err", "dx_rel_err",
+              "dw_rel_err", "first_call_s", "note"]
 
 
 def write_outputs(out: Path, header: List[str], results: List[Result], env: Env) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(header + [TABLE_HEAD, "|" + "---|" * 10]
+    out.write_text("\n".join(header + [TABLE_HEAD, TABLE_RULE]
                              + [table_row(r) for r in results]) + "\n")
     with open(csv_path(out), "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(CSV_FIELDS + list(env.info))
         for r in results:
+            numbers = [fmt(value, spec, "") for value, spec in (
+                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"), (r.loss_err, ".3e"),
+                (r.dx_err, ".3e"), (r.dw_err, ".3e"), (r.first_s, ".2f"))]
             wr.writerow([r.method, r.shape.name, r.shape.n, r.shape.h, r.shape.v, r.shape.k,
-                         r.status] + [fmt(value, spec, "") for value, spec in (
-                             (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"),
-                             (r.loss_err, ".3e"), (r.dx_err, ".3e"), (r.dw_err, ".3e"),
-                             (r.first_s, ".2f"))] + [r.note]
+                         fmt(r.std, "g", ""), r.std_measured, r.status] + numbers + [r.note]
                         + list(env.info.values()))
 
 
@@ -579,10 +854,17 @@ def main(argv: Sequence[str]) -> int:
     all_methods = sorted({m for s in args.shapes for m in methods_for(s, args.methods)})
     env = make_env(args, all_methods)
     header = [f"{k}: {v}" for k, v in env.info.items()]
+    chunk_env = os.environ.get("KLJIT_CHUNK_ROWS", "").strip()
+    chunk_env = f", KLJIT_CHUNK_ROWS {chunk_env}" if chunk_env else ""
     header = ["compare.py — " + ", ".join(header), "",
               f"{args.warmup} warm-up, median of {args.repeats}, "
               f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}; "
               f"teacher probs, T = 1, batchmean, eps {EPS:g}; sparse tail {args.tail}; "
+              f"online teacher (liger_jsd, kljit_jsd: JSD beta {args.beta:g}; *_fkl_online: "
+              f"forward KL; kljit eps 1e-20, dW accumulation {args.kljit_dw_accum}{chunk_env}"
+              f") at logit std "
+              f"{', '.join(f'{x:g}' for x in args.logit_std)}; x base: speedup over eager, "
+              f"or over Liger's method of the same divergence; "
               f"errors against float64 on the same inputs", ""]
     for line in header:
         log(line)
@@ -590,48 +872,41 @@ def main(argv: Sequence[str]) -> int:
     compiled: Dict[str, Any] = {}
     results: List[Result] = []
     for si, shape in enumerate(args.shapes):
-        log(f"== {shape.label()}: making inputs")
-        inp = Inputs(torch, shape, args.seed + si, args.device)
-        ref = None
-        if not args.no_reference:
-            t0 = time.perf_counter()
-            try:
-                ref = reference(env, inp, shape, args)
-                sync()
-                log(f"   float64 reference: loss {float(ref['loss']):.6g} "
-                    f"({time.perf_counter() - t0:.1f} s)")
-            except Exception as e:  # noqa: BLE001 - time the methods anyway, without errors
-                log(f"   float64 reference failed ({type(e).__name__}: {e}); no error columns")
-                ref = None
-                gc.collect()
-                empty_cache()
-        eager_ms = None
-        for method in methods_for(shape, args.methods):
-            res = Result(method, shape)
-            fn, why = build_method(env, method, shape, args, compiled)
-            if fn is None:
-                res.status, res.note = "skipped", why
-            else:
-                try:
-                    run_method(env, fn, inp, ref, res, args, flush)
-                except Exception as e:  # noqa: BLE001 - record it and go on with the matrix
-                    res.status = "OOM" if is_oom(e) else "FAILED"
-                    res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
-                    res.ms = res.loss_err = res.dx_err = res.dw_err = None
-                    res.peak_mb = None
-                del fn
-                gc.collect()
-                empty_cache()
-            if method == "eager" and res.ms is not None:
-                eager_ms = res.ms
-            if res.ms is not None and eager_ms is not None:
-                res.speedup = eager_ms / res.ms
-            results.append(res)
-            log("   " + table_row(res))
-        del inp, ref
-        gc.collect()
-        empty_cache()
-    print("\n".join(header + [TABLE_HEAD, "|" + "---|" * 10] + [table_row(r) for r in results]))
+        classic, online = split_methods(methods_for(shape, args.methods))
+        if classic:
+            log(f"== {shape.label()}: making inputs")
+            inp = Inputs(torch, shape, args.seed + si, args.device)
+            ref = None if args.no_reference else try_reference(
+                lambda: reference(env, inp, shape, args), sync, empty_cache)
+            group = [Result(m, shape) for m in classic]
+            for res in group:
+                fn, why = build_method(env, res.method, shape, args, compiled)
+                time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
+            results += with_speedups(group, lambda m: "eager")
+            del inp, ref
+            gc.collect()
+            empty_cache()
+        for std in (args.logit_std if online else []):
+            log(f"== {shape.label()}, online teacher, logit std {std:g}: making inputs")
+            if shape.sparse:
+                results += [Result(m, shape, status="skipped", std=std,
+                                   note="the online teacher is dense") for m in online]
+                continue
+            inp = OnlineInputs(torch, shape, args.seed + si, std, args.device)
+            log(f"   measured logit std (student/teacher): {inp.measured()}")
+            betas = sorted({method_beta(m, args) for m in online})
+            refs = None if args.no_reference else try_reference(
+                lambda: online_reference(torch, inp, betas), sync, empty_cache)
+            group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
+            for res in group:
+                fn, why = build_online_method(env, res.method, args)
+                ref = refs[method_beta(res.method, args)] if refs else None
+                time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
+            results += with_speedups(group, lambda m: "liger_" + m.split("_", 1)[1])
+            del inp, refs, ref
+            gc.collect()
+            empty_cache()
+    print("\n".join(header + [TABLE_HEAD, TABLE_RULE] + [table_row(r) for r in results]))
     if args.out:
         write_outputs(args.out, header, results, env)
         log(f"wrote {args.out} and {csv_path(args.out)}")

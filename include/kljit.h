@@ -378,8 +378,9 @@ KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
 
 /* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). A
  * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe), at most a
- * quarter of its rows rounded up to 256 (KLJIT_CHUNK_ROWS sets it exactly): a short call's
- * chunk logits stay small. */
+ * quarter of its rows (an eighth with the online teacher, whose chunk holds its logits too)
+ * rounded up to 256 (KLJIT_CHUNK_ROWS sets it exactly): a short call's chunk logits stay
+ * small. */
 typedef enum kljit_mode {
   KLJIT_MODE_FUSED = 1,     /* kljit_fused                   */
   KLJIT_MODE_FORWARD = 2,   /* kljit_forward (two-phase)     */

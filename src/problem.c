@@ -389,8 +389,12 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
    * fp32 accumulator, which costs more than the smaller chunk saves (measured on the H200,
    * bench/RESULTS.md run 22: 2048 x 4096 x 128256 with fp32 dW took 12.58 ms capped, 9.12 ms
    * not). Only a 16-bit dW accumulated in place (4 V H bytes a chunk, and the lean-memory
-   * setting the binding picks) takes the cap; the context's options may fix the chunk (plan.c). */
-  g->chunk_cap = pb->grad_weight_dtype != KLJIT_FP32 && !g->dw_workspace;
+   * setting the binding picks) takes the cap; the context's options may fix the chunk (plan.c).
+   * The online teacher's chunk holds its fp32 logits beside the student's: half the rows keep
+   * the same bytes (prob_chunk_rows). */
+  g->chunk_cap = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
+                 : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 8
+                                                                      : 4;
   /* the dense row kernels' TEACHER: the online teacher's logits are a logits teacher's */
   const kljit_teacher_form form =
       pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher;
@@ -459,13 +463,15 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
 /* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
  * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
  * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
- * fatter one. Long calls keep the tuned chunk
- * (the cap only bites below 4 chunk_rows tokens); where dW accumulates in fp32 (g->chunk_cap
+ * fatter one; the online teacher's two fp32 buffers a row, capped at an eighth, take as much.
+ * Long calls keep the tuned chunk
+ * (the cap only bites below chunk_cap x chunk_rows tokens); where dW accumulates in fp32 (g->chunk_cap
  * is 0) or the context's options set the chunk size (chunk_rows, KLJIT_CHUNK_ROWS), the
  * tuning's chunk is kept. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
   if (!g->chunk_cap) return g->tune.chunk_rows;
-  int64_t cap = ((rows + 3) / 4 + 255) / 256 * 256;
+  const int64_t k = g->chunk_cap;
+  int64_t cap = ((rows + k - 1) / k + 255) / 256 * 256;
   return g->tune.chunk_rows < cap ? g->tune.chunk_rows : cap;
 }
 

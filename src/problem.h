@@ -70,7 +70,8 @@ typedef struct prob_geometry {
   int grad_in_place;          /* G overwrites Z (always, now: same dtype, or 16-bit over fp32) */
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
-  int chunk_cap;              /* a call's chunk is capped at a quarter of its rows */
+  int chunk_cap;              /* 0, or k: a call's chunk is capped at 1/k of its rows (4; 8
+                               * with the online teacher: two fp32 logit buffers a row) */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
@@ -92,8 +93,8 @@ prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
                                 prob_geometry *g);
 
-/* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most a quarter of the
- * rows rounded up to 256 (at least 256) where g->chunk_cap. */
+/* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most rows / g->chunk_cap
+ * rounded up to 256 (at least 256) where g->chunk_cap is not 0. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
 
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_chunk.c — a call's chunk and workspace without a GPU: with a 16-bit dW accumulated in
- * place, the chunk is the tuning's but at most a quarter of the call's rows (rounded up to
- * 256), so a short call's workspace stays under the N x V x 2 bytes a chunked autograd loss
- * (Liger's) holds for the same call; an fp32 dW, long calls and a chunk size the context's
- * options fix keep the tuning's chunk. */
+ * place, the chunk is the tuning's but at most a quarter of the call's rows (an eighth with the
+ * online teacher, whose fp32 logits share the chunk), rounded up to 256, so a short call's
+ * workspace stays under the N x V x 2 bytes a chunked autograd loss (Liger's) holds for the
+ * same call; an fp32 dW, long calls and a chunk size the context's options fix keep the
+ * tuning's chunk. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,6 +15,14 @@
 static kljit_problem dense(int64_t hidden, int64_t vocab) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = hidden, pb.vocab = vocab;
+  return pb;
+}
+
+/* Liger's fused JSD with an online teacher (issue 19's bars): the JSD, teacher head [V, H]. */
+static kljit_problem online(int64_t hidden, int64_t vocab) {
+  kljit_problem pb = dense(hidden, vocab);
+  pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = hidden;
+  pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
   return pb;
 }
 
@@ -39,23 +48,46 @@ static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
   return TH_PASS;
 }
 
+static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
+  kljit_problem pb = online(2048, 32000);
+  pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  const prob_tuning t = prob_estimate(&pb, 132, 90);
+  prob_geometry g;
+  TH_OK(prob_geometry_make(&pb, &t, &g));
+  const int64_t T = t.chunk_rows;
+  TH_CHECK(T >= 2048);
+  TH_CHECK(prob_chunk_rows(&g, 8192) == 1024);
+  TH_CHECK(prob_chunk_rows(&g, 8193) == 1280); /* ceil(8193 / 8) = 1025, up to 1280 */
+  TH_CHECK(prob_chunk_rows(&g, 1000) == 256);
+  TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T);
+  /* the dense teacher's chunk for the same call: a quarter */
+  kljit_problem d = dense(2048, 32000);
+  d.grad_weight_dtype = KLJIT_BF16, d.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  const prob_tuning td = prob_estimate(&d, 132, 90);
+  TH_OK(prob_geometry_make(&d, &td, &g));
+  TH_CHECK(prob_chunk_rows(&g, 8192) == 2048);
+  return TH_PASS;
+}
+
 /* Liger's five dense shapes: kljit's fused workspace (bf16, fp32 logits, dW in bf16) stays
- * below N x V x 2 bytes, what Liger keeps beyond the gradients (bench/RESULTS.md). */
+ * below N x V x 2 bytes, what Liger keeps beyond the gradients (bench/RESULTS.md); with the
+ * online teacher too (its logits in the workspace), at issue 19's two shapes and the rest. */
 static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
   const int64_t shapes[][3] = {{8192, 4096, 128256}, {4096, 4096, 128256},
                                {2048, 4096, 128256}, {8192, 2048, 32000}, {4096, 2048, 32000}};
-  for (int i = 0; i < 5; i++) {
-    kljit_problem pb = dense(shapes[i][1], shapes[i][2]);
+  for (int i = 0; i < 10; i++) {
+    const int64_t *s = shapes[i % 5];
+    kljit_problem pb = i < 5 ? dense(s[1], s[2]) : online(s[1], s[2]);
     pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
     const prob_tuning t = prob_estimate(&pb, 132, 90);
     prob_geometry g;
     TH_OK(prob_geometry_make(&pb, &t, &g));
-    const int64_t n = shapes[i][0];
+    const int64_t n = s[0];
     const size_t ws = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, n).total;
     const size_t liger = (size_t)n * (size_t)pb.vocab * 2;
     if (!(ws < liger))
-      fprintf(stderr, "%lld x %lld x %lld: workspace %zu bytes, N V 2 = %zu\n", (long long)n,
-              (long long)pb.hidden, (long long)pb.vocab, ws, liger);
+      fprintf(stderr, "%lld x %lld x %lld%s: workspace %zu bytes, N V 2 = %zu\n", (long long)n,
+              (long long)pb.hidden, (long long)pb.vocab, i < 5 ? "" : " online", ws, liger);
     TH_CHECK(ws < liger);
   }
   return TH_PASS;
@@ -64,6 +96,8 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
 static const th_case cases[] = {
     {"a_short_call_chunks_at_a_quarter_of_its_rows",
      a_short_call_chunks_at_a_quarter_of_its_rows},
+    {"an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows",
+     an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows},
     {"a_short_calls_workspace_stays_under_n_v_bf16_values",
      a_short_calls_workspace_stays_under_n_v_bf16_values},
 };

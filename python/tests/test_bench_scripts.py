@@ -115,6 +115,20 @@ class CompareTest(unittest.TestCase):
                          ["eager", "kljit_fused", "kljit_two_phase"])
         self.assertEqual(compare.csv_path(Path("a/b.md")), Path("a/b.csv"))
 
+    def test_compare_parses_the_online_teacher_options(self) -> None:
+        compare = load_script("compare")
+        self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
+        self.assertEqual(compare.split_methods(["liger_jsd", "eager", "kljit_fkl_online"]),
+                         (["eager"], ["liger_jsd", "kljit_fkl_online"]))
+        self.assertEqual(compare.parse_stds("2,6,12,6"), [2.0, 6.0, 12.0])
+        for bad in ("", "0", "-1", "a,2"):
+            with self.assertRaises(Exception, msg=bad):
+                compare.parse_stds(bad)
+        args = compare.parse_args(["--beta", "0.25"])
+        self.assertEqual((compare.method_beta("kljit_jsd", args),
+                          compare.method_beta("liger_fkl_online", args)), (0.25, 0.0))
+        self.assertEqual(args.logit_std, [3.0])
+
     def test_compare_dry_run_needs_neither_torch_nor_a_gpu(self) -> None:
         out = out_dir("compare-dry") / "cmp.md"
         r = run_script("compare", "--dry-run", "--out", str(out), block="torch")
@@ -123,6 +137,11 @@ class CompareTest(unittest.TestCase):
         self.assertIn("65536 x 2048 x 151936, top-100: eager, kljit_fused, kljit_two_phase",
                       r.stdout)
         self.assertFalse(out.exists())
+        r = run_script("compare", "--dry-run", "--shapes", "8192x2048x32000", "--methods",
+                       "online", "--logit-std", "2,12", block="torch")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("8192 x 2048 x 32000, online teacher, logit std 2, 12: liger_jsd, "
+                      "kljit_jsd, liger_fkl_online, kljit_fkl_online", r.stdout)
         r = run_script("compare", "--shapes", "12x3")
         self.assertEqual(r.returncode, 2)
         self.assertIn("bad shape", r.stderr)
