@@ -146,8 +146,8 @@ typedef enum kljit_teacher_form {
   KLJIT_TEACHER_SPARSE_TOPK = 4,    /* teacher_ids[N,K], teacher_values[N,K]: top-K of p    */
   /* An online teacher head: zt = teacher_input[N,Ht] teacher_weight[Vt,Ht]^T (+ teacher_bias
    * with KLJIT_FLAG_TEACHER_BIAS), then as DENSE_LOGITS (teacher softcap and temperature); no
-   * gradient flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they never
-   * leave the chunk buffer); teacher_dtype is that of teacher_input and teacher_weight. */
+   * gradient flows to the teacher. One more GEMM per chunk (fp32 logits in the workspace: they
+   * never leave the chunk buffer); teacher_dtype is that of teacher_input and teacher_weight. */
   KLJIT_TEACHER_DENSE_HIDDEN = 5
 } kljit_teacher_form;
 

@@ -74,7 +74,8 @@ static void put_int(cursor *t, long long x) {
 
 void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
   /* wisdom keys name the four forms that have wisdom (the online teacher has none yet) */
-  const int t = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
+  const int t =
+      pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
   cursor k = {out, 0, WISDOM_PROBLEM_MAX};
   put(&k, "V="), put_int(&k, (long long)pb->vocab);
   put(&k, " H="), put_int(&k, (long long)pb->hidden);
