@@ -643,7 +643,7 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
         device = x.device.index or 0
         plan = lib.get_plan(pb, device)
         rows = x.shape[0]
-        chunks = math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows))
+        chunks = math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows, online=True))
         if dw_accum == "auto" and chunks > _ops.AUTO_MAX_CHUNKS:
             pb.grad_weight_accum = lib.GradWeightAccum.FP32
             plan = lib.get_plan(pb, device)
