@@ -4,8 +4,8 @@
  *
  * Invariants:
  *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every set
- *    wisdom_parse returns hold at most one entry per identity, in identity order. Merging keeps the higher rigor, then the lower time
- *    per token, then the entry already there.
+ *    wisdom_parse returns hold at most one entry per identity, in identity order. Merging
+ *    keeps the higher rigor, then the lower time per token, then the entry already there.
  *  - Every entry in a set has passed prob_validate (its problem) and prob_geometry_make (its
  *    tuning): wisdom can make a plan slow, never make it index out of range.
  *  - A text is accepted or rejected whole: a bad header (foreign, other format, other kljit

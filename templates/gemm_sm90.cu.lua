@@ -39,8 +39,8 @@
 %--             seen every full stage of its tile (a warpgroup waiting a whole tile ahead would
 %--             read a stage's parity one phase early).
 %--
-%-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1); grid = CLUSTER x min(tiles
-%-- of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
+%-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1);
+%-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
 %-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
 %-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
 %-- (nt, nn: dims {K, M}, box {64, BM}; tn: dims {M, K}, box {64, 64}) and B (nt: dims {K, N},
