@@ -215,6 +215,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "(bf16 in place up to 8 chunks, else an fp32 V x H buffer); with "
                         "KLJIT_CHUNK_ROWS set, 'bf16' is the lean-memory setting (Liger's: bf16 "
                         "across every chunk)")
+    p.add_argument("--alternate", type=lambda t: [] if t == "none" else t.split(","),
+                   default=["kljit_fused", "kljit_c"],
+                   help="methods of a shape timed round-robin, step by step, after all "
+                        "are warmed up (default kljit_fused,kljit_c: the binding against its C "
+                        "call; 'none': each method's runs back to back)")
+    p.add_argument("--prefill-us", type=float, default=0.0,
+                   help="GPU sleep queued before each timed step's start event, in "
+                        "microseconds: the host enqueues the step while the GPU is busy (as "
+                        "behind a model's forward), hiding host time before the first kernel")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the float64 reference (no error columns)")
     p.add_argument("--dry-run", action="store_true",
@@ -311,6 +320,7 @@ class Env:
     liger_jsd_cls: Any = None
     liger_jsd_note: str = ""
     info: Dict[str, str] = field(default_factory=dict)
+    info_cache: Dict[str, float] = field(default_factory=dict)
 
 
 def log(msg: str) -> None:
@@ -503,6 +513,7 @@ def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> D
     w, wt = inp.w.to(f64), inp.wt.to(f64)
     out = {b: {"loss": torch.zeros((), dtype=f64, device=w.device),
                "grad_input": torch.empty(n, h, dtype=f64, device=w.device),
+               "grad_input_g16": torch.empty(n, h, dtype=f64, device=w.device),
                "grad_weight": torch.zeros(v, h, dtype=f64, device=w.device)} for b in betas}
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
@@ -515,6 +526,8 @@ def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> D
             o = out[b]
             o["loss"] += rows.sum() / n
             o["grad_input"][i0:i1] = grad @ w
+            # the floor of one low-precision GEMM: G rounded to the inputs' dtype, exact sum
+            o["grad_input_g16"][i0:i1] = grad.to(inp.x.dtype).to(f64) @ w
             o["grad_weight"].addmm_(grad.T, xc)
             del rows, grad
         del xc, lq, lp
@@ -680,9 +693,9 @@ def is_oom(e: BaseException) -> bool:
     return "out of memory" in text or type(e).__name__ == "OutOfMemoryError"
 
 
-def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]],
-               res: Result, args: argparse.Namespace, flush: Any) -> None:
-    """Warm-up, one checked run with its peak memory, then the timed runs; fills `res`."""
+def prepare_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]],
+                   res: Result, args: argparse.Namespace) -> Callable[[], Any]:
+    """Warm-up and one checked run with its peak memory (into `res`); returns the step."""
     torch = env.torch
     cuda = env.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -717,22 +730,58 @@ def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]
         res.dx_err = rel_fro(x.grad, ref["grad_input"])
         res.dw_err = rel_fro(w.grad, ref["grad_weight"])
     del loss
-    times = []
+    return step
+
+
+def sleep_cycles(env: Env, us: float) -> int:
+    """torch.cuda._sleep's argument for `us` microseconds of GPU time (measured once)."""
+    torch = env.torch
+    if "cycles_per_us" not in env.info_cache:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        env.info_cache["cycles_per_us"] = 10_000_000 / (1e3 * start.elapsed_time(end))
+    return int(us * env.info_cache["cycles_per_us"])
+
+
+def time_steps(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Namespace,
+               flush: Any) -> List[float]:
+    """The median ms of each step, timed round-robin (step 0, 1, ..., 0, 1, ...) `repeats`
+    times: CUDA events around the step, L2 flushed before each, --prefill-us of GPU sleep
+    queued before the start event (the host then enqueues while the GPU is busy, as behind a
+    model's forward)."""
+    torch = env.torch
+    cuda = env.device == "cuda"
+    times: List[List[float]] = [[] for _ in steps]
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        sleep = sleep_cycles(env, args.prefill_us) if args.prefill_us > 0 else 0
     for i in range(args.repeats):
-        flush.fill_(i & 0x7F)
-        if cuda:
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append(1e3 * (time.perf_counter() - t0))
-    res.ms = statistics.median(times)
+        for k, step in enumerate(steps):
+            flush.fill_(i & 0x7F)
+            if cuda:
+                if sleep:
+                    torch.cuda._sleep(sleep)
+                start.record()
+                step()
+                end.record()
+                end.synchronize()
+                times[k].append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                step()
+                times[k].append(1e3 * (time.perf_counter() - t0))
+    return [statistics.median(t) for t in times]
+
+
+def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]],
+               res: Result, args: argparse.Namespace, flush: Any) -> None:
+    """Warm-up, one checked run with its peak memory, then the timed runs; fills `res`."""
+    step = prepare_method(env, fn, inp, ref, res, args)
+    res.ms = time_steps(env, [step], args, flush)[0]
 
 
 def try_reference(compute: Callable[[], Any], sync: Callable[[], None],
@@ -771,6 +820,41 @@ def time_method(env: Env, res: Result, fn: Optional[Callable], why: str, inp: An
         gc.collect()
         empty_cache()
     log("   " + table_row(res))
+
+
+def time_alternately(env: Env, group: List[Result], fns: List["tuple[Optional[Callable], str]"],
+                     inp: Any, ref: Optional[Dict[str, Any]], args: argparse.Namespace,
+                     flush: Any, empty_cache: Callable[[], None]) -> None:
+    """Methods whose times are compared closely (--alternate: the binding and its C call),
+    each warmed up and checked, then timed round-robin, step by step, so that the GPU's clock
+    and the order of the runs weigh on each alike."""
+    ready: List[Result] = []
+    steps: List[Callable[[], Any]] = []
+    for res, (fn, why) in zip(group, fns):
+        if fn is None:
+            res.status, res.note = "skipped", why
+            continue
+        try:
+            steps.append(prepare_method(env, fn, inp, ref, res, args))
+            ready.append(res)
+        except Exception as e:  # noqa: BLE001 - record it and go on with the others
+            res.status = "OOM" if is_oom(e) else "FAILED"
+            res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
+            res.ms = res.loss_err = res.dx_err = res.dw_err = res.peak_mb = None
+    if steps:
+        try:
+            for res, ms in zip(ready, time_steps(env, steps, args, flush)):
+                res.ms = ms
+                res.note = "timed alternately with " + ", ".join(
+                    r.method for r in ready if r is not res)
+        except Exception as e:  # noqa: BLE001
+            for res in ready:
+                res.status, res.note = "FAILED", f"{type(e).__name__}: {e}"[:300]
+    del steps, fns
+    gc.collect()
+    empty_cache()
+    for res in group:
+        log("   " + table_row(res))
 
 
 def with_speedups(group: List[Result], base_of: Callable[[str], str]) -> List[Result]:
@@ -858,7 +942,9 @@ def main(argv: Sequence[str]) -> int:
     chunk_env = f", KLJIT_CHUNK_ROWS {chunk_env}" if chunk_env else ""
     header = ["compare.py — " + ", ".join(header), "",
               f"{args.warmup} warm-up, median of {args.repeats}, "
-              f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}; "
+              f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}"
+              f"{f', {args.prefill_us:g} us GPU prefill' if args.prefill_us > 0 else ''}; "
+              f"{' and '.join(args.alternate) + ' timed alternately; ' if args.alternate else ''}"
               f"teacher probs, T = 1, batchmean, eps {EPS:g}; sparse tail {args.tail}; "
               f"online teacher (liger_jsd, kljit_jsd: JSD beta {args.beta:g}; *_fkl_online: "
               f"forward KL; kljit eps 1e-20, dW accumulation {args.kljit_dw_accum}{chunk_env}"
@@ -879,9 +965,14 @@ def main(argv: Sequence[str]) -> int:
             ref = None if args.no_reference else try_reference(
                 lambda: reference(env, inp, shape, args), sync, empty_cache)
             group = [Result(m, shape) for m in classic]
+            paired = [r for r in group if r.method in args.alternate]
             for res in group:
-                fn, why = build_method(env, res.method, shape, args, compiled)
-                time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
+                if len(paired) < 2 or res not in paired:
+                    fn, why = build_method(env, res.method, shape, args, compiled)
+                    time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
+            if len(paired) >= 2:
+                fns = [build_method(env, r.method, shape, args, compiled) for r in paired]
+                time_alternately(env, paired, fns, inp, ref, args, flush, empty_cache)
             results += with_speedups(group, lambda m: "eager")
             del inp, ref
             gc.collect()
@@ -897,6 +988,12 @@ def main(argv: Sequence[str]) -> int:
             betas = sorted({method_beta(m, args) for m in online})
             refs = None if args.no_reference else try_reference(
                 lambda: online_reference(torch, inp, betas), sync, empty_cache)
+            for b, r in (refs or {}).items():
+                dx, low = r["grad_input"], inp.x.dtype
+                log(f"   dX floor (beta {b:g}): output rounded to {str(low)[6:]} "
+                    f"{rel_fro(dx.to(low), dx):.4e}; G and output rounded "
+                    f"{rel_fro(r.pop('grad_input_g16').to(low), dx):.4e} (any method with one "
+                    f"{str(low)[6:]} G GEMM, exactly summed)")
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
             for res in group:
                 fn, why = build_online_method(env, res.method, args)
