@@ -83,6 +83,11 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
+def _layout(t: Optional[Tensor]) -> Any:
+    """What a tensor's checks depend on: shape, dtype, device, strides, 16-byte alignment."""
+    return None if t is None else (t.shape, t.dtype, t.device, t.stride(), t.data_ptr() & 15)
+
+
 class Checked:
     """What a call's signature fixes, worked out once and reused by every call with that
     signature (Call.make): the checked spec, the plan, the kljit_args of the call with every
@@ -141,9 +146,11 @@ class Call:
         """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
         dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
         check_call and the plan lookup, which cost a short call more than the C call does."""
-        sig = (key, temperature, main_grad, _lib.plan_cache_generation(), tuple(
-            None if t is None else (t.shape, t.dtype, t.device, t.stride(), t.data_ptr() % 16)
-            for t in (input, weight, bias, teacher, ids, values, labels, teacher_weight)))
+        sig = (key, temperature, main_grad, _lib.plan_cache_generation(), _layout(input),
+               _layout(weight), _layout(teacher), None if bias is None else _layout(bias),
+               None if ids is None else _layout(ids), None if values is None else _layout(values),
+               None if labels is None else _layout(labels),
+               None if teacher_weight is None else _layout(teacher_weight))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
                    teacher_weight=teacher_weight, main_grad=main_grad)
@@ -211,13 +218,22 @@ class Call:
         """dX (input dtype), dW and db (the stored weight's dtype) as wanted, pointed to by
         args; empty tensors for the others."""
         x = self.tensors[0]
-        dx = torch.empty_like(x, memory_format=torch.contiguous_format) if want_dx else _empty(x)
         want_w = want_dw or (want_db and bias is not None)
-        dw = (torch.empty_like(weight, memory_format=torch.contiguous_format) if want_w
-              else _empty(weight))
-        db = (torch.empty_like(bias, memory_format=torch.contiguous_format)
-              if want_w and bias is not None else _empty(weight))
-        args.grad_input, args.grad_weight, args.grad_bias = _ptr(dx), _ptr(dw), _ptr(db)
+        if want_dx:
+            dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+            args.grad_input = dx.data_ptr()  # N, H >= 1: never empty
+        else:
+            dx = _empty(x)
+        if want_w:
+            dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
+            args.grad_weight = dw.data_ptr()
+        else:
+            dw = _empty(weight)
+        if want_w and bias is not None:
+            db = torch.empty_like(bias, memory_format=torch.contiguous_format)
+            args.grad_bias = db.data_ptr()
+        else:
+            db = _empty(weight)
         args.flags = (0 if want_dx else EXEC_NO_GRAD_INPUT) | (0 if want_w else
                                                                EXEC_NO_GRAD_WEIGHT)
         return dx, dw, db
@@ -401,6 +417,26 @@ class FusedFunction(torch.autograd.Function):
             return _fused_backward_into_main(ctx, grad_loss, dx, dw, db)
         scale_grads_impl(ctx.plan, grad_loss, dx, dw, db, ctx.rows, ctx.grad_scale)
         return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, dw, db)
+
+
+class FusedNode(torch.autograd.Function):
+    """FusedFunction's node for a call that already ran: the eager binding enqueues
+    kljit_fused first (fused_impl) and makes the autograd node after, so the GPU starts
+    before autograd's bookkeeping (host time a short call cannot hide). Inputs: only the
+    tensors that can get a gradient (input, weight, bias); `done` = (loss, dx, dw, db, plan,
+    grad_scale, mains), which autograd does not look into. Backward is FusedFunction's."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                done: Tuple[Any, ...]) -> Tensor:
+        loss, dx, dw, db, plan, grad_scale, mains = done
+        ctx.stash = (dx, dw, db)
+        ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
+        ctx.has_bias = bias is not None
+        ctx.mains = mains
+        return loss
+
+    backward = FusedFunction.backward
 
 
 @torch.library.custom_op("kljit::fused", mutates_args=())
@@ -598,6 +634,28 @@ class TwoPhaseFunction(torch.autograd.Function):
         loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
                                      teacher_values, labels, key, temperature, teacher_weight,
                                      mains is not None)
+        ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
+                              labels, teacher_weight, saved)
+        ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
+        ctx.mains = mains
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
+        return _two_phase_backward_with(two_phase_grads_impl, ctx, grad_loss)
+
+
+class TwoPhaseNode(torch.autograd.Function):
+    """TwoPhaseFunction's node for a forward that already ran (as FusedNode): `done` =
+    (loss, saved, key, temperature, grad_scale, mains); the teacher tensors are inputs here
+    only to be saved for backward's recomputation (they get no gradient)."""
+
+    @staticmethod
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
+                teacher_values: Optional[Tensor], labels: Optional[Tensor],
+                teacher_weight: Optional[Tensor], done: Tuple[Any, ...]) -> Tensor:
+        loss, saved, key, temperature, grad_scale, mains = done
         ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
                               labels, teacher_weight, saved)
         ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
