@@ -514,6 +514,7 @@ def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> D
     out = {b: {"loss": torch.zeros((), dtype=f64, device=w.device),
                "grad_input": torch.empty(n, h, dtype=f64, device=w.device),
                "grad_input_g16": torch.empty(n, h, dtype=f64, device=w.device),
+               "grad_input_mm16": torch.empty(n, h, dtype=inp.x.dtype, device=w.device),
                "grad_weight": torch.zeros(v, h, dtype=f64, device=w.device)} for b in betas}
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
@@ -526,8 +527,12 @@ def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> D
             o = out[b]
             o["loss"] += rows.sum() / n
             o["grad_input"][i0:i1] = grad @ w
-            # the floor of one low-precision GEMM: G rounded to the inputs' dtype, exact sum
-            o["grad_input_g16"][i0:i1] = grad.to(inp.x.dtype).to(f64) @ w
+            # the floor of one low-precision GEMM: G rounded to the inputs' dtype, exact sum;
+            # and that G through torch's own GEMM in the inputs' dtype (fp32 accumulation)
+            g16 = grad.to(inp.x.dtype)
+            o["grad_input_g16"][i0:i1] = g16.to(f64) @ w
+            o["grad_input_mm16"][i0:i1] = g16 @ inp.w
+            del g16
             o["grad_weight"].addmm_(grad.T, xc)
             del rows, grad
         del xc, lq, lp
@@ -993,7 +998,8 @@ def main(argv: Sequence[str]) -> int:
                 log(f"   dX floor (beta {b:g}): output rounded to {str(low)[6:]} "
                     f"{rel_fro(dx.to(low), dx):.4e}; G and output rounded "
                     f"{rel_fro(r.pop('grad_input_g16').to(low), dx):.4e} (any method with one "
-                    f"{str(low)[6:]} G GEMM, exactly summed)")
+                    f"{str(low)[6:]} G GEMM, exactly summed); that G through torch's "
+                    f"{str(low)[6:]} GEMM {rel_fro(r.pop('grad_input_mm16'), dx):.4e}")
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
             for res in group:
                 fn, why = build_online_method(env, res.method, args)
