@@ -111,6 +111,33 @@ def _autocast_teacher(input: Any, teacher_input: Any, teacher_weight: Any) -> "t
     return cast(teacher_input), cast(teacher_weight)
 
 
+_Tensor = torch.Tensor
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
+def _fused_dense_fast(input: Any, weight: Any, teacher: Any, temperature: Optional[float],
+                      config: LossConfig) -> Optional[torch.Tensor]:
+    """The usual eager call, [N, H] input, [V, H] weight, [N, V] teacher, a fused config, no
+    autocast, no bias or labels: the loss, or None for the general path (which also gives
+    every error). Exactly what the general path does for it, in fewer host steps (each costs a
+    short call host time before its first kernel)."""
+    if (_any_autocast is None or _any_autocast() or type(input) is not _Tensor
+            or type(weight) is not _Tensor or type(teacher) is not _Tensor
+            or input.dim() != 2 or teacher.dim() != 2 or config.mode != "fused"
+            or config.teacher == "dense_hidden" or torch.compiler.is_compiling()
+            or torch._C._are_functorch_transforms_active()):
+        return None
+    grad = torch.is_grad_enabled()
+    want_dx = grad and input.requires_grad
+    want_dw = grad and weight.requires_grad
+    temp = math.nan if temperature is None else float(temperature)
+    (loss, dx, dw, db), plan = _ops.fused_impl(input, weight, None, teacher, None, None, None,
+                                               config.key, temp, 1.0, want_dx, want_dw, None)
+    if want_dx or want_dw:
+        loss = _FUSED_NODE(input, weight, None, (loss, dx, dw, db, plan, 1.0, None))
+    return loss
+
+
 def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         teacher: Optional[torch.Tensor] = None, *,
                         bias: Optional[torch.Tensor] = None,
@@ -162,6 +189,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     or ValueError for bad arguments (naming them) and kljit.KljitError when the library
     refuses the call (status name and kljit_last_error()).
     """
+    if (config is not None and bias is None and labels is None and teacher_ids is None
+            and teacher_values is None and teacher_input is None and teacher_weight is None
+            and grad_scale is None and accumulate_into_main_grad is False and not options):
+        loss = _fused_dense_fast(input, weight, teacher, temperature, config)
+        if loss is not None:
+            return loss
     if config is None:
         # Without a config, temperature is the loss's T (constant or, with
         # temperature_mode='runtime', this call's).

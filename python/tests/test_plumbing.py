@@ -384,6 +384,33 @@ class PlumbingTest(unittest.TestCase):
             self.kljit.fused_linear_kl_div(inp["x"], inp["w"], inp["teacher"], teacher_input=xt,
                                            teacher_weight=wt)
 
+    def test_the_fast_path_of_the_usual_call_matches_the_general_path(self) -> None:
+        from kljit import functional
+
+        t = self.torch
+        config = _checks.LossConfig(mode="fused")
+        for temperature in (None, 1.0):
+            fast, slow = self.inputs(), self.inputs()
+            with mock.patch.object(functional, "_autocast",
+                                   side_effect=AssertionError("general path taken")):
+                loss = functional.fused_linear_kl_div(fast["x"], fast["w"], fast["teacher"],
+                                                      temperature=temperature, config=config)
+            (loss * 0.7).backward()
+            # a bias of zeros that needs no gradient: the general path, the same loss
+            zero = t.zeros(40)
+            want = functional.fused_linear_kl_div(slow["x"], slow["w"], slow["teacher"],
+                                                  bias=zero, temperature=temperature,
+                                                  config=config)
+            (want * 0.7).backward()
+            self.assert_close(loss, want, "fast path loss")
+            self.assert_close(fast["x"].grad, slow["x"].grad, "fast path dX")
+            self.assert_close(fast["w"].grad, slow["w"].grad, "fast path dW")
+        # what the fast path does not take goes the general way: [B, T, H] input, autocast
+        three = self.inputs(n=6)
+        loss = functional.fused_linear_kl_div(three["x"].view(2, 3, 8), three["w"],
+                                              three["teacher"].view(2, 3, 40), config=config)
+        self.assert_close(loss, want, "[B, T, H] loss")
+
     def test_the_online_teacher_compiles_through_the_custom_ops(self) -> None:
         t = self.torch
         import torch._dynamo
