@@ -24,7 +24,9 @@ probabilities, T = 1, batchmean, eps 1e-10; or the sparse top-K teacher, tail 'n
                    fp32 buffer).
   kljit_c          the same kljit_fused call without the binding's autograd and custom ops:
                    the plan, outputs and workspace the binding would use, one C call per step
-                   (what kljit_fused is measured against: the binding's overhead).
+                   (what kljit_fused is measured against: the binding's overhead). The two
+                   are timed alternately, step by step, after both are warmed up
+                   (--alternate; 'none' times every method's runs back to back).
   kljit_two_phase  kljit through the binding, mode='two_phase' (forward, then backward).
 Opt-in (--methods), for like-for-like dW accumulation: liger_accum_fp32 (Liger with
 accum_dtype=torch.float32), kljit_fused_accum_fp32 (kljit with grad_weight_accum='fp32': a
@@ -69,7 +71,10 @@ Per method: warm-up runs, then one run whose peak memory is recorded
 reference are not counted; kljit's workspace is, being a torch tensor; memory cuBLAS or Triton
 take outside torch's allocator is not) and whose loss and gradients are checked, then
 `repeats` timed runs (CUDA events around forward + backward, L2 flushed by a 256 MiB memset
-before each, median). A method that runs out of memory is recorded as OOM and the run goes on.
+before each, median; --prefill-us queues that much GPU sleep before each start event, so host
+time before the first kernel is hidden as behind a model's forward). A method that runs out of
+memory is recorded as OOM and the run goes on. The online reference also logs the dX floor of
+one bf16 G GEMM: G rounded and summed exactly, and that G through torch's own bf16 GEMM.
 
 Prints a markdown table (stdout) and progress (stderr); --out FILE also writes FILE (markdown)
 and its .csv twin. --dry-run prints what would run and needs neither torch nor a GPU.
