@@ -621,6 +621,15 @@ def _two_phase_backward_with(grads_fn: Any, ctx: Any,
             ) + rest
 
 
+def _two_phase_keep(ctx: Any, tensors: Tuple[Optional[Tensor], ...], saved: Tensor, key: str,
+                    temperature: float, grad_scale: float, mains: Optional[Tuple[Any, Any]]
+                    ) -> None:
+    """What the eager two-phase backward needs: the call's tensors and its row statistics."""
+    ctx.save_for_backward(*tensors, saved)
+    ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
+    ctx.mains = mains
+
+
 class TwoPhaseFunction(torch.autograd.Function):
     """Eager mode='two_phase'. mains as FusedFunction's: backward then accumulates dW (and db)
     straight into weight.main_grad (bias.main_grad) in fp32."""
@@ -634,10 +643,9 @@ class TwoPhaseFunction(torch.autograd.Function):
         loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
                                      teacher_values, labels, key, temperature, teacher_weight,
                                      mains is not None)
-        ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
-                              labels, teacher_weight, saved)
-        ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
-        ctx.mains = mains
+        _two_phase_keep(ctx, (input, weight, bias, teacher, teacher_ids, teacher_values,
+                              labels, teacher_weight), saved, key, temperature, grad_scale,
+                        mains)
         return loss
 
     @staticmethod
@@ -656,15 +664,12 @@ class TwoPhaseNode(torch.autograd.Function):
                 teacher_values: Optional[Tensor], labels: Optional[Tensor],
                 teacher_weight: Optional[Tensor], done: Tuple[Any, ...]) -> Tensor:
         loss, saved, key, temperature, grad_scale, mains = done
-        ctx.save_for_backward(input, weight, bias, teacher, teacher_ids, teacher_values,
-                              labels, teacher_weight, saved)
-        ctx.key, ctx.temperature, ctx.grad_scale = key, temperature, grad_scale
-        ctx.mains = mains
+        _two_phase_keep(ctx, (input, weight, bias, teacher, teacher_ids, teacher_values,
+                              labels, teacher_weight), saved, key, temperature, grad_scale,
+                        mains)
         return loss
 
-    @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
-        return _two_phase_backward_with(two_phase_grads_impl, ctx, grad_loss)
+    backward = TwoPhaseFunction.backward
 
 
 @torch.library.custom_op("kljit::two_phase", mutates_args=())
