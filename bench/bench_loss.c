@@ -424,11 +424,12 @@ static double wall_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float median_of(const float *t, int n) {
-  float s[16];
-  for (int i = 0; i < n && i < 16; i++) s[i] = t[i];
-  qsort(s, (size_t)n, sizeof(float), cmp_float);
-  return s[n / 2];
+/* The median of ONLINE_ROUNDS values (t itself left in round order). */
+static float median_of_rounds(const float *t) {
+  float s[ONLINE_ROUNDS];
+  memcpy(s, t, sizeof s);
+  qsort(s, ONLINE_ROUNDS, sizeof(float), cmp_float);
+  return s[ONLINE_ROUNDS / 2];
 }
 
 typedef struct online_ctx {
@@ -567,7 +568,8 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
   /* The bar's three numbers, round-robin: the H200 holds its clock down under a long tensor
    * load (power cap), so timings taken minutes apart are not comparable. Each round's values
    * and its wall-clock span go to stderr (to be set beside a clock log such as nvidia-smi's). */
-  float r_on[ONLINE_ROUNDS], r_f32[ONLINE_ROUNDS], r_gemm[ONLINE_ROUNDS];
+  float r_on[ONLINE_ROUNDS], r_f32[ONLINE_ROUNDS], r_gemm[ONLINE_ROUNDS], ratio[ONLINE_ROUNDS];
+  double s_on = 0, s_f32 = 0, s_gemm = 0; /* for the ratio pooled over the rounds */
   for (int r = 0; r < ONLINE_ROUNDS; r++) {
     const double w0 = wall_s();
     r_on[r] = time_plan(&o, p_online, &on, flush, flush_bytes, &l_on);
@@ -576,23 +578,17 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
     const double w2 = wall_s();
     r_gemm[r] = time_ms(run_teacher_gemm, &o, flush, flush_bytes);
     const double w3 = wall_s();
+    ratio[r] = (r_on[r] - r_f32[r]) / r_gemm[r];
+    s_on += r_on[r], s_f32 += r_f32[r], s_gemm += r_gemm[r];
     fprintf(stderr,
             "  round %d: online %.3f ms [wall %.3f-%.3f] dense_f32 %.3f [%.3f-%.3f] teacher GEMM "
             "%.3f [%.3f-%.3f] added/GEMM %.3f\n",
-            r, r_on[r], w0, w1, r_f32[r], w1, w2, r_gemm[r], w2, w3,
-            (r_on[r] - r_f32[r]) / r_gemm[r]);
+            r, r_on[r], w0, w1, r_f32[r], w1, w2, r_gemm[r], w2, w3, ratio[r]);
   }
   CK(cudaFree(t32));
-  /* the bar's ratio per round (its median, spread) and pooled over the rounds */
-  float ratio[ONLINE_ROUNDS];
-  double s_on = 0, s_f32 = 0, s_gemm = 0;
-  for (int r = 0; r < ONLINE_ROUNDS; r++) {
-    ratio[r] = (r_on[r] - r_f32[r]) / r_gemm[r];
-    s_on += r_on[r], s_f32 += r_f32[r], s_gemm += r_gemm[r];
-  }
-  const float t_on = median_of(r_on, ONLINE_ROUNDS), t_f32 = median_of(r_f32, ONLINE_ROUNDS);
-  const float t_gemm = median_of(r_gemm, ONLINE_ROUNDS);
-  const float added = t_on - t_f32, r_med = median_of(ratio, ONLINE_ROUNDS);
+  const float t_on = median_of_rounds(r_on), t_f32 = median_of_rounds(r_f32);
+  const float t_gemm = median_of_rounds(r_gemm);
+  const float added = t_on - t_f32, r_med = median_of_rounds(ratio);
   const double pooled = (s_on - s_f32) / s_gemm;
   float r_lo = ratio[0], r_hi = ratio[0];
   for (int r = 1; r < ONLINE_ROUNDS; r++) {
@@ -616,13 +612,14 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
          "%.3f,%.6g,%.2e,%.3f,%.3f\n",
          prop.name, kljit_version(), (long long)n, (long long)h, (long long)v, div, pb.beta,
          logit_std, (long long)o.chunk, (long long)plan_chunk(p_own), t_on, t_f32, t_own, t_bf16,
-         t_gemm, added, r_med, pooled, t_rows, rows_gbs, l_on, loss_diff, ws_online / (double)(1 << 30), ws_own / (double)(1 << 30));
+         t_gemm, added, r_med, pooled, t_rows, rows_gbs, l_on, loss_diff,
+         ws_online / (double)(1 << 30), ws_own / (double)(1 << 30));
   fflush(stdout);
   fprintf(stderr,
           "%5lldx%4lldx%6lld %s beta %g std %g | online %.2f ms (chunk %lld) | dense fp32 logits "
           "%.2f same chunk, %.2f own chunk (%lld) | dense bf16 %.2f | teacher GEMM %.2f | "
-          "added %.2f: %.3fx the GEMM (median of %d rounds' ratios, %.3f-%.3f; pooled %.3f; bar <= 1)"
-          " | rows alone %.2f ms, %.0f GB/s | loss %.6g, "
+          "added %.2f: %.3fx the GEMM (median of %d rounds' ratios, %.3f-%.3f; pooled %.3f; "
+          "bar <= 1) | rows alone %.2f ms, %.0f GB/s | loss %.6g, "
           "dense %.1e apart\n",
           (long long)n, (long long)h, (long long)v, div, pb.beta, logit_std, t_on,
           (long long)o.chunk, t_f32, t_own, (long long)plan_chunk(p_own), t_bf16, t_gemm, added,

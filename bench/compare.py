@@ -812,6 +812,13 @@ def try_reference(compute: Callable[[], Any], sync: Callable[[], None],
     return ref
 
 
+def record_failure(res: Result, e: BaseException) -> None:
+    """A method that raised: OOM or FAILED with the error, and no numbers."""
+    res.status = "OOM" if is_oom(e) else "FAILED"
+    res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
+    res.ms = res.loss_err = res.dx_err = res.dw_err = res.peak_mb = None
+
+
 def time_method(env: Env, res: Result, fn: Optional[Callable], why: str, inp: Any,
                 ref: Optional[Dict[str, Any]], args: argparse.Namespace, flush: Any,
                 empty_cache: Callable[[], None]) -> None:
@@ -822,10 +829,7 @@ def time_method(env: Env, res: Result, fn: Optional[Callable], why: str, inp: An
         try:
             run_method(env, fn, inp, ref, res, args, flush)
         except Exception as e:  # noqa: BLE001 - record it and go on with the matrix
-            res.status = "OOM" if is_oom(e) else "FAILED"
-            res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
-            res.ms = res.loss_err = res.dx_err = res.dw_err = None
-            res.peak_mb = None
+            record_failure(res, e)
         del fn
         gc.collect()
         empty_cache()
@@ -848,9 +852,7 @@ def time_alternately(env: Env, group: List[Result], fns: List["tuple[Optional[Ca
             steps.append(prepare_method(env, fn, inp, ref, res, args))
             ready.append(res)
         except Exception as e:  # noqa: BLE001 - record it and go on with the others
-            res.status = "OOM" if is_oom(e) else "FAILED"
-            res.note = "" if res.status == "OOM" else f"{type(e).__name__}: {e}"[:300]
-            res.ms = res.loss_err = res.dx_err = res.dw_err = res.peak_mb = None
+            record_failure(res, e)
     if steps:
         try:
             for res, ms in zip(ready, time_steps(env, steps, args, flush)):
@@ -950,11 +952,12 @@ def main(argv: Sequence[str]) -> int:
     header = [f"{k}: {v}" for k, v in env.info.items()]
     chunk_env = os.environ.get("KLJIT_CHUNK_ROWS", "").strip()
     chunk_env = f", KLJIT_CHUNK_ROWS {chunk_env}" if chunk_env else ""
+    alternate = " and ".join(args.alternate) + " timed alternately; " if args.alternate else ""
     header = ["compare.py — " + ", ".join(header), "",
               f"{args.warmup} warm-up, median of {args.repeats}, "
               f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}"
               f"{f', {args.prefill_us:g} us GPU prefill' if args.prefill_us > 0 else ''}; "
-              f"{' and '.join(args.alternate) + ' timed alternately; ' if args.alternate else ''}"
+              f"{alternate}"
               f"teacher probs, T = 1, batchmean, eps {EPS:g}; sparse tail {args.tail}; "
               f"online teacher (liger_jsd, kljit_jsd: JSD beta {args.beta:g}; *_fkl_online: "
               f"forward KL; kljit eps 1e-20, dW accumulation {args.kljit_dw_accum}{chunk_env}"

@@ -147,10 +147,8 @@ class Call:
         dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
         check_call and the plan lookup, which cost a short call more than the C call does."""
         sig = (key, temperature, main_grad, _lib.plan_cache_generation(), _layout(input),
-               _layout(weight), _layout(teacher), None if bias is None else _layout(bias),
-               None if ids is None else _layout(ids), None if values is None else _layout(values),
-               None if labels is None else _layout(labels),
-               None if teacher_weight is None else _layout(teacher_weight))
+               _layout(weight), _layout(teacher), _layout(bias), _layout(ids), _layout(values),
+               _layout(labels), _layout(teacher_weight))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
                    teacher_weight=teacher_weight, main_grad=main_grad)
@@ -385,6 +383,16 @@ def _fused_backward_into_main(ctx: Any, grad_loss: Tensor, dx: Tensor, dw: Tenso
     return _fused_grads(ctx.needs_input_grad, ctx.has_bias, dx, gw, gb)
 
 
+def _fused_keep(ctx: Any, input: Tensor, bias: Optional[Tensor], grads: Tuple[Tensor, ...],
+                plan: Plan, grad_scale: float, mains: Optional[Tuple[Any, Any]]) -> None:
+    """What the eager fused backward needs: the gradients (stashed, not saved) and how to
+    scale them."""
+    ctx.stash = grads
+    ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
+    ctx.has_bias = bias is not None
+    ctx.mains = mains
+
+
 class FusedFunction(torch.autograd.Function):
     """Eager mode='fused': the gradients are stashed on ctx (not saved tensors) and dropped
     before backward returns them, so autograd takes them as .grad without a copy.
@@ -401,10 +409,7 @@ class FusedFunction(torch.autograd.Function):
         (loss, dx, dw, db), plan = fused_impl(input, weight, bias, teacher, teacher_ids,
                                               teacher_values, labels, key, temperature,
                                               grad_scale, want_dx, want_dw, teacher_weight)
-        ctx.stash = (dx, dw, db)
-        ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
-        ctx.has_bias = bias is not None
-        ctx.mains = mains
+        _fused_keep(ctx, input, bias, (dx, dw, db), plan, grad_scale, mains)
         return loss
 
     @staticmethod
@@ -430,10 +435,7 @@ class FusedNode(torch.autograd.Function):
     def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                 done: Tuple[Any, ...]) -> Tensor:
         loss, dx, dw, db, plan, grad_scale, mains = done
-        ctx.stash = (dx, dw, db)
-        ctx.plan, ctx.rows, ctx.grad_scale = plan, input.shape[0], grad_scale
-        ctx.has_bias = bias is not None
-        ctx.mains = mains
+        _fused_keep(ctx, input, bias, (dx, dw, db), plan, grad_scale, mains)
         return loss
 
     backward = FusedFunction.backward

@@ -228,18 +228,11 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if teacher_weight is not None:
         teacher, teacher_weight = _autocast_teacher(input, teacher, teacher_weight)
     lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
-    # [N, H] input with none of the optional [..]-shaped tensors: nothing to flatten (the
-    # usual call; each _flatten costs a short call's host time)
-    plain = len(lead) == 1 and teacher_ids is None and labels is None and (
-        teacher is None or (isinstance(teacher, torch.Tensor) and teacher.dim() == 2))
-    if plain:
-        x, t, ids, vals, lab = input, teacher, None, teacher_values, None
-    else:
-        x = _flatten("input", input, 1)
-        t = _flatten("teacher", teacher, 1)
-        ids = _flatten("teacher_ids", teacher_ids, 1)
-        vals = _flatten("teacher_values", teacher_values, 1)
-        lab = _flatten("labels", labels, 0)
+    x = _flatten("input", input, 1)
+    t = _flatten("teacher", teacher, 1)
+    ids = _flatten("teacher_ids", teacher_ids, 1)
+    vals = _flatten("teacher_values", teacher_values, 1)
+    lab = _flatten("labels", labels, 0)
     key = config.key
     temp = math.nan if temperature is None else float(temperature)
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
@@ -286,8 +279,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     else:
         loss, saved = _ops.two_phase_impl(x, weight, bias, t, ids, vals, lab, key, temp,
                                           teacher_weight, mains is not None)
-        if grad and (x.requires_grad or weight.requires_grad
-                     or (bias is not None and bias.requires_grad)):
+        if want_dx or want_dw:
             loss = _TWO_PHASE_NODE(x, weight, bias, t, ids, vals, lab, teacher_weight,
                                    (loss, saved, key, temp, gs, mains))
     if config.reduction == "none" and len(lead) != 1:
