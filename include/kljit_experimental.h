@@ -37,10 +37,17 @@ extern "C" {
  *
  * Split API (callers with their own collectives), one chunk loop per call:
  *   1. kljit_shard_stats: this rank's per-row statistics, N records of 8 floats (dense
- *      {m, d, sum p, mt, dt, 0, 0, 0}: student max and sum-exp of s, teacher mass, teacher-logit
- *      max and sum-exp; sparse {m, d_on, d_off, 0...}: sum-exp on / off the local support).
+ *      {m, d, sum p, mt, dt, m', d', S}: student max and sum-exp of s, teacher mass,
+ *      teacher-logit max and sum-exp, the hard-label CE's max and sum-exp of z' (hard_weight
+ *      > 0, else 0), S below (NaN until step 2b; 0 for the forward KL); sparse
+ *      {m, d_on, d_off, 0...}: sum-exp on / off the local support).
  *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][8]
  *      (rank s's records at all + s * N * 8; e.g. ncclAllGather, or copies on one GPU).
+ *   2b. Only where kljit_plan_shard_rounds says 2 (divergence REVERSE_KL or JSD, whose gradient
+ *      needs the row total S = sum_v q_v g_v over the whole vocabulary): kljit_shard_sums
+ *      writes this rank's part of S into slot 7 of its own records `stats` (from `all`; it
+ *      recomputes the chunk logits, one GEMM per chunk more), and the caller all-gathers the
+ *      records into `all` again. A finish without this round gets S = NaN: NaN gradients.
  *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
  *      global records (in rank order: every rank gets the same numbers). It writes
  *        loss  THIS rank's part of the loss (the caller sums the ranks' losses: all-reduce),
@@ -55,19 +62,28 @@ extern "C" {
  * kljit_fused_nccl does (one int32 all-reduce of the verdicts after kljit_shard_stats: then
  * every rank returns KLJIT_ERR_BAD_INPUT_DATA, and none writes its outputs). */
 
+/* 1 or 2: the exchanges of records a sharded step needs (2: step 2b above). */
+KLJIT_API kljit_status kljit_plan_shard_rounds(const kljit_plan *plan, int *rounds);
 /* Bytes of one rank's per-row statistics for `rows` rows: rows * 8 floats. */
 KLJIT_API kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows,
                                                    size_t *bytes);
 /* Per chunk: logits GEMM, row statistics, merge -> stats[N][8] (device, 16-byte aligned). */
 KLJIT_API kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream,
                                          const kljit_args *args, float *stats);
+/* Step 2b: this rank's part of each row's S into slot 7 of its records `stats` [N][8] (may be
+ * the slice of `all` that holds them), from the gathered records `all`. Returns KLJIT_SUCCESS
+ * and launches nothing where the plan needs one round (the forward KL). */
+KLJIT_API kljit_status kljit_shard_sums(const kljit_plan *plan, void *stream,
+                                        const kljit_args *args, const float *all, int shards,
+                                        float *stats);
 /* Loss part, dX partial, dW and db rows from the gathered records `all` [shards][N][8] (device,
  * 16-byte aligned); `shards` must equal the problem's shards. */
 KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
                                           const kljit_args *args, const float *all, int shards);
 
 /* The whole sharded step through NCCL on `stream`: shard_stats, ncclAllGather of the records
- * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), shard_finish, then
+ * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), for REVERSE_KL
+ * and JSD shard_sums and a second ncclAllGather, shard_finish, then
  * ncclAllReduce (sum) in place of the loss (fp32) and dX (input dtype). `nccl_comm` is an
  * ncclComm_t whose size equals the problem's shards, its rank this rank's shard. NCCL is loaded
  * at run time (dlopen("libnccl.so.2")): KLJIT_ERR_UNSUPPORTED when it is missing or the

@@ -38,6 +38,7 @@ typedef struct exec_call {
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
   const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
+                       /* both: kljit_shard_sums (slot 7 of stats_out from all) */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
 } exec_call;
 
@@ -262,6 +263,13 @@ static kljit_status run_merge(exec_call *c, int64_t n) {
   return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
 }
 
+/* Split API, kljit_shard_sums: this shard's part of each chunk row's S, one block per row, from
+ * the gathered records (c->all) -> slot 7 of c->stats_out[(row0 + r) * 8]. */
+static kljit_status run_sums(exec_call *c, int64_t n) {
+  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, (unsigned)c->p->geom.tune.threads, &c->k,
+                     c->stream);
+}
+
 static kljit_status run_finish_grads(exec_call *c) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
@@ -283,7 +291,9 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   const int64_t R = prob_chunk_rows(&p->geom, a->rows);
   /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
   c->skip_gemms = (p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) != 0;
-  if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS))
+  /* (kljit_shard_sums runs between the two calls that check, and after the first passed) */
+  const int sums = c->stats_out && c->all;
+  if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) && !sums)
     TRY(exec_check_inputs(p, &c->k, a->rows, c->stream));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
   const kiface_step row_step = mode == KLJIT_MODE_FUSED     ? KSTEP_FUSED
@@ -297,8 +307,8 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;
     TRY(run_logits(c, row0, n));
     if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all) TRY(run_stats(c, n));
-    if (c->stats_out) { /* kljit_shard_stats: the records are all it writes */
-      TRY(run_merge(c, n));
+    if (c->stats_out) { /* kljit_shard_stats / _sums: the records are all they write */
+      TRY(sums ? run_sums(c, n) : run_merge(c, n));
       continue;
     }
     TRY(plan_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
@@ -363,7 +373,8 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->srec = c->all ? a->rows : 1;
 }
 
-/* stats_out: kljit_shard_stats; all (with nrec records per row): kljit_shard_finish. */
+/* stats_out: kljit_shard_stats; all (with nrec records per row): kljit_shard_finish; both:
+ * kljit_shard_sums, which has nothing to do (and launches nothing) for the forward KL. */
 static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_args *a,
                                kljit_mode mode, const char *who, float *stats_out,
                                const float *all, int nrec) {
@@ -383,7 +394,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     st = err_set(KLJIT_ERR_UNSUPPORTED,
                  "%s: the plan uses the cluster row kernels (KLJIT_ROW_KERNEL=cluster), which "
                  "have no per-row records to exchange", who);
-  if (st == KLJIT_SUCCESS) {
+  if (st == KLJIT_SUCCESS && !(stats_out && all && !p->geom.rows.div)) {
     exec_call c;
     memset(&c, 0, sizeof c);
     c.p = p, c.a = a, c.stream = stream;
@@ -511,6 +522,30 @@ kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const klji
                    "%s: shards = %d, must equal the problem's shards (%d)", who, shards,
                    (int)plan->pb.shards);
   return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, NULL, all, shards);
+}
+
+kljit_status kljit_shard_sums(const kljit_plan *plan, void *stream, const kljit_args *args,
+                              const float *all, int shards, float *stats) {
+  err_clear();
+  const char *who = "kljit_shard_sums";
+  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
+  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
+  if (!all) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: all is NULL", who);
+  if (!stats) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: stats is NULL", who);
+  if (shards != plan->pb.shards)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: shards = %d, must equal the problem's shards (%d)", who, shards,
+                   (int)plan->pb.shards);
+  return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, stats, all, shards);
+}
+
+kljit_status kljit_plan_shard_rounds(const kljit_plan *plan, int *rounds) {
+  err_clear();
+  const char *who = "kljit_plan_shard_rounds";
+  if (!plan || !rounds)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, plan ? "rounds" : "plan");
+  *rounds = plan->geom.rows.div ? 2 : 1;
+  return KLJIT_SUCCESS;
 }
 
 kljit_status kljit_forward(const kljit_plan *plan, void *stream, const kljit_args *args) {

@@ -23,6 +23,7 @@ enum { N_ROLES = sizeof ROLES / sizeof ROLES[0] };
 static const char *const STEPS[KSTEP_COUNT] = {
     [KSTEP_STATS] = "stats",       [KSTEP_FUSED] = "fused",   [KSTEP_FORWARD] = "forward",
     [KSTEP_BACKWARD] = "backward", [KSTEP_CHECK] = "check",   [KSTEP_MERGE] = "merge",
+    [KSTEP_SUMS] = "sums",
     [KSTEP_SETUP] = "setup",       [KSTEP_FINISH_LOSS] = "finish_loss",
     [KSTEP_COLSUM] = "colsum",     [KSTEP_CONVERT] = "convert", [KSTEP_SCALE] = "scale"};
 

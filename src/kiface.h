@@ -84,6 +84,7 @@ typedef enum kiface_kind {
 /* What the C side launches a kernel for; a manifest line names it ("fused"). */
 typedef enum kiface_step {
   KSTEP_STATS, KSTEP_FUSED, KSTEP_FORWARD, KSTEP_BACKWARD, KSTEP_CHECK, KSTEP_MERGE, /* rows */
+  KSTEP_SUMS,                                                                  /* rows, DIV */
   KSTEP_SETUP, KSTEP_FINISH_LOSS, KSTEP_COLSUM, KSTEP_CONVERT, KSTEP_SCALE,          /* helpers */
   KSTEP_COUNT
 } kiface_step;

@@ -139,6 +139,14 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
   if ((st = nccl_check(n, n->AllGather(local, all, nrec, NCCL_FLOAT32, comm, stream),
                        "ncclAllGather of the row statistics")))
     return st;
+  int rounds = 1;
+  if ((st = kljit_plan_shard_rounds(plan, &rounds))) return st;
+  if (rounds == 2) { /* REVERSE_KL, JSD: this rank's part of S, then the records again */
+    if ((st = kljit_shard_sums(plan, stream, args, all, pb->shards, local))) return st;
+    if ((st = nccl_check(n, n->AllGather(local, all, nrec, NCCL_FLOAT32, comm, stream),
+                         "ncclAllGather of the row totals")))
+      return st;
+  }
   if ((st = kljit_shard_finish(plan, stream, args, all, pb->shards))) return st;
   if ((st = nccl_check(
            n, n->AllReduce(args->loss, args->loss, 1, NCCL_FLOAT32, NCCL_SUM, comm, stream),

@@ -54,6 +54,7 @@ static kljit_status check_steps(const kljit_plan *p) {
   for (int s = 0; s < KSTEP_COUNT; s++) {
     const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !p->geom.tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
+                       : s == KSTEP_SUMS  ? p->geom.rows.div != NULL
                                           : 1;
     if (needed && !p->kernel[s].sig)
       return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",

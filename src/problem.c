@@ -110,9 +110,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
   if (prob_sharded(pb) && (pb->teacher_vocab != 0 || pb->teacher_ld != 0))
     return UNSUP("%s: a sharded head takes its teacher columns as a contiguous [N, vocab] "
                  "array: teacher_vocab / teacher_ld are for unsharded problems", who);
-  if (prob_sharded(pb) && pb->hard_weight != 0.0)
-    return UNSUP("%s: hard_weight = %g on a sharded head: the label's logit lives on one rank "
-                 "and the shard records do not carry it yet", who, pb->hard_weight);
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     if (pb->teacher_hidden < 1 || pb->teacher_hidden > MAX_HIDDEN)
       return BAD("%s: teacher_hidden = %lld, must be in [1, %d] for KLJIT_TEACHER_DENSE_HIDDEN",
@@ -138,10 +135,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   static const char *const later = "is defined (include/kljit.h) but not in this build's row "
                                    "kernels yet";
-  if (!prob_is_forward_kl(pb) && prob_sharded(pb))
-    return UNSUP("%s: divergence %s (beta = %g) on a sharded head: its gradient's row total is "
-                 "not in the shard records yet", who,
-                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "REVERSE_KL" : "JSD", pb->beta);
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
   if (sparse && (pb->hard_weight != 0.0 || pb->soft_weight != 1.0))
     return UNSUP("%s: hard_weight = %g, soft_weight = %g with the sparse teacher: CE mixing %s "
@@ -153,8 +146,6 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
     if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
       return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
                    "computed in the chunk buffer, there is no teacher array to check", who);
-    if (prob_sharded(pb))
-      return UNSUP("%s: the online teacher on a sharded head %s", who, later);
   }
   return KLJIT_SUCCESS;
 }
@@ -434,6 +425,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   r->hard = pb->hard_weight;
   r->soft1 = pb->soft_weight - 1.0;
   r->div = prob_divergence_rows(pb);
+  r->sharded = prob_sharded(pb);
   r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
   if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
@@ -455,6 +447,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   h->div = NULL;
   h->tchunk = 0;
   h->tbdt = 0;
+  h->sharded = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;

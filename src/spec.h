@@ -61,6 +61,7 @@ typedef struct kspec {
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
   kljit_dtype tbdt;   /* the online teacher's bias dtype; 0: no teacher bias */
+  int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
   const char *gemm_layout; /* "nt" | "nn" */
@@ -68,7 +69,7 @@ typedef struct kspec {
   char gemm_schedule; /* 0 / 'c': coop (no SCHEDULE parameter: its source as before); 'p' */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 32 }; /* dense rows: 20 always, 10 optional */
+enum { KSPEC_MAX_PARAMS = 36 }; /* dense rows: 20 always, 12 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

@@ -288,6 +288,9 @@ static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
     if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(NULL), "cuStreamSynchronize");
     b->all_ready = st == KLJIT_SUCCESS;
   }
+  /* REVERSE_KL, JSD: the second round's pass (slot 7 of slot 0's records; the copies keep
+   * theirs, NaN: the timing does not depend on S) */
+  if (st == KLJIT_SUCCESS) st = kljit_shard_sums(plan, s, &b->a, all, b->pb->shards, all);
   return st == KLJIT_SUCCESS ? kljit_shard_finish(plan, s, &b->a, all, b->pb->shards) : st;
 }
 

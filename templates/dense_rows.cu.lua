@@ -21,6 +21,8 @@
 %--   kl_dense_merge          split API (tensor parallelism): a row's SPLIT partials -> one
 %--                           record; pass 2 then merges nrec records at runtime strides
 %--                           (the chunk's partials, or every shard's record of the row)
+%--   kl_dense_sums           split API, DIV only: from the merged records, this shard's part
+%--                           of the row total S (below) -> record slot 7 (kljit_shard_sums)
 %--   With INPLACE (fp32 z, 16-bit G), pass 2 runs one block per row and writes the row's G
 %--   over the first half of its own fp32 logits: in groups of columns, every thread reads the
 %--   group, the block synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns
@@ -71,6 +73,15 @@
 %--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
 %--            sweep that writes G; forward saves S (row statistic 5) for backward. Two-pass
 %--            rows only (no cluster variant).
+%--   SHARDED  bool, DIV only: a vocabulary shard. S needs every column of the row, so each
+%--            shard sums its own part (kl_dense_sums, after the first exchange of records),
+%--            the records carry it in slot 7 (kl_dense_merge writes NaN there until then: a
+%--            skipped round shows as NaN, not as a plausible gradient), and pass 2 adds the
+%--            shards' slots 7 for S instead of its own sweep.
+%--   VOFF     HARD only: first global id of this vocabulary shard (absent: 0). The labels are
+%--            global: the CE's -z'_y is this shard's where y - VOFF is one of its columns, and
+%--            its lse(z') (from the records' slots 5, 6: global) is added by the shard whose
+%--            VOFF is 0 only, so the shards' losses sum to the row's CE once.
 %-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
@@ -136,6 +147,12 @@
 %end
 %if DIVX and P.CLUSTER ~= 0 then reject("DIV (reverse, jsd) has no cluster variant") end
 %if DIVX then RS = 8 end
+%local SHARDED = P.SHARDED or false
+%if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%local VOFF = P.VOFF or 0
+%if P.VOFF ~= nil and not (HARD and math.type(VOFF) == "integer" and VOFF > 0) then
+%  reject("VOFF must be an integer > 0 and needs HARD")
+%end
 %local SARG = DIVX and ", sacc" or ""
 %-- elem_terms' arguments after invTT: the gradient scale, then kcap and sacc where they exist
 %local EARGS = GS .. KCAP .. SARG
@@ -160,14 +177,20 @@
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
 %  { "part", "float* __restrict__" }, { "row0", "i64" } }
+%-- kl_dense_sums: the fused pass's inputs, the gathered records, this shard's records out
+%local sums_in = iface.args({ { "z", "const logit_t* __restrict__" } }, row_in, {
+%  { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
+%  { "srec", "i64" }, { "out", "float*", role = "stats_out" }, { "row0", "i64" } })
 %if TB then
 %  local tb = { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" }
 %  table.insert(row_in, 3, tb)
 %  table.insert(stats_in, 4, tb)
+%  table.insert(sums_in, 4, tb)
 %end
 %local K = iface.family(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = stats_in } },
 %  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0), {
+%  { name = "kl_dense_sums", step = "sums", when = DIVX, args = sums_in },
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
 %    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" },
@@ -386,6 +409,9 @@ struct row_merge_t {
 %if HARD then
   md_t h;
 %end
+%if SHARDED then
+  float S; /* the shards' parts of S (slot 7), in record order */
+%end
 };
 __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
   m.s.m = m.t.m = KL_NEG_INF;
@@ -394,6 +420,9 @@ __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
 %if HARD then
   m.h.m = KL_NEG_INF;
   m.h.d = 0.0f;
+%end
+%if SHARDED then
+  m.S = 0.0f;
 %end
 }
 __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
@@ -407,11 +436,16 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
   c.m = rec[5], c.d = rec[6];
   m.h = md_merge(m.h, c);
 %end
+%if SHARDED then
+  m.S += rec[7];
+%end
 }
 __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
   row_t rs;
   rs.lse = m.s.m + logf(m.s.d);
-%if DIVX then
+%if SHARDED then
+  rs.S = m.S; /* the shards' parts (kl_dense_sums) */
+%elseif DIVX then
   rs.S = 0.0f; /* pass 2 computes it */
 %end
 %if HARD then
@@ -568,7 +602,12 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   {
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
+%if VOFF ~= 0 then
+    const i64 yl = y - {{ VOFF }}; /* the global label as this shard's column */
+    ce.y = yl >= v0 && yl < v1 ? (int)yl : -1;
+%else
     ce.y = y >= v0 && y < v1 ? (int)y : -1;
+%end
   }
 %end
 %end
@@ -579,7 +618,9 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
     loss *= {{ f32(P.SOFT or 1.0) }};
 %end
 %if HARD then
+%if VOFF == 0 then
     if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+%end
     loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
 %end
 %end
@@ -692,6 +733,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   float loss = 0.0f;
 %if DIVX then
   float sacc = 0.0f;
+%if not SHARDED then
   if (MODE == MODE_FUSED) { /* sweep 1: S over the whole row before sweep 2 writes any G */
     float unused = 0.0f;
     for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
@@ -706,6 +748,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     rs.S = block_sum<THREADS>(sacc, sh_f); /* every thread, the block synchronized after */
     sacc = 0.0f;
   }
+%end
 %end
 #if INPLACE
   for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
@@ -914,8 +957,9 @@ extern "C" __global__ void LAUNCH_BOUNDS
 %if P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT partial
- * records, in order, into one record {m, d, sum p, mt, dt, 0, 0, 0} at out[(row0 + r) * 8]
- * (an ignored row: zeros; pass 2 never reads it). */
+ * records, in order, into one record {m, d, sum p, mt, dt, m', d', S} at out[(row0 + r) * 8]
+ * (m', d' the CE's, else 0; S NaN on a shard with DIV, else 0; an ignored row: zeros, which
+ * pass 2 never reads). */
 extern "C" __global__ void __launch_bounds__(256)
 {{ K.signature("kl_dense_merge") }} {
   const int r = blockIdx.x * 256 + threadIdx.x;
@@ -927,8 +971,63 @@ extern "C" __global__ void __launch_bounds__(256)
     row_merge_init(m);
     for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PSTRIDE);
     rec[0] = m.s.m, rec[1] = m.s.d, rec[2] = m.sp, rec[3] = m.t.m, rec[4] = m.t.d;
+%if HARD then
+    rec[5] = m.h.m, rec[6] = m.h.d; /* the CE's (max, sum-exp) of z' */
+%end
+%if SHARDED then
+    rec[7] = __int_as_float(0x7fc00000); /* NaN until kl_dense_sums writes this shard's S */
+%end
   }
   for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
+}
+%end
+%if DIVX then
+
+/* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
+ * shard's, as pass 2 does), sums this shard's part of S = sum_v q g over its columns and
+ * writes it to slot 7 of the row's record in out (this shard's kljit_shard_stats records;
+ * slot 7 only, so part may be the same buffer). An ignored row gets 0. */
+extern "C" __global__ void __launch_bounds__(THREADS)
+{{ K.signature("kl_dense_sums") }} {
+  const int r = blockIdx.y;
+  const i64 row = row0 + r;
+  __shared__ row_t sh_row;
+  __shared__ float sh_f[THREADS / 32];
+  if (!row_kept(labels, labels_is64, ignore_index, row)) {
+    if (threadIdx.x == 0) out[row * PSTRIDE + 7] = 0.0f;
+    return;
+  }
+  if (threadIdx.x == 0) {
+    row_merge_t m;
+    row_merge_init(m);
+    for (int k = 0; k < nrec; k++)
+      row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PSTRIDE);
+    sh_row = row_finish(m);
+  }
+  __syncthreads();
+  const row_t rs = sh_row;
+  const float invT = INV_T(hdr);
+#if defined(TEACHER_LOGITS)
+  const float invTT = INV_TT(hdr);
+#else
+  const float invTT = 1.0f;
+#endif
+  const float gscale = 0.0f; /* G is not written: elem_terms' gradient goes unused */
+  const int v0 = 0, v1 = V;
+%row_setup()
+  const logit_t* zr = z + (i64)r * LD;
+  const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
+  float sacc = 0.0f, unused = 0.0f;
+  for (int v = threadIdx.x * VEC; v < V; v += THREADS * VEC) {
+    float s[VEC], t[VEC], gv[VEC];
+    if (v + VEC <= V)
+      load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+    else
+      load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+    elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
+  }
+  sacc = block_sum<THREADS>(sacc, sh_f);
+  if (threadIdx.x == 0) out[row * PSTRIDE + 7] = sacc;
 }
 %end
 %if P.CHECK then

@@ -11,6 +11,10 @@
  * (tests/ref.h) and with each other: fp32 inputs, loss relative 1e-5, gradients relative
  * Frobenius 1e-5. Skips (77) without a GPU. One case plans the shards with KLJIT_PLAN_MEASURE
  * (the tuner times each shard's split calls) instead of KLJIT_PLAN_ESTIMATE.
+ * The loss families (issue 19) on shards: the reverse KL and the JSD take the second round
+ * (kljit_shard_sums, then the records gathered again), CE mixing the label's logit from its
+ * own shard and lse(z') from the records, the online teacher its head's rows of the shard;
+ * teacher logits and student scores at standard deviation 3 to 4, softcapped in one case.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,14 +39,19 @@ typedef struct scase {
   int bias;
   double T, TT; /* TT: teacher temperature of DENSE_LOGITS (0: same as T) */
   int k;        /* sparse K (global ids) */
+  /* the loss families (0: the plain forward KL) */
+  kljit_divergence div;
+  double beta, hard, soft, cap; /* soft is used where hard != 0 (else 1) */
+  int online;   /* the online teacher: the teacher is x_t W_t^T, Ht = TH */
 } scase;
 
-enum { N = 37, H = 64, V = 1001 };
+enum { N = 37, H = 64, V = 1001, TH = 48 };
+#define PLAIN KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0, 0.0, 0.0, 0 /* no loss-family field */
 static const double TOL = 1e-5;
 
 /* Host inputs of one case (fp32-exact doubles). */
 typedef struct inputs {
-  double *x, *w, *b, *teacher, *vals;
+  double *x, *w, *b, *teacher, *vals, *xt, *wt;
   int64_t *labels, *ids;
 } inputs;
 
@@ -58,11 +67,18 @@ static void make_inputs(const scase *c, inputs *in) {
   for (int i = 0; i < N * H; i++) in->x[i] = (double)(float)host_normal(&rng);
   for (int i = 0; i < V * H; i++) in->w[i] = (double)(float)(0.3 * host_normal(&rng));
   for (int i = 0; i < V; i++) in->b[i] = (double)(float)(0.5 * host_normal(&rng));
+  in->xt = malloc(sizeof(double) * N * TH);
+  in->wt = malloc(sizeof(double) * V * TH);
+  for (int i = 0; i < N * TH; i++) in->xt[i] = (double)(float)host_normal(&rng);
+  for (int i = 0; i < V * TH; i++) in->wt[i] = (double)(float)(0.5 * host_normal(&rng));
   for (int r = 0; r < N; r++) {
-    in->labels[r] = c->labels == 2 || (c->labels == 1 && r % 5 == 2) ? -100 : 1;
+    /* CE mixing: labels spread over every shard (plain cases: 1, as before) */
+    const int64_t y = c->hard != 0.0 ? (int64_t)((r * 389 + 17) % V) : 1;
+    in->labels[r] = c->labels == 2 || (c->labels == 1 && r % 5 == 2) ? -100 : y;
     double *t = in->teacher + (size_t)r * V;
     if (c->form == KLJIT_TEACHER_DENSE_LOGITS) {
-      for (int v = 0; v < V; v++) t[v] = (double)(float)(2.0 * host_normal(&rng));
+      const double sd = c->div || c->hard != 0.0 ? 3.5 : 2.0;
+      for (int v = 0; v < V; v++) t[v] = (double)(float)(sd * host_normal(&rng));
     } else {
       double s = 0;
       for (int v = 0; v < V; v++) s += t[v] = exp(1.5 * host_normal(&rng));
@@ -91,7 +107,7 @@ static void make_inputs(const scase *c, inputs *in) {
 
 static void free_inputs(inputs *in) {
   free(in->x), free(in->w), free(in->b), free(in->teacher), free(in->vals), free(in->labels);
-  free(in->ids);
+  free(in->ids), free(in->xt), free(in->wt);
 }
 
 static kljit_problem base_problem(const scase *c) {
@@ -107,17 +123,20 @@ static kljit_problem base_problem(const scase *c) {
     pb.topk = c->k, pb.topk_id_dtype = KLJIT_INT64, pb.topk_values = c->values;
     pb.tail = c->tail;
   }
+  pb.divergence = c->div, pb.beta = c->beta, pb.softcap = c->cap;
+  if (c->hard != 0.0) pb.hard_weight = c->hard, pb.soft_weight = c->soft;
+  if (c->online) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = TH;
   return pb;
 }
 
 /* Device buffers of one plan's call. */
 typedef struct dev {
-  gbuf x, w, b, lab, t, ids, vals, loss, dx, dw, db, ws;
+  gbuf x, w, b, lab, t, ids, vals, loss, dx, dw, db, ws, xt, wt;
 } dev;
 
 static void dev_free(dev *d) {
-  gbuf *all[] = {&d->x,    &d->w,    &d->b,  &d->lab, &d->t,  &d->ids,
-                 &d->vals, &d->loss, &d->dx, &d->dw,  &d->db, &d->ws};
+  gbuf *all[] = {&d->x,    &d->w,    &d->b,  &d->lab, &d->t,  &d->ids, &d->vals,
+                 &d->loss, &d->dx,   &d->dw, &d->db,  &d->ws, &d->xt,  &d->wt};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->ptr) gbuf_free(all[i]);
 }
@@ -140,7 +159,10 @@ static int dev_setup(const scase *c, const inputs *in, const kljit_plan *plan, i
   fail |= gbuf_alloc(&d->w, KLJIT_FP32, v * H) | gbuf_upload(&d->w, in->w + off * H, NULL);
   if (c->bias) fail |= gbuf_alloc(&d->b, KLJIT_FP32, v) | gbuf_upload(&d->b, in->b + off, NULL);
   fail |= gbuf_alloc(&d->lab, KLJIT_INT64, N) | gbuf_upload(&d->lab, lab, NULL);
-  if (sparse) {
+  if (c->online) { /* the teacher head's rows of the shard, the same teacher input */
+    fail |= gbuf_alloc(&d->xt, KLJIT_FP32, N * TH) | gbuf_upload(&d->xt, in->xt, NULL);
+    fail |= gbuf_alloc(&d->wt, KLJIT_FP32, v * TH) | gbuf_upload(&d->wt, in->wt + off * TH, NULL);
+  } else if (sparse) {
     ids = malloc(sizeof(double) * nk);
     for (size_t i = 0; i < nk; i++) ids[i] = (double)in->ids[i];
     fail |= gbuf_alloc(&d->ids, KLJIT_INT64, nk) | gbuf_upload(&d->ids, ids, NULL);
@@ -158,7 +180,9 @@ static int dev_setup(const scase *c, const inputs *in, const kljit_plan *plan, i
   *a = init;
   a->rows = N, a->input = d->x.ptr, a->weight = d->w.ptr, a->bias = d->b.ptr;
   a->labels = d->lab.ptr;
-  if (sparse)
+  if (c->online)
+    a->teacher_input = d->xt.ptr, a->teacher_weight = d->wt.ptr;
+  else if (sparse)
     a->teacher_ids = d->ids.ptr, a->teacher_values = d->vals.ptr;
   else
     a->teacher = d->t.ptr;
@@ -220,6 +244,20 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
   }
   fail |=
       fail || gbuf_alloc(&all, KLJIT_FP32, (size_t)tp * N * 8) || gbuf_upload(&all, host_all, NULL);
+  int rounds = 0;
+  fail |= fail || kljit_plan_shard_rounds(plans[0], &rounds) != KLJIT_SUCCESS;
+  /* two rounds exactly where the gradient needs S: REVERSE_KL, JSD with beta > 0 */
+  const int want_rounds = c->div == KLJIT_DIVERGENCE_REVERSE_KL || c->beta > 0.0 ? 2 : 1;
+  if (!fail && rounds != want_rounds)
+    fprintf(stderr, "kljit_plan_shard_rounds: %d, want %d\n", rounds, want_rounds), fail = 1;
+  if (rounds == 2) { /* each shard's part of S into slot 7 of its records, gathered again */
+    for (int r = 0; r < tp && !fail; r++) {
+      kljit_status st = kljit_shard_sums(plans[r], NULL, &args[r], all.ptr, tp, stats[r].ptr);
+      if (st) fprintf(stderr, "shard %d sums: %s\n", r, kljit_last_error()), fail = 1;
+      fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * 8);
+    }
+    fail |= fail || gbuf_upload(&all, host_all, NULL);
+  }
   for (int r = 0; r < tp && !fail; r++) {
     const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
     kljit_status st = kljit_shard_finish(plans[r], NULL, &args[r], all.ptr, tp);
@@ -266,6 +304,7 @@ static int run_case(const scase *c) {
   memset(&ri, 0, sizeof ri);
   ri.pb = &pb, ri.rows = N, ri.x = in.x, ri.w = in.w, ri.b = c->bias ? in.b : NULL;
   ri.labels = in.labels, ri.teacher = in.teacher, ri.ids = in.ids, ri.vals = in.vals;
+  if (c->online) ri.teacher = NULL, ri.teacher_x = in.xt, ri.teacher_w = in.wt;
   ri.temperature = c->T;
   ref_outputs ro;
   memset(&ro, 0, sizeof ro);
@@ -303,7 +342,7 @@ static int dense_probs_batchmean_with_ignored_rows(void) {
                    1,
                    1.0,
                    0,
-                   0};
+                   0, PLAIN};
   return run_case(&c);
 }
 
@@ -317,7 +356,7 @@ static int dense_logits_own_teacher_temperature_mean(void) {
                    1,
                    1.5,
                    2.0,
-                   0};
+                   0, PLAIN};
   return run_case(&c);
 }
 
@@ -332,7 +371,7 @@ static int sparse_tail_none_batchmean(void) {
                    0,
                    1.0,
                    0,
-                   200};
+                   200, PLAIN};
   return run_case(&c);
 }
 
@@ -346,7 +385,7 @@ static int sparse_tail_bucket_mean(void) {
                    1,
                    0.7,
                    0,
-                   50};
+                   50, PLAIN};
   return run_case(&c);
 }
 
@@ -360,7 +399,7 @@ static int sparse_tail_renorm_logprobs(void) {
                    1,
                    2.0,
                    0,
-                   64};
+                   64, PLAIN};
   return run_case(&c);
 }
 
@@ -374,7 +413,40 @@ static int all_rows_ignored_gives_zero(void) {
                    1,
                    1.0,
                    0,
-                   30};
+                   30, PLAIN};
+  return run_case(&c);
+}
+
+/* The loss families on shards (the fields after k: div, beta, hard, soft, cap, online). */
+static int reverse_kl_with_ce_mixing(void) {
+  const scase c = {"reverse KL, CE 0.4 + soft 0.8, dense probs, bias, ignored rows",
+                   KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
+                   KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 0};
+  return run_case(&c);
+}
+
+static int jsd_logits_own_temperature_mean(void) {
+  const scase c = {"JSD 0.3, dense logits, TT = 2, T = 1.5, mean, softcap 20",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.5, 2.0, 0,
+                   KLJIT_DIVERGENCE_JSD, 0.3, 0.0, 0.0, 20.0, 0};
+  return run_case(&c);
+}
+
+static int jsd_with_ce_online_teacher(void) {
+  const scase c = {"JSD 0.5 + CE 0.5 (soft 0.5), online teacher, T = 2, sum",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 0, 2.0, 0, 0,
+                   KLJIT_DIVERGENCE_JSD, 0.5, 0.5, 0.5, 0.0, 1};
+  return run_case(&c);
+}
+
+static int forward_kl_ce_online_teacher(void) {
+  const scase c = {"forward KL + CE 1 (soft 0.5), online teacher, bias, batchmean",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
+                   KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 1.0, 0.5, 0.0, 1};
   return run_case(&c);
 }
 
@@ -385,13 +457,30 @@ static int measured_in(const char *dir) {
   shard_rigor = KLJIT_PLAN_MEASURE;
   const scase c = {"dense probs, batchmean, bias, ignored rows; shards tuned (MEASURE)",
                    KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
-                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0};
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0, PLAIN};
   const int rc = run_case(&c);
   shard_rigor = KLJIT_PLAN_ESTIMATE;
   return rc;
 }
 static int measured_shard_plans_match(void) {
   return th_in_tmpdir("gpu-shard", measured_in);
+}
+
+/* The tuner times a reverse-KL shard's three calls (stats, sums, finish). */
+static int reverse_measured_in(const char *dir) {
+  th_private_wisdom(dir);
+  setenv("KLJIT_TUNE_BUDGET_S", "2", 1), setenv("KLJIT_TUNE_ROWS", "512", 1);
+  shard_rigor = KLJIT_PLAN_MEASURE;
+  const scase c = {"reverse KL, dense logits; shards tuned (MEASURE)",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
+                   KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.0, 0.0, 0.0, 0};
+  const int rc = run_case(&c);
+  shard_rigor = KLJIT_PLAN_ESTIMATE;
+  return rc;
+}
+static int reverse_kl_measured_shards(void) {
+  return th_in_tmpdir("gpu-shard-rev", reverse_measured_in);
 }
 
 static const th_case cases[] = {
@@ -402,5 +491,10 @@ static const th_case cases[] = {
     {"sparse_tail_renorm_logprobs", sparse_tail_renorm_logprobs},
     {"all_rows_ignored_gives_zero", all_rows_ignored_gives_zero},
     {"measured_shard_plans_match", measured_shard_plans_match},
+    {"reverse_kl_with_ce_mixing", reverse_kl_with_ce_mixing},
+    {"jsd_logits_own_temperature_mean", jsd_logits_own_temperature_mean},
+    {"jsd_with_ce_online_teacher", jsd_with_ce_online_teacher},
+    {"forward_kl_ce_online_teacher", forward_kl_ce_online_teacher},
+    {"reverse_kl_measured_shards", reverse_kl_measured_shards},
 };
 TH_MAIN(cases)

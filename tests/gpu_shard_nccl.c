@@ -44,8 +44,9 @@ static double rel(double a, double b) {
 }
 
 /* form 0: dense probs, batchmean, bias, ignored rows; 1: sparse BUCKET, mean; 2: form 0 checked,
- * with a NaN teacher entry in the last rank's slice (FORM_BAD). */
-enum { FORM_BAD = 2, BAD_ROW = 17 };
+ * with a NaN teacher entry in the last rank's slice (FORM_BAD); 3: form 0 with the JSD (beta
+ * 0.5) and CE mixing (0.5 / 0.5), labels on every shard: the second exchange of records. */
+enum { FORM_BAD = 2, FORM_JSD = 3, BAD_ROW = 17 };
 static kljit_problem problem(int form, kljit_dtype dt) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = H, pb.vocab = V, pb.input_dtype = pb.weight_dtype = dt;
@@ -54,6 +55,10 @@ static kljit_problem problem(int form, kljit_dtype dt) {
   if (form == 1) {
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = K, pb.tail = KLJIT_TAIL_BUCKET;
     pb.topk_id_dtype = KLJIT_INT64, pb.reduction = KLJIT_REDUCTION_MEAN;
+  }
+  if (form == FORM_JSD) {
+    pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    pb.hard_weight = 0.5, pb.soft_weight = 0.5;
   }
   return pb;
 }
@@ -74,7 +79,7 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
   for (int i = 0; i < V * H; i++) w[i] = 0.3 * host_normal(&rng);
   for (int i = 0; i < V; i++) b[i] = 0.5 * host_normal(&rng);
   for (int r = 0; r < N; r++) {
-    lab[r] = r % 7 == 3 ? -100 : 0;
+    lab[r] = r % 7 == 3 ? -100 : form == FORM_JSD ? (double)((r * 389 + 17) % V) : 0;
     double s = 0;
     for (int c = 0; c < V; c++) s += t[(size_t)r * V + c] = exp(host_normal(&rng));
     for (int c = 0; c < V; c++) t[(size_t)r * V + c] /= s;
@@ -234,6 +239,8 @@ static int tp_cases(int tp) {
       if (r == TH_SKIP) return TH_SKIP; /* too few GPUs or no NCCL: the same for every run */
       if (r != TH_PASS) worst = TH_FAIL;
     }
+  for (int d = 0; d < 2; d++)
+    if (spawn(tp, FORM_JSD, d ? KLJIT_BF16 : KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
   if (spawn(tp, FORM_BAD, KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
   return worst;
 }

@@ -270,7 +270,7 @@ typedef struct assignment {
  * to two substrings its message must contain (for a rejection: the field and its value). */
 typedef struct check_case {
   const char *what;
-  assignment set[4];
+  assignment set[5];
   kljit_status want;
   const char *msg[2];
 } check_case;
@@ -476,10 +476,6 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
  * sparse support: KLJIT_ERR_UNSUPPORTED with a sentence, never a plan that computes something
  * else. The defaults spelled out (and JSD's end point beta = 0, the forward KL) are accepted. */
 static const check_case families[] = {
-    {"sharded reverse KL", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
-     UNSUPPORTED, {"REVERSE_KL", "sharded head"}},
-    {"sharded JSD", {{F_VTOT, 2000}, {F_SHARDS, 2}, JSD(0.5)}, UNSUPPORTED,
-     {"JSD (beta = 0.5)", "shard records"}},
     {"sparse reverse KL", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
      {"sparse teacher takes the forward KL only", "reverse KL"}},
     {"sparse JSD", {SPARSE, JSD(0.5)}, UNSUPPORTED, {"forward KL only", "off the support"}},
@@ -493,8 +489,6 @@ static const check_case families[] = {
      {"teacher_vocab / teacher_ld", "student vocabulary"}},
     {"sharded padded teacher", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_TLD, 1024}}, UNSUPPORTED,
      {"sharded head", "contiguous"}},
-    {"sharded CE mixing", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_HARD, 1}}, UNSUPPORTED,
-     {"hard_weight = 1 on a sharded head", NULL}},
     {"the defaults spelled out",
      {{F_DIV, KLJIT_DIVERGENCE_FORWARD_KL}, {F_SOFT, 1}, {F_TVOCAB, 1000}, {F_TLD, 1000}},
      KLJIT_SUCCESS, {NULL, NULL}},
@@ -521,6 +515,12 @@ static const check_case families[] = {
      {NULL, NULL}},
     {"sharded softcap", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_CAP, 30}}, KLJIT_SUCCESS,
      {NULL, NULL}},
+    {"sharded reverse KL", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded JSD with CE mixing", {{F_VTOT, 2000}, {F_SHARDS, 2}, JSD(0.5), {F_HARD, 1}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded online teacher", {{F_VTOT, 2000}, {F_SHARDS, 2},
+     {F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse JSD 0", {SPARSE, JSD(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
 };
 

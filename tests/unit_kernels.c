@@ -501,6 +501,25 @@ static int add_shards(space *s) {
       const int r = add_problem(s, &pb);
       if (r != TH_PASS) return r;
     }
+  /* the loss families on a shard: the sums kernel and SHARDED (the reverse KL with CE mixing,
+   * VOFF; the JSD with CE on the first shard, no VOFF; the JSD with the online teacher, its
+   * bias and a softcap) */
+  for (int i = 0; i < 3; i++) {
+    kljit_problem pb = KLJIT_PROBLEM_INIT;
+    pb.hidden = 4096;
+    pb.vocab = SH[i].v, pb.vocab_total = SH[i].total, pb.vocab_offset = SH[i].offset;
+    pb.shards = SH[i].shards;
+    pb.input_dtype = pb.weight_dtype = DTYPES[(i + 1) % 3];
+    pb.divergence = i == 1 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    pb.beta = i == 1 ? 0.0 : 0.5;
+    if (i < 2) pb.hard_weight = 0.5, pb.soft_weight = 0.5;
+    if (i == 2) {
+      pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 2048;
+      pb.flags |= KLJIT_FLAG_TEACHER_BIAS, pb.softcap = 30.0;
+    }
+    const int r = add_problem(s, &pb);
+    if (r != TH_PASS) return r;
+  }
   return TH_PASS;
 }
 
@@ -600,6 +619,14 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
              strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
     TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
+    /* CE on a shard other than the first: its label column and no lse term of its own */
+    strbuf ce2 = {0};
+    k = g.rows, k.hard = 0.5, k.offset = 1000, k.sharded = 1;
+    TH_OK(kspec_render(&k, &ce2));
+    TH_CHECK(strstr(ce2.data, "VOFF=1000") && strstr(ce2.data, "y - 1000") &&
+             strstr(ce2.data, "ce.loss += ce.lse1") == NULL && strstr(ce.data, "ce.loss += ce.lse1"));
+    TH_CHECK(strstr(ce.data, "VOFF") == NULL && strstr(ce2.data, "SHARDED") == NULL);
+    sb_free(&ce2);
     if (g.rows.cluster == 0) { /* DIV: two-pass rows only */
       strbuf jsd = {0};
       k = g.rows, k.div = "jsd", k.beta = 0.5;
@@ -607,7 +634,15 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
       TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "#define P2SPLIT 1") &&
                strstr(jsd.data, "rowstat[8 * row + 5]") && strstr(jsd.data, "sweep 1"));
       TH_CHECK(strstr(plain.data, "sweep 1") == NULL);
-      sb_free(&jsd);
+      TH_CHECK(strstr(jsd.data, "kl_dense_sums") && strstr(jsd.data, "SHARDED") == NULL);
+      TH_CHECK(strstr(plain.data, "kl_dense_sums") == NULL);
+      /* a shard's JSD: S from the records' slot 7, no sweep of its own */
+      strbuf shard = {0};
+      k.sharded = 1;
+      TH_OK(kspec_render(&k, &shard));
+      TH_CHECK(strstr(shard.data, "SHARDED=true") && strstr(shard.data, "m.S += rec[7]") &&
+               strstr(shard.data, "sweep 1") == NULL && strstr(shard.data, "kl_dense_sums"));
+      sb_free(&jsd), sb_free(&shard);
     }
     TH_CHECK(strstr(plain.data, "tanhf") == NULL && strstr(plain.data, "SOFTCAP") == NULL);
     TH_CHECK(strstr(plain.data, "TLD") == NULL && strstr(plain.data, "teacher + row * V"));

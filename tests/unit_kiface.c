@@ -13,10 +13,12 @@
 
 /* ---- the problems: every family and variant a plan can load ----------------------------- */
 
-enum { N_PROBLEMS = 8 };
+enum { N_PROBLEMS = 10 };
 
-/* Problem i: dense probs / logprobs / logits and sparse top-K, with and without bias and
- * checked mode, for sm_80 (two-pass) and sm_90 with the cluster variant where it fits. */
+/* Problem i < 8: dense probs / logprobs / logits and sparse top-K, with and without bias and
+ * checked mode, for sm_80 (two-pass) and sm_90 with the cluster variant where it fits; 8 and
+ * 9: a vocabulary shard with the reverse KL and CE mixing, and with the JSD and the online
+ * teacher with its bias (the sums kernel, the teacher bias role). */
 static int geometry_of(int i, prob_geometry *g) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 256;
@@ -27,11 +29,22 @@ static int geometry_of(int i, prob_geometry *g) {
   if (pb.teacher == KLJIT_TEACHER_SPARSE_TOPK) pb.topk = 32, pb.teacher_dtype = KLJIT_FP32;
   pb.flags = i & 1 ? KLJIT_FLAG_BIAS | KLJIT_FLAG_CHECK_INPUTS : 0u;
   pb.reduction = i & 2 ? KLJIT_REDUCTION_NONE : KLJIT_REDUCTION_BATCHMEAN;
+  if (i >= 8) {
+    pb.vocab_total = 2 * pb.vocab, pb.vocab_offset = pb.vocab, pb.shards = 2;
+    pb.divergence = i == 8 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    pb.beta = i == 9 ? 0.25 : 0.0;
+    if (i == 8) pb.hard_weight = 0.5;
+    if (i == 9) {
+      pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 512;
+      pb.flags = KLJIT_FLAG_TEACHER_BIAS;
+    }
+  }
   TH_OK(prob_validate(&pb, "unit_kiface"));
   prob_tuning t = prob_estimate(&pb, 132, 90);
   /* the cluster variant for the dense teachers of the small vocabulary, as KLJIT_ROW_KERNEL=
    * cluster would pick it on sm_90 */
-  if (!(i & 4) && pb.teacher != KLJIT_TEACHER_SPARSE_TOPK) t.cluster = t.split = 8, t.nv = 8;
+  if (!(i & 4) && i < 8 && pb.teacher != KLJIT_TEACHER_SPARSE_TOPK)
+    t.cluster = t.split = 8, t.nv = 8;
   TH_OK(prob_geometry_make(&pb, &t, g));
   return TH_PASS;
 }
@@ -145,10 +158,12 @@ static int every_kernel_signature_matches_its_manifest_and_marshals_by_role(void
     if (check_module(&g.rows, &kernels, steps) != TH_PASS) return TH_FAIL;
     if (check_module(&g.helpers, &kernels, steps) != TH_PASS) return TH_FAIL;
     /* what the execute paths launch (plan.c's check_steps): each step once, stats and merge
-     * exactly when the rows are two-pass, check exactly in checked mode */
+     * exactly when the rows are two-pass, check exactly in checked mode, sums exactly with
+     * the reverse KL or the JSD */
     for (int s = 0; s < KSTEP_COUNT; s++) {
       const int want = s == KSTEP_STATS || s == KSTEP_MERGE ? !g.tune.cluster
                        : s == KSTEP_CHECK                   ? g.rows.check
+                       : s == KSTEP_SUMS                    ? g.rows.div != NULL
                                                             : 1;
       if (steps[s] != want) {
         fprintf(stderr, "problem %d: %d kernels for step %s, want %d\n", i, steps[s],

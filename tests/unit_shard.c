@@ -101,6 +101,11 @@ static int new_entry_points_reject_null_arguments(void) {
   TH_CHECK(strstr(kljit_last_error(), "kljit_shard_finish: plan is NULL"));
   TH_STATUS(kljit_fused_nccl(NULL, NULL, &a, stats), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "kljit_fused_nccl: plan is NULL"));
+  TH_STATUS(kljit_shard_sums(NULL, NULL, &a, stats, 2, stats), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_shard_sums: plan is NULL"));
+  int rounds = 7;
+  TH_STATUS(kljit_plan_shard_rounds(NULL, &rounds), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "plan is NULL") && rounds == 7);
   /* a plan with no context behind it: only the checks before any GPU work may touch it */
   kljit_plan *p = calloc(1, sizeof *p);
   TH_CHECK(p != NULL);
@@ -121,6 +126,21 @@ static int new_entry_points_reject_null_arguments(void) {
   TH_CHECK(strstr(kljit_last_error(), "kljit_shard_finish: all is NULL"));
   TH_STATUS(kljit_shard_finish(p, NULL, &a, stats, 3), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "shards = 3") && strstr(kljit_last_error(), "(8)"));
+  TH_STATUS(kljit_shard_sums(p, NULL, NULL, stats, 8, stats), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_shard_sums: args is NULL"));
+  TH_STATUS(kljit_shard_sums(p, NULL, &a, NULL, 8, stats), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_shard_sums: all is NULL"));
+  TH_STATUS(kljit_shard_sums(p, NULL, &a, stats, 8, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_shard_sums: stats is NULL"));
+  TH_STATUS(kljit_shard_sums(p, NULL, &a, stats, 3, stats), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "shards = 3") && strstr(kljit_last_error(), "(8)"));
+  TH_STATUS(kljit_plan_shard_rounds(p, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "rounds is NULL"));
+  TH_OK(kljit_plan_shard_rounds(p, &rounds)); /* the forward KL: one exchange */
+  TH_CHECK(rounds == 1);
+  p->geom.rows.div = "jsd";
+  TH_OK(kljit_plan_shard_rounds(p, &rounds));
+  TH_CHECK(rounds == 2);
   TH_STATUS(kljit_fused_nccl(p, NULL, NULL, stats), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "kljit_fused_nccl: args is NULL"));
   TH_STATUS(kljit_fused_nccl(p, NULL, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
