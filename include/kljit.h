@@ -330,6 +330,9 @@ enum {
  *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE
  *   tune_budget_s   KLJIT_TUNE_BUDGET_S     30 seconds of tuning per plan
  *   gemm            KLJIT_GEMM              KLJIT_GEMM_DEFAULT ("jit": JIT, "cublas": CUBLAS)
+ *   dx_split        KLJIT_DX_SPLIT          0: the planner's choice (16-bit inputs with V >=
+ *                                           65536: ceil(V / 32768) slices; else 1)
+ * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -342,6 +345,14 @@ typedef struct kljit_context_options {
   const char *cache_dir;         /* NULL: the default directory */
   const char *cache_path;        /* NULL: none */
   kljit_gemm gemm;               /* the logits GEMM's source */
+  /* dX as this many cuBLASLt GEMMs over slices of V, summed in an fp32 workspace buffer of
+   * chunk_rows x H floats, then converted: 1 is one GEMM into dX, 2..64 slices, 0 the
+   * planner's choice. One fp32-accumulated GEMM over a long V rounds more than a few
+   * slices' fp32 sum (bench/RESULTS.md: issue 19's dX error at V = 128256). A chunk whose
+   * single dX GEMM has 128 x 256 tiles for fewer than half the SMs takes that GEMM under the
+   * planner's choice (cuBLASLt splits its K itself; slices would idle the SMs it fills); a
+   * number set here is obeyed for every chunk. */
+  int32_t dx_split;
 } kljit_context_options;
 
 /* The options the environment sets now (each member's default above). */

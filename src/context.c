@@ -2,6 +2,7 @@
 /* context.c — kljit_context: device binding, cuBLASLt handle, shared module registry. */
 #include "context.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,17 +31,20 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
     env_context_defaults(out);
     return KLJIT_SUCCESS;
   }
-  if (user->struct_size < sizeof *out)
+  /* the first released struct ends at gemm; dx_split came after it */
+  const size_t first = offsetof(kljit_context_options, gemm) + sizeof user->gemm;
+  if (user->struct_size < first)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->struct_size = %zu, below the %zu bytes of the first released "
                    "kljit_context_options (fill it with kljit_context_options_default)", who,
-                   user->struct_size, sizeof *out);
+                   user->struct_size, first);
   for (size_t i = sizeof *out; i < user->struct_size; i++)
     if (((const unsigned char *)user)[i])
       return err_set(KLJIT_ERR_UNSUPPORTED,
                      "%s: options->struct_size = %zu and byte %zu is set: an option newer than "
                      "this library's is in use", who, user->struct_size, i);
-  *out = *user;
+  memset(out, 0, sizeof *out);
+  memcpy(out, user, user->struct_size < sizeof *out ? user->struct_size : sizeof *out);
   out->struct_size = sizeof *out;
   const uint32_t known = KLJIT_CONTEXT_CACHE_DISABLE | KLJIT_CONTEXT_DEBUG_SKIP_GEMMS;
   if (out->flags & ~known)
@@ -61,6 +65,12 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds", who,
                    out->tune_budget_s);
+  if (out->dx_split < 0 || out->dx_split > 64)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: options->dx_split = %d%s%s%s, must be 0 (the planner's) or in [1, 64]",
+                   who, (int)out->dx_split, env_text(ENV_DX_SPLIT) ? " (KLJIT_DX_SPLIT=" : "",
+                   env_text(ENV_DX_SPLIT) ? env_text(ENV_DX_SPLIT) : "",
+                   env_text(ENV_DX_SPLIT) ? ")" : "");
   if (out->gemm != KLJIT_GEMM_DEFAULT && out->gemm != KLJIT_GEMM_JIT &&
       out->gemm != KLJIT_GEMM_CUBLAS) {
     const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */

@@ -13,6 +13,8 @@
  *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off
  *   KLJIT_GEMM             options.gemm (jit, cublas; another     KLJIT_GEMM_DEFAULT
  *                          value: -1, refused where it is used)
+ *   KLJIT_DX_SPLIT         options.dx_split (a number; another    0: the planner's
+ *                          value: -1, refused where it is used)
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
  *   KLJIT_DUMP_DIR         rendered sources and NVRTC logs        not written
  *   KLJIT_LOG=1            log lines on stderr                    off
@@ -35,7 +37,8 @@ static const char *const NAMES[ENV_COUNT] = {
     [ENV_TUNE_BUDGET_S] = "KLJIT_TUNE_BUDGET_S", [ENV_DEBUG_SKIP_GEMMS] = "KLJIT_DEBUG_SKIP_GEMMS",
     [ENV_TEMPLATE_DIR] = "KLJIT_TEMPLATE_DIR", [ENV_DUMP_DIR] = "KLJIT_DUMP_DIR",
     [ENV_LOG] = "KLJIT_LOG",                   [ENV_WISDOM] = "KLJIT_WISDOM",
-    [ENV_SYSTEM_WISDOM] = "KLJIT_SYSTEM_WISDOM", [ENV_GEMM] = "KLJIT_GEMM"};
+    [ENV_SYSTEM_WISDOM] = "KLJIT_SYSTEM_WISDOM", [ENV_GEMM] = "KLJIT_GEMM",
+    [ENV_DX_SPLIT] = "KLJIT_DX_SPLIT"};
 
 const char *env_text(env_var v) {
   return v >= 0 && v < ENV_COUNT ? getenv(NAMES[v]) : NULL;
@@ -72,4 +75,8 @@ void env_context_defaults(kljit_context_options *o) {
             : !strcmp(e, "jit")      ? KLJIT_GEMM_JIT
             : !strcmp(e, "cublas")   ? KLJIT_GEMM_CUBLAS
                                      : (kljit_gemm)-1;
+  e = env_text(ENV_DX_SPLIT);
+  char *end = NULL;
+  const long split = e && *e ? strtol(e, &end, 10) : 0;
+  o->dx_split = e && *e && (*end || split < 0 || split > 64) ? -1 : (int32_t)split;
 }

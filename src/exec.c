@@ -225,13 +225,45 @@ static kljit_status run_stats(exec_call *c, int64_t n) {
                      (unsigned)p->geom.tune.threads, &c->k, c->stream);
 }
 
+static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
+                                float scale, int out);
+
+/* dX of one chunk as geom.dx_split GEMMs over slices of V (plan.c), summed in fp32 in the
+ * workspace, then converted: one GEMM's fp32 accumulation over all of a large V rounds more
+ * (bench/RESULTS.md, issue 19's dX) than the sum of a few slices' does. */
+static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
+  const kljit_plan *p = c->p;
+  const int S = p->geom.dx_split;
+  const size_t gsz = names_dtype_size(p->geom.grad);
+  for (int s = 0; s < S && !c->skip_gemms; s++) {
+    const int64_t k0 = (int64_t)s * p->geom.dx_slice;
+    const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
+    const char *g = c->ws + c->w.g + (size_t)k0 * gsz;
+    TRY(gemm_run(p->ctx->lt, &p->gemm_dx_slice[s == S - 1], n, w, g, c->ws + c->w.dxacc,
+                 c->galpha, s ? 1.0f : 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  }
+  return run_convert(c, c->w.dxacc, dx, (long long)(n * p->pb.hidden), 1.0f, 0);
+}
+
+/* Whether a chunk of n rows takes the split dX: always where the context's options set the
+ * split, else where its one GEMM has tiles (128 x 256) for at least half the SMs. A shorter chunk's single GEMM leaves SMs idle, which cuBLASLt fills by
+ * splitting K itself; slices of it would idle them again (on the H200, 2048 x 4096 x 128256 in
+ * chunks of 512 rows took 11.47 ms with 4 slices against 10.56 with one GEMM: run 34). */
+static int dx_split_pays(const kljit_plan *p, int64_t n) {
+  const int64_t tiles = (n + 127) / 128 * ((p->pb.hidden + 255) / 256);
+  return p->geom.dx_split > 1 &&
+         (p->geom.dx_forced || 2 * tiles >= (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132));
+}
+
 /* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
 static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   void *g = c->ws + c->w.g;
   const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
+  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && dx_split_pays(p, n))
+    TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
+  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
     TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
                  c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
@@ -249,9 +281,12 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   return KLJIT_SUCCESS;
 }
 
+/* dst (+)= scale * the fp32 workspace at src_off: dW or db (out: their dtype; accumulating as
+ * the call's flags say), or dX (out = 0: the input dtype, written). */
 static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
-                                float scale) {
-  c->k.accumulate = (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+                                float scale, int out) {
+  c->k.accumulate = out && (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+  c->k.out_dtype = out;
   c->k.src = c->ws + src_off, c->k.dst = dst, c->k.count = n, c->k.scale = scale;
   const long long blocks = (n + 255) / 256;
   return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
@@ -275,9 +310,10 @@ static kljit_status run_finish_grads(exec_call *c) {
   const kljit_args *a = c->a;
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   if (p->geom.dw_workspace)
-    TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f));
+    TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f,
+                    1));
   if (p->pb.flags & KLJIT_FLAG_BIAS) /* db summed G as stored: undo its multiplier */
-    TRY(run_convert(c, c->w.db, a->grad_bias, (long long)p->pb.vocab, c->galpha));
+    TRY(run_convert(c, c->w.db, a->grad_bias, (long long)p->pb.vocab, c->galpha, 1));
   return KLJIT_SUCCESS;
 }
 

@@ -54,7 +54,7 @@ static kljit_status check_steps(const kljit_plan *p) {
   for (int s = 0; s < KSTEP_COUNT; s++) {
     const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !p->geom.tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
-                       : s == KSTEP_SUMS  ? p->geom.rows.div != NULL
+                       : s == KSTEP_SUMS  ? p->geom.rows.div != NULL && !p->geom.tune.cluster
                                           : 1;
     if (needed && !p->kernel[s].sig)
       return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",
@@ -135,6 +135,7 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (replaced) tune = prob_estimate_opt(problem, ctx->sm_count, ctx->arch, &ctx->opt);
   if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
   if (ctx->opt.chunk_rows > 0) p->geom.chunk_cap = 0; /* the options' chunk is obeyed */
+  if (ctx->opt.dx_split > 0) prob_dx_split(problem, ctx->opt.dx_split, &p->geom);
   const kljit_dtype in = problem->input_dtype;
   gemm_types gtypes;
   gtypes.in = cuda_type(in);
@@ -166,6 +167,22 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (st == KLJIT_SUCCESS) st = check_steps(p);
   if (st == KLJIT_SUCCESS) st = load_gemm(p, &tune, &desc);
   if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, &desc);
+  if (st == KLJIT_SUCCESS && p->geom.dx_split > 1) {
+    /* dX of a slice of V into the fp32 sum (exec.c, run_dx_split); the last slice its own */
+    gemm_types tx = gtypes;
+    tx.dx = CUDA_R_32F;
+    const int64_t s = p->geom.dx_slice, last = problem->vocab - (p->geom.dx_split - 1) * s;
+    const gemm_shape sh0 = {s, problem->hidden, p->geom.ld, p->geom.ldg};
+    const gemm_shape sh1 = {last, problem->hidden, p->geom.ld, p->geom.ldg};
+    st = gemm_prepare(ctx->lt, &tx, &sh0, GEMM_DX, tune.chunk_rows, GEMM_WORKSPACE_BYTES, NULL,
+                      &p->gemm_dx_slice[0]);
+    if (st == KLJIT_SUCCESS)
+      st = gemm_prepare(ctx->lt, &tx, &sh1, GEMM_DX, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
+                        NULL, &p->gemm_dx_slice[1]);
+    if (st == KLJIT_SUCCESS)
+      st = sb_printf(&desc, "  dX: %d GEMMs over slices of %lld columns (the last %lld), summed "
+                     "in fp32\n", p->geom.dx_split, (long long)s, (long long)last);
+  }
   if (st == KLJIT_SUCCESS && problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
     const kljit_dtype td = problem->teacher_dtype;
@@ -202,6 +219,8 @@ void kljit_plan_destroy(kljit_plan *p) {
   }
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);
   gemm_destroy(&p->gemm_teacher);
+  gemm_destroy(&p->gemm_dx_slice[0]);
+  gemm_destroy(&p->gemm_dx_slice[1]);
   free(p->description);
   free(p);
 }

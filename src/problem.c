@@ -287,11 +287,9 @@ static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tu
 enum { CLUSTER_THREADS = 256, CLUSTER_VALUES = 32, CLUSTER_MAX = 16 };
 
 int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
-  /* sharded plans merge their row statistics across ranks, and the reverse KL and the JSD need
-   * a row total before G: two-pass rows only */
-  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb) ||
-      prob_divergence_rows(pb))
-    return 0;
+  /* sharded plans merge their row statistics across ranks: two-pass rows only (the reverse KL
+   * and the JSD sum their row total S from the registers, over the cluster) */
+  if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb)) return 0;
   const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
@@ -343,6 +341,22 @@ prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
   return t;
 }
 
+void prob_dx_split(const kljit_problem *pb, int forced, prob_geometry *g) {
+  const int narrow = pb->input_dtype != KLJIT_FP32;
+  int s = forced > 0      ? forced
+          : narrow && pb->vocab >= 65536 ? (int)((pb->vocab + 32767) / 32768)
+                                         : 1;
+  int64_t slice = pb->vocab;
+  for (; s > 1; s--) { /* slices of 64-column multiples (aligned operands), the last non-empty */
+    slice = (pb->vocab + s - 1) / s;
+    slice = (slice + 63) / 64 * 64;
+    if ((int64_t)(s - 1) * slice < pb->vocab) break;
+  }
+  g->dx_split = s;
+  g->dx_slice = s > 1 ? slice : pb->vocab;
+  g->dx_forced = forced > 0;
+}
+
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
                                 prob_geometry *g) {
   memset(g, 0, sizeof *g);
@@ -367,15 +381,14 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   g->grad_in_place = 1;
   g->ldg = native ? g->ld : 2 * g->ld;
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row */
-  const int one_block = (!native && !tune->cluster) || sparse || prob_divergence_rows(pb);
+  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row, unless
+   * the cluster holds the row (it sums S over its blocks) */
+  const int one_block =
+      (!native && !tune->cluster) || sparse || (prob_divergence_rows(pb) && !tune->cluster);
   g->p2_split = one_block ? 1 : tune->split;
-  if (tune->cluster && prob_divergence_rows(pb))
-    return err_set(KLJIT_ERR_UNSUPPORTED, "the %s divergence has no cluster row kernels (its "
-                   "gradient needs a row total before the first column)",
-                   prob_divergence_rows(pb));
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
+  prob_dx_split(pb, 0, g); /* the planner's; plan.c applies the context's options */
   /* Every chunk after the first reads and writes dW once more (beta = 1): 8 V H bytes with an
    * fp32 accumulator, which costs more than the smaller chunk saves (measured on the H200,
    * bench/RESULTS.md run 22: 2048 x 4096 x 128256 with fp32 dW took 12.58 ms capped, 9.12 ms
@@ -496,6 +509,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   w.dw = off, off += grads && g->dw_workspace
                          ? align256((size_t)pb->vocab * (size_t)pb->hidden * 4) : 0;
   w.db = off, off += grads && (pb->flags & KLJIT_FLAG_BIAS) ? align256((size_t)pb->vocab * 4) : 0;
+  /* the fp32 sum of a split dX GEMM's slices, one chunk's rows */
+  w.dxacc = off, off += grads && g->dx_split > 1
+                            ? align256((size_t)r * (size_t)pb->hidden * 4) : 0;
   w.check = off, off += (pb->flags & KLJIT_FLAG_CHECK_INPUTS) && mode != KLJIT_MODE_BACKWARD
                              ? 256 : 0;
   /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows][8] */

@@ -72,6 +72,10 @@ typedef struct prob_geometry {
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
   int chunk_cap;              /* 0, or k: a call's chunk is capped at 1/k of its rows (4; 8
                                * with the online teacher: two fp32 logit buffers a row) */
+  int dx_split;               /* dX as this many GEMMs over slices of V summed in fp32 (1:
+                               * one GEMM into dX); prob_dx_split */
+  int64_t dx_slice;           /* columns of V per slice (the last takes the rest) */
+  int dx_forced;              /* the context's options set dx_split: every chunk splits */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
@@ -93,6 +97,13 @@ prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
 kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
                                 prob_geometry *g);
 
+/* Sets g->dx_split, dx_slice and dx_forced: `forced` slices (the context's options, 1..64,
+ * then obeyed for every chunk), or for 0 the planner's choice: 16-bit inputs with V >= 65536
+ * take ceil(V / 32768) slices, others one GEMM (and exec.c keeps one GEMM for a chunk too short
+ * to fill half the SMs). Fewer where V is too short for that many slices of 64-column
+ * multiples. */
+void prob_dx_split(const kljit_problem *pb, int forced, prob_geometry *g);
+
 /* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most rows / g->chunk_cap
  * rounded up to 256 (at least 256) where g->chunk_cap is not 0. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
@@ -100,7 +111,7 @@ int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent). The total is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
-  size_t hdr, lossp, part, z, zt, g, dw, db, check, stats, lt, total;
+  size_t hdr, lossp, part, z, zt, g, dw, db, dxacc, check, stats, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

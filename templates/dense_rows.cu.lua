@@ -145,10 +145,10 @@
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
 %end
-%if DIVX and P.CLUSTER ~= 0 then reject("DIV (reverse, jsd) has no cluster variant") end
 %if DIVX then RS = 8 end
 %local SHARDED = P.SHARDED or false
 %if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%if SHARDED and P.CLUSTER ~= 0 then reject("SHARDED rows are two-pass (records)") end
 %local VOFF = P.VOFF or 0
 %if P.VOFF ~= nil and not (HARD and math.type(VOFF) == "integer" and VOFF > 0) then
 %  reject("VOFF must be an integer > 0 and needs HARD")
@@ -190,7 +190,7 @@
 %local K = iface.family(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = stats_in } },
 %  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0), {
-%  { name = "kl_dense_sums", step = "sums", when = DIVX, args = sums_in },
+%  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0, args = sums_in },
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
 %    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" },
@@ -209,7 +209,7 @@
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
-#define P2SPLIT {{ DIVX and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
+#define P2SPLIT {{ DIVX and P.CLUSTER == 0 and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
@@ -836,6 +836,9 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   const int r = blockIdx.y;
   const i64 row = row0 + r;
   __shared__ float sh_rec[8];
+%if DIVX then
+  __shared__ float sh_part, sh_total; /* S: this block's part, the cluster's sum */
+%end
   __shared__ row_t sh_row;
   __shared__ md_t sh_md[THREADS / 32];
   __shared__ float sh_f[THREADS / 32];
@@ -911,6 +914,33 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   }
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
 %row_setup()
+%if DIVX then
+  float sacc = 0.0f;
+  if (MODE != MODE_BACKWARD) { /* S from the registers, summed over the cluster, before G */
+    float unused = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+      const int v = v0 + (j * THREADS + threadIdx.x) * VEC;
+      float gv[VEC];
+      elem_terms<MODE_BACKWARD>(s[j], t[j], rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
+      (void)v;
+    }
+    sacc = block_sum<THREADS>(sacc, sh_f);
+    if (threadIdx.x == 0) sh_part = sacc;
+    cluster_sync(); /* every block's part visible */
+    if (threadIdx.x == 0) { /* in rank order: every block of the row gets the same S */
+      const u32 a = smem_addr(&sh_part);
+      float S = 0.0f;
+      for (int k = 0; k < CLUSTER; k++) S += ld_cluster(a, (u32)k);
+      sh_total = S;
+    }
+    cluster_sync(); /* every part read before a block moves on; sh_total visible */
+    rs.S = sh_total;
+    sacc = 0.0f;
+    if (MODE == MODE_FORWARD && blockIdx.x == 0 && threadIdx.x == 0)
+      rowstat[{{ RS }} * row + 5] = rs.S; /* for backward */
+  }
+%end
   float loss = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
@@ -981,7 +1011,7 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
 }
 %end
-%if DIVX then
+%if DIVX and P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
  * shard's, as pass 2 does), sums this shard's part of S = sum_v q g over its columns and

@@ -11,7 +11,8 @@
 %--   kl_colsum       db accumulation: acc[v] (+)= sum over the chunk's rows of G[r, v], rows in
 %--                   order (deterministic, no atomics).
 %--   kl_convert      dst (+)= scale * src, fp32 -> OUT dtype (dW, db from their fp32
-%--                   accumulators; scale undoes fp16 G's multiplier for db).
+%--                   accumulators; scale undoes fp16 G's multiplier for db), or with out = 0
+%--                   -> GRAD dtype (dX from the fp32 sum of its split GEMMs, exec.c).
 %--   kl_scale        p[i] *= *s in place, p of GRAD (dX) or OUT (dW, db) dtype: the upstream
 %--                   gradient applied after a fused call (kljit_scale_grads), read on the device.
 %--
@@ -45,8 +46,9 @@
 %    { "g", "const grad_t* __restrict__" }, { "rows", "int", role = "chunk_rows" },
 %    { "acc", "float* __restrict__", role = "db" }, { "accumulate", "int" } } },
 %  { name = "kl_convert", step = "convert", args = {
-%    { "src", "const float* __restrict__" }, { "dst", "out_t* __restrict__" },
-%    { "n", "i64", role = "count" }, { "accumulate", "int" }, { "scale", "float" } } },
+%    { "src", "const float* __restrict__" }, { "dst", "void* __restrict__" },
+%    { "n", "i64", role = "count" }, { "accumulate", "int" }, { "scale", "float" },
+%    { "out", "int", role = "out_dtype" } } },
 %  { name = "kl_scale", step = "scale", args = {
 %    { "p", "void*", role = "data" }, { "n", "i64", role = "count" },
 %    { "s", "const float* __restrict__", role = "factor" }, { "out", "int", role = "out_dtype" } } },
@@ -118,9 +120,18 @@ extern "C" __global__ void __launch_bounds__(256)
 
 extern "C" __global__ void __launch_bounds__(256)
 {{ K.signature("kl_convert") }} {
-  for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
-    const float prev = accumulate ? to_f32(dst[i]) : 0.0f;
-    dst[i] = from_f32<out_t>(prev + scale * src[i]);
+  if (out) {
+    out_t* d = (out_t*)dst;
+    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
+      const float prev = accumulate ? to_f32(d[i]) : 0.0f;
+      d[i] = from_f32<out_t>(prev + scale * src[i]);
+    }
+  } else {
+    grad_t* d = (grad_t*)dst;
+    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
+      const float prev = accumulate ? to_f32(d[i]) : 0.0f;
+      d[i] = from_f32<grad_t>(prev + scale * src[i]);
+    }
   }
 }
 

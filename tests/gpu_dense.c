@@ -256,7 +256,7 @@ static int hard_label_ce_mixing_in_every_dtype_form_and_mode(void) {
 /* Issue 19: the reverse KL and the JSD (beta 0.5, 0.1, and 1, which runs the reverse KL's
  * kernels) x teacher form x mode, the dtype rotating so that each divergence meets every dtype;
  * on top, rotating: CE mixing, softcaps, a padded teacher, T != 1 with T^2, every reduction.
- * Also the cluster knob on, which these divergences must ignore (two-pass rows). */
+ * Also the cluster knob on, where sm_90 runs them in the cluster row kernels. */
 static int every_divergence_teacher_form_mode_and_dtype(void) {
   const struct {
     kljit_divergence div;
@@ -308,6 +308,57 @@ static int online_teacher_every_divergence_mode_and_dtype(void) {
   return worst;
 }
 
+/* The reverse KL and the JSD in the sm_90 cluster row kernels, which sum the row total S over
+ * the cluster's blocks from their registers (fused, and forward saving S for backward): every
+ * dtype, the dense forms and the online teacher, CE mixing and a softcap on top, V = 32001 and
+ * 128256 (sixteen-block clusters). Skips before sm_90. */
+static int every_divergence_in_the_cluster_variant(void) {
+  setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+  int worst = plan_uses_cluster(128256, KLJIT_BF16);
+  for (int k = 0; k < 8 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    c.v = k < 4 ? 32001 : 128256, c.n = k < 4 ? 19 : 9, c.h = 32;
+    c.dt = k % 3 == 0 ? KLJIT_BF16 : k % 3 == 1 ? KLJIT_FP32 : KLJIT_FP16;
+    c.form = k % 4 == 3 ? KLJIT_TEACHER_DENSE_HIDDEN
+                        : (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+    if (c.form == KLJIT_TEACHER_DENSE_HIDDEN) c.ht = 48, c.teacher_bias = k == 7;
+    c.divergence = k % 2 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    c.beta = k % 2 ? 0.0 : k == 2 ? 0.1 : 0.5;
+    c.fused = k % 4 < 2;
+    if (!c.fused && k % 3 == 0) c.red = KLJIT_REDUCTION_NONE;
+    if (k == 2 || k == 5) c.hard_weight = 0.5, c.soft_weight = 0.5;
+    if (k == 4) c.zstd = 30.0, c.softcap = 30.0;
+    c.T = k == 6 ? 2.0 : 1.0;
+    const int rc = gcase_check(&c);
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  unsetenv("KLJIT_ROW_KERNEL");
+  return worst;
+}
+
+/* dX as GEMMs over slices of V summed in fp32 (16-bit inputs, V = 128256: KLJIT_DX_SPLIT = 4,
+ * the planner's number, and 3, whose last slice is shorter, obeyed for these short chunks;
+ * 1, one GEMM): every dtype of G, both modes, with a bias and all rows ignored (the slices'
+ * sum is zero, not stale). */
+static int dx_as_slices_summed_in_fp32(void) {
+  static const char *const splits[] = {"4", "3", "1"};
+  int worst = TH_PASS;
+  for (int k = 0; k < 6 && worst == TH_PASS; k++) {
+    setenv("KLJIT_DX_SPLIT", splits[k % 3], 1);
+    gcase c = gcase_base();
+    c.v = 128256, c.n = 9 + 4 * k, c.h = 40;
+    c.dt = k % 2 ? KLJIT_FP16 : KLJIT_BF16;
+    c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+    c.fused = k < 3, c.bias = k == 1, c.labels = k == 5 ? 2 : 1;
+    c.divergence = k == 4 ? KLJIT_DIVERGENCE_JSD : KLJIT_DIVERGENCE_FORWARD_KL;
+    c.beta = k == 4 ? 0.5 : 0.0;
+    const int rc = gcase_check(&c);
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+    unsetenv("KLJIT_DX_SPLIT");
+  }
+  return worst;
+}
+
 /* The same features, and CE mixing, in the sm_90 cluster row kernels (skips before sm_90). */
 static int softcaps_padded_teachers_and_ce_in_the_cluster_variant(void) {
   setenv("KLJIT_ROW_KERNEL", "cluster", 1);
@@ -334,6 +385,8 @@ static const th_case cases[] = {
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
     {"vocab_sizes_with_ragged_tails", vocab_sizes_with_ragged_tails},
+    {"every_divergence_in_the_cluster_variant", every_divergence_in_the_cluster_variant},
+    {"dx_as_slices_summed_in_fp32", dx_as_slices_summed_in_fp32},
     {"rows_not_a_multiple_of_the_chunk", rows_not_a_multiple_of_the_chunk},
     {"a_single_row", a_single_row},
     {"all_rows_ignored_gives_zero_loss_and_gradients",

@@ -17,7 +17,8 @@ static int options_changed(const kljit_context_options *was, const char *was_dir
                            const char *was_path, const kljit_context_options *now) {
   return was->flags != now->flags || was->row_kernel != now->row_kernel ||
          was->chunk_rows != now->chunk_rows || was->tune_rows != now->tune_rows ||
-         was->tune_budget_s != now->tune_budget_s || !same_text(was_dir, now->cache_dir) ||
+         was->tune_budget_s != now->tune_budget_s || was->gemm != now->gemm ||
+         was->dx_split != now->dx_split || !same_text(was_dir, now->cache_dir) ||
          !same_text(was_path, now->cache_path);
 }
 
@@ -28,7 +29,8 @@ int gpu_test_context(kljit_context **ctx) {
   static int has_dir, has_path;
   if (!gpu_available()) return 77;
   /* a context reads the environment once, when it is created: a test that changed it since
-   * (KLJIT_CHUNK_ROWS, KLJIT_ROW_KERNEL, KLJIT_TUNE_*) gets a new context, and must hold no
+   * (KLJIT_CHUNK_ROWS, KLJIT_ROW_KERNEL, KLJIT_TUNE_*, KLJIT_GEMM, KLJIT_DX_SPLIT) gets a new
+   * context, and must hold no
    * plan of the old one */
   kljit_context_options now;
   if (kljit_context_options_default(&now) != KLJIT_SUCCESS) return 1;

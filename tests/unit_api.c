@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,21 @@ static int context_create_rejects_null_out_negative_device_and_options(void) {
   options.tune_budget_s = 0;
   TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "tune_budget_s") != NULL);
+  TH_OK(kljit_context_options_default(&options));
+  options.dx_split = 65;
+  TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "options->dx_split = 65") != NULL);
+  /* a struct from before dx_split: its options are read, dx_split is the planner's; the next
+   * check (the device) is what fails here, not the size */
+  TH_OK(kljit_context_options_default(&options));
+  options.struct_size = offsetof(kljit_context_options, dx_split);
+  options.dx_split = 65; /* beyond the caller's struct: never read */
+  const kljit_status old = kljit_context_create(&ctx, 0, &options);
+  TH_CHECK(old == KLJIT_ERR_NO_DEVICE || old == KLJIT_SUCCESS);
+  if (old == KLJIT_SUCCESS) kljit_context_destroy(ctx);
+  options.struct_size = offsetof(kljit_context_options, gemm);
+  TH_STATUS(kljit_context_create(&ctx, 0, &options), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "first released") != NULL);
   return TH_PASS;
 }
 
@@ -168,10 +184,21 @@ static int context_options_default_to_the_environment(void) {
   kljit_context_options o;
   unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_CHUNK_ROWS"), unsetenv("KLJIT_TUNE_ROWS");
   unsetenv("KLJIT_TUNE_BUDGET_S"), unsetenv("KLJIT_CACHE_DISABLE");
-  unsetenv("KLJIT_DEBUG_SKIP_GEMMS");
+  unsetenv("KLJIT_DEBUG_SKIP_GEMMS"), unsetenv("KLJIT_DX_SPLIT");
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.struct_size == sizeof o && o.flags == 0 && o.row_kernel == KLJIT_ROW_KERNEL_TWO_PASS);
   TH_CHECK(o.chunk_rows == 0 && o.tune_rows == 8192 && o.tune_budget_s == 30.0);
+  TH_CHECK(o.dx_split == 0);
+  setenv("KLJIT_DX_SPLIT", "4", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.dx_split == 4);
+  setenv("KLJIT_DX_SPLIT", "4x", 1); /* a typo is refused where it is used, not ignored */
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.dx_split == -1);
+  kljit_context *c = NULL;
+  TH_STATUS(kljit_context_create(&c, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_DX_SPLIT=4x") != NULL);
+  unsetenv("KLJIT_DX_SPLIT");
   setenv("KLJIT_ROW_KERNEL", "cluster", 1), setenv("KLJIT_CHUNK_ROWS", "512", 1);
   setenv("KLJIT_TUNE_ROWS", "1024", 1), setenv("KLJIT_TUNE_BUDGET_S", "2.5", 1);
   setenv("KLJIT_CACHE_DISABLE", "1", 1), setenv("KLJIT_DEBUG_SKIP_GEMMS", "1", 1);

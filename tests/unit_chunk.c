@@ -93,7 +93,40 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
   return TH_PASS;
 }
 
+/* The split dX: 16-bit inputs with V >= 65536 take slices of at most 32768 columns (64-column
+ * multiples, the last the rest), summed in fp32 in the workspace: a chunk's rows x H floats
+ * with gradients, none in forward; the context's number wins, within what V allows. */
+static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
+  kljit_problem pb = dense(4096, 128256);
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_BF16;
+  const prob_tuning t = prob_estimate(&pb, 132, 90);
+  prob_geometry g;
+  TH_OK(prob_geometry_make(&pb, &t, &g));
+  TH_CHECK(g.dx_split == 4 && g.dx_slice == 32064 && !g.dx_forced);
+  const int64_t R = prob_chunk_rows(&g, 8192);
+  const prob_workspace w = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, 8192);
+  TH_CHECK(w.check - w.dxacc >= (size_t)R * 4096 * 4 && w.check - w.dxacc < (size_t)R * 4096 * 4 + 256);
+  const prob_workspace f = prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, 8192);
+  TH_CHECK(f.check == f.dxacc); /* no gradients, no sum */
+  prob_dx_split(&pb, 1, &g);
+  TH_CHECK(g.dx_split == 1 && g.dx_slice == 128256 && g.dx_forced);
+  prob_dx_split(&pb, 3, &g);
+  TH_CHECK(g.dx_split == 3 && g.dx_slice == 42752 && 2 * 42752 < 128256);
+  pb.vocab = 100; /* 64-column slices: at most two */
+  prob_dx_split(&pb, 8, &g);
+  TH_CHECK(g.dx_split == 2 && g.dx_slice == 64);
+  pb.vocab = 32000; /* below 65536: one GEMM */
+  TH_OK(prob_geometry_make(&pb, &t, &g));
+  TH_CHECK(g.dx_split == 1);
+  kljit_problem f32 = dense(4096, 128256); /* fp32 inputs: dX is fp32 already */
+  TH_OK(prob_geometry_make(&f32, &t, &g));
+  TH_CHECK(g.dx_split == 1);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32",
+     a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32},
     {"a_short_call_chunks_at_a_quarter_of_its_rows",
      a_short_call_chunks_at_a_quarter_of_its_rows},
     {"an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows",

@@ -581,7 +581,7 @@ static int add_loss_families(space *s) {
     pb.teacher_vocab = pb.teacher_ld = i % 2 ? pb.vocab + 1 : i == 2 ? 152064 : 0;
     if (i == 3) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
     if (i >= 2) pb.hard_weight = 0.5, pb.soft_weight = i == 3 ? 0.0 : 0.5; /* CE mixing */
-    /* the reverse KL and the JSD (two-pass rows: the cluster target plans those too) */
+    /* the reverse KL and the JSD (the cluster target plans them in clusters where they fit) */
     pb.divergence = i == 0 ? KLJIT_DIVERGENCE_REVERSE_KL : i == 1 ? KLJIT_DIVERGENCE_JSD
                                                                   : KLJIT_DIVERGENCE_FORWARD_KL;
     pb.beta = i == 1 ? 0.5 : 0.0;
@@ -627,7 +627,15 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
              strstr(ce2.data, "ce.loss += ce.lse1") == NULL && strstr(ce.data, "ce.loss += ce.lse1"));
     TH_CHECK(strstr(ce.data, "VOFF") == NULL && strstr(ce2.data, "SHARDED") == NULL);
     sb_free(&ce2);
-    if (g.rows.cluster == 0) { /* DIV: two-pass rows only */
+    if (g.rows.cluster != 0) { /* DIV in the cluster: S from registers, no sweep, no sums */
+      strbuf jsd = {0};
+      k = g.rows, k.div = "jsd", k.beta = 0.5;
+      TH_OK(kspec_render(&k, &jsd));
+      TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "sh_total") &&
+               strstr(jsd.data, "sweep 1") == NULL && strstr(jsd.data, "kl_dense_sums") == NULL);
+      TH_CHECK(strstr(plain.data, "sh_total") == NULL);
+      sb_free(&jsd);
+    } else {
       strbuf jsd = {0};
       k = g.rows, k.div = "jsd", k.beta = 0.5;
       TH_OK(kspec_render(&k, &jsd));
@@ -680,7 +688,8 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
   TH_OK(prob_validate(&pb, "test"));
   TH_OK(geometry_for(&pb, &TARGETS[T_SM90_CLUSTER], &g));
   TH_CHECK(g.rows.div && strcmp(g.rows.div, "jsd") == 0 && g.rows.beta == 0.5);
-  TH_CHECK(g.rows.cluster == 0 && g.p2_split == 1); /* two-pass, one pass-2 block per row */
+  /* the cluster holds the row and sums S over its blocks: pass 2 runs the cluster's blocks */
+  TH_CHECK(g.rows.cluster > 0 && g.p2_split == g.rows.cluster);
   pb.beta = 1.0; /* JSD's end point is the reverse KL's kernels */
   TH_OK(geometry_for(&pb, &TARGETS[T_SM80], &g));
   TH_CHECK(g.rows.div && strcmp(g.rows.div, "reverse") == 0 && g.rows.beta == 0.0);
