@@ -52,6 +52,14 @@ logits chunk by chunk itself (no gradient to the teacher), T = 1, batchmean, no 
                    loss p (log p - log q); beta = 1 is the reverse KL(q || p)), kljit's
                    convention too (include/kljit.h).
   kljit_fkl_online kljit with KLJIT_DIVERGENCE_FORWARD_KL and the online teacher.
+  liger_jsd_hard   Liger's distillation base with hard-label CE mixing: liger_kernel.chunked_loss
+                   LigerFusedLinearJSDLoss(weight_hard_loss=--hard-weight, weight_soft_loss=1 -
+                   --hard-weight, beta=--beta, ignore_index=-100, temperature=1.0) called as
+                   loss(student_input, student_weight, teacher_input, teacher_weight, labels):
+                   (w_h CE_sum + w_s JSD_sum) / kept rows (its fused_linear_distillation.py).
+  kljit_jsd_hard   kljit's equivalent: hard_weight, soft_weight, the same labels, batchmean.
+The labels of the *_hard methods: uniform in [0, V), every tenth row -100 (ignored); the other
+online methods take no labels (every row kept).
 Their inputs are made per --logit-std value s: X, Xt uniform in [-1, 1) (variance 1/3) and W,
 Wt uniform in [-a, a) with a = 3 s / sqrt(H) (variance a^2 / 3), so that every logit, a sum of
 H products, has variance H (1/3) (a^2 / 3) = s^2; student and teacher are independent draws.
@@ -130,7 +138,8 @@ DENSE_SHAPES = [Shape(8192, 4096, 128256), Shape(4096, 4096, 128256), Shape(2048
                 Shape(8192, 2048, 32000), Shape(4096, 2048, 32000)]
 SPARSE_SHAPES = [Shape(65536, 2048, 151936, 100), Shape(8192, 4096, 128256, 100)]
 #: The online-teacher methods (teacher hidden states and head, not its probabilities).
-ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_online")
+ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_online",
+                  "liger_jsd_hard", "kljit_jsd_hard")
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
            "kljit_fused_native", "kljit_fused_native_accum_out") + ONLINE_METHODS
@@ -215,6 +224,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "one run per value, comma-separated (default 3; the bars: 2 to 12)")
     p.add_argument("--beta", type=float, default=0.5,
                    help="liger_jsd and kljit_jsd: the JSD's beta, in (0, 1) (default 0.5)")
+    p.add_argument("--hard-weight", type=float, default=0.5,
+                   help="liger_jsd_hard and kljit_jsd_hard: the hard-label CE's weight w_h, the "
+                        "JSD's 1 - w_h (default 0.5)")
     p.add_argument("--kljit-dw-accum", default="auto", choices=("auto", "bf16", "fp32"),
                    help="kljit_jsd, kljit_fkl_online: dW accumulation, 'auto' the binding's rule "
                         "(bf16 in place up to 8 chunks, else an fp32 V x H buffer); with "
@@ -241,6 +253,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         p.error("--repeats and --warmup must be >= 1 (the warm-up compiles)")
     if not 0 < args.beta < 1:
         p.error("--beta must be in (0, 1): beta 0 is the *_fkl_online methods")
+    if not 0 < args.hard_weight <= 1:
+        p.error("--hard-weight must be in (0, 1]")
     return args
 
 
@@ -283,7 +297,17 @@ def split_methods(methods: Sequence[str]) -> "tuple[List[str], List[str]]":
 
 def method_beta(method: str, args: argparse.Namespace) -> float:
     """An online method's JSD beta: --beta for the JSD, 0 (Liger's forward KL) otherwise."""
-    return args.beta if method.endswith("_jsd") else 0.0
+    return args.beta if "_jsd" in method else 0.0
+
+
+def method_hard(method: str, args: argparse.Namespace) -> float:
+    """An online method's hard-label CE weight: --hard-weight for *_hard, else 0."""
+    return args.hard_weight if method.endswith("_hard") else 0.0
+
+
+def method_key(method: str, args: argparse.Namespace) -> "tuple[float, float]":
+    """The online reference a method is compared with: (beta, hard weight)."""
+    return method_beta(method, args), method_hard(method, args)
 
 
 def csv_path(out: Path) -> Path:
@@ -324,6 +348,8 @@ class Env:
     liger_note: str = ""
     liger_jsd_cls: Any = None
     liger_jsd_note: str = ""
+    liger_hard_cls: Any = None
+    liger_hard_note: str = ""
     info: Dict[str, str] = field(default_factory=dict)
     info_cache: Dict[str, float] = field(default_factory=dict)
 
@@ -334,11 +360,13 @@ def log(msg: str) -> None:
 
 def import_liger(args: argparse.Namespace,
                  name: str = "LigerFusedLinearKLDivLoss") -> "tuple[Any, str]":
-    """liger_kernel.transformers.<name> and Liger's version, or (None, why not)."""
+    """liger_kernel.transformers.<name> (or liger_kernel.<module>.<name> for a dotted name)
+    and Liger's version, or (None, why not)."""
     def attempt() -> Any:
-        import liger_kernel.transformers  # noqa: WPS433
+        import importlib
 
-        return getattr(liger_kernel.transformers, name)
+        module, _, cls = name.rpartition(".")
+        return getattr(importlib.import_module("liger_kernel." + (module or "transformers")), cls)
 
     try:
         cls = attempt()
@@ -415,11 +443,16 @@ def make_env(args: argparse.Namespace, methods: Sequence[str]) -> Env:
         env.info["liger-kernel"] = note
         if env.liger_cls is None:
             env.liger_note = note
-    if online:
+    if [m for m in online if not m.endswith("_hard")]:
         env.liger_jsd_cls, note = import_liger(args, "LigerFusedLinearJSD")
         env.info["liger-kernel"] = note
         if env.liger_jsd_cls is None:
             env.liger_jsd_note = note
+    if [m for m in online if m.endswith("_hard")]:
+        env.liger_hard_cls, note = import_liger(args, "chunked_loss.LigerFusedLinearJSDLoss")
+        env.info["liger-kernel"] = note
+        if env.liger_hard_cls is None:
+            env.liger_hard_note = note
     triton = sys.modules.get("triton")
     cuda = args.device == "cuda"
     env.info.update({
@@ -481,6 +514,9 @@ class OnlineInputs:
 
         self.x, self.w = uniform(n, h, 1.0), uniform(v, h, a)
         self.xt, self.wt = uniform(n, h, 1.0), uniform(v, h, a)
+        # the *_hard methods' labels: uniform ids, every tenth row ignored
+        self.labels = torch.randint(0, v, (n,), generator=g, device=dev)
+        self.labels[::10] = -100
         rows = min(n, 1024)
         self.std_measured = tuple(
             float(torch.mm(x[:rows].float(), w.float().T).std())
@@ -508,29 +544,45 @@ def divergence_fp64(torch: Any, lq: Any, lp: Any, beta: float) -> "tuple[Any, An
     return rows, qg - q * qg.sum(-1, keepdim=True)
 
 
-def online_reference(torch: Any, inp: OnlineInputs, betas: Sequence[float]) -> Dict[float, Any]:
-    """Loss, dX and dW in float64 for each beta (divergence_fp64), batchmean, chunked over rows
-    on the inputs' device: the four GEMMs run in float64 (the logits' once for every beta)."""
+def online_reference(torch: Any, inp: OnlineInputs,
+                     keys: Sequence["tuple[float, float]"]) -> Dict[Any, Any]:
+    """Loss, dX and dW in float64 for each (beta, hard weight) key, chunked over rows on the
+    inputs' device: the four GEMMs run in float64 (the logits' once for every key). Hard weight
+    0: divergence_fp64 averaged over every row; w > 0: (1 - w) D + w CE(labels) averaged over
+    the kept rows (labels != -100), as Liger's distillation base and kljit's batchmean."""
     f64 = torch.float64
     n, h = inp.x.shape
     v = inp.w.shape[0]
     chunk = max(64, min(4096, (1 << 30) // (8 * v)))
+    divisor = (n, max(1, int((inp.labels != -100).sum())))  # every row; the kept rows
     w, wt = inp.w.to(f64), inp.wt.to(f64)
     out = {b: {"loss": torch.zeros((), dtype=f64, device=w.device),
                "grad_input": torch.empty(n, h, dtype=f64, device=w.device),
                "grad_input_g16": torch.empty(n, h, dtype=f64, device=w.device),
                "grad_input_mm16": torch.empty(n, h, dtype=inp.x.dtype, device=w.device),
-               "grad_weight": torch.zeros(v, h, dtype=f64, device=w.device)} for b in betas}
+               "grad_weight": torch.zeros(v, h, dtype=f64, device=w.device)} for b in keys}
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
         xc = inp.x[i0:i1].to(f64)
         lq = torch.log_softmax(xc @ w.T, dim=-1)
         lp = torch.log_softmax(inp.xt[i0:i1].to(f64) @ wt.T, dim=-1)
-        for b in betas:
-            rows, grad = divergence_fp64(torch, lq, lp, b)
-            grad /= n
+        for b in keys:
+            beta, hard = b
+            rows, grad = divergence_fp64(torch, lq, lp, beta)
+            if hard:
+                y = inp.labels[i0:i1]
+                kept = (y != -100).to(f64)
+                yc = y.clamp_min(0)[:, None]
+                ce = -lq.gather(1, yc)[:, 0]
+                dce = torch.exp(lq)
+                dce.scatter_add_(1, yc, -torch.ones_like(yc, dtype=f64))
+                rows = ((1.0 - hard) * rows + hard * ce) * kept
+                grad = ((1.0 - hard) * grad + hard * dce) * kept[:, None]
+                del ce, dce
+            rows /= divisor[hard != 0]
+            grad /= divisor[hard != 0]
             o = out[b]
-            o["loss"] += rows.sum() / n
+            o["loss"] += rows.sum()
             o["grad_input"][i0:i1] = grad @ w
             # the floor of one low-precision GEMM: G rounded to the inputs' dtype, exact sum;
             # and that G through torch's own GEMM in the inputs' dtype (fp32 accumulation)
@@ -633,7 +685,13 @@ def c_call(config: Any) -> Callable:
 def build_online_method(env: Env, method: str, args: argparse.Namespace
                         ) -> "tuple[Optional[Callable], str]":
     """A function (x, w, inputs) -> loss for an online-teacher method, or (None, why not)."""
-    beta = method_beta(method, args)
+    beta, hard = method_key(method, args)
+    if method == "liger_jsd_hard":
+        if env.liger_hard_cls is None:
+            return None, env.liger_hard_note
+        hard_fn = env.liger_hard_cls(weight_hard_loss=hard, weight_soft_loss=1.0 - hard,
+                                     beta=beta, ignore_index=-100, temperature=1.0)
+        return (lambda x, w, inp: hard_fn(x, w, inp.xt, inp.wt, inp.labels)), ""
     if method.startswith("liger"):
         if env.liger_jsd_cls is None:
             return None, env.liger_jsd_note
@@ -641,15 +699,17 @@ def build_online_method(env: Env, method: str, args: argparse.Namespace
         return (lambda x, w, inp: loss_fn(x, w, inp.xt, inp.wt, None)), ""
     if env.kljit is None:
         return None, env.kljit_note
-    return online_c_call(env.torch, beta, args.kljit_dw_accum), ""
+    return online_c_call(env.torch, beta, args.kljit_dw_accum, hard), ""
 
 
-def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
+def online_c_call(torch: Any, beta: float, dw_accum: str = "auto",
+                  hard: float = 0.0) -> Callable:
     """kljit_fused with KLJIT_TEACHER_DENSE_HIDDEN through ctypes, as c_call does for the dense
     teacher: the plan made at the first call (the warm-up), with the binding's 'auto' bf16 dW
     accumulation (kljit._ops.Call._plan's rule); fresh outputs and workspace from torch's
     allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD.
-    dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum)."""
+    dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum). hard > 0: CE mixing,
+    hard_weight = hard and soft_weight = 1 - hard on the inputs' labels (-100 ignored)."""
     from kljit import _lib, _ops
     from kljit._checks import WORKSPACE_ALIGN
 
@@ -662,7 +722,9 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
             teacher_hidden=xt.shape[1], grad_weight_dtype=lib.DType.BF16,
             grad_weight_accum=(lib.GradWeightAccum.FP32 if dw_accum == "fp32" else
                                lib.GradWeightAccum.OUTPUT_DTYPE),
-            divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta)
+            divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta,
+            **({"hard_weight": hard, "soft_weight": 1.0 - hard, "label_dtype": lib.DType.INT64}
+               if hard else {}))
         device = x.device.index or 0
         plan = lib.get_plan(pb, device)
         rows = x.shape[0]
@@ -687,6 +749,7 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto") -> Callable:
         offset = -raw.data_ptr() % WORKSPACE_ALIGN
         args = _lib.Args.init(rows=x.shape[0], input=x.data_ptr(), weight=w.data_ptr(),
                               teacher_input=inp.xt.data_ptr(), teacher_weight=inp.wt.data_ptr(),
+                              labels=inp.labels.data_ptr() if hard else None,
                               loss=loss.data_ptr(), grad_input=dx.data_ptr(),
                               grad_weight=dw.data_ptr(), workspace=raw.data_ptr() + offset,
                               workspace_size=size)
@@ -924,8 +987,8 @@ def write_outputs(out: Path, header: List[str], results: List[Result], env: Env)
         wr.writerow(CSV_FIELDS + list(env.info))
         for r in results:
             numbers = [fmt(value, spec, "") for value, spec in (
-                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"), (r.loss_err, ".3e"),
-                (r.dx_err, ".3e"), (r.dw_err, ".3e"), (r.first_s, ".2f"))]
+                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"), (r.loss_err, ".4e"),
+                (r.dx_err, ".5e"), (r.dw_err, ".4e"), (r.first_s, ".2f"))]
             wr.writerow([r.method, r.shape.name, r.shape.n, r.shape.h, r.shape.v, r.shape.k,
                          fmt(r.std, "g", ""), r.std_measured, r.status] + numbers + [r.note]
                         + list(env.info.values()))
@@ -998,12 +1061,13 @@ def main(argv: Sequence[str]) -> int:
                 continue
             inp = OnlineInputs(torch, shape, args.seed + si, std, args.device)
             log(f"   measured logit std (student/teacher): {inp.measured()}")
-            betas = sorted({method_beta(m, args) for m in online})
+            keys = sorted({method_key(m, args) for m in online})
             refs = None if args.no_reference else try_reference(
-                lambda: online_reference(torch, inp, betas), sync, empty_cache)
+                lambda: online_reference(torch, inp, keys), sync, empty_cache)
             for b, r in (refs or {}).items():
                 dx, low = r["grad_input"], inp.x.dtype
-                log(f"   dX floor (beta {b:g}): output rounded to {str(low)[6:]} "
+                what = f"beta {b[0]:g}" + (f", CE weight {b[1]:g}" if b[1] else "")
+                log(f"   dX floor ({what}): output rounded to {str(low)[6:]} "
                     f"{rel_fro(dx.to(low), dx):.4e}; G and output rounded "
                     f"{rel_fro(r.pop('grad_input_g16').to(low), dx):.4e} (any method with one "
                     f"{str(low)[6:]} G GEMM, exactly summed); that G through torch's "
@@ -1011,7 +1075,7 @@ def main(argv: Sequence[str]) -> int:
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
             for res in group:
                 fn, why = build_online_method(env, res.method, args)
-                ref = refs[method_beta(res.method, args)] if refs else None
+                ref = refs[method_key(res.method, args)] if refs else None
                 time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
             results += with_speedups(group, lambda m: "liger_" + m.split("_", 1)[1])
             del inp, refs, ref

@@ -128,6 +128,39 @@ class CompareTest(unittest.TestCase):
         self.assertEqual((compare.method_beta("kljit_jsd", args),
                           compare.method_beta("liger_fkl_online", args)), (0.25, 0.0))
         self.assertEqual(args.logit_std, [3.0])
+        args = compare.parse_args(["--beta", "0.25", "--hard-weight", "0.3"])
+        self.assertEqual([compare.method_key(m, args) for m in
+                          ("liger_jsd_hard", "kljit_jsd_hard", "kljit_jsd", "liger_fkl_online")],
+                         [(0.25, 0.3), (0.25, 0.3), (0.25, 0.0), (0.0, 0.0)])
+        for bad in ("0", "1.5", "-0.1"):
+            with self.assertRaises(SystemExit, msg=bad):
+                compare.parse_args(["--hard-weight", bad])
+
+    def test_compare_online_reference_is_autograd_in_float64(self) -> None:
+        """The online reference (JSD alone over every row; (1 - w) JSD + w CE over the kept
+        rows) against torch autograd of the same loss written directly, on a tiny CPU shape."""
+        torch = require("torch")
+        compare = load_script("compare")
+        inp = compare.OnlineInputs(torch, compare.Shape(37, 16, 101), 7, 3.0, "cpu")
+        f64 = torch.float64
+        x = inp.x.to(f64).requires_grad_()
+        w = inp.w.to(f64).requires_grad_()
+        lq = torch.log_softmax(x @ w.T, -1)
+        lp = torch.log_softmax(inp.xt.to(f64) @ inp.wt.to(f64).T, -1)
+        lm = torch.logsumexp(torch.stack([lq + torch.log(torch.tensor(0.5, dtype=f64)),
+                                          lp + torch.log(torch.tensor(0.5, dtype=f64))]), 0)
+        jsd = 0.5 * (lp.exp() * (lp - lm)).sum(-1) + 0.5 * (lq.exp() * (lq - lm)).sum(-1)
+        kept = inp.labels != -100
+        ce = -lq.gather(1, inp.labels.clamp_min(0)[:, None])[:, 0]
+        losses = {(0.5, 0.0): jsd.mean(), (0.5, 0.3): ((0.7 * jsd + 0.3 * ce)[kept]).mean()}
+        refs = compare.online_reference(torch, inp, sorted(losses))
+        self.assertEqual(int(kept.sum()), 33)  # every tenth row of 37 ignored
+        for key, loss in losses.items():
+            dx, dw = torch.autograd.grad(loss, (x, w), retain_graph=True)
+            r = refs[key]
+            self.assertAlmostEqual(float(r["loss"]), float(loss), delta=1e-12 * float(loss))
+            self.assertLess(float((r["grad_input"] - dx).abs().max()), 1e-12)
+            self.assertLess(float((r["grad_weight"] - dw).abs().max()), 1e-12)
 
     def test_compare_dry_run_needs_neither_torch_nor_a_gpu(self) -> None:
         out = out_dir("compare-dry") / "cmp.md"
