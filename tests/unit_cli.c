@@ -794,9 +794,10 @@ static int default_user_wisdom_is_under_xdg_state_home_and_the_old_file_is_read(
   return th_in_tmpdir("cli-wisdom-state", state_in);
 }
 
-/* The loss-family options reach the plan: a softcapped, CE-mixed problem with a padded teacher
- * and the reverse KL each plan other row kernels than the plain problem, JSD with beta = 0 (the
- * forward KL) plans the plain problem's, and a value out of range is a usage error (exit 2). */
+/* The loss-family options reach the plan: a softcapped, CE-mixed problem with a padded teacher,
+ * the reverse KL and the online teacher (with its bias) each plan other row kernels than the
+ * plain problem, JSD with beta = 0 (the forward KL) plans the plain problem's, and a value out
+ * of range is a usage error (exit 2). */
 static int precompile_takes_the_loss_family_options(void) {
   char dir[] = "/tmp/kljit-cli-fam-XXXXXX";
   TH_CHECK(mkdtemp(dir) != NULL);
@@ -815,7 +816,13 @@ static int precompile_takes_the_loss_family_options(void) {
   const char *const jsd0_rows = strstr(out, "dense_rows-");
   const int jsd0_same = jsd0_rows && strncmp(jsd0_rows, plain_out, 23) == 0;
   const int beta = precompile_into(dir, "--dry-run --divergence jsd --beta 1.5");
+  /* the online teacher: its logits are the chunk's (TCHUNK), other row kernels again */
+  const int on = precompile_into(dir, "--dry-run --teacher-hidden 2048 --teacher-bias");
+  const char *const on_rows = strstr(out, "dense_rows-");
+  const int on_differs = on_rows && strncmp(on_rows, plain_out, 23) != 0;
+  const int on_bad = precompile_into(dir, "--dry-run --teacher-hidden 0");
   rmdir(dir);
+  TH_CHECK(on == 0 && on_differs && on_bad == 2);
   TH_CHECK(plain == 0 && fam == 0 && differs);
   TH_CHECK(rev == 0 && rev_differs && jsd0 == 0 && jsd0_same);
   TH_CHECK(beta == 2);

@@ -121,12 +121,14 @@ void cli_problem_defaults(kljit_problem *pb);
 int cli_problem_option(cli_parser *p, kljit_problem *pb);
 
 /* The loss-family options (--divergence, --beta, --hard-weight, --soft-weight, --softcap,
- * --teacher-softcap, --teacher-ld), collected once and applied to every problem of the command
- * line (each SHAPE, or the old options' problem). */
+ * --teacher-softcap, --teacher-ld, --teacher-hidden, --teacher-bias), collected once and
+ * applied to every problem of the command line (each SHAPE, or the old options' problem). */
 typedef struct cli_loss {
   kljit_divergence divergence;
   double beta, hard_weight, soft_weight, softcap, teacher_softcap;
-  long long teacher_ld; /* 0: the teacher is not padded */
+  long long teacher_ld;     /* 0: the teacher is not padded */
+  long long teacher_hidden; /* > 0: the online teacher (DENSE_HIDDEN) with this hidden size */
+  int teacher_bias;         /* the online teacher's head has a bias */
 } cli_loss;
 void cli_loss_defaults(cli_loss *l);
 int cli_loss_option(cli_parser *p, cli_loss *l);

@@ -202,7 +202,9 @@ const char CLI_PROBLEM_HELP[] =
     "  --divergence forward|reverse|jsd     (default forward: KL(p || q)); --beta B for jsd\n"
     "  --hard-weight W --soft-weight W      loss = W_hard CE(labels) + W_soft divergence\n"
     "  --softcap C --teacher-softcap C      logit caps z -> C tanh(z / C) (default none)\n"
-    "  --teacher-ld N                       a padded teacher: N >= V columns a row\n";
+    "  --teacher-ld N                       a padded teacher: N >= V columns a row\n"
+    "  --teacher-hidden HT [--teacher-bias] the online teacher: its logits x_t W_t^T (+ b_t)\n"
+    "                                       per chunk, x_t [N, HT] (teacher dtype = inputs')\n";
 
 void cli_problem_defaults(kljit_problem *pb) {
   const kljit_problem init = KLJIT_PROBLEM_INIT;
@@ -299,6 +301,10 @@ int cli_loss_option(cli_parser *p, cli_loss *l) {
   } else if (cli_double(p, "--teacher-softcap", 1e-6, 1e6, &l->teacher_softcap)) {
   } else if (cli_int(p, "--teacher-ld", 2, INT64_MAX, &n)) {
     l->teacher_ld = n;
+  } else if (cli_int(p, "--teacher-hidden", 1, KLJIT_MAX_HIDDEN, &n)) {
+    l->teacher_hidden = n;
+  } else if (cli_flag(p, "--teacher-bias")) {
+    l->teacher_bias = 1;
   } else {
     return 0;
   }
@@ -309,7 +315,14 @@ void cli_loss_apply(const cli_loss *l, kljit_problem *pb) {
   pb->divergence = l->divergence, pb->beta = l->beta;
   pb->hard_weight = l->hard_weight, pb->soft_weight = l->soft_weight;
   pb->softcap = l->softcap, pb->teacher_softcap = l->teacher_softcap;
-  if (l->teacher_ld) pb->teacher_vocab = pb->teacher_ld = l->teacher_ld;
+  if (l->teacher_hidden) {
+    /* the online teacher's head rows: a padded head is teacher_vocab rows, no stride */
+    pb->teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb->teacher_hidden = l->teacher_hidden;
+    if (l->teacher_ld) pb->teacher_vocab = l->teacher_ld;
+  } else if (l->teacher_ld) {
+    pb->teacher_vocab = pb->teacher_ld = l->teacher_ld;
+  }
+  if (l->teacher_bias) pb->flags |= KLJIT_FLAG_TEACHER_BIAS;
 }
 
 int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap) {

@@ -77,8 +77,16 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, o->rows, &ws);
   const size_t nx = (size_t)o->rows * pb.hidden, nw = (size_t)pb.vocab * pb.hidden;
   const int sparse = pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  const size_t nt = sparse ? 0 : (size_t)o->rows * pb.vocab;
+  const int online = pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  const size_t nt = sparse || online ? 0 : (size_t)o->rows * pb.vocab;
+  /* the online teacher: its input [N, Ht], head [Vt, Ht] and bias [Vt] */
+  const size_t vt = (size_t)(pb.teacher_vocab ? pb.teacher_vocab : pb.vocab);
+  const size_t nxt = online ? (size_t)o->rows * pb.teacher_hidden : 0;
+  const size_t nwt = online ? vt * pb.teacher_hidden : 0;
+  const int has_tbias = (pb.flags & KLJIT_FLAG_TEACHER_BIAS) != 0;
+  const size_t ets = pb.teacher_dtype == KLJIT_FP32 ? 4 : 2; /* the online teacher's dtype */
   void *x, *w, *t = NULL, *dx, *dw, *wsp, *bias = NULL, *dbias = NULL, *ids = NULL, *vals = NULL;
+  void *xt = NULL, *wt = NULL, *tbias = NULL;
   float *loss;
   size_t free0, free1, total;
   cudaMemGetInfo(&free0, &total);
@@ -88,7 +96,9 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
       (sparse && upload_topk(&pb, o->rows, &ids, &vals)) ||
       cudaMalloc(&dx, nx * es) || cudaMalloc(&dw, nw * 4) || cudaMalloc((void **)&loss, nl * 4) ||
       cudaMalloc(&wsp, ws) ||
-      (has_bias && (cudaMalloc(&bias, pb.vocab * es) || cudaMalloc(&dbias, pb.vocab * 4)))) {
+      (has_bias && (cudaMalloc(&bias, pb.vocab * es) || cudaMalloc(&dbias, pb.vocab * 4))) ||
+      (online && (cudaMalloc(&xt, nxt * ets) || cudaMalloc(&wt, nwt * ets))) ||
+      (has_tbias && cudaMalloc(&tbias, vt * ets))) {
     fprintf(stderr, "kljit: demo: cudaMalloc failed (%s)\n",
             cudaGetErrorString(cudaGetLastError()));
     return CLI_FAIL;
@@ -98,12 +108,16 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   if (gpu_fill_bf16(x, nx * es / 2, -1, 1, 1) || gpu_fill_bf16(w, nw * es / 2, -0.05, 0.05, 2) ||
       (!sparse && gpu_fill_bf16(t, nt * es / 2, dtype == KLJIT_BF16 ? 0 : -1,
                                 dtype == KLJIT_BF16 ? pv : 1, 3)) ||
-      (has_bias && gpu_fill_bf16(bias, pb.vocab * es / 2, -0.1, 0.1, 4)))
+      (has_bias && gpu_fill_bf16(bias, pb.vocab * es / 2, -0.1, 0.1, 4)) ||
+      (online && (gpu_fill_bf16(xt, nxt * ets / 2, -1, 1, 5) ||
+                  gpu_fill_bf16(wt, nwt * ets / 2, -0.05, 0.05, 6))) ||
+      (has_tbias && gpu_fill_bf16(tbias, vt * ets / 2, -0.1, 0.1, 7)))
     return CLI_FAIL;
   cudaMemGetInfo(&free1, &total);
   kljit_args a = KLJIT_ARGS_INIT;
   a.rows = o->rows, a.input = x, a.weight = w, a.teacher = t, a.loss = loss, a.bias = bias;
   a.teacher_ids = ids, a.teacher_values = vals;
+  a.teacher_input = xt, a.teacher_weight = wt, a.teacher_bias = tbias;
   a.grad_input = dx, a.grad_weight = dw, a.grad_bias = dbias, a.workspace = wsp;
   a.workspace_size = ws, a.temperature = pb.temperature;
   cudaEvent_t e0, e1;
@@ -136,7 +150,7 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
       (double)o->rows * (double)pb.vocab * 4.0 / 1073741824.0);
   cudaFree(x), cudaFree(w), cudaFree(t), cudaFree(dx), cudaFree(dw), cudaFree(loss);
   cudaFree(ids), cudaFree(vals);
-  cudaFree(wsp), cudaFree(bias), cudaFree(dbias);
+  cudaFree(wsp), cudaFree(bias), cudaFree(dbias), cudaFree(xt), cudaFree(wt), cudaFree(tbias);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   kljit_plan_destroy(plan);
   return CLI_OK;
