@@ -546,10 +546,9 @@ kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream, const kljit
   return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, stats, NULL, 0);
 }
 
-kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const kljit_args *args,
-                                const float *all, int shards) {
-  err_clear();
-  const char *who = "kljit_shard_finish";
+/* The checks kljit_shard_sums and kljit_shard_finish make of their gathered records. */
+static kljit_status check_gathered(const kljit_plan *plan, const kljit_args *args,
+                                   const float *all, int shards, const char *who) {
   if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
   if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
   if (!all) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: all is NULL", who);
@@ -557,6 +556,14 @@ kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const klji
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: shards = %d, must equal the problem's shards (%d)", who, shards,
                    (int)plan->pb.shards);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream, const kljit_args *args,
+                                const float *all, int shards) {
+  err_clear();
+  const char *who = "kljit_shard_finish";
+  TRY(check_gathered(plan, args, all, shards, who));
   return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, NULL, all, shards);
 }
 
@@ -564,14 +571,8 @@ kljit_status kljit_shard_sums(const kljit_plan *plan, void *stream, const kljit_
                               const float *all, int shards, float *stats) {
   err_clear();
   const char *who = "kljit_shard_sums";
-  if (!plan) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: plan is NULL", who);
-  if (!args) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
-  if (!all) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: all is NULL", who);
+  TRY(check_gathered(plan, args, all, shards, who));
   if (!stats) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: stats is NULL", who);
-  if (shards != plan->pb.shards)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: shards = %d, must equal the problem's shards (%d)", who, shards,
-                   (int)plan->pb.shards);
   return execute_ex(plan, stream, args, KLJIT_MODE_FUSED, who, stats, all, shards);
 }
 

@@ -624,6 +624,22 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
     loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
 %end
 %end
+%-- The two-pass rows' sweep for S (DIV): this thread's part of sum_v q g over [v0, v1) into
+%-- sacc (needs zr, tr, bias, invT, invTT, rs and row_setup()'s values); elem_terms' BACKWARD
+%-- mode adds to sacc only, never to the loss.
+%local function s_sweep()
+    {
+      float unused = 0.0f;
+      for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
+        float s[VEC], t[VEC], gv[VEC];
+        if (v + VEC <= v1)
+          load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+        else
+          load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+        elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
+      }
+    }
+%end
 %if P.CLUSTER == 0 then
 /* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sum p, mt, dt},
  * returned to every thread. */
@@ -735,16 +751,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   float sacc = 0.0f;
 %if not SHARDED then
   if (MODE == MODE_FUSED) { /* sweep 1: S over the whole row before sweep 2 writes any G */
-    float unused = 0.0f;
-    for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
-      float s[VEC], t[VEC], gv[VEC];
-      if (v + VEC <= v1)
-        load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
-      else
-        load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
-      /* BACKWARD: adds to sacc only, never to the loss (sweep 2 does) */
-      elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
-    }
+%s_sweep()
     rs.S = block_sum<THREADS>(sacc, sh_f); /* every thread, the block synchronized after */
     sacc = 0.0f;
   }
@@ -1047,15 +1054,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 %row_setup()
   const logit_t* zr = z + (i64)r * LD;
   const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
-  float sacc = 0.0f, unused = 0.0f;
-  for (int v = threadIdx.x * VEC; v < V; v += THREADS * VEC) {
-    float s[VEC], t[VEC], gv[VEC];
-    if (v + VEC <= V)
-      load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
-    else
-      load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
-    elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
-  }
+  float sacc = 0.0f;
+%s_sweep()
   sacc = block_sum<THREADS>(sacc, sh_f);
   if (threadIdx.x == 0) out[row * PSTRIDE + 7] = sacc;
 }
