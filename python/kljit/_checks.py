@@ -22,6 +22,7 @@ from ._lib import (
     FLAG_ALLOW_TF32,
     FLAG_BIAS,
     FLAG_CHECK_INPUTS,
+    FLAG_TEACHER_BIAS,
     FLAG_NATIVE_LOGITS,
     FLAG_SCALE_T_SQUARED,
     Divergence,
@@ -362,18 +363,21 @@ def infer_teacher(config: LossConfig, teacher: Any, teacher_ids: Any,
 def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
                  label_dtype: str = "int64", grad_weight_dtype: Optional[str] = None,
-                 teacher_vocab: int = 0, teacher_hidden: int = 0) -> Problem:
+                 teacher_vocab: int = 0, teacher_hidden: int = 0,
+                 teacher_bias: bool = False) -> Problem:
     """The kljit_problem of a call, computing in the input dtype. dW and db come out in
     grad_weight_dtype (the stored weight's: what autograd wants; fp32 for an fp32 master
     weight; default the input dtype), accumulated as config.grad_weight_accum says.
-    teacher_vocab: the dense teacher's columns (0 or vocab: unpadded)."""
+    teacher_vocab: the dense teacher's columns (0 or vocab: unpadded). teacher_bias: the
+    online teacher's head has a bias (KLJIT_FLAG_TEACHER_BIAS)."""
     teacher_vocab = teacher_vocab or vocab
     if config.teacher is None:
         raise ValueError("config.teacher must be set (see infer_teacher)")
     flags = ((FLAG_BIAS if bias else 0) | (FLAG_SCALE_T_SQUARED if config.scale_t_squared else 0)
              | (FLAG_NATIVE_LOGITS if config.native_logits else 0)
              | (FLAG_ALLOW_TF32 if config.allow_tf32 else 0)
-             | (FLAG_CHECK_INPUTS if config.check_inputs else 0))
+             | (FLAG_CHECK_INPUTS if config.check_inputs else 0)
+             | (FLAG_TEACHER_BIAS if teacher_bias else 0))
     runtime = config.temperature_mode == "runtime"
     sparse = config.teacher == "sparse_topk"
     return Problem.init(
@@ -413,7 +417,8 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
 def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None, *,
                bias: Any = None, labels: Any = None, teacher_ids: Any = None,
                teacher_values: Any = None, temperature: Optional[float] = None,
-               require_cuda: bool = True, teacher_weight: Any = None) -> CallSpec:
+               require_cuda: bool = True, teacher_weight: Any = None,
+               teacher_bias: Any = None) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
     input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype, or an fp32 weight with
@@ -422,6 +427,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     [N, K] (int32/int64) with teacher_values [N, K] (any float dtype). All on one CUDA device
     (require_cuda=False lets the tests use CPU tensors), contiguous, aligned as
     include/kljit.h asks. `temperature` is the per-call T (temperature_mode='runtime' only).
+    The online teacher: teacher (its input) [N, Ht], teacher_weight [Vt, Ht] and optionally
+    teacher_bias [Vt], one dtype.
     """
     config = infer_teacher(config, teacher, teacher_ids, teacher_values, teacher_weight)
     hidden = config.teacher == "dense_hidden"
@@ -449,6 +456,12 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                       teacher))
         rules.append((TensorRule("teacher_weight", ("Vt", "Ht"), FLOAT_DTYPES, TENSOR_ALIGN,
                                  "teacher_input"), teacher_weight))
+        if teacher_bias is not None:
+            rules.append((TensorRule("teacher_bias", ("Vt",), FLOAT_DTYPES, 1, "teacher_input"),
+                          teacher_bias))
+    elif teacher_bias is not None:
+        raise ValueError("teacher_bias is the online teacher's head bias: it needs "
+                         "teacher_input and teacher_weight")
     else:
         # Vt: a padded teacher may have more columns than V (checked below)
         rules.append((TensorRule("teacher", ("N", "Vt"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
@@ -494,7 +507,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                else "teacher_input" if hidden else "teacher"],
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
         label_dtype=dtypes.get("labels", "int64"), grad_weight_dtype=dtypes["weight"],
-        teacher_vocab=vt, teacher_hidden=dims.get("Ht", 0))
+        teacher_vocab=vt, teacher_hidden=dims.get("Ht", 0),
+        teacher_bias=teacher_bias is not None)
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 

@@ -4,19 +4,21 @@
 Four ops, each with a fake (meta) kernel that gives the output shapes without running:
 
     kljit::fused(input, weight, bias?, teacher?, ids?, values?, labels?, key, T, grad_scale,
-                 want_dx, want_dw, teacher_weight?) -> (loss, dx, dw, db)
+                 want_dx, want_dw, teacher_weight?, teacher_bias?) -> (loss, dx, dw, db)
         kljit_fused: loss and the gradients of the loss itself (times grad_scale).
     kljit::scale_grads_(grad_output, dx, dw, db, key, grad_scale) -> ()
         the fused mode's backward: dx, dw, db *= grad_output / grad_scale, in place, on the
         device (kljit_scale_grads; an exact 1 costs no pass over the gradients).
     kljit::two_phase(input, weight, bias?, teacher?, ids?, values?, labels?, key, T,
-                     grad_scale, teacher_weight?) -> (loss, saved)       kljit_forward
+                     grad_scale, teacher_weight?, teacher_bias?) -> (loss, saved) kljit_forward
     kljit::two_phase_grads(grad_output, input, ..., saved, key, T, grad_scale, want_dx,
-                           want_dw, want_db, teacher_weight?) -> (dx, dw, db) kljit_backward
+                           want_dw, want_db, teacher_weight?, teacher_bias?) -> (dx, dw, db)
+        kljit_backward
 
 `key` is the LossConfig as JSON (a constant in a compiled graph). A gradient that is not wanted
 comes back as an empty tensor. The online teacher (teacher='dense_hidden') passes its
-teacher_input in the `teacher` slot and its head as teacher_weight; no gradient reaches either.
+teacher_input in the `teacher` slot and its head as teacher_weight (and teacher_bias); no
+gradient reaches them.
 The weight may be fp32 with fp16/bf16 input (mixed precision): the op casts it once per call to
 the input dtype and writes dW and db in fp32, accumulated in fp32 by the library with no V x H
 buffer. This module has no `from __future__ import
@@ -112,7 +114,8 @@ class Checked:
 
 class Call:
     """One checked call: its spec, its plan (with dW accumulation resolved), its tensors in
-    the compute dtype. teacher_weight: the online teacher's head (its input is `teacher`).
+    the compute dtype. teacher_weight, teacher_bias: the online teacher's head (its input is
+    `teacher`).
     main_grad: dW and db go to fp32 gradients the caller owns (Megatron's main_grad), so the
     plan writes fp32 and accumulates in fp32."""
 
@@ -120,13 +123,14 @@ class Call:
                  teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
                  labels: Optional[Tensor], temperature: float,
                  checked: Optional[Checked] = None, *, teacher_weight: Optional[Tensor] = None,
-                 main_grad: bool = False) -> None:
+                 teacher_bias: Optional[Tensor] = None, main_grad: bool = False) -> None:
         if checked is None:
             config = _config(key)
             spec = check_call(config, input, weight, teacher, bias=bias, labels=labels,
                               teacher_ids=ids, teacher_values=values,
                               temperature=None if temperature != temperature else temperature,
-                              require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight)
+                              require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight,
+                              teacher_bias=teacher_bias)
             checked = Checked(spec, self._plan(spec, main_grad))
         self.checked = checked
         self.spec: CallSpec = checked.spec
@@ -136,22 +140,23 @@ class Call:
         self.weight = weight if weight.dtype == compute else weight.to(compute)
         self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
         self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels)
-        self.teacher_weight = teacher_weight
+        self.teacher_weight, self.teacher_bias = teacher_weight, teacher_bias
 
     @classmethod
     def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
              teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
              labels: Optional[Tensor], temperature: float,
-             teacher_weight: Optional[Tensor] = None, main_grad: bool = False) -> "Call":
+             teacher_weight: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None,
+             main_grad: bool = False) -> "Call":
         """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
         dtype, device, strides and 16-byte alignment; the config; T): a repeated call skips
         check_call and the plan lookup, which cost a short call more than the C call does."""
         sig = (key, temperature, main_grad, _lib.plan_cache_generation(), _layout(input),
                _layout(weight), _layout(teacher), _layout(bias), _layout(ids), _layout(values),
-               _layout(labels), _layout(teacher_weight))
+               _layout(labels), _layout(teacher_weight), _layout(teacher_bias))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
-                   teacher_weight=teacher_weight, main_grad=main_grad)
+                   teacher_weight=teacher_weight, teacher_bias=teacher_bias, main_grad=main_grad)
         if checked is None:
             if len(_checked) >= 256:
                 _checked.clear()
@@ -193,6 +198,8 @@ class Call:
         if self.checked.hidden:
             args.teacher_input = t.data_ptr()
             args.teacher_weight = self.teacher_weight.data_ptr()
+            if self.teacher_bias is not None:
+                args.teacher_bias = self.teacher_bias.data_ptr()
         elif t is not None:
             args.teacher = t.data_ptr()
         if ids is not None:
@@ -297,11 +304,11 @@ def fused_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
                temperature: float, grad_scale: float, want_dx: bool, want_dw: bool,
-               teacher_weight: Optional[Tensor] = None
+               teacher_weight: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None
                ) -> Tuple[Tuple[Tensor, Tensor, Tensor, Tensor], Plan]:
     """kljit_fused: (loss, dx, dw, db) and the plan that ran."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature, teacher_weight)
+                     temperature, teacher_weight, teacher_bias)
     args = call.args()
     loss = call.loss()
     args.loss = loss.data_ptr()
@@ -404,11 +411,12 @@ class FusedFunction(torch.autograd.Function):
                 teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                 teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
                 temperature: float, grad_scale: float, want_dx: bool, want_dw: bool,
-                teacher_weight: Optional[Tensor] = None, mains: Optional[Tuple[Any, Any]] = None
-                ) -> Tensor:
+                teacher_weight: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None,
+                mains: Optional[Tuple[Any, Any]] = None) -> Tensor:
         (loss, dx, dw, db), plan = fused_impl(input, weight, bias, teacher, teacher_ids,
                                               teacher_values, labels, key, temperature,
-                                              grad_scale, want_dx, want_dw, teacher_weight)
+                                              grad_scale, want_dx, want_dw, teacher_weight,
+                                              teacher_bias)
         _fused_keep(ctx, input, bias, (dx, dw, db), plan, grad_scale, mains)
         return loss
 
@@ -445,17 +453,18 @@ class FusedNode(torch.autograd.Function):
 def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
           teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
           labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-          want_dx: bool, want_dw: bool,
-          teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+          want_dx: bool, want_dw: bool, teacher_weight: Optional[Tensor],
+          teacher_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     out, plan = fused_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                           key, temperature, grad_scale, want_dx, want_dw, teacher_weight)
+                           key, temperature, grad_scale, want_dx, want_dw, teacher_weight,
+                           teacher_bias)
     _fused_plans[_grads_key(key, *out[1:])] = plan
     return out
 
 
 @fused.register_fake
 def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
-                temperature, grad_scale, want_dx, want_dw, teacher_weight):
+                temperature, grad_scale, want_dx, want_dw, teacher_weight, teacher_bias):
     loss = input.new_empty(_loss_shape(key, input), dtype=torch.float32)
     dx = torch.empty_like(input) if want_dx else _empty(input)
     dw = torch.empty_like(weight) if want_dw else _empty(weight)
@@ -521,10 +530,11 @@ def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                    teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
                    temperature: float, teacher_weight: Optional[Tensor] = None,
+                   teacher_bias: Optional[Tensor] = None,
                    main_grad: bool = False) -> Tuple[Tensor, Tensor]:
     """kljit_forward: (loss, saved). main_grad: the plan backward will use (fp32 dW)."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature, teacher_weight, main_grad)
+                     temperature, teacher_weight, teacher_bias, main_grad)
     args = call.args()
     loss = call.loss()
     rows = call.spec.rows
@@ -559,6 +569,7 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
                          labels: Optional[Tensor], saved: Tensor, key: str, temperature: float,
                          grad_scale: float, want_dx: bool, want_dw: bool, want_db: bool,
                          teacher_weight: Optional[Tensor] = None,
+                         teacher_bias: Optional[Tensor] = None,
                          main_grad: Optional[Tensor] = None,
                          bias_main_grad: Optional[Tensor] = None
                          ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -566,7 +577,7 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
     is accumulated into it in fp32 (and db into bias_main_grad, else into fresh fp32 zeros,
     returned as db in fp32) and dw comes back empty."""
     call = Call.make(key, input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                     temperature, teacher_weight, main_grad is not None)
+                     temperature, teacher_weight, teacher_bias, main_grad is not None)
     # kljit_backward takes dL_outer/dloss as fp32: one value, or one per row for NONE; fp16
     # G takes it divided by `lift`, which the GEMMs multiply back in fp32.
     g = grad_output.detach().to(torch.float32)
@@ -599,7 +610,7 @@ def two_phase_grads_impl(grad_output: Tensor, input: Tensor, weight: Tensor,
 
 def _two_phase_backward_with(grads_fn: Any, ctx: Any,
                              grad_loss: Tensor) -> Tuple[Optional[Tensor], ...]:
-    x, w, b, t, ids, vals, lab, tw, saved = ctx.saved_tensors
+    x, w, b, t, ids, vals, lab, tw, tb, saved = ctx.saved_tensors
     need = ctx.needs_input_grad
     rest = (None,) * (len(need) - 3)
     want_dx, want_dw, want_db = need[0], need[1], b is not None and need[2]
@@ -611,14 +622,14 @@ def _two_phase_backward_with(grads_fn: Any, ctx: Any,
         bias_main = (main_grad_of(bias, "bias") if want_db and
                      getattr(bias, "main_grad", None) is not None else None)
         dx, _, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
-                             ctx.temperature, ctx.grad_scale, want_dx, True, want_db, tw,
+                             ctx.temperature, ctx.grad_scale, want_dx, True, want_db, tw, tb,
                              main_grad_of(weight, "weight"), bias_main)
         gb = None
         if want_db:
             gb = grad_after_main(bias, None) if bias_main is not None else db.to(b.dtype)
         return (dx if want_dx else None, grad_after_main(weight, None), gb) + rest
     dx, dw, db = grads_fn(grad_loss, x, w, b, t, ids, vals, lab, saved, ctx.key,
-                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db, tw)
+                          ctx.temperature, ctx.grad_scale, want_dx, want_dw, want_db, tw, tb)
     return ((dx if want_dx else None), (dw if want_dw else None), (db if want_db else None)
             ) + rest
 
@@ -641,13 +652,14 @@ class TwoPhaseFunction(torch.autograd.Function):
                 teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                 teacher_values: Optional[Tensor], labels: Optional[Tensor], key: str,
                 temperature: float, grad_scale: float, teacher_weight: Optional[Tensor] = None,
+                teacher_bias: Optional[Tensor] = None,
                 mains: Optional[Tuple[Any, Any]] = None) -> Tensor:
         loss, saved = two_phase_impl(input, weight, bias, teacher, teacher_ids,
                                      teacher_values, labels, key, temperature, teacher_weight,
-                                     mains is not None)
+                                     teacher_bias, mains is not None)
         _two_phase_keep(ctx, (input, weight, bias, teacher, teacher_ids, teacher_values,
-                              labels, teacher_weight), saved, key, temperature, grad_scale,
-                        mains)
+                              labels, teacher_weight, teacher_bias), saved, key, temperature,
+                        grad_scale, mains)
         return loss
 
     @staticmethod
@@ -664,11 +676,12 @@ class TwoPhaseNode(torch.autograd.Function):
     def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                 teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                 teacher_values: Optional[Tensor], labels: Optional[Tensor],
-                teacher_weight: Optional[Tensor], done: Tuple[Any, ...]) -> Tensor:
+                teacher_weight: Optional[Tensor], teacher_bias: Optional[Tensor],
+                done: Tuple[Any, ...]) -> Tensor:
         loss, saved, key, temperature, grad_scale, mains = done
         _two_phase_keep(ctx, (input, weight, bias, teacher, teacher_ids, teacher_values,
-                              labels, teacher_weight), saved, key, temperature, grad_scale,
-                        mains)
+                              labels, teacher_weight, teacher_bias), saved, key, temperature,
+                        grad_scale, mains)
         return loss
 
     backward = TwoPhaseFunction.backward
@@ -678,15 +691,16 @@ class TwoPhaseNode(torch.autograd.Function):
 def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
               teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
               labels: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-              teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+              teacher_weight: Optional[Tensor],
+              teacher_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """grad_scale is not used here: it is what backward divides the upstream gradient by."""
     return two_phase_impl(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                          key, temperature, teacher_weight)
+                          key, temperature, teacher_weight, teacher_bias)
 
 
 @two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
-                    temperature, grad_scale, teacher_weight):
+                    temperature, grad_scale, teacher_weight, teacher_bias):
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
             input.new_empty((_saved_floats(key, input.shape[0]),), dtype=torch.float32))
 
@@ -696,17 +710,17 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
                     teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                     teacher_values: Optional[Tensor], labels: Optional[Tensor], saved: Tensor,
                     key: str, temperature: float, grad_scale: float, want_dx: bool,
-                    want_dw: bool, want_db: bool,
-                    teacher_weight: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+                    want_dw: bool, want_db: bool, teacher_weight: Optional[Tensor],
+                    teacher_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     return two_phase_grads_impl(grad_output, input, weight, bias, teacher, teacher_ids,
                                 teacher_values, labels, saved, key, temperature, grad_scale,
-                                want_dx, want_dw, want_db, teacher_weight)
+                                want_dx, want_dw, want_db, teacher_weight, teacher_bias)
 
 
 @two_phase_grads.register_fake
 def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
                           teacher_values, labels, saved, key, temperature, grad_scale,
-                          want_dx, want_dw, want_db, teacher_weight):
+                          want_dx, want_dw, want_db, teacher_weight, teacher_bias):
     want_w = want_dw or (want_db and bias is not None)
     return (torch.empty_like(input) if want_dx else _empty(input),
             torch.empty_like(weight) if want_w else _empty(weight),
@@ -715,7 +729,7 @@ def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids
 
 def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     x, w, b, t, ids, vals, lab = inputs[:7]
-    ctx.save_for_backward(x, w, b, t, ids, vals, lab, inputs[10], output[1])
+    ctx.save_for_backward(x, w, b, t, ids, vals, lab, inputs[10], inputs[11], output[1])
     ctx.key, ctx.temperature, ctx.grad_scale = inputs[7], inputs[8], inputs[9]
 
 

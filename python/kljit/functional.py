@@ -93,22 +93,25 @@ def _autocast(input: Any, weight: Any, bias: Any) -> "tuple[Any, Any, Any]":
     return input, param(weight), param(bias)
 
 
-def _autocast_teacher(input: Any, teacher_input: Any, teacher_weight: Any) -> "tuple[Any, Any]":
+def _autocast_teacher(input: Any, teacher_input: Any, teacher_weight: Any,
+                      teacher_bias: Any) -> "tuple[Any, Any, Any]":
     """Under autocast the online teacher computes in the autocast dtype, as F.linear would."""
+    same = (teacher_input, teacher_weight, teacher_bias)
     if not (isinstance(input, torch.Tensor) and isinstance(teacher_input, torch.Tensor)
             and isinstance(teacher_weight, torch.Tensor)):
-        return teacher_input, teacher_weight
+        return same
     device = input.device.type
     if not torch.is_autocast_enabled(device):
-        return teacher_input, teacher_weight
+        return same
     dtype = torch.get_autocast_dtype(device)
     if dtype not in (torch.float16, torch.bfloat16):
-        return teacher_input, teacher_weight
+        return same
 
-    def cast(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+    def cast(t: Any) -> Any:
+        ok = not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype == dtype
+        return t if ok else t.to(dtype)
 
-    return cast(teacher_input), cast(teacher_weight)
+    return cast(teacher_input), cast(teacher_weight), cast(teacher_bias)
 
 
 _Tensor = torch.Tensor
@@ -148,6 +151,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         grad_scale: Optional[float] = None,
                         teacher_input: Optional[torch.Tensor] = None,
                         teacher_weight: Optional[torch.Tensor] = None,
+                        teacher_bias: Optional[torch.Tensor] = None,
                         accumulate_into_main_grad: bool = False,
                         config: Optional[LossConfig] = None, **options: Any) -> torch.Tensor:
     """KL(teacher || softmax((input @ weight.T + bias) / T)), fused with the head's GEMMs.
@@ -171,6 +175,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         teacher_input @ teacher_weight.T are computed chunk by chunk beside the student's and
         never stored; no gradient reaches either (as Liger's LigerFusedLinearJSD). Under
         autocast they are cast to the autocast dtype. `teacher` must then be None.
+    teacher_bias [Vt] (optional, teacher_weight's dtype): the online teacher head's bias, added
+        to its logits (KLJIT_FLAG_TEACHER_BIAS); no gradient reaches it.
     accumulate_into_main_grad: Megatron's gradient-accumulation fusion. weight.main_grad (an
         fp32 [V, H] tensor the caller owns) receives dW += in fp32, and so does bias.main_grad
         where the bias has one (else db comes back as usual). Two-phase mode accumulates
@@ -191,7 +197,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     """
     if (config is not None and bias is None and labels is None and teacher_ids is None
             and teacher_values is None and teacher_input is None and teacher_weight is None
-            and grad_scale is None and accumulate_into_main_grad is False and not options):
+            and teacher_bias is None and grad_scale is None and accumulate_into_main_grad is False and not options):
         loss = _fused_dense_fast(input, weight, teacher, temperature, config)
         if loss is not None:
             return loss
@@ -226,7 +232,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     params = (weight, bias)  # as the caller holds them: main_grad is their attribute
     input, weight, bias = _autocast(input, weight, bias)
     if teacher_weight is not None:
-        teacher, teacher_weight = _autocast_teacher(input, teacher, teacher_weight)
+        teacher, teacher_weight, teacher_bias = _autocast_teacher(input, teacher, teacher_weight,
+                                                                  teacher_bias)
     lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
     x = _flatten("input", input, 1)
     t = _flatten("teacher", teacher, 1)
@@ -236,12 +243,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     key = config.key
     temp = math.nan if temperature is None else float(temperature)
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
-            and _tensors_or_none(t, bias, lab, ids, vals, teacher_weight)):
+            and _tensors_or_none(t, bias, lab, ids, vals, teacher_weight, teacher_bias)):
         from ._checks import check_call  # the argument's TypeError, before any op sees it
 
         check_call(config, x, weight, t, bias=bias, labels=lab, teacher_ids=ids,
                    teacher_values=vals, require_cuda=_ops.REQUIRE_CUDA,
-                   teacher_weight=teacher_weight)
+                   teacher_weight=teacher_weight, teacher_bias=teacher_bias)
     grad = torch.is_grad_enabled()
     want_dx = grad and x.requires_grad
     want_dw = grad and (weight.requires_grad or (bias is not None and bias.requires_grad))
@@ -260,28 +267,29 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if config.mode == "fused":
         if compiling:
             loss = _ops.fused(x, weight, bias, t, ids, vals, lab, key, temp, gs, want_dx,
-                              want_dw, teacher_weight)[0]
+                              want_dw, teacher_weight, teacher_bias)[0]
         elif functorch:
             loss = _ops.FusedFunction.apply(x, weight, bias, t, ids, vals, lab, key, temp, gs,
-                                            want_dx, want_dw, teacher_weight, mains)
+                                            want_dx, want_dw, teacher_weight, teacher_bias,
+                                            mains)
         else:
             (loss, dx, dw, db), plan = _ops.fused_impl(x, weight, bias, t, ids, vals, lab, key,
                                                        temp, gs, want_dx, want_dw,
-                                                       teacher_weight)
+                                                       teacher_weight, teacher_bias)
             if want_dx or want_dw:
                 loss = _FUSED_NODE(x, weight, bias, (loss, dx, dw, db, plan, gs, mains))
     elif compiling:
         loss = _ops.two_phase(x, weight, bias, t, ids, vals, lab, key, temp, gs,
-                              teacher_weight)[0]
+                              teacher_weight, teacher_bias)[0]
     elif functorch:
         loss = _ops.TwoPhaseFunction.apply(x, weight, bias, t, ids, vals, lab, key, temp, gs,
-                                           teacher_weight, mains)
+                                           teacher_weight, teacher_bias, mains)
     else:
         loss, saved = _ops.two_phase_impl(x, weight, bias, t, ids, vals, lab, key, temp,
-                                          teacher_weight, mains is not None)
+                                          teacher_weight, teacher_bias, mains is not None)
         if want_dx or want_dw:
             loss = _TWO_PHASE_NODE(x, weight, bias, t, ids, vals, lab, teacher_weight,
-                                   (loss, saved, key, temp, gs, mains))
+                                   teacher_bias, (loss, saved, key, temp, gs, mains))
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
     return loss

@@ -46,15 +46,18 @@ class FusedLinearKLDivLoss(nn.Module):
                 grad_scale: Optional[float] = None,
                 teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
+                teacher_bias: Optional[torch.Tensor] = None,
                 accumulate_into_main_grad: bool = False) -> torch.Tensor:
         """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
-        [..., K] or teacher_input [..., Ht] with teacher_weight [Vt, Ht], labels [...];
+        [..., K] or teacher_input [..., Ht] with teacher_weight [Vt, Ht] (and teacher_bias
+        [Vt]), labels [...];
         temperature per call with temperature_mode='runtime'; grad_scale and
         accumulate_into_main_grad as fused_linear_kl_div's."""
         return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
+                                   teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
                                    config=self.config)
 
@@ -109,13 +112,15 @@ class FusedLinearKLDiv(nn.Module):
                 grad_scale: Optional[float] = None,
                 teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
+                teacher_bias: Optional[torch.Tensor] = None,
                 accumulate_into_main_grad: bool = False) -> torch.Tensor:
         """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K] or
-        teacher_input [..., Ht] with teacher_weight [Vt, Ht]."""
+        teacher_input [..., Ht] with teacher_weight [Vt, Ht] (and teacher_bias [Vt])."""
         return fused_linear_kl_div(input, self.weight, teacher, bias=self.bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
+                                   teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
                                    config=self.config)
 
@@ -150,12 +155,14 @@ class FusedLinearJSD(nn.Module):
 
     def forward(self, student_input: torch.Tensor, student_weight: torch.Tensor,
                 teacher_input: torch.Tensor, teacher_weight: torch.Tensor,
-                shift_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
+                shift_labels: Optional[torch.Tensor] = None, *,
+                teacher_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """student_input [..., H], student_weight [V, H], teacher_input [..., Ht],
-        teacher_weight [Vt, Ht] (Vt >= V), shift_labels [...] (optional)."""
+        teacher_weight [Vt, Ht] (Vt >= V), shift_labels [...] (optional), teacher_bias [Vt]
+        (optional; Liger's LigerFusedLinearJSD has none)."""
         return fused_linear_kl_div(student_input, student_weight, labels=shift_labels,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
-                                   config=self.config)
+                                   teacher_bias=teacher_bias, config=self.config)
 
     def extra_repr(self) -> str:
         c = self.config

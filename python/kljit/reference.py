@@ -125,6 +125,7 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
                      compute_dtype: torch.dtype = torch.float32,
                      sparse_impl: str = "gather", teacher_input: Optional[torch.Tensor] = None,
                      teacher_weight: Optional[torch.Tensor] = None,
+                     teacher_bias: Optional[torch.Tensor] = None,
                      **options: Any) -> torch.Tensor:
     """The loss in plain PyTorch (differentiable wrt input, weight, bias).
 
@@ -136,7 +137,9 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     """
     if teacher_input is not None:  # the online teacher: its logits, no gradient
         teacher = F.linear(teacher_input.reshape(-1, teacher_input.shape[-1]),
-                           teacher_weight[:weight.shape[0]]).detach()
+                           teacher_weight[:weight.shape[0]],
+                           None if teacher_bias is None else teacher_bias[:weight.shape[0]]
+                           ).detach()
     config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
                      teacher_weight)
     T = _temperature(config, temperature)
@@ -194,12 +197,14 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
                 config: Optional[LossConfig] = None, chunk_rows: int = 256,
                 want_grads: bool = True, teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
+                teacher_bias: Optional[torch.Tensor] = None,
                 **options: Any) -> Dict[str, Optional[torch.Tensor]]:
     """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
     device. Returns {'loss', 'row_loss', 'grad_input', 'grad_weight', 'grad_bias'} (float64;
     the gradients are None when want_grads is False). grad_output: dL_outer/dloss, a scalar or
     one per row for reduction='none' (default 1). teacher_input [N, Ht] and teacher_weight
-    [Vt, Ht]: the online teacher, its logits computed here in float64 (columns [0, V))."""
+    [Vt, Ht] (and teacher_bias [Vt]): the online teacher, its logits computed here in float64
+    (columns [0, V))."""
     if teacher_input is not None:
         teacher = teacher_input
     config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
@@ -232,6 +237,7 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     elif config.teacher == "dense_hidden":
         xt_all = teacher.reshape(n, -1)
         wt = teacher_weight[:vocab].to(f64)
+        bt = None if teacher_bias is None else teacher_bias[:vocab].to(f64)
     else:
         t_all = teacher.reshape(n, vocab)
     for i0 in range(0, n, chunk_rows):
@@ -253,6 +259,8 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
         else:
             tc = (xt_all[i0:i1].to(f64) @ wt.T if config.teacher == "dense_hidden"
                   else t_all[i0:i1])
+            if config.teacher == "dense_hidden" and bt is not None:
+                tc = tc + bt
             p, lp = _dense_teacher(config, tc, T, f64)
             l_row, dq = _divergence(config, p, lp, logq)
             if dq is None:

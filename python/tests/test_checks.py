@@ -16,7 +16,7 @@ from _util import FakeTensor, require
 
 from kljit import _lib
 from kljit._checks import LossConfig, check_call, check_workspace
-from kljit._lib import DType, KljitError, TeacherForm
+from kljit._lib import FLAG_TEACHER_BIAS, DType, KljitError, TeacherForm
 
 N, H, V, K = 6, 32, 100, 8
 
@@ -290,6 +290,20 @@ class FakeTensorChecks(unittest.TestCase):
         with self.assertRaises(ValueError):  # the online teacher without its head
             check_call(LossConfig(teacher="dense_hidden"), base["input"], base["weight"],
                        FakeTensor((N, 48)))
+        # its head's bias: [Vt], the flag set; another length or a dense teacher refused
+        spec = check_call(LossConfig(), base["input"], base["weight"], FakeTensor((N, 48)),
+                          teacher_weight=FakeTensor((V + 12, 48)),
+                          teacher_bias=FakeTensor((V + 12,)))
+        self.assertTrue(spec.problem.flags & FLAG_TEACHER_BIAS)
+        self.assertFalse(pb.flags & FLAG_TEACHER_BIAS)
+        plan_check_agrees(spec.problem)
+        with self.assertRaises(ValueError) as cm:
+            check_call(LossConfig(), base["input"], base["weight"], FakeTensor((N, 48)),
+                       teacher_weight=FakeTensor((V + 12, 48)), teacher_bias=FakeTensor((V,)))
+        self.assertIn("teacher_bias", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            check_call(LossConfig(), **dense(), teacher_bias=FakeTensor((V,)))
+        self.assertIn("teacher_bias is the online teacher's", str(cm.exception))
 
     def test_temperature_per_call_needs_the_runtime_mode(self) -> None:
         self.assert_error(ValueError, "temperature_mode='runtime'", temperature=2.0, **dense())

@@ -556,6 +556,34 @@ class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
             bars = {"loss": math.inf if absolute else LOSS_TOL, "loss abs": 1e-6}
             failed += [f"{k} {mode} {divergence} {scale}: {e:.1e}" for k, e in err.items()
                        if not e < bars.get(k, GRAD_TOL["bfloat16"])]
+        # the teacher head's bias (fused and two-phase, a padded head of V + 5 rows): against
+        # fp64 with the bias added to the teacher's logits, and the module's keyword
+        for mode in ("fused", "two_phase"):
+            wtp = torch.cat([wt, wt[:5]])
+            bt = (torch.randn(v + 5, generator=g, device=DEVICE) * 2).to(torch.bfloat16)
+            leaves = inp.leaves()
+            config = LossConfig(teacher="dense_hidden", mode=mode, divergence="jsd", beta=0.5)
+            loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], labels=inp.labels,
+                                             teacher_input=xt, teacher_weight=wtp,
+                                             teacher_bias=bt, config=config)
+            loss.backward()
+            ref = kl_div_fp64(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
+                              teacher_weight=wtp, teacher_bias=bt, config=config)
+            unbiased = kl_div_fp64(inp.x, inp.w, labels=inp.labels, teacher_input=xt,
+                                   teacher_weight=wtp, config=config)
+            err = {"loss": rel(loss, ref["loss"]), "dX": rel(leaves["x"].grad,
+                                                             ref["grad_input"]),
+                   "dW": rel(leaves["w"].grad, ref["grad_weight"])}
+            print(f"  online teacher {mode} with a teacher bias: "
+                  + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+            self.assertGreater(rel(ref["loss"], unbiased["loss"]), 1e-2)  # the bias matters
+            failed += [f"{k} {mode} teacher bias: {e:.1e}" for k, e in err.items()
+                       if not e < (LOSS_TOL if k == "loss" else GRAD_TOL["bfloat16"])]
+        biased = kljit.FusedLinearJSD(jsd_beta=0.5)(inp.x, inp.w, xt, wtp, inp.labels,
+                                                     teacher_bias=bt)
+        self.assertLess(rel(biased, kljit.fused_linear_kl_div(
+            inp.x, inp.w, labels=inp.labels, teacher_input=xt, teacher_weight=wtp,
+            teacher_bias=bt, teacher_form="dense_hidden", divergence="jsd", beta=0.5)), 1e-6)
         # the module with Liger's signature gives the functional's loss
         jsd = kljit.FusedLinearJSD(jsd_beta=0.5, temperature=2.0)
         got = jsd(inp.x, inp.w, xt, wt, inp.labels)

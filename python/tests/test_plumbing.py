@@ -95,12 +95,15 @@ class FakePlan:
         labels = self._tensor(args.labels, (n,), dt("label_dtype")) if args.labels else None
         sparse = pb.teacher == _lib.TeacherForm.SPARSE_TOPK
         hidden = pb.teacher == _lib.TeacherForm.DENSE_HIDDEN
-        xt = wt = teacher = None
+        xt = wt = bt = teacher = None
+        assert bool(args.teacher_bias) == bool(pb.flags & _lib.FLAG_TEACHER_BIAS)
         if hidden:  # the online teacher: its input and head, not a dense teacher
             assert not args.teacher
             ht, vt = pb.teacher_hidden, pb.teacher_vocab or v
             xt = self._tensor(args.teacher_input, (n, ht), dt("teacher_dtype"))
             wt = self._tensor(args.teacher_weight, (vt, ht), dt("teacher_dtype"))
+            if args.teacher_bias:
+                bt = self._tensor(args.teacher_bias, (vt,), dt("teacher_dtype"))
         elif not sparse:
             teacher = self._tensor(args.teacher, (n, v), dt("teacher_dtype"))
         ids = self._tensor(args.teacher_ids, (n, k), dt("topk_id_dtype")) if sparse else None
@@ -114,7 +117,7 @@ class FakePlan:
         ref = kl_div_fp64(x, w, teacher, bias=b, labels=labels, teacher_ids=ids,
                           teacher_values=vals, grad_output=go, config=self._config(),
                           temperature=args.temperature if runtime else None,
-                          teacher_input=xt, teacher_weight=wt)
+                          teacher_input=xt, teacher_weight=wt, teacher_bias=bt)
         self.calls.append({"mode": Mode(mode), "flags": args.flags, "go": go,
                            "temperature": args.temperature})
         if mode != Mode.BACKWARD:
@@ -372,6 +375,18 @@ class PlumbingTest(unittest.TestCase):
             self.assert_close(inp["x"].grad, ref["grad_input"], mode + " dX")
             self.assert_close(inp["w"].grad, ref["grad_weight"], mode + " dW")
             self.assertIsNone(teacher_in.grad, "no gradient reaches the teacher")
+            # the teacher head's bias reaches the library (its flag and pointer)
+            bt = t.rand(40, generator=g) * 4 - 2
+            inp = self.inputs()
+            loss = self.kljit.fused_linear_kl_div(
+                inp["x"], inp["w"], teacher_input=xt, teacher_weight=wt, teacher_bias=bt,
+                mode=mode, divergence="jsd", beta=0.5)
+            loss.backward()
+            self.assertTrue(self.plans[-1].problem.flags & _lib.FLAG_TEACHER_BIAS, mode)
+            ref = self.reference({**inp, "b": t.zeros(40), "teacher": None}, teacher_input=xt,
+                                 teacher_weight=wt, teacher_bias=bt, divergence="jsd", beta=0.5)
+            self.assert_close(loss, ref["loss"], mode + " loss with a teacher bias")
+            self.assert_close(inp["w"].grad, ref["grad_weight"], mode + " dW with a teacher bias")
         jsd = self.kljit.FusedLinearJSD(jsd_beta=0.25, temperature=1.5)
         inp = self.inputs()
         labels = t.tensor([1, -100, 3, 4, -100, 6])
