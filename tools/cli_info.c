@@ -126,7 +126,8 @@ int cli_info(int argc, char **argv) {
       "KLJIT_DUMP_DIR",      "KLJIT_TEMPLATE_DIR", "KLJIT_LOG",
       "KLJIT_CHUNK_ROWS",    "KLJIT_ROW_KERNEL",   "KLJIT_DEBUG_SKIP_GEMMS",
       "KLJIT_WISDOM",        "KLJIT_SYSTEM_WISDOM", "KLJIT_TUNE_BUDGET_S",
-      "KLJIT_TUNE_ROWS",     "KLJIT_GEMM",         "XDG_CACHE_HOME",     "XDG_STATE_HOME"};
+      "KLJIT_TUNE_ROWS",     "KLJIT_GEMM",         "KLJIT_DX_SPLIT",     "XDG_CACHE_HOME",
+      "XDG_STATE_HOME"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) print_env(vars[i]);
   return CLI_OK;
 }
