@@ -34,14 +34,15 @@
  *                 (Liger's LigerFusedLinearJSD and TRL's GKD define the end points so; they are
  *                 the limits of D / beta and D / (1 - beta), not of D, which tends to 0).
  *   The sparse teacher takes FORWARD_KL only: the reverse KL and the JSD weigh log p at every
- *   column where q > 0, and p is unknown off the support.
+ *   column where q > 0, and p is unknown off the support. It takes the student softcap, CE
+ *   mixing and soft_weight like the dense forms (D its tail's loss).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
  *   What this build's plans compute: every divergence (the reverse KL and the JSD in the
  *   two-pass row kernels, which then run one pass-2 block per row and, fused, read each chunk
  *   row once more; on a vocabulary shard they take a second exchange of records,
- *   kljit_experimental.h), and with dense teachers softcaps, CE mixing (labels required when
- *   hard_weight > 0; a kept row's label outside [0, V) is not checked and gives CE = lse(z');
+ *   kljit_experimental.h), softcaps, CE mixing (labels required when hard_weight > 0; a kept
+ *   row's label outside [0, V) is not checked and gives CE = lse(z');
  *   on a shard the labels are global ids), padded teachers (unsharded) and the online teacher
  *   DENSE_HIDDEN (with its bias; on a shard, the shard's rows of its head), which has no
  *   checked mode (plans refuse it with KLJIT_ERR_UNSUPPORTED).

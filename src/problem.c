@@ -133,15 +133,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
  * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
  * of it. */
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
-  static const char *const later = "is defined (include/kljit.h) but not in this build's row "
-                                   "kernels yet";
-  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  if (sparse && (pb->hard_weight != 0.0 || pb->soft_weight != 1.0))
-    return UNSUP("%s: hard_weight = %g, soft_weight = %g with the sparse teacher: CE mixing %s "
-                 "(the dense row kernels have it)", who, pb->hard_weight, pb->soft_weight, later);
-  if (sparse && pb->softcap != 0.0)
-    return UNSUP("%s: softcap = %g with the sparse teacher: softcapping %s (the dense row "
-                 "kernels have it)", who, pb->softcap, later);
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
       return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "

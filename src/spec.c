@@ -112,6 +112,9 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pb("CHECK", k->check);
     out[n++] = pi("VTOT", k->vtot ? k->vtot : k->v);
     out[n++] = pi("OFFSET", k->offset);
+    if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
+    if (k->hard > 0.0) out[n++] = pn("HARD", k->hard), out[n++] = pb("T2", k->t2);
+    if (k->soft1 != 0.0) out[n++] = pn("SOFT", 1.0 + k->soft1);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

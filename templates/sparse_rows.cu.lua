@@ -43,6 +43,15 @@
 %-- BUCKET bitmap); others are skipped. The row statistics come merged from every shard (runtime
 %-- nrec, srow, srec of pass 2), so lse, Q_S = d_on / d and 1 - Q_S = d_off / d are global; the
 %-- BUCKET ghost term is added on the shard with OFFSET = 0 only.
+%-- Optional (absent: the plain problem's kernels), as in dense_rows.cu.lua (include/kljit.h's
+%-- math):
+%--   SOFTCAP  student logit cap c: s = c tanh((z + b) / c) / T; G times 1 - tanh^2 = 1 - (s T / c)^2
+%--   HARD     weight wh of the hard-label CE = lse(z') - z'_y (z' = s T, temperature 1): pass 1
+%--            adds the (max, sum-exp) of z' (record slots 3, 4), pass 2 adds wh / t2 (lse(z') -
+%--            z'_y) to the loss (lse on the shard with OFFSET = 0, -z'_y on the label's shard;
+%--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
+%--            The saved row statistics grow from 4 to 8 floats (lse(z') the fifth).
+%--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
 %local iface = include("iface.cu.lua")
@@ -63,6 +72,17 @@
 %  reject("TAIL must be none, renorm or bucket")
 %end
 %if P.INPLACE ~= (P.LDG == 2 * P.LD) then reject("INPLACE must be set exactly when LDG = 2 LD") end
+%if P.SOFTCAP ~= nil and not (P.SOFTCAP > 0 and P.SOFTCAP < math.huge) then
+%  reject("SOFTCAP must be > 0")
+%end
+%if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
+%if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
+%local HARD = P.HARD ~= nil
+%-- saved floats per row (plan.c's plan_saved_floats agrees), the divergence's weight
+%local RS = HARD and 8 or 4
+%local WS = f32(P.SOFT or 1.0)
+%local INV_T2 = P.T2 and "invT * invT" or "1.0f"
+%local CAPPED = P.SOFTCAP ~= nil
 %local VEC = 16 // size[P.LOGIT]
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
@@ -142,6 +162,12 @@ __device__ __forceinline__ void load_s(const logit_t* zr, const bias_t* __restri
 #endif
     }
   }
+%if CAPPED then
+  /* the cap on the loaded columns only: a missing column stays -inf (it must add nothing) */
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (FULL || v + i < V) s[i] = {{ f32(P.SOFTCAP) }} * tanhf(s[i] * {{ f32(1.0 / P.SOFTCAP) }});
+%end
 #pragma unroll
   for (int i = 0; i < VEC; i++) s[i] *= invT;
 }
@@ -153,14 +179,48 @@ __device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __res
 #if HAS_BIAS
   s += to_f32(bias[v]);
 #endif
+%if CAPPED then
+  s = {{ f32(P.SOFTCAP) }} * tanhf(s * {{ f32(1.0 / P.SOFTCAP) }});
+%end
   return s * invT;
 }
+%if CAPPED then
+
+/* dz'/dz = 1 - tanh^2 of a column from its score s (tanh = s T / c). */
+__device__ __forceinline__ float cap_slope(float s, float invT) {
+  const float th = s * (1.0f / (invT * {{ f32(P.SOFTCAP) }}));
+  return 1.0f - th * th;
+}
+%end
 
 /* Online (max, sum-exp) of VEC scores, on S (bit i of on_s) and off S apart. */
 struct acc_t {
   float m, don, doff;
+%if HARD then
+  float mh, dh; /* (max, sum-exp) of z' = s T: the CE's lse */
+%end
 };
-__device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s) {
+%if HARD then
+#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f, KL_NEG_INF, 0.0f}
+%else
+#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f}
+%end
+__device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s, float tz) {
+%if HARD then
+  {
+    float mh = a.mh;
+#pragma unroll
+    for (int i = 0; i < VEC; i++) mh = fmaxf(mh, s[i] * tz);
+    if (mh != KL_NEG_INF) {
+      float dh = a.dh * fexp(a.mh - mh);
+#pragma unroll
+      for (int i = 0; i < VEC; i++) dh += fexp(s[i] * tz - mh);
+      a.mh = mh, a.dh = dh;
+    }
+  }
+%else
+  (void)tz;
+%end
   float m = a.m;
 #pragma unroll
   for (int i = 0; i < VEC; i++) m = fmaxf(m, s[i]);
@@ -179,11 +239,16 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
 /* Merges two (m, don, doff) records: the merge functor of block_reduce (common.cu.lua). */
 struct acc_merge {
   __device__ __forceinline__ acc_t operator()(acc_t a, acc_t b) const {
+    acc_t r = a;
     const float m = fmaxf(a.m, b.m);
-    if (m == KL_NEG_INF) return a;
-    const float ra = expf(a.m - m), rb = expf(b.m - m);
-    acc_t r;
-    r.m = m, r.don = a.don * ra + b.don * rb, r.doff = a.doff * ra + b.doff * rb;
+    if (m != KL_NEG_INF) {
+      const float ra = expf(a.m - m), rb = expf(b.m - m);
+      r.m = m, r.don = a.don * ra + b.don * rb, r.doff = a.doff * ra + b.doff * rb;
+    }
+%if HARD then
+    const float mh = fmaxf(a.mh, b.mh);
+    if (mh != KL_NEG_INF) r.mh = mh, r.dh = a.dh * expf(a.mh - mh) + b.dh * expf(b.mh - mh);
+%end
     return r;
   }
 };
@@ -215,17 +280,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
   const logit_t* zr = z + (i64)r * LD;
   const float invT = INV_T(hdr);
-  acc_t a;
-  a.m = KL_NEG_INF, a.don = 0.0f, a.doff = 0.0f;
+  const float tz = 1.0f / invT; /* z' = s T */
+  acc_t a = ACC_NONE;
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   int v = v0 + threadIdx.x * VEC;
   for (; v < vfull; v += THREADS * VEC) {
     float s[VEC];
     load_s<true>(zr, bias, v, invT, s);
 #if BUCKET
-    acc_add(a, s, bits[(v - v0) / 32] >> ((v - v0) % 32));
+    acc_add(a, s, bits[(v - v0) / 32] >> ((v - v0) % 32), tz);
 #else
-    acc_add(a, s, 0u);
+    acc_add(a, s, 0u, tz);
 #endif
   }
   if (v < v1) {
@@ -235,15 +300,18 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     u32 on = 0u;
     for (int i = 0; i < VEC && v + i < v1; i++)
       on |= ((bits[(v + i - v0) / 32] >> ((v + i - v0) % 32)) & 1u) << i;
-    acc_add(a, s, on);
+    acc_add(a, s, on, tz);
 #else
-    acc_add(a, s, 0u);
+    acc_add(a, s, 0u, tz);
 #endif
   }
-  a = block_reduce<THREADS>(a, sh_acc, acc_t{KL_NEG_INF, 0.0f, 0.0f}, acc_merge());
+  a = block_reduce<THREADS>(a, sh_acc, ACC_NONE, acc_merge());
   if (threadIdx.x == 0) {
     float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
     out[0] = a.m, out[1] = a.don, out[2] = a.doff;
+%if HARD then
+    out[3] = a.mh, out[4] = a.dh;
+%end
   }
 }
 
@@ -252,7 +320,19 @@ extern "C" __global__ void __launch_bounds__(THREADS)
  * G = 0 without reading its logits. */
 struct row_t {
   float lse, cout, cin, pscale;
+%if HARD then
+  float lse1; /* lse(z'), the CE's */
+%end
 };
+%if HARD then
+
+/* The CE's per-row state in pass 2: the label's local column (-1: not on this shard), its
+ * score s_y (read before G overwrites the row), G's scale wh c. */
+struct ce_t {
+  int y;
+  float sy, gh;
+};
+%end
 
 %include("rows_common.cu.lua")
 
@@ -295,8 +375,8 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
   const float M = block_sum<THREADS>(m, sh_f);
   rs.lse = lse, rs.cout = M, rs.cin = M, rs.pscale = 1.0f;
 #if RENORM
-  if (M == 0.0f) {
-    rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+  if (M == 0.0f) { /* no divergence term; lse stays (the CE's G and a cap's slope use it) */
+    rs.cout = rs.cin = rs.pscale = 0.0f;
     return 0.0f;
   }
   const float inv_m = 1.0f / M, log_m = flog(M);
@@ -342,7 +422,13 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
  * synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns [a/2, b/2), read by then. */
 __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr, grad_t* gr,
                                         const bias_t* __restrict__ bias, float invT,
-                                        const row_t& rs, float gscale) {
+                                        const row_t& rs, float gscale{{ HARD and ", const ce_t& ce" or "" }}) {
+%if P.SOFT then
+  gscale *= {{ WS }}; /* the divergence's weight (the CE's gh carries its own) */
+%end
+%if HARD then
+  const float tz = 1.0f / invT; /* z' = s T */
+%end
   const float co = gscale * rs.cout;
   for (int base = 0; base < V; base += 4 * THREADS * VEC) { /* block-uniform trip count */
     float s[4][VEC];
@@ -360,7 +446,15 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
 #pragma unroll
-      for (int i = 0; i < VEC; i++) gv[i] = co * fexp(s[u][i] - rs.lse);
+      for (int i = 0; i < VEC; i++) {
+        gv[i] = co * fexp(s[u][i] - rs.lse);
+%if HARD then
+        gv[i] += ce.gh * fexp(s[u][i] * tz - rs.lse1);
+%end
+%if CAPPED then
+        gv[i] *= cap_slope(s[u][i], invT);
+%end
+      }
       if (v + VEC <= V) store_cols<true>(gr, v, gv);
       else if (v < V) store_cols<false>(gr, v, gv);
     }
@@ -368,9 +462,39 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
   __syncthreads(); /* the stream's stores are visible to the block before the support rewrite */
   for (int k = threadIdx.x; k < K; k += THREADS) {
     const int id = sup.id[k];
+%if HARD or CAPPED then
+    if (id >= 0) {
+      float gk = gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]);
+      const float sk = sup.lq[k] + rs.lse; /* the column's score */
+%  if HARD then
+      gk += ce.gh * fexp(sk * tz - rs.lse1);
+%  end
+%  if CAPPED then
+      gk *= cap_slope(sk, invT);
+%  end
+      (void)sk;
+      gr[id] = from_f32<grad_t>(gk);
+    }
+%else
     if (id >= 0)
       gr[id] = from_f32<grad_t>(gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]));
+%end
   }
+%if HARD then
+  __syncthreads(); /* the support's stores visible before the label column's */
+  if (threadIdx.x == 0 && ce.y >= 0) { /* the label column, whole: its divergence term, the CE's */
+    int at = -1;
+    for (int k = 0; k < K; k++)
+      if (sup.id[k] == ce.y) at = k;
+    const float q = fexp(ce.sy - rs.lse);
+    float gy = at >= 0 ? gscale * (rs.cin * q - rs.pscale * sup.p[at]) : co * q;
+    gy += ce.gh * (fexp(ce.sy * tz - rs.lse1) - 1.0f);
+%  if CAPPED then
+    gy *= cap_slope(ce.sy, invT);
+%  end
+    gr[ce.y] = from_f32<grad_t>(gy);
+  }
+%end
 }
 
 /* One block per row: pass 2 of the fused and forward modes, and the backward pass. */
@@ -390,7 +514,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   const i64 row = row0 + r;
   __shared__ support_t sup;
   __shared__ float sh_f[THREADS / 32];
-  __shared__ float sh_rec[3];
+  __shared__ float sh_rec[{{ HARD and 4 or 3 }}];
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
@@ -398,18 +522,32 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   row_t rs;
   float loss = 0.0f;
   if (MODE == MODE_BACKWARD) {
-    rs.lse = rowstat[4 * row + 0], rs.cout = rowstat[4 * row + 1];
-    rs.cin = rowstat[4 * row + 2], rs.pscale = rowstat[4 * row + 3];
+    rs.lse = rowstat[{{ RS }} * row + 0], rs.cout = rowstat[{{ RS }} * row + 1];
+    rs.cin = rowstat[{{ RS }} * row + 2], rs.pscale = rowstat[{{ RS }} * row + 3];
+%if HARD then
+    rs.lse1 = rowstat[{{ RS }} * row + 4];
+%end
     if (!kept) rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+%if HARD then
+    if (kept) /* the CE's gradient needs the row however little teacher mass it has */
+%else
     if (rs.cout != 0.0f || rs.cin != 0.0f || rs.pscale != 0.0f)
+%end
       gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
   } else if (kept) {
     if (threadIdx.x == 0) {
       /* merge the row's records in order: record k at part + (r srow + k srec) PSTRIDE, the
        * chunk's SPLIT partials or every shard's record of the row (kljit_shard_finish) */
       float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
+%if HARD then
+      float mh = KL_NEG_INF, dh = 0.0f;
+%end
       for (int k = 0; k < nrec; k++) {
         const float* rec = part + ((i64)r * srow + (i64)k * srec) * PSTRIDE;
+%if HARD then
+        const float mm1 = fmaxf(mh, rec[3]);
+        if (mm1 != KL_NEG_INF) dh = dh * expf(mh - mm1) + rec[4] * expf(rec[3] - mm1), mh = mm1;
+%end
         const float mm = fmaxf(m, rec[0]);
         if (mm == KL_NEG_INF) continue;
         const float ra = expf(m - mm), rb = expf(rec[0] - mm);
@@ -417,27 +555,66 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       }
       const float d = don + doff;
       sh_rec[0] = m + logf(d), sh_rec[1] = doff / d, sh_rec[2] = don / d;
+%if HARD then
+      sh_rec[3] = mh + logf(dh);
+%end
     }
     __syncthreads();
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
     gather(sup, zr, ids, vals, bias, row, invT, lse);
     loss = support_loss(sup, lse, off_frac, on_frac, sh_f, rs);
+%if HARD then
+    rs.lse1 = sh_rec[3];
+%end
   } else {
     rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+%if HARD then
+    rs.lse1 = 0.0f;
+%end
   }
+%if HARD then
+  /* the CE's label, as this shard's column (labels are global ids), and its score, read
+   * before G overwrites the row */
+  __shared__ ce_t sh_ce;
+  if (threadIdx.x == 0) {
+    const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
+                                             : (i64)((const int*)labels)[row];
+    sh_ce.y = kept && y >= OFFSET && y < (i64)OFFSET + V ? (int)(y - OFFSET) : -1;
+    sh_ce.sy = sh_ce.y >= 0 ? score_at(zr, bias, sh_ce.y, invT) : 0.0f;
+  }
+  __syncthreads();
+  ce_t ce = sh_ce;
+  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE) * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+  if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
+    float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
+#if OFFSET == 0
+    ce_loss += rs.lse1; /* once per row: on the first shard */
+#endif
+    loss = {{ WS }} * loss + {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
+  }
+%elseif P.SOFT then
+  loss *= {{ WS }};
+%end
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
   if (MODE == MODE_FORWARD) {
     if (threadIdx.x == 0) {
-      rowstat[4 * row + 0] = rs.lse, rowstat[4 * row + 1] = rs.cout;
-      rowstat[4 * row + 2] = rs.cin, rowstat[4 * row + 3] = rs.pscale;
+      rowstat[{{ RS }} * row + 0] = rs.lse, rowstat[{{ RS }} * row + 1] = rs.cout;
+      rowstat[{{ RS }} * row + 2] = rs.cin, rowstat[{{ RS }} * row + 3] = rs.pscale;
+%if HARD then
+      rowstat[{{ RS }} * row + 4] = rs.lse1;
+%end
     }
     return;
   }
+%if HARD then
+  if (!kept) {
+%else
   if (rs.cout == 0.0f && rs.cin == 0.0f && rs.pscale == 0.0f) {
+%end
     zero_range(gr, 0, V);
     return;
   }
-  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE));
+  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ HARD and ", ce" or "" }});
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
@@ -460,8 +637,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 }
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT records, in
- * order, into one record {m, d_on, d_off, 0, 0, 0, 0, 0} at out[(row0 + r) * 8] (an ignored
- * row: zeros; pass 2 never reads it). */
+ * order, into one record {m, d_on, d_off, m', d', 0, 0, 0} at out[(row0 + r) * 8] (m', d' the
+ * CE's, else 0; an ignored row: zeros; pass 2 never reads it). */
 extern "C" __global__ void __launch_bounds__(256)
 {{ K.signature("kl_sparse_merge") }} {
   const int r = blockIdx.x * 256 + threadIdx.x;
@@ -469,14 +646,24 @@ extern "C" __global__ void __launch_bounds__(256)
   float rec[PSTRIDE] = {};
   if (row_kept(labels, labels_is64, ignore_index, row0 + r)) {
     float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
+%if HARD then
+    float mh = KL_NEG_INF, dh = 0.0f;
+%end
     for (int k = 0; k < SPLIT; k++) {
       const float* p = part + ((i64)r * SPLIT + k) * PSTRIDE;
+%if HARD then
+      const float mm1 = fmaxf(mh, p[3]);
+      if (mm1 != KL_NEG_INF) dh = dh * expf(mh - mm1) + p[4] * expf(p[3] - mm1), mh = mm1;
+%end
       const float mm = fmaxf(m, p[0]);
       if (mm == KL_NEG_INF) continue;
       const float ra = expf(m - mm), rb = expf(p[0] - mm);
       don = don * ra + p[1] * rb, doff = doff * ra + p[2] * rb, m = mm;
     }
     rec[0] = m, rec[1] = don, rec[2] = doff;
+%if HARD then
+    rec[3] = mh, rec[4] = dh; /* the CE's (max, sum-exp) of z' */
+%end
   }
   float* o = out + (row0 + r) * PSTRIDE;
   for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];

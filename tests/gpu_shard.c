@@ -466,6 +466,16 @@ static int measured_shard_plans_match(void) {
   return th_in_tmpdir("gpu-shard", measured_in);
 }
 
+/* The sparse teacher with CE mixing and a softcap on shards: the label's logit on its shard,
+ * lse(z') from the records. */
+static int sparse_with_ce_and_softcap(void) {
+  const scase c = {"sparse BUCKET, K = 50, CE 0.5 + soft 0.5, softcap 5",
+                   KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 50,
+                   KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.5, 0.5, 5.0, 0};
+  return run_case(&c);
+}
+
 /* The tuner times a reverse-KL shard's three calls (stats, sums, finish). */
 static int reverse_measured_in(const char *dir) {
   th_private_wisdom(dir);
@@ -496,5 +506,6 @@ static const th_case cases[] = {
     {"jsd_with_ce_online_teacher", jsd_with_ce_online_teacher},
     {"forward_kl_ce_online_teacher", forward_kl_ce_online_teacher},
     {"reverse_kl_measured_shards", reverse_kl_measured_shards},
+    {"sparse_with_ce_and_softcap", sparse_with_ce_and_softcap},
 };
 TH_MAIN(cases)

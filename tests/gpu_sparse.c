@@ -267,7 +267,40 @@ static int unchecked_out_of_range_id_does_not_fault(void) {
   return TH_PASS;
 }
 
+/* Issue 19 on the sparse teacher: hard-label CE mixing (both weights, CE alone, the divergence
+ * alone at a weight, T^2 on some) and the student softcap (logits of std 30 under a cap of 30),
+ * every tail and value form, both modes and reduction none; the labels (0..6) on the support
+ * (K = V: every id is on it) and off it, zero-mass rows (RENORM: only the CE remains), about a
+ * fifth of the rows ignored. */
+static int ce_mixing_and_softcap_every_tail_and_mode(void) {
+  static const double weights[4][2] = {{0.5, 0.5}, {1.0, 0.0}, {0.0, 0.3}, {0.2, 2.0}};
+  int worst = TH_PASS;
+  for (int tail = 0; tail < 3; tail++)
+    for (int k = 0; k < 4 && worst != TH_SKIP; k++) {
+      gcase c = sparse_base();
+      c.tail = (kljit_tail)(KLJIT_TAIL_NONE + tail);
+      c.values = k % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      c.hard_weight = weights[(k + tail) % 4][0], c.soft_weight = weights[(k + tail) % 4][1];
+      c.labels = 1, c.fused = k % 2 == 0, c.bias = k == 1;
+      if (k == 3) c.red = KLJIT_REDUCTION_NONE;
+      if (k >= 2) c.zstd = 30.0, c.softcap = 30.0;
+      if (k == 1) c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+      if (k == 2) c.k = (int)c.v, c.all_ids = 1; /* every label on the support */
+      if (tail == 1 && k == 0) c.zero_mass_rows = 1;
+      c.dt = k == 3 ? KLJIT_FP32 : tail == 2 ? KLJIT_FP16 : KLJIT_BF16;
+      worst = fold(worst, gcase_check(&c));
+    }
+  /* the softcap alone, and at V = 151936 (split rows) with CE */
+  gcase c = sparse_base();
+  c.zstd = 30.0, c.softcap = 20.0, c.tail = KLJIT_TAIL_BUCKET;
+  worst = fold(worst, gcase_check(&c));
+  c.v = 151936, c.n = 9, c.h = 32, c.hard_weight = 0.5, c.soft_weight = 0.5, c.labels = 1;
+  c.fused = 0;
+  return fold(worst, gcase_check(&c));
+}
+
 static const th_case cases[] = {
+    {"ce_mixing_and_softcap_every_tail_and_mode", ce_mixing_and_softcap_every_tail_and_mode},
     {"every_tail_value_form_dtype_reduction_and_mode",
      every_tail_value_form_dtype_reduction_and_mode},
     {"smallest_and_largest_k", smallest_and_largest_k},

@@ -588,6 +588,19 @@ static int add_loss_families(space *s) {
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
+  for (int i = 0; i < 2; i++) { /* the sparse teacher with CE mixing and the softcap */
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i ? 75968 : 151936;
+    sp.input_dtype = sp.weight_dtype = i ? KLJIT_FP16 : KLJIT_BF16;
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = i ? 100 : 1024, sp.teacher_dtype = KLJIT_FP32;
+    sp.tail = i ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    sp.topk_values = i ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    sp.hard_weight = 0.5, sp.soft_weight = i ? 0.0 : 0.5;
+    if (!i) sp.softcap = 30.0, sp.flags |= KLJIT_FLAG_SCALE_T_SQUARED, sp.temperature = 2.0;
+    if (i) sp.vocab_total = 151936, sp.vocab_offset = 75968, sp.shards = 2; /* a shard's CE */
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
   kljit_problem pb; /* the online teacher (its logits in the chunk buffer) with its bias */
   if (!make_problem(EDGE_PROBLEMS[0], 128256, &pb)) return TH_FAIL;
   pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 4096;
