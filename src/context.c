@@ -65,12 +65,12 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds", who,
                    out->tune_budget_s);
-  if (out->dx_split < 0 || out->dx_split > 64)
+  if (out->dx_split < 0 || out->dx_split > 64) {
+    const char *e = env_text(ENV_DX_SPLIT); /* -1 is what env.c makes of a bad KLJIT_DX_SPLIT */
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->dx_split = %d%s%s%s, must be 0 (the planner's) or in [1, 64]",
-                   who, (int)out->dx_split, env_text(ENV_DX_SPLIT) ? " (KLJIT_DX_SPLIT=" : "",
-                   env_text(ENV_DX_SPLIT) ? env_text(ENV_DX_SPLIT) : "",
-                   env_text(ENV_DX_SPLIT) ? ")" : "");
+                   who, (int)out->dx_split, e ? " (KLJIT_DX_SPLIT=" : "", e ? e : "", e ? ")" : "");
+  }
   if (out->gemm != KLJIT_GEMM_DEFAULT && out->gemm != KLJIT_GEMM_JIT &&
       out->gemm != KLJIT_GEMM_CUBLAS) {
     const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */

@@ -235,7 +235,7 @@ static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
   const kljit_plan *p = c->p;
   const int S = p->geom.dx_split;
   const size_t gsz = names_dtype_size(p->geom.grad);
-  for (int s = 0; s < S && !c->skip_gemms; s++) {
+  for (int s = 0; s < S; s++) {
     const int64_t k0 = (int64_t)s * p->geom.dx_slice;
     const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
     const char *g = c->ws + c->w.g + (size_t)k0 * gsz;
@@ -246,9 +246,10 @@ static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
 }
 
 /* Whether a chunk of n rows takes the split dX: always where the context's options set the
- * split, else where its one GEMM has tiles (128 x 256) for at least half the SMs. A shorter chunk's single GEMM leaves SMs idle, which cuBLASLt fills by
- * splitting K itself; slices of it would idle them again (on the H200, 2048 x 4096 x 128256 in
- * chunks of 512 rows took 11.47 ms with 4 slices against 10.56 with one GEMM: run 34). */
+ * split, else where its one GEMM has tiles (128 x 256) for at least half the SMs. A shorter
+ * chunk's single GEMM leaves SMs idle, which cuBLASLt fills by splitting K itself; slices of it
+ * would idle them again (on the H200, 2048 x 4096 x 128256 in chunks of 512 rows took 11.47 ms
+ * with 4 slices against 10.56 with one GEMM: run 34). */
 static int dx_split_pays(const kljit_plan *p, int64_t n) {
   const int64_t tiles = (n + 127) / 128 * ((p->pb.hidden + 255) / 256);
   return p->geom.dx_split > 1 &&
@@ -261,11 +262,14 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   const kljit_args *a = c->a;
   void *g = c->ws + c->w.g;
   const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && dx_split_pays(p, n))
-    TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
-  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
-                 c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  /* (the benchmark knob skips the split dX whole: its convert too, which is not a row kernel) */
+  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms) {
+    if (dx_split_pays(p, n))
+      TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
+    else
+      TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
+                   c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  }
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;

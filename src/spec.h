@@ -49,7 +49,8 @@ typedef struct kspec {
   const char *values; /* sparse rows: "probs" | "logprobs" */
   const char *tail;   /* sparse rows: "none" | "renorm" | "bucket" */
   int64_t vtot;       /* global V (= v unless sharded): sparse rows' id range, helpers' MEAN */
-  int64_t offset;     /* sparse rows: first global id of the shard (0 unsharded) */
+  int64_t offset;     /* first global id of the shard (0 unsharded): the sparse rows' OFFSET,
+                       * the dense rows' VOFF where they have the CE (HARD) */
   /* dense rows, each a template parameter only when set, so the plain problem's source stays
    * byte for byte what it was (its cache entries and tuning stay valid) */
   int64_t tld;        /* teacher row stride; 0: V */

@@ -71,8 +71,8 @@
 %--                       computed less its constant as -(1 - beta) log1p(beta p / ((1 - beta) q))
 %--            S = sum_v q g is a row total G needs before its first column: pass 2 runs one
 %--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
-%--            sweep that writes G; forward saves S (row statistic 5) for backward. Two-pass
-%--            rows only (no cluster variant).
+%--            sweep that writes G; forward saves S (row statistic 5) for backward. The cluster
+%--            variant sums S from its registers over the cluster's blocks instead.
 %--   SHARDED  bool, DIV only: a vocabulary shard. S needs every column of the row, so each
 %--            shard sums its own part (kl_dense_sums, after the first exchange of records),
 %--            the records carry it in slot 7 (kl_dense_merge writes NaN there until then: a
