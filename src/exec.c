@@ -235,7 +235,7 @@ static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
   const kljit_plan *p = c->p;
   const int S = p->geom.dx_split;
   const size_t gsz = names_dtype_size(p->geom.grad);
-  for (int s = 0; s < S; s++) {
+  for (int s = 0; s < S && !c->skip_gemms; s++) {
     const int64_t k0 = (int64_t)s * p->geom.dx_slice;
     const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
     const char *g = c->ws + c->w.g + (size_t)k0 * gsz;
@@ -262,14 +262,11 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   const kljit_args *a = c->a;
   void *g = c->ws + c->w.g;
   const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  /* (the benchmark knob skips the split dX whole: its convert too, which is not a row kernel) */
-  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms) {
-    if (dx_split_pays(p, n))
-      TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
-    else
-      TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
-                   c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
-  }
+  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && dx_split_pays(p, n))
+    TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
+  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
+    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
+                 c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;

@@ -417,44 +417,37 @@ static int all_rows_ignored_gives_zero(void) {
   return run_case(&c);
 }
 
-/* The loss families on shards (the fields after k: div, beta, hard, soft, cap, online); the
- * sparse teacher's CE: the label's logit on its shard, lse(z') from the records. */
-static const scase FAMILIES[] = {
-    {"reverse KL, CE 0.4 + soft 0.8, dense probs, bias, ignored rows",
-     KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
-     KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
-     KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 0},
-    {"JSD 0.3, dense logits, TT = 2, T = 1.5, mean, softcap 20",
-     KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE,
-     KLJIT_TOPK_PROBS, 1, 1, 1.5, 2.0, 0,
-     KLJIT_DIVERGENCE_JSD, 0.3, 0.0, 0.0, 20.0, 0},
-    {"JSD 0.5 + CE 0.5 (soft 0.5), online teacher, T = 2, sum",
-     KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE,
-     KLJIT_TOPK_PROBS, 1, 0, 2.0, 0, 0,
-     KLJIT_DIVERGENCE_JSD, 0.5, 0.5, 0.5, 0.0, 1},
-    {"forward KL + CE 1 (soft 0.5), online teacher, bias, batchmean",
-     KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
-     KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
-     KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 1.0, 0.5, 0.0, 1},
-    {"sparse BUCKET, K = 50, CE 0.5 + soft 0.5, softcap 5",
-     KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_BUCKET,
-     KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 50,
-     KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.5, 0.5, 5.0, 0},
-};
+/* The loss families on shards (the fields after k: div, beta, hard, soft, cap, online). */
 static int reverse_kl_with_ce_mixing(void) {
-  return run_case(&FAMILIES[0]);
+  const scase c = {"reverse KL, CE 0.4 + soft 0.8, dense probs, bias, ignored rows",
+                   KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
+                   KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 0};
+  return run_case(&c);
 }
+
 static int jsd_logits_own_temperature_mean(void) {
-  return run_case(&FAMILIES[1]);
+  const scase c = {"JSD 0.3, dense logits, TT = 2, T = 1.5, mean, softcap 20",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.5, 2.0, 0,
+                   KLJIT_DIVERGENCE_JSD, 0.3, 0.0, 0.0, 20.0, 0};
+  return run_case(&c);
 }
+
 static int jsd_with_ce_online_teacher(void) {
-  return run_case(&FAMILIES[2]);
+  const scase c = {"JSD 0.5 + CE 0.5 (soft 0.5), online teacher, T = 2, sum",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 0, 2.0, 0, 0,
+                   KLJIT_DIVERGENCE_JSD, 0.5, 0.5, 0.5, 0.0, 1};
+  return run_case(&c);
 }
+
 static int forward_kl_ce_online_teacher(void) {
-  return run_case(&FAMILIES[3]);
-}
-static int sparse_with_ce_and_softcap(void) {
-  return run_case(&FAMILIES[4]);
+  const scase c = {"forward KL + CE 1 (soft 0.5), online teacher, bias, batchmean",
+                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
+                   KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 1.0, 0.5, 0.0, 1};
+  return run_case(&c);
 }
 
 /* The shards tuned on the GPU (KLJIT_PLAN_MEASURE, private wisdom files, a short budget). */
@@ -471,6 +464,16 @@ static int measured_in(const char *dir) {
 }
 static int measured_shard_plans_match(void) {
   return th_in_tmpdir("gpu-shard", measured_in);
+}
+
+/* The sparse teacher with CE mixing and a softcap on shards: the label's logit on its shard,
+ * lse(z') from the records. */
+static int sparse_with_ce_and_softcap(void) {
+  const scase c = {"sparse BUCKET, K = 50, CE 0.5 + soft 0.5, softcap 5",
+                   KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 50,
+                   KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.5, 0.5, 5.0, 0};
+  return run_case(&c);
 }
 
 /* The tuner times a reverse-KL shard's three calls (stats, sums, finish). */
