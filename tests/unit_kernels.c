@@ -891,15 +891,120 @@ static int invalid_spec_is_rejected_with_a_sentence(void) {
   return TH_PASS;
 }
 
+/* ---- pinned bytes --------------------------------------------------------------------- */
+
+/* The same spec must render the same bytes in every build, not only twice in one (the cache keys
+ * on them: a changed byte recompiles every user's kernels). So a few modules, one or two of each
+ * family, with the optional parameters on and off, keep the SHA-256 of their source and
+ * manifest here. The specs are written out, not planned, so that a planner change moves no pin.
+ * A change meant to change the generated code (a template edit, the version in the banner)
+ * updates PINNED: `unit_kernels --print-pins` prints the table as this build renders it. */
+enum { N_PINNED = 9 };
+static kspec pinned_spec(int i) {
+  kspec k;
+  memset(&k, 0, sizeof k);
+  k.family = KSPEC_DENSE_ROWS, k.v = 50257, k.ld = 50264, k.threads = 256, k.split = 4;
+  k.nv = 1, k.ldg = 100528, k.inplace = 1, k.logit = KLJIT_FP32, k.grad = KLJIT_BF16;
+  k.tdt = KLJIT_BF16, k.bdt = KLJIT_BF16, k.out = KLJIT_FP32, k.teacher = "logits";
+  k.reduction = "batchmean", k.tmode = KLJIT_TEMPERATURE_CONSTANT, k.tt_same = 1, k.t = 1.0;
+  k.eps = 1e-20, k.vtot = 50257, k.tld = 50257;
+  switch (i) {
+  case 0: break; /* the plain two-pass rows */
+  case 1:        /* every optional loss parameter, a run-time T, a bias, checked mode */
+    k.tmode = KLJIT_TEMPERATURE_RUNTIME, k.tt_same = 0, k.tt = 1.3, k.bias = 1, k.check = 1;
+    k.grad = KLJIT_FP16, k.tld = 50304, k.softcap = 30.0, k.tsoftcap = 50.0, k.hard = 0.5;
+    k.t2 = 1, k.soft1 = -0.5, k.div = "jsd", k.beta = 0.5;
+    break;
+  case 2: /* the sm_90 cluster variant, a constant T != 1 */
+    k.split = 8, k.cluster = 8, k.nv = 8, k.inplace = 0, k.t = 0.7;
+    break;
+  case 3: /* a vocabulary shard with its CE */
+    k.vtot = 151936, k.offset = 75968, k.hard = 0.25, k.div = "reverse", k.sharded = 1;
+    break;
+  case 4: /* sparse top-K rows */
+    k.family = KSPEC_SPARSE_ROWS, k.teacher = "sparse", k.tdt = KLJIT_FP32, k.topk = 64;
+    k.idt = KLJIT_INT32, k.values = "logprobs", k.tail = "renorm";
+    break;
+  case 5: /* the helpers */
+    k.family = KSPEC_HELPERS, k.tld = 0;
+    break;
+  case 6:
+    k.family = KSPEC_HELPERS, k.tld = 0, k.out = KLJIT_BF16, k.reduction = "sum", k.t2 = 1;
+    break;
+  case 7: /* generated GEMMs: the cooperative logits GEMM, a pingpong dX GEMM */
+  case 8:
+    memset(&k, 0, sizeof k);
+    k.family = KSPEC_GEMM_SM90, k.tdt = KLJIT_BF16, k.out = KLJIT_FP32, k.gemm_layout = "nt";
+    k.gemm_bn = 256, k.gemm_consumers = 2, k.gemm_stages = 4, k.gemm_raster = 'm';
+    k.gemm_cluster = 1;
+    if (i == 8)
+      k.gemm_layout = "nn", k.out = KLJIT_BF16, k.gemm_beta = 1, k.gemm_bn = 128,
+      k.gemm_stages = 5, k.gemm_raster = 'n', k.gemm_cluster = 2, k.gemm_schedule = 'p';
+    break;
+  }
+  return k;
+}
+
+static const char *const PINNED[N_PINNED] = {
+    "1167e8e46f126b38eabc2211fa7f96574d983e84aa598687b79b82e406d92cf7",
+    "7b524481853d826e62e31174954c3cc23eddedf3eb77fdadf0391374cda68e19",
+    "fbbb118c1b24d757e8be552bf1ee699e2363fe9231291d239e289c19b09e4132",
+    "af53d7251c88e094a884db8a67ef51aa5cddf0e8d360ff0761be96c55823009d",
+    "3c35169a08a6d6f64458ea360165c82cbe3b25839e9cfcc61fac8164cee3d133",
+    "13664b8542c1c8f53bd3274bf3639ede3dc6fbabe3842a3023b2189567327f11",
+    "6298b13a385e5260d5a85ddc407a289a20b82934698b09b0010847084e3a1a2a",
+    "889b0b3be746b1fc7eff46ea834bed1fdc6ba400689552a2ed1cf1c0eb7f7267",
+    "f08579adcc78f18912dca086e071c13cb55252fd690a0a3701bec240f25514a3",
+};
+
+/* The digest of spec i's source and manifest. */
+static kljit_status pinned_digest(int i, char hex[65]) {
+  const kspec k = pinned_spec(i);
+  strbuf src = {0}, manifest = {0};
+  kljit_status st = kspec_render_iface(&k, &src, &manifest);
+  if (st == KLJIT_SUCCESS) st = sb_append(&src, "\n-- manifest --\n", 16);
+  if (st == KLJIT_SUCCESS) st = sb_append(&src, manifest.data ? manifest.data : "", manifest.len);
+  if (st == KLJIT_SUCCESS) sha256_hex(src.data, src.len, hex);
+  sb_free(&src), sb_free(&manifest);
+  return st;
+}
+
+static const char PRINT_PINS[] = "--print-pins"; /* hidden mode: the table as rendered now */
+static int print_pins(void) {
+  printf("static const char *const PINNED[N_PINNED] = {\n");
+  for (int i = 0; i < N_PINNED; i++) {
+    char hex[65];
+    TH_OK(pinned_digest(i, hex));
+    printf("    \"%s\",\n", hex);
+  }
+  printf("};\n");
+  return TH_PASS;
+}
+
+static int rendered_modules_keep_their_pinned_bytes(void) {
+  int r = TH_PASS;
+  for (int i = 0; i < N_PINNED; i++) {
+    char hex[65];
+    TH_OK(pinned_digest(i, hex));
+    if (strcmp(hex, PINNED[i]) != 0) {
+      fprintf(stderr, "pinned module %d renders to %s, pinned %s\n", i, hex, PINNED[i]);
+      r = TH_FAIL;
+    }
+  }
+  return r;
+}
+
 static const th_case cases[] = {
     {"every_variant_compiles_for_sm80_and_sm90", every_variant_compiles_for_sm80_and_sm90},
     {"rendering_is_deterministic_per_spec", rendering_is_deterministic_per_spec},
     {"invalid_spec_is_rejected_with_a_sentence", invalid_spec_is_rejected_with_a_sentence},
     {"loss_family_parameters_reach_the_source_only_when_set",
      loss_family_parameters_reach_the_source_only_when_set},
+    {"rendered_modules_keep_their_pinned_bytes", rendered_modules_keep_their_pinned_bytes},
 };
 
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], RENDER_SAMPLES) == 0) return print_samples();
+  if (argc == 2 && strcmp(argv[1], PRINT_PINS) == 0) return print_pins();
   return th_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }
