@@ -3,7 +3,7 @@
  *
  * Rendering a module (Lua) costs about a millisecond, and a plan on a warm cache needs the
  * source only to compute its cache key. A rendered source is a pure function of the template
- * texts and the spec's parameters (template.c, invariant 4), and the embedded templates cannot
+ * texts and the spec's parameters (render.h, invariant 2), and the embedded templates cannot
  * change while the process runs, so the key of a spec, once computed, is remembered by the
  * spec's canonical parameter text (+ arch). With KLJIT_TEMPLATE_DIR set (templates read from
  * disk, editable at any time) the memo is bypassed. Only keys (and the kernel manifest that

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "names.h"
-#include "template.h"
+#include "render.h"
 
 typedef enum kspec_family {
   KSPEC_DENSE_ROWS = 1,  /* templates/dense_rows.cu.lua */

@@ -12,6 +12,7 @@
  * whole set had the templates check again after each flush.
  */
 #include "spec_check.h"
+#include "validator.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -142,7 +143,7 @@ kljit_status kspec_check(const kspec *k) {
   const int memo = make_key(k, params, n, &mk) == 0;
   const uint64_t h = memo ? key_hash(&mk) : 0;
   if (memo && known(&mk, h)) return KLJIT_SUCCESS;
-  const kljit_status st = render_validate(kspec_template(k), params, n);
+  const kljit_status st = validator_check(kspec_template(k), params, n);
   if (st == KLJIT_SUCCESS && memo) remember(&mk, h);
   return st;
 }

@@ -1,22 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* template.h — rendering the kernel templates (templates/NAME.cu.lua) into CUDA C++ source.
+/* template.h — the kernel templates (templates/NAME.cu.lua): finding one's text, and compiling
+ * its syntax into one Lua chunk (docs/templates.md is the syntax; render.h runs the chunk).
  *
- * Template syntax (documented in docs/templates.md):
- *   - a line whose first non-blank characters are `%` is Lua code (the rest of the line);
- *   - every other line is text, emitted with `{{ expr }}` replaced by tostring-like
- *     formatting of the Lua expression (integers as integers, floats via f32()/f64());
- *   - builtins: P (the parameter table), emit(s), reject(sentence), f32(x), f64(x),
- *     include(name) (runs templates/<name> in the same sandbox once per render and returns its
- *     value), manifest_add(line) (a line of the kernel manifest, kept apart from the source).
- * Rendering runs in a sandbox: base (minus dofile/loadfile/require/collectgarbage, load of
- * text chunks only), string (minus dump), table, math (minus random); an instruction-count
- * limit and a memory cap. The same parameters always give the same bytes.
+ * Invariants of a compiled chunk:
+ *  1. One template line becomes exactly one line of the chunk: a `%` line is copied (minus the
+ *     `%`), a text line becomes `__kl_out("lit", (expr), "lit\n")`. Nothing else adds a newline
+ *     (the chunk's prologue sits at the start of line 1), so every Lua message, syntax or
+ *     runtime, names the template's own line: "templates/<name>:<line>: ...".
+ *  2. The arguments of __kl_out alternate literal, value, literal, ..., literal (a literal may
+ *     be ""), so an error on argument i can say which `{{ }}` of the line was at fault.
+ *  3. The chunk takes one argument, the function its text lines call (`local __kl_out = ...`).
  */
 #ifndef KLJIT_TEMPLATE_H
 #define KLJIT_TEMPLATE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "util.h"
 
@@ -28,38 +26,33 @@ typedef struct template_file {
 } template_file;
 extern const template_file template_files[];
 
-typedef enum render_kind { RP_INT = 1, RP_NUM = 2, RP_STR = 3, RP_BOOL = 4 } render_kind;
+/* The embedded template `name`, or NULL. */
+const template_file *template_embedded(const char *name);
 
-/* One template parameter; P[key] in the template. */
-typedef struct render_param {
-  const char *key;
-  render_kind kind;
-  int64_t i;      /* RP_INT, RP_BOOL (0/1) */
-  double d;       /* RP_NUM */
-  const char *s;  /* RP_STR */
-} render_param;
+/* KLJIT_TEMPLATE_DIR when set and not empty (templates are then read from there and may change
+ * at any time: nothing about them may be remembered), else NULL. */
+const char *template_dir(void);
 
-/* Renders embedded template `name` with `params` into `out` (appended; caller frees).
- * The output begins with a banner comment naming the template and every parameter (sorted by
- * key). Errors: KLJIT_ERR_UNSUPPORTED when the template reject()s the parameters (message is
- * the template's sentence), KLJIT_ERR_TEMPLATE for any other failure, with
- * "templates/<name>:<line>: ..." in the message. */
-kljit_status render_template(const char *name, const render_param *params, size_t nparams,
-                             strbuf *out);
+/* Reads <dir>/<name> into text (appended; a regular file of at most 4 MiB, opened without
+ * blocking). KLJIT_ERR_TEMPLATE naming the file when it cannot be. */
+kljit_status template_read_file(const char *dir, const char *name, strbuf *text);
 
-/* Same, and the manifest_add() lines (each ended by '\n') appended to `manifest` (the kernel
- * interface of the module: templates/iface.cu.lua, src/kiface.h). */
-kljit_status render_template_iface(const char *name, const render_param *params,
-                                   size_t nparams, strbuf *out, strbuf *manifest);
+/* The text of template `name` for a render: its file under template_dir(), else the embedded
+ * copy. *dir is the directory it came from (NULL: embedded); text is owned by `storage`, or by
+ * the library (embedded). KLJIT_ERR_INVALID_ARGUMENT for a name that is no file name or no
+ * embedded template. */
+kljit_status template_text(const char *name, const char **dir, strbuf *storage,
+                           const char **text, size_t *len);
 
-/* The template's verdict on `params` without rendering: its prologue (every reject() comes
- * before its first text line, docs/templates.md) runs, in the same sandbox, up to the first
- * output. KLJIT_SUCCESS, or the error render_template would give for a rejection. */
-kljit_status render_validate(const char *name, const render_param *params, size_t nparams);
+/* How much of a template to compile. */
+typedef enum template_part {
+  TEMPLATE_WHOLE,
+  TEMPLATE_PROLOGUE /* the `%` lines before the first text line: where every reject() is */
+} template_part;
 
-/* Same as render_template, for a template given as text (tests; `chunkname` is used in error
- * messages). include() there reads the embedded templates. */
-kljit_status render_text(const char *chunkname, const char *text, size_t len,
-                         const render_param *params, size_t nparams, strbuf *out);
+/* Compiles template text (chunkname "templates/<name>" for messages) into Lua source, appended
+ * to lua. KLJIT_ERR_TEMPLATE with "<chunkname>:<line>: ..." for a malformed `{{ }}`. */
+kljit_status template_compile(const char *chunkname, const char *text, size_t len,
+                              template_part part, strbuf *lua);
 
 #endif

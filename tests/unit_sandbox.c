@@ -16,7 +16,7 @@
 
 #include "harness.h"
 #include "kljit.h"
-#include "template.h"
+#include "render.h"
 
 static double clock_s(clockid_t id) {
   struct timespec t;
@@ -190,7 +190,7 @@ static int template_and_wisdom_files_must_be_small_regular_files(void) {
   return th_in_tmpdir("sandbox-files", files_in);
 }
 
-/* The validation of wisdom and plans (render_validate) runs a template's prologue alone: that
+/* The validation of wisdom and plans (validator_check) runs a template's prologue alone: that
  * is sound only while every reject() precedes the template's first text line. */
 static int every_reject_precedes_the_first_text_line(void) {
   for (const template_file *t = template_files; t->name; t++) {

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# unit_sandbox: hostile templates and files against the renderer's limits (src/template.c) and
+# unit_sandbox: hostile templates and files against the renderer's limits (src/sandbox.c) and
 # the wisdom reader. Each attack must fail within 2 s with a clear error. No GPU.
 kljit_test_exe(unit_sandbox unit_sandbox.c)
 foreach(case

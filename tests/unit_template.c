@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "template.h"
+#include "render.h"
+#include "spec.h"
 #include "util.h"
+#include "validator.h"
 
 #define NAME "t.cu.lua"
 
@@ -608,6 +610,73 @@ static int include_runs_a_file_once_returns_its_value_and_refuses_cycles(void) {
   return TH_PASS;
 }
 
+/* ---- the kept validator ---------------------------------------------------------------- */
+
+static uint64_t lcg(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 33;
+}
+#define PICK(s, a) ((a)[lcg(s) % (sizeof(a) / sizeof((a)[0]))])
+
+/* A spec of a random family with random launch shapes (most of them wrong for V) and optional
+ * parameters on or off, so that consecutive checks change template, key set and verdict. */
+static kspec random_spec(uint64_t *s) {
+  static const int THREADS[] = {64, 100, 128, 256, 512, 1024, 2048};
+  static const int SPLITS[] = {1, 2, 3, 4, 8, 16, 64};
+  static const int CLUSTERS[] = {0, 0, 2, 3, 4, 8, 16};
+  static const int NVS[] = {1, 2, 4, 8};
+  static const int64_t VS[] = {2, 7, 17, 4096, 32000, 50257, 128256, 1 << 24};
+  static const char *const TEACHERS[] = {"probs", "logprobs", "logits", "entropy"};
+  static const kljit_dtype DT[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+  kspec k;
+  memset(&k, 0, sizeof k);
+  const uint64_t family = lcg(s) % 4;
+  k.family = family == 0 ? KSPEC_DENSE_ROWS : family == 1 ? KSPEC_SPARSE_ROWS
+             : family == 2 ? KSPEC_HELPERS : KSPEC_GEMM_SM90;
+  k.v = PICK(s, VS), k.ld = (k.v + 7) / 8 * 8, k.ldg = k.ld, k.vtot = k.v;
+  k.threads = PICK(s, THREADS), k.split = PICK(s, SPLITS), k.cluster = PICK(s, CLUSTERS);
+  k.nv = PICK(s, NVS), k.inplace = !k.cluster;
+  k.logit = PICK(s, DT), k.grad = PICK(s, DT), k.tdt = PICK(s, DT), k.bdt = PICK(s, DT);
+  k.out = PICK(s, DT), k.teacher = PICK(s, TEACHERS), k.reduction = "batchmean";
+  k.tmode = lcg(s) % 2 ? KLJIT_TEMPERATURE_CONSTANT : KLJIT_TEMPERATURE_RUNTIME;
+  k.t = 1.0, k.tt_same = 1, k.eps = 1e-20, k.bias = (int)(lcg(s) % 2);
+  if (lcg(s) % 2) k.softcap = 30.0;
+  if (lcg(s) % 3 == 0) k.hard = 0.5, k.soft1 = -0.5;
+  if (lcg(s) % 3 == 0) k.div = "jsd", k.beta = 0.5;
+  k.topk = (int)(lcg(s) % 2048), k.idt = lcg(s) % 2 ? KLJIT_INT32 : KLJIT_INT64;
+  k.values = "probs", k.tail = lcg(s) % 2 ? "none" : "bucket";
+  k.gemm_layout = lcg(s) % 2 ? "nt" : "nn", k.gemm_bn = PICK(s, THREADS);
+  k.gemm_consumers = 1 + (int)(lcg(s) % 3), k.gemm_stages = 2 + (int)(lcg(s) % 6);
+  k.gemm_raster = lcg(s) % 2 ? 'm' : 'x', k.gemm_cluster = 1 + (int)(lcg(s) % 2);
+  return k;
+}
+
+/* The kept sandboxes give the verdict, and the message, of a fresh sandbox per check, whatever
+ * the checks before (other templates, other parameter sets, rejections) left behind. */
+static int kept_validator_gives_the_verdict_of_a_fresh_sandbox(void) {
+  uint64_t seed = 25;
+  int accepted = 0, rejected = 0;
+  for (int i = 0; i < 600; i++) {
+    const kspec k = random_spec(&seed);
+    render_param p[KSPEC_MAX_PARAMS];
+    const size_t n = kspec_params(&k, p);
+    const kljit_status kept = validator_check(kspec_template(&k), p, n);
+    char kept_msg[1024];
+    snprintf(kept_msg, sizeof kept_msg, "%s", kljit_last_error());
+    const kljit_status fresh = render_prologue(kspec_template(&k), p, n);
+    if (kept != fresh || strcmp(kept_msg, kljit_last_error()) != 0) {
+      fprintf(stderr, "check %d, %s: kept %s '%s', fresh %s '%s'\n", i, kspec_template(&k),
+              kljit_status_string(kept), kept_msg, kljit_status_string(fresh),
+              kljit_last_error());
+      return TH_FAIL;
+    }
+    accepted += kept == KLJIT_SUCCESS, rejected += kept == KLJIT_ERR_UNSUPPORTED;
+  }
+  printf("600 checks: %d accepted, %d rejected by a template\n", accepted, rejected);
+  TH_CHECK(accepted >= 50 && rejected >= 50 && accepted + rejected == 600);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"parameter_keys_rewritten_in_place_are_sorted_again",
      parameter_keys_rewritten_in_place_are_sorted_again},
@@ -639,6 +708,8 @@ static const th_case cases[] = {
     {"unknown_template_name_is_invalid_argument", unknown_template_name_is_invalid_argument},
     {"template_dir_env_reads_from_disk", template_dir_env_reads_from_disk},
     {"numbers_ignore_process_locale", numbers_ignore_process_locale},
+    {"kept_validator_gives_the_verdict_of_a_fresh_sandbox",
+     kept_validator_gives_the_verdict_of_a_fresh_sandbox},
 };
 
 TH_MAIN(cases)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Unit tests of the template renderer (src/template.c): syntax, banner, determinism, errors,
-# sandbox limits. No GPU needed.
+# Unit tests of the template renderer (src/render.c, template.c, sandbox.c, validator.c): syntax,
+# banner, determinism, errors, sandbox limits, the kept validator. No GPU needed.
 kljit_test_exe(unit_template unit_template.c)
 kljit_test_cases(EXE unit_template SOURCE unit_template.c PREFIX unit.template LABELS unit
                  EXCEPT sandbox_stops_infinite_loop)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "template.h"
+#include "render.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const render_param params[] = {{"V", RP_INT, 50257, 0, NULL},
