@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jit_memo.h"
 #include "kiface.h"
 #include "nvrtc_compile.h"
+#include "spec_memo.h"
 
-kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
-  char hex[65];
-  sha256_hex(source, strlen(source), hex);
+/* The cache key text of a source whose SHA-256 is `hex`. */
+static kljit_status key_text(const char *hex, int arch, strbuf *key) {
   char storage[NVRTC_MAX_OPTIONS][64];
   const char *opts[NVRTC_MAX_OPTIONS];
   const int n = nvrtc_options(arch, storage, opts);
@@ -26,6 +25,12 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
   for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) st = sb_printf(key, " %s", opts[i]);
   if (st == KLJIT_SUCCESS) st = sb_append(key, "\n", 1);
   return st;
+}
+
+kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
+  char hex[65];
+  sha256_hex(source, strlen(source), hex);
+  return key_text(hex, arch, key);
 }
 
 kljit_status jit_meta_manifest(const char *meta, strbuf *manifest) {
@@ -58,25 +63,26 @@ static kljit_status check_cached_manifest(const jit_bin *b, const cache_entry *e
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
   memset(out, 0, sizeof *out);
   double t0 = util_now();
-  strbuf src = {0}, key = {0}, spec = {0};
+  strbuf src = {0}, key = {0};
   kljit_status st = KLJIT_SUCCESS;
-  /* a key computed before in this process needs no render until a compile does (jit_memo.h) */
-  const int memo = jit_memo_enabled() && jit_memo_spec_text(k, arch, &spec) == KLJIT_SUCCESS;
-  const int known =
-      memo && jit_memo_get(spec.data, &key, &out->manifest, out->name, out->key_hash);
-  if (!known) {
-    sb_free(&key);
+  /* a spec rendered before in this process needs no render until a compile does (the source
+   * is a pure function of the spec: spec_memo.h); the arch comes in with the key */
+  kspec_key sk;
+  const int memo = spec_memo_enabled() && kspec_key_of(k, &sk) == 0;
+  char digest[65];
+  if (!(memo && spec_memo_rendered(&sk, digest, out->name, &out->manifest))) {
     sb_free(&out->manifest);
     st = kspec_render_iface(k, &src, &out->manifest);
-    if (st == KLJIT_SUCCESS) st = jit_key_text(src.data, kspec_target(k, arch), &key);
     if (st == KLJIT_SUCCESS) {
+      sha256_hex(src.data, strlen(src.data), digest); /* as jit_key_text hashes it */
       kspec_name(k, src.data, out->name);
-      sha256_hex(key.data, key.len, out->key_hash);
       if (memo)
-        jit_memo_put(spec.data, key.data, out->manifest.data ? out->manifest.data : "",
-                     out->name, out->key_hash);
+        spec_memo_put_render(&sk, digest, out->name,
+                             out->manifest.data ? out->manifest.data : "");
     }
   }
+  if (st == KLJIT_SUCCESS) st = key_text(digest, kspec_target(k, arch), &key);
+  if (st == KLJIT_SUCCESS) sha256_hex(key.data, key.len, out->key_hash);
   out->render_ms = 1e3 * (util_now() - t0);
   if (st != KLJIT_SUCCESS) goto done;
 
@@ -125,7 +131,6 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
 done:
   sb_free(&src);
   sb_free(&key);
-  sb_free(&spec);
   if (st != KLJIT_SUCCESS) jit_bin_free(out);
   return st;
 }

@@ -2,6 +2,7 @@
 /* spec.c — kernel spec → template parameters → rendered source. */
 #include "spec.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -140,4 +141,66 @@ void kspec_name(const kspec *k, const char *source, char name[64]) {
   char hex[65];
   sha256_hex(source, strlen(source), hex);
   snprintf(name, 64, "%s-%.12s", family_name(k), hex);
+}
+
+/* ---- the canonical key -------------------------------------------------------------------- */
+
+static void key_put(kspec_key *o, const char *s, size_t n) {
+  if (o->len + n < KSPEC_KEY_MAX) memcpy(o->text + o->len, s, n);
+  o->len += n; /* past the buffer: kspec_key_of fails */
+}
+
+static void key_uint(kspec_key *o, uint64_t v) {
+  char d[20]; /* 2^64 has 20 digits */
+  size_t n = 0;
+  do {
+    d[sizeof d - ++n] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  key_put(o, d + sizeof d - n, n);
+}
+
+int kspec_key_of(const kspec *k, kspec_key *out) {
+  render_param p[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, p);
+  const char *t = kspec_template(k);
+  out->len = 0;
+  key_put(out, t, strlen(t));
+  for (size_t i = 0; i < n; i++) {
+    key_put(out, " ", 1);
+    key_put(out, p[i].key, strlen(p[i].key));
+    switch (p[i].kind) {
+      case RP_INT:
+        key_put(out, p[i].i < 0 ? "=i-" : "=i", p[i].i < 0 ? 3 : 2);
+        key_uint(out, p[i].i < 0 ? -(uint64_t)p[i].i : (uint64_t)p[i].i);
+        break;
+      case RP_BOOL:
+        key_put(out, p[i].i ? "=b1" : "=b0", 3);
+        break;
+      case RP_NUM: { /* the bits: every double, -0.0 and NaNs included, its own key */
+        uint64_t bits;
+        memcpy(&bits, &p[i].d, sizeof bits);
+        char hex[18] = "=x";
+        for (int h = 0; h < 16; h++) hex[2 + h] = "0123456789abcdef"[bits >> (60 - 4 * h) & 15];
+        key_put(out, hex, sizeof hex);
+        break;
+      }
+      case RP_STR: { /* length-prefixed: no value can run into the next parameter */
+        if (!p[i].s) { /* which the renderer refuses: not the empty string's key */
+          key_put(out, "=z", 2);
+          break;
+        }
+        const char *v = p[i].s;
+        const size_t len = strlen(v);
+        key_put(out, "=s", 2);
+        key_uint(out, len);
+        key_put(out, ":", 1);
+        key_put(out, v, len);
+        break;
+      }
+    }
+  }
+  if (out->len >= KSPEC_KEY_MAX) return -1;
+  out->text[out->len] = '\0';
+  return 0;
 }

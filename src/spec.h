@@ -86,4 +86,19 @@ kljit_status kspec_render_iface(const kspec *k, strbuf *out, strbuf *manifest);
 /* A short stable name for diagnostics and dump files ("dense_rows-<8 hex of the source>"). */
 void kspec_name(const kspec *k, const char *source, char name[64]);
 
+/* The canonical key of a spec: one line of text naming the template, then each parameter in
+ * kspec_params' order (a function of the spec) as ` NAME=<kind><value>`, every value exact and
+ * unambiguous (i<decimal>, b0/b1, x<the double's 16 hex bits>, s<length>:<bytes>). Equal keys
+ * give the template the same parameters, so the same source, manifest and verdict: what a memo
+ * of those may key on (spec_memo.h). Built without printf: a wisdom import makes tens of
+ * thousands. */
+enum { KSPEC_KEY_MAX = 2048 };
+typedef struct kspec_key {
+  size_t len;
+  char text[KSPEC_KEY_MAX]; /* NUL-terminated */
+} kspec_key;
+
+/* 0, or -1 when the key would not fit (the spec is then not memoized). */
+int kspec_key_of(const kspec *k, kspec_key *out);
+
 #endif

@@ -13,12 +13,11 @@
 
 #include "gemm_sm90.h"
 #include "jit.h"
-#include "jit_memo.h"
 #include "wisdom.h"
 
 typedef struct spec_list {
   kspec *k;
-  char **text; /* jit_memo_spec_text: equal texts, equal modules */
+  char **text; /* kspec_key_of: equal keys, equal modules */
   size_t n, cap;
 } spec_list;
 
@@ -38,8 +37,14 @@ static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_t
   const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(pb, &g, arch, &gemm, specs) : 0;
   if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
+    kspec_key key;
     strbuf text = {0};
-    if ((st = jit_memo_spec_text(specs[i], arch, &text)) != KLJIT_SUCCESS) break;
+    if (kspec_key_of(specs[i], &key) != 0) {
+      st = err_set(KLJIT_ERR_INTERNAL, "a %s spec's key is over %d bytes",
+                   kspec_template(specs[i]), KSPEC_KEY_MAX);
+      break;
+    }
+    if ((st = sb_append(&text, key.text, key.len)) != KLJIT_SUCCESS) break;
     int seen = 0;
     for (size_t j = 0; j < l->n && !seen; j++) seen = !strcmp(l->text[j], text.data);
     if (seen) {

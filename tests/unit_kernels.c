@@ -206,22 +206,6 @@ static void space_free(space *s) {
   dm_free(&s->by_source);
 }
 
-/* The template and parameter list of a spec as one exact line (numbers in %a). */
-static kljit_status params_text(const kspec *k, strbuf *out) {
-  render_param p[KSPEC_MAX_PARAMS];
-  const size_t n = kspec_params(k, p);
-  kljit_status st = sb_printf(out, "%s", kspec_template(k));
-  for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
-    switch (p[i].kind) {
-    case RP_INT: st = sb_printf(out, " %s=%lld", p[i].key, (long long)p[i].i); break;
-    case RP_NUM: st = sb_printf(out, " %s=%a", p[i].key, p[i].d); break;
-    case RP_STR: st = sb_printf(out, " %s=%s", p[i].key, p[i].s); break;
-    case RP_BOOL: st = sb_printf(out, " %s=%s", p[i].key, p[i].i ? "true" : "false"); break;
-    }
-  }
-  return st;
-}
-
 /* The module of a parameter list not seen before: renders it and finds or adds its source.
  * Returns the module index, or -1 (diagnosed). */
 static int module_of(space *s, const kspec *k, const char *params) {
@@ -263,14 +247,13 @@ static int module_of(space *s, const kspec *k, const char *params) {
 
 /* Records that spec `k` is planned for ARCHS[arch]. */
 static int add_spec(space *s, const kspec *k, int arch) {
-  strbuf pt = {0};
-  if (params_text(k, &pt) != KLJIT_SUCCESS) return TH_FAIL;
+  kspec_key pt;
+  if (kspec_key_of(k, &pt) != 0) return TH_FAIL;
   uint8_t d[32];
-  sha256(pt.data, pt.len, d);
+  sha256(pt.text, pt.len, d);
   int *const slot = dm_slot(&s->by_params, d);
   if (!slot) fprintf(stderr, "more distinct parameter lists than the map holds\n");
-  else if (*slot < 0) *slot = module_of(s, k, pt.data);
-  sb_free(&pt);
+  else if (*slot < 0) *slot = module_of(s, k, pt.text);
   if (!slot || *slot < 0) return TH_FAIL;
   s->mods[*slot].archs |= 1u << arch;
   return TH_PASS;

@@ -4,9 +4,11 @@
  * plan. No GPU. gpu_tune.c times the whole kljit_plan_create on a GPU.
  *
  * Two numbers: a fresh process (measured in a child: the memo is empty, so both modules are
- * rendered once), and again in the same process (the spec -> key memo skips rendering).
+ * rendered once), and again in the same process (the memo of spec_memo.h skips rendering).
+ * Also the memo's own rules: its key (kspec_key_of) is exact, and what it keeps when full.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "jit.h"
 #include "kljit.h"
 #include "problem.h"
+#include "spec_memo.h"
 
 enum { REPEATS = 20 };
 
@@ -167,10 +170,91 @@ static int memo_gives_the_rendered_key_and_never_hides_a_template_edit(void) {
   return th_in_tmpdir("unit-plan-warm", memo_in);
 }
 
+/* ---- the canonical key and the memo ---------------------------------------------------- */
+
+/* Equal keys exactly when equal sources: over variants of one spec, each changing one field
+ * (some of which reach no parameter, or reach one with the same value), two specs share a key
+ * if and only if they render the same bytes. */
+static int spec_key_is_exact(void) {
+  const kljit_problem pb = problem();
+  const prob_tuning t = prob_estimate(&pb, 132, 90);
+  prob_geometry g;
+  TH_OK(prob_geometry_make(&pb, &t, &g));
+  enum { N = 12 };
+  kspec v[N];
+  for (int i = 0; i < N; i++) v[i] = g.rows;
+  v[1].t = 0.7, v[2].t = nextafter(0.7, 1.0); /* T: every bit counts (the banner's %.17g) */
+  v[3].v -= 1, v[3].vtot -= 1;          /* V */
+  v[4].teacher = "logprobs";            /* a string */
+  v[5].softcap = 30.0;                  /* an optional parameter */
+  v[6].softcap = -1.0;                  /* no cap: the plain spec's parameters */
+  v[7].tmode = KLJIT_TEMPERATURE_RUNTIME; /* T reaches the source as 1 */
+  v[8] = v[7], v[8].t = 0.5;            /* ... whatever it is */
+  v[9].reduction = "sum";               /* a field the row template does not take */
+  v[10].hard = 0.25, v[10].t2 = 1;      /* two optional parameters at once */
+  v[11] = g.helpers;                    /* another family */
+  kspec_key key[N];
+  strbuf src[N] = {{0}};
+  for (int i = 0; i < N; i++) {
+    TH_CHECK(kspec_key_of(&v[i], &key[i]) == 0 && key[i].len == strlen(key[i].text));
+    TH_OK(kspec_render(&v[i], &src[i]));
+  }
+  int equal_pairs = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = i + 1; j < N; j++) {
+      const int same_key = !strcmp(key[i].text, key[j].text);
+      const int same_src = !strcmp(src[i].data, src[j].data);
+      if (same_key != same_src) {
+        fprintf(stderr, "specs %d and %d: same key %d, same source %d\n%s\n%s\n", i, j, same_key,
+                same_src, key[i].text, key[j].text);
+        return TH_FAIL;
+      }
+      equal_pairs += same_key;
+    }
+  printf("%s\n%d of %d pairs share a key\n", key[10].text, equal_pairs, N * (N - 1) / 2);
+  TH_CHECK(equal_pairs == 4); /* 0 = 6 = 9 (three pairs), 7 = 8 */
+  for (int i = 0; i < N; i++) sb_free(&src[i]);
+  return TH_PASS;
+}
+
+static kspec_key test_key(int i) {
+  kspec_key k;
+  k.len = (size_t)snprintf(k.text, sizeof k.text, "test.cu.lua N=i%d", i);
+  return k;
+}
+
+/* Full, the memo keeps what is dear to recompute (a render: a plan on a warm cache) and what
+ * was asked again (a wisdom file's shared specs), and forgets specs seen once. */
+static int memo_keeps_renders_and_specs_found_again_when_full(void) {
+  const kspec_key rendered = test_key(-1), once = test_key(-2), again = test_key(-3);
+  spec_memo_put_render(&rendered, "d1", "n1", "m1\n");
+  spec_memo_accept(&once);
+  spec_memo_accept(&again);
+  TH_CHECK(spec_memo_accepted(&rendered)); /* a render is an acceptance */
+  TH_CHECK(spec_memo_accepted(&again));    /* found again */
+  for (int i = 0; i < SPEC_MEMO_MAX + 10; i++) { /* past the bound: one eviction */
+    const kspec_key k = test_key(i);
+    spec_memo_accept(&k);
+  }
+  TH_CHECK(spec_memo_accepted(&again) && !spec_memo_accepted(&once));
+  char digest[65], name[64];
+  strbuf manifest = {0};
+  TH_CHECK(spec_memo_rendered(&rendered, digest, name, &manifest));
+  TH_CHECK(!strcmp(digest, "d1") && !strcmp(name, "n1") && !strcmp(manifest.data, "m1\n"));
+  TH_CHECK(!spec_memo_rendered(&again, digest, name, &manifest) && manifest.len == 3);
+  const kspec_key last = test_key(SPEC_MEMO_MAX + 9), first = test_key(0);
+  TH_CHECK(spec_memo_accepted(&last) && !spec_memo_accepted(&first));
+  sb_free(&manifest);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"cpu_part_of_a_warm_plan_is_under_5ms", cpu_part_of_a_warm_plan_is_under_5ms},
     {"memo_gives_the_rendered_key_and_never_hides_a_template_edit",
      memo_gives_the_rendered_key_and_never_hides_a_template_edit},
+    {"spec_key_is_exact", spec_key_is_exact},
+    {"memo_keeps_renders_and_specs_found_again_when_full",
+     memo_keeps_renders_and_specs_found_again_when_full},
     {"fresh_process_lookup", fresh_process_lookup}, /* the child of the first case */
 };
 TH_MAIN(cases)

@@ -302,7 +302,7 @@ static int import_n(const char *dir, int n, uint64_t seed, double *cpu, int *ide
  * other tests would share the 2 cores), printed in the unit one. Asserted in both: the import
  * scales as n log n (the first one was quadratic, 82 s for 60 000), 10x the entries in at most
  * 20x the time. The two texts come from different seeds, so the large one's specs are not
- * already known to the templates' memo (spec_check.c): every one of its ~54 000 distinct specs
+ * already known to the templates' memo (spec_memo.c): every one of its ~54 000 distinct specs
  * runs the templates' checks. */
 static int import_in(const char *dir) {
   double small = 0, large = 0;
