@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* unit_recipe.c — what a plan builds, pinned without a GPU.
+ *
+ * For a few problems, archs and context options, the text of everything a plan builds (its
+ * tuning, geometry, each module's spec, each GEMM's types and shape, the chunk of a call, the
+ * workspace of a call, where the dX splits) is hashed and compared with the hash it had when
+ * this test was written; a mismatch prints the text. A spec's parameters name its kernels and
+ * (with the template's bytes) its cache key, so an equal hash is the same kernels from the same
+ * cache entries.
+ */
+#include <library_types.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "gemm.h"
+#include "gemm_algo.h"
+#include "gemm_sm90.h"
+#include "harness.h"
+#include "kljit.h"
+#include "problem.h"
+
+/* ---- the cases ---------------------------------------------------------------------------- */
+
+enum { SMS = 132 };
+
+typedef enum tuning_from { HEURISTIC, CLUSTER_TUNING, JIT_LOGITS } tuning_from;
+
+typedef struct pin_case {
+  const char *name;
+  int arch;
+  tuning_from from;
+  kljit_row_kernel row_kernel;
+  kljit_gemm gemm;
+  int64_t chunk_rows;
+  int dx_split;
+  const char *pin; /* 16 hex digits of the text's sha256 */
+} pin_case;
+
+static kljit_problem base(int64_t hidden, int64_t vocab) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = hidden, pb.vocab = vocab;
+  return pb;
+}
+
+static kljit_problem problem_of(const char *name) {
+  kljit_problem pb = base(4096, 128256);
+  if (!strncmp(name, "fp32", 4)) {
+    pb = base(1024, 32000);
+    pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+  } else if (!strncmp(name, "bf16_dw", 7)) {
+    pb = base(2048, 50257);
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  } else if (!strncmp(name, "online", 6)) {
+    pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 1024;
+    pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+    pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
+  } else if (!strncmp(name, "sparse", 6)) {
+    pb = base(4096, 151936);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    pb.tail = KLJIT_TAIL_BUCKET;
+  } else if (!strncmp(name, "shard", 5)) {
+    pb = base(4096, 64128);
+    pb.vocab_total = 128256, pb.vocab_offset = 64128, pb.shards = 2, pb.hard_weight = 0.5;
+  } else if (!strncmp(name, "reverse", 7)) {
+    pb = base(2048, 32000);
+    pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
+    pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0, pb.teacher_softcap = 50.0;
+    pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL, pb.flags |= KLJIT_FLAG_BIAS;
+  } else if (!strncmp(name, "native", 6)) {
+    pb = base(4096, 151936);
+    pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  }
+  return pb;
+}
+
+#define TP KLJIT_ROW_KERNEL_TWO_PASS
+#define CL KLJIT_ROW_KERNEL_CLUSTER
+#define GD KLJIT_GEMM_DEFAULT
+static const pin_case CASES[] = {
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5ca6f069e423f447"},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "8aee4338797634f0"},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "0ee186df443782ca"},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "ed91374611b20fe4"},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "ede3971b56bd491e"},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "d745410f06a5562c"},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "7842c90fd2e8219f"},
+    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "65e27fb659b6bad0"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "c5ca9d6993bc2dcb"},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "5a7c48479f9a9f3e"},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "59ec41fdbc5c2137"},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "fb8b515688fda3b7"},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "3a1a33e359dd4f2d"},
+    {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
+     "4da6d3e271c0b9f9"},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "3b3ea2c415d16348"},
+};
+enum { N_CASES = sizeof CASES / sizeof CASES[0] };
+
+static kljit_context_options options_of(const pin_case *c) {
+  kljit_context_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.row_kernel = c->row_kernel, o.gemm = c->gemm;
+  o.chunk_rows = c->chunk_rows, o.dx_split = c->dx_split;
+  o.tune_rows = 8192, o.tune_budget_s = 30;
+  return o;
+}
+
+/* The tuning a plan is given (after choosing): the heuristic's, a stored cluster tuning of the
+ * same shape unsharded (wisdom's key does not name the shards), or the heuristic's with a
+ * generated logits GEMM chosen by the tuner. */
+static prob_tuning tuning_of(const pin_case *c, const kljit_problem *pb,
+                             const kljit_context_options *o) {
+  prob_tuning t = prob_estimate_opt(pb, SMS, c->arch, o);
+  if (c->from == CLUSTER_TUNING) {
+    kljit_problem whole = *pb;
+    whole.vocab = whole.vocab_total, whole.vocab_total = 0, whole.vocab_offset = 0;
+    whole.shards = 1;
+    prob_cluster_tuning(&whole, c->arch, &t);
+  }
+  if (c->from == JIT_LOGITS) {
+    prob_gemm_choice g;
+    memset(&g, 0, sizeof g);
+    g.used = 1, g.kind = GEMM_LOGITS, g.n = t.chunk_rows, g.beta_zero = 1, g.jit = 1;
+    g.bn = 128, g.consumers = 2, g.stages = 6, g.raster = 'g', g.cluster = 2, g.schedule = 'p';
+    gemm_algo_add(&t, &g);
+  }
+  return t;
+}
+
+/* ---- the text of a plan ------------------------------------------------------------------- */
+
+static void spec_text(const char *what, const kspec *k, strbuf *out) {
+  render_param p[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, p);
+  sb_printf(out, "module %s %s:", what, kspec_template(k));
+  for (size_t i = 0; i < n; i++) {
+    if (p[i].kind == RP_STR) sb_printf(out, " %s=%s", p[i].key, p[i].s);
+    else if (p[i].kind == RP_NUM) sb_printf(out, " %s=%.17g", p[i].key, p[i].d);
+    else sb_printf(out, " %s=%lld", p[i].key, (long long)p[i].i);
+  }
+  sb_printf(out, "\n");
+}
+
+static void gemm_text(const char *what, const gemm_types *t, const gemm_shape *s, int64_t rows,
+                      strbuf *out) {
+  sb_printf(out, "gemm %s in=%d logits=%d dx=%d dw=%d compute=%d v=%lld h=%lld ld=%lld ldg=%lld "
+            "rows=%lld\n", what, t->in, t->logits, t->dx, t->dw, t->compute, (long long)s->v,
+            (long long)s->h, (long long)s->ld, (long long)s->ldg, (long long)rows);
+}
+
+static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *out) {
+  static const int64_t rows[] = {100, 1000, 2049, 8192, 1 << 20};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    sb_printf(out, "call %lld: chunk %lld ws", (long long)rows[i],
+              (long long)prob_chunk_rows(g, rows[i]));
+    for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++)
+      sb_printf(out, " %zu", prob_workspace_layout(pb, g, (kljit_mode)m, rows[i]).total);
+    sb_printf(out, "\n");
+  }
+}
+
+/* ---- before the recipe: plan.c's and precompile's derivation, as they were ------------------ */
+
+static int cuda_type(kljit_dtype dt) {
+  return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+static int dx_split_pays(const kljit_problem *pb, const prob_geometry *g, int64_t n) {
+  const int64_t tiles = (n + 127) / 128 * ((pb->hidden + 255) / 256);
+  return g->dx_split > 1 && (g->dx_forced || 2 * tiles >= SMS);
+}
+
+static int plan_text(const pin_case *c, strbuf *out) {
+  const kljit_problem pb = problem_of(c->name);
+  TH_OK(prob_validate(&pb, c->name));
+  const kljit_context_options o = options_of(c);
+  prob_tuning tune = tuning_of(c, &pb, &o);
+  const int replaced = tune.cluster && prob_sharded(&pb);
+  if (replaced) tune = prob_estimate_opt(&pb, SMS, c->arch, &o);
+  prob_geometry g;
+  TH_OK(prob_geometry_make(&pb, &tune, &g));
+  if (o.chunk_rows > 0) g.chunk_cap = 0;
+  if (o.dx_split > 0) prob_dx_split(&pb, o.dx_split, &g);
+  const prob_tuning *t = &g.tune;
+  sb_printf(out, "%s sm_%d\ntune chunk=%lld threads=%d split=%d cluster=%d nv=%d replaced=%d\n",
+            c->name, c->arch, (long long)t->chunk_rows, t->threads, t->split, t->cluster, t->nv,
+            replaced);
+  sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d dx=%d/%lld\n",
+            (long long)g.ld, (long long)g.ldg, (int)g.logit, (int)g.grad, g.p2_split,
+            g.dw_workspace, g.chunk_cap, g.dx_split, (long long)g.dx_slice);
+  spec_text("rows", &g.rows, out);
+  spec_text("helpers", &g.helpers, out);
+  jgemm_variant v;
+  if (jgemm_choose(&pb, t, c->arch, g.logit, jgemm_mode(&o), &v) > 0) {
+    const kspec k = jgemm_spec(&v);
+    spec_text("gemm_logits", &k, out);
+  }
+  const kljit_dtype in = pb.input_dtype;
+  gemm_types ty;
+  ty.in = cuda_type(in);
+  ty.logits = cuda_type(g.logit);
+  ty.dx = cuda_type(in);
+  ty.dw = g.dw_workspace ? CUDA_R_32F : cuda_type(pb.grad_weight_dtype);
+  ty.compute = in == KLJIT_FP32 && !(pb.flags & KLJIT_FLAG_ALLOW_TF32) ? CUBLAS_COMPUTE_32F
+               : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                  : CUBLAS_COMPUTE_32F;
+  const gemm_shape sh = {pb.vocab, pb.hidden, g.ld, g.ldg};
+  gemm_text("logits", &ty, &sh, t->chunk_rows, out);
+  gemm_text("dx", &ty, &sh, t->chunk_rows, out);
+  gemm_text("dw", &ty, &sh, t->chunk_rows, out);
+  if (g.dx_split > 1) {
+    gemm_types tx = ty;
+    tx.dx = CUDA_R_32F;
+    const int64_t s = g.dx_slice, last = pb.vocab - (g.dx_split - 1) * s;
+    const gemm_shape sh0 = {s, pb.hidden, g.ld, g.ldg}, sh1 = {last, pb.hidden, g.ld, g.ldg};
+    gemm_text("dx_slice", &tx, &sh0, t->chunk_rows, out);
+    gemm_text("dx_last", &tx, &sh1, t->chunk_rows, out);
+  }
+  if (pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    const kljit_dtype td = pb.teacher_dtype;
+    gemm_types tt = ty;
+    tt.in = cuda_type(td), tt.logits = CUDA_R_32F;
+    tt.compute = td == KLJIT_FP32 && !(pb.flags & KLJIT_FLAG_ALLOW_TF32) ? CUBLAS_COMPUTE_32F
+                 : td == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                    : CUBLAS_COMPUTE_32F;
+    const gemm_shape ts = {pb.vocab, pb.teacher_hidden, g.ld, g.ldg};
+    gemm_text("teacher", &tt, &ts, t->chunk_rows, out);
+  }
+  calls_text(&pb, &g, out);
+  sb_printf(out, "dx split at 64/256/512/2048 rows: %d%d%d%d\n", dx_split_pays(&pb, &g, 64),
+            dx_split_pays(&pb, &g, 256), dx_split_pays(&pb, &g, 512),
+            dx_split_pays(&pb, &g, 2048));
+  return TH_PASS;
+}
+
+/* ---- the test ----------------------------------------------------------------------------- */
+
+/* KLJIT_TEST_PRINT=1: every case's text and hash, for reviewing a deliberate change. */
+static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
+  const int print = getenv("KLJIT_TEST_PRINT") != NULL;
+  int bad = 0;
+  for (int i = 0; i < N_CASES; i++) {
+    strbuf text = {0};
+    TH_CHECK(plan_text(&CASES[i], &text) == TH_PASS);
+    char hex[65];
+    sha256_hex(text.data, text.len, hex);
+    hex[16] = '\0';
+    const int same = !strcmp(hex, CASES[i].pin);
+    if (!same || print)
+      fprintf(stderr, "%s%s-> %s (pinned %s)\n\n", same ? "" : "CHANGED: ", text.data, hex,
+              CASES[i].pin);
+    bad += !same;
+    sb_free(&text);
+  }
+  TH_CHECK(bad == 0);
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"a_plans_modules_gemms_and_workspace_are_as_pinned",
+     a_plans_modules_gemms_and_workspace_are_as_pinned},
+};
+TH_MAIN(cases)
