@@ -334,6 +334,9 @@ enum {
  *   dx_split        KLJIT_DX_SPLIT          0: the planner's choice (16-bit inputs with V >=
  *                                           65536: ceil(V / 32768) slices; else 1)
  * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0.
+ * KLJIT_CONTEXT_OPTIONS_INIT is the default column without the environment: what the entry
+ * points without a context (kljit_plan_check, kljit_precompile, kljit_precompile_wisdom) plan
+ * with, and what a caller passes for a context that no environment variable steers.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -356,12 +359,18 @@ typedef struct kljit_context_options {
   int32_t dx_split;
 } kljit_context_options;
 
-/* The options the environment sets now (each member's default above). */
+#define KLJIT_CONTEXT_OPTIONS_INIT                                                             \
+  { sizeof(kljit_context_options), 0u, KLJIT_ROW_KERNEL_TWO_PASS, 0, 8192, 30.0, NULL, NULL,   \
+    KLJIT_GEMM_DEFAULT, 0 }
+
+/* The options the environment sets now: KLJIT_CONTEXT_OPTIONS_INIT, then each variable above
+ * that is set. */
 KLJIT_API kljit_status kljit_context_options_default(kljit_context_options *options);
 
 /* Binds the primary context of CUDA device `device`. Returns KLJIT_ERR_NO_DEVICE where there is
  * no driver or no such GPU. `options` NULL: kljit_context_options_default(), read once, here;
- * the context never reads the environment again. */
+ * the context never reads the environment again. Options are checked first, those the
+ * environment gave too (KLJIT_ERR_INVALID_ARGUMENT naming the variable, e.g. KLJIT_GEMM=magic). */
 KLJIT_API kljit_status kljit_context_create(kljit_context **ctx, int device,
                                             const kljit_context_options *options);
 KLJIT_API void kljit_context_destroy(kljit_context *ctx);
