@@ -389,8 +389,8 @@ typedef enum kljit_plan_rigor {
 
 /* Is this problem valid and supported by this build? Needs no GPU and compiles nothing: the
  * fields are checked, and the kernel templates' own checks are asked about the modules of its
- * plans on sm_80 and sm_90 (they render). KLJIT_SUCCESS, or the status and a sentence
- * (last_error) saying why not. */
+ * heuristic plans on sm_80 and sm_90 with a context of KLJIT_CONTEXT_OPTIONS_INIT (whatever the
+ * environment says). KLJIT_SUCCESS, or the status and a sentence (last_error) saying why not. */
 KLJIT_API kljit_status kljit_plan_check(const kljit_problem *problem);
 
 /* Validates, chooses the geometry, renders, compiles (or loads from the cache) and loads the
@@ -522,15 +522,17 @@ typedef struct kljit_module_report {
 typedef void (*kljit_module_callback)(const kljit_module_report *module, void *user);
 
 /* Renders and NVRTC-compiles, for sm_<arch> (80, 90, ...), every kernel module that
- * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
- * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
- * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `flags`:
- * KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done (its
- * `compiled` says whether it was compiled now or already cached). Different problems or archs
- * may be precompiled from several threads at once. Storing is the point: a module that could
- * not be stored (full or read-only filesystem, an entry path that is not a file, an unsafe
- * directory) makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's
- * path and reason in kljit_last_error(). */
+ * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU without wisdom, with a
+ * context of KLJIT_CONTEXT_OPTIONS_INIT (the environment's KLJIT_ROW_KERNEL and KLJIT_GEMM steer
+ * contexts, not this: a wisdom file's choices are precompiled by kljit_precompile_wisdom), and
+ * stores them in a kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the
+ * default writable cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH.
+ * `flags`: KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done
+ * (its `compiled` says whether it was compiled now or already cached). Different problems or archs
+ * may be precompiled from several threads at once. Storing is the point: a module that could not be
+ * stored (full or read-only filesystem, an entry path that is not a file, an unsafe directory)
+ * makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's path and reason
+ * in kljit_last_error(). */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, uint32_t flags,
                                         kljit_module_callback done, void *user);

@@ -8,18 +8,15 @@
  * (with the template's bytes) its cache key, so an equal hash is the same kernels from the same
  * cache entries.
  */
-#include <library_types.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
-#include "gemm.h"
 #include "gemm_algo.h"
-#include "gemm_sm90.h"
 #include "harness.h"
 #include "kljit.h"
-#include "problem.h"
+#include "recipe.h"
 
 /* ---- the cases ---------------------------------------------------------------------------- */
 
@@ -115,7 +112,7 @@ static kljit_context_options options_of(const pin_case *c) {
  * generated logits GEMM chosen by the tuner. */
 static prob_tuning tuning_of(const pin_case *c, const kljit_problem *pb,
                              const kljit_context_options *o) {
-  prob_tuning t = prob_estimate_opt(pb, SMS, c->arch, o);
+  prob_tuning t = prob_estimate(pb, c->arch, o);
   if (c->from == CLUSTER_TUNING) {
     kljit_problem whole = *pb;
     whole.vocab = whole.vocab_total, whole.vocab_total = 0, whole.vocab_offset = 0;
@@ -164,77 +161,48 @@ static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *
   }
 }
 
-/* ---- before the recipe: plan.c's and precompile's derivation, as they were ------------------ */
+/* ---- the recipe -------------------------------------------------------------------------- */
 
-static int cuda_type(kljit_dtype dt) {
-  return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
-}
+static const char *const SLOT_NAMES[RECIPE_SLOTS] = {"logits", "dx", "dw", "teacher", "dx_slice",
+                                                     "dx_last"};
 
-static int dx_split_pays(const kljit_problem *pb, const prob_geometry *g, int64_t n) {
-  const int64_t tiles = (n + 127) / 128 * ((pb->hidden + 255) / 256);
-  return g->dx_split > 1 && (g->dx_forced || 2 * tiles >= SMS);
-}
-
+/* The text of everything the recipe says. Its order (the teacher's GEMM last) is the order the
+ * text had when plan.c derived the plan itself (this file's first version): the hashes are
+ * those it printed then. */
 static int plan_text(const pin_case *c, strbuf *out) {
   const kljit_problem pb = problem_of(c->name);
   TH_OK(prob_validate(&pb, c->name));
   const kljit_context_options o = options_of(c);
-  prob_tuning tune = tuning_of(c, &pb, &o);
-  const int replaced = tune.cluster && prob_sharded(&pb);
-  if (replaced) tune = prob_estimate_opt(&pb, SMS, c->arch, &o);
-  prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &tune, &g));
-  if (o.chunk_rows > 0) g.chunk_cap = 0;
-  if (o.dx_split > 0) prob_dx_split(&pb, o.dx_split, &g);
-  const prob_tuning *t = &g.tune;
+  const prob_tuning given = tuning_of(c, &pb, &o);
+  recipe r;
+  TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
+  const prob_geometry *g = &r.geom;
+  const prob_tuning *t = &g->tune;
   sb_printf(out, "%s sm_%d\ntune chunk=%lld threads=%d split=%d cluster=%d nv=%d replaced=%d\n",
             c->name, c->arch, (long long)t->chunk_rows, t->threads, t->split, t->cluster, t->nv,
-            replaced);
+            r.replaced);
   sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d dx=%d/%lld\n",
-            (long long)g.ld, (long long)g.ldg, (int)g.logit, (int)g.grad, g.p2_split,
-            g.dw_workspace, g.chunk_cap, g.dx_split, (long long)g.dx_slice);
-  spec_text("rows", &g.rows, out);
-  spec_text("helpers", &g.helpers, out);
-  jgemm_variant v;
-  if (jgemm_choose(&pb, t, c->arch, g.logit, jgemm_mode(&o), &v) > 0) {
-    const kspec k = jgemm_spec(&v);
-    spec_text("gemm_logits", &k, out);
+            (long long)g->ld, (long long)g->ldg, (int)g->logit, (int)g->grad, g->p2_split,
+            g->dw_workspace, g->chunk_cap, g->dx_split, (long long)g->dx_slice);
+  const kspec *m[RECIPE_MAX_MODULES];
+  const int n = recipe_modules(&r, m);
+  TH_CHECK(n >= 2 && m[0] == &g->rows && m[1] == &g->helpers);
+  spec_text("rows", m[0], out);
+  spec_text("helpers", m[1], out);
+  for (int i = 2; i < n; i++) {
+    TH_CHECK(m[i] == &r.gemm[RECIPE_LOGITS].spec); /* the one generated slot there is yet */
+    spec_text("gemm_logits", m[i], out);
   }
-  const kljit_dtype in = pb.input_dtype;
-  gemm_types ty;
-  ty.in = cuda_type(in);
-  ty.logits = cuda_type(g.logit);
-  ty.dx = cuda_type(in);
-  ty.dw = g.dw_workspace ? CUDA_R_32F : cuda_type(pb.grad_weight_dtype);
-  ty.compute = in == KLJIT_FP32 && !(pb.flags & KLJIT_FLAG_ALLOW_TF32) ? CUBLAS_COMPUTE_32F
-               : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                  : CUBLAS_COMPUTE_32F;
-  const gemm_shape sh = {pb.vocab, pb.hidden, g.ld, g.ldg};
-  gemm_text("logits", &ty, &sh, t->chunk_rows, out);
-  gemm_text("dx", &ty, &sh, t->chunk_rows, out);
-  gemm_text("dw", &ty, &sh, t->chunk_rows, out);
-  if (g.dx_split > 1) {
-    gemm_types tx = ty;
-    tx.dx = CUDA_R_32F;
-    const int64_t s = g.dx_slice, last = pb.vocab - (g.dx_split - 1) * s;
-    const gemm_shape sh0 = {s, pb.hidden, g.ld, g.ldg}, sh1 = {last, pb.hidden, g.ld, g.ldg};
-    gemm_text("dx_slice", &tx, &sh0, t->chunk_rows, out);
-    gemm_text("dx_last", &tx, &sh1, t->chunk_rows, out);
+  static const recipe_slot order[] = {RECIPE_LOGITS, RECIPE_DX, RECIPE_DW, RECIPE_DX_SLICE,
+                                      RECIPE_DX_LAST, RECIPE_TEACHER};
+  for (int i = 0; i < RECIPE_SLOTS; i++) {
+    const recipe_gemm *s = &r.gemm[order[i]];
+    if (s->used) gemm_text(SLOT_NAMES[order[i]], &s->types, &s->shape, s->rows, out);
   }
-  if (pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    const kljit_dtype td = pb.teacher_dtype;
-    gemm_types tt = ty;
-    tt.in = cuda_type(td), tt.logits = CUDA_R_32F;
-    tt.compute = td == KLJIT_FP32 && !(pb.flags & KLJIT_FLAG_ALLOW_TF32) ? CUBLAS_COMPUTE_32F
-                 : td == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                    : CUBLAS_COMPUTE_32F;
-    const gemm_shape ts = {pb.vocab, pb.teacher_hidden, g.ld, g.ldg};
-    gemm_text("teacher", &tt, &ts, t->chunk_rows, out);
-  }
-  calls_text(&pb, &g, out);
-  sb_printf(out, "dx split at 64/256/512/2048 rows: %d%d%d%d\n", dx_split_pays(&pb, &g, 64),
-            dx_split_pays(&pb, &g, 256), dx_split_pays(&pb, &g, 512),
-            dx_split_pays(&pb, &g, 2048));
+  calls_text(&pb, g, out);
+  sb_printf(out, "dx split at 64/256/512/2048 rows: %d%d%d%d\n", recipe_dx_split_pays(&r, 64),
+            recipe_dx_split_pays(&r, 256), recipe_dx_split_pays(&r, 512),
+            recipe_dx_split_pays(&r, 2048));
   return TH_PASS;
 }
 
