@@ -312,11 +312,9 @@ typedef enum kljit_gemm {
   KLJIT_GEMM_CUBLAS = 2   /* cuBLASLt for every GEMM, whatever the tuning says */
 } kljit_gemm;
 
-/* Context flags (bits). */
+/* Context flags (bits). (Bit 1 is a benchmark hook of kljit_experimental.h.) */
 enum {
-  KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0,   /* no kernel cache: compile in every process */
-  /* benchmark knob: skip the GEMMs to time the row kernels alone; the results are WRONG */
-  KLJIT_CONTEXT_DEBUG_SKIP_GEMMS = 1u << 1
+  KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0    /* no kernel cache: compile in every process */
 };
 
 /* What a context's plans and executes are steered by. kljit_context_options_default fills it
@@ -325,7 +323,7 @@ enum {
  *   member          environment             default
  *   cache_dir       KLJIT_CACHE_DIR         $XDG_CACHE_HOME/kljit, else ~/.cache/kljit
  *   cache_path      KLJIT_CACHE_PATH        none (read-only caches, ':'-separated, searched first)
- *   flags           KLJIT_CACHE_DISABLE=1, KLJIT_DEBUG_SKIP_GEMMS=1    0
+ *   flags           KLJIT_CACHE_DISABLE=1   0
  *   row_kernel      KLJIT_ROW_KERNEL        KLJIT_ROW_KERNEL_TWO_PASS ("cluster": CLUSTER)
  *   chunk_rows      KLJIT_CHUNK_ROWS        0: the planner's (or wisdom's) choice
  *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE

@@ -10,7 +10,8 @@
  *   KLJIT_CHUNK_ROWS       options.chunk_rows                     the planner's choice
  *   KLJIT_TUNE_ROWS        options.tune_rows                      8192
  *   KLJIT_TUNE_BUDGET_S    options.tune_budget_s                  30
- *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off
+ *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off (a benchmark hook:
+ *                          kljit_experimental.h)
  *   KLJIT_GEMM             options.gemm (jit, cublas; another     KLJIT_GEMM_DEFAULT
  *                          value: -1, which kljit_context_create
  *                          refuses naming the text)

@@ -279,7 +279,7 @@ static kljit_status plan_gemms(exec_call *c, exec_gemm which, long long row0, in
 }
 
 /* No GEMMs (exec_gemms): the benchmark hook KLJIT_CONTEXT_DEBUG_SKIP_GEMMS
- * (kljit.h's benchmark knob) times the row kernels alone. What a GEMM step would have written (the
+ * (kljit_experimental.h) times the row kernels alone. What a GEMM step would have written (the
  * split dX's fp32 sum and its conversion included) is left alone: the results are wrong. */
 static kljit_status no_gemms(exec_call *c, exec_gemm which, long long row0, int64_t n,
                              int first) {
