@@ -398,10 +398,12 @@ KLJIT_API kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem
 KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
 
 /* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). A
- * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe), at most a
- * quarter of its rows (an eighth with the online teacher, whose chunk holds its logits too)
- * rounded up to 256 (KLJIT_CHUNK_ROWS sets it exactly): a short call's chunk logits stay
- * small. */
+ * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe). Where dW is
+ * 16-bit and accumulated in place (grad_weight_dtype = weight_dtype with
+ * KLJIT_ACCUM_OUTPUT_DTYPE), a chunk is also at most a quarter of the call's rows (an eighth
+ * with the online teacher, whose chunk holds its logits too) rounded up to 256, so a short
+ * call's chunk logits stay small; an fp32 dW or dW accumulator keeps the plan's chunk, and
+ * KLJIT_CHUNK_ROWS (options.chunk_rows) sets it exactly. */
 typedef enum kljit_mode {
   KLJIT_MODE_FUSED = 1,     /* kljit_fused                   */
   KLJIT_MODE_FORWARD = 2,   /* kljit_forward (two-phase)     */

@@ -105,8 +105,9 @@ static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, p
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
   /* Only a 16-bit dW accumulated in place (4 V H bytes a chunk, the binding's lean-memory
    * setting) takes the chunk cap: with an fp32 accumulator each extra chunk's 8 V H bytes cost
-   * more than the smaller chunk saves (bench/RESULTS.md, "the chunk cap"). The online teacher's
-   * chunk holds its fp32 logits beside the student's: half the rows keep the same bytes. */
+   * more than the smaller chunk saves (bench/RESULTS.md, "the merged architecture"). The
+   * online teacher's chunk holds its fp32 logits beside the student's: half the rows keep the
+   * same bytes. */
   g->chunk_cap = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
                  : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 8
                                                                       : 4;
