@@ -229,8 +229,45 @@ static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
   return TH_PASS;
 }
 
+/* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned three
+ * (logits, dX, dW) take the tuning's cuBLASLt algorithms and may take a generated variant
+ * (today the logits GEMM alone has one in the loop), the others cuBLASLt's heuristic; a
+ * generated slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS
+ * or an arch without the family keeps cuBLASLt. */
+static int each_gemm_is_a_slot_with_its_engine(void) {
+  for (int i = 0; i < N_CASES; i++) {
+    const pin_case *c = &CASES[i];
+    const kljit_problem pb = problem_of(c->name);
+    const kljit_context_options o = options_of(c);
+    const prob_tuning given = tuning_of(c, &pb, &o);
+    recipe r;
+    TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
+    const int generated = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS &&
+                          (c->from == JIT_LOGITS || c->gemm == KLJIT_GEMM_JIT);
+    const kspec *m[RECIPE_MAX_MODULES];
+    TH_CHECK(recipe_modules(&r, m) == 2 + generated);
+    for (int s = 0; s < RECIPE_SLOTS; s++) {
+      const recipe_gemm *g = &r.gemm[s];
+      const int used = s <= RECIPE_DW || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
+                       (s >= RECIPE_DX_SLICE && r.geom.dx_split > 1);
+      TH_CHECK(g->used == used);
+      if (!used) continue;
+      TH_CHECK(g->tuned_algo == (s <= RECIPE_DW));
+      TH_CHECK(g->op == (s == RECIPE_TEACHER ? GEMM_LOGITS : s >= RECIPE_DX_SLICE ? GEMM_DX
+                                                                                 : (gemm_kind)s));
+      const int gen = s == RECIPE_LOGITS && generated;
+      TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
+      if (gen) TH_CHECK(m[2] == &g->spec && g->spec.family == KSPEC_GEMM_SM90);
+      if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
+        TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
+    }
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
+    {"each_gemm_is_a_slot_with_its_engine", each_gemm_is_a_slot_with_its_engine},
 };
 TH_MAIN(cases)

@@ -641,6 +641,10 @@ static void count(const kljit_module_report *m, void *user) {
   c->reports++, c->compiled += m->compiled, c->count = m->count;
 }
 
+static void count_gemms(const kljit_module_report *m, void *user) {
+  *(int *)user += strncmp(m->name, "gemm_sm90-", 10) == 0;
+}
+
 /* A plan's modules through the environment's cache, as kljit_plan_create would build them. */
 static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms,
                      cache_result want) {
@@ -724,6 +728,20 @@ static int precompile_in(const char *dir) {
   TH_STATUS(kljit_precompile_wisdom(NULL, 90, ro, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   th_path_in(file, dir, "no-such-wisdom");
   TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 0, NULL, NULL), KLJIT_ERR_WISDOM);
+  /* a generated logits GEMM the tuner chose on an sm_90 GPU is precompiled with its entry
+   * (whatever KLJIT_GEMM says: the entry's recipe under the default options takes it) */
+  th_path_in(file, dir, "generated-wisdom");
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=logits:4096:b0:jit:128.2.6.g.2\n", H);
+  TH_CHECK(write_file(file, text) == 0);
+  setenv("KLJIT_GEMM", "cublas", 1);
+  int gemms = 0;
+  TH_OK(kljit_precompile_wisdom(file, 90, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
+  TH_CHECK(gemms == 1);
+  gemms = 0;
+  TH_OK(kljit_precompile_wisdom(file, 80, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
+  TH_CHECK(gemms == 0);
+  unsetenv("KLJIT_GEMM");
   unsetenv("KLJIT_CACHE_PATH");
   unsetenv("KLJIT_CACHE_DIR");
   return TH_PASS;
