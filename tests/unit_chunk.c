@@ -126,7 +126,8 @@ static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   TH_CHECK(!recipe_dx_split_pays(&r, 512) && recipe_dx_split_pays(&r, 513));
   const int64_t R = prob_chunk_rows(g, 8192);
   const prob_workspace w = prob_workspace_layout(&pb, g, KLJIT_MODE_FUSED, 8192);
-  TH_CHECK(w.check - w.dxacc >= (size_t)R * 4096 * 4 && w.check - w.dxacc < (size_t)R * 4096 * 4 + 256);
+  const size_t sum = (size_t)R * 4096 * 4; /* R x H floats */
+  TH_CHECK(w.check - w.dxacc >= sum && w.check - w.dxacc < sum + 256);
   const prob_workspace f = prob_workspace_layout(&pb, g, KLJIT_MODE_FORWARD, 8192);
   TH_CHECK(f.check == f.dxacc); /* no gradients, no sum */
   TH_OK(split_of(&pb, 0, 78, &r));
