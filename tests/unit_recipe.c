@@ -246,6 +246,7 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
                           (c->from == JIT_LOGITS || c->gemm == KLJIT_GEMM_JIT);
     const kspec *m[RECIPE_MAX_MODULES];
     TH_CHECK(recipe_modules(&r, m) == 2 + generated);
+    TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
     for (int s = 0; s < RECIPE_SLOTS; s++) {
       const recipe_gemm *g = &r.gemm[s];
       const int used = s <= RECIPE_DW || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
