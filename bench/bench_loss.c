@@ -48,7 +48,7 @@
 #include <time.h>
 
 #include "gpu_util.h"
-#include "kljit.h"
+#include "kljit_experimental.h" /* the benchmark hook: KLJIT_CONTEXT_DEBUG_SKIP_GEMMS */
 #include "ref.h"
 
 #define CK(x)                                                                        \
@@ -245,7 +245,8 @@ static int validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_
   return 0;
 }
 
-/* ctx_rows: the same device with KLJIT_CONTEXT_DEBUG_SKIP_GEMMS, for the row kernels' time. */
+/* ctx_rows: the same device with the benchmark hook KLJIT_CONTEXT_DEBUG_SKIP_GEMMS
+ * (kljit_experimental.h: no GEMMs), for the row kernels' time. */
 static void bench_shape(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, int64_t h, int64_t v, int twophase,
                         int header) {
   shape_ctx s;

@@ -43,8 +43,8 @@ logits chunk by chunk itself (no gradient to the teacher), T = 1, batchmean, no 
                    as loss(student_input, student_weight, teacher_input, teacher_weight, None)
                    (liger_kernel/transformers/fused_linear_jsd.py, 0.8.5): bf16 dW accumulated
                    across its chunks (accum_dtype=None), fp32 logits from the GEMMs.
-  kljit_jsd        kljit's equivalent through the C API (ctypes; the binding takes no online
-                   teacher yet): KLJIT_TEACHER_DENSE_HIDDEN, KLJIT_DIVERGENCE_JSD with beta
+  kljit_jsd        kljit's equivalent through the C API (ctypes, as kljit_c for the dense
+                   teacher: the call alone, no autograd): KLJIT_TEACHER_DENSE_HIDDEN, KLJIT_DIVERGENCE_JSD with beta
                    --beta, fused mode, bf16 dW with the binding's 'auto' accumulation (in place
                    up to 8 chunks, else an fp32 V x H buffer), default eps (1e-20).
   liger_fkl_online LigerFusedLinearJSD with jsd_beta=0: Liger's JSD kernel takes beta = 0 as

@@ -312,11 +312,9 @@ typedef enum kljit_gemm {
   KLJIT_GEMM_CUBLAS = 2   /* cuBLASLt for every GEMM, whatever the tuning says */
 } kljit_gemm;
 
-/* Context flags (bits). */
+/* Context flags (bits). (Bit 1 is a benchmark hook of kljit_experimental.h.) */
 enum {
-  KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0,   /* no kernel cache: compile in every process */
-  /* benchmark knob: skip the GEMMs to time the row kernels alone; the results are WRONG */
-  KLJIT_CONTEXT_DEBUG_SKIP_GEMMS = 1u << 1
+  KLJIT_CONTEXT_CACHE_DISABLE = 1u << 0    /* no kernel cache: compile in every process */
 };
 
 /* What a context's plans and executes are steered by. kljit_context_options_default fills it
@@ -325,7 +323,7 @@ enum {
  *   member          environment             default
  *   cache_dir       KLJIT_CACHE_DIR         $XDG_CACHE_HOME/kljit, else ~/.cache/kljit
  *   cache_path      KLJIT_CACHE_PATH        none (read-only caches, ':'-separated, searched first)
- *   flags           KLJIT_CACHE_DISABLE=1, KLJIT_DEBUG_SKIP_GEMMS=1    0
+ *   flags           KLJIT_CACHE_DISABLE=1   0
  *   row_kernel      KLJIT_ROW_KERNEL        KLJIT_ROW_KERNEL_TWO_PASS ("cluster": CLUSTER)
  *   chunk_rows      KLJIT_CHUNK_ROWS        0: the planner's (or wisdom's) choice
  *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE
@@ -334,6 +332,9 @@ enum {
  *   dx_split        KLJIT_DX_SPLIT          0: the planner's choice (16-bit inputs with V >=
  *                                           65536: ceil(V / 32768) slices; else 1)
  * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0.
+ * KLJIT_CONTEXT_OPTIONS_INIT is the default column without the environment: what the entry
+ * points without a context (kljit_plan_check, kljit_precompile, kljit_precompile_wisdom) plan
+ * with, and what a caller passes for a context that no environment variable steers.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -356,12 +357,18 @@ typedef struct kljit_context_options {
   int32_t dx_split;
 } kljit_context_options;
 
-/* The options the environment sets now (each member's default above). */
+#define KLJIT_CONTEXT_OPTIONS_INIT                                                             \
+  { sizeof(kljit_context_options), 0u, KLJIT_ROW_KERNEL_TWO_PASS, 0, 8192, 30.0, NULL, NULL,   \
+    KLJIT_GEMM_DEFAULT, 0 }
+
+/* The options the environment sets now: KLJIT_CONTEXT_OPTIONS_INIT, then each variable above
+ * that is set. */
 KLJIT_API kljit_status kljit_context_options_default(kljit_context_options *options);
 
 /* Binds the primary context of CUDA device `device`. Returns KLJIT_ERR_NO_DEVICE where there is
  * no driver or no such GPU. `options` NULL: kljit_context_options_default(), read once, here;
- * the context never reads the environment again. */
+ * the context never reads the environment again. Options are checked first, those the
+ * environment gave too (KLJIT_ERR_INVALID_ARGUMENT naming the variable, e.g. KLJIT_GEMM=magic). */
 KLJIT_API kljit_status kljit_context_create(kljit_context **ctx, int device,
                                             const kljit_context_options *options);
 KLJIT_API void kljit_context_destroy(kljit_context *ctx);
@@ -380,8 +387,8 @@ typedef enum kljit_plan_rigor {
 
 /* Is this problem valid and supported by this build? Needs no GPU and compiles nothing: the
  * fields are checked, and the kernel templates' own checks are asked about the modules of its
- * plans on sm_80 and sm_90 (they render). KLJIT_SUCCESS, or the status and a sentence
- * (last_error) saying why not. */
+ * heuristic plans on sm_80 and sm_90 with a context of KLJIT_CONTEXT_OPTIONS_INIT (whatever the
+ * environment says). KLJIT_SUCCESS, or the status and a sentence (last_error) saying why not. */
 KLJIT_API kljit_status kljit_plan_check(const kljit_problem *problem);
 
 /* Validates, chooses the geometry, renders, compiles (or loads from the cache) and loads the
@@ -391,10 +398,12 @@ KLJIT_API kljit_status kljit_plan_create(kljit_context *ctx, const kljit_problem
 KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
 
 /* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). A
- * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe), at most a
- * quarter of its rows (an eighth with the online teacher, whose chunk holds its logits too)
- * rounded up to 256 (KLJIT_CHUNK_ROWS sets it exactly): a short call's chunk logits stay
- * small. */
+ * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe). Where dW is
+ * 16-bit and accumulated in place (grad_weight_dtype = weight_dtype with
+ * KLJIT_ACCUM_OUTPUT_DTYPE), a chunk is also at most a quarter of the call's rows (an eighth
+ * with the online teacher, whose chunk holds its logits too) rounded up to 256, so a short
+ * call's chunk logits stay small; an fp32 dW or dW accumulator keeps the plan's chunk, and
+ * KLJIT_CHUNK_ROWS (options.chunk_rows) sets it exactly. */
 typedef enum kljit_mode {
   KLJIT_MODE_FUSED = 1,     /* kljit_fused                   */
   KLJIT_MODE_FORWARD = 2,   /* kljit_forward (two-phase)     */
@@ -513,15 +522,17 @@ typedef struct kljit_module_report {
 typedef void (*kljit_module_callback)(const kljit_module_report *module, void *user);
 
 /* Renders and NVRTC-compiles, for sm_<arch> (80, 90, ...), every kernel module that
- * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU, and stores them in a
- * kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the default writable
- * cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH. `flags`:
- * KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done (its
- * `compiled` says whether it was compiled now or already cached). Different problems or archs
- * may be precompiled from several threads at once. Storing is the point: a module that could
- * not be stored (full or read-only filesystem, an entry path that is not a file, an unsafe
- * directory) makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's
- * path and reason in kljit_last_error(). */
+ * kljit_plan_create(KLJIT_PLAN_ESTIMATE) uses for `problem` on such a GPU without wisdom, with a
+ * context of KLJIT_CONTEXT_OPTIONS_INIT (the environment's KLJIT_ROW_KERNEL and KLJIT_GEMM steer
+ * contexts, not this: a wisdom file's choices are precompiled by kljit_precompile_wisdom), and
+ * stores them in a kernel cache: `cache_dir` when not NULL (created 0700 if missing), else the
+ * default writable cache. Plans elsewhere use them when `cache_dir` is in their KLJIT_CACHE_PATH.
+ * `flags`: KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done
+ * (its `compiled` says whether it was compiled now or already cached). Different problems or archs
+ * may be precompiled from several threads at once. Storing is the point: a module that could not be
+ * stored (full or read-only filesystem, an entry path that is not a file, an unsafe directory)
+ * makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's path and reason
+ * in kljit_last_error(). */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, uint32_t flags,
                                         kljit_module_callback done, void *user);

@@ -10,7 +10,8 @@
  *     problem fields it reads (vocab_total, vocab_offset, shards) stay at the end of
  *     kljit_problem, and a struct that ends before them leaves them at their defaults;
  *   - tooling that the kljit CLI uses (`kljit info`, `kljit cache`): versions of what the
- *     library runs with, cache inspection. None of it needs a GPU.
+ *     library runs with, cache inspection. None of it needs a GPU;
+ *   - a benchmark hook: a context flag that runs no GEMMs.
  */
 #ifndef KLJIT_EXPERIMENTAL_H
 #define KLJIT_EXPERIMENTAL_H
@@ -145,6 +146,14 @@ KLJIT_API kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor re
 typedef void (*kljit_cache_dir_visitor)(const char *dir, int writable, void *user);
 KLJIT_API kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user);
 /* ---- end of tooling --------------------------------------------------------------------- */
+
+/* ---- benchmark hook --------------------------------------------------------------------- *
+ * A kljit_context_options flag (KLJIT_DEBUG_SKIP_GEMMS=1 in the environment): every execute of
+ * the context's plans runs no GEMM of its chunk loop (logits, the online teacher's, dX, dW),
+ * nor what only turns a GEMM's output into a result (the split dX's fp32 sum), so the row
+ * kernels can be timed alone (bench/bench_loss.c, its "rows" column). The results are WRONG:
+ * never set it outside a benchmark. */
+enum { KLJIT_CONTEXT_DEBUG_SKIP_GEMMS = 1u << 1 };
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* api.c — version getters, status names, kljit_plan_check. */
-#include "problem.h"
-#include "spec_check.h"
+#include "recipe.h"
 
 unsigned kljit_version_number(void) { return KLJIT_VERSION_NUMBER; }
 
@@ -30,20 +29,20 @@ const char *kljit_status_string(kljit_status s) {
   return "KLJIT_ERR_?: unknown status";
 }
 
-/* Valid, and the templates render the modules of its heuristic plans on both kernel
- * generations (the sm_80 two-pass rows, the sm_90 choice): the same rules a plan meets. */
+/* Valid, and the templates accept the modules of its heuristic plans on both kernel
+ * generations (sm_80, sm_90) with a context of the default options: the same rules a plan
+ * meets. */
 kljit_status kljit_plan_check(const kljit_problem *problem) {
   err_clear();
   const char *who = "kljit_plan_check";
   kljit_problem pb;
   kljit_status st = prob_import(problem, who, &pb);
+  const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
   const int archs[] = {80, 90};
   for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++) {
-    const prob_tuning tune = prob_estimate(&pb, 0, archs[i]);
-    prob_geometry g;
-    st = prob_geometry_make(&pb, &tune, &g);
-    if (st == KLJIT_SUCCESS) st = kspec_check(&g.rows);
-    if (st == KLJIT_SUCCESS) st = kspec_check(&g.helpers);
+    recipe r;
+    st = recipe_make(&pb, NULL, &opt, archs[i], 0, &r);
+    if (st == KLJIT_SUCCESS) st = recipe_check(&r);
     if (st != KLJIT_SUCCESS) err_prefix(st, "%s: sm_%d kernels: ", who, archs[i]);
   }
   if (st == KLJIT_SUCCESS) err_clear();

@@ -27,10 +27,8 @@ kljit_status kljit_context_options_default(kljit_context_options *options) {
 
 kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out) {
   const char *who = "kljit_context_create";
-  if (!user) {
-    env_context_defaults(out);
-    return KLJIT_SUCCESS;
-  }
+  kljit_context_options env; /* no options: the environment's, checked as a caller's */
+  if (!user) env_context_defaults(&env), user = &env;
   /* the first released struct ends at gemm; dx_split came after it */
   const size_t first = offsetof(kljit_context_options, gemm) + sizeof user->gemm;
   if (user->struct_size < first)

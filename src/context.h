@@ -38,7 +38,8 @@ struct kljit_context {
   ctx_module *modules;
 };
 
-/* The caller's options checked and copied into *out; NULL: the environment's defaults. */
+/* The caller's options checked and copied into *out; NULL: the environment's defaults, checked
+ * the same way (a bad KLJIT_GEMM or KLJIT_DX_SPLIT is refused here, naming its text). */
 kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out);
 
 /* Makes the context's CUDA context current for the calling thread (push), and undoes it. */

@@ -10,18 +10,22 @@
  *   KLJIT_CHUNK_ROWS       options.chunk_rows                     the planner's choice
  *   KLJIT_TUNE_ROWS        options.tune_rows                      8192
  *   KLJIT_TUNE_BUDGET_S    options.tune_budget_s                  30
- *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off
+ *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off (a benchmark hook:
+ *                          kljit_experimental.h)
  *   KLJIT_GEMM             options.gemm (jit, cublas; another     KLJIT_GEMM_DEFAULT
- *                          value: -1, refused where it is used)
+ *                          value: -1, which kljit_context_create
+ *                          refuses naming the text)
  *   KLJIT_DX_SPLIT         options.dx_split (a number; another    0: the planner's
- *                          value: -1, refused where it is used)
+ *                          value: -1, refused the same way)
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
  *   KLJIT_DUMP_DIR         rendered sources and NVRTC logs        not written
  *   KLJIT_LOG=1            log lines on stderr                    off
  *   KLJIT_WISDOM           the user wisdom file                   $XDG_STATE_HOME/kljit/wisdom,
  *                                                                 else ~/.local/state/kljit/wisdom
  *   KLJIT_SYSTEM_WISDOM    the system wisdom file                 /etc/kljit/wisdom
- * (XDG_CACHE_HOME, XDG_STATE_HOME and HOME only locate the default directories.)
+ * (XDG_CACHE_HOME, XDG_STATE_HOME and HOME only locate the default directories.) The defaults
+ * of the options are KLJIT_CONTEXT_OPTIONS_INIT (kljit.h), what planning without a context
+ * uses whatever the environment says.
  */
 #include "env.h"
 
@@ -50,8 +54,8 @@ static int is_one(env_var v) {
 }
 
 void env_context_defaults(kljit_context_options *o) {
-  memset(o, 0, sizeof *o);
-  o->struct_size = sizeof *o;
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  *o = init;
   const char *dir = env_text(ENV_CACHE_DIR), *path = env_text(ENV_CACHE_PATH);
   o->cache_dir = dir && *dir ? dir : NULL;
   o->cache_path = path && *path ? path : NULL;
@@ -65,10 +69,10 @@ void env_context_defaults(kljit_context_options *o) {
   o->chunk_rows = chunk > 0 ? chunk : 0;
   e = env_text(ENV_TUNE_ROWS);
   const long long n = e ? atoll(e) : 0;
-  o->tune_rows = n >= 1 && n <= INT32_MAX ? (int64_t)n : 8192;
+  if (n >= 1 && n <= INT32_MAX) o->tune_rows = (int64_t)n;
   e = env_text(ENV_TUNE_BUDGET_S);
   const double s = e ? atof(e) : 0.0;
-  o->tune_budget_s = s > 0 && s < 1e6 ? s : 30.0;
+  if (s > 0 && s < 1e6) o->tune_budget_s = s;
   /* a typo must not silently mean cuBLASLt: -1 is refused with the variable's text */
   e = env_text(ENV_GEMM);
   o->gemm = !e || !*e                ? KLJIT_GEMM_DEFAULT

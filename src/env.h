@@ -5,7 +5,8 @@
  * kljit.h's kljit_context_options repeat it for users). It steers two kinds of things:
  *  - a context's options: env_context_defaults() fills a kljit_context_options from it, which
  *    kljit_context_create reads once (without caller options) and keeps; plans and executes
- *    read the context's options, never the environment;
+ *    read the context's options, never the environment, and planning without a context
+ *    (precompile, kljit_plan_check) takes KLJIT_CONTEXT_OPTIONS_INIT, not these;
  *  - process-wide settings with no context to hang on (logging, template and dump
  *    directories, wisdom files, the cache of context-free calls such as kljit_precompile):
  *    read through env_text() when they are used.
@@ -25,8 +26,9 @@ typedef enum env_var {
 /* The variable's value now, or NULL when unset. */
 const char *env_text(env_var v);
 
-/* A context's options as the environment sets them (kljit_context_options_default). String
- * members point into the environment: copy them before it may change. */
+/* A context's options as the environment sets them (kljit_context_options_default):
+ * KLJIT_CONTEXT_OPTIONS_INIT and the variables that are set. String members point into the
+ * environment: copy them before it may change. */
 void env_context_defaults(kljit_context_options *o);
 
 #endif

@@ -23,8 +23,16 @@
 #include "exec.h"
 #include "exec_check.h"
 
+typedef struct exec_call exec_call;
+
+/* The GEMMs of one chunk step (exec_gemms: which, on the chunk at row0 of n rows; `first`: the
+ * chunk that starts dW). */
+typedef enum exec_gemm { EXEC_LOGITS, EXEC_DX, EXEC_DW } exec_gemm;
+typedef kljit_status (*exec_gemms)(exec_call *c, exec_gemm which, long long row0, int64_t n,
+                                   int first);
+
 /* One call's constants, shared by the loops. */
-typedef struct exec_call {
+struct exec_call {
   const kljit_plan *p;
   const kljit_args *a;
   void *stream;
@@ -34,13 +42,13 @@ typedef struct exec_call {
   int labels_is64;
   long long ignore;
   size_t in_sz;
-  int skip_gemms;
+  exec_gemms gemms;     /* the call's GEMM runner: plan_gemms, or no_gemms (run_mode) */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
   const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
                        /* both: kljit_shard_sums (slot 7 of stats_out from all) */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
-} exec_call;
+};
 
 static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
                               const void *ptr, size_t align) {
@@ -181,7 +189,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
     TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
-  *w = prob_workspace_layout(pb, &p->geom, mode, a->rows);
+  *w = prob_workspace_layout(pb, &p->rec.geom, mode, a->rows);
   const size_t need = w->total;
   if (a->workspace_size < need)
     return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
@@ -195,85 +203,103 @@ static kljit_status run_setup(exec_call *c) {
   return plan_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
 }
 
+/* ---- the GEMMs of a chunk ------------------------------------------------------------------ */
+
+/* One GEMM of the chunk loop by its recipe slot's engine: the generated kernel where the recipe
+ * chose one and TMA takes the operands (16-byte aligned; the rare caller whose X or W is not
+ * takes the slot's cuBLASLt operation), else cuBLASLt. a, b: gemm_run's operands. */
+static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void *a,
+                              const void *b, void *out, float alpha, float beta) {
+  const kljit_plan *p = c->p;
+  if (p->jgemm[s].fn && !(((uintptr_t)a | (uintptr_t)b) & 15))
+    return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
+                             c->stream);
+  return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
+                  c->w.lt_size, c->stream);
+}
+
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
-  if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  /* TMA needs 16-byte aligned operands; the rare caller whose X or W is not takes cuBLASLt */
-  if (p->mod_gemm && !(((uintptr_t)x | (uintptr_t)c->a->weight) & 15)) {
-    const int64_t h = p->pb.hidden;
-    const jgemm_args g = {x, c->a->weight, c->ws + c->w.z, n, p->pb.vocab, h, h, h, p->geom.ld,
-                          1.0f};
-    TRY(jgemm_launch(p->ctx->drv, p->gemm_fn, &p->gemm_logits, p->ctx->sm_count, &g,
-                     (CUstream)c->stream));
-  } else {
-    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
-                 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
-  }
-  if (p->pb.teacher != KLJIT_TEACHER_DENSE_HIDDEN) return KLJIT_SUCCESS;
+  TRY(gemm_slot(c, RECIPE_LOGITS, n, c->a->weight, x, c->ws + c->w.z, 1.0f, 0.0f));
+  if (!p->rec.gemm[RECIPE_TEACHER].used) return KLJIT_SUCCESS;
   /* the online teacher: its logits of the chunk, which the row kernels read (TCHUNK) */
   const size_t tsz = names_dtype_size(p->pb.teacher_dtype);
   const char *xt = (const char *)teacher_input_of(c->a) +
                    (size_t)row0 * (size_t)p->pb.teacher_hidden * tsz;
-  return gemm_run(p->ctx->lt, &p->gemm_teacher, n, teacher_weight_of(c->a), xt,
-                  c->ws + c->w.zt, 1.0f, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream);
-}
-
-static kljit_status run_stats(exec_call *c, int64_t n) {
-  const kljit_plan *p = c->p;
-  return plan_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
-                     (unsigned)p->geom.tune.threads, &c->k, c->stream);
+  return gemm_slot(c, RECIPE_TEACHER, n, teacher_weight_of(c->a), xt, c->ws + c->w.zt, 1.0f,
+                   0.0f);
 }
 
 static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
                                 float scale, int out);
 
-/* dX of one chunk as geom.dx_split GEMMs over slices of V (plan.c), summed in fp32 in the
- * workspace, then converted: one GEMM's fp32 accumulation over all of a large V rounds more
- * (bench/RESULTS.md, issue 19's dX) than the sum of a few slices' does. */
-static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
+/* dX of one chunk into grad_input: one GEMM, or where the recipe's split pays for this chunk,
+ * geom.dx_split GEMMs over slices of V summed in fp32 in the workspace, then converted (one
+ * GEMM's fp32 accumulation over all of a large V rounds more than the sum of a few slices'
+ * does: bench/RESULTS.md, "dX in slices"). */
+static kljit_status run_dx(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
-  const int S = p->geom.dx_split;
-  const size_t gsz = names_dtype_size(p->geom.grad);
-  for (int s = 0; s < S && !c->skip_gemms; s++) {
-    const int64_t k0 = (int64_t)s * p->geom.dx_slice;
+  const prob_geometry *geo = &p->rec.geom;
+  void *g = c->ws + c->w.g;
+  char *dx = (char *)c->a->grad_input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  if (!recipe_dx_split_pays(&p->rec, n))
+    return gemm_slot(c, RECIPE_DX, n, c->a->weight, g, dx, c->galpha, 0.0f);
+  const int S = geo->dx_split;
+  const size_t gsz = names_dtype_size(geo->grad);
+  for (int s = 0; s < S; s++) {
+    const int64_t k0 = (int64_t)s * geo->dx_slice;
     const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
-    const char *g = c->ws + c->w.g + (size_t)k0 * gsz;
-    TRY(gemm_run(p->ctx->lt, &p->gemm_dx_slice[s == S - 1], n, w, g, c->ws + c->w.dxacc,
-                 c->galpha, s ? 1.0f : 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+    TRY(gemm_slot(c, s == S - 1 ? RECIPE_DX_LAST : RECIPE_DX_SLICE, n, w,
+                  (const char *)g + (size_t)k0 * gsz, c->ws + c->w.dxacc, c->galpha,
+                  s ? 1.0f : 0.0f));
   }
   return run_convert(c, c->w.dxacc, dx, (long long)(n * p->pb.hidden), 1.0f, 0);
 }
 
-/* Whether a chunk of n rows takes the split dX: always where the context's options set the
- * split, else where its one GEMM has tiles (128 x 256) for at least half the SMs. A shorter
- * chunk's single GEMM leaves SMs idle, which cuBLASLt fills by splitting K itself; slices of it
- * would idle them again (on the H200, 2048 x 4096 x 128256 in chunks of 512 rows took 11.47 ms
- * with 4 slices against 10.56 with one GEMM: run 34). */
-static int dx_split_pays(const kljit_plan *p, int64_t n) {
-  const int64_t tiles = (n + 127) / 128 * ((p->pb.hidden + 255) / 256);
-  return p->geom.dx_split > 1 &&
-         (p->geom.dx_forced || 2 * tiles >= (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132));
+/* dW of one chunk: into the fp32 workspace or grad_weight, started by the first chunk unless
+ * the call accumulates into grad_weight. */
+static kljit_status run_dw(exec_call *c, long long row0, int64_t n, int first) {
+  const kljit_plan *p = c->p;
+  const kljit_args *a = c->a;
+  const int dw_ws = p->rec.geom.dw_workspace;
+  const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
+  void *dw = dw_ws ? (void *)(c->ws + c->w.dw) : a->grad_weight;
+  const float beta = first && (dw_ws || !acc_out) ? 0.0f : 1.0f;
+  const char *x = (const char *)a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  return gemm_slot(c, RECIPE_DW, n, x, c->ws + c->w.g, dw, c->galpha, beta);
+}
+
+/* The plan's GEMMs (exec_gemms). */
+static kljit_status plan_gemms(exec_call *c, exec_gemm which, long long row0, int64_t n,
+                               int first) {
+  return which == EXEC_LOGITS ? run_logits(c, row0, n)
+         : which == EXEC_DX   ? run_dx(c, row0, n)
+                              : run_dw(c, row0, n, first);
+}
+
+/* No GEMMs (exec_gemms): the benchmark hook KLJIT_CONTEXT_DEBUG_SKIP_GEMMS
+ * (kljit_experimental.h) times the row kernels alone. What a GEMM step would have written (the
+ * split dX's fp32 sum and its conversion included) is left alone: the results are wrong. */
+static kljit_status no_gemms(exec_call *c, exec_gemm which, long long row0, int64_t n,
+                             int first) {
+  (void)c, (void)which, (void)row0, (void)n, (void)first;
+  return KLJIT_SUCCESS;
+}
+
+static kljit_status run_stats(exec_call *c, int64_t n) {
+  const kljit_plan *p = c->p;
+  return plan_launch(p, KSTEP_STATS, (unsigned)p->rec.geom.tune.split, (unsigned)n,
+                     (unsigned)p->rec.geom.tune.threads, &c->k, c->stream);
 }
 
 /* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
 static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
-  void *g = c->ws + c->w.g;
-  const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && dx_split_pays(p, n))
-    TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
-  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
-                 c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT)) TRY(c->gemms(c, EXEC_DX, row0, n, first));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
-  const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
-  void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
-  const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
-  if (!c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DW], n, (const char *)a->input + xoff, g, dw,
-                 c->galpha, beta, c->ws + c->w.lt, c->w.lt_size, c->stream));
+  TRY(c->gemms(c, EXEC_DW, row0, n, first));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
     TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
@@ -302,7 +328,7 @@ static kljit_status run_merge(exec_call *c, int64_t n) {
 /* Split API, kljit_shard_sums: this shard's part of each chunk row's S, one block per row, from
  * the gathered records (c->all) -> slot 7 of c->stats_out[(row0 + r) * 8]. */
 static kljit_status run_sums(exec_call *c, int64_t n) {
-  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, (unsigned)c->p->geom.tune.threads, &c->k,
+  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, (unsigned)c->p->rec.geom.tune.threads, &c->k,
                      c->stream);
 }
 
@@ -310,7 +336,7 @@ static kljit_status run_finish_grads(exec_call *c) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
-  if (p->geom.dw_workspace)
+  if (p->rec.geom.dw_workspace)
     TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f,
                     1));
   if (p->pb.flags & KLJIT_FLAG_BIAS) /* db summed G as stored: undo its multiplier */
@@ -325,9 +351,8 @@ static kljit_status run_finish_loss(exec_call *c) {
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
-  const int64_t R = prob_chunk_rows(&p->geom, a->rows);
-  /* Benchmark knob (README): skip the GEMMs to time the row kernels alone. Results are wrong. */
-  c->skip_gemms = (p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS) != 0;
+  const int64_t R = prob_chunk_rows(&p->rec.geom, a->rows);
+  c->gemms = p->ctx->opt.flags & KLJIT_CONTEXT_DEBUG_SKIP_GEMMS ? no_gemms : plan_gemms;
   /* (kljit_shard_sums runs between the two calls that check, and after the first passed) */
   const int sums = c->stats_out && c->all;
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) && !sums)
@@ -342,14 +367,14 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     c->k.chunk_rows = (int32_t)n;
     /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
     c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;
-    TRY(run_logits(c, row0, n));
-    if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all) TRY(run_stats(c, n));
+    TRY(c->gemms(c, EXEC_LOGITS, row0, n, row0 == 0));
+    if (mode != KLJIT_MODE_BACKWARD && !p->rec.geom.tune.cluster && !c->all) TRY(run_stats(c, n));
     if (c->stats_out) { /* kljit_shard_stats / _sums: the records are all they write */
       TRY(sums ? run_sums(c, n) : run_merge(c, n));
       continue;
     }
-    TRY(plan_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
-                    (unsigned)p->geom.tune.threads, &c->k, c->stream));
+    TRY(plan_launch(p, row_step, (unsigned)p->rec.geom.p2_split, (unsigned)n,
+                    (unsigned)p->rec.geom.tune.threads, &c->k, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (c->stats_out) return KLJIT_SUCCESS;
@@ -403,10 +428,10 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->rows = a->rows;
   k->temperature = (float)a->temperature;
   k->gmult = c->gmult;
-  k->p2_split = p->geom.p2_split;
+  k->p2_split = p->rec.geom.p2_split;
   /* pass 2's records: the chunk's SPLIT partials of each row, or every shard's record */
-  k->nrec = c->all ? nrec : p->geom.tune.split;
-  k->srow = c->all ? 1 : p->geom.tune.split;
+  k->nrec = c->all ? nrec : p->rec.geom.tune.split;
+  k->srow = c->all ? 1 : p->rec.geom.tune.split;
   k->srec = c->all ? a->rows : 1;
 }
 
@@ -427,11 +452,11 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
                  "vocab_total = %lld, shards = %d): run it through kljit_shard_stats and "
                  "kljit_shard_finish, or kljit_fused_nccl", who, (long long)p->pb.vocab,
                  (long long)p->pb.vocab_total, (int)p->pb.shards);
-  if (st == KLJIT_SUCCESS && (stats_out || all) && p->geom.tune.cluster)
+  if (st == KLJIT_SUCCESS && (stats_out || all) && p->rec.geom.tune.cluster)
     st = err_set(KLJIT_ERR_UNSUPPORTED,
                  "%s: the plan uses the cluster row kernels (KLJIT_ROW_KERNEL=cluster), which "
                  "have no per-row records to exchange", who);
-  if (st == KLJIT_SUCCESS && !(stats_out && all && !p->geom.rows.div)) {
+  if (st == KLJIT_SUCCESS && !(stats_out && all && !p->rec.geom.rows.div)) {
     exec_call c;
     memset(&c, 0, sizeof c);
     c.p = p, c.a = a, c.stream = stream;
@@ -582,7 +607,7 @@ kljit_status kljit_plan_shard_rounds(const kljit_plan *plan, int *rounds) {
   const char *who = "kljit_plan_shard_rounds";
   if (!plan || !rounds)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, plan ? "rounds" : "plan");
-  *rounds = plan->geom.rows.div ? 2 : 1;
+  *rounds = plan->rec.geom.rows.div ? 2 : 1;
   return KLJIT_SUCCESS;
 }
 

@@ -57,14 +57,17 @@ static kljit_status make_layouts(const gemm_desc *d, cublasLtMatrixLayout_t *la,
   *la = *lb = *lc = NULL;
   const uint64_t ar = d->ta == CUBLAS_OP_N ? d->m : d->k, ac = d->ta == CUBLAS_OP_N ? d->k : d->m;
   const uint64_t br = d->tb == CUBLAS_OP_N ? d->k : d->n, bc = d->tb == CUBLAS_OP_N ? d->n : d->k;
-  kljit_status st =
-      lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(la, (cudaDataType)d->ta_type, ar, ac, d->lda),
-               "cublaslt_loaded()->cublasLtMatrixLayoutCreate(A)");
-  if (!st) st = lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(lb, (cudaDataType)d->tb_type, br, bc, d->ldb),
-                         "cublaslt_loaded()->cublasLtMatrixLayoutCreate(B)");
-  if (!st) st = lt_check(cublaslt_loaded()->cublasLtMatrixLayoutCreate(lc, (cudaDataType)d->tc_type, d->m, d->n,
-                                                    d->ldc),
-                         "cublaslt_loaded()->cublasLtMatrixLayoutCreate(C)");
+  const cublaslt_table *lt = cublaslt_loaded();
+  kljit_status st = lt_check(lt->cublasLtMatrixLayoutCreate(la, (cudaDataType)d->ta_type, ar, ac,
+                                                            d->lda),
+                             "cublasLtMatrixLayoutCreate(A)");
+  if (!st)
+    st = lt_check(lt->cublasLtMatrixLayoutCreate(lb, (cudaDataType)d->tb_type, br, bc, d->ldb),
+                  "cublasLtMatrixLayoutCreate(B)");
+  if (!st)
+    st = lt_check(lt->cublasLtMatrixLayoutCreate(lc, (cudaDataType)d->tc_type, d->m, d->n,
+                                                 d->ldc),
+                  "cublasLtMatrixLayoutCreate(C)");
   return st;
 }
 

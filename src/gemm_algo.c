@@ -104,7 +104,8 @@ int gemm_algo_find(const prob_tuning *t, int kind, int64_t n, cublasLtMatmulAlgo
   *stale = 0;
   for (int i = 0; i < PROB_GEMM_CHOICES; i++) {
     const prob_gemm_choice *c = &t->gemm[i];
-    if (!c->used || c->jit || c->kind != kind || c->n != n) continue; /* jit: plan.c loads it */
+    /* jit: a generated variant (the recipe's engine for the slot) */
+    if (!c->used || c->jit || c->kind != kind || c->n != n) continue;
     if (c->lt_version != running) {
       ++*stale;
       continue;
@@ -116,8 +117,8 @@ int gemm_algo_find(const prob_tuning *t, int kind, int64_t n, cublasLtMatmulAlgo
   return found != NULL;
 }
 
-const prob_gemm_choice *gemm_algo_jit_logits(const prob_tuning *t) {
+const prob_gemm_choice *gemm_algo_generated(const prob_tuning *t, int kind) {
   for (int i = 0; i < PROB_GEMM_CHOICES; i++)
-    if (t->gemm[i].used && t->gemm[i].jit && t->gemm[i].kind == 0) return &t->gemm[i];
+    if (t->gemm[i].used && t->gemm[i].jit && t->gemm[i].kind == kind) return &t->gemm[i];
   return NULL;
 }

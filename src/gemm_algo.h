@@ -28,8 +28,8 @@ int gemm_algo_parse(const char *text, prob_gemm_choice *c);
 /* Adds a choice to a tuning, replacing one of the same GEMM; -1 when all slots hold others. */
 int gemm_algo_add(prob_tuning *t, const prob_gemm_choice *c);
 
-/* The tuning's generated-GEMM choice for the logits GEMM, or NULL. */
-const prob_gemm_choice *gemm_algo_jit_logits(const prob_tuning *t);
+/* The tuning's generated-GEMM choice for GEMM `kind` (a gemm_kind), or NULL. */
+const prob_gemm_choice *gemm_algo_generated(const prob_tuning *t, int kind);
 
 /* The tuning's cuBLASLt algorithm for GEMM `kind` (a gemm_kind) on chunks of n rows, when one
  * was tuned with the running cuBLASLt version (dW: the accumulating chunks' choice before the

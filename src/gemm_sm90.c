@@ -3,7 +3,6 @@
  * (see gemm_sm90.h and templates/gemm_sm90.cu.lua). */
 #include "gemm_sm90.h"
 
-#include "env.h"
 #include "gemm_algo.h"
 #include "kiface.h"
 
@@ -11,19 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
   jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c'};
   return v;
-}
-
-int jgemm_mode(const kljit_context_options *o) {
-  if (o->gemm == KLJIT_GEMM_DEFAULT || o->gemm == KLJIT_GEMM_JIT || o->gemm == KLJIT_GEMM_CUBLAS)
-    return (int)o->gemm;
-  const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
-  err_set(KLJIT_ERR_INVALID_ARGUMENT, "options->gemm = %d (KLJIT_GEMM=%s): must be cublas or jit",
-          (int)o->gemm, e ? e : "");
-  return -1;
 }
 
 int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v) {
@@ -32,30 +21,19 @@ int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_va
   return 1;
 }
 
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
-                 int mode, jgemm_variant *v) {
-  const prob_gemm_choice *c = gemm_algo_jit_logits(t);
-  if (mode < 0) return -1;
-  if (mode == JGEMM_CUBLAS || (!c && mode != JGEMM_JIT) || !jgemm_applies(pb, arch, logit, v))
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, gemm_kind kind,
+                 kljit_dtype out, kljit_gemm gemm, jgemm_variant *v) {
+  /* dX (nn) and dW (tn) are tested but not in the chunk loop yet: cuBLASLt runs them */
+  if (kind != GEMM_LOGITS) return 0;
+  const prob_gemm_choice *c = gemm_algo_generated(t, kind);
+  if (gemm == KLJIT_GEMM_CUBLAS || (!c && gemm != KLJIT_GEMM_JIT) ||
+      !jgemm_applies(pb, arch, out, v))
     return 0;
   if (c) {
     v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
     v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
   }
   return 1;
-}
-
-int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
-                       const kspec *out[3]) {
-  out[0] = &g->rows, out[1] = &g->helpers;
-  kljit_context_options o; /* no context here: the defaults a context would take now */
-  env_context_defaults(&o);
-  jgemm_variant v;
-  const int use = jgemm_choose(pb, &g->tune, arch, g->logit, jgemm_mode(&o), &v);
-  if (use <= 0) return use < 0 ? -1 : 2;
-  *gemm = jgemm_spec(&v);
-  out[2] = gemm;
-  return 3;
 }
 
 int jgemm_variants(jgemm_variant *out, int cap) {

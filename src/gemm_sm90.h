@@ -7,13 +7,14 @@
  *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
  *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW = G^T X shape; tested, not yet in the loop)
  * dX and dW of the chunk loop stay on cuBLASLt.
- * KLJIT_GEMM=jit (options.gemm) selects this family for the logits GEMM on sm_90 (jgemm_applies;
- * plan.c).
+ * KLJIT_GEMM=jit (options.gemm), or a tuning that chose a variant, selects this family for the
+ * logits GEMM on sm_90 (jgemm_choose, asked by the recipe for each GEMM: recipe.c).
  */
 #ifndef KLJIT_GEMM_SM90_H
 #define KLJIT_GEMM_SM90_H
 
 #include "driver.h"
+#include "gemm.h"
 #include "problem.h"
 #include "spec.h"
 
@@ -37,31 +38,17 @@ typedef struct jgemm_variant {
  * raster. */
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
 
-/* The options' gemm (KLJIT_GEMM): KLJIT_GEMM_DEFAULT (cuBLASLt unless the tuning chose a
- * generated GEMM), KLJIT_GEMM_CUBLAS (forced), KLJIT_GEMM_JIT (forced where it applies); -1 for
- * anything else (KLJIT_ERR_INVALID_ARGUMENT's message set, naming KLJIT_GEMM's text). */
-enum { JGEMM_DEFAULT = KLJIT_GEMM_DEFAULT, JGEMM_JIT = KLJIT_GEMM_JIT,
-       JGEMM_CUBLAS = KLJIT_GEMM_CUBLAS };
-int jgemm_mode(const kljit_context_options *o);
-
 /* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype `logit`
  * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
 int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v);
 
-/* The generated variant a plan's logits GEMM runs, where the family applies: 1 with *v set,
- * 0 for cuBLASLt, -1 for mode -1 (jgemm_mode's message set). JGEMM_CUBLAS: cuBLASLt; else a
- * generated choice in the tuning (wisdom, the tuner) is taken; else JGEMM_JIT takes the
- * default variant. */
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
-                 int mode, jgemm_variant *v);
-
-/* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers,
- * and the generated logits GEMM when jgemm_choose takes it (its spec written to *gemm), with
- * the options' defaults from the environment now (callers without a context).
- * Returns the count (2 or 3) into out; -1 for mode -1 (message set). What precompile
- * and precompile from wisdom build. */
-int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
-                       const kspec *out[3]);
+/* The generated variant a plan runs for its GEMM `kind` where the family applies: 1 with *v
+ * set, 0 for cuBLASLt. Only the logits GEMM (output dtype `out`, the chunk logits') has one in
+ * the chunk loop yet; dX and dW take 0. KLJIT_GEMM_CUBLAS: cuBLASLt; else a generated choice in
+ * the tuning (wisdom, the tuner) is taken; else KLJIT_GEMM_JIT takes the default variant. The
+ * recipe asks this for each GEMM (recipe.c). */
+int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, gemm_kind kind,
+                 kljit_dtype out, kljit_gemm gemm, jgemm_variant *v);
 
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
  * returns the count (<= cap). */

@@ -135,8 +135,7 @@ done:
   return st;
 }
 
-/* One module of a precompile into r (name, cache file, compiled, compile_ms): built, or with
- * dry_run only rendered and looked up (r->compiled = 1 when it is missing). */
+/* The arguments both precompiles check first (jit.h). */
 kljit_status jit_precompile_check(const char *who, int arch, const char *cache_dir,
                                   uint32_t flags) {
   if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
@@ -154,6 +153,8 @@ kljit_status jit_precompile_check(const char *who, int arch, const char *cache_d
   return KLJIT_SUCCESS;
 }
 
+/* One module of a precompile into r (name, cache file, compiled, compile_ms): built, or with
+ * dry_run only rendered and looked up (r->compiled = 1 when it is missing). */
 kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config *cfg, int dry_run,
                                    kljit_module_report *r) {
   if (!dry_run) {

@@ -1,32 +1,41 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* plan.c — kljit_plan_create/destroy/describe and the size queries. */
+/* plan.c — building a plan from its recipe (the module loader, the GEMMs), destroying and
+ * describing it, and the size queries. */
 #include "plan.h"
 
-#include <library_types.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gemm_algo.h"
 
-static int cuda_type(kljit_dtype dt) {
-  return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
-}
-
-/* Loads one module and resolves its kernels by the manifest that came with it (rendered now, or
- * stored with the cubin and checked against the template's by jit_build). */
-static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
-                                kiface_manifest *iface, strbuf *desc) {
+/* The one loader of a recipe's modules: built (jit_build through the context's cache: rendered
+ * now, or stored with the cubin and checked against the template's), its manifest checked (a
+ * row or helper module's parsed against the kargs roles into *iface; a generated GEMM's, iface
+ * NULL, against what jgemm_launch passes), loaded into the context (a reference). */
+static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manifest *iface,
+                                ctx_module **mod, strbuf *desc) {
   jit_bin bin;
-  kljit_status st = jit_build(k, p->ctx->arch, &p->ctx->cache, &bin);
+  kljit_status st = jit_build(k, ctx->arch, &ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
   const char *how = bin.source == CACHE_MISS           ? "compiled"
                     : bin.source == CACHE_HIT_READONLY ? "read-only cache"
                                                        : "cache";
-  st = sb_printf(desc, "  module %s (sm_%d): %s; render %.2f ms, compile %.1f ms, cache %.2f ms\n",
-                 bin.name, p->ctx->arch, how, bin.render_ms, bin.compile_ms, bin.cache_ms);
-  if (st == KLJIT_SUCCESS) st = kiface_parse(bin.manifest.data, bin.name, iface);
-  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, mod);
+  if (desc)
+    st = sb_printf(desc, "  module %s (sm_%d%s): %s; render %.2f ms, compile %.1f ms, cache "
+                   "%.2f ms\n", bin.name, ctx->arch, k->family == KSPEC_GEMM_SM90 ? "a" : "",
+                   how, bin.render_ms, bin.compile_ms, bin.cache_ms);
+  if (st == KLJIT_SUCCESS)
+    st = iface ? kiface_parse(bin.manifest.data, bin.name, iface)
+               : jgemm_check_manifest(bin.manifest.data, bin.name);
+  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(ctx, &bin, mod);
   jit_bin_free(&bin);
+  return st;
+}
+
+/* A row or helper module, its kernels resolved by step from its manifest. */
+static kljit_status load_kernels(kljit_plan *p, const kspec *k, ctx_module **mod,
+                                 kiface_manifest *iface, strbuf *desc) {
+  kljit_status st = load_module(p->ctx, k, iface, mod, desc);
   if (st != KLJIT_SUCCESS) return st;
   const drv_table *d = p->ctx->drv;
   for (int i = 0; i < iface->n; i++) {
@@ -48,13 +57,45 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
   return KLJIT_SUCCESS;
 }
 
+kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s, plan_jgemm *out,
+                             strbuf *desc) {
+  const recipe_gemm *g = &r->gemm[s];
+  memset(out, 0, sizeof *out);
+  if (g->engine != RECIPE_GENERATED)
+    return err_set(KLJIT_ERR_INTERNAL, "GEMM slot %d has no generated variant", (int)s);
+  kljit_status st = load_module(ctx, &g->spec, NULL, &out->mod, desc);
+  const drv_table *d = ctx->drv;
+  if (st == KLJIT_SUCCESS)
+    st = drv_check(d, d->cuModuleGetFunction(&out->fn, out->mod->module, "kl_gemm"), "kl_gemm");
+  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, out->fn, &g->variant);
+  if (st != KLJIT_SUCCESS) plan_jgemm_release(ctx, out);
+  return st;
+}
+
+void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g) {
+  ctx_module_release(ctx, g->mod);
+  memset(g, 0, sizeof *g);
+}
+
+kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
+                               const recipe_gemm *rg, int64_t n, const void *a, const void *b,
+                               void *c, float alpha, void *stream) {
+  if (rg->op != GEMM_LOGITS) /* the nn (dX) and tn (dW) layouts are not in the chunk loop yet */
+    return err_set(KLJIT_ERR_INTERNAL, "no generated GEMM for operation %d", (int)rg->op);
+  /* Z[n, V] = X[n, H] W[V, H]^T: the nt layout with A = X (gemm_run's b), B = W */
+  const int64_t h = rg->shape.h;
+  const jgemm_args ja = {b, a, c, n, rg->shape.v, h, h, h, rg->shape.ld, alpha};
+  return jgemm_launch(ctx->drv, g->fn, &rg->variant, ctx->sm_count, &ja, (CUstream)stream);
+}
+
 /* Every step the plan's executes launch must have its kernel: a template that stops declaring
  * one fails here, at plan time, not at the first call that needs it. */
 static kljit_status check_steps(const kljit_plan *p) {
+  const prob_geometry *g = &p->rec.geom;
   for (int s = 0; s < KSTEP_COUNT; s++) {
-    const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !p->geom.tune.cluster
+    const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !g->tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
-                       : s == KSTEP_SUMS  ? p->geom.rows.div != NULL && !p->geom.tune.cluster
+                       : s == KSTEP_SUMS  ? g->rows.div != NULL && !g->tune.cluster
                                           : 1;
     if (needed && !p->kernel[s].sig)
       return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",
@@ -63,164 +104,108 @@ static kljit_status check_steps(const kljit_plan *p) {
   return KLJIT_SUCCESS;
 }
 
-/* The logits GEMM from the generated sm_90a family where jgemm_choose takes it (options.gemm
- * KLJIT_GEMM_JIT, or a tuned choice); cuBLASLt otherwise. Its kernel takes the TMA descriptors
- * by value, which kargs cannot marshal: it has its own launch (jgemm_launch), and its manifest
- * is checked against the one jgemm_launch is written for (jgemm_check_manifest). */
-static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc) {
-  const int mode = jgemm_mode(&p->ctx->opt);
-  const int use = jgemm_choose(&p->pb, t, p->ctx->arch, p->geom.logit, mode, &p->gemm_logits);
-  if (use < 0) return KLJIT_ERR_INVALID_ARGUMENT;
-  if (!use)
-    return mode == JGEMM_JIT ? sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, "
-                                               "16-bit inputs and H a multiple of 8)\n")
-                             : KLJIT_SUCCESS;
-  const kspec k = jgemm_spec(&p->gemm_logits);
-  jit_bin bin;
-  kljit_status st = jit_build(&k, p->ctx->arch, &p->ctx->cache, &bin);
-  if (st != KLJIT_SUCCESS) return st;
-  st = jgemm_check_manifest(bin.manifest.data, bin.name);
-  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, &p->mod_gemm);
-  if (st == KLJIT_SUCCESS)
-    st = sb_printf(desc, "  module %s (sm_%da): %s; render %.2f ms, compile %.1f ms\n", bin.name,
-                   p->ctx->arch, bin.source == CACHE_MISS ? "compiled" : "cache", bin.render_ms,
-                   bin.compile_ms);
-  jit_bin_free(&bin);
-  const drv_table *d = p->ctx->drv;
-  if (st == KLJIT_SUCCESS)
-    st = drv_check(d, d->cuModuleGetFunction(&p->gemm_fn, p->mod_gemm->module, "kl_gemm"),
-                   "kl_gemm");
-  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, p->gemm_fn, &p->gemm_logits);
-  if (st == KLJIT_SUCCESS) {
-    char what[64];
-    jgemm_describe(&p->gemm_logits, what, sizeof what);
-    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
-                   mode == JGEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
-  }
-  return st;
-}
-
-/* The GEMMs of a full chunk, prepared once with the tuning's algorithms where they were tuned
- * with the running cuBLASLt (heuristic ones otherwise): executes only run them. */
-static kljit_status prepare_gemms(kljit_plan *p, const prob_tuning *t, const gemm_types *ty,
-                                  const gemm_shape *sh, strbuf *desc) {
+/* Every used slot's cuBLASLt operation, prepared once for the recipe's chunk rows (with the
+ * tuning's algorithm where the slot takes it and the running cuBLASLt made it), and each
+ * generated slot's kernel: executes only run them. */
+static kljit_status prepare_gemms(kljit_plan *p, strbuf *desc) {
+  const recipe *r = &p->rec;
+  const prob_tuning *t = &r->geom.tune;
   int tuned = 0, stale = 0;
   kljit_status st = KLJIT_SUCCESS;
-  for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++) {
+  for (int s = 0; s < RECIPE_SLOTS && st == KLJIT_SUCCESS; s++) {
+    const recipe_gemm *g = &r->gemm[s];
+    if (!g->used) continue;
     cublasLtMatmulAlgo_t algo;
     int refused = 0;
-    const int found = gemm_algo_find(t, k, t->chunk_rows, &algo, &refused);
+    const int found = g->tuned_algo && gemm_algo_find(t, g->op, g->rows, &algo, &refused);
     tuned += found, stale += refused;
-    st = gemm_prepare(p->ctx->lt, ty, sh, (gemm_kind)k, t->chunk_rows, GEMM_WORKSPACE_BYTES,
-                      found ? &algo : NULL, &p->gemm[k]);
+    st = gemm_prepare(p->ctx->lt, &g->types, &g->shape, g->op, g->rows, GEMM_WORKSPACE_BYTES,
+                      found ? &algo : NULL, &p->gemm[s]);
+    if (st == KLJIT_SUCCESS && g->engine == RECIPE_GENERATED)
+      st = plan_jgemm_load(p->ctx, r, (recipe_slot)s, &p->jgemm[s], desc);
+  }
+  if (st != KLJIT_SUCCESS) return st;
+  const recipe_gemm *z = &r->gemm[RECIPE_LOGITS];
+  if (z->engine == RECIPE_GENERATED) {
+    char what[64];
+    jgemm_describe(&z->variant, what, sizeof what);
+    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
+                   p->ctx->opt.gemm == KLJIT_GEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
+  } else if (p->ctx->opt.gemm == KLJIT_GEMM_JIT) {
+    st = sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, 16-bit inputs and H a "
+                   "multiple of 8)\n");
   }
   if (st == KLJIT_SUCCESS && (tuned || stale))
     st = sb_printf(desc, "  GEMMs: %d tuned cuBLASLt algorithms%s\n", tuned,
                    stale ? ", others refused (tuned with another cuBLASLt version)" : "");
+  const prob_geometry *geo = &r->geom;
+  if (st == KLJIT_SUCCESS && geo->dx_split > 1)
+    st = sb_printf(desc, "  dX: %d GEMMs over slices of %lld columns (the last %lld), summed "
+                   "in fp32\n", geo->dx_split, (long long)geo->dx_slice,
+                   (long long)r->gemm[RECIPE_DX_LAST].shape.v);
   return st;
 }
 
 kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out) {
-  kljit_status st;
   kljit_plan *p = calloc(1, sizeof *p);
   if (!p) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   p->ctx = ctx;
   p->pb = *problem;
-  prob_tuning tune = *chosen;
-  /* a stored cluster tuning (wisdom of the same shape) cannot serve a vocabulary shard, whose
-   * row statistics are merged across ranks: the shard takes the two-pass heuristics */
-  const int replaced = tune.cluster && prob_sharded(problem);
-  if (replaced) tune = prob_estimate_opt(problem, ctx->sm_count, ctx->arch, &ctx->opt);
-  if ((st = prob_geometry_make(problem, &tune, &p->geom))) goto fail;
-  if (ctx->opt.chunk_rows > 0) p->geom.chunk_cap = 0; /* the options' chunk is obeyed */
-  if (ctx->opt.dx_split > 0) prob_dx_split(problem, ctx->opt.dx_split, &p->geom);
-  const kljit_dtype in = problem->input_dtype;
-  gemm_types gtypes;
-  gtypes.in = cuda_type(in);
-  gtypes.logits = cuda_type(p->geom.logit);
-  gtypes.dx = cuda_type(in);
-  gtypes.dw = p->geom.dw_workspace ? CUDA_R_32F : cuda_type(problem->grad_weight_dtype);
-  gtypes.compute = in == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
-                       ? CUBLAS_COMPUTE_32F
-                   : in == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : CUBLAS_COMPUTE_32F;
-  const gemm_shape gshape = {problem->vocab, problem->hidden, p->geom.ld, p->geom.ldg};
-
+  kljit_status st = recipe_make(problem, chosen, &ctx->opt, ctx->arch, ctx->sm_count, &p->rec);
+  if (st != KLJIT_SUCCESS) {
+    kljit_plan_destroy(p);
+    return st;
+  }
+  const prob_geometry *g = &p->rec.geom;
+  const prob_tuning *tune = &g->tune;
   strbuf desc = {0};
   sb_printf(&desc,
             "kljit %s plan on %s (sm_%d, %d SMs)\n  V=%lld H=%lld input=%s teacher=%s (%s) "
-            "logits=%s grad=%s%s\n  chunk_rows=%lld threads=%d split=%d cluster=%d ld=%lld\n",
+            "logits=%s grad=%s (in place)\n  chunk_rows=%lld threads=%d split=%d cluster=%d "
+            "ld=%lld\n",
             KLJIT_VERSION_STRING, ctx->gpu_name, ctx->arch, ctx->sm_count,
-            (long long)problem->vocab, (long long)problem->hidden, names_dtype(in),
-            p->geom.rows.teacher, names_dtype(problem->teacher_dtype),
-            names_dtype_tag(p->geom.logit), names_dtype_tag(p->geom.grad), p->geom.grad_in_place ? " (in place)" : "",
-            (long long)tune.chunk_rows, tune.threads, tune.split, tune.cluster,
-            (long long)p->geom.ld);
+            (long long)problem->vocab, (long long)problem->hidden,
+            names_dtype(problem->input_dtype), g->rows.teacher,
+            names_dtype(problem->teacher_dtype), names_dtype_tag(g->logit),
+            names_dtype_tag(g->grad), (long long)tune->chunk_rows, tune->threads, tune->split,
+            tune->cluster, (long long)g->ld);
   sb_printf(&desc, "  tuning from %s%s\n", origin,
-            replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)" : "");
-  if ((st = ctx_enter(ctx))) goto fail_desc;
-  st = load_module(p, &p->geom.rows, &p->mod_rows, &p->iface_rows, &desc);
+            p->rec.replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)"
+                            : "");
+  st = ctx_enter(ctx);
+  if (st == KLJIT_SUCCESS) {
+    st = load_kernels(p, &g->rows, &p->mod_rows, &p->iface_rows, &desc);
+    if (st == KLJIT_SUCCESS)
+      st = load_kernels(p, &g->helpers, &p->mod_helpers, &p->iface_helpers, &desc);
+    if (st == KLJIT_SUCCESS) st = check_steps(p);
+    if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &desc);
+    ctx_leave(ctx);
+  }
   if (st == KLJIT_SUCCESS)
-    st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
-  if (st == KLJIT_SUCCESS) st = check_steps(p);
-  if (st == KLJIT_SUCCESS) st = load_gemm(p, &tune, &desc);
-  if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, &desc);
-  if (st == KLJIT_SUCCESS && p->geom.dx_split > 1) {
-    /* dX of a slice of V into the fp32 sum (exec.c, run_dx_split); the last slice its own */
-    gemm_types tx = gtypes;
-    tx.dx = CUDA_R_32F;
-    const int64_t s = p->geom.dx_slice, last = problem->vocab - (p->geom.dx_split - 1) * s;
-    const gemm_shape sh0 = {s, problem->hidden, p->geom.ld, p->geom.ldg};
-    const gemm_shape sh1 = {last, problem->hidden, p->geom.ld, p->geom.ldg};
-    st = gemm_prepare(ctx->lt, &tx, &sh0, GEMM_DX, tune.chunk_rows, GEMM_WORKSPACE_BYTES, NULL,
-                      &p->gemm_dx_slice[0]);
-    if (st == KLJIT_SUCCESS)
-      st = gemm_prepare(ctx->lt, &tx, &sh1, GEMM_DX, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
-                        NULL, &p->gemm_dx_slice[1]);
-    if (st == KLJIT_SUCCESS)
-      st = sb_printf(&desc, "  dX: %d GEMMs over slices of %lld columns (the last %lld), summed "
-                     "in fp32\n", p->geom.dx_split, (long long)s, (long long)last);
+    st = sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
+  if (st != KLJIT_SUCCESS) {
+    sb_free(&desc);
+    kljit_plan_destroy(p);
+    return st;
   }
-  if (st == KLJIT_SUCCESS && problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
-    const kljit_dtype td = problem->teacher_dtype;
-    gemm_types tt = gtypes;
-    tt.in = cuda_type(td), tt.logits = CUDA_R_32F;
-    tt.compute = td == KLJIT_FP32 && !(problem->flags & KLJIT_FLAG_ALLOW_TF32)
-                     ? CUBLAS_COMPUTE_32F
-                 : td == KLJIT_FP32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                    : CUBLAS_COMPUTE_32F;
-    const gemm_shape ts = {problem->vocab, problem->teacher_hidden, p->geom.ld, p->geom.ldg};
-    st = gemm_prepare(ctx->lt, &tt, &ts, GEMM_LOGITS, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
-                      NULL, &p->gemm_teacher);
-  }
-  ctx_leave(ctx);
-  if (st != KLJIT_SUCCESS) goto fail_desc;
-  sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));
   p->description = desc.data;
   *out = p;
   return KLJIT_SUCCESS;
-fail_desc:
-  sb_free(&desc);
-fail:
-  kljit_plan_destroy(p);
-  return st;
 }
 
 void kljit_plan_destroy(kljit_plan *p) {
   if (!p) return;
-  if ((p->mod_rows || p->mod_helpers || p->mod_gemm) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
+  int loaded = p->mod_rows || p->mod_helpers;
+  for (int s = 0; s < RECIPE_SLOTS; s++) loaded |= p->jgemm[s].mod != NULL;
+  if (loaded && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
     ctx_module_release(p->ctx, p->mod_rows);
     ctx_module_release(p->ctx, p->mod_helpers);
-    ctx_module_release(p->ctx, p->mod_gemm);
+    for (int s = 0; s < RECIPE_SLOTS; s++) plan_jgemm_release(p->ctx, &p->jgemm[s]);
     ctx_leave(p->ctx);
   }
-  for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);
-  gemm_destroy(&p->gemm_teacher);
-  gemm_destroy(&p->gemm_dx_slice[0]);
-  gemm_destroy(&p->gemm_dx_slice[1]);
+  for (int s = 0; s < RECIPE_SLOTS; s++) gemm_destroy(&p->gemm[s]);
   free(p->description);
   free(p);
 }
@@ -260,7 +245,7 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: mode = %d", who, (int)mode);
   kljit_status st = check_rows(who, max_rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = prob_workspace_layout(&p->pb, &p->geom, mode, max_rows).total;
+  *bytes = prob_workspace_layout(&p->pb, &p->rec.geom, mode, max_rows).total;
   return KLJIT_SUCCESS;
 }
 

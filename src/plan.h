@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* plan.h — kljit_plan: an immutable, executable plan for one problem on one context.
+/* plan.h — kljit_plan: an immutable, executable plan for one problem on one context, built
+ * from its recipe (recipe.h), and the one loader of the modules a recipe names.
  *
- * Invariants: after kljit_plan_create returns, nothing in the plan changes (its GEMM operations
- * are prepared, its kernels resolved and checked against their manifests), so executes may run
- * concurrently.
+ * Invariants: once built (plan_create_tuned, under kljit_plan_create or the tuner), nothing in
+ * the plan changes (its GEMM operations are prepared, its kernels resolved and checked against
+ * their manifests), so executes may run concurrently. The plan holds what its recipe says and
+ * nothing the builder chose: the recipe is kept in it.
  */
 #ifndef KLJIT_PLAN_H
 #define KLJIT_PLAN_H
@@ -13,6 +15,7 @@
 #include "gemm_sm90.h"
 #include "kiface.h"
 #include "problem.h"
+#include "recipe.h"
 
 /* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
 enum { PLAN_HDR_FLOATS = 8 };
@@ -27,21 +30,24 @@ typedef struct plan_kernel {
   const kiface_kernel *sig;
 } plan_kernel;
 
+/* A generated GEMM of a recipe slot, loaded: its module (a reference in the context's registry)
+ * and kernel. Launched by plan_jgemm_launch, not plan_launch: its TMA descriptors are by-value
+ * kernel parameters. */
+typedef struct plan_jgemm {
+  ctx_module *mod;
+  CUfunction fn;
+} plan_jgemm;
+
 struct kljit_plan {
   kljit_context *ctx;
   kljit_problem pb;
-  prob_geometry geom;
-  gemm_op gemm[3];         /* by gemm_kind, prepared for the plan's chunk rows */
-  gemm_op gemm_teacher;    /* the online teacher's logits GEMM (DENSE_HIDDEN), else zeroed */
-  gemm_op gemm_dx_slice[2]; /* geom.dx_split > 1: dX of one slice of V (fp32 out), the last */
+  recipe rec;                /* what the plan was built from */
+  gemm_op gemm[RECIPE_SLOTS]; /* by slot, where used: prepared for the recipe's chunk rows (a
+                              * generated slot's too: operands TMA cannot take run there) */
+  plan_jgemm jgemm[RECIPE_SLOTS]; /* by slot, where the recipe's engine is generated */
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
-  /* the generated logits GEMM (gemm_sm90.h), or NULL: cuBLASLt's gemm[GEMM_LOGITS]. Launched
-   * by jgemm_launch, not plan_launch: its TMA descriptors are by-value kernel parameters */
-  ctx_module *mod_gemm;
-  CUfunction gemm_fn;
-  jgemm_variant gemm_logits;
   char *description;
 };
 
@@ -51,6 +57,19 @@ struct kljit_plan {
 kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out);
+
+/* The generated GEMM of slot s of recipe r: built, its manifest checked, loaded into ctx (a
+ * reference), its kernel prepared; the description's line appended to desc (may be NULL). The
+ * tuner loads the variants it times this way too. */
+kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s, plan_jgemm *out,
+                             strbuf *desc);
+void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g);
+
+/* Runs slot g's generated GEMM (its recipe slot rg) on a chunk of n rows with gemm_run's
+ * operands (logits: a = W, b = the chunk's X; c = Z), alpha, beta 0. */
+kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
+                               const recipe_gemm *rg, int64_t n, const void *a, const void *b,
+                               void *c, float alpha, void *stream);
 
 /* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of `threads`, its
  * arguments taken from `args` by the roles of the kernel's manifest (src/kiface.h);

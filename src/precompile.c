@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm_sm90.h"
 #include "jit.h"
-#include "problem.h"
+#include "recipe.h"
 
 kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char *cache_dir,
                               uint32_t flags, kljit_module_callback done, void *user) {
@@ -22,16 +21,15 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   cache_config cfg;
   if ((st = jit_precompile_config(cache_dir, &cfg)) != KLJIT_SUCCESS)
     return err_prefix(st, "%s: ", who);
-  const prob_tuning tune = prob_estimate(problem, 0, arch);
-  prob_geometry g;
-  st = prob_geometry_make(problem, &tune, &g);
-  kspec gemm;
-  const kspec *specs[3];
-  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, &gemm, specs) : 0;
-  if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
+  /* the heuristic plan of a context with the default options, whatever the environment says */
+  const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  st = recipe_make(problem, NULL, &opt, arch, 0, &r);
   if (st == KLJIT_SUCCESS) {
-    kspec all[3];
-    for (int i = 0; i < count; i++) all[i] = *specs[i];
+    const kspec *m[RECIPE_MAX_MODULES];
+    kspec all[RECIPE_MAX_MODULES];
+    const int count = recipe_modules(&r, m);
+    for (int i = 0; i < count; i++) all[i] = *m[i];
     st = jit_precompile_all(all, (size_t)count, arch, &cfg, flags, done, user);
   }
   cache_config_free(&cfg);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* problem.c — problem validation, heuristic tuning, geometry, workspace layout. */
+/* problem.c — problem validation, heuristic tuning, the chunk of a call, workspace layout. */
 #include "problem.h"
 
 #include <math.h>
@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
 #include "gemm.h"
 
 enum {
@@ -262,14 +261,14 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /* Default chunk budget: the chunk buffers (logits, G) stay within this many bytes. */
 static const double CHUNK_BUDGET = 1.0 * (1 << 30);
 
-static int native_logits(const kljit_problem *pb) {
+int prob_native_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
 }
 
 /* Chunk bytes per row: the logits (G overwrites them in place), the pass-1 partials and, for
  * the online teacher, its fp32 logits. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
-  const size_t z = native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
+  const size_t z = prob_native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
   const size_t zt = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (size_t)ld * 4 : 0;
   return (size_t)ld * z + (size_t)t->split * 32 + zt;
 }
@@ -281,7 +280,7 @@ int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
   /* sharded plans merge their row statistics across ranks: two-pass rows only (the reverse KL
    * and the JSD sum their row total S from the registers, over the cluster) */
   if (arch < 90 || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK || prob_sharded(pb)) return 0;
-  const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
+  const int vec = prob_native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;
   /* 256 threads per block (two blocks per SM); 512 when a row needs more than 16 blocks */
   const int64_t per_block = (int64_t)CLUSTER_THREADS * CLUSTER_VALUES;
   if (pb->vocab > 2 * CLUSTER_MAX * per_block) return 0; /* a row held in a cluster's registers */
@@ -299,15 +298,7 @@ int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t) {
   return 1;
 }
 
-prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch) {
-  kljit_context_options o;
-  env_context_defaults(&o);
-  return prob_estimate_opt(pb, sm_count, arch, &o);
-}
-
-prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
-                              const kljit_context_options *opt) {
-  (void)sm_count;
+prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context_options *opt) {
   prob_tuning t;
   memset(&t, 0, sizeof t);
   /* The cluster variant reads every byte once but, as measured on the H200 (bench/RESULTS.md),
@@ -332,139 +323,14 @@ prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
   return t;
 }
 
-void prob_dx_split(const kljit_problem *pb, int forced, prob_geometry *g) {
-  const int narrow = pb->input_dtype != KLJIT_FP32;
-  int s = forced > 0      ? forced
-          : narrow && pb->vocab >= 65536 ? (int)((pb->vocab + 32767) / 32768)
-                                         : 1;
-  int64_t slice = pb->vocab;
-  for (; s > 1; s--) { /* slices of 64-column multiples (aligned operands), the last non-empty */
-    slice = (pb->vocab + s - 1) / s;
-    slice = (slice + 63) / 64 * 64;
-    if ((int64_t)(s - 1) * slice < pb->vocab) break;
-  }
-  g->dx_split = s;
-  g->dx_slice = s > 1 ? slice : pb->vocab;
-  g->dx_forced = forced > 0;
-}
-
-kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
-                                prob_geometry *g) {
-  memset(g, 0, sizeof *g);
-  if (tune->chunk_rows < 1 || tune->threads < 64 || tune->threads > 1024 ||
-      tune->threads % 32 || tune->split < 1 || tune->split > 64 ||
-      (tune->cluster && tune->cluster != tune->split) || tune->nv < 1)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "tuning chunk_rows=%lld threads=%d split=%d is out of range",
-                   (long long)tune->chunk_rows, tune->threads, tune->split);
-  if (tune->cluster && prob_sharded(pb))
-    return err_set(KLJIT_ERR_UNSUPPORTED,
-                   "a sharded problem (vocab_total = %lld, shards = %d) has no cluster row "
-                   "kernels: its row statistics are merged across ranks",
-                   (long long)pb->vocab_total, (int)pb->shards);
-  g->tune = *tune;
-  g->ld = round_up(pb->vocab, 8);
-  const int native = native_logits(pb);
-  g->grad = pb->input_dtype;
-  g->logit = native ? g->grad : KLJIT_FP32;
-  /* same dtype: G replaces z element by element; else 16-bit G over the fp32 row, made safe by
-   * the cluster barrier or by the one-block-per-row pass 2 (INPLACE) */
-  g->grad_in_place = 1;
-  g->ldg = native ? g->ld : 2 * g->ld;
-  const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row, unless
-   * the cluster holds the row (it sums S over its blocks) */
-  const int one_block =
-      (!native && !tune->cluster) || sparse || (prob_divergence_rows(pb) && !tune->cluster);
-  g->p2_split = one_block ? 1 : tune->split;
-  g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
-                    pb->grad_weight_accum == KLJIT_ACCUM_FP32;
-  prob_dx_split(pb, 0, g); /* the planner's; plan.c applies the context's options */
-  /* Every chunk after the first reads and writes dW once more (beta = 1): 8 V H bytes with an
-   * fp32 accumulator, which costs more than the smaller chunk saves (measured on the H200,
-   * bench/RESULTS.md run 22: 2048 x 4096 x 128256 with fp32 dW took 12.58 ms capped, 9.12 ms
-   * not). Only a 16-bit dW accumulated in place (4 V H bytes a chunk, and the lean-memory
-   * setting the binding picks) takes the cap; the context's options may fix the chunk (plan.c).
-   * The online teacher's chunk holds its fp32 logits beside the student's: half the rows keep
-   * the same bytes (prob_chunk_rows). */
-  g->chunk_cap = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
-                 : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 8
-                                                                      : 4;
-  /* the dense row kernels' TEACHER: the online teacher's logits are a logits teacher's */
-  const kljit_teacher_form form =
-      pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher;
-  const char *teacher = names_teacher(form);
-  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
-
-  kspec *r = &g->rows;
-  r->family = KSPEC_DENSE_ROWS;
-  r->v = pb->vocab, r->ld = g->ld;
-  r->threads = tune->threads, r->split = tune->split;
-  r->cluster = tune->cluster, r->nv = tune->nv, r->ldg = g->ldg;
-  r->inplace = !native && !tune->cluster;
-  r->logit = g->logit, r->grad = g->grad;
-  r->tdt = pb->teacher_dtype;
-  r->bdt = pb->weight_dtype;
-  r->out = KLJIT_FP32;
-  r->teacher = teacher;
-  r->reduction = names_reduction(pb->reduction);
-  r->tmode = pb->temperature_mode;
-  r->bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
-  r->t2 = (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0;
-  r->tt_same = pb->teacher_temperature == 0;
-  r->t = pb->temperature, r->tt = pb->teacher_temperature, r->eps = pb->eps;
-  r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
-  r->vtot = prob_vocab_total(pb);
-  r->offset = pb->vocab_offset;
-  r->tld = prob_teacher_ld(pb);
-  if (hidden) { /* the teacher GEMM's fp32 logits, chunk rows LD apart (exec.c) */
-    r->tdt = KLJIT_FP32;
-    r->tld = g->ld;
-    r->tchunk = 1;
-    /* its bias, in the teacher's dtype, is added as the row kernels load its logits */
-    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS) r->tbdt = pb->teacher_dtype;
-  }
-  r->softcap = pb->softcap;
-  r->tsoftcap = pb->teacher_softcap;
-  r->hard = pb->hard_weight;
-  r->soft1 = pb->soft_weight - 1.0;
-  r->div = prob_divergence_rows(pb);
-  r->sharded = prob_sharded(pb);
-  r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
-  if (sparse) { /* one pass-2 block per row (it gathers the support), two-pass only */
-    if (tune->cluster)
-      return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
-    r->family = KSPEC_SPARSE_ROWS;
-    r->cluster = 0, r->nv = 1;
-    r->teacher = "sparse";
-    r->topk = pb->topk;
-    r->idt = pb->topk_id_dtype;
-    r->values = names_topk_values(pb->topk_values);
-    r->tail = names_tail(pb->tail);
-  }
-
-  kspec *h = &g->helpers;
-  *h = *r;
-  h->family = KSPEC_HELPERS;
-  /* the helpers never see logits, the teacher or the loss's terms */
-  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
-  h->div = NULL;
-  h->tchunk = 0;
-  h->tbdt = 0;
-  h->sharded = 0;
-  h->check = 0;
-  h->out = pb->grad_weight_dtype;
-  return KLJIT_SUCCESS;
-}
-
 /* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
  * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
  * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
  * fatter one; the online teacher's two fp32 buffers a row, capped at an eighth, take as much.
  * Long calls keep the tuned chunk (the cap only bites below chunk_cap x chunk_rows tokens);
- * where dW accumulates in fp32 (g->chunk_cap is 0) or the context's options set the chunk size
- * (chunk_rows, KLJIT_CHUNK_ROWS), the tuning's chunk is kept. The binding mirrors this rule
- * (python/kljit/_ops.py, call_chunk_rows). */
+ * where dW accumulates in fp32 or the context's options set the chunk size (chunk_rows,
+ * KLJIT_CHUNK_ROWS), g->chunk_cap is 0 (recipe.c) and the tuning's chunk is kept. The binding
+ * mirrors this rule (python/kljit/_ops.py, call_chunk_rows). */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
   if (!g->chunk_cap) return g->tune.chunk_rows;
   const int64_t k = g->chunk_cap;
@@ -481,7 +347,6 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   const int64_t chunk = prob_chunk_rows(g, rows);
   const int64_t r = rows < chunk ? rows : chunk;
   const size_t zsize = names_dtype_size(g->logit);
-  const size_t gsize = names_dtype_size(pb->input_dtype);
   const int grads = mode != KLJIT_MODE_FORWARD;
   size_t off = 0;
   /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */
@@ -495,8 +360,7 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   /* the online teacher's logits of the chunk (fp32, LD apart) */
   w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
                          ? align256((size_t)r * (size_t)g->ld * 4) : 0;
-  w.g = g->grad_in_place || !grads ? w.z : off;
-  off += g->grad_in_place || !grads ? 0 : align256((size_t)r * (size_t)g->ld * gsize);
+  w.g = w.z; /* G overwrites the logits in place (recipe.c) */
   w.dw = off, off += grads && g->dw_workspace
                          ? align256((size_t)pb->vocab * (size_t)pb->hidden * 4) : 0;
   w.db = off, off += grads && (pb->flags & KLJIT_FLAG_BIAS) ? align256((size_t)pb->vocab * 4) : 0;

@@ -61,21 +61,20 @@ typedef struct prob_tuning {
   prob_gemm_choice gemm[PROB_GEMM_CHOICES]; /* tuned cuBLASLt algorithms; none: heuristic */
 } prob_tuning;
 
-/* Everything about a plan that follows from the problem and the tuning. */
+/* Everything about a plan that follows from the problem and the tuning (recipe.c makes it). */
 typedef struct prob_geometry {
   prob_tuning tune;
   int64_t ld;                 /* row stride of the chunk buffers, V rounded up to 8 */
   int64_t ldg;                /* row stride of G in its own elements (2 ld: 16-bit G over fp32) */
-  kljit_dtype logit, grad;    /* dtypes of the chunk logits and of G */
-  int grad_in_place;          /* G overwrites Z (always, now: same dtype, or 16-bit over fp32) */
+  kljit_dtype logit, grad;    /* dtypes of the chunk logits and of G (G overwrites them) */
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
   int chunk_cap;              /* 0, or k: a call's chunk is capped at 1/k of its rows (4; 8
                                * with the online teacher: two fp32 logit buffers a row) */
   int dx_split;               /* dX as this many GEMMs over slices of V summed in fp32 (1:
-                               * one GEMM into dX); prob_dx_split */
+                               * one GEMM into dX) */
   int64_t dx_slice;           /* columns of V per slice (the last takes the rest) */
-  int dx_forced;              /* the context's options set dx_split: every chunk splits */
+  int64_t dx_rows;            /* dx_split > 1: chunks of at least this many rows split */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
@@ -85,24 +84,14 @@ typedef struct prob_geometry {
  * definition the heuristics and the tuner's candidates share. */
 int prob_cluster_tuning(const kljit_problem *pb, int arch, prob_tuning *t);
 
-/* Heuristic tuning for sm_<arch> with `sm_count` multiprocessors (0: unknown, e.g. precompile).
- * On sm_90 and newer, rows that fit a cluster's registers take the one-pass cluster variant. */
-prob_tuning prob_estimate(const kljit_problem *pb, int sm_count, int arch);
-/* The same with a context's options (row_kernel, chunk_rows); prob_estimate takes the
- * environment's defaults (what runs without a context: precompile, tests). */
-prob_tuning prob_estimate_opt(const kljit_problem *pb, int sm_count, int arch,
-                              const kljit_context_options *opt);
+/* Heuristic tuning for sm_<arch> under a context's options (row_kernel, chunk_rows). On sm_90
+ * and newer, with KLJIT_ROW_KERNEL_CLUSTER, rows that fit a cluster's registers take the
+ * one-pass cluster variant. */
+prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context_options *opt);
 
-/* Geometry and specs for a validated problem and a tuning. */
-kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune,
-                                prob_geometry *g);
-
-/* Sets g->dx_split, dx_slice and dx_forced: `forced` slices (the context's options, 1..64,
- * then obeyed for every chunk), or for 0 the planner's choice: 16-bit inputs with V >= 65536
- * take ceil(V / 32768) slices, others one GEMM (and exec.c keeps one GEMM for a chunk too short
- * to fill half the SMs). Fewer where V is too short for that many slices of 64-column
- * multiples. */
-void prob_dx_split(const kljit_problem *pb, int forced, prob_geometry *g);
+/* Whether the chunk logits are in the input dtype (KLJIT_FLAG_NATIVE_LOGITS, or fp32 inputs),
+ * else fp32. */
+int prob_native_logits(const kljit_problem *pb);
 
 /* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most rows / g->chunk_cap
  * rounded up to 256 (at least 256) where g->chunk_cap is not 0. */

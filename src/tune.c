@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* tune.c — planning rigor without a GPU: the candidate configurations, the choice between
- * wisdom, heuristics and tuning, and the entry points that tune (kljit_tune, plans). The timing
- * itself is in tune_measure.c.
+/* tune.c — choosing a tuning without a GPU: the candidate configurations a tuner tries, and the
+ * choice between wisdom and the heuristics by rigor. The timing is in tune_measure.c, the entry
+ * points that put them together in planner.c.
  */
 #include "tune.h"
 
@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
-#include "spec_check.h"
+#include "recipe.h"
 
 void tune_describe(const prob_tuning *t, char *out, size_t cap) {
   if (t->cluster)
@@ -27,19 +26,22 @@ static int native_16bit_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) && pb->input_dtype != KLJIT_FP32;
 }
 
-/* Would the two-pass row template accept this split? (its SEG rule, docs in the template) */
-static int split_fits(const kljit_problem *pb, int split, int threads, int demand_work) {
+/* Does a two-pass split give each block enough work? A block whose threads mostly idle is never
+ * the fastest: not worth a compile. (Whether the template accepts the split at all is its own
+ * rule: usable.) */
+static int split_works(const kljit_problem *pb, int split, int threads) {
   const int64_t vec = native_16bit_logits(pb) ? 8 : 4;
   const int64_t seg = (pb->vocab + split * vec - 1) / (split * vec) * vec;
-  /* whether the template accepts the split is its own rule (usable: kspec_check) */
-  /* a block whose threads mostly idle is never the fastest: not worth a compile */
-  return !demand_work || seg * 2 >= threads * vec;
+  return seg * 2 >= threads * vec;
 }
 
-static int usable(const kljit_problem *pb, const prob_tuning *t) {
-  prob_geometry g;
-  const int ok = prob_geometry_make(pb, t, &g) == KLJIT_SUCCESS && !kspec_check(&g.rows) &&
-                 !kspec_check(&g.helpers);
+/* A candidate is what its plan would build as given (not replaced: a shard's cluster tuning is
+ * not a candidate) and what the templates accept. */
+static int usable(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                  const prob_tuning *t) {
+  recipe r;
+  const int ok =
+      recipe_make(pb, t, opt, arch, 0, &r) == KLJIT_SUCCESS && !r.replaced && !recipe_check(&r);
   if (!ok) err_clear();
   return ok;
 }
@@ -49,9 +51,16 @@ static int same(const prob_tuning *a, const prob_tuning *b) {
          a->cluster == b->cluster && a->nv == b->nv;
 }
 
+/* What a stage's candidates are checked against: the problem, the context's options, the arch. */
+typedef struct cand_ctx {
+  const kljit_problem *pb;
+  const kljit_context_options *opt;
+  int arch;
+} cand_ctx;
+
 /* Appends t unless present or unusable. */
-static void add(const kljit_problem *pb, const prob_tuning *t, prob_tuning *out, int *n, int cap) {
-  if (*n >= cap || !usable(pb, t)) return;
+static void add(const cand_ctx *cc, const prob_tuning *t, prob_tuning *out, int *n, int cap) {
+  if (*n >= cap || !usable(cc->pb, cc->opt, cc->arch, t)) return;
   for (int i = 0; i < *n; i++)
     if (same(&out[i], t)) return;
   out[(*n)++] = *t;
@@ -64,9 +73,10 @@ static int default_split(const kljit_problem *pb, const prob_tuning *base) {
   return (int)(s < 1 ? 1 : s > 16 ? 16 : s);
 }
 
-static void shapes(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_tuning *base,
+static void shapes(const cand_ctx *cc, kljit_plan_rigor rigor, const prob_tuning *base,
                    prob_tuning *out, int *n, int cap) {
-  add(pb, base, out, n, cap);
+  const kljit_problem *pb = cc->pb;
+  add(cc, base, out, n, cap);
   const int exhaustive = rigor == KLJIT_PLAN_EXHAUSTIVE;
   const int most = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK ? 64 : exhaustive ? 32 : 16;
   const int s0 = default_split(pb, base);
@@ -82,15 +92,15 @@ static void shapes(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_t
   }
   for (int ti = 0; ti < n_threads; ti++)
     for (int si = 0; si < n_splits; si++) {
-      if (splits[si] < 1 || splits[si] > most || !split_fits(pb, splits[si], threads[ti], 1))
+      if (splits[si] < 1 || splits[si] > most || !split_works(pb, splits[si], threads[ti]))
         continue;
       prob_tuning t = *base;
       t.cluster = 0, t.nv = 1, t.threads = threads[ti], t.split = splits[si];
-      add(pb, &t, out, n, cap);
+      add(cc, &t, out, n, cap);
     }
 }
 
-static void chunks(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_tuning *base,
+static void chunks(const cand_ctx *cc, kljit_plan_rigor rigor, const prob_tuning *base,
                    int64_t rows, prob_tuning *out, int *n, int cap) {
   const int64_t r0 = base->chunk_rows, most = wisdom_bucket(rows);
   int64_t sizes[16];
@@ -106,30 +116,32 @@ static void chunks(const kljit_problem *pb, kljit_plan_rigor rigor, const prob_t
     if (r < 256 || r == r0 || (r > most && r0 >= most)) continue;
     prob_tuning t = *base;
     t.chunk_rows = r > most ? most : r; /* a chunk past the token count is the token count */
-    if (t.chunk_rows != r0) add(pb, &t, out, n, cap);
+    if (t.chunk_rows != r0) add(cc, &t, out, n, cap);
   }
 }
 
 /* The sm_90 one-pass variant (prob_cluster_tuning, the heuristics' own shape), and with
  * EXHAUSTIVE also at half the chunk. */
-static void clusters(const kljit_problem *pb, int arch, kljit_plan_rigor rigor,
-                     const prob_tuning *base, prob_tuning *out, int *n, int cap) {
+static void clusters(const cand_ctx *cc, kljit_plan_rigor rigor, const prob_tuning *base,
+                     prob_tuning *out, int *n, int cap) {
   prob_tuning t = *base;
-  if (!prob_cluster_tuning(pb, arch, &t)) return;
-  add(pb, &t, out, n, cap);
+  if (!prob_cluster_tuning(cc->pb, cc->arch, &t)) return;
+  add(cc, &t, out, n, cap);
   if (rigor == KLJIT_PLAN_EXHAUSTIVE && base->chunk_rows >= 512) {
     prob_tuning half = t;
     half.chunk_rows = base->chunk_rows / 2 / 256 * 256;
-    add(pb, &half, out, n, cap);
+    add(cc, &half, out, n, cap);
   }
 }
 
-int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, tune_stage stage,
-                    const prob_tuning *base, int64_t rows, prob_tuning *out, int cap) {
+int tune_candidates(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                    kljit_plan_rigor rigor, tune_stage stage, const prob_tuning *base, int64_t rows,
+                    prob_tuning *out, int cap) {
+  const cand_ctx cc = {pb, opt, arch};
   int n = 0;
-  if (stage == TUNE_SHAPES) shapes(pb, rigor, base, out, &n, cap);
-  if (stage == TUNE_CHUNKS) chunks(pb, rigor, base, rows, out, &n, cap);
-  if (stage == TUNE_CLUSTER) clusters(pb, arch, rigor, base, out, &n, cap);
+  if (stage == TUNE_SHAPES) shapes(&cc, rigor, base, out, &n, cap);
+  if (stage == TUNE_CHUNKS) chunks(&cc, rigor, base, rows, out, &n, cap);
+  if (stage == TUNE_CLUSTER) clusters(&cc, rigor, base, out, &n, cap);
   return n;
 }
 
@@ -139,12 +151,9 @@ void tune_chunk_override(const kljit_context_options *opt, prob_tuning *t) {
   if (opt->chunk_rows > 0) t->chunk_rows = opt->chunk_rows;
 }
 
-
 kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
                          int sms, const kljit_context_options *opt, prob_tuning *out,
                          tune_source *src, wisdom_entry *used) {
-  kljit_context_options env;
-  if (!opt) env_context_defaults(&env), opt = &env;
   char key[WISDOM_PROBLEM_MAX];
   wisdom_problem_key(pb, key);
   const int64_t bucket = wisdom_bucket(opt->tune_rows);
@@ -156,7 +165,7 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
     if (rigor == KLJIT_PLAN_WISDOM_ONLY)
       return err_set(KLJIT_ERR_NO_WISDOM, "KLJIT_PLAN_WISDOM_ONLY: the online teacher "
                      "(KLJIT_TEACHER_DENSE_HIDDEN) has no wisdom yet");
-    *out = prob_estimate_opt(pb, sms, arch, opt);
+    *out = prob_estimate(pb, arch, opt);
     *src = TUNE_FROM_HEURISTIC;
     return KLJIT_SUCCESS;
   }
@@ -178,7 +187,7 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
                    "%s (any token bucket); tune it (kljit tune, or KLJIT_PLAN_MEASURE) or import "
                    "a wisdom file (kljit_wisdom_import_file, KLJIT_WISDOM)",
                    gpu, arch, sms, KLJIT_VERSION_STRING, key);
-  *out = prob_estimate_opt(pb, sms, arch, opt);
+  *out = prob_estimate(pb, arch, opt);
   *src = measured ? TUNE_NEEDED : TUNE_FROM_HEURISTIC;
   return KLJIT_SUCCESS;
 }

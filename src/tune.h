@@ -21,11 +21,13 @@ typedef enum tune_stage { TUNE_SHAPES = 1, TUNE_CHUNKS = 2, TUNE_CLUSTER = 3 } t
 enum { TUNE_MAX_CANDIDATES = 128 };
 
 /* The candidates of one stage around `base` (the heuristic for SHAPES, the best so far after),
- * for rigor MEASURE (small sets) or EXHAUSTIVE (larger ones), tuning at `rows` tokens. Every
- * candidate passes prob_geometry_make; none equals `base` except SHAPES' first, which is `base`
- * itself. Returns the count (<= cap). */
-int tune_candidates(const kljit_problem *pb, int arch, kljit_plan_rigor rigor, tune_stage stage,
-                    const prob_tuning *base, int64_t rows, prob_tuning *out, int cap);
+ * for rigor MEASURE (small sets) or EXHAUSTIVE (larger ones), tuning at `rows` tokens on
+ * sm_<arch> under a context's options. Every candidate is a recipe the templates accept, built
+ * as given (recipe_make, recipe_check); none equals `base` except SHAPES' first, which is
+ * `base` itself. Returns the count (<= cap). */
+int tune_candidates(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                    kljit_plan_rigor rigor, tune_stage stage, const prob_tuning *base, int64_t rows,
+                    prob_tuning *out, int cap);
 
 /* "threads=256 split=8 chunk_rows=4096" (or "cluster=8 threads=256 nv=4 chunk_rows=4096"). */
 void tune_describe(const prob_tuning *t, char *out, size_t cap);
@@ -38,9 +40,10 @@ typedef enum tune_source {
 } tune_source;
 
 /* The rigor rules of kljit_plan_create (kljit.h, "wisdom"), without a GPU: the tuning for `pb`
- * on a GPU named `gpu` (sm_<arch>, `sms` multiprocessors). KLJIT_ERR_NO_WISDOM for WISDOM_ONLY
- * without an entry, naming the key. opt (NULL: the environment's defaults) gives the token
- * bucket (tune_rows) and may override the chunk size (chunk_rows). */
+ * on a GPU named `gpu` (sm_<arch>, `sms` multiprocessors: wisdom's key). KLJIT_ERR_NO_WISDOM for
+ * WISDOM_ONLY without an entry, naming the key. The context's options `opt` give the token
+ * bucket (tune_rows), the heuristics' row kernel and may override the chunk size
+ * (chunk_rows). */
 kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const char *gpu, int arch,
                          int sms, const kljit_context_options *opt, prob_tuning *out,
                          tune_source *src, wisdom_entry *used);

@@ -150,12 +150,12 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
   return s;
 }
 
-static size_t plan_ws(const kljit_problem *pb, const prob_tuning *t, int64_t rows, int two) {
-  prob_geometry g;
-  if (prob_geometry_make(pb, t, &g) != KLJIT_SUCCESS) return 0;
-  if (!two) return prob_workspace_layout(pb, &g, KLJIT_MODE_FUSED, rows).total;
-  const size_t f = prob_workspace_layout(pb, &g, KLJIT_MODE_FORWARD, rows).total;
-  const size_t k = prob_workspace_layout(pb, &g, KLJIT_MODE_BACKWARD, rows).total;
+/* Workspace bytes of a plan of geometry g for `rows` tokens (fused; two-phase: the larger of
+ * forward and backward). */
+static size_t plan_ws(const bench *b, const prob_geometry *g, int64_t rows) {
+  if (!b->two_phase) return prob_workspace_layout(b->pb, g, KLJIT_MODE_FUSED, rows).total;
+  const size_t f = prob_workspace_layout(b->pb, g, KLJIT_MODE_FORWARD, rows).total;
+  const size_t k = prob_workspace_layout(b->pb, g, KLJIT_MODE_BACKWARD, rows).total;
   return f > k ? f : k;
 }
 
@@ -174,17 +174,21 @@ static void free_all(bench *b) {
   if (b->stream) b->d->cuStreamDestroy(b->stream), b->stream = NULL;
 }
 
-/* Fewer tokens than asked when the GPU's free memory is short (halving, down to 256). */
+/* Fewer tokens than asked when the GPU's free memory is short (halving, down to 256), for the
+ * plans of the heuristic tuning. */
 static kljit_status pick_rows(bench *b, const prob_tuning *heur, int64_t asked) {
+  recipe r;
+  kljit_status st = recipe_make(b->pb, heur, &b->ctx->opt, b->ctx->arch, b->ctx->sm_count, &r);
+  if (st != KLJIT_SUCCESS) return st;
   size_t free_b = 0, total = 0;
-  kljit_status st = DRV(b, cuMemGetInfo(&free_b, &total), "cuMemGetInfo");
+  st = DRV(b, cuMemGetInfo(&free_b, &total), "cuMemGetInfo");
   if (st != KLJIT_SUCCESS) return st;
   const double room = 0.85 * (double)free_b;
   int64_t n = asked;
   while (n > 256 &&
-         (double)(fixed_bytes(b->pb, n) + 2 * plan_ws(b->pb, heur, n, b->two_phase)) > room)
+         (double)(fixed_bytes(b->pb, n) + 2 * plan_ws(b, &r.geom, n)) > room)
     n /= 2;
-  const size_t need = fixed_bytes(b->pb, n) + plan_ws(b->pb, heur, n, b->two_phase);
+  const size_t need = fixed_bytes(b->pb, n) + plan_ws(b, &r.geom, n);
   if ((double)need > room)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "not enough free GPU memory to tune: %.2f GiB needed at %lld tokens, %.2f GiB "
@@ -335,7 +339,7 @@ static kljit_status time_candidate(bench *b, const prob_tuning *t, int first, do
     return KLJIT_SUCCESS;
   }
   if (st != KLJIT_SUCCESS) return st;
-  const size_t need = plan_ws(b->pb, t, b->rows, b->two_phase);
+  const size_t need = plan_ws(b, &plan->rec.geom, b->rows);
   if (need > b->ws_bytes) {
     if (b->ws) b->d->cuMemFree(b->ws), b->ws = 0, b->ws_bytes = 0;
     if (b->d->cuMemAlloc(&b->ws, need) == CUDA_SUCCESS)
@@ -421,14 +425,12 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
 enum { GEMM_CANDIDATES = 8, GEMM_REPS = 5 };
 
 /* One GEMM of the chunk loop as the tuner runs it: a cuBLASLt algorithm (op: an operation
- * prepared with it) or a generated kernel (fn, variant v; the logits GEMM only). x and y are
+ * prepared with it) or a generated kernel (jg, loaded for the recipe slot rg). x and y are
  * gemm_run's operands (logits: W, then the chunk's X). */
 typedef struct gemm_launch {
-  const kljit_plan *plan;
   const gemm_op *op;
-  CUfunction fn;
-  const jgemm_variant *v;
-  gemm_kind kind;
+  const plan_jgemm *jg;
+  const recipe_gemm *rg;
   int64_t n;
   float beta;
   const void *x, *y;
@@ -437,12 +439,10 @@ typedef struct gemm_launch {
 } gemm_launch;
 
 static kljit_status launch(bench *b, const gemm_launch *g) {
-  if (!g->fn)
+  if (!g->jg)
     return gemm_run(b->ctx->lt, g->op, g->n, g->x, g->y, g->out, 1.0f, g->beta, g->lt_ws,
                     g->lt_size, (void *)b->stream);
-  const int64_t h = b->pb->hidden;
-  const jgemm_args a = {g->y, g->x, g->out, g->n, b->pb->vocab, h, h, h, g->plan->geom.ld, 1.0f};
-  return jgemm_launch(b->d, g->fn, g->v, b->ctx->sm_count, &a, b->stream);
+  return plan_jgemm_launch(b->ctx, g->jg, g->rg, g->n, g->x, g->y, g->out, 1.0f, b->stream);
 }
 
 /* Median time of one GEMM launch; *ok = 0 when cuBLASLt refuses to run the algorithm. */
@@ -483,8 +483,8 @@ static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, 
   static const char *const names[] = {"logits", "dX", "dW"};
   cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
   int count = 0, best = -1;
-  const gemm_types *ty = &plan->gemm[kind].types;
-  const gemm_shape *sh = &plan->gemm[kind].shape;
+  const gemm_types *ty = &plan->rec.gemm[kind].types;
+  const gemm_shape *sh = &plan->rec.gemm[kind].shape;
   kljit_status st = gemm_candidates(b->ctx->lt, ty, sh, kind, n, lt_size, cand, GEMM_CANDIDATES,
                                     &count);
   double best_ms = 0, heur_ms = 0;
@@ -493,7 +493,7 @@ static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, 
     int ok = 0;
     gemm_op op;
     st = gemm_prepare(b->ctx->lt, ty, sh, kind, n, lt_size, &cand[i], &op);
-    const gemm_launch g = {plan, &op, NULL, NULL, kind, n, beta, x, y, out, lt_ws, lt_size};
+    const gemm_launch g = {&op, NULL, NULL, n, beta, x, y, out, lt_ws, lt_size};
     if (st == KLJIT_SUCCESS) st = time_gemm(b, &g, &ms, &ok);
     gemm_destroy(&op);
     if (st != KLJIT_SUCCESS || !ok) continue;
@@ -521,8 +521,8 @@ static kljit_status tune_gemm(bench *b, const kljit_plan *plan, gemm_kind kind, 
 /* The first and last rows of a chunk's logits as floats (n_rows x ld each end). */
 static kljit_status sample_rows(bench *b, const kljit_plan *plan, const void *z, int64_t n,
                                 float *out, int64_t rows) {
-  const int64_t ld = plan->geom.ld;
-  const int f32 = plan->gemm[GEMM_LOGITS].types.logits == CUDA_R_32F;
+  const int64_t ld = plan->rec.geom.ld;
+  const int f32 = plan->rec.geom.logit == KLJIT_FP32;
   const int bf16 = plan->pb.input_dtype == KLJIT_BF16;
   const size_t es = f32 ? 4 : 2, per = (size_t)(rows * ld);
   unsigned char *h = malloc(2 * per * es);
@@ -542,14 +542,15 @@ static kljit_status sample_rows(bench *b, const kljit_plan *plan, const void *z,
   return st;
 }
 
-/* Each variant of a short list: loaded, its output checked against cuBLASLt's (in z when this
- * is called) on the chunk's first and last rows, timed; the fastest is kept in *t when it beats
- * cuBLASLt's best (lt_ms) by 1%, and then the tuning's plans run it (jgemm_choose). */
+/* Each variant of a short list: the recipe of the tuning with that choice, its module loaded
+ * as a plan loads it, its output checked against cuBLASLt's (in z when this is called) on the
+ * chunk's first and last rows, timed; the fastest is kept in *t when it beats cuBLASLt's best
+ * (lt_ms) by 1%, and then the tuning's plans run it (the recipe's logits slot). */
 static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n, const void *w,
                                     const void *x, void *z, double lt_ms, prob_tuning *t) {
-  jgemm_variant base;
-  if (jgemm_mode(&b->ctx->opt) != JGEMM_JIT ||
-      !jgemm_applies(b->pb, b->ctx->arch, plan->geom.logit, &base))
+  /* KLJIT_GEMM_JIT, and the family serves this plan (its recipe took the default variant) */
+  if (b->ctx->opt.gemm != KLJIT_GEMM_JIT ||
+      plan->rec.gemm[RECIPE_LOGITS].engine != RECIPE_GENERATED)
     return KLJIT_SUCCESS;
   static const struct {
     int bn, consumers, stages;
@@ -560,35 +561,34 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
       {256, 2, 4, 'm', 1, 'c'}, {256, 2, 4, 'g', 1, 'c'}, {128, 2, 6, 'g', 1, 'c'},
       {256, 2, 4, 'g', 2, 'c'}, {256, 2, 4, 'm', 2, 'c'}, {128, 2, 6, 'g', 1, 'p'},
       {256, 1, 5, 'g', 1, 'p'}, {128, 2, 6, 'g', 2, 'p'}};
-  const int64_t rows = n < 8 ? n : 8, ld = plan->geom.ld;
+  enum { TRIES = sizeof tries / sizeof tries[0] };
+  const int64_t rows = n < 8 ? n : 8, ld = plan->rec.geom.ld;
   const size_t count = (size_t)(2 * rows * ld);
+  const int f32 = plan->rec.geom.logit == KLJIT_FP32;
   float *ref = malloc(count * sizeof *ref), *got = malloc(count * sizeof *got);
   kljit_status st = ref && got ? sample_rows(b, plan, z, n, ref, rows)
                                : err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  const double tol = plan->gemm[GEMM_LOGITS].types.logits == CUDA_R_32F ? 1e-4 : 1e-2; /* rel. Frobenius */
+  const double tol = f32 ? 1e-4 : 1e-2; /* relative Frobenius */
   double best_ms = lt_ms;
   int best = -1;
-  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && st == KLJIT_SUCCESS; i++) {
-    jgemm_variant v = base;
-    v.bn = tries[i].bn, v.consumers = tries[i].consumers, v.stages = tries[i].stages;
-    v.raster = tries[i].raster, v.cluster = tries[i].cluster, v.schedule = tries[i].schedule;
-    const kspec k = jgemm_spec(&v);
-    jit_bin bin;
-    CUmodule mod = NULL;
-    CUfunction fn = NULL;
-    st = jit_build(&k, b->ctx->arch, &b->ctx->cache, &bin);
+  for (int i = 0; i < TRIES && st == KLJIT_SUCCESS; i++) {
+    prob_tuning with = *t;
+    prob_gemm_choice c;
+    memset(&c, 0, sizeof c);
+    c.used = 1, c.kind = GEMM_LOGITS, c.n = n, c.beta_zero = 1, c.jit = 1;
+    c.bn = tries[i].bn, c.consumers = tries[i].consumers, c.stages = tries[i].stages;
+    c.raster = tries[i].raster, c.cluster = tries[i].cluster, c.schedule = tries[i].schedule;
+    recipe r;
+    if (gemm_algo_add(&with, &c) ||
+        (st = recipe_make(b->pb, &with, &b->ctx->opt, b->ctx->arch, b->ctx->sm_count, &r)))
+      break;
+    const recipe_gemm *rg = &r.gemm[RECIPE_LOGITS];
+    plan_jgemm jg;
+    st = plan_jgemm_load(b->ctx, &r, RECIPE_LOGITS, &jg, NULL);
     if (st != KLJIT_SUCCESS) break;
-    st = jgemm_check_manifest(bin.manifest.data, bin.name);
-    if (st == KLJIT_SUCCESS)
-      st = DRV(b, cuModuleLoadData(&mod, bin.cubin.data), "cuModuleLoadData (GEMM)");
-    jit_bin_free(&bin);
-    if (st == KLJIT_SUCCESS) st = DRV(b, cuModuleGetFunction(&fn, mod, "kl_gemm"), "kl_gemm");
-    if (st == KLJIT_SUCCESS) st = jgemm_prepare(b->d, fn, &v);
-    const gemm_launch g = {plan, NULL, fn, &v, GEMM_LOGITS, n, 0.0f, w, x, z, NULL, 0};
-    if (st == KLJIT_SUCCESS) st = DRV(b, cuMemsetD8Async((CUdeviceptr)(uintptr_t)z, 0xff,
-                                                         (size_t)(n * ld) * (plan->gemm[GEMM_LOGITS].types.logits
-                                                         == CUDA_R_32F ? 4 : 2), b->stream),
-                                      "cuMemsetD8Async (poison)");
+    const gemm_launch g = {NULL, &jg, rg, n, 0.0f, w, x, z, NULL, 0};
+    st = DRV(b, cuMemsetD8Async((CUdeviceptr)(uintptr_t)z, 0xff, (size_t)(n * ld) * (f32 ? 4 : 2),
+                                b->stream), "cuMemsetD8Async (poison)");
     if (st == KLJIT_SUCCESS) st = launch(b, &g);
     if (st == KLJIT_SUCCESS) st = sample_rows(b, plan, z, n, got, rows);
     double num = 0, den = 0;
@@ -599,18 +599,18 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
     }
     const int right = st == KLJIT_SUCCESS && isfinite(num) && num <= tol * tol * den;
     char what[64];
-    jgemm_describe(&v, what, sizeof what);
+    jgemm_describe(&rg->variant, what, sizeof what);
     double ms = 0;
     int ok = 0;
     if (right) st = time_gemm(b, &g, &ms, &ok);
     else if (st == KLJIT_SUCCESS)
       util_log("tune: generated logits GEMM %s disagrees with cuBLASLt (rel %.3g): skipped", what,
                den > 0 ? sqrt(num / den) : INFINITY);
-    if (mod) b->d->cuModuleUnload(mod);
+    plan_jgemm_release(b->ctx, &jg);
     if (st != KLJIT_SUCCESS || !ok) continue;
     util_log("tune: logits GEMM (%lld rows) generated %s: %.3f ms (cuBLASLt best %.3f ms)",
              (long long)n, what, ms, lt_ms);
-    if (ms < 0.99 * best_ms) best = (int)i, best_ms = ms;
+    if (ms < 0.99 * best_ms) best = i, best_ms = ms;
   }
   free(ref), free(got);
   if (st != KLJIT_SUCCESS || best < 0) return st;
@@ -631,16 +631,16 @@ static kljit_status tune_gemms(bench *b, prob_tuning *t) {
   kljit_plan *plan = NULL;
   kljit_status st = plan_create_tuned(b->ctx, b->pb, t, "GEMM tuning", util_now(), &plan);
   if (st != KLJIT_SUCCESS) return st;
-  if (plan_ws(b->pb, t, b->rows, b->two_phase) > b->ws_bytes)
+  if (st == KLJIT_SUCCESS && plan_ws(b, &plan->rec.geom, b->rows) > b->ws_bytes)
     st = err_set(KLJIT_ERR_INTERNAL, "GEMM tuning: the winner's workspace is not allocated");
   b->a.workspace = (void *)(uintptr_t)b->ws, b->a.workspace_size = b->ws_bytes;
   if (st == KLJIT_SUCCESS) st = call(b, plan);
   if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
   const prob_workspace w = prob_workspace_layout(
-      b->pb, &plan->geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
+      b->pb, &plan->rec.geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
   char *ws = (char *)(uintptr_t)b->ws;
   const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
-  void *dw = plan->geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
+  void *dw = plan->rec.geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
   const int64_t r = t->chunk_rows, n = b->rows < r ? b->rows : r;
   double lt_ms = 0, unused;
   /* dX and dW first: the logits GEMM's output (a cuBLASLt candidate's) is then the reference
@@ -670,7 +670,7 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
   b.two_phase = pb->reduction == KLJIT_REDUCTION_NONE;
   b.pr.struct_size = sizeof b.pr;
   b.t0 = util_now(), b.budget = ctx->opt.tune_budget_s;
-  const prob_tuning heur = prob_estimate_opt(pb, ctx->sm_count, ctx->arch, &ctx->opt);
+  const prob_tuning heur = prob_estimate(pb, ctx->arch, &ctx->opt);
   kljit_status st = ctx_enter(ctx);
   if (st != KLJIT_SUCCESS) return st;
   st = pick_rows(&b, &heur, rows);
@@ -679,13 +679,13 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
   if (!c && st == KLJIT_SUCCESS) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   if (st == KLJIT_SUCCESS) { /* planned count: later stages are sized around the heuristic */
     for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER; s++)
-      b.pr.count += tune_candidates(pb, ctx->arch, rigor, (tune_stage)s, &heur, b.rows, c,
-                                    TUNE_MAX_CANDIDATES);
+      b.pr.count += tune_candidates(pb, &ctx->opt, ctx->arch, rigor, (tune_stage)s, &heur,
+                                    b.rows, c, TUNE_MAX_CANDIDATES);
   }
   for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER && st == KLJIT_SUCCESS; s++) {
-    const int n =
-        tune_candidates(pb, ctx->arch, rigor, (tune_stage)s, s == TUNE_SHAPES ? &heur : &b.best,
-                        b.rows, c, TUNE_MAX_CANDIDATES);
+    const int n = tune_candidates(pb, &ctx->opt, ctx->arch, rigor, (tune_stage)s,
+                                  s == TUNE_SHAPES ? &heur : &b.best, b.rows, c,
+                                  TUNE_MAX_CANDIDATES);
     st = run_stage(&b, c, n);
   }
   if (st == KLJIT_SUCCESS) st = tune_gemms(&b, &b.best);

@@ -18,9 +18,9 @@
  * may be quoted on input, and an unquoted one holds no quote, backslash or control character,
  * so that parse(format(parse(text))) is the set parse(text).
  * Parsing is strict: an unknown, repeated or
- * missing field, a value out of range, or a tuning prob_geometry_make or the templates
- * themselves (kspec_check) refuse rejects the whole text, so what reaches the store can always
- * be planned and rendered.
+ * missing field, a value out of range, or a tuning whose recipe cannot be made as given
+ * (recipe_make) or whose modules the templates refuse (recipe_check) rejects the whole text, so
+ * what reaches the store can always be planned and rendered.
  */
 #include "wisdom.h"
 
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec_check.h"
+#include "recipe.h"
 
 static const char HEADER_WORD[] = "kljit-wisdom";
 
@@ -600,10 +600,16 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
   if (problem_complete(&pb, pseen, why, cap)) return -1;
   wisdom_problem_key(&pb, e->problem);
   memo_extra(&pb, memo, e->extra);
-  prob_geometry g;
-  if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
-      kspec_check(&g.helpers))
+  /* what a context of the default options on that GPU would build of it, as given */
+  const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  if (recipe_make(&pb, &e->tune, &opt, e->arch, e->sms, &r) != KLJIT_SUCCESS ||
+      recipe_check(&r))
     return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
+  if (r.replaced)
+    return snprintf(why, cap, "unusable choice: a sharded problem (vocab_total = %lld, shards = "
+                    "%d) has no cluster row kernels: its row statistics are merged across ranks",
+                    (long long)pb.vocab_total, (int)pb.shards), -1;
   return 0;
 }
 

@@ -6,8 +6,9 @@
  *  - An entry is identified by (gpu, arch, sms, problem, bucket); the store and every set
  *    wisdom_parse returns hold at most one entry per identity, in identity order. Merging
  *    keeps the higher rigor, then the lower time per token, then the entry already there.
- *  - Every entry in a set has passed prob_validate (its problem) and prob_geometry_make (its
- *    tuning): wisdom can make a plan slow, never make it index out of range.
+ *  - Every entry in a set has passed prob_validate (its problem) and its tuning makes a recipe
+ *    as given whose modules the templates accept (recipe_make, recipe_check): wisdom can make
+ *    a plan slow, never make it index out of range.
  *  - A text is accepted or rejected whole: a bad header (foreign, other format, other kljit
  *    version) or any bad line leaves the store as it was.
  *  - The store is guarded by one mutex; the system and user files are read into it once per

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm_sm90.h"
 #include "jit.h"
+#include "recipe.h"
 #include "wisdom.h"
 
 typedef struct spec_list {
@@ -27,15 +27,15 @@ static void spec_list_free(spec_list *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* Appends the plan's modules (jgemm_plan_modules) unless already listed. */
+/* Appends the modules of the plan of `pb` with tuning t (NULL: the heuristics) on sm_<arch>
+ * with a context of the default options, unless already listed. */
 static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_tuning *t,
                              int arch) {
-  prob_geometry g;
-  kljit_status st = prob_geometry_make(pb, t, &g);
-  kspec gemm;
-  const kspec *specs[3];
-  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(pb, &g, arch, &gemm, specs) : 0;
-  if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
+  const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  kljit_status st = recipe_make(pb, t, &opt, arch, 0, &r);
+  const kspec *specs[RECIPE_MAX_MODULES];
+  const int count = st == KLJIT_SUCCESS ? recipe_modules(&r, specs) : 0;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     kspec_key key;
     strbuf text = {0};
@@ -63,7 +63,7 @@ static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_t
       }
       l->cap = cap;
     }
-    l->k[l->n] = *specs[i]; /* its strings are static literals (prob_geometry_make) */
+    l->k[l->n] = *specs[i]; /* its strings are static literals (recipe.h) */
     l->text[l->n++] = text.data;
   }
   return st;
@@ -86,8 +86,7 @@ kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const ch
     const wisdom_entry *e = &set.e[i];
     kljit_problem pb;
     if ((st = wisdom_entry_problem(e, &pb)) != KLJIT_SUCCESS) break;
-    const prob_tuning heur = prob_estimate(&pb, 0, arch);
-    st = add_plan(&list, &pb, &heur, arch);
+    st = add_plan(&list, &pb, NULL, arch);
     if (st == KLJIT_SUCCESS && e->arch == arch) st = add_plan(&list, &pb, &e->tune, arch);
   }
   wisdom_set_free(&set);

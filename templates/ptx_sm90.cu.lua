@@ -1,8 +1,8 @@
 %-- SPDX-License-Identifier: Apache-2.0
 %-- ptx_sm90.cu.lua: the Hopper (sm_90a) instructions of the generated GEMMs, as small inline-PTX
 %-- helpers. Each cites the section of the PTX ISA ("Parallel Thread Execution ISA", version
-%-- 8.x) it follows, by title: section numbers move between versions.
-%-- that defines it; the GEMM template (gemm_sm90.cu.lua) is written in terms of these only.
+%-- 8.x) that defines it, by title: section numbers move between versions. The GEMM template
+%-- (gemm_sm90.cu.lua) is written in terms of these only.
 %--
 %-- Parameters: none of its own; reads the including GEMM's BN, IN and LAYOUT where set (below:
 %-- only the wgmma form the kernel issues). Needs the common prelude (u32, u64) before it;

@@ -7,7 +7,13 @@
                      include each other without a cycle, and every module is in the table
   entry-points ROOT  every function of include/*.h that returns a kljit_status clears the last
                      error first (its definition in src/ starts with err_clear();)
-  selftest           both checks fail on small trees that break them (the checks can fail)
+  planning ROOT      planning is a pure function: no function reachable from recipe_make (by
+                     calls between the functions defined in ROOT/src, static ones resolved in
+                     their own file first) reads the environment (env_*, getenv), a clock
+                     (util_now, clock_gettime, time) or the GPU (drv_*, cublaslt_*, a driver
+                     table's ->cu* member); and the geometry of a plan (recipe.c's geometry) is
+                     derived in one place: the function has exactly one call site in src/
+  selftest           every check fails on small trees that break it (the checks can fail)
 
 A module is a file name without its extension: x.c and x.h are module x.
 """
@@ -112,6 +118,86 @@ def check_entry_points(root):
     return problems
 
 
+PLANNING_ROOT = "recipe_make"
+GEOMETRY = ("recipe.c", "geometry")
+FORBIDDEN = re.compile(r"^(env_\w+|getenv|secure_getenv|util_now|clock_gettime|gettimeofday|"
+                       r"time|clock|drv_\w+|cublaslt_\w+)$")
+FUNC_DEF = re.compile(r"^[A-Za-z_][^;{}()=#]*?\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)\s*\{",
+                      re.M | re.S)
+CALL = re.compile(r"(->|\.)?\s*\b([A-Za-z_]\w*)\s*\(")
+NOISE = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+
+
+def functions(root):
+    """{(file, name): body} of every function defined in ROOT/src/*.c, comments and string
+    literals blanked (a definition starts at column 0 and its body ends at the next line that
+    is a lone '}': the house layout)."""
+    src = os.path.join(root, "src")
+    out = {}
+    for f in sorted(os.listdir(src)):
+        if not f.endswith(".c"):
+            continue
+        text = NOISE.sub(lambda m: " " * len(m.group(0)) if m.group(0)[0] in "/" else '""',
+                         open(os.path.join(src, f), encoding="utf-8").read())
+        for m in FUNC_DEF.finditer(text):
+            end = text.find("\n}", m.end())
+            out[(f, m.group(1))] = text[m.end():end if end >= 0 else len(text)]
+    return out
+
+
+def calls(body):
+    """(member, name) of each call in a body: member is '->' or '.' for a call through a
+    struct (a function pointer), else ''."""
+    return [(m.group(1) or "", m.group(2)) for m in CALL.finditer(body)]
+
+
+def check_planning(root):
+    fns = functions(root)
+    by_name = {}
+    for (f, name) in fns:
+        by_name.setdefault(name, []).append(f)
+
+    def resolve(f, name):
+        if (f, name) in fns:
+            return (f, name)
+        files = by_name.get(name, [])
+        return (files[0], name) if len(files) == 1 else None
+
+    problems = []
+    roots = [k for k in fns if k[1] == PLANNING_ROOT]
+    if not roots:
+        return [f"src/: no function {PLANNING_ROOT} (the recipe) to check"]
+    seen, todo = {roots[0]: [roots[0][1]]}, [roots[0]]
+    while todo:
+        cur = todo.pop()
+        path = seen[cur]
+        for member, name in calls(fns[cur]):
+            if member and name.startswith("cu"):
+                problems.append(f"src/{cur[0]}: {cur[1]} calls the driver ({member}{name}), "
+                                f"reached from {' -> '.join(path)}")
+            if member:
+                continue
+            if FORBIDDEN.match(name):
+                problems.append(f"src/{cur[0]}: {cur[1]} calls {name}, reached from "
+                                f"{' -> '.join(path)}: planning reads no environment, clock "
+                                "or GPU")
+                continue
+            nxt = resolve(cur[0], name)
+            if nxt and nxt not in seen:
+                seen[nxt] = path + [name]
+                todo.append(nxt)
+    sites = [k for k, body in fns.items()
+             for member, name in calls(body)
+             if not member and name == GEOMETRY[1] and k[0] == GEOMETRY[0]]
+    if (GEOMETRY[0], GEOMETRY[1]) not in fns:
+        problems.append(f"src/{GEOMETRY[0]}: no function {GEOMETRY[1]}")
+    elif len(sites) != 1:
+        problems.append(f"src/{GEOMETRY[0]}: {GEOMETRY[1]} is called from {len(sites)} places "
+                        f"({', '.join(f'{k[0]}:{k[1]}' for k in sites) or 'none'}); a plan's "
+                        "geometry is derived in one place")
+    return problems
+
+
 def write(root, rel, text):
     path = os.path.join(root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -150,6 +236,34 @@ def selftest():
         got = check_entry_points(root)
         if len(got) != 1 or "kljit_g" not in got[0]:
             failures.append(f"entry-points: want kljit_g alone reported, got {got}")
+    with tempfile.TemporaryDirectory() as root:
+        pure = ("static int geometry(int x) {\n  return x;\n}\n\n"
+                "/* env_text(ENV_X) in a comment */\n"
+                "static int helper(int x) {\n"
+                "  return geometry(x) + (int)sizeof(\"getenv(\");\n}\n\n"
+                "int recipe_make(int x) {\n  return helper(x) + names_of(x);\n}\n")
+        write(root, "src/recipe.c", pure)
+        write(root, "src/names.c", "int names_of(int x) {\n  return x;\n}\n")
+        write(root, "src/util.c", "double util_now(void) {\n  return 0;\n}\n"
+              "void util_log(void) {\n  env_text(0);\n}\n")
+        if check_planning(root):
+            failures.append("planning: a pure recipe was refused: " +
+                            "; ".join(check_planning(root)))
+        breaks = [  # (names_of's body, what the report must say, what was not caught)
+            ("return x + (int)util_now();", "calls util_now",
+             "a clock read two calls down"),
+            ("util_log();\n  return x;", "calls env_text",
+             "an environment read through util_log"),
+            ("return d->cuInit(x);", "calls the driver", "a driver call")]
+        for body, want, what in breaks:
+            write(root, "src/names.c", "int names_of(int x) {\n  " + body + "\n}\n")
+            got = check_planning(root)
+            if not any(want in p and "recipe_make -> names_of" in p for p in got):
+                failures.append(f"planning: {what} was not caught: {got}")
+        write(root, "src/names.c", "int names_of(int x) {\n  return x;\n}\n")
+        write(root, "src/recipe.c", pure + "int other(int x) {\n  return geometry(x);\n}\n")
+        if not any("called from 2 places" in p for p in check_planning(root)):
+            failures.append("planning: a second call site of the geometry was not caught")
     return failures
 
 
@@ -160,6 +274,8 @@ def main(argv):
         problems = check_layers(argv[2])
     elif len(argv) == 3 and argv[1] == "entry-points":
         problems = check_entry_points(argv[2])
+    elif len(argv) == 3 and argv[1] == "planning":
+        problems = check_planning(argv[2])
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* harness.h — the in-house test harness: one executable per area, one CTest test per case.
  *
- * A test executable lists its cases in a table and calls th_main; CTest runs
- * `exe case_name` for each case (see th_register in tests/CMakeLists.txt). A case returns
- * TH_PASS, TH_FAIL or TH_SKIP (77, CTest's skip code: GPU cases return it without a device).
+ * A test executable lists its cases in a table `cases[]` and ends with TH_MAIN(cases); CTest
+ * runs `exe case_name` for each case (kljit_test_cases in tests/CMakeLists.txt registers them
+ * from that table). A case returns TH_PASS, TH_FAIL or TH_SKIP (77, CTest's skip code: GPU
+ * cases return it without a device).
  */
 #ifndef KLJIT_TEST_HARNESS_H
 #define KLJIT_TEST_HARNESS_H

@@ -179,7 +179,8 @@ static int context_create_rejects_null_out_negative_device_and_options(void) {
   return TH_PASS;
 }
 
-/* The options' defaults are the environment's (the README's table), read when asked. */
+/* The options' defaults are the environment's (the README's table), read when asked, over
+ * KLJIT_CONTEXT_OPTIONS_INIT (the same values with nothing set). */
 static int context_options_default_to_the_environment(void) {
   kljit_context_options o;
   unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_CHUNK_ROWS"), unsetenv("KLJIT_TUNE_ROWS");
@@ -189,14 +190,22 @@ static int context_options_default_to_the_environment(void) {
   TH_CHECK(o.struct_size == sizeof o && o.flags == 0 && o.row_kernel == KLJIT_ROW_KERNEL_TWO_PASS);
   TH_CHECK(o.chunk_rows == 0 && o.tune_rows == 8192 && o.tune_budget_s == 30.0);
   TH_CHECK(o.dx_split == 0);
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  TH_CHECK(o.flags == init.flags && o.row_kernel == init.row_kernel && o.gemm == init.gemm &&
+           o.chunk_rows == init.chunk_rows && o.tune_rows == init.tune_rows &&
+           o.tune_budget_s == init.tune_budget_s && o.dx_split == init.dx_split);
   setenv("KLJIT_DX_SPLIT", "4", 1);
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.dx_split == 4);
-  setenv("KLJIT_DX_SPLIT", "4x", 1); /* a typo is refused where it is used, not ignored */
+  setenv("KLJIT_DX_SPLIT", "4x", 1); /* a typo is refused by kljit_context_create */
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.dx_split == -1);
   kljit_context *c = NULL;
   TH_STATUS(kljit_context_create(&c, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_DX_SPLIT=4x") != NULL);
+  /* with no options too: the environment's are checked as a caller's (they were taken and the
+   * bad split ignored before) */
+  TH_STATUS(kljit_context_create(&c, 0, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "KLJIT_DX_SPLIT=4x") != NULL);
   unsetenv("KLJIT_DX_SPLIT");
   setenv("KLJIT_ROW_KERNEL", "cluster", 1), setenv("KLJIT_CHUNK_ROWS", "512", 1);

@@ -10,7 +10,18 @@
 
 #include "harness.h"
 #include "kljit.h"
-#include "problem.h"
+#include "recipe.h"
+
+/* The geometry of pb's heuristic plan on an H200 (sm_90, 132 SMs), a context with the default
+ * options but the chunk size `chunk_rows` (0: the planner's). */
+static kljit_status geometry_of(const kljit_problem *pb, int64_t chunk_rows, prob_geometry *g) {
+  kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  o.chunk_rows = chunk_rows;
+  recipe r;
+  const kljit_status st = recipe_make(pb, NULL, &o, 90, 132, &r);
+  *g = r.geom;
+  return st;
+}
 
 static kljit_problem dense(int64_t hidden, int64_t vocab) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
@@ -29,32 +40,31 @@ static kljit_problem online(int64_t hidden, int64_t vocab) {
 static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
   kljit_problem pb = dense(4096, 128256);
   pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
   prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  const int64_t T = t.chunk_rows;
+  TH_OK(geometry_of(&pb, 0, &g));
+  const int64_t T = g.tune.chunk_rows;
   TH_CHECK(T >= 512);
   TH_CHECK(prob_chunk_rows(&g, 2048) == 512);
   TH_CHECK(prob_chunk_rows(&g, 2049) == 768);  /* ceil(2049 / 4) = 513, up to 768 */
   TH_CHECK(prob_chunk_rows(&g, 100) == 256);
   TH_CHECK(prob_chunk_rows(&g, 8192) == (T < 2048 ? T : 2048));
   TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T); /* long calls keep the tuning's */
-  g.chunk_cap = 0; /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
-  TH_CHECK(prob_chunk_rows(&g, 2048) == T);
+  /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
+  TH_OK(geometry_of(&pb, T, &g));
+  TH_CHECK(g.chunk_cap == 0 && prob_chunk_rows(&g, 2048) == T);
   /* an fp32 dW (the default) keeps the tuning's chunk: every extra chunk re-reads it */
   const kljit_problem f32 = dense(4096, 128256);
-  TH_OK(prob_geometry_make(&f32, &t, &g));
-  TH_CHECK(prob_chunk_rows(&g, 2048) == T);
+  TH_OK(geometry_of(&f32, 0, &g));
+  TH_CHECK(g.tune.chunk_rows == T && prob_chunk_rows(&g, 2048) == T);
   return TH_PASS;
 }
 
 static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
   kljit_problem pb = online(2048, 32000);
   pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
   prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  const int64_t T = t.chunk_rows;
+  TH_OK(geometry_of(&pb, 0, &g));
+  const int64_t T = g.tune.chunk_rows;
   TH_CHECK(T >= 2048);
   TH_CHECK(prob_chunk_rows(&g, 8192) == 1024);
   TH_CHECK(prob_chunk_rows(&g, 8193) == 1280); /* ceil(8193 / 8) = 1025, up to 1280 */
@@ -63,8 +73,7 @@ static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
   /* the dense teacher's chunk for the same call: a quarter */
   kljit_problem d = dense(2048, 32000);
   d.grad_weight_dtype = KLJIT_BF16, d.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
-  const prob_tuning td = prob_estimate(&d, 132, 90);
-  TH_OK(prob_geometry_make(&d, &td, &g));
+  TH_OK(geometry_of(&d, 0, &g));
   TH_CHECK(prob_chunk_rows(&g, 8192) == 2048);
   return TH_PASS;
 }
@@ -79,9 +88,8 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
     const int64_t *s = shapes[i % 5];
     kljit_problem pb = i < 5 ? dense(s[1], s[2]) : online(s[1], s[2]);
     pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
-    const prob_tuning t = prob_estimate(&pb, 132, 90);
     prob_geometry g;
-    TH_OK(prob_geometry_make(&pb, &t, &g));
+    TH_OK(geometry_of(&pb, 0, &g));
     const int64_t n = s[0];
     const size_t ws = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, n).total;
     const size_t liger = (size_t)n * (size_t)pb.vocab * 2;
@@ -93,34 +101,54 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
   return TH_PASS;
 }
 
+/* The dX of a recipe made with the options' dx_split `forced` (0: the planner's) on an sm_90 of
+ * `sms` SMs. */
+static kljit_status split_of(const kljit_problem *pb, int forced, int sms, recipe *r) {
+  kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  o.dx_split = forced;
+  return recipe_make(pb, NULL, &o, 90, sms, r);
+}
+
 /* The split dX: 16-bit inputs with V >= 65536 take slices of at most 32768 columns (64-column
  * multiples, the last the rest), summed in fp32 in the workspace: a chunk's rows x H floats
- * with gradients, none in forward; the context's number wins, within what V allows. */
+ * with gradients, none in forward; the context's number wins, within what V allows, for every
+ * chunk; the planner's split only chunks whose one GEMM fills half the SMs. */
 static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   kljit_problem pb = dense(4096, 128256);
   pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_BF16;
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
-  prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  TH_CHECK(g.dx_split == 4 && g.dx_slice == 32064 && !g.dx_forced);
-  const int64_t R = prob_chunk_rows(&g, 8192);
-  const prob_workspace w = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, 8192);
-  TH_CHECK(w.check - w.dxacc >= (size_t)R * 4096 * 4 && w.check - w.dxacc < (size_t)R * 4096 * 4 + 256);
-  const prob_workspace f = prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, 8192);
+  recipe r;
+  TH_OK(split_of(&pb, 0, 132, &r));
+  const prob_geometry *g = &r.geom;
+  TH_CHECK(g->dx_split == 4 && g->dx_slice == 32064);
+  TH_CHECK(r.gemm[RECIPE_DX_SLICE].used && r.gemm[RECIPE_DX_SLICE].shape.v == 32064);
+  TH_CHECK(r.gemm[RECIPE_DX_LAST].used && r.gemm[RECIPE_DX_LAST].shape.v == 128256 - 3 * 32064);
+  /* 2 ceil(n / 128) ceil(4096 / 256) >= 132 SMs from n = 513 on; 78 SMs: from 257 */
+  TH_CHECK(!recipe_dx_split_pays(&r, 512) && recipe_dx_split_pays(&r, 513));
+  const int64_t R = prob_chunk_rows(g, 8192);
+  const prob_workspace w = prob_workspace_layout(&pb, g, KLJIT_MODE_FUSED, 8192);
+  const size_t sum = (size_t)R * 4096 * 4; /* R x H floats */
+  TH_CHECK(w.check - w.dxacc >= sum && w.check - w.dxacc < sum + 256);
+  const prob_workspace f = prob_workspace_layout(&pb, g, KLJIT_MODE_FORWARD, 8192);
   TH_CHECK(f.check == f.dxacc); /* no gradients, no sum */
-  prob_dx_split(&pb, 1, &g);
-  TH_CHECK(g.dx_split == 1 && g.dx_slice == 128256 && g.dx_forced);
-  prob_dx_split(&pb, 3, &g);
-  TH_CHECK(g.dx_split == 3 && g.dx_slice == 42752 && 2 * 42752 < 128256);
+  TH_OK(split_of(&pb, 0, 78, &r));
+  TH_CHECK(!recipe_dx_split_pays(&r, 256) && recipe_dx_split_pays(&r, 257));
+  TH_OK(split_of(&pb, 1, 132, &r));
+  TH_CHECK(g->dx_split == 1 && g->dx_slice == 128256 && !r.gemm[RECIPE_DX_SLICE].used);
+  TH_CHECK(!recipe_dx_split_pays(&r, 8192));
+  TH_OK(split_of(&pb, 3, 132, &r));
+  TH_CHECK(g->dx_split == 3 && g->dx_slice == 42752 && 2 * 42752 < 128256);
+  TH_CHECK(recipe_dx_split_pays(&r, 1)); /* the options' split: every chunk */
   pb.vocab = 100; /* 64-column slices: at most two */
-  prob_dx_split(&pb, 8, &g);
-  TH_CHECK(g.dx_split == 2 && g.dx_slice == 64);
+  TH_OK(split_of(&pb, 8, 132, &r));
+  TH_CHECK(g->dx_split == 2 && g->dx_slice == 64);
   pb.vocab = 32000; /* below 65536: one GEMM */
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  TH_CHECK(g.dx_split == 1);
+  TH_OK(split_of(&pb, 0, 132, &r));
+  TH_CHECK(g->dx_split == 1);
   kljit_problem f32 = dense(4096, 128256); /* fp32 inputs: dX is fp32 already */
-  TH_OK(prob_geometry_make(&f32, &t, &g));
-  TH_CHECK(g.dx_split == 1);
+  TH_OK(split_of(&f32, 0, 132, &r));
+  TH_CHECK(g->dx_split == 1);
+  /* the options' split out of range is refused */
+  TH_STATUS(split_of(&pb, 65, 132, &r), KLJIT_ERR_INVALID_ARGUMENT);
   return TH_PASS;
 }
 

@@ -719,7 +719,8 @@ static wisdom_entry state_entry(void) {
   pb.hidden = 256, pb.vocab = 50257;
   wisdom_problem_key(&pb, e.problem);
   wisdom_problem_extra(&pb, e.extra);
-  e.tune = prob_estimate(&pb, 132, 90);
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  e.tune = prob_estimate(&pb, 90, &o);
   e.rigor = KLJIT_PLAN_MEASURE;
   return e;
 }

@@ -16,7 +16,7 @@
 #include "harness.h"
 #include "jit.h"
 #include "nvrtc_compile.h"
-#include "problem.h"
+#include "recipe.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -74,21 +74,21 @@ static const char *result_name(cache_result r) {
     }                                                                                      \
   } while (0)
 
-/* The two modules of a small problem as a plan for sm_<arch> gets them (on sm_80 the two-pass
- * dense rows, which any arch compiles; on sm_90 the cluster variant where the planner picks
- * it). `variant` picks one of a few distinct problems. */
+/* The two modules of a small problem as a heuristic plan for sm_<arch> gets them with the
+ * default options (the two-pass dense rows, which any arch compiles). `variant` picks one of a
+ * few distinct problems. */
 static int specs_for_arch(int variant, int arch, kspec *rows, kspec *helpers) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 64;
   pb.vocab = 32000;
   pb.teacher = variant & 1 ? KLJIT_TEACHER_DENSE_LOGITS : KLJIT_TEACHER_DENSE_PROBS;
   pb.reduction = variant & 2 ? KLJIT_REDUCTION_MEAN : KLJIT_REDUCTION_BATCHMEAN;
-  const prob_tuning t = prob_estimate(&pb, 0, arch);
-  prob_geometry g;
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
   TH_OK(prob_validate(&pb, "unit_jit"));
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  if (rows) *rows = g.rows;
-  if (helpers) *helpers = g.helpers;
+  TH_OK(recipe_make(&pb, NULL, &o, arch, 0, &r));
+  if (rows) *rows = r.geom.rows;
+  if (helpers) *helpers = r.geom.helpers;
   return TH_PASS;
 }
 

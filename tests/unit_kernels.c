@@ -5,7 +5,7 @@
  * The variant space
  * -----------------
  * A problem reaches generated source only through the two specs the planner derives from it
- * (prob_estimate + prob_geometry_make: dense rows and helpers). Every categorical field that
+ * (its recipe: dense rows and helpers). Every categorical field that
  * can change a spec is enumerated in full: teacher form (dense probs, logprobs, logits) x
  * input dtype x teacher dtype x temperature (constant T = 1, which compiles to no scaling;
  * constant T != 1; run time) x teacher temperature (T's or its own; logits form only) x bias x
@@ -58,7 +58,7 @@
 #include "cache.h"
 #include "harness.h"
 #include "nvrtc_compile.h"
-#include "problem.h"
+#include "recipe.h"
 
 static const int ARCHS[] = {80, 90};
 enum {
@@ -70,29 +70,27 @@ enum {
 };
 static const char RENDER_SAMPLES[] = "--render-samples"; /* hidden mode: a second process */
 
-/* A way a problem gets planned: the arch, and the row-kernel knob the planner reads (NULL:
- * unset, the default). */
-static const char ROW_KERNEL_KNOB[] = "KLJIT_ROW_KERNEL";
+/* A way a problem gets planned: the arch, and the context's row kernel (the options'
+ * row_kernel, KLJIT_ROW_KERNEL=cluster in the environment). */
+static const char ROW_KERNEL_KNOB[] = "options.row_kernel";
 typedef struct target {
   int arch; /* index into ARCHS */
-  const char *row_kernel;
+  kljit_row_kernel row_kernel;
 } target;
 enum { T_SM80, T_SM90, T_SM90_CLUSTER, N_TARGETS };
-static const target TARGETS[N_TARGETS] = {{0, NULL}, {1, NULL}, {1, "cluster"}};
+static const target TARGETS[N_TARGETS] = {{0, KLJIT_ROW_KERNEL_TWO_PASS},
+                                          {1, KLJIT_ROW_KERNEL_TWO_PASS},
+                                          {1, KLJIT_ROW_KERNEL_CLUSTER}};
 
-/* The specs a problem gets when planned for target `t`: prob_estimate for the arch (no SM
- * count, as in precompile), then prob_geometry_make. The one place that knows how the planner
- * learns its target. */
+/* The specs a problem gets when planned for target `t`: its heuristic recipe for the arch (no
+ * SM count, as in precompile). The one place that knows how the planner learns its target. */
 static kljit_status geometry_for(const kljit_problem *pb, const target *t, prob_geometry *g) {
-  const char *const old = getenv(ROW_KERNEL_KNOB);
-  char saved[64] = "";
-  if (old) snprintf(saved, sizeof saved, "%s", old);
-  if (t->row_kernel) setenv(ROW_KERNEL_KNOB, t->row_kernel, 1);
-  else unsetenv(ROW_KERNEL_KNOB);
-  const prob_tuning tune = prob_estimate(pb, 0, ARCHS[t->arch]);
-  if (old) setenv(ROW_KERNEL_KNOB, saved, 1);
-  else unsetenv(ROW_KERNEL_KNOB);
-  return prob_geometry_make(pb, &tune, g);
+  kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  o.row_kernel = t->row_kernel;
+  recipe r;
+  const kljit_status st = recipe_make(pb, NULL, &o, ARCHS[t->arch], 0, &r);
+  *g = r.geom;
+  return st;
 }
 
 /* ---- the problem space ------------------------------------------------------------------ */
@@ -723,7 +721,7 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     int kinds[N_KINDS] = {0};
     for (size_t i = 0; i < s.n_mods; i++) kinds[s.mods[i].kind]++;
     printf("problems: %ld (V=%lld: %ld, V=%lld: %ld, V edge cases: %ld), each planned for "
-           "sm_80, sm_90 and sm_90 with %s=cluster\n", s.problems, (long long)FULL_V[0],
+           "sm_80, sm_90 and sm_90 with %s = cluster\n", s.problems, (long long)FULL_V[0],
            per_v[0], (long long)FULL_V[1], per_v[1], s.problems - per_v[0] - per_v[1],
            ROW_KERNEL_KNOB);
     printf("distinct parameter lists rendered: %ld; distinct modules: %zu (%zu from the full "
@@ -735,7 +733,7 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     fflush(stdout);
     if (kinds[KIND_CLUSTER] == 0) {
       fprintf(stderr, "no problem was planned with the cluster variant: geometry_for no longer "
-                      "reaches it (has the planner's knob changed?)\n");
+                      "reaches it (has the planner's option changed?)\n");
       r = TH_FAIL;
     }
     /* A space that collapsed to a handful of modules means the enumeration lost its axes. */

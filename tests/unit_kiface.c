@@ -9,7 +9,7 @@
 #include "harness.h"
 #include "jit.h"
 #include "kiface.h"
-#include "problem.h"
+#include "recipe.h"
 
 /* ---- the problems: every family and variant a plan can load ----------------------------- */
 
@@ -40,12 +40,15 @@ static int geometry_of(int i, prob_geometry *g) {
     }
   }
   TH_OK(prob_validate(&pb, "unit_kiface"));
-  prob_tuning t = prob_estimate(&pb, 132, 90);
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  prob_tuning t = prob_estimate(&pb, 90, &o);
   /* the cluster variant for the dense teachers of the small vocabulary, as KLJIT_ROW_KERNEL=
    * cluster would pick it on sm_90 */
   if (!(i & 4) && i < 8 && pb.teacher != KLJIT_TEACHER_SPARSE_TOPK)
     t.cluster = t.split = 8, t.nv = 8;
-  TH_OK(prob_geometry_make(&pb, &t, g));
+  recipe r;
+  TH_OK(recipe_make(&pb, &t, &o, 90, 132, &r));
+  *g = r.geom;
   return TH_PASS;
 }
 

@@ -19,6 +19,7 @@
 #include "jit.h"
 #include "kljit.h"
 #include "problem.h"
+#include "recipe.h"
 #include "spec_memo.h"
 
 enum { REPEATS = 20 };
@@ -30,16 +31,18 @@ static kljit_problem problem(void) { /* the README's problem */
   return pb;
 }
 
-/* Builds both modules of the ESTIMATE plan for sm_90 through the environment's cache; returns
- * the wall time in ms, or -1. `out` (may be NULL) receives the two key hashes. */
+/* Builds both modules of the ESTIMATE plan for sm_90 (its recipe) through the environment's
+ * cache; returns the wall time in ms, or -1. `out` (may be NULL) receives the two key hashes. */
 static double build_plan_modules(char out[2][65], int *misses) {
   const kljit_problem pb = problem();
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
-  prob_geometry g;
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
   cache_config cfg;
   const double t0 = util_now();
-  if (prob_geometry_make(&pb, &t, &g) != KLJIT_SUCCESS || cache_config_from_env(&cfg)) return -1;
-  const kspec *specs[] = {&g.rows, &g.helpers};
+  if (recipe_make(&pb, NULL, &o, 90, 132, &r) != KLJIT_SUCCESS || cache_config_from_env(&cfg))
+    return -1;
+  const kspec *specs[RECIPE_MAX_MODULES];
+  if (recipe_modules(&r, specs) != 2) return -1;
   for (int k = 0; k < 2; k++) {
     jit_bin bin;
     if (jit_build(specs[k], 90, &cfg, &bin) != KLJIT_SUCCESS) {
@@ -142,10 +145,11 @@ static int memo_in(const char *dir) {
   TH_CHECK(!strcmp(first[0], again[0]) && !strcmp(first[1], again[1]));
   /* the memo'd key is the rendered one */
   const kljit_problem pb = problem();
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
-  prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
-  const kspec *specs[] = {&g.rows, &g.helpers};
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
+  const kspec *specs[RECIPE_MAX_MODULES];
+  TH_CHECK(recipe_modules(&r, specs) == 2);
   for (int k = 0; k < 2; k++) {
     strbuf src = {0}, key = {0};
     TH_OK(kspec_render(specs[k], &src));
@@ -177,9 +181,10 @@ static int memo_gives_the_rendered_key_and_never_hides_a_template_edit(void) {
  * if and only if they render the same bytes. */
 static int spec_key_is_exact(void) {
   const kljit_problem pb = problem();
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
-  prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
+  const prob_geometry g = r.geom;
   enum { N = 12 };
   kspec v[N];
   for (int i = 0; i < N; i++) v[i] = g.rows;

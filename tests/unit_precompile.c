@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_precompile.c — kljit_precompile fills a cache that later plans use without compiling.
- * Needs no GPU: a plan's modules are what prob_estimate + prob_geometry_make give for an arch,
- * and they are looked up through the cache configuration a context would read from the
- * environment. */
+ * Needs no GPU: a plan's modules are what its recipe names for an arch (recipe.h), and they are
+ * looked up through the cache configuration a context would read from the environment. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,7 @@
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
-#include "problem.h"
+#include "recipe.h"
 
 static int count_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -47,31 +46,118 @@ static void count_compiled(const kljit_module_report *m, void *user) {
   if (m->compiled) ++*(int *)user;
 }
 
-/* Under KLJIT_GEMM=jit the sm_90 plan of a 16-bit problem also loads the generated logits GEMM
- * (sm_90a): precompile builds it there, and only there; a bad KLJIT_GEMM is refused. */
-static int precompile_covers_the_generated_gemm_under_kljit_gemm_jit(void) {
-  char dir[] = "/tmp/kljit-pre-gemm-XXXXXX";
-  TH_CHECK(mkdtemp(dir) != NULL);
-  const kljit_problem pb = problem();
-  setenv("KLJIT_GEMM", "jit", 1);
-  int compiled = 0;
-  TH_OK(kljit_precompile(&pb, 80, dir, 0, count_compiled, &compiled));
-  TH_CHECK(compiled == 2); /* rows, helpers: no sm_90a GEMM for sm_80 */
-  compiled = 0;
-  TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
-  TH_CHECK(compiled == 3); /* rows, helpers, the logits GEMM */
-  TH_CHECK(count_entries(dir) == 5);
-  setenv("KLJIT_GEMM", "cublas", 1);
-  compiled = 0;
-  TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
-  TH_CHECK(compiled == 0);
-  setenv("KLJIT_GEMM", "magic", 1);
-  TH_STATUS(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled),
-            KLJIT_ERR_INVALID_ARGUMENT);
-  TH_CHECK(strstr(kljit_last_error(), "KLJIT_GEMM=magic") != NULL);
-  unsetenv("KLJIT_GEMM");
-  remove_dir(dir);
+/* A precompile's reports, by module: the cache file of each (its key). */
+typedef struct module_files {
+  int n;
+  char file[8][80];
+} module_files;
+
+static void collect(const kljit_module_report *m, void *user) {
+  module_files *f = user;
+  if (f->n < 8) snprintf(f->file[f->n++], sizeof f->file[0], "%s", m->file);
+}
+
+/* The cache file names (<sha256 of the key>.kjc) of a recipe's modules for sm_<arch>. */
+static int recipe_files(const recipe *r, int arch, module_files *out) {
+  const kspec *m[RECIPE_MAX_MODULES];
+  out->n = recipe_modules(r, m);
+  for (int i = 0; i < out->n; i++) {
+    strbuf src = {0}, key = {0};
+    TH_OK(kspec_render(m[i], &src));
+    TH_OK(jit_key_text(src.data, arch, &key));
+    char hex[65];
+    sha256_hex(key.data, key.len, hex);
+    snprintf(out->file[i], sizeof out->file[0], "%s.kjc", hex);
+    sb_free(&src), sb_free(&key);
+  }
   return TH_PASS;
+}
+
+static int same_files(const module_files *a, const module_files *b) {
+  if (a->n != b->n) return 0;
+  for (int i = 0; i < a->n; i++)
+    if (strcmp(a->file[i], b->file[i])) return 0;
+  return 1;
+}
+
+/* Writes the embedded templates into dir, with dense_rows refusing the cluster variant and
+ * the generated GEMM refusing every variant (a plan that needs either fails its check). */
+static int write_refusing_templates(const char *dir) {
+  for (const template_file *t = template_files; t->name; t++) {
+    char path[PATH_MAX];
+    th_path_in(path, dir, t->name);
+    FILE *f = fopen(path, "wb");
+    TH_CHECK(f);
+    const char *at = NULL, *line = NULL;
+    if (!strcmp(t->name, "dense_rows.cu.lua")) {
+      at = strstr(t->text, "%if P.TEACHER ~=");
+      line = "%if P.CLUSTER ~= 0 then reject(\"no cluster rows in this test\") end\n";
+    } else if (!strcmp(t->name, "gemm_sm90.cu.lua")) {
+      at = strstr(t->text, "%if not one_of(P.LAYOUT");
+      line = "%reject(\"no generated GEMM in this test\")\n";
+    }
+    const size_t head = at ? (size_t)(at - t->text) : t->len;
+    TH_CHECK(fwrite(t->text, 1, head, f) == head);
+    if (at) fputs(line, f);
+    TH_CHECK(fwrite(t->text + head, 1, t->len - head, f) == t->len - head);
+    TH_CHECK(fclose(f) == 0);
+  }
+  return TH_PASS;
+}
+
+/* kljit_precompile and kljit_plan_check plan what a context of the default options
+ * (KLJIT_CONTEXT_OPTIONS_INIT) plans, whatever KLJIT_ROW_KERNEL and KLJIT_GEMM say: those
+ * steer contexts (kljit_context_options_default), which then plan the cluster rows and the
+ * generated logits GEMM for this problem on sm_90; a context-free call does not. */
+static int plan_check_and_precompile_ignore_the_environments_options_in(const char *dir) {
+  const kljit_problem pb = problem(); /* bf16, V = 50257 fits a cluster, H a multiple of 8 */
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_GEMM");
+  recipe r;
+  module_files want, got;
+  TH_OK(recipe_make(&pb, NULL, &init, 90, 0, &r));
+  if (recipe_files(&r, 90, &want) != TH_PASS) return TH_FAIL;
+  TH_CHECK(want.n == 2);
+  memset(&got, 0, sizeof got);
+  TH_OK(kljit_precompile(&pb, 90, dir, KLJIT_PRECOMPILE_DRY_RUN, collect, &got));
+  TH_CHECK(same_files(&want, &got));
+  setenv("KLJIT_ROW_KERNEL", "cluster", 1), setenv("KLJIT_GEMM", "jit", 1);
+  /* what a context would take from this environment plans other modules... */
+  kljit_context_options env;
+  TH_OK(kljit_context_options_default(&env));
+  TH_CHECK(env.row_kernel == KLJIT_ROW_KERNEL_CLUSTER && env.gemm == KLJIT_GEMM_JIT);
+  recipe re;
+  module_files envs;
+  TH_OK(recipe_make(&pb, NULL, &env, 90, 0, &re));
+  if (recipe_files(&re, 90, &envs) != TH_PASS) return TH_FAIL;
+  TH_CHECK(envs.n == 3 && re.geom.rows.cluster > 0 && !same_files(&want, &envs));
+  /* ...but the context-free entry points do not take it */
+  memset(&got, 0, sizeof got);
+  TH_OK(kljit_precompile(&pb, 90, dir, KLJIT_PRECOMPILE_DRY_RUN, collect, &got));
+  TH_CHECK(same_files(&want, &got));
+  setenv("KLJIT_GEMM", "magic", 1); /* not even read */
+  memset(&got, 0, sizeof got);
+  TH_OK(kljit_precompile(&pb, 90, dir, KLJIT_PRECOMPILE_DRY_RUN, collect, &got));
+  TH_CHECK(same_files(&want, &got));
+  setenv("KLJIT_GEMM", "jit", 1);
+  /* kljit_plan_check asks the templates about the same modules: with templates that refuse the
+   * cluster rows and every generated GEMM, the context's plan fails its check and
+   * kljit_plan_check still passes */
+  char tpl[PATH_MAX];
+  th_path_in(tpl, dir, "templates");
+  TH_CHECK(mkdir(tpl, 0700) == 0);
+  if (write_refusing_templates(tpl) != TH_PASS) return TH_FAIL;
+  setenv("KLJIT_TEMPLATE_DIR", tpl, 1);
+  const kljit_status refused = recipe_check(&re);
+  const kljit_status checked = kljit_plan_check(&pb);
+  unsetenv("KLJIT_TEMPLATE_DIR"), unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_GEMM");
+  TH_CHECK(refused == KLJIT_ERR_UNSUPPORTED);
+  TH_OK(checked);
+  return TH_PASS;
+}
+static int plan_check_and_precompile_plan_the_default_options_whatever_the_environment_says(void) {
+  return th_in_tmpdir("unit-precompile",
+                      plan_check_and_precompile_ignore_the_environments_options_in);
 }
 
 static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
@@ -94,10 +180,11 @@ static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
   cache_config cfg;
   TH_OK(cache_config_from_env(&cfg));
   for (int i = 0; i < 2; i++) {
-    const prob_tuning t = prob_estimate(&pb, 132, archs[i]);
-    prob_geometry g;
-    TH_OK(prob_geometry_make(&pb, &t, &g));
-    const kspec *specs[] = {&g.rows, &g.helpers};
+    const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+    recipe r;
+    TH_OK(recipe_make(&pb, NULL, &o, archs[i], 132, &r));
+    const kspec *specs[RECIPE_MAX_MODULES];
+    TH_CHECK(recipe_modules(&r, specs) == 2);
     for (int k = 0; k < 2; k++) {
       jit_bin bin;
       TH_OK(jit_build(specs[k], archs[i], &cfg, &bin));
@@ -135,7 +222,7 @@ static const th_case cases[] = {
     {"plans_use_precompiled_read_only_cache_and_compile_nothing",
      plans_use_precompiled_read_only_cache_and_compile_nothing},
     {"precompile_rejects_bad_arguments", precompile_rejects_bad_arguments},
-    {"precompile_covers_the_generated_gemm_under_kljit_gemm_jit",
-     precompile_covers_the_generated_gemm_under_kljit_gemm_jit},
+    {"plan_check_and_precompile_plan_the_default_options_whatever_the_environment_says",
+     plan_check_and_precompile_plan_the_default_options_whatever_the_environment_says},
 };
 TH_MAIN(cases)

@@ -138,7 +138,7 @@ static int new_entry_points_reject_null_arguments(void) {
   TH_CHECK(strstr(kljit_last_error(), "rounds is NULL"));
   TH_OK(kljit_plan_shard_rounds(p, &rounds)); /* the forward KL: one exchange */
   TH_CHECK(rounds == 1);
-  p->geom.rows.div = "jsd";
+  p->rec.geom.rows.div = "jsd";
   TH_OK(kljit_plan_shard_rounds(p, &rounds));
   TH_CHECK(rounds == 2);
   TH_STATUS(kljit_fused_nccl(p, NULL, NULL, stats), KLJIT_ERR_INVALID_ARGUMENT);
@@ -150,13 +150,17 @@ static int new_entry_points_reject_null_arguments(void) {
 }
 
 /* The workspace of a sharded fused call holds the NCCL path's records: this rank's and the
- * gathered [shards][N][8]; sharded plans never take the cluster row kernels. */
+ * gathered [shards][N][8]; sharded plans never take the cluster row kernels (a stored cluster
+ * tuning gives way to the two-pass heuristics). */
 static int workspace_holds_the_records_and_no_cluster_variant(void) {
   kljit_problem pb = sharded();
-  const prob_tuning t = prob_estimate(&pb, 132, 90);
+  kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  o.row_kernel = KLJIT_ROW_KERNEL_CLUSTER;
+  const prob_tuning t = prob_estimate(&pb, 90, &o);
   TH_CHECK(t.cluster == 0);
-  prob_geometry g;
-  TH_OK(prob_geometry_make(&pb, &t, &g));
+  recipe r;
+  TH_OK(recipe_make(&pb, &t, &o, 90, 132, &r));
+  prob_geometry g = r.geom;
   const int64_t rows = 1000;
   const prob_workspace w8 = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, rows);
   TH_CHECK(w8.stats % 256 == 0 && w8.lt >= w8.stats + (size_t)9 * rows * 32);
@@ -167,14 +171,14 @@ static int workspace_holds_the_records_and_no_cluster_variant(void) {
            prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, rows).lt);
   kljit_problem one = pb;
   one.vocab_total = 0, one.vocab_offset = 0, one.shards = 1;
-  prob_geometry g1;
-  TH_OK(prob_geometry_make(&one, &t, &g1));
-  const prob_workspace w1 = prob_workspace_layout(&one, &g1, KLJIT_MODE_FUSED, rows);
+  TH_OK(recipe_make(&one, &t, &o, 90, 132, &r));
+  const prob_workspace w1 = prob_workspace_layout(&one, &r.geom, KLJIT_MODE_FUSED, rows);
   TH_CHECK(w1.stats == w1.lt);
   prob_tuning c = t;
   c.cluster = c.split = 1, c.nv = 4;
-  TH_STATUS(prob_geometry_make(&pb, &c, &g), KLJIT_ERR_UNSUPPORTED);
-  TH_CHECK(strstr(kljit_last_error(), "cluster"));
+  TH_OK(recipe_make(&pb, &c, &o, 90, 132, &r));
+  TH_CHECK(r.replaced && r.geom.tune.cluster == 0 && r.geom.rows.cluster == 0);
+  TH_CHECK(memcmp(&r.geom.tune, &t, sizeof t) == 0);
   return TH_PASS;
 }
 

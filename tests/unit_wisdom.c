@@ -20,8 +20,12 @@
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
+#include "recipe.h"
 #include "tune.h"
 #include "wisdom.h"
+
+/* The options of a context that no environment steers (what planning without one takes). */
+static const kljit_context_options OPT = KLJIT_CONTEXT_OPTIONS_INIT;
 
 static const char H[] = "kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n";
 #define GPU_A "gpu=\"NVIDIA H200\" arch=sm_90 sms=132 kljit=" KLJIT_VERSION_STRING " "
@@ -142,7 +146,7 @@ static int gemm_in(const char *dir) {
   TH_CHECK(gemm_algo_find(&e.tune, GEMM_LOGITS, 2048, &a, &stale) == 0 && stale == 0);
   /* the generated choice: what plans run unless the gemm option is CUBLAS, on sm_90 only */
   jgemm_variant v;
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_DEFAULT, &v) == 1);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 1);
   TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g' && v.cluster == 2);
   TH_CHECK(v.schedule == 'c');
   /* the pingpong schedule's suffix round-trips and reaches the variant */
@@ -152,29 +156,37 @@ static int gemm_in(const char *dir) {
   gemm_algo_text(&pc, pc_text);
   TH_CHECK(!strcmp(pc_text, "logits:1024:b0:jit:128.2.6.g.1.p"));
   TH_CHECK(v.in == KLJIT_BF16 && v.out == KLJIT_FP32 && !v.beta);
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 80, KLJIT_FP32, JGEMM_DEFAULT, &v) == 0);
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, KLJIT_FP32, JGEMM_CUBLAS, &v) == 0);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 80, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 0);
+  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_CUBLAS, &v) == 0);
   prob_tuning plain;
   memset(&plain, 0, sizeof plain);
-  TH_CHECK(jgemm_choose(&pb, &plain, 90, KLJIT_BF16, JGEMM_JIT, &v) == 1 && v.bn == 256 &&
-           v.raster == 'm');
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_LOGITS, KLJIT_BF16, KLJIT_GEMM_JIT, &v) == 1 &&
+           v.bn == 256 && v.raster == 'm');
   TH_CHECK(v.out == KLJIT_BF16);
-  /* untuned, default: cuBLASLt */
-  TH_CHECK(jgemm_choose(&pb, &plain, 90, KLJIT_FP32, JGEMM_DEFAULT, &v) == 0);
-  /* KLJIT_GEMM reaches the choice only as the options' gemm (src/env.c), a typo refused */
+  /* untuned, default: cuBLASLt; dX and dW have no generated variant in the loop yet */
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 0);
+  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_DX, KLJIT_BF16, KLJIT_GEMM_JIT, &v) == 0);
+  /* KLJIT_GEMM reaches the choice only as the options' gemm (src/env.c); a typo is refused
+   * where the environment becomes options, kljit_context_create (with NULL options too) */
   kljit_context_options o;
   setenv("KLJIT_GEMM", "jit", 1);
   TH_OK(kljit_context_options_default(&o));
-  TH_CHECK(o.gemm == KLJIT_GEMM_JIT && jgemm_mode(&o) == JGEMM_JIT);
+  TH_CHECK(o.gemm == KLJIT_GEMM_JIT);
   setenv("KLJIT_GEMM", "cublas", 1);
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.gemm == KLJIT_GEMM_CUBLAS);
   setenv("KLJIT_GEMM", "magic", 1);
   TH_OK(kljit_context_options_default(&o));
-  TH_CHECK(jgemm_mode(&o) == -1 && strstr(kljit_last_error(), "KLJIT_GEMM=magic"));
   kljit_context *ctx = NULL;
   TH_STATUS(kljit_context_create(&ctx, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "options->gemm") != NULL);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_GEMM=magic") != NULL);
+  TH_STATUS(kljit_context_create(&ctx, 0, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_GEMM=magic") != NULL);
+  /* planning refuses such options without reading the environment */
+  recipe rec;
+  TH_STATUS(recipe_make(&pb, &e.tune, &o, 90, 132, &rec), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "options->gemm = -1") != NULL);
   unsetenv("KLJIT_GEMM");
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.gemm == KLJIT_GEMM_DEFAULT);
@@ -379,10 +391,11 @@ static int defaults_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.threads == 512 && t.chunk_rows == 1024);
   TH_OK(
-      tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA A100-SXM4-80GB", 80, 108, NULL, &t, &src, &used));
+      tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA A100-SXM4-80GB", 80, 108, &OPT, &t, &src,
+                  &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 2048);
   return TH_PASS;
 }
@@ -399,7 +412,7 @@ static int bad_defaults_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_HEURISTIC);
   TH_CHECK(strcmp(kljit_last_error(), "") == 0); /* a skipped default is not an error */
   return TH_PASS;
@@ -416,7 +429,7 @@ static wisdom_entry tuned_entry(int64_t bucket, double ms) {
   const kljit_problem pb = dense_problem();
   wisdom_problem_key(&pb, e.problem);
   wisdom_problem_extra(&pb, e.extra);
-  e.tune = prob_estimate(&pb, 132, 90);
+  e.tune = prob_estimate(&pb, 90, &OPT);
   e.rigor = KLJIT_PLAN_MEASURE;
   return e;
 }
@@ -474,7 +487,7 @@ static int no_wisdom_in(const char *dir) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used),
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used),
             KLJIT_ERR_NO_WISDOM);
   printf("%s\n", kljit_last_error());
   TH_CHECK(strstr(kljit_last_error(), "gpu=\"NVIDIA H200\" arch=sm_90 sms=132"));
@@ -487,18 +500,31 @@ static int no_wisdom_in(const char *dir) {
                                        "bucket=8192" CHOICE("2048", "measure", "1") "\n",
            H, KLJIT_VERSION_STRING);
   TH_OK(kljit_wisdom_import_string(text));
-  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used),
+  TH_STATUS(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used),
             KLJIT_ERR_NO_WISDOM);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
-  const prob_tuning h = prob_estimate(&pb, 132, 90);
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
+  const prob_tuning h = prob_estimate(&pb, 90, &OPT);
   TH_CHECK(src == TUNE_FROM_HEURISTIC && t.threads == h.threads && t.split == h.split &&
            t.chunk_rows == h.chunk_rows);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   return TH_PASS;
 }
 static int wisdom_only_without_wisdom_is_no_wisdom_naming_the_key(void) {
   return th_in_tmpdir("unit-wisdom", no_wisdom_in);
+}
+
+/* The options a context would take from the environment now (KLJIT_TUNE_ROWS,
+ * KLJIT_CHUNK_ROWS below). */
+static const kljit_context_options *env_options(void) {
+  static kljit_context_options o;
+  return kljit_context_options_default(&o) == KLJIT_SUCCESS ? &o : &OPT;
+}
+
+/* tune_choose on an H200 under those options. */
+static kljit_status choose_h200(const kljit_problem *pb, kljit_plan_rigor rigor, prob_tuning *t,
+                                tune_source *src, wisdom_entry *used) {
+  return tune_choose(pb, rigor, "NVIDIA H200", 90, 132, env_options(), t, src, used);
 }
 
 static int estimate_in(const char *dir) {
@@ -518,30 +544,30 @@ static int estimate_in(const char *dir) {
            "rows=65536 ms=50\n",
            H);
   TH_OK(kljit_wisdom_import_string(text));
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_ESTIMATE, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536 && t.split == 8);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_WISDOM_ONLY, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
   /* MEASURE wants its own bucket (8192): neither serves */
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_MEASURE, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   /* KLJIT_TUNE_ROWS=1000 -> bucket 1024: the exhaustive entry serves MEASURE and EXHAUSTIVE */
   setenv("KLJIT_TUNE_ROWS", "1000", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_MEASURE, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 1024 && t.threads == 512 && t.split == 2);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_EXHAUSTIVE, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_ESTIMATE, &t, &src, &used));
   TH_CHECK(used.bucket == 1024);
   /* ... but a MEASURE entry does not serve EXHAUSTIVE */
   setenv("KLJIT_TUNE_ROWS", "65536", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_MEASURE, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && used.bucket == 65536);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_EXHAUSTIVE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_EXHAUSTIVE, &t, &src, &used));
   TH_CHECK(src == TUNE_NEEDED);
   /* KLJIT_CHUNK_ROWS still overrides the chunk size of a stored choice */
   setenv("KLJIT_CHUNK_ROWS", "300", 1);
-  TH_OK(tune_choose(&pb, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, NULL, &t, &src, &used));
+  TH_OK(choose_h200(&pb, KLJIT_PLAN_ESTIMATE, &t, &src, &used));
   TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 300 && t.split == 8);
   unsetenv("KLJIT_CHUNK_ROWS");
   unsetenv("KLJIT_TUNE_ROWS");
@@ -562,21 +588,23 @@ static int candidates_are_usable_and_start_with_the_heuristic(void) {
   prob_tuning c[TUNE_MAX_CANDIDATES];
   for (int p = 0; p < 3; p++)
     for (int arch = 80; arch <= 90; arch += 10) {
-      const prob_tuning h = prob_estimate(&pbs[p], 132, arch);
+      const prob_tuning h = prob_estimate(&pbs[p], arch, &OPT);
       int total[4] = {0, 0, 0, 0};
       for (int rigor = KLJIT_PLAN_MEASURE; rigor <= KLJIT_PLAN_EXHAUSTIVE; rigor++) {
-        int n = tune_candidates(&pbs[p], arch, (kljit_plan_rigor)rigor, TUNE_SHAPES, &h, 8192, c,
-                                TUNE_MAX_CANDIDATES);
+        int n = tune_candidates(&pbs[p], &OPT, arch, (kljit_plan_rigor)rigor, TUNE_SHAPES, &h,
+                                8192, c, TUNE_MAX_CANDIDATES);
         TH_CHECK(n >= 1 && c[0].threads == h.threads && c[0].split == h.split &&
                  c[0].chunk_rows == h.chunk_rows && c[0].cluster == h.cluster);
         total[rigor] += n;
         for (int s = TUNE_SHAPES; s <= TUNE_CLUSTER; s++) {
-          n = tune_candidates(&pbs[p], arch, (kljit_plan_rigor)rigor, (tune_stage)s, &h, 8192, c,
-                              TUNE_MAX_CANDIDATES);
+          n = tune_candidates(&pbs[p], &OPT, arch, (kljit_plan_rigor)rigor, (tune_stage)s, &h,
+                              8192, c, TUNE_MAX_CANDIDATES);
           if (s != TUNE_SHAPES) total[rigor] += n;
           for (int i = 0; i < n; i++) {
-            prob_geometry g;
-            TH_OK(prob_geometry_make(&pbs[p], &c[i], &g));
+            recipe r; /* built as given, and the templates accept it */
+            TH_OK(recipe_make(&pbs[p], &c[i], &OPT, arch, 132, &r));
+            TH_CHECK(!r.replaced && memcmp(&r.geom.tune, &c[i], sizeof c[i]) == 0);
+            TH_OK(recipe_check(&r));
             TH_CHECK(c[i].chunk_rows <= 8192 || c[i].chunk_rows == h.chunk_rows);
             if (s == TUNE_CLUSTER) TH_CHECK(arch >= 90 && c[i].cluster > 0 && p < 2);
             if (s != TUNE_CLUSTER) TH_CHECK(c[i].cluster == 0 || (s == TUNE_SHAPES && i == 0));
@@ -613,18 +641,24 @@ static void count(const kljit_module_report *m, void *user) {
   c->reports++, c->compiled += m->compiled, c->count = m->count;
 }
 
+static void count_gemms(const kljit_module_report *m, void *user) {
+  *(int *)user += strncmp(m->name, "gemm_sm90-", 10) == 0;
+}
+
 /* A plan's modules through the environment's cache, as kljit_plan_create would build them. */
 static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms,
                      cache_result want) {
   prob_tuning t;
   tune_source src;
   wisdom_entry used;
-  TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, NULL, &t, &src, &used));
-  prob_geometry g;
-  TH_OK(prob_geometry_make(pb, &t, &g));
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, &o, &t, &src, &used));
+  recipe r;
+  TH_OK(recipe_make(pb, &t, &o, arch, sms, &r));
   cache_config cfg;
   TH_OK(cache_config_from_env(&cfg));
-  const kspec *specs[] = {&g.rows, &g.helpers};
+  const kspec *specs[RECIPE_MAX_MODULES];
+  TH_CHECK(recipe_modules(&r, specs) == 2);
   for (int k = 0; k < 2; k++) {
     jit_bin bin;
     TH_OK(jit_build(specs[k], arch, &cfg, &bin));
@@ -694,6 +728,20 @@ static int precompile_in(const char *dir) {
   TH_STATUS(kljit_precompile_wisdom(NULL, 90, ro, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   th_path_in(file, dir, "no-such-wisdom");
   TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 0, NULL, NULL), KLJIT_ERR_WISDOM);
+  /* a generated logits GEMM the tuner chose on an sm_90 GPU is precompiled with its entry
+   * (whatever KLJIT_GEMM says: the entry's recipe under the default options takes it) */
+  th_path_in(file, dir, "generated-wisdom");
+  snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
+           " gemm=logits:4096:b0:jit:128.2.6.g.2\n", H);
+  TH_CHECK(write_file(file, text) == 0);
+  setenv("KLJIT_GEMM", "cublas", 1);
+  int gemms = 0;
+  TH_OK(kljit_precompile_wisdom(file, 90, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
+  TH_CHECK(gemms == 1);
+  gemms = 0;
+  TH_OK(kljit_precompile_wisdom(file, 80, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
+  TH_CHECK(gemms == 0);
+  unsetenv("KLJIT_GEMM");
   unsetenv("KLJIT_CACHE_PATH");
   unsetenv("KLJIT_CACHE_DIR");
   return TH_PASS;

@@ -13,10 +13,13 @@
 
 #include "harness.h"
 #include "kljit.h"
-#include "problem.h"
+#include "recipe.h"
 #include "spec.h"
 #include "wisdom.h"
 #include "wisdom_gen.h"
+
+/* The options of a context that no environment steers. */
+static const kljit_context_options OPT = KLJIT_CONTEXT_OPTIONS_INIT;
 
 static const char H[] = "kljit-wisdom 1 kljit=" KLJIT_VERSION_STRING "\n";
 
@@ -133,10 +136,11 @@ static int every_entry_the_parser_accepts_renders(void) {
     accepted++;
     kljit_problem pb;
     TH_OK(wisdom_entry_problem(&s.e[0], &pb));
-    prob_geometry g;
-    TH_OK(prob_geometry_make(&pb, &s.e[0].tune, &g));
-    const kspec *specs[] = {&g.rows, &g.helpers};
-    for (int k = 0; k < 2; k++) {
+    recipe r;
+    TH_OK(recipe_make(&pb, &s.e[0].tune, &OPT, s.e[0].arch, s.e[0].sms, &r));
+    const kspec *specs[RECIPE_MAX_MODULES];
+    const int count = recipe_modules(&r, specs);
+    for (int k = 0; k < count; k++) {
       strbuf src = {0};
       if (kspec_render(specs[k], &src) != KLJIT_SUCCESS) {
         printf("accepted but does not render: %s\n  %s\n", line, kljit_last_error());
@@ -199,7 +203,7 @@ static wisdom_entry tie_entry(uint64_t *seed, int serial) {
   wisdom_problem_key(&pb, e.problem);
   wisdom_problem_extra(&pb, e.extra);
   e.bucket = (int64_t)1 << (10 + wg_below(seed, 4));
-  e.tune = prob_estimate(&pb, 132, 90);
+  e.tune = prob_estimate(&pb, 90, &OPT);
   e.tune.chunk_rows = 1 + serial; /* which entry won shows in the text */
   e.rigor = wg_below(seed, 2) ? KLJIT_PLAN_MEASURE : KLJIT_PLAN_EXHAUSTIVE;
   e.rows = 8192, e.ms = 1 + wg_below(seed, 2);
@@ -346,7 +350,7 @@ static int writers_in(const char *dir) {
         pb.vocab = 32000, pb.hidden = 64;
         wisdom_problem_key(&pb, e.problem);
         wisdom_problem_extra(&pb, e.extra);
-        e.tune = prob_estimate(&pb, 132, 90);
+        e.tune = prob_estimate(&pb, 90, &OPT);
         _exit(wisdom_add(&e) == KLJIT_SUCCESS ? 0 : 1);
       }
       TH_CHECK(kids[w] > 0);

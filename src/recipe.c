@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* recipe.c — what a plan builds, from problem, tuning, options and target (see recipe.h). */
+#include "recipe.h"
+
+#include <library_types.h>
+#include <string.h>
+
+#include "gemm_algo.h"
+#include "spec_check.h"
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---- geometry and the two row-kernel modules ----------------------------------------------- */
+
+/* The row kernels' spec for a tuning already in g->tune (g's strides and dtypes set). */
+static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
+  const prob_tuning *tune = &g->tune;
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  /* the dense row kernels' TEACHER: the online teacher's logits are a logits teacher's */
+  const kljit_teacher_form form = hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher;
+  kspec *r = &g->rows;
+  r->family = KSPEC_DENSE_ROWS;
+  r->v = pb->vocab, r->ld = g->ld;
+  r->threads = tune->threads, r->split = tune->split;
+  r->cluster = tune->cluster, r->nv = tune->nv, r->ldg = g->ldg;
+  r->inplace = !prob_native_logits(pb) && !tune->cluster;
+  r->logit = g->logit, r->grad = g->grad;
+  r->tdt = pb->teacher_dtype;
+  r->bdt = pb->weight_dtype;
+  r->out = KLJIT_FP32;
+  r->teacher = names_teacher(form);
+  r->reduction = names_reduction(pb->reduction);
+  r->tmode = pb->temperature_mode;
+  r->bias = (pb->flags & KLJIT_FLAG_BIAS) != 0;
+  r->t2 = (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0;
+  r->tt_same = pb->teacher_temperature == 0;
+  r->t = pb->temperature, r->tt = pb->teacher_temperature, r->eps = pb->eps;
+  r->check = (pb->flags & KLJIT_FLAG_CHECK_INPUTS) != 0;
+  r->vtot = prob_vocab_total(pb);
+  r->offset = pb->vocab_offset;
+  r->tld = prob_teacher_ld(pb);
+  if (hidden) { /* the teacher GEMM's fp32 logits, chunk rows LD apart (exec.c) */
+    r->tdt = KLJIT_FP32;
+    r->tld = g->ld;
+    r->tchunk = 1;
+    /* its bias, in the teacher's dtype, is added as the row kernels load its logits */
+    if (pb->flags & KLJIT_FLAG_TEACHER_BIAS) r->tbdt = pb->teacher_dtype;
+  }
+  r->softcap = pb->softcap;
+  r->tsoftcap = pb->teacher_softcap;
+  r->hard = pb->hard_weight;
+  r->soft1 = pb->soft_weight - 1.0;
+  r->div = prob_divergence_rows(pb);
+  r->sharded = prob_sharded(pb);
+  r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    /* one pass-2 block per row (it gathers the support), two-pass only */
+    if (tune->cluster)
+      return err_set(KLJIT_ERR_UNSUPPORTED, "the sparse teacher has no cluster row kernels");
+    r->family = KSPEC_SPARSE_ROWS;
+    r->cluster = 0, r->nv = 1;
+    r->teacher = "sparse";
+    r->topk = pb->topk;
+    r->idt = pb->topk_id_dtype;
+    r->values = names_topk_values(pb->topk_values);
+    r->tail = names_tail(pb->tail);
+  }
+  kspec *h = &g->helpers;
+  *h = *r;
+  h->family = KSPEC_HELPERS;
+  /* the helpers never see logits, the teacher or the loss's terms */
+  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
+  h->div = NULL;
+  h->tchunk = 0;
+  h->tbdt = 0;
+  h->sharded = 0;
+  h->check = 0;
+  h->out = pb->grad_weight_dtype;
+  return KLJIT_SUCCESS;
+}
+
+/* The geometry and row specs of a tuning (the one place they are derived). */
+static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, prob_geometry *g) {
+  memset(g, 0, sizeof *g);
+  if (tune->chunk_rows < 1 || tune->threads < 64 || tune->threads > 1024 ||
+      tune->threads % 32 || tune->split < 1 || tune->split > 64 ||
+      (tune->cluster && tune->cluster != tune->split) || tune->nv < 1)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "tuning chunk_rows=%lld threads=%d split=%d is out of range",
+                   (long long)tune->chunk_rows, tune->threads, tune->split);
+  g->tune = *tune;
+  g->ld = round_up(pb->vocab, 8);
+  const int native = prob_native_logits(pb);
+  g->grad = pb->input_dtype;
+  g->logit = native ? g->grad : KLJIT_FP32;
+  /* G overwrites the logits: same dtype, element by element; else 16-bit G over the fp32 row,
+   * made safe by the cluster barrier or by the one-block-per-row pass 2 (INPLACE) */
+  g->ldg = native ? g->ld : 2 * g->ld;
+  /* the reverse KL and the JSD need a row total before G: one pass-2 block per row, unless
+   * the cluster holds the row (it sums S over its blocks) */
+  const int one_block = (!native && !tune->cluster) || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK ||
+                        (prob_divergence_rows(pb) && !tune->cluster);
+  g->p2_split = one_block ? 1 : tune->split;
+  g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
+                    pb->grad_weight_accum == KLJIT_ACCUM_FP32;
+  /* Only a 16-bit dW accumulated in place (4 V H bytes a chunk, the binding's lean-memory
+   * setting) takes the chunk cap: with an fp32 accumulator each extra chunk's 8 V H bytes cost
+   * more than the smaller chunk saves (bench/RESULTS.md, "the merged architecture"). The
+   * online teacher's chunk holds its fp32 logits beside the student's: half the rows keep the
+   * same bytes. */
+  g->chunk_cap = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
+                 : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 8
+                                                                      : 4;
+  return rows_spec(pb, g);
+}
+
+/* dX as `forced` slices (the options', 1..64, then obeyed for every chunk), or for 0 the
+ * planner's: 16-bit inputs with V >= 65536 take ceil(V / 32768) slices, others one GEMM, and
+ * only chunks whose one GEMM has 128 x 256 tiles for at least half the SMs split (a shorter
+ * chunk's GEMM leaves SMs idle, which cuBLASLt fills by splitting K itself; slices would idle
+ * them again: bench/RESULTS.md, "dX in slices"). Fewer slices where V is too short for that
+ * many 64-column multiples. */
+static void dx_split(const kljit_problem *pb, int forced, int sm_count, prob_geometry *g) {
+  const int narrow = pb->input_dtype != KLJIT_FP32;
+  int s = forced > 0                     ? forced
+          : narrow && pb->vocab >= 65536 ? (int)((pb->vocab + 32767) / 32768)
+                                         : 1;
+  int64_t slice = pb->vocab;
+  for (; s > 1; s--) { /* slices of 64-column multiples (aligned operands), the last non-empty */
+    slice = (pb->vocab + s - 1) / s;
+    slice = (slice + 63) / 64 * 64;
+    if ((int64_t)(s - 1) * slice < pb->vocab) break;
+  }
+  g->dx_split = s;
+  g->dx_slice = s > 1 ? slice : pb->vocab;
+  /* 2 ceil(n / 128) ceil(H / 256) >= SMs, for the least n */
+  const int64_t sms = sm_count > 0 ? sm_count : 132, col_tiles = (pb->hidden + 255) / 256;
+  const int64_t row_tiles = (sms + 2 * col_tiles - 1) / (2 * col_tiles);
+  g->dx_rows = forced > 0 ? 1 : 128 * (row_tiles - 1) + 1;
+}
+
+/* ---- the GEMMs ------------------------------------------------------------------------------ */
+
+static int cuda_type(kljit_dtype dt) {
+  return dt == KLJIT_FP32 ? CUDA_R_32F : dt == KLJIT_FP16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/* fp32 inputs compute in fp32 unless the problem allows TF32; 16-bit ones accumulate in fp32. */
+static int compute_type(const kljit_problem *pb, kljit_dtype in) {
+  return in == KLJIT_FP32 && !(pb->flags & KLJIT_FLAG_ALLOW_TF32) ? CUBLAS_COMPUTE_32F
+         : in == KLJIT_FP32                                       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                  : CUBLAS_COMPUTE_32F;
+}
+
+static void slot(recipe_gemm *g, gemm_kind op, const gemm_types *ty, int64_t v, int64_t h,
+                 const prob_geometry *geom) {
+  const gemm_shape sh = {v, h, geom->ld, geom->ldg};
+  g->used = 1, g->op = op, g->types = *ty, g->shape = sh, g->rows = geom->tune.chunk_rows;
+  g->engine = RECIPE_CUBLASLT;
+}
+
+/* The slots' operations: types, shapes, chunk rows. */
+static void gemm_slots(const kljit_problem *pb, recipe *r) {
+  const prob_geometry *g = &r->geom;
+  const kljit_dtype in = pb->input_dtype;
+  gemm_types ty;
+  ty.in = cuda_type(in);
+  ty.logits = cuda_type(g->logit);
+  ty.dx = cuda_type(in);
+  ty.dw = g->dw_workspace ? CUDA_R_32F : cuda_type(pb->grad_weight_dtype);
+  ty.compute = compute_type(pb, in);
+  for (int k = GEMM_LOGITS; k <= GEMM_DW; k++)
+    slot(&r->gemm[k], (gemm_kind)k, &ty, pb->vocab, pb->hidden, g);
+  if (g->dx_split > 1) { /* dX of a slice of V into the fp32 sum (exec.c); the last its own */
+    gemm_types tx = ty;
+    tx.dx = CUDA_R_32F;
+    slot(&r->gemm[RECIPE_DX_SLICE], GEMM_DX, &tx, g->dx_slice, pb->hidden, g);
+    slot(&r->gemm[RECIPE_DX_LAST], GEMM_DX, &tx, pb->vocab - (g->dx_split - 1) * g->dx_slice,
+         pb->hidden, g);
+  }
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
+    /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
+    gemm_types tt = ty;
+    tt.in = cuda_type(pb->teacher_dtype), tt.logits = CUDA_R_32F;
+    tt.compute = compute_type(pb, pb->teacher_dtype);
+    slot(&r->gemm[RECIPE_TEACHER], GEMM_LOGITS, &tt, pb->vocab, pb->teacher_hidden, g);
+  }
+}
+
+/* The engine of one of the tuned slots (logits, dX, dW): a generated variant where
+ * jgemm_choose takes one (the tuning's choice, or the options' KLJIT_GEMM_JIT), else cuBLASLt
+ * with the tuning's algorithm where one was stored. The other slots run cuBLASLt's heuristic. */
+static void choose_engine(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                          recipe *r, recipe_slot s) {
+  recipe_gemm *g = &r->gemm[s];
+  if (s > RECIPE_DW) return;
+  g->tuned_algo = 1;
+  const kljit_dtype out = s == RECIPE_LOGITS ? r->geom.logit : pb->input_dtype;
+  if (jgemm_choose(pb, &r->geom.tune, arch, g->op, out, opt->gemm, &g->variant) > 0) {
+    g->engine = RECIPE_GENERATED;
+    g->spec = jgemm_spec(&g->variant);
+  }
+}
+
+/* ---- the recipe ----------------------------------------------------------------------------- */
+
+kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
+                         const kljit_context_options *opt, int arch, int sm_count, recipe *out) {
+  memset(out, 0, sizeof *out);
+  if (opt->gemm != KLJIT_GEMM_DEFAULT && opt->gemm != KLJIT_GEMM_JIT &&
+      opt->gemm != KLJIT_GEMM_CUBLAS)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "options->gemm = %d is not a kljit_gemm",
+                   (int)opt->gemm);
+  if (opt->dx_split < 0 || opt->dx_split > 64)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "options->dx_split = %d, must be 0 (the planner's) or in [1, 64]",
+                   (int)opt->dx_split);
+  prob_tuning t = tune ? *tune : prob_estimate(pb, arch, opt);
+  /* a stored cluster tuning (wisdom of the same shape) cannot serve a vocabulary shard, whose
+   * row statistics are merged across ranks: the shard takes the two-pass heuristics */
+  if (t.cluster && prob_sharded(pb)) {
+    t = prob_estimate(pb, arch, opt);
+    out->replaced = 1;
+  }
+  kljit_status st = geometry(pb, &t, &out->geom);
+  if (st != KLJIT_SUCCESS) return st;
+  if (opt->chunk_rows > 0) out->geom.chunk_cap = 0; /* the options' chunk is obeyed */
+  dx_split(pb, opt->dx_split, sm_count, &out->geom);
+  gemm_slots(pb, out);
+  for (int s = 0; s < RECIPE_SLOTS; s++)
+    if (out->gemm[s].used) choose_engine(pb, opt, arch, out, (recipe_slot)s);
+  return KLJIT_SUCCESS;
+}
+
+int recipe_modules(const recipe *r, const kspec *out[RECIPE_MAX_MODULES]) {
+  int n = 0;
+  out[n++] = &r->geom.rows;
+  out[n++] = &r->geom.helpers;
+  for (int s = 0; s < RECIPE_SLOTS; s++)
+    if (r->gemm[s].used && r->gemm[s].engine == RECIPE_GENERATED) out[n++] = &r->gemm[s].spec;
+  return n;
+}
+
+kljit_status recipe_check(const recipe *r) {
+  const kspec *m[RECIPE_MAX_MODULES];
+  const int n = recipe_modules(r, m);
+  kljit_status st = KLJIT_SUCCESS;
+  for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) st = kspec_check(m[i]);
+  return st;
+}
+
+int recipe_dx_split_pays(const recipe *r, int64_t n) {
+  return r->geom.dx_split > 1 && n >= r->geom.dx_rows;
+}

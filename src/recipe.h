@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* recipe.h — what a plan builds: one pure function of the problem, the tuning, the context's
+ * options and the target (no GPU, no environment, no clock).
+ *
+ *   recipe_make(problem, tuning, options, arch, SMs) -> the geometry (chunk, strides, dtypes,
+ *     the dX split, the workspace rules: prob_workspace_layout), the modules (the rows, the
+ *     helpers, one per generated GEMM) and a slot per GEMM of the chunk loop (its operation,
+ *     types and shape, and its engine: cuBLASLt, or a generated variant and its module).
+ *
+ * Everything that plans reads one: plan creation (plan.c builds what it says and chooses
+ * nothing), the size queries (through the plan), kljit_precompile, kljit_precompile_wisdom,
+ * kljit_plan_check, wisdom's entry check, the tuner's candidates and its measurements (the
+ * generated GEMMs it tries are recipes of a tuning with that choice). Entry points without a
+ * context pass KLJIT_CONTEXT_OPTIONS_INIT: the environment becomes options only at the API edge
+ * (kljit_context_options_default, kljit_context_create).
+ *
+ * Invariants:
+ *  - equal inputs give equal recipes, byte for byte (the specs' strings are static literals);
+ *  - the modules are the rows, the helpers, then the generated GEMM of each slot that has one,
+ *    in slot order (recipe_modules); a slot is either used or all zero;
+ *  - every used slot has its cuBLASLt operation (types, shape, rows): a generated slot falls
+ *    back on it for operands TMA cannot take;
+ *  - the only choices made here that a tuning does not carry are the planner's rules: the
+ *    heuristics without a tuning, a cluster tuning given up for a shard, the chunk cap, the dX
+ *    split and the chunks it pays for, the generated GEMMs the options force or forbid.
+ *
+ * Adding to it: a GEMM of the chunk loop is a slot (recipe_slot) and its lines in gemm_slots();
+ * another engine for a slot is a case of choose_engine(); a kernel family of its own (the loss
+ * fusion's) is a module appended in recipe_make and named in recipe_modules.
+ */
+#ifndef KLJIT_RECIPE_H
+#define KLJIT_RECIPE_H
+
+#include "gemm.h"
+#include "gemm_sm90.h"
+#include "problem.h"
+
+/* The GEMMs of the chunk loop. The first three are the tuned operations (gemm_kind). */
+typedef enum recipe_slot {
+  RECIPE_LOGITS = GEMM_LOGITS, /* Z = X W^T */
+  RECIPE_DX = GEMM_DX,         /* dX = G W */
+  RECIPE_DW = GEMM_DW,         /* dW (+)= G^T X */
+  RECIPE_TEACHER,              /* the online teacher's Zt = Xt Wt^T (DENSE_HIDDEN), fp32 */
+  RECIPE_DX_SLICE,             /* dX of one slice of V into the fp32 sum (dx_split > 1) */
+  RECIPE_DX_LAST,              /* the same for the last slice (the rest of V) */
+  RECIPE_SLOTS
+} recipe_slot;
+
+typedef enum recipe_engine {
+  RECIPE_CUBLASLT = 1, /* the slot's cuBLASLt operation */
+  RECIPE_GENERATED = 2 /* a variant of the generated sm_90a family (gemm_sm90.h) */
+} recipe_engine;
+
+typedef struct recipe_gemm {
+  int used;
+  gemm_kind op;          /* the operation whose layouts it has (logits, dX, dW) */
+  gemm_types types;
+  gemm_shape shape;
+  int64_t rows;          /* prepared for chunks of this many rows */
+  recipe_engine engine;
+  int tuned_algo;        /* cuBLASLt: the tuning's algorithm for (op, rows) where the running
+                          * cuBLASLt made it (gemm_algo_find), else the heuristic's; 0: the
+                          * heuristic's */
+  jgemm_variant variant; /* RECIPE_GENERATED */
+  kspec spec;            /* RECIPE_GENERATED: its module */
+} recipe_gemm;
+
+enum { RECIPE_MAX_MODULES = 2 + RECIPE_SLOTS };
+
+typedef struct recipe {
+  prob_geometry geom;  /* its tune is the one built (after a replacement) */
+  int replaced;        /* the given cluster tuning gave way to the two-pass heuristics (a shard:
+                        * its row statistics are merged across ranks) */
+  recipe_gemm gemm[RECIPE_SLOTS];
+} recipe;
+
+/* Everything a plan of the validated problem `pb` builds for sm_<arch> with `sm_count`
+ * multiprocessors (0: unknown, as in precompile) under the context's options `opt`: with the
+ * tuning `tune` (wisdom's, a candidate's), or the heuristics' for NULL. KLJIT_SUCCESS, or
+ * KLJIT_ERR_INVALID_ARGUMENT / KLJIT_ERR_UNSUPPORTED with a sentence for a tuning or options
+ * that cannot be built. */
+kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
+                         const kljit_context_options *opt, int arch, int sm_count, recipe *out);
+
+/* The recipe's modules (pointers into *r): the rows, the helpers, then each generated GEMM.
+ * Returns the count. */
+int recipe_modules(const recipe *r, const kspec *out[RECIPE_MAX_MODULES]);
+
+/* The family templates' verdict on every module of the recipe (kspec_check), without
+ * rendering: KLJIT_SUCCESS or the first rejection's status and sentence. */
+kljit_status recipe_check(const recipe *r);
+
+/* Whether the chunk of n rows takes the split dX (geom.dx_split > 1 and n >= geom.dx_rows). */
+int recipe_dx_split_pays(const recipe *r, int64_t n);
+
+#endif

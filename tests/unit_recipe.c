@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* unit_recipe.c — what a plan builds, pinned without a GPU.
+ *
+ * For a few problems, archs and context options, the text of everything a plan builds (its
+ * tuning, geometry, each module's spec, each GEMM's types and shape, the chunk of a call, the
+ * workspace of a call, where the dX splits) is hashed and compared with the hash it had when
+ * this test was written; a mismatch prints the text. A spec's parameters name its kernels and
+ * (with the template's bytes) its cache key, so an equal hash is the same kernels from the same
+ * cache entries.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "gemm_algo.h"
+#include "harness.h"
+#include "kljit.h"
+#include "recipe.h"
+
+/* ---- the cases ---------------------------------------------------------------------------- */
+
+enum { SMS = 132 };
+
+typedef enum tuning_from { HEURISTIC, CLUSTER_TUNING, JIT_LOGITS } tuning_from;
+
+typedef struct pin_case {
+  const char *name;
+  int arch;
+  tuning_from from;
+  kljit_row_kernel row_kernel;
+  kljit_gemm gemm;
+  int64_t chunk_rows;
+  int dx_split;
+  const char *pin; /* 16 hex digits of the text's sha256 */
+} pin_case;
+
+static kljit_problem base(int64_t hidden, int64_t vocab) {
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = hidden, pb.vocab = vocab;
+  return pb;
+}
+
+static kljit_problem problem_of(const char *name) {
+  kljit_problem pb = base(4096, 128256);
+  if (!strncmp(name, "fp32", 4)) {
+    pb = base(1024, 32000);
+    pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+  } else if (!strncmp(name, "bf16_dw", 7)) {
+    pb = base(2048, 50257);
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  } else if (!strncmp(name, "online", 6)) {
+    pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 1024;
+    pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+    pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
+  } else if (!strncmp(name, "sparse", 6)) {
+    pb = base(4096, 151936);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    pb.tail = KLJIT_TAIL_BUCKET;
+  } else if (!strncmp(name, "shard", 5)) {
+    pb = base(4096, 64128);
+    pb.vocab_total = 128256, pb.vocab_offset = 64128, pb.shards = 2, pb.hard_weight = 0.5;
+  } else if (!strncmp(name, "reverse", 7)) {
+    pb = base(2048, 32000);
+    pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
+    pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0, pb.teacher_softcap = 50.0;
+    pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL, pb.flags |= KLJIT_FLAG_BIAS;
+  } else if (!strncmp(name, "native", 6)) {
+    pb = base(4096, 151936);
+    pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  }
+  return pb;
+}
+
+#define TP KLJIT_ROW_KERNEL_TWO_PASS
+#define CL KLJIT_ROW_KERNEL_CLUSTER
+#define GD KLJIT_GEMM_DEFAULT
+static const pin_case CASES[] = {
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5ca6f069e423f447"},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "8aee4338797634f0"},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "0ee186df443782ca"},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "ed91374611b20fe4"},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "ede3971b56bd491e"},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "d745410f06a5562c"},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "7842c90fd2e8219f"},
+    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "65e27fb659b6bad0"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "c5ca9d6993bc2dcb"},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "5a7c48479f9a9f3e"},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "59ec41fdbc5c2137"},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "fb8b515688fda3b7"},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "3a1a33e359dd4f2d"},
+    {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
+     "4da6d3e271c0b9f9"},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "3b3ea2c415d16348"},
+};
+enum { N_CASES = sizeof CASES / sizeof CASES[0] };
+
+static kljit_context_options options_of(const pin_case *c) {
+  kljit_context_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.row_kernel = c->row_kernel, o.gemm = c->gemm;
+  o.chunk_rows = c->chunk_rows, o.dx_split = c->dx_split;
+  o.tune_rows = 8192, o.tune_budget_s = 30;
+  return o;
+}
+
+/* The tuning a plan is given (after choosing): the heuristic's, a stored cluster tuning of the
+ * same shape unsharded (wisdom's key does not name the shards), or the heuristic's with a
+ * generated logits GEMM chosen by the tuner. */
+static prob_tuning tuning_of(const pin_case *c, const kljit_problem *pb,
+                             const kljit_context_options *o) {
+  prob_tuning t = prob_estimate(pb, c->arch, o);
+  if (c->from == CLUSTER_TUNING) {
+    kljit_problem whole = *pb;
+    whole.vocab = whole.vocab_total, whole.vocab_total = 0, whole.vocab_offset = 0;
+    whole.shards = 1;
+    prob_cluster_tuning(&whole, c->arch, &t);
+  }
+  if (c->from == JIT_LOGITS) {
+    prob_gemm_choice g;
+    memset(&g, 0, sizeof g);
+    g.used = 1, g.kind = GEMM_LOGITS, g.n = t.chunk_rows, g.beta_zero = 1, g.jit = 1;
+    g.bn = 128, g.consumers = 2, g.stages = 6, g.raster = 'g', g.cluster = 2, g.schedule = 'p';
+    gemm_algo_add(&t, &g);
+  }
+  return t;
+}
+
+/* ---- the text of a plan ------------------------------------------------------------------- */
+
+static void spec_text(const char *what, const kspec *k, strbuf *out) {
+  render_param p[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, p);
+  sb_printf(out, "module %s %s:", what, kspec_template(k));
+  for (size_t i = 0; i < n; i++) {
+    if (p[i].kind == RP_STR) sb_printf(out, " %s=%s", p[i].key, p[i].s);
+    else if (p[i].kind == RP_NUM) sb_printf(out, " %s=%.17g", p[i].key, p[i].d);
+    else sb_printf(out, " %s=%lld", p[i].key, (long long)p[i].i);
+  }
+  sb_printf(out, "\n");
+}
+
+static void gemm_text(const char *what, const gemm_types *t, const gemm_shape *s, int64_t rows,
+                      strbuf *out) {
+  sb_printf(out, "gemm %s in=%d logits=%d dx=%d dw=%d compute=%d v=%lld h=%lld ld=%lld ldg=%lld "
+            "rows=%lld\n", what, t->in, t->logits, t->dx, t->dw, t->compute, (long long)s->v,
+            (long long)s->h, (long long)s->ld, (long long)s->ldg, (long long)rows);
+}
+
+static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *out) {
+  static const int64_t rows[] = {100, 1000, 2049, 8192, 1 << 20};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    sb_printf(out, "call %lld: chunk %lld ws", (long long)rows[i],
+              (long long)prob_chunk_rows(g, rows[i]));
+    for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++)
+      sb_printf(out, " %zu", prob_workspace_layout(pb, g, (kljit_mode)m, rows[i]).total);
+    sb_printf(out, "\n");
+  }
+}
+
+/* ---- the recipe -------------------------------------------------------------------------- */
+
+static const char *const SLOT_NAMES[RECIPE_SLOTS] = {"logits", "dx", "dw", "teacher", "dx_slice",
+                                                     "dx_last"};
+
+/* The text of everything the recipe says. Its order (the teacher's GEMM last) is the order the
+ * text had when plan.c derived the plan itself (this file's first version): the hashes are
+ * those it printed then. */
+static int plan_text(const pin_case *c, strbuf *out) {
+  const kljit_problem pb = problem_of(c->name);
+  TH_OK(prob_validate(&pb, c->name));
+  const kljit_context_options o = options_of(c);
+  const prob_tuning given = tuning_of(c, &pb, &o);
+  recipe r;
+  TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
+  const prob_geometry *g = &r.geom;
+  const prob_tuning *t = &g->tune;
+  sb_printf(out, "%s sm_%d\ntune chunk=%lld threads=%d split=%d cluster=%d nv=%d replaced=%d\n",
+            c->name, c->arch, (long long)t->chunk_rows, t->threads, t->split, t->cluster, t->nv,
+            r.replaced);
+  sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d dx=%d/%lld\n",
+            (long long)g->ld, (long long)g->ldg, (int)g->logit, (int)g->grad, g->p2_split,
+            g->dw_workspace, g->chunk_cap, g->dx_split, (long long)g->dx_slice);
+  const kspec *m[RECIPE_MAX_MODULES];
+  const int n = recipe_modules(&r, m);
+  TH_CHECK(n >= 2 && m[0] == &g->rows && m[1] == &g->helpers);
+  spec_text("rows", m[0], out);
+  spec_text("helpers", m[1], out);
+  for (int i = 2; i < n; i++) {
+    TH_CHECK(m[i] == &r.gemm[RECIPE_LOGITS].spec); /* the one generated slot there is yet */
+    spec_text("gemm_logits", m[i], out);
+  }
+  static const recipe_slot order[] = {RECIPE_LOGITS, RECIPE_DX, RECIPE_DW, RECIPE_DX_SLICE,
+                                      RECIPE_DX_LAST, RECIPE_TEACHER};
+  for (int i = 0; i < RECIPE_SLOTS; i++) {
+    const recipe_gemm *s = &r.gemm[order[i]];
+    if (s->used) gemm_text(SLOT_NAMES[order[i]], &s->types, &s->shape, s->rows, out);
+  }
+  calls_text(&pb, g, out);
+  sb_printf(out, "dx split at 64/256/512/2048 rows: %d%d%d%d\n", recipe_dx_split_pays(&r, 64),
+            recipe_dx_split_pays(&r, 256), recipe_dx_split_pays(&r, 512),
+            recipe_dx_split_pays(&r, 2048));
+  return TH_PASS;
+}
+
+/* ---- the test ----------------------------------------------------------------------------- */
+
+/* KLJIT_TEST_PRINT=1: every case's text and hash, for reviewing a deliberate change. */
+static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
+  const int print = getenv("KLJIT_TEST_PRINT") != NULL;
+  int bad = 0;
+  for (int i = 0; i < N_CASES; i++) {
+    strbuf text = {0};
+    TH_CHECK(plan_text(&CASES[i], &text) == TH_PASS);
+    char hex[65];
+    sha256_hex(text.data, text.len, hex);
+    hex[16] = '\0';
+    const int same = !strcmp(hex, CASES[i].pin);
+    if (!same || print)
+      fprintf(stderr, "%s%s-> %s (pinned %s)\n\n", same ? "" : "CHANGED: ", text.data, hex,
+              CASES[i].pin);
+    bad += !same;
+    sb_free(&text);
+  }
+  TH_CHECK(bad == 0);
+  return TH_PASS;
+}
+
+/* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned three
+ * (logits, dX, dW) take the tuning's cuBLASLt algorithms and may take a generated variant
+ * (today the logits GEMM alone has one in the loop), the others cuBLASLt's heuristic; a
+ * generated slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS
+ * or an arch without the family keeps cuBLASLt. */
+static int each_gemm_is_a_slot_with_its_engine(void) {
+  for (int i = 0; i < N_CASES; i++) {
+    const pin_case *c = &CASES[i];
+    const kljit_problem pb = problem_of(c->name);
+    const kljit_context_options o = options_of(c);
+    const prob_tuning given = tuning_of(c, &pb, &o);
+    recipe r;
+    TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
+    const int generated = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS &&
+                          (c->from == JIT_LOGITS || c->gemm == KLJIT_GEMM_JIT);
+    const kspec *m[RECIPE_MAX_MODULES];
+    TH_CHECK(recipe_modules(&r, m) == 2 + generated);
+    TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
+    for (int s = 0; s < RECIPE_SLOTS; s++) {
+      const recipe_gemm *g = &r.gemm[s];
+      const int used = s <= RECIPE_DW || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
+                       (s >= RECIPE_DX_SLICE && r.geom.dx_split > 1);
+      TH_CHECK(g->used == used);
+      if (!used) continue;
+      TH_CHECK(g->tuned_algo == (s <= RECIPE_DW));
+      TH_CHECK(g->op == (s == RECIPE_TEACHER ? GEMM_LOGITS : s >= RECIPE_DX_SLICE ? GEMM_DX
+                                                                                 : (gemm_kind)s));
+      const int gen = s == RECIPE_LOGITS && generated;
+      TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
+      if (gen) TH_CHECK(m[2] == &g->spec && g->spec.family == KSPEC_GEMM_SM90);
+      if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
+        TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
+    }
+  }
+  return TH_PASS;
+}
+
+static const th_case cases[] = {
+    {"a_plans_modules_gemms_and_workspace_are_as_pinned",
+     a_plans_modules_gemms_and_workspace_are_as_pinned},
+    {"each_gemm_is_a_slot_with_its_engine", each_gemm_is_a_slot_with_its_engine},
+};
+TH_MAIN(cases)
