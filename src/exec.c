@@ -36,9 +36,9 @@ typedef struct exec_call {
   size_t in_sz;
   int skip_gemms;
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
-  float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
-  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
-                       /* both: kljit_shard_sums (slot 7 of stats_out from all) */
+  float *stats_out;    /* kljit_shard_stats: merged per-row records (part) out, [rows] */
+  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows] */
+                       /* both: kljit_shard_sums (slot S of stats_out from all) */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
 } exec_call;
 
@@ -181,7 +181,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
     TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
-  *w = prob_workspace_layout(pb, &p->geom, mode, a->rows);
+  *w = prob_workspace_layout(pb, &p->geom, &p->layout, mode, a->rows);
   const size_t need = w->total;
   if (a->workspace_size < need)
     return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
@@ -192,7 +192,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
 }
 
 static kljit_status run_setup(exec_call *c) {
-  return plan_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_SETUP, 1, 1, &c->k, c->stream);
 }
 
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
@@ -204,7 +204,7 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
     const int64_t h = p->pb.hidden;
     const jgemm_args g = {x, c->a->weight, c->ws + c->w.z, n, p->pb.vocab, h, h, h, p->geom.ld,
                           1.0f};
-    TRY(jgemm_launch(p->ctx->drv, p->gemm_fn, &p->gemm_logits, p->ctx->sm_count, &g,
+    TRY(jgemm_launch(p->ctx->drv, &p->gemm_k, &p->gemm_logits, p->ctx->sm_count, &g,
                      (CUstream)c->stream));
   } else {
     TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
@@ -221,8 +221,8 @@ static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
 
 static kljit_status run_stats(exec_call *c, int64_t n) {
   const kljit_plan *p = c->p;
-  return plan_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n,
-                     (unsigned)p->geom.tune.threads, &c->k, c->stream);
+  return plan_launch(p, KSTEP_STATS, (unsigned)p->geom.tune.split, (unsigned)n, &c->k,
+                     c->stream);
 }
 
 static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
@@ -276,7 +276,8 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
                  c->galpha, beta, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
-    TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
+    const int64_t t = plan_threads(p, KSTEP_COLSUM); /* a thread a column */
+    TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + t - 1) / t), 1, &c->k,
                     c->stream));
   }
   return KLJIT_SUCCESS;
@@ -289,21 +290,23 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
   c->k.accumulate = out && (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   c->k.out_dtype = out;
   c->k.src = c->ws + src_off, c->k.dst = dst, c->k.count = n, c->k.scale = scale;
-  const long long blocks = (n + 255) / 256;
-  return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
-                     &c->k, c->stream);
+  const long long t = plan_threads(c->p, KSTEP_CONVERT); /* an element a thread, 4096 blocks */
+  const long long blocks = (n + t - 1) / t;
+  return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, &c->k,
+                     c->stream);
 }
 
-/* Split API: one record per chunk row from its SPLIT partials -> c->stats_out[(row0 + r) * 8]. */
+/* Split API: one record per chunk row from its SPLIT partials -> record row0 + r of
+ * c->stats_out, a thread a row. */
 static kljit_status run_merge(exec_call *c, int64_t n) {
-  return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
+  const int64_t t = plan_threads(c->p, KSTEP_MERGE);
+  return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + t - 1) / t), 1, &c->k, c->stream);
 }
 
 /* Split API, kljit_shard_sums: this shard's part of each chunk row's S, one block per row, from
- * the gathered records (c->all) -> slot 7 of c->stats_out[(row0 + r) * 8]. */
+ * the gathered records (c->all) -> slot S of record row0 + r of c->stats_out. */
 static kljit_status run_sums(exec_call *c, int64_t n) {
-  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, (unsigned)c->p->geom.tune.threads, &c->k,
-                     c->stream);
+  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, &c->k, c->stream);
 }
 
 static kljit_status run_finish_grads(exec_call *c) {
@@ -319,7 +322,7 @@ static kljit_status run_finish_grads(exec_call *c) {
 }
 
 static kljit_status run_finish_loss(exec_call *c) {
-  return plan_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, &c->k, c->stream);
 }
 
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
@@ -341,15 +344,14 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     c->k.row0 = row0;
     c->k.chunk_rows = (int32_t)n;
     /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
-    c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;
+    c->k.recs = c->all ? (const void *)(c->all + row0 * p->layout.part) : c->k.part;
     TRY(run_logits(c, row0, n));
     if (mode != KLJIT_MODE_BACKWARD && !p->geom.tune.cluster && !c->all) TRY(run_stats(c, n));
     if (c->stats_out) { /* kljit_shard_stats / _sums: the records are all they write */
       TRY(sums ? run_sums(c, n) : run_merge(c, n));
       continue;
     }
-    TRY(plan_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n,
-                    (unsigned)p->geom.tune.threads, &c->k, c->stream));
+    TRY(plan_launch(p, row_step, (unsigned)p->geom.p2_split, (unsigned)n, &c->k, c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (c->stats_out) return KLJIT_SUCCESS;
@@ -438,7 +440,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.ws = a->workspace;
     c.w = w;
     c.hdr = mode == KLJIT_MODE_FUSED ? (float *)(c.ws + c.w.hdr) : a->saved;
-    c.rowstat = a->saved ? a->saved + PLAN_HDR_FLOATS : NULL;
+    c.rowstat = a->saved ? a->saved + p->layout.hdr : NULL;
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = names_dtype_size(p->pb.input_dtype);
@@ -467,7 +469,8 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
 
 static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
                               const float *s, int out) {
-  long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
+  const long long per_block = 8LL * plan_threads(p, KSTEP_SCALE); /* 8 elements a thread */
+  long long blocks = (n + per_block - 1) / per_block;
   /* Eight resident 256-thread blocks per SM fill it for a grid-stride pass; more blocks add
    * nothing when scaling and cost waves of blocks that only read *s when the factor is 1 (the
    * usual case, paid by every fused backward). */
@@ -476,7 +479,7 @@ static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long
   kargs k;
   memset(&k, 0, sizeof k);
   k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
-  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, 256, &k, stream);
+  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, &k, stream);
 }
 
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,
@@ -533,7 +536,7 @@ kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows, s
   if (rows < 1 || rows > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: rows = %lld, must be in [1, 2^31)", who,
                    (long long)rows);
-  *bytes = (size_t)rows * 8 * sizeof(float);
+  *bytes = (size_t)rows * (size_t)plan->layout.part * sizeof(float);
   return KLJIT_SUCCESS;
 }
 

@@ -37,7 +37,7 @@ static kljit_status load_module(kljit_plan *p, const kspec *k, ctx_module **mod,
                      pk->sig->name, sig->name, kiface_step_name(sig->step));
     st = drv_check(d, d->cuModuleGetFunction(&pk->fn, (*mod)->module, sig->name), sig->name);
     /* clusters of 16 blocks are beyond the portable 8 and must be allowed explicitly */
-    if (st == KLJIT_SUCCESS && k->cluster > 8)
+    if (st == KLJIT_SUCCESS && sig->cluster > 8)
       st = drv_check(d, d->cuFuncSetAttribute(pk->fn,
                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                               1),
@@ -55,6 +55,7 @@ static kljit_status check_steps(const kljit_plan *p) {
     const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !p->geom.tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
                        : s == KSTEP_SUMS  ? p->geom.rows.div != NULL && !p->geom.tune.cluster
+                       : s == KSTEP_GEMM  ? 0 /* its own module, load_gemm */
                                           : 1;
     if (needed && !p->kernel[s].sig)
       return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",
@@ -64,9 +65,8 @@ static kljit_status check_steps(const kljit_plan *p) {
 }
 
 /* The logits GEMM from the generated sm_90a family where jgemm_choose takes it (options.gemm
- * KLJIT_GEMM_JIT, or a tuned choice); cuBLASLt otherwise. Its kernel takes the TMA descriptors
- * by value, which kargs cannot marshal: it has its own launch (jgemm_launch), and its manifest
- * is checked against the one jgemm_launch is written for (jgemm_check_manifest). */
+ * KLJIT_GEMM_JIT, or a tuned choice); cuBLASLt otherwise. Its kernel is loaded by its manifest
+ * (jgemm_load) and launched by jgemm_launch, which encodes its TMA descriptors per call. */
 static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc) {
   const int mode = jgemm_mode(&p->ctx->opt);
   const int use = jgemm_choose(&p->pb, t, p->ctx->arch, p->geom.logit, mode, &p->gemm_logits);
@@ -79,18 +79,14 @@ static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc)
   jit_bin bin;
   kljit_status st = jit_build(&k, p->ctx->arch, &p->ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
-  st = jgemm_check_manifest(bin.manifest.data, bin.name);
-  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, &p->mod_gemm);
+  st = ctx_module_acquire(p->ctx, &bin, &p->mod_gemm);
+  if (st == KLJIT_SUCCESS)
+    st = jgemm_load(p->ctx->drv, p->mod_gemm->module, bin.manifest.data, bin.name, &p->gemm_k);
   if (st == KLJIT_SUCCESS)
     st = sb_printf(desc, "  module %s (sm_%da): %s; render %.2f ms, compile %.1f ms\n", bin.name,
                    p->ctx->arch, bin.source == CACHE_MISS ? "compiled" : "cache", bin.render_ms,
                    bin.compile_ms);
   jit_bin_free(&bin);
-  const drv_table *d = p->ctx->drv;
-  if (st == KLJIT_SUCCESS)
-    st = drv_check(d, d->cuModuleGetFunction(&p->gemm_fn, p->mod_gemm->module, "kl_gemm"),
-                   "kl_gemm");
-  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, p->gemm_fn, &p->gemm_logits);
   if (st == KLJIT_SUCCESS) {
     char what[64];
     jgemm_describe(&p->gemm_logits, what, sizeof what);
@@ -165,6 +161,11 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
   if (st == KLJIT_SUCCESS) st = check_steps(p);
+  if (st == KLJIT_SUCCESS) { /* the records' sizes this plan's buffers take, as declared */
+    const kiface_manifest *m[] = {&p->iface_rows, &p->iface_helpers};
+    const char *names[] = {kspec_template(&p->geom.rows), kspec_template(&p->geom.helpers)};
+    st = kiface_layout_of(m, names, 2, &p->layout);
+  }
   if (st == KLJIT_SUCCESS) st = load_gemm(p, &tune, &desc);
   if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, &desc);
   if (st == KLJIT_SUCCESS && p->geom.dx_split > 1) {
@@ -225,18 +226,23 @@ void kljit_plan_destroy(kljit_plan *p) {
   free(p);
 }
 
-/* Marshals by the kernel's manifest: nothing else knows its argument order. */
+/* Marshals and shapes the block by the kernel's manifest: nothing else knows its argument
+ * order or block size. */
 kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
-                         unsigned threads, const kargs *args, void *stream) {
+                         const kargs *args, void *stream) {
   const plan_kernel *k = &p->kernel[step];
   if (!k->sig)
     return err_set(KLJIT_ERR_INTERNAL, "the plan has no %s kernel", kiface_step_name(step));
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(k->sig, args, params);
   return drv_check(p->ctx->drv,
-                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, threads, 1, 1, 0,
-                                               (CUstream)stream, params, NULL),
+                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, k->sig->threads, 1, 1,
+                                               k->sig->smem, (CUstream)stream, params, NULL),
                    k->sig->name);
+}
+
+unsigned plan_threads(const kljit_plan *p, kiface_step step) {
+  return p->kernel[step].sig ? p->kernel[step].sig->threads : 1;
 }
 
 const char *kljit_plan_describe(const kljit_plan *p) {
@@ -260,13 +266,8 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: mode = %d", who, (int)mode);
   kljit_status st = check_rows(who, max_rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = prob_workspace_layout(&p->pb, &p->geom, mode, max_rows).total;
+  *bytes = prob_workspace_layout(&p->pb, &p->geom, &p->layout, mode, max_rows).total;
   return KLJIT_SUCCESS;
-}
-
-int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows) {
-  const int64_t per_row = pb->hard_weight != 0.0 || prob_divergence_rows(pb) ? 8 : 4;
-  return PLAN_HDR_FLOATS + per_row * rows;
 }
 
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
@@ -276,6 +277,6 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = (size_t)plan_saved_floats(&p->pb, rows) * sizeof(float);
+  *bytes = (size_t)kiface_saved_floats(&p->layout, rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

@@ -14,13 +14,6 @@
 #include "kiface.h"
 #include "problem.h"
 
-/* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
-enum { PLAN_HDR_FLOATS = 8 };
-
-/* Floats of `saved` for `rows` rows: the header, then 4 row statistics a row
- * (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse KL's / JSD's row total. */
-int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows);
-
 /* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
 typedef struct plan_kernel {
   CUfunction fn;
@@ -37,10 +30,12 @@ struct kljit_plan {
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
+  kiface_layout layout; /* the records' floats as the loaded manifests declare them: the header
+                         * (at saved's start), the rows' records and saved statistics */
   /* the generated logits GEMM (gemm_sm90.h), or NULL: cuBLASLt's gemm[GEMM_LOGITS]. Launched
-   * by jgemm_launch, not plan_launch: its TMA descriptors are by-value kernel parameters */
+   * by jgemm_launch (its TMA descriptors encoded per call), marshalled by its manifest */
   ctx_module *mod_gemm;
-  CUfunction gemm_fn;
+  jgemm_kernel gemm_k;
   jgemm_variant gemm_logits;
   char *description;
 };
@@ -52,10 +47,14 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out);
 
-/* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of `threads`, its
- * arguments taken from `args` by the roles of the kernel's manifest (src/kiface.h);
- * KLJIT_ERR_INTERNAL when the plan has no kernel for the step. */
+/* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of the threads
+ * its manifest declares, its arguments taken from `args` by the roles of the manifest
+ * (src/kiface.h); KLJIT_ERR_INTERNAL when the plan has no kernel for the step. */
 kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
-                         unsigned threads, const kargs *args, void *stream);
+                         const kargs *args, void *stream);
+
+/* The block size the plan's kernel for `step` declares, for grids that cover their work with
+ * whole blocks (1 where the plan has no such kernel: plan_launch then refuses the step). */
+unsigned plan_threads(const kljit_plan *p, kiface_step step);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "env.h"
 #include "gemm.h"
+#include "jit.h"
 
 enum {
   MAX_VOCAB = KLJIT_MAX_VOCAB,
@@ -266,12 +267,28 @@ static int native_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) || pb->input_dtype == KLJIT_FP32;
 }
 
+/* Bytes of the pass-1 record the rows module of (pb, t) declares (its manifest, through the
+ * memo: jit_layout), or 0 where that module does not render (the plan then fails on the same
+ * render, with its message). */
+static size_t part_bytes(const kljit_problem *pb, const prob_tuning *t) {
+  prob_tuning u = *t;
+  u.chunk_rows = 256; /* any: the modules do not depend on it */
+  prob_geometry g;
+  kiface_layout l;
+  const kspec *rows = &g.rows;
+  if (prob_geometry_make(pb, &u, &g) != KLJIT_SUCCESS || jit_layout(&rows, 1, &l)) {
+    err_clear(); /* a heuristic leaves no message behind */
+    return 0;
+  }
+  return (size_t)l.part * sizeof(float);
+}
+
 /* Chunk bytes per row: the logits (G overwrites them in place), the pass-1 partials and, for
  * the online teacher, its fp32 logits. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
   const size_t z = native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
   const size_t zt = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (size_t)ld * 4 : 0;
-  return (size_t)ld * z + (size_t)t->split * 32 + zt;
+  return (size_t)ld * z + (size_t)t->split * part_bytes(pb, t) + zt;
 }
 
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
@@ -475,7 +492,7 @@ int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
-                                     kljit_mode mode, int64_t rows) {
+                                     const kiface_layout *lay, kljit_mode mode, int64_t rows) {
   prob_workspace w;
   memset(&w, 0, sizeof w);
   const int64_t chunk = prob_chunk_rows(g, rows);
@@ -484,13 +501,14 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   const size_t gsize = names_dtype_size(pb->input_dtype);
   const int grads = mode != KLJIT_MODE_FORWARD;
   size_t off = 0;
+  const size_t rec = (size_t)lay->part * sizeof(float); /* a record of the rows module */
   /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */
-  w.hdr = off, off += mode == KLJIT_MODE_FUSED ? 256 : 0;
+  w.hdr = off, off += mode == KLJIT_MODE_FUSED ? align256((size_t)lay->hdr * sizeof(float)) : 0;
   w.lossp = off, off += mode != KLJIT_MODE_BACKWARD
                             ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
   w.part = off, off += mode != KLJIT_MODE_BACKWARD
                            && !g->tune.cluster
-                           ? align256((size_t)r * (size_t)g->tune.split * 32) : 0;
+                           ? align256((size_t)r * (size_t)g->tune.split * rec) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
   /* the online teacher's logits of the chunk (fp32, LD apart) */
   w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
@@ -505,9 +523,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
                             ? align256((size_t)r * (size_t)pb->hidden * 4) : 0;
   w.check = off, off += (pb->flags & KLJIT_FLAG_CHECK_INPUTS) && mode != KLJIT_MODE_BACKWARD
                              ? 256 : 0;
-  /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows][8] */
+  /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows] */
   w.stats = off, off += mode == KLJIT_MODE_FUSED && pb->shards > 1
-                            ? align256((size_t)(1 + pb->shards) * (size_t)rows * 32) : 0;
+                            ? align256((size_t)(1 + pb->shards) * (size_t)rows * rec) : 0;
   w.lt = off, w.lt_size = GEMM_WORKSPACE_BYTES, off += w.lt_size;
   w.total = off;
   return w;

@@ -32,6 +32,7 @@
 #include "gemm_algo.h"
 #include "host_dtype.h"
 #include "jit.h"
+#include "layout.h"
 
 enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
 
@@ -47,7 +48,8 @@ typedef struct bench {
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
   CUdeviceptr lab; /* labels (all 0), for the CE a hard_weight asks for */
   CUdeviceptr tx, tw; /* the online teacher's hidden states and head (DENSE_HIDDEN) */
-  CUdeviceptr all; /* sharded: [shards][rows][8] records for kljit_shard_finish */
+  CUdeviceptr all; /* sharded: [shards][rows] records for kljit_shard_finish */
+  kiface_layout lay; /* the records' floats the problem's modules declare */
   int all_ready;   /* the other ranks' slots hold (this rank's) records */
   size_t ws_bytes;
   kljit_args a;
@@ -131,7 +133,8 @@ static size_t up(size_t x) {
 }
 
 /* Bytes of every buffer but the workspace, for `rows` tokens. */
-static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
+static size_t fixed_bytes(const bench *b, int64_t rows) {
+  const kljit_problem *pb = b->pb;
   const size_t n = (size_t)rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
   const size_t in = names_dtype_size(pb->input_dtype), gw = names_dtype_size(pb->grad_weight_dtype);
   const size_t td = names_dtype_size(pb->teacher_dtype);
@@ -144,18 +147,19 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
     s += up((n + v) * (size_t)pb->teacher_hidden * td);
   else
     s += up(n * (size_t)prob_teacher_ld(pb) * td);
-  s += 3 * up(n * 4 + (size_t)plan_saved_floats(pb, rows) * 4); /* loss, saved, grad_output */
+  s += 3 * up(n * 4 + (size_t)kiface_saved_floats(&b->lay, rows) * 4); /* loss, saved, gout */
   if (pb->hard_weight != 0.0) s += up(n * 8);
-  if (prob_sharded(pb)) s += up(n * 32 * (size_t)pb->shards);
+  if (prob_sharded(pb)) s += up(n * (size_t)b->lay.part * 4 * (size_t)pb->shards);
   return s;
 }
 
-static size_t plan_ws(const kljit_problem *pb, const prob_tuning *t, int64_t rows, int two) {
+static size_t plan_ws(const bench *b, const prob_tuning *t, int64_t rows) {
+  const kljit_problem *pb = b->pb;
   prob_geometry g;
   if (prob_geometry_make(pb, t, &g) != KLJIT_SUCCESS) return 0;
-  if (!two) return prob_workspace_layout(pb, &g, KLJIT_MODE_FUSED, rows).total;
-  const size_t f = prob_workspace_layout(pb, &g, KLJIT_MODE_FORWARD, rows).total;
-  const size_t k = prob_workspace_layout(pb, &g, KLJIT_MODE_BACKWARD, rows).total;
+  if (!b->two_phase) return prob_workspace_layout(pb, &g, &b->lay, KLJIT_MODE_FUSED, rows).total;
+  const size_t f = prob_workspace_layout(pb, &g, &b->lay, KLJIT_MODE_FORWARD, rows).total;
+  const size_t k = prob_workspace_layout(pb, &g, &b->lay, KLJIT_MODE_BACKWARD, rows).total;
   return f > k ? f : k;
 }
 
@@ -182,9 +186,9 @@ static kljit_status pick_rows(bench *b, const prob_tuning *heur, int64_t asked) 
   const double room = 0.85 * (double)free_b;
   int64_t n = asked;
   while (n > 256 &&
-         (double)(fixed_bytes(b->pb, n) + 2 * plan_ws(b->pb, heur, n, b->two_phase)) > room)
+         (double)(fixed_bytes(b, n) + 2 * plan_ws(b, heur, n)) > room)
     n /= 2;
-  const size_t need = fixed_bytes(b->pb, n) + plan_ws(b->pb, heur, n, b->two_phase);
+  const size_t need = fixed_bytes(b, n) + plan_ws(b, heur, n);
   if ((double)need > room)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "not enough free GPU memory to tune: %.2f GiB needed at %lld tokens, %.2f GiB "
@@ -222,12 +226,13 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tx, n * ht * tds);
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tw, v * ht * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
-  if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (size_t)plan_saved_floats(pb, b->rows) * 4);
+  if (st == KLJIT_SUCCESS)
+    st = alloc(b, &b->saved, (size_t)kiface_saved_floats(&b->lay, b->rows) * 4);
   if (st == KLJIT_SUCCESS && pb->hard_weight != 0.0) st = alloc(b, &b->lab, n * 8);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->gout, n * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->flush, FLUSH_BYTES);
   if (st == KLJIT_SUCCESS && prob_sharded(pb))
-    st = alloc(b, &b->all, n * 32 * (size_t)pb->shards);
+    st = alloc(b, &b->all, n * (size_t)b->lay.part * 4 * (size_t)pb->shards);
   if (st != KLJIT_SUCCESS) return st;
   /* inputs: |z| of order 0.1; a teacher of the right form with every entry non-zero */
   const double lv = log(1.0 / (double)v), k = sparse ? (double)pb->topk : 1.0;
@@ -280,7 +285,7 @@ static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
   float *all = (float *)(uintptr_t)b->all;
   kljit_status st = kljit_shard_stats(plan, s, &b->a, all);
   if (st == KLJIT_SUCCESS && !b->all_ready) {
-    const size_t bytes = (size_t)b->rows * 32;
+    const size_t bytes = (size_t)b->rows * (size_t)b->lay.part * 4;
     st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
     for (int k = 1; k < b->pb->shards && st == KLJIT_SUCCESS; k++)
       st = DRV(b, cuMemcpyDtoD(b->all + (size_t)k * bytes, b->all, bytes), "cuMemcpyDtoD");
@@ -288,7 +293,7 @@ static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
     if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(NULL), "cuStreamSynchronize");
     b->all_ready = st == KLJIT_SUCCESS;
   }
-  /* REVERSE_KL, JSD: the second round's pass (slot 7 of slot 0's records; the copies keep
+  /* REVERSE_KL, JSD: the second round's pass (slot S of slot 0's records; the copies keep
    * theirs, NaN: the timing does not depend on S) */
   if (st == KLJIT_SUCCESS) st = kljit_shard_sums(plan, s, &b->a, all, b->pb->shards, all);
   return st == KLJIT_SUCCESS ? kljit_shard_finish(plan, s, &b->a, all, b->pb->shards) : st;
@@ -335,7 +340,12 @@ static kljit_status time_candidate(bench *b, const prob_tuning *t, int first, do
     return KLJIT_SUCCESS;
   }
   if (st != KLJIT_SUCCESS) return st;
-  const size_t need = plan_ws(b->pb, t, b->rows, b->two_phase);
+  if (memcmp(&plan->layout, &b->lay, sizeof b->lay)) { /* the buffers were sized by b->lay */
+    kljit_plan_destroy(plan);
+    return err_set(KLJIT_ERR_INTERNAL, "tuning candidate %s declares other records than the "
+                   "heuristic plan's", b->cur);
+  }
+  const size_t need = plan_ws(b, t, b->rows);
   if (need > b->ws_bytes) {
     if (b->ws) b->d->cuMemFree(b->ws), b->ws = 0, b->ws_bytes = 0;
     if (b->d->cuMemAlloc(&b->ws, need) == CUDA_SUCCESS)
@@ -421,12 +431,12 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
 enum { GEMM_CANDIDATES = 8, GEMM_REPS = 5 };
 
 /* One GEMM of the chunk loop as the tuner runs it: a cuBLASLt algorithm (op: an operation
- * prepared with it) or a generated kernel (fn, variant v; the logits GEMM only). x and y are
+ * prepared with it) or a generated kernel (k, variant v; the logits GEMM only). x and y are
  * gemm_run's operands (logits: W, then the chunk's X). */
 typedef struct gemm_launch {
   const kljit_plan *plan;
   const gemm_op *op;
-  CUfunction fn;
+  const jgemm_kernel *k;
   const jgemm_variant *v;
   gemm_kind kind;
   int64_t n;
@@ -437,12 +447,12 @@ typedef struct gemm_launch {
 } gemm_launch;
 
 static kljit_status launch(bench *b, const gemm_launch *g) {
-  if (!g->fn)
+  if (!g->k)
     return gemm_run(b->ctx->lt, g->op, g->n, g->x, g->y, g->out, 1.0f, g->beta, g->lt_ws,
                     g->lt_size, (void *)b->stream);
   const int64_t h = b->pb->hidden;
   const jgemm_args a = {g->y, g->x, g->out, g->n, b->pb->vocab, h, h, h, g->plan->geom.ld, 1.0f};
-  return jgemm_launch(b->d, g->fn, g->v, b->ctx->sm_count, &a, b->stream);
+  return jgemm_launch(b->d, g->k, g->v, b->ctx->sm_count, &a, b->stream);
 }
 
 /* Median time of one GEMM launch; *ok = 0 when cuBLASLt refuses to run the algorithm. */
@@ -575,16 +585,13 @@ static kljit_status tune_jit_logits(bench *b, const kljit_plan *plan, int64_t n,
     const kspec k = jgemm_spec(&v);
     jit_bin bin;
     CUmodule mod = NULL;
-    CUfunction fn = NULL;
+    jgemm_kernel kern;
     st = jit_build(&k, b->ctx->arch, &b->ctx->cache, &bin);
     if (st != KLJIT_SUCCESS) break;
-    st = jgemm_check_manifest(bin.manifest.data, bin.name);
-    if (st == KLJIT_SUCCESS)
-      st = DRV(b, cuModuleLoadData(&mod, bin.cubin.data), "cuModuleLoadData (GEMM)");
+    st = DRV(b, cuModuleLoadData(&mod, bin.cubin.data), "cuModuleLoadData (GEMM)");
+    if (st == KLJIT_SUCCESS) st = jgemm_load(b->d, mod, bin.manifest.data, bin.name, &kern);
     jit_bin_free(&bin);
-    if (st == KLJIT_SUCCESS) st = DRV(b, cuModuleGetFunction(&fn, mod, "kl_gemm"), "kl_gemm");
-    if (st == KLJIT_SUCCESS) st = jgemm_prepare(b->d, fn, &v);
-    const gemm_launch g = {plan, NULL, fn, &v, GEMM_LOGITS, n, 0.0f, w, x, z, NULL, 0};
+    const gemm_launch g = {plan, NULL, &kern, &v, GEMM_LOGITS, n, 0.0f, w, x, z, NULL, 0};
     if (st == KLJIT_SUCCESS) st = DRV(b, cuMemsetD8Async((CUdeviceptr)(uintptr_t)z, 0xff,
                                                          (size_t)(n * ld) * (plan->gemm[GEMM_LOGITS].types.logits
                                                          == CUDA_R_32F ? 4 : 2), b->stream),
@@ -631,13 +638,14 @@ static kljit_status tune_gemms(bench *b, prob_tuning *t) {
   kljit_plan *plan = NULL;
   kljit_status st = plan_create_tuned(b->ctx, b->pb, t, "GEMM tuning", util_now(), &plan);
   if (st != KLJIT_SUCCESS) return st;
-  if (plan_ws(b->pb, t, b->rows, b->two_phase) > b->ws_bytes)
+  if (plan_ws(b, t, b->rows) > b->ws_bytes)
     st = err_set(KLJIT_ERR_INTERNAL, "GEMM tuning: the winner's workspace is not allocated");
   b->a.workspace = (void *)(uintptr_t)b->ws, b->a.workspace_size = b->ws_bytes;
   if (st == KLJIT_SUCCESS) st = call(b, plan);
   if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
   const prob_workspace w = prob_workspace_layout(
-      b->pb, &plan->geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
+      b->pb, &plan->geom, &plan->layout, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED,
+      b->rows);
   char *ws = (char *)(uintptr_t)b->ws;
   const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
   void *dw = plan->geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
@@ -671,7 +679,9 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
   b.pr.struct_size = sizeof b.pr;
   b.t0 = util_now(), b.budget = ctx->opt.tune_budget_s;
   const prob_tuning heur = prob_estimate_opt(pb, ctx->sm_count, ctx->arch, &ctx->opt);
-  kljit_status st = ctx_enter(ctx);
+  /* the records' sizes of every candidate's plan (they depend on the loss, not the tuning) */
+  kljit_status st = layout_of_problem(pb, &heur, &b.lay);
+  if (st == KLJIT_SUCCESS) st = ctx_enter(ctx);
   if (st != KLJIT_SUCCESS) return st;
   st = pick_rows(&b, &heur, rows);
   if (st == KLJIT_SUCCESS) st = setup(&b);

@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "kljit.h"
+#include "layout.h"
 #include "problem.h"
 
 static kljit_problem dense(int64_t hidden, int64_t vocab) {
@@ -82,8 +83,10 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
     const prob_tuning t = prob_estimate(&pb, 132, 90);
     prob_geometry g;
     TH_OK(prob_geometry_make(&pb, &t, &g));
+    kiface_layout lay;
+    TH_OK(layout_of_problem(&pb, &t, &lay));
     const int64_t n = s[0];
-    const size_t ws = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, n).total;
+    const size_t ws = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, n).total;
     const size_t liger = (size_t)n * (size_t)pb.vocab * 2;
     if (!(ws < liger))
       fprintf(stderr, "%lld x %lld x %lld%s: workspace %zu bytes, N V 2 = %zu\n", (long long)n,
@@ -104,9 +107,11 @@ static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   TH_OK(prob_geometry_make(&pb, &t, &g));
   TH_CHECK(g.dx_split == 4 && g.dx_slice == 32064 && !g.dx_forced);
   const int64_t R = prob_chunk_rows(&g, 8192);
-  const prob_workspace w = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, 8192);
+  kiface_layout lay;
+  TH_OK(layout_of_problem(&pb, &t, &lay));
+  const prob_workspace w = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, 8192);
   TH_CHECK(w.check - w.dxacc >= (size_t)R * 4096 * 4 && w.check - w.dxacc < (size_t)R * 4096 * 4 + 256);
-  const prob_workspace f = prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, 8192);
+  const prob_workspace f = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FORWARD, 8192);
   TH_CHECK(f.check == f.dxacc); /* no gradients, no sum */
   prob_dx_split(&pb, 1, &g);
   TH_CHECK(g.dx_split == 1 && g.dx_slice == 128256 && g.dx_forced);

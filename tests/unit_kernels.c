@@ -630,7 +630,9 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     k = g.rows, k.hard = 0.5, k.soft1 = -0.5;
     TH_OK(kspec_render(&k, &ce));
     TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
-             strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
+             strstr(ce.data, "float rec[7]") && strstr(ce.data, "ROWSTAT_FLOATS = 8,") &&
+             strstr(ce.data, "r[ROWSTAT_LSE1] = rs.lse1"));
+    TH_CHECK(strstr(plain.data, "ROWSTAT_FLOATS = 4,") && !strstr(plain.data, "ROWSTAT_LSE1"));
     TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
     /* CE on a shard other than the first: its label column and no lse term of its own */
     strbuf ce2 = {0};
@@ -653,15 +655,16 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
       k = g.rows, k.div = "jsd", k.beta = 0.5;
       TH_OK(kspec_render(&k, &jsd));
       TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "#define P2SPLIT 1") &&
-               strstr(jsd.data, "rowstat[8 * row + 5]") && strstr(jsd.data, "sweep 1"));
+               strstr(jsd.data, "rowstat[ROWSTAT_FLOATS * row + ROWSTAT_S]") &&
+               strstr(jsd.data, "ROWSTAT_FLOATS = 8,") && strstr(jsd.data, "sweep 1"));
       TH_CHECK(strstr(plain.data, "sweep 1") == NULL);
       TH_CHECK(strstr(jsd.data, "kl_dense_sums") && strstr(jsd.data, "SHARDED") == NULL);
       TH_CHECK(strstr(plain.data, "kl_dense_sums") == NULL);
-      /* a shard's JSD: S from the records' slot 7, no sweep of its own */
+      /* a shard's JSD: S from the records' slot S, no sweep of its own */
       strbuf shard = {0};
       k.sharded = 1;
       TH_OK(kspec_render(&k, &shard));
-      TH_CHECK(strstr(shard.data, "SHARDED=true") && strstr(shard.data, "m.S += rec[7]") &&
+      TH_CHECK(strstr(shard.data, "SHARDED=true") && strstr(shard.data, "m.S += rec[PART_S]") &&
                strstr(shard.data, "sweep 1") == NULL && strstr(shard.data, "kl_dense_sums"));
       sb_free(&jsd), sb_free(&shard);
     }
