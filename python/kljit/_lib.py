@@ -363,13 +363,26 @@ class Args(ctypes.Structure):
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
 _PROBLEM_SIZE = 208
 
-#: kljit_plan_saved_size(rows) = (SAVED_HDR_FLOATS + per-row floats * rows) floats
-#: (plan_saved_floats in src/plan.c: 4 a row, 8 with hard-label CE or a reverse KL / JSD);
-#: the shape torch.compile's fake kernels give `saved` (checked against the library per call).
-SAVED_HDR_FLOATS = 8
-SAVED_ROW_FLOATS = 4
-SAVED_ROW_FLOATS_EXTENDED = 8
 _ARGS_SIZE = 184
+
+
+class Layout(ctypes.Structure):
+    """kljit_layout (include/kljit_experimental.h): the records a problem's kernels leave in the
+    caller's buffers, as the kernel templates declare them (kljit_problem_layout)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("header_floats", ctypes.c_int),
+        ("saved_row_floats", ctypes.c_int),
+        ("record_floats", ctypes.c_int),
+        ("record_slots", ctypes.c_char * 128),
+        ("saved_row_slots", ctypes.c_char * 128),
+    ]
+
+    def saved_floats(self, rows: int) -> int:
+        """Floats of two-phase `saved` for `rows` rows (kljit_plan_saved_size / 4): the header,
+        then a saved row a row."""
+        return self.header_floats + self.saved_row_floats * int(rows)
 
 
 def check_struct_sizes() -> None:
@@ -451,6 +464,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kljit_backward": (st, [vp, vp, ar]),
         "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, vp,
                                   vp]),
+        "kljit_problem_layout": (st, [pb, ctypes.POINTER(Layout)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -559,6 +573,25 @@ def plan_check(problem: Problem) -> None:
     """kljit_plan_check: raises KljitError when the problem is invalid or unsupported."""
     lib = load_library()
     check(lib.kljit_plan_check(ctypes.byref(problem)), "kljit_plan_check")
+
+
+_layouts: "dict" = {}
+
+
+def problem_layout(problem: Problem) -> Layout:
+    """kljit_problem_layout: the sizes of `problem`'s records (the saved rows, the split API's
+    records), without a plan or a GPU; remembered per problem (the library renders the
+    templates to answer)."""
+    key = bytes(problem)
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = Layout(struct_size=ctypes.sizeof(Layout))
+        check(load_library().kljit_problem_layout(ctypes.byref(problem), ctypes.byref(layout)),
+              "kljit_problem_layout")
+        if len(_layouts) >= 256:
+            _layouts.clear()
+        _layouts[key] = layout
+    return layout
 
 
 # ---- contexts and plans -----------------------------------------------------------------
