@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # unit_sources: static checks of src/ (tests/check_sources.py): the include layers of
 # docs/architecture.md (no upward include, no cycle, every module placed), every status-returning
-# entry point clearing the last error first, and the checker's own self-test.
+# entry point clearing the last error first, no record size restated in src/ or the binding,
+# and the checker's own self-test.
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   add_test(NAME unit.layers.python3_is_missing COMMAND sh -c "exit 77")
@@ -15,7 +16,11 @@ add_test(NAME unit.layers.checker_refuses_an_upward_include_a_cycle_and_an_unpla
          COMMAND ${Python3_EXECUTABLE} ${kljit_check} selftest)
 add_test(NAME unit.api.every_status_entry_point_clears_the_last_error_first
          COMMAND ${Python3_EXECUTABLE} ${kljit_check} entry-points ${CMAKE_SOURCE_DIR})
+# the records' layouts: declared once in the templates (the kernels' side: unit.kiface)
+add_test(NAME unit.layouts.no_record_size_is_restated_in_src_or_the_binding
+         COMMAND ${Python3_EXECUTABLE} ${kljit_check} layouts ${CMAKE_SOURCE_DIR})
 set_tests_properties(unit.layers.src_includes_follow_the_documented_layers_without_cycles
                      unit.layers.checker_refuses_an_upward_include_a_cycle_and_an_unplaced_module
                      unit.api.every_status_entry_point_clears_the_last_error_first
+                     unit.layouts.no_record_size_is_restated_in_src_or_the_binding
                      PROPERTIES LABELS unit)
