@@ -116,6 +116,13 @@ typedef struct kljit_layout {
  * release's struct; fields past it are left alone. */
 KLJIT_API kljit_status kljit_problem_layout(const kljit_problem *problem, kljit_layout *out);
 
+/* The rows of each chunk a call of `rows` rows walks with `plan` (its last chunk may be
+ * shorter): the plan's chunk_rows, or fewer for a short call as kljit_plan_workspace_size's
+ * comment says, so that a binding choosing how dW accumulates knows how many chunks (and
+ * roundings) a call takes without restating the rule. */
+KLJIT_API kljit_status kljit_plan_chunk_rows(const kljit_plan *plan, int64_t rows,
+                                             int64_t *chunk_rows);
+
 /* ---- tooling: versions, cache inspection (the kljit CLI) --------------------------------- *
  * What `kljit info` and `kljit cache` need and other tools may use. None of it needs a GPU.
  * Strings in the structs below live until the callback returns. */

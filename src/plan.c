@@ -270,6 +270,17 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
   return KLJIT_SUCCESS;
 }
 
+kljit_status kljit_plan_chunk_rows(const kljit_plan *p, int64_t rows, int64_t *chunk_rows) {
+  err_clear();
+  const char *who = "kljit_plan_chunk_rows";
+  if (!p || !chunk_rows)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "chunk_rows" : "plan");
+  kljit_status st = check_rows(who, rows);
+  if (st != KLJIT_SUCCESS) return st;
+  *chunk_rows = prob_chunk_rows(&p->geom, rows);
+  return KLJIT_SUCCESS;
+}
+
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
   err_clear();
   const char *who = "kljit_plan_saved_size";

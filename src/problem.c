@@ -480,8 +480,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
  * fatter one; the online teacher's two fp32 buffers a row, capped at an eighth, take as much.
  * Long calls keep the tuned chunk (the cap only bites below chunk_cap x chunk_rows tokens);
  * where dW accumulates in fp32 (g->chunk_cap is 0) or the context's options set the chunk size
- * (chunk_rows, KLJIT_CHUNK_ROWS), the tuning's chunk is kept. The binding mirrors this rule
- * (python/kljit/_ops.py, call_chunk_rows). */
+ * (chunk_rows, KLJIT_CHUNK_ROWS), the tuning's chunk is kept. The binding asks this rule
+ * (kljit_plan_chunk_rows) rather than mirroring it. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
   if (!g->chunk_cap) return g->tune.chunk_rows;
   const int64_t k = g->chunk_cap;

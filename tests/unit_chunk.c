@@ -10,8 +10,9 @@
 
 #include "harness.h"
 #include "kljit.h"
+#include "kljit_experimental.h"
 #include "layout.h"
-#include "problem.h"
+#include "plan.h"
 
 static kljit_problem dense(int64_t hidden, int64_t vocab) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
@@ -61,6 +62,23 @@ static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
   TH_CHECK(prob_chunk_rows(&g, 8193) == 1280); /* ceil(8193 / 8) = 1025, up to 1280 */
   TH_CHECK(prob_chunk_rows(&g, 1000) == 256);
   TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T);
+  /* what a binding asks instead of restating the rule: the plan's answer (a plan with no
+   * context behind it: the query reads its geometry only) */
+  kljit_plan *p = calloc(1, sizeof *p);
+  TH_CHECK(p != NULL);
+  p->pb = pb, p->geom = g;
+  int64_t chunk = 7;
+  TH_OK(kljit_plan_chunk_rows(p, 8193, &chunk));
+  TH_CHECK(chunk == 1280);
+  TH_OK(kljit_plan_chunk_rows(p, (int64_t)1 << 24, &chunk));
+  TH_CHECK(chunk == T);
+  chunk = 7;
+  TH_STATUS(kljit_plan_chunk_rows(p, 0, &chunk), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "rows = 0") && chunk == 7);
+  TH_STATUS(kljit_plan_chunk_rows(p, 10, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_plan_chunk_rows(NULL, 10, &chunk), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_plan_chunk_rows: plan is NULL"));
+  free(p);
   /* the dense teacher's chunk for the same call: a quarter */
   kljit_problem d = dense(2048, 32000);
   d.grad_weight_dtype = KLJIT_BF16, d.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;

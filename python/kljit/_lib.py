@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
-import re
 import sys
 import threading
 from pathlib import Path
@@ -465,6 +464,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, vp,
                                   vp]),
         "kljit_problem_layout": (st, [pb, ctypes.POINTER(Layout)]),
+        "kljit_plan_chunk_rows": (st, [vp, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -660,13 +660,13 @@ class Plan:
               "kljit_plan_saved_size")
         return out.value
 
-    def chunk_rows(self) -> int:
-        """Tokens per chunk of this plan's loop (from kljit_plan_describe's `chunk_rows=`)."""
-        m = re.search(r"\bchunk_rows=(\d+)", self.describe())
-        if m is None:
-            raise KljitError(Status.INTERNAL, "kljit_plan_describe", "no chunk_rows= in the "
-                             "plan's description")
-        return int(m.group(1))
+    def chunk_rows(self, rows: int) -> int:
+        """kljit_plan_chunk_rows: tokens per chunk of a call of `rows` rows (the plan's chunk,
+        or fewer for a short call)."""
+        out = ctypes.c_int64()
+        check(load_library().kljit_plan_chunk_rows(self._handle, int(rows), ctypes.byref(out)),
+              "kljit_plan_chunk_rows")
+        return out.value
 
     def describe(self) -> str:
         """kljit_plan_describe: geometry, kernels, compiled or cached."""

@@ -27,7 +27,6 @@ annotations`: torch.library reads the type hints as objects.
 
 import json
 import math
-import os
 from functools import lru_cache
 from typing import Any, Optional, Tuple
 
@@ -52,17 +51,6 @@ AUTO_MAX_CHUNKS = 8
 @lru_cache(maxsize=256)
 def _config(key: str) -> LossConfig:
     return LossConfig(**json.loads(key))
-
-
-def call_chunk_rows(plan_chunk_rows: int, rows: int, online: bool = False) -> int:
-    """The chunk a call of `rows` rows runs with: the plan's, capped at a quarter of the rows (an
-    eighth with the online teacher) rounded up to 256 (prob_chunk_rows in src/problem.c, which
-    caps only a 16-bit dW accumulated in place, the one case this is asked for;
-    KLJIT_CHUNK_ROWS lifts the cap)."""
-    if os.environ.get("KLJIT_CHUNK_ROWS", "").strip().isdigit():
-        return plan_chunk_rows
-    k = 8 if online else 4
-    return min(plan_chunk_rows, ((rows + k - 1) // k + 255) // 256 * 256)
 
 
 def _ptr(t: Optional[Tensor]) -> Optional[int]:
@@ -178,8 +166,7 @@ class Call:
             return _lib.get_plan(pb, device)
         pb.grad_weight_accum = _lib.GradWeightAccum.OUTPUT_DTYPE
         plan = _lib.get_plan(pb, device)
-        chunk = call_chunk_rows(plan.chunk_rows(), spec.rows,
-                                online=pb.teacher == _lib.TeacherForm.DENSE_HIDDEN)
+        chunk = plan.chunk_rows(spec.rows)  # the library's rule (kljit_plan_chunk_rows)
         if math.ceil(spec.rows / chunk) <= AUTO_MAX_CHUNKS:
             return plan
         pb.grad_weight_accum = _lib.GradWeightAccum.FP32

@@ -43,7 +43,7 @@ class FakePlan:
     def saved_size(self, rows: int) -> int:
         return 4 * _lib.problem_layout(self.problem).saved_floats(rows)
 
-    def chunk_rows(self) -> int:
+    def chunk_rows(self, rows: int) -> int:
         return 4  # the tests' 6 rows are 2 chunks: 'auto' accumulates in the weight dtype
 
     @staticmethod
