@@ -11,8 +11,8 @@
 %-- with the arguments in order: the CUDA parameter name, its CUDA type, and the role (the field
 %-- of the C side's argument struct, src/kiface.h) when it differs from the name. `threads` is
 %-- the block size (and __launch_bounds__), `cluster` (when > 0) the blocks of a thread-block
-%-- cluster (__cluster_dims__), `smem` the bytes of dynamic shared memory; the C side launches with
-%-- what the manifest says and only chooses the grid.
+%-- cluster (__cluster_dims__), `smem` the bytes of dynamic shared memory; the C side launches
+%-- with what the manifest says and only chooses the grid.
 %--
 %-- Records: a second table, each entry
 %--   { name = "part", floats = 8, slots = { "m", "d", "sp", ... } }
@@ -20,8 +20,8 @@
 %-- 0 (floats may exceed the slots: the rest is padding, e.g. to keep a public stride). The
 %-- kernels index a record only through the names {{ K.records() }} defines (PART_FLOATS,
 %-- PART_SLOTS, PART_M, ...); C sizes buffers by `floats` as the manifest carries it
-%-- (kiface_layout); the binding asks the library (kljit_problem_layout). HDR below is the plan header every family
-%-- reads and helpers.cu.lua writes.
+%-- (kiface_layout); the binding asks the library (kljit_problem_layout). HDR below is the
+%-- plan header every family reads and helpers.cu.lua writes.
 %--
 %-- From those two tables this file
 %--   - emits each kernel's declaration (`extern "C" __global__ void` with its launch bounds and
