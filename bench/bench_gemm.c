@@ -200,7 +200,7 @@ static int lt_run(lt_gemm *g, int which, const void *x, const void *w, void *z, 
 typedef struct jit_fn {
   jgemm_variant v;
   CUmodule mod;
-  CUfunction fn;
+  jgemm_kernel k; /* its function and manifest (launch geometry, arguments) */
   char name[64];
 } jit_fn;
 
@@ -216,21 +216,21 @@ static int max_clusters(const jit_fn *j) {
   CUlaunchConfig cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDimX = (unsigned)sms, cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = jgemm_threads(&j->v), cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = jgemm_smem_bytes(&j->v);
+  cfg.blockDimX = j->k.sig.threads, cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = j->k.sig.smem;
   int n = -1;
-  return ((occ_fn)p)(&n, j->fn, &cfg) == CUDA_SUCCESS ? n : -1;
+  return ((occ_fn)p)(&n, j->k.fn, &cfg) == CUDA_SUCCESS ? n : -1;
 }
 
 static void jit_load(jit_fn *j) {
-  strbuf src = {0}, cubin = {0}, log = {0};
+  strbuf src = {0}, man = {0}, cubin = {0}, log = {0};
   jgemm_describe(&j->v, j->name, sizeof j->name);
-  KO(jgemm_render(&j->v, &src));
+  const kspec spec = jgemm_spec(&j->v);
+  KO(kspec_render_iface(&spec, &src, &man));
   KO(nvrtc_compile(src.data, "gemm_sm90", 90 | NVRTC_ARCH_SPECIFIC, &cubin, &log));
   KO(drv_check(drv, drv->cuModuleLoadData(&j->mod, cubin.data), "cuModuleLoadData"));
-  KO(drv_check(drv, drv->cuModuleGetFunction(&j->fn, j->mod, "kl_gemm"), "kl_gemm"));
-  KO(jgemm_prepare(drv, j->fn, &j->v));
-  sb_free(&src), sb_free(&cubin), sb_free(&log);
+  KO(jgemm_load(drv, j->mod, man.data, j->name, &j->k));
+  sb_free(&src), sb_free(&man), sb_free(&cubin), sb_free(&log);
   if (j->v.cluster == 2) /* the persistent grid assumes all sms / 2 clusters resident at once */
     printf("  %s: %d clusters of 2 resident at most (the grid has %d)\n", j->name,
            max_clusters(j), sms / 2);
@@ -238,7 +238,7 @@ static void jit_load(jit_fn *j) {
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
   const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f};
-  const kljit_status st = jgemm_launch(drv, j->fn, &j->v, sms, &a, NULL);
+  const kljit_status st = jgemm_launch(drv, &j->k, &j->v, sms, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
 }

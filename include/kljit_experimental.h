@@ -12,6 +12,8 @@
  *   - tooling that the kljit CLI uses (`kljit info`, `kljit cache`): versions of what the
  *     library runs with, cache inspection. None of it needs a GPU;
  *   - a benchmark hook: a context flag that runs no GEMMs.
+ *   - the layout of the records a problem's kernels leave in the caller's buffers (`saved`,
+ *     the split API's per-row records), for bindings that size them without a plan.
  */
 #ifndef KLJIT_EXPERIMENTAL_H
 #define KLJIT_EXPERIMENTAL_H
@@ -37,16 +39,17 @@ extern "C" {
  * REDUCTION_NONE has no split API and so no sharded plan to tune.
  *
  * Split API (callers with their own collectives), one chunk loop per call:
- *   1. kljit_shard_stats: this rank's per-row statistics, N records of 8 floats (dense
- *      {m, d, sum p, mt, dt, m', d', S}: student max and sum-exp of s, teacher mass,
- *      teacher-logit max and sum-exp, the hard-label CE's max and sum-exp of z' (hard_weight
- *      > 0, else 0), S below (NaN until step 2b; 0 for the forward KL); sparse
- *      {m, d_on, d_off, 0...}: sum-exp on / off the local support).
- *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][8]
- *      (rank s's records at all + s * N * 8; e.g. ncclAllGather, or copies on one GPU).
+ *   1. kljit_shard_stats: this rank's per-row statistics, N records of R floats each, R the
+ *      layout's record_floats (kljit_problem_layout; 8 in this release), its slots named in
+ *      record_slots (dense "m d sp mt dt mh dh S": student max and sum-exp of s, teacher
+ *      mass, teacher-logit max and sum-exp, the hard-label CE's max and sum-exp of z'
+ *      (hard_weight > 0, else 0), S below (NaN until step 2b; 0 for the forward KL); sparse
+ *      "m d_on d_off mh dh": sum-exp on / off the local support, the CE's; the rest 0).
+ *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][R]
+ *      (rank s's records at all + s * N * R; e.g. ncclAllGather, or copies on one GPU).
  *   2b. Only where kljit_plan_shard_rounds says 2 (divergence REVERSE_KL or JSD, whose gradient
  *      needs the row total S = sum_v q_v g_v over the whole vocabulary): kljit_shard_sums
- *      writes this rank's part of S into slot 7 of its own records `stats` (from `all`; it
+ *      writes this rank's part of S into slot S of its own records `stats` (from `all`; it
  *      recomputes the chunk logits, one GEMM per chunk more), and the caller all-gathers the
  *      records into `all` again. A finish without this round gets S = NaN: NaN gradients.
  *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
@@ -65,19 +68,19 @@ extern "C" {
 
 /* 1 or 2: the exchanges of records a sharded step needs (2: step 2b above). */
 KLJIT_API kljit_status kljit_plan_shard_rounds(const kljit_plan *plan, int *rounds);
-/* Bytes of one rank's per-row statistics for `rows` rows: rows * 8 floats. */
+/* Bytes of one rank's per-row statistics for `rows` rows: rows * record_floats floats. */
 KLJIT_API kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows,
                                                    size_t *bytes);
-/* Per chunk: logits GEMM, row statistics, merge -> stats[N][8] (device, 16-byte aligned). */
+/* Per chunk: logits GEMM, row statistics, merge -> stats[N][R] (device, 16-byte aligned). */
 KLJIT_API kljit_status kljit_shard_stats(const kljit_plan *plan, void *stream,
                                          const kljit_args *args, float *stats);
-/* Step 2b: this rank's part of each row's S into slot 7 of its records `stats` [N][8] (may be
+/* Step 2b: this rank's part of each row's S into slot S of its records `stats` [N][R] (may be
  * the slice of `all` that holds them), from the gathered records `all`. Returns KLJIT_SUCCESS
  * and launches nothing where the plan needs one round (the forward KL). */
 KLJIT_API kljit_status kljit_shard_sums(const kljit_plan *plan, void *stream,
                                         const kljit_args *args, const float *all, int shards,
                                         float *stats);
-/* Loss part, dX partial, dW and db rows from the gathered records `all` [shards][N][8] (device,
+/* Loss part, dX partial, dW and db rows from the gathered records `all` [shards][N][R] (device,
  * 16-byte aligned); `shards` must equal the problem's shards. */
 KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
                                           const kljit_args *args, const float *all, int shards);
@@ -92,6 +95,34 @@ KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
  * NCCL_NVLS_ENABLE=0 yourself where NVLink SHARP multicast is unavailable or unwanted. */
 KLJIT_API kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream,
                                         const kljit_args *args, void *nccl_comm);
+
+/* ---- record layouts --------------------------------------------------------------------- *
+ * The kernel templates declare the records their kernels leave in the caller's buffers (one
+ * table each, beside their arguments); these are the numbers a binding would otherwise
+ * restate. A plan's own queries (kljit_plan_saved_size, kljit_plan_shard_stats_size) agree
+ * with them for every plan of the problem. */
+typedef struct kljit_layout {
+  size_t struct_size;       /* sizeof(kljit_layout); the caller sets it */
+  int header_floats;        /* the plan header at the start of two-phase `saved` */
+  int saved_row_floats;     /* then this many a row: kljit_plan_saved_size(rows) is
+                             * 4 (header_floats + saved_row_floats * rows) bytes */
+  int record_floats;        /* R: one row's record of the split API (kljit_shard_stats) */
+  char record_slots[128];   /* the record's named slots, in order from 0, one blank apart
+                             * ("m d sp mt dt mh dh S"); the rest of its floats are padding */
+  char saved_row_slots[128]; /* the same for a saved row ("lse sp lset kept") */
+} kljit_layout;
+/* The layout of `problem`'s records (kljit_problem checked as by kljit_plan_check). Needs no
+ * GPU and compiles nothing: the kernel templates are rendered (a few milliseconds the first
+ * time, remembered by the process). `out->struct_size` must be at least the size of this
+ * release's struct; fields past it are left alone. */
+KLJIT_API kljit_status kljit_problem_layout(const kljit_problem *problem, kljit_layout *out);
+
+/* The rows of each chunk a call of `rows` rows walks with `plan` (its last chunk may be
+ * shorter): the plan's chunk_rows, or fewer for a short call as kljit_plan_workspace_size's
+ * comment says, so that a binding choosing how dW accumulates knows how many chunks (and
+ * roundings) a call takes without restating the rule. */
+KLJIT_API kljit_status kljit_plan_chunk_rows(const kljit_plan *plan, int64_t rows,
+                                             int64_t *chunk_rows);
 
 /* ---- tooling: versions, cache inspection (the kljit CLI) --------------------------------- *
  * What `kljit info` and `kljit cache` need and other tools may use. None of it needs a GPU.

@@ -44,9 +44,9 @@ struct exec_call {
   size_t in_sz;
   exec_gemms gemms;     /* the call's GEMM runner: plan_gemms, or no_gemms (run_mode) */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
-  float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
-  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
-                       /* both: kljit_shard_sums (slot 7 of stats_out from all) */
+  float *stats_out;    /* kljit_shard_stats: merged per-row records (part) out, [rows] */
+  const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows] */
+                       /* both: kljit_shard_sums (slot S of stats_out from all) */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
 };
 
@@ -189,7 +189,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
     TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
-  *w = prob_workspace_layout(pb, &p->rec.geom, mode, a->rows);
+  *w = prob_workspace_layout(pb, &p->rec.geom, &p->layout, mode, a->rows);
   const size_t need = w->total;
   if (a->workspace_size < need)
     return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
@@ -200,7 +200,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
 }
 
 static kljit_status run_setup(exec_call *c) {
-  return plan_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_SETUP, 1, 1, &c->k, c->stream);
 }
 
 /* ---- the GEMMs of a chunk ------------------------------------------------------------------ */
@@ -211,7 +211,7 @@ static kljit_status run_setup(exec_call *c) {
 static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void *a,
                               const void *b, void *out, float alpha, float beta) {
   const kljit_plan *p = c->p;
-  if (p->jgemm[s].fn && !(((uintptr_t)a | (uintptr_t)b) & 15))
+  if (p->jgemm[s].k.fn && !(((uintptr_t)a | (uintptr_t)b) & 15))
     return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
                              c->stream);
   return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
@@ -289,8 +289,8 @@ static kljit_status no_gemms(exec_call *c, exec_gemm which, long long row0, int6
 
 static kljit_status run_stats(exec_call *c, int64_t n) {
   const kljit_plan *p = c->p;
-  return plan_launch(p, KSTEP_STATS, (unsigned)p->rec.geom.tune.split, (unsigned)n,
-                     (unsigned)p->rec.geom.tune.threads, &c->k, c->stream);
+  return plan_launch(p, KSTEP_STATS, (unsigned)p->rec.geom.tune.split, (unsigned)n, &c->k,
+                     c->stream);
 }
 
 /* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
@@ -302,7 +302,8 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   TRY(c->gemms(c, EXEC_DW, row0, n, first));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
-    TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + 255) / 256), 1, 256, &c->k,
+    const int64_t t = plan_threads(p, KSTEP_COLSUM); /* a thread a column */
+    TRY(plan_launch(p, KSTEP_COLSUM, (unsigned)((p->pb.vocab + t - 1) / t), 1, &c->k,
                     c->stream));
   }
   return KLJIT_SUCCESS;
@@ -315,21 +316,23 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
   c->k.accumulate = out && (c->a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   c->k.out_dtype = out;
   c->k.src = c->ws + src_off, c->k.dst = dst, c->k.count = n, c->k.scale = scale;
-  const long long blocks = (n + 255) / 256;
-  return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, 256,
-                     &c->k, c->stream);
+  const long long t = plan_threads(c->p, KSTEP_CONVERT); /* an element a thread, 4096 blocks */
+  const long long blocks = (n + t - 1) / t;
+  return plan_launch(c->p, KSTEP_CONVERT, (unsigned)(blocks < 4096 ? blocks : 4096), 1, &c->k,
+                     c->stream);
 }
 
-/* Split API: one record per chunk row from its SPLIT partials -> c->stats_out[(row0 + r) * 8]. */
+/* Split API: one record per chunk row from its SPLIT partials -> record row0 + r of
+ * c->stats_out, a thread a row. */
 static kljit_status run_merge(exec_call *c, int64_t n) {
-  return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + 255) / 256), 1, 256, &c->k, c->stream);
+  const int64_t t = plan_threads(c->p, KSTEP_MERGE);
+  return plan_launch(c->p, KSTEP_MERGE, (unsigned)((n + t - 1) / t), 1, &c->k, c->stream);
 }
 
 /* Split API, kljit_shard_sums: this shard's part of each chunk row's S, one block per row, from
- * the gathered records (c->all) -> slot 7 of c->stats_out[(row0 + r) * 8]. */
+ * the gathered records (c->all) -> slot S of record row0 + r of c->stats_out. */
 static kljit_status run_sums(exec_call *c, int64_t n) {
-  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, (unsigned)c->p->rec.geom.tune.threads, &c->k,
-                     c->stream);
+  return plan_launch(c->p, KSTEP_SUMS, 1, (unsigned)n, &c->k, c->stream);
 }
 
 static kljit_status run_finish_grads(exec_call *c) {
@@ -345,7 +348,7 @@ static kljit_status run_finish_grads(exec_call *c) {
 }
 
 static kljit_status run_finish_loss(exec_call *c) {
-  return plan_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, 1024, &c->k, c->stream);
+  return plan_launch(c->p, KSTEP_FINISH_LOSS, 1, 1, &c->k, c->stream);
 }
 
 static kljit_status run_mode(exec_call *c, kljit_mode mode) {
@@ -366,15 +369,15 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     c->k.row0 = row0;
     c->k.chunk_rows = (int32_t)n;
     /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
-    c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;
+    c->k.recs = c->all ? (const void *)(c->all + row0 * p->layout.part) : c->k.part;
     TRY(c->gemms(c, EXEC_LOGITS, row0, n, row0 == 0));
     if (mode != KLJIT_MODE_BACKWARD && !p->rec.geom.tune.cluster && !c->all) TRY(run_stats(c, n));
     if (c->stats_out) { /* kljit_shard_stats / _sums: the records are all they write */
       TRY(sums ? run_sums(c, n) : run_merge(c, n));
       continue;
     }
-    TRY(plan_launch(p, row_step, (unsigned)p->rec.geom.p2_split, (unsigned)n,
-                    (unsigned)p->rec.geom.tune.threads, &c->k, c->stream));
+    TRY(plan_launch(p, row_step, (unsigned)p->rec.geom.p2_split, (unsigned)n, &c->k,
+                    c->stream));
     if (mode != KLJIT_MODE_FORWARD) TRY(run_grads(c, row0, n, row0 == 0));
   }
   if (c->stats_out) return KLJIT_SUCCESS;
@@ -463,7 +466,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.ws = a->workspace;
     c.w = w;
     c.hdr = mode == KLJIT_MODE_FUSED ? (float *)(c.ws + c.w.hdr) : a->saved;
-    c.rowstat = a->saved ? a->saved + PLAN_HDR_FLOATS : NULL;
+    c.rowstat = a->saved ? a->saved + p->layout.hdr : NULL;
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = names_dtype_size(p->pb.input_dtype);
@@ -492,7 +495,8 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
 
 static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
                               const float *s, int out) {
-  long long blocks = (n + 2047) / 2048; /* 8 elements per thread and round at least */
+  const long long per_block = 8LL * plan_threads(p, KSTEP_SCALE); /* 8 elements a thread */
+  long long blocks = (n + per_block - 1) / per_block;
   /* Eight resident 256-thread blocks per SM fill it for a grid-stride pass; more blocks add
    * nothing when scaling and cost waves of blocks that only read *s when the factor is 1 (the
    * usual case, paid by every fused backward). */
@@ -501,7 +505,7 @@ static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long
   kargs k;
   memset(&k, 0, sizeof k);
   k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
-  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, 256, &k, stream);
+  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, &k, stream);
 }
 
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,
@@ -558,7 +562,7 @@ kljit_status kljit_plan_shard_stats_size(const kljit_plan *plan, int64_t rows, s
   if (rows < 1 || rows > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: rows = %lld, must be in [1, 2^31)", who,
                    (long long)rows);
-  *bytes = (size_t)rows * 8 * sizeof(float);
+  *bytes = (size_t)rows * (size_t)plan->layout.part * sizeof(float);
   return KLJIT_SUCCESS;
 }
 

@@ -28,7 +28,7 @@ kljit_status exec_check_inputs(const kljit_plan *p, const kargs *k, int64_t rows
   CUstream s = (CUstream)stream;
   kljit_status st = drv_check(d, d->cuMemsetD32Async(flag, 0xFFFFFFFFu, 2, s), "cuMemsetD32Async");
   if (st != KLJIT_SUCCESS) return st;
-  st = plan_launch(p, KSTEP_CHECK, (unsigned)rows, 1, 256, k, stream);
+  st = plan_launch(p, KSTEP_CHECK, (unsigned)rows, 1, k, stream);
   uint64_t verdict = 0;
   if (st == KLJIT_SUCCESS)
     st = drv_check(d, d->cuMemcpyDtoHAsync(&verdict, flag, sizeof verdict, s),

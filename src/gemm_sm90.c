@@ -121,27 +121,22 @@ kljit_status jgemm_render(const jgemm_variant *v, strbuf *out) {
   return kspec_render(&k, out);
 }
 
-unsigned jgemm_threads(const jgemm_variant *v) {
-  return v->schedule == 'p' ? 384u : 128u * (1u + (unsigned)v->consumers);
-}
-
-unsigned jgemm_smem_bytes(const jgemm_variant *v) {
-  return (unsigned)v->stages * (unsigned)(64 * v->consumers + v->bn) * 64u * 2u + 1024u;
-}
-
-/* What jgemm_launch passes, in order (templates/gemm_sm90.cu.lua's GEMM_ARGS). */
-static const char MANIFEST[] =
-    "kl_gemm gemm map_a:tmap map_b:tmap C:ptr M:i32 N:i32 K:i32 ldc:i64 alpha:f32\n";
-
-kljit_status jgemm_check_manifest(const char *manifest, const char *module) {
-  return kiface_compare(MANIFEST, manifest, module);
-}
-
-kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v) {
-  return drv_check(d,
-                   d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                         (int)jgemm_smem_bytes(v)),
+kljit_status jgemm_load(const drv_table *d, CUmodule mod, const char *manifest,
+                        const char *module, jgemm_kernel *out) {
+  memset(out, 0, sizeof *out);
+  kiface_manifest m;
+  kljit_status st = kiface_parse(manifest, module, &m);
+  if (st != KLJIT_SUCCESS) return st;
+  const kiface_kernel *k = kiface_find(&m, KSTEP_GEMM);
+  if (!k) return err_set(KLJIT_ERR_TEMPLATE, "%s: the module declares no gemm kernel", module);
+  out->sig = *k;
+  st = drv_check(d, d->cuModuleGetFunction(&out->fn, mod, k->name), k->name);
+  if (st == KLJIT_SUCCESS)
+    st = drv_check(d,
+                   d->cuFuncSetAttribute(out->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         (int)k->smem),
                    "cuFuncSetAttribute(max dynamic shared memory, GEMM)");
+  return st;
 }
 
 /* A row-major [rows, cols] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle
@@ -163,8 +158,8 @@ static kljit_status tmap(const drv_table *d, CUtensorMap *map, const void *p, in
                    "cuTensorMapEncodeTiled");
 }
 
-kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
-                          const jgemm_args *a, CUstream stream) {
+kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgemm_variant *v,
+                          int sms, const jgemm_args *a, CUstream stream) {
   if (a->m < 1 || a->n < 1 || a->k < 1 || a->m > INT32_MAX || a->n > INT32_MAX ||
       a->k > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "generated GEMM: M=%lld N=%lld K=%lld",
@@ -179,13 +174,16 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
                    "and A, B 16-byte aligned (TMA)",
                    (long long)a->lda, (long long)a->ldb);
   const int f16 = v->in == KLJIT_FP16;
-  CUtensorMap ma, mb;
-  kljit_status st = tn ? tmap(d, &ma, a->a, a->k, a->m, a->lda, 64, f16)
-                       : tmap(d, &ma, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
-  const int cl = v->cluster == 2 ? 2 : 1; /* each CTA of a cluster loads 1/cl of the B tile */
+  kargs k; /* the kernel's arguments, by role (its manifest says which, in what order) */
+  memset(&k, 0, sizeof k);
+  kljit_status st = tn ? tmap(d, &k.map_a, a->a, a->k, a->m, a->lda, 64, f16)
+                       : tmap(d, &k.map_a, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  /* clusters: each CTA of a cluster loads 1/cl of the B tile (the manifest's cluster= is the
+   * variant's, which the template compiled in) */
+  const int cl = kn->sig.cluster > 1 ? (int)kn->sig.cluster : 1;
   if (st == KLJIT_SUCCESS)
-    st = nn ? tmap(d, &mb, a->b, a->k, a->n, a->ldb, 64, f16)
-            : tmap(d, &mb, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
+    st = nn ? tmap(d, &k.map_b, a->b, a->k, a->n, a->ldb, 64, f16)
+            : tmap(d, &k.map_b, a->b, a->n, a->k, a->ldb, v->bn / cl, f16);
   if (st != KLJIT_SUCCESS) return st;
   const int64_t bm = 64 * v->consumers;
   const int64_t groups = ((a->m + bm - 1) / bm + cl - 1) / cl; /* cluster tiles: cl row tiles */
@@ -193,13 +191,12 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
   if (tiles * cl > INT32_MAX)
     return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
   const unsigned grid = (unsigned)(cl * (tiles < most ? tiles : most));
-  int m = (int)a->m, n = (int)a->n, k = (int)a->k;
-  long long ldc = a->ldc;
-  float alpha = a->alpha;
-  void *c = a->c;
-  void *params[] = {&ma, &mb, &c, &m, &n, &k, &ldc, &alpha};
+  k.gemm_c = a->c, k.gemm_m = (int32_t)a->m, k.gemm_n = (int32_t)a->n, k.gemm_k = (int32_t)a->k;
+  k.ldc = a->ldc, k.alpha = a->alpha;
+  void *params[KIFACE_MAX_ARGS];
+  kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,
-                   d->cuLaunchKernel(fn, grid, 1, 1, jgemm_threads(v), 1, 1, jgemm_smem_bytes(v),
+                   d->cuLaunchKernel(kn->fn, grid, 1, 1, kn->sig.threads, 1, 1, kn->sig.smem,
                                      stream, params, NULL),
                    "cuLaunchKernel (generated GEMM)");
 }

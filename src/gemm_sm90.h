@@ -15,6 +15,7 @@
 
 #include "driver.h"
 #include "gemm.h"
+#include "kiface.h"
 #include "problem.h"
 #include "spec.h"
 
@@ -65,10 +66,6 @@ kspec jgemm_spec(const jgemm_variant *v);
  * with the template's sentence for a variant it refuses. */
 kljit_status jgemm_render(const jgemm_variant *v, strbuf *out);
 
-/* Launch geometry of a variant. */
-unsigned jgemm_threads(const jgemm_variant *v);
-unsigned jgemm_smem_bytes(const jgemm_variant *v);
-
 /* Operands of one launch (device pointers; leading dimensions in elements). */
 typedef struct jgemm_args {
   const void *a;  /* nt, nn: [M, K]; tn: [K, M]; row stride lda */
@@ -78,18 +75,23 @@ typedef struct jgemm_args {
   float alpha;
 } jgemm_args;
 
+/* A loaded GEMM kernel: its function and its interface (the manifest's gemm kernel: arguments,
+ * block size, cluster, dynamic shared memory). */
+typedef struct jgemm_kernel {
+  CUfunction fn;
+  kiface_kernel sig;
+} jgemm_kernel;
+
+/* The GEMM kernel of a loaded module `mod` by its manifest (rendered, or stored with its cubin
+ * and checked by jit_build): parsed, its function found, its dynamic shared-memory limit raised
+ * to what it declares. KLJIT_ERR_TEMPLATE when the manifest declares no gemm kernel. */
+kljit_status jgemm_load(const drv_table *d, CUmodule mod, const char *manifest,
+                        const char *module, jgemm_kernel *out);
+
 /* Checks the TMA rules (lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
- * tensor maps and launches `fn` (a kl_gemm of variant v, its shared-memory limit raised by
- * jgemm_prepare) on `sms` persistent CTAs at most. */
-kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sms,
-                          const jgemm_args *a, CUstream stream);
-
-/* A GEMM module's manifest (rendered, or stored with its cubin) against the parameters
- * jgemm_launch passes: KLJIT_SUCCESS, else KLJIT_ERR_CACHE naming the first difference (the
- * kernel takes its tensor maps by value, which kargs cannot marshal: it is launched here). */
-kljit_status jgemm_check_manifest(const char *manifest, const char *module);
-
-/* Raises fn's dynamic shared-memory limit to what variant v needs (once per loaded module). */
-kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v);
+ * tensor maps and launches k (a kl_gemm of variant v, jgemm_load'ed) on `sms` persistent CTAs
+ * at most, its arguments marshalled and its block shaped by its manifest. */
+kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *k, const jgemm_variant *v,
+                          int sms, const jgemm_args *a, CUstream stream);
 
 #endif

@@ -33,17 +33,60 @@ kljit_status jit_key_text(const char *source, int arch, strbuf *key) {
   return key_text(hex, arch, key);
 }
 
+/* A manifest line's metadata name: "record" for a record's line (stored without its first
+ * word), "kernel" for a kernel's (stored whole). */
+static const char RECORD_LINE[] = "record ";
+
 kljit_status jit_meta_manifest(const char *meta, strbuf *manifest) {
   kljit_status st = KLJIT_SUCCESS;
   for (const char *l = meta ? meta : ""; *l && st == KLJIT_SUCCESS;) {
     const char *nl = strchr(l, '\n');
     const size_t n = nl ? (size_t)(nl - l) : strlen(l);
-    if (n > 7 && strncmp(l, "kernel=", 7) == 0) {
-      st = sb_append(manifest, l + 7, n - 7);
-      if (st == KLJIT_SUCCESS) st = sb_append(manifest, "\n", 1);
-    }
+    const int kernel = n > 7 && strncmp(l, "kernel=", 7) == 0;
+    const int record = n > 7 && strncmp(l, "record=", 7) == 0;
+    if (record) st = sb_append(manifest, RECORD_LINE, sizeof RECORD_LINE - 1);
+    if ((kernel || record) && st == KLJIT_SUCCESS) st = sb_append(manifest, l + 7, n - 7);
+    if ((kernel || record) && st == KLJIT_SUCCESS) st = sb_append(manifest, "\n", 1);
     l += n + (nl != NULL);
   }
+  return st;
+}
+
+kljit_status jit_manifest(const kspec *k, strbuf *manifest) {
+  /* the render memo jit_build fills (spec_memo.h): a manifest is the same for every arch */
+  kspec_key sk;
+  const int memo = spec_memo_enabled() && kspec_key_of(k, &sk) == 0;
+  char digest[65], name[64];
+  if (memo && spec_memo_rendered(&sk, digest, name, manifest)) return KLJIT_SUCCESS;
+  strbuf src = {0};
+  sb_free(manifest);
+  kljit_status st = kspec_render_iface(k, &src, manifest);
+  if (st == KLJIT_SUCCESS && memo) {
+    sha256_hex(src.data, strlen(src.data), digest); /* as jit_key_text hashes it */
+    kspec_name(k, src.data, name);
+    spec_memo_put_render(&sk, digest, name, manifest->data ? manifest->data : "");
+  }
+  sb_free(&src);
+  return st;
+}
+
+kljit_status jit_layout(const kspec *const *specs, int n, kiface_layout *out) {
+  enum { MAX_MODULES = 4 };
+  if (n < 1 || n > MAX_MODULES)
+    return err_set(KLJIT_ERR_INTERNAL, "jit_layout: %d modules", n);
+  strbuf text[MAX_MODULES] = {{0}};
+  kiface_manifest *m = calloc((size_t)n, sizeof *m);
+  const kiface_manifest *mp[MAX_MODULES];
+  const char *names[MAX_MODULES];
+  kljit_status st = m ? KLJIT_SUCCESS : err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (int i = 0; i < n && st == KLJIT_SUCCESS; i++) {
+    names[i] = kspec_template(specs[i]), mp[i] = &m[i];
+    st = jit_manifest(specs[i], &text[i]);
+    if (st == KLJIT_SUCCESS) st = kiface_parse(text[i].data, names[i], &m[i]);
+  }
+  if (st == KLJIT_SUCCESS) st = kiface_layout_of(mp, names, n, out);
+  for (int i = 0; i < n; i++) sb_free(&text[i]);
+  free(m);
   return st;
 }
 
@@ -108,11 +151,14 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   strbuf meta = {0};
   st = sb_printf(&meta, "name=%s\ntemplate=%s\narch=sm_%d\ncompile_ms=%.1f\n", out->name,
                  kspec_template(k), arch, out->compile_ms);
-  /* the manifest, one kernel=<line> each (docs/cache-format.md) */
+  /* the manifest: kernel=<line> a kernel, record=<line less "record "> a record
+   * (docs/cache-format.md) */
   for (const char *l = out->manifest.data; l && *l && st == KLJIT_SUCCESS;) {
     const char *nl = strchr(l, '\n');
     const int n = (int)(nl ? nl - l : (ptrdiff_t)strlen(l));
-    st = sb_printf(&meta, "kernel=%.*s\n", n, l);
+    const int rec = strncmp(l, RECORD_LINE, sizeof RECORD_LINE - 1) == 0;
+    const int skip = rec ? (int)sizeof RECORD_LINE - 1 : 0;
+    st = sb_printf(&meta, "%s=%.*s\n", rec ? "record" : "kernel", n - skip, l + skip);
     l += n + (nl != NULL);
   }
   if (st == KLJIT_SUCCESS) {

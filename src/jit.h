@@ -4,10 +4,12 @@
 #define KLJIT_JIT_H
 
 #include "cache.h"
+#include "kiface.h"
 #include "spec.h"
 
-/* 2: entries carry the kernel manifest (kernel= metadata lines, docs/cache-format.md). */
-enum { JIT_CACHE_FORMAT = 2 };
+/* 2: entries carry the kernel manifest (kernel= metadata lines, docs/cache-format.md); 3: with
+ * each kernel's launch geometry and the records (record= lines). */
+enum { JIT_CACHE_FORMAT = 3 };
 
 typedef struct jit_bin {
   strbuf cubin;
@@ -27,8 +29,17 @@ typedef struct jit_bin {
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out);
 void jit_bin_free(jit_bin *b);
 
-/* The manifest stored in a cache entry's metadata (its kernel= lines), appended to `manifest`. */
+/* The manifest stored in a cache entry's metadata (its kernel= and record= lines, in order),
+ * appended to `manifest`. */
 kljit_status jit_meta_manifest(const char *meta, strbuf *manifest);
+
+/* The kernel manifest of module `k` without compiling it (what jit_build checks and a plan
+ * loads), appended to `manifest`: remembered in this process (jit_memo.h), else rendered. */
+kljit_status jit_manifest(const kspec *k, strbuf *manifest);
+
+/* The layout of the records the modules `specs` (a plan's: the rows, the helpers, ...; at most
+ * 4) declare: kiface_layout_of over their manifests (jit_manifest). No compile, no GPU. */
+kljit_status jit_layout(const kspec *const *specs, int n, kiface_layout *out);
 
 /* The cache key text of a rendered source for an arch (format in docs/cache-format.md). */
 kljit_status jit_key_text(const char *source, int arch, strbuf *key);

@@ -117,9 +117,10 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
                    "%s: the communicator has %d ranks, the problem has shards = %d", who, count,
                    (int)pb->shards);
   if (pb->shards == 1) return kljit_fused(plan, stream, args); /* nothing to exchange */
+  /* this rank's records, then the gathered ones: `rows` records of the plan's record size */
+  const size_t nrec = (size_t)args->rows * (size_t)plan->layout.part;
   float *local = (float *)((char *)args->workspace + w.stats);
-  float *all = local + (size_t)args->rows * 8;
-  const size_t nrec = (size_t)args->rows * 8;
+  float *all = local + nrec;
   st = kljit_shard_stats(plan, stream, args, local);
   if (pb->flags & KLJIT_FLAG_CHECK_INPUTS) {
     /* a bad teacher slice fails on its rank alone: every rank learns of it and returns */

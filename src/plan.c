@@ -10,10 +10,11 @@
 
 /* The one loader of a recipe's modules: built (jit_build through the context's cache: rendered
  * now, or stored with the cubin and checked against the template's), its manifest checked (a
- * row or helper module's parsed against the kargs roles into *iface; a generated GEMM's, iface
- * NULL, against what jgemm_launch passes), loaded into the context (a reference). */
+ * row or helper module's parsed against the kargs roles into *iface; a generated GEMM's, gk
+ * non-NULL, by jgemm_load, which finds its kernel and takes its launch geometry from it),
+ * loaded into the context (a reference). */
 static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manifest *iface,
-                                ctx_module **mod, strbuf *desc) {
+                                jgemm_kernel *gk, ctx_module **mod, strbuf *desc) {
   jit_bin bin;
   kljit_status st = jit_build(k, ctx->arch, &ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
@@ -24,10 +25,10 @@ static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manif
     st = sb_printf(desc, "  module %s (sm_%d%s): %s; render %.2f ms, compile %.1f ms, cache "
                    "%.2f ms\n", bin.name, ctx->arch, k->family == KSPEC_GEMM_SM90 ? "a" : "",
                    how, bin.render_ms, bin.compile_ms, bin.cache_ms);
-  if (st == KLJIT_SUCCESS)
-    st = iface ? kiface_parse(bin.manifest.data, bin.name, iface)
-               : jgemm_check_manifest(bin.manifest.data, bin.name);
+  if (st == KLJIT_SUCCESS && iface) st = kiface_parse(bin.manifest.data, bin.name, iface);
   if (st == KLJIT_SUCCESS) st = ctx_module_acquire(ctx, &bin, mod);
+  if (st == KLJIT_SUCCESS && gk)
+    st = jgemm_load(ctx->drv, (*mod)->module, bin.manifest.data, bin.name, gk);
   jit_bin_free(&bin);
   return st;
 }
@@ -35,7 +36,7 @@ static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manif
 /* A row or helper module, its kernels resolved by step from its manifest. */
 static kljit_status load_kernels(kljit_plan *p, const kspec *k, ctx_module **mod,
                                  kiface_manifest *iface, strbuf *desc) {
-  kljit_status st = load_module(p->ctx, k, iface, mod, desc);
+  kljit_status st = load_module(p->ctx, k, iface, NULL, mod, desc);
   if (st != KLJIT_SUCCESS) return st;
   const drv_table *d = p->ctx->drv;
   for (int i = 0; i < iface->n; i++) {
@@ -46,7 +47,7 @@ static kljit_status load_kernels(kljit_plan *p, const kspec *k, ctx_module **mod
                      pk->sig->name, sig->name, kiface_step_name(sig->step));
     st = drv_check(d, d->cuModuleGetFunction(&pk->fn, (*mod)->module, sig->name), sig->name);
     /* clusters of 16 blocks are beyond the portable 8 and must be allowed explicitly */
-    if (st == KLJIT_SUCCESS && k->cluster > 8)
+    if (st == KLJIT_SUCCESS && sig->cluster > 8)
       st = drv_check(d, d->cuFuncSetAttribute(pk->fn,
                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                                               1),
@@ -63,11 +64,7 @@ kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s,
   memset(out, 0, sizeof *out);
   if (g->engine != RECIPE_GENERATED)
     return err_set(KLJIT_ERR_INTERNAL, "GEMM slot %d has no generated variant", (int)s);
-  kljit_status st = load_module(ctx, &g->spec, NULL, &out->mod, desc);
-  const drv_table *d = ctx->drv;
-  if (st == KLJIT_SUCCESS)
-    st = drv_check(d, d->cuModuleGetFunction(&out->fn, out->mod->module, "kl_gemm"), "kl_gemm");
-  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, out->fn, &g->variant);
+  kljit_status st = load_module(ctx, &g->spec, NULL, &out->k, &out->mod, desc);
   if (st != KLJIT_SUCCESS) plan_jgemm_release(ctx, out);
   return st;
 }
@@ -85,7 +82,7 @@ kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
   /* Z[n, V] = X[n, H] W[V, H]^T: the nt layout with A = X (gemm_run's b), B = W */
   const int64_t h = rg->shape.h;
   const jgemm_args ja = {b, a, c, n, rg->shape.v, h, h, h, rg->shape.ld, alpha};
-  return jgemm_launch(ctx->drv, g->fn, &rg->variant, ctx->sm_count, &ja, (CUstream)stream);
+  return jgemm_launch(ctx->drv, &g->k, &rg->variant, ctx->sm_count, &ja, (CUstream)stream);
 }
 
 /* Every step the plan's executes launch must have its kernel: a template that stops declaring
@@ -96,6 +93,7 @@ static kljit_status check_steps(const kljit_plan *p) {
     const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !g->tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
                        : s == KSTEP_SUMS  ? g->rows.div != NULL && !g->tune.cluster
+                       : s == KSTEP_GEMM  ? 0 /* its own module: plan_jgemm_load */
                                           : 1;
     if (needed && !p->kernel[s].sig)
       return err_set(KLJIT_ERR_INTERNAL, "the plan's modules declare no %s kernel",
@@ -180,6 +178,11 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
     if (st == KLJIT_SUCCESS)
       st = load_kernels(p, &g->helpers, &p->mod_helpers, &p->iface_helpers, &desc);
     if (st == KLJIT_SUCCESS) st = check_steps(p);
+    if (st == KLJIT_SUCCESS) { /* the records' sizes this plan's buffers take, as declared */
+      const kiface_manifest *m[] = {&p->iface_rows, &p->iface_helpers};
+      const char *names[] = {kspec_template(&g->rows), kspec_template(&g->helpers)};
+      st = kiface_layout_of(m, names, 2, &p->layout);
+    }
     if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &desc);
     ctx_leave(ctx);
   }
@@ -210,18 +213,23 @@ void kljit_plan_destroy(kljit_plan *p) {
   free(p);
 }
 
-/* Marshals by the kernel's manifest: nothing else knows its argument order. */
+/* Marshals and shapes the block by the kernel's manifest: nothing else knows its argument
+ * order or block size. */
 kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
-                         unsigned threads, const kargs *args, void *stream) {
+                         const kargs *args, void *stream) {
   const plan_kernel *k = &p->kernel[step];
   if (!k->sig)
     return err_set(KLJIT_ERR_INTERNAL, "the plan has no %s kernel", kiface_step_name(step));
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(k->sig, args, params);
   return drv_check(p->ctx->drv,
-                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, threads, 1, 1, 0,
-                                               (CUstream)stream, params, NULL),
+                   p->ctx->drv->cuLaunchKernel(k->fn, gx, gy, 1, k->sig->threads, 1, 1,
+                                               k->sig->smem, (CUstream)stream, params, NULL),
                    k->sig->name);
+}
+
+unsigned plan_threads(const kljit_plan *p, kiface_step step) {
+  return p->kernel[step].sig ? p->kernel[step].sig->threads : 1;
 }
 
 const char *kljit_plan_describe(const kljit_plan *p) {
@@ -245,13 +253,19 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: mode = %d", who, (int)mode);
   kljit_status st = check_rows(who, max_rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = prob_workspace_layout(&p->pb, &p->rec.geom, mode, max_rows).total;
+  *bytes = prob_workspace_layout(&p->pb, &p->rec.geom, &p->layout, mode, max_rows).total;
   return KLJIT_SUCCESS;
 }
 
-int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows) {
-  const int64_t per_row = pb->hard_weight != 0.0 || prob_divergence_rows(pb) ? 8 : 4;
-  return PLAN_HDR_FLOATS + per_row * rows;
+kljit_status kljit_plan_chunk_rows(const kljit_plan *p, int64_t rows, int64_t *chunk_rows) {
+  err_clear();
+  const char *who = "kljit_plan_chunk_rows";
+  if (!p || !chunk_rows)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "chunk_rows" : "plan");
+  kljit_status st = check_rows(who, rows);
+  if (st != KLJIT_SUCCESS) return st;
+  *chunk_rows = prob_chunk_rows(&p->rec.geom, rows);
+  return KLJIT_SUCCESS;
 }
 
 kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *bytes) {
@@ -261,6 +275,6 @@ kljit_status kljit_plan_saved_size(const kljit_plan *p, int64_t rows, size_t *by
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "bytes" : "plan");
   kljit_status st = check_rows(who, rows);
   if (st != KLJIT_SUCCESS) return st;
-  *bytes = (size_t)plan_saved_floats(&p->pb, rows) * sizeof(float);
+  *bytes = (size_t)kiface_saved_floats(&p->layout, rows) * sizeof(float);
   return KLJIT_SUCCESS;
 }

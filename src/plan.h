@@ -17,13 +17,6 @@
 #include "problem.h"
 #include "recipe.h"
 
-/* Floats of the header kl_setup writes (workspace in fused mode, start of `saved` otherwise). */
-enum { PLAN_HDR_FLOATS = 8 };
-
-/* Floats of `saved` for `rows` rows: the header, then 4 row statistics a row
- * (templates/dense_rows.cu.lua), 8 with the CE's lse or the reverse KL's / JSD's row total. */
-int64_t plan_saved_floats(const kljit_problem *pb, int64_t rows);
-
 /* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
 typedef struct plan_kernel {
   CUfunction fn;
@@ -31,11 +24,11 @@ typedef struct plan_kernel {
 } plan_kernel;
 
 /* A generated GEMM of a recipe slot, loaded: its module (a reference in the context's registry)
- * and kernel. Launched by plan_jgemm_launch, not plan_launch: its TMA descriptors are by-value
- * kernel parameters. */
+ * and kernel with its manifest. Launched by plan_jgemm_launch, not plan_launch: its TMA
+ * descriptors are encoded per call. */
 typedef struct plan_jgemm {
   ctx_module *mod;
-  CUfunction fn;
+  jgemm_kernel k; /* k.fn NULL: none */
 } plan_jgemm;
 
 struct kljit_plan {
@@ -48,6 +41,8 @@ struct kljit_plan {
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
+  kiface_layout layout; /* the records' floats as the loaded manifests declare them: the header
+                         * (at saved's start), the rows' records and saved statistics */
   char *description;
 };
 
@@ -58,9 +53,9 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
                                const prob_tuning *chosen, const char *origin, double t0,
                                kljit_plan **out);
 
-/* The generated GEMM of slot s of recipe r: built, its manifest checked, loaded into ctx (a
- * reference), its kernel prepared; the description's line appended to desc (may be NULL). The
- * tuner loads the variants it times this way too. */
+/* The generated GEMM of slot s of recipe r: built, loaded into ctx (a reference), its kernel
+ * found and prepared by its manifest (jgemm_load); the description's line appended to desc (may
+ * be NULL). The tuner loads the variants it times this way too. */
 kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s, plan_jgemm *out,
                              strbuf *desc);
 void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g);
@@ -71,10 +66,14 @@ kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
                                void *c, float alpha, void *stream);
 
-/* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of `threads`, its
- * arguments taken from `args` by the roles of the kernel's manifest (src/kiface.h);
- * KLJIT_ERR_INTERNAL when the plan has no kernel for the step. */
+/* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of the threads
+ * its manifest declares, its arguments taken from `args` by the roles of the manifest
+ * (src/kiface.h); KLJIT_ERR_INTERNAL when the plan has no kernel for the step. */
 kljit_status plan_launch(const kljit_plan *p, kiface_step step, unsigned gx, unsigned gy,
-                         unsigned threads, const kargs *args, void *stream);
+                         const kargs *args, void *stream);
+
+/* The block size the plan's kernel for `step` declares, for grids that cover their work with
+ * whole blocks (1 where the plan has no such kernel: plan_launch then refuses the step). */
+unsigned plan_threads(const kljit_plan *p, kiface_step step);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "kiface.h"
 
 enum {
   MAX_VOCAB = KLJIT_MAX_VOCAB,
@@ -266,11 +267,13 @@ int prob_native_logits(const kljit_problem *pb) {
 }
 
 /* Chunk bytes per row: the logits (G overwrites them in place), the pass-1 partials and, for
- * the online teacher, its fp32 logits. */
+ * the online teacher, its fp32 logits. The partials are counted at the largest record a
+ * template may declare (KIFACE_MAX_SLOTS floats): the heuristics render no template, and the
+ * workspace itself is laid out by the records the plan's modules declare. */
 static size_t chunk_row_bytes(const kljit_problem *pb, int64_t ld, const prob_tuning *t) {
   const size_t z = prob_native_logits(pb) ? names_dtype_size(pb->input_dtype) : 4;
   const size_t zt = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (size_t)ld * 4 : 0;
-  return (size_t)ld * z + (size_t)t->split * 32 + zt;
+  return (size_t)ld * z + (size_t)t->split * KIFACE_MAX_SLOTS * sizeof(float) + zt;
 }
 
 /* Registers per thread allow 32 fp32 values of z (and as many of p) in the cluster variant. */
@@ -330,7 +333,7 @@ prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context
  * Long calls keep the tuned chunk (the cap only bites below chunk_cap x chunk_rows tokens);
  * where dW accumulates in fp32 or the context's options set the chunk size (chunk_rows,
  * KLJIT_CHUNK_ROWS), g->chunk_cap is 0 (recipe.c) and the tuning's chunk is kept. The binding
- * mirrors this rule (python/kljit/_ops.py, call_chunk_rows). */
+ * asks this rule (kljit_plan_chunk_rows) rather than mirroring it. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
   if (!g->chunk_cap) return g->tune.chunk_rows;
   const int64_t k = g->chunk_cap;
@@ -341,7 +344,7 @@ int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
-                                     kljit_mode mode, int64_t rows) {
+                                     const kiface_layout *lay, kljit_mode mode, int64_t rows) {
   prob_workspace w;
   memset(&w, 0, sizeof w);
   const int64_t chunk = prob_chunk_rows(g, rows);
@@ -349,13 +352,14 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   const size_t zsize = names_dtype_size(g->logit);
   const int grads = mode != KLJIT_MODE_FORWARD;
   size_t off = 0;
+  const size_t rec = (size_t)lay->part * sizeof(float); /* a record of the rows module */
   /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */
-  w.hdr = off, off += mode == KLJIT_MODE_FUSED ? 256 : 0;
+  w.hdr = off, off += mode == KLJIT_MODE_FUSED ? align256((size_t)lay->hdr * sizeof(float)) : 0;
   w.lossp = off, off += mode != KLJIT_MODE_BACKWARD
                             ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
   w.part = off, off += mode != KLJIT_MODE_BACKWARD
                            && !g->tune.cluster
-                           ? align256((size_t)r * (size_t)g->tune.split * 32) : 0;
+                           ? align256((size_t)r * (size_t)g->tune.split * rec) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
   /* the online teacher's logits of the chunk (fp32, LD apart) */
   w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
@@ -369,9 +373,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
                             ? align256((size_t)r * (size_t)pb->hidden * 4) : 0;
   w.check = off, off += (pb->flags & KLJIT_FLAG_CHECK_INPUTS) && mode != KLJIT_MODE_BACKWARD
                              ? 256 : 0;
-  /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows][8] */
+  /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows] */
   w.stats = off, off += mode == KLJIT_MODE_FUSED && pb->shards > 1
-                            ? align256((size_t)(1 + pb->shards) * (size_t)rows * 32) : 0;
+                            ? align256((size_t)(1 + pb->shards) * (size_t)rows * rec) : 0;
   w.lt = off, w.lt_size = GEMM_WORKSPACE_BYTES, off += w.lt_size;
   w.total = off;
   return w;

@@ -3,6 +3,7 @@
 #ifndef KLJIT_PROBLEM_H
 #define KLJIT_PROBLEM_H
 
+#include "kiface.h"
 #include "spec.h"
 
 /* A caller's problem of any size from KLJIT_PROBLEM_MIN_SIZE up, copied into *out (a struct of
@@ -98,12 +99,13 @@ int prob_native_logits(const kljit_problem *pb);
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
 
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
- * absent). The total is what kljit_plan_workspace_size reports. */
+ * absent), its records sized as `lay` says (the plan's: what its modules declare). The total
+ * is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
   size_t hdr, lossp, part, z, zt, g, dw, db, dxacc, check, stats, lt, total;
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
-                                     kljit_mode mode, int64_t rows);
+                                     const kiface_layout *lay, kljit_mode mode, int64_t rows);
 
 #endif

@@ -32,6 +32,7 @@
 #include "gemm_algo.h"
 #include "host_dtype.h"
 #include "jit.h"
+#include "layout.h"
 
 enum { FLUSH_BYTES = 256 << 20, TILE = 1 << 20, DESC = 96 };
 
@@ -47,7 +48,8 @@ typedef struct bench {
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
   CUdeviceptr lab; /* labels (all 0), for the CE a hard_weight asks for */
   CUdeviceptr tx, tw; /* the online teacher's hidden states and head (DENSE_HIDDEN) */
-  CUdeviceptr all; /* sharded: [shards][rows][8] records for kljit_shard_finish */
+  CUdeviceptr all; /* sharded: [shards][rows] records for kljit_shard_finish */
+  kiface_layout lay; /* the records' floats the problem's modules declare */
   int all_ready;   /* the other ranks' slots hold (this rank's) records */
   size_t ws_bytes;
   kljit_args a;
@@ -131,7 +133,8 @@ static size_t up(size_t x) {
 }
 
 /* Bytes of every buffer but the workspace, for `rows` tokens. */
-static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
+static size_t fixed_bytes(const bench *b, int64_t rows) {
+  const kljit_problem *pb = b->pb;
   const size_t n = (size_t)rows, v = (size_t)pb->vocab, h = (size_t)pb->hidden;
   const size_t in = names_dtype_size(pb->input_dtype), gw = names_dtype_size(pb->grad_weight_dtype);
   const size_t td = names_dtype_size(pb->teacher_dtype);
@@ -144,18 +147,18 @@ static size_t fixed_bytes(const kljit_problem *pb, int64_t rows) {
     s += up((n + v) * (size_t)pb->teacher_hidden * td);
   else
     s += up(n * (size_t)prob_teacher_ld(pb) * td);
-  s += 3 * up(n * 4 + (size_t)plan_saved_floats(pb, rows) * 4); /* loss, saved, grad_output */
+  s += 3 * up(n * 4 + (size_t)kiface_saved_floats(&b->lay, rows) * 4); /* loss, saved, gout */
   if (pb->hard_weight != 0.0) s += up(n * 8);
-  if (prob_sharded(pb)) s += up(n * 32 * (size_t)pb->shards);
+  if (prob_sharded(pb)) s += up(n * (size_t)b->lay.part * 4 * (size_t)pb->shards);
   return s;
 }
 
 /* Workspace bytes of a plan of geometry g for `rows` tokens (fused; two-phase: the larger of
- * forward and backward). */
+ * forward and backward), its records as the heuristic plan's modules declare them (b->lay). */
 static size_t plan_ws(const bench *b, const prob_geometry *g, int64_t rows) {
-  if (!b->two_phase) return prob_workspace_layout(b->pb, g, KLJIT_MODE_FUSED, rows).total;
-  const size_t f = prob_workspace_layout(b->pb, g, KLJIT_MODE_FORWARD, rows).total;
-  const size_t k = prob_workspace_layout(b->pb, g, KLJIT_MODE_BACKWARD, rows).total;
+  if (!b->two_phase) return prob_workspace_layout(b->pb, g, &b->lay, KLJIT_MODE_FUSED, rows).total;
+  const size_t f = prob_workspace_layout(b->pb, g, &b->lay, KLJIT_MODE_FORWARD, rows).total;
+  const size_t k = prob_workspace_layout(b->pb, g, &b->lay, KLJIT_MODE_BACKWARD, rows).total;
   return f > k ? f : k;
 }
 
@@ -186,9 +189,9 @@ static kljit_status pick_rows(bench *b, const prob_tuning *heur, int64_t asked) 
   const double room = 0.85 * (double)free_b;
   int64_t n = asked;
   while (n > 256 &&
-         (double)(fixed_bytes(b->pb, n) + 2 * plan_ws(b, &r.geom, n)) > room)
+         (double)(fixed_bytes(b, n) + 2 * plan_ws(b, &r.geom, n)) > room)
     n /= 2;
-  const size_t need = fixed_bytes(b->pb, n) + plan_ws(b, &r.geom, n);
+  const size_t need = fixed_bytes(b, n) + plan_ws(b, &r.geom, n);
   if ((double)need > room)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "not enough free GPU memory to tune: %.2f GiB needed at %lld tokens, %.2f GiB "
@@ -226,12 +229,13 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tx, n * ht * tds);
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tw, v * ht * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
-  if (st == KLJIT_SUCCESS) st = alloc(b, &b->saved, (size_t)plan_saved_floats(pb, b->rows) * 4);
+  if (st == KLJIT_SUCCESS)
+    st = alloc(b, &b->saved, (size_t)kiface_saved_floats(&b->lay, b->rows) * 4);
   if (st == KLJIT_SUCCESS && pb->hard_weight != 0.0) st = alloc(b, &b->lab, n * 8);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->gout, n * 4);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->flush, FLUSH_BYTES);
   if (st == KLJIT_SUCCESS && prob_sharded(pb))
-    st = alloc(b, &b->all, n * 32 * (size_t)pb->shards);
+    st = alloc(b, &b->all, n * (size_t)b->lay.part * 4 * (size_t)pb->shards);
   if (st != KLJIT_SUCCESS) return st;
   /* inputs: |z| of order 0.1; a teacher of the right form with every entry non-zero */
   const double lv = log(1.0 / (double)v), k = sparse ? (double)pb->topk : 1.0;
@@ -284,7 +288,7 @@ static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
   float *all = (float *)(uintptr_t)b->all;
   kljit_status st = kljit_shard_stats(plan, s, &b->a, all);
   if (st == KLJIT_SUCCESS && !b->all_ready) {
-    const size_t bytes = (size_t)b->rows * 32;
+    const size_t bytes = (size_t)b->rows * (size_t)b->lay.part * 4;
     st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
     for (int k = 1; k < b->pb->shards && st == KLJIT_SUCCESS; k++)
       st = DRV(b, cuMemcpyDtoD(b->all + (size_t)k * bytes, b->all, bytes), "cuMemcpyDtoD");
@@ -292,7 +296,7 @@ static kljit_status sharded_call(bench *b, const kljit_plan *plan) {
     if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(NULL), "cuStreamSynchronize");
     b->all_ready = st == KLJIT_SUCCESS;
   }
-  /* REVERSE_KL, JSD: the second round's pass (slot 7 of slot 0's records; the copies keep
+  /* REVERSE_KL, JSD: the second round's pass (slot S of slot 0's records; the copies keep
    * theirs, NaN: the timing does not depend on S) */
   if (st == KLJIT_SUCCESS) st = kljit_shard_sums(plan, s, &b->a, all, b->pb->shards, all);
   return st == KLJIT_SUCCESS ? kljit_shard_finish(plan, s, &b->a, all, b->pb->shards) : st;
@@ -339,6 +343,11 @@ static kljit_status time_candidate(bench *b, const prob_tuning *t, int first, do
     return KLJIT_SUCCESS;
   }
   if (st != KLJIT_SUCCESS) return st;
+  if (memcmp(&plan->layout, &b->lay, sizeof b->lay)) { /* the buffers were sized by b->lay */
+    kljit_plan_destroy(plan);
+    return err_set(KLJIT_ERR_INTERNAL, "tuning candidate %s declares other records than the "
+                   "heuristic plan's", b->cur);
+  }
   const size_t need = plan_ws(b, &plan->rec.geom, b->rows);
   if (need > b->ws_bytes) {
     if (b->ws) b->d->cuMemFree(b->ws), b->ws = 0, b->ws_bytes = 0;
@@ -637,7 +646,8 @@ static kljit_status tune_gemms(bench *b, prob_tuning *t) {
   if (st == KLJIT_SUCCESS) st = call(b, plan);
   if (st == KLJIT_SUCCESS) st = DRV(b, cuStreamSynchronize(b->stream), "cuStreamSynchronize");
   const prob_workspace w = prob_workspace_layout(
-      b->pb, &plan->rec.geom, b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
+      b->pb, &plan->rec.geom, &plan->layout,
+      b->two_phase ? KLJIT_MODE_BACKWARD : KLJIT_MODE_FUSED, b->rows);
   char *ws = (char *)(uintptr_t)b->ws;
   const void *x = (const void *)(uintptr_t)b->x, *wt = (const void *)(uintptr_t)b->w;
   void *dw = plan->rec.geom.dw_workspace ? (void *)(ws + w.dw) : (void *)(uintptr_t)b->dw;
@@ -671,7 +681,9 @@ kljit_status tune_measure(kljit_context *ctx, const kljit_problem *pb, int64_t r
   b.pr.struct_size = sizeof b.pr;
   b.t0 = util_now(), b.budget = ctx->opt.tune_budget_s;
   const prob_tuning heur = prob_estimate(pb, ctx->arch, &ctx->opt);
-  kljit_status st = ctx_enter(ctx);
+  /* the records' sizes of every candidate's plan (they depend on the loss, not the tuning) */
+  kljit_status st = layout_of_problem(pb, &heur, &b.lay);
+  if (st == KLJIT_SUCCESS) st = ctx_enter(ctx);
   if (st != KLJIT_SUCCESS) return st;
   st = pick_rows(&b, &heur, rows);
   if (st == KLJIT_SUCCESS) st = setup(&b);

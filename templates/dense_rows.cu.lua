@@ -22,7 +22,7 @@
 %--                           record; pass 2 then merges nrec records at runtime strides
 %--                           (the chunk's partials, or every shard's record of the row)
 %--   kl_dense_sums           split API, DIV only: from the merged records, this shard's part
-%--                           of the row total S (below) -> record slot 7 (kljit_shard_sums)
+%--                           of the row total S (below) -> record slot S (kljit_shard_sums)
 %--   With INPLACE (fp32 z, 16-bit G), pass 2 runs one block per row and writes the row's G
 %--   over the first half of its own fp32 logits: in groups of columns, every thread reads the
 %--   group, the block synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns
@@ -62,7 +62,7 @@
 %--            adds the (max, sum-exp) of z' = s T to the record (slots 5, 6; the same pass),
 %--            pass 2 adds wh / t2 (lse(z') - z'_y) to the loss partial (the helpers multiply
 %--            by c t2) and wh c g (softmax(z') - [v = y]) to G. T2: whether t2 = T^2.
-%--            The saved row statistics grow from 4 to 8 floats a row (plan.c agrees).
+%--            The saved row statistics (ROWSTAT below) grow from 4 to 8 floats a row.
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd, in (0, 1):
 %--              reverse  loss q (log q - log p),  G = gscale q (g - S), g = log q - log p
@@ -75,14 +75,15 @@
 %--            variant sums S from its registers over the cluster's blocks instead.
 %--   SHARDED  bool, DIV only: a vocabulary shard. S needs every column of the row, so each
 %--            shard sums its own part (kl_dense_sums, after the first exchange of records),
-%--            the records carry it in slot 7 (kl_dense_merge writes NaN there until then: a
+%--            the records carry it in slot S (kl_dense_merge writes NaN there until then: a
 %--            skipped round shows as NaN, not as a plausible gradient), and pass 2 adds the
 %--            shards' slots 7 for S instead of its own sweep.
 %--   VOFF     HARD only: first global id of this vocabulary shard (absent: 0). The labels are
 %--            global: the CE's -z'_y is this shard's where y - VOFF is one of its columns, and
 %--            its lse(z') (from the records' slots 5, 6: global) is added by the shard whose
 %--            VOFF is 0 only, so the shards' losses sum to the row's CE once.
-%-- Launch: part has 8 floats per (row, split); hdr: see helpers.cu.lua (kl_setup).
+%-- Launch: as the interface table below declares (its threads, clusters); the records part,
+%-- rowstat and hdr are declared beside it (hdr: see helpers.cu.lua, kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
 %-- passes, expf in the (m, d) merges; fixed-order reductions.
 %local P = P
@@ -131,9 +132,6 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
-%-- record floats of pass 1 (5; 7 with the CE's lse), saved floats per row (4; 8)
-%local NREC = HARD and 7 or 5
-%local RS = HARD and 8 or 4
 %-- pass 2's gradient scale of the divergence, and the CE's arguments of elem_terms
 %local GS = (HARD or P.SOFT) and "gsoft" or "gscale"
 %local CEARG = HARD and ", v, ce" or ""
@@ -145,7 +143,19 @@
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
 %end
-%if DIVX then RS = 8 end
+%-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
+%-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
+%-- student max and sum-exp of s (m, d), teacher mass (sp), teacher logits' max and sum-exp (mt,
+%-- dt), the CE's of z' (mh, dh; HARD), this shard's part of the row total S (SHARDED).
+%-- rowstat: a row's statistics two-phase forward saves for backward (after the plan header in
+%-- `saved`): lse(s), sum p, lse(t), kept; with HARD or DIV the CE's lse(z') and S.
+%local PART = { name = "part", floats = 8, slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "sp", "lset", "kept" } }
+%if HARD or DIVX then
+%  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "sp", "lset", "kept", "lse1", "S" } }
+%end
+%-- the slots pass 1 fills (through dt; through dh with the CE's)
+%local NREC = iface.slot(PART, HARD and "dh" or "dt") + 1
 %local SHARDED = P.SHARDED or false
 %if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
 %if SHARDED and P.CLUSTER ~= 0 then reject("SHARDED rows are two-pass (records)") end
@@ -187,15 +197,25 @@
 %  table.insert(stats_in, 4, tb)
 %  table.insert(sums_in, 4, tb)
 %end
+%-- pass 2's geometry: THREADS a block; the cluster variant in clusters of CLUSTER blocks, at
+%-- most 128 registers per thread (a 256-thread block leaves room for a second one per SM,
+%-- whose loads overlap this one's arithmetic)
+%local P2 = { threads = P.THREADS }
+%if P.CLUSTER > 0 then
+%  P2 = { threads = P.THREADS, min_blocks = 65536 // (P.THREADS * 128), cluster = P.CLUSTER }
+%end
+%local CHECK_THREADS = 256
 %local K = iface.family(iface.args({
-%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, args = stats_in } },
-%  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0), {
-%  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0, args = sums_in },
-%  { name = "kl_dense_check", step = "check", when = P.CHECK, args = {
+%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, threads = P.THREADS,
+%    args = stats_in } },
+%  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0, P2), {
+%  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0, threads = P.THREADS,
+%    args = sums_in },
+%  { name = "kl_dense_check", step = "check", when = P.CHECK, threads = CHECK_THREADS, args = {
 %    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "flag", "u64*", role = "check_flag" } } },
-%}))
+%}), { iface.HDR, PART, ROWSTAT })
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -204,12 +224,12 @@
 #define VEC {{ VEC }}
 #define SEG {{ SEG }}
 #define TALIGNED {{ TALIGNED and "true" or "false" }}
-#define PSTRIDE 8
 #define LDG {{ P.LDG }}
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
 #define P2SPLIT {{ DIVX and P.CLUSTER == 0 and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
+{{ K.records() }}
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.TDT] }} teach_t;
@@ -225,7 +245,7 @@ typedef {{ dt[P.TBDT] }} tbias_t;
 %if P.TMODE == "const" then
 #define INV_T(hdr) ({{ f32(1.0 / P.T) }})
 %else
-#define INV_T(hdr) ((hdr)[3])
+#define INV_T(hdr) ((hdr)[HDR_INV_T])
 %end
 %if P.TEACHER == "logits" then
 %  if P.TT_SAME then
@@ -368,7 +388,7 @@ __device__ __forceinline__ void acc1_add(acc1_t& a, const float (&s)[VEC], const
 #endif
 }
 
-/* Block-wide merge of the accumulators into one partial record {m, d, sum p, mt, dt}. */
+/* Block-wide merge of the accumulators into one partial record {m, d, sp, mt, dt (, mh, dh)}. */
 __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* sh_f,
                                            float (&rec)[{{ NREC }}]) {
   const md_t ms = block_md<THREADS>(a.s, sh_md);
@@ -381,10 +401,11 @@ __device__ __forceinline__ void acc1_block(const acc1_t& a, md_t* sh_md, float* 
   mt.d = 1.0f;
   const float sp = block_sum<THREADS>(a.sp, sh_f);
 #endif
-  rec[0] = ms.m, rec[1] = ms.d, rec[2] = sp, rec[3] = mt.m, rec[4] = mt.d;
+  rec[PART_M] = ms.m, rec[PART_D] = ms.d, rec[PART_SP] = sp, rec[PART_MT] = mt.m;
+  rec[PART_DT] = mt.d;
 %if HARD then
   const md_t mh = block_md<THREADS>(a.h, sh_md);
-  rec[5] = mh.m, rec[6] = mh.d;
+  rec[PART_MH] = mh.m, rec[PART_DH] = mh.d;
 %end
 }
 
@@ -410,7 +431,7 @@ struct row_merge_t {
   md_t h;
 %end
 %if SHARDED then
-  float S; /* the shards' parts of S (slot 7), in record order */
+  float S; /* the shards' parts of S (slot S), in record order */
 %end
 };
 __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
@@ -427,17 +448,17 @@ __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
 }
 __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
   md_t a, b;
-  a.m = rec[0], a.d = rec[1], b.m = rec[3], b.d = rec[4];
+  a.m = rec[PART_M], a.d = rec[PART_D], b.m = rec[PART_MT], b.d = rec[PART_DT];
   m.s = md_merge(m.s, a);
   m.t = md_merge(m.t, b);
-  m.sp += rec[2];
+  m.sp += rec[PART_SP];
 %if HARD then
   md_t c;
-  c.m = rec[5], c.d = rec[6];
+  c.m = rec[PART_MH], c.d = rec[PART_DH];
   m.h = md_merge(m.h, c);
 %end
 %if SHARDED then
-  m.S += rec[7];
+  m.S += rec[PART_S];
 %end
 }
 __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
@@ -562,25 +583,27 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 /* Row statistics from the saved buffer, or zeros for an ignored row. */
 __device__ __forceinline__ row_t row_saved(const float* rowstat, i64 row) {
   row_t rs;
-  rs.lse = rowstat[{{ RS }} * row + 0];
-  rs.sp = rowstat[{{ RS }} * row + 1];
-  rs.lset = rowstat[{{ RS }} * row + 2];
-  rs.kept = rowstat[{{ RS }} * row + 3];
+  const float* r = rowstat + ROWSTAT_FLOATS * row;
+  rs.lse = r[ROWSTAT_LSE];
+  rs.sp = r[ROWSTAT_SP];
+  rs.lset = r[ROWSTAT_LSET];
+  rs.kept = r[ROWSTAT_KEPT];
 %if DIVX then
-  rs.S = rowstat[{{ RS }} * row + 5];
+  rs.S = r[ROWSTAT_S];
 %end
 %if HARD then
-  rs.lse1 = rowstat[{{ RS }} * row + 4];
+  rs.lse1 = r[ROWSTAT_LSE1];
 %end
   return rs;
 }
 __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& rs) {
-  rowstat[{{ RS }} * row + 0] = rs.lse;
-  rowstat[{{ RS }} * row + 1] = rs.sp;
-  rowstat[{{ RS }} * row + 2] = rs.lset;
-  rowstat[{{ RS }} * row + 3] = rs.kept;
+  float* r = rowstat + ROWSTAT_FLOATS * row;
+  r[ROWSTAT_LSE] = rs.lse;
+  r[ROWSTAT_SP] = rs.sp;
+  r[ROWSTAT_LSET] = rs.lset;
+  r[ROWSTAT_KEPT] = rs.kept;
 %if HARD then
-  rowstat[{{ RS }} * row + 4] = rs.lse1;
+  r[ROWSTAT_LSE1] = rs.lse1;
 %end
 }
 
@@ -641,7 +664,7 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
     }
 %end
 %if P.CLUSTER == 0 then
-/* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sum p, mt, dt},
+/* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sp, mt, dt},
  * returned to every thread. */
 __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
                                             const teach_t* __restrict__ tr,
@@ -673,12 +696,11 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
   acc1_block(a, sh_md, sh_f, rec);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_dense_stats") }} {
-  /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PSTRIDE) */
+{{ K.kernel("kl_dense_stats") }} {
+  /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PART_FLOATS) */
   const int r = blockIdx.y;
   const i64 row = row0 + r;
-  float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
+  float* out = part + ((i64)r * SPLIT + blockIdx.x) * PART_FLOATS;
   __shared__ md_t sh_md[THREADS / 32];
   __shared__ float sh_f[THREADS / 32];
   if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
@@ -721,10 +743,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     } else {
       row_merge_t m;
       row_merge_init(m);
-      /* record k of chunk row r at part + (r srow + k srec) PSTRIDE: the chunk's SPLIT partials
+      /* record k of chunk row r at part + (r srow + k srec) PART_FLOATS: the chunk's SPLIT partials
        * (nrec = srow = SPLIT, srec = 1), or the shards' global records (kljit_shard_finish) */
       for (int k = 0; k < nrec; k++)
-        row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PSTRIDE);
+        row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
       rs = row_finish(m);
     }
     sh_row = rs;
@@ -802,13 +824,12 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 %if DIVX then
     if (MODE == MODE_FORWARD) { /* S for backward (one block per row: the whole row's) */
       sacc = block_sum<THREADS>(sacc, sh_f);
-      if (threadIdx.x == 0) rowstat[{{ RS }} * row + 5] = sacc;
+      if (threadIdx.x == 0) rowstat[ROWSTAT_FLOATS * row + ROWSTAT_S] = sacc;
     }
 %end
   }
 }
 #define ROW_BODY pass2
-#define LAUNCH_BOUNDS __launch_bounds__(THREADS)
 %else
 /* ---- sm_90 cluster variant: distributed shared memory through PTX (no headers) ---- */
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -842,7 +863,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             i64 row0) {
   const int r = blockIdx.y;
   const i64 row = row0 + r;
-  __shared__ float sh_rec[8];
+  __shared__ float sh_rec[PART_FLOATS];
 %if DIVX then
   __shared__ float sh_part, sh_total; /* S: this block's part, the cluster's sum */
 %end
@@ -945,7 +966,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     rs.S = sh_total;
     sacc = 0.0f;
     if (MODE == MODE_FORWARD && blockIdx.x == 0 && threadIdx.x == 0)
-      rowstat[{{ RS }} * row + 5] = rs.S; /* for backward */
+      rowstat[ROWSTAT_FLOATS * row + ROWSTAT_S] = rs.S; /* for backward */
   }
 %end
   float loss = 0.0f;
@@ -968,77 +989,70 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   }
 }
 #define ROW_BODY cluster_row
-/* at most 128 registers per thread: a 256-thread block leaves room for a second one per SM,
- * whose loads overlap this one's arithmetic */
-#define LAUNCH_BOUNDS __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 65536 / (THREADS * 128))
 %end
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
-extern "C" __global__ void LAUNCH_BOUNDS
-{{ K.signature("kl_dense_fused") }} {
+{{ K.kernel("kl_dense_fused") }} {
   ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, part, nrec,
                        srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void LAUNCH_BOUNDS
-{{ K.signature("kl_dense_forward") }} {
+{{ K.kernel("kl_dense_forward") }} {
   ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr,
                          part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void LAUNCH_BOUNDS
-{{ K.signature("kl_dense_backward") }} {
+{{ K.kernel("kl_dense_backward") }} {
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, nullptr,
                           0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 %if P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT partial
- * records, in order, into one record {m, d, sum p, mt, dt, m', d', S} at out[(row0 + r) * 8]
- * (m', d' the CE's, else 0; S NaN on a shard with DIV, else 0; an ignored row: zeros, which
- * pass 2 never reads). */
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_dense_merge") }} {
-  const int r = blockIdx.x * 256 + threadIdx.x;
+ * records, in order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's,
+ * else 0; S NaN on a shard with DIV, else 0; an ignored row: zeros, which pass 2 never
+ * reads). */
+{{ K.kernel("kl_dense_merge") }} {
+  const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
-  float* o = out + (row0 + r) * PSTRIDE;
-  float rec[PSTRIDE] = {};
+  float* o = out + (row0 + r) * PART_FLOATS;
+  float rec[PART_FLOATS] = {};
   if (row_kept(labels, labels_is64, ignore_index, row0 + r)) {
     row_merge_t m;
     row_merge_init(m);
-    for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PSTRIDE);
-    rec[0] = m.s.m, rec[1] = m.s.d, rec[2] = m.sp, rec[3] = m.t.m, rec[4] = m.t.d;
+    for (int k = 0; k < SPLIT; k++) row_merge_add(m, part + ((i64)r * SPLIT + k) * PART_FLOATS);
+    rec[PART_M] = m.s.m, rec[PART_D] = m.s.d, rec[PART_SP] = m.sp, rec[PART_MT] = m.t.m;
+    rec[PART_DT] = m.t.d;
 %if HARD then
-    rec[5] = m.h.m, rec[6] = m.h.d; /* the CE's (max, sum-exp) of z' */
+    rec[PART_MH] = m.h.m, rec[PART_DH] = m.h.d; /* the CE's (max, sum-exp) of z' */
 %end
 %if SHARDED then
-    rec[7] = __int_as_float(0x7fc00000); /* NaN until kl_dense_sums writes this shard's S */
+    rec[PART_S] = __int_as_float(0x7fc00000); /* NaN until kl_dense_sums writes this shard's S */
 %end
   }
-  for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
+  for (int k = 0; k < PART_FLOATS; k++) o[k] = rec[k];
 }
 %end
 %if DIVX and P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
  * shard's, as pass 2 does), sums this shard's part of S = sum_v q g over its columns and
- * writes it to slot 7 of the row's record in out (this shard's kljit_shard_stats records;
- * slot 7 only, so part may be the same buffer). An ignored row gets 0. */
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_dense_sums") }} {
+ * writes it to slot S of the row's record in out (this shard's kljit_shard_stats records;
+ * slot S only, so part may be the same buffer). An ignored row gets 0. */
+{{ K.kernel("kl_dense_sums") }} {
   const int r = blockIdx.y;
   const i64 row = row0 + r;
   __shared__ row_t sh_row;
   __shared__ float sh_f[THREADS / 32];
   if (!row_kept(labels, labels_is64, ignore_index, row)) {
-    if (threadIdx.x == 0) out[row * PSTRIDE + 7] = 0.0f;
+    if (threadIdx.x == 0) out[row * PART_FLOATS + PART_S] = 0.0f;
     return;
   }
   if (threadIdx.x == 0) {
     row_merge_t m;
     row_merge_init(m);
     for (int k = 0; k < nrec; k++)
-      row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PSTRIDE);
+      row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
     sh_row = row_finish(m);
   }
   __syncthreads();
@@ -1057,7 +1071,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   float sacc = 0.0f;
 %s_sweep()
   sacc = block_sum<THREADS>(sacc, sh_f);
-  if (threadIdx.x == 0) out[row * PSTRIDE + 7] = sacc;
+  if (threadIdx.x == 0) out[row * PART_FLOATS + PART_S] = sacc;
 }
 %end
 %if P.CHECK then
@@ -1066,12 +1080,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
  * first bad row (smallest index) and its kind -> flag as (row << 8) | kind via atomicMin:
  * 3 a value NaN or infinite (-inf allowed for log-probs and logits: p = 0), 4 a negative
  * probability. */
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_dense_check") }} {
+{{ K.kernel("kl_dense_check") }} {
   const i64 row = blockIdx.x;
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
   int bad = 0;
-  for (int v = threadIdx.x; v < V && !bad; v += 256) {
+  for (int v = threadIdx.x; v < V && !bad; v += {{ CHECK_THREADS }}) {
     const float t = to_f32(teacher[row * {{ TSTRIDE }} + v]);
     const bool finite = (__float_as_uint(t) & 0x7f800000u) != 0x7f800000u;
 #if defined(TEACHER_PROBS)

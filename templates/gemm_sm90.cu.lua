@@ -40,9 +40,10 @@
 %--             read a stage's parity one phase early).
 %--
 %-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1);
-%-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster tiles c, c + grid /
-%-- CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory gemm_smem_bytes
-%-- below (the host reads it as STAGES (BM + BN) 128 + 1024). Parameters: the tensor maps of A
+%-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster
+%-- tiles c, c + grid / CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory
+%-- STAGES (BM + BN) 128 + 1024 bytes. Threads, cluster and shared memory reach the host in the
+%-- manifest (the interface entry below), which it launches by. Parameters: the tensor maps of A
 %-- (nt, nn: dims {K, M}, box {64, BM}; tn: dims {M, K}, box {64, 64}) and B (nt: dims {K, N},
 %-- box {64, BN / CLUSTER}; nn, tn: dims {N, K}, box {64, 64}), 16-bit, 128-byte swizzle, zero
 %-- fill out of bounds; C, M, N, K, ldc (elements), alpha.
@@ -92,28 +93,29 @@
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
 %  reject("STAGES must be in [2, 8]")
 %end
-%if P.STAGES * STAGE_BYTES + 1024 > 227 * 1024 then
+%-- dynamic shared memory: the ring, and the slack to align it to 1024 bytes
+%local SMEM = P.STAGES * STAGE_BYTES + 1024
+%if SMEM > 227 * 1024 then
 %  reject("STAGES x (BM + BN) x 128 bytes exceeds the 227 KB of shared memory")
 %end
 %local THREADS = 128 * (1 + WGS)
 %local CONSUMER_REGS = WGS == 2 and 232 or 240
 %include("common.cu.lua")
 %include("ptx_sm90.cu.lua")
-%-- The kernel's interface, declared once: the signature below and the manifest line are both
-%-- made from this list. It takes its tensor maps by value (__grid_constant__), which the row
-%-- families' kargs marshalling (iface.cu.lua, src/kiface.h) has no kind for, so the host
-%-- launches it itself (jgemm_launch) and checks this manifest at load (jgemm_check_manifest).
-%local GEMM_ARGS = {
-%  { "map_a", "const __grid_constant__ kl_tmap", "tmap" },
-%  { "map_b", "const __grid_constant__ kl_tmap", "tmap" },
-%  { "C", "out_t* __restrict__", "ptr" }, { "M", "int", "i32" }, { "N", "int", "i32" },
-%  { "K", "int", "i32" }, { "ldc", "i64", "i64" }, { "alpha", "float", "f32" } }
-%local gemm_line, gemm_params = { "kl_gemm", "gemm" }, {}
-%for i, a in ipairs(GEMM_ARGS) do
-%  gemm_line[#gemm_line + 1] = a[1] .. ":" .. a[3]
-%  gemm_params[i] = a[2] .. " " .. a[1]
-%end
-%manifest_add(table.concat(gemm_line, " "))
+%-- The kernel's interface, declared once (templates/iface.cu.lua): the declaration below, the
+%-- launch geometry and the manifest line are all made from this entry. Its TMA descriptors go
+%-- by value (__grid_constant__ kl_tmap: kind tmap, a CUtensorMap in src/kiface.h's kargs); the
+%-- host marshals every argument by the manifest (jgemm_launch), as for the row kernels.
+%local K = include("iface.cu.lua").family({
+%  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
+%    cluster = CL == 2 and 2 or nil,
+%    smem = SMEM, args = {
+%    { "map_a", "const __grid_constant__ kl_tmap" },
+%    { "map_b", "const __grid_constant__ kl_tmap" },
+%    { "C", "out_t* __restrict__", role = "gemm_c" }, { "M", "int", role = "gemm_m" },
+%    { "N", "int", role = "gemm_n" }, { "K", "int", role = "gemm_k" }, { "ldc", "i64" },
+%    { "alpha", "float" } } },
+%})
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -179,8 +181,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %end
 }
 
-extern "C" __global__ void {{ CL == 2 and "__cluster_dims__(2, 1, 1) " or "" }}__launch_bounds__({{ THREADS }}, 1)
-kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
+{{ K.kernel("kl_gemm") }} {
   __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
 %if PP then
   __shared__ __align__(8) u64 turn[2]; /* turn[c]: warpgroup c may wait on the ring */

@@ -2,7 +2,8 @@
 %-- helpers.cu.lua: the small kernels around the row kernels of one plan.
 %--
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
-%--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, 0, 0, 0, 0} with
+%--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, 0...} (the record
+%--                   iface.HDR, templates/iface.cu.lua) with
 %--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept VTOT) (mean), 0 if kept = 0,
 %--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1,
 %--                   gmult the power of two fp16 G is stored times (exec.c; the GEMMs undo it).
@@ -19,9 +20,12 @@
 %-- Parameters: V, LD, LDG (row stride of G in its elements), GRAD, OUT (f32|bf16|f16), REDUCTION
 %-- (sum|batchmean|mean|none), T2 (bool), TMODE (const|runtime), T (const mode), VTOT (the global
 %-- vocabulary size of a sharded head, MEAN's divisor; default V).
-%-- Launch: kl_setup and kl_finish_loss with 1024 threads x 1 block; kl_colsum with 256 threads
-%-- x ceil(V/256); kl_convert and kl_scale with 256 threads x any grid (grid-stride).
+%-- Launch: kl_setup and kl_finish_loss with WIDE threads x 1 block; kl_colsum with NARROW
+%-- threads x ceil(V/NARROW); kl_convert and kl_scale with NARROW threads x any grid
+%-- (grid-stride). The block sizes reach the C side through the manifest (threads=).
 %local iface = include("iface.cu.lua")
+%-- the block sizes: one block of WIDE threads reduces a whole call; NARROW, the elementwise ones
+%local WIDE, NARROW = 1024, 256
 %local params = include("params.cu.lua")
 %local dt = params.dt
 %local VTOT = params.module()
@@ -34,44 +38,47 @@
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order; the C
 %-- side fills the roles from one struct (src/kiface.h).
 %local K = iface.family({
-%  { name = "kl_setup", step = "setup", args = {
+%  { name = "kl_setup", step = "setup", threads = WIDE, args = {
 %    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "n", "i64", role = "rows" }, { "T", "float", role = "temperature" }, { "gmult", "float" },
 %    { "hdr", "float* __restrict__" } } },
-%  { name = "kl_finish_loss", step = "finish_loss", args = {
+%  { name = "kl_finish_loss", step = "finish_loss", threads = WIDE, args = {
 %    { "lossp", "const float* __restrict__" }, { "split", "int", role = "p2_split" },
 %    { "n", "i64", role = "rows" }, { "hdr", "const float* __restrict__" },
 %    { "loss", "float* __restrict__" } } },
-%  { name = "kl_colsum", step = "colsum", args = {
+%  { name = "kl_colsum", step = "colsum", threads = NARROW, args = {
 %    { "g", "const grad_t* __restrict__" }, { "rows", "int", role = "chunk_rows" },
 %    { "acc", "float* __restrict__", role = "db" }, { "accumulate", "int" } } },
-%  { name = "kl_convert", step = "convert", args = {
+%  { name = "kl_convert", step = "convert", threads = NARROW, args = {
 %    { "src", "const float* __restrict__" }, { "dst", "void* __restrict__" },
 %    { "n", "i64", role = "count" }, { "accumulate", "int" }, { "scale", "float" },
 %    { "out", "int", role = "out_dtype" } } },
-%  { name = "kl_scale", step = "scale", args = {
+%  { name = "kl_scale", step = "scale", threads = NARROW, args = {
 %    { "p", "void*", role = "data" }, { "n", "i64", role = "count" },
 %    { "s", "const float* __restrict__", role = "factor" }, { "out", "int", role = "out_dtype" } } },
-%})
+%}, { iface.HDR })
 #define V {{ P.V }}
 #define LD {{ P.LD }}
 #define VTOT {{ VTOT }}
 #define LDG {{ P.LDG }}
 #define REDUCTION {{ red[P.REDUCTION] }}
 #define T2 {{ P.T2 and 1 or 0 }}
+#define WIDE {{ WIDE }}     /* block sizes (the kernels' threads= in the manifest) */
+#define NARROW {{ NARROW }}
 typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.OUT] }} out_t;
+{{ K.records() }}
 
-extern "C" __global__ void __launch_bounds__(1024)
-{{ K.signature("kl_setup") }} {
+{{ K.kernel("kl_setup") }} {
 %if P.TMODE == "const" then
   T = {{ f32(P.T) }};
 %end
   __shared__ double shd[32];
   i64 local = 0;
-  for (i64 i = threadIdx.x; i < n; i += 1024) local += row_kept(labels, labels_is64, ignore_index, i);
+  for (i64 i = threadIdx.x; i < n; i += WIDE)
+    local += row_kept(labels, labels_is64, ignore_index, i);
   /* integer counts below 2^53 are exact in double */
-  const double total = block_sum_d<1024>((double)local, shd);
+  const double total = block_sum_d<WIDE>((double)local, shd);
   if (threadIdx.x == 0) {
     double c = 1.0;
 #if REDUCTION == 2
@@ -80,55 +87,52 @@ extern "C" __global__ void __launch_bounds__(1024)
     c = total > 0 ? 1.0 / (total * (double)VTOT) : 0.0;
 #endif
     const double t2 = T2 ? (double)T * (double)T : 1.0;
-    hdr[0] = (float)(c * t2);
-    hdr[1] = (float)(c * t2 / (double)T * (double)gmult);
-    hdr[2] = (float)total;
-    hdr[3] = (float)(1.0 / (double)T);
-    hdr[4] = hdr[5] = hdr[6] = hdr[7] = 0.0f;
+    hdr[HDR_LOSS_SCALE] = (float)(c * t2);
+    hdr[HDR_GRAD_SCALE] = (float)(c * t2 / (double)T * (double)gmult);
+    hdr[HDR_KEPT] = (float)total;
+    hdr[HDR_INV_T] = (float)(1.0 / (double)T);
+    for (int k = HDR_SLOTS; k < HDR_FLOATS; k++) hdr[k] = 0.0f;
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024)
-{{ K.signature("kl_finish_loss") }} {
+{{ K.kernel("kl_finish_loss") }} {
   /* lossp: (n, split) partial row losses; loss: scalar, or (n) for reduction none */
   __shared__ double shd[32];
   double acc = 0.0;
-  for (i64 i = threadIdx.x; i < n; i += 1024) {
+  for (i64 i = threadIdx.x; i < n; i += WIDE) {
     double row = 0.0;
     for (int k = 0; k < split; k++) row += (double)lossp[i * split + k];
 #if REDUCTION == 4
-    loss[i] = (float)(row * (double)hdr[0]);
+    loss[i] = (float)(row * (double)hdr[HDR_LOSS_SCALE]);
 #else
     acc += row;
 #endif
   }
 #if REDUCTION != 4
-  acc = block_sum_d<1024>(acc, shd);
-  if (threadIdx.x == 0) loss[0] = (float)(acc * (double)hdr[0]);
+  acc = block_sum_d<WIDE>(acc, shd);
+  if (threadIdx.x == 0) loss[0] = (float)(acc * (double)hdr[HDR_LOSS_SCALE]);
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_colsum") }} {
+{{ K.kernel("kl_colsum") }} {
   /* g: (rows, LDG); acc: (V) */
-  const int v = blockIdx.x * 256 + threadIdx.x;
+  const int v = blockIdx.x * NARROW + threadIdx.x;
   if (v >= V) return;
   float s = accumulate ? acc[v] : 0.0f;
   for (int r = 0; r < rows; r++) s += to_f32(g[(i64)r * LDG + v]);
   acc[v] = s;
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_convert") }} {
+{{ K.kernel("kl_convert") }} {
   if (out) {
     out_t* d = (out_t*)dst;
-    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
+    for (i64 i = (i64)blockIdx.x * NARROW + threadIdx.x; i < n; i += (i64)gridDim.x * NARROW) {
       const float prev = accumulate ? to_f32(d[i]) : 0.0f;
       d[i] = from_f32<out_t>(prev + scale * src[i]);
     }
   } else {
     grad_t* d = (grad_t*)dst;
-    for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (i64)gridDim.x * 256) {
+    for (i64 i = (i64)blockIdx.x * NARROW + threadIdx.x; i < n; i += (i64)gridDim.x * NARROW) {
       const float prev = accumulate ? to_f32(d[i]) : 0.0f;
       d[i] = from_f32<grad_t>(prev + scale * src[i]);
     }
@@ -140,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(256)
 template <typename T>
 __device__ __forceinline__ void scale_in_place(T* p, i64 n, float s) {
   constexpr int VEC = 16 / sizeof(T);
-  const i64 stride = (i64)gridDim.x * 256, first = (i64)blockIdx.x * 256 + threadIdx.x;
+  const i64 stride = (i64)gridDim.x * NARROW, first = (i64)blockIdx.x * NARROW + threadIdx.x;
   const i64 nv = ((unsigned long long)p % 16 == 0) ? n / VEC : 0;
   for (i64 i = first; i < nv; i += stride) {
     float v[VEC];
@@ -152,8 +156,7 @@ __device__ __forceinline__ void scale_in_place(T* p, i64 n, float s) {
   for (i64 i = nv * VEC + first; i < n; i += stride) p[i] = from_f32<T>(to_f32(p[i]) * s);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_scale") }} {
+{{ K.kernel("kl_scale") }} {
   /* out = 0: p holds GRAD elements (dX); 1: OUT elements (dW, db) */
   const float f = *s;
   /* autograd's usual upstream gradient is exactly 1: then the pass is one read of *s per block

@@ -1,7 +1,8 @@
 %-- SPDX-License-Identifier: Apache-2.0
 %-- rows_common.cu.lua: device code the row families (dense_rows, sparse_rows) share, emitted
 %-- where a family includes it: the pass modes, storing and zeroing G, the gradient's scale.
-%-- Needs V, VEC, THREADS and grad_t defined before it (every family defines them first).
+%-- Needs V, VEC, THREADS, grad_t and the records (HDR) defined before it (every family defines
+%-- them first).
 enum { MODE_FUSED = 0, MODE_FORWARD = 1, MODE_BACKWARD = 2 };
 
 /* Stores VEC gradient values at column v of row gr (only the columns < V when not FULL). */
@@ -24,10 +25,10 @@ __device__ __forceinline__ void zero_range(grad_t* gr, int v0, int v1) {
   if (v < v1) store_cols<false>(gr, v, zero);
 }
 
-/* The row's gradient scale: hdr[1] (kl_setup) times the upstream gradient in backward (one
- * per row for REDUCTION_NONE); 0 in forward, which writes no G. */
+/* The row's gradient scale: hdr[HDR_GRAD_SCALE] (kl_setup) times the upstream gradient in
+ * backward (one per row for REDUCTION_NONE); 0 in forward, which writes no G. */
 __device__ __forceinline__ float grad_scale(const float* hdr, const float* gout, int per_row,
                                             i64 row, int mode) {
   if (mode == MODE_FORWARD) return 0.0f;
-  return hdr[1] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
+  return hdr[HDR_GRAD_SCALE] * (mode == MODE_FUSED ? 1.0f : gout[per_row ? row : 0]);
 }

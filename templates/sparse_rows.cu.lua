@@ -17,7 +17,7 @@
 %--                       else every column counts as off S), so Q_S = d_on / d and
 %--                       1 - Q_S = d_off / d need no subtraction and survive the cross-shard
 %--                       merge. -> part[r][split] = {m, d_on, d_off}
-%--   kl_sparse_merge     split API: a row's SPLIT records -> one record at out[(row0 + r) * 8]
+%--   kl_sparse_merge     split API: a row's SPLIT records -> one record (PART) of out
 %--   kl_sparse_fused     merge -> lse; gather the K support logits; loss -> lossp[row]; G: c_out q
 %--                       streamed over the row, then the K support columns rewritten with
 %--                       c_in q - p (the gathered logits were read before the stream began)
@@ -50,7 +50,7 @@
 %--            adds the (max, sum-exp) of z' (record slots 3, 4), pass 2 adds wh / t2 (lse(z') -
 %--            z'_y) to the loss (lse on the shard with OFFSET = 0, -z'_y on the label's shard;
 %--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
-%--            The saved row statistics grow from 4 to 8 floats (lse(z') the fifth).
+%--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
@@ -78,8 +78,18 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
-%-- saved floats per row (plan.c's plan_saved_floats agrees), the divergence's weight
-%local RS = HARD and 8 or 4
+%-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
+%-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
+%-- the max of s (m), its sum-exp on and off the local support (d_on, d_off), the CE's max and
+%-- sum-exp of z' (mh, dh; HARD); 8 floats, the stride the dense rows' records have.
+%-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (and
+%-- the CE's lse(z') with HARD).
+%local PART = { name = "part", floats = 8, slots = { "m", "d_on", "d_off", "mh", "dh" } }
+%local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "cout", "cin", "pscale" } }
+%if HARD then
+%  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "cout", "cin", "pscale", "lse1" } }
+%end
+%-- the divergence's weight
 %local WS = f32(P.SOFT or 1.0)
 %local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %local CAPPED = P.SOFTCAP ~= nil
@@ -99,17 +109,19 @@
 %local row_in = args(IDS, VALS, {
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
+%local CHECK_THREADS = 256
 %local K = iface.family(iface.args({
-%  { name = "kl_sparse_stats", step = "stats", args = args({
+%  { name = "kl_sparse_stats", step = "stats", threads = P.THREADS, args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
-%  iface.row_passes("kl_sparse", row_in), {
-%  { name = "kl_sparse_check", step = "check", when = P.CHECK, args = args(IDS, VALS, {
+%  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
+%  { name = "kl_sparse_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
+%    args = args(IDS, VALS, {
 %    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "flag", "u64*", role = "check_flag" } }) },
-%}))
+%}), { iface.HDR, PART, ROWSTAT })
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -121,7 +133,6 @@
 #define K {{ P.K }}
 #define VTOT {{ VTOT }}
 #define OFFSET {{ OFFSET }}
-#define PSTRIDE 8
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
 #define BUCKET {{ P.TAIL == "bucket" and 1 or 0 }}
 #define RENORM {{ P.TAIL == "renorm" and 1 or 0 }}
@@ -134,10 +145,11 @@ typedef {{ dt[P.GRAD] }} grad_t;
 typedef {{ dt[P.VDT] }} val_t;
 typedef {{ dt[P.BDT] }} bias_t;
 typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
+{{ K.records() }}
 %if P.TMODE == "const" then
 #define INV_T(hdr) ({{ f32(1.0 / P.T) }})
 %else
-#define INV_T(hdr) ((hdr)[3])
+#define INV_T(hdr) ((hdr)[HDR_INV_T])
 %end
 
 /* Loads VEC scores s = (z + b) * invT at column v; FULL: all VEC columns exist, else the missing
@@ -260,9 +272,8 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
  * VEC divides 32 and vectors start at v0 + a multiple of VEC, so a vector's bits share a word. */
 #define SEG_WORDS ((SEG + 31) / 32)
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_sparse_stats") }} {
-  /* z: (rows, LD) chunk logits; ids: (N, K); part: (rows, SPLIT, PSTRIDE) */
+{{ K.kernel("kl_sparse_stats") }} {
+  /* z: (rows, LD) chunk logits; ids: (N, K); part: (rows, SPLIT, PART_FLOATS) */
   const int r = blockIdx.y;
   const i64 row = row0 + r;
   __shared__ acc_t sh_acc[THREADS / 32];
@@ -307,10 +318,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   }
   a = block_reduce<THREADS>(a, sh_acc, ACC_NONE, acc_merge());
   if (threadIdx.x == 0) {
-    float* out = part + ((i64)r * SPLIT + blockIdx.x) * PSTRIDE;
-    out[0] = a.m, out[1] = a.don, out[2] = a.doff;
+    float* out = part + ((i64)r * SPLIT + blockIdx.x) * PART_FLOATS;
+    out[PART_M] = a.m, out[PART_D_ON] = a.don, out[PART_D_OFF] = a.doff;
 %if HARD then
-    out[3] = a.mh, out[4] = a.dh;
+    out[PART_MH] = a.mh, out[PART_DH] = a.dh;
 %end
   }
 }
@@ -522,10 +533,11 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   row_t rs;
   float loss = 0.0f;
   if (MODE == MODE_BACKWARD) {
-    rs.lse = rowstat[{{ RS }} * row + 0], rs.cout = rowstat[{{ RS }} * row + 1];
-    rs.cin = rowstat[{{ RS }} * row + 2], rs.pscale = rowstat[{{ RS }} * row + 3];
+    const float* saved = rowstat + ROWSTAT_FLOATS * row;
+    rs.lse = saved[ROWSTAT_LSE], rs.cout = saved[ROWSTAT_COUT];
+    rs.cin = saved[ROWSTAT_CIN], rs.pscale = saved[ROWSTAT_PSCALE];
 %if HARD then
-    rs.lse1 = rowstat[{{ RS }} * row + 4];
+    rs.lse1 = saved[ROWSTAT_LSE1];
 %end
     if (!kept) rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
 %if HARD then
@@ -536,22 +548,23 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
   } else if (kept) {
     if (threadIdx.x == 0) {
-      /* merge the row's records in order: record k at part + (r srow + k srec) PSTRIDE, the
+      /* merge the row's records in order: record k at part + (r srow + k srec) PART_FLOATS, the
        * chunk's SPLIT partials or every shard's record of the row (kljit_shard_finish) */
       float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
 %if HARD then
       float mh = KL_NEG_INF, dh = 0.0f;
 %end
       for (int k = 0; k < nrec; k++) {
-        const float* rec = part + ((i64)r * srow + (i64)k * srec) * PSTRIDE;
+        const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
 %if HARD then
-        const float mm1 = fmaxf(mh, rec[3]);
-        if (mm1 != KL_NEG_INF) dh = dh * expf(mh - mm1) + rec[4] * expf(rec[3] - mm1), mh = mm1;
+        const float mm1 = fmaxf(mh, rec[PART_MH]);
+        if (mm1 != KL_NEG_INF)
+          dh = dh * expf(mh - mm1) + rec[PART_DH] * expf(rec[PART_MH] - mm1), mh = mm1;
 %end
-        const float mm = fmaxf(m, rec[0]);
+        const float mm = fmaxf(m, rec[PART_M]);
         if (mm == KL_NEG_INF) continue;
-        const float ra = expf(m - mm), rb = expf(rec[0] - mm);
-        don = don * ra + rec[1] * rb, doff = doff * ra + rec[2] * rb, m = mm;
+        const float ra = expf(m - mm), rb = expf(rec[PART_M] - mm);
+        don = don * ra + rec[PART_D_ON] * rb, doff = doff * ra + rec[PART_D_OFF] * rb, m = mm;
       }
       const float d = don + doff;
       sh_rec[0] = m + logf(d), sh_rec[1] = doff / d, sh_rec[2] = don / d;
@@ -598,10 +611,11 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
   if (MODE == MODE_FORWARD) {
     if (threadIdx.x == 0) {
-      rowstat[{{ RS }} * row + 0] = rs.lse, rowstat[{{ RS }} * row + 1] = rs.cout;
-      rowstat[{{ RS }} * row + 2] = rs.cin, rowstat[{{ RS }} * row + 3] = rs.pscale;
+      float* saved = rowstat + ROWSTAT_FLOATS * row;
+      saved[ROWSTAT_LSE] = rs.lse, saved[ROWSTAT_COUT] = rs.cout;
+      saved[ROWSTAT_CIN] = rs.cin, saved[ROWSTAT_PSCALE] = rs.pscale;
 %if HARD then
-      rowstat[{{ RS }} * row + 4] = rs.lse1;
+      saved[ROWSTAT_LSE1] = rs.lse1;
 %end
     }
     return;
@@ -618,55 +632,52 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_sparse_fused") }} {
+{{ K.kernel("kl_sparse_fused") }} {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
                          nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_sparse_forward") }} {
+{{ K.kernel("kl_sparse_forward") }} {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                            part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-{{ K.signature("kl_sparse_backward") }} {
+{{ K.kernel("kl_sparse_backward") }} {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                             nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT records, in
- * order, into one record {m, d_on, d_off, m', d', 0, 0, 0} at out[(row0 + r) * 8] (m', d' the
- * CE's, else 0; an ignored row: zeros; pass 2 never reads it). */
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_sparse_merge") }} {
-  const int r = blockIdx.x * 256 + threadIdx.x;
+ * order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's, else 0; the
+ * padding 0; an ignored row: zeros; pass 2 never reads it). */
+{{ K.kernel("kl_sparse_merge") }} {
+  const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
-  float rec[PSTRIDE] = {};
+  float rec[PART_FLOATS] = {};
   if (row_kept(labels, labels_is64, ignore_index, row0 + r)) {
     float m = KL_NEG_INF, don = 0.0f, doff = 0.0f;
 %if HARD then
     float mh = KL_NEG_INF, dh = 0.0f;
 %end
     for (int k = 0; k < SPLIT; k++) {
-      const float* p = part + ((i64)r * SPLIT + k) * PSTRIDE;
+      const float* p = part + ((i64)r * SPLIT + k) * PART_FLOATS;
 %if HARD then
-      const float mm1 = fmaxf(mh, p[3]);
-      if (mm1 != KL_NEG_INF) dh = dh * expf(mh - mm1) + p[4] * expf(p[3] - mm1), mh = mm1;
+      const float mm1 = fmaxf(mh, p[PART_MH]);
+      if (mm1 != KL_NEG_INF)
+        dh = dh * expf(mh - mm1) + p[PART_DH] * expf(p[PART_MH] - mm1), mh = mm1;
 %end
-      const float mm = fmaxf(m, p[0]);
+      const float mm = fmaxf(m, p[PART_M]);
       if (mm == KL_NEG_INF) continue;
-      const float ra = expf(m - mm), rb = expf(p[0] - mm);
-      don = don * ra + p[1] * rb, doff = doff * ra + p[2] * rb, m = mm;
+      const float ra = expf(m - mm), rb = expf(p[PART_M] - mm);
+      don = don * ra + p[PART_D_ON] * rb, doff = doff * ra + p[PART_D_OFF] * rb, m = mm;
     }
-    rec[0] = m, rec[1] = don, rec[2] = doff;
+    rec[PART_M] = m, rec[PART_D_ON] = don, rec[PART_D_OFF] = doff;
 %if HARD then
-    rec[3] = mh, rec[4] = dh; /* the CE's (max, sum-exp) of z' */
+    rec[PART_MH] = mh, rec[PART_DH] = dh; /* the CE's (max, sum-exp) of z' */
 %end
   }
-  float* o = out + (row0 + r) * PSTRIDE;
-  for (int k = 0; k < PSTRIDE; k++) o[k] = rec[k];
+  float* o = out + (row0 + r) * PART_FLOATS;
+  for (int k = 0; k < PART_FLOATS; k++) o[k] = rec[k];
 }
 %if P.CHECK then
 
@@ -677,14 +688,13 @@ __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
   atomicMin(flag, ((u64)row << 8) | (u64)kind);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-{{ K.signature("kl_sparse_check") }} {
+{{ K.kernel("kl_sparse_check") }} {
   /* one block per row of the call (blockIdx.x); ignored rows are not checked */
   const i64 row = blockIdx.x;
   __shared__ i64 sh_id[K];
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
   int bad = 0;
-  for (int k = threadIdx.x; k < K; k += 256) {
+  for (int k = threadIdx.x; k < K; k += {{ CHECK_THREADS }}) {
     const i64 id = (i64)ids[row * K + k];
     const float val = to_f32(vals[row * K + k]);
     const bool finite = (__float_as_uint(val) & 0x7f800000u) != 0x7f800000u;
@@ -698,8 +708,8 @@ extern "C" __global__ void __launch_bounds__(256)
 #endif
   }
   __syncthreads();
-  /* duplicates: every pair once, O(K^2 / 256) comparisons in shared memory */
-  for (int k = threadIdx.x; k < K && !bad; k += 256)
+  /* duplicates: every pair once, O(K^2 / CHECK_THREADS) comparisons in shared memory */
+  for (int k = threadIdx.x; k < K && !bad; k += {{ CHECK_THREADS }})
     for (int j = k + 1; j < K; j++)
       if (sh_id[j] == sh_id[k]) {
         bad = BAD_ID_DUPLICATE;

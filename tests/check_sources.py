@@ -13,7 +13,15 @@
                      (util_now, clock_gettime, time) or the GPU (drv_*, cublaslt_*, a driver
                      table's ->cu* member); and the geometry of a plan (recipe.c's geometry) is
                      derived in one place: the function has exactly one call site in src/
-  selftest           every check fails on small trees that break it (the checks can fail)
+  layouts ROOT       src/ (nccl.c included) and the binding (python/kljit) write no record's
+                     size: no constant of one (PLAN_HDR_FLOATS, PSTRIDE, SAVED_*_FLOATS, ...)
+                     and no 8 or 32 multiplying a count of rows, records, splits or shards (the
+                     8-float / 32-byte partial and shard record, the 4- or 8-float saved row).
+                     The kernel templates declare each record once (templates/iface.cu.lua); C
+                     reads it from the manifest (src/kiface.h: kiface_layout), Python asks the
+                     library (kljit_problem_layout)
+  selftest           every check fails on small trees or lines that break it (the checks can
+                     fail), and the layouts check passes the code that replaced the restatements
 
 A module is a file name without its extension: x.c and x.h are module x.
 """
@@ -198,6 +206,108 @@ def check_planning(root):
     return problems
 
 
+# Names of a constant that would hold a record's size.
+CONSTANT = re.compile(r"\b(PLAN_HDR_FLOATS|PSTRIDE|SAVED_HDR_FLOATS|SAVED_ROW_FLOATS\w*|"
+                      r"REC(ORD)?_FLOATS|ROW_FLOATS)\b")
+# A count that multiplies a record's size: rows, records, blocks per row, shards.
+COUNT = r"(rows?|row0|nrec|split|shards)"
+C_RULES = [
+    CONSTANT,
+    # rows * 8, (size_t)t->split * 32, row0 * 8 ... (the count, then the literal)
+    re.compile(r"\b" + COUNT + r"\b\s*\*\s*(8|32)\b"),
+    # 8 * rows, 32 * (size_t)shards ... (the literal, then the count)
+    re.compile(r"\b(8|32)\s*\*\s*(\(\w+\)\s*)?(\w+(->|\.))*" + COUNT + r"\b"),
+    # n * 32: the tuner's rows times the record's bytes
+    re.compile(r"\bn\s*\*\s*32\b"),
+    # the saved row's 4-or-8 rule (vector and id widths, also 8 or 4, are not records)
+    re.compile(r"(hard_weight|divergence|per_row)[^;]*\?\s*8\s*:\s*4\b"),
+]
+PY_RULES = [
+    CONSTANT,
+    re.compile(r"\b(4|8)\s*\*\s*" + COUNT + r"\b"),
+    re.compile(r"\b" + COUNT + r"\s*\*\s*(4|8)\b"),
+    re.compile(r"\bif extended else\b"),
+]
+
+
+def strip_c_comments(text):
+    """Comments blanked out, newlines kept (so line numbers stay)."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*",
+                  lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+
+
+def strip_py_comments(text):
+    return "\n".join(re.sub(r"#.*$", "", line) for line in text.split("\n"))
+
+
+def scan(path, text, rules):
+    problems = []
+    for n, line in enumerate(text.split("\n"), 1):
+        for rule in rules:
+            m = rule.search(line)
+            if m:
+                problems.append(f"{path}:{n}: '{m.group(0)}' restates a record's size "
+                                "(declare it in the template's record table; read it from the "
+                                "manifest, or ask kljit_problem_layout)")
+                break
+    return problems
+
+
+def check_record_layouts(root):
+    problems = []
+    src = os.path.join(root, "src")
+    for f in sorted(os.listdir(src)):
+        if f.endswith((".c", ".h")):
+            text = open(os.path.join(src, f), encoding="utf-8").read()
+            problems += scan(f"src/{f}", strip_c_comments(text), C_RULES)
+    py = os.path.join(root, "python", "kljit")
+    for f in sorted(os.listdir(py)):
+        if f.endswith(".py"):
+            text = open(os.path.join(py, f), encoding="utf-8").read()
+            problems += scan(f"python/kljit/{f}", strip_py_comments(text), PY_RULES)
+    return problems
+
+
+# Lines of the code before the records were declared, one restatement each, and what replaced
+# them (which must pass).
+BEFORE = {
+    "plan.h": "enum { PLAN_HDR_FLOATS = 8 };",
+    "plan.c": "const int64_t per_row = pb->hard_weight != 0.0 || div(pb) ? 8 : 4;",
+    "exec.c": "*bytes = (size_t)rows * 8 * sizeof(float);",
+    "exec2.c": "c->k.recs = c->all ? (const void *)(c->all + row0 * 8) : c->k.part;",
+    "nccl.c": "float *all = local + (size_t)args->rows * 8;",
+    "problem.c": "return (size_t)ld * z + (size_t)t->split * 32 + zt;",
+    "problem2.c": "? align256((size_t)(1 + pb->shards) * (size_t)rows * 32) : 0;",
+    "tune_measure.c": "if (prob_sharded(pb)) s += up(n * 32 * (size_t)pb->shards);",
+    "tune2.c": "const size_t bytes = (size_t)b->rows * 32;",
+    "_lib.py": "SAVED_ROW_FLOATS_EXTENDED = 8",
+    "_ops.py": "return HDR + (EIGHT if extended else FOUR) * rows",
+}
+AFTER = {
+    "exec.c": "*bytes = (size_t)rows * (size_t)plan->layout.part * sizeof(float);",
+    "nccl.c": "const size_t nrec = (size_t)args->rows * (size_t)plan->layout.part;",
+    "problem.c": "return (size_t)ld * z + (size_t)t->split * part_bytes(pb, t) + zt;",
+    "labels.c": "if (pb->hard_weight != 0.0) s += up(n * 8); /* int64 labels */",
+    "ids.c": "const kljit_status st = replicate(b, b->ids, h, n * (wide ? 8 : 4), n);",
+    "vec.c": "const int vec = native_logits(pb) && pb->input_dtype != KLJIT_FP32 ? 8 : 4;",
+    "_ops.py": "return _lib.problem_layout(problem).saved_floats(input.shape[0])",
+}
+
+
+def selftest_record_layouts():
+    failures = []
+    for name, line in BEFORE.items():
+        py = name.endswith(".py")
+        if not scan(name, line, PY_RULES if py else C_RULES):
+            failures.append(f"not caught: {name}: {line}")
+    for name, line in AFTER.items():
+        py = name.endswith(".py")
+        got = scan(name, line, PY_RULES if py else C_RULES)
+        if got:
+            failures.append(f"refused: {got[0]}")
+    return failures
+
+
 def write(root, rel, text):
     path = os.path.join(root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -264,7 +374,7 @@ def selftest():
         write(root, "src/recipe.c", pure + "int other(int x) {\n  return geometry(x);\n}\n")
         if not any("called from 2 places" in p for p in check_planning(root)):
             failures.append("planning: a second call site of the geometry was not caught")
-    return failures
+    return failures + selftest_record_layouts()
 
 
 def main(argv):
@@ -276,6 +386,8 @@ def main(argv):
         problems = check_entry_points(argv[2])
     elif len(argv) == 3 and argv[1] == "planning":
         problems = check_planning(argv[2])
+    elif len(argv) == 3 and argv[1] == "layouts":
+        problems = check_record_layouts(argv[2])
     else:
         print(__doc__, file=sys.stderr)
         return 2

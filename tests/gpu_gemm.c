@@ -36,7 +36,7 @@
 
 typedef struct gemm_mod {
   CUmodule mod;
-  CUfunction fn;
+  jgemm_kernel k; /* its function and manifest: launched by it */
 } gemm_mod;
 
 static const drv_table *drv;
@@ -62,9 +62,8 @@ static int load(const jgemm_variant *v, gemm_mod *m) {
   jit_bin bin;
   TH_OK(jit_build(&k, 90, &cfg, &bin));
   TH_OK(drv_check(drv, drv->cuModuleLoadData(&m->mod, bin.cubin.data), "cuModuleLoadData"));
+  TH_OK(jgemm_load(drv, m->mod, bin.manifest.data, bin.name, &m->k));
   jit_bin_free(&bin);
-  TH_OK(drv_check(drv, drv->cuModuleGetFunction(&m->fn, m->mod, "kl_gemm"), "kl_gemm"));
-  TH_OK(jgemm_prepare(drv, m->fn, v));
   return TH_PASS;
 }
 
@@ -98,7 +97,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   }
   const float alpha = v->beta ? 0.5f : 1.0f;
   const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha};
-  TH_OK(jgemm_launch(drv, m->fn, v, sms, &a, NULL));
+  TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));
   /* The output's unit roundoff u = 2^-p (p = 8 significand bits for bf16, 11 for fp16): a
@@ -137,7 +136,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
     const size_t bytes = nz * host_dtype_size(out);
     unsigned char *b1 = malloc(bytes), *b2 = malloc(bytes);
     TH_CHECK(b1 && b2 && !gbuf_bytes(&gz, b1));
-    TH_OK(jgemm_launch(drv, m->fn, v, sms, &a, NULL));
+    TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
     TH_CHECK(cudaDeviceSynchronize() == cudaSuccess && !gbuf_bytes(&gz, b2));
     same = memcmp(b1, b2, bytes) == 0;
     free(b1), free(b2);

@@ -5,7 +5,8 @@
  * (kljit_fused) and as tp shards through the split API: shard r holds global ids
  * [r V / tp, (r + 1) V / tp) — its rows of W, its bias slice, its dense teacher columns as a
  * contiguous [N, V_r] array; sparse ids stay global. kljit_shard_stats runs for every shard, the
- * test gathers the records into [tp][N][8] (device -> host -> device: the all-gather),
+ * test gathers the records into [tp][N][R] (R: kljit_problem_layout's record_floats; device ->
+ * host -> device: the all-gather),
  * kljit_shard_finish runs per shard, and the test sums the shards' losses and dX (the
  * all-reduce) and concatenates dW and db. Both results are compared with the fp64 reference
  * (tests/ref.h) and with each other: fp32 inputs, loss relative 1e-5, gradients relative
@@ -219,8 +220,17 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
   gbuf *stats = calloc((size_t)tp, sizeof *stats);
   gbuf all;
   memset(&all, 0, sizeof all);
-  double *host_all = malloc(sizeof(double) * (size_t)tp * N * 8);
-  int fail = !plans || !devs || !args || !stats || !host_all;
+  /* R floats a record: the templates' declaration, as the library reports it */
+  kljit_layout lay;
+  memset(&lay, 0, sizeof lay);
+  lay.struct_size = sizeof lay;
+  kljit_problem pb0 = base_problem(c);
+  pb0.vocab = V / tp, pb0.vocab_total = V, pb0.vocab_offset = 0, pb0.shards = tp;
+  const int lay_ok = kljit_problem_layout(&pb0, &lay) == KLJIT_SUCCESS && lay.record_floats > 0;
+  if (!lay_ok) fprintf(stderr, "kljit_problem_layout: %s\n", kljit_last_error());
+  const size_t R = lay_ok ? (size_t)lay.record_floats : 1;
+  double *host_all = malloc(sizeof(double) * (size_t)tp * N * R);
+  int fail = !plans || !devs || !args || !stats || !host_all || !lay_ok;
   memset(out, 0, sizeof *out);
   for (int r = 0; r < tp && !fail; r++) {
     const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
@@ -235,26 +245,26 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
     fail |= st != KLJIT_SUCCESS || dev_setup(c, in, plans[r], off, v, &devs[r], &args[r]);
     size_t bytes = 0;
     fail |= fail || kljit_plan_shard_stats_size(plans[r], N, &bytes) != KLJIT_SUCCESS ||
-            bytes != (size_t)N * 32 || gbuf_alloc(&stats[r], KLJIT_FP32, N * 8) ||
+            bytes != (size_t)N * R * sizeof(float) || gbuf_alloc(&stats[r], KLJIT_FP32, N * R) ||
             gbuf_poison(&stats[r]);
     if (!fail && (st = kljit_shard_stats(plans[r], NULL, &args[r], stats[r].ptr)))
       fprintf(stderr, "shard %d stats: %s\n", r, kljit_last_error()), fail = 1;
-    /* the all-gather: shard r's records at all + r N 8 */
-    fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * 8);
+    /* the all-gather: shard r's records at all + r N R */
+    fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * R);
   }
   fail |=
-      fail || gbuf_alloc(&all, KLJIT_FP32, (size_t)tp * N * 8) || gbuf_upload(&all, host_all, NULL);
+      fail || gbuf_alloc(&all, KLJIT_FP32, (size_t)tp * N * R) || gbuf_upload(&all, host_all, NULL);
   int rounds = 0;
   fail |= fail || kljit_plan_shard_rounds(plans[0], &rounds) != KLJIT_SUCCESS;
   /* two rounds exactly where the gradient needs S: REVERSE_KL, JSD with beta > 0 */
   const int want_rounds = c->div == KLJIT_DIVERGENCE_REVERSE_KL || c->beta > 0.0 ? 2 : 1;
   if (!fail && rounds != want_rounds)
     fprintf(stderr, "kljit_plan_shard_rounds: %d, want %d\n", rounds, want_rounds), fail = 1;
-  if (rounds == 2) { /* each shard's part of S into slot 7 of its records, gathered again */
+  if (rounds == 2) { /* each shard's part of S into slot S of its records, gathered again */
     for (int r = 0; r < tp && !fail; r++) {
       kljit_status st = kljit_shard_sums(plans[r], NULL, &args[r], all.ptr, tp, stats[r].ptr);
       if (st) fprintf(stderr, "shard %d sums: %s\n", r, kljit_last_error()), fail = 1;
-      fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * 8);
+      fail |= fail || gbuf_download(&stats[r], host_all + (size_t)r * N * R);
     }
     fail |= fail || gbuf_upload(&all, host_all, NULL);
   }

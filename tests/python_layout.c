@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* python_layout.c — prints, as JSON, what the C compiler makes of include/kljit.h: the size and
- * every field's offset and size of kljit_problem and kljit_args, the values KLJIT_PROBLEM_INIT
+ * every field's offset and size of kljit_problem and kljit_args (and of kljit_layout, from the
+ * experimental header, which the binding asks too), the values KLJIT_PROBLEM_INIT
  * and KLJIT_ARGS_INIT put there, and every enumerator. python/tests/test_layout.py compares the
  * ctypes mirrors in python/kljit/_lib.py against this output, so a field added, moved or
  * retyped in the header fails a unit test instead of corrupting calls from Python.
@@ -10,7 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "kljit.h"
+#include "kljit_experimental.h"
 
 /* One field: name, offset, size. */
 #define FIELD(type, f) \
@@ -192,11 +193,25 @@ static void print_enums(void) {
   printf("}");
 }
 
+static void print_layout(void) {
+  field_count = 0;
+  printf("\"kljit_layout\": {\"size\": %zu, \"fields\": [", sizeof(kljit_layout));
+  FIELD(kljit_layout, struct_size);
+  FIELD(kljit_layout, header_floats);
+  FIELD(kljit_layout, saved_row_floats);
+  FIELD(kljit_layout, record_floats);
+  FIELD(kljit_layout, record_slots);
+  FIELD(kljit_layout, saved_row_slots);
+  printf("]}");
+}
+
 int main(void) {
   printf("{\"version\": \"%s\", \"pointer_size\": %zu, ", KLJIT_VERSION_STRING, sizeof(void *));
   print_problem();
   printf(", ");
   print_args();
+  printf(", ");
+  print_layout();
   printf(", ");
   print_enums();
   printf("}\n");

@@ -10,6 +10,9 @@
 
 #include "harness.h"
 #include "kljit.h"
+#include "kljit_experimental.h"
+#include "layout.h"
+#include "plan.h"
 #include "recipe.h"
 
 /* The geometry of pb's heuristic plan on an H200 (sm_90, 132 SMs), a context with the default
@@ -70,6 +73,23 @@ static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
   TH_CHECK(prob_chunk_rows(&g, 8193) == 1280); /* ceil(8193 / 8) = 1025, up to 1280 */
   TH_CHECK(prob_chunk_rows(&g, 1000) == 256);
   TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T);
+  /* what a binding asks instead of restating the rule: the plan's answer (a plan with no
+   * context behind it: the query reads its geometry only) */
+  kljit_plan *p = calloc(1, sizeof *p);
+  TH_CHECK(p != NULL);
+  p->pb = pb, p->rec.geom = g;
+  int64_t chunk = 7;
+  TH_OK(kljit_plan_chunk_rows(p, 8193, &chunk));
+  TH_CHECK(chunk == 1280);
+  TH_OK(kljit_plan_chunk_rows(p, (int64_t)1 << 24, &chunk));
+  TH_CHECK(chunk == T);
+  chunk = 7;
+  TH_STATUS(kljit_plan_chunk_rows(p, 0, &chunk), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "rows = 0") && chunk == 7);
+  TH_STATUS(kljit_plan_chunk_rows(p, 10, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_STATUS(kljit_plan_chunk_rows(NULL, 10, &chunk), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_plan_chunk_rows: plan is NULL"));
+  free(p);
   /* the dense teacher's chunk for the same call: a quarter */
   kljit_problem d = dense(2048, 32000);
   d.grad_weight_dtype = KLJIT_BF16, d.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
@@ -90,8 +110,10 @@ static int a_short_calls_workspace_stays_under_n_v_bf16_values(void) {
     pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
     prob_geometry g;
     TH_OK(geometry_of(&pb, 0, &g));
+    kiface_layout lay;
+    TH_OK(layout_of_problem(&pb, NULL, &lay));
     const int64_t n = s[0];
-    const size_t ws = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, n).total;
+    const size_t ws = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, n).total;
     const size_t liger = (size_t)n * (size_t)pb.vocab * 2;
     if (!(ws < liger))
       fprintf(stderr, "%lld x %lld x %lld%s: workspace %zu bytes, N V 2 = %zu\n", (long long)n,
@@ -125,10 +147,12 @@ static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   /* 2 ceil(n / 128) ceil(4096 / 256) >= 132 SMs from n = 513 on; 78 SMs: from 257 */
   TH_CHECK(!recipe_dx_split_pays(&r, 512) && recipe_dx_split_pays(&r, 513));
   const int64_t R = prob_chunk_rows(g, 8192);
-  const prob_workspace w = prob_workspace_layout(&pb, g, KLJIT_MODE_FUSED, 8192);
+  kiface_layout lay;
+  TH_OK(layout_of_problem(&pb, NULL, &lay));
+  const prob_workspace w = prob_workspace_layout(&pb, g, &lay, KLJIT_MODE_FUSED, 8192);
   const size_t sum = (size_t)R * 4096 * 4; /* R x H floats */
   TH_CHECK(w.check - w.dxacc >= sum && w.check - w.dxacc < sum + 256);
-  const prob_workspace f = prob_workspace_layout(&pb, g, KLJIT_MODE_FORWARD, 8192);
+  const prob_workspace f = prob_workspace_layout(&pb, g, &lay, KLJIT_MODE_FORWARD, 8192);
   TH_CHECK(f.check == f.dxacc); /* no gradients, no sum */
   TH_OK(split_of(&pb, 0, 78, &r));
   TH_CHECK(!recipe_dx_split_pays(&r, 256) && recipe_dx_split_pays(&r, 257));

@@ -50,25 +50,47 @@ static int every_gemm_variant_compiles_for_sm90a(void) {
 }
 
 /* The template includes the common prelude and the PTX helpers once each (include(), no
- * splicing), and declares a manifest that is the one jgemm_launch passes; a manifest that
- * differs in one argument is refused naming it (what a stale cached module would get). */
-static int the_gemm_includes_its_preludes_and_declares_what_jgemm_launch_passes(void) {
-  const jgemm_variant v = jgemm_default(KLJIT_BF16, KLJIT_BF16, 1);
-  const kspec k = jgemm_spec(&v);
-  strbuf src = {0}, man = {0};
-  TH_OK(kspec_render_iface(&k, &src, &man));
-  const char *common = strstr(src.data, "typedef unsigned int u32;");
-  const char *tmap = strstr(src.data, "struct __align__(64) kl_tmap");
-  TH_CHECK(common && tmap && common < tmap && !strstr(common + 1, "typedef unsigned int u32;"));
-  TH_CHECK(strstr(src.data, "kl_gemm(const __grid_constant__ kl_tmap map_a,") != NULL);
-  printf("  manifest: %s", man.data);
-  TH_OK(jgemm_check_manifest(man.data, "gemm"));
-  TH_STATUS(jgemm_check_manifest("kl_gemm gemm map_a:tmap map_b:tmap C:ptr M:i32 N:i32 K:i32 "
-                                 "ldc:i32 alpha:f32\n", "gemm"),
-            KLJIT_ERR_CACHE);
-  printf("  %s\n", kljit_last_error());
-  TH_CHECK(strstr(kljit_last_error(), "ldc") != NULL);
-  sb_free(&src), sb_free(&man);
+ * splicing), and declares its kernel through its interface table: the manifest's gemm kernel
+ * takes the roles jgemm_launch fills (tensor maps by value, kind tmap), and its launch geometry
+ * is the one compiled in (__launch_bounds__, __cluster_dims__), for a cooperative and a
+ * pingpong variant in clusters of 2; a cached module whose manifest says another shared-memory
+ * size is refused naming it. */
+static int the_gemm_includes_its_preludes_and_declares_its_interface_and_launch(void) {
+  static const char *const roles[] = {"map_a", "map_b", "gemm_c", "gemm_m",
+                                      "gemm_n", "gemm_k", "ldc",    "alpha"};
+  for (int i = 0; i < 2; i++) {
+    jgemm_variant v = jgemm_default(KLJIT_BF16, KLJIT_BF16, 1);
+    if (i) v.schedule = 'p', v.bn = 128, v.stages = 6, v.cluster = 2;
+    const kspec k = jgemm_spec(&v);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    const char *common = strstr(src.data, "typedef unsigned int u32;");
+    const char *tmap = strstr(src.data, "struct __align__(64) kl_tmap");
+    TH_CHECK(common && tmap && common < tmap && !strstr(common + 1, "typedef unsigned int u32;"));
+    TH_CHECK(strstr(src.data, "kl_gemm(const __grid_constant__ kl_tmap map_a,") != NULL);
+    printf("  manifest: %s", man.data);
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && g->nargs == 8 && g->smem > 0);
+    for (int a = 0; a < g->nargs; a++)
+      TH_CHECK(strcmp(kiface_role_name(g->role[a]), roles[a]) == 0);
+    TH_CHECK(kiface_role_kind(g->role[0]) == KIFACE_TMAP);
+    char bounds[96];
+    snprintf(bounds, sizeof bounds, "%s__launch_bounds__(%u, 1)\nkl_gemm(",
+             i ? "__cluster_dims__(2, 1, 1) " : "", g->threads);
+    TH_CHECK(strstr(src.data, bounds) != NULL && g->cluster == (i ? 2u : 0u));
+    /* a stale entry: the same kernel with another shared-memory size */
+    char stale[1024];
+    const char *sm = strstr(man.data, " smem=");
+    TH_CHECK(sm && (size_t)(sm - man.data) < sizeof stale - 32);
+    snprintf(stale, sizeof stale, "%.*s smem=1024%s", (int)(sm - man.data), man.data,
+             strchr(sm + 1, ' '));
+    TH_STATUS(kiface_compare(man.data, stale, "gemm"), KLJIT_ERR_CACHE);
+    printf("  %s\n", kljit_last_error());
+    TH_CHECK(strstr(kljit_last_error(), "kl_gemm, launch 'smem=1024'") != NULL);
+    sb_free(&src), sb_free(&man);
+  }
   return TH_PASS;
 }
 
@@ -107,7 +129,7 @@ static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"bad_gemm_variants_are_refused_with_a_sentence",
      bad_gemm_variants_are_refused_with_a_sentence},
-    {"the_gemm_includes_its_preludes_and_declares_what_jgemm_launch_passes",
-     the_gemm_includes_its_preludes_and_declares_what_jgemm_launch_passes},
+    {"the_gemm_includes_its_preludes_and_declares_its_interface_and_launch",
+     the_gemm_includes_its_preludes_and_declares_its_interface_and_launch},
 };
 TH_MAIN(cases)

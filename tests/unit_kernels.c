@@ -611,7 +611,9 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
     k = g.rows, k.hard = 0.5, k.soft1 = -0.5;
     TH_OK(kspec_render(&k, &ce));
     TH_CHECK(strstr(ce.data, "HARD=0.5") && strstr(ce.data, "SOFT=0.5") &&
-             strstr(ce.data, "float rec[7]") && strstr(ce.data, "rowstat[8 * row + 4]"));
+             strstr(ce.data, "float rec[7]") && strstr(ce.data, "ROWSTAT_FLOATS = 8,") &&
+             strstr(ce.data, "r[ROWSTAT_LSE1] = rs.lse1"));
+    TH_CHECK(strstr(plain.data, "ROWSTAT_FLOATS = 4,") && !strstr(plain.data, "ROWSTAT_LSE1"));
     TH_CHECK(strstr(plain.data, "float rec[5]") || strstr(plain.data, "float rec[") == NULL);
     /* CE on a shard other than the first: its label column and no lse term of its own */
     strbuf ce2 = {0};
@@ -634,15 +636,16 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
       k = g.rows, k.div = "jsd", k.beta = 0.5;
       TH_OK(kspec_render(&k, &jsd));
       TH_CHECK(strstr(jsd.data, "DIV=jsd") && strstr(jsd.data, "#define P2SPLIT 1") &&
-               strstr(jsd.data, "rowstat[8 * row + 5]") && strstr(jsd.data, "sweep 1"));
+               strstr(jsd.data, "rowstat[ROWSTAT_FLOATS * row + ROWSTAT_S]") &&
+               strstr(jsd.data, "ROWSTAT_FLOATS = 8,") && strstr(jsd.data, "sweep 1"));
       TH_CHECK(strstr(plain.data, "sweep 1") == NULL);
       TH_CHECK(strstr(jsd.data, "kl_dense_sums") && strstr(jsd.data, "SHARDED") == NULL);
       TH_CHECK(strstr(plain.data, "kl_dense_sums") == NULL);
-      /* a shard's JSD: S from the records' slot 7, no sweep of its own */
+      /* a shard's JSD: S from the records' slot S, no sweep of its own */
       strbuf shard = {0};
       k.sharded = 1;
       TH_OK(kspec_render(&k, &shard));
-      TH_CHECK(strstr(shard.data, "SHARDED=true") && strstr(shard.data, "m.S += rec[7]") &&
+      TH_CHECK(strstr(shard.data, "SHARDED=true") && strstr(shard.data, "m.S += rec[PART_S]") &&
                strstr(shard.data, "sweep 1") == NULL && strstr(shard.data, "kl_dense_sums"));
       sb_free(&jsd), sb_free(&shard);
     }
@@ -927,15 +930,15 @@ static kspec pinned_spec(int i) {
 }
 
 static const char *const PINNED[N_PINNED] = {
-    "1167e8e46f126b38eabc2211fa7f96574d983e84aa598687b79b82e406d92cf7",
-    "7b524481853d826e62e31174954c3cc23eddedf3eb77fdadf0391374cda68e19",
-    "fbbb118c1b24d757e8be552bf1ee699e2363fe9231291d239e289c19b09e4132",
-    "af53d7251c88e094a884db8a67ef51aa5cddf0e8d360ff0761be96c55823009d",
-    "3c35169a08a6d6f64458ea360165c82cbe3b25839e9cfcc61fac8164cee3d133",
-    "13664b8542c1c8f53bd3274bf3639ede3dc6fbabe3842a3023b2189567327f11",
-    "6298b13a385e5260d5a85ddc407a289a20b82934698b09b0010847084e3a1a2a",
-    "889b0b3be746b1fc7eff46ea834bed1fdc6ba400689552a2ed1cf1c0eb7f7267",
-    "f08579adcc78f18912dca086e071c13cb55252fd690a0a3701bec240f25514a3",
+    "4d9e57f77ad560f58916c31d69c5ba1045e9a8365123329e0e00a2c5e4fb9886",
+    "7769cec9bbf31b1328d57912afcfa4075e7182fdc522905b510446d53502571d",
+    "1e557692ec40ed2febb91f2a588af39355d863aa13153c1a4e65d2826afc41ca",
+    "0fbf9ade12f7280889ccf4d25022e6f415507cc0f7b884f0c00fa782b3396bc2",
+    "57799a7cc90dc68905c03d46db97828f3ce247716cac81b98a42c56baca2aae3",
+    "a21f572ff8339287e6fe8bfdde4c695907b330e23d53b37d9b57463c230aae8f",
+    "c43d9708ab6dfdb8c9bd867e481e9e49346e02cf32b482c7978ae6c0ad74a0d8",
+    "e45bd730be624cb2db9158175f35b08d87731277b95a004dd7f756a937c9b4c3",
+    "5cdbb88683f951cdde84608f19848ca7feb31b6e9388f34b8a333730a8a33196",
 };
 
 /* The digest of spec i's source and manifest. */

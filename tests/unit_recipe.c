@@ -16,6 +16,7 @@
 #include "gemm_algo.h"
 #include "harness.h"
 #include "kljit.h"
+#include "layout.h"
 #include "recipe.h"
 
 /* ---- the cases ---------------------------------------------------------------------------- */
@@ -152,11 +153,16 @@ static void gemm_text(const char *what, const gemm_types *t, const gemm_shape *s
 
 static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *out) {
   static const int64_t rows[] = {100, 1000, 2049, 8192, 1 << 20};
+  kiface_layout lay; /* the records the problem's modules declare */
+  if (layout_of_problem(pb, &g->tune, &lay) != KLJIT_SUCCESS) {
+    sb_printf(out, "layout: %s\n", kljit_last_error());
+    return;
+  }
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     sb_printf(out, "call %lld: chunk %lld ws", (long long)rows[i],
               (long long)prob_chunk_rows(g, rows[i]));
     for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++)
-      sb_printf(out, " %zu", prob_workspace_layout(pb, g, (kljit_mode)m, rows[i]).total);
+      sb_printf(out, " %zu", prob_workspace_layout(pb, g, &lay, (kljit_mode)m, rows[i]).total);
     sb_printf(out, "\n");
   }
 }

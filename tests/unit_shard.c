@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "kljit_experimental.h"
+#include "layout.h"
 #include "nccl.h"
 #include "plan.h"
 
@@ -114,8 +115,10 @@ static int new_entry_points_reject_null_arguments(void) {
   TH_CHECK(strstr(kljit_last_error(), "bytes is NULL"));
   TH_STATUS(kljit_plan_shard_stats_size(p, 0, &bytes), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "rows = 0"));
+  /* the records' size is the plan's: its modules' declaration */
+  TH_OK(layout_of_problem(&p->pb, NULL, &p->layout));
   TH_OK(kljit_plan_shard_stats_size(p, 10, &bytes));
-  TH_CHECK(bytes == 10 * 8 * sizeof(float));
+  TH_CHECK(p->layout.part > 0 && bytes == 10 * (size_t)p->layout.part * sizeof(float));
   TH_STATUS(kljit_shard_stats(p, NULL, NULL, stats), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "kljit_shard_stats: args is NULL"));
   TH_STATUS(kljit_shard_stats(p, NULL, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
@@ -150,8 +153,8 @@ static int new_entry_points_reject_null_arguments(void) {
 }
 
 /* The workspace of a sharded fused call holds the NCCL path's records: this rank's and the
- * gathered [shards][N][8]; sharded plans never take the cluster row kernels (a stored cluster
- * tuning gives way to the two-pass heuristics). */
+ * gathered [shards][N], records of the size the rows module declares; sharded plans never take
+ * the cluster row kernels (a stored cluster tuning gives way to the two-pass heuristics). */
 static int workspace_holds_the_records_and_no_cluster_variant(void) {
   kljit_problem pb = sharded();
   kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
@@ -162,17 +165,21 @@ static int workspace_holds_the_records_and_no_cluster_variant(void) {
   TH_OK(recipe_make(&pb, &t, &o, 90, 132, &r));
   prob_geometry g = r.geom;
   const int64_t rows = 1000;
-  const prob_workspace w8 = prob_workspace_layout(&pb, &g, KLJIT_MODE_FUSED, rows);
-  TH_CHECK(w8.stats % 256 == 0 && w8.lt >= w8.stats + (size_t)9 * rows * 32);
+  kiface_layout lay;
+  TH_OK(layout_of_problem(&pb, &t, &lay));
+  TH_CHECK(lay.part > 0);
+  const size_t rec = (size_t)lay.part * sizeof(float);
+  const prob_workspace w8 = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, rows);
+  TH_CHECK(w8.stats % 256 == 0 && w8.lt >= w8.stats + (size_t)9 * rows * rec);
   /* the helpers divide MEAN by the global V, the sparse rows know their ids' range */
   TH_CHECK(g.rows.vtot == 1001 && g.rows.offset == 875 && g.helpers.vtot == 1001);
 
-  TH_CHECK(prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, rows).stats ==
-           prob_workspace_layout(&pb, &g, KLJIT_MODE_FORWARD, rows).lt);
+  TH_CHECK(prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FORWARD, rows).stats ==
+           prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FORWARD, rows).lt);
   kljit_problem one = pb;
   one.vocab_total = 0, one.vocab_offset = 0, one.shards = 1;
   TH_OK(recipe_make(&one, &t, &o, 90, 132, &r));
-  const prob_workspace w1 = prob_workspace_layout(&one, &r.geom, KLJIT_MODE_FUSED, rows);
+  const prob_workspace w1 = prob_workspace_layout(&one, &r.geom, &lay, KLJIT_MODE_FUSED, rows);
   TH_CHECK(w1.stats == w1.lt);
   prob_tuning c = t;
   c.cluster = c.split = 1, c.nv = 4;

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
-import re
 import sys
 import threading
 from pathlib import Path
@@ -363,13 +362,26 @@ class Args(ctypes.Structure):
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
 _PROBLEM_SIZE = 208
 
-#: kljit_plan_saved_size(rows) = (SAVED_HDR_FLOATS + per-row floats * rows) floats
-#: (plan_saved_floats in src/plan.c: 4 a row, 8 with hard-label CE or a reverse KL / JSD);
-#: the shape torch.compile's fake kernels give `saved` (checked against the library per call).
-SAVED_HDR_FLOATS = 8
-SAVED_ROW_FLOATS = 4
-SAVED_ROW_FLOATS_EXTENDED = 8
 _ARGS_SIZE = 184
+
+
+class Layout(ctypes.Structure):
+    """kljit_layout (include/kljit_experimental.h): the records a problem's kernels leave in the
+    caller's buffers, as the kernel templates declare them (kljit_problem_layout)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("header_floats", ctypes.c_int),
+        ("saved_row_floats", ctypes.c_int),
+        ("record_floats", ctypes.c_int),
+        ("record_slots", ctypes.c_char * 128),
+        ("saved_row_slots", ctypes.c_char * 128),
+    ]
+
+    def saved_floats(self, rows: int) -> int:
+        """Floats of two-phase `saved` for `rows` rows (kljit_plan_saved_size / 4): the header,
+        then a saved row a row."""
+        return self.header_floats + self.saved_row_floats * int(rows)
 
 
 def check_struct_sizes() -> None:
@@ -451,6 +463,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kljit_backward": (st, [vp, vp, ar]),
         "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, vp,
                                   vp]),
+        "kljit_problem_layout": (st, [pb, ctypes.POINTER(Layout)]),
+        "kljit_plan_chunk_rows": (st, [vp, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -561,6 +575,25 @@ def plan_check(problem: Problem) -> None:
     check(lib.kljit_plan_check(ctypes.byref(problem)), "kljit_plan_check")
 
 
+_layouts: "dict" = {}
+
+
+def problem_layout(problem: Problem) -> Layout:
+    """kljit_problem_layout: the sizes of `problem`'s records (the saved rows, the split API's
+    records), without a plan or a GPU; remembered per problem (the library renders the
+    templates to answer)."""
+    key = bytes(problem)
+    layout = _layouts.get(key)
+    if layout is None:
+        layout = Layout(struct_size=ctypes.sizeof(Layout))
+        check(load_library().kljit_problem_layout(ctypes.byref(problem), ctypes.byref(layout)),
+              "kljit_problem_layout")
+        if len(_layouts) >= 256:
+            _layouts.clear()
+        _layouts[key] = layout
+    return layout
+
+
 # ---- contexts and plans -----------------------------------------------------------------
 
 
@@ -627,13 +660,13 @@ class Plan:
               "kljit_plan_saved_size")
         return out.value
 
-    def chunk_rows(self) -> int:
-        """Tokens per chunk of this plan's loop (from kljit_plan_describe's `chunk_rows=`)."""
-        m = re.search(r"\bchunk_rows=(\d+)", self.describe())
-        if m is None:
-            raise KljitError(Status.INTERNAL, "kljit_plan_describe", "no chunk_rows= in the "
-                             "plan's description")
-        return int(m.group(1))
+    def chunk_rows(self, rows: int) -> int:
+        """kljit_plan_chunk_rows: tokens per chunk of a call of `rows` rows (the plan's chunk,
+        or fewer for a short call)."""
+        out = ctypes.c_int64()
+        check(load_library().kljit_plan_chunk_rows(self._handle, int(rows), ctypes.byref(out)),
+              "kljit_plan_chunk_rows")
+        return out.value
 
     def describe(self) -> str:
         """kljit_plan_describe: geometry, kernels, compiled or cached."""

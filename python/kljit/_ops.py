@@ -27,7 +27,6 @@ annotations`: torch.library reads the type hints as objects.
 
 import json
 import math
-import os
 from functools import lru_cache
 from typing import Any, Optional, Tuple
 
@@ -35,10 +34,10 @@ import torch
 from torch import Tensor
 
 from . import _lib
-from ._checks import WORKSPACE_ALIGN, CallSpec, LossConfig, check_call
-from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT,
-                   SAVED_HDR_FLOATS, SAVED_ROW_FLOATS, SAVED_ROW_FLOATS_EXTENDED, Args, Mode,
-                   Plan)
+from ._checks import (WORKSPACE_ALIGN, CallSpec, LossConfig, check_call, dtype_name,
+                      infer_teacher, make_problem)
+from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Args,
+                   Mode, Plan)
 
 #: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
 #: plumbing on CPU tensors against a fake library).
@@ -52,17 +51,6 @@ AUTO_MAX_CHUNKS = 8
 @lru_cache(maxsize=256)
 def _config(key: str) -> LossConfig:
     return LossConfig(**json.loads(key))
-
-
-def call_chunk_rows(plan_chunk_rows: int, rows: int, online: bool = False) -> int:
-    """The chunk a call of `rows` rows runs with: the plan's, capped at a quarter of the rows (an
-    eighth with the online teacher) rounded up to 256 (prob_chunk_rows in src/problem.c, which
-    caps only a 16-bit dW accumulated in place, the one case this is asked for;
-    KLJIT_CHUNK_ROWS lifts the cap)."""
-    if os.environ.get("KLJIT_CHUNK_ROWS", "").strip().isdigit():
-        return plan_chunk_rows
-    k = 8 if online else 4
-    return min(plan_chunk_rows, ((rows + k - 1) // k + 255) // 256 * 256)
 
 
 def _ptr(t: Optional[Tensor]) -> Optional[int]:
@@ -178,8 +166,7 @@ class Call:
             return _lib.get_plan(pb, device)
         pb.grad_weight_accum = _lib.GradWeightAccum.OUTPUT_DTYPE
         plan = _lib.get_plan(pb, device)
-        chunk = call_chunk_rows(plan.chunk_rows(), spec.rows,
-                                online=pb.teacher == _lib.TeacherForm.DENSE_HIDDEN)
+        chunk = plan.chunk_rows(spec.rows)  # the library's rule (kljit_plan_chunk_rows)
         if math.ceil(spec.rows / chunk) <= AUTO_MAX_CHUNKS:
             return plan
         pb.grad_weight_accum = _lib.GradWeightAccum.FP32
@@ -517,13 +504,22 @@ fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 # ---- two-phase --------------------------------------------------------------------------
 
 
-def _saved_floats(key: str, rows: int) -> int:
-    """plan_saved_floats (src/plan.c): 8 floats a row with hard-label CE or a divergence other
-    than the forward KL (beta 0), else 4."""
-    c = _config(key)
-    forward = c.divergence == "forward_kl" or (c.divergence == "jsd" and c.beta == 0.0)
-    extended = c.hard_weight != 0.0 or not forward
-    return SAVED_HDR_FLOATS + (SAVED_ROW_FLOATS_EXTENDED if extended else SAVED_ROW_FLOATS) * rows
+def _fake_saved_floats(key: str, input: Tensor, weight: Tensor, teacher: Optional[Tensor],
+                       teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
+                       teacher_weight: Optional[Tensor]) -> int:
+    """Floats of `saved` for a traced call, from the library's layout of its problem
+    (kljit_problem_layout: the templates declare it), as far as fake tensors tell it."""
+    config = infer_teacher(_config(key), teacher, teacher_ids, teacher_values, teacher_weight)
+    sparse, hidden = config.teacher == "sparse_topk", config.teacher == "dense_hidden"
+    teacher_data = teacher_values if sparse else teacher
+    problem = make_problem(
+        config, int(input.shape[-1]), int(weight.shape[0]), dtype_name(input),
+        dtype_name(teacher_data), bias=False,
+        topk=int(teacher_ids.shape[-1]) if sparse else 0,
+        teacher_vocab=(0 if sparse else int(teacher_weight.shape[0]) if hidden
+                       else int(teacher.shape[-1])),
+        teacher_hidden=int(teacher.shape[-1]) if hidden else 0)
+    return _lib.problem_layout(problem).saved_floats(input.shape[0])
 
 
 def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
@@ -539,11 +535,11 @@ def two_phase_impl(input: Tensor, weight: Tensor, bias: Optional[Tensor],
     loss = call.loss()
     rows = call.spec.rows
     nbytes = call.plan.saved_size(rows)
-    if nbytes != 4 * _saved_floats(key, rows):
+    floats = _lib.problem_layout(call.spec.problem).saved_floats(rows)
+    if nbytes != 4 * floats:  # what the fake kernel gives `saved` must be the plan's size
         raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
-                              f"{nbytes} bytes; the binding's fake kernel assumes "
-                              f"{4 * _saved_floats(key, rows)}")
-    saved = torch.empty(_saved_floats(key, rows), dtype=torch.float32, device=input.device)
+                              f"{nbytes} bytes; kljit_problem_layout says {4 * floats}")
+    saved = torch.empty(floats, dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
     ws = call.workspace(Mode.FORWARD, args)
     call.plan.execute(Mode.FORWARD, stream(input.device), args)
@@ -701,8 +697,10 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
 @two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels, key,
                     temperature, grad_scale, teacher_weight, teacher_bias):
+    saved = _fake_saved_floats(key, input, weight, teacher, teacher_ids, teacher_values,
+                               teacher_weight)
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            input.new_empty((_saved_floats(key, input.shape[0]),), dtype=torch.float32))
+            input.new_empty((saved,), dtype=torch.float32))
 
 
 @torch.library.custom_op("kljit::two_phase_grads", mutates_args=())

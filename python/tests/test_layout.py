@@ -78,6 +78,11 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(ctypes.sizeof(_lib.Args), c["size"])
         self.assertEqual(ctypes_fields(_lib.Args), c["fields"])
 
+    def test_layout_struct_offsets_and_sizes_match_the_compiler(self) -> None:
+        c = layout()["kljit_layout"]
+        self.assertEqual(ctypes.sizeof(_lib.Layout), c["size"])
+        self.assertEqual(ctypes_fields(_lib.Layout), c["fields"])
+
     def test_load_time_size_constants_match_the_compiler(self) -> None:
         info = layout()
         self.assertEqual(info["pointer_size"], 8)

@@ -94,6 +94,21 @@ class LibraryTest(unittest.TestCase):
             self.assertIn(e.name, str(e))
             self.assertEqual(e.detail, _lib.last_error())
 
+    def test_problem_layout_gives_the_saved_and_record_sizes_the_templates_declare(self) -> None:
+        plain = _lib.problem_layout(valid_problem())
+        ce = _lib.problem_layout(valid_problem(hard_weight=0.5))
+        sparse = _lib.problem_layout(valid_problem(teacher=TeacherForm.SPARSE_TOPK, topk=8,
+                                                   teacher_dtype=DType.FP32))
+        self.assertEqual(plain.record_slots.decode().split()[-1], "S")
+        self.assertEqual(sparse.record_slots.decode().split()[:3], ["m", "d_on", "d_off"])
+        self.assertGreater(ce.saved_row_floats, plain.saved_row_floats)
+        self.assertEqual(ce.saved_floats(3), ce.header_floats + 3 * ce.saved_row_floats)
+        self.assertEqual(len(ce.saved_row_slots.split()), len(plain.saved_row_slots.split()) + 2)
+        with self.assertRaises(KljitError) as e:
+            _lib.problem_layout(valid_problem(vocab=1))
+        self.assertEqual(e.exception.status, Status.ERR_INVALID_ARGUMENT)
+        self.assertIn("kljit_problem_layout", str(e.exception))
+
     def test_sparse_problem_is_accepted_or_not_implemented_yet(self) -> None:
         pb = valid_problem(teacher=TeacherForm.SPARSE_TOPK, topk=100, topk_id_dtype=DType.INT32)
         try:

@@ -41,12 +41,9 @@ class FakePlan:
         return 4096 + 16 * rows
 
     def saved_size(self, rows: int) -> int:
-        pb = self.problem
-        forward = pb.divergence == _lib.Divergence.FORWARD_KL or (
-            pb.divergence == _lib.Divergence.JSD and pb.beta == 0.0)
-        return (8 + (4 if forward and not pb.hard_weight else 8) * rows) * 4
+        return 4 * _lib.problem_layout(self.problem).saved_floats(rows)
 
-    def chunk_rows(self) -> int:
+    def chunk_rows(self, rows: int) -> int:
         return 4  # the tests' 6 rows are 2 chunks: 'auto' accumulates in the weight dtype
 
     @staticmethod
