@@ -231,9 +231,17 @@ enum {
 #define KLJIT_MAX_VOCAB 16777216 /* vocab and vocab_total in [2, 2^24] */
 #define KLJIT_MAX_TOPK 1024      /* topk in [1, min(V, 1024)] */
 
+/* The largest struct_size any kljit struct will ever have (kljit_problem, kljit_args,
+ * kljit_context_options). A struct_size from a newer header than the library's is accepted up to
+ * it, its unknown bytes read to check they are zero; a larger one is refused
+ * (KLJIT_ERR_INVALID_ARGUMENT) without reading past the fields the library knows: it is not the
+ * size of a kljit struct but garbage or another struct. */
+#define KLJIT_STRUCT_SIZE_MAX 1024
+
 typedef struct kljit_problem {
   size_t struct_size;               /* sizeof(kljit_problem), set by KLJIT_PROBLEM_INIT; any
-                                     * size from KLJIT_PROBLEM_MIN_SIZE up is accepted */
+                                     * size from KLJIT_PROBLEM_MIN_SIZE to KLJIT_STRUCT_SIZE_MAX
+                                     * is accepted */
   int64_t hidden;                   /* H, 1 <= H <= 2^20 */
   int64_t vocab;                    /* V, 2 <= V <= 2^24 */
   kljit_dtype input_dtype;          /* X; FP32, FP16 or BF16 */
@@ -266,9 +274,9 @@ typedef struct kljit_problem {
   /* The loss families (the math section). Each default keeps the plain forward KL. */
   kljit_divergence divergence;      /* KLJIT_DIVERGENCE_FORWARD_KL by default */
   double beta;                      /* JSD only: in [0, 1]; 0 otherwise */
-  double hard_weight;               /* >= 0, finite: weight of CE on labels; default 0 */
-  double soft_weight;               /* >= 0, finite: weight of the divergence; default 1 */
-  double softcap;                   /* student logit cap c: 0 (off, default) or in (0, 1e6] */
+  double hard_weight;               /* in [0, 1e6]: weight of CE on labels; default 0 */
+  double soft_weight;               /* in [0, 1e6]: weight of the divergence; default 1 */
+  double softcap;                   /* student logit cap c: 0 (off, default) or in [1e-6, 1e6] */
   double teacher_softcap;           /* the teacher's logits (DENSE_LOGITS, DENSE_HIDDEN): same */
   int64_t teacher_vocab;            /* dense teachers: Vt columns, V <= Vt <= 2^24; 0: Vt = V */
   int64_t teacher_ld;               /* dense teachers: row stride (elements) >= Vt; 0: Vt */
@@ -447,7 +455,8 @@ typedef struct kljit_args {
    * scaler's scale known at forward time, so fp16 gradients are computed already scaled
    * instead of rounded and then scaled. Backward: with grad_output divided by it, an fp16 G
    * stays in range for any finite upstream gradient (fp16 G is lifted for |grad_output| <= 1).
-   * Finite and > 0; 0 means 1. Appended after `flags`: a caller whose struct_size ends at
+   * A normal fp32 value, in [FLT_MIN, FLT_MAX] (it becomes an fp32 alpha); 0 means 1. Appended
+   * after `flags`: a caller whose struct_size ends at
    * `flags` (older headers) gets 1. */
   double grad_scale;
   /* The online teacher (KLJIT_TEACHER_DENSE_HIDDEN; `teacher` is then NULL): its hidden states
@@ -560,6 +569,18 @@ KLJIT_API kljit_status kljit_wisdom_import_string(const char *text);
  * same bytes. */
 KLJIT_API kljit_status kljit_wisdom_export_file(const char *path);
 KLJIT_API kljit_status kljit_wisdom_export_string(char **text);
+
+/* Merges the whole store into the wisdom file `path`, under the file's lock: its entries are
+ * read, the store's merged in by the merge rules, and the result replaces it atomically, so
+ * entries other processes merged meanwhile are kept (kljit_wisdom_export_file replaces the file
+ * with the store alone). A missing file is created; one that is not this version's wisdom is
+ * refused (KLJIT_ERR_WISDOM) and left as it is. What `kljit tune --wisdom F` does at the end, so
+ * that tuners sharing F lose none of each other's entries.
+ * Both writers refuse a path that holds anything but a regular file (a FIFO, a device, a
+ * symbolic link, a directory: KLJIT_ERR_WISDOM, nothing written). The lock is an fcntl lock on
+ * "<path>.lock", a file created beside it and left there on purpose: removing it would race with
+ * a writer that has just opened it. */
+KLJIT_API kljit_status kljit_wisdom_merge_file(const char *path);
 
 /* Releases memory kljit returned (kljit_wisdom_export_string). NULL is a no-op. */
 KLJIT_API void kljit_free(void *ptr);

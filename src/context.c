@@ -38,11 +38,8 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
                    "%s: options->struct_size = %zu, below the %zu bytes of the first released "
                    "kljit_context_options (fill it with kljit_context_options_default)", who,
                    user->struct_size, first);
-  for (size_t i = sizeof *out; i < user->struct_size; i++)
-    if (((const unsigned char *)user)[i])
-      return err_set(KLJIT_ERR_UNSUPPORTED,
-                     "%s: options->struct_size = %zu and byte %zu is set: an option newer than "
-                     "this library's is in use", who, user->struct_size, i);
+  const kljit_status tail = util_struct_tail(user, sizeof *out, user->struct_size, who, "options");
+  if (tail != KLJIT_SUCCESS) return tail;
   memset(out, 0, sizeof *out);
   memcpy(out, user, user->struct_size < sizeof *out ? user->struct_size : sizeof *out);
   out->struct_size = sizeof *out;

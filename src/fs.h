@@ -24,10 +24,20 @@ typedef struct fs_part {
   size_t len;
 } fs_part;
 
+/* Whether `name` in the open directory `dfd` may be replaced by a published file: absent, or a
+ * regular file. Anything else (a symbolic link, a FIFO, a device, a directory, a socket) is
+ * refused with `status` naming it: a publication must never turn /dev/null or a link into a
+ * regular file, nor write through a link into a file someone else chose. */
+kljit_status fs_check_replaceable(int dfd, const char *dir, const char *name, kljit_status status,
+                                  const char *what);
+/* The same for a path (its directory need not exist). */
+kljit_status fs_check_replaceable_path(const char *path, kljit_status status, const char *what);
+
 /* Publishes `name` in the open directory `dfd` (`dir` names it in messages) whole or not at
  * all: a temp file ".<name>.<host>.<pid>.<64 random bits>.tmp" created beside it (O_EXCL,
  * O_NOFOLLOW, 0600), the parts written in order, chmod'ed to `mode`, fsynced and closed, renamed
- * over `name`, then the directory fsynced. Concurrent writers need no lock: the last rename wins
+ * over `name` (refused, before and again just before the rename, when `name` is anything but
+ * a regular file: fs_check_replaceable), then the directory fsynced. Concurrent writers need no lock: the last rename wins
  * with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
  * make the messages. */
 kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,

@@ -58,6 +58,7 @@ static kljit_status check_cached_manifest(const jit_bin *b, const cache_entry *e
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
   memset(out, 0, sizeof *out);
   double t0 = util_now();
+  int claimed = 0;
   strbuf src = {0}, key = {0}, spec = {0};
   kljit_status st = KLJIT_SUCCESS;
   /* a key computed before in this process needs no render until a compile does (jit_memo.h) */
@@ -83,8 +84,16 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   t0 = util_now();
   cache_entry e = {0};
   cache_result res = CACHE_MISS;
-  st = cache_lookup(cfg, key.data, &e, &res);
-  if (st != KLJIT_SUCCESS) goto done;
+  /* a miss claims the compile (jit_memo_claim): a thread that finds another compiling the same
+   * module waits for it and looks the cache up again */
+  const int storable = !cfg->disabled && cfg->rw_dir;
+  for (int claim = 0; claim == 0;) {
+    st = cache_lookup(cfg, key.data, &e, &res);
+    if (st != KLJIT_SUCCESS) goto done;
+    if (res != CACHE_MISS || !storable) break;
+    claim = jit_memo_claim(out->key_hash);
+    claimed = claim == 1;
+  }
   if (res != CACHE_MISS) {
     st = check_cached_manifest(out, &e);
     if (st == KLJIT_SUCCESS)
@@ -123,6 +132,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   }
   sb_free(&meta);
 done:
+  if (claimed) jit_memo_release(out->key_hash);
   sb_free(&src);
   sb_free(&key);
   sb_free(&spec);

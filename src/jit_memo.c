@@ -100,3 +100,40 @@ void jit_memo_put(const char *spec_text, const char *key_text, const char *manif
   }
   pthread_mutex_unlock(&lock);
 }
+
+/* ---- compiles in flight ------------------------------------------------------------------ */
+
+enum { FLIGHT_MAX = 256 };
+static pthread_cond_t landed = PTHREAD_COND_INITIALIZER;
+static char flights[FLIGHT_MAX][65]; /* key hashes being compiled; "" for a free slot */
+
+int jit_memo_claim(const char *key_hash) {
+  pthread_mutex_lock(&lock);
+  int waited = 0;
+  for (;;) {
+    int busy = 0, slot = -1;
+    for (int i = 0; i < FLIGHT_MAX; i++) {
+      if (!strcmp(flights[i], key_hash)) busy = 1;
+      if (!flights[i][0] && slot < 0) slot = i;
+    }
+    if (!busy && (waited || slot >= 0)) {
+      if (!waited) snprintf(flights[slot], sizeof flights[0], "%s", key_hash);
+      pthread_mutex_unlock(&lock);
+      return !waited; /* claimed, or landed: look it up again */
+    }
+    if (!busy) { /* every slot taken: compile without a claim rather than wait for a slot */
+      pthread_mutex_unlock(&lock);
+      return -1;
+    }
+    pthread_cond_wait(&landed, &lock);
+    waited = 1;
+  }
+}
+
+void jit_memo_release(const char *key_hash) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < FLIGHT_MAX; i++)
+    if (!strcmp(flights[i], key_hash)) flights[i][0] = '\0';
+  pthread_cond_broadcast(&landed);
+  pthread_mutex_unlock(&lock);
+}

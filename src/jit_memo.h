@@ -9,6 +9,7 @@
  * disk, editable at any time) the memo is bypassed. Only keys (and the kernel manifest that
  * comes with the source) are remembered, never cubins:
  * every build still looks its key up in the cache (and sees a corrupted or removed entry).
+ * It also tracks the compiles in flight, so that one process compiles one module once.
  */
 #ifndef KLJIT_JIT_MEMO_H
 #define KLJIT_JIT_MEMO_H
@@ -30,5 +31,14 @@ int jit_memo_get(const char *spec_text, strbuf *key_text, strbuf *manifest, char
 /* Remembers a spec's key and manifest (silently a no-op when out of memory or past its cap). */
 void jit_memo_put(const char *spec_text, const char *key_text, const char *manifest,
                   const char *name, const char *key_hash);
+
+/* One compile of a module at a time in this process. Threads that miss the cache on the same
+ * key (precompile's jobs share modules; plans of one problem on several threads) would each
+ * compile it; the first claims the key, the others wait until it is stored and then find it in
+ * the cache. Returns 1: claimed (compile and store, then jit_memo_release); 0: another thread
+ * compiled it meanwhile (look the cache up again); -1: too many compiles in flight to track
+ * (compile without a claim). */
+int jit_memo_claim(const char *key_hash);
+void jit_memo_release(const char *key_hash);
 
 #endif

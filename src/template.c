@@ -67,6 +67,7 @@ typedef struct render_ctx {
   const char *dir;  /* KLJIT_TEMPLATE_DIR for include(), or NULL: the embedded copies */
   int depth;        /* include() nesting, to turn a cycle into an error */
   size_t out_base; /* out->len when rendering started */
+  size_t manifest_bytes; /* appended to manifest by this render */
   size_t mem_used;
   long long insns;
   int mem_fatal;   /* the allocator refused an allocation past RENDER_MEM_CAP */
@@ -245,7 +246,7 @@ static int append_values(lua_State *L, value_site site) {
                           lua_tostring(L, -1), hint);
       return luaL_error(L, "%s value is %s%s", what, lua_tostring(L, -1), hint);
     }
-    if (ctx->out->len - ctx->out_base + len > RENDER_OUT_CAP) {
+    if (ctx->out->len - ctx->out_base + ctx->manifest_bytes + len > RENDER_OUT_CAP) {
       ctx->out_fatal = 1;
       return raise_fatal(L, ctx, 1, "output limit exceeded (64 MiB of rendered text)");
     }
@@ -281,6 +282,12 @@ static int builtin_manifest_add(lua_State *L) {
   if (memchr(line, '\n', len) || strlen(line) != len)
     return luaL_error(L, "manifest_add: a manifest line holds no newline or NUL");
   if (!ctx->manifest) return 0;
+  /* the manifest is rendered text too: it counts against the output cap with the source */
+  ctx->manifest_bytes += len + 1;
+  if (ctx->out->len - ctx->out_base + ctx->manifest_bytes > RENDER_OUT_CAP) {
+    ctx->out_fatal = 1;
+    return raise_fatal(L, ctx, 1, "output limit exceeded (64 MiB of rendered text and manifest)");
+  }
   kljit_status st = sb_append(ctx->manifest, line, len);
   if (st == KLJIT_SUCCESS) st = sb_append(ctx->manifest, "\n", 1);
   if (st != KLJIT_SUCCESS) {

@@ -121,17 +121,25 @@ static kljit_status clear_one(const char *dir, const char *name, cache_name_kind
   cache_inspection in;
   memset(&in, 0, sizeof in);
   kljit_status st = KLJIT_SUCCESS;
-  /* A temp file is half an entry: nothing to show but its size. */
-  if (kind == CACHE_NAME_ENTRY && (st = cache_entry_inspect(dir, name, &in))) return st;
   char path[4096];
   if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-    st = err_set(KLJIT_ERR_CACHE, "cache path too long: %s/%s", dir, name);
+    return err_set(KLJIT_ERR_CACHE, "cache path too long: %s/%s", dir, name);
+  /* A file removed since the listing (a concurrent clear, a writer's own cleanup) is what clear
+   * wants: skipped, not an error. */
   struct stat sb;
-  if (!st && kind == CACHE_NAME_TEMP && lstat(path, &sb) == 0)
+  if (lstat(path, &sb) != 0 && errno == ENOENT) return KLJIT_SUCCESS;
+  /* A temp file is half an entry: nothing to show but its size. */
+  if (kind == CACHE_NAME_ENTRY && (st = cache_entry_inspect(dir, name, &in))) return st;
+  if (kind == CACHE_NAME_TEMP)
     in.size = (uint64_t)sb.st_size, in.mtime = (int64_t)sb.st_mtime;
-  if (!st && unlink(path) != 0)
-    st = err_set(KLJIT_ERR_CACHE, "cannot remove %s: %s", path, strerror(errno));
-  if (!st && w->visit) {
+  int gone = 0;
+  if (unlink(path) != 0) {
+    if (errno == ENOENT)
+      gone = 1;
+    else
+      st = err_set(KLJIT_ERR_CACHE, "cannot remove %s: %s", path, strerror(errno));
+  }
+  if (!st && !gone && w->visit) {
     info_buffers b;
     kljit_cache_entry_info info;
     info_fill(dir, name, &in, &b, &info);

@@ -25,6 +25,7 @@
 #include "wisdom.h"
 
 #include "gemm_algo.h"
+#include "gemm_sm90.h"
 
 #include <errno.h>
 #include <math.h>
@@ -604,6 +605,18 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
   if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
       kspec_check(&g.helpers))
     return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
+  /* what the GPU of the entry would plan from it: cluster rows exist on sm_90 only, and the
+   * generated logits GEMM's variant must be one its template renders */
+  if (e->tune.cluster > 0 && e->arch < 90)
+    return snprintf(why, cap, "unusable choice: cluster=%d on sm_%d (the cluster row kernels "
+                    "need sm_90 or newer)", e->tune.cluster, e->arch), -1;
+  jgemm_variant v;
+  if (jgemm_choose(&pb, &e->tune, 90, g.logit, JGEMM_DEFAULT, &v) == 1) {
+    const kspec k = jgemm_spec(&v);
+    if (kspec_check(&k) != KLJIT_SUCCESS)
+      return snprintf(why, cap, "unusable choice: the generated GEMM %s", kljit_last_error()),
+             -1;
+  }
   return 0;
 }
 

@@ -4,8 +4,9 @@
  * Shapes come from the command line and/or a file, one per argument or line, in the grammar
  * every command shares (tools/cli_shape.c: "V=128256,H=4096,bf16,dense,N=8192"). Each is tuned with
  * kljit_tune (which also merges the winner into the user wisdom file); with --wisdom PATH the
- * results are merged into PATH as well: PATH's entries are read first, then PATH is rewritten
- * with them and the new ones. Progress goes to stderr (a bar on a terminal, a line per
+ * results are merged into PATH as well: PATH's entries are read first, and at the end this run's
+ * store is merged into PATH under its lock (kljit_wisdom_merge_file), keeping what other tuners
+ * of PATH merged meanwhile. Progress goes to stderr (a bar on a terminal, a line per
  * candidate otherwise), one result line per shape to stdout.
  */
 #include <errno.h>
@@ -142,8 +143,8 @@ static int run(tune_opts *o) {
         r->elapsed_s);
     fflush(stdout);
   }
-  if (rc == CLI_OK && o->wisdom) {
-    st = kljit_wisdom_export_file(o->wisdom);
+  if (rc == CLI_OK && o->wisdom) { /* merged under F's lock: concurrent tuners keep theirs */
+    st = kljit_wisdom_merge_file(o->wisdom);
     if (st != KLJIT_SUCCESS)
       rc = cli_fail("tune: --wisdom", st);
     else
