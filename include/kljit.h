@@ -342,6 +342,12 @@ enum {
  *   dx_split        KLJIT_DX_SPLIT          0: the planner's choice (16-bit inputs with V >=
  *                                           65536: ceil(V / 32768) slices; else 1)
  * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0.
+ * A variable set to a value it does not take ("clustr", "4k", a flag other than 0 or 1) is never
+ * read as the default: kljit_context_create(..., NULL) and kljit_precompile refuse it
+ * (KLJIT_ERR_INVALID_ARGUMENT, naming the variable and the values it takes) before anything
+ * else, and kljit_context_options_default gives the member a value kljit_context_create
+ * refuses with the same sentence. `kljit info` and kljit_env_check (kljit_experimental.h) list
+ * every KLJIT_* variable with its verdict.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -506,7 +512,12 @@ KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
 enum {
   /* Render every module and look it up in cache_dir, but compile and write nothing: the
    * reports say which modules a real run would compile. */
-  KLJIT_PRECOMPILE_DRY_RUN = 1u << 0
+  KLJIT_PRECOMPILE_DRY_RUN = 1u << 0,
+  /* A cache other users read (a cluster cache): the directory is created 0755 (or an existing
+   * one of the caller's widened to r-x for all), entries are written 0644, and entries the
+   * caller stored earlier without it are made world-readable. Readers trust the entries of
+   * root, of themselves and of the owners their KLJIT_CACHE_TRUSTED_OWNERS names. */
+  KLJIT_PRECOMPILE_SHARED = 1u << 1
 };
 
 /* One kernel module of a precompile, reported as soon as it is done. */
@@ -528,9 +539,11 @@ typedef void (*kljit_module_callback)(const kljit_module_report *module, void *u
  * KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done (its
  * `compiled` says whether it was compiled now or already cached). Different problems or archs
  * may be precompiled from several threads at once. Storing is the point: a module that could
- * not be stored (full or read-only filesystem, an entry path that is not a file, an unsafe
- * directory) makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's
- * path and reason in kljit_last_error(). */
+ * not be stored (full or read-only filesystem, an entry path that is not a file) makes it
+ * return KLJIT_ERR_CACHE, after trying the others, with each such module's path and reason in
+ * kljit_last_error(). An existing cache_dir that readers would refuse (owned by someone else,
+ * writable by group or others) or that cannot be read is KLJIT_ERR_CACHE before anything is
+ * rendered or compiled. */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, uint32_t flags,
                                         kljit_module_callback done, void *user);

@@ -17,12 +17,17 @@
 
 #include "env.h"
 
-/* mkdir -p. Missing components are created 0700 and then fchmod'ed, so the umask neither
- * widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for a
- * symlink between mkdir and open is caught. Existing components are followed as they are,
+kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out) {
+  return fs_mkdir_p_mode(dir, 0700, status, what, out);
+}
+
+/* mkdir -p. Missing components are created 0700 and then fchmod'ed to `mode`, so the umask
+ * neither widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for
+ * a symlink between mkdir and open is caught. Existing components are followed as they are,
  * symlinks included (users keep ~/.cache on other disks). Returns the final directory open
  * (*out), or closes it when out is NULL. */
-kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out) {
+kljit_status fs_mkdir_p_mode(const char *dir, unsigned mode, kljit_status status,
+                             const char *what, int *out) {
   const size_t n = strlen(dir);
   if (n == 0 || n >= PATH_MAX)
     return err_set(status, "bad %s name '%s'", what, dir);
@@ -48,7 +53,7 @@ kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, 
     if (next < 0)
       return err_set(status, "cannot create %s %s: %s", what, buf,
                      strerror(mkdir_errno ? mkdir_errno : open_errno));
-    if (created && fchmod(next, 0700) != 0) {
+    if (created && fchmod(next, (mode_t)mode) != 0) {
       const int e = errno;
       close(next);
       return err_set(status, "cannot chmod %s %s: %s", what, buf, strerror(e));

@@ -13,6 +13,9 @@
  * directory open (O_DIRECTORY), or it is closed when out is NULL. Failures: `status` with a
  * sentence naming `what` ("cache directory") and the path. */
 kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out);
+/* The same with the missing components made `mode` (0755: a cache other users read). */
+kljit_status fs_mkdir_p_mode(const char *dir, unsigned mode, kljit_status status,
+                             const char *what, int *out);
 
 /* Reads up to n bytes (short only at end of file) or -1 with errno; writes all n or -1. */
 ssize_t fs_read_full(int fd, void *buf, size_t n);

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "env.h"
 #include "jit_memo.h"
 #include "kiface.h"
 #include "nvrtc_compile.h"
@@ -144,7 +146,7 @@ done:
  * dry_run only rendered and looked up (r->compiled = 1 when it is missing). */
 kljit_status jit_precompile_check(const char *who, int arch, const char *cache_dir,
                                   uint32_t flags) {
-  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
+  if (flags & ~(uint32_t)(KLJIT_PRECOMPILE_DRY_RUN | KLJIT_PRECOMPILE_SHARED))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
                    (unsigned)flags);
   char arch_text[16];
@@ -156,6 +158,11 @@ kljit_status jit_precompile_check(const char *who, int arch, const char *cache_d
                    who, arch);
   if (cache_dir && !*cache_dir)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
+  /* the environment steers what is compiled (row kernel, chunk, GEMM, dX split): a value it
+   * does not take is refused here, not read as the default */
+  char why[512];
+  if (env_context_bad(why, sizeof why))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: the environment's %s", who, why);
   return KLJIT_SUCCESS;
 }
 
@@ -170,6 +177,11 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
     snprintf(r->name, sizeof r->name, "%s", bin.name);
     snprintf(r->file, sizeof r->file, "%s.kjc", bin.key_hash);
     jit_bin_free(&bin);
+    /* a shared cache's entry stored earlier by a private run (0600) must be readable too */
+    if (cfg->shared && bin.source == CACHE_HIT && bin.store_status == KLJIT_SUCCESS)
+      bin.store_status = cache_share_entry(cfg->rw_dir, r->file);
+    if (bin.store_status != KLJIT_SUCCESS && bin.source == CACHE_HIT)
+      snprintf(bin.store_error, sizeof bin.store_error, "%s", kljit_last_error());
     if (bin.store_status != KLJIT_SUCCESS)
       return err_set(KLJIT_ERR_CACHE, "sm_%d module %s not stored as %s/%s: %s", arch, r->name,
                      cfg->rw_dir ? cfg->rw_dir : "(no cache)", r->file, bin.store_error);
@@ -196,12 +208,19 @@ kljit_status jit_precompile_all(const kspec *specs, size_t n, int arch, const ca
                                 uint32_t flags, kljit_module_callback done, void *user) {
   strbuf failed = {0};
   size_t n_failed = 0;
-  kljit_status st = KLJIT_SUCCESS;
+  cache_config dest = *cfg; /* the same directories; shared as the flags say */
+  dest.shared = (flags & KLJIT_PRECOMPILE_SHARED) != 0;
+  /* a destination that exists must be one readers accept, checked once before anything is
+   * compiled (not once per module after all of them are) */
+  struct stat st_dir;
+  kljit_status st = dest.rw_dir && stat(dest.rw_dir, &st_dir) == 0 ? cache_dir_status(dest.rw_dir)
+                                                                   : KLJIT_SUCCESS;
   for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
     kljit_module_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)n;
-    st = jit_precompile_module(&specs[i], arch, cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
+    st = jit_precompile_module(&specs[i], arch, &dest, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0,
+                               &r);
     if (st == KLJIT_ERR_CACHE && r.name[0]) { /* built, not stored: name it, go on */
       st = sb_printf(&failed, "%s%s", n_failed++ ? "; " : "", kljit_last_error());
       continue;

@@ -414,6 +414,22 @@ static int info_runs_without_a_gpu_and_says_so(void) {
   return TH_PASS;
 }
 
+/* `kljit info` printed a typo'd knob as set and exited 0; the library then used the default.
+ * It names each value kljit refuses, and each KLJIT_ name it does not read, and exits 2. */
+static int info_names_every_bad_kljit_variable(void) {
+  TH_CHECK(cli("info") == 0);
+  setenv("KLJIT_ROW_KERNEL", "clustr", 1), setenv("KLJIT_GEMM", "jti", 1);
+  setenv("KLJIT_CHUNKROWS", "4096", 1);
+  const int rc = cli("info");
+  unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_GEMM"), unsetenv("KLJIT_CHUNKROWS");
+  TH_CHECK(rc == 2);
+  TH_CHECK(strstr(out, "KLJIT_ROW_KERNEL=clustr: want two_pass (the default) or cluster"));
+  TH_CHECK(strstr(out, "KLJIT_GEMM=jti: want jit or cublas"));
+  TH_CHECK(strstr(out, "KLJIT_CHUNKROWS") && strstr(out, "not a variable"));
+  TH_CHECK(strstr(out, "2 KLJIT_* variable(s) with a value kljit refuses"));
+  return TH_PASS;
+}
+
 /* ---- the library functions behind the CLI -------------------------------------------------- */
 
 typedef struct thread_job {
@@ -841,6 +857,7 @@ static const th_case cases[] = {
      cache_clear_removes_entries_and_leaves_foreign_files},
     {"cache_stats_and_ls_count_the_entries", cache_stats_and_ls_count_the_entries},
     {"info_runs_without_a_gpu_and_says_so", info_runs_without_a_gpu_and_says_so},
+    {"info_names_every_bad_kljit_variable", info_names_every_bad_kljit_variable},
     {"precompile_v2_from_threads_matches_a_serial_run",
      precompile_v2_from_threads_matches_a_serial_run},
     {"precompile_that_cannot_store_an_entry_exits_1_naming_it",

@@ -243,7 +243,7 @@ static int stale_cubin_with_another_manifest_is_refused_in(const char *dir) {
   }
   TH_OK(cache_store_in(dir, key.data, meta.data, "\177ELFstale", 9));
   char *rw = (char *)dir;
-  const cache_config cfg = {NULL, 0, rw, 0};
+  const cache_config cfg = {NULL, 0, rw, 0, 0};
   jit_bin b;
   TH_STATUS(jit_build(&g.rows, 80, &cfg, &b), KLJIT_ERR_CACHE);
   const char *msg = kljit_last_error();

@@ -415,7 +415,71 @@ static int manifest_lines_count_against_the_render_output_cap(void) {
   return th_in_tmpdir("misuse-manifest", manifest_in);
 }
 
+/* ---- the environment (issue 30, item 3) -------------------------------------------------- */
+
+typedef struct env_report {
+  int bad, unknown;
+} env_report;
+static void count_env(const char *name, const char *value, const char *problem, void *user) {
+  env_report *const r = user;
+  (void)value;
+  if (problem && strstr(problem, "not a variable"))
+    r->unknown++;
+  else if (problem)
+    r->bad += strstr(problem, name) != NULL;
+}
+
+/* A typo in a knob used to become its default (KLJIT_ROW_KERNEL, KLJIT_CHUNK_ROWS) or was caught
+ * only after the device (KLJIT_GEMM, KLJIT_DX_SPLIT: NO_DEVICE first on a node without a GPU).
+ * Each is refused by name now, by kljit_context_create before the device and by
+ * kljit_precompile, and kljit_env_check names it. */
+static int bad_environment_values_are_refused_by_name_not_defaulted(void) {
+  static const char *const bad[][2] = {
+      {"KLJIT_ROW_KERNEL", "clustr"}, {"KLJIT_CHUNK_ROWS", "4k"},   {"KLJIT_GEMM", "jti"},
+      {"KLJIT_DX_SPLIT", "two"},      {"KLJIT_LOG", "yes"},         {"KLJIT_CACHE_DISABLE", "true"},
+      {"KLJIT_TUNE_ROWS", "0"},       {"KLJIT_TUNE_BUDGET_S", "1m"}, {"KLJIT_DEBUG_SKIP_GEMMS", "on"}};
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 1000, pb.hidden = 64;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "%s=%s", bad[i][0], bad[i][1]);
+    fprintf(stderr, "%s\n", want);
+    setenv(bad[i][0], bad[i][1], 1);
+    kljit_context *ctx = NULL;
+    TH_STATUS(kljit_context_create(&ctx, 0, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), want) != NULL);
+    TH_STATUS(kljit_precompile(&pb, 80, "/nonexistent/kljit", KLJIT_PRECOMPILE_DRY_RUN, NULL,
+                               NULL),
+              KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), want) != NULL);
+    env_report r = {0, 0};
+    TH_STATUS(kljit_env_check(count_env, &r), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(r.bad == 1 && strstr(kljit_last_error(), want));
+    unsetenv(bad[i][0]);
+  }
+  /* options taken from the environment carry the refusal to kljit_context_create */
+  setenv("KLJIT_ROW_KERNEL", "clustr", 1);
+  kljit_context_options o;
+  TH_OK(kljit_context_options_default(&o));
+  kljit_context *ctx = NULL;
+  TH_STATUS(kljit_context_create(&ctx, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_ROW_KERNEL=clustr"));
+  unsetenv("KLJIT_ROW_KERNEL");
+  /* good values, unknown names (reported, not refused) */
+  setenv("KLJIT_ROW_KERNEL", "two_pass", 1), setenv("KLJIT_CHUNK_ROWS", " 4096 ", 1);
+  setenv("KLJIT_CACHE_TRUSTED_OWNERS", "root, 0", 1), setenv("KLJIT_CHUNKROWS", "1", 1);
+  env_report r = {0, 0};
+  TH_OK(kljit_env_check(count_env, &r));
+  TH_CHECK(r.bad == 0 && r.unknown == 1);
+  setenv("KLJIT_CACHE_TRUSTED_OWNERS", "root,no-such-user-kljit", 1);
+  TH_STATUS(kljit_env_check(count_env, &r), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "no-such-user-kljit"));
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"bad_environment_values_are_refused_by_name_not_defaulted",
+     bad_environment_values_are_refused_by_name_not_defaulted},
     {"struct_size_past_the_maximum_is_refused_without_reading_it",
      struct_size_past_the_maximum_is_refused_without_reading_it},
     {"plan_check_refuses_weights_and_softcaps_no_kernel_renders",

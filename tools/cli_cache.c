@@ -36,8 +36,9 @@ static void usage(FILE *f) {
       "  ls      every entry: file, size, arch, modification time, kernel family and module\n"
       "  verify  read and validate every entry (magic, version, lengths, checksum, name, owner\n"
       "          and mode) and check DIR/manifest.txt if present. Lists each bad entry as\n"
-      "          CORRUPT (content) or REFUSED (owner, mode, symlink) <path>: <reason>;\n"
-      "          exit code 4 when there is any, 0 when all is well\n"
+      "          CORRUPT (content), REFUSED (owner, mode, symlink) or UNREADABLE (by this\n"
+      "          user) <path>: <reason>, the directory itself too; exit code 4 when there is\n"
+      "          any, 0 when all is well\n"
       "  clear   delete the entries (and leftover temp files) of the writable cache; files\n"
       "          with other names are never touched. Prints what it removed\n"
       "  stats   entries, bytes and invalid entries, per directory and per arch\n\n"
@@ -118,8 +119,11 @@ static int verify_entry(const kljit_cache_entry_info *e, void *user) {
     /* the library's sentence names the path already: keep only the reason after it */
     const char *why = strstr(e->problem, e->file);
     why = why && !strncmp(why + strlen(e->file), ": ", 2) ? why + strlen(e->file) + 2 : e->problem;
-    const int refused = !strncmp(e->problem, "refusing", 8); /* permissions, not content */
-    printf("%s %s/%s: %s\n", refused ? "REFUSED" : "CORRUPT", e->dir, e->file, why);
+    /* permissions, not content: refused (owner, mode, link) or not readable by this user */
+    const char *const verdict = !strncmp(e->problem, "refusing", 8) ? "REFUSED"
+                                : strstr(e->problem, "Permission denied") ? "UNREADABLE"
+                                                                          : "CORRUPT";
+    printf("%s %s/%s: %s\n", verdict, e->dir, e->file, why);
   }
   if (v->n_seen == v->cap_seen) {
     v->cap_seen = v->cap_seen ? 2 * v->cap_seen : 64;
@@ -318,6 +322,18 @@ static int run_dir(subcommand sub, const cache_dir *d, stats *total, int *bad) {
     }
     case SUB_VERIFY: {
       verify_state v = {0};
+      /* a directory plans would skip (unreadable) or refuse is this user's problem to know */
+      if (kljit_cache_dir_check(d->path) != KLJIT_SUCCESS) {
+        const char *const why = cli_last_error();
+        const int refused = strstr(why, "refusing") != NULL;
+        printf("%s %s (%s): %s%s\n", refused ? "REFUSED" : "UNREADABLE", d->path, dir_role(d),
+               why,
+               d->writable != 0 ? ""
+               : refused        ? " (plans of this user fail on it)"
+                                : " (plans of this user skip it and compile what it holds)");
+        *bad += 1;
+        break;
+      }
       st = kljit_cache_list(d->path, verify_entry, &v);
       if (!st) {
         verify_manifest(d->path, &v);

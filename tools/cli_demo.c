@@ -168,7 +168,7 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   printf(
       "no GPU here (%s)\nso no loss is computed; compiling the problem's kernels with NVRTC "
       "instead:\n",
-      kljit_last_error());
+      cli_last_error());
   printf("problem N=%lld H=%lld V=%lld is valid and supported by kljit_fused\n", o->rows,
          (long long)o->pb.hidden, (long long)o->pb.vocab);
   int archs[16];
@@ -245,7 +245,11 @@ int cli_demo(int argc, char **argv) {
   }
   cli_loss_apply(&loss, &o.pb);
   if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
-    return cli_usage_error(&p, "problem: %s", kljit_last_error());
+    return cli_usage_error(&p, "%s: %s",
+                           o.shape_given    ? o.shape.text
+                           : o.legacy_given ? "the problem of the options"
+                                            : CLI_DEFAULT_SHAPE,
+                           cli_last_error());
   }
   if (rows) o.rows = rows;
   if (o.pb.reduction == KLJIT_REDUCTION_NONE)

@@ -35,13 +35,14 @@ typedef struct precompile_opts {
   const char *file;      /* --file F: shapes, one per line */
   int legacy_given;      /* an old-style problem option was given */
   long long jobs;
-  int dry_run, no_manifest;
+  int dry_run, no_manifest, shared;
 } precompile_opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kljit precompile [--arch sm_80,sm_90] [--cache-dir DIR] [--jobs N]\n"
-          "                        [--file F] [--wisdom F] [--dry-run] [--no-manifest]\n"
+          "                        [--file F] [--wisdom F] [--shared] [--dry-run]\n"
+          "                        [--no-manifest]\n"
           "                        [--] [SHAPE ...]\n"
           "Renders and compiles (NVRTC, no GPU needed) every kernel module plans for the given\n"
           "problems use on each architecture, into the kernel cache DIR; plans elsewhere load\n"
@@ -59,6 +60,11 @@ static void usage(FILE *f) {
           "  --file F          more SHAPEs from F, one per line ('#' starts a comment)\n"
           "  --wisdom F        every plan the wisdom file F leads to (its tuned choices for\n"
           "                    GPUs of each arch, the heuristic ones for others; docs/wisdom.md)\n"
+          "  --shared          a cache other users read (a cluster cache): directory 0755,\n"
+          "                    entries and manifest 0644 (earlier private entries made\n"
+          "                    readable). Refused, before any compile, when DIR is writable by\n"
+          "                    group or others or owned by another user; readers trust it when\n"
+          "                    it is root's or an owner their KLJIT_CACHE_TRUSTED_OWNERS names\n"
           "  --dry-run         say which modules would be compiled; write nothing\n"
           "  --no-manifest     do not write DIR/manifest.txt\n"
           "%s",
@@ -153,7 +159,8 @@ static kljit_status run_job(const job *j, const char *dir, uint32_t flags,
 
 static void *worker(void *arg) {
   run_state *const s = arg;
-  const uint32_t flags = s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0;
+  const uint32_t flags = (s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0) |
+                         (s->o->shared ? KLJIT_PRECOMPILE_SHARED : 0);
   for (;;) {
     /* Every job runs even after one failed: an operator filling a cluster cache needs every
      * module that is not in it named, not just the first. */
@@ -367,6 +374,13 @@ static int run(cli_parser *p, precompile_opts *o) {
     return CLI_FAIL;
   }
   o->cache_dir = dir;
+  /* A destination readers would refuse (another owner, writable by group or others) or that
+   * cannot be read is refused once, now, not once per module after every compile. */
+  struct stat dir_st;
+  if (stat(dir, &dir_st) == 0 && kljit_cache_dir_check(dir) != KLJIT_SUCCESS) {
+    fprintf(stderr, "kljit precompile: %s\n", cli_last_error());
+    return CLI_FAIL;
+  }
   static run_state s; /* one per process */
   memset(&s, 0, sizeof s);
   s.o = o;
@@ -416,7 +430,8 @@ static int run(cli_parser *p, precompile_opts *o) {
       printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], compiled,
              o->dry_run ? "to compile" : "compiled now", cached, o->cache_dir);
     }
-    if (!o->dry_run && !o->no_manifest) rc = write_manifest(o->cache_dir, &s, 0600);
+    if (!o->dry_run && !o->no_manifest)
+      rc = write_manifest(o->cache_dir, &s, o->shared ? 0644 : 0600);
   }
   free(s.modules);
   free(s.jobs);
@@ -442,6 +457,10 @@ int cli_precompile(int argc, char **argv) {
     }
     if (cli_flag(&p, "--no-manifest")) {
       o.no_manifest = 1;
+      continue;
+    }
+    if (cli_flag(&p, "--shared")) {
+      o.shared = 1;
       continue;
     }
     if (cli_string(&p, "--wisdom", &o.wisdom)) continue;

@@ -173,7 +173,7 @@ int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shap
         !s->teacher_dtype_given)
       s->pb.teacher_dtype = KLJIT_FP32; /* top-K values usually come in fp32 */
     if (kljit_plan_check(&s->pb) != KLJIT_SUCCESS)
-      snprintf(why, sizeof why, "%s", kljit_last_error());
+      snprintf(why, sizeof why, "%s", cli_last_error());
   }
   if (why[0]) {
     cli_usage_error(p, "%sshape '%s': %s", where ? where : "", text, why);

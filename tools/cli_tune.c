@@ -108,7 +108,7 @@ static int run(tune_opts *o) {
   kljit_context *ctx = NULL;
   kljit_status st = kljit_context_create(&ctx, (int)o->device, NULL);
   if (st == KLJIT_ERR_NO_DEVICE) {
-    fprintf(stderr, "kljit tune: no GPU here (%s); tuning needs one\n", kljit_last_error());
+    fprintf(stderr, "kljit tune: no GPU here (%s); tuning needs one\n", cli_last_error());
     return CLI_NO_GPU;
   }
   if (st != KLJIT_SUCCESS) return cli_fail("tune", st);
