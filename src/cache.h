@@ -5,8 +5,8 @@
  * (KLJIT_CACHE_PATH=dir1:dir2) are searched before the writable one (KLJIT_CACHE_DIR, else
  * $XDG_CACHE_HOME/kljit, else ~/.cache/kljit, created 0700); KLJIT_CACHE_DISABLE=1 turns the
  * cache off. What is read must be owned by root, the user or an owner KLJIT_CACHE_TRUSTED_OWNERS
- * names, and be writable by no one else. Entries are published atomically (temp file named with host, pid and a random
- * part; fsync; rename) and fully validated on read.
+ * names, and be writable by no one else. Entries are published atomically (temp file named
+ * with host, pid and a random part; fsync; rename) and fully validated on read.
  */
 #ifndef KLJIT_CACHE_H
 #define KLJIT_CACHE_H

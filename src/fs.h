@@ -40,8 +40,8 @@ kljit_status fs_check_replaceable_path(const char *path, kljit_status status, co
  * all: a temp file ".<name>.<host>.<pid>.<64 random bits>.tmp" created beside it (O_EXCL,
  * O_NOFOLLOW, 0600), the parts written in order, chmod'ed to `mode`, fsynced and closed, renamed
  * over `name` (refused, before and again just before the rename, when `name` is anything but
- * a regular file: fs_check_replaceable), then the directory fsynced. Concurrent writers need no lock: the last rename wins
- * with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
+ * a regular file: fs_check_replaceable), then the directory fsynced. Concurrent writers need
+ * no lock: the last rename wins with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
  * make the messages. */
 kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,
                            int nparts, unsigned mode, kljit_status status, const char *what);

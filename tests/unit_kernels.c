@@ -1002,7 +1002,8 @@ static int invalid_spec_is_rejected_with_a_sentence(void) {
 
 static const th_case cases[] = {
     {"every_variant_compiles_for_sm80_and_sm90", every_variant_compiles_for_sm80_and_sm90},
-    {"every_feature_pair_compiles_for_sm80_and_sm90", every_feature_pair_compiles_for_sm80_and_sm90},
+    {"every_feature_pair_compiles_for_sm80_and_sm90",
+     every_feature_pair_compiles_for_sm80_and_sm90},
     {"rendering_is_deterministic_per_spec", rendering_is_deterministic_per_spec},
     {"invalid_spec_is_rejected_with_a_sentence", invalid_spec_is_rejected_with_a_sentence},
     {"loss_family_parameters_reach_the_source_only_when_set",

@@ -435,9 +435,11 @@ static void count_env(const char *name, const char *value, const char *problem, 
  * kljit_precompile, and kljit_env_check names it. */
 static int bad_environment_values_are_refused_by_name_not_defaulted(void) {
   static const char *const bad[][2] = {
-      {"KLJIT_ROW_KERNEL", "clustr"}, {"KLJIT_CHUNK_ROWS", "4k"},   {"KLJIT_GEMM", "jti"},
-      {"KLJIT_DX_SPLIT", "two"},      {"KLJIT_LOG", "yes"},         {"KLJIT_CACHE_DISABLE", "true"},
-      {"KLJIT_TUNE_ROWS", "0"},       {"KLJIT_TUNE_BUDGET_S", "1m"}, {"KLJIT_DEBUG_SKIP_GEMMS", "on"}};
+      {"KLJIT_ROW_KERNEL", "clustr"},  {"KLJIT_CHUNK_ROWS", "4k"},
+      {"KLJIT_GEMM", "jti"},           {"KLJIT_DX_SPLIT", "two"},
+      {"KLJIT_LOG", "yes"},            {"KLJIT_CACHE_DISABLE", "true"},
+      {"KLJIT_TUNE_ROWS", "0"},        {"KLJIT_TUNE_BUDGET_S", "1m"},
+      {"KLJIT_DEBUG_SKIP_GEMMS", "on"}};
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.vocab = 1000, pb.hidden = 64;
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

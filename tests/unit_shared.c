@@ -18,8 +18,7 @@
 #include "cache.h"
 #include "cli_run.h"
 #include "harness.h"
-#include "jit.h"
-#include "problem.h"
+#include "read_only_hits.h"
 
 enum { OPERATOR = 54321, READER = 54322 }; /* uids (and gids) no account of the machine has */
 
@@ -111,22 +110,8 @@ static int reader_uses_trusted(void) {
   TH_CHECK(cli("info") == 0 && strstr(out, "(usable)"));
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.vocab = 1000, pb.hidden = 64;
-  cache_config cfg;
-  TH_OK(cache_config_from_env(&cfg));
   const int archs[] = {80, 90};
-  for (int i = 0; i < 2; i++) {
-    const prob_tuning t = prob_estimate(&pb, 0, archs[i]);
-    prob_geometry g;
-    TH_OK(prob_geometry_make(&pb, &t, &g));
-    const kspec *specs[] = {&g.rows, &g.helpers};
-    for (int k = 0; k < 2; k++) {
-      jit_bin bin;
-      TH_OK(jit_build(specs[k], archs[i], &cfg, &bin));
-      TH_CHECK(bin.source == CACHE_HIT_READONLY && bin.compile_ms == 0.0);
-      jit_bin_free(&bin);
-    }
-  }
-  cache_config_free(&cfg);
+  TH_CHECK(th_plan_modules_hit_read_only(&pb, archs, 2, 0) == TH_PASS);
   TH_CHECK(count_kjc(P.rd_cache) == 0);
   return TH_PASS;
 }
