@@ -33,22 +33,27 @@ names_with_label() { ctest -N -L "^$1\$" | sed -n 's/^ *Test *#[0-9]*: //p'; }
 gpu_tests=$(names_with_label gpu)
 fuzz_tests=$(names_with_label fuzz)
 total=$(ctest -N | sed -n 's/^Total Tests: //p')
-# name <TAB> status <TAB> first line of output, per test that ran
+# name <TAB> status <TAB> first line of output <TAB> the output on one line, per test that ran
 results=$(awk '
   /<testcase / {
     match($0, /name="[^"]*"/); name = substr($0, RSTART + 6, RLENGTH - 7)
     match($0, /status="[^"]*"/); st = substr($0, RSTART + 8, RLENGTH - 9)
-    first = ""; want = 0; next
+    first = ""; text = ""; inside = 0; next
   }
-  /<system-out>/ { closed = /<\/system-out>/; sub(/.*<system-out>/, ""); sub(/<\/system-out>.*/, "")
-                   if ($0 != "") first = $0; else want = !closed; next }
-  want && /<\/system-out>/ { want = 0; next }
-  want && $0 != "" { first = $0; want = 0; next }
-  /<\/testcase>/ { gsub(/\t/, " ", first); print name "\t" st "\t" first }
+  /<system-out>/ { inside = 1; sub(/.*<system-out>/, "") }
+  inside {
+    done = /<\/system-out>/; sub(/<\/system-out>.*/, "")
+    if ($0 != "" && first == "") first = $0
+    if (length(text) < 2000) text = text " " $0
+    if (done) inside = 0
+    next
+  }
+  /<\/testcase>/ { gsub(/\t/, " ", first); gsub(/\t/, " ", text)
+                   print name "\t" st "\t" first "\t" text }
 ' "$junit")
 ran=$(printf '%s\n' "$results" | grep -c .)
 reason() { # the reason a skipped test gives, in words a newcomer can act on
-  local name=$1 out=$2
+  local name=$1 first=$2 out=$3
   if grep -qxF "$name" <<<"$gpu_tests"; then
     echo "need an NVIDIA GPU (sm_80 or newer) and its driver: run the suite on such a machine"
   elif grep -qxF "$name" <<<"$fuzz_tests"; then
@@ -61,8 +66,8 @@ reason() { # the reason a skipped test gives, in words a newcomer can act on
     echo "need a locale with a decimal comma (apt-get install locales; locale-gen de_DE.UTF-8)"
   elif [[ $out == *matplotlib* ]]; then
     echo "need matplotlib (pip install matplotlib)"
-  elif [ -n "$out" ]; then
-    echo "$out"
+  elif [ -n "$first" ]; then
+    echo "$first"
   else
     echo "gave no reason: ctest -R '^$name\$' -V shows its output"
   fi
@@ -74,7 +79,9 @@ echo
 echo "================ summary ($mode suite) ================"
 echo "$total tests; $ran ran: $((ran - n_skipped - n_failed)) passed, $n_failed failed, $n_skipped skipped"
 if [ "$n_skipped" -gt 0 ]; then
-  printf '%s\n' "$skipped" | while IFS=$'\t' read -r name _ out; do reason "$name" "$out"; done |
+  printf '%s\n' "$skipped" | while IFS=$'\t' read -r name _ first out; do
+    reason "$name" "$first" "$out"
+  done |
     sort | uniq -c | sort -rn | sed 's/^ *\([0-9]*\) /  \1 skipped: /'
 fi
 not_selected=$((total - ran))
