@@ -131,7 +131,9 @@ static int run(tune_opts *o) {
     st = kljit_tune(ctx, &s->pb, s->rows, (kljit_plan_rigor)o->rigor, on_progress, &pg);
     if (st != KLJIT_SUCCESS) {
       if (pg.tty && !o->quiet) fputs("\n", stderr);
-      rc = cli_fail("tune", st);
+      char what[CLI_SHAPE_TEXT + 8];
+      snprintf(what, sizeof what, "tune %s", s->text);
+      rc = cli_fail(what, st);
       break;
     }
     const kljit_tune_progress *r = &pg.last;
