@@ -37,7 +37,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "== bench rc=$?"
   done
 fi
-# Row-kernel variants on the bench shapes (ROW_VARIANTS="rowblock cluster").
+# Row-kernel variants on the bench shapes (ROW_VARIANTS="two_pass cluster").
 for variant in ${ROW_VARIANTS:-}; do
   echo "== bench variant $variant"
   KLJIT_ROW_KERNEL=$variant ./build/bench/bench_loss --no-twophase "$@" \

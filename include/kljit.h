@@ -231,9 +231,17 @@ enum {
 #define KLJIT_MAX_VOCAB 16777216 /* vocab and vocab_total in [2, 2^24] */
 #define KLJIT_MAX_TOPK 1024      /* topk in [1, min(V, 1024)] */
 
+/* The largest struct_size any kljit struct will ever have (kljit_problem, kljit_args,
+ * kljit_context_options). A struct_size from a newer header than the library's is accepted up to
+ * it, its unknown bytes read to check they are zero; a larger one is refused
+ * (KLJIT_ERR_INVALID_ARGUMENT) without reading past the fields the library knows: it is not the
+ * size of a kljit struct but garbage or another struct. */
+#define KLJIT_STRUCT_SIZE_MAX 1024
+
 typedef struct kljit_problem {
   size_t struct_size;               /* sizeof(kljit_problem), set by KLJIT_PROBLEM_INIT; any
-                                     * size from KLJIT_PROBLEM_MIN_SIZE up is accepted */
+                                     * size from KLJIT_PROBLEM_MIN_SIZE to KLJIT_STRUCT_SIZE_MAX
+                                     * is accepted */
   int64_t hidden;                   /* H, 1 <= H <= 2^20 */
   int64_t vocab;                    /* V, 2 <= V <= 2^24 */
   kljit_dtype input_dtype;          /* X; FP32, FP16 or BF16 */
@@ -266,9 +274,9 @@ typedef struct kljit_problem {
   /* The loss families (the math section). Each default keeps the plain forward KL. */
   kljit_divergence divergence;      /* KLJIT_DIVERGENCE_FORWARD_KL by default */
   double beta;                      /* JSD only: in [0, 1]; 0 otherwise */
-  double hard_weight;               /* >= 0, finite: weight of CE on labels; default 0 */
-  double soft_weight;               /* >= 0, finite: weight of the divergence; default 1 */
-  double softcap;                   /* student logit cap c: 0 (off, default) or in (0, 1e6] */
+  double hard_weight;               /* in [0, 1e6]: weight of CE on labels; default 0 */
+  double soft_weight;               /* in [0, 1e6]: weight of the divergence; default 1 */
+  double softcap;                   /* student logit cap c: 0 (off, default) or in [1e-6, 1e6] */
   double teacher_softcap;           /* the teacher's logits (DENSE_LOGITS, DENSE_HIDDEN): same */
   int64_t teacher_vocab;            /* dense teachers: Vt columns, V <= Vt <= 2^24; 0: Vt = V */
   int64_t teacher_ld;               /* dense teachers: row stride (elements) >= Vt; 0: Vt */
@@ -335,6 +343,12 @@ enum {
  * KLJIT_CONTEXT_OPTIONS_INIT is the default column without the environment: what the entry
  * points without a context (kljit_plan_check, kljit_precompile, kljit_precompile_wisdom) plan
  * with, and what a caller passes for a context that no environment variable steers.
+ * A variable set to a value it does not take ("clustr", "4k", a flag other than 0 or 1) is never
+ * read as the default: kljit_context_create(..., NULL) refuses it (KLJIT_ERR_INVALID_ARGUMENT,
+ * naming the variable and the values it takes) before anything else (kljit_precompile, which
+ * reads only the cache's and the log's variables, refuses theirs), and kljit_context_options_default gives the member a value kljit_context_create
+ * refuses with the same sentence. `kljit info` and kljit_env_check (kljit_experimental.h) list
+ * every KLJIT_* variable with its verdict.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -456,7 +470,8 @@ typedef struct kljit_args {
    * scaler's scale known at forward time, so fp16 gradients are computed already scaled
    * instead of rounded and then scaled. Backward: with grad_output divided by it, an fp16 G
    * stays in range for any finite upstream gradient (fp16 G is lifted for |grad_output| <= 1).
-   * Finite and > 0; 0 means 1. Appended after `flags`: a caller whose struct_size ends at
+   * A normal fp32 value, in [FLT_MIN, FLT_MAX] (it becomes an fp32 alpha); 0 means 1. Appended
+   * after `flags`: a caller whose struct_size ends at
    * `flags` (older headers) gets 1. */
   double grad_scale;
   /* The online teacher (KLJIT_TEACHER_DENSE_HIDDEN; `teacher` is then NULL): its hidden states
@@ -506,7 +521,12 @@ KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
 enum {
   /* Render every module and look it up in cache_dir, but compile and write nothing: the
    * reports say which modules a real run would compile. */
-  KLJIT_PRECOMPILE_DRY_RUN = 1u << 0
+  KLJIT_PRECOMPILE_DRY_RUN = 1u << 0,
+  /* A cache other users read (a cluster cache): the directory is created 0755 (or an existing
+   * one of the caller's widened to r-x for all), entries are written 0644, and entries the
+   * caller stored earlier without it are made world-readable. Readers trust the entries of
+   * root, of themselves and of the owners their KLJIT_CACHE_TRUSTED_OWNERS names. */
+  KLJIT_PRECOMPILE_SHARED = 1u << 1
 };
 
 /* One kernel module of a precompile, reported as soon as it is done. */
@@ -530,9 +550,11 @@ typedef void (*kljit_module_callback)(const kljit_module_report *module, void *u
  * `flags`: KLJIT_PRECOMPILE_*; `done` (may be NULL) gets a report per module as soon as it is done
  * (its `compiled` says whether it was compiled now or already cached). Different problems or archs
  * may be precompiled from several threads at once. Storing is the point: a module that could not be
- * stored (full or read-only filesystem, an entry path that is not a file, an unsafe directory)
- * makes it return KLJIT_ERR_CACHE, after trying the others, with each such module's path and reason
- * in kljit_last_error(). */
+ * stored (full or read-only filesystem, an entry path that is not a file) makes it return
+ * KLJIT_ERR_CACHE, after trying the others, with each such module's path and reason in
+ * kljit_last_error(). An existing cache_dir that readers would refuse (owned by someone else,
+ * writable by group or others) or that cannot be read is KLJIT_ERR_CACHE before anything is
+ * rendered or compiled. */
 KLJIT_API kljit_status kljit_precompile(const kljit_problem *problem, int arch,
                                         const char *cache_dir, uint32_t flags,
                                         kljit_module_callback done, void *user);
@@ -571,6 +593,18 @@ KLJIT_API kljit_status kljit_wisdom_import_string(const char *text);
  * same bytes. */
 KLJIT_API kljit_status kljit_wisdom_export_file(const char *path);
 KLJIT_API kljit_status kljit_wisdom_export_string(char **text);
+
+/* Merges the whole store into the wisdom file `path`, under the file's lock: its entries are
+ * read, the store's merged in by the merge rules, and the result replaces it atomically, so
+ * entries other processes merged meanwhile are kept (kljit_wisdom_export_file replaces the file
+ * with the store alone). A missing file is created; one that is not this version's wisdom is
+ * refused (KLJIT_ERR_WISDOM) and left as it is. What `kljit tune --wisdom F` does at the end, so
+ * that tuners sharing F lose none of each other's entries.
+ * Both writers refuse a path that holds anything but a regular file (a FIFO, a device, a
+ * symbolic link, a directory: KLJIT_ERR_WISDOM, nothing written). The lock is an fcntl lock on
+ * "<path>.lock", a file created beside it and left there on purpose: removing it would race with
+ * a writer that has just opened it. */
+KLJIT_API kljit_status kljit_wisdom_merge_file(const char *path);
 
 /* Releases memory kljit returned (kljit_wisdom_export_string). NULL is a no-op. */
 KLJIT_API void kljit_free(void *ptr);

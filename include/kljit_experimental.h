@@ -176,6 +176,22 @@ KLJIT_API kljit_status kljit_cache_clear(const char *dir, kljit_cache_visitor re
  * gets each path with `writable` 0 or 1; none when KLJIT_CACHE_DISABLE=1. */
 typedef void (*kljit_cache_dir_visitor)(const char *dir, int writable, void *user);
 KLJIT_API kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user);
+
+/* Whether lookups would use the cache directory `dir` as this user: KLJIT_SUCCESS, or
+ * KLJIT_ERR_CACHE with the reason in kljit_last_error(): it does not exist or this user cannot
+ * read it or open its entries, or it is refused (owned by someone other than root, this user
+ * or an owner KLJIT_CACHE_TRUSTED_OWNERS names; writable by group or others). A plan skips a
+ * read-only directory it cannot read (a KLJIT_LOG=1 line) and fails on one it refuses; `kljit
+ * info` and `kljit cache verify` report both. */
+KLJIT_API kljit_status kljit_cache_dir_check(const char *dir);
+
+/* Every KLJIT_* variable of the environment: `visit` gets its name, its value and, when kljit
+ * does not take the value (or does not read the name), a sentence saying why (NULL: fine).
+ * KLJIT_ERR_INVALID_ARGUMENT naming the first bad value, else KLJIT_SUCCESS (a name kljit does
+ * not read is reported to the visitor only: tools and tests have their own). */
+typedef void (*kljit_env_visitor)(const char *name, const char *value, const char *problem,
+                                  void *user);
+KLJIT_API kljit_status kljit_env_check(kljit_env_visitor visit, void *user);
 /* ---- end of tooling --------------------------------------------------------------------- */
 
 /* ---- benchmark hook --------------------------------------------------------------------- *

@@ -21,7 +21,8 @@
  * 3. Trust comes from the file system, not from the content. A cubin runs with the process's
  *    GPU memory, and a checksum proves nothing against someone who can write the file. An
  *    entry is loaded only when its directory and the file itself are owned by the effective
- *    uid (or root) and are writable by neither group nor others. The checks are fstat on the
+ *    uid, by root or by an owner KLJIT_CACHE_TRUSTED_OWNERS names (the operator account of a
+ *    cluster cache), and are writable by neither group nor others. The checks are fstat on the
  *    very descriptors that are then read: the directory is opened once and entries are opened
  *    relative to it with openat(O_NOFOLLOW), so what was checked is what is read. A violation
  *    is an error (KLJIT_ERR_CACHE), not a miss: quietly recompiling would hide a tampered or
@@ -36,8 +37,12 @@
  *    with '.' and end in ".tmp", so nothing looking for "*.kjc" mistakes one for an entry, and
  *    a failed store unlinks its own. Only a crash between create and rename leaves one behind.
  *
- * 6. No state lives between calls (no globals, no locks): every function may run in several
- *    threads and processes at once.
+ * 6. No state lives between calls but the parsed KLJIT_CACHE_TRUSTED_OWNERS (memoized per
+ *    value, under a lock): every function may run in several threads and processes at once.
+ *
+ * 7. A shared cache (cache_config.shared: kljit precompile --shared) is written for other
+ *    users to read: its directories are created (or widened to) 0755, its entries 0644; never
+ *    anything writable by another user, which readers would refuse (invariant 3).
  */
 #include "cache.h"
 #include "env.h"
@@ -47,6 +52,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,18 +205,114 @@ static kljit_status join_path(char out[PATH_MAX], const char *dir, const char *n
   return KLJIT_SUCCESS;
 }
 
+/* ---- trust (invariant 3) ------------------------------------------------------------------ */
+
+kljit_status cache_trusted_owners(const char *text, uid_t *uids, int cap, int *n) {
+  *n = 0;
+  for (const char *p = text ? text : ""; *p;) {
+    const size_t len = strcspn(p, ", \t");
+    if (len) {
+      char word[128];
+      if (len >= sizeof word)
+        return err_set(KLJIT_ERR_INVALID_ARGUMENT, "KLJIT_CACHE_TRUSTED_OWNERS: '%.40s...' is "
+                       "no user name", p);
+      memcpy(word, p, len), word[len] = '\0';
+      char *end;
+      errno = 0;
+      const unsigned long v = strtoul(word, &end, 10);
+      uid_t uid;
+      if (word[0] >= '0' && word[0] <= '9' && !*end && !errno && v < (uid_t)-1) {
+        uid = (uid_t)v;
+      } else {
+        struct passwd pw, *found = NULL;
+        char buf[4096];
+        if (getpwnam_r(word, &pw, buf, sizeof buf, &found) != 0 || !found)
+          return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                         "KLJIT_CACHE_TRUSTED_OWNERS: '%s' is neither a user of this machine "
+                         "nor a uid", word);
+        uid = found->pw_uid;
+      }
+      if (*n == cap)
+        return err_set(KLJIT_ERR_INVALID_ARGUMENT, "KLJIT_CACHE_TRUSTED_OWNERS: more than %d "
+                       "owners", cap);
+      uids[(*n)++] = uid;
+    }
+    p += len;
+    if (*p) p++;
+  }
+  return KLJIT_SUCCESS;
+}
+
+/* KLJIT_CACHE_TRUSTED_OWNERS, parsed once per value (user names resolve through NSS). */
+enum { TRUSTED_MAX = 64 };
+static pthread_mutex_t trust_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  int valid;
+  char text[1024];
+  uid_t uid[TRUSTED_MAX];
+  int n;
+  char bad[256]; /* why the value did not parse ("": it did) */
+} trust;
+
+/* Whether the variable names `owner`; *bad gets why the variable is unusable (or ""). */
+static int trusted_owner(uid_t owner, char *bad, size_t cap) {
+  bad[0] = '\0';
+  const char *const text = env_text(ENV_CACHE_TRUSTED_OWNERS);
+  if (!text || !*text) return 0;
+  pthread_mutex_lock(&trust_lock);
+  if (!trust.valid || strncmp(trust.text, text, sizeof trust.text) != 0) {
+    trust.valid = 1, trust.bad[0] = '\0';
+    snprintf(trust.text, sizeof trust.text, "%s", text);
+    if (strlen(text) >= sizeof trust.text) {
+      trust.n = 0;
+      snprintf(trust.bad, sizeof trust.bad, "KLJIT_CACHE_TRUSTED_OWNERS is too long");
+    } else if (cache_trusted_owners(text, trust.uid, TRUSTED_MAX, &trust.n) != KLJIT_SUCCESS) {
+      trust.n = 0;
+      snprintf(trust.bad, sizeof trust.bad, "%s", kljit_last_error());
+    }
+  }
+  int found = 0;
+  for (int i = 0; i < trust.n && !found; i++) found = trust.uid[i] == owner;
+  snprintf(bad, cap, "%s", trust.bad);
+  pthread_mutex_unlock(&trust_lock);
+  return found;
+}
+
 /* The trust rule of invariant 3, applied to an fstat of an open descriptor. */
 static kljit_status check_trusted(const struct stat *st, const char *what, const char *path) {
   const uid_t me = geteuid();
-  if (st->st_uid != me && st->st_uid != 0)
+  char bad[256];
+  if (st->st_uid != me && st->st_uid != 0 && !trusted_owner(st->st_uid, bad, sizeof bad)) {
+    struct passwd pw, *found = NULL;
+    char buf[4096];
+    getpwuid_r(st->st_uid, &pw, buf, sizeof buf, &found);
     return err_set(KLJIT_ERR_CACHE,
-                   "refusing cache %s %s: owned by uid %u, not by the current user (uid %u) "
-                   "or root",
-                   what, path, (unsigned)st->st_uid, (unsigned)me);
+                   "refusing cache %s %s: owned by uid %u%s%s%s, not by the current user (uid "
+                   "%u), root or an owner named in KLJIT_CACHE_TRUSTED_OWNERS%s%s",
+                   what, path, (unsigned)st->st_uid, found ? " (" : "", found ? found->pw_name : "",
+                   found ? ")" : "", (unsigned)me, bad[0] ? ": " : "", bad);
+  }
   if (st->st_mode & (S_IWGRP | S_IWOTH))
     return err_set(KLJIT_ERR_CACHE, "refusing cache %s %s: writable by group or others (mode %04o)",
                    what, path, (unsigned)(st->st_mode & 07777));
   return KLJIT_SUCCESS;
+}
+
+kljit_status cache_dir_status(const char *dir) {
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return err_set(KLJIT_ERR_CACHE, "cannot read cache directory %s as uid %u: %s", dir,
+                   (unsigned)geteuid(), strerror(errno));
+  struct stat st;
+  kljit_status s =
+      fstat(fd, &st) != 0
+          ? err_set(KLJIT_ERR_CACHE, "cannot stat cache directory %s: %s", dir, strerror(errno))
+          : check_trusted(&st, "directory", dir);
+  if (s == KLJIT_SUCCESS && faccessat(fd, ".", X_OK, AT_EACCESS) != 0)
+    s = err_set(KLJIT_ERR_CACHE, "cannot open the entries of cache directory %s as uid %u: %s",
+                dir, (unsigned)geteuid(), strerror(errno));
+  close(fd);
+  return s;
 }
 
 /* Opens a directory to search. A directory that cannot be opened (missing, not a directory,
@@ -237,14 +340,16 @@ static kljit_status dir_open_for_lookup(const char *dir, int *out) {
   return KLJIT_SUCCESS;
 }
 
-/* Opens the writable directory, creating it if missing, and applies the trust rule to it. */
-static kljit_status dir_make(const char *dir, int *out) {
+/* Opens the writable directory, creating it if missing (0755 when shared, else 0700), and applies
+ * the trust rule to it; a shared one of ours that others cannot read is widened to r-x. */
+static kljit_status dir_make(const char *dir, int shared, int *out) {
   *out = -1;
   int cur = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the usual case: it exists */
   if (cur < 0 && errno != ENOENT)
     return err_set(KLJIT_ERR_CACHE, "cannot open cache directory %s: %s", dir, strerror(errno));
   if (cur < 0) {
-    const kljit_status s = fs_mkdir_p(dir, KLJIT_ERR_CACHE, "cache directory", &cur);
+    const kljit_status s =
+        fs_mkdir_p_mode(dir, shared ? 0755 : 0700, KLJIT_ERR_CACHE, "cache directory", &cur);
     if (s) return s;
   }
   struct stat st;
@@ -253,7 +358,11 @@ static kljit_status dir_make(const char *dir, int *out) {
     close(cur);
     return err_set(KLJIT_ERR_CACHE, "cannot stat cache directory %s: %s", dir, strerror(e));
   }
-  const kljit_status s = check_trusted(&st, "directory", dir);
+  kljit_status s = check_trusted(&st, "directory", dir);
+  if (!s && shared && st.st_uid == geteuid() && (st.st_mode & 0055) != 0055 &&
+      fchmod(cur, (st.st_mode & 07777) | 0055) != 0)
+    s = err_set(KLJIT_ERR_CACHE, "cannot make the shared cache directory %s readable: %s", dir,
+                strerror(errno));
   if (s) {
     close(cur);
     return s;
@@ -398,15 +507,23 @@ kljit_status cache_lookup(const cache_config *cfg, const char *key_text, cache_e
   return KLJIT_SUCCESS;
 }
 
+static kljit_status store_in(const char *dir, int shared, const char *key_text, const char *meta,
+                             const void *payload, size_t payload_len);
+
 kljit_status cache_store(const cache_config *cfg, const char *key_text, const char *meta,
                          const void *payload, size_t payload_len) {
   if (!cfg) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "cache_store: cfg is NULL");
   if (cfg->disabled || !cfg->rw_dir) return KLJIT_SUCCESS;
-  return cache_store_in(cfg->rw_dir, key_text, meta, payload, payload_len);
+  return store_in(cfg->rw_dir, cfg->shared, key_text, meta, payload, payload_len);
 }
 
 kljit_status cache_store_in(const char *dir, const char *key_text, const char *meta,
                             const void *payload, size_t payload_len) {
+  return store_in(dir, 0, key_text, meta, payload, payload_len);
+}
+
+static kljit_status store_in(const char *dir, int shared, const char *key_text, const char *meta,
+                             const void *payload, size_t payload_len) {
   if (!dir || !key_text || (!payload && payload_len))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "cache_store: NULL argument");
   if (!meta) meta = "";
@@ -433,12 +550,29 @@ kljit_status cache_store_in(const char *dir, const char *key_text, const char *m
   char name[80], path[PATH_MAX];
   cache_file_name(key_text, name);
   s = join_path(path, dir, name);
-  if (!s) s = dir_make(dir, &dfd);
+  if (!s) s = dir_make(dir, shared, &dfd);
   const fs_part parts[] = {{head.data, head.len}, {sum, sizeof sum}, {payload, payload_len}};
-  if (!s) s = fs_publish_at(dfd, dir, name, parts, 3, 0600, KLJIT_ERR_CACHE, "cache entry");
+  if (!s)
+    s = fs_publish_at(dfd, dir, name, parts, 3, shared ? 0644 : 0600, KLJIT_ERR_CACHE,
+                      "cache entry");
   if (!s) util_log("cache: stored %s (%zu bytes)", path, payload_len);
   if (dfd >= 0) close(dfd);
   sb_free(&head);
+  return s;
+}
+
+kljit_status cache_share_entry(const char *dir, const char *name) {
+  const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return err_set(KLJIT_ERR_CACHE, "cannot open cache directory %s: %s", dir, strerror(errno));
+  struct stat st;
+  kljit_status s = KLJIT_SUCCESS;
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+      st.st_uid == geteuid() && (st.st_mode & 0044) != 0044 &&
+      fchmodat(dfd, name, (st.st_mode & 07777) | 0044, 0) != 0)
+    s = err_set(KLJIT_ERR_CACHE, "cannot make cache entry %s/%s readable: %s", dir, name,
+                strerror(errno));
+  close(dfd);
   return s;
 }
 

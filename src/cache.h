@@ -4,14 +4,16 @@
  * One file per entry, named by the SHA-256 (hex) of its key text. Read-only directories
  * (KLJIT_CACHE_PATH=dir1:dir2) are searched before the writable one (KLJIT_CACHE_DIR, else
  * $XDG_CACHE_HOME/kljit, else ~/.cache/kljit, created 0700); KLJIT_CACHE_DISABLE=1 turns the
- * cache off. Entries are published atomically (temp file named with host, pid and a random
- * part; fsync; rename) and fully validated on read.
+ * cache off. What is read must be owned by root, the user or an owner KLJIT_CACHE_TRUSTED_OWNERS
+ * names, and be writable by no one else. Entries are published atomically (temp file named
+ * with host, pid and a random part; fsync; rename) and fully validated on read.
  */
 #ifndef KLJIT_CACHE_H
 #define KLJIT_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "util.h"
 
@@ -20,6 +22,7 @@ typedef struct cache_config {
   size_t n_ro;
   char *rw_dir;     /* NULL when disabled */
   int disabled;
+  int shared;       /* rw_dir is read by other users: 0755 directories, 0644 entries */
 } cache_config;
 
 /* The cache of a writable `dir` (NULL: $XDG_CACHE_HOME/kljit, else ~/.cache/kljit) and the
@@ -59,6 +62,19 @@ kljit_status cache_store(const cache_config *cfg, const char *key_text, const ch
 /* Publishes into an explicit directory (precompile). */
 kljit_status cache_store_in(const char *dir, const char *key_text, const char *meta,
                             const void *payload, size_t payload_len);
+
+/* Makes an entry of ours in `dir` readable by everyone (0644), for a shared cache whose entry
+ * an earlier, private precompile stored 0600. Nothing to do for others' entries. */
+kljit_status cache_share_entry(const char *dir, const char *name);
+
+/* Whether lookups can use `dir`: it opens (exists, readable by this user), its entries can be
+ * opened, and it passes the trust rule (owner, mode). KLJIT_SUCCESS, or KLJIT_ERR_CACHE with
+ * the reason. */
+kljit_status cache_dir_status(const char *dir);
+
+/* The uids a KLJIT_CACHE_TRUSTED_OWNERS value names (user names or uids, separated by commas
+ * or blanks), at most cap: KLJIT_ERR_INVALID_ARGUMENT naming a word that is neither. */
+kljit_status cache_trusted_owners(const char *text, uid_t *uids, int cap, int *n);
 
 /* Reads and fully validates one entry file (cache verify/ls). On success fills *out. */
 kljit_status cache_read_file(const char *path, cache_entry *out);

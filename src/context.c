@@ -27,8 +27,13 @@ kljit_status kljit_context_options_default(kljit_context_options *options) {
 
 kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out) {
   const char *who = "kljit_context_create";
-  kljit_context_options env; /* no options: the environment's, checked as a caller's */
-  if (!user) env_context_defaults(&env), user = &env;
+  if (!user) { /* the environment's: a bad value is named before anything else can fail */
+    char why[512];
+    if (env_context_bad(why, sizeof why))
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: the environment's %s", who, why);
+    env_context_defaults(out);
+    return KLJIT_SUCCESS;
+  }
   /* the first released struct ends at gemm; dx_split came after it */
   const size_t first = offsetof(kljit_context_options, gemm) + sizeof user->gemm;
   if (user->struct_size < first)
@@ -36,11 +41,8 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
                    "%s: options->struct_size = %zu, below the %zu bytes of the first released "
                    "kljit_context_options (fill it with kljit_context_options_default)", who,
                    user->struct_size, first);
-  for (size_t i = sizeof *out; i < user->struct_size; i++)
-    if (((const unsigned char *)user)[i])
-      return err_set(KLJIT_ERR_UNSUPPORTED,
-                     "%s: options->struct_size = %zu and byte %zu is set: an option newer than "
-                     "this library's is in use", who, user->struct_size, i);
+  const kljit_status tail = util_struct_tail(user, sizeof *out, user->struct_size, who, "options");
+  if (tail != KLJIT_SUCCESS) return tail;
   memset(out, 0, sizeof *out);
   memcpy(out, user, user->struct_size < sizeof *out ? user->struct_size : sizeof *out);
   out->struct_size = sizeof *out;
@@ -48,21 +50,27 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
   if (out->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: options->flags = 0x%x has unknown bits 0x%x",
                    who, out->flags, out->flags & ~known);
+  /* -1 is what env.c makes of a bad variable: its sentence says which and why */
+  char env[512] = "";
   if (out->row_kernel != KLJIT_ROW_KERNEL_TWO_PASS && out->row_kernel != KLJIT_ROW_KERNEL_CLUSTER)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: options->row_kernel = %d, must be KLJIT_ROW_KERNEL_TWO_PASS or "
-                   "KLJIT_ROW_KERNEL_CLUSTER", who, (int)out->row_kernel);
+                   "KLJIT_ROW_KERNEL_CLUSTER%s%s", who, (int)out->row_kernel,
+                   env_bad(ENV_ROW_KERNEL, env, sizeof env) ? "; " : "", env);
   if (out->chunk_rows < 0 || out->chunk_rows > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: options->chunk_rows = %lld, must be 0 (the planner's) or in [1, 2^31)",
-                   who, (long long)out->chunk_rows);
+                   "%s: options->chunk_rows = %lld, must be 0 (the planner's) or in [1, 2^31)%s%s",
+                   who, (long long)out->chunk_rows,
+                   env_bad(ENV_CHUNK_ROWS, env, sizeof env) ? "; " : "", env);
   if (out->tune_rows < 1 || out->tune_rows > INT32_MAX)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: options->tune_rows = %lld, must be in "
-                   "[1, 2^31)", who, (long long)out->tune_rows);
+                   "[1, 2^31)%s%s", who, (long long)out->tune_rows,
+                   env_bad(ENV_TUNE_ROWS, env, sizeof env) ? "; " : "", env);
   if (!(out->tune_budget_s > 0 && out->tune_budget_s < 1e6))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds", who,
-                   out->tune_budget_s);
+                   "%s: options->tune_budget_s = %g, must be in (0, 1e6) seconds%s%s", who,
+                   out->tune_budget_s, env_bad(ENV_TUNE_BUDGET_S, env, sizeof env) ? "; " : "",
+                   env);
   if (out->dx_split < 0 || out->dx_split > 64) {
     const char *e = env_text(ENV_DX_SPLIT); /* -1 is what env.c makes of a bad KLJIT_DX_SPLIT */
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,

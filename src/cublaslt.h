@@ -30,6 +30,7 @@
   X(cublasLtMatmulPreferenceDestroy)       \
   X(cublasLtMatmulPreferenceSetAttribute)  \
   X(cublasLtMatmulAlgoGetHeuristic)        \
+  X(cublasLtMatmulAlgoCheck)               \
   X(cublasLtMatmul)
 
 typedef struct cublaslt_table {

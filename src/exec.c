@@ -14,6 +14,7 @@
  * once per call and per chunk, by the roles of its manifest (plan_launch): nothing here knows a
  * kernel's argument order.
  */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -108,17 +109,13 @@ static kljit_status check_args_head(const kljit_args *a, uint32_t known, const c
                    "kljit_args (initialize it with KLJIT_ARGS_INIT)", who, a->struct_size,
                    (size_t)KLJIT_ARGS_MIN_SIZE);
   /* a newer caller's struct: what this library does not know must be left at zero */
-  for (size_t i = sizeof(kljit_args); i < a->struct_size; i++)
-    if (((const unsigned char *)a)[i])
-      return err_set(KLJIT_ERR_UNSUPPORTED,
-                     "%s: args->struct_size = %zu and byte %zu is set: a field newer than this "
-                     "library's kljit_args (%zu bytes) is in use", who, a->struct_size, i,
-                     sizeof(kljit_args));
+  TRY(util_struct_tail(a, sizeof(kljit_args), a->struct_size, who, "args"));
+  /* the scale becomes the GEMMs' fp32 alpha: a double past fp32's normal range is inf or 0 */
   if (ARGS_HAS(a, grad_scale) && a->grad_scale != 0 &&
-      !(a->grad_scale > 0 && isfinite(a->grad_scale)))
+      !(a->grad_scale >= FLT_MIN && a->grad_scale <= FLT_MAX))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: args->grad_scale = %g, must be finite and > 0 (or 0 for 1)", who,
-                   a->grad_scale);
+                   "%s: args->grad_scale = %g, must be a normal fp32 value in [%g, %g] (or 0 "
+                   "for 1)", who, a->grad_scale, (double)FLT_MIN, (double)FLT_MAX);
   if (a->flags & ~known)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->flags = 0x%x has unknown bits 0x%x",
                    who, a->flags, a->flags & ~known);
@@ -476,8 +473,12 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.galpha = (float)((mode != KLJIT_MODE_FORWARD ? args_grad_scale(a) : 1.0) / c.gmult);
     c.stats_out = stats_out, c.all = all;
     exec_call_args(&c, nrec);
-    st = run_mode(&c, mode);
-    if (st != KLJIT_SUCCESS) err_prefix(st, "%s: ", who);
+    if (!isnormal(c.galpha)) /* a grad_scale near fp32's ends over a large multiplier */
+      st = err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: args->grad_scale = %g over the plan's gradient multiplier %g leaves "
+                   "fp32's range", who, args_grad_scale(a), (double)c.gmult);
+    else if ((st = run_mode(&c, mode)) != KLJIT_SUCCESS)
+      err_prefix(st, "%s: ", who);
   }
   if (p) ctx_leave(p->ctx);
   return st;

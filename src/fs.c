@@ -17,12 +17,17 @@
 
 #include "env.h"
 
-/* mkdir -p. Missing components are created 0700 and then fchmod'ed, so the umask neither
- * widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for a
- * symlink between mkdir and open is caught. Existing components are followed as they are,
+kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out) {
+  return fs_mkdir_p_mode(dir, 0700, status, what, out);
+}
+
+/* mkdir -p. Missing components are created 0700 and then fchmod'ed to `mode`, so the umask
+ * neither widens nor narrows them; they are reopened with O_NOFOLLOW, so a component swapped for
+ * a symlink between mkdir and open is caught. Existing components are followed as they are,
  * symlinks included (users keep ~/.cache on other disks). Returns the final directory open
  * (*out), or closes it when out is NULL. */
-kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out) {
+kljit_status fs_mkdir_p_mode(const char *dir, unsigned mode, kljit_status status,
+                             const char *what, int *out) {
   const size_t n = strlen(dir);
   if (n == 0 || n >= PATH_MAX)
     return err_set(status, "bad %s name '%s'", what, dir);
@@ -48,7 +53,7 @@ kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, 
     if (next < 0)
       return err_set(status, "cannot create %s %s: %s", what, buf,
                      strerror(mkdir_errno ? mkdir_errno : open_errno));
-    if (created && fchmod(next, 0700) != 0) {
+    if (created && fchmod(next, (mode_t)mode) != 0) {
       const int e = errno;
       close(next);
       return err_set(status, "cannot chmod %s %s: %s", what, buf, strerror(e));
@@ -140,13 +145,62 @@ static kljit_status temp_create(int dfd, const char *dir, const char *name, char
   return err_set(status, "cannot create a unique temp file in %s", dir);
 }
 
+static const char *file_kind(mode_t m) {
+  return S_ISLNK(m)   ? "a symbolic link"
+         : S_ISDIR(m) ? "a directory"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a regular file";
+}
+
+kljit_status fs_check_replaceable(int dfd, const char *dir, const char *name, kljit_status status,
+                                  const char *what) {
+  struct stat sb;
+  if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return KLJIT_SUCCESS;
+    return err_set(status, "cannot stat %s %s/%s: %s", what, dir, name, strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode))
+    return err_set(status, "refusing to replace %s/%s with a %s: it is %s, not a regular file",
+                   dir, name, what, file_kind(sb.st_mode));
+  return KLJIT_SUCCESS;
+}
+
+/* The directory part of `path` into dir ("." or "/" for none) and its last component. */
+static kljit_status split_path(const char *path, char dir[PATH_MAX], const char **base,
+                               kljit_status status, const char *what) {
+  const char *slash = strrchr(path, '/');
+  const int n = !slash ? snprintf(dir, PATH_MAX, ".")
+                : slash == path ? snprintf(dir, PATH_MAX, "/")
+                                : snprintf(dir, PATH_MAX, "%.*s", (int)(slash - path), path);
+  if (n < 0 || n >= PATH_MAX) return err_set(status, "%s path %s is too long", what, path);
+  *base = slash ? slash + 1 : path;
+  return KLJIT_SUCCESS;
+}
+
+kljit_status fs_check_replaceable_path(const char *path, kljit_status status, const char *what) {
+  char dir[PATH_MAX];
+  const char *base = NULL;
+  kljit_status st = split_path(path, dir, &base, status, what);
+  if (st != KLJIT_SUCCESS) return st;
+  const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return KLJIT_SUCCESS; /* nothing there to replace; the write says why it fails */
+  st = fs_check_replaceable(dfd, dir, base, status, what);
+  close(dfd);
+  return st;
+}
+
 kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,
                            int nparts, unsigned mode, kljit_status status, const char *what) {
   if (strlen(name) > NAME_MAX - 64 || strchr(name, '/'))
     return err_set(status, "bad %s name '%s'", what, name);
+  kljit_status st = fs_check_replaceable(dfd, dir, name, status, what);
+  if (st != KLJIT_SUCCESS) return st;
   char tmp[NAME_MAX] = "";
   int fd = -1;
-  kljit_status st = temp_create(dfd, dir, name, tmp, status, &fd);
+  st = temp_create(dfd, dir, name, tmp, status, &fd);
   if (st != KLJIT_SUCCESS) return st;
   int ok = 1;
   for (int i = 0; ok && i < nparts; i++) ok = fs_write_full(fd, parts[i].data, parts[i].len) == 0;
@@ -157,6 +211,8 @@ kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_
   const int closed = close(fd) == 0;
   if (!ok || !closed) {
     st = err_set(status, "cannot write %s %s/%s: %s", what, dir, tmp, strerror(ok ? errno : err));
+  } else if ((st = fs_check_replaceable(dfd, dir, name, status, what)) != KLJIT_SUCCESS) {
+    /* checked again just before the rename: something may have been put there meanwhile */
   } else if (renameat(dfd, tmp, dfd, name) != 0) {
     st = err_set(status, "cannot publish %s %s/%s: %s", what, dir, name, strerror(errno));
   } else {
@@ -171,17 +227,15 @@ kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_
 
 kljit_status fs_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                             kljit_status status, const char *what) {
-  const char *slash = strrchr(path, '/');
   char dir[PATH_MAX];
-  const int n = !slash ? snprintf(dir, sizeof dir, ".")
-                : slash == path ? snprintf(dir, sizeof dir, "/")
-                                : snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  if (n < 0 || n >= (int)sizeof dir) return err_set(status, "%s path %s is too long", what, path);
+  const char *base = NULL;
+  kljit_status st = split_path(path, dir, &base, status, what);
+  if (st != KLJIT_SUCCESS) return st;
   int dfd = -1;
-  kljit_status st = fs_mkdir_p(dir, status, "directory", &dfd);
+  st = fs_mkdir_p(dir, status, "directory", &dfd);
   if (st != KLJIT_SUCCESS) return st;
   const fs_part part = {data, len};
-  st = fs_publish_at(dfd, dir, slash ? slash + 1 : path, &part, 1, mode, status, what);
+  st = fs_publish_at(dfd, dir, base, &part, 1, mode, status, what);
   close(dfd);
   return st;
 }

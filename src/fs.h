@@ -13,6 +13,9 @@
  * directory open (O_DIRECTORY), or it is closed when out is NULL. Failures: `status` with a
  * sentence naming `what` ("cache directory") and the path. */
 kljit_status fs_mkdir_p(const char *dir, kljit_status status, const char *what, int *out);
+/* The same with the missing components made `mode` (0755: a cache other users read). */
+kljit_status fs_mkdir_p_mode(const char *dir, unsigned mode, kljit_status status,
+                             const char *what, int *out);
 
 /* Reads up to n bytes (short only at end of file) or -1 with errno; writes all n or -1. */
 ssize_t fs_read_full(int fd, void *buf, size_t n);
@@ -24,11 +27,21 @@ typedef struct fs_part {
   size_t len;
 } fs_part;
 
+/* Whether `name` in the open directory `dfd` may be replaced by a published file: absent, or a
+ * regular file. Anything else (a symbolic link, a FIFO, a device, a directory, a socket) is
+ * refused with `status` naming it: a publication must never turn /dev/null or a link into a
+ * regular file, nor write through a link into a file someone else chose. */
+kljit_status fs_check_replaceable(int dfd, const char *dir, const char *name, kljit_status status,
+                                  const char *what);
+/* The same for a path (its directory need not exist). */
+kljit_status fs_check_replaceable_path(const char *path, kljit_status status, const char *what);
+
 /* Publishes `name` in the open directory `dfd` (`dir` names it in messages) whole or not at
  * all: a temp file ".<name>.<host>.<pid>.<64 random bits>.tmp" created beside it (O_EXCL,
  * O_NOFOLLOW, 0600), the parts written in order, chmod'ed to `mode`, fsynced and closed, renamed
- * over `name`, then the directory fsynced. Concurrent writers need no lock: the last rename wins
- * with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
+ * over `name` (refused, before and again just before the rename, when `name` is anything but
+ * a regular file: fs_check_replaceable), then the directory fsynced. Concurrent writers need
+ * no lock: the last rename wins with a complete file; a failure unlinks its own temp file. `status` and `what` ("cache entry")
  * make the messages. */
 kljit_status fs_publish_at(int dfd, const char *dir, const char *name, const fs_part *parts,
                            int nparts, unsigned mode, kljit_status status, const char *what);

@@ -150,6 +150,24 @@ kljit_status gemm_candidates(cublasLtHandle_t lt, const gemm_types *ty, const ge
   return st;
 }
 
+/* Whether tuned words (from wisdom: a file anyone may have edited) are an algorithm cuBLASLt
+ * runs for these layouts within ws_size bytes of workspace. They are opaque to kljit; only
+ * cuBLASLt can check them, and an algorithm it refuses must never reach cublasLtMatmul. */
+static int tuned_ok(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                    cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, gemm_kind kind,
+                    size_t ws_size, const cublasLtMatmulAlgo_t *tuned) {
+  cublasLtMatmulHeuristicResult_t r;
+  memset(&r, 0, sizeof r);
+  const cublasStatus_t s =
+      cublaslt_loaded()->cublasLtMatmulAlgoCheck(lt, desc, la, lb, lc, lc, tuned, &r);
+  if (s == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= ws_size) return 1;
+  util_log("gemm: the tuned %s algorithm is refused (%s): the heuristic's instead",
+           kind_name(kind),
+           s != CUBLAS_STATUS_SUCCESS ? cublaslt_loaded()->cublasLtGetStatusString(s)
+                                      : "it needs more workspace than the plan has");
+  return 0;
+}
+
 kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
                           gemm_kind kind, int64_t n, size_t ws_size,
                           const cublasLtMatmulAlgo_t *tuned, gemm_op *op) {
@@ -160,7 +178,7 @@ kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_
   if (st) return st;
   cublasLtMatrixLayout_t la, lb, lc;
   st = make_layouts(&d, &la, &lb, &lc);
-  if (!st && tuned) op->algo = *tuned;
+  if (!st && tuned && tuned_ok(lt, desc, la, lb, lc, kind, ws_size, tuned)) op->algo = *tuned;
   else if (!st) st = choose_algo(lt, desc, la, lb, lc, &d, kind, ws_size, &op->algo);
   if (st) {
     free_layouts(la, lb, lc);

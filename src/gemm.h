@@ -68,8 +68,10 @@ typedef struct gemm_op {
 } gemm_op;
 
 /* Prepares `kind` for chunks of n rows: with `tuned` (the tuning's algorithm, from the running
- * cuBLASLt version: gemm_algo_find), that algorithm; NULL: cuBLASLt's heuristic choice for a
- * workspace of ws_size bytes. On failure *op holds nothing to destroy. */
+ * cuBLASLt version: gemm_algo_find), that algorithm when cuBLASLt accepts it for these layouts
+ * within ws_size bytes (cublasLtMatmulAlgoCheck; a refusal is logged); otherwise, or with NULL,
+ * cuBLASLt's heuristic choice for a workspace of ws_size bytes. On failure *op holds nothing to
+ * destroy. */
 kljit_status gemm_prepare(cublasLtHandle_t lt, const gemm_types *ty, const gemm_shape *sh,
                           gemm_kind kind, int64_t n, size_t ws_size,
                           const cublasLtMatmulAlgo_t *tuned, gemm_op *op);

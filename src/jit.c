@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "env.h"
 #include "kiface.h"
 #include "nvrtc_compile.h"
 #include "spec_memo.h"
@@ -103,9 +106,54 @@ static kljit_status check_cached_manifest(const jit_bin *b, const cache_entry *e
   return st;
 }
 
+/* ---- compiles in flight -------------------------------------------------------------------
+ * One compile of a module at a time in this process. Threads that miss the cache on the same
+ * key (precompile's jobs share modules; plans of one problem on several threads) would each
+ * compile it; the first claims the key, the others wait until it is stored and then find it in
+ * the cache. */
+
+enum { FLIGHT_MAX = 256 };
+static pthread_mutex_t flight_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t landed = PTHREAD_COND_INITIALIZER;
+static char flights[FLIGHT_MAX][65]; /* key hashes being compiled; "" for a free slot */
+
+/* 1: claimed (compile and store, then flight_release); 0: another thread compiled it meanwhile
+ * (look the cache up again); -1: too many compiles in flight to track (compile unclaimed). */
+static int flight_claim(const char *key_hash) {
+  pthread_mutex_lock(&flight_lock);
+  int waited = 0;
+  for (;;) {
+    int busy = 0, slot = -1;
+    for (int i = 0; i < FLIGHT_MAX; i++) {
+      if (!strcmp(flights[i], key_hash)) busy = 1;
+      if (!flights[i][0] && slot < 0) slot = i;
+    }
+    if (!busy && (waited || slot >= 0)) {
+      if (!waited) snprintf(flights[slot], sizeof flights[0], "%s", key_hash);
+      pthread_mutex_unlock(&flight_lock);
+      return !waited; /* claimed, or landed: look it up again */
+    }
+    if (!busy) { /* every slot taken: compile without a claim rather than wait for a slot */
+      pthread_mutex_unlock(&flight_lock);
+      return -1;
+    }
+    pthread_cond_wait(&landed, &flight_lock);
+    waited = 1;
+  }
+}
+
+static void flight_release(const char *key_hash) {
+  pthread_mutex_lock(&flight_lock);
+  for (int i = 0; i < FLIGHT_MAX; i++)
+    if (!strcmp(flights[i], key_hash)) flights[i][0] = '\0';
+  pthread_cond_broadcast(&landed);
+  pthread_mutex_unlock(&flight_lock);
+}
+
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out) {
   memset(out, 0, sizeof *out);
   double t0 = util_now();
+  int claimed = 0;
   strbuf src = {0}, key = {0};
   kljit_status st = KLJIT_SUCCESS;
   /* a spec rendered before in this process needs no render until a compile does (the source
@@ -132,8 +180,16 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   t0 = util_now();
   cache_entry e = {0};
   cache_result res = CACHE_MISS;
-  st = cache_lookup(cfg, key.data, &e, &res);
-  if (st != KLJIT_SUCCESS) goto done;
+  /* a miss claims the compile (flight_claim): a thread that finds another compiling the same
+   * module waits for it and looks the cache up again */
+  const int storable = !cfg->disabled && cfg->rw_dir;
+  for (int claim = 0; claim == 0;) {
+    st = cache_lookup(cfg, key.data, &e, &res);
+    if (st != KLJIT_SUCCESS) goto done;
+    if (res != CACHE_MISS || !storable) break;
+    claim = flight_claim(out->key_hash);
+    claimed = claim == 1;
+  }
   if (res != CACHE_MISS) {
     st = check_cached_manifest(out, &e);
     if (st == KLJIT_SUCCESS)
@@ -175,6 +231,7 @@ kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bi
   }
   sb_free(&meta);
 done:
+  if (claimed) flight_release(out->key_hash);
   sb_free(&src);
   sb_free(&key);
   if (st != KLJIT_SUCCESS) jit_bin_free(out);
@@ -184,7 +241,7 @@ done:
 /* The arguments both precompiles check first (jit.h). */
 kljit_status jit_precompile_check(const char *who, int arch, const char *cache_dir,
                                   uint32_t flags) {
-  if (flags & ~(uint32_t)KLJIT_PRECOMPILE_DRY_RUN)
+  if (flags & ~(uint32_t)(KLJIT_PRECOMPILE_DRY_RUN | KLJIT_PRECOMPILE_SHARED))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: flags = 0x%x has unknown bits", who,
                    (unsigned)flags);
   char arch_text[16];
@@ -196,6 +253,12 @@ kljit_status jit_precompile_check(const char *who, int arch, const char *cache_d
                    who, arch);
   if (cache_dir && !*cache_dir)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: cache_dir is empty", who);
+  /* what a precompile reads of the environment (the cache's and the log's variables; it plans
+   * with the default options, whatever the options' variables say): a value it does not take
+   * is refused here, not read as the default */
+  char why[512];
+  if (env_cache_bad(why, sizeof why))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: the environment's %s", who, why);
   return KLJIT_SUCCESS;
 }
 
@@ -212,6 +275,11 @@ kljit_status jit_precompile_module(const kspec *k, int arch, const cache_config 
     snprintf(r->name, sizeof r->name, "%s", bin.name);
     snprintf(r->file, sizeof r->file, "%s.kjc", bin.key_hash);
     jit_bin_free(&bin);
+    /* a shared cache's entry stored earlier by a private run (0600) must be readable too */
+    if (cfg->shared && bin.source == CACHE_HIT && bin.store_status == KLJIT_SUCCESS)
+      bin.store_status = cache_share_entry(cfg->rw_dir, r->file);
+    if (bin.store_status != KLJIT_SUCCESS && bin.source == CACHE_HIT)
+      snprintf(bin.store_error, sizeof bin.store_error, "%s", kljit_last_error());
     if (bin.store_status != KLJIT_SUCCESS)
       return err_set(KLJIT_ERR_CACHE, "sm_%d module %s not stored as %s/%s: %s", arch, r->name,
                      cfg->rw_dir ? cfg->rw_dir : "(no cache)", r->file, bin.store_error);
@@ -238,12 +306,19 @@ kljit_status jit_precompile_all(const kspec *specs, size_t n, int arch, const ca
                                 uint32_t flags, kljit_module_callback done, void *user) {
   strbuf failed = {0};
   size_t n_failed = 0;
-  kljit_status st = KLJIT_SUCCESS;
+  cache_config dest = *cfg; /* the same directories; shared as the flags say */
+  dest.shared = (flags & KLJIT_PRECOMPILE_SHARED) != 0;
+  /* a destination that exists must be one readers accept, checked once before anything is
+   * compiled (not once per module after all of them are) */
+  struct stat st_dir;
+  kljit_status st = dest.rw_dir && stat(dest.rw_dir, &st_dir) == 0 ? cache_dir_status(dest.rw_dir)
+                                                                   : KLJIT_SUCCESS;
   for (size_t i = 0; i < n && st == KLJIT_SUCCESS; i++) {
     kljit_module_report r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r, r.arch = arch, r.index = (int)i, r.count = (int)n;
-    st = jit_precompile_module(&specs[i], arch, cfg, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0, &r);
+    st = jit_precompile_module(&specs[i], arch, &dest, (flags & KLJIT_PRECOMPILE_DRY_RUN) != 0,
+                               &r);
     if (st == KLJIT_ERR_CACHE && r.name[0]) { /* built, not stored: name it, go on */
       st = sb_printf(&failed, "%s%s", n_failed++ ? "; " : "", kljit_last_error());
       continue;

@@ -51,23 +51,19 @@ int nvrtc_parse_arch(const char *text) {
   return 0;
 }
 
+/* A debugging aid, never the compile's failure: what cannot be written is logged. Published like
+ * every file kljit writes (fs_write_atomic): a FIFO, device or link at the name is refused, not
+ * written through (an fopen there blocked on a FIFO). */
 static void dump(const char *name, const char *ext, const char *text) {
   const char *dir = env_text(ENV_DUMP_DIR);
   if (!dir || !*dir || !text) return;
   char path[4096];
-  if (fs_mkdir_p(dir, KLJIT_ERR_CACHE, "KLJIT_DUMP_DIR directory", NULL) != KLJIT_SUCCESS) {
-    util_log("%s", kljit_last_error());
-    err_clear(); /* a dump is a debugging aid: never the compile's failure */
-    return;
+  if (snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext) >= (int)sizeof path) return;
+  if (fs_write_atomic(path, text, strlen(text), 0644, KLJIT_ERR_CACHE, "KLJIT_DUMP_DIR file") !=
+      KLJIT_SUCCESS) {
+    util_log("KLJIT_DUMP_DIR: %s", kljit_last_error());
+    err_clear();
   }
-  snprintf(path, sizeof path, "%s/%s.%s", dir, name, ext);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    util_log("KLJIT_DUMP_DIR: cannot write %s: %s", path, strerror(errno));
-    return;
-  }
-  fputs(text, f);
-  fclose(f);
 }
 
 static kljit_status get_log(nvrtcProgram prog, strbuf *log) {

@@ -58,11 +58,13 @@ static int teacher_has_logits(kljit_teacher_form t) {
   return t == KLJIT_TEACHER_DENSE_LOGITS || t == KLJIT_TEACHER_DENSE_HIDDEN;
 }
 
-/* 0 (off) or a finite cap in (0, MAX_SOFTCAP]: tanh(z / c) needs c well inside fp32's range. */
-static const double MAX_SOFTCAP = 1e6;
-static int softcap_ok(double c) { return c == 0.0 || (c > 0.0 && c <= MAX_SOFTCAP); }
+/* 0 (off) or a cap in [MIN_SOFTCAP, MAX_SOFTCAP]: the kernels compute c tanh(z * (1/c)) with
+ * both as fp32 literals, which needs c well inside fp32's range (1/c overflows below ~2.9e-39).
+ * The weights are fp32 literals too. The CLI states the same ranges. */
+static const double MIN_SOFTCAP = 1e-6, MAX_SOFTCAP = 1e6, MAX_WEIGHT = 1e6;
+static int softcap_ok(double c) { return c == 0.0 || (c >= MIN_SOFTCAP && c <= MAX_SOFTCAP); }
 
-static int weight_ok(double w) { return w >= 0.0 && isfinite(w); }
+static int weight_ok(double w) { return w >= 0.0 && w <= MAX_WEIGHT; }
 
 /* The loss-family fields (divergence, weights, softcaps, padded and online teachers): each
  * value in range, and the combinations whose math is defined. */
@@ -75,17 +77,17 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
     return BAD("%s: beta = %g is set but only KLJIT_DIVERGENCE_JSD takes a beta (leave it 0)",
                who, pb->beta);
   if (!weight_ok(pb->hard_weight))
-    return BAD("%s: hard_weight = %g, must be finite and >= 0", who, pb->hard_weight);
+    return BAD("%s: hard_weight = %g, must be in [0, %g]", who, pb->hard_weight, MAX_WEIGHT);
   if (!weight_ok(pb->soft_weight))
-    return BAD("%s: soft_weight = %g, must be finite and >= 0", who, pb->soft_weight);
+    return BAD("%s: soft_weight = %g, must be in [0, %g]", who, pb->soft_weight, MAX_WEIGHT);
   if (pb->hard_weight == 0.0 && pb->soft_weight == 0.0)
     return BAD("%s: hard_weight = soft_weight = 0: the loss would be 0 for every input", who);
   if (!softcap_ok(pb->softcap))
-    return BAD("%s: softcap = %g, must be 0 (off) or in (0, %g]", who, pb->softcap,
-               MAX_SOFTCAP);
+    return BAD("%s: softcap = %g, must be 0 (off) or in [%g, %g]", who, pb->softcap,
+               MIN_SOFTCAP, MAX_SOFTCAP);
   if (!softcap_ok(pb->teacher_softcap))
-    return BAD("%s: teacher_softcap = %g, must be 0 (off) or in (0, %g]", who,
-               pb->teacher_softcap, MAX_SOFTCAP);
+    return BAD("%s: teacher_softcap = %g, must be 0 (off) or in [%g, %g]", who,
+               pb->teacher_softcap, MIN_SOFTCAP, MAX_SOFTCAP);
   if (pb->teacher_softcap != 0.0 && !teacher_has_logits(pb->teacher))
     return BAD("%s: teacher_softcap = %g caps teacher logits: the teacher form must be "
                "KLJIT_TEACHER_DENSE_LOGITS or KLJIT_TEACHER_DENSE_HIDDEN", who,
@@ -149,12 +151,8 @@ kljit_status prob_import(const kljit_problem *user, const char *who, kljit_probl
                "kljit_problem (initialize it with KLJIT_PROBLEM_INIT)", who, n,
                (size_t)KLJIT_PROBLEM_MIN_SIZE);
   /* a newer caller's struct: what this library does not know must be left at zero */
-  for (size_t i = sizeof *out; i < n; i++)
-    if (((const unsigned char *)user)[i])
-      return err_set(KLJIT_ERR_UNSUPPORTED,
-                     "%s: problem->struct_size = %zu and byte %zu is set: a field newer than "
-                     "this library's kljit_problem (%zu bytes) is in use", who, n, i,
-                     sizeof *out);
+  const kljit_status tail = util_struct_tail(user, sizeof *out, n, who, "problem");
+  if (tail != KLJIT_SUCCESS) return tail;
   const kljit_problem defaults = KLJIT_PROBLEM_INIT;
   *out = defaults;
   memcpy(out, user, n < sizeof *out ? n : sizeof *out);

@@ -99,7 +99,7 @@ static int append_values(lua_State *L, value_site site) {
                           lua_tostring(L, -1), hint);
       return luaL_error(L, "%s value is %s%s", what, lua_tostring(L, -1), hint);
     }
-    if (ctx->out->len - ctx->out_base + len > RENDER_OUT_CAP) {
+    if (ctx->out->len - ctx->out_base + ctx->manifest_bytes + len > RENDER_OUT_CAP) {
       ctx->out_fatal = ctx->sb.halted = 1;
       return sandbox_raise(L, 1, "output limit exceeded (64 MiB of rendered text)");
     }
@@ -136,6 +136,12 @@ static int builtin_manifest_add(lua_State *L) {
   if (memchr(line, '\n', len) || strlen(line) != len)
     return luaL_error(L, "manifest_add: a manifest line holds no newline or NUL");
   if (!ctx->manifest) return 0;
+  /* the manifest is rendered text too: it counts against the output cap with the source */
+  ctx->manifest_bytes += len + 1;
+  if (ctx->out->len - ctx->out_base + ctx->manifest_bytes > RENDER_OUT_CAP) {
+    ctx->out_fatal = ctx->sb.halted = 1;
+    return sandbox_raise(L, 1, "output limit exceeded (64 MiB of rendered text and manifest)");
+  }
   kljit_status st = sb_append(ctx->manifest, line, len);
   if (st == KLJIT_SUCCESS) st = sb_append(ctx->manifest, "\n", 1);
   if (st != KLJIT_SUCCESS) {

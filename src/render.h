@@ -70,6 +70,7 @@ typedef struct render_ctx {
   const char *dir;   /* KLJIT_TEMPLATE_DIR for include(), or NULL: the embedded copies */
   int depth;         /* include() nesting, to turn a cycle into an error */
   size_t out_base;   /* out->len when rendering started */
+  size_t manifest_bytes; /* appended to manifest by this render */
   int out_fatal;     /* the output limit was hit */
   template_part part; /* TEMPLATE_PROLOGUE: stop at the first output, the end of the checks */
   int validated;      /* ... and it was reached (a halt, so pcall cannot catch it) */

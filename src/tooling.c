@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "env.h"
 
 kljit_status kljit_get_versions(kljit_versions *out) {
   err_clear();
@@ -47,6 +48,50 @@ kljit_status kljit_cache_dirs(kljit_cache_dir_visitor visit, void *user) {
   for (size_t i = 0; i < cfg.n_ro; i++) visit(cfg.ro_dirs[i], 0, user);
   if (cfg.rw_dir) visit(cfg.rw_dir, 1, user);
   cache_config_free(&cfg);
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_cache_dir_check(const char *dir) {
+  err_clear();
+  if (!dir || !*dir)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_cache_dir_check: dir is NULL or empty");
+  return cache_dir_status(dir);
+}
+
+typedef struct env_walk {
+  kljit_env_visitor visit;
+  void *user;
+  kljit_status st;
+  char first[600];
+} env_walk;
+
+static void check_one(const char *name, const char *value, int known, void *user) {
+  env_walk *const w = user;
+  char why[600] = "";
+  if (!known) {
+    snprintf(why, sizeof why, "not a variable the kljit library reads (misspelled?)");
+  } else if (!strcmp(name, "KLJIT_CACHE_TRUSTED_OWNERS")) {
+    uid_t uids[64];
+    int n = 0;
+    if (cache_trusted_owners(value, uids, 64, &n) != KLJIT_SUCCESS)
+      snprintf(why, sizeof why, "%s", kljit_last_error());
+  } else {
+    for (int v = 0; v < ENV_COUNT; v++)
+      if (!strcmp(env_name((env_var)v), name)) env_bad((env_var)v, why, sizeof why);
+  }
+  if (known && why[0] && w->st == KLJIT_SUCCESS) {
+    w->st = KLJIT_ERR_INVALID_ARGUMENT;
+    snprintf(w->first, sizeof w->first, "%s", why);
+  }
+  if (w->visit) w->visit(name, value, why[0] ? why : NULL, w->user);
+}
+
+kljit_status kljit_env_check(kljit_env_visitor visit, void *user) {
+  err_clear();
+  env_walk w = {visit, user, KLJIT_SUCCESS, ""};
+  env_each_kljit(check_one, &w);
+  if (w.st != KLJIT_SUCCESS) return err_set(w.st, "%s", w.first);
+  err_clear();
   return KLJIT_SUCCESS;
 }
 
@@ -121,17 +166,25 @@ static kljit_status clear_one(const char *dir, const char *name, cache_name_kind
   cache_inspection in;
   memset(&in, 0, sizeof in);
   kljit_status st = KLJIT_SUCCESS;
-  /* A temp file is half an entry: nothing to show but its size. */
-  if (kind == CACHE_NAME_ENTRY && (st = cache_entry_inspect(dir, name, &in))) return st;
   char path[4096];
   if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-    st = err_set(KLJIT_ERR_CACHE, "cache path too long: %s/%s", dir, name);
+    return err_set(KLJIT_ERR_CACHE, "cache path too long: %s/%s", dir, name);
+  /* A file removed since the listing (a concurrent clear, a writer's own cleanup) is what clear
+   * wants: skipped, not an error. */
   struct stat sb;
-  if (!st && kind == CACHE_NAME_TEMP && lstat(path, &sb) == 0)
+  if (lstat(path, &sb) != 0 && errno == ENOENT) return KLJIT_SUCCESS;
+  /* A temp file is half an entry: nothing to show but its size. */
+  if (kind == CACHE_NAME_ENTRY && (st = cache_entry_inspect(dir, name, &in))) return st;
+  if (kind == CACHE_NAME_TEMP)
     in.size = (uint64_t)sb.st_size, in.mtime = (int64_t)sb.st_mtime;
-  if (!st && unlink(path) != 0)
-    st = err_set(KLJIT_ERR_CACHE, "cannot remove %s: %s", path, strerror(errno));
-  if (!st && w->visit) {
+  int gone = 0;
+  if (unlink(path) != 0) {
+    if (errno == ENOENT)
+      gone = 1;
+    else
+      st = err_set(KLJIT_ERR_CACHE, "cannot remove %s: %s", path, strerror(errno));
+  }
+  if (!st && !gone && w->visit) {
     info_buffers b;
     kljit_cache_entry_info info;
     info_fill(dir, name, &in, &b, &info);

@@ -38,6 +38,21 @@ kljit_status err_prefix(kljit_status status, const char *fmt, ...) {
 
 void err_clear(void) { err_msg[0] = '\0'; }
 
+kljit_status util_struct_tail(const void *user, size_t known, size_t n, const char *who,
+                              const char *what) {
+  if (n > KLJIT_STRUCT_SIZE_MAX)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "%s: %s->struct_size = %zu is larger than any kljit struct "
+                   "(KLJIT_STRUCT_SIZE_MAX = %d): initialize it with its _INIT macro",
+                   who, what, n, KLJIT_STRUCT_SIZE_MAX);
+  for (size_t i = known; i < n; i++)
+    if (((const unsigned char *)user)[i])
+      return err_set(KLJIT_ERR_UNSUPPORTED,
+                     "%s: %s->struct_size = %zu and byte %zu is set: a field newer than this "
+                     "library's (%zu bytes) is in use", who, what, n, i, known);
+  return KLJIT_SUCCESS;
+}
+
 const char *kljit_last_error(void) { return err_msg; }
 
 kljit_status sb_append(strbuf *sb, const char *bytes, size_t n) {

@@ -23,6 +23,13 @@ kljit_status err_setv(kljit_status status, const char *fmt, va_list ap);
 kljit_status err_prefix(kljit_status status, const char *fmt, ...) KLJIT_PRINTF(2, 3);
 void err_clear(void);
 
+/* The unknown tail of a caller's struct from a newer kljit.h: its struct_size `n` at most
+ * KLJIT_STRUCT_SIZE_MAX (else KLJIT_ERR_INVALID_ARGUMENT, nothing read past `known` bytes), and
+ * bytes [known, n) zero (else KLJIT_ERR_UNSUPPORTED: a field this library lacks is in use).
+ * `what` names the argument in messages ("problem", "args", "options"). */
+kljit_status util_struct_tail(const void *user, size_t known, size_t n, const char *who,
+                              const char *what);
+
 /* A growable NUL-terminated byte buffer (used for rendered sources, keys, descriptions). */
 typedef struct strbuf {
   char *data;

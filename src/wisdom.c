@@ -25,6 +25,7 @@
 #include "wisdom.h"
 
 #include "gemm_algo.h"
+#include "gemm_sm90.h"
 
 #include <errno.h>
 #include <math.h>
@@ -610,6 +611,11 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
     return snprintf(why, cap, "unusable choice: a sharded problem (vocab_total = %lld, shards = "
                     "%d) has no cluster row kernels: its row statistics are merged across ranks",
                     (long long)pb.vocab_total, (int)pb.shards), -1;
+  /* cluster rows exist on sm_90 only (the recipe's modules, generated GEMMs included, were
+   * checked by their templates above) */
+  if (e->tune.cluster > 0 && e->arch < 90)
+    return snprintf(why, cap, "unusable choice: cluster=%d on sm_%d (the cluster row kernels "
+                    "need sm_90 or newer)", e->tune.cluster, e->arch), -1;
   return 0;
 }
 

@@ -3,9 +3,10 @@
  *
  * `store` holds every entry this process knows (see wisdom.h for the invariants). The system
  * file, then the user file, are merged into it on the first use of wisdom; kljit_wisdom_forget
- * empties it for good. Tuned entries are also merged into the user file: read-merge-write under
- * an advisory lock (fcntl on "<file>.lock"), so concurrent writers lose nothing, published with
- * rename(2) and a directory fsync, so a reader never sees half a file and needs no lock.
+ * empties it for good. Tuned entries are also merged into the user file (and, on request, the
+ * store into any file: kljit_wisdom_merge_file): read-merge-write under an advisory lock (fcntl
+ * on "<file>.lock"), so concurrent writers lose nothing, published with rename(2) and a
+ * directory fsync, so a reader never sees half a file and needs no lock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -112,7 +113,11 @@ enum { LEGACY_USER_FILE = -1 };
 /* The advisory lock of wisdom file `path`: an fcntl write lock on "<path>.lock" (fcntl, unlike
  * flock, also holds over NFS), so that read-merge-write cycles of processes sharing the file
  * run one at a time and none loses another's entry. The fd, or -1 with the error set. The lock
- * file stays: removing it would race with a process that has just opened it. */
+ * file stays, deliberately: removing it after use would race with a process that has just
+ * opened it (and would then lock a name no one else sees), and an fcntl lock needs a file
+ * opened for writing, so neither the wisdom file (replaced by rename) nor its directory can
+ * carry it. Callers check the wisdom file itself first (fs_check_replaceable_path): a path that
+ * will be refused gets no lock file. */
 static int lock_wisdom_file(const char *path) {
   strbuf lp = {0};
   if (sb_printf(&lp, "%s.lock", path) != KLJIT_SUCCESS) return -1;
@@ -215,39 +220,55 @@ static void make_parent_dir(const char *path) {
   sb_free(&dir);
 }
 
+/* Read-merge-write of the wisdom file `path` under its lock: `add` merged into what the file
+ * holds (by the merge rules), published atomically. A missing file is started; a stale one too
+ * when `restart_stale` (the user file: tuning must not stop at an old file), else refused. */
+static kljit_status merge_into_file(const char *path, const wisdom_set *add, int restart_stale) {
+  strbuf text = {0};
+  wisdom_set s;
+  memset(&s, 0, sizeof s);
+  int missing = 0, stale = 0;
+  /* before the lock: a refused path gets no "<path>.lock" beside it */
+  kljit_status st = fs_check_replaceable_path(path, KLJIT_ERR_WISDOM, "wisdom file");
+  const int lock_fd = st == KLJIT_SUCCESS ? lock_wisdom_file(path) : -1;
+  if (st == KLJIT_SUCCESS && lock_fd < 0) st = KLJIT_ERR_WISDOM;
+  if (st == KLJIT_SUCCESS) st = read_text(path, &text, &missing);
+  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path, &s, &stale);
+  if (st != KLJIT_SUCCESS && lock_fd >= 0 && (missing || (stale && restart_stale))) {
+    if (stale) util_log("wisdom: replacing %s: %s", path, kljit_last_error());
+    st = KLJIT_SUCCESS; /* start it afresh */
+  }
+  sb_free(&text);
+  if (st == KLJIT_SUCCESS) st = wisdom_merge_set(&s, add);
+  if (st == KLJIT_SUCCESS) st = wisdom_format(&s, &text);
+  if (st == KLJIT_SUCCESS)
+    st = fs_write_atomic(path, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
+  unlock_wisdom_file(lock_fd);
+  wisdom_set_free(&s);
+  sb_free(&text);
+  return st;
+}
+
 /* Merges one entry into the user file. Never fails the caller: problems are logged. */
 static void save_to_user_file(const wisdom_entry *e) {
-  strbuf path = {0}, text = {0};
+  strbuf path = {0};
   if (wisdom_default_path(KLJIT_WISDOM_USER, &path) != KLJIT_SUCCESS || !path.data || !*path.data) {
     sb_free(&path);
     return;
   }
+  wisdom_set one;
+  memset(&one, 0, sizeof one);
   pthread_mutex_lock(&file_lock); /* threads of this process; the fcntl lock: processes */
-  wisdom_set s;
-  memset(&s, 0, sizeof s);
-  int missing = 0, stale = 0;
   make_parent_dir(path.data);
-  const int lock_fd = lock_wisdom_file(path.data);
-  kljit_status st = lock_fd < 0 ? KLJIT_ERR_WISDOM : read_text(path.data, &text, &missing);
-  if (st == KLJIT_SUCCESS) st = wisdom_parse(text.data, path.data, &s, &stale);
-  if (st != KLJIT_SUCCESS && lock_fd >= 0 && (missing || stale)) {
-    if (stale) util_log("wisdom: replacing %s: %s", path.data, kljit_last_error());
-    st = KLJIT_SUCCESS; /* start it afresh */
-  }
-  sb_free(&text);
-  if (st == KLJIT_SUCCESS) st = wisdom_merge(&s, e);
-  if (st == KLJIT_SUCCESS) st = wisdom_format(&s, &text);
-  if (st == KLJIT_SUCCESS)
-    st = fs_write_atomic(path.data, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
-  unlock_wisdom_file(lock_fd);
+  kljit_status st = wisdom_merge(&one, e);
+  if (st == KLJIT_SUCCESS) st = merge_into_file(path.data, &one, 1);
   if (st != KLJIT_SUCCESS)
     util_log("wisdom: not saved to %s: %s", path.data, kljit_last_error());
   else
     util_log("wisdom: saved to %s", path.data);
   pthread_mutex_unlock(&file_lock);
   err_clear();
-  wisdom_set_free(&s);
-  sb_free(&text);
+  wisdom_set_free(&one);
   sb_free(&path);
 }
 
@@ -318,12 +339,33 @@ kljit_status kljit_wisdom_export_file(const char *path) {
                    path ? "empty" : "NULL");
   strbuf text = {0};
   kljit_status st = export_text(&text);
+  /* before the lock: a refused path gets no "<path>.lock" beside it */
+  if (st == KLJIT_SUCCESS) st = fs_check_replaceable_path(path, KLJIT_ERR_WISDOM, "wisdom file");
   const int lock_fd = st == KLJIT_SUCCESS ? lock_wisdom_file(path) : -1;
   if (st == KLJIT_SUCCESS && lock_fd < 0) st = KLJIT_ERR_WISDOM;
   if (st == KLJIT_SUCCESS)
     st = fs_write_atomic(path, text.data, text.len, 0644, KLJIT_ERR_WISDOM, "wisdom file");
   unlock_wisdom_file(lock_fd);
   sb_free(&text);
+  if (st == KLJIT_SUCCESS) err_clear();
+  return st;
+}
+
+kljit_status kljit_wisdom_merge_file(const char *path) {
+  err_clear();
+  if (!path || !*path)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_wisdom_merge_file: path is %s",
+                   path ? "empty" : "NULL");
+  wisdom_set add;
+  memset(&add, 0, sizeof add);
+  pthread_mutex_lock(&lock);
+  ensure_defaults_locked();
+  kljit_status st = wisdom_merge_set(&add, &store);
+  pthread_mutex_unlock(&lock);
+  pthread_mutex_lock(&file_lock);
+  if (st == KLJIT_SUCCESS) st = merge_into_file(path, &add, 0);
+  pthread_mutex_unlock(&file_lock);
+  wisdom_set_free(&add);
   if (st == KLJIT_SUCCESS) err_clear();
   return st;
 }

@@ -16,36 +16,10 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "cli_run.h"
 #include "harness.h"
 #include "kljit_experimental.h"
 #include "wisdom.h"
-
-enum { OUT_CAP = 1 << 17 };
-static char out[OUT_CAP];
-
-/* Runs `kljit <args>` with stdout and stderr into `out`; returns its exit code (-1: no exit). */
-static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int cli(const char *fmt, ...) {
-  const char *const exe = getenv("KLJIT_CLI");
-  if (!exe) {
-    fprintf(stderr, "KLJIT_CLI is not set\n");
-    return -1;
-  }
-  char args[4096], cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-  FILE *const p = popen(cmd, "r");
-  if (!p) return -1;
-  const size_t n = fread(out, 1, OUT_CAP - 1, p);
-  out[n] = '\0';
-  const int status = pclose(p);
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  fprintf(stderr, "$ kljit %s -> %d\n%s", args, rc, out);
-  return rc;
-}
 
 /* The commands `kljit --help` lists (so a new command is covered without touching this). */
 static int commands(char names[16][32]) {
@@ -59,34 +33,6 @@ static int commands(char names[16][32]) {
   }
   return n;
 }
-
-static int count_kjc(const char *dir) {
-  DIR *const d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));) n += cache_name_classify(e->d_name) == CACHE_NAME_ENTRY;
-  closedir(d);
-  return n;
-}
-
-static int file_exists(const char *dir, const char *name) {
-  char path[PATH_MAX];
-  th_path_in(path, dir, name);
-  struct stat st;
-  return lstat(path, &st) == 0;
-}
-
-static int write_file(const char *dir, const char *name, const char *text) {
-  char path[PATH_MAX];
-  th_path_in(path, dir, name);
-  FILE *const f = fopen(path, "w");
-  if (!f) return -1;
-  fputs(text, f);
-  return fclose(f);
-}
-
-/* A small problem: two modules per arch, about half a second of NVRTC each. */
-#define SMALL "V=1000,H=64"
 
 static int precompile_into(const char *dir, const char *extra) {
   return cli("precompile --arch sm_80,sm_90 " SMALL " --cache-dir '%s' %s", dir, extra);
@@ -214,6 +160,54 @@ static int precompile_jobs_2_gives_the_same_entries_as_jobs_1(void) {
   return th_in_tmpdir("cli-jobs", jobs_in);
 }
 
+/* How many "cache: stored <path>" log lines name each file of dir: one per compile. */
+static int stored_at_most_once(const char *dir, int *files) {
+  DIR *const d = opendir(dir);
+  if (!d) return 0;
+  int ok = 1;
+  *files = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (cache_name_classify(e->d_name) != CACHE_NAME_ENTRY) continue;
+    ++*files;
+    int stores = 0;
+    const size_t back = strlen("stored ") + strlen(dir) + 1; /* "stored <dir>/<file>" */
+    for (const char *p = out; (p = strstr(p, e->d_name)); p++)
+      stores += (size_t)(p - out) >= back && !strncmp(p - back, "stored ", 7);
+    if (stores != 1) fprintf(stderr, "%s stored %d times\n", e->d_name, stores), ok = 0;
+  }
+  closedir(d);
+  return ok;
+}
+
+/* --jobs N ran jobs that share modules (the same problem given twice, problems that differ in
+ * their rows only) at once: each missed the cache and compiled the shared module (10, 11 and 12
+ * compiles in three identical runs), and the counts said "1 already cached" of an empty
+ * directory. One process now compiles one module once (the others wait for it), and each
+ * module is counted and shown once. Three runs into empty directories must agree. */
+static int jobs_once_in(const char *dir) {
+  for (int run = 0; run < 3; run++) {
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/run%d", dir, run);
+    TH_CHECK(cli("precompile --jobs 4 --arch sm_80 " SMALL " " SMALL " " SMALL ",T=2 " SMALL
+                 ",reduction=sum --cache-dir '%s'",
+                 sub) == 0);
+    int files = 0;
+    TH_CHECK(stored_at_most_once(sub, &files));
+    char want[128];
+    snprintf(want, sizeof want, "sm_80: %d module(s) compiled now, 0 already cached", files);
+    TH_CHECK(strstr(out, want) != NULL);
+    snprintf(want, sizeof want, "[%d/%d]", files, files);
+    TH_CHECK(strstr(out, want) != NULL);
+    snprintf(want, sizeof want, "[%d/%d]", files + 1, files);
+    TH_CHECK(strstr(out, want) == NULL);
+  }
+  return TH_PASS;
+}
+static int precompile_jobs_compile_each_module_once_and_count_it_once(void) {
+  setenv("KLJIT_LOG", "1", 1);
+  return th_in_tmpdir("cli-jobs-once", jobs_once_in);
+}
+
 static int dry_run_in(const char *dir) {
   char sub[PATH_MAX];
   th_path_in(sub, dir, "cache");
@@ -264,7 +258,7 @@ static int entry_is_a_directory_in(const char *dir) {
     TH_CHECK(mkdir(path, 0700) == 0);
   }
   TH_CHECK(cli("precompile --arch sm_80 " SMALL " --cache-dir '%s'", dir) == 1);
-  TH_CHECK(strstr(out, "2 of 2 module(s) not stored") && strstr(out, "Is a directory"));
+  TH_CHECK(strstr(out, "2 of 2 module(s) not stored") && strstr(out, "it is a directory"));
   TH_CHECK(!strstr(out, "compiled now")); /* no success summary */
   TH_CHECK(nothing_vouched_for(dir, &l) == TH_PASS);
   /* the API says the same: KLJIT_ERR_CACHE, and with --wisdom's path too (same builder) */
@@ -417,6 +411,22 @@ static int info_runs_without_a_gpu_and_says_so(void) {
   kljit_context_destroy(ctx);
   if (st == KLJIT_SUCCESS) return TH_PASS; /* a GPU machine: "GPU 0 ..." instead */
   TH_CHECK(strstr(out, "GPU            none"));
+  return TH_PASS;
+}
+
+/* `kljit info` printed a typo'd knob as set and exited 0; the library then used the default.
+ * It names each value kljit refuses, and each KLJIT_ name it does not read, and exits 2. */
+static int info_names_every_bad_kljit_variable(void) {
+  TH_CHECK(cli("info") == 0);
+  setenv("KLJIT_ROW_KERNEL", "clustr", 1), setenv("KLJIT_GEMM", "jti", 1);
+  setenv("KLJIT_CHUNKROWS", "4096", 1);
+  const int rc = cli("info");
+  unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_GEMM"), unsetenv("KLJIT_CHUNKROWS");
+  TH_CHECK(rc == 2);
+  TH_CHECK(strstr(out, "KLJIT_ROW_KERNEL=clustr: want two_pass (the default) or cluster"));
+  TH_CHECK(strstr(out, "KLJIT_GEMM=jti: want jit or cublas"));
+  TH_CHECK(strstr(out, "KLJIT_CHUNKROWS") && strstr(out, "not a variable"));
+  TH_CHECK(strstr(out, "2 KLJIT_* variable(s) with a value kljit refuses"));
   return TH_PASS;
 }
 
@@ -837,6 +847,8 @@ static const th_case cases[] = {
     {"unknown_commands_and_options_exit_2", unknown_commands_and_options_exit_2},
     {"precompile_writes_a_manifest_whose_checksums_match_the_files",
      precompile_writes_a_manifest_whose_checksums_match_the_files},
+    {"precompile_jobs_compile_each_module_once_and_count_it_once",
+     precompile_jobs_compile_each_module_once_and_count_it_once},
     {"precompile_jobs_2_gives_the_same_entries_as_jobs_1",
      precompile_jobs_2_gives_the_same_entries_as_jobs_1},
     {"precompile_dry_run_writes_nothing", precompile_dry_run_writes_nothing},
@@ -846,6 +858,7 @@ static const th_case cases[] = {
      cache_clear_removes_entries_and_leaves_foreign_files},
     {"cache_stats_and_ls_count_the_entries", cache_stats_and_ls_count_the_entries},
     {"info_runs_without_a_gpu_and_says_so", info_runs_without_a_gpu_and_says_so},
+    {"info_names_every_bad_kljit_variable", info_names_every_bad_kljit_variable},
     {"precompile_v2_from_threads_matches_a_serial_run",
      precompile_v2_from_threads_matches_a_serial_run},
     {"precompile_that_cannot_store_an_entry_exits_1_naming_it",

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_gemm_sm90.c — the generated sm_90a GEMM family without a GPU: every variant renders
  * deterministically and compiles with NVRTC for sm_90a into a cubin whose kernel uses the
- * tensor-core and TMA instructions it was written for; refused variants say why.
+ * tensor-core and TMA instructions it was written for (all of them under the label slow, a
+ * pairwise cover of them in the quick suite); refused variants say why.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "gemm_sm90.h"
 #include "harness.h"
 #include "nvrtc_compile.h"
+#include "pairwise.h"
 #include "spec.h"
 
 enum { MAX_VARIANTS = 128 };
@@ -40,12 +42,67 @@ static int compiles(const jgemm_variant *v) {
   return TH_PASS;
 }
 
+/* Every variant (label slow: about a minute on two idle cores). */
 static int every_gemm_variant_compiles_for_sm90a(void) {
   jgemm_variant v[MAX_VARIANTS];
   const int n = jgemm_variants(v, MAX_VARIANTS);
   TH_CHECK(n >= 12 && n < MAX_VARIANTS);
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
+    printf("[%d/%d]", i + 1, n);
     if (compiles(&v[i]) != TH_PASS) return TH_FAIL;
+  }
+  return TH_PASS;
+}
+
+enum { FIELDS = 10 };
+typedef struct variant_tokens {
+  uint32_t tok[MAX_VARIANTS][FIELDS];
+} variant_tokens;
+static int any_variant(size_t i, void *user) {
+  (void)i, (void)user;
+  return 1;
+}
+static const uint32_t *variant_tok(size_t i, int *n, void *user) {
+  *n = FIELDS;
+  return ((const variant_tokens *)user)->tok[i];
+}
+
+/* The variants that together hold every pair of field values the variant list holds (layout,
+ * dtypes, beta, tile, stages, raster, cluster, schedule: tests/pairwise.h), plus the default
+ * variant: what the quick suite compiles; the slow case compiles them all. */
+static int every_gemm_feature_pair_compiles_for_sm90a(void) {
+  jgemm_variant v[MAX_VARIANTS];
+  const int n = jgemm_variants(v, MAX_VARIANTS);
+  TH_CHECK(n >= 12 && n < MAX_VARIANTS);
+  static variant_tokens t;
+  for (int i = 0; i < n; i++) {
+    const int f[FIELDS] = {v[i].in, v[i].out, v[i].beta, v[i].bn, v[i].consumers, v[i].stages,
+                           v[i].raster, v[i].cluster, v[i].schedule ? v[i].schedule : 'c', 0};
+    for (int k = 0; k < FIELDS; k++) {
+      char text[48];
+      if (k == FIELDS - 1)
+        snprintf(text, sizeof text, "layout=%s", v[i].layout);
+      else
+        snprintf(text, sizeof text, "%d=%d", k, f[k]);
+      t.tok[i][k] = pw_hash(PW_SEED, text);
+    }
+  }
+  unsigned char chosen[MAX_VARIANTS] = {0};
+  const int picked = pw_choose((size_t)n, any_variant, variant_tok, &t, chosen);
+  TH_CHECK(picked > 0);
+  const jgemm_variant def = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  int compiled = 0;
+  for (int i = 0; i < n; i++) {
+    const int is_default = !strcmp(v[i].layout, def.layout) && v[i].in == def.in &&
+                           v[i].out == def.out && v[i].beta == def.beta && v[i].bn == def.bn &&
+                           v[i].stages == def.stages && v[i].raster == def.raster &&
+                           v[i].cluster == def.cluster && v[i].consumers == def.consumers;
+    if (!chosen[i] && !is_default) continue;
+    printf("[%d/%d]", ++compiled, picked + 1);
+    if (compiles(&v[i]) != TH_PASS) return TH_FAIL;
+  }
+  printf("compiled %d of %d variants: every pair of field values (the slow case compiles all)\n",
+         compiled, n);
   return TH_PASS;
 }
 
@@ -127,6 +184,7 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
 
 static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
+    {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
     {"bad_gemm_variants_are_refused_with_a_sentence",
      bad_gemm_variants_are_refused_with_a_sentence},
     {"the_gemm_includes_its_preludes_and_declares_its_interface_and_launch",

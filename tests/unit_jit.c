@@ -23,7 +23,7 @@
 
 /* A writable cache in `rw` alone (rw NULL: disabled). */
 static cache_config cache_in(char *rw) {
-  cache_config c = {NULL, 0, rw, rw == NULL};
+  cache_config c = {NULL, 0, rw, rw == NULL, 0};
   return c;
 }
 
@@ -274,7 +274,7 @@ static int readonly_cache_path_serves_and_is_never_written_in(const char *dir) {
   TH_CHECK(stat(path, &before) == 0);
   /* then serve from A read-only, with an empty writable B */
   char *ro[] = {a_dir};
-  const cache_config use = {ro, 1, b_dir, 0};
+  const cache_config use = {ro, 1, b_dir, 0, 0};
   TH_OK(jit_build(&h, 80, &use, &b));
   printf("with the entry in a read-only directory: %s, lookup %.2f ms\n", result_name(b.source),
          b.cache_ms);
@@ -306,7 +306,7 @@ static int disabled_cache_compiles_in_memory_in(const char *dir) {
   char rw[PATH_MAX];
   snprintf(rw, sizeof rw, "%s", dir);
   /* a directory is named but the cache is off: it must stay untouched */
-  const cache_config cfg = {NULL, 0, rw, 1};
+  const cache_config cfg = {NULL, 0, rw, 1, 0};
   for (int i = 0; i < 2; i++) {
     jit_bin b;
     TH_OK(jit_build(&h, 80, &cfg, &b));

@@ -58,6 +58,8 @@
 #include "cache.h"
 #include "harness.h"
 #include "nvrtc_compile.h"
+#include "pairwise.h"
+#include "problem.h"
 #include "recipe.h"
 
 static const int ARCHS[] = {80, 90};
@@ -182,12 +184,17 @@ enum kind { KIND_TWO_PASS, KIND_CLUSTER, KIND_HELPERS, KIND_SPARSE, N_KINDS };
 static const char *const KIND_NAME[N_KINDS] = {"dense_rows two-pass", "dense_rows cluster",
                                                "helpers", "sparse_rows"};
 
+enum { MAX_TOKENS = KSPEC_MAX_PARAMS + 1 };
+
 typedef struct module {
   char *source;
   char name[64];
   enum kind kind;
   int split, cluster, threads; /* dense rows: the launch shape the planner chose */
   unsigned archs;              /* bit a: planned for ARCHS[a] */
+  uint32_t tok[MAX_TOKENS];    /* features_of its first parameter list */
+  int n_tok;
+  int edge;                    /* first planned for a problem outside the full two-V space */
 } module;
 
 typedef struct space {
@@ -195,7 +202,33 @@ typedef struct space {
   module *mods;
   size_t n_mods;
   long problems, specs;
+  int edges; /* adding the problems after the full space (V edges, sparse, shards, families) */
 } space;
+
+/* What code a spec's template can take, without its sizes, as tokens: the template, then each
+ * parameter with its value's class: a string or boolean as it is, an integer as 0, 1 or more
+ * (a cluster or not, one block per row or several, an offset or none), a number as 0, 1 or
+ * another value (T = 1 compiles to no scaling). Two specs with the same tokens differ in
+ * constants only (V, LD, splits, threads, T's value) and take the same #if branches. */
+static int features_of(const kspec *k, uint32_t tok[MAX_TOKENS]) {
+  render_param p[KSPEC_MAX_PARAMS];
+  const size_t n = kspec_params(k, p);
+  const uint32_t t = pw_hash(PW_SEED, kspec_template(k));
+  int m = 0;
+  tok[m++] = t;
+  for (size_t i = 0; i < n; i++) {
+    char c[2] = {0, 0};
+    const char *v = c;
+    switch (p[i].kind) {
+    case RP_STR: v = p[i].s ? p[i].s : ""; break;
+    case RP_BOOL: c[0] = p[i].i ? 't' : 'f'; break;
+    case RP_INT: c[0] = p[i].i == 0 ? '0' : p[i].i == 1 ? '1' : p[i].i > 1 ? 'n' : '-'; break;
+    case RP_NUM: c[0] = p[i].d == 0.0 ? '0' : p[i].d == 1.0 ? '1' : 'x'; break;
+    }
+    tok[m++] = pw_hash(pw_hash(t, p[i].key), v);
+  }
+  return m;
+}
 
 static void space_free(space *s) {
   for (size_t i = 0; i < s->n_mods; i++) free(s->mods[i].source);
@@ -239,6 +272,7 @@ static int module_of(space *s, const kspec *k, const char *params) {
             : k->cluster                     ? KIND_CLUSTER
                                              : KIND_TWO_PASS;
   m->split = k->split, m->cluster = k->cluster, m->threads = k->threads;
+  m->n_tok = features_of(k, m->tok), m->edge = s->edges;
   kspec_name(k, src.data, m->name);
   return *slot = (int)s->n_mods++;
 }
@@ -334,10 +368,12 @@ static void worker(const space *s, const job *jobs, int n, shared_state *sh) {
   }
 }
 
-/* Compiles every (module, planned arch) in WORKERS processes; prints the times. */
-static int compile_all(const space *s) {
+/* Compiles every (module, arch) of `chosen` (bit a of chosen[i]: module i for ARCHS[a]; NULL:
+ * every planned arch of every module) in WORKERS processes; prints progress and the times. */
+static int compile_all(const space *s, const unsigned *chosen) {
+#define CHOSEN(i) (chosen ? chosen[i] : s->mods[i].archs)
   int n = 0;
-  for (size_t i = 0; i < s->n_mods; i++) n += __builtin_popcount(s->mods[i].archs);
+  for (size_t i = 0; i < s->n_mods; i++) n += __builtin_popcount(CHOSEN(i));
   job *const jobs = malloc((size_t)n * sizeof *jobs);
   const size_t shsize = sizeof(shared_state) + (size_t)n * sizeof(job_result);
   shared_state *const sh =
@@ -349,7 +385,7 @@ static int compile_all(const space *s) {
   n = 0;
   for (size_t i = 0; i < s->n_mods; i++)
     for (int a = 0; a < N_ARCHS; a++)
-      if (s->mods[i].archs & 1u << a) {
+      if (CHOSEN(i) & 1u << a) {
         /* the full-effort sample: spread over modules (kinds are enumerated in blocks) and
          * over both archs */
         const int full = ((unsigned)i * 7u + (unsigned)a * 3u) % FULL_EVERY == 0;
@@ -420,6 +456,7 @@ static int compile_all(const space *s) {
   munmap(sh, shsize);
   free(jobs);
   return bad || failed ? TH_FAIL : TH_PASS;
+#undef CHOSEN
 }
 
 /* Prints the distinct launch shapes of the dense rows modules (split, or cluster x threads). */
@@ -694,45 +731,47 @@ static int loss_family_parameters_reach_the_source_only_when_set(void) {
   return TH_PASS;
 }
 
-static int every_variant_compiles_for_sm80_and_sm90(void) {
+/* Enumerates the whole variant space (the header says what it holds) into s and prints what
+ * it reached. */
+static int enumerate(space *s) {
   static const int64_t FULL_V[] = {50257, 128256};
   static const int64_t EDGE_V[] = {2, 7, 32000, 151936, 256000, 1 << 24};
-  space s;
-  memset(&s, 0, sizeof s);
-  int r = dm_init(&s.by_params) && dm_init(&s.by_source) ? TH_PASS : TH_FAIL;
+  memset(s, 0, sizeof *s);
+  int r = dm_init(&s->by_params) && dm_init(&s->by_source) ? TH_PASS : TH_FAIL;
   const double t0 = util_now();
   long per_v[2] = {0, 0};
   for (int vi = 0; vi < 2 && r == TH_PASS; vi++) {
-    const long before = s.problems;
+    const long before = s->problems;
     int ax[N_AXES] = {0};
     do {
       kljit_problem pb;
-      if (make_problem(ax, FULL_V[vi], &pb)) r = add_problem(&s, &pb);
+      if (make_problem(ax, FULL_V[vi], &pb)) r = add_problem(s, &pb);
     } while (r == TH_PASS && next_position(ax));
-    per_v[vi] = s.problems - before;
+    per_v[vi] = s->problems - before;
   }
-  const size_t full_mods = s.n_mods;
+  const size_t full_mods = s->n_mods;
+  s->edges = 1;
   for (size_t i = 0; i < sizeof EDGE_V / sizeof EDGE_V[0] && r == TH_PASS; i++) {
     kljit_problem pb;
     if (!make_problem(EDGE_PROBLEMS[i % 3], EDGE_V[i], &pb)) r = TH_FAIL;
-    else r = add_problem(&s, &pb);
+    else r = add_problem(s, &pb);
   }
-  if (r == TH_PASS) r = add_sparse_and_checked(&s);
-  if (r == TH_PASS) r = add_loss_families(&s);
+  if (r == TH_PASS) r = add_sparse_and_checked(s);
+  if (r == TH_PASS) r = add_loss_families(s);
   const double enum_s = util_now() - t0;
   if (r == TH_PASS) {
     int kinds[N_KINDS] = {0};
-    for (size_t i = 0; i < s.n_mods; i++) kinds[s.mods[i].kind]++;
+    for (size_t i = 0; i < s->n_mods; i++) kinds[s->mods[i].kind]++;
     printf("problems: %ld (V=%lld: %ld, V=%lld: %ld, V edge cases: %ld), each planned for "
-           "sm_80, sm_90 and sm_90 with %s = cluster\n", s.problems, (long long)FULL_V[0],
-           per_v[0], (long long)FULL_V[1], per_v[1], s.problems - per_v[0] - per_v[1],
+           "sm_80, sm_90 and sm_90 with %s=cluster\n", s->problems, (long long)FULL_V[0],
+           per_v[0], (long long)FULL_V[1], per_v[1], s->problems - per_v[0] - per_v[1],
            ROW_KERNEL_KNOB);
     printf("distinct parameter lists rendered: %ld; distinct modules: %zu (%zu from the full "
            "space, %zu from the V edges): %s %d, %s %d, %s %d; enumerated and rendered in "
-           "%.1f s\n", s.specs, s.n_mods, full_mods, s.n_mods - full_mods, KIND_NAME[0],
+           "%.1f s\n", s->specs, s->n_mods, full_mods, s->n_mods - full_mods, KIND_NAME[0],
            kinds[0], KIND_NAME[1], kinds[1], KIND_NAME[2], kinds[2], enum_s);
     printf("  %s modules (sparse space): %d\n", KIND_NAME[KIND_SPARSE], kinds[KIND_SPARSE]);
-    print_shapes(&s);
+    print_shapes(s);
     fflush(stdout);
     if (kinds[KIND_CLUSTER] == 0) {
       fprintf(stderr, "no problem was planned with the cluster variant: geometry_for no longer "
@@ -740,13 +779,84 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
       r = TH_FAIL;
     }
     /* A space that collapsed to a handful of modules means the enumeration lost its axes. */
-    if (s.n_mods < 100) {
+    if (s->n_mods < 100) {
       fprintf(stderr, "only %zu distinct modules: the enumeration is not reaching the specs\n",
-              s.n_mods);
+              s->n_mods);
       r = TH_FAIL;
     }
   }
-  if (r == TH_PASS) r = compile_all(&s);
+  return r;
+}
+
+/* The full enumeration, every module for every arch that plans it (label slow: minutes). */
+static int every_variant_compiles_for_sm80_and_sm90(void) {
+  space s;
+  int r = enumerate(&s);
+  if (r == TH_PASS) r = compile_all(&s, NULL);
+  space_free(&s);
+  return r;
+}
+
+/* ---- the quick selection: every pair of features ---------------------------------------- */
+
+enum { SAMPLE_EVERY = 64 };
+
+typedef struct arch_pick {
+  const space *s;
+  int a;
+} arch_pick;
+static int planned_for(size_t i, void *user) {
+  const arch_pick *const p = user;
+  return (p->s->mods[i].archs & 1u << p->a) != 0;
+}
+static const uint32_t *tokens_of(size_t i, int *n, void *user) {
+  const module *const m = &((const arch_pick *)user)->s->mods[i];
+  *n = m->n_tok;
+  return m->tok;
+}
+
+/* The same space, compiled in a fraction of the time: per arch, modules until every pair of
+ * feature values (features_of: template, strings, booleans, the classes of integers and
+ * numbers) that the enumeration reaches is in a compiled module, every module of the problems
+ * outside the full space (V edges, sparse, shards, loss families: few, each there for a reason),
+ * and a fixed spread sample of one in SAMPLE_EVERY of the rest. What it leaves out combines
+ * feature values that compiled together elsewhere; the slow case compiles it all. */
+static int every_feature_pair_compiles_for_sm80_and_sm90(void) {
+  space s;
+  int r = enumerate(&s);
+  unsigned *const chosen = r == TH_PASS ? calloc(s.n_mods ? s.n_mods : 1, sizeof *chosen) : NULL;
+  if (r == TH_PASS && !chosen) r = TH_FAIL;
+  int pairwise = 0, edges = 0, sampled = 0, all = 0;
+  unsigned char *const pick = r == TH_PASS ? malloc(s.n_mods ? s.n_mods : 1) : NULL;
+  if (r == TH_PASS && !pick) r = TH_FAIL;
+  for (int a = 0; a < N_ARCHS && r == TH_PASS; a++) {
+    arch_pick ap = {&s, a};
+    memset(pick, 0, s.n_mods);
+    const int n = pw_choose(s.n_mods, planned_for, tokens_of, &ap, pick);
+    if (n < 0) r = TH_FAIL;
+    pairwise += n;
+    for (size_t i = 0; i < s.n_mods; i++)
+      if (pick[i]) chosen[i] |= 1u << a;
+    for (size_t i = 0; r == TH_PASS && i < s.n_mods; i++) {
+      const module *const m = &s.mods[i];
+      if (!(m->archs & 1u << a)) continue;
+      all++;
+      if (chosen[i] & 1u << a) continue;
+      if (m->edge) edges++;
+      else if (((uint32_t)i * 2654435761u >> 8) % SAMPLE_EVERY == (unsigned)a) sampled++;
+      else continue;
+      chosen[i] |= 1u << a;
+    }
+  }
+  if (r == TH_PASS) {
+    printf("compiling %d of %d (module, arch) jobs: %d cover every pair of feature values, %d "
+           "more from the problems outside the full space, a sample of %d (1 in %d) of the "
+           "rest (the slow case compiles all)\n",
+           pairwise + edges + sampled, all, pairwise, edges, sampled, SAMPLE_EVERY);
+    fflush(stdout);
+    r = compile_all(&s, chosen);
+  }
+  free(chosen), free(pick);
   space_free(&s);
   return r;
 }
@@ -980,6 +1090,8 @@ static int rendered_modules_keep_their_pinned_bytes(void) {
 
 static const th_case cases[] = {
     {"every_variant_compiles_for_sm80_and_sm90", every_variant_compiles_for_sm80_and_sm90},
+    {"every_feature_pair_compiles_for_sm80_and_sm90",
+     every_feature_pair_compiles_for_sm80_and_sm90},
     {"rendering_is_deterministic_per_spec", rendering_is_deterministic_per_spec},
     {"invalid_spec_is_rejected_with_a_sentence", invalid_spec_is_rejected_with_a_sentence},
     {"loss_family_parameters_reach_the_source_only_when_set",

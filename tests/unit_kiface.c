@@ -404,7 +404,7 @@ static int stale_cubin_with_another_manifest_is_refused_in(const char *dir) {
   TH_OK(kspec_render_iface(&g.rows, &src, &man));
   TH_OK(jit_key_text(src.data, 80, &key));
   char *rw = (char *)dir;
-  const cache_config cfg = {NULL, 0, rw, 0};
+  const cache_config cfg = {NULL, 0, rw, 0, 0};
   jit_bin b;
   static const struct {
     const char *from, *to, *want[4];
@@ -506,7 +506,7 @@ static int record_stride_changed_in_the_template_in(const char *dir) {
   TH_OK(jit_key_text(src.data, 80, &key));
   if (meta_of("name=stale\n", man16.data, NULL, NULL, &meta) != TH_PASS) return TH_FAIL;
   TH_OK(cache_store_in(cdir, key.data, meta.data, "\177ELFstale", 9));
-  const cache_config cfg = {NULL, 0, cdir, 0};
+  const cache_config cfg = {NULL, 0, cdir, 0, 0};
   jit_bin b;
   TH_STATUS(jit_build(&g.rows, 80, &cfg, &b), KLJIT_ERR_CACHE);
   printf("%s\n", kljit_last_error());

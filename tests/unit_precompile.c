@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "jit.h"
 #include "kljit.h"
+#include "read_only_hits.h"
 #include "recipe.h"
 
 static int count_entries(const char *dir) {
@@ -177,23 +178,7 @@ static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
   chmod(ro, 0755); /* a shared cluster cache: readable, writable by its owner only */
   setenv("KLJIT_CACHE_PATH", ro, 1);
   setenv("KLJIT_CACHE_DIR", rw, 1);
-  cache_config cfg;
-  TH_OK(cache_config_from_env(&cfg));
-  for (int i = 0; i < 2; i++) {
-    const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
-    recipe r;
-    TH_OK(recipe_make(&pb, NULL, &o, archs[i], 132, &r));
-    const kspec *specs[RECIPE_MAX_MODULES];
-    TH_CHECK(recipe_modules(&r, specs) == 2);
-    for (int k = 0; k < 2; k++) {
-      jit_bin bin;
-      TH_OK(jit_build(specs[k], archs[i], &cfg, &bin));
-      TH_CHECK(bin.source == CACHE_HIT_READONLY);
-      TH_CHECK(bin.compile_ms == 0.0);
-      jit_bin_free(&bin);
-    }
-  }
-  cache_config_free(&cfg);
+  TH_CHECK(th_plan_modules_hit_read_only(&pb, archs, 2, 132) == TH_PASS);
   TH_CHECK(count_entries(rw) == 0); /* nothing compiled, nothing written */
   unsetenv("KLJIT_CACHE_PATH");
   unsetenv("KLJIT_CACHE_DIR");

@@ -114,6 +114,7 @@ int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shap
 int cli_shape_file(cli_parser *p, const char *path, cli_shape *shapes, int *n, int cap);
 
 /* The README's problem, V=128256,H=4096,bf16,dense: what demo and precompile do without one. */
+#define CLI_DEFAULT_SHAPE "V=128256,H=4096,bf16,dense"
 void cli_problem_defaults(kljit_problem *pb);
 /* The old spellings of the shape words (--hidden H --vocab V --dtype ...), still accepted by
  * demo and precompile with a note on stderr pointing at the SHAPE form; they build one
@@ -134,6 +135,10 @@ void cli_loss_defaults(cli_loss *l);
 int cli_loss_option(cli_parser *p, cli_loss *l);
 void cli_loss_apply(const cli_loss *l, kljit_problem *pb);
 extern const char CLI_PROBLEM_HELP[];
+
+/* kljit_last_error() without the function names the library puts in front ("kljit_precompile:
+ * "): a command's message carries one prefix, its own. */
+const char *cli_last_error(void);
 
 /* A status of the library about values from the command line: INVALID_ARGUMENT and UNSUPPORTED
  * are the user's values refused (usage error, exit 2, the library's sentence); anything else

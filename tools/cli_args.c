@@ -168,9 +168,20 @@ int cli_positional(cli_parser *p, const char **out) {
   return 1;
 }
 
+const char *cli_last_error(void) {
+  const char *e = kljit_last_error();
+  /* "kljit_precompile: " and the like: the command already says who it is */
+  for (;;) {
+    size_t n = strncmp(e, "kljit_", 6) == 0 ? 6 : 0;
+    while (n && ((e[n] >= 'a' && e[n] <= 'z') || (e[n] >= '0' && e[n] <= '9') || e[n] == '_')) n++;
+    if (!n || strncmp(e + n, ": ", 2) != 0) return e;
+    e += n + 2;
+  }
+}
+
 int cli_refused(cli_parser *p, const char *what, kljit_status st) {
   if (st == KLJIT_ERR_INVALID_ARGUMENT || st == KLJIT_ERR_UNSUPPORTED)
-    return cli_usage_error(p, "%s: %s", what, kljit_last_error());
+    return cli_usage_error(p, "%s: %s", what, cli_last_error());
   return cli_fail(what, st);
 }
 
@@ -188,7 +199,7 @@ kljit_status cli_cache_dir(const char *given, char dir[4096]) {
 }
 
 int cli_fail(const char *what, kljit_status st) {
-  fprintf(stderr, "kljit: %s: %s\n  %s\n", what, kljit_status_string(st), kljit_last_error());
+  fprintf(stderr, "kljit: %s: %s\n  %s\n", what, kljit_status_string(st), cli_last_error());
   return CLI_FAIL;
 }
 

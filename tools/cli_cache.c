@@ -7,10 +7,12 @@
  * directory that does not exist yet is reported and skipped; a named one is an error.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -34,8 +36,9 @@ static void usage(FILE *f) {
       "  ls      every entry: file, size, arch, modification time, kernel family and module\n"
       "  verify  read and validate every entry (magic, version, lengths, checksum, name, owner\n"
       "          and mode) and check DIR/manifest.txt if present. Lists each bad entry as\n"
-      "          CORRUPT (content) or REFUSED (owner, mode, symlink) <path>: <reason>;\n"
-      "          exit code 4 when there is any, 0 when all is well\n"
+      "          CORRUPT (content), REFUSED (owner, mode, symlink) or UNREADABLE (by this\n"
+      "          user) <path>: <reason>, the directory itself too; exit code 4 when there is\n"
+      "          any, 0 when all is well\n"
       "  clear   delete the entries (and leftover temp files) of the writable cache; files\n"
       "          with other names are never touched. Prints what it removed\n"
       "  stats   entries, bytes and invalid entries, per directory and per arch\n\n"
@@ -116,8 +119,11 @@ static int verify_entry(const kljit_cache_entry_info *e, void *user) {
     /* the library's sentence names the path already: keep only the reason after it */
     const char *why = strstr(e->problem, e->file);
     why = why && !strncmp(why + strlen(e->file), ": ", 2) ? why + strlen(e->file) + 2 : e->problem;
-    const int refused = !strncmp(e->problem, "refusing", 8); /* permissions, not content */
-    printf("%s %s/%s: %s\n", refused ? "REFUSED" : "CORRUPT", e->dir, e->file, why);
+    /* permissions, not content: refused (owner, mode, link) or not readable by this user */
+    const char *const verdict = !strncmp(e->problem, "refusing", 8) ? "REFUSED"
+                                : strstr(e->problem, "Permission denied") ? "UNREADABLE"
+                                                                          : "CORRUPT";
+    printf("%s %s/%s: %s\n", verdict, e->dir, e->file, why);
   }
   if (v->n_seen == v->cap_seen) {
     v->cap_seen = v->cap_seen ? 2 * v->cap_seen : 64;
@@ -132,16 +138,64 @@ static int verify_entry(const kljit_cache_entry_info *e, void *user) {
   return 0;
 }
 
+/* DIR/manifest.txt whole into a NUL-terminated buffer (free it), or NULL with the reason in why:
+ * absent (why ""), not a regular file (a FIFO hung fopen, a link to /dev/zero never ended), or
+ * larger than any manifest precompile writes. The open never blocks or follows a link. */
+enum { MANIFEST_MAX = 64 << 20 };
+static char *read_manifest(const char *path, char *why, size_t cap) {
+  why[0] = '\0';
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      snprintf(why, cap, "a symbolic link, not a regular file");
+    else if (errno != ENOENT)
+      snprintf(why, cap, "cannot open: %s", strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  char *text = NULL;
+  if (fstat(fd, &st) != 0)
+    snprintf(why, cap, "cannot stat: %s", strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    snprintf(why, cap, "not a regular file");
+  else if (st.st_size > MANIFEST_MAX)
+    snprintf(why, cap, "%lld bytes, larger than any manifest (%d MiB)", (long long)st.st_size,
+             MANIFEST_MAX >> 20);
+  else if (!(text = malloc((size_t)st.st_size + 1)))
+    snprintf(why, cap, "out of memory");
+  if (text) {
+    size_t got = 0;
+    for (ssize_t n = 1; n > 0 && got < (size_t)st.st_size;) {
+      n = read(fd, text + got, (size_t)st.st_size - got);
+      if (n < 0 && errno == EINTR) n = 1;
+      else if (n > 0) got += (size_t)n;
+    }
+    text[got] = '\0';
+  }
+  close(fd);
+  return text;
+}
+
 /* Checks dir/manifest.txt (written by kljit precompile), when there is one, against the
- * entries just validated: every line's file must be there, valid, with that hash and size. */
+ * entries just validated: every line's file must be there, valid, with that hash and size.
+ * Valid entries it does not list are counted too (compiled after it was written: not a
+ * problem, but what a cluster cache's operator wants to know). */
 static void verify_manifest(const char *dir, verify_state *v) {
-  char path[4200], line[512];
+  char path[4200], why[160];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
-  FILE *const f = fopen(path, "r");
-  if (!f) return;
-  int lines = 0, bad = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (line[0] == '#' || line[0] == '\n') continue;
+  char *const text = read_manifest(path, why, sizeof why);
+  if (!text) {
+    if (why[0]) {
+      printf("CORRUPT %s: %s\n", path, why);
+      v->bad++;
+    }
+    return;
+  }
+  int lines = 0, bad = 0, listed_valid = 0;
+  for (char *line = text, *next; *line; line = next) {
+    next = line + strcspn(line, "\n");
+    if (*next) *next++ = '\0';
+    if (line[0] == '#' || line[0] == '\0') continue;
     char file[128], arch[32], sha[128], name[128];
     unsigned long long size;
     lines++;
@@ -153,18 +207,26 @@ static void verify_manifest(const char *dir, verify_state *v) {
     const struct seen *s = NULL;
     for (int i = 0; i < v->n_seen && !s; i++)
       if (!strcmp(v->seen[i].file, file)) s = &v->seen[i];
-    const char *why = !s                       ? "listed in manifest.txt but missing"
-                      : !s->sha256[0]          ? NULL /* reported above already */
-                      : strcmp(s->sha256, sha) ? "SHA-256 differs from manifest.txt"
-                      : s->size != size        ? "size differs from manifest.txt"
-                                               : NULL;
-    if (why) {
-      printf("CORRUPT %s/%s: %s\n", dir, file, why);
+    const char *why_bad = !s                       ? "listed in manifest.txt but missing"
+                          : !s->sha256[0]          ? NULL /* reported above already */
+                          : strcmp(s->sha256, sha) ? "SHA-256 differs from manifest.txt"
+                          : s->size != size        ? "size differs from manifest.txt"
+                                                   : NULL;
+    if (why_bad) {
+      printf("CORRUPT %s/%s: %s\n", dir, file, why_bad);
       bad++;
+    } else if (s && s->sha256[0]) {
+      listed_valid++;
     }
   }
-  fclose(f);
+  free(text);
+  int valid = 0;
+  for (int i = 0; i < v->n_seen; i++) valid += v->seen[i].sha256[0] != '\0';
   printf("%s: %d manifest lines checked, %d problem(s)\n", path, lines, bad);
+  if (valid > listed_valid)
+    printf("%s: %d valid entries not listed in manifest.txt (stored after it was written; "
+           "kljit precompile lists them)\n",
+           path, valid - listed_valid);
   v->bad += bad;
 }
 
@@ -235,15 +297,14 @@ static int clear_entry(const kljit_cache_entry_info *e, void *user) {
   return 0;
 }
 
-/* manifest.txt describes the entries just removed: it goes too, but only when its first line
- * says precompile wrote it. */
+/* manifest.txt describes the entries just removed: it goes too, but only when it is a regular
+ * file whose first line says precompile wrote it. */
 static void clear_manifest(const char *dir) {
-  char path[4200], first[64] = "";
+  char path[4200], why[160];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
-  FILE *const f = fopen(path, "r");
-  if (!f) return;
-  const int ours = fgets(first, sizeof first, f) && !strcmp(first, "# kljit cache manifest 1\n");
-  fclose(f);
+  char *const text = read_manifest(path, why, sizeof why);
+  const int ours = text && !strncmp(text, "# kljit cache manifest 1\n", 25);
+  free(text);
   if (ours && remove(path) == 0) printf("removed %s\n", path);
 }
 
@@ -261,6 +322,18 @@ static int run_dir(subcommand sub, const cache_dir *d, stats *total, int *bad) {
     }
     case SUB_VERIFY: {
       verify_state v = {0};
+      /* a directory plans would skip (unreadable) or refuse is this user's problem to know */
+      if (kljit_cache_dir_check(d->path) != KLJIT_SUCCESS) {
+        const char *const why = cli_last_error();
+        const int refused = strstr(why, "refusing") != NULL;
+        printf("%s %s (%s): %s%s\n", refused ? "REFUSED" : "UNREADABLE", d->path, dir_role(d),
+               why,
+               d->writable != 0 ? ""
+               : refused        ? " (plans of this user fail on it)"
+                                : " (plans of this user skip it and compile what it holds)");
+        *bad += 1;
+        break;
+      }
       st = kljit_cache_list(d->path, verify_entry, &v);
       if (!st) {
         verify_manifest(d->path, &v);

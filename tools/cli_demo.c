@@ -66,12 +66,19 @@ static int upload_topk(const kljit_problem *pb, long long rows, void **ids, void
   return rc;
 }
 
+/* What names the demo's problem in messages: its SHAPE as written, or what stands for it. */
+static const char *problem_label(const demo_opts *o) {
+  return o->shape_given    ? o->shape.text
+         : o->legacy_given ? "the problem of the options"
+                           : CLI_DEFAULT_SHAPE;
+}
+
 static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
   const kljit_problem pb = o->pb;
   const kljit_dtype dtype = pb.input_dtype;
   kljit_plan *plan;
   kljit_status st = kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan);
-  if (st != KLJIT_SUCCESS) return cli_fail("plan", st);
+  if (st != KLJIT_SUCCESS) return cli_fail(problem_label(o), st);
   fputs(kljit_plan_describe(plan), stdout);
   size_t ws = 0, es = dtype == KLJIT_FP32 ? 4 : 2;
   kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, o->rows, &ws);
@@ -135,7 +142,7 @@ static int demo_gpu(const demo_opts *o, kljit_context *ctx) {
     best = ms < best ? ms : best;
     sum += ms;
   }
-  if (st != KLJIT_SUCCESS) return cli_fail("fused", st);
+  if (st != KLJIT_SUCCESS) return cli_fail(problem_label(o), st);
   float host_loss = 0;
   cudaMemcpy(&host_loss, loss, 4, cudaMemcpyDeviceToHost);
   const double flops = 6.0 * o->rows * pb.hidden * pb.vocab;
@@ -168,7 +175,7 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
   printf(
       "no GPU here (%s)\nso no loss is computed; compiling the problem's kernels with NVRTC "
       "instead:\n",
-      kljit_last_error());
+      cli_last_error());
   printf("problem N=%lld H=%lld V=%lld is valid and supported by kljit_fused\n", o->rows,
          (long long)o->pb.hidden, (long long)o->pb.vocab);
   int archs[16];
@@ -195,7 +202,9 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
     int counts[2] = {0, 0};
     const kljit_status st = kljit_precompile(&o->pb, archs[i], dir, 0, count_module, counts);
     if (st != KLJIT_SUCCESS) {
-      rc = cli_refused(p, "demo", st);
+      char what[CLI_SHAPE_TEXT + 32];
+      snprintf(what, sizeof what, "%s on sm_%d", problem_label(o), archs[i]);
+      rc = cli_refused(p, what, st);
       break;
     }
     printf("sm_%d: %d module(s) compiled now, %d already cached -> %s\n", archs[i], counts[0],
@@ -245,7 +254,7 @@ int cli_demo(int argc, char **argv) {
   }
   cli_loss_apply(&loss, &o.pb);
   if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
-    return cli_usage_error(&p, "problem: %s", kljit_last_error());
+    return cli_usage_error(&p, "%s: %s", problem_label(&o), cli_last_error());
   }
   if (rows) o.rows = rows;
   if (o.pb.reduction == KLJIT_REDUCTION_NONE)

@@ -3,6 +3,7 @@
  * Needs no GPU and no driver: versions come from the library (the driver's through its own
  * dlopen), the GPU list from the CUDA runtime, which reports "no driver" as an error. */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,8 +15,11 @@ static void usage(FILE *f) {
       "usage: kljit info\n"
       "Prints the kljit library, CUDA toolkit, NVRTC, Lua and CUDA driver versions, the GPUs\n"
       "(name, sm, SMs, memory) or that there is none, the kernel cache directories (read-only\n"
-      "KLJIT_CACHE_PATH ones, then the writable one) and where wisdom files are read.\n"
-      "Needs no GPU; exit 0 unless the library fails.\n",
+      "KLJIT_CACHE_PATH ones, then the writable one), each with whether this user's plans\n"
+      "can use it and why not, where wisdom files are read, and the environment: every\n"
+      "KLJIT_* variable that is set, with why kljit refuses its value (or does not read it).\n"
+      "Needs no GPU; exit 2 when a variable has a value kljit refuses, 0 otherwise unless\n"
+      "the library fails.\n",
       f);
 }
 
@@ -45,20 +49,34 @@ static void print_gpus(int driver) {
   }
 }
 
-static const char *existence(const char *path) {
-  struct stat st;
-  if (stat(path, &st) != 0) return "does not exist yet";
-  return S_ISDIR(st.st_mode) ? "exists" : "exists, not a directory";
-}
-
+/* Whether plans can use the directory as this user, and if not why: a read-only one they
+ * cannot read is skipped (every node then compiles), one they refuse fails them. */
 static void print_cache_dir(const char *dir, int writable, void *user) {
   ++*(int *)user;
-  printf("  %-12s %s (%s)\n", writable ? "writable" : "read-only", dir, existence(dir));
+  struct stat st;
+  const char *const role = writable ? "writable" : "read-only";
+  if (stat(dir, &st) != 0 && errno == ENOENT)
+    printf("  %-12s %s (does not exist yet)\n", role, dir);
+  else if (kljit_cache_dir_check(dir) == KLJIT_SUCCESS)
+    printf("  %-12s %s (usable)\n", role, dir);
+  else
+    printf("  %-12s %s (NOT USABLE: %s)\n", role, dir, cli_last_error());
 }
 
-static void print_env(const char *name) {
-  const char *const v = getenv(name);
-  printf("  %-20s %s\n", name, v ? v : "(unset)");
+typedef struct env_seen {
+  int bad, unknown;
+  char names[64][64]; /* the variables printed, so the table below does not repeat them */
+  int n;
+} env_seen;
+
+static void print_set_env(const char *name, const char *value, const char *problem, void *user) {
+  env_seen *const s = user;
+  printf("  %-26s %s%s%s\n", name, value, problem ? "   <- " : "", problem ? problem : "");
+  if (problem && strstr(problem, "not a variable"))
+    s->unknown++;
+  else if (problem)
+    s->bad++;
+  if (s->n < 64) snprintf(s->names[s->n++], sizeof s->names[0], "%s", name);
 }
 
 /* Wisdom files, in the order they are read (include/kljit.h, wisdom section): the system file
@@ -119,15 +137,30 @@ int cli_info(int argc, char **argv) {
         "HOME): kernels are compiled in every process\n");
   if (print_wisdom() != CLI_OK) return CLI_FAIL;
   printf("environment\n");
-  /* Every knob of README.md's "Environment knobs" table (unit.cli checks), then the XDG
-   * directories the defaults derive from. */
+  /* Every KLJIT_* variable that is set, each value checked as the library reads it; then the
+   * rest of README.md's "Environment knobs" table (unit.cli checks) and the XDG directories
+   * the defaults derive from, unset. */
+  env_seen seen = {0};
+  kljit_env_check(print_set_env, &seen);
   static const char *const vars[] = {
       "KLJIT_CACHE_DIR",     "KLJIT_CACHE_PATH",   "KLJIT_CACHE_DISABLE",
-      "KLJIT_DUMP_DIR",      "KLJIT_TEMPLATE_DIR", "KLJIT_LOG",
-      "KLJIT_CHUNK_ROWS",    "KLJIT_ROW_KERNEL",   "KLJIT_DEBUG_SKIP_GEMMS",
-      "KLJIT_WISDOM",        "KLJIT_SYSTEM_WISDOM", "KLJIT_TUNE_BUDGET_S",
-      "KLJIT_TUNE_ROWS",     "KLJIT_GEMM",         "KLJIT_DX_SPLIT",     "XDG_CACHE_HOME",
-      "XDG_STATE_HOME"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) print_env(vars[i]);
+      "KLJIT_CACHE_TRUSTED_OWNERS",                "KLJIT_DUMP_DIR",
+      "KLJIT_TEMPLATE_DIR",  "KLJIT_LOG",          "KLJIT_CHUNK_ROWS",
+      "KLJIT_ROW_KERNEL",    "KLJIT_DEBUG_SKIP_GEMMS", "KLJIT_WISDOM",
+      "KLJIT_SYSTEM_WISDOM", "KLJIT_TUNE_BUDGET_S", "KLJIT_TUNE_ROWS",   "KLJIT_GEMM",
+      "KLJIT_DX_SPLIT",      "XDG_CACHE_HOME",     "XDG_STATE_HOME"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    int shown = 0;
+    for (int k = 0; k < seen.n && !shown; k++) shown = !strcmp(seen.names[k], vars[i]);
+    const char *const value = getenv(vars[i]);
+    if (!shown) printf("  %-26s %s\n", vars[i], value ? value : "(unset)");
+  }
+  if (seen.bad) {
+    fprintf(stderr,
+            "kljit info: %d KLJIT_* variable(s) with a value kljit refuses (marked above): "
+            "contexts and precompile fail on them\n",
+            seen.bad);
+    return CLI_USAGE;
+  }
   return CLI_OK;
 }

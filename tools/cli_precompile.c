@@ -18,10 +18,11 @@
 
 #include "cli.h"
 
-enum { MAX_ARCHS = 16, MAX_JOBS = 256 };
+enum { MAX_ARCHS = 16, MAX_JOBS = 256 }; /* MAX_JOBS: problems (shapes + the options') */
 
 typedef struct precompile_opts {
   kljit_problem problems[MAX_JOBS]; /* the SHAPEs, then the old-style options' problem */
+  const char *labels[MAX_JOBS];     /* each problem's SHAPE as written, for messages */
   cli_shape shapes[MAX_JOBS];
   int n_shapes;
   kljit_problem legacy; /* from the old problem options */
@@ -34,13 +35,14 @@ typedef struct precompile_opts {
   const char *file;      /* --file F: shapes, one per line */
   int legacy_given;      /* an old-style problem option was given */
   long long jobs;
-  int dry_run, no_manifest;
+  int dry_run, no_manifest, shared;
 } precompile_opts;
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: kljit precompile [--arch sm_80,sm_90] [--cache-dir DIR] [--jobs N]\n"
-          "                        [--file F] [--wisdom F] [--dry-run] [--no-manifest]\n"
+          "                        [--file F] [--wisdom F] [--shared] [--dry-run]\n"
+          "                        [--no-manifest]\n"
           "                        [--] [SHAPE ...]\n"
           "Renders and compiles (NVRTC, no GPU needed) every kernel module plans for the given\n"
           "problems use on each architecture, into the kernel cache DIR; plans elsewhere load\n"
@@ -58,6 +60,11 @@ static void usage(FILE *f) {
           "  --file F          more SHAPEs from F, one per line ('#' starts a comment)\n"
           "  --wisdom F        every plan the wisdom file F leads to (its tuned choices for\n"
           "                    GPUs of each arch, the heuristic ones for others; docs/wisdom.md)\n"
+          "  --shared          a cache other users read (a cluster cache): directory 0755,\n"
+          "                    entries and manifest 0644 (earlier private entries made\n"
+          "                    readable). Refused, before any compile, when DIR is writable by\n"
+          "                    group or others or owned by another user; readers trust it when\n"
+          "                    it is root's or an owner their KLJIT_CACHE_TRUSTED_OWNERS names\n"
           "  --dry-run         say which modules would be compiled; write nothing\n"
           "  --no-manifest     do not write DIR/manifest.txt\n"
           "%s",
@@ -70,53 +77,76 @@ typedef struct job {
   const kljit_problem *pb;
   int arch;
   const char *wisdom; /* not NULL: the plans of this wisdom file (pb unused) */
+  const char *what;   /* the SHAPE as written, or what stands for it, for messages */
 } job;
+
+/* One module (cache entry) of the run. Jobs share modules (the helpers of problems that differ
+ * only in their rows, a wisdom file's plans and the same problems given as shapes): each is
+ * counted and shown once, as compiled when it was missing at the dry run, whichever job then
+ * builds it (the library builds one module once per process: concurrent builders of the same
+ * one wait for the first). */
+typedef struct module {
+  char file[80];
+  int arch;
+  int missing;  /* not in the cache at the dry run */
+  int reported; /* a job has built or found it */
+} module;
 
 typedef struct run_state {
   const precompile_opts *o;
-  job jobs[MAX_JOBS * MAX_ARCHS];
+  job *jobs; /* every (problem, arch) pair, then the wisdom file's arch jobs */
   int n_jobs;
   pthread_mutex_t lock; /* guards everything below and stderr's progress lines */
   int next;             /* next job to take */
-  int done, total;      /* modules finished / expected (from the dry run) */
-  int compiled[MAX_ARCHS], cached[MAX_ARCHS];
-  int failed;          /* jobs that failed; each one's message went to stderr */
-  char (*files)[80];   /* the entry of every module reported, checked against the manifest */
-  int n_files, cap_files;
+  int done;             /* distinct modules reported */
+  module *modules;      /* the distinct modules of the dry run */
+  int n_modules, cap_modules;
+  int failed;           /* jobs that failed; each one's message went to stderr */
 } run_state;
 
-static int arch_slot(const precompile_opts *o, int arch) {
-  for (int i = 0; i < o->n_archs; i++)
-    if (o->archs[i] == arch) return i;
-  return 0;
+static module *find_module(run_state *s, const char *file) {
+  for (int i = 0; i < s->n_modules; i++)
+    if (!strcmp(s->modules[i].file, file)) return &s->modules[i];
+  return NULL;
+}
+
+/* Adds a module of the dry run (once); NULL when out of memory. */
+static module *add_module(run_state *s, const kljit_module_report *m) {
+  module *found = find_module(s, m->file);
+  if (found) return found;
+  if (s->n_modules == s->cap_modules) {
+    const int cap = s->cap_modules ? 2 * s->cap_modules : 64;
+    module *const grown = realloc(s->modules, (size_t)cap * sizeof *grown);
+    if (!grown) return NULL;
+    s->modules = grown, s->cap_modules = cap;
+  }
+  module *const d = &s->modules[s->n_modules++];
+  memset(d, 0, sizeof *d);
+  snprintf(d->file, sizeof d->file, "%s", m->file);
+  d->arch = m->arch, d->missing = m->compiled;
+  return d;
+}
+
+static void on_probe(const kljit_module_report *m, void *user) {
+  run_state *const s = user;
+  if (!add_module(s, m)) s->failed++;
 }
 
 static void on_module(const kljit_module_report *m, void *user) {
   run_state *const s = user;
   pthread_mutex_lock(&s->lock);
-  const int slot = arch_slot(s->o, m->arch);
-  if (m->compiled)
-    s->compiled[slot]++;
-  else
-    s->cached[slot]++;
-  s->done++;
-  if (!s->o->dry_run && s->n_files == s->cap_files) {
-    const int cap = s->cap_files ? 2 * s->cap_files : 64;
-    char(*grown)[80] = realloc(s->files, (size_t)cap * sizeof *grown);
-    if (grown) s->files = grown, s->cap_files = cap;
+  module *d = find_module(s, m->file);
+  if (!d) d = add_module(s, m); /* not in the dry run: stored by someone else meanwhile */
+  if (d && !d->reported) {
+    d->reported = 1;
+    s->done++;
+    const char *const what =
+        s->o->dry_run ? (d->missing ? "to compile" : "cached") : d->missing ? "compiled" : "cached";
+    fprintf(stderr, "[%d/%d] sm_%d %s %s", s->done, s->n_modules, m->arch, m->name, what);
+    if (m->compiled && !s->o->dry_run) fprintf(stderr, " (%.0f ms)", m->compile_ms);
+    fputc('\n', stderr);
   }
-  if (!s->o->dry_run && s->n_files < s->cap_files)
-    snprintf(s->files[s->n_files++], sizeof s->files[0], "%s", m->file);
-  const char *const what = !m->compiled ? "cached" : s->o->dry_run ? "to compile" : "compiled";
-  fprintf(stderr, "[%d/%d] sm_%d %s %s", s->done, s->total, m->arch, m->name, what);
-  if (m->compiled && !s->o->dry_run) fprintf(stderr, " (%.0f ms)", m->compile_ms);
-  fputc('\n', stderr);
   pthread_mutex_unlock(&s->lock);
-}
-
-static void on_probe(const kljit_module_report *m, void *user) {
-  (void)m;
-  ++*(int *)user;
 }
 
 /* One job through the library. A job of another kind (a wisdom file's modules, say) is a field
@@ -129,7 +159,8 @@ static kljit_status run_job(const job *j, const char *dir, uint32_t flags,
 
 static void *worker(void *arg) {
   run_state *const s = arg;
-  const uint32_t flags = s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0;
+  const uint32_t flags = (s->o->dry_run ? KLJIT_PRECOMPILE_DRY_RUN : 0) |
+                         (s->o->shared ? KLJIT_PRECOMPILE_SHARED : 0);
   for (;;) {
     /* Every job runs even after one failed: an operator filling a cluster cache needs every
      * module that is not in it named, not just the first. */
@@ -142,7 +173,8 @@ static void *worker(void *arg) {
     if (st != KLJIT_SUCCESS) {
       pthread_mutex_lock(&s->lock);
       s->failed++;
-      fprintf(stderr, "kljit: precompile: %s\n  %s\n", kljit_status_string(st), kljit_last_error());
+      fprintf(stderr, "kljit precompile: %s on sm_%d: %s: %s\n", j->what, j->arch,
+              kljit_status_string(st), cli_last_error());
       pthread_mutex_unlock(&s->lock);
     }
   }
@@ -185,13 +217,14 @@ static int name_cmp(const void *a, const void *b) {
 static int missing_from_manifest(const char *dir, const run_state *s, manifest_writer *w) {
   qsort(w->listed, (size_t)w->entries, sizeof w->listed[0], name_cmp);
   int missing = 0;
-  for (int i = 0; i < s->n_files; i++)
-    if (!w->entries || !bsearch(s->files[i], w->listed, (size_t)w->entries, sizeof w->listed[0],
-                                name_cmp)) {
+  for (int i = 0; i < s->n_modules; i++)
+    if (s->modules[i].reported &&
+        (!w->entries || !bsearch(s->modules[i].file, w->listed, (size_t)w->entries,
+                                 sizeof w->listed[0], name_cmp))) {
       fprintf(stderr,
-              "kljit: precompile: %s/%s was stored by this run but is gone or invalid before "
+              "kljit precompile: %s/%s was stored by this run but is gone or invalid before "
               "the manifest was written (a concurrent kljit cache clear?)\n",
-              dir, s->files[i]);
+              dir, s->modules[i].file);
       missing++;
     }
   return missing;
@@ -225,21 +258,74 @@ static int sync_dir(const char *dir) {
   return rc;
 }
 
+/* What kljit publishes replaces only a regular file (as the library's own publication): a FIFO,
+ * device, link or directory at DIR/manifest.txt is refused and left as it is. 1 when `path` is
+ * absent or a regular file, else 0 after saying why. */
+static int manifest_replaceable(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 1;
+    fprintf(stderr, "kljit precompile: cannot stat %s: %s\n", path, strerror(errno));
+    return 0;
+  }
+  if (S_ISREG(st.st_mode)) return 1;
+  fprintf(stderr, "kljit precompile: refusing to replace %s: it is %s, not a regular file\n", path,
+          S_ISLNK(st.st_mode)    ? "a symbolic link"
+          : S_ISDIR(st.st_mode)  ? "a directory"
+          : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                 : "a device or socket");
+  return 0;
+}
+
+/* The manifest's lock (docs/cache-format.md): an fcntl write lock on DIR/manifest.txt.lock, held
+ * from the listing to the rename. Concurrent precompiles into one directory used to list it and
+ * rename their manifests over each other's: the last rename could come from a run that listed
+ * before another's entries existed. Under the lock the last one to list sees every entry stored
+ * before it. The lock file stays (as wisdom's): removing it would race with a waiting writer.
+ * The fd, or -1 after saying why. */
+static int lock_manifest(const char *dir, unsigned mode) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/manifest.txt.lock", dir);
+  const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, (mode_t)mode);
+  struct stat st;
+  struct flock fl;
+  memset(&fl, 0, sizeof fl);
+  fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET;
+  int rc = -1;
+  if (fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode))
+    errno = EINVAL;
+  else if (fd >= 0)
+    do rc = fcntl(fd, F_SETLKW, &fl);
+    while (rc != 0 && errno == EINTR);
+  if (rc == 0) return fd;
+  fprintf(stderr, "kljit precompile: cannot lock %s: %s\n", path, strerror(errno));
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
 /* Writes dir/manifest.txt through a temp file, fsync and a rename (then the directory's fsync),
- * so a reader never sees half; fails (and leaves no manifest of this run) when a module this run
- * reported is not in it, or when an entry it lists disappears meanwhile. */
-static int write_manifest(const char *dir, const run_state *s) {
+ * so a reader never sees half, under the manifest's lock; fails (and leaves no manifest of this
+ * run) when a module this run reported is not in it, when an entry it lists disappears
+ * meanwhile, or when manifest.txt is not a regular file. */
+static int write_manifest(const char *dir, const run_state *s, unsigned mode) {
   char tmp[4096], path[4096];
   snprintf(path, sizeof path, "%s/manifest.txt", dir);
   snprintf(tmp, sizeof tmp, "%s/.manifest.txt.%ld.tmp", dir, (long)getpid());
-  manifest_writer w = {fopen(tmp, "w"), 0, 0, NULL, 0};
+  if (!manifest_replaceable(path)) return CLI_FAIL;
+  const int lock = lock_manifest(dir, mode);
+  if (lock < 0) return CLI_FAIL;
+  const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  manifest_writer w = {fd >= 0 ? fdopen(fd, "w") : NULL, 0, 0, NULL, 0};
   if (!w.f) {
     fprintf(stderr, "kljit: cannot write %s: %s\n", tmp, strerror(errno));
+    if (fd >= 0) close(fd), unlink(tmp);
+    close(lock);
     return CLI_FAIL;
   }
   fprintf(w.f, "# kljit cache manifest 1\n# file arch sha256 bytes module\n");
   const kljit_status st = kljit_cache_list(dir, manifest_line, &w);
-  const int io_error = ferror(w.f) || fflush(w.f) != 0 || fsync(fileno(w.f)) != 0;
+  const int io_error = ferror(w.f) || fflush(w.f) != 0 || fchmod(fileno(w.f), (mode_t)mode) != 0 ||
+                       fsync(fileno(w.f)) != 0;
   const int close_error = fclose(w.f);
   int rc = CLI_OK;
   if (st != KLJIT_SUCCESS) {
@@ -248,6 +334,8 @@ static int write_manifest(const char *dir, const run_state *s) {
     fprintf(stderr, "kljit: cannot write %s: %s\n", tmp, strerror(errno));
     rc = CLI_FAIL;
   } else if (missing_from_manifest(dir, s, &w)) {
+    rc = CLI_FAIL;
+  } else if (!manifest_replaceable(path)) { /* again: something may have been put there */
     rc = CLI_FAIL;
   } else if (rename(tmp, path) != 0) {
     fprintf(stderr, "kljit: cannot write %s: %s\n", path, strerror(errno));
@@ -261,6 +349,7 @@ static int write_manifest(const char *dir, const run_state *s) {
             strerror(errno));
     rc = CLI_FAIL;
   }
+  close(lock);
   free(w.listed);
   if (rc != CLI_OK) {
     unlink(tmp);
@@ -285,46 +374,67 @@ static int run(cli_parser *p, precompile_opts *o) {
     return CLI_FAIL;
   }
   o->cache_dir = dir;
-  static run_state s; /* large; one per process */
+  /* A destination readers would refuse (another owner, writable by group or others) or that
+   * cannot be read is refused once, now, not once per module after every compile. */
+  struct stat dir_st;
+  if (stat(dir, &dir_st) == 0 && kljit_cache_dir_check(dir) != KLJIT_SUCCESS) {
+    fprintf(stderr, "kljit precompile: %s\n", cli_last_error());
+    return CLI_FAIL;
+  }
+  static run_state s; /* one per process */
   memset(&s, 0, sizeof s);
   s.o = o;
+  s.jobs = calloc((size_t)(o->n_problems + 1) * (size_t)o->n_archs, sizeof *s.jobs);
+  if (!s.jobs) return fprintf(stderr, "kljit precompile: out of memory\n"), CLI_FAIL;
   for (int q = 0; q < o->n_problems; q++)
     for (int a = 0; a < o->n_archs; a++)
-      s.jobs[s.n_jobs++] = (job){&o->problems[q], o->archs[a], NULL};
+      s.jobs[s.n_jobs++] = (job){&o->problems[q], o->archs[a], NULL, o->labels[q]};
   for (int a = 0; o->wisdom && a < o->n_archs; a++)
-    s.jobs[s.n_jobs++] = (job){NULL, o->archs[a], o->wisdom};
-  /* A dry run of every job first: it renders (milliseconds) and gives the total for the
-   * progress lines; a bad problem or arch fails here, before any compile. */
-  for (int i = 0; i < s.n_jobs; i++) {
+    s.jobs[s.n_jobs++] = (job){NULL, o->archs[a], o->wisdom, o->wisdom};
+  int rc = CLI_OK;
+  /* A dry run of every job first: it renders (milliseconds), lists the distinct modules for the
+   * progress lines and the counts; a bad problem or arch fails here, before any compile. */
+  for (int i = 0; i < s.n_jobs && rc == CLI_OK; i++) {
     const kljit_status st =
-        run_job(&s.jobs[i], o->cache_dir, KLJIT_PRECOMPILE_DRY_RUN, on_probe, &s.total);
+        run_job(&s.jobs[i], o->cache_dir, KLJIT_PRECOMPILE_DRY_RUN, on_probe, &s);
     if (st != KLJIT_SUCCESS) {
-      char what[32];
-      snprintf(what, sizeof what, "sm_%d", s.jobs[i].arch);
-      return cli_refused(p, what, st);
+      char what[4200];
+      snprintf(what, sizeof what, "%s on sm_%d", s.jobs[i].what, s.jobs[i].arch);
+      rc = cli_refused(p, what, st);
+    } else if (s.failed) {
+      rc = CLI_FAIL, fprintf(stderr, "kljit precompile: out of memory\n");
     }
   }
-  pthread_mutex_init(&s.lock, NULL);
-  const int n_threads = (int)(o->jobs < s.n_jobs ? o->jobs : s.n_jobs);
-  pthread_t threads[64];
-  int started = 0;
-  for (; started < n_threads - 1; started++)
-    if (pthread_create(&threads[started], NULL, worker, &s) != 0) break;
-  worker(&s); /* the main thread is one of the workers */
-  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
-  pthread_mutex_destroy(&s.lock);
-  int rc = CLI_OK;
-  if (s.failed) {
-    fprintf(stderr, "kljit: precompile: %d of %d job(s) failed (see above); no manifest written\n",
+  if (rc == CLI_OK) {
+    pthread_mutex_init(&s.lock, NULL);
+    const int n_threads = (int)(o->jobs < s.n_jobs ? o->jobs : s.n_jobs);
+    pthread_t threads[64];
+    int started = 0;
+    for (; started < n_threads - 1; started++)
+      if (pthread_create(&threads[started], NULL, worker, &s) != 0) break;
+    worker(&s); /* the main thread is one of the workers */
+    for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&s.lock);
+  }
+  if (rc == CLI_OK && s.failed) {
+    fprintf(stderr,
+            "kljit precompile: %d of %d job(s) failed (see above); no manifest written\n",
             s.failed, s.n_jobs);
     rc = CLI_FAIL;
-  } else {
-    for (int a = 0; a < o->n_archs; a++)
-      printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], s.compiled[a],
-             o->dry_run ? "to compile" : "compiled now", s.cached[a], o->cache_dir);
-    if (!o->dry_run && !o->no_manifest) rc = write_manifest(o->cache_dir, &s);
+  } else if (rc == CLI_OK) {
+    for (int a = 0; a < o->n_archs; a++) {
+      int compiled = 0, cached = 0;
+      for (int i = 0; i < s.n_modules; i++)
+        if (s.modules[i].arch == o->archs[a]) compiled += s.modules[i].missing,
+                                                cached += !s.modules[i].missing;
+      printf("sm_%d: %d module(s) %s, %d already cached -> %s\n", o->archs[a], compiled,
+             o->dry_run ? "to compile" : "compiled now", cached, o->cache_dir);
+    }
+    if (!o->dry_run && !o->no_manifest)
+      rc = write_manifest(o->cache_dir, &s, o->shared ? 0644 : 0600);
   }
-  free(s.files);
+  free(s.modules);
+  free(s.jobs);
   return rc;
 }
 
@@ -349,6 +459,10 @@ int cli_precompile(int argc, char **argv) {
       o.no_manifest = 1;
       continue;
     }
+    if (cli_flag(&p, "--shared")) {
+      o.shared = 1;
+      continue;
+    }
     if (cli_string(&p, "--wisdom", &o.wisdom)) continue;
     if (cli_string(&p, "--file", &o.file)) continue;
     if (cli_loss_option(&p, &o.loss)) continue;
@@ -370,6 +484,7 @@ int cli_precompile(int argc, char **argv) {
   if (o.wisdom && access(o.wisdom, R_OK) != 0)
     return cli_usage_error(&p, "--wisdom %s: %s", o.wisdom, strerror(errno));
   for (int i = 0; i < o.n_shapes; i++) {
+    o.labels[o.n_problems] = o.shapes[i].text;
     o.problems[o.n_problems] = o.shapes[i].pb;
     cli_loss_apply(&o.loss, &o.problems[o.n_problems++]);
   }
@@ -377,12 +492,13 @@ int cli_precompile(int argc, char **argv) {
   if (o.legacy_given || (!o.n_problems && !o.wisdom)) {
     cli_loss_apply(&o.loss, &o.legacy);
     if (o.legacy_given && kljit_plan_check(&o.legacy) != KLJIT_SUCCESS)
-      return cli_usage_error(&p, "problem: %s", kljit_last_error());
+      return cli_usage_error(&p, "the problem of the options: %s", cli_last_error());
+    o.labels[o.n_problems] = o.legacy_given ? "the problem of the options" : CLI_DEFAULT_SHAPE;
     o.problems[o.n_problems++] = o.legacy;
   }
   for (int i = 0; i < o.n_problems; i++) /* each SHAPE again, with the loss-family options */
     if (kljit_plan_check(&o.problems[i]) != KLJIT_SUCCESS)
-      return cli_usage_error(&p, "problem: %s", kljit_last_error());
+      return cli_usage_error(&p, "%s: %s", o.labels[i], cli_last_error());
   if (!(o.n_archs = cli_parse_archs(&p, o.arch, o.archs, MAX_ARCHS))) return p.status;
   return run(&p, &o);
 }

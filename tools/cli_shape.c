@@ -173,7 +173,7 @@ int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shap
         !s->teacher_dtype_given)
       s->pb.teacher_dtype = KLJIT_FP32; /* top-K values usually come in fp32 */
     if (kljit_plan_check(&s->pb) != KLJIT_SUCCESS)
-      snprintf(why, sizeof why, "%s", kljit_last_error());
+      snprintf(why, sizeof why, "%s", cli_last_error());
   }
   if (why[0]) {
     cli_usage_error(p, "%sshape '%s': %s", where ? where : "", text, why);
@@ -182,13 +182,27 @@ int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shap
   return 1;
 }
 
+/* The longest line --file reads: far past any shape and comment, short of reading a whole
+ * stray file as one line. */
+enum { SHAPE_LINE_MAX = 65536 };
+
 int cli_shape_file(cli_parser *p, const char *path, cli_shape *shapes, int *n, int cap) {
   FILE *f = fopen(path, "r");
   if (!f) return cli_usage_error(p, "--file %s: %s", path, strerror(errno)), 0;
-  char line[1024], where[600];
+  char *line = NULL, where[600];
+  size_t line_cap = 0;
   int lineno = 0, ok = 1;
-  while (ok && fgets(line, sizeof line, f)) {
+  ssize_t len;
+  /* getline: each line whole (fgets into a fixed buffer split long ones, and the tail of a long
+   * comment was read as a shape) */
+  while (ok && (len = getline(&line, &line_cap, f)) >= 0) {
     lineno++;
+    if (len > SHAPE_LINE_MAX) {
+      cli_usage_error(p, "--file %.500s:%d: the line is longer than %d bytes", path, lineno,
+                      SHAPE_LINE_MAX);
+      ok = 0;
+      break;
+    }
     line[strcspn(line, "#\r\n")] = '\0';
     char *s = line;
     while (*s == ' ' || *s == '\t') s++;
@@ -203,6 +217,7 @@ int cli_shape_file(cli_parser *p, const char *path, cli_shape *shapes, int *n, i
     ok = cli_shape_parse(p, s, where, &shapes[*n]);
     if (ok) ++*n;
   }
+  free(line);
   fclose(f);
   return ok;
 }

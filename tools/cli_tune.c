@@ -4,8 +4,9 @@
  * Shapes come from the command line and/or a file, one per argument or line, in the grammar
  * every command shares (tools/cli_shape.c: "V=128256,H=4096,bf16,dense,N=8192"). Each is tuned with
  * kljit_tune (which also merges the winner into the user wisdom file); with --wisdom PATH the
- * results are merged into PATH as well: PATH's entries are read first, then PATH is rewritten
- * with them and the new ones. Progress goes to stderr (a bar on a terminal, a line per
+ * results are merged into PATH as well: PATH's entries are read first, and at the end this run's
+ * store is merged into PATH under its lock (kljit_wisdom_merge_file), keeping what other tuners
+ * of PATH merged meanwhile. Progress goes to stderr (a bar on a terminal, a line per
  * candidate otherwise), one result line per shape to stdout.
  */
 #include <errno.h>
@@ -107,7 +108,7 @@ static int run(tune_opts *o) {
   kljit_context *ctx = NULL;
   kljit_status st = kljit_context_create(&ctx, (int)o->device, NULL);
   if (st == KLJIT_ERR_NO_DEVICE) {
-    fprintf(stderr, "kljit tune: no GPU here (%s); tuning needs one\n", kljit_last_error());
+    fprintf(stderr, "kljit tune: no GPU here (%s); tuning needs one\n", cli_last_error());
     return CLI_NO_GPU;
   }
   if (st != KLJIT_SUCCESS) return cli_fail("tune", st);
@@ -130,7 +131,9 @@ static int run(tune_opts *o) {
     st = kljit_tune(ctx, &s->pb, s->rows, (kljit_plan_rigor)o->rigor, on_progress, &pg);
     if (st != KLJIT_SUCCESS) {
       if (pg.tty && !o->quiet) fputs("\n", stderr);
-      rc = cli_fail("tune", st);
+      char what[CLI_SHAPE_TEXT + 8];
+      snprintf(what, sizeof what, "tune %s", s->text);
+      rc = cli_fail(what, st);
       break;
     }
     const kljit_tune_progress *r = &pg.last;
@@ -142,8 +145,8 @@ static int run(tune_opts *o) {
         r->elapsed_s);
     fflush(stdout);
   }
-  if (rc == CLI_OK && o->wisdom) {
-    st = kljit_wisdom_export_file(o->wisdom);
+  if (rc == CLI_OK && o->wisdom) { /* merged under F's lock: concurrent tuners keep theirs */
+    st = kljit_wisdom_merge_file(o->wisdom);
     if (st != KLJIT_SUCCESS)
       rc = cli_fail("tune: --wisdom", st);
     else

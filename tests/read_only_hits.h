@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* read_only_hits.h — whether a plan would load every module of a problem from a read-only
+ * cache (KLJIT_CACHE_PATH, a precompiled cluster cache) and compile nothing: the modules a plan
+ * builds (recipe_make with the default options: the rows and the helpers) through jit_build
+ * with the environment's cache, as kljit_plan_create does, without a GPU. */
+#ifndef KLJIT_TEST_READ_ONLY_HITS_H
+#define KLJIT_TEST_READ_ONLY_HITS_H
+
+#include "cache.h"
+#include "harness.h"
+#include "jit.h"
+#include "recipe.h"
+
+/* TH_PASS when, for each of the n archs, both modules of pb's plan are CACHE_HIT_READONLY with
+ * no compile; sm_count as the plan's GPU reports it (0: unknown). */
+static inline int th_plan_modules_hit_read_only(const kljit_problem *pb, const int *archs, int n,
+                                                int sm_count) {
+  cache_config cfg;
+  TH_OK(cache_config_from_env(&cfg));
+  int r = TH_PASS;
+  for (int i = 0; i < n && r == TH_PASS; i++) {
+    const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+    recipe rc;
+    const kspec *specs[RECIPE_MAX_MODULES];
+    if (recipe_make(pb, NULL, &o, archs[i], sm_count, &rc) != KLJIT_SUCCESS ||
+        recipe_modules(&rc, specs) != 2)
+      r = TH_FAIL;
+    for (int k = 0; k < 2 && r == TH_PASS; k++) {
+      jit_bin bin;
+      if (jit_build(specs[k], archs[i], &cfg, &bin) != KLJIT_SUCCESS) {
+        fprintf(stderr, "jit_build: %s\n", kljit_last_error());
+        r = TH_FAIL;
+        break;
+      }
+      if (bin.source != CACHE_HIT_READONLY || bin.compile_ms != 0.0) {
+        fprintf(stderr, "sm_%d module %s: not a read-only cache hit (source %d)\n", archs[i],
+                bin.name, (int)bin.source);
+        r = TH_FAIL;
+      }
+      jit_bin_free(&bin);
+    }
+  }
+  cache_config_free(&cfg);
+  return r;
+}
+
+#endif
