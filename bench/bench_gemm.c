@@ -562,7 +562,7 @@ int main(int argc, char **argv) {
     char r = 'm', sched = 'c';
     if (sscanf(t, "%d.%d.%d.%c.%d.%c", &bn, &cons, &st, &r, &cl, &sched) < 4) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
-                       0, bn, cons, st, r, cl, sched};
+                       0, bn, cons, st, r, cl, sched, 'd', 0};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;

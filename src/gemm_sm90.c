@@ -13,7 +13,18 @@
 
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c'};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0};
+  return v;
+}
+
+jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta) {
+  jgemm_variant v = jgemm_default(in, out, beta);
+  if (kind == GEMM_LOGITS) return v;
+  /* dX (nn) and dW (tn): raster g, the fastest of the generated shapes for both (bench/RESULTS.md,
+   * issue 16's nn and tn rows); dW accumulating through the staged epilogue (C read once per
+   * tile, 16-byte runs) */
+  v.layout = kind == GEMM_DX ? "nn" : "tn", v.raster = 'g';
+  if (kind == GEMM_DW && beta) v.epilogue = 's';
   return v;
 }
 
@@ -72,7 +83,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3], 'c'};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -111,20 +122,48 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (size_t s = 0; s < PP + 2 && n < cap; s++) {
       const size_t t = s < PP ? s : 0;
       jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
-                         pp[t][3], 'p'};
+                         pp[t][3], 'p', 'd', 0};
       if (s == PP) v.out = ins[i], v.beta = 1;
       if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
     }
+  /* the staged epilogue (bf16 inputs; f16 differs in the types alone, and the tn accumulation
+   * into f16 covers its 16-bit path): the dW shape accumulating into fp32 and into bf16 (both
+   * schedules), the logits and the dX shapes written */
+  static const struct {
+    const char *layout;
+    int in_out, beta, bn, consumers, stages;
+    char schedule;
+  } staged[] = {{"tn", 0, 1, 256, 2, 4, 'c'}, {"tn", 1, 1, 256, 2, 4, 'c'},
+                {"tn", 0, 1, 128, 2, 6, 'p'}, {"nt", 0, 0, 256, 2, 4, 'c'},
+                {"nn", 1, 0, 256, 2, 4, 'c'}, {"tn", 2, 1, 256, 2, 4, 'c'}};
+  for (size_t i = 0; i < sizeof staged / sizeof staged[0] && n < cap; i++) {
+    const kljit_dtype in = staged[i].in_out == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    jgemm_variant v = {staged[i].layout, in, staged[i].in_out ? in : KLJIT_FP32, staged[i].beta,
+                       staged[i].bn, staged[i].consumers, staged[i].stages, 'g', 1,
+                       staged[i].schedule, 's', 0};
+    out[n++] = v;
+  }
+  /* K in slices (the dX over a long vocabulary in one launch): 3 k-blocks a slice, so that
+   * the tests' K of a few hundred spans several; both epilogues, both schedules */
+  for (int e = 0; e < 3 && n < cap; e++) {
+    jgemm_variant v = jgemm_kind_default(GEMM_DX, KLJIT_BF16, KLJIT_FP32, 0);
+    v.kslice = 3, v.epilogue = e == 1 ? 's' : 'd';
+    if (e == 2) v.bn = 128, v.stages = 6, v.schedule = 'p', v.epilogue = 's';
+    out[n++] = v;
+  }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s", names_dtype_tag(v->in),
+  char slice[16] = "";
+  if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
-           other ? v->layout : "", v->schedule == 'p' ? " pp" : "");
+           other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
+           v->epilogue == 's' ? " es" : "", slice);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -135,6 +174,8 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
   k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
   k.gemm_schedule = v->schedule == 'p' ? 'p' : 0;
+  k.gemm_epilogue = v->epilogue == 's' ? 's' : 0;
+  k.gemm_kslice = v->kslice > 0 ? v->kslice : 0;
   return k;
 }
 
@@ -148,7 +189,9 @@ unsigned jgemm_threads(const jgemm_variant *v) {
 }
 
 unsigned jgemm_smem_bytes(const jgemm_variant *v) {
-  return (unsigned)v->stages * (unsigned)(64 * v->consumers + v->bn) * 64u * 2u + 1024u;
+  /* the staged epilogue's scratch: 4 KB per consumer warp (templates/gemm_sm90.cu.lua) */
+  const unsigned scratch = v->epilogue == 's' ? (jgemm_threads(v) - 128u) / 32u * 4096u : 0u;
+  return (unsigned)v->stages * (unsigned)(64 * v->consumers + v->bn) * 64u * 2u + 1024u + scratch;
 }
 
 /* What jgemm_launch passes, in order (templates/gemm_sm90.cu.lua's GEMM_ARGS). */

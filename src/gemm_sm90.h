@@ -14,6 +14,7 @@
 #define KLJIT_GEMM_SM90_H
 
 #include "driver.h"
+#include "gemm.h"
 #include "problem.h"
 #include "spec.h"
 
@@ -31,11 +32,19 @@ typedef struct jgemm_variant {
   char schedule;    /* 0 or 'c': cooperative (one warpgroup per 64 rows of every tile); 'p':
                      * pingpong (two warpgroups on alternate tiles, each all of its tile's rows:
                      * one stores while the other multiplies; templates/gemm_sm90.cu.lua) */
+  char epilogue;    /* 0 or 'd': direct (registers to C, pair by pair); 's': staged through
+                     * shared memory, 16-byte runs of C (BETA: C loaded once per tile) */
+  int kslice;       /* 0, or k-blocks (64 of K) per slice: K summed in slices whose fp32 sums
+                     * are added into C (fp32 C: the dX over a long vocabulary, in one launch) */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
  * raster. */
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
+
+/* The default variant of the GEMM of kind `kind` (a gemm_kind: GEMM_LOGITS, the nt layout as
+ * jgemm_default; GEMM_DX, nn; GEMM_DW, tn) for a dtype pair and beta. */
+jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta);
 
 /* The options' gemm (KLJIT_GEMM): KLJIT_GEMM_DEFAULT (cuBLASLt unless the tuning chose a
  * generated GEMM), KLJIT_GEMM_CUBLAS (forced), KLJIT_GEMM_JIT (forced where it applies); -1 for
@@ -68,7 +77,8 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
 int jgemm_variants(jgemm_variant *out, int cap);
 
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
- * layouts, " pp" for the pingpong schedule) */
+ * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " k<n>" for slices
+ * of n k-blocks) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */

@@ -56,6 +56,8 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
   out[n++] = pi("CLUSTER", k->gemm_cluster);
   if (k->gemm_schedule == 'p') out[n++] = ps("SCHEDULE", "pingpong");
+  if (k->gemm_epilogue == 's') out[n++] = ps("EPILOGUE", "staged");
+  if (k->gemm_kslice > 0) out[n++] = pi("KSLICE", k->gemm_kslice);
   return n;
 }
 

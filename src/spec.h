@@ -65,9 +65,11 @@ typedef struct kspec {
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
-  const char *gemm_layout; /* "nt" | "nn" */
+  const char *gemm_layout; /* "nt" | "nn" | "tn" */
   char gemm_raster;   /* 'm' | 'n' | 'g' */
   char gemm_schedule; /* 0 / 'c': coop (no SCHEDULE parameter: its source as before); 'p' */
+  char gemm_epilogue; /* 0 / 'd': direct (no EPILOGUE parameter); 's': staged */
+  int gemm_kslice;    /* 0: no KSLICE parameter; else k-blocks per slice */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 36 }; /* dense rows: 20 always, 12 optional */

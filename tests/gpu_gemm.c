@@ -41,6 +41,7 @@ typedef struct gemm_mod {
 
 static const drv_table *drv;
 static int sms;
+static int64_t ld_extra; /* added to C's row stride (N rounded up to 8): runs off 16 bytes */
 
 static int setup(void) {
   if (!gpu_available()) return 77;
@@ -74,8 +75,8 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   /* nt: W[N, K]; nn, tn: B[K, N] row-major; tn: A[K, M] row-major (G of dW = G^T X); rows
    * padded to multiples of 8 as the chunk buffers */
   const int tn = !strcmp(v->layout, "tn"), nn = tn || !strcmp(v->layout, "nn");
-  const int64_t ld = (N + 7) / 8 * 8, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
-  const int64_t ldb = nn ? ld : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
+  const int64_t ld = (N + 7) / 8 * 8 + ld_extra, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
+  const int64_t ldb = nn ? (N + 7) / 8 * 8 : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
   const int64_t nw = nn ? K * ldb : N * ldb;
   const kljit_dtype in = v->in, out = v->out;
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
@@ -116,17 +117,24 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
         clobbered += !isnan(got);
         continue;
       }
-      double ref = 0, mag = 0, chain = 0;
+      /* KSLICE: the accumulators restart every slice (chain: partial sums since the slice's
+       * start) and each slice's sum is added into C in fp32 (adds: one rounding each of the
+       * running sum, 2^-24 |C| at most; counted twice in the tolerance below) */
+      const int64_t slice = v->kslice > 0 ? 64 * (int64_t)v->kslice : K;
+      double ref = 0, mag = 0, chain = 0, adds = 0, start = 0;
       for (int64_t k = 0; k < K; k++) {
-        if (k % 16 == 0) chain += fabs(ref); /* the partial sum before each k16 step */
+        if (k % slice == 0 && k > 0) adds += fabs(ref), start = ref;
+        if (k % 16 == 0) chain += fabs(ref - start); /* the partial sum before each k16 step */
         const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
         ref += pr, mag += fabs(pr);
       }
-      ref *= alpha, mag *= alpha, chain *= alpha;
+      if (K > slice) adds += fabs(ref);
+      ref *= alpha, mag *= alpha, chain *= alpha, adds *= alpha;
       if (v->beta) ref += z0[i * ld + j];
       /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
        * one rounding of the store */
-      const double tol = 0x1p-23 * 17 * (chain + mag) + (q + 0x1p-24) * fabs(ref) + 1e-30;
+      const double tol =
+          0x1p-23 * 17 * (chain + mag) + 0x1p-23 * adds + (q + 0x1p-24) * fabs(ref) + 1e-30;
       const double e = fabs(got - ref) / tol;
       if (!(e <= 1)) bad++;
       if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
@@ -262,7 +270,43 @@ static int tn_layout_matches_fp64_on_ragged_shapes(void) {
   return selected_variants_match(is_tn, shapes, sizeof shapes / sizeof shapes[0], 17, 8);
 }
 
+static int is_staged(const jgemm_variant *v) { return v->epilogue == 's'; }
+static int is_sliced(const jgemm_variant *v) { return v->kslice > 0; }
+
+/* The staged epilogue (each warp's block through shared memory, 16-byte runs of C, BETA's C
+ * loaded once per tile), every such variant of jgemm_variants (the dW shape accumulating into
+ * fp32, bf16 and fp16, both schedules; the logits and the dX shapes written), on ragged shapes:
+ * N off the 4- and 8-element runs (partial runs element by element), ldc not a multiple of 8
+ * (every run partial), one row, rows past a tile. */
+static int staged_epilogue_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},      {7, 64, 7},     {129, 136, 127},
+                                      {127, 72, 129}, {200, 264, 129}, {1031, 4104, 9},
+                                      {65, 4097, 200}, {5, 32001, 16}};
+  const size_t count = sizeof shapes / sizeof shapes[0];
+  TH_CHECK(selected_variants_match(is_staged, shapes, count, 19, 6) == TH_PASS);
+  ld_extra = 3; /* C's rows 12 bytes off a 16-byte run (fp32), 6 (16-bit): no whole runs */
+  const int st = selected_variants_match(is_staged, shapes, count, 29, 6);
+  ld_extra = 0;
+  return st;
+}
+
+/* K in slices of 3 k-blocks (the dX over a long vocabulary in one launch: each slice's sum
+ * added into fp32 C): K shorter than a slice, exactly one, a ragged last slice, many slices,
+ * with both epilogues and both schedules. */
+static int sliced_k_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 100},     {7, 64, 192},    {129, 136, 193},
+                                      {127, 72, 4097}, {200, 264, 1031}, {3, 4096, 32001}};
+  return selected_variants_match(is_sliced, shapes, sizeof shapes / sizeof shapes[0], 23, 3);
+}
+
 static const th_case cases[] = {
+    {"staged_epilogue_variants_match_fp64_on_ragged_shapes",
+     staged_epilogue_variants_match_fp64_on_ragged_shapes},
+    {"sliced_k_variants_match_fp64_on_ragged_shapes", sliced_k_variants_match_fp64_on_ragged_shapes},
     {"tn_layout_matches_fp64_on_ragged_shapes", tn_layout_matches_fp64_on_ragged_shapes},
     {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
      pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},

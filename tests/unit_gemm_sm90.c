@@ -40,13 +40,29 @@ static int compiles(const jgemm_variant *v) {
   return TH_PASS;
 }
 
-static int every_gemm_variant_compiles_for_sm90a(void) {
+/* Every variant of jgemm_variants of the nt layout (nt = 1) or of the others (nt = 0): two
+ * cases, so that ctest -j runs the compiles on two cores. */
+static int variants_of_layout_compile(int nt, int at_least) {
   jgemm_variant v[MAX_VARIANTS];
   const int n = jgemm_variants(v, MAX_VARIANTS);
   TH_CHECK(n >= 12 && n < MAX_VARIANTS);
-  for (int i = 0; i < n; i++)
+  int tried = 0;
+  for (int i = 0; i < n; i++) {
+    if ((strcmp(v[i].layout, "nt") == 0) != nt) continue;
     if (compiles(&v[i]) != TH_PASS) return TH_FAIL;
+    tried++;
+  }
+  TH_CHECK(tried >= at_least);
   return TH_PASS;
+}
+
+static int every_nt_gemm_variant_compiles_for_sm90a(void) {
+  return variants_of_layout_compile(1, 30);
+}
+
+/* The nn and tn layouts (dX, dW), the staged epilogue and K in slices among them. */
+static int every_nn_and_tn_gemm_variant_compiles_for_sm90a(void) {
+  return variants_of_layout_compile(0, 30);
 }
 
 /* The template includes the common prelude and the PTX helpers once each (include(), no
@@ -104,7 +120,9 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
 }
 
 static const th_case cases[] = {
-    {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
+    {"every_nt_gemm_variant_compiles_for_sm90a", every_nt_gemm_variant_compiles_for_sm90a},
+    {"every_nn_and_tn_gemm_variant_compiles_for_sm90a",
+     every_nn_and_tn_gemm_variant_compiles_for_sm90a},
     {"bad_gemm_variants_are_refused_with_a_sentence",
      bad_gemm_variants_are_refused_with_a_sentence},
     {"the_gemm_includes_its_preludes_and_declares_what_jgemm_launch_passes",
