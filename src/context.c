@@ -71,14 +71,9 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
                    "%s: options->dx_split = %d%s%s%s, must be 0 (the planner's) or in [1, 64]",
                    who, (int)out->dx_split, e ? " (KLJIT_DX_SPLIT=" : "", e ? e : "", e ? ")" : "");
   }
-  if (out->gemm != KLJIT_GEMM_DEFAULT && out->gemm != KLJIT_GEMM_JIT &&
-      out->gemm != KLJIT_GEMM_CUBLAS) {
-    const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: options->gemm = %d (KLJIT_GEMM=%s), must be KLJIT_GEMM_DEFAULT, "
-                   "KLJIT_GEMM_JIT (jit) or KLJIT_GEMM_CUBLAS (cublas)", who, (int)out->gemm,
-                   e ? e : "");
-  }
+  gemm_select sel[3];
+  const kljit_status st = gemm_algo_select(out, sel);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
   return KLJIT_SUCCESS;
 }
 
@@ -90,6 +85,8 @@ kljit_status kljit_context_create(kljit_context **out, int device,
   kljit_context_options opt;
   kljit_status st = ctx_options_import(options, &opt);
   if (st != KLJIT_SUCCESS) return st;
+  gemm_select sel[3]; /* the options' GEMM backends (checked by the import) */
+  if ((st = gemm_algo_select(&opt, sel))) return st;
   if (device < 0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: device = %d", device);
   const drv_table *d;
@@ -133,6 +130,8 @@ kljit_status kljit_context_create(kljit_context **out, int device,
     goto fail_lt;
   ctx->opt = opt;
   ctx->opt.cache_dir = ctx->opt.cache_path = NULL; /* the caller's strings: in ctx->cache now */
+  memcpy(ctx->gemm_sel, sel, sizeof sel);
+  ctx->opt.gemm_choice = NULL; /* the caller's string: in gemm_sel now */
   *out = ctx;
   return KLJIT_SUCCESS;
 fail_lt:

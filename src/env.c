@@ -11,8 +11,11 @@
  *   KLJIT_TUNE_ROWS        options.tune_rows                      8192
  *   KLJIT_TUNE_BUDGET_S    options.tune_budget_s                  30
  *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off
- *   KLJIT_GEMM             options.gemm (jit, cublas; another     KLJIT_GEMM_DEFAULT
- *                          value: -1, refused where it is used)
+ *   KLJIT_GEMM             options.gemm (jit, cublas), or a list  KLJIT_GEMM_DEFAULT
+ *                          of <kind>:<backend> (a ':' in it):
+ *                          options.gemm_choice (include/kljit.h);
+ *                          another value: gemm -1, refused where
+ *                          it is used
  *   KLJIT_DX_SPLIT         options.dx_split (a number; another    0: the planner's
  *                          value: -1, refused where it is used)
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
@@ -71,10 +74,12 @@ void env_context_defaults(kljit_context_options *o) {
   o->tune_budget_s = s > 0 && s < 1e6 ? s : 30.0;
   /* a typo must not silently mean cuBLASLt: -1 is refused with the variable's text */
   e = env_text(ENV_GEMM);
-  o->gemm = !e || !*e                ? KLJIT_GEMM_DEFAULT
+  const int list = e && strchr(e, ':');
+  o->gemm = !e || !*e || list        ? KLJIT_GEMM_DEFAULT
             : !strcmp(e, "jit")      ? KLJIT_GEMM_JIT
             : !strcmp(e, "cublas")   ? KLJIT_GEMM_CUBLAS
                                      : (kljit_gemm)-1;
+  o->gemm_choice = list ? e : NULL; /* read (and refused when bad) at kljit_context_create */
   e = env_text(ENV_DX_SPLIT);
   char *end = NULL;
   const long split = e && *e ? strtol(e, &end, 10) : 0;

@@ -195,17 +195,23 @@ static kljit_status run_setup(exec_call *c) {
   return plan_launch(c->p, KSTEP_SETUP, 1, 1, 1024, &c->k, c->stream);
 }
 
+/* A generated GEMM of the plan (plan.h: plan_jgemm) on the call's stream. */
+static kljit_status run_jgemm(exec_call *c, jgemm_slot slot, const jgemm_args *g) {
+  const kljit_plan *p = c->p;
+  return jgemm_launch(p->ctx->drv, p->jgemm[slot].fn, &p->jgemm[slot].v, p->ctx->sm_count, g,
+                      (CUstream)c->stream);
+}
+
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
   if (c->skip_gemms) return KLJIT_SUCCESS;
   const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  /* TMA needs 16-byte aligned operands; the rare caller whose X or W is not takes cuBLASLt */
-  if (p->mod_gemm && !(((uintptr_t)x | (uintptr_t)c->a->weight) & 15)) {
+  /* X and W are 16-byte aligned (validate) and H a multiple of 8 (jgemm_unfit): TMA's rules */
+  if (p->jgemm[JGEMM_LOGITS].mod) {
     const int64_t h = p->pb.hidden;
     const jgemm_args g = {x, c->a->weight, c->ws + c->w.z, n, p->pb.vocab, h, h, h, p->geom.ld,
                           1.0f};
-    TRY(jgemm_launch(p->ctx->drv, p->gemm_fn, &p->gemm_logits, p->ctx->sm_count, &g,
-                     (CUstream)c->stream));
+    TRY(run_jgemm(c, JGEMM_LOGITS, &g));
   } else {
     TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_LOGITS], n, c->a->weight, x, c->ws + c->w.z, 1.0f,
                  0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
@@ -230,12 +236,20 @@ static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long lo
 
 /* dX of one chunk as geom.dx_split GEMMs over slices of V (plan.c), summed in fp32 in the
  * workspace, then converted: one GEMM's fp32 accumulation over all of a large V rounds more
- * (bench/RESULTS.md, issue 19's dX) than the sum of a few slices' does. */
+ * (bench/RESULTS.md, issue 19's dX) than the sum of a few slices' does. The generated dX does
+ * the same in one launch (its K in slices of dx_slice, each slice's sum added into the fp32
+ * buffer: KSLICE). */
 static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
   const kljit_plan *p = c->p;
   const int S = p->geom.dx_split;
   const size_t gsz = names_dtype_size(p->geom.grad);
-  for (int s = 0; s < S && !c->skip_gemms; s++) {
+  if (p->jgemm[JGEMM_DX].mod && !c->skip_gemms) {
+    const int64_t h = p->pb.hidden;
+    const jgemm_args g = {c->ws + c->w.g, c->a->weight, c->ws + c->w.dxacc, n, h, p->pb.vocab,
+                          p->geom.ldg, h, h, c->galpha};
+    TRY(run_jgemm(c, JGEMM_DX, &g));
+  }
+  for (int s = 0; s < S && !c->skip_gemms && !p->jgemm[JGEMM_DX].mod; s++) {
     const int64_t k0 = (int64_t)s * p->geom.dx_slice;
     const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
     const char *g = c->ws + c->w.g + (size_t)k0 * gsz;
@@ -252,8 +266,10 @@ static kljit_status run_dx_split(exec_call *c, int64_t n, void *dx) {
  * with 4 slices against 10.56 with one GEMM: run 34). */
 static int dx_split_pays(const kljit_plan *p, int64_t n) {
   const int64_t tiles = (n + 127) / 128 * ((p->pb.hidden + 255) / 256);
+  /* the generated dX: its slices are one launch (no SM left idle between them), always taken */
   return p->geom.dx_split > 1 &&
-         (p->geom.dx_forced || 2 * tiles >= (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132));
+         (p->geom.dx_forced || p->jgemm[JGEMM_DX].mod ||
+          2 * tiles >= (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132));
 }
 
 /* dX, dW (and db) of one chunk from G. `first`: the chunk that starts dW/db. */
@@ -261,17 +277,29 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   void *g = c->ws + c->w.g;
-  const size_t xoff = (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  const int64_t h = p->pb.hidden;
+  const size_t xoff = (size_t)row0 * (size_t)h * c->in_sz;
   if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && dx_split_pays(p, n))
     TRY(run_dx_split(c, n, (char *)a->grad_input + xoff));
-  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
+  else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms && p->jgemm[JGEMM_DX].mod) {
+    /* dX[n, H] = G[n, V] (ld ldg) W[V, H]: the nn layout */
+    const jgemm_args j = {g, a->weight, (char *)a->grad_input + xoff, n, h, p->pb.vocab,
+                          p->geom.ldg, h, h, c->galpha};
+    TRY(run_jgemm(c, JGEMM_DX, &j));
+  } else if (!(a->flags & KLJIT_EXEC_NO_GRAD_INPUT) && !c->skip_gemms)
     TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DX], n, a->weight, g, (char *)a->grad_input + xoff,
                  c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
   const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
-  if (!c->skip_gemms)
+  const jgemm_slot dws = beta == 0.0f ? JGEMM_DW_FIRST : JGEMM_DW_ACC;
+  if (!c->skip_gemms && p->jgemm[dws].mod) {
+    /* dW[V, H] (+)= G[n, V]^T (ld ldg) X[n, H]: the tn layout, K = the chunk's rows */
+    const jgemm_args j = {g, (const char *)a->input + xoff, dw, p->pb.vocab, h, n, p->geom.ldg, h,
+                          h, c->galpha};
+    TRY(run_jgemm(c, dws, &j));
+  } else if (!c->skip_gemms)
     TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DW], n, (const char *)a->input + xoff, g, dw,
                  c->galpha, beta, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {

@@ -28,45 +28,92 @@ jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int 
   return v;
 }
 
-int jgemm_mode(const kljit_context_options *o) {
-  if (o->gemm == KLJIT_GEMM_DEFAULT || o->gemm == KLJIT_GEMM_JIT || o->gemm == KLJIT_GEMM_CUBLAS)
-    return (int)o->gemm;
-  const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
-  err_set(KLJIT_ERR_INVALID_ARGUMENT, "options->gemm = %d (KLJIT_GEMM=%s): must be cublas or jit",
-          (int)o->gemm, e ? e : "");
-  return -1;
+/* Which backend each GEMM takes without tuning or options, by architecture: the one measured
+ * faster in the call on that card class (bench/RESULTS.md). Not measured yet with every GEMM
+ * generated: cuBLASLt everywhere until the in-call numbers say otherwise. */
+static const struct {
+  int arch;
+  gemm_backend kind[3]; /* by gemm_kind: logits, dX, dW */
+} HEURISTIC[] = {
+    {90, {GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS}},
+};
+
+static gemm_backend heuristic_backend(int arch, int kind) {
+  for (size_t i = 0; i < sizeof HEURISTIC / sizeof HEURISTIC[0]; i++)
+    if (HEURISTIC[i].arch == arch) return HEURISTIC[i].kind[kind];
+  return GEMM_BACKEND_CUBLAS;
 }
 
-int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v) {
-  if (arch != 90 || pb->input_dtype == KLJIT_FP32 || pb->hidden % 8) return 0;
-  *v = jgemm_default(pb->input_dtype, logit == KLJIT_FP32 ? KLJIT_FP32 : pb->input_dtype, 0);
-  return 1;
+const char *jgemm_unfit(const kljit_problem *pb, int arch) {
+  if (arch != 90) return "the generated GEMMs need sm_90";
+  if (pb->input_dtype == KLJIT_FP32) return "the generated GEMMs need 16-bit inputs";
+  if (pb->hidden % 8) return "the generated GEMMs need H a multiple of 8 (TMA's 16-byte rows)";
+  return NULL;
 }
 
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
-                 int mode, jgemm_variant *v) {
-  const prob_gemm_choice *c = gemm_algo_jit_logits(t);
-  if (mode < 0) return -1;
-  if (mode == JGEMM_CUBLAS || (!c && mode != JGEMM_JIT) || !jgemm_applies(pb, arch, logit, v))
-    return 0;
+static const int SLOT_KIND[JGEMM_SLOTS] = {GEMM_LOGITS, GEMM_DX, GEMM_DW, GEMM_DW};
+
+jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
+                                 const prob_gemm_choice *c) {
+  const kljit_dtype in = pb->input_dtype;
+  const int kind = SLOT_KIND[slot], beta = slot == JGEMM_DW_ACC;
+  /* logits: the chunk's logits dtype; dX: the input dtype, or its fp32 sum over slices of V (one
+   * launch, K in slices of dx_slice: exec.c converts it); dW: its accumulator */
+  const int sliced = slot == JGEMM_DX && g->dx_split > 1;
+  const kljit_dtype out = slot == JGEMM_LOGITS ? g->logit
+                          : slot == JGEMM_DX   ? (sliced ? KLJIT_FP32 : in)
+                          : g->dw_workspace    ? KLJIT_FP32
+                                               : pb->grad_weight_dtype;
+  jgemm_variant v = jgemm_kind_default(kind, in, out, beta);
   if (c) {
-    v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
-    v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
+    v.bn = c->bn, v.consumers = c->consumers, v.stages = c->stages, v.raster = c->raster;
+    v.cluster = c->cluster, v.schedule = c->schedule == 'p' ? 'p' : 'c';
+    v.epilogue = c->epilogue == 's' ? 's' : 'd';
   }
-  return 1;
+  if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
+  return v;
 }
 
-int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
-                       const kspec *out[3]) {
+void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
+                     const gemm_select sel[3], jgemm_slot slot, jgemm_pick *out) {
+  memset(out, 0, sizeof *out);
+  out->lt_index = -1;
+  const int kind = SLOT_KIND[slot];
+  const gemm_select *s = &sel[kind];
+  const prob_gemm_choice *tuned = gemm_algo_jit(&g->tune, kind, slot != JGEMM_DW_ACC, &out->stale);
+  gemm_backend b = s->backend;
+  out->from = b != GEMM_BACKEND_DEFAULT ? JGEMM_FROM_OPTIONS
+              : tuned                   ? JGEMM_FROM_TUNING
+                                        : JGEMM_FROM_HEURISTIC;
+  if (b == GEMM_BACKEND_DEFAULT) b = tuned ? GEMM_BACKEND_JIT : heuristic_backend(arch, kind);
+  if (b == GEMM_BACKEND_CUBLAS) {
+    out->lt_index = s->backend == GEMM_BACKEND_CUBLAS ? s->lt_index : -1;
+    return;
+  }
+  if ((out->why = jgemm_unfit(pb, arch)) != NULL) return; /* cuBLASLt, saying why */
+  out->jit = 1;
+  out->v = jgemm_slot_variant(pb, g, slot, s->backend == GEMM_BACKEND_JIT && s->variant
+                                                ? &s->choice : tuned);
+}
+
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch,
+                       kspec gemm[JGEMM_SLOTS], const kspec *out[JGEMM_PLAN_MODULES]) {
   out[0] = &g->rows, out[1] = &g->helpers;
   kljit_context_options o; /* no context here: the defaults a context would take now */
   env_context_defaults(&o);
-  jgemm_variant v;
-  const int use = jgemm_choose(pb, &g->tune, arch, g->logit, jgemm_mode(&o), &v);
-  if (use <= 0) return use < 0 ? -1 : 2;
-  *gemm = jgemm_spec(&v);
-  out[2] = gemm;
-  return 3;
+  gemm_select sel[3];
+  if (gemm_algo_select(&o, sel) != KLJIT_SUCCESS) return -1;
+  prob_geometry gx = *g; /* the options' dX split, as plan.c applies it */
+  if (o.dx_split > 0) prob_dx_split(pb, o.dx_split, &gx);
+  int n = 2;
+  for (int s = 0; s < JGEMM_SLOTS; s++) {
+    jgemm_pick pick;
+    jgemm_pick_slot(pb, &gx, arch, sel, (jgemm_slot)s, &pick);
+    if (!pick.jit) continue;
+    gemm[s] = jgemm_spec(&pick.v);
+    out[n++] = &gemm[s];
+  }
+  return n;
 }
 
 int jgemm_variants(jgemm_variant *out, int cap) {

@@ -4,17 +4,17 @@
  *
  * Two layouts, in row-major terms:
  *   nt: C[M, N] (+)= alpha A[M, K] B[N, K]^T  (the logits GEMM: A = X chunk rows, B = W, C = Z)
- *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
- *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW = G^T X shape; tested, not yet in the loop)
- * dX and dW of the chunk loop stay on cuBLASLt.
- * KLJIT_GEMM=jit (options.gemm) selects this family for the logits GEMM on sm_90 (jgemm_applies;
- * plan.c).
+ *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX GEMM: A = G, B = W, C = dX)
+ *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW GEMM: A = G, B = X, C = dW)
+ * Each GEMM of the chunk loop takes this family or cuBLASLt (jgemm_pick_slot): the context's
+ * options (KLJIT_GEMM), else the tuning's choice (wisdom), else the arch's heuristic table.
  */
 #ifndef KLJIT_GEMM_SM90_H
 #define KLJIT_GEMM_SM90_H
 
 #include "driver.h"
 #include "gemm.h"
+#include "gemm_algo.h"
 #include "problem.h"
 #include "spec.h"
 
@@ -46,31 +46,54 @@ jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
  * jgemm_default; GEMM_DX, nn; GEMM_DW, tn) for a dtype pair and beta. */
 jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta);
 
-/* The options' gemm (KLJIT_GEMM): KLJIT_GEMM_DEFAULT (cuBLASLt unless the tuning chose a
- * generated GEMM), KLJIT_GEMM_CUBLAS (forced), KLJIT_GEMM_JIT (forced where it applies); -1 for
- * anything else (KLJIT_ERR_INVALID_ARGUMENT's message set, naming KLJIT_GEMM's text). */
-enum { JGEMM_DEFAULT = KLJIT_GEMM_DEFAULT, JGEMM_JIT = KLJIT_GEMM_JIT,
-       JGEMM_CUBLAS = KLJIT_GEMM_CUBLAS };
-int jgemm_mode(const kljit_context_options *o);
+/* The GEMMs of a plan's chunk loop that the family may serve: logits; dX; dW of the first chunk
+ * (beta 0: written, unless the call accumulates into grad_weight) and of the others (beta 1). */
+typedef enum jgemm_slot {
+  JGEMM_LOGITS = 0, JGEMM_DX = 1, JGEMM_DW_FIRST = 2, JGEMM_DW_ACC = 3, JGEMM_SLOTS = 4
+} jgemm_slot;
 
-/* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype `logit`
- * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
-int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v);
+/* Where a GEMM's backend came from (the plan's description says it). */
+typedef enum jgemm_source {
+  JGEMM_FROM_HEURISTIC = 0, /* the arch's table (gemm_sm90.c) */
+  JGEMM_FROM_TUNING = 1,    /* a generated choice of the tuning (wisdom, the tuner) */
+  JGEMM_FROM_OPTIONS = 2    /* the context's gemm / gemm_choice (KLJIT_GEMM) */
+} jgemm_source;
 
-/* The generated variant a plan's logits GEMM runs, where the family applies: 1 with *v set,
- * 0 for cuBLASLt, -1 for mode -1 (jgemm_mode's message set). JGEMM_CUBLAS: cuBLASLt; else a
- * generated choice in the tuning (wisdom, the tuner) is taken; else JGEMM_JIT takes the
- * default variant. */
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, kljit_dtype logit,
-                 int mode, jgemm_variant *v);
+/* One slot's GEMM. */
+typedef struct jgemm_pick {
+  int jit;          /* 1: the generated variant v; 0: cuBLASLt */
+  jgemm_variant v;
+  int lt_index;     /* cuBLASLt: -1, the tuning's algorithm (gemm_algo_find) or the heuristic's
+                     * first; k: the k-th of cuBLASLt's heuristic list (options) */
+  jgemm_source from;
+  const char *why;  /* cuBLASLt where a generated kernel was asked: the reason (jgemm_unfit) */
+  int stale;        /* a generated choice of the tuning refused for its cuBLASLt version */
+} jgemm_pick;
 
-/* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers,
- * and the generated logits GEMM when jgemm_choose takes it (its spec written to *gemm), with
- * the options' defaults from the environment now (callers without a context).
- * Returns the count (2 or 3) into out; -1 for mode -1 (message set). What precompile
- * and precompile from wisdom build. */
-int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch, kspec *gemm,
-                       const kspec *out[3]);
+/* NULL when the family can serve the GEMMs of `pb` on sm_<arch>, else the reason it cannot:
+ * sm_90, 16-bit inputs, H a multiple of 8. */
+const char *jgemm_unfit(const kljit_problem *pb, int arch);
+
+/* The variant of a slot's GEMM with choice c's tile shape, schedule and epilogue (NULL: the
+ * kind's default, jgemm_kind_default): the layout, dtypes, beta and K slices follow from the
+ * problem and the geometry g (dX summed over g->dx_split slices of V in fp32 where > 1). */
+jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
+                                 const prob_gemm_choice *c);
+
+/* A slot's GEMM for a plan of `pb` with geometry g (its tuning, g->tune) on sm_<arch>, sel the
+ * context's backends (gemm_algo_select): sel's backend for the slot's kind when not DEFAULT;
+ * else the tuning's generated choice for it (gemm_algo_jit); else the arch's heuristic table.
+ * A generated backend where jgemm_unfit says no runs cuBLASLt (why set). */
+void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
+                     const gemm_select sel[3], jgemm_slot slot, jgemm_pick *out);
+
+/* The modules a plan of `pb` with geometry g loads on sm_<arch>: the rows and the helpers, then
+ * each slot's generated GEMM where jgemm_pick_slot takes one (its spec written to gemm[slot]),
+ * with the options' defaults from the environment now (callers without a context: precompile
+ * and precompile from wisdom). Returns the count into out; -1 for bad options (message set). */
+enum { JGEMM_PLAN_MODULES = 2 + JGEMM_SLOTS };
+int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch,
+                       kspec gemm[JGEMM_SLOTS], const kspec *out[JGEMM_PLAN_MODULES]);
 
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
  * returns the count (<= cap). */

@@ -3,6 +3,7 @@
 #include "plan.h"
 
 #include <library_types.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,24 +64,20 @@ static kljit_status check_steps(const kljit_plan *p) {
   return KLJIT_SUCCESS;
 }
 
-/* The logits GEMM from the generated sm_90a family where jgemm_choose takes it (options.gemm
- * KLJIT_GEMM_JIT, or a tuned choice); cuBLASLt otherwise. Its kernel takes the TMA descriptors
- * by value, which kargs cannot marshal: it has its own launch (jgemm_launch), and its manifest
- * is checked against the one jgemm_launch is written for (jgemm_check_manifest). */
-static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc) {
-  const int mode = jgemm_mode(&p->ctx->opt);
-  const int use = jgemm_choose(&p->pb, t, p->ctx->arch, p->geom.logit, mode, &p->gemm_logits);
-  if (use < 0) return KLJIT_ERR_INVALID_ARGUMENT;
-  if (!use)
-    return mode == JGEMM_JIT ? sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, "
-                                               "16-bit inputs and H a multiple of 8)\n")
-                             : KLJIT_SUCCESS;
-  const kspec k = jgemm_spec(&p->gemm_logits);
+static const char *const SLOT_NAME[JGEMM_SLOTS] = {"logits", "dX", "dW (first chunk)",
+                                                   "dW (accumulating)"};
+static const char *const FROM[] = {"heuristic", "tuning", "options: KLJIT_GEMM"}; /* jgemm_source */
+
+/* One slot's generated GEMM: built, loaded, checked against the manifest jgemm_launch is written
+ * for (its kernel takes the TMA descriptors by value, which kargs cannot marshal). */
+static kljit_status load_jgemm(kljit_plan *p, const jgemm_variant *v, plan_jgemm *out,
+                               strbuf *desc) {
+  const kspec k = jgemm_spec(v);
   jit_bin bin;
   kljit_status st = jit_build(&k, p->ctx->arch, &p->ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
   st = jgemm_check_manifest(bin.manifest.data, bin.name);
-  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, &p->mod_gemm);
+  if (st == KLJIT_SUCCESS) st = ctx_module_acquire(p->ctx, &bin, &out->mod);
   if (st == KLJIT_SUCCESS)
     st = sb_printf(desc, "  module %s (sm_%da): %s; render %.2f ms, compile %.1f ms\n", bin.name,
                    p->ctx->arch, bin.source == CACHE_MISS ? "compiled" : "cache", bin.render_ms,
@@ -88,35 +85,74 @@ static kljit_status load_gemm(kljit_plan *p, const prob_tuning *t, strbuf *desc)
   jit_bin_free(&bin);
   const drv_table *d = p->ctx->drv;
   if (st == KLJIT_SUCCESS)
-    st = drv_check(d, d->cuModuleGetFunction(&p->gemm_fn, p->mod_gemm->module, "kl_gemm"),
-                   "kl_gemm");
-  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, p->gemm_fn, &p->gemm_logits);
-  if (st == KLJIT_SUCCESS) {
-    char what[64];
-    jgemm_describe(&p->gemm_logits, what, sizeof what);
-    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
-                   mode == JGEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
+    st = drv_check(d, d->cuModuleGetFunction(&out->fn, out->mod->module, "kl_gemm"), "kl_gemm");
+  if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, out->fn, v);
+  out->v = *v;
+  return st;
+}
+
+/* Each GEMM slot's backend (jgemm_pick_slot: the context's options, the tuning, the heuristic):
+ * the generated ones loaded, cuBLASLt's picks returned in picks[] for prepare_gemms. */
+static kljit_status load_jgemms(kljit_plan *p, jgemm_pick picks[JGEMM_SLOTS], strbuf *desc) {
+  kljit_status st = KLJIT_SUCCESS;
+  for (int s = 0; s < JGEMM_SLOTS && st == KLJIT_SUCCESS; s++) {
+    jgemm_pick *k = &picks[s];
+    jgemm_pick_slot(&p->pb, &p->geom, p->ctx->arch, p->ctx->gemm_sel, (jgemm_slot)s, k);
+    if (k->jit) st = load_jgemm(p, &k->v, &p->jgemm[s], desc);
   }
   return st;
 }
 
-/* The GEMMs of a full chunk, prepared once with the tuning's algorithms where they were tuned
- * with the running cuBLASLt (heuristic ones otherwise): executes only run them. */
+/* The GEMMs of a full chunk, prepared once: the options' k-th algorithm of cuBLASLt's list, else
+ * the tuning's algorithm where tuned with the running cuBLASLt, else the heuristic's (executes
+ * only run them); then one description line per GEMM slot saying what runs and where it came
+ * from. */
 static kljit_status prepare_gemms(kljit_plan *p, const prob_tuning *t, const gemm_types *ty,
-                                  const gemm_shape *sh, strbuf *desc) {
-  int tuned = 0, stale = 0;
+                                  const gemm_shape *sh, const jgemm_pick picks[JGEMM_SLOTS],
+                                  strbuf *desc) {
   kljit_status st = KLJIT_SUCCESS;
+  int found[3] = {0, 0, 0}, stale[3] = {0, 0, 0};
   for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++) {
     cublasLtMatmulAlgo_t algo;
-    int refused = 0;
-    const int found = gemm_algo_find(t, k, t->chunk_rows, &algo, &refused);
-    tuned += found, stale += refused;
-    st = gemm_prepare(p->ctx->lt, ty, sh, (gemm_kind)k, t->chunk_rows, GEMM_WORKSPACE_BYTES,
-                      found ? &algo : NULL, &p->gemm[k]);
+    const int index = picks[k == GEMM_DW ? JGEMM_DW_ACC : k].lt_index;
+    if (index >= 0) { /* the options' algorithm k of cuBLASLt's list */
+      cublasLtMatmulAlgo_t cand[16];
+      int count = 0;
+      st = gemm_candidates(p->ctx->lt, ty, sh, (gemm_kind)k, t->chunk_rows, GEMM_WORKSPACE_BYTES,
+                           cand, 16, &count);
+      if (st == KLJIT_SUCCESS && index >= count)
+        st = err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                     "KLJIT_GEMM (options->gemm_choice) asks for algorithm %d of cuBLASLt's list "
+                     "for the %s GEMM, which has %d", index, k == GEMM_DW ? "dW" : SLOT_NAME[k],
+                     count);
+      if (st == KLJIT_SUCCESS) algo = cand[index], found[k] = 1;
+    } else {
+      found[k] = gemm_algo_find(t, k, t->chunk_rows, &algo, &stale[k]);
+    }
+    if (st == KLJIT_SUCCESS)
+      st = gemm_prepare(p->ctx->lt, ty, sh, (gemm_kind)k, t->chunk_rows, GEMM_WORKSPACE_BYTES,
+                        found[k] ? &algo : NULL, &p->gemm[k]);
   }
-  if (st == KLJIT_SUCCESS && (tuned || stale))
-    st = sb_printf(desc, "  GEMMs: %d tuned cuBLASLt algorithms%s\n", tuned,
-                   stale ? ", others refused (tuned with another cuBLASLt version)" : "");
+  for (int s = 0; s < JGEMM_SLOTS && st == KLJIT_SUCCESS; s++) {
+    const jgemm_pick *k = &picks[s];
+    const int kind = s < JGEMM_DW_FIRST ? s : GEMM_DW;
+    char what[96];
+    if (k->jit) {
+      jgemm_describe(&k->v, what, sizeof what);
+    } else if (k->lt_index >= 0) {
+      snprintf(what, sizeof what, "algorithm %d of its heuristic's list", k->lt_index);
+    } else {
+      snprintf(what, sizeof what, "%s algorithm%s", found[kind] ? "tuned" : "heuristic",
+               stale[kind] ? " (a tuned one refused: another cuBLASLt version)" : "");
+    }
+    const jgemm_source from = !k->jit && k->from != JGEMM_FROM_OPTIONS && found[kind]
+                                  ? JGEMM_FROM_TUNING
+                                  : k->from;
+    st = sb_printf(desc, "  GEMM %s: %s%s (%s%s%s)%s\n", SLOT_NAME[s],
+                   k->jit ? "generated " : "cuBLASLt, ", what, FROM[from], k->why ? "; " : "",
+                   k->why ? k->why : "",
+                   k->stale ? "; a generated choice refused: tuned against another cuBLASLt" : "");
+  }
   return st;
 }
 
@@ -165,8 +201,9 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (st == KLJIT_SUCCESS)
     st = load_module(p, &p->geom.helpers, &p->mod_helpers, &p->iface_helpers, &desc);
   if (st == KLJIT_SUCCESS) st = check_steps(p);
-  if (st == KLJIT_SUCCESS) st = load_gemm(p, &tune, &desc);
-  if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, &desc);
+  jgemm_pick picks[JGEMM_SLOTS];
+  if (st == KLJIT_SUCCESS) st = load_jgemms(p, picks, &desc);
+  if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &tune, &gtypes, &gshape, picks, &desc);
   if (st == KLJIT_SUCCESS && p->geom.dx_split > 1) {
     /* dX of a slice of V into the fp32 sum (exec.c, run_dx_split); the last slice its own */
     gemm_types tx = gtypes;
@@ -211,10 +248,12 @@ fail:
 
 void kljit_plan_destroy(kljit_plan *p) {
   if (!p) return;
-  if ((p->mod_rows || p->mod_helpers || p->mod_gemm) && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
+  int mods = p->mod_rows || p->mod_helpers;
+  for (int s = 0; s < JGEMM_SLOTS; s++) mods |= p->jgemm[s].mod != NULL;
+  if (mods && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
     ctx_module_release(p->ctx, p->mod_rows);
     ctx_module_release(p->ctx, p->mod_helpers);
-    ctx_module_release(p->ctx, p->mod_gemm);
+    for (int s = 0; s < JGEMM_SLOTS; s++) ctx_module_release(p->ctx, p->jgemm[s].mod);
     ctx_leave(p->ctx);
   }
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++) gemm_destroy(&p->gemm[k]);

@@ -27,6 +27,14 @@ typedef struct plan_kernel {
   const kiface_kernel *sig;
 } plan_kernel;
 
+/* A GEMM of the chunk loop from the generated family (gemm_sm90.h), launched by jgemm_launch,
+ * not plan_launch: its TMA descriptors are by-value kernel parameters. */
+typedef struct plan_jgemm {
+  ctx_module *mod; /* NULL: the slot runs cuBLASLt (gemm[] of its kind) */
+  CUfunction fn;
+  jgemm_variant v;
+} plan_jgemm;
+
 struct kljit_plan {
   kljit_context *ctx;
   kljit_problem pb;
@@ -37,11 +45,7 @@ struct kljit_plan {
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
-  /* the generated logits GEMM (gemm_sm90.h), or NULL: cuBLASLt's gemm[GEMM_LOGITS]. Launched
-   * by jgemm_launch, not plan_launch: its TMA descriptors are by-value kernel parameters */
-  ctx_module *mod_gemm;
-  CUfunction gemm_fn;
-  jgemm_variant gemm_logits;
+  plan_jgemm jgemm[JGEMM_SLOTS]; /* the generated GEMMs by slot; mod NULL: cuBLASLt's */
   char *description;
 };
 

@@ -25,12 +25,12 @@ kljit_status kljit_precompile(const kljit_problem *problem, int arch, const char
   const prob_tuning tune = prob_estimate(problem, 0, arch);
   prob_geometry g;
   st = prob_geometry_make(problem, &tune, &g);
-  kspec gemm;
-  const kspec *specs[3];
-  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, &gemm, specs) : 0;
+  kspec gemm[JGEMM_SLOTS];
+  const kspec *specs[JGEMM_PLAN_MODULES];
+  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(problem, &g, arch, gemm, specs) : 0;
   if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
   if (st == KLJIT_SUCCESS) {
-    kspec all[3];
+    kspec all[JGEMM_PLAN_MODULES];
     for (int i = 0; i < count; i++) all[i] = *specs[i];
     st = jit_precompile_all(all, (size_t)count, arch, &cfg, flags, done, user);
   }

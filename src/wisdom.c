@@ -25,6 +25,7 @@
 #include "wisdom.h"
 
 #include "gemm_algo.h"
+#include "gemm_sm90.h"
 
 #include <errno.h>
 #include <math.h>
@@ -604,6 +605,15 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
   if (prob_geometry_make(&pb, &e->tune, &g) != KLJIT_SUCCESS || kspec_check(&g.rows) ||
       kspec_check(&g.helpers))
     return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
+  for (int s = 0; s < JGEMM_SLOTS; s++) { /* a generated GEMM choice, as its template sees it */
+    int stale = 0;
+    const prob_gemm_choice *c =
+        gemm_algo_jit(&e->tune, s < JGEMM_DW_FIRST ? s : GEMM_DW, s != JGEMM_DW_ACC, &stale);
+    if (!c) continue;
+    const jgemm_variant v = jgemm_slot_variant(&pb, &g, (jgemm_slot)s, c);
+    const kspec k = jgemm_spec(&v);
+    if (kspec_check(&k)) return snprintf(why, cap, "unusable gemm: %s", kljit_last_error()), -1;
+  }
   return 0;
 }
 

@@ -33,9 +33,9 @@ static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_t
                              int arch) {
   prob_geometry g;
   kljit_status st = prob_geometry_make(pb, t, &g);
-  kspec gemm;
-  const kspec *specs[3];
-  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(pb, &g, arch, &gemm, specs) : 0;
+  kspec gemm[JGEMM_SLOTS];
+  const kspec *specs[JGEMM_PLAN_MODULES];
+  const int count = st == KLJIT_SUCCESS ? jgemm_plan_modules(pb, &g, arch, gemm, specs) : 0;
   if (count < 0) st = KLJIT_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
     strbuf text = {0};

@@ -47,8 +47,9 @@ static void count_compiled(const kljit_module_report *m, void *user) {
   if (m->compiled) ++*(int *)user;
 }
 
-/* Under KLJIT_GEMM=jit the sm_90 plan of a 16-bit problem also loads the generated logits GEMM
- * (sm_90a): precompile builds it there, and only there; a bad KLJIT_GEMM is refused. */
+/* Under KLJIT_GEMM=jit the sm_90 plan of a 16-bit problem also loads the generated GEMMs
+ * (sm_90a: logits, dX, dW's first and accumulating chunks): precompile builds them there, and
+ * only there; KLJIT_GEMM's list form reaches it too; a bad KLJIT_GEMM is refused. */
 static int precompile_covers_the_generated_gemm_under_kljit_gemm_jit(void) {
   char dir[] = "/tmp/kljit-pre-gemm-XXXXXX";
   TH_CHECK(mkdtemp(dir) != NULL);
@@ -59,8 +60,12 @@ static int precompile_covers_the_generated_gemm_under_kljit_gemm_jit(void) {
   TH_CHECK(compiled == 2); /* rows, helpers: no sm_90a GEMM for sm_80 */
   compiled = 0;
   TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
-  TH_CHECK(compiled == 3); /* rows, helpers, the logits GEMM */
-  TH_CHECK(count_entries(dir) == 5);
+  TH_CHECK(compiled == 6); /* rows, helpers, the four GEMMs */
+  TH_CHECK(count_entries(dir) == 8);
+  setenv("KLJIT_GEMM", "dx:jit.128.2.6.g.1.p,dw:cublas", 1);
+  compiled = 0;
+  TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
+  TH_CHECK(compiled == 1); /* that dX variant; the rest cached or cuBLASLt */
   setenv("KLJIT_GEMM", "cublas", 1);
   compiled = 0;
   TH_OK(kljit_precompile(&pb, 90, dir, 0, count_compiled, &compiled));
