@@ -198,8 +198,8 @@ static kljit_status run_setup(exec_call *c) {
 /* A generated GEMM of the plan (plan.h: plan_jgemm) on the call's stream. */
 static kljit_status run_jgemm(exec_call *c, jgemm_slot slot, const jgemm_args *g) {
   const kljit_plan *p = c->p;
-  return jgemm_launch(p->ctx->drv, p->jgemm[slot].fn, &p->jgemm[slot].v, p->ctx->sm_count, g,
-                      (CUstream)c->stream);
+  return jgemm_launch(p->ctx->drv, p->jgemm[slot].fn, &p->jgemm[slot].v, p->jgemm[slot].grid_cap,
+                      g, (CUstream)c->stream);
 }
 
 static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {

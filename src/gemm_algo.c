@@ -13,10 +13,29 @@
 
 static const char *const KINDS[] = {"logits", "dx", "dw"}; /* by gemm_kind */
 
+/* The flags of a variant's text, in their order, and what each sets (gemm_algo.h). */
+static const struct {
+  char letter;
+  int tweak; /* a KSPEC_GEMM_* bit; 0: the schedule (p) or the epilogue (s) */
+} FLAGS[] = {{'p', 0}, {'s', 0}, {'w', KSPEC_GEMM_ARRIVE_WARP}, {'c', KSPEC_GEMM_STREAM_C},
+             {'a', KSPEC_GEMM_L2_KEEP_A}, {'b', KSPEC_GEMM_L2_KEEP_B}};
+enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
+
+static int has_flag(const prob_gemm_choice *c, int i) {
+  return FLAGS[i].letter == 'p'   ? c->schedule == 'p'
+         : FLAGS[i].letter == 's' ? c->epilogue == 's'
+                                  : (c->tweaks & FLAGS[i].tweak) != 0;
+}
+
 void gemm_algo_jit_text(const prob_gemm_choice *c, char out[GEMM_ALGO_JIT_TEXT_MAX]) {
-  const int pp = c->schedule == 'p', staged = c->epilogue == 's';
-  snprintf(out, GEMM_ALGO_JIT_TEXT_MAX, "%d.%d.%d.%c.%d%s%s%s", c->bn, c->consumers, c->stages,
-           c->raster, c->cluster, pp || staged ? "." : "", pp ? "p" : "", staged ? "s" : "");
+  int at = snprintf(out, GEMM_ALGO_JIT_TEXT_MAX, "%d.%d.%d.%c.%d", c->bn, c->consumers,
+                    c->stages, c->raster, c->cluster);
+  int any = 0;
+  for (int i = 0; i < NFLAGS && at < GEMM_ALGO_JIT_TEXT_MAX - 2; i++)
+    if (has_flag(c, i)) {
+      if (!any) out[at++] = '.', any = 1;
+      out[at++] = FLAGS[i].letter, out[at] = 0;
+    }
 }
 
 int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
@@ -24,19 +43,24 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   char r = 0;
   if (sscanf(s, "%d.%d.%d.%c.%d%n", &bn, &cons, &stages, &r, &cl, &used) != 5) return -1;
   const char *f = s + used;
-  int pp = 0, staged = 0;
-  if (*f == '.') { /* flags, in order, at least one */
+  int pp = 0, staged = 0, tweaks = 0;
+  if (*f == '.') { /* flags, in FLAGS' order, at least one; a and b exclusive */
     f++;
-    if (*f == 'p') pp = 1, f++;
-    if (*f == 's') staged = 1, f++;
-    if (!pp && !staged) return -1;
+    const char *start = f;
+    for (int i = 0; i < NFLAGS; i++)
+      if (*f == FLAGS[i].letter) {
+        pp |= FLAGS[i].letter == 'p', staged |= FLAGS[i].letter == 's';
+        tweaks |= FLAGS[i].tweak, f++;
+      }
+    if (f == start || (tweaks & KSPEC_GEMM_L2_KEEP_A && tweaks & KSPEC_GEMM_L2_KEEP_B)) return -1;
   }
   if (*f) return -1;
   /* the template validates the rest when it renders */
   if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
-  c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->used = 1;
+  c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->tweaks = tweaks;
+  c->used = 1;
   return 0;
 }
 

@@ -44,7 +44,8 @@ uint64_t gemm_algo_lt_version(void);
 
 /* A generated variant's shape as text (wisdom, KLJIT_GEMM, the benches):
  *   <BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<flags>]
- * flags, letters in this order: p (the pingpong schedule), s (the staged epilogue). */
+ * flags, letters in this order: p (the pingpong schedule), s (the staged epilogue), w (one
+ * stage arrival per warp), c (streaming C: needs s), a or b (an L2 policy keeping A or B). */
 enum { GEMM_ALGO_JIT_TEXT_MAX = 40 };
 void gemm_algo_jit_text(const prob_gemm_choice *c, char out[GEMM_ALGO_JIT_TEXT_MAX]);
 /* Parses such a text (all of s) into c's generated fields (jit = 1, used = 1; kind, n and the

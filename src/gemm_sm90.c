@@ -13,7 +13,7 @@
 
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0};
   return v;
 }
 
@@ -69,6 +69,7 @@ jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g
     v.bn = c->bn, v.consumers = c->consumers, v.stages = c->stages, v.raster = c->raster;
     v.cluster = c->cluster, v.schedule = c->schedule == 'p' ? 'p' : 'c';
     v.epilogue = c->epilogue == 's' ? 's' : 'd';
+    v.tweaks = c->tweaks;
   }
   if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
   return v;
@@ -130,7 +131,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -169,7 +170,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (size_t s = 0; s < PP + 2 && n < cap; s++) {
       const size_t t = s < PP ? s : 0;
       jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
-                         pp[t][3], 'p', 'd', 0};
+                         pp[t][3], 'p', 'd', 0, 0};
       if (s == PP) v.out = ins[i], v.beta = 1;
       if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
@@ -188,7 +189,25 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     const kljit_dtype in = staged[i].in_out == 2 ? KLJIT_FP16 : KLJIT_BF16;
     jgemm_variant v = {staged[i].layout, in, staged[i].in_out ? in : KLJIT_FP32, staged[i].beta,
                        staged[i].bn, staged[i].consumers, staged[i].stages, 'g', 1,
-                       staged[i].schedule, 's', 0};
+                       staged[i].schedule, 's', 0, 0};
+    out[n++] = v;
+  }
+  /* the smaller choices (KSPEC_GEMM_*), each on the layout it is meant for: one stage arrival
+   * per warp (cooperative and pingpong), streaming C with the staged epilogue, L2 policies */
+  static const struct {
+    const char *layout;
+    int beta;
+    char schedule, epilogue;
+    int tweaks;
+  } tw[] = {{"nt", 0, 'c', 'd', KSPEC_GEMM_ARRIVE_WARP},
+            {"nn", 0, 'p', 'd', KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_L2_KEEP_B},
+            {"nt", 0, 'c', 's', KSPEC_GEMM_STREAM_C | KSPEC_GEMM_L2_KEEP_A},
+            {"tn", 1, 'c', 's', KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_STREAM_C |
+                                KSPEC_GEMM_L2_KEEP_B}};
+  for (size_t i = 0; i < sizeof tw / sizeof tw[0] && n < cap; i++) {
+    jgemm_variant v = jgemm_default(KLJIT_BF16, tw[i].beta ? KLJIT_BF16 : KLJIT_FP32, tw[i].beta);
+    v.layout = tw[i].layout, v.epilogue = tw[i].epilogue, v.tweaks = tw[i].tweaks;
+    if (tw[i].schedule == 'p') v.bn = 128, v.stages = 6, v.raster = 'g', v.schedule = 'p';
     out[n++] = v;
   }
   /* K in slices (the dX over a long vocabulary in one launch): 3 k-blocks a slice, so that
@@ -206,11 +225,14 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
   char slice[16] = "";
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s", names_dtype_tag(v->in),
+  const int t = v->tweaks;
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
-           v->epilogue == 's' ? " es" : "", slice);
+           v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
+           t & KSPEC_GEMM_STREAM_C ? " cs" : "",
+           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "", slice);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -223,6 +245,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_schedule = v->schedule == 'p' ? 'p' : 0;
   k.gemm_epilogue = v->epilogue == 's' ? 's' : 0;
   k.gemm_kslice = v->kslice > 0 ? v->kslice : 0;
+  k.gemm_tweaks = v->tweaks;
   return k;
 }
 
@@ -247,6 +270,19 @@ static const char MANIFEST[] =
 
 kljit_status jgemm_check_manifest(const char *manifest, const char *module) {
   return kiface_compare(MANIFEST, manifest, module);
+}
+
+int jgemm_grid_cap(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sm_count) {
+  if (v->cluster != 2) return sm_count;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = (unsigned)(sm_count > 1 ? sm_count / 2 * 2 : 2), cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = jgemm_threads(v), cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = jgemm_smem_bytes(v);
+  int clusters = 0; /* the kernel's __cluster_dims__(2, 1, 1) gives the cluster shape */
+  if (d->cuOccupancyMaxActiveClusters(&clusters, fn, &cfg) != CUDA_SUCCESS || clusters < 1)
+    return sm_count;
+  return 2 * clusters < sm_count ? 2 * clusters : sm_count;
 }
 
 kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v) {

@@ -36,6 +36,8 @@ typedef struct jgemm_variant {
                      * shared memory, 16-byte runs of C (BETA: C loaded once per tile) */
   int kslice;       /* 0, or k-blocks (64 of K) per slice: K summed in slices whose fp32 sums
                      * are added into C (fp32 C: the dX over a long vocabulary, in one launch) */
+  int tweaks;       /* KSPEC_GEMM_* bits (spec.h): one stage arrival per warp, streaming C,
+                     * an L2 policy on the TMA loads */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -100,8 +102,9 @@ int jgemm_plan_modules(const kljit_problem *pb, const prob_geometry *g, int arch
 int jgemm_variants(jgemm_variant *out, int cap);
 
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
- * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " k<n>" for slices
- * of n k-blocks) */
+ * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
+ * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
+ * n k-blocks) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -134,6 +137,13 @@ kljit_status jgemm_launch(const drv_table *d, CUfunction fn, const jgemm_variant
  * jgemm_launch passes: KLJIT_SUCCESS, else KLJIT_ERR_CACHE naming the first difference (the
  * kernel takes its tensor maps by value, which kargs cannot marshal: it is launched here). */
 kljit_status jgemm_check_manifest(const char *manifest, const char *module);
+
+/* The `sms` to launch variant v's fn with (jgemm_launch's cap on its persistent grid): sm_count
+ * for one CTA per cluster; for clusters of 2, twice the clusters that can be resident at once
+ * (cuOccupancyMaxActiveClusters at the variant's block and shared memory: a pair needs two
+ * free SMs of one GPC, so fewer than sm_count / 2 pairs may fit, and a grid of more waits for
+ * a second wave), sm_count where the query fails. */
+int jgemm_grid_cap(const drv_table *d, CUfunction fn, const jgemm_variant *v, int sm_count);
 
 /* Raises fn's dynamic shared-memory limit to what variant v needs (once per loaded module). */
 kljit_status jgemm_prepare(const drv_table *d, CUfunction fn, const jgemm_variant *v);

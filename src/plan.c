@@ -87,6 +87,7 @@ static kljit_status load_jgemm(kljit_plan *p, const jgemm_variant *v, plan_jgemm
   if (st == KLJIT_SUCCESS)
     st = drv_check(d, d->cuModuleGetFunction(&out->fn, out->mod->module, "kl_gemm"), "kl_gemm");
   if (st == KLJIT_SUCCESS) st = jgemm_prepare(d, out->fn, v);
+  if (st == KLJIT_SUCCESS) out->grid_cap = jgemm_grid_cap(d, out->fn, v, p->ctx->sm_count);
   out->v = *v;
   return st;
 }

@@ -33,6 +33,7 @@ typedef struct plan_jgemm {
   ctx_module *mod; /* NULL: the slot runs cuBLASLt (gemm[] of its kind) */
   CUfunction fn;
   jgemm_variant v;
+  int grid_cap;    /* jgemm_launch's `sms` (jgemm_grid_cap) */
 } plan_jgemm;
 
 struct kljit_plan {

@@ -50,6 +50,7 @@ typedef struct prob_gemm_choice {
   char raster;
   char schedule; /* generated: 'c' (or 0) cooperative, 'p' pingpong (jgemm_variant.schedule) */
   char epilogue; /* generated: 'd' (or 0) direct, 's' staged (jgemm_variant.epilogue) */
+  int tweaks;    /* generated: KSPEC_GEMM_* bits (jgemm_variant.tweaks) */
 } prob_gemm_choice;
 
 typedef struct prob_tuning {

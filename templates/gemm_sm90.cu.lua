@@ -45,6 +45,16 @@
 %--             128-byte swizzle layout, so a TMA store or reduce of the block stays possible),
 %--             then reads it back as row segments: 16-byte global loads (BETA: C read once) and
 %--             stores, a warp's instruction covering whole 128- or 256-byte runs of a row.
+%--   ARRIVE    thread (or absent) | warp: who frees a consumed stage with CLUSTER 1, every
+%--             consumer thread (an mbarrier arrival each: 128 per warpgroup and k-block) or one
+%--             lane per warp after __syncwarp (4), as the cluster-2 path does already: the
+%--             stage's reads are wgmma's, complete for the whole warpgroup at wait_group.
+%--   STORE     default (or absent) | streaming: EPILOGUE staged's 16-byte runs of C written (and,
+%--             BETA, read) with the .cs cache operator (evict-first in L2: C, written once, does
+%--             not push the operands out).
+%--   L2        absent | keep_a | keep_b: the TMA loads carry an L2 policy, evict_last for the
+%--             operand named (the one every tile re-reads: X of the logits and of the dW GEMM)
+%--             and evict_first for the other.
 %--   KSLICE    absent (0) | k-blocks per slice: K summed in slices of KSLICE x 64, each slice's
 %--             fp32 sum added into C (the first written unless BETA) and the accumulators
 %--             restarted: the sum of a few slices rounds less than one fp32 accumulation over a
@@ -118,6 +128,22 @@
 %if KSLICE > 0 and P.OUT ~= "f32" then
 %  reject("KSLICE needs OUT f32: the slices' sums are kept in C")
 %end
+%if P.ARRIVE ~= nil and not one_of(P.ARRIVE, { "thread", "warp" }) then
+%  reject("ARRIVE must be thread or warp")
+%end
+%local ARRIVE_WARP = P.ARRIVE == "warp"
+%if P.STORE ~= nil and not one_of(P.STORE, { "default", "streaming" }) then
+%  reject("STORE must be default or streaming")
+%end
+%local STREAM = P.STORE == "streaming"
+%if STREAM and not STAGED then reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)") end
+%if P.L2 ~= nil and not one_of(P.L2, { "keep_a", "keep_b" }) then
+%  reject("L2 must be keep_a or keep_b")
+%end
+%-- the TMA loads of A and of B: their helper and the policy operand each passes
+%local LOAD = P.L2 and "tma_load_2d_hint" or "tma_load_2d"
+%local LOAD_MC = P.L2 and "tma_load_2d_multicast_hint" or "tma_load_2d_multicast"
+%local POL_A, POL_B = P.L2 and ", pol_a" or "", P.L2 and ", pol_b" or ""
 %-- the staged epilogue's scratch: 4 KB per consumer warp, after the ring (1024-byte aligned:
 %-- a stage is a multiple of 8 KB)
 %local SCRATCH = STAGED and WGS * 4 * 4096 or 0
@@ -208,7 +234,15 @@ __device__ __forceinline__ bool run_whole(int row, int col, int M, int N, int ve
 
 __device__ __forceinline__ {{ VT }} run_load(const out_t* __restrict__ C, i64 ldc, int row,
                                             int col) {
+%  if STREAM and P.OUT == "f32" then
+  const uint4 u = ld_cs_v4(C + (i64)row * ldc + col);
+  return make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z),
+                     __uint_as_float(u.w));
+%  elseif STREAM then
+  return ld_cs_v4(C + (i64)row * ldc + col);
+%  else
   return *reinterpret_cast<const {{ VT }}*>(C + (i64)row * ldc + col);
+%  end
 }
 
 /* The run at (row, col): v (scratch values) times alpha, plus old (C's, when `acc` and the run
@@ -223,9 +257,14 @@ __device__ __forceinline__ void run_store(out_t* __restrict__ C, i64 ldc, int ro
   if (whole) {
 %  if P.OUT == "f32" then
     if (acc) v[0] += old.x, v[1] += old.y, v[2] += old.z, v[3] += old.w;
+%    if STREAM then
+    st_cs_v4(p, make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                           __float_as_uint(v[3])));
+%    else
     float4 o;
     o.x = v[0], o.y = v[1], o.z = v[2], o.w = v[3];
     *reinterpret_cast<float4*>(p) = o;
+%    end
 %  else
     if (acc) {
       const u32 w[4] = {old.x, old.y, old.z, old.w};
@@ -239,7 +278,11 @@ __device__ __forceinline__ void run_store(out_t* __restrict__ C, i64 ldc, int ro
     uint4 o;
     o.x = pack2_{{ P.OUT }}(v[0], v[1]), o.y = pack2_{{ P.OUT }}(v[2], v[3]);
     o.z = pack2_{{ P.OUT }}(v[4], v[5]), o.w = pack2_{{ P.OUT }}(v[6], v[7]);
+%    if STREAM then
+    st_cs_v4(p, o);
+%    else
     *reinterpret_cast<uint4*>(p) = o;
+%    end
 %  end
     return;
   }
@@ -321,10 +364,14 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 %end
 }
 
-/* A consumed stage back to its producers: every consumer thread (CLUSTER 1), or each warp once on
- * the barrier of both CTAs of the cluster (CLUSTER 2: both producers write into this stage). */
+/* A consumed stage back to its producers: every consumer thread (CLUSTER 1; ARRIVE warp: each
+ * warp once), or each warp once on the barrier of both CTAs of the cluster (CLUSTER 2: both
+ * producers write into this stage). */
 __device__ __forceinline__ void release_stage(u64* bar, int lane) {
-%if CL == 1 then
+%if CL == 1 and ARRIVE_WARP then
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+%elseif CL == 1 then
   (void)lane;
   mbar_arrive(bar);
 %else
@@ -350,7 +397,7 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], {{ CL == 1 and RELEASERS * 128 or 2 * RELEASERS * 4 }});
+      mbar_init(&empty[s], {{ CL == 2 and 2 * RELEASERS * 4 or ARRIVE_WARP and RELEASERS * 4 or RELEASERS * 128 }});
     }
 %if PP then
     mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
@@ -375,6 +422,10 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
+%if P.L2 then
+      const u64 pol_a = {{ P.L2 == "keep_a" and "l2_evict_last()" or "l2_evict_first()" }};
+      const u64 pol_b = {{ P.L2 == "keep_b" and "l2_evict_last()" or "l2_evict_first()" }};
+%end
       for (int t = first; t < tiles; t += step) {
         int gm, tn;
         tile_of(t, groups_m, tiles_n, &gm, &tn);
@@ -386,31 +437,31 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
           /* A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major) */
 #pragma unroll
           for (int j = 0; j < BM / 64; j++)
-            tma_load_2d(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
-                        tm * BM + 64 * j, kb * BK);
+            {{ LOAD }}(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
+                        tm * BM + 64 * j, kb * BK{{ POL_A }});
 %else
-          tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
+          {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM{{ POL_A }});
 %end
 %if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
-            tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
-                        tn * BN + 64 * j, kb * BK);
+            {{ LOAD }}(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
+                        tn * BN + 64 * j, kb * BK{{ POL_B }});
 %elseif NN then
           /* the same boxes, box j loaded by cluster CTA j % 2 into both */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
             if (j % 2 == rank)
-              tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
-                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3);
+              {{ LOAD_MC }}(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
+                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3{{ POL_B }});
 %elseif CL == 1 then
-          tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
+          {{ LOAD }}(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN{{ POL_B }});
 %else
           /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
            * odd last row tile's partner multiplies them and stores nothing) */
-          tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
-                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3);
+          {{ LOAD_MC }}(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
+                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3{{ POL_B }});
 %end
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }

@@ -215,7 +215,8 @@ typedef struct jit_fn {
   jgemm_variant v;
   CUmodule mod;
   CUfunction fn;
-  char name[64];
+  int cap; /* jgemm_grid_cap: the persistent grid a plan launches it with */
+  char name[96];
 } jit_fn;
 
 /* cuOccupancyMaxActiveClusters for a cluster-2 variant at its launch geometry (-1: unknown),
@@ -244,6 +245,7 @@ static void jit_load(jit_fn *j) {
   KO(drv_check(drv, drv->cuModuleLoadData(&j->mod, cubin.data), "cuModuleLoadData"));
   KO(drv_check(drv, drv->cuModuleGetFunction(&j->fn, j->mod, "kl_gemm"), "kl_gemm"));
   KO(jgemm_prepare(drv, j->fn, &j->v));
+  j->cap = jgemm_grid_cap(drv, j->fn, &j->v, sms);
   sb_free(&src), sb_free(&cubin), sb_free(&log);
   if (j->v.cluster == 2) /* the persistent grid assumes all sms / 2 clusters resident at once */
     printf("  %s: %d clusters of 2 resident at most (the grid has %d)\n", j->name,
@@ -252,7 +254,7 @@ static void jit_load(jit_fn *j) {
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
   const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f};
-  const kljit_status st = jgemm_launch(drv, j->fn, &j->v, sms, &a, NULL);
+  const kljit_status st = jgemm_launch(drv, j->fn, &j->v, j->cap, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
 }
@@ -435,7 +437,7 @@ static int time_shape(const shape *s, lt_gemm *lt, const jit_fn *jit, int nj, vo
   const int n = lt->count + nj;
   run_ctx *c = calloc((size_t)n, sizeof *c);
   bt_entry *e = calloc((size_t)n, sizeof *e);
-  char (*names)[80] = calloc((size_t)n, sizeof *names);
+  char (*names)[112] = calloc((size_t)n, sizeof *names);
   if (!c || !e || !names) return 1;
   for (int i = 0; i < n; i++) {
     const int is_lt = i < lt->count;
@@ -584,7 +586,7 @@ int main(int argc, char **argv) {
     if (gemm_algo_jit_parse(t, &c) && gemm_algo_jit_parse(four, &c)) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
                        beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
-                       c.epilogue, 0};
+                       c.epilogue, 0, c.tweaks};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;

@@ -171,6 +171,12 @@ static int gemm_in(const char *dir) {
   char again[GEMM_ALGO_TEXT_MAX];
   gemm_algo_text(&pc, again);
   TH_CHECK(!strcmp(again, pc_text));
+  /* the smaller choices' flags (w, c, a | b), in order, round-trip and reach the variant */
+  snprintf(pc_text, sizeof pc_text, "dw:1024:b1:lt%llu:jit:256.2.4.g.1.swcb", lt);
+  TH_CHECK(gemm_algo_parse(pc_text, &pc) == 0 && pc.epilogue == 's' && pc.schedule == 'c');
+  TH_CHECK(pc.tweaks == (KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_STREAM_C | KSPEC_GEMM_L2_KEEP_B));
+  gemm_algo_text(&pc, again);
+  TH_CHECK(!strcmp(again, pc_text));
   /* not sm_90, or the options' cuBLASLt: cuBLASLt, saying why or whence */
   jgemm_pick_slot(&pb, &g, 80, def, JGEMM_LOGITS, &k);
   TH_CHECK(!k.jit && k.why && strstr(k.why, "sm_90"));
@@ -268,7 +274,10 @@ static int gemm_in(const char *dir) {
                              "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
                              "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x",
                              "logits:4096:b0:jit:128.2.6.g.1.q", "logits:4096:b0:jit:128.2.6.g.1.pp",
-                             "dw:4096:b1:jit:128.2.6.g.1.sp", "dw:4096:b1:jit:128.2.6.g.1."};
+                             "dw:4096:b1:jit:128.2.6.g.1.sp", "dw:4096:b1:jit:128.2.6.g.1.",
+                             "dw:4096:b1:jit:128.2.6.g.1.ab", "dw:4096:b1:jit:128.2.6.g.1.ws",
+                             /* parsed, refused by the template: streaming C needs staged */
+                             "logits:4096:b0:jit:256.2.4.m.1.c"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
              " gemm=%s\n", H, bad[i]);
