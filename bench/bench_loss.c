@@ -622,7 +622,8 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
   printf("%s,%s,%lld,%lld,%lld,%s,%g,%g,%lld,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.0f,"
          "%.3f,%.6g,%.2e,%.3f,%.3f\n",
          prop.name, kljit_version(), (long long)n, (long long)h, (long long)v, div, pb.beta,
-         opts.logit_std, (long long)o.chunk, (long long)plan_chunk(p_own), t_on, t_f32, t_own, t_bf16,
+         opts.logit_std, (long long)o.chunk, (long long)plan_chunk(p_own), t_on, t_f32, t_own,
+         t_bf16,
          t_gemm, added, r_med, pooled, t_rows, rows_gbs, l_on, loss_diff,
          ws_online / (double)(1 << 30), ws_own / (double)(1 << 30));
   fflush(stdout);

@@ -365,8 +365,10 @@ typedef struct kljit_context_options {
    *     cublas             cuBLASLt (the tuning's algorithm, else its heuristic's first)
    *     cublas.<k>         the k-th algorithm (0-15) of cuBLASLt's heuristic list for the chunk
    *     jit                the generated kernel (the tuning's variant, else the default one)
-   *     jit.<BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<p|s|ps>]   that generated variant
-   *                        (p: pingpong schedule, s: staged epilogue; docs/wisdom.md)
+   *     jit.<BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<flags>]   that generated variant
+   *                        (flags in this order: p pingpong schedule, s staged epilogue, w one
+   *                        stage arrival per warp, c streaming C, a|b an L2 policy keeping A or
+   *                        B; docs/wisdom.md)
    * e.g. "logits:jit,dx:cublas,dw:jit.128.2.6.g.1.ps". KLJIT_GEMM set to such a list fills it
    * (gemm then DEFAULT). A generated backend where it does not apply (not sm_90, 32-bit inputs,
    * H not a multiple of 8) runs cuBLASLt, and the plan's description says so. NULL: none. */

@@ -244,7 +244,8 @@ kljit_status gemm_algo_select(const kljit_context_options *o, gemm_select out[3]
       return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                      "options->gemm_choice (KLJIT_GEMM) = \"%s\": cannot read \"%.*s\": items "
                      "are <logits|dx|dw|all>:<default|cublas|cublas.<k>|jit|jit.<BN>.<CONSUMERS>."
-                     "<STAGES>.<m|n|g>.<CLUSTER>[.<p|s|ps>]>, comma-separated",
+                     "<STAGES>.<m|n|g>.<CLUSTER>[.<flags: p, s, w, c, a|b, in order>]>, "
+                     "comma-separated",
                      o->gemm_choice, (int)(end - s), s);
     s = *end ? end + 1 : end;
   }

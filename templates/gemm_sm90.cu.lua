@@ -136,7 +136,9 @@
 %  reject("STORE must be default or streaming")
 %end
 %local STREAM = P.STORE == "streaming"
-%if STREAM and not STAGED then reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)") end
+%if STREAM and not STAGED then
+%  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
+%end
 %if P.L2 ~= nil and not one_of(P.L2, { "keep_a", "keep_b" }) then
 %  reject("L2 must be keep_a or keep_b")
 %end
@@ -302,7 +304,8 @@ __device__ __forceinline__ void store_rows(out_t* __restrict__ C, i64 ldc, int r
 %  local LPR = 64 // VEC
 %  local RPI = 32 // LPR
 %  local ITS = 16 // RPI
-  const int lr = lane / {{ LPR }}, lc = {{ VEC }} * (lane % {{ LPR }}); /* this lane's row, column */
+  /* this lane's row and column in each instruction's rows */
+  const int lr = lane / {{ LPR }}, lc = {{ VEC }} * (lane % {{ LPR }});
 #pragma unroll
   for (int j = 0; j < BN / 64; j++) {
     /* C's runs of this 64-column block first: their latency overlaps the staging below */
@@ -397,7 +400,8 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], {{ CL == 2 and 2 * RELEASERS * 4 or ARRIVE_WARP and RELEASERS * 4 or RELEASERS * 128 }});
+%local releases = CL == 2 and 2 * RELEASERS * 4 or ARRIVE_WARP and RELEASERS * 4 or RELEASERS * 128
+      mbar_init(&empty[s], {{ releases }});
     }
 %if PP then
     mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
@@ -440,7 +444,8 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
             {{ LOAD }}(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
                         tm * BM + 64 * j, kb * BK{{ POL_A }});
 %else
-          {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM{{ POL_A }});
+          {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK,
+                     tm * BM{{ POL_A }});
 %end
 %if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
@@ -456,7 +461,8 @@ kl_gemm({{ table.concat(gemm_params, ",\n        ") }}) {
               {{ LOAD_MC }}(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
                                     &full[stage], tn * BN + 64 * j, kb * BK, 0x3{{ POL_B }});
 %elseif CL == 1 then
-          {{ LOAD }}(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN{{ POL_B }});
+          {{ LOAD }}(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK,
+                     tn * BN{{ POL_B }});
 %else
           /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
            * odd last row tile's partner multiplies them and stores nothing) */

@@ -458,7 +458,8 @@ static int time_shape(const shape *s, lt_gemm *lt, const jit_fn *jit, int nj, vo
   float best = 0;
   int best_i = -1;
   for (int i = 0; i < lt->count && !rc; i++)
-    if (!e[i].failed && (best_i < 0 || e[i].r.median_ms < best)) best = e[i].r.median_ms, best_i = i;
+    if (!e[i].failed && (best_i < 0 || e[i].r.median_ms < best))
+      best = e[i].r.median_ms, best_i = i;
   for (int i = 0; i < n && !rc && best_i >= 0; i++) {
     char pw[160];
     bt_power_text(&e[i].r.power, pw, sizeof pw);

@@ -306,7 +306,8 @@ static int sliced_k_variants_match_fp64_on_ragged_shapes(void) {
 static const th_case cases[] = {
     {"staged_epilogue_variants_match_fp64_on_ragged_shapes",
      staged_epilogue_variants_match_fp64_on_ragged_shapes},
-    {"sliced_k_variants_match_fp64_on_ragged_shapes", sliced_k_variants_match_fp64_on_ragged_shapes},
+    {"sliced_k_variants_match_fp64_on_ragged_shapes",
+     sliced_k_variants_match_fp64_on_ragged_shapes},
     {"tn_layout_matches_fp64_on_ragged_shapes", tn_layout_matches_fp64_on_ragged_shapes},
     {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
      pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},

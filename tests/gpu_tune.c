@@ -203,7 +203,8 @@ static int gemm_tune_in(const char *dir) {
   TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_WISDOM_ONLY, &wise));
   const char *d = kljit_plan_describe(wise);
   printf("%s", d);
-  static const char *const lines[3] = {"  GEMM logits: ", "  GEMM dX: ", "  GEMM dW (accumulating): "};
+  static const char *const lines[3] = {"  GEMM logits: ", "  GEMM dX: ",
+                                       "  GEMM dW (accumulating): "};
   for (int k = 0; k < 3; k++) {
     const char *l = strstr(d, lines[k]);
     TH_CHECK(l != NULL);

@@ -240,7 +240,8 @@ static int gemm_in(const char *dir) {
   o.gemm_choice = "all:cublas,logits:default";
   TH_OK(gemm_algo_select(&o, sel));
   TH_CHECK(sel[GEMM_LOGITS].backend == GEMM_BACKEND_DEFAULT);
-  TH_CHECK(sel[GEMM_DX].backend == GEMM_BACKEND_CUBLAS && sel[GEMM_DW].backend == GEMM_BACKEND_CUBLAS);
+  TH_CHECK(sel[GEMM_DX].backend == GEMM_BACKEND_CUBLAS);
+  TH_CHECK(sel[GEMM_DW].backend == GEMM_BACKEND_CUBLAS);
   static const char *const bad_lists[] = {"dx", "dx:", "dq:jit", "dx:jit.256.2.4", "dx:cublas.16",
                                           "dx:cublas.-1", "dx:jit,", "logits:jit:dx:jit",
                                           "dx:jit.256.2.4.m.1.sp"};
@@ -273,7 +274,8 @@ static int gemm_in(const char *dir) {
   const char *const bad[] = {"dx:4096:b0:lt0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
                              "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
                              "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x",
-                             "logits:4096:b0:jit:128.2.6.g.1.q", "logits:4096:b0:jit:128.2.6.g.1.pp",
+                             "logits:4096:b0:jit:128.2.6.g.1.q",
+                             "logits:4096:b0:jit:128.2.6.g.1.pp",
                              "dw:4096:b1:jit:128.2.6.g.1.sp", "dw:4096:b1:jit:128.2.6.g.1.",
                              "dw:4096:b1:jit:128.2.6.g.1.ab", "dw:4096:b1:jit:128.2.6.g.1.ws",
                              /* parsed, refused by the template: streaming C needs staged */
