@@ -643,13 +643,15 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
   kljit_context_destroy(same);
 }
 
-/* --gemms' default generated variants per GEMM (the tuner's tries, src/tune_measure.c
- * JIT_TRIES): the dW list holds the staged and the direct epilogue of the same tile, the switch
- * between C loaded once per tile in 16-byte runs and a load per pair. */
+/* --gemms' default generated variants per GEMM: the tuner's tries (src/tune_measure.c,
+ * JIT_TRIES; the dW list holds the staged and the direct epilogue of the same tile, the switch
+ * between C loaded once per tile in 16-byte runs and a load per pair), then the smaller choices
+ * on the default tile (w: one stage arrival per warp; c: streaming C; a, b: an L2 policy keeping
+ * X, the operand every tile re-reads), each to be judged against the same tile without it. */
 static const char *const JIT_DEFAULT[3] = {
-    "256.2.4.m.1,256.2.4.g.1,128.2.6.g.1.p,256.2.4.g.1.s",
-    "256.2.4.g.1,256.2.4.m.1,128.2.6.g.1.p,256.2.4.g.2",
-    "256.2.4.g.1.s,256.2.4.g.1,128.2.6.g.1.ps,256.2.4.g.2.s"};
+    "256.2.4.m.1,256.2.4.g.1,128.2.6.g.1.p,256.2.4.g.1.s,256.2.4.m.1.w,256.2.4.m.1.swca",
+    "256.2.4.g.1,256.2.4.m.1,128.2.6.g.1.p,256.2.4.g.2,256.2.4.g.1.w",
+    "256.2.4.g.1.s,256.2.4.g.1,128.2.6.g.1.ps,256.2.4.g.2.s,256.2.4.g.1.swcb"};
 
 int main(int argc, char **argv) {
   const char *shapes = "8192x4096x128256,4096x4096x128256,2048x4096x128256,8192x2048x32000,"
