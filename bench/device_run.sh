@@ -19,6 +19,9 @@
 #   sanitize          compute-sanitizer memcheck and racecheck on small GEMM and fused cases
 #   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
 #                     bench_loss of that shape with and without the wisdom, same run
+#   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
+#                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
+#                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
 set -u
 mode=${1:-suite}
 shift || true
@@ -41,7 +44,8 @@ case $mode in
   micro) targets="bench_gemm" ;;
   sanitize) targets="bench_gemm gpu_dense" ;;
   tune) targets="kljit_cli bench_loss" ;;
-  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune)"; exit 2 ;;
+  precision) targets="kljit" ;;
+  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, precision)"; exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
   -DLUA_LIBRARY=$DEPS/lua/lib/liblua5.4.so > "$LOGS/build.log" 2>&1 &&
@@ -141,6 +145,16 @@ case $mode in
       echo "== bench_loss, wisdom $w"
       KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 \
         --no-twophase --no-full --repeats 10 2>&1 | tail -3
+    done
+    ;;
+  precision)
+    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
+    for g in cublas jit; do
+      KLJIT_GEMM=$g PYTHONPATH=python timeout "${PRECISION_S:-200}" python3 bench/compare.py \
+        --methods kljit_fkl_online --shapes 8192x4096x128256,8192x2048x32000 --logit-std 2,6 \
+        --repeats 3 --out "$LOGS/precision-$g.csv" > "$LOGS/precision-$g.log" 2>&1
+      echo "== compare.py KLJIT_GEMM=$g rc=$?"
+      tail -8 "$LOGS/precision-$g.log"
     done
     ;;
 esac
