@@ -33,6 +33,7 @@
 
 #include "bench_loss.h"
 #include "gpu_fill.h"
+#include "gpu_util.h"
 #include "host_dtype.h"
 
 enum { MAX_CFG = 64, DW_ROWS = 2048 };
@@ -55,8 +56,9 @@ typedef struct shared {
   int64_t n, h, v;
   kljit_args args;
   const kljit_plan *plan; /* the call bt_round_robin's step makes */
-  float *dx_ref, *dw_ref, *dx_got, *dw_got;
+  double *dx_ref, *dw_ref, *dx_got, *dw_got; /* the outputs read back (read_outputs) */
   uint16_t *dx_raw;
+  float *dw_raw;
   float loss_ref;
 } shared;
 
@@ -100,29 +102,22 @@ static int run_call(void *arg) {
   return st != KLJIT_SUCCESS;
 }
 
-/* dX whole and DW_ROWS rows of dW spread over V (the last one included), as floats. */
-static void read_outputs(shared *s, float *dx, float *dw, float *loss) {
+/* dX whole and DW_ROWS rows of dW spread over V (the last one included), as doubles. */
+static void read_outputs(shared *s, double *dx, double *dw, float *loss) {
   const size_t nx = (size_t)(s->n * s->h), hw = (size_t)s->h * 4;
+  const int64_t step = s->v > DW_ROWS ? s->v / DW_ROWS : 1;
+  const int64_t rows = s->v < DW_ROWS ? s->v : DW_ROWS;
+  const size_t nw = (size_t)(rows + 1) * (size_t)s->h;
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(loss, s->args.loss, 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(s->dx_raw, s->args.grad_input, nx * 2, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < nx; i++) dx[i] = host_bf16_to_f32(s->dx_raw[i]);
-  const int64_t step = s->v > DW_ROWS ? s->v / DW_ROWS : 1;
-  const int64_t rows = s->v < DW_ROWS ? s->v : DW_ROWS;
-  CK(cudaMemcpy2D(dw, hw, s->args.grad_weight, hw * (size_t)step, hw, (size_t)rows,
+  CK(cudaMemcpy2D(s->dw_raw, hw, s->args.grad_weight, hw * (size_t)step, hw, (size_t)rows,
                   cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(dw + (size_t)rows * (size_t)s->h,
+  CK(cudaMemcpy(s->dw_raw + (size_t)rows * (size_t)s->h,
                 (const char *)s->args.grad_weight + (size_t)(s->v - 1) * hw, hw,
                 cudaMemcpyDeviceToHost));
-}
-
-static double rel(const float *a, const float *r, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double d = (double)a[i] - r[i];
-    num += d * d, den += (double)r[i] * r[i];
-  }
-  return isfinite(num) ? sqrt(num / (den > 0 ? den : 1e-300)) : INFINITY;
+  for (size_t i = 0; i < nw; i++) dw[i] = s->dw_raw[i];
 }
 
 /* The configuration's call at the bench's shape, against the baseline's outputs (ref: this is
@@ -137,17 +132,18 @@ static void check(shared *s, cfg *c, int ref) {
                ref ? &s->loss_ref : &loss);
   if (ref) loss = s->loss_ref;
   c->d_loss = fabs((double)loss - s->loss_ref) / fmax(fabs((double)s->loss_ref), 1e-30);
-  c->d_dx = ref ? 0 : rel(s->dx_got, s->dx_ref, nx);
-  c->d_dw = ref ? 0 : rel(s->dw_got, s->dw_ref, nw);
-  /* the rerun, compared as bits with what the first run left */
-  float *dx1 = ref ? s->dx_ref : s->dx_got, *dw1 = ref ? s->dw_ref : s->dw_got;
-  float *dx2 = malloc(nx * sizeof *dx2), *dw2 = malloc(nw * sizeof *dw2);
+  c->d_dx = ref ? 0 : rel_frobenius(s->dx_got, s->dx_ref, nx);
+  c->d_dw = ref ? 0 : rel_frobenius(s->dw_got, s->dw_ref, nw);
+  /* the rerun, compared as bits with what the first run left (exact conversions to double) */
+  double *dx1 = ref ? s->dx_ref : s->dx_got, *dw1 = ref ? s->dw_ref : s->dw_got;
+  double *dx2 = malloc(nx * sizeof *dx2), *dw2 = malloc(nw * sizeof *dw2);
   if (!dx2 || !dw2 || run_call(s)) {
     free(dx2), free(dw2);
     return;
   }
   read_outputs(s, dx2, dw2, &again);
-  c->bitwise = !memcmp(&loss, &again, 4) && !memcmp(dx1, dx2, nx * 4) && !memcmp(dw1, dw2, nw * 4);
+  c->bitwise = !memcmp(&loss, &again, 4) && !memcmp(dx1, dx2, nx * sizeof *dx1) &&
+               !memcmp(dw1, dw2, nw * sizeof *dw1);
   free(dx2), free(dw2);
   c->ok = c->d_loss <= 1e-3 && c->d_dx <= 2e-2 && c->d_dw <= 1e-3 && c->bitwise;
 }
@@ -250,9 +246,9 @@ void bench_gemms(const bench_opts *o, int64_t n, int64_t h, int64_t v, int heade
   args.grad_input = dx, args.grad_weight = dw, args.workspace = wsp, args.workspace_size = ws;
   s.args = args;
   const size_t nx = (size_t)(n * h), nw = (size_t)((v < DW_ROWS ? v : DW_ROWS) + 1) * (size_t)h;
-  s.dx_ref = malloc(nx * 4), s.dx_got = malloc(nx * 4), s.dx_raw = malloc(nx * 2);
-  s.dw_ref = malloc(nw * 4), s.dw_got = malloc(nw * 4);
-  if (!s.dx_ref || !s.dx_got || !s.dx_raw || !s.dw_ref || !s.dw_got) exit(1);
+  s.dx_ref = malloc(nx * 8), s.dx_got = malloc(nx * 8), s.dx_raw = malloc(nx * 2);
+  s.dw_ref = malloc(nw * 8), s.dw_got = malloc(nw * 8), s.dw_raw = malloc(nw * 4);
+  if (!s.dx_ref || !s.dx_got || !s.dx_raw || !s.dw_ref || !s.dw_got || !s.dw_raw) exit(1);
   int ne = 0;
   for (int i = 0; i < nc; i++) {
     if (!c[i].plan) continue;
@@ -309,6 +305,6 @@ void bench_gemms(const bench_opts *o, int64_t n, int64_t h, int64_t v, int heade
   }
   void *bufs[] = {x, w, t, dx, dw, loss, wsp, flush};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
-  free(s.dx_ref), free(s.dx_got), free(s.dx_raw), free(s.dw_ref), free(s.dw_got);
+  free(s.dx_ref), free(s.dx_got), free(s.dx_raw), free(s.dw_ref), free(s.dw_got), free(s.dw_raw);
   free(per), free(c), free(e);
 }
