@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_gemm.c — the generated sm_90a logits GEMM on the GPU: every input dtype x output dtype x
- * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
- * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
- * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
- * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape)
- * and the tn layout (the dW shape).
+/* gpu_gemm.c — the generated sm_90a GEMMs on the GPU: every layout (nt: logits, nn: dX, tn: dW)
+ * x input dtype x output dtype x beta against an fp64 CPU GEMM of the same rounded inputs, on
+ * small and ragged shapes (M, N, K of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense
+ * tests), the output poisoned first (beta = 0: NaN; beta = 1: random values inside, NaN
+ * outside) and its padding columns and a guard row checked untouched; a second run must give
+ * the same bytes. Then every tile shape, schedule, cluster, epilogue and K slicing of
+ * jgemm_variants on shapes chosen for each.
  * Skips (77) without an sm_90 GPU.
  *
  * Tolerance, per element (a bound, not an estimate: sqrt(K) growth is what random data does on
@@ -160,7 +161,10 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   return bad || clobbered || !same;
 }
 
-static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
+/* Every layout (nt: logits, nn: dX, tn: dW; each GEMM's default variant as the plans take it,
+ * jgemm_kind_default: dW accumulating through the staged epilogue) x input dtype x output dtype
+ * x beta, on ragged shapes. */
+static int every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
   const int s = setup();
   if (s) return s;
   static const int64_t shapes[][3] = {
@@ -171,16 +175,17 @@ static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
   static const kljit_dtype outs[] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
   host_rng r = {2026};
   int failed = 0;
-  for (int i = 0; i < 2; i++)
-    for (int o = 0; o < 3; o++)
-      for (int beta = 0; beta < 2; beta++) {
-        const jgemm_variant v = jgemm_default(ins[i], outs[o], beta);
-        gemm_mod m;
-        TH_CHECK(load(&v, &m) == TH_PASS);
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-          failed |= one(&v, &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-        drv->cuModuleUnload(m.mod);
-      }
+  for (int kind = GEMM_LOGITS; kind <= GEMM_DW; kind++)
+    for (int i = 0; i < 2; i++)
+      for (int o = 0; o < 3; o++)
+        for (int beta = 0; beta < 2; beta++) {
+          const jgemm_variant v = jgemm_kind_default(kind, ins[i], outs[o], beta);
+          gemm_mod m;
+          TH_CHECK(load(&v, &m) == TH_PASS);
+          for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            failed |= one(&v, &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+          drv->cuModuleUnload(m.mod);
+        }
   TH_CHECK(!failed);
   return TH_PASS;
 }
@@ -312,8 +317,8 @@ static const th_case cases[] = {
     {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
      pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},
     {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
-    {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
-     every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
+    {"every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
+     every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
     {"every_tile_shape_matches_fp64", every_tile_shape_matches_fp64},
 };
 TH_MAIN(cases)
