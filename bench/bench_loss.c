@@ -197,7 +197,10 @@ int bench_validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_e
   pb.hidden = h, pb.vocab = v;
   set_teacher(&pb);
   kljit_plan *plan;
-  KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  if (kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan) != KLJIT_SUCCESS) {
+    fprintf(stderr, "validation plan: %s\n", kljit_last_error());
+    return 1;
+  }
   host_rng r = {7};
   const int64_t k = topk ? topk : v; /* teacher entries per row */
   double *x = malloc(8 * n * h), *w = malloc(8 * v * h), *t = malloc(8 * n * k);
@@ -229,7 +232,10 @@ int bench_validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_e
   if (topk) a.teacher_ids = I.ptr, a.teacher_values = T.ptr;
   else a.teacher = T.ptr;
   a.grad_input = DX.ptr, a.grad_weight = DW.ptr, a.workspace = WS.ptr, a.workspace_size = ws;
-  KO(kljit_fused(plan, NULL, &a));
+  if (kljit_fused(plan, NULL, &a) != KLJIT_SUCCESS) {
+    fprintf(stderr, "validation call: %s\n", kljit_last_error());
+    return 1;
+  }
   if (gbuf_download(&L, &gl) || gbuf_download(&DX, gx) || gbuf_download(&DW, gw)) return 1;
   ref_inputs ri = {0};
   ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.temperature = 1;

@@ -17,10 +17,12 @@
  * run while the time budget lasts (compiles count). A challenger must beat the best by 1% to
  * replace it, so noise does not move the choice away from the heuristic.
  *
- * Then the winner's GEMMs: for each GEMM of its chunk loop, the top 8 algorithms of cuBLASLt's
- * heuristic are timed alone (one warm-up, median of 5, L2 flushed); one that beats the
- * heuristic's first by 1% is kept in the tuning (prob_gemm_choice, stored with the entry). The
- * entry's ms stays the fused time measured with the heuristic's algorithms.
+ * Then the winner's GEMMs, each in the call (tune_gemms): for each GEMM of the chunk loop, the
+ * top 8 algorithms of cuBLASLt's heuristic and a few generated variants, each a tuning that
+ * differs in that GEMM alone, timed as the whole call like the candidates above (its outputs
+ * checked against the reference call's first); one 1% faster is kept in the tuning
+ * (prob_gemm_choice, stored with the entry); then the chunk sizes again. The entry's ms is the
+ * winner's call.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -573,12 +575,12 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
   return KLJIT_SUCCESS;
 }
 
-/* The GEMMs, in the call (after the row kernels' search): for each GEMM kind, every candidate
- * of gemm_candidates_of timed as the whole fused call (time_candidate, after a warm-up call
- * whose outputs must agree with the reference call's) against the best so far, kept when 1%
- * faster (run_stage); then the chunk sizes again with the GEMMs chosen (a chunk size changes
- * every GEMM's shape). cuBLASLt's algorithms are tuned for one chunk size: those of another
- * are dropped when the chunk changes. */
+/* The GEMMs, in the call (after the row kernels' search): for each GEMM kind (dW, dX, logits),
+ * every candidate of gemm_candidates_of timed as the whole fused call (time_candidate, after a
+ * warm-up call whose outputs must agree with the reference call's) against the best so far,
+ * kept when 1% faster (run_stage); then the chunk sizes again with the GEMMs chosen (a chunk
+ * size changes every GEMM's shape). cuBLASLt's algorithms are tuned for one chunk size: those
+ * of another are dropped when the chunk changes. */
 static kljit_status tune_gemms(bench *b) {
   kljit_plan *plan = NULL;
   kljit_status st = plan_create_tuned(b->ctx, b->pb, &b->best, "GEMM tuning", util_now(), &plan);
@@ -594,7 +596,9 @@ static kljit_status tune_gemms(bench *b) {
   b->check = st == KLJIT_SUCCESS;
   prob_tuning *c = malloc(TUNE_MAX_CANDIDATES * sizeof *c);
   if (!c && st == KLJIT_SUCCESS) st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-  for (int k = GEMM_LOGITS; k <= GEMM_DW && st == KLJIT_SUCCESS; k++) {
+  /* dW first, then dX, then the logits GEMM: where the budget cuts the stage, the GEMM measured
+   * slowest in the call (dW, beta 1: bench/RESULTS.md) has been tuned */
+  for (int k = GEMM_DW; k >= GEMM_LOGITS && st == KLJIT_SUCCESS; k--) {
     int n = 0;
     st = gemm_candidates_of(b, plan, (gemm_kind)k, &b->best, c, &n);
     if (st == KLJIT_SUCCESS) st = run_stage(b, c, n);
