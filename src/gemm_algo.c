@@ -166,15 +166,19 @@ int gemm_algo_find(const prob_tuning *t, int kind, int64_t n, cublasLtMatmulAlgo
 }
 
 const prob_gemm_choice *gemm_algo_jit(const prob_tuning *t, int kind, int beta_zero, int *stale) {
-  const uint64_t running = gemm_algo_lt_version();
-  *stale = 0;
+  if (stale) *stale = 0;
   for (int i = 0; i < PROB_GEMM_CHOICES; i++) {
     const prob_gemm_choice *c = &t->gemm[i];
     if (!c->used || !c->jit || c->kind != kind || (kind == GEMM_DW && c->beta_zero != beta_zero))
       continue;
-    if (c->lt_version && running && c->lt_version != running) {
-      *stale = 1;
-      continue;
+    /* the version asked only of a versioned choice: loading cuBLASLt costs a process half a
+     * second (cublaslt.h), which a plan without one (precompile, wisdom files) never pays */
+    if (stale && c->lt_version) {
+      const uint64_t running = gemm_algo_lt_version();
+      if (running && c->lt_version != running) {
+        *stale = 1;
+        continue;
+      }
     }
     return c;
   }

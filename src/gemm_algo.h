@@ -36,7 +36,8 @@ int gemm_algo_add(prob_tuning *t, const prob_gemm_choice *c);
 
 /* The tuning's generated-GEMM choice for GEMM `kind` (dW: beta_zero says which of its two;
  * the others ignore it), when measured against the running cuBLASLt (or unversioned); else
- * NULL (*stale: 1 when one was refused for its version). */
+ * NULL (*stale: 1 when one was refused for its version). stale NULL: whatever its version (the
+ * wisdom parser's checks). */
 const prob_gemm_choice *gemm_algo_jit(const prob_tuning *t, int kind, int beta_zero, int *stale);
 
 /* The running cuBLASLt's version (cublasLtGetVersion), 0 where it cannot be loaded. */

@@ -606,9 +606,8 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
       kspec_check(&g.helpers))
     return snprintf(why, cap, "unusable choice: %s", kljit_last_error()), -1;
   for (int s = 0; s < JGEMM_SLOTS; s++) { /* a generated GEMM choice, as its template sees it */
-    int stale = 0;
     const prob_gemm_choice *c =
-        gemm_algo_jit(&e->tune, s < JGEMM_DW_FIRST ? s : GEMM_DW, s != JGEMM_DW_ACC, &stale);
+        gemm_algo_jit(&e->tune, s < JGEMM_DW_FIRST ? s : GEMM_DW, s != JGEMM_DW_ACC, NULL);
     if (!c) continue;
     const jgemm_variant v = jgemm_slot_variant(&pb, &g, (jgemm_slot)s, c);
     const kspec k = jgemm_spec(&v);
