@@ -13,8 +13,10 @@
 #                     K in slices), the GPU suite with every GEMM generated (KLJIT_GEMM=jit:
 #                     gpu.generated.*), then the fused call timed with each GEMM's backend
 #                     switched per call (bench_loss --gemms) at 8192x4096x128256 and
-#                     8192x2048x32000, bf16, dense teacher. Steps are cut by their timeouts
-#                     (GEMM_TESTS_S, SUITE_S, BENCH_S) so the logs always come back.
+#                     8192x2048x32000, bf16, dense teacher. The whole mode keeps within
+#                     DEADLINE seconds (default 520, build included): each step's timeout is
+#                     its own (GEMM_TESTS_S, SUITE_S, BENCH_S) or what is left after the time
+#                     reserved for the steps after it, so the logs always come back.
 #   micro [args...]   tests/bench_gemm (interleaved, sustained) with args, e.g. --layout tn --beta 1
 #   sanitize          compute-sanitizer memcheck and racecheck on small GEMM and fused cases
 #   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
@@ -29,7 +31,11 @@ OUT=${OUT:-/tmp/kljit-out}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 if [ -z "${DEPS:-}" ]; then DEPS=$PWD/.deps; [ -d "$DEPS" ] || DEPS=$PWD/../.deps; fi
-export LD_LIBRARY_PATH=$DEPS/lua/lib:${LD_LIBRARY_PATH:-}
+lua=() # the system's Lua where no .deps/lua is carried
+if [ -d "$DEPS/lua" ]; then
+  export LD_LIBRARY_PATH=$DEPS/lua/lib:${LD_LIBRARY_PATH:-}
+  lua=(-DLUA_INCLUDE_DIR="$DEPS/lua/include" -DLUA_LIBRARY="$DEPS/lua/lib/liblua5.4.so")
+fi
 export KLJIT_CACHE_DIR=${KLJIT_CACHE_DIR:-/tmp/kljit-cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv \
   > "$LOGS/gpu.txt" 2>&1
@@ -47,8 +53,7 @@ case $mode in
   precision) targets="kljit" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, precision)"; exit 2 ;;
 esac
-cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$DEPS/lua/include \
-  -DLUA_LIBRARY=$DEPS/lua/lib/liblua5.4.so > "$LOGS/build.log" 2>&1 &&
+cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
   timeout "${BUILD_S:-240}" cmake --build build -j16 --target ${TARGETS:-$targets} \
     >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 echo "== build ok ($SECONDS s)"
@@ -63,6 +68,14 @@ errors() {
     d = $4; n[d]++; if (l+0 > L[d]) L[d] = l+0; if (r+0 > R[d]) R[d] = r+0; g = x+0;
     if (w+0 > g) g = w+0; if (b+0 > g) g = b+0; if (g > G[d]) G[d] = g
   } END { for (d in n) printf "%s: %d cases, worst loss rel %.1e, row-loss rel %.1e, grad rel-Frobenius %.1e\n", d, n[d], L[d], R[d], G[d] }'
+}
+
+# A step's time limit: `want` seconds, or what is left of DEADLINE after `reserve` for later steps.
+budget() {
+  local want=$1 left=$(( ${DEADLINE:-520} - SECONDS - $2 ))
+  [ "$left" -lt "$want" ] && want=$left
+  [ "$want" -lt 20 ] && want=20
+  echo "$want"
 }
 
 # ctest with a regex and a time limit; the summary lines echoed.
@@ -94,12 +107,12 @@ case $mode in
     ;;
   gemm)
     # 1. the generated GEMMs against fp64 (every layout, dtype, output, beta; staged; sliced)
-    run_ctest gemm-tests "${GEMM_TESTS_REGEX:-gpu\.gemm\.}" "${GEMM_TESTS_S:-150}"
+    run_ctest gemm-tests "${GEMM_TESTS_REGEX:-gpu\.gemm\.}" "$(budget "${GEMM_TESTS_S:-150}" 280)"
     # 2. the GPU suite with every GEMM generated (the fixture sets KLJIT_GEMM=jit)
-    run_ctest generated "${SUITE_REGEX:-gpu\.generated\.}" "${SUITE_S:-150}"
+    run_ctest generated "${SUITE_REGEX:-gpu\.generated\.}" "$(budget "${SUITE_S:-150}" 150)"
     grep -hE "GEMM (logits|dX|dW)" "$LOGS/generated.log" | sort | uniq -c | head -12
     # 3. the fused call, each GEMM's backend switched per call, round-robin, clock and power
-    timeout "${BENCH_S:-200}" ./build/bench/bench_loss --gemms \
+    timeout "$(budget "${BENCH_S:-200}" 5)" ./build/bench/bench_loss --gemms \
       --shapes "${BENCH_SHAPES:-8192x4096x128256,8192x2048x32000}" --repeats "${ROUNDS:-10}" \
       ${BENCH_ARGS:-} > "$LOGS/gemms.csv" 2> "$LOGS/gemms.log"
     echo "== bench_loss --gemms rc=$? ($SECONDS s)"
