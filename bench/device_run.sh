@@ -1,57 +1,173 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# One device call: build, run the GPU tests, run the benchmarks; logs under $OUT.
-# Usage on the GPU machine (from the repository root, with .deps carried):
-#   bash bench/device_run.sh [ctest regex] [bench args...]
-# BENCH_RUNS="args;args;..." runs bench_loss once per argument set instead (logs appended).
+# One device call: build, then one mode's GPU work; logs under $OUT (and $OUT/logs.tgz).
+# Run from the repository root on the GPU machine, Lua from .deps (DEPS=..., default ./.deps or
+# ../.deps):
+#   bash bench/device_run.sh MODE [args...]
+# Modes:
+#   suite [regex]     the GPU tests matching regex (default gpu), each case's worst errors
+#   loss [args...]    bench_loss with args (BENCH_RUNS="args;args" runs it once per set;
+#                     ROW_VARIANTS="two_pass cluster" reruns --no-twophase per row kernel)
+#   gemm              issue 26 in one call of at most 9 minutes: the generated GEMMs' GPU tests
+#                     (every layout, dtype, output and beta against fp64; the staged epilogue;
+#                     K in slices), the GPU suite with every GEMM generated (KLJIT_GEMM=jit:
+#                     gpu.generated.*), then the fused call timed with each GEMM's backend
+#                     switched per call (bench_loss --gemms) at 8192x4096x128256 and
+#                     8192x2048x32000, bf16, dense teacher. The whole mode keeps within
+#                     DEADLINE seconds (default 520, build included): each step's timeout is
+#                     its own (GEMM_TESTS_S, SUITE_S, BENCH_S) or what is left after the time
+#                     reserved for the steps after it, so the logs always come back.
+#   micro [args...]   tests/bench_gemm (interleaved, sustained) with args, e.g. --layout tn --beta 1
+#   sanitize          compute-sanitizer memcheck and racecheck on small GEMM and fused cases
+#   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
+#                     bench_loss of that shape with and without the wisdom, same run
+#   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
+#                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
+#                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
 set -u
-OUT=${OUT:-/tmp/kljit-out}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/.deps/lua/lib:${LD_LIBRARY_PATH:-}
-export KLJIT_CACHE_DIR=/tmp/kljit-cache
-regex=${1:-gpu}
+mode=${1:-suite}
 shift || true
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
-cmake -B build -DCMAKE_BUILD_TYPE=Release -DLUA_INCLUDE_DIR=$PWD/.deps/lua/include \
-  -DLUA_LIBRARY=$PWD/.deps/lua/lib/liblua5.4.so > "$OUT/build.log" 2>&1 &&
-  cmake --build build -j16 --target ${TARGETS:-gpu_dense gpu_sparse bench_loss} >> "$OUT/build.log" 2>&1 ||
-  { tail -40 "$OUT/build.log"; exit 1; }
-echo "== build ok"
-(cd build && ctest -R "$regex" -j4 -V --timeout 900) > "$OUT/ctest.log" 2>&1
-grep -E "tests passed|tests failed|\*\*\*Failed|^[0-9]+: FAIL" "$OUT/ctest.log" | head -40
-# worst error per input dtype over every GPU test case, with the tolerances the tests used
-grep -E ": (ok|FAIL) " "$OUT/ctest.log" | awk '{
-  for (i = 1; i <= NF; i++) {
-    if ($i == "loss") l = $(i+1); if ($i == "rows") r = $(i+1); if ($i == "dX") x = $(i+1);
-    if ($i == "dW") w = $(i+1); if ($i == "db") b = $(i+1)
-  }
-  d = $4; n[d]++; if (l+0 > L[d]) L[d] = l+0; if (r+0 > R[d]) R[d] = r+0; g = x+0;
-  if (w+0 > g) g = w+0; if (b+0 > g) g = b+0; if (g > G[d]) G[d] = g
-} END { for (d in n) printf "%s: %d cases, worst loss rel %.1e, row-loss rel %.1e, grad rel-Frobenius %.1e\n", d, n[d], L[d], R[d], G[d] }' | tee "$OUT/errors.txt"
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  IFS=';' read -ra runs <<< "${BENCH_RUNS:-$*}"
-  for args in "${runs[@]}"; do
-    echo "== bench_loss $args" | tee -a "$OUT/bench.log"
-    # shellcheck disable=SC2086
-    ./build/bench/bench_loss $args >> "$OUT/bench.csv" 2> >(tee -a "$OUT/bench.log" >&2)
-    echo "== bench rc=$?"
-  done
+OUT=${OUT:-/tmp/kljit-out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+if [ -z "${DEPS:-}" ]; then DEPS=$PWD/.deps; [ -d "$DEPS" ] || DEPS=$PWD/../.deps; fi
+lua=() # the system's Lua where no .deps/lua is carried
+if [ -d "$DEPS/lua" ]; then
+  export LD_LIBRARY_PATH=$DEPS/lua/lib:${LD_LIBRARY_PATH:-}
+  lua=(-DLUA_INCLUDE_DIR="$DEPS/lua/include" -DLUA_LIBRARY="$DEPS/lua/lib/liblua5.4.so")
 fi
-# Row-kernel variants on the bench shapes (ROW_VARIANTS="two_pass cluster").
-for variant in ${ROW_VARIANTS:-}; do
-  echo "== bench variant $variant"
-  KLJIT_ROW_KERNEL=$variant ./build/bench/bench_loss --no-twophase "$@" \
-    >> "$OUT/bench-variants.csv" 2> >(tee -a "$OUT/bench-variants.log" >&2)
-done
-# compute-sanitizer on small GPU cases (SANITIZE=1).
-if [ "${SANITIZE:-0}" = 1 ]; then
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  for tool in memcheck racecheck; do
-    for case in ${SANITIZE_CASES:-gpu_dense:a_single_row gpu_dense:native_logits_and_accumulated_grad_weight gpu_sparse:zero_mass_and_ignored_rows gpu_sparse:smallest_and_largest_k gpu_sparse:unchecked_out_of_range_id_does_not_fault}; do
-      exe=${case%%:*} name=${case#*:}
-      "$cs" --tool $tool --error-exitcode 9 ./build/tests/$exe $name > /tmp/san.log 2>&1
-      echo "== $tool $exe $name rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san.log | head -1)"
-      tail -5 /tmp/san.log >> "$OUT/sanitizer.log"
+export KLJIT_CACHE_DIR=${KLJIT_CACHE_DIR:-/tmp/kljit-cache}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv \
+  > "$LOGS/gpu.txt" 2>&1
+git log --oneline -1 > "$LOGS/commit.txt" 2>&1
+finish() { tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null; echo "== logs: $OUT/logs.tgz"; }
+trap finish EXIT
+
+case $mode in
+  suite) targets="gpu_dense gpu_sparse gpu_api gpu_gemm gpu_tune gpu_shard" ;;
+  loss) targets="bench_loss" ;;
+  gemm) targets="gpu_gemm gpu_dense gpu_api gpu_sparse bench_loss" ;;
+  micro) targets="bench_gemm" ;;
+  sanitize) targets="bench_gemm gpu_dense" ;;
+  tune) targets="kljit_cli bench_loss" ;;
+  precision) targets="kljit" ;;
+  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, precision)"; exit 2 ;;
+esac
+cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
+  timeout "${BUILD_S:-240}" cmake --build build -j16 --target ${TARGETS:-$targets} \
+    >> "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
+echo "== build ok ($SECONDS s)"
+
+# The worst error per input dtype over the GPU test cases of a ctest log.
+errors() {
+  grep -E ": (ok|FAIL) " "$1" | awk '{
+    for (i = 1; i <= NF; i++) {
+      if ($i == "loss") l = $(i+1); if ($i == "rows") r = $(i+1); if ($i == "dX") x = $(i+1);
+      if ($i == "dW") w = $(i+1); if ($i == "db") b = $(i+1)
+    }
+    d = $4; n[d]++; if (l+0 > L[d]) L[d] = l+0; if (r+0 > R[d]) R[d] = r+0; g = x+0;
+    if (w+0 > g) g = w+0; if (b+0 > g) g = b+0; if (g > G[d]) G[d] = g
+  } END { for (d in n) printf "%s: %d cases, worst loss rel %.1e, row-loss rel %.1e, grad rel-Frobenius %.1e\n", d, n[d], L[d], R[d], G[d] }'
+}
+
+# A step's time limit: `want` seconds, or what is left of DEADLINE after `reserve` for later steps.
+budget() {
+  local want=$1 left=$(( ${DEADLINE:-520} - SECONDS - $2 ))
+  [ "$left" -lt "$want" ] && want=$left
+  [ "$want" -lt 20 ] && want=20
+  echo "$want"
+}
+
+# ctest with a regex and a time limit; the summary lines echoed.
+run_ctest() { # name regex seconds
+  (cd build && timeout "$3" ctest -R "$2" -j${CTEST_J:-8} -V --timeout "$3") > "$LOGS/$1.log" 2>&1
+  echo "== $1 rc=$? ($SECONDS s)"
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|^[0-9]+: FAIL|check failed" \
+    "$LOGS/$1.log" | head -30
+  errors "$LOGS/$1.log" | tee "$LOGS/$1-errors.txt"
+}
+
+case $mode in
+  suite)
+    run_ctest suite "${1:-gpu}" "${SUITE_S:-900}"
+    ;;
+  loss)
+    IFS=';' read -ra runs <<< "${BENCH_RUNS:-$*}"
+    for args in "${runs[@]}"; do
+      echo "== bench_loss $args" | tee -a "$LOGS/bench.log"
+      # shellcheck disable=SC2086
+      ./build/bench/bench_loss $args >> "$LOGS/bench.csv" 2> >(tee -a "$LOGS/bench.log" >&2)
+      echo "== bench rc=$?"
     done
-  done
-fi
+    for variant in ${ROW_VARIANTS:-}; do
+      echo "== bench variant $variant"
+      KLJIT_ROW_KERNEL=$variant ./build/bench/bench_loss --no-twophase "$@" \
+        >> "$LOGS/bench-variants.csv" 2> >(tee -a "$LOGS/bench-variants.log" >&2)
+    done
+    ;;
+  gemm)
+    # 1. the generated GEMMs against fp64 (every layout, dtype, output, beta; staged; sliced)
+    run_ctest gemm-tests "${GEMM_TESTS_REGEX:-gpu\.gemm\.}" "$(budget "${GEMM_TESTS_S:-150}" 280)"
+    # 2. the GPU suite with every GEMM generated (the fixture sets KLJIT_GEMM=jit)
+    run_ctest generated "${SUITE_REGEX:-gpu\.generated\.}" "$(budget "${SUITE_S:-150}" 150)"
+    grep -hE "GEMM (logits|dX|dW)" "$LOGS/generated.log" | sort | uniq -c | head -12
+    # 3. the fused call, each GEMM's backend switched per call, round-robin, clock and power
+    timeout "$(budget "${BENCH_S:-200}" 5)" ./build/bench/bench_loss --gemms \
+      --shapes "${BENCH_SHAPES:-8192x4096x128256,8192x2048x32000}" --repeats "${ROUNDS:-10}" \
+      ${BENCH_ARGS:-} > "$LOGS/gemms.csv" 2> "$LOGS/gemms.log"
+    echo "== bench_loss --gemms rc=$? ($SECONDS s)"
+    grep -E "^==|best cuBLASLt|^ {9}[a-z]|^  (cublas|all:jit)|FAILED|left out|rror" \
+      "$LOGS/gemms.log" | head -60
+    ;;
+  micro)
+    timeout "${MICRO_S:-400}" ./build/tests/bench_gemm "$@" > "$LOGS/micro.log" 2>&1
+    echo "== bench_gemm rc=$?"
+    grep -E "^TIME|^timing|FAILED|passed|GPU|rror" "$LOGS/micro.log" | head -80
+    ;;
+  sanitize)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    for tool in memcheck racecheck; do
+      # every layout, both epilogues, K in slices, pingpong and cluster 2, ragged shapes
+      for layout in nt nn tn; do
+        for beta in 0 1; do
+          timeout 150 "$cs" --tool $tool --error-exitcode 9 ./build/tests/bench_gemm --no-small \
+            --no-time --layout $layout --beta $beta --shapes 129x1031x200,2049x1031x136 \
+            --variants 256.2.4.m.1,256.2.4.g.1.s,128.2.6.g.1.p,128.2.6.g.1.ps,256.2.4.g.2 \
+            > "$LOGS/san-$tool-$layout-b$beta.log" 2>&1
+          echo "== $tool $layout beta $beta rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+            "$LOGS/san-$tool-$layout-b$beta.log" | head -1)"
+        done
+      done
+      # the fused call with every GEMM generated (dX in slices: V > 65536)
+      for c in a_single_row native_logits_and_accumulated_grad_weight; do
+        KLJIT_GEMM=jit KLJIT_DX_SPLIT=3 timeout 200 "$cs" --tool $tool --error-exitcode 9 \
+          ./build/tests/gpu_dense $c > "$LOGS/san-$tool-dense-$c.log" 2>&1
+        echo "== $tool gpu_dense $c (KLJIT_GEMM=jit) rc=$? $(grep -E \
+          'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/san-$tool-dense-$c.log" | head -1)"
+      done
+    done
+    ;;
+  tune)
+    shape="V=128256,H=4096,bf16,dense,N=8192"
+    KLJIT_LOG=1 KLJIT_WISDOM="$LOGS/tuned.wisdom" KLJIT_TUNE_BUDGET_S=${KLJIT_TUNE_BUDGET_S:-120} \
+      timeout "${TUNE_S:-300}" ./build/kljit tune "$shape" > "$LOGS/tune.log" 2>&1
+    echo "== tune rc=$?"
+    grep -E "won|GEMM|disagrees" "$LOGS/tune.log" | tail -20
+    cat "$LOGS/tuned.wisdom"
+    for w in none "$LOGS/tuned.wisdom" none "$LOGS/tuned.wisdom"; do
+      echo "== bench_loss, wisdom $w"
+      KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 \
+        --no-twophase --no-full --repeats 10 2>&1 | tail -3
+    done
+    ;;
+  precision)
+    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
+    for g in cublas jit; do
+      KLJIT_GEMM=$g PYTHONPATH=python timeout "${PRECISION_S:-200}" python3 bench/compare.py \
+        --methods kljit_fkl_online --shapes 8192x4096x128256,8192x2048x32000 --logit-std 2,6 \
+        --repeats 3 --out "$LOGS/precision-$g.csv" > "$LOGS/precision-$g.log" 2>&1
+      echo "== compare.py KLJIT_GEMM=$g rc=$?"
+      tail -8 "$LOGS/precision-$g.log"
+    done
+    ;;
+esac

@@ -4,11 +4,14 @@
  *
  * The order of things, and why:
  *   1. shared inputs and outputs (X, W, the teacher, dX, dW, loss) are allocated and filled
- *      from seeded hashes (identical in every process), plus a 256 MiB buffer to flush L2;
+ *      by gpu_fill (tools/gpu_fill.h: seeded, identical in every process; bench_loss's
+ *      generator too) and the top-K teacher's ids by mxk_fill_topk, plus a 256 MiB buffer to
+ *      flush L2;
  *   2. the free device memory is read (cudaMemGetInfo): the baseline;
  *   3. the method's setup allocates everything it needs (buffers, cuBLAS handle, kljit
  *      context, plan and workspace); its steps allocate nothing;
- *   4. warm-up and timed steps, each after an L2 flush; CUDA events around each timed step;
+ *   4. warm-up and timed steps, each after an L2 flush; CUDA events around each timed step
+ *      (bench_time.h's loop, bench_loss's too);
  *      the loss is read after the first step; free memory is sampled after setup and after
  *      every step: peak_vram_gib = baseline - lowest sample. Because the method frees nothing
  *      until the end, that lowest sample is the high-water mark of everything it allocated,
@@ -24,6 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+#include "gpu_fill.h"
 #include "matrix_kernels.h"
 #include "matrix_methods.h"
 #include "matrix_record.h"
@@ -98,11 +103,6 @@ void mx_free_from(mx_run *r, int mark) {
 
 /* ---- measurement ------------------------------------------------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
 typedef int (*mx_step_fn)(mx_run *r, void *arg);
 
 typedef struct mx_timing {
@@ -110,40 +110,45 @@ typedef struct mx_timing {
   size_t free0, min_free; /* min_free: sampled when track_memory */
   int track_memory;
   float *loss_out; /* when not NULL: the loss after the first step */
+  /* the step bench_time.h's loop runs */
+  mx_run *r;
+  mx_step_fn fn;
+  void *arg;
 } mx_timing;
 
-/* warm-up + timed steps; *median_ms over the timed ones. */
+static int timed_step(void *p) {
+  mx_timing *t = p;
+  return t->fn(t->r, t->arg);
+}
+
+/* After each synchronized step: the step's CUDA errors, the loss of the first, the free memory. */
+static int after_step(void *p, int index) {
+  mx_timing *t = p;
+  mx_run *r = t->r;
+  char what[64];
+  snprintf(what, sizeof what, "step %d", index + 1);
+  if (mx_cuda(r, cudaGetLastError(), what)) return 1;
+  if (index == 0 && t->loss_out &&
+      mx_cuda(r, cudaMemcpy(t->loss_out, r->loss, 4, cudaMemcpyDeviceToHost), "read loss"))
+    return 1;
+  if (t->track_memory) {
+    size_t fr, total;
+    if (mx_cuda(r, cudaMemGetInfo(&fr, &total), "cudaMemGetInfo")) return 1;
+    if (fr < t->min_free) t->min_free = fr;
+  }
+  return 0;
+}
+
+/* warm-up + timed steps (bench_time.h's loop); *median_ms over the timed ones. */
 static int time_steps(mx_run *r, mx_timing *t, mx_step_fn fn, void *arg, float *median_ms) {
-  const int warm = r->o->warmup, n = r->o->iterations;
-  float *ms = calloc((size_t)n, sizeof *ms);
-  cudaEvent_t a = NULL, b = NULL;
-  int rc = !ms || mx_cuda(r, cudaEventCreate(&a), "cudaEventCreate") ||
-           mx_cuda(r, cudaEventCreate(&b), "cudaEventCreate");
-  if (!ms) mx_fail(r, "out of host memory");
-  for (int i = 0; i < warm + n && !rc; i++) {
-    char what[64];
-    snprintf(what, sizeof what, "step %d", i + 1);
-    rc = mx_cuda(r, cudaMemsetAsync(t->flush, i & 0xff, MX_FLUSH_BYTES, 0), "L2 flush") ||
-         mx_cuda(r, cudaEventRecord(a, 0), "cudaEventRecord") || fn(r, arg) ||
-         mx_cuda(r, cudaEventRecord(b, 0), "cudaEventRecord") ||
-         mx_cuda(r, cudaEventSynchronize(b), what) || mx_cuda(r, cudaGetLastError(), what);
-    if (!rc && i >= warm) rc = mx_cuda(r, cudaEventElapsedTime(&ms[i - warm], a, b), what);
-    if (!rc && i == 0 && t->loss_out)
-      rc = mx_cuda(r, cudaMemcpy(t->loss_out, r->loss, 4, cudaMemcpyDeviceToHost), "read loss");
-    if (!rc && t->track_memory) {
-      size_t fr, total;
-      rc = mx_cuda(r, cudaMemGetInfo(&fr, &total), "cudaMemGetInfo");
-      if (!rc && fr < t->min_free) t->min_free = fr;
-    }
-  }
-  if (!rc) {
-    qsort(ms, (size_t)n, sizeof *ms, cmp_float);
-    *median_ms = n % 2 ? ms[n / 2] : 0.5f * (ms[n / 2 - 1] + ms[n / 2]);
-  }
-  if (a) cudaEventDestroy(a);
-  if (b) cudaEventDestroy(b);
-  free(ms);
-  return rc;
+  if (r->o->iterations > BT_MAX_REPEATS)
+    return mx_fail(r, "--iterations %d: at most %d", r->o->iterations, BT_MAX_REPEATS);
+  t->r = r, t->fn = fn, t->arg = arg;
+  const bt_loop l = {r->o->warmup, r->o->iterations, t->flush, MX_FLUSH_BYTES, 0, after_step, t};
+  bt_result res;
+  if (bt_time(&l, timed_step, t, &res)) return r->err[0] ? 1 : mx_fail(r, "a timed step failed");
+  *median_ms = res.median_ms;
+  return 0;
 }
 
 static int method_step(mx_run *r, void *s) {
@@ -171,13 +176,11 @@ static int shared_inputs(mx_run *r) {
   }
   /* X in [-1, 1), W in [-0.05, 0.05): logits of order 1; dense teacher rows sum to about 1,
    * sparse ones to about 0.9 (the tail mass 0.1 left out, as cached top-K teachers have). */
-  if (mx_cuda(r, mxk_fill_uniform(r->x, r->dt, nh, -1.0, 1.0, 1), "fill X") ||
-      mx_cuda(r, mxk_fill_uniform(r->w, r->dt, vh, -0.05, 0.05, 2), "fill W"))
-    return 1;
-  if (r->teacher)
-    return mx_cuda(
-        r, mxk_fill_uniform(r->teacher, r->dt, (size_t)r->rows * r->vocab, 0.0, 2.0 / r->vocab, 3),
-        "fill teacher");
+  if (gpu_fill(r->x, r->dt, nh, -1.0, 1.0, 1)) return mx_fail(r, "fill X");
+  if (gpu_fill(r->w, r->dt, vh, -0.05, 0.05, 2)) return mx_fail(r, "fill W");
+  if (r->teacher && gpu_fill(r->teacher, r->dt, (size_t)r->rows * r->vocab, 0.0, 2.0 / r->vocab, 3))
+    return mx_fail(r, "fill teacher");
+  if (r->teacher) return 0;
   return mx_cuda(r, mxk_fill_topk(r->ids, r->vals, r->dt, r->rows, o->topk, r->vocab, 0.9, 3),
                  "fill top-K teacher");
 }

@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 
+#include "gpu_fill.h"
 #include "matrix_kernels.h"
 #include "matrix_run.h"
 
@@ -61,8 +62,9 @@ int mx_floor_setup(mx_run *r, mx_floor *f) {
   if (mx_blas_handle(r) || mx_alloc(r, &f->g, (size_t)grows * r->ld * r->es, "floor gradient"))
     return 1;
   /* small nonzero G: GEMM speed does not depend on the values, but keep them realistic */
-  return mx_cuda(r, mxk_fill_uniform(f->g, r->dt, (size_t)grows * r->ld, -1e-4, 1e-4, 99),
-                 "fill floor gradient");
+  return gpu_fill(f->g, r->dt, (size_t)grows * r->ld, -1e-4, 1e-4, 99)
+             ? mx_fail(r, "fill floor gradient")
+             : 0;
 }
 
 int mx_floor_step(mx_run *r, const mx_floor *f) {

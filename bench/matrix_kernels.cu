@@ -86,13 +86,6 @@ __device__ float block_max(float v, float *smem) {
 }
 
 template <typename T>
-__global__ void fill_uniform(T *dst, size_t n, float lo, float span, uint64_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    store(dst, (int64_t)i, lo + span * unit(seed, i));
-}
-
-template <typename T>
 __global__ void fill_topk(int64_t *ids, T *vals, int64_t rows, int k, int64_t vocab, int64_t stride,
                           float per, uint64_t seed) {
   const size_t n = (size_t)rows * k;
@@ -259,15 +252,6 @@ cudaError_t with_type(kljit_dtype dt, F f) {
 }
 
 }  // namespace
-
-extern "C" cudaError_t mxk_fill_uniform(void *dst, kljit_dtype dt, size_t n, double lo, double hi,
-                                        uint64_t seed) {
-  return with_type(dt, [&](auto t) {
-    using T = std::remove_pointer_t<decltype(t)>;
-    fill_uniform<T><<<grid_for(n), 256>>>((T *)dst, n, (float)lo, (float)(hi - lo), seed);
-    return cudaGetLastError();
-  });
-}
 
 extern "C" cudaError_t mxk_fill_topk(int64_t *ids, void *vals, kljit_dtype dt, int64_t rows, int k,
                                      int64_t vocab, double mass, uint64_t seed) {

@@ -16,11 +16,6 @@
 extern "C" {
 #endif
 
-/* dst[i] = lo + (hi - lo) * u(seed, i), u a hash of (seed, i) uniform in [0, 1), rounded to dt
- * (FP32, FP16 or BF16). The same (seed, i) gives the same value in every process. */
-cudaError_t mxk_fill_uniform(void *dst, kljit_dtype dt, size_t n, double lo, double hi,
-                             uint64_t seed);
-
 /* A synthetic top-K teacher: ids[r, k] = (h(seed, r) + k * stride) mod V with stride coprime
  * to V, so the K ids of a row are distinct; vals[r, k] = mass / K * (0.5 + u), u uniform in
  * [0, 1), so a row's mass is about `mass`. ids int64 [rows, k]; vals dt [rows, k]. */

@@ -13,7 +13,9 @@ set_target_properties(kljit_bench_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STAND
 add_executable(kljit-bench matrix_main.c matrix_options.c matrix_record.c matrix_spawn.c
                matrix_child.c matrix_methods.c matrix_gemm.c
                $<TARGET_OBJECTS:kljit_bench_kernels>)
-target_link_libraries(kljit-bench PRIVATE kljit CUDA::cudart CUDA::cublas)
+# one timing loop and one input generator with bench_loss (bench_time.c, tools/gpu_fill.c)
+target_link_libraries(kljit-bench PRIVATE kljit kljit_benchtime kljit_gpufill CUDA::cudart
+                      CUDA::cublas)
 set_target_properties(kljit-bench PROPERTIES LINKER_LANGUAGE C CUDA_RUNTIME_LIBRARY Shared)
 install(TARGETS kljit-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 

@@ -311,11 +311,14 @@ typedef enum kljit_row_kernel {
   KLJIT_ROW_KERNEL_CLUSTER = 2
 } kljit_row_kernel;
 
-/* Where a context's plans take their logits GEMM from. */
+/* Where a context's plans take the GEMMs of their chunk loop from (logits, dX, dW; the online
+ * teacher's GEMM is always cuBLASLt's). */
 typedef enum kljit_gemm {
-  KLJIT_GEMM_DEFAULT = 0, /* cuBLASLt, unless the plan's tuning (wisdom) chose a generated one */
-  /* the generated sm_90a family (templates/gemm_sm90.cu.lua) on sm_90 with 16-bit inputs and H
-   * a multiple of 8, and the tuner tries its variants */
+  /* the plan's tuning (wisdom: cuBLASLt algorithms or generated variants, per GEMM), else the
+   * heuristic's backend of each GEMM for the GPU's architecture (cuBLASLt, for now) */
+  KLJIT_GEMM_DEFAULT = 0,
+  /* the generated sm_90a family (templates/gemm_sm90.cu.lua) for all three on sm_90 with 16-bit
+   * inputs and H a multiple of 8 (the tuning's variants where it has them; cuBLASLt elsewhere) */
   KLJIT_GEMM_JIT = 1,
   KLJIT_GEMM_CUBLAS = 2   /* cuBLASLt for every GEMM, whatever the tuning says */
 } kljit_gemm;
@@ -337,18 +340,21 @@ enum {
  *   tune_rows       KLJIT_TUNE_ROWS         8192 tokens for KLJIT_PLAN_MEASURE / EXHAUSTIVE
  *   tune_budget_s   KLJIT_TUNE_BUDGET_S     30 seconds of tuning per plan
  *   gemm            KLJIT_GEMM              KLJIT_GEMM_DEFAULT ("jit": JIT, "cublas": CUBLAS)
+ *   gemm_choice     KLJIT_GEMM (a list)     NULL (KLJIT_GEMM=dx:jit,dw:cublas.2: see below)
  *   dx_split        KLJIT_DX_SPLIT          0: the planner's choice (16-bit inputs with V >=
  *                                           65536: ceil(V / 32768) slices; else 1)
- * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0.
+ * A struct from before dx_split (struct_size up to gemm) is accepted; dx_split is then 0, and
+ * gemm_choice NULL in one from before gemm_choice.
  * KLJIT_CONTEXT_OPTIONS_INIT is the default column without the environment: what the entry
  * points without a context (kljit_plan_check, kljit_precompile, kljit_precompile_wisdom) plan
  * with, and what a caller passes for a context that no environment variable steers.
  * A variable set to a value it does not take ("clustr", "4k", a flag other than 0 or 1) is never
  * read as the default: kljit_context_create(..., NULL) refuses it (KLJIT_ERR_INVALID_ARGUMENT,
  * naming the variable and the values it takes) before anything else (kljit_precompile, which
- * reads only the cache's and the log's variables, refuses theirs), and kljit_context_options_default gives the member a value kljit_context_create
- * refuses with the same sentence. `kljit info` and kljit_env_check (kljit_experimental.h) list
- * every KLJIT_* variable with its verdict.
+ * reads only the cache's and the log's variables, refuses theirs), and
+ * kljit_context_options_default gives the member a value kljit_context_create refuses with the
+ * same sentence. `kljit info` and kljit_env_check (kljit_experimental.h) list every KLJIT_*
+ * variable with its verdict.
  *
  * The context copies what it is given: the strings need not outlive kljit_context_create. */
 typedef struct kljit_context_options {
@@ -369,11 +375,25 @@ typedef struct kljit_context_options {
    * planner's choice (cuBLASLt splits its K itself; slices would idle the SMs it fills); a
    * number set here is obeyed for every chunk. */
   int32_t dx_split;
+  /* Per-GEMM backends, overriding `gemm` for the GEMMs they name: comma-separated items
+   *   <logits|dx|dw|all>:<backend>, backend one of
+   *     default            the tuning's choice, else the heuristic's
+   *     cublas             cuBLASLt (the tuning's algorithm, else its heuristic's first)
+   *     cublas.<k>         the k-th algorithm (0-15) of cuBLASLt's heuristic list for the chunk
+   *     jit                the generated kernel (the tuning's variant, else the default one)
+   *     jit.<BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<flags>]   that generated variant
+   *                        (flags in this order: p pingpong schedule, s staged epilogue, w one
+   *                        stage arrival per warp, c streaming C, a|b an L2 policy keeping A or
+   *                        B; docs/wisdom.md)
+   * e.g. "logits:jit,dx:cublas,dw:jit.128.2.6.g.1.ps". KLJIT_GEMM set to such a list fills it
+   * (gemm then DEFAULT). A generated backend where it does not apply (not sm_90, 32-bit inputs,
+   * H not a multiple of 8) runs cuBLASLt, and the plan's description says so. NULL: none. */
+  const char *gemm_choice;
 } kljit_context_options;
 
 #define KLJIT_CONTEXT_OPTIONS_INIT                                                             \
   { sizeof(kljit_context_options), 0u, KLJIT_ROW_KERNEL_TWO_PASS, 0, 8192, 30.0, NULL, NULL,   \
-    KLJIT_GEMM_DEFAULT, 0 }
+    KLJIT_GEMM_DEFAULT, 0, NULL }
 
 /* The options the environment sets now: KLJIT_CONTEXT_OPTIONS_INIT, then each variable above
  * that is set. */

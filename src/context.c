@@ -78,13 +78,14 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
                    who, (int)out->dx_split, e ? " (KLJIT_DX_SPLIT=" : "", e ? e : "", e ? ")" : "");
   }
   if (out->gemm != KLJIT_GEMM_DEFAULT && out->gemm != KLJIT_GEMM_JIT &&
-      out->gemm != KLJIT_GEMM_CUBLAS) {
-    const char *e = env_text(ENV_GEMM); /* -1 is what env.c makes of a bad KLJIT_GEMM */
+      out->gemm != KLJIT_GEMM_CUBLAS)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "%s: options->gemm = %d (KLJIT_GEMM=%s), must be KLJIT_GEMM_DEFAULT, "
-                   "KLJIT_GEMM_JIT (jit) or KLJIT_GEMM_CUBLAS (cublas)", who, (int)out->gemm,
-                   e ? e : "");
-  }
+                   "%s: options->gemm = %d, must be KLJIT_GEMM_DEFAULT, KLJIT_GEMM_JIT or "
+                   "KLJIT_GEMM_CUBLAS%s%s", who, (int)out->gemm,
+                   env_bad(ENV_GEMM, env, sizeof env) ? "; " : "", env);
+  gemm_select sel[3];
+  const kljit_status st = gemm_algo_select(out, sel);
+  if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
   return KLJIT_SUCCESS;
 }
 
@@ -96,6 +97,8 @@ kljit_status kljit_context_create(kljit_context **out, int device,
   kljit_context_options opt;
   kljit_status st = ctx_options_import(options, &opt);
   if (st != KLJIT_SUCCESS) return st;
+  gemm_select sel[3]; /* the options' GEMM backends (checked by the import) */
+  if ((st = gemm_algo_select(&opt, sel))) return st;
   if (device < 0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "kljit_context_create: device = %d", device);
   const drv_table *d;
@@ -139,6 +142,14 @@ kljit_status kljit_context_create(kljit_context **out, int device,
     goto fail_lt;
   ctx->opt = opt;
   ctx->opt.cache_dir = ctx->opt.cache_path = NULL; /* the caller's strings: in ctx->cache now */
+  memcpy(ctx->gemm_sel, sel, sizeof sel);
+  /* the caller's string, copied: recipes read the options whole (recipe_make) */
+  if (opt.gemm_choice && !(ctx->gemm_choice = strdup(opt.gemm_choice))) {
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
+    cache_config_free(&ctx->cache);
+    goto fail_lt;
+  }
+  ctx->opt.gemm_choice = ctx->gemm_choice;
   *out = ctx;
   return KLJIT_SUCCESS;
 fail_lt:
@@ -165,6 +176,7 @@ void kljit_context_destroy(kljit_context *ctx) {
   ctx->drv->cuDevicePrimaryCtxRelease(ctx->device);
   cache_config_free(&ctx->cache);
   pthread_mutex_destroy(&ctx->lock);
+  free(ctx->gemm_choice);
   free(ctx);
 }
 

@@ -15,6 +15,7 @@
 #include "cache.h"
 #include "cublaslt.h"
 #include "driver.h"
+#include "gemm_algo.h"
 #include "jit.h"
 
 typedef struct ctx_module {
@@ -33,13 +34,17 @@ struct kljit_context {
   char gpu_name[128];
   cublasLtHandle_t lt;
   cache_config cache;
-  kljit_context_options opt; /* as created (cache_dir/cache_path NULL: they are in `cache`) */
+  kljit_context_options opt; /* as created (cache_dir/cache_path NULL: they are in `cache`;
+                              * gemm_choice: the copy below) */
+  char *gemm_choice;         /* the options' gemm_choice, copied, or NULL */
+  gemm_select gemm_sel[3];   /* each GEMM's backend by gemm_kind, as the options say */
   pthread_mutex_t lock;
   ctx_module *modules;
 };
 
 /* The caller's options checked and copied into *out; NULL: the environment's defaults, checked
- * the same way (a bad KLJIT_GEMM or KLJIT_DX_SPLIT is refused here, naming its text). */
+ * the same way (a bad KLJIT_GEMM or KLJIT_DX_SPLIT is refused here, naming its text). The
+ * strings are the caller's still (gemm_choice checked: gemm_algo_select). */
 kljit_status ctx_options_import(const kljit_context_options *user, kljit_context_options *out);
 
 /* Makes the context's CUDA context current for the calling thread (push), and undoes it. */

@@ -48,8 +48,9 @@
   X(cuEventRecord, "cuEventRecord")                              \
   X(cuEventSynchronize, "cuEventSynchronize")                    \
   X(cuEventElapsedTime, "cuEventElapsedTime")                   \
-  /* the generated sm_90a GEMMs (gemm_sm90.c): TMA descriptors */  \
-  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
+  /* the generated sm_90a GEMMs (gemm_sm90.c): TMA descriptors, resident clusters */  \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")                \
+  X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters")
 
 typedef struct drv_table {
 #define DRV_FIELD(name, sym) __typeof__(&name) name;

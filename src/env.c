@@ -14,7 +14,9 @@
  *   KLJIT_TUNE_BUDGET_S    options.tune_budget_s                  30
  *   KLJIT_DEBUG_SKIP_GEMMS=1 options.flags |= DEBUG_SKIP_GEMMS    off (a benchmark hook:
  *                          kljit_experimental.h)
- *   KLJIT_GEMM             options.gemm (jit, cublas)             KLJIT_GEMM_DEFAULT
+ *   KLJIT_GEMM             options.gemm (jit, cublas), or a list  KLJIT_GEMM_DEFAULT
+ *                          of <kind>:<backend> (a ':' in it):
+ *                          options.gemm_choice (include/kljit.h)
  *   KLJIT_DX_SPLIT         options.dx_split (0..64)               0: the planner's
  *   KLJIT_TEMPLATE_DIR     templates read from disk (development) the embedded ones
  *   KLJIT_DUMP_DIR         rendered sources and NVRTC logs        not written
@@ -110,7 +112,9 @@ int env_bad(env_var v, char *why, size_t cap) {
       if (!parse_real(e, 0, 1e6, &d)) want = "seconds in (0, 1e6) (default 30)";
       break;
     case ENV_GEMM:
-      if (strcmp(e, "jit") && strcmp(e, "cublas")) want = "jit or cublas (unset: the default)";
+      /* a list (a ':' in it) is read, and refused naming its item, by kljit_context_create */
+      if (strcmp(e, "jit") && strcmp(e, "cublas") && !strchr(e, ':'))
+        want = "jit, cublas or a list <logits|dx|dw|all>:<backend>,... (unset: the default)";
       break;
     case ENV_DX_SPLIT:
       if (!parse_int(e, 0, 64, &n)) want = "slices in [1, 64], or 0 for the planner's";
@@ -181,10 +185,12 @@ void env_context_defaults(kljit_context_options *o) {
     parse_real(e, 0, 1e6, &s);
   o->tune_budget_s = s;
   e = env_text(ENV_GEMM);
-  o->gemm = !e || !*e                ? KLJIT_GEMM_DEFAULT
+  const int list = e && strchr(e, ':');
+  o->gemm = !e || !*e || list        ? KLJIT_GEMM_DEFAULT
             : !strcmp(e, "jit")      ? KLJIT_GEMM_JIT
             : !strcmp(e, "cublas")   ? KLJIT_GEMM_CUBLAS
                                      : (kljit_gemm)-1;
+  o->gemm_choice = list ? e : NULL; /* read (and refused when bad) at kljit_context_create */
   e = env_text(ENV_DX_SPLIT);
   o->dx_split = env_bad(ENV_DX_SPLIT, why, sizeof why) ? -1
                 : e && *e && parse_int(e, 0, 64, &n) ? (int32_t)n

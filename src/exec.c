@@ -203,12 +203,13 @@ static kljit_status run_setup(exec_call *c) {
 /* ---- the GEMMs of a chunk ------------------------------------------------------------------ */
 
 /* One GEMM of the chunk loop by its recipe slot's engine: the generated kernel where the recipe
- * chose one and TMA takes the operands (16-byte aligned; the rare caller whose X or W is not
- * takes the slot's cuBLASLt operation), else cuBLASLt. a, b: gemm_run's operands. */
+ * chose one (its beta compiled in), else cuBLASLt. a, b: gemm_run's operands. TMA's rules hold
+ * for every generated slot: X, W, the gradients and the workspace are 16-byte aligned (validate)
+ * and H is a multiple of 8 (jgemm_unfit), so chunk and slice offsets keep them. */
 static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void *a,
                               const void *b, void *out, float alpha, float beta) {
   const kljit_plan *p = c->p;
-  if (p->jgemm[s].k.fn && !(((uintptr_t)a | (uintptr_t)b) & 15))
+  if (p->jgemm[s].k.fn)
     return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
                              c->stream);
   return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
@@ -244,7 +245,11 @@ static kljit_status run_dx(exec_call *c, long long row0, int64_t n) {
     return gemm_slot(c, RECIPE_DX, n, c->a->weight, g, dx, c->galpha, 0.0f);
   const int S = geo->dx_split;
   const size_t gsz = names_dtype_size(geo->grad);
-  for (int s = 0; s < S; s++) {
+  /* the generated dX sums the slices itself, in one launch (its K in slices of dx_slice, each
+   * slice's fp32 sum added into the buffer: KSLICE) */
+  if (p->jgemm[RECIPE_DX].k.fn)
+    TRY(gemm_slot(c, RECIPE_DX, n, c->a->weight, g, c->ws + c->w.dxacc, c->galpha, 0.0f));
+  for (int s = 0; s < S && !p->jgemm[RECIPE_DX].k.fn; s++) {
     const int64_t k0 = (int64_t)s * geo->dx_slice;
     const char *w = (const char *)c->a->weight + (size_t)k0 * (size_t)p->pb.hidden * c->in_sz;
     TRY(gemm_slot(c, s == S - 1 ? RECIPE_DX_LAST : RECIPE_DX_SLICE, n, w,
@@ -264,7 +269,8 @@ static kljit_status run_dw(exec_call *c, long long row0, int64_t n, int first) {
   void *dw = dw_ws ? (void *)(c->ws + c->w.dw) : a->grad_weight;
   const float beta = first && (dw_ws || !acc_out) ? 0.0f : 1.0f;
   const char *x = (const char *)a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  return gemm_slot(c, RECIPE_DW, n, x, c->ws + c->w.g, dw, c->galpha, beta);
+  return gemm_slot(c, beta == 0.0f ? RECIPE_DW : RECIPE_DW_ACC, n, x, c->ws + c->w.g, dw,
+                   c->galpha, beta);
 }
 
 /* The plan's GEMMs (exec_gemms). */

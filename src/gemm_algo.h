@@ -7,8 +7,14 @@
  * heuristic's algorithm runs, as untuned). Wisdom text of one choice (docs/wisdom.md):
  *
  *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:lt<version>:<8 x 16 hex digits>
- *   gemm=logits:<rows>:b0:jit:<BN>.<CONSUMERS>.<STAGES>.<RASTER>.<CLUSTER>[.p]   (generated;
- *                                                                       .p: pingpong)
+ *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:lt<version>:jit:<variant>    (generated, measured
+ *                                                       against that cuBLASLt version)
+ *   gemm=<logits|dx|dw>:<rows>:<b0|b1>:jit:<variant>                (generated, unversioned:
+ *                                                       kljit before the version was written)
+ * <variant>: <BN>.<CONSUMERS>.<STAGES>.<RASTER>.<CLUSTER>[.<flags>] (gemm_algo_jit_text).
+ * A choice whose cuBLASLt version is not the running library's is refused (the plan takes the
+ * heuristic's for that GEMM): an algorithm is meaningless to another version, and a generated
+ * kernel chosen for beating one cuBLASLt has not been measured against another.
  */
 #ifndef KLJIT_GEMM_ALGO_H
 #define KLJIT_GEMM_ALGO_H
@@ -28,8 +34,52 @@ int gemm_algo_parse(const char *text, prob_gemm_choice *c);
 /* Adds a choice to a tuning, replacing one of the same GEMM; -1 when all slots hold others. */
 int gemm_algo_add(prob_tuning *t, const prob_gemm_choice *c);
 
-/* The tuning's generated-GEMM choice for GEMM `kind` (a gemm_kind), or NULL. */
-const prob_gemm_choice *gemm_algo_generated(const prob_tuning *t, int kind);
+/* The tuning's generated-GEMM choice for GEMM `kind` (dW: beta_zero says which of its two;
+ * the others ignore it), whatever cuBLASLt version it was measured against (gemm_algo_drop_stale
+ * takes the stale ones out of a tuning before it plans), or NULL. */
+const prob_gemm_choice *gemm_algo_jit(const prob_tuning *t, int kind, int beta_zero);
+
+/* Drops the tuning's generated choices measured against another cuBLASLt than the running one
+ * (the plan then takes the heuristic's backend for those GEMMs); returns how many. Planning
+ * (recipe_make) takes a tuning's generated choices whatever their version: this is done to a
+ * tuning before it plans (tune_choose). */
+int gemm_algo_drop_stale(prob_tuning *t);
+
+/* The running cuBLASLt's version (cublasLtGetVersion), 0 where it cannot be loaded. */
+uint64_t gemm_algo_lt_version(void);
+
+/* A generated variant's shape as text (wisdom, KLJIT_GEMM, the benches):
+ *   <BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<flags>]
+ * flags, letters in this order: p (the pingpong schedule), s (the staged epilogue), w (one
+ * stage arrival per warp), c (streaming C: needs s), a or b (an L2 policy keeping A or B). */
+enum { GEMM_ALGO_JIT_TEXT_MAX = 40 };
+void gemm_algo_jit_text(const prob_gemm_choice *c, char out[GEMM_ALGO_JIT_TEXT_MAX]);
+/* Parses such a text (all of s) into c's generated fields (jit = 1, used = 1; kind, n and the
+ * rest untouched): 0, or -1 when s is not one. */
+int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c);
+
+/* Which backend a GEMM of the chunk loop takes as a context's options say: options->gemm for
+ * every GEMM, then options->gemm_choice's items for the GEMMs they name (KLJIT_GEMM's list
+ * form, include/kljit.h):
+ *   <logits|dx|dw|all>:<default|cublas|cublas.<k>|jit|jit.<variant>>[,...]
+ * cublas.<k>: the k-th algorithm of cuBLASLt's heuristic list (0 its first, what an untuned
+ * plan runs); jit.<variant>: that generated variant (gemm_algo_jit_text). */
+typedef enum gemm_backend {
+  GEMM_BACKEND_DEFAULT = 0, /* the tuning's choice, else the heuristic's (jgemm_pick) */
+  GEMM_BACKEND_CUBLAS = 1,
+  GEMM_BACKEND_JIT = 2
+} gemm_backend;
+
+typedef struct gemm_select {
+  gemm_backend backend;
+  int lt_index;            /* CUBLAS: -1 (the tuning's algorithm, else the heuristic's) or k */
+  int variant;             /* JIT: 1 when `choice` holds a variant, 0: the tuning's or default */
+  prob_gemm_choice choice; /* its generated fields */
+} gemm_select;
+
+/* out[kind] (by gemm_kind) from the options; KLJIT_ERR_INVALID_ARGUMENT naming the option and
+ * the item it cannot read (a bad options->gemm: KLJIT_GEMM's text). */
+kljit_status gemm_algo_select(const kljit_context_options *o, gemm_select out[3]);
 
 /* The tuning's cuBLASLt algorithm for GEMM `kind` (a gemm_kind) on chunks of n rows, when one
  * was tuned with the running cuBLASLt version (dW: the accumulating chunks' choice before the

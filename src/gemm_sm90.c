@@ -11,29 +11,89 @@
 #include <string.h>
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c'};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0};
   return v;
 }
 
-int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v) {
-  if (arch != 90 || pb->input_dtype == KLJIT_FP32 || pb->hidden % 8) return 0;
-  *v = jgemm_default(pb->input_dtype, logit == KLJIT_FP32 ? KLJIT_FP32 : pb->input_dtype, 0);
-  return 1;
+jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta) {
+  jgemm_variant v = jgemm_default(in, out, beta);
+  if (kind == GEMM_LOGITS) return v;
+  /* dX (nn) and dW (tn): raster g, the fastest of the generated shapes for both (bench/RESULTS.md,
+   * issue 16's nn and tn rows); dW accumulating through the staged epilogue (C read once per
+   * tile, 16-byte runs) */
+  v.layout = kind == GEMM_DX ? "nn" : "tn", v.raster = 'g';
+  if (kind == GEMM_DW && beta) v.epilogue = 's';
+  return v;
 }
 
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, gemm_kind kind,
-                 kljit_dtype out, kljit_gemm gemm, jgemm_variant *v) {
-  /* dX (nn) and dW (tn) are tested but not in the chunk loop yet: cuBLASLt runs them */
-  if (kind != GEMM_LOGITS) return 0;
-  const prob_gemm_choice *c = gemm_algo_generated(t, kind);
-  if (gemm == KLJIT_GEMM_CUBLAS || (!c && gemm != KLJIT_GEMM_JIT) ||
-      !jgemm_applies(pb, arch, out, v))
-    return 0;
+/* Which backend each GEMM takes without tuning or options, by architecture: the one measured
+ * faster in the call on that card class (bench/RESULTS.md). Not measured yet with every GEMM
+ * generated: cuBLASLt everywhere until the in-call numbers say otherwise. */
+static const struct {
+  int arch;
+  gemm_backend kind[3]; /* by gemm_kind: logits, dX, dW */
+} HEURISTIC[] = {
+    {90, {GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS}},
+};
+
+static gemm_backend heuristic_backend(int arch, int kind) {
+  for (size_t i = 0; i < sizeof HEURISTIC / sizeof HEURISTIC[0]; i++)
+    if (HEURISTIC[i].arch == arch) return HEURISTIC[i].kind[kind];
+  return GEMM_BACKEND_CUBLAS;
+}
+
+const char *jgemm_unfit(const kljit_problem *pb, int arch) {
+  if (arch != 90) return "the generated GEMMs need sm_90";
+  if (pb->input_dtype == KLJIT_FP32) return "the generated GEMMs need 16-bit inputs";
+  if (pb->hidden % 8) return "the generated GEMMs need H a multiple of 8 (TMA's 16-byte rows)";
+  return NULL;
+}
+
+static const int SLOT_KIND[JGEMM_SLOTS] = {GEMM_LOGITS, GEMM_DX, GEMM_DW, GEMM_DW};
+
+jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
+                                 const prob_gemm_choice *c) {
+  const kljit_dtype in = pb->input_dtype;
+  const int kind = SLOT_KIND[slot], beta = slot == JGEMM_DW_ACC;
+  /* logits: the chunk's logits dtype; dX: the input dtype, or its fp32 sum over slices of V (one
+   * launch, K in slices of dx_slice: exec.c converts it); dW: its accumulator */
+  const int sliced = slot == JGEMM_DX && g->dx_split > 1;
+  const kljit_dtype out = slot == JGEMM_LOGITS ? g->logit
+                          : slot == JGEMM_DX   ? (sliced ? KLJIT_FP32 : in)
+                          : g->dw_workspace    ? KLJIT_FP32
+                                               : pb->grad_weight_dtype;
+  jgemm_variant v = jgemm_kind_default(kind, in, out, beta);
   if (c) {
-    v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
-    v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
+    v.bn = c->bn, v.consumers = c->consumers, v.stages = c->stages, v.raster = c->raster;
+    v.cluster = c->cluster, v.schedule = c->schedule == 'p' ? 'p' : 'c';
+    v.epilogue = c->epilogue == 's' ? 's' : 'd';
+    v.tweaks = c->tweaks;
   }
-  return 1;
+  if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
+  return v;
+}
+
+void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
+                     const gemm_select sel[3], jgemm_slot slot, jgemm_pick *out) {
+  memset(out, 0, sizeof *out);
+  out->lt_index = -1;
+  const int kind = SLOT_KIND[slot];
+  const gemm_select *s = &sel[kind];
+  /* any version: the tuning's stale choices were dropped before planning (tune_choose) */
+  const prob_gemm_choice *tuned = gemm_algo_jit(&g->tune, kind, slot != JGEMM_DW_ACC);
+  gemm_backend b = s->backend;
+  out->from = b != GEMM_BACKEND_DEFAULT ? JGEMM_FROM_OPTIONS
+              : tuned                   ? JGEMM_FROM_TUNING
+                                        : JGEMM_FROM_HEURISTIC;
+  if (b == GEMM_BACKEND_DEFAULT) b = tuned ? GEMM_BACKEND_JIT : heuristic_backend(arch, kind);
+  if (b == GEMM_BACKEND_CUBLAS) {
+    out->lt_index = s->backend == GEMM_BACKEND_CUBLAS ? s->lt_index : -1;
+    return;
+  }
+  if ((out->why = jgemm_unfit(pb, arch)) != NULL) return; /* cuBLASLt, saying why */
+  out->jit = 1;
+  out->v = jgemm_slot_variant(pb, g, slot, s->backend == GEMM_BACKEND_JIT && s->variant
+                                                ? &s->choice : tuned);
 }
 
 int jgemm_variants(jgemm_variant *out, int cap) {
@@ -50,7 +110,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3], 'c'};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -89,20 +149,69 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (size_t s = 0; s < PP + 2 && n < cap; s++) {
       const size_t t = s < PP ? s : 0;
       jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
-                         pp[t][3], 'p'};
+                         pp[t][3], 'p', 'd', 0, 0};
       if (s == PP) v.out = ins[i], v.beta = 1;
       if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
     }
+  /* the staged epilogue (bf16 inputs; f16 differs in the types alone, and the tn accumulation
+   * into f16 covers its 16-bit path): the dW shape accumulating into fp32 and into bf16 (both
+   * schedules), the logits and the dX shapes written */
+  static const struct {
+    const char *layout;
+    int in_out, beta, bn, consumers, stages;
+    char schedule;
+  } staged[] = {{"tn", 0, 1, 256, 2, 4, 'c'}, {"tn", 1, 1, 256, 2, 4, 'c'},
+                {"tn", 0, 1, 128, 2, 6, 'p'}, {"nt", 0, 0, 256, 2, 4, 'c'},
+                {"nn", 1, 0, 256, 2, 4, 'c'}, {"tn", 2, 1, 256, 2, 4, 'c'}};
+  for (size_t i = 0; i < sizeof staged / sizeof staged[0] && n < cap; i++) {
+    const kljit_dtype in = staged[i].in_out == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    jgemm_variant v = {staged[i].layout, in, staged[i].in_out ? in : KLJIT_FP32, staged[i].beta,
+                       staged[i].bn, staged[i].consumers, staged[i].stages, 'g', 1,
+                       staged[i].schedule, 's', 0, 0};
+    out[n++] = v;
+  }
+  /* the smaller choices (KSPEC_GEMM_*), each on the layout it is meant for: one stage arrival
+   * per warp (cooperative and pingpong), streaming C with the staged epilogue, L2 policies */
+  static const struct {
+    const char *layout;
+    int beta;
+    char schedule, epilogue;
+    int tweaks;
+  } tw[] = {{"nt", 0, 'c', 'd', KSPEC_GEMM_ARRIVE_WARP},
+            {"nn", 0, 'p', 'd', KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_L2_KEEP_B},
+            {"nt", 0, 'c', 's', KSPEC_GEMM_STREAM_C | KSPEC_GEMM_L2_KEEP_A},
+            {"tn", 1, 'c', 's', KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_STREAM_C |
+                                KSPEC_GEMM_L2_KEEP_B}};
+  for (size_t i = 0; i < sizeof tw / sizeof tw[0] && n < cap; i++) {
+    jgemm_variant v = jgemm_default(KLJIT_BF16, tw[i].beta ? KLJIT_BF16 : KLJIT_FP32, tw[i].beta);
+    v.layout = tw[i].layout, v.epilogue = tw[i].epilogue, v.tweaks = tw[i].tweaks;
+    if (tw[i].schedule == 'p') v.bn = 128, v.stages = 6, v.raster = 'g', v.schedule = 'p';
+    out[n++] = v;
+  }
+  /* K in slices (the dX over a long vocabulary in one launch): 3 k-blocks a slice, so that
+   * the tests' K of a few hundred spans several; both epilogues, both schedules */
+  for (int e = 0; e < 3 && n < cap; e++) {
+    jgemm_variant v = jgemm_kind_default(GEMM_DX, KLJIT_BF16, KLJIT_FP32, 0);
+    v.kslice = 3, v.epilogue = e == 1 ? 's' : 'd';
+    if (e == 2) v.bn = 128, v.stages = 6, v.schedule = 'p', v.epilogue = 's';
+    out[n++] = v;
+  }
   return n;
 }
 
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s", names_dtype_tag(v->in),
+  char slice[16] = "";
+  if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
+  const int t = v->tweaks;
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
-           other ? v->layout : "", v->schedule == 'p' ? " pp" : "");
+           other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
+           v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
+           t & KSPEC_GEMM_STREAM_C ? " cs" : "",
+           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "", slice);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -113,6 +222,9 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_beta = v->beta != 0, k.gemm_bn = v->bn, k.gemm_consumers = v->consumers;
   k.gemm_stages = v->stages, k.gemm_raster = v->raster, k.gemm_cluster = v->cluster;
   k.gemm_schedule = v->schedule == 'p' ? 'p' : 0;
+  k.gemm_epilogue = v->epilogue == 's' ? 's' : 0;
+  k.gemm_kslice = v->kslice > 0 ? v->kslice : 0;
+  k.gemm_tweaks = v->tweaks;
   return k;
 }
 
@@ -137,6 +249,19 @@ kljit_status jgemm_load(const drv_table *d, CUmodule mod, const char *manifest,
                                          (int)k->smem),
                    "cuFuncSetAttribute(max dynamic shared memory, GEMM)");
   return st;
+}
+
+int jgemm_grid_cap(const drv_table *d, const jgemm_kernel *k, int sm_count) {
+  if (k->sig.cluster != 2) return sm_count;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = (unsigned)(sm_count > 1 ? sm_count / 2 * 2 : 2), cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = k->sig.threads, cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = k->sig.smem;
+  int clusters = 0; /* the kernel's __cluster_dims__(2, 1, 1) gives the cluster shape */
+  if (d->cuOccupancyMaxActiveClusters(&clusters, k->fn, &cfg) != CUDA_SUCCESS || clusters < 1)
+    return sm_count;
+  return 2 * clusters < sm_count ? 2 * clusters : sm_count;
 }
 
 /* A row-major [rows, cols] operand of 16-bit elements, box {64, box_rows}, 128-byte swizzle

@@ -4,17 +4,18 @@
  *
  * Two layouts, in row-major terms:
  *   nt: C[M, N] (+)= alpha A[M, K] B[N, K]^T  (the logits GEMM: A = X chunk rows, B = W, C = Z)
- *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX = G W shape; tested, not yet in the loop)
- *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW = G^T X shape; tested, not yet in the loop)
- * dX and dW of the chunk loop stay on cuBLASLt.
- * KLJIT_GEMM=jit (options.gemm), or a tuning that chose a variant, selects this family for the
- * logits GEMM on sm_90 (jgemm_choose, asked by the recipe for each GEMM: recipe.c).
+ *   nn: C[M, N] (+)= alpha A[M, K] B[K, N]    (the dX GEMM: A = G, B = W, C = dX)
+ *   tn: C[M, N] (+)= alpha A[K, M]^T B[K, N]  (the dW GEMM: A = G, B = X, C = dW)
+ * Each GEMM of the chunk loop takes this family or cuBLASLt (jgemm_pick_slot, which the recipe
+ * asks for each slot: recipe.c): the context's options (KLJIT_GEMM), else the tuning's choice
+ * (wisdom), else the arch's heuristic table.
  */
 #ifndef KLJIT_GEMM_SM90_H
 #define KLJIT_GEMM_SM90_H
 
 #include "driver.h"
 #include "gemm.h"
+#include "gemm_algo.h"
 #include "kiface.h"
 #include "problem.h"
 #include "spec.h"
@@ -33,30 +34,72 @@ typedef struct jgemm_variant {
   char schedule;    /* 0 or 'c': cooperative (one warpgroup per 64 rows of every tile); 'p':
                      * pingpong (two warpgroups on alternate tiles, each all of its tile's rows:
                      * one stores while the other multiplies; templates/gemm_sm90.cu.lua) */
+  char epilogue;    /* 0 or 'd': direct (registers to C, pair by pair); 's': staged through
+                     * shared memory, 16-byte runs of C (BETA: C loaded once per tile) */
+  int kslice;       /* 0, or k-blocks (64 of K) per slice: K summed in slices whose fp32 sums
+                     * are added into C (fp32 C: the dX over a long vocabulary, in one launch) */
+  int tweaks;       /* KSPEC_GEMM_* bits (spec.h): one stage arrival per warp, streaming C,
+                     * an L2 policy on the TMA loads */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
  * raster. */
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
 
-/* Does the generated logits GEMM serve `pb` on sm_<arch> with chunk logits of dtype `logit`
- * (prob_geometry.logit)? sm_90, 16-bit inputs, H a multiple of 8; *v is then its variant. */
-int jgemm_applies(const kljit_problem *pb, int arch, kljit_dtype logit, jgemm_variant *v);
+/* The default variant of the GEMM of kind `kind` (a gemm_kind: GEMM_LOGITS, the nt layout as
+ * jgemm_default; GEMM_DX, nn; GEMM_DW, tn) for a dtype pair and beta. */
+jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta);
 
-/* The generated variant a plan runs for its GEMM `kind` where the family applies: 1 with *v
- * set, 0 for cuBLASLt. Only the logits GEMM (output dtype `out`, the chunk logits') has one in
- * the chunk loop yet; dX and dW take 0. KLJIT_GEMM_CUBLAS: cuBLASLt; else a generated choice in
- * the tuning (wisdom, the tuner) is taken; else KLJIT_GEMM_JIT takes the default variant. The
- * recipe asks this for each GEMM (recipe.c). */
-int jgemm_choose(const kljit_problem *pb, const prob_tuning *t, int arch, gemm_kind kind,
-                 kljit_dtype out, kljit_gemm gemm, jgemm_variant *v);
+/* The GEMMs of a plan's chunk loop that the family may serve: logits; dX; dW of the first chunk
+ * (beta 0: written, unless the call accumulates into grad_weight) and of the others (beta 1). */
+typedef enum jgemm_slot {
+  JGEMM_LOGITS = 0, JGEMM_DX = 1, JGEMM_DW_FIRST = 2, JGEMM_DW_ACC = 3, JGEMM_SLOTS = 4
+} jgemm_slot;
+
+/* Where a GEMM's backend came from (the plan's description says it). */
+typedef enum jgemm_source {
+  JGEMM_FROM_HEURISTIC = 0, /* the arch's table (gemm_sm90.c) */
+  JGEMM_FROM_TUNING = 1,    /* a generated choice of the tuning (wisdom, the tuner) */
+  JGEMM_FROM_OPTIONS = 2    /* the context's gemm / gemm_choice (KLJIT_GEMM) */
+} jgemm_source;
+
+/* One slot's GEMM. */
+typedef struct jgemm_pick {
+  int jit;          /* 1: the generated variant v; 0: cuBLASLt */
+  jgemm_variant v;
+  int lt_index;     /* cuBLASLt: -1, the tuning's algorithm (gemm_algo_find) or the heuristic's
+                     * first; k: the k-th of cuBLASLt's heuristic list (options) */
+  jgemm_source from;
+  const char *why;  /* cuBLASLt where a generated kernel was asked: the reason (jgemm_unfit) */
+} jgemm_pick;
+
+/* NULL when the family can serve the GEMMs of `pb` on sm_<arch>, else the reason it cannot:
+ * sm_90, 16-bit inputs, H a multiple of 8. */
+const char *jgemm_unfit(const kljit_problem *pb, int arch);
+
+/* The variant of a slot's GEMM with choice c's tile shape, schedule and epilogue (NULL: the
+ * kind's default, jgemm_kind_default): the layout, dtypes, beta and K slices follow from the
+ * problem and the geometry g (dX summed over g->dx_split slices of V in fp32 where > 1). */
+jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
+                                 const prob_gemm_choice *c);
+
+/* A slot's GEMM for a plan of `pb` with geometry g (its tuning, g->tune) on sm_<arch>, sel the
+ * options' backends (gemm_algo_select): sel's backend for the slot's kind when not DEFAULT;
+ * else the tuning's generated choice for it (gemm_algo_jit); else the arch's heuristic table.
+ * A generated backend where jgemm_unfit says no runs cuBLASLt (why set). A tuned generated
+ * choice is taken whatever cuBLASLt version it was measured against: the tuning reaching here
+ * has had its stale choices dropped (tune_choose), and planning asks no library. */
+void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
+                     const gemm_select sel[3], jgemm_slot slot, jgemm_pick *out);
 
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
- * layouts, " pp" for the pingpong schedule) */
+ * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
+ * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
+ * n k-blocks) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -90,8 +133,15 @@ kljit_status jgemm_load(const drv_table *d, CUmodule mod, const char *manifest,
 
 /* Checks the TMA rules (lda, ldb multiples of 8; 16-byte aligned A and B), encodes the two
  * tensor maps and launches k (a kl_gemm of variant v, jgemm_load'ed) on `sms` persistent CTAs
- * at most, its arguments marshalled and its block shaped by its manifest. */
+ * at most (jgemm_grid_cap), its arguments marshalled and its block shaped by its manifest. */
 kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *k, const jgemm_variant *v,
                           int sms, const jgemm_args *a, CUstream stream);
+
+/* The `sms` to launch kernel k with (jgemm_launch's cap on its persistent grid): sm_count for
+ * one CTA per cluster; for clusters of 2, twice the clusters that can be resident at once
+ * (cuOccupancyMaxActiveClusters at the kernel's block and shared memory: a pair needs two free
+ * SMs of one GPC, so fewer than sm_count / 2 pairs may fit, and a grid of more waits for a
+ * second wave), sm_count where the query fails. */
+int jgemm_grid_cap(const drv_table *d, const jgemm_kernel *k, int sm_count);
 
 #endif

@@ -3,6 +3,7 @@
  * describing it, and the size queries. */
 #include "plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,7 @@ kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s,
   if (g->engine != RECIPE_GENERATED)
     return err_set(KLJIT_ERR_INTERNAL, "GEMM slot %d has no generated variant", (int)s);
   kljit_status st = load_module(ctx, &g->spec, NULL, &out->k, &out->mod, desc);
+  if (st == KLJIT_SUCCESS) out->grid_cap = jgemm_grid_cap(ctx->drv, &out->k, ctx->sm_count);
   if (st != KLJIT_SUCCESS) plan_jgemm_release(ctx, out);
   return st;
 }
@@ -77,12 +79,19 @@ void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g) {
 kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
                                void *c, float alpha, void *stream) {
-  if (rg->op != GEMM_LOGITS) /* the nn (dX) and tn (dW) layouts are not in the chunk loop yet */
-    return err_set(KLJIT_ERR_INTERNAL, "no generated GEMM for operation %d", (int)rg->op);
-  /* Z[n, V] = X[n, H] W[V, H]^T: the nt layout with A = X (gemm_run's b), B = W */
-  const int64_t h = rg->shape.h;
-  const jgemm_args ja = {b, a, c, n, rg->shape.v, h, h, h, rg->shape.ld, alpha};
-  return jgemm_launch(ctx->drv, &g->k, &rg->variant, ctx->sm_count, &ja, (CUstream)stream);
+  const int64_t h = rg->shape.h, v = rg->shape.v;
+  jgemm_args ja;
+  if (rg->op == GEMM_LOGITS) { /* Z[n, V] = X[n, H] W[V, H]^T: nt, A = X (gemm_run's b), B = W */
+    const jgemm_args z = {b, a, c, n, v, h, h, h, rg->shape.ld, alpha};
+    ja = z;
+  } else if (rg->op == GEMM_DX) { /* dX[n, H] = G[n, V] (ld ldg) W[V, H]: nn, A = G, B = W */
+    const jgemm_args x = {b, a, c, n, h, v, rg->shape.ldg, h, h, alpha};
+    ja = x;
+  } else { /* dW[V, H] (+)= G[n, V]^T (ld ldg) X[n, H]: tn, A = G, B = X, K = the chunk's rows */
+    const jgemm_args w = {b, a, c, v, h, n, rg->shape.ldg, h, h, alpha};
+    ja = w;
+  }
+  return jgemm_launch(ctx->drv, &g->k, &rg->variant, g->grid_cap, &ja, (CUstream)stream);
 }
 
 /* Every step the plan's executes launch must have its kernel: a template that stops declaring
@@ -102,45 +111,77 @@ static kljit_status check_steps(const kljit_plan *p) {
   return KLJIT_SUCCESS;
 }
 
-/* Every used slot's cuBLASLt operation, prepared once for the recipe's chunk rows (with the
- * tuning's algorithm where the slot takes it and the running cuBLASLt made it), and each
- * generated slot's kernel: executes only run them. */
+/* Description names of the recipe's slots (recipe_slot order). */
+static const char *const SLOT_NAME[RECIPE_SLOTS] = {
+    "logits", "dX", "dW (first chunk)", "teacher logits", "dX slice", "dX last slice",
+    "dW (accumulating)"};
+static const char *const FROM[] = {"heuristic", "tuning", "options: KLJIT_GEMM"}; /* jgemm_source */
+
+/* The cuBLASLt algorithm of slot g: the options' k-th of cuBLASLt's heuristic list, else the
+ * tuning's (where the slot takes one and the running cuBLASLt made it); *found 0: the
+ * heuristic's first. */
+static kljit_status slot_algo(kljit_plan *p, recipe_slot s, cublasLtMatmulAlgo_t *algo,
+                              int *found, int *stale) {
+  const recipe_gemm *g = &p->rec.gemm[s];
+  *found = *stale = 0;
+  if (g->lt_index < 0) {
+    *found = g->tuned_algo && gemm_algo_find(&p->rec.geom.tune, g->op, g->rows, algo, stale);
+    return KLJIT_SUCCESS;
+  }
+  cublasLtMatmulAlgo_t cand[16];
+  int count = 0;
+  kljit_status st = gemm_candidates(p->ctx->lt, &g->types, &g->shape, g->op, g->rows,
+                                    GEMM_WORKSPACE_BYTES, cand, 16, &count);
+  if (st == KLJIT_SUCCESS && g->lt_index >= count)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "KLJIT_GEMM (options->gemm_choice) asks for algorithm %d of cuBLASLt's list "
+                   "for the %s GEMM, which has %d", g->lt_index, SLOT_NAME[s], count);
+  if (st == KLJIT_SUCCESS) *algo = cand[g->lt_index], *found = 1;
+  return st;
+}
+
+/* Every used slot's cuBLASLt operation, prepared once for the recipe's chunk rows (a generated
+ * slot's too: nothing else runs in its place, but the tuner times it against it), and each
+ * generated slot's kernel: executes only run them. One description line per tuned slot says
+ * what runs and where it came from. */
 static kljit_status prepare_gemms(kljit_plan *p, strbuf *desc) {
   const recipe *r = &p->rec;
-  const prob_tuning *t = &r->geom.tune;
-  int tuned = 0, stale = 0;
   kljit_status st = KLJIT_SUCCESS;
   for (int s = 0; s < RECIPE_SLOTS && st == KLJIT_SUCCESS; s++) {
     const recipe_gemm *g = &r->gemm[s];
     if (!g->used) continue;
     cublasLtMatmulAlgo_t algo;
-    int refused = 0;
-    const int found = g->tuned_algo && gemm_algo_find(t, g->op, g->rows, &algo, &refused);
-    tuned += found, stale += refused;
-    st = gemm_prepare(p->ctx->lt, &g->types, &g->shape, g->op, g->rows, GEMM_WORKSPACE_BYTES,
-                      found ? &algo : NULL, &p->gemm[s]);
+    int found = 0, stale = 0;
+    st = slot_algo(p, (recipe_slot)s, &algo, &found, &stale);
+    if (st == KLJIT_SUCCESS)
+      st = gemm_prepare(p->ctx->lt, &g->types, &g->shape, g->op, g->rows, GEMM_WORKSPACE_BYTES,
+                        found ? &algo : NULL, &p->gemm[s]);
     if (st == KLJIT_SUCCESS && g->engine == RECIPE_GENERATED)
       st = plan_jgemm_load(p->ctx, r, (recipe_slot)s, &p->jgemm[s], desc);
+    if (st != KLJIT_SUCCESS || !g->tuned_algo) continue;
+    char what[96];
+    if (g->engine == RECIPE_GENERATED)
+      jgemm_describe(&g->variant, what, sizeof what);
+    else if (g->lt_index >= 0)
+      snprintf(what, sizeof what, "algorithm %d of its heuristic's list", g->lt_index);
+    else
+      snprintf(what, sizeof what, "%s algorithm%s", found ? "tuned" : "heuristic",
+               stale ? " (a tuned one refused: another cuBLASLt version)" : "");
+    const jgemm_source from = g->engine != RECIPE_GENERATED && g->from != JGEMM_FROM_OPTIONS &&
+                                      found
+                                  ? JGEMM_FROM_TUNING
+                                  : g->from;
+    st = sb_printf(desc, "  GEMM %s: %s%s (%s%s%s)\n", SLOT_NAME[s],
+                   g->engine == RECIPE_GENERATED ? "generated " : "cuBLASLt, ", what, FROM[from],
+                   g->why ? "; " : "", g->why ? g->why : "");
   }
-  if (st != KLJIT_SUCCESS) return st;
-  const recipe_gemm *z = &r->gemm[RECIPE_LOGITS];
-  if (z->engine == RECIPE_GENERATED) {
-    char what[64];
-    jgemm_describe(&z->variant, what, sizeof what);
-    st = sb_printf(desc, "  GEMMs: logits generated (%s, %s), dX and dW cuBLASLt\n", what,
-                   p->ctx->opt.gemm == KLJIT_GEMM_JIT ? "KLJIT_GEMM=jit" : "tuned");
-  } else if (p->ctx->opt.gemm == KLJIT_GEMM_JIT) {
-    st = sb_printf(desc, "  GEMMs: cuBLASLt (KLJIT_GEMM=jit needs sm_90, 16-bit inputs and H a "
-                   "multiple of 8)\n");
-  }
-  if (st == KLJIT_SUCCESS && (tuned || stale))
-    st = sb_printf(desc, "  GEMMs: %d tuned cuBLASLt algorithms%s\n", tuned,
-                   stale ? ", others refused (tuned with another cuBLASLt version)" : "");
   const prob_geometry *geo = &r->geom;
   if (st == KLJIT_SUCCESS && geo->dx_split > 1)
-    st = sb_printf(desc, "  dX: %d GEMMs over slices of %lld columns (the last %lld), summed "
-                   "in fp32\n", geo->dx_split, (long long)geo->dx_slice,
-                   (long long)r->gemm[RECIPE_DX_LAST].shape.v);
+    st = sb_printf(desc, "  dX: %d slices of %lld columns (the last %lld), summed in fp32%s\n",
+                   geo->dx_split, (long long)geo->dx_slice,
+                   (long long)r->gemm[RECIPE_DX_LAST].shape.v,
+                   r->gemm[RECIPE_DX].engine == RECIPE_GENERATED ? " in one generated launch"
+                                                                 : "");
   return st;
 }
 

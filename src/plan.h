@@ -29,6 +29,7 @@ typedef struct plan_kernel {
 typedef struct plan_jgemm {
   ctx_module *mod;
   jgemm_kernel k; /* k.fn NULL: none */
+  int grid_cap;   /* jgemm_launch's `sms` (jgemm_grid_cap) */
 } plan_jgemm;
 
 struct kljit_plan {
@@ -61,7 +62,9 @@ kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s,
 void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g);
 
 /* Runs slot g's generated GEMM (its recipe slot rg) on a chunk of n rows with gemm_run's
- * operands (logits: a = W, b = the chunk's X; c = Z), alpha, beta 0. */
+ * operands of rg's operation (logits: a = W, b = the chunk's X, c = Z; dX: a = W, b = G, c = dX
+ * or, sliced, its fp32 sum; dW: a = the chunk's X, b = G, c = dW), alpha (beta is the
+ * variant's). */
 kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
                                void *c, float alpha, void *stream);

@@ -35,10 +35,10 @@ const char *prob_divergence_rows(const kljit_problem *pb);
 
 /* The tunable choices of a plan (what wisdom stores). */
 /* One tuned GEMM of a plan's chunk loop (gemm_algo.c): the GEMM it serves (a gemm_kind, the
- * rows of the chunk, beta zero or not) and either a cuBLASLt algorithm (the cuBLASLt version
- * that chose it: an algorithm is opaque data, meaningful only to that version, and
- * cublasLtMatmulAlgo_t's words) or, jit = 1, a variant of the generated sm_90a family (tile
- * columns, warpgroups, stages, raster, cluster: gemm_sm90.h). */
+ * rows of the chunk, beta zero or not), the cuBLASLt version it was measured with, and either
+ * a cuBLASLt algorithm (opaque data, meaningful only to that version: cublasLtMatmulAlgo_t's
+ * words) or, jit = 1, a variant of the generated sm_90a family (tile columns, warpgroups,
+ * stages, raster, cluster, schedule, epilogue: gemm_sm90.h; lt_version 0: unversioned). */
 enum { PROB_GEMM_CHOICES = 4, PROB_GEMM_ALGO_WORDS = 8 };
 typedef struct prob_gemm_choice {
   int used;
@@ -50,6 +50,8 @@ typedef struct prob_gemm_choice {
   int jit, bn, consumers, stages, cluster;
   char raster;
   char schedule; /* generated: 'c' (or 0) cooperative, 'p' pingpong (jgemm_variant.schedule) */
+  char epilogue; /* generated: 'd' (or 0) direct, 's' staged (jgemm_variant.epilogue) */
+  int tweaks;    /* generated: KSPEC_GEMM_* bits (jgemm_variant.tweaks) */
 } prob_gemm_choice;
 
 typedef struct prob_tuning {
@@ -59,7 +61,8 @@ typedef struct prob_tuning {
   int cluster;         /* 0: two-pass row kernels; C: one pass in clusters of C = split blocks */
   int nv;              /* cluster variant: 16-byte vectors per thread held in registers */
   /* (sparse teacher: two-pass rows only; pass 2 and backward run one block per row) */
-  prob_gemm_choice gemm[PROB_GEMM_CHOICES]; /* tuned cuBLASLt algorithms; none: heuristic */
+  prob_gemm_choice gemm[PROB_GEMM_CHOICES]; /* tuned GEMMs (logits, dX, dW's first and
+                                             * accumulating chunks); none: heuristic */
 } prob_tuning;
 
 /* Everything about a plan that follows from the problem and the tuning (recipe.c makes it). */

@@ -171,6 +171,7 @@ static void gemm_slots(const kljit_problem *pb, recipe *r) {
   ty.compute = compute_type(pb, in);
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++)
     slot(&r->gemm[k], (gemm_kind)k, &ty, pb->vocab, pb->hidden, g);
+  slot(&r->gemm[RECIPE_DW_ACC], GEMM_DW, &ty, pb->vocab, pb->hidden, g);
   if (g->dx_split > 1) { /* dX of a slice of V into the fp32 sum (exec.c); the last its own */
     gemm_types tx = ty;
     tx.dx = CUDA_R_32F;
@@ -187,19 +188,34 @@ static void gemm_slots(const kljit_problem *pb, recipe *r) {
   }
 }
 
-/* The engine of one of the tuned slots (logits, dX, dW): a generated variant where
- * jgemm_choose takes one (the tuning's choice, or the options' KLJIT_GEMM_JIT), else cuBLASLt
- * with the tuning's algorithm where one was stored. The other slots run cuBLASLt's heuristic. */
-static void choose_engine(const kljit_problem *pb, const kljit_context_options *opt, int arch,
-                          recipe *r, recipe_slot s) {
-  recipe_gemm *g = &r->gemm[s];
-  if (s > RECIPE_DW) return;
-  g->tuned_algo = 1;
-  const kljit_dtype out = s == RECIPE_LOGITS ? r->geom.logit : pb->input_dtype;
-  if (jgemm_choose(pb, &r->geom.tune, arch, g->op, out, opt->gemm, &g->variant) > 0) {
+/* The generated family's slot of each tuned recipe slot (gemm_sm90.h). */
+static const struct {
+  recipe_slot slot;
+  jgemm_slot jslot;
+} TUNED[] = {{RECIPE_LOGITS, JGEMM_LOGITS},
+             {RECIPE_DX, JGEMM_DX},
+             {RECIPE_DW, JGEMM_DW_FIRST},
+             {RECIPE_DW_ACC, JGEMM_DW_ACC}};
+
+/* The engines of the tuned slots (logits, dX, dW's two): a generated variant where
+ * jgemm_pick_slot takes one (the options' backends sel, else the tuning's choice, else the
+ * arch's heuristic table), else cuBLASLt with the options' k-th algorithm or the tuning's (where
+ * one was stored). The other slots run cuBLASLt's heuristic. */
+static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], int arch,
+                           recipe *r) {
+  for (size_t i = 0; i < sizeof TUNED / sizeof TUNED[0]; i++) {
+    recipe_gemm *g = &r->gemm[TUNED[i].slot];
+    jgemm_pick pick;
+    jgemm_pick_slot(pb, &r->geom, arch, sel, TUNED[i].jslot, &pick);
+    g->tuned_algo = 1, g->lt_index = pick.lt_index, g->from = pick.from, g->why = pick.why;
+    if (!pick.jit) continue;
     g->engine = RECIPE_GENERATED;
+    g->variant = pick.v;
     g->spec = jgemm_spec(&g->variant);
   }
+  /* the generated dX of a split geometry writes the fp32 sum of its slices (KSLICE): every
+   * chunk takes the split path, which converts it */
+  if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */
@@ -207,10 +223,9 @@ static void choose_engine(const kljit_problem *pb, const kljit_context_options *
 kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
                          const kljit_context_options *opt, int arch, int sm_count, recipe *out) {
   memset(out, 0, sizeof *out);
-  if (opt->gemm != KLJIT_GEMM_DEFAULT && opt->gemm != KLJIT_GEMM_JIT &&
-      opt->gemm != KLJIT_GEMM_CUBLAS)
-    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "options->gemm = %d is not a kljit_gemm",
-                   (int)opt->gemm);
+  gemm_select sel[3]; /* each GEMM's backend as the options say (KLJIT_GEMM) */
+  kljit_status st = gemm_algo_select(opt, sel);
+  if (st != KLJIT_SUCCESS) return st;
   if (opt->dx_split < 0 || opt->dx_split > 64)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "options->dx_split = %d, must be 0 (the planner's) or in [1, 64]",
@@ -222,13 +237,14 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
     t = prob_estimate(pb, arch, opt);
     out->replaced = 1;
   }
-  kljit_status st = geometry(pb, &t, &out->geom);
+  st = geometry(pb, &t, &out->geom);
   if (st != KLJIT_SUCCESS) return st;
   if (opt->chunk_rows > 0) out->geom.chunk_cap = 0; /* the options' chunk is obeyed */
   dx_split(pb, opt->dx_split, sm_count, &out->geom);
   gemm_slots(pb, out);
   for (int s = 0; s < RECIPE_SLOTS; s++)
-    if (out->gemm[s].used) choose_engine(pb, opt, arch, out, (recipe_slot)s);
+    if (out->gemm[s].used) out->gemm[s].lt_index = -1;
+  choose_engines(pb, sel, arch, out);
   return KLJIT_SUCCESS;
 }
 

@@ -43,6 +43,9 @@ typedef enum recipe_slot {
   RECIPE_TEACHER,              /* the online teacher's Zt = Xt Wt^T (DENSE_HIDDEN), fp32 */
   RECIPE_DX_SLICE,             /* dX of one slice of V into the fp32 sum (dx_split > 1) */
   RECIPE_DX_LAST,              /* the same for the last slice (the rest of V) */
+  RECIPE_DW_ACC,               /* dW of the chunks that accumulate (beta 1): RECIPE_DW is then
+                                * the first chunk's (beta 0 unless the call accumulates into
+                                * grad_weight); a generated kernel has its beta compiled in */
   RECIPE_SLOTS
 } recipe_slot;
 
@@ -61,8 +64,13 @@ typedef struct recipe_gemm {
   int tuned_algo;        /* cuBLASLt: the tuning's algorithm for (op, rows) where the running
                           * cuBLASLt made it (gemm_algo_find), else the heuristic's; 0: the
                           * heuristic's */
+  int lt_index;          /* cuBLASLt: the options' k-th algorithm of its heuristic list, or -1 */
   jgemm_variant variant; /* RECIPE_GENERATED */
   kspec spec;            /* RECIPE_GENERATED: its module */
+  jgemm_source from;     /* the tuned slots: where the engine came from (options, tuning, the
+                          * arch's heuristic table), for the plan's description */
+  const char *why;       /* a generated engine asked where the family cannot serve: the reason
+                          * (jgemm_unfit), the slot then cuBLASLt */
 } recipe_gemm;
 
 enum { RECIPE_MAX_MODULES = 2 + RECIPE_SLOTS };
@@ -90,7 +98,8 @@ int recipe_modules(const recipe *r, const kspec *out[RECIPE_MAX_MODULES]);
  * rendering: KLJIT_SUCCESS or the first rejection's status and sentence. */
 kljit_status recipe_check(const recipe *r);
 
-/* Whether the chunk of n rows takes the split dX (geom.dx_split > 1 and n >= geom.dx_rows). */
+/* Whether the chunk of n rows takes the split dX (geom.dx_split > 1 and n >= geom.dx_rows; a
+ * generated dX with dx_split > 1 sums its slices in one launch and takes it for every chunk). */
 int recipe_dx_split_pays(const recipe *r, int64_t n);
 
 #endif

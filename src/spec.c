@@ -57,6 +57,12 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   out[n++] = ps("RASTER", r == 'm' ? "m" : r == 'n' ? "n" : r == 'g' ? "g" : "?");
   out[n++] = pi("CLUSTER", k->gemm_cluster);
   if (k->gemm_schedule == 'p') out[n++] = ps("SCHEDULE", "pingpong");
+  if (k->gemm_epilogue == 's') out[n++] = ps("EPILOGUE", "staged");
+  if (k->gemm_kslice > 0) out[n++] = pi("KSLICE", k->gemm_kslice);
+  if (k->gemm_tweaks & KSPEC_GEMM_ARRIVE_WARP) out[n++] = ps("ARRIVE", "warp");
+  if (k->gemm_tweaks & KSPEC_GEMM_STREAM_C) out[n++] = ps("STORE", "streaming");
+  if (k->gemm_tweaks & (KSPEC_GEMM_L2_KEEP_A | KSPEC_GEMM_L2_KEEP_B))
+    out[n++] = ps("L2", k->gemm_tweaks & KSPEC_GEMM_L2_KEEP_A ? "keep_a" : "keep_b");
   return n;
 }
 

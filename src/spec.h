@@ -21,6 +21,15 @@ typedef enum kspec_family {
   KSPEC_GEMM_SM90 = 4    /* templates/gemm_sm90.cu.lua (sm_90a only; gemm_sm90.h) */
 } kspec_family;
 
+/* Flag bits of a generated GEMM's smaller choices (kspec.gemm_tweaks, jgemm_variant.tweaks,
+ * prob_gemm_choice.tweaks; the template's ARRIVE, STORE and L2 parameters). */
+enum {
+  KSPEC_GEMM_ARRIVE_WARP = 1, /* one mbarrier arrival per consumer warp */
+  KSPEC_GEMM_STREAM_C = 2,    /* the staged epilogue's runs of C with the .cs cache operator */
+  KSPEC_GEMM_L2_KEEP_A = 4,   /* TMA loads: A evict_last, B evict_first */
+  KSPEC_GEMM_L2_KEEP_B = 8    /* the reverse */
+};
+
 typedef struct kspec {
   kspec_family family;
   int64_t v;          /* V */
@@ -65,9 +74,12 @@ typedef struct kspec {
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
-  const char *gemm_layout; /* "nt" | "nn" */
+  const char *gemm_layout; /* "nt" | "nn" | "tn" */
   char gemm_raster;   /* 'm' | 'n' | 'g' */
   char gemm_schedule; /* 0 / 'c': coop (no SCHEDULE parameter: its source as before); 'p' */
+  char gemm_epilogue; /* 0 / 'd': direct (no EPILOGUE parameter); 's': staged */
+  int gemm_kslice;    /* 0: no KSLICE parameter; else k-blocks per slice */
+  int gemm_tweaks;    /* KSPEC_GEMM_* bits; each a parameter only when set */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 36 }; /* dense rows: 20 always, 12 optional */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_algo.h"
 #include "recipe.h"
 
 void tune_describe(const prob_tuning *t, char *out, size_t cap) {
@@ -178,6 +179,10 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
   if (found) {
     *out = used->tune;
     *src = TUNE_FROM_WISDOM;
+    /* a generated GEMM chosen for beating another cuBLASLt version was not measured against
+     * this one: its GEMM takes the heuristic's backend (planning asks no library itself) */
+    if (gemm_algo_drop_stale(out)) util_log("wisdom: a generated GEMM choice tuned against "
+                                             "another cuBLASLt version is not taken");
     tune_chunk_override(opt, out);
     return KLJIT_SUCCESS;
   }

@@ -38,12 +38,34 @@
 %--             and a turn barrier passes the ring from one warpgroup to the other once it has
 %--             seen every full stage of its tile (a warpgroup waiting a whole tile ahead would
 %--             read a stage's parity one phase early).
+%--   EPILOGUE  direct (or absent) | staged. direct: each thread stores its fragment's pairs
+%--             straight from registers (BETA: a load, an add and a store per pair, each pair's
+%--             load waiting on the stores before it). staged: each consumer warp writes its
+%--             16 x 64 block of the tile into 4 KB of shared memory of its own (fp32, in TMA's
+%--             128-byte swizzle layout, so a TMA store or reduce of the block stays possible),
+%--             then reads it back as row segments: 16-byte global loads (BETA: C read once) and
+%--             stores, a warp's instruction covering whole 128- or 256-byte runs of a row.
+%--   ARRIVE    thread (or absent) | warp: who frees a consumed stage with CLUSTER 1, every
+%--             consumer thread (an mbarrier arrival each: 128 per warpgroup and k-block) or one
+%--             lane per warp after __syncwarp (4), as the cluster-2 path does already: the
+%--             stage's reads are wgmma's, complete for the whole warpgroup at wait_group.
+%--   STORE     default (or absent) | streaming: EPILOGUE staged's 16-byte runs of C written (and,
+%--             BETA, read) with the .cs cache operator (evict-first in L2: C, written once, does
+%--             not push the operands out).
+%--   L2        absent | keep_a | keep_b: the TMA loads carry an L2 policy, evict_last for the
+%--             operand named (the one every tile re-reads: X of the logits and of the dW GEMM)
+%--             and evict_first for the other.
+%--   KSLICE    absent (0) | k-blocks per slice: K summed in slices of KSLICE x 64, each slice's
+%--             fp32 sum added into C (the first written unless BETA) and the accumulators
+%--             restarted: the sum of a few slices rounds less than one fp32 accumulation over a
+%--             long K (the dX GEMM over a long vocabulary: exec.c), in one launch. OUT f32.
 %--
 %-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1);
 %-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster
 %-- tiles c, c + grid / CLUSTER, ...; __cluster_dims__ when CLUSTER = 2); dynamic shared memory
-%-- STAGES (BM + BN) 128 + 1024 bytes. Threads, cluster and shared memory reach the host in the
-%-- manifest (the interface entry below), which it launches by. Parameters: the tensor maps of A
+%-- STAGES (BM + BN) 128 + 1024 bytes, plus 4096 per consumer warp for EPILOGUE staged. Threads,
+%-- cluster and shared memory reach the host in the manifest (the interface entry below), which
+%-- it launches by. Parameters: the tensor maps of A
 %-- (nt, nn: dims {K, M}, box {64, BM}; tn: dims {M, K}, box {64, 64}) and B (nt: dims {K, N},
 %-- box {64, BN / CLUSTER}; nn, tn: dims {N, K}, box {64, 64}), 16-bit, 128-byte swizzle, zero
 %-- fill out of bounds; C, M, N, K, ldc (elements), alpha.
@@ -53,8 +75,8 @@
 %-- loads of the next k-block, for every tile of this CTA in order. Warpgroups 1..CONSUMERS
 %-- (setmaxnreg up) wait for a full stage, issue 4 wgmma k16 steps on their 64-row slice, keep
 %-- one wgmma group in flight, and free the previous stage once its group has retired. The
-%-- epilogue stores the fragment straight from registers, each element checked against M and
-%-- N; the producer keeps loading the next tile meanwhile.
+%-- epilogue (EPILOGUE) stores the fragment, each element checked against M and N; the
+%-- producer keeps loading the next tile meanwhile.
 %--
 %-- Numerics: fp32 accumulation in the tensor cores, K summed in k-block order (no split-K, no
 %-- atomics): the same inputs give the same bits on every run. Tails: TMA reads zeros past M, N
@@ -93,11 +115,51 @@
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
 %  reject("STAGES must be in [2, 8]")
 %end
-%-- dynamic shared memory: the ring, and the slack to align it to 1024 bytes
-%local SMEM = P.STAGES * STAGE_BYTES + 1024
-%if SMEM > 227 * 1024 then
+%if P.STAGES * STAGE_BYTES + 1024 > 227 * 1024 then
 %  reject("STAGES x (BM + BN) x 128 bytes exceeds the 227 KB of shared memory")
 %end
+%if P.EPILOGUE ~= nil and not one_of(P.EPILOGUE, { "direct", "staged" }) then
+%  reject("EPILOGUE must be direct or staged")
+%end
+%local STAGED = P.EPILOGUE == "staged"
+%local KSLICE = P.KSLICE or 0
+%if type(KSLICE) ~= "number" or KSLICE < 0 or KSLICE ~= math.floor(KSLICE) then
+%  reject("KSLICE must be a whole number of k-blocks (0: none)")
+%end
+%if KSLICE > 0 and P.OUT ~= "f32" then
+%  reject("KSLICE needs OUT f32: the slices' sums are kept in C")
+%end
+%if P.ARRIVE ~= nil and not one_of(P.ARRIVE, { "thread", "warp" }) then
+%  reject("ARRIVE must be thread or warp")
+%end
+%local ARRIVE_WARP = P.ARRIVE == "warp"
+%if P.STORE ~= nil and not one_of(P.STORE, { "default", "streaming" }) then
+%  reject("STORE must be default or streaming")
+%end
+%local STREAM = P.STORE == "streaming"
+%if STREAM and not STAGED then
+%  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
+%end
+%if P.L2 ~= nil and not one_of(P.L2, { "keep_a", "keep_b" }) then
+%  reject("L2 must be keep_a or keep_b")
+%end
+%-- the TMA loads of A and of B: their helper and the policy operand each passes
+%local LOAD = P.L2 and "tma_load_2d_hint" or "tma_load_2d"
+%local LOAD_MC = P.L2 and "tma_load_2d_multicast_hint" or "tma_load_2d_multicast"
+%local POL_A, POL_B = P.L2 and ", pol_a" or "", P.L2 and ", pol_b" or ""
+%-- the staged epilogue's scratch: 4 KB per consumer warp, after the ring (1024-byte aligned:
+%-- a stage is a multiple of 8 KB)
+%local SCRATCH = STAGED and WGS * 4 * 4096 or 0
+%-- the staged epilogue's 16-byte runs: VEC outputs, read and written as VT
+%local VEC = P.OUT == "f32" and 4 or 8
+%local VT = P.OUT == "f32" and "float4" or "uint4"
+%if STAGED and P.STAGES * STAGE_BYTES + SCRATCH + 1024 > 227 * 1024 then
+%  reject("STAGES x (BM + BN) x 128 bytes and the staged epilogue's " .. SCRATCH ..
+%         " bytes exceed the 227 KB of shared memory")
+%end
+%-- dynamic shared memory: the ring, the staged epilogue's scratch, and the slack to align the
+%-- ring to 1024 bytes
+%local SMEM = P.STAGES * STAGE_BYTES + SCRATCH + 1024
 %local THREADS = 128 * (1 + WGS)
 %local CONSUMER_REGS = WGS == 2 and 232 or 240
 %include("common.cu.lua")
@@ -125,16 +187,18 @@
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 
 /* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
- * c0 + 8 i + {0, 1} (see wgmma_ss), alpha applied, BETA adding the old value. */
+ * c0 + 8 i + {0, 1} (see wgmma_ss), alpha applied, `acc` adding the old value (BETA, or a
+ * slice after the first). */
 __device__ __forceinline__ void store_pair(out_t* __restrict__ C, i64 ldc, int row, int col,
-                                           int M, int N, float alpha, float v0, float v1) {
+                                           int M, int N, float alpha, float v0, float v1,
+                                           int acc) {
   if (row >= M || col >= N) return;
   out_t* p = C + (i64)row * ldc + col;
   v0 *= alpha, v1 *= alpha;
-%if P.BETA then
-  v0 += to_f32(p[0]);
-  if (col + 1 < N) v1 += to_f32(p[1]);
-%end
+  if (acc) {
+    v0 += to_f32(p[0]);
+    if (col + 1 < N) v1 += to_f32(p[1]);
+  }
 %if P.OUT == "f32" then
   if (col + 1 < N && (ldc & 1) == 0) {
     float2 v;
@@ -150,6 +214,143 @@ __device__ __forceinline__ void store_pair(out_t* __restrict__ C, i64 ldc, int r
   } else {
     p[0] = from_f32<out_t>(v0);
     if (col + 1 < N) p[1] = from_f32<out_t>(v1);
+  }
+%end
+}
+%if STAGED then
+
+/* The staged epilogue's scratch: byte offset of fp32 (row, col) in a warp's 16 x 64 block, two
+ * 16 x 32 halves of 2 KB in the layout TMA's 128-byte swizzle gives a box of 32 floats x 16
+ * rows (16-byte chunk index XOR row % 8). Writes of the fragment's pairs meet 2-way bank
+ * conflicts at most; reads of 16-byte chunks along a row none. */
+__device__ __forceinline__ u32 stage_off(int row, int col) {
+  return (u32)((col >> 5) * 2048 + row * 128 + ((((col >> 2) & 7) ^ (row & 7)) << 4) +
+               ((col & 3) << 2));
+}
+
+/* The staged epilogue's runs: {{ VEC }} consecutive outputs of one row, 16 bytes of C. A run is
+ * whole when `vec` (C 16-byte aligned, ldc a multiple of {{ VEC }}) holds and it lies inside N:
+ * one 16-byte load (run_load, all of a block's issued before any store: a store may alias
+ * nothing the loads read, so they need not wait) and one 16-byte store; else element by
+ * element up to N. */
+__device__ __forceinline__ bool run_whole(int row, int col, int M, int N, int vec) {
+  return row < M && vec && col + {{ VEC - 1 }} < N;
+}
+
+__device__ __forceinline__ {{ VT }} run_load(const out_t* __restrict__ C, i64 ldc, int row,
+                                            int col) {
+%  if STREAM and P.OUT == "f32" then
+  const uint4 u = ld_cs_v4(C + (i64)row * ldc + col);
+  return make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z),
+                     __uint_as_float(u.w));
+%  elseif STREAM then
+  return ld_cs_v4(C + (i64)row * ldc + col);
+%  else
+  return *reinterpret_cast<const {{ VT }}*>(C + (i64)row * ldc + col);
+%  end
+}
+
+/* The run at (row, col): v (scratch values) times alpha, plus old (C's, when `acc` and the run
+ * is whole) or C's elements read now (a partial run). */
+__device__ __forceinline__ void run_store(out_t* __restrict__ C, i64 ldc, int row, int col,
+                                          int M, int N, float alpha, float* v, int acc,
+                                          bool whole, {{ VT }} old) {
+  if (row >= M) return;
+  out_t* p = C + (i64)row * ldc + col;
+#pragma unroll
+  for (int e = 0; e < {{ VEC }}; e++) v[e] *= alpha;
+  if (whole) {
+%  if P.OUT == "f32" then
+    if (acc) v[0] += old.x, v[1] += old.y, v[2] += old.z, v[3] += old.w;
+%    if STREAM then
+    st_cs_v4(p, make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                           __float_as_uint(v[3])));
+%    else
+    float4 o;
+    o.x = v[0], o.y = v[1], o.z = v[2], o.w = v[3];
+    *reinterpret_cast<float4*>(p) = o;
+%    end
+%  else
+    if (acc) {
+      const u32 w[4] = {old.x, old.y, old.z, old.w};
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        out_t lo, hi;
+        lo.x = (u16)(w[e] & 0xffffu), hi.x = (u16)(w[e] >> 16);
+        v[2 * e] += to_f32(lo), v[2 * e + 1] += to_f32(hi);
+      }
+    }
+    uint4 o;
+    o.x = pack2_{{ P.OUT }}(v[0], v[1]), o.y = pack2_{{ P.OUT }}(v[2], v[3]);
+    o.z = pack2_{{ P.OUT }}(v[4], v[5]), o.w = pack2_{{ P.OUT }}(v[6], v[7]);
+%    if STREAM then
+    st_cs_v4(p, o);
+%    else
+    *reinterpret_cast<uint4*>(p) = o;
+%    end
+%  end
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < {{ VEC }}; e++)
+    if (col + e < N) p[e] = from_f32<out_t>(acc ? v[e] + to_f32(p[e]) : v[e]);
+}
+%end
+
+/* One consumer warp's 16 rows of a tile to C: rows r0 .. r0 + 15 from row r0 of the tile's
+ * slice, columns c0 .. c0 + BN - 1, from the fragment d (BN / 2 floats, wgmma_ss's layout). */
+__device__ __forceinline__ void store_rows(out_t* __restrict__ C, i64 ldc, int r0, int c0, int M,
+                                           int N, float alpha, const float* d, int acc,
+                                           unsigned char* scratch, int vec, int lane) {
+%if STAGED then
+%  -- lanes per row (16-byte runs of VEC outputs), rows per instruction, instructions
+%  local LPR = 64 // VEC
+%  local RPI = 32 // LPR
+%  local ITS = 16 // RPI
+  /* this lane's row and column in each instruction's rows */
+  const int lr = lane / {{ LPR }}, lc = {{ VEC }} * (lane % {{ LPR }});
+#pragma unroll
+  for (int j = 0; j < BN / 64; j++) {
+    /* C's runs of this 64-column block first: their latency overlaps the staging below */
+    {{ VT }} old[{{ ITS }}];
+    bool whole[{{ ITS }}];
+#pragma unroll
+    for (int it = 0; it < {{ ITS }}; it++) {
+      const int row = r0 + {{ RPI }} * it + lr, col = c0 + 64 * j + lc;
+      whole[it] = run_whole(row, col, M, N, vec);
+      old[it] = acc && whole[it] ? run_load(C, ldc, row, col) : {{ VT }}{};
+    }
+    __syncwarp(); /* the previous block's reads of the scratch are done */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int col = 8 * i + 2 * (lane & 3), row = lane >> 2;
+      const float* f = d + 4 * (8 * j + i);
+      *reinterpret_cast<float2*>(scratch + stage_off(row, col)) = make_float2(f[0], f[1]);
+      *reinterpret_cast<float2*>(scratch + stage_off(row + 8, col)) = make_float2(f[2], f[3]);
+    }
+    __syncwarp();
+    /* {{ LPR }} lanes a row: {{ RPI }} rows an instruction, {{ ITS }} instructions */
+#pragma unroll
+    for (int it = 0; it < {{ ITS }}; it++) {
+      const int row = {{ RPI }} * it + lr;
+%  if P.OUT == "f32" then
+      const float4 q = *reinterpret_cast<const float4*>(scratch + stage_off(row, lc));
+      float v[4] = {q.x, q.y, q.z, q.w};
+%  else
+      const float4 a = *reinterpret_cast<const float4*>(scratch + stage_off(row, lc));
+      const float4 b = *reinterpret_cast<const float4*>(scratch + stage_off(row, lc + 4));
+      float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+%  end
+      run_store(C, ldc, r0 + row, c0 + 64 * j + lc, M, N, alpha, v, acc, whole[it], old[it]);
+    }
+  }
+%else
+  (void)scratch, (void)vec;
+  const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++) {
+    store_pair(C, ldc, row, col + 8 * i, M, N, alpha, d[4 * i], d[4 * i + 1], acc);
+    store_pair(C, ldc, row + 8, col + 8 * i, M, N, alpha, d[4 * i + 2], d[4 * i + 3], acc);
   }
 %end
 }
@@ -169,10 +370,14 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 %end
 }
 
-/* A consumed stage back to its producers: every consumer thread (CLUSTER 1), or each warp once on
- * the barrier of both CTAs of the cluster (CLUSTER 2: both producers write into this stage). */
+/* A consumed stage back to its producers: every consumer thread (CLUSTER 1; ARRIVE warp: each
+ * warp once), or each warp once on the barrier of both CTAs of the cluster (CLUSTER 2: both
+ * producers write into this stage). */
 __device__ __forceinline__ void release_stage(u64* bar, int lane) {
-%if CL == 1 then
+%if CL == 1 and ARRIVE_WARP then
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+%elseif CL == 1 then
   (void)lane;
   mbar_arrive(bar);
 %else
@@ -197,7 +402,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], {{ CL == 1 and RELEASERS * 128 or 2 * RELEASERS * 4 }});
+%local releases = CL == 2 and 2 * RELEASERS * 4 or ARRIVE_WARP and RELEASERS * 4 or RELEASERS * 128
+      mbar_init(&empty[s], {{ releases }});
     }
 %if PP then
     mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
@@ -222,6 +428,10 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
+%if P.L2 then
+      const u64 pol_a = {{ P.L2 == "keep_a" and "l2_evict_last()" or "l2_evict_first()" }};
+      const u64 pol_b = {{ P.L2 == "keep_b" and "l2_evict_last()" or "l2_evict_first()" }};
+%end
       for (int t = first; t < tiles; t += step) {
         int gm, tn;
         tile_of(t, groups_m, tiles_n, &gm, &tn);
@@ -233,31 +443,33 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
           /* A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major) */
 #pragma unroll
           for (int j = 0; j < BM / 64; j++)
-            tma_load_2d(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
-                        tm * BM + 64 * j, kb * BK);
+            {{ LOAD }}(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
+                        tm * BM + 64 * j, kb * BK{{ POL_A }});
 %else
-          tma_load_2d(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK, tm * BM);
+          {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK,
+                     tm * BM{{ POL_A }});
 %end
 %if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
-            tma_load_2d(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
-                        tn * BN + 64 * j, kb * BK);
+            {{ LOAD }}(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b, &full[stage],
+                        tn * BN + 64 * j, kb * BK{{ POL_B }});
 %elseif NN then
           /* the same boxes, box j loaded by cluster CTA j % 2 into both */
 #pragma unroll
           for (int j = 0; j < BN / 64; j++)
             if (j % 2 == rank)
-              tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
-                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3);
+              {{ LOAD_MC }}(tiles_b + stage * BN * BK * 2 + j * 64 * BK * 2, &map_b,
+                                    &full[stage], tn * BN + 64 * j, kb * BK, 0x3{{ POL_B }});
 %elseif CL == 1 then
-          tma_load_2d(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK, tn * BN);
+          {{ LOAD }}(tiles_b + stage * BN * BK * 2, &map_b, &full[stage], kb * BK,
+                     tn * BN{{ POL_B }});
 %else
           /* this CTA's half of the B tile, into both CTAs (rows beyond M read as zeros: the
            * odd last row tile's partner multiplies them and stores nothing) */
-          tma_load_2d_multicast(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
-                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3);
+          {{ LOAD_MC }}(tiles_b + stage * BN * BK * 2 + rank * (BN / 2) * BK * 2, &map_b,
+                                &full[stage], kb * BK, tn * BN + rank * (BN / 2), 0x3{{ POL_B }});
 %end
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
@@ -266,6 +478,15 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
   } else {
     regs_claim<{{ CONSUMER_REGS }}>();
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+%if STAGED then
+    /* this warp's 4 KB of the epilogue's scratch, after the ring */
+    unsigned char* scratch = smem + STAGES * (BM + BN) * BK * 2 + (threadIdx.x / 32 - 4) * 4096;
+    /* 16-byte runs of C: C 16-byte aligned and every row too */
+    const int vec = (ldc & {{ P.OUT == "f32" and 3 or 7 }}) == 0 && ((u64)C & 15) == 0;
+%else
+    unsigned char* scratch = nullptr;
+    const int vec = 0;
+%end
     float d[MS][BN / 2];
 %if PP then
     /* the CTA's tiles c, c + 2, ...; tile j's k-blocks sit at ring positions j kblocks on */
@@ -297,9 +518,28 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %  or "wgmma_desc_k128(a0 + ms * 64 * BK * 2 + 32 * k)"
 %local desc_b = NN and "wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2)"
 %  or "wgmma_desc_k128(b0 + 32 * k)"
+%-- the first k16 step of the tile (of each slice: KSLICE) overwrites the accumulators
+%local add = KSLICE > 0 and "kb % " .. KSLICE .. " > 0 || k > 0" or "kb > 0 || k > 0"
             wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
-                                                   {{ desc_b }}, kb > 0 || k > 0);
+                                                   {{ desc_b }}, {{ add }});
         wgmma_commit();
+%if KSLICE > 0 then
+        if ((kb + 1) % {{ KSLICE }} == 0 && kb + 1 < kblocks) {
+          /* a slice of K ends before the tile's last: its sum into C (the first slice writes
+           * it, unless BETA), every stage it read freed; the next k-block restarts d */
+          wgmma_wait<0>();
+          if (prev >= 0) release_stage(&empty[prev], lane);
+          release_stage(&empty[stage], lane);
+          prev = -1;
+#pragma unroll
+          for (int ms = 0; ms < MS; ms++)
+            store_rows(C, ldc, tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M,
+                       N, alpha, d[ms], {{ P.BETA and "1" or "kb + 1 > " .. KSLICE }}, scratch,
+                       vec, lane);
+          if (++stage == STAGES) stage = 0, phase ^= 1;
+          continue;
+        }
+%end
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();
         if (prev >= 0) release_stage(&empty[prev], lane);
@@ -311,16 +551,12 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %end
       wgmma_wait<0>();
       if (prev >= 0) release_stage(&empty[prev], lane);
+%-- acc: BETA, or (KSLICE) a slice before the last one wrote C already
+%local acc = P.BETA and "1" or KSLICE > 0 and "kblocks > " .. KSLICE or "0"
 #pragma unroll
-      for (int ms = 0; ms < MS; ms++) {
-        const int r0 = tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16 + lane / 4;
-        const int c0 = tn * BN + 2 * (lane % 4);
-#pragma unroll
-        for (int i = 0; i < BN / 8; i++) {
-          store_pair(C, ldc, r0, c0 + 8 * i, M, N, alpha, d[ms][4 * i], d[ms][4 * i + 1]);
-          store_pair(C, ldc, r0 + 8, c0 + 8 * i, M, N, alpha, d[ms][4 * i + 2], d[ms][4 * i + 3]);
-        }
-      }
+      for (int ms = 0; ms < MS; ms++)
+        store_rows(C, ldc, tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
+                   alpha, d[ms], {{ acc }}, scratch, vec, lane);
     }
   }
 %if CL == 2 then

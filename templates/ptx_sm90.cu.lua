@@ -118,6 +118,53 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const kl_tmap* 
                "h"(mask) : "memory");
 }
 
+/* The same two loads with an L2 cache policy (.L2::cache_hint, the policy's 64-bit operand
+ * last: PTX ISA "cp.async.bulk.tensor"), e.g. evict_last for the operand every tile re-reads
+ * and evict_first for the one read once a wave (a gemm's L2 parameter). */
+__device__ __forceinline__ void tma_load_2d_hint(void* dst, const kl_tmap* map, u64* bar, int c0,
+                                                 int c1, u64 policy) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;"
+               ::"r"(smem_addr(dst)), "l"((u64)map), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+               "l"(policy) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast_hint(void* dst, const kl_tmap* map, u64* bar,
+                                                           int c0, int c1, unsigned short mask,
+                                                           u64 policy) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;"
+               ::"r"(smem_addr(dst)), "l"((u64)map), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+               "h"(mask), "l"(policy) : "memory");
+}
+
+/* PTX ISA "createpolicy" (createpolicy.fractional, fraction 1.0): an L2 cache policy for the
+ * loads that carry it, every line evict_last (kept ahead of others) or evict_first. */
+__device__ __forceinline__ u64 l2_evict_last() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ u64 l2_evict_first() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+/* ---- streaming global accesses: PTX ISA "Data Movement and Conversion Instructions: ld, st"
+ * (cache operators, .cs: "cache streaming, likely to be accessed once": allocated with
+ * evict-first priority, so a written tile of C does not push the operands out of L2) ---- */
+
+__device__ __forceinline__ uint4 ld_cs_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void st_cs_v4(void* p, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+               ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
 /* PTX ISA "prefetch, prefetchu" (prefetch.tensormap): the descriptor into the cache before
  * first use. */
 __device__ __forceinline__ void tma_prefetch_map(const kl_tmap* map) {

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_gemm.c — the generated sm_90a logits GEMM on the GPU: every input dtype x output dtype x
- * beta against an fp64 CPU GEMM of the same rounded inputs, on small and ragged shapes (M, N, K
- * of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense tests, K a multiple of 8 as TMA
- * needs), the output poisoned first (beta = 0) and its padding columns and a guard row checked
- * untouched; a second run must give the same bytes. The same for the nn layout (the dX shape)
- * and the tn layout (the dW shape).
+/* gpu_gemm.c — the generated sm_90a GEMMs on the GPU: every layout (nt: logits, nn: dX, tn: dW)
+ * x input dtype x output dtype x beta against an fp64 CPU GEMM of the same rounded inputs, on
+ * small and ragged shapes (M, N, K of 1, 7, 127, 129, 4097, the vocabulary sizes of the dense
+ * tests), the output poisoned first (beta = 0: NaN; beta = 1: random values inside, NaN
+ * outside) and its padding columns and a guard row checked untouched; a second run must give
+ * the same bytes. Then every tile shape, schedule, cluster, epilogue and K slicing of
+ * jgemm_variants on shapes chosen for each.
  * Skips (77) without an sm_90 GPU.
  *
  * Tolerance, per element (a bound, not an estimate: sqrt(K) growth is what random data does on
@@ -41,6 +42,7 @@ typedef struct gemm_mod {
 
 static const drv_table *drv;
 static int sms;
+static int64_t ld_extra; /* added to C's row stride (N rounded up to 8): runs off 16 bytes */
 
 static int setup(void) {
   if (!gpu_available()) return 77;
@@ -73,8 +75,8 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   /* nt: W[N, K]; nn, tn: B[K, N] row-major; tn: A[K, M] row-major (G of dW = G^T X); rows
    * padded to multiples of 8 as the chunk buffers */
   const int tn = !strcmp(v->layout, "tn"), nn = tn || !strcmp(v->layout, "nn");
-  const int64_t ld = (N + 7) / 8 * 8, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
-  const int64_t ldb = nn ? ld : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
+  const int64_t ld = (N + 7) / 8 * 8 + ld_extra, lda = tn ? (M + 7) / 8 * 8 : (K + 7) / 8 * 8;
+  const int64_t ldb = nn ? (N + 7) / 8 * 8 : (K + 7) / 8 * 8, na = tn ? K * lda : M * lda;
   const int64_t nw = nn ? K * ldb : N * ldb;
   const kljit_dtype in = v->in, out = v->out;
   const size_t nz = (size_t)(M + 1) * (size_t)ld;
@@ -115,17 +117,24 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
         clobbered += !isnan(got);
         continue;
       }
-      double ref = 0, mag = 0, chain = 0;
+      /* KSLICE: the accumulators restart every slice (chain: partial sums since the slice's
+       * start) and each slice's sum is added into C in fp32 (adds: one rounding each of the
+       * running sum, 2^-24 |C| at most; counted twice in the tolerance below) */
+      const int64_t slice = v->kslice > 0 ? 64 * (int64_t)v->kslice : K;
+      double ref = 0, mag = 0, chain = 0, adds = 0, start = 0;
       for (int64_t k = 0; k < K; k++) {
-        if (k % 16 == 0) chain += fabs(ref); /* the partial sum before each k16 step */
+        if (k % slice == 0 && k > 0) adds += fabs(ref), start = ref;
+        if (k % 16 == 0) chain += fabs(ref - start); /* the partial sum before each k16 step */
         const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
         ref += pr, mag += fabs(pr);
       }
-      ref *= alpha, mag *= alpha, chain *= alpha;
+      if (K > slice) adds += fabs(ref);
+      ref *= alpha, mag *= alpha, chain *= alpha, adds *= alpha;
       if (v->beta) ref += z0[i * ld + j];
       /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
        * one rounding of the store */
-      const double tol = 0x1p-23 * 17 * (chain + mag) + (q + 0x1p-24) * fabs(ref) + 1e-30;
+      const double tol =
+          0x1p-23 * 17 * (chain + mag) + 0x1p-23 * adds + (q + 0x1p-24) * fabs(ref) + 1e-30;
       const double e = fabs(got - ref) / tol;
       if (!(e <= 1)) bad++;
       if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
@@ -151,7 +160,10 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
   return bad || clobbered || !same;
 }
 
-static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
+/* Every layout (nt: logits, nn: dX, tn: dW; each GEMM's default variant as the plans take it,
+ * jgemm_kind_default: dW accumulating through the staged epilogue) x input dtype x output dtype
+ * x beta, on ragged shapes. */
+static int every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
   const int s = setup();
   if (s) return s;
   static const int64_t shapes[][3] = {
@@ -162,16 +174,17 @@ static int every_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void) {
   static const kljit_dtype outs[] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
   host_rng r = {2026};
   int failed = 0;
-  for (int i = 0; i < 2; i++)
-    for (int o = 0; o < 3; o++)
-      for (int beta = 0; beta < 2; beta++) {
-        const jgemm_variant v = jgemm_default(ins[i], outs[o], beta);
-        gemm_mod m;
-        TH_CHECK(load(&v, &m) == TH_PASS);
-        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-          failed |= one(&v, &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
-        drv->cuModuleUnload(m.mod);
-      }
+  for (int kind = GEMM_LOGITS; kind <= GEMM_DW; kind++)
+    for (int i = 0; i < 2; i++)
+      for (int o = 0; o < 3; o++)
+        for (int beta = 0; beta < 2; beta++) {
+          const jgemm_variant v = jgemm_kind_default(kind, ins[i], outs[o], beta);
+          gemm_mod m;
+          TH_CHECK(load(&v, &m) == TH_PASS);
+          for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            failed |= one(&v, &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+          drv->cuModuleUnload(m.mod);
+        }
   TH_CHECK(!failed);
   return TH_PASS;
 }
@@ -261,13 +274,50 @@ static int tn_layout_matches_fp64_on_ragged_shapes(void) {
   return selected_variants_match(is_tn, shapes, sizeof shapes / sizeof shapes[0], 17, 8);
 }
 
+static int is_staged(const jgemm_variant *v) { return v->epilogue == 's'; }
+static int is_sliced(const jgemm_variant *v) { return v->kslice > 0; }
+
+/* The staged epilogue (each warp's block through shared memory, 16-byte runs of C, BETA's C
+ * loaded once per tile), every such variant of jgemm_variants (the dW shape accumulating into
+ * fp32, bf16 and fp16, both schedules; the logits and the dX shapes written), on ragged shapes:
+ * N off the 4- and 8-element runs (partial runs element by element), ldc not a multiple of 8
+ * (every run partial), one row, rows past a tile. */
+static int staged_epilogue_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 1},      {7, 64, 7},     {129, 136, 127},
+                                      {127, 72, 129}, {200, 264, 129}, {1031, 4104, 9},
+                                      {65, 4097, 200}, {5, 32001, 16}};
+  const size_t count = sizeof shapes / sizeof shapes[0];
+  TH_CHECK(selected_variants_match(is_staged, shapes, count, 19, 6) == TH_PASS);
+  ld_extra = 3; /* C's rows 12 bytes off a 16-byte run (fp32), 6 (16-bit): no whole runs */
+  const int st = selected_variants_match(is_staged, shapes, count, 29, 6);
+  ld_extra = 0;
+  return st;
+}
+
+/* K in slices of 3 k-blocks (the dX over a long vocabulary in one launch: each slice's sum
+ * added into fp32 C): K shorter than a slice, exactly one, a ragged last slice, many slices,
+ * with both epilogues and both schedules. */
+static int sliced_k_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 8, 100},     {7, 64, 192},    {129, 136, 193},
+                                      {127, 72, 4097}, {200, 264, 1031}, {3, 4096, 32001}};
+  return selected_variants_match(is_sliced, shapes, sizeof shapes / sizeof shapes[0], 23, 3);
+}
+
 static const th_case cases[] = {
+    {"staged_epilogue_variants_match_fp64_on_ragged_shapes",
+     staged_epilogue_variants_match_fp64_on_ragged_shapes},
+    {"sliced_k_variants_match_fp64_on_ragged_shapes",
+     sliced_k_variants_match_fp64_on_ragged_shapes},
     {"tn_layout_matches_fp64_on_ragged_shapes", tn_layout_matches_fp64_on_ragged_shapes},
     {"pingpong_and_cluster_variants_match_fp64_on_ragged_shapes",
      pingpong_and_cluster_variants_match_fp64_on_ragged_shapes},
     {"nn_layout_matches_fp64_on_ragged_shapes", nn_layout_matches_fp64_on_ragged_shapes},
-    {"every_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
-     every_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
+    {"every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes",
+     every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes},
     {"every_tile_shape_matches_fp64", every_tile_shape_matches_fp64},
 };
 TH_MAIN(cases)

@@ -20,6 +20,7 @@
 
 typedef struct tracker {
   int candidates, timed, skipped, finished;
+  int jit[3]; /* timed candidates with a generated logits, dX, dW GEMM (" dx=jit." ...) */
   double heuristic_ms, best_ms, elapsed_s, budget_s;
   int64_t rows;
   char best[128];
@@ -29,6 +30,8 @@ static void on_progress(const kljit_tune_progress *p, void *user) {
   tracker *t = user;
   if (p->event == KLJIT_TUNE_CANDIDATE) t->candidates++;
   if (p->event == KLJIT_TUNE_TIMED) {
+    static const char *const jit[3] = {" logits=jit.", " dx=jit.", " dw=jit."};
+    for (int k = 0; k < 3; k++) t->jit[k] += strstr(p->candidate, jit[k]) != NULL;
     t->timed++;
     t->skipped += p->candidate_ms < 0;
     printf("  [%2d/%2d] %-48s %9.3f ms   best %.3f ms (%s)\n", p->index, p->count, p->candidate,
@@ -150,6 +153,79 @@ static int tune_in(const char *dir) {
 }
 static int tune_stores_a_winner_no_slower_than_the_heuristic(void) {
   return th_in_tmpdir("gpu-tune", tune_in);
+}
+
+/* The GEMMs tuned in the call (docs/wisdom.md) obey the context's options (KLJIT_GEMM=
+ * logits:cublas: no generated logits GEMM is tried or stored), try the generated dX and dW on
+ * sm_90, store choices measured against one cuBLASLt version, and the plan made from that
+ * wisdom says, per GEMM, that its backend came from the tuning (or the options), computing what
+ * the heuristic plan computes. */
+static int gemm_tune_in(const char *dir) {
+  setenv("KLJIT_TUNE_BUDGET_S", "120", 1);
+  setenv("KLJIT_TUNE_ROWS", "4096", 1);
+  setenv("KLJIT_GEMM", "logits:cublas", 1);
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  unsetenv("KLJIT_GEMM"); /* read once, by the context */
+  if (g) return g;
+  th_private_wisdom(dir);
+  int major = 0;
+  TH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 1024, pb.vocab = 32000;
+  tracker tr;
+  memset(&tr, 0, sizeof tr);
+  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  printf("generated candidates timed: logits %d, dX %d, dW %d; best %s\n", tr.jit[0], tr.jit[1],
+         tr.jit[2], tr.best);
+  TH_CHECK(tr.finished == 1 && tr.jit[0] == 0);
+  if (major == 9) TH_CHECK(tr.jit[1] >= 1 && tr.jit[2] >= 1);
+  char *text = NULL;
+  TH_OK(kljit_wisdom_export_string(&text));
+  printf("%s", text);
+  /* every stored GEMM choice: no generated logits, one cuBLASLt version for all */
+  char lt[32] = "";
+  int stored[3] = {0, 0, 0};
+  for (const char *f = strstr(text, " gemm="); f; f = strstr(f + 1, " gemm=")) {
+    char field[256];
+    TH_CHECK(sscanf(f + 6, "%255s", field) == 1);
+    TH_CHECK(strncmp(field, "logits:", 7) || !strstr(field, ":jit:"));
+    const char *v = strstr(field, ":lt");
+    TH_CHECK(v != NULL);
+    char this_lt[32];
+    TH_CHECK(sscanf(v + 1, "%31[^:]", this_lt) == 1);
+    if (!lt[0]) snprintf(lt, sizeof lt, "%s", this_lt);
+    TH_CHECK(!strcmp(lt, this_lt));
+    stored[!strncmp(field, "dx:", 3) ? 1 : !strncmp(field, "dw:", 3) ? 2 : 0] = 1;
+  }
+  kljit_free(text);
+  kljit_plan *wise, *heur;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_WISDOM_ONLY, &wise));
+  const char *d = kljit_plan_describe(wise);
+  printf("%s", d);
+  static const char *const lines[3] = {"  GEMM logits: ", "  GEMM dX: ",
+                                       "  GEMM dW (accumulating): "};
+  for (int k = 0; k < 3; k++) {
+    const char *l = strstr(d, lines[k]);
+    TH_CHECK(l != NULL);
+    const char *e = strchr(l, '\n');
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)(e ? e - l : 200), l);
+    if (k == 0) TH_CHECK(strstr(line, "cuBLASLt") && strstr(line, "(options: KLJIT_GEMM"));
+    if (k > 0 && stored[k]) TH_CHECK(strstr(line, "(tuning") != NULL);
+  }
+  kljit_wisdom_forget();
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &heur));
+  float lw = 0, lh = 0;
+  if (fused_run(wise, &pb, 1000, 0, &lw, NULL) || fused_run(heur, &pb, 1000, 0, &lh, NULL))
+    return TH_FAIL;
+  printf("loss: tuned plan %.7g, heuristic plan %.7g\n", lw, lh);
+  TH_NEAR(lw, lh, 1e-6, 1e-4); /* another GEMM's rounding, another chunk's order of sums */
+  kljit_plan_destroy(wise), kljit_plan_destroy(heur);
+  return TH_PASS;
+}
+static int gemm_tuning_obeys_the_options_and_the_plan_says_where_each_gemm_came_from(void) {
+  return th_in_tmpdir("gpu-tune", gemm_tune_in);
 }
 
 static int measure_in(const char *dir) {
@@ -292,6 +368,8 @@ static int warm_cache_plan_create_is_under_5ms(void) {
 }
 
 static const th_case cases[] = {
+    {"gemm_tuning_obeys_the_options_and_the_plan_says_where_each_gemm_came_from",
+     gemm_tuning_obeys_the_options_and_the_plan_says_where_each_gemm_came_from},
     {"tune_stores_a_winner_no_slower_than_the_heuristic",
      tune_stores_a_winner_no_slower_than_the_heuristic},
     {"measure_tunes_once_then_wisdom_only_and_measure_reuse_it",

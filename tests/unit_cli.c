@@ -424,7 +424,7 @@ static int info_names_every_bad_kljit_variable(void) {
   unsetenv("KLJIT_ROW_KERNEL"), unsetenv("KLJIT_GEMM"), unsetenv("KLJIT_CHUNKROWS");
   TH_CHECK(rc == 2);
   TH_CHECK(strstr(out, "KLJIT_ROW_KERNEL=clustr: want two_pass (the default) or cluster"));
-  TH_CHECK(strstr(out, "KLJIT_GEMM=jti: want jit or cublas"));
+  TH_CHECK(strstr(out, "KLJIT_GEMM=jti: want jit, cublas or a list"));
   TH_CHECK(strstr(out, "KLJIT_CHUNKROWS") && strstr(out, "not a variable"));
   TH_CHECK(strstr(out, "2 KLJIT_* variable(s) with a value kljit refuses"));
   return TH_PASS;

@@ -54,7 +54,7 @@ static int every_gemm_variant_compiles_for_sm90a(void) {
   return TH_PASS;
 }
 
-enum { FIELDS = 10 };
+enum { FIELDS = 13 };
 typedef struct variant_tokens {
   uint32_t tok[MAX_VARIANTS][FIELDS];
 } variant_tokens;
@@ -68,7 +68,8 @@ static const uint32_t *variant_tok(size_t i, int *n, void *user) {
 }
 
 /* The variants that together hold every pair of field values the variant list holds (layout,
- * dtypes, beta, tile, stages, raster, cluster, schedule: tests/pairwise.h), plus the default
+ * dtypes, beta, tile, stages, raster, cluster, schedule, epilogue, tweaks, K slices:
+ * tests/pairwise.h), plus the default
  * variant: what the quick suite compiles; the slow case compiles them all. */
 static int every_gemm_feature_pair_compiles_for_sm90a(void) {
   jgemm_variant v[MAX_VARIANTS];
@@ -76,8 +77,10 @@ static int every_gemm_feature_pair_compiles_for_sm90a(void) {
   TH_CHECK(n >= 12 && n < MAX_VARIANTS);
   static variant_tokens t;
   for (int i = 0; i < n; i++) {
-    const int f[FIELDS] = {v[i].in, v[i].out, v[i].beta, v[i].bn, v[i].consumers, v[i].stages,
-                           v[i].raster, v[i].cluster, v[i].schedule ? v[i].schedule : 'c', 0};
+    const int f[FIELDS] = {v[i].in,      v[i].out,     v[i].beta,
+                           v[i].bn,      v[i].consumers, v[i].stages,
+                           v[i].raster,  v[i].cluster, v[i].schedule ? v[i].schedule : 'c',
+                           v[i].epilogue ? v[i].epilogue : 'd', v[i].tweaks, v[i].kslice, 0};
     for (int k = 0; k < FIELDS; k++) {
       char text[48];
       if (k == FIELDS - 1)

@@ -79,22 +79,22 @@ static kljit_problem problem_of(const char *name) {
 #define CL KLJIT_ROW_KERNEL_CLUSTER
 #define GD KLJIT_GEMM_DEFAULT
 static const pin_case CASES[] = {
-    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5ca6f069e423f447"},
-    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "8aee4338797634f0"},
-    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "0ee186df443782ca"},
-    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "ed91374611b20fe4"},
-    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "ede3971b56bd491e"},
-    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "d745410f06a5562c"},
-    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "7842c90fd2e8219f"},
-    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "65e27fb659b6bad0"},
-    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "c5ca9d6993bc2dcb"},
-    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "5a7c48479f9a9f3e"},
-    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "59ec41fdbc5c2137"},
-    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "fb8b515688fda3b7"},
-    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "3a1a33e359dd4f2d"},
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "03988509dc371829"},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "afe54e4384aa2f11"},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "8a5b658f7d6d5c33"},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "7e6842fa5e17ef2b"},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "704a1c62506a0c95"},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "eec1b7b9fc9af65c"},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "56d28dd1f744ae50"},
+    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "4d1d982374c0e050"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "3335003354229739"},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "8af0651100d130c2"},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "90f8df384f9d917b"},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "3329e363db97872d"},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "01f0554289375a0a"},
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
-     "4da6d3e271c0b9f9"},
-    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "3b3ea2c415d16348"},
+     "7342a505aae7db3f"},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "5cd17427df394162"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -169,8 +169,8 @@ static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *
 
 /* ---- the recipe -------------------------------------------------------------------------- */
 
-static const char *const SLOT_NAMES[RECIPE_SLOTS] = {"logits", "dx", "dw", "teacher", "dx_slice",
-                                                     "dx_last"};
+static const char *const SLOT_NAMES[RECIPE_SLOTS] = {"logits",   "dx",      "dw",    "teacher",
+                                                     "dx_slice", "dx_last", "dw_acc"};
 
 /* The text of everything the recipe says. Its order (the teacher's GEMM last) is the order the
  * text had when plan.c derived the plan itself (this file's first version): the hashes are
@@ -195,12 +195,17 @@ static int plan_text(const pin_case *c, strbuf *out) {
   TH_CHECK(n >= 2 && m[0] == &g->rows && m[1] == &g->helpers);
   spec_text("rows", m[0], out);
   spec_text("helpers", m[1], out);
-  for (int i = 2; i < n; i++) {
-    TH_CHECK(m[i] == &r.gemm[RECIPE_LOGITS].spec); /* the one generated slot there is yet */
-    spec_text("gemm_logits", m[i], out);
+  int k = 2;
+  for (int sl = 0; sl < RECIPE_SLOTS; sl++) { /* the generated slots' modules, in slot order */
+    if (r.gemm[sl].engine != RECIPE_GENERATED) continue;
+    TH_CHECK(k < n && m[k++] == &r.gemm[sl].spec);
+    char name[32];
+    snprintf(name, sizeof name, "gemm_%s", SLOT_NAMES[sl]);
+    spec_text(name, &r.gemm[sl].spec, out);
   }
-  static const recipe_slot order[] = {RECIPE_LOGITS, RECIPE_DX, RECIPE_DW, RECIPE_DX_SLICE,
-                                      RECIPE_DX_LAST, RECIPE_TEACHER};
+  TH_CHECK(k == n);
+  static const recipe_slot order[] = {RECIPE_LOGITS,  RECIPE_DX,      RECIPE_DW,    RECIPE_DX_SLICE,
+                                      RECIPE_DX_LAST, RECIPE_TEACHER, RECIPE_DW_ACC};
   for (int i = 0; i < RECIPE_SLOTS; i++) {
     const recipe_gemm *s = &r.gemm[order[i]];
     if (s->used) gemm_text(SLOT_NAMES[order[i]], &s->types, &s->shape, s->rows, out);
@@ -235,11 +240,11 @@ static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
   return TH_PASS;
 }
 
-/* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned three
- * (logits, dX, dW) take the tuning's cuBLASLt algorithms and may take a generated variant
- * (today the logits GEMM alone has one in the loop), the others cuBLASLt's heuristic; a
- * generated slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS
- * or an arch without the family keeps cuBLASLt. */
+/* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned four
+ * (logits, dX, dW of the first chunk and of the accumulating ones) take the tuning's cuBLASLt
+ * algorithms and may take a generated variant, the others cuBLASLt's heuristic; a generated
+ * slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS or an arch
+ * without the family keeps cuBLASLt. */
 static int each_gemm_is_a_slot_with_its_engine(void) {
   for (int i = 0; i < N_CASES; i++) {
     const pin_case *c = &CASES[i];
@@ -248,23 +253,30 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     const prob_tuning given = tuning_of(c, &pb, &o);
     recipe r;
     TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
-    const int generated = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS &&
-                          (c->from == JIT_LOGITS || c->gemm == KLJIT_GEMM_JIT);
+    /* KLJIT_GEMM=jit: the four tuned slots (logits, dX, dW's two); a tuning's generated logits
+     * choice: that slot alone */
+    const int family = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS;
+    const int all = family && c->gemm == KLJIT_GEMM_JIT;
+    const int logits = family && (all || c->from == JIT_LOGITS);
     const kspec *m[RECIPE_MAX_MODULES];
-    TH_CHECK(recipe_modules(&r, m) == 2 + generated);
+    TH_CHECK(recipe_modules(&r, m) == 2 + (all ? 4 : logits));
     TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
     for (int s = 0; s < RECIPE_SLOTS; s++) {
       const recipe_gemm *g = &r.gemm[s];
-      const int used = s <= RECIPE_DW || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
-                       (s >= RECIPE_DX_SLICE && r.geom.dx_split > 1);
+      const int tuned = s <= RECIPE_DW || s == RECIPE_DW_ACC;
+      const int used = tuned || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
+                       ((s == RECIPE_DX_SLICE || s == RECIPE_DX_LAST) && r.geom.dx_split > 1);
       TH_CHECK(g->used == used);
       if (!used) continue;
-      TH_CHECK(g->tuned_algo == (s <= RECIPE_DW));
-      TH_CHECK(g->op == (s == RECIPE_TEACHER ? GEMM_LOGITS : s >= RECIPE_DX_SLICE ? GEMM_DX
-                                                                                 : (gemm_kind)s));
-      const int gen = s == RECIPE_LOGITS && generated;
+      TH_CHECK(g->tuned_algo == tuned);
+      TH_CHECK(g->op == (s == RECIPE_TEACHER                          ? GEMM_LOGITS
+                         : s == RECIPE_DX_SLICE || s == RECIPE_DX_LAST ? GEMM_DX
+                         : s == RECIPE_DW_ACC                          ? GEMM_DW
+                                                                       : (gemm_kind)s));
+      const int gen = s == RECIPE_LOGITS ? logits : tuned && all;
       TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
-      if (gen) TH_CHECK(m[2] == &g->spec && g->spec.family == KSPEC_GEMM_SM90);
+      if (gen) TH_CHECK(g->spec.family == KSPEC_GEMM_SM90);
+      if (gen && s == RECIPE_LOGITS) TH_CHECK(m[2] == &g->spec);
       if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
     }

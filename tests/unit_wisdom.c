@@ -113,6 +113,18 @@ static int export_import_export_is_identical(void) {
 
 /* Tuned cuBLASLt algorithms (gemm_algo.h) travel with their entry; a plan takes only those of
  * the running cuBLASLt version. */
+/* The geometry of pb's plan with tuning t on an H200 (sm_90, 132 SMs), the default options but
+ * the dX split `dx_split` (0: the planner's). */
+static kljit_status geometry_of(const kljit_problem *pb, const prob_tuning *t, int dx_split,
+                                prob_geometry *g) {
+  kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  o.dx_split = dx_split;
+  recipe r;
+  const kljit_status st = recipe_make(pb, t, &o, 90, 132, &r);
+  *g = r.geom;
+  return st;
+}
+
 static int gemm_in(const char *dir) {
   th_private_wisdom(dir);
   const cublaslt_table *ltt;
@@ -145,38 +157,120 @@ static int gemm_in(const char *dir) {
   TH_CHECK(gemm_algo_find(&e.tune, GEMM_DW, 4096, &a, &stale) == 0 && stale == 1);
   TH_CHECK(gemm_algo_find(&e.tune, GEMM_LOGITS, 2048, &a, &stale) == 0 && stale == 0);
   /* the generated choice: what plans run unless the gemm option is CUBLAS, on sm_90 only */
-  jgemm_variant v;
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 1);
+  prob_geometry g;
+  TH_OK(geometry_of(&pb, &e.tune, 0, &g));
+  gemm_select def[3], cub[3], jit[3];
+  kljit_context_options o;
+  TH_OK(kljit_context_options_default(&o));
+  o.gemm = KLJIT_GEMM_DEFAULT, o.gemm_choice = NULL;
+  TH_OK(gemm_algo_select(&o, def));
+  o.gemm = KLJIT_GEMM_CUBLAS;
+  TH_OK(gemm_algo_select(&o, cub));
+  o.gemm = KLJIT_GEMM_JIT;
+  TH_OK(gemm_algo_select(&o, jit));
+  jgemm_pick k;
+  jgemm_pick_slot(&pb, &g, 90, def, JGEMM_LOGITS, &k);
+  TH_CHECK(k.jit && k.from == JGEMM_FROM_TUNING && !k.why);
+  const jgemm_variant v = k.v;
   TH_CHECK(v.bn == 128 && v.consumers == 2 && v.stages == 6 && v.raster == 'g' && v.cluster == 2);
-  TH_CHECK(v.schedule == 'c');
-  /* the pingpong schedule's suffix round-trips and reaches the variant */
+  TH_CHECK(v.schedule == 'c' && v.epilogue == 'd' && !strcmp(v.layout, "nt"));
+  TH_CHECK(v.in == KLJIT_BF16 && v.out == KLJIT_FP32 && !v.beta);
+  /* the pingpong schedule's suffix and the staged epilogue's round-trip and reach the variant */
   prob_gemm_choice pc;
   char pc_text[GEMM_ALGO_TEXT_MAX];
   TH_CHECK(gemm_algo_parse("logits:1024:b0:jit:128.2.6.g.1.p", &pc) == 0 && pc.schedule == 'p');
   gemm_algo_text(&pc, pc_text);
   TH_CHECK(!strcmp(pc_text, "logits:1024:b0:jit:128.2.6.g.1.p"));
-  TH_CHECK(v.in == KLJIT_BF16 && v.out == KLJIT_FP32 && !v.beta);
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 80, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 0);
-  TH_CHECK(jgemm_choose(&pb, &e.tune, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_CUBLAS, &v) == 0);
-  prob_tuning plain;
-  memset(&plain, 0, sizeof plain);
-  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_LOGITS, KLJIT_BF16, KLJIT_GEMM_JIT, &v) == 1 &&
-           v.bn == 256 && v.raster == 'm');
-  TH_CHECK(v.out == KLJIT_BF16);
-  /* untuned, default: cuBLASLt; dX and dW have no generated variant in the loop yet */
-  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_LOGITS, KLJIT_FP32, KLJIT_GEMM_DEFAULT, &v) == 0);
-  TH_CHECK(jgemm_choose(&pb, &plain, 90, GEMM_DX, KLJIT_BF16, KLJIT_GEMM_JIT, &v) == 0);
-  /* KLJIT_GEMM reaches the choice only as the options' gemm (src/env.c); a typo is refused
-   * where the environment becomes options, kljit_context_create (with NULL options too) */
-  kljit_context_options o;
+  snprintf(pc_text, sizeof pc_text, "dw:1024:b1:lt%llu:jit:128.2.6.g.1.ps", lt);
+  TH_CHECK(gemm_algo_parse(pc_text, &pc) == 0 && pc.schedule == 'p' && pc.epilogue == 's');
+  TH_CHECK(pc.kind == GEMM_DW && !pc.beta_zero && pc.lt_version == (uint64_t)lt);
+  char again[GEMM_ALGO_TEXT_MAX];
+  gemm_algo_text(&pc, again);
+  TH_CHECK(!strcmp(again, pc_text));
+  /* the smaller choices' flags (w, c, a | b), in order, round-trip and reach the variant */
+  snprintf(pc_text, sizeof pc_text, "dw:1024:b1:lt%llu:jit:256.2.4.g.1.swcb", lt);
+  TH_CHECK(gemm_algo_parse(pc_text, &pc) == 0 && pc.epilogue == 's' && pc.schedule == 'c');
+  TH_CHECK(pc.tweaks == (KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_STREAM_C | KSPEC_GEMM_L2_KEEP_B));
+  gemm_algo_text(&pc, again);
+  TH_CHECK(!strcmp(again, pc_text));
+  /* not sm_90, or the options' cuBLASLt: cuBLASLt, saying why or whence */
+  jgemm_pick_slot(&pb, &g, 80, def, JGEMM_LOGITS, &k);
+  TH_CHECK(!k.jit && k.why && strstr(k.why, "sm_90"));
+  jgemm_pick_slot(&pb, &g, 90, cub, JGEMM_LOGITS, &k);
+  TH_CHECK(!k.jit && k.from == JGEMM_FROM_OPTIONS && k.lt_index == -1);
+  /* untuned, default: the heuristic table (cuBLASLt); forced: each slot's default variant */
+  prob_tuning plain = e.tune;
+  memset(plain.gemm, 0, sizeof plain.gemm);
+  prob_geometry gp;
+  TH_OK(geometry_of(&pb, &plain, 0, &gp));
+  for (int s = 0; s < JGEMM_SLOTS; s++) {
+    jgemm_pick_slot(&pb, &gp, 90, def, (jgemm_slot)s, &k);
+    TH_CHECK(!k.jit && k.from == JGEMM_FROM_HEURISTIC);
+    jgemm_pick_slot(&pb, &gp, 90, jit, (jgemm_slot)s, &k);
+    TH_CHECK(k.jit && k.from == JGEMM_FROM_OPTIONS && k.v.bn == 256 && k.v.consumers == 2);
+    static const char *const layouts[] = {"nt", "nn", "tn", "tn"};
+    TH_CHECK(!strcmp(k.v.layout, layouts[s]) && k.v.beta == (s == JGEMM_DW_ACC));
+  }
+  /* dX in 4 slices of V (as KLJIT_DX_SPLIT=4): one launch, fp32 out, K in slices of dx_slice /
+   * 64 k-blocks; one slice: the input dtype, no KSLICE */
+  TH_CHECK(gp.dx_split == 1);
+  jgemm_pick_slot(&pb, &gp, 90, jit, JGEMM_DX, &k);
+  TH_CHECK(k.v.out == KLJIT_BF16 && k.v.kslice == 0);
+  TH_OK(geometry_of(&pb, &plain, 4, &gp));
+  TH_CHECK(gp.dx_split == 4 && gp.dx_slice % 64 == 0);
+  jgemm_pick_slot(&pb, &gp, 90, jit, JGEMM_DX, &k);
+  TH_CHECK(k.v.out == KLJIT_FP32 && k.v.kslice == (int)(gp.dx_slice / 64));
+  /* dW accumulates into fp32 grad_weight here (gw = fp32): fp32 out, the staged epilogue */
+  jgemm_pick_slot(&pb, &gp, 90, jit, JGEMM_DW_ACC, &k);
+  TH_CHECK(k.v.out == KLJIT_FP32 && k.v.epilogue == 's');
+  /* a generated choice tuned against another cuBLASLt is refused: the heuristic runs */
+  prob_tuning old = plain;
+  prob_gemm_choice oc;
+  snprintf(pc_text, sizeof pc_text, "dx:4096:b0:lt%llu:jit:256.2.4.m.1", lt + 1);
+  TH_CHECK(gemm_algo_parse(pc_text, &oc) == 0 && gemm_algo_add(&old, &oc) == 0);
+  TH_CHECK(gemm_algo_drop_stale(&old) == 1); /* tune_choose, before planning */
+  prob_geometry go;
+  TH_OK(geometry_of(&pb, &old, 0, &go));
+  jgemm_pick_slot(&pb, &go, 90, def, JGEMM_DX, &k);
+  TH_CHECK(!k.jit && k.from == JGEMM_FROM_HEURISTIC);
+  /* KLJIT_GEMM reaches the choice only as the options (src/env.c), a typo refused */
   setenv("KLJIT_GEMM", "jit", 1);
   TH_OK(kljit_context_options_default(&o));
-  TH_CHECK(o.gemm == KLJIT_GEMM_JIT);
+  TH_CHECK(o.gemm == KLJIT_GEMM_JIT && !o.gemm_choice);
   setenv("KLJIT_GEMM", "cublas", 1);
   TH_OK(kljit_context_options_default(&o));
   TH_CHECK(o.gemm == KLJIT_GEMM_CUBLAS);
+  /* the list form: per GEMM, the rest as gemm says */
+  setenv("KLJIT_GEMM", "logits:jit,dx:cublas.3,dw:jit.128.2.6.g.1.ps", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_CHECK(o.gemm == KLJIT_GEMM_DEFAULT && o.gemm_choice && strstr(o.gemm_choice, "dx:cublas.3"));
+  gemm_select sel[3];
+  TH_OK(gemm_algo_select(&o, sel));
+  TH_CHECK(sel[GEMM_LOGITS].backend == GEMM_BACKEND_JIT && !sel[GEMM_LOGITS].variant);
+  TH_CHECK(sel[GEMM_DX].backend == GEMM_BACKEND_CUBLAS && sel[GEMM_DX].lt_index == 3);
+  TH_CHECK(sel[GEMM_DW].backend == GEMM_BACKEND_JIT && sel[GEMM_DW].variant);
+  TH_CHECK(sel[GEMM_DW].choice.bn == 128 && sel[GEMM_DW].choice.epilogue == 's');
+  jgemm_pick_slot(&pb, &gp, 90, sel, JGEMM_DX, &k);
+  TH_CHECK(!k.jit && k.lt_index == 3 && k.from == JGEMM_FROM_OPTIONS);
+  jgemm_pick_slot(&pb, &gp, 90, sel, JGEMM_DW_FIRST, &k);
+  TH_CHECK(k.jit && k.v.bn == 128 && k.v.schedule == 'p' && k.v.epilogue == 's' && !k.v.beta);
+  o.gemm_choice = "all:cublas,logits:default";
+  TH_OK(gemm_algo_select(&o, sel));
+  TH_CHECK(sel[GEMM_LOGITS].backend == GEMM_BACKEND_DEFAULT);
+  TH_CHECK(sel[GEMM_DX].backend == GEMM_BACKEND_CUBLAS);
+  TH_CHECK(sel[GEMM_DW].backend == GEMM_BACKEND_CUBLAS);
+  static const char *const bad_lists[] = {"dx", "dx:", "dq:jit", "dx:jit.256.2.4", "dx:cublas.16",
+                                          "dx:cublas.-1", "dx:jit,", "logits:jit:dx:jit",
+                                          "dx:jit.256.2.4.m.1.sp"};
+  for (size_t i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++) {
+    o.gemm_choice = bad_lists[i];
+    TH_STATUS(gemm_algo_select(&o, sel), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), "gemm_choice") != NULL);
+  }
   setenv("KLJIT_GEMM", "magic", 1);
   TH_OK(kljit_context_options_default(&o));
+  TH_STATUS(gemm_algo_select(&o, sel), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "options->gemm = -1") != NULL);
   kljit_context *ctx = NULL;
   TH_STATUS(kljit_context_create(&ctx, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "options->gemm") != NULL);
@@ -187,20 +281,29 @@ static int gemm_in(const char *dir) {
   recipe rec;
   TH_STATUS(recipe_make(&pb, &e.tune, &o, 90, 132, &rec), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "options->gemm = -1") != NULL);
+  setenv("KLJIT_GEMM", "dx:nonsense", 1);
+  TH_OK(kljit_context_options_default(&o));
+  TH_STATUS(kljit_context_create(&ctx, 0, &o), KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "dx:nonsense") != NULL);
   unsetenv("KLJIT_GEMM");
   TH_OK(kljit_context_options_default(&o));
-  TH_CHECK(o.gemm == KLJIT_GEMM_DEFAULT);
+  TH_CHECK(o.gemm == KLJIT_GEMM_DEFAULT && !o.gemm_choice);
   kljit_free(out);
   /* a malformed algorithm rejects the text whole, as any bad field */
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
            " gemm=logits:4096:b0:lt%llu:12345\n", H, lt);
   TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
-  /* a generated choice for another GEMM than the logits one, or a malformed variant */
-  const char *const bad[] = {"dx:4096:b0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
+  /* a malformed variant, version or flags */
+  const char *const bad[] = {"dx:4096:b0:lt0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
                              "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
                              "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x",
-                             "logits:4096:b0:jit:128.2.6.g.1.q", "logits:4096:b0:jit:128.2.6.g.1.pp"};
+                             "logits:4096:b0:jit:128.2.6.g.1.q",
+                             "logits:4096:b0:jit:128.2.6.g.1.pp",
+                             "dw:4096:b1:jit:128.2.6.g.1.sp", "dw:4096:b1:jit:128.2.6.g.1.",
+                             "dw:4096:b1:jit:128.2.6.g.1.ab", "dw:4096:b1:jit:128.2.6.g.1.ws",
+                             /* parsed, refused by the template: streaming C needs staged */
+                             "logits:4096:b0:jit:256.2.4.m.1.c"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
              " gemm=%s\n", H, bad[i]);

@@ -6,9 +6,20 @@
  *   check   the output poisoned (NaN) first; every element written, the padding columns and a
  *           guard row left alone; rows 0, M/2, M-1 in full and 512 random elements against an
  *           fp64 dot product of the same rounded inputs; the same rows against cuBLASLt;
- *   time    cuBLASLt's heuristic choice (what kljit runs untuned), the best of its top 8
- *           algorithms (what the tuner picks), and each generated variant: CUDA events, the
- *           median of --repeats after one warm-up, a 256 MiB memset flushing L2 before each.
+ *   time    cuBLASLt's heuristic choice (what kljit runs untuned), each of its top 8
+ *           algorithms (what the tuner picks from), and each generated variant, interleaved and
+ *           sustained (bench/bench_time.h's round-robin): a few back-to-back warm-up calls of
+ *           every candidate (the GPU never idle before the first timed kernel), then --repeats
+ *           rounds timing each candidate once, the order reversed every other round, a 256 MiB
+ *           memset flushing L2 before each call, CUDA events; the median of the rounds, with
+ *           the SM clock and board power NVML sampled during each candidate's calls beside it.
+ *           (Timing cuBLASLt first right after seconds of idle host-side checks and the
+ *           generated kernels later under sustained load biased the ratios by over 10%: the
+ *           logits GEMM read 0.83x here and 1.00x in the call. What users run is timed by
+ *           bench_loss --gemms; this tool is for diagnosis.)
+ * --layout nt|nn|tn picks the GEMM's layout, --beta 1 times the accumulating kernels (C += AB;
+ * checked with C zero before the check runs), --variants the generated ones (gemm_algo.h's text:
+ * BN.CONSUMERS.STAGES.RASTER.CLUSTER[.p|.s|.ps]). Lives with the tests: it uses internal headers.
  * Small ragged shapes (--check-small) are checked in full against fp64 with both outputs.
  * Tolerance (tol_generated, tol_cublas below; the issue asks for it to be stated): the sum of
  * the accumulation's error bound and one rounding of the output. Bounds, not estimates: the
@@ -40,6 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_time.h"
+#include "gemm_algo.h"
 #include "gemm_sm90.h"
 #include "host_dtype.h"
 #include "nvrtc_compile.h"
@@ -68,6 +81,7 @@ enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 
 static int repeats = 10;
 static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
+static int beta = 0;    /* --beta 1: C += AB, cuBLASLt's and the generated kernels' */
 static const drv_table *drv;
 static int sms;
 static float *tile_host; /* the values every input repeats (a prime period: rows never align) */
@@ -192,8 +206,8 @@ static void lt_teardown(lt_gemm *g) {
 }
 
 static int lt_run(lt_gemm *g, int which, const void *x, const void *w, void *z, void *ws) {
-  const float one = 1.0f, zero = 0.0f;
-  return cublasLtMatmul(g->h, g->op, &one, w, g->la, x, g->lb, &zero, z, g->lc, z, g->lc,
+  const float one = 1.0f, b = beta ? 1.0f : 0.0f;
+  return cublasLtMatmul(g->h, g->op, &one, w, g->la, x, g->lb, &b, z, g->lc, z, g->lc,
                         &g->algo[which], ws, LT_WS, 0) == CUBLAS_STATUS_SUCCESS;
 }
 
@@ -201,7 +215,8 @@ typedef struct jit_fn {
   jgemm_variant v;
   CUmodule mod;
   jgemm_kernel k; /* its function and manifest (launch geometry, arguments) */
-  char name[64];
+  int cap;        /* jgemm_grid_cap: the persistent grid a plan launches it with */
+  char name[96];
 } jit_fn;
 
 /* cuOccupancyMaxActiveClusters for a cluster-2 variant at its launch geometry (-1: unknown),
@@ -230,6 +245,7 @@ static void jit_load(jit_fn *j) {
   KO(nvrtc_compile(src.data, "gemm_sm90", 90 | NVRTC_ARCH_SPECIFIC, &cubin, &log));
   KO(drv_check(drv, drv->cuModuleLoadData(&j->mod, cubin.data), "cuModuleLoadData"));
   KO(jgemm_load(drv, j->mod, man.data, j->name, &j->k));
+  j->cap = jgemm_grid_cap(drv, &j->k, sms);
   sb_free(&src), sb_free(&man), sb_free(&cubin), sb_free(&log);
   if (j->v.cluster == 2) /* the persistent grid assumes all sms / 2 clusters resident at once */
     printf("  %s: %d clusters of 2 resident at most (the grid has %d)\n", j->name,
@@ -238,7 +254,7 @@ static void jit_load(jit_fn *j) {
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
   const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f};
-  const kljit_status st = jgemm_launch(drv, &j->k, &j->v, sms, &a, NULL);
+  const kljit_status st = jgemm_launch(drv, &j->k, &j->v, j->cap, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
 }
@@ -393,35 +409,6 @@ static int check_output(const shape *s, const void *z, const void *zref, const l
 
 /* ---- timing --------------------------------------------------------------------------------- */
 
-static int cmp_f(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
-typedef int (*run_fn)(void *ctx);
-
-static float median_ms(run_fn f, void *ctx, void *flush) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  float t[64];
-  int n = repeats < 64 ? repeats : 64;
-  if (!f(ctx)) return -1;
-  CK(cudaDeviceSynchronize());
-  for (int r = 0; r < n; r++) {
-    CK(cudaMemsetAsync(flush, r & 0xff, FLUSH, 0));
-    CK(cudaEventRecord(e0, 0));
-    if (!f(ctx)) return -1;
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&t[r], e0, e1));
-  }
-  CK(cudaGetLastError());
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  qsort(t, (size_t)n, sizeof t[0], cmp_f);
-  return n % 2 ? t[n / 2] : 0.5f * (t[n / 2 - 1] + t[n / 2]);
-}
-
 typedef struct run_ctx {
   const shape *s;
   lt_gemm *lt;
@@ -430,20 +417,73 @@ typedef struct run_ctx {
   void *x, *w, *z, *ws;
 } run_ctx;
 
+/* bench_time.h's steps: 0 on success */
 static int run_lt(void *p) {
   run_ctx *c = p;
-  return lt_run(c->lt, c->algo, c->x, c->w, c->z, c->ws);
+  return !lt_run(c->lt, c->algo, c->x, c->w, c->z, c->ws);
 }
 static int run_jit(void *p) {
   run_ctx *c = p;
-  return jit_run(c->jit, c->s, c->x, c->w, c->z);
+  return !jit_run(c->jit, c->s, c->x, c->w, c->z);
 }
 
 static double tflops(const shape *s, float ms) {
   return 2.0 * (double)s->m * (double)s->n * (double)s->k / (ms * 1e-3) / 1e12;
 }
 
+/* cuBLASLt's algorithms and the generated variants of one shape, interleaved and sustained. */
+static int time_shape(const shape *s, lt_gemm *lt, const jit_fn *jit, int nj, void *x, void *w,
+                      void *z, void *zl, void *ws, void *flush) {
+  const int n = lt->count + nj;
+  run_ctx *c = calloc((size_t)n, sizeof *c);
+  bt_entry *e = calloc((size_t)n, sizeof *e);
+  char (*names)[112] = calloc((size_t)n, sizeof *names);
+  if (!c || !e || !names) return 1;
+  for (int i = 0; i < n; i++) {
+    const int is_lt = i < lt->count;
+    run_ctx r = {s, lt, is_lt ? i : 0, is_lt ? NULL : &jit[i - lt->count], x, w,
+                 is_lt ? zl : z, ws};
+    c[i] = r;
+    if (is_lt)
+      snprintf(names[i], sizeof names[i], "cuBLASLt #%d%s", i, i ? "" : " (heuristic)");
+    else
+      snprintf(names[i], sizeof names[i], "jit %s", jit[i - lt->count].name);
+    e[i].name = names[i], e[i].step = is_lt ? run_lt : run_jit, e[i].arg = &c[i];
+  }
+  const bt_loop loop = {3, repeats, flush, FLUSH, NULL, NULL, NULL};
+  printf("timing: interleaved round-robin over %d candidates, %d rounds, the order reversed every "
+         "other round, after 3 back-to-back warm-up calls of each (sustained: no idle GPU before "
+         "the first timed kernel); L2 flushed before each call\n", n, repeats);
+  const int rc = bt_round_robin(&loop, e, n);
+  float best = 0;
+  int best_i = -1;
+  for (int i = 0; i < lt->count && !rc; i++)
+    if (!e[i].failed && (best_i < 0 || e[i].r.median_ms < best))
+      best = e[i].r.median_ms, best_i = i;
+  for (int i = 0; i < n && !rc && best_i >= 0; i++) {
+    char pw[160];
+    bt_power_text(&e[i].r.power, pw, sizeof pw);
+    if (e[i].failed) continue;
+    printf("TIME %lldx%lldx%lld%s out=%s b%d %-34s %.3f ms (%.3f-%.3f) %.1f TFLOP/s = %.3fx best "
+           "cuBLASLt (#%d) | %s\n",
+           (long long)s->m, (long long)s->n, (long long)s->k, layout_tag(s),
+           s->out_bf16 ? "bf16" : "f32", beta, e[i].name, e[i].r.median_ms, e[i].r.min_ms,
+           e[i].r.max_ms, tflops(s, e[i].r.median_ms), best / e[i].r.median_ms, best_i, pw);
+  }
+  free(c), free(e), free(names);
+  return rc;
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
+
+/* The output before a checked run: NaN everywhere (0xff bytes: the checks find what was not
+ * written and what was written outside [M, N]), and with --beta 1 zeros inside [M, N] (C += AB
+ * reads them, so the check's C is AB). */
+static void reset_out(const shape *s, void *z, size_t zbytes) {
+  const size_t es = s->out_bf16 ? 2 : 4;
+  CK(cudaMemset(z, 0xff, zbytes));
+  if (beta) CK(cudaMemset2D(z, (size_t)s->ld * es, 0, (size_t)s->n * es, (size_t)s->m));
+}
 
 static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, void *flush,
                      int full_check, int timed) {
@@ -459,12 +499,12 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
   lt_gemm lt = {.h = lth};
   lt_setup(&lt, s);
   int failed = 0;
-  CK(cudaMemset(zl, 0xff, zbytes));
+  reset_out(s, zl, zbytes);
   if (!lt_run(&lt, 0, x, w, zl, ws)) failed = 1, fprintf(stderr, "cuBLASLt failed\n");
   CK(cudaDeviceSynchronize());
   if (!failed) failed |= check_output(s, zl, NULL, &lt, 1, "cuBLASLt heuristic", full_check);
   for (int j = 0; j < nj; j++) {
-    CK(cudaMemset(z, 0xff, zbytes));
+    reset_out(s, z, zbytes);
     if (!jit_run(&jit[j], s, x, w, z)) {
       failed = 1;
       continue;
@@ -474,6 +514,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
     if (j == 0) { /* bitwise reproducible: a second run gives the same bytes */
       unsigned char *a = staging(0, zbytes), *b = staging(1, zbytes);
       CK(cudaMemcpy(a, z, zbytes, cudaMemcpyDeviceToHost));
+      reset_out(s, z, zbytes);
       jit_run(&jit[j], s, x, w, z);
       CK(cudaMemcpy(b, z, zbytes, cudaMemcpyDeviceToHost));
       const int same = memcmp(a, b, zbytes) == 0;
@@ -481,29 +522,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
       failed |= !same;
     }
   }
-  if (timed) {
-    run_ctx c = {s, &lt, 0, NULL, x, w, zl, ws};
-    const float heur = median_ms(run_lt, &c, flush);
-    float best = heur;
-    int best_i = 0;
-    for (int i = 1; i < lt.count; i++) {
-      c.algo = i;
-      const float t = median_ms(run_lt, &c, flush);
-      if (t > 0 && t < best) best = t, best_i = i;
-    }
-    printf("TIME %lldx%lldx%lld%s out=%s cublasLt-heuristic %.3f ms %.1f TFLOP/s | best-of-%d "
-           "(#%d) %.3f ms %.1f TFLOP/s\n",
-           (long long)s->m, (long long)s->n, (long long)s->k, layout_tag(s),
-           s->out_bf16 ? "bf16" : "f32", heur,
-           tflops(s, heur), lt.count, best_i, best, tflops(s, best));
-    for (int j = 0; j < nj; j++) {
-      c.jit = &jit[j], c.z = z;
-      const float t = median_ms(run_jit, &c, flush);
-      printf("TIME %lldx%lldx%lld%s out=%s jit %-24s %.3f ms %.1f TFLOP/s  = %.3fx best cuBLASLt\n",
-             (long long)s->m, (long long)s->n, (long long)s->k, layout_tag(s),
-             s->out_bf16 ? "bf16" : "f32", jit[j].name, t, tflops(s, t), best / t);
-    }
-  }
+  if (timed && time_shape(s, &lt, jit, nj, x, w, z, zl, ws, flush)) failed = 1;
   lt_teardown(&lt);
   cudaFree(x), cudaFree(w), cudaFree(z), cudaFree(zl), cudaFree(ws);
   return failed;
@@ -527,14 +546,17 @@ int main(int argc, char **argv) {
       if (!layout) return 2;
     }
     else if (!strcmp(argv[i], "--bf16-all")) bf16_all = 1; /* time every variant at bf16 too */
+    else if (!strcmp(argv[i], "--beta") && i + 1 < argc) beta = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
-              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.SCHEDULE c|p]],...] "
-              "[--repeats R] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn]\n",
-              argv[0]);
+              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]],...] "
+              "[--repeats R (1-%d)] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn] "
+              "[--beta 0|1]\n",
+              argv[0], BT_MAX_REPEATS);
       return 2;
     }
   }
+  if (repeats < 1 || repeats > BT_MAX_REPEATS || (beta != 0 && beta != 1)) return 2;
   CK(cudaSetDevice(0));
   CK(cudaFree(0)); /* the primary context, current for the driver calls too */
   KO(drv_get(&drv));
@@ -550,6 +572,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   make_tile();
+  bt_power_start(0); /* the SM clock and power beside each time (NVML, reads only) */
   cublasLtHandle_t lth;
   LT(cublasLtCreate(&lth));
   void *flush;
@@ -558,11 +581,13 @@ int main(int argc, char **argv) {
   int nj = 0;
   char *vl = strdup(variants);
   for (char *t = strtok(vl, ","); t && nj < MAX_V; t = strtok(NULL, ",")) {
-    int bn = 0, cons = 0, st = 0, cl = 1;
-    char r = 'm', sched = 'c';
-    if (sscanf(t, "%d.%d.%d.%c.%d.%c", &bn, &cons, &st, &r, &cl, &sched) < 4) return 2;
+    prob_gemm_choice c;
+    char four[48]; /* BN.CONSUMERS.STAGES.RASTER alone: cluster 1 */
+    snprintf(four, sizeof four, "%s.1", t);
+    if (gemm_algo_jit_parse(t, &c) && gemm_algo_jit_parse(four, &c)) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
-                       0, bn, cons, st, r, cl, sched};
+                       beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
+                       c.epilogue, 0, c.tweaks};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;

@@ -1,0 +1,10 @@
+# SPDX-License-Identifier: Apache-2.0
+# The GPU suite again with every GEMM of the chunk loop generated: the dense, sparse and API
+# cases under KLJIT_GEMM=jit (the logits, dX and dW GEMMs from templates/gemm_sm90.cu.lua on
+# sm_90 with 16-bit inputs; the cases of other GPUs or dtypes take cuBLASLt, as a plan's
+# description says), against the same fp64 reference and bounds. `ctest -R gpu.generated`.
+foreach(area dense sparse api)
+  kljit_test_cases(EXE gpu_${area} SOURCE gpu_${area}.c PREFIX gpu.generated.${area} LABELS gpu
+                   TIMEOUT 900 NAMES_VAR generated)
+  set_property(TEST ${generated} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=jit")
+endforeach()
