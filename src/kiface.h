@@ -69,7 +69,11 @@ typedef float kiface_f32;
   X(scale, f32)        /* kl_convert's factor */                                            \
   X(data, ptr)         /* kl_scale: the tensor scaled in place */                           \
   X(factor, ptr)       /* kl_scale: the device scalar */                                    \
-  X(out_dtype, i32)    /* kl_scale: data holds OUT (1) or GRAD (0) elements */
+  X(out_dtype, i32)    /* kl_scale: data holds OUT (1) or GRAD (0) elements */              \
+  X(row_weights, ptr)  /* the rows' weights (N), KLJIT_FLAG_ROW_WEIGHTS */                  \
+  X(lossh, ptr)        /* the CE's loss partials (rows, p2_split), apart from lossp */      \
+  X(row_loss, ptr)     /* kl_finish_loss: the per-row losses out (N), or NULL */            \
+  X(loss_parts, ptr)   /* kl_finish_loss: {soft, hard} out, or NULL */
 
 #define KIFACE_FIELD_(role, kind) kiface_##kind role;
 typedef struct kargs {

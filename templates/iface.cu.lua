@@ -49,18 +49,19 @@
 %end
 %-- The four pass-2 kernels every row family has (fused, forward, backward, merge), named
 %-- <prefix>_<step>, over the family's own per-row inputs `row_in`; `merge_when` as a kernel's
-%-- `when` (nil: always). Their arguments beyond row_in are the same in every family.
-%function M.row_passes(prefix, row_in, merge_when)
+%-- `when` (nil: always); `loss_out` (nil: none) the family's loss outputs after lossp in the
+%-- kernels that write the loss. Their other arguments are the same in every family.
+%function M.row_passes(prefix, row_in, merge_when, loss_out)
 %  local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
 %  local ROW0 = { { "row0", "i64" } }
 %  local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
 %    { "srow", "i64" }, { "srec", "i64" } }
+%  local LOSS = M.args({ { "lossp", "float* __restrict__" } }, loss_out or {})
 %  return {
 %    { name = prefix .. "_fused", step = "fused",
-%      args = M.args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0) },
+%      args = M.args(Z, G, row_in, recs, LOSS, ROW0) },
 %    { name = prefix .. "_forward", step = "forward",
-%      args = M.args(Z, row_in, recs, { { "rowstat", "float*" },
-%                    { "lossp", "float* __restrict__" } }, ROW0) },
+%      args = M.args(Z, row_in, recs, { { "rowstat", "float*" } }, LOSS, ROW0) },
 %    { name = prefix .. "_backward", step = "backward",
 %      args = M.args(Z, G, row_in, { { "rowstat", "const float*" },
 %                    { "gout", "const float* __restrict__", role = "grad_output" },
