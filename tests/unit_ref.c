@@ -1314,6 +1314,79 @@ static int row_weights_scale_rows_but_not_the_divisor(void) {
   return TH_PASS;
 }
 
+/* ref_separate_ties, the GPU tests' helper for TVD: planted ties p_v = q_v (two columns a row
+ * for the probability forms, one for the logits form, whose other columns move with it) end at
+ * least the margin apart in log space, in every dtype the teacher is stored in, checked here
+ * with this file's own softmax; a second call finds nothing to move. */
+static int tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype(void) {
+  const kljit_teacher_form forms[3] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                       KLJIT_TEACHER_DENSE_LOGITS};
+  const kljit_dtype dts[3] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
+  const double margin = 1e-3;
+  for (int fi = 0; fi < 3; fi++)
+    for (int di = 0; di < 3; di++) {
+      prob p;
+      prob_init(&p, 4, 5, 8, forms[fi]);
+      p.pb.divergence = KLJIT_DIVERGENCE_TVD;
+      p.pb.temperature = 1.5, p.pb.teacher_temperature = 0.8;
+      p.pb.flags |= KLJIT_FLAG_BIAS;
+      host_rng g = {(uint64_t)(171 + 3 * fi + di)};
+      fill_problem(&p, &g);
+      p.has_labels = 1;
+      for (int i = 0; i < 4; i++) p.labels[i] = i == 2 ? -100 : 0;
+      double logq[4][8], z[8];
+      for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 8; v++) {
+          z[v] = p.b[v];
+          for (int j = 0; j < 5; j++) z[v] += p.x[i * 5 + j] * p.w[v * 5 + j];
+        }
+        softmax_row(z, 8, 1.5, NULL, logq[i]);
+        double *t = p.teacher + i * 8;
+        for (int v = 0; v < 8; v++) { /* the stored dtype's values, as on a device */
+          uint32_t buf = 0;
+          host_store(&buf, dts[di], 0, t[v]);
+          t[v] = host_load(&buf, dts[di], 0);
+        }
+        if (forms[fi] == KLJIT_TEACHER_DENSE_LOGITS) { /* p_3 = q_3: e^{t_3/Tt} = q R / (1 - q) */
+          double r = 0.0;
+          for (int v = 0; v < 8; v++) r += v == 3 ? 0.0 : exp(t[v] / 0.8);
+          t[3] = 0.8 * (logq[i][3] + log(r) - log1p(-exp(logq[i][3])));
+        } else {
+          for (int v = 1; v < 3; v++)
+            t[v] = forms[fi] == KLJIT_TEACHER_DENSE_PROBS ? exp(logq[i][v]) : logq[i][v];
+        }
+      }
+      const ref_inputs in = {.pb = &p.pb, .rows = p.n, .x = p.x, .w = p.w, .b = p.b,
+                             .labels = p.labels, .teacher = p.teacher};
+      double before[4 * 8];
+      memcpy(before, p.teacher, sizeof before);
+      TH_CHECK(ref_separate_ties(&in, p.teacher, dts[di], margin) == 0);
+      TH_CHECK(memcmp(before, p.teacher, sizeof before) != 0); /* the planted ties moved */
+      for (int i = 0; i < 4; i++) {
+        if (i == 2) continue; /* an ignored row is left as it is */
+        double lp[8];
+        const double *t = p.teacher + i * 8;
+        if (forms[fi] == KLJIT_TEACHER_DENSE_LOGITS) softmax_row(t, 8, 0.8, NULL, lp);
+        for (int v = 0; v < 8; v++) {
+          if (forms[fi] != KLJIT_TEACHER_DENSE_LOGITS)
+            lp[v] = forms[fi] == KLJIT_TEACHER_DENSE_PROBS ? log(t[v]) : t[v];
+          uint32_t buf = 0; /* still a value of the dtype */
+          host_store(&buf, dts[di], 0, t[v]);
+          TH_CHECK(host_load(&buf, dts[di], 0) == t[v]);
+          if (lp[v] > -INFINITY && !(fabs(lp[v] - logq[i][v]) >= margin)) {
+            fprintf(stderr, "form %d dtype %d row %d column %d: |log p - log q| = %g\n",
+                    forms[fi], dts[di], i, v, fabs(lp[v] - logq[i][v]));
+            return TH_FAIL;
+          }
+        }
+      }
+      memcpy(before, p.teacher, sizeof before);
+      TH_CHECK(ref_separate_ties(&in, p.teacher, dts[di], margin) == 0);
+      TH_CHECK(memcmp(before, p.teacher, sizeof before) == 0);
+    }
+  return TH_PASS;
+}
+
 /* ---- host_dtype ------------------------------------------------------------------------- */
 
 static int host_bf16_and_fp16_round_trip_every_representable_value(void) {
@@ -1452,6 +1525,7 @@ static const th_case cases[] = {
     CASE(label_smoothing_interpolates_the_label_and_the_uniform_target),
     CASE(z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part),
     CASE(row_weights_scale_rows_but_not_the_divisor),
+    CASE(tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),
     CASE(host_bf16_and_fp16_round_ties_to_even),
