@@ -537,48 +537,39 @@ static int reverse_kl_measured_shards(void) {
  * row weights scale each rank's rows, the CE's label smoothing spreads over the global
  * vocabulary (each rank its columns' share) and its z-loss comes with lse(z') from the first
  * shard, and each rank's per-row loss and parts sum to the unsharded call's. */
-static int run_with(const scase *c, struct extras29 x) {
-  x29 = x;
-  const int rc = run_case(c);
+/* Issue 29's cases: a case and its extras, run by index (the table keeps them side by side). */
+static const struct {
+  scase c;
+  struct extras29 x;
+} CASES29[4] = {
+    {{"TVD, dense probs, row weights, row loss and parts, bias, ignored rows",
+      KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1,
+      1, 1.0, 0, 0, KLJIT_DIVERGENCE_TVD, 0.0, 0.0, 0.0, 0.0, 0},
+     {0.0, 0.0, 0.0, 1, 1}},
+    {{"TVD, dense logits, TT = 2, T = 1.5, mean, CE 0.5 smoothed 0.1 + soft 0.5",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
+      1.5, 2.0, 0, KLJIT_DIVERGENCE_TVD, 0.0, 0.5, 0.5, 0.0, 0},
+     {0.0, 0.1, 0.0, 0, 1}},
+    {{"skew forward KL 0.2, dense logits, CE 0.5 (smoothed 0.1, z-loss 1e-3), cap 20",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS,
+      1, 0, 1.0, 0, 0, KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.5, 0.5, 20.0, 0},
+     {0.2, 0.1, 1e-3, 0, 1}},
+    {{"skew reverse KL 0.3, online teacher, T = 2, sum, row weights, CE 0.4 z-loss",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
+      2.0, 0, 0, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 1},
+     {0.3, 0.0, 1e-2, 1, 1}},
+};
+
+static int run29(int i) {
+  x29 = CASES29[i].x;
+  const int rc = run_case(&CASES29[i].c);
   memset(&x29, 0, sizeof x29);
   return rc;
 }
-
-static int tvd_with_row_weights_and_outputs(void) {
-  const scase c = {"TVD, dense probs, row weights, row loss and parts, bias, ignored rows",
-                   KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
-                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 0,
-                   KLJIT_DIVERGENCE_TVD, 0.0, 0.0, 0.0, 0.0, 0};
-  const struct extras29 x = {0.0, 0.0, 0.0, 1, 1};
-  return run_with(&c, x);
-}
-
-static int tvd_logits_with_smoothed_ce(void) {
-  const scase c = {"TVD, dense logits, TT = 2, T = 1.5, mean, CE 0.5 smoothed 0.1 + soft 0.5",
-                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE,
-                   KLJIT_TOPK_PROBS, 1, 1, 1.5, 2.0, 0,
-                   KLJIT_DIVERGENCE_TVD, 0.0, 0.5, 0.5, 0.0, 0};
-  const struct extras29 x = {0.0, 0.1, 0.0, 0, 1};
-  return run_with(&c, x);
-}
-
-static int skew_forward_kl_with_ce_extras_and_softcap(void) {
-  const scase c = {"skew forward KL 0.2, dense logits, CE 0.5 (smoothed 0.1, z-loss 1e-3), cap 20",
-                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE,
-                   KLJIT_TOPK_PROBS, 1, 0, 1.0, 0, 0,
-                   KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.5, 0.5, 20.0, 0};
-  const struct extras29 x = {0.2, 0.1, 1e-3, 0, 1};
-  return run_with(&c, x);
-}
-
-static int skew_reverse_kl_online_teacher_with_row_weights(void) {
-  const scase c = {"skew reverse KL 0.3, online teacher, T = 2, sum, row weights, CE 0.4 z-loss",
-                   KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE,
-                   KLJIT_TOPK_PROBS, 1, 1, 2.0, 0, 0,
-                   KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 1};
-  const struct extras29 x = {0.3, 0.0, 1e-2, 1, 1};
-  return run_with(&c, x);
-}
+static int tvd_with_row_weights_and_outputs(void) { return run29(0); }
+static int tvd_logits_with_smoothed_ce(void) { return run29(1); }
+static int skew_forward_kl_with_ce_extras_and_softcap(void) { return run29(2); }
+static int skew_reverse_kl_online_teacher_with_row_weights(void) { return run29(3); }
 
 static const th_case cases[] = {
     {"dense_probs_batchmean_with_ignored_rows", dense_probs_batchmean_with_ignored_rows},

@@ -519,9 +519,10 @@ fused.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 def _saved_floats(key: str, rows: int) -> int:
     """plan_saved_floats (src/plan.c): 8 floats a row with hard-label CE or a divergence other
-    than the forward KL (beta 0), else 4."""
+    than the forward KL (JSD beta 0, skew forward KL alpha 0), else 4."""
     c = _config(key)
-    forward = c.divergence == "forward_kl" or (c.divergence == "jsd" and c.beta == 0.0)
+    forward = (c.divergence == "forward_kl" or (c.divergence == "jsd" and c.beta == 0.0)
+               or (c.divergence == "skew_forward_kl" and c.skew_alpha == 0.0))
     extended = c.hard_weight != 0.0 or not forward
     return SAVED_HDR_FLOATS + (SAVED_ROW_FLOATS_EXTENDED if extended else SAVED_ROW_FLOATS) * rows
 
