@@ -71,9 +71,9 @@
 %--                       q (log q - log m),  G = gscale q (g - S), g = (1 - beta) log(q / m)
 %--                       computed less its constant as -(1 - beta) log1p(beta p / ((1 - beta) q))
 %--              tvd      loss 1/2 |p - q|,  G = gscale q (g - S), g = sign(q - p) / 2
-%--              skew_forward  m = a p + (1 - a) q, loss p (log p - log m), g = -(1 - a) p / m
-%--                       computed less its constant -(1 - a) as (1 - a)^2 (q - p) / m: 0 where
-%--                       the student matches the teacher, so G keeps its digits there
+%--                       computed less 1/2: 0 where q > p
+%--              skew_forward  m = a p + (1 - a) q, loss p (log p - log m), g = -(1 - a) p / m:
+%--                       0 where q >> p (a peaked student), as the JSD's g
 %--              skew_reverse  m = a q + (1 - a) p, loss q (log q - log m) = -q log1p((1 - a)
 %--                       (r - 1)) with r = p / q, g = log(q / m) - a q / m computed less its
 %--                       constant -log(a) - 1 as k r / (1 + k r) - log1p(k r), k = (1 - a) / a:
@@ -560,18 +560,21 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     const float g = logq - lp;
     if (MODE != MODE_BACKWARD && q != 0.0f) loss += q * g;
 %  elseif P.DIV == "tvd" then
-    /* sign(0) = 0 at a tie, as tests/ref.c; no log, no floor: p = 0 weighs q / 2 */
+    /* sign(q - p) / 2 less 1/2 (0 at a tie, as tests/ref.c): 0 where q > p, so where the
+     * student's mass all lies above the teacher's (a peaked student) S = -(q's mass where
+     * q < p) is summed directly instead of as 1/2 - a little, which would cancel against g's
+     * 1/2 only as far as the row's q sum to 1 in fp32. No log, no floor: p = 0 weighs q / 2. */
     const float d = q - p;
-    const float g = d > 0.0f ? 0.5f : d < 0.0f ? -0.5f : 0.0f;
+    const float g = d > 0.0f ? 0.0f : d < 0.0f ? -1.0f : -0.5f;
     if (MODE != MODE_BACKWARD) loss += 0.5f * fabsf(d);
 %  elseif P.DIV == "skew_forward" then
-    /* g less its constant -(1 - a): (1 - a)^2 (q - p) / m is 0 where the student matches the
-     * teacher, so G = q (g - S) keeps its digits there (the constant would cancel against S
-     * only as far as the row's q sum to 1 in fp32). m at the smallest normal where p and q are
-     * both below it (flog's ftz would make log m -inf): every term it enters is then
+    /* g = -(1 - a) p / m is 0 where q >> p (a peaked student), as the JSD's g: there g and S
+     * nearly agree, and a constant in g would cancel against S only as far as the row's q sum
+     * to 1 in fp32 (the JSD's lesson, in its comment). m at the smallest normal where p and q
+     * are both below it (flog's ftz would make log m -inf): every term it enters is then
      * multiplied by p or q < 2^-125. __fdividef: m <= 1, far below its 2^126 limit. */
     const float m = fmaxf({{ f32(P.ALPHA) }} * p + {{ f32(1.0 - P.ALPHA) }} * q, 1.17549435e-38f);
-    const float g = __fdividef({{ f32((1.0 - P.ALPHA) ^ 2) }} * (q - p), m);
+    const float g = {{ f32(P.ALPHA - 1.0) }} * __fdividef(p, m);
     if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - flog(m));
 %  elseif P.DIV == "skew_reverse" then
 %    local SRATIO = P.TEACHER == "probs" and "__fdividef(p, q)"
