@@ -47,7 +47,8 @@ extern "C" {
  *      KL, whose gradient needs the row total S = sum_v q_v g_v over the whole vocabulary):
  *      kljit_shard_sums writes this rank's part of S into slot 7 of its own records `stats`
  *      (from `all`; it recomputes the chunk logits, one GEMM per chunk more), and the caller
- *      all-gathers the records into `all` again. A finish without this round gets S = NaN: NaN gradients.
+ *      all-gathers the records into `all` again. A finish without this round gets S = NaN: NaN
+ *      gradients.
  *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
  *      global records (in rank order: every rank gets the same numbers). It writes
  *        loss  THIS rank's part of the loss (the caller sums the ranks' losses: all-reduce),

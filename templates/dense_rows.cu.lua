@@ -720,7 +720,8 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %if HARD then
 %if VOFF == 0 then
 %  if P.ZLOSS then
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1 * (1.0f + {{ f32(P.ZLOSS) }} * ce.lse1);
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      ce.loss += ce.lse1 * (1.0f + {{ f32(P.ZLOSS) }} * ce.lse1);
 %  else
     if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
 %  end
@@ -817,8 +818,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 template <int MODE>
 __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
                                       const teach_t* __restrict__ teacher,
-                                      const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }} const void* labels,
-                                      int labels_is64, i64 ignore_index,
+                                      const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }}
+                                      const void* labels, int labels_is64, i64 ignore_index,
                                       const float* __restrict__ hdr,
                                       const float* __restrict__ part, int nrec, i64 srow,
                                       i64 srec, float* rowstat, float* __restrict__ lossp,{{ LHP }}
@@ -955,8 +956,8 @@ __device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
 template <int MODE>
 __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             const teach_t* __restrict__ teacher,
-                                            const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }} const void* labels,
-                                            int labels_is64, i64 ignore_index,
+                                            const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }}
+                                            const void* labels, int labels_is64, i64 ignore_index,
                                             const float* __restrict__ hdr,
                                             const float* __restrict__ part, int nrec,
                                             i64 srow, i64 srec, float* rowstat,
@@ -1103,20 +1104,23 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_fused") }} {
-  ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index, hdr, part, nrec,
-                       srow, srec, nullptr, lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
+  ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index,
+                       hdr, part, nrec, srow, srec, nullptr,
+                       lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_forward") }} {
-  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index, hdr,
-                         part, nrec, srow, srec, rowstat, lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
+  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
+                         ignore_index, hdr, part, nrec, srow, srec, rowstat,
+                         lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
 
 extern "C" __global__ void LAUNCH_BOUNDS
 {{ K.signature("kl_dense_backward") }} {
-  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index, hdr, nullptr,
-                          0, 0, 0, (float*)rowstat, nullptr,{{ HARD and " nullptr," or "" }} gout, gout_per_row, row0);
+  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
+                          ignore_index, hdr, nullptr, 0, 0, 0, (float*)rowstat,
+                          nullptr,{{ HARD and " nullptr," or "" }} gout, gout_per_row, row0);
 }
 %if P.CLUSTER == 0 then
 

@@ -464,10 +464,10 @@ static int online_teacher_tvd_and_skew_kls(void) {
  * most cases (a hard part to report), CE alone and the divergence alone on some; every
  * reduction, all rows ignored on one case (zeros everywhere), the cluster knob on some. */
 static int row_weights_and_the_outputs_in_every_dtype_form_and_mode(void) {
-  static const div29 divs[6] = {{KLJIT_DIVERGENCE_FORWARD_KL, 0.0}, {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
-                                {KLJIT_DIVERGENCE_JSD, 0.0},        {KLJIT_DIVERGENCE_TVD, 0.0},
-                                {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.3},
-                                {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.3}};
+  static const div29 divs[6] = {
+      {KLJIT_DIVERGENCE_FORWARD_KL, 0.0}, {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+      {KLJIT_DIVERGENCE_JSD, 0.0},        {KLJIT_DIVERGENCE_TVD, 0.0},
+      {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.3}, {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.3}};
   int worst = TH_PASS, k = 0;
   for (int d = 0; d < 6; d++)
     for (int f = 0; f < 3; f++)
@@ -612,7 +612,8 @@ static const th_case cases[] = {
      online_teacher_every_divergence_mode_and_dtype},
     {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
      softcaps_padded_teachers_and_ce_in_the_cluster_variant},
-    {"tvd_and_skew_kls_in_every_dtype_form_and_mode", tvd_and_skew_kls_in_every_dtype_form_and_mode},
+    {"tvd_and_skew_kls_in_every_dtype_form_and_mode",
+     tvd_and_skew_kls_in_every_dtype_form_and_mode},
     {"tvd_and_skew_kls_at_logit_scales_2_and_12", tvd_and_skew_kls_at_logit_scales_2_and_12},
     {"online_teacher_tvd_and_skew_kls", online_teacher_tvd_and_skew_kls},
     {"row_weights_and_the_outputs_in_every_dtype_form_and_mode",

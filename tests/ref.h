@@ -4,8 +4,8 @@
  * It implements the contract of include/kljit.h (the math section, every teacher form, tail
  * mode, temperature, reduction, ignore_index, bias, T^2 scaling, divergence, CE mixing with
  * label smoothing and z-loss, row weights, softcapping, padded and online teachers) directly
- * and slowly: full logits in double, no chunking, no online softmax. Inputs are doubles (tests convert their
- * fp16/bf16 device values to double first, so both sides see the same numbers).
+ * and slowly: full logits in double, no chunking, no online softmax. Inputs are doubles (tests
+ * convert their fp16/bf16 device values to double first, so both sides see the same numbers).
  */
 #ifndef KLJIT_REF_H
 #define KLJIT_REF_H
