@@ -36,22 +36,19 @@
 #include "kljit.h"
 #include "ref.h"
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-#define KO(x)                                                                              \
-  do {                                                                                     \
-    kljit_status s_ = (x);                                                                 \
-    if (s_ != KLJIT_SUCCESS) {                                                             \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, kljit_last_error());      \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
+/* A failed CUDA or kljit call ends the benchmark, naming the call (`what`) and the error. */
+static void ck(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "bench_families: %s: %s\n", what, cudaGetErrorString(e));
+  exit(1);
+}
+static void ko(kljit_status st, const char *what) {
+  if (st == KLJIT_SUCCESS) return;
+  fprintf(stderr, "bench_families: %s: %s\n", what, kljit_last_error());
+  exit(1);
+}
+#define CK(x) ck((x), #x)
+#define KO(x) ko((x), #x)
 
 enum { NV = 9, MAX_ROUNDS = 64 };
 
@@ -290,6 +287,19 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* every shape parsed before the GPU is touched: a typo costs no validation run */
+  enum { MAX_SHAPES = 32 };
+  long long dims[MAX_SHAPES][3];
+  int count = 0;
+  for (const char *p = shapes; *p && count < MAX_SHAPES; count++) {
+    int used = 0;
+    if (sscanf(p, "%lldx%lldx%lld%n", &dims[count][0], &dims[count][1], &dims[count][2],
+               &used) != 3 || (p[used] != ',' && p[used] != '\0')) {
+      fprintf(stderr, "bench_families: bad shape list at '%s' (want NxHxV,...)\n", p);
+      return 2;
+    }
+    p += used + (p[used] == ',');
+  }
   if (!gpu_available()) {
     fprintf(stderr, "bench_families: no GPU here; nothing to time\n");
     return 0;
@@ -298,18 +308,8 @@ int main(int argc, char **argv) {
   KO(kljit_context_create(&ctx, 0, NULL));
   int valid[NV];
   for (int i = 0; i < NV; i++) valid[i] = validate(ctx, variant_at(i));
-  char *list = strdup(shapes);
-  int first = 1;
-  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-    long long n, h, v;
-    if (sscanf(tok, "%lldx%lldx%lld", &n, &h, &v) != 3) {
-      fprintf(stderr, "bad shape '%s' (want NxHxV)\n", tok);
-      return 2;
-    }
-    bench_shape(ctx, n, h, v, std, rounds, valid, first);
-    first = 0;
-  }
-  free(list);
+  for (int k = 0; k < count; k++)
+    bench_shape(ctx, dims[k][0], dims[k][1], dims[k][2], std, rounds, valid, k == 0);
   kljit_context_destroy(ctx);
   return 0;
 }
