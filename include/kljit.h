@@ -21,10 +21,18 @@
  *   Softcap (Gemma 2), student: z' = c tanh(z / c) with c = softcap > 0 (0: z' = z), applied
  *   after the bias and before the temperature, s = z' / T; dz'/dz = 1 - tanh^2(z / c). The
  *   teacher's logits (DENSE_LOGITS, DENSE_HIDDEN) likewise with teacher_softcap, before
- *   teacher_temperature. With D the divergence below and CE the hard-label cross-entropy,
- *     row loss   l_i = soft_weight * t2 * D_i + hard_weight * CE_i      (t2 = T^2 or 1)
- *     CE_i       = lse(z') - z'_label      (temperature 1; labels[i] in [0, V) on kept rows)
- *     dl/dz'_v   = soft_weight * t2 / T * dD/ds_v + hard_weight * (softmax(z')_v - [v = label])
+ *   teacher_temperature. With D the divergence below, CE the hard-label cross-entropy and w_i
+ *   the row's weight (KLJIT_FLAG_ROW_WEIGHTS; 1 without),
+ *     row loss   l_i = w_i (soft_weight * t2 * D_i + hard_weight * CE_i)      (t2 = T^2 or 1)
+ *     CE_i       = lse(z') - (1 - ls) z'_y - ls / V sum_v z'_v + zl lse(z')^2
+ *                  (temperature 1; y = labels[i] in [0, V) on kept rows; ls = label_smoothing,
+ *                  zl = z_loss, both 0 by default: CE_i = lse(z') - z'_y)
+ *     dl/dz'_v   = w_i (soft_weight * t2 / T * dD/ds_v + hard_weight * dCE/dz'_v)
+ *     dCE/dz'_v  = (1 + 2 zl lse(z')) softmax(z')_v - (1 - ls) [v = y] - ls / V
+ *   Label smoothing is torch's CrossEntropyLoss(label_smoothing=ls): the target (1 - ls) one-hot
+ *   + ls uniform over the V columns (vocab_total on a shard; a padded teacher's extra columns
+ *   are not the student's). The z-loss (PaLM) keeps lse(z') near 0; both belong to the hard
+ *   term, so they need hard_weight > 0 and are scaled by it.
  *   Divergences, q = softmax(s), p the teacher, log p floored at log eps as above:
  *     FORWARD_KL  D = KL(p || q) = sum p (log p - log q)            dD/ds = sum(p) q - p
  *     REVERSE_KL  D = KL(q || p) = sum q (log q - log p)            dD/ds = q (log q - log p - D)
@@ -33,19 +41,47 @@
  *                 g = (1 - beta) log(q / m);  beta = 0 is FORWARD_KL and beta = 1 REVERSE_KL
  *                 (Liger's LigerFusedLinearJSD and TRL's GKD define the end points so; they are
  *                 the limits of D / beta and D / (1 - beta), not of D, which tends to 0).
+ *     TVD         D = 1/2 sum |p - q|                               dD/ds = q (g - sum q g),
+ *                 g = sign(q - p) / 2, taken as 0 where p = q (a subgradient: D has a kink)
+ *     SKEW_FORWARD_KL(a)  0 <= a < 1 (skew_alpha), m = a p + (1 - a) q:
+ *                 D = KL(p || m) = sum p (log p - log m)            dD/ds = q (g - sum q g),
+ *                 g = -(1 - a) p / m
+ *     SKEW_REVERSE_KL(a)  0 <= a < 1, m = a q + (1 - a) p:
+ *                 D = KL(q || m) = sum q (log q - log m)            dD/ds = q (g - sum q g),
+ *                 g = log(q / m) - a q / m   (the +1 of d(q log q)/dq cancels in q (g - sum q g))
+ *                 The skew KLs are DistiLLM's (Ko et al., 2024); a = 0 is FORWARD_KL and
+ *                 REVERSE_KL, a -> 1 makes m the divergence's first argument and D -> 0. log p
+ *                 (floored) enters the forward KLs' and the JSD's p log p only: TVD and the skew
+ *                 reverse KL are finite where p = 0 without the floor.
+ *   Every g above is dD/dq with q's simplex constraint left out: q (g - sum q g) is the same for
+ *   any constant added to g, and the kernels drop the one that would cancel (kljit's templates).
  *   The sparse teacher takes FORWARD_KL only: the reverse KL and the JSD weigh log p at every
  *   column where q > 0, and p is unknown off the support. It takes the student softcap, CE
  *   mixing and soft_weight like the dense forms (D its tail's loss).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
- *   What this build's plans compute: every divergence (the reverse KL and the JSD in the
- *   two-pass row kernels, which then run one pass-2 block per row and, fused, read each chunk
- *   row once more; on a vocabulary shard they take a second exchange of records,
- *   kljit_experimental.h), softcaps, CE mixing (labels required when hard_weight > 0; a kept
- *   row's label outside [0, V) is not checked and gives CE = lse(z');
- *   on a shard the labels are global ids), padded teachers (unsharded) and the online teacher
- *   DENSE_HIDDEN (with its bias; on a shard, the shard's rows of its head), which has no
- *   checked mode (plans refuse it with KLJIT_ERR_UNSUPPORTED).
+ *   Row weights (KLJIT_FLAG_ROW_WEIGHTS, kljit_args.row_weights[N], fp32): w_i >= 0 and finite
+ *   (checked mode reports a kept row's negative, NaN or infinite weight; unchecked, a weight is
+ *   used as given) multiply row i's loss and gradient. They never change a reduction's divisor:
+ *   BATCHMEAN divides by the kept rows (a kept row of weight 0 still counts), MEAN by kept rows
+ *   times V, and where a global divisor replaces the kept rows (num_items_in_batch across data
+ *   parallel ranks and accumulation steps) the weights leave it as it is. A weighted mean
+ *   sum w_i l_i / sum w_i is REDUCTION_SUM divided by sum w_i (or that divisor set to sum w_i).
+ *   Optional outputs (kljit_args.row_loss, loss_parts; kljit_fused, kljit_forward, and a shard's
+ *   part in kljit_shard_finish): row_loss[i] = l_i above (t2 and w_i in, the reduction's
+ *   constant not; 0 for an ignored row), and loss_parts = {soft, hard}, the reduction of the
+ *   rows' w_i soft_weight t2 D_i and of their w_i hard_weight CE_i: the two add up to the loss.
+ *   Written by the pass that writes the loss, without a second pass over the logits.
+ *   What this build's plans compute: every divergence (the reverse KL, the JSD, TVD and the
+ *   skew KLs in the two-pass row kernels, which then run one pass-2 block per row and, fused,
+ *   read each chunk row once more; on a vocabulary shard they take a second exchange of
+ *   records, kljit_experimental.h), softcaps, CE mixing with label smoothing and the z-loss
+ *   (labels required when hard_weight > 0; a kept row's label outside [0, V) is not checked and
+ *   gives CE = lse(z') less its smoothing; on a shard the labels are global ids), row weights,
+ *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
+ *   shard, the shard's rows of its head), which has no checked mode (plans refuse it with
+ *   KLJIT_ERR_UNSUPPORTED). The sparse teacher takes neither row weights, label smoothing nor
+ *   the z-loss yet (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
  *
  * Conventions
  * -----------
@@ -70,8 +106,8 @@
  *   workspace: 256 bytes (cuBLASLt's workspace lives in it; cudaMalloc gives 256);
  *   input, weight, teacher, teacher_values, grad_input, grad_weight, teacher_input,
  *   teacher_weight: 16 bytes;
- *   bias, grad_bias, labels, teacher_ids, teacher_bias, loss, saved, grad_output: their
- *   element size.
+ *   bias, grad_bias, labels, teacher_ids, teacher_bias, loss, saved, grad_output, row_weights,
+ *   row_loss, loss_parts: their element size.
  */
 #ifndef KLJIT_H
 #define KLJIT_H
@@ -158,7 +194,10 @@ typedef enum kljit_teacher_form {
 typedef enum kljit_divergence {
   KLJIT_DIVERGENCE_FORWARD_KL = 1, /* KL(p || q), the default */
   KLJIT_DIVERGENCE_REVERSE_KL = 2, /* KL(q || p) (MiniLLM) */
-  KLJIT_DIVERGENCE_JSD = 3         /* generalized Jensen-Shannon with `beta` in [0, 1] */
+  KLJIT_DIVERGENCE_JSD = 3,        /* generalized Jensen-Shannon with `beta` in [0, 1] */
+  KLJIT_DIVERGENCE_TVD = 4,        /* total variation distance 1/2 sum |p - q| */
+  KLJIT_DIVERGENCE_SKEW_FORWARD_KL = 5, /* KL(p || a p + (1 - a) q), a = skew_alpha (DistiLLM) */
+  KLJIT_DIVERGENCE_SKEW_REVERSE_KL = 6  /* KL(q || a q + (1 - a) p), a = skew_alpha */
 } kljit_divergence;
 
 /* What teacher_values hold in the sparse form. */
@@ -223,7 +262,10 @@ enum {
    * adds nothing to M, the loss or G), duplicate ids give unspecified values, NaN propagates;
    * nothing faults. */
   KLJIT_FLAG_CHECK_INPUTS = 1u << 4,
-  KLJIT_FLAG_TEACHER_BIAS = 1u << 5     /* DENSE_HIDDEN: the teacher head has a bias bt[Vt]   */
+  KLJIT_FLAG_TEACHER_BIAS = 1u << 5,    /* DENSE_HIDDEN: the teacher head has a bias bt[Vt]   */
+  /* kljit_args.row_weights[N] (fp32) multiply each row's loss and gradient (the math section;
+   * dense teachers). Checked mode also reports a kept row's negative, NaN or infinite weight. */
+  KLJIT_FLAG_ROW_WEIGHTS = 1u << 6
 };
 
 /* The size limits kljit_plan_check enforces (tools and bindings quote them in messages). */
@@ -281,6 +323,11 @@ typedef struct kljit_problem {
   int64_t teacher_vocab;            /* dense teachers: Vt columns, V <= Vt <= 2^24; 0: Vt = V */
   int64_t teacher_ld;               /* dense teachers: row stride (elements) >= Vt; 0: Vt */
   int64_t teacher_hidden;           /* DENSE_HIDDEN: Ht, 1..2^20; 0 otherwise */
+  double skew_alpha;                /* SKEW_FORWARD_KL, SKEW_REVERSE_KL: a in [0, 1); 0
+                                     * otherwise */
+  /* The hard-label CE's extras (the math section), dense teachers; each needs hard_weight > 0 */
+  double label_smoothing;           /* ls in [0, 1]; default 0 */
+  double z_loss;                    /* zl in [0, 1e6]: zl lse(z')^2 added to CE; default 0 */
 } kljit_problem;
 
 /* The size of the first released kljit_problem, the stable part up to `flags`: every entry
@@ -296,7 +343,7 @@ typedef struct kljit_problem {
         KLJIT_TEACHER_DENSE_PROBS, 0, KLJIT_INT64, KLJIT_TOPK_PROBS, KLJIT_TAIL_NONE,         \
         KLJIT_TEMPERATURE_CONSTANT, 1.0, 0.0, KLJIT_REDUCTION_BATCHMEAN, KLJIT_INT64, -100,   \
         1e-20, KLJIT_FP32, KLJIT_ACCUM_FP32, 0u, 0, 0, 1, KLJIT_DIVERGENCE_FORWARD_KL, 0.0,  \
-        0.0, 1.0, 0.0, 0.0, 0, 0, 0                                                           \
+        0.0, 1.0, 0.0, 0.0, 0, 0, 0, 0.0, 0.0, 0.0                                            \
   }
 
 /* ---- context ---------------------------------------------------------------------------- */
@@ -500,6 +547,11 @@ typedef struct kljit_args {
   const void *teacher_weight;  /* Wt [Vt,Ht] (rows [V, Vt) are never read)                */
   const void *teacher_bias;    /* bt [Vt] teacher_dtype, with KLJIT_FLAG_TEACHER_BIAS, else
                                   NULL ([V, Vt) never read); absent from a shorter struct */
+  /* Row weights and the optional outputs (the math section); absent from a shorter struct. */
+  const float *row_weights;    /* [N] fp32 with KLJIT_FLAG_ROW_WEIGHTS, else NULL; backward
+                                  takes the same weights as its forward                   */
+  float *row_loss;             /* out, or NULL: [N] fp32 per-row loss l_i (fused, forward) */
+  float *loss_parts;           /* out, or NULL: [2] fp32 {soft, hard} parts of the loss    */
 } kljit_args;
 
 /* The size of the first released kljit_args (the fields up to `flags`): entry points accept a
@@ -509,7 +561,7 @@ typedef struct kljit_args {
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL, NULL }
+    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);

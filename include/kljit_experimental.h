@@ -47,16 +47,18 @@ extern "C" {
  *      "m d_on d_off mh dh": sum-exp on / off the local support, the CE's; the rest 0).
  *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][R]
  *      (rank s's records at all + s * N * R; e.g. ncclAllGather, or copies on one GPU).
- *   2b. Only where kljit_plan_shard_rounds says 2 (divergence REVERSE_KL or JSD, whose gradient
- *      needs the row total S = sum_v q_v g_v over the whole vocabulary): kljit_shard_sums
- *      writes this rank's part of S into slot S of its own records `stats` (from `all`; it
- *      recomputes the chunk logits, one GEMM per chunk more), and the caller all-gathers the
- *      records into `all` again. A finish without this round gets S = NaN: NaN gradients.
+ *   2b. Only where kljit_plan_shard_rounds says 2 (divergence REVERSE_KL, JSD, TVD or a skew
+ *      KL, whose gradient needs the row total S = sum_v q_v g_v over the whole vocabulary):
+ *      kljit_shard_sums writes this rank's part of S into slot S of its own records `stats`
+ *      (from `all`; it recomputes the chunk logits, one GEMM per chunk more), and the caller
+ *      all-gathers the records into `all` again. A finish without this round gets S = NaN: NaN
+ *      gradients.
  *   3. kljit_shard_finish: like kljit_fused, with the row statistics merged from the `shards`
  *      global records (in rank order: every rank gets the same numbers). It writes
  *        loss  THIS rank's part of the loss (the caller sums the ranks' losses: all-reduce),
  *        dX    this rank's partial G_r W_r (the caller sums the ranks' dX: all-reduce),
- *        dW, db this rank's rows of dW and db, complete (nothing to reduce).
+ *        dW, db this rank's rows of dW and db, complete (nothing to reduce),
+ *        and, where asked, THIS rank's part of row_loss and loss_parts (the caller sums them).
  * Both calls take the workspace of kljit_plan_workspace_size(KLJIT_MODE_FUSED) and the same
  * args (rows, input, weight, bias, labels, teacher...); shard_stats ignores the outputs. Not for
  * REDUCTION_NONE. Unsharded plans may use them too (shards = 1).
@@ -86,9 +88,10 @@ KLJIT_API kljit_status kljit_shard_finish(const kljit_plan *plan, void *stream,
                                           const kljit_args *args, const float *all, int shards);
 
 /* The whole sharded step through NCCL on `stream`: shard_stats, ncclAllGather of the records
- * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), for REVERSE_KL
- * and JSD shard_sums and a second ncclAllGather, shard_finish, then
- * ncclAllReduce (sum) in place of the loss (fp32) and dX (input dtype). `nccl_comm` is an
+ * (in the workspace: kljit_plan_workspace_size covers them when shards > 1), where the plan
+ * needs two rounds shard_sums and a second ncclAllGather, shard_finish, then
+ * ncclAllReduce (sum) in place of the loss (fp32), dX (input dtype) and, where asked, row_loss
+ * and loss_parts (fp32). `nccl_comm` is an
  * ncclComm_t whose size equals the problem's shards, its rank this rank's shard. NCCL is loaded
  * at run time (dlopen("libnccl.so.2")): KLJIT_ERR_UNSUPPORTED when it is missing or the
  * communicator's size differs. kljit sets nothing in NCCL's environment: set

@@ -100,6 +100,17 @@ static const void *teacher_bias_of(const kljit_args *a) {
   return ARGS_HAS(a, teacher_bias) ? a->teacher_bias : NULL;
 }
 
+/* The row weights and the optional outputs of `a`, NULL in a struct too short to have them. */
+static const float *row_weights_of(const kljit_args *a) {
+  return ARGS_HAS(a, row_weights) ? a->row_weights : NULL;
+}
+static float *row_loss_of(const kljit_args *a) {
+  return ARGS_HAS(a, row_loss) ? a->row_loss : NULL;
+}
+static float *loss_parts_of(const kljit_args *a) {
+  return ARGS_HAS(a, loss_parts) ? a->loss_parts : NULL;
+}
+
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
  * `known`, and a row count in [1, 2^31). */
 static kljit_status check_args_head(const kljit_args *a, uint32_t known, const char *who) {
@@ -151,6 +162,10 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
   if (!(pb->flags & KLJIT_FLAG_TEACHER_BIAS))
     TRY(check_absent(who, "teacher_bias", teacher_bias_of(a), "without KLJIT_FLAG_TEACHER_BIAS"));
+  if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS)
+    TRY(check_ptr(p, who, "row_weights", row_weights_of(a), 4));
+  else
+    TRY(check_absent(who, "row_weights", row_weights_of(a), "without KLJIT_FLAG_ROW_WEIGHTS"));
   if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
   if (!a->labels && pb->hard_weight != 0.0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: labels is NULL but hard_weight = %g: the "
@@ -177,7 +192,15 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   }
   const int grads = mode != KLJIT_MODE_FORWARD && !stats_only;
-  if (mode != KLJIT_MODE_BACKWARD && !stats_only) TRY(check_ptr(p, who, "loss", a->loss, 4));
+  if (mode != KLJIT_MODE_BACKWARD && !stats_only) {
+    TRY(check_ptr(p, who, "loss", a->loss, 4));
+    if (row_loss_of(a)) TRY(check_ptr(p, who, "row_loss", row_loss_of(a), 4));
+    if (loss_parts_of(a)) TRY(check_ptr(p, who, "loss_parts", loss_parts_of(a), 4));
+    if (loss_parts_of(a) && pb->hard_weight != 0.0 && !p->rec.geom.hard_parts)
+      return err_set(KLJIT_ERR_UNSUPPORTED, "%s: args->loss_parts with the sparse teacher and "
+                     "hard_weight = %g: its row kernels sum the CE into the divergence's loss "
+                     "partials (the dense teachers keep them apart)", who, pb->hard_weight);
+  }
   if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
   if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
   const int want_dx = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT);
@@ -414,6 +437,11 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->g = c->ws + c->w.g;
   k->part = c->ws + c->w.part;
   k->lossp = c->ws + c->w.lossp;
+  k->lossh = p->rec.geom.hard_parts ? (void *)(c->ws + c->w.lossh) : NULL;
+  k->row_weights = row_weights_of(a);
+  /* kl_finish_loss runs in fused and forward calls only */
+  k->row_loss = row_loss_of(a);
+  k->loss_parts = loss_parts_of(a);
   k->db = c->ws + c->w.db;
   k->check_flag = c->ws + c->w.check;
   k->teacher = p->pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN ? (const void *)(c->ws + c->w.zt)

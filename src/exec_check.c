@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* exec_check.c — checked mode (KLJIT_FLAG_CHECK_INPUTS): validate the teacher on the device
- * before a call writes anything.
+/* exec_check.c — checked mode (KLJIT_FLAG_CHECK_INPUTS): validate the teacher (and the row
+ * weights) on the device before a call writes anything.
  *
  * The rows module's check kernel runs one block per row and folds every bad row into one 64-bit
  * word, (row << 8) | kind, by atomicMin: the report names the smallest bad row, whatever the
@@ -18,6 +18,7 @@ static const char *kind_text(unsigned kind) {
   case 2: return "a duplicate id";
   case 3: return "a NaN or infinite value";
   case 4: return "a negative probability";
+  case 5: return "a negative, NaN or infinite weight";
   }
   return "an unknown defect";
 }
@@ -37,8 +38,11 @@ kljit_status exec_check_inputs(const kljit_plan *p, const kargs *k, int64_t rows
   if (st != KLJIT_SUCCESS) return st;
   if (verdict == UINT64_MAX) return KLJIT_SUCCESS;
   const unsigned long long row = (unsigned long long)(verdict >> 8);
-  const char *what = p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK ? "teacher_ids/teacher_values" : "teacher";
+  const unsigned kind = (unsigned)(verdict & 0xFF);
+  const char *what = kind == 5 ? "row_weights"
+                     : p->pb.teacher == KLJIT_TEACHER_SPARSE_TOPK ? "teacher_ids/teacher_values"
+                                                                  : "teacher";
   return err_set(KLJIT_ERR_BAD_INPUT_DATA,
                  "checked mode: %s row %llu has %s (nothing was written)", what, row,
-                 kind_text((unsigned)(verdict & 0xFF)));
+                 kind_text(kind));
 }

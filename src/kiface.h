@@ -84,7 +84,11 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(scale, f32)        /* kl_convert's factor */                                            \
   X(data, ptr)         /* kl_scale: the tensor scaled in place */                           \
   X(factor, ptr)       /* kl_scale: the device scalar */                                    \
-  X(out_dtype, i32)    /* kl_scale: data holds OUT (1) or GRAD (0) elements */            \
+  X(out_dtype, i32)    /* kl_scale: data holds OUT (1) or GRAD (0) elements */              \
+  X(row_weights, ptr)  /* the rows' weights (N), KLJIT_FLAG_ROW_WEIGHTS */                  \
+  X(lossh, ptr)        /* the CE's loss partials (rows, p2_split), apart from lossp */      \
+  X(row_loss, ptr)     /* kl_finish_loss: the per-row losses out (N), or NULL */            \
+  X(loss_parts, ptr)   /* kl_finish_loss: {soft, hard} out, or NULL */                      \
   X(map_a, tmap)       /* kl_gemm: A's TMA descriptor */                                    \
   X(map_b, tmap)       /* kl_gemm: B's TMA descriptor */                                    \
   X(gemm_c, ptr)       /* kl_gemm: C [M, N] */                                              \

@@ -73,3 +73,11 @@ const char *names_topk_values(kljit_topk_values v) {
 const char *names_tmode(kljit_temperature_mode m) {
   return m == KLJIT_TEMPERATURE_CONSTANT ? "const" : "runtime";
 }
+
+static const char *const DIVERGENCES[] = {NULL,  "forward",      "reverse",
+                                          "jsd", "tvd",          "skew-forward",
+                                          "skew-reverse"};
+const char *names_divergence(kljit_divergence d) {
+  return name_of(DIVERGENCES, COUNT(DIVERGENCES), (int)d);
+}
+int names_find_divergence(const char *s) { return find(DIVERGENCES, COUNT(DIVERGENCES), s); }

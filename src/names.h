@@ -23,5 +23,8 @@ int names_find_tail(const char *s);
 int names_find_teacher(const char *s);
 const char *names_topk_values(kljit_topk_values v); /* "probs" | "logprobs" */
 const char *names_tmode(kljit_temperature_mode m);  /* "const" | "runtime" */
+/* "forward" | "reverse" | "jsd" | "tvd" | "skew-forward" | "skew-reverse" ("?"), and back */
+const char *names_divergence(kljit_divergence d);
+int names_find_divergence(const char *s);
 
 #endif

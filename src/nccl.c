@@ -6,6 +6,7 @@
 #include "nccl.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -142,7 +143,7 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
     return st;
   int rounds = 1;
   if ((st = kljit_plan_shard_rounds(plan, &rounds))) return st;
-  if (rounds == 2) { /* REVERSE_KL, JSD: this rank's part of S, then the records again */
+  if (rounds == 2) { /* REVERSE_KL, JSD, TVD, skew KLs: this rank's part of S, then again */
     if ((st = kljit_shard_sums(plan, stream, args, all, pb->shards, local))) return st;
     if ((st = nccl_check(n, n->AllGather(local, all, nrec, NCCL_FLOAT32, comm, stream),
                          "ncclAllGather of the row totals")))
@@ -152,6 +153,18 @@ kljit_status kljit_fused_nccl(const kljit_plan *plan, void *stream, const kljit_
   if ((st = nccl_check(
            n, n->AllReduce(args->loss, args->loss, 1, NCCL_FLOAT32, NCCL_SUM, comm, stream),
            "ncclAllReduce of the loss")))
+    return st;
+  /* the optional outputs (absent from a shorter struct): every rank wrote its parts */
+  const int outs = args->struct_size >= offsetof(kljit_args, loss_parts) + sizeof(float *);
+  if (outs && args->row_loss &&
+      (st = nccl_check(n, n->AllReduce(args->row_loss, args->row_loss, (size_t)args->rows,
+                                       NCCL_FLOAT32, NCCL_SUM, comm, stream),
+                       "ncclAllReduce of the per-row losses")))
+    return st;
+  if (outs && args->loss_parts &&
+      (st = nccl_check(n, n->AllReduce(args->loss_parts, args->loss_parts, 2, NCCL_FLOAT32,
+                                       NCCL_SUM, comm, stream),
+                       "ncclAllReduce of the loss's parts")))
     return st;
   if (!(args->flags & KLJIT_EXEC_NO_GRAD_INPUT))
     st = nccl_check(

@@ -46,12 +46,35 @@ int64_t prob_teacher_ld(const kljit_problem *pb) {
 
 int prob_is_forward_kl(const kljit_problem *pb) {
   return pb->divergence == KLJIT_DIVERGENCE_FORWARD_KL ||
-         (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0);
+         (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0) ||
+         (pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0);
 }
 
 const char *prob_divergence_rows(const kljit_problem *pb) {
   if (prob_is_forward_kl(pb)) return NULL;
-  return pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->beta == 1.0 ? "reverse" : "jsd";
+  switch (pb->divergence) {
+  case KLJIT_DIVERGENCE_JSD: return pb->beta == 1.0 ? "reverse" : "jsd";
+  case KLJIT_DIVERGENCE_TVD: return "tvd";
+  case KLJIT_DIVERGENCE_SKEW_FORWARD_KL: return "skew_forward";
+  case KLJIT_DIVERGENCE_SKEW_REVERSE_KL: return pb->skew_alpha == 0.0 ? "reverse" : "skew_reverse";
+  default: return "reverse";
+  }
+}
+
+/* A divergence in messages. */
+static const char *divergence_text(kljit_divergence d) {
+  switch (d) {
+  case KLJIT_DIVERGENCE_REVERSE_KL: return "reverse KL";
+  case KLJIT_DIVERGENCE_JSD: return "JSD";
+  case KLJIT_DIVERGENCE_TVD: return "TVD";
+  case KLJIT_DIVERGENCE_SKEW_FORWARD_KL: return "skew forward KL";
+  case KLJIT_DIVERGENCE_SKEW_REVERSE_KL: return "skew reverse KL";
+  default: return "forward KL";
+  }
+}
+
+static int is_skew(kljit_divergence d) {
+  return d == KLJIT_DIVERGENCE_SKEW_FORWARD_KL || d == KLJIT_DIVERGENCE_SKEW_REVERSE_KL;
 }
 
 static int teacher_has_logits(kljit_teacher_form t) {
@@ -66,22 +89,41 @@ static int softcap_ok(double c) { return c == 0.0 || (c >= MIN_SOFTCAP && c <= M
 
 static int weight_ok(double w) { return w >= 0.0 && w <= MAX_WEIGHT; }
 
+/* The z-loss's lambda: PaLM's is 1e-4; a bound keeps 2 lambda lse(z') a normal fp32 number. */
+static const double MAX_Z_LOSS = 1e6;
+
 /* The loss-family fields (divergence, weights, softcaps, padded and online teachers): each
  * value in range, and the combinations whose math is defined. */
 static kljit_status validate_family(const kljit_problem *pb, const char *who) {
-  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL || pb->divergence > KLJIT_DIVERGENCE_JSD)
+  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL ||
+      pb->divergence > KLJIT_DIVERGENCE_SKEW_REVERSE_KL)
     return BAD("%s: divergence = %d is not a kljit_divergence", who, (int)pb->divergence);
   if (pb->divergence == KLJIT_DIVERGENCE_JSD && !(pb->beta >= 0.0 && pb->beta <= 1.0))
     return BAD("%s: beta = %g, must be in [0, 1] for KLJIT_DIVERGENCE_JSD", who, pb->beta);
   if (pb->divergence != KLJIT_DIVERGENCE_JSD && pb->beta != 0.0)
     return BAD("%s: beta = %g is set but only KLJIT_DIVERGENCE_JSD takes a beta (leave it 0)",
                who, pb->beta);
+  if (is_skew(pb->divergence) && !(pb->skew_alpha >= 0.0 && pb->skew_alpha < 1.0))
+    return BAD("%s: skew_alpha = %g, must be in [0, 1) for the %s (at 1 the loss would be 0 "
+               "for every input)", who, pb->skew_alpha, divergence_text(pb->divergence));
+  if (!is_skew(pb->divergence) && pb->skew_alpha != 0.0)
+    return BAD("%s: skew_alpha = %g is set but only KLJIT_DIVERGENCE_SKEW_FORWARD_KL and "
+               "SKEW_REVERSE_KL take it (leave it 0)", who, pb->skew_alpha);
   if (!weight_ok(pb->hard_weight))
     return BAD("%s: hard_weight = %g, must be in [0, %g]", who, pb->hard_weight, MAX_WEIGHT);
   if (!weight_ok(pb->soft_weight))
     return BAD("%s: soft_weight = %g, must be in [0, %g]", who, pb->soft_weight, MAX_WEIGHT);
   if (pb->hard_weight == 0.0 && pb->soft_weight == 0.0)
     return BAD("%s: hard_weight = soft_weight = 0: the loss would be 0 for every input", who);
+  if (!(pb->label_smoothing >= 0.0 && pb->label_smoothing <= 1.0))
+    return BAD("%s: label_smoothing = %g, must be in [0, 1]", who, pb->label_smoothing);
+  if (!(pb->z_loss >= 0.0 && pb->z_loss <= MAX_Z_LOSS))
+    return BAD("%s: z_loss = %g, must be in [0, %g]", who, pb->z_loss, MAX_Z_LOSS);
+  if (pb->hard_weight == 0.0 && (pb->label_smoothing != 0.0 || pb->z_loss != 0.0))
+    return BAD("%s: %s = %g is set but hard_weight = 0: label smoothing and the z-loss belong to "
+               "the hard-label CE term, which is off", who,
+               pb->label_smoothing != 0.0 ? "label_smoothing" : "z_loss",
+               pb->label_smoothing != 0.0 ? pb->label_smoothing : pb->z_loss);
   if (!softcap_ok(pb->softcap))
     return BAD("%s: softcap = %g, must be 0 (off) or in [%g, %g]", who, pb->softcap,
                MIN_SOFTCAP, MAX_SOFTCAP);
@@ -94,9 +136,9 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
                pb->teacher_softcap);
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
   if (sparse && !prob_is_forward_kl(pb))
-    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs log p at "
-                 "every column where q > 0, and p is unknown off the support", who,
-                 pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "reverse KL" : "JSD");
+    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs p at every "
+                 "column where q > 0, and p is unknown off the support", who,
+                 divergence_text(pb->divergence));
   if (pb->teacher_vocab != 0 &&
       (pb->teacher_vocab < pb->vocab || pb->teacher_vocab > MAX_VOCAB))
     return BAD("%s: teacher_vocab = %lld, must be 0 (= vocab) or in [vocab, %d] = [%lld, %d]",
@@ -135,6 +177,15 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
  * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
  * of it. */
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS)
+      return UNSUP("%s: KLJIT_FLAG_ROW_WEIGHTS with the sparse teacher: its row kernels do not "
+                   "take row weights yet (the dense teachers do)", who);
+    if (pb->label_smoothing != 0.0 || pb->z_loss != 0.0)
+      return UNSUP("%s: %s with the sparse teacher: its row kernels do not smooth the CE's "
+                   "labels or add the z-loss yet (the dense teachers do)", who,
+                   pb->label_smoothing != 0.0 ? "label_smoothing" : "z_loss");
+  }
   if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
       return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
@@ -248,7 +299,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                (int)pb->grad_weight_accum);
   const uint32_t known = KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
                          KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS |
-                         KLJIT_FLAG_TEACHER_BIAS;
+                         KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_ROW_WEIGHTS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
   const kljit_status st = validate_family(pb, who);
@@ -354,6 +405,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   /* hdr (kl_setup): fused keeps it here; two-phase keeps it at the start of `saved` */
   w.hdr = off, off += mode == KLJIT_MODE_FUSED ? align256((size_t)lay->hdr * sizeof(float)) : 0;
   w.lossp = off, off += mode != KLJIT_MODE_BACKWARD
+                            ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
+  /* the CE's loss partials, laid out as lossp's (geometry's hard_parts) */
+  w.lossh = off, off += mode != KLJIT_MODE_BACKWARD && g->hard_parts
                             ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
   w.part = off, off += mode != KLJIT_MODE_BACKWARD
                            && !g->tune.cluster

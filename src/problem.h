@@ -25,12 +25,14 @@ int64_t prob_vocab_total(const kljit_problem *pb);
 int prob_sharded(const kljit_problem *pb);
 
 /* A dense teacher's columns (teacher_vocab, or vocab) and row stride (teacher_ld, or those
- * columns), and whether the divergence is the forward KL (FORWARD_KL, or JSD with beta = 0). */
+ * columns), and whether the divergence is the forward KL (FORWARD_KL, JSD with beta = 0,
+ * SKEW_FORWARD_KL with alpha = 0). */
 int64_t prob_teacher_vocab(const kljit_problem *pb);
 int64_t prob_teacher_ld(const kljit_problem *pb);
 int prob_is_forward_kl(const kljit_problem *pb);
-/* The dense rows' DIV parameter: "reverse" (REVERSE_KL, JSD with beta = 1), "jsd", or NULL
- * (the forward KL). */
+/* The dense rows' DIV parameter: "reverse" (REVERSE_KL, JSD with beta = 1, SKEW_REVERSE_KL
+ * with alpha = 0), "jsd", "tvd", "skew_forward", "skew_reverse", or NULL (the forward KL, JSD
+ * with beta = 0, SKEW_FORWARD_KL with alpha = 0). */
 const char *prob_divergence_rows(const kljit_problem *pb);
 
 /* The tunable choices of a plan (what wisdom stores). */
@@ -79,6 +81,7 @@ typedef struct prob_geometry {
                                * one GEMM into dX) */
   int64_t dx_slice;           /* columns of V per slice (the last takes the rest) */
   int64_t dx_rows;            /* dx_split > 1: chunks of at least this many rows split */
+  int hard_parts;             /* the rows write the CE's loss partials apart (lossh) */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 
@@ -106,6 +109,7 @@ int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
  * is what kljit_plan_workspace_size reports. */
 typedef struct prob_workspace {
   size_t hdr, lossp, part, z, zt, g, dw, db, dxacc, check, stats, lt, total;
+  size_t lossh; /* the CE's loss partials (geometry's hard_parts), after lossp */
   size_t lt_size;
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,

@@ -53,6 +53,12 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   r->div = prob_divergence_rows(pb);
   r->sharded = prob_sharded(pb);
   r->beta = r->div && strcmp(r->div, "jsd") == 0 ? pb->beta : 0.0;
+  r->alpha = r->div && strncmp(r->div, "skew_", 5) == 0 ? pb->skew_alpha : 0.0;
+  r->roww = (pb->flags & KLJIT_FLAG_ROW_WEIGHTS) != 0;
+  r->lsmooth = pb->label_smoothing;
+  r->zloss = pb->z_loss;
+  /* the dense rows write the CE's loss partials apart (kl_finish_loss adds them up) */
+  g->hard_parts = pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && pb->hard_weight > 0.0;
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)
@@ -69,7 +75,9 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   *h = *r;
   h->family = KSPEC_HELPERS;
   /* the helpers never see logits, the teacher or the loss's terms */
-  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = 0.0;
+  h->tld = 0, h->softcap = h->tsoftcap = h->hard = h->soft1 = h->beta = h->alpha = 0.0;
+  h->lsmooth = h->zloss = 0.0;
+  h->roww = 0;
   h->div = NULL;
   h->tchunk = 0;
   h->tbdt = 0;

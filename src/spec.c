@@ -101,6 +101,13 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
     if (k->hard > 0.0 && k->offset > 0) out[n++] = pi("VOFF", k->offset);
+    if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
+    if (k->roww) out[n++] = pb("ROWW", 1);
+    if (k->hard > 0.0 && k->lsmooth > 0.0) {
+      out[n++] = pn("LSMOOTH", k->lsmooth);
+      if (k->vtot && k->vtot != k->v) out[n++] = pi("VTOT", k->vtot); /* its uniform's V */
+    }
+    if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);
     out[n++] = pi("SPLIT", k->split);

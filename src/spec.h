@@ -67,11 +67,16 @@ typedef struct kspec {
   double tsoftcap;    /* teacher logit cap (logits teacher); 0: none */
   double hard;        /* weight of the hard-label CE; 0: none */
   double soft1;       /* the divergence's weight minus 1 (0: the plain weight 1) */
-  const char *div;    /* "reverse" | "jsd", or NULL: the forward KL */
+  const char *div;    /* "reverse" | "jsd" | "tvd" | "skew_forward" | "skew_reverse", or NULL:
+                       * the forward KL */
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
   kljit_dtype tbdt;   /* the online teacher's bias dtype; 0: no teacher bias */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
+  double alpha;       /* skew_forward, skew_reverse: in (0, 1) */
+  int roww;           /* row weights */
+  double lsmooth;     /* the CE's label smoothing (HARD); 0: none */
+  double zloss;       /* the CE's z-loss (HARD); 0: none */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;
   const char *gemm_layout; /* "nt" | "nn" | "tn" */
@@ -82,7 +87,7 @@ typedef struct kspec {
   int gemm_tweaks;    /* KSPEC_GEMM_* bits; each a parameter only when set */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 36 }; /* dense rows: 20 always, 12 optional */
+enum { KSPEC_MAX_PARAMS = 40 }; /* dense rows: 20 always, 17 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

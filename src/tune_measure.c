@@ -280,6 +280,8 @@ static kljit_status setup(bench *b) {
   a.grad_input = (void *)(uintptr_t)b->dx, a.grad_weight = (void *)(uintptr_t)b->dw;
   a.grad_bias = bias ? (void *)(uintptr_t)b->db : NULL;
   a.saved = (float *)(uintptr_t)b->saved, a.grad_output = (const float *)(uintptr_t)b->gout;
+  /* row weights of 1 (the upstream gradient's buffer holds n ones) */
+  if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS) a.row_weights = (const float *)(uintptr_t)b->gout;
   b->a = a;
   return st;
 }

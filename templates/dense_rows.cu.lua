@@ -64,11 +64,20 @@
 %--            by c t2) and wh c g (softmax(z') - [v = y]) to G. T2: whether t2 = T^2.
 %--            The saved row statistics (ROWSTAT below) grow from 4 to 8 floats a row.
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
-%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd, in (0, 1):
+%--   DIV      reverse|jsd|tvd|skew_forward|skew_reverse (absent: the forward KL), BETA for
+%--            jsd, in (0, 1), ALPHA for the skew KLs, in (0, 1):
 %--              reverse  loss q (log q - log p),  G = gscale q (g - S), g = log q - log p
 %--              jsd      m = beta p + (1 - beta) q, loss beta p (log p - log m) + (1 - beta)
 %--                       q (log q - log m),  G = gscale q (g - S), g = (1 - beta) log(q / m)
 %--                       computed less its constant as -(1 - beta) log1p(beta p / ((1 - beta) q))
+%--              tvd      loss 1/2 |p - q|,  G = gscale q (g - S), g = sign(q - p) / 2
+%--                       computed less 1/2: 0 where q > p
+%--              skew_forward  m = a p + (1 - a) q, loss p (log p - log m), g = -(1 - a) p / m:
+%--                       0 where q >> p (a peaked student), as the JSD's g
+%--              skew_reverse  m = a q + (1 - a) p, loss q (log q - log m) = -q log1p((1 - a)
+%--                       (r - 1)) with r = p / q, g = log(q / m) - a q / m computed less its
+%--                       constant -log(a) - 1 as k r / (1 + k r) - log1p(k r), k = (1 - a) / a:
+%--                       0 where q >> p (a peaked student), as the JSD's g
 %--            S = sum_v q g is a row total G needs before its first column: pass 2 runs one
 %--            block per row (P2SPLIT = 1) and, fused, sweeps the row once for S before the
 %--            sweep that writes G; forward saves S (row statistic 5) for backward. The cluster
@@ -78,6 +87,16 @@
 %--            the records carry it in slot S (kl_dense_merge writes NaN there until then: a
 %--            skipped round shows as NaN, not as a plausible gradient), and pass 2 adds the
 %--            shards' slots 7 for S instead of its own sweep.
+%--   LSMOOTH  HARD only: label smoothing ls in (0, 1]: the CE's target (1 - ls) one-hot + ls
+%--            uniform over the VTOT columns (VTOT: the global V of a shard; absent: V). Pass 2
+%--            adds -(ls / VTOT) z' of its columns to the loss partial and -wh c g ls / VTOT to
+%--            every G; the label column gets (1 - ls) of what it had.
+%--   ZLOSS    HARD only: z-loss zl > 0, zl lse(z')^2 added to the CE (once per row, with its
+%--            lse), and 2 zl lse(z') softmax(z') to its gradient.
+%--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss partials and gscale; with
+%--            CHECK, kl_dense_check reports a kept row's negative, NaN or infinite weight.
+%--   With HARD, pass 2 writes the CE's part of the loss partial apart, to lossh[row][P2SPLIT]
+%--   (lossp keeps the divergence's): kl_finish_loss adds them and reports the parts.
 %--   VOFF     HARD only: first global id of this vocabulary shard (absent: 0). The labels are
 %--            global: the CE's -z'_y is this shard's where y - VOFF is one of its columns, and
 %--            its lse(z') (from the records' slots 5, 6: global) is added by the shard whose
@@ -90,7 +109,7 @@
 %local iface = include("iface.cu.lua")
 %local params = include("params.cu.lua")
 %local dt, size = params.dt, params.size
-%params.module()
+%local VTOT = params.module()
 %params.rows({ "LOGIT", "GRAD", "TDT", "BDT" })
 %if P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits" then
 %  reject("TEACHER must be probs, logprobs or logits")
@@ -139,10 +158,24 @@
 %-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
 %local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %local DIVX = P.DIV ~= nil
-%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%if DIVX and not DIVS[P.DIV] then
+%  reject("DIV must be reverse, jsd, tvd, skew_forward or skew_reverse")
+%end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
 %end
+%local SKEW = P.DIV == "skew_forward" or P.DIV == "skew_reverse"
+%if (SKEW or P.ALPHA ~= nil) and not (SKEW and P.ALPHA and P.ALPHA > 0 and P.ALPHA < 1) then
+%  reject("ALPHA must be in (0, 1) and needs DIV = skew_forward or skew_reverse")
+%end
+%if P.LSMOOTH ~= nil and not (HARD and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
+%  reject("LSMOOTH must be in (0, 1] and needs HARD")
+%end
+%if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
+%  reject("ZLOSS must be > 0 and needs HARD")
+%end
+%local ROWW = P.ROWW or false
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
 %-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
 %-- student max and sum-exp of s (m, d), teacher mass (sp), teacher logits' max and sum-exp (mt,
@@ -205,17 +238,28 @@
 %  P2 = { threads = P.THREADS, min_blocks = 65536 // (P.THREADS * 128), cluster = P.CLUSTER }
 %end
 %local CHECK_THREADS = 256
+%-- the row weights: pass 2 (every mode) and the check read them; S does not depend on them
+%local RW = { "row_weights", "const float* __restrict__" }
+%if ROWW then table.insert(row_in, RW) end
+%local check_in = {
+%  { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
+%  { "labels_is64", "int" }, { "ignore_index", "i64" },
+%  { "flag", "u64*", role = "check_flag" } }
+%if ROWW then table.insert(check_in, 5, RW) end
 %local K = iface.family(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, threads = P.THREADS,
 %    args = stats_in } },
-%  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0, P2), {
+%  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0, P2,
+%                   HARD and { { "lossh", "float* __restrict__" } } or nil), {
 %  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0, threads = P.THREADS,
 %    args = sums_in },
-%  { name = "kl_dense_check", step = "check", when = P.CHECK, threads = CHECK_THREADS, args = {
-%    { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
-%    { "labels_is64", "int" }, { "ignore_index", "i64" },
-%    { "flag", "u64*", role = "check_flag" } } },
+%  { name = "kl_dense_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
+%    args = check_in },
 %}), { iface.HDR, PART, ROWSTAT })
+%-- the row weights and the CE's loss partials in pass 2's signature, calls and loss
+%local RWP = ROWW and " const float* __restrict__ row_weights," or ""
+%local RWA = ROWW and " row_weights," or ""
+%local LHP = HARD and " float* __restrict__ lossh," or ""
 
 #define V {{ P.V }}
 #define LD {{ P.LD }}
@@ -490,6 +534,13 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
 struct ce_t {
   int y;
   float lse1, t, gh, loss;
+%if P.ZLOSS then
+  float gz;   /* gh (1 + 2 zl lse(z')): the softmax's coefficient with the z-loss */
+%end
+%if P.LSMOOTH then
+  float gu;   /* gh ls / VTOT: the uniform target's share of every column */
+  float zsum; /* this thread's sum of z' over its columns */
+%end
 };
 
 %end
@@ -530,6 +581,37 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %  if P.DIV == "reverse" then
     const float g = logq - lp;
     if (MODE != MODE_BACKWARD && q != 0.0f) loss += q * g;
+%  elseif P.DIV == "tvd" then
+    /* sign(q - p) / 2 less 1/2 (0 at a tie, as tests/ref.c): 0 where q > p, so where the
+     * student's mass all lies above the teacher's (a peaked student) S = -(q's mass where
+     * q < p) is summed directly instead of as 1/2 - a little, which would cancel against g's
+     * 1/2 only as far as the row's q sum to 1 in fp32. No log, no floor: p = 0 weighs q / 2. */
+    const float d = q - p;
+    const float g = d > 0.0f ? 0.0f : d < 0.0f ? -1.0f : -0.5f;
+    if (MODE != MODE_BACKWARD) loss += 0.5f * fabsf(d);
+%  elseif P.DIV == "skew_forward" then
+    /* g = -(1 - a) p / m is 0 where q >> p (a peaked student), as the JSD's g: there g and S
+     * nearly agree, and a constant in g would cancel against S only as far as the row's q sum
+     * to 1 in fp32 (the JSD's lesson, in its comment). m at the smallest normal where p and q
+     * are both below it (flog's ftz would make log m -inf): every term it enters is then
+     * multiplied by p or q < 2^-125. __fdividef: m <= 1, far below its 2^126 limit. */
+    const float m = fmaxf({{ f32(P.ALPHA) }} * p + {{ f32(1.0 - P.ALPHA) }} * q, 1.17549435e-38f);
+    const float g = {{ f32(P.ALPHA - 1.0) }} * __fdividef(p, m);
+    if (MODE != MODE_BACKWARD && p != 0.0f) loss += p * (lp - flog(m));
+%  elseif P.DIV == "skew_reverse" then
+%    local SRATIO = P.TEACHER == "probs" and "__fdividef(p, q)"
+%                   or "fexp(" .. (P.TEACHER == "logits" and "logp" or "t[i]") .. " - logq)"
+    /* From r = p / q, as the JSD's g (and for the same reason: where q >> p, a peaked
+     * student, g and S nearly agree): g less its constant -log(a) - 1 is k r / (1 + k r) -
+     * log1p(k r), k = (1 - a) / a, 0 at r = 0; the loss q (log q - log m) = -q log1p((1 - a)
+     * (r - 1)), exact where r nears 1 (the student matches) and where r nears 0 (log a). r and
+     * k r capped at 1e30 (there the column's q < 1e-30 p: it weighs nothing), which keeps
+     * __fdividef below its 2^126 limit. */
+    const float r = q != 0.0f ? fminf({{ SRATIO }}, 1e30f) : 0.0f;
+    const float kr = fminf({{ f32((1.0 - P.ALPHA) / P.ALPHA) }} * r, 1e30f);
+    const float g = __fdividef(kr, 1.0f + kr) - log1pf(kr);
+    if (MODE != MODE_BACKWARD && q != 0.0f)
+      loss -= q * log1pf({{ f32(1.0 - P.ALPHA) }} * (r - 1.0f));
 %  else
 #define BETA {{ f32(P.BETA) }}
     const float m = BETA * p + (1.0f - BETA) * q;
@@ -567,11 +649,21 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %end
 %if HARD then
     const float zc = s[i] * ce.t; /* z' */
-    gv[i] += ce.gh * fexp(zc - ce.lse1);
+    gv[i] += {{ P.ZLOSS and "ce.gz" or "ce.gh" }} * fexp(zc - ce.lse1);
+%  if P.LSMOOTH then
+    gv[i] -= ce.gu;
+    /* a column outside the row (its s is -inf: cluster lanes past the segment) adds nothing */
+    if (MODE != MODE_BACKWARD && s[i] != KL_NEG_INF) ce.zsum += zc;
+    if (v + i == ce.y) {
+      gv[i] -= {{ f32(1.0 - P.LSMOOTH) }} * ce.gh;
+      if (MODE != MODE_BACKWARD) ce.loss -= {{ f32(1.0 - P.LSMOOTH) }} * zc;
+    }
+%  else
     if (v + i == ce.y) {
       gv[i] -= ce.gh;
       if (MODE != MODE_BACKWARD) ce.loss -= zc;
     }
+%  end
 %end
 %if P.SOFTCAP then
     const float th = s[i] * kcap; /* tanh(z / c) */
@@ -622,6 +714,13 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   ce.lse1 = rs.lse1;
   ce.gh = gscale * {{ f32(P.HARD) }} * ce.t * {{ INV_T2 }};
   ce.loss = 0.0f;
+%if P.ZLOSS then
+  ce.gz = ce.gh * (1.0f + {{ f32(2.0 * P.ZLOSS) }} * ce.lse1);
+%end
+%if P.LSMOOTH then
+  ce.gu = ce.gh * {{ f32(P.LSMOOTH / VTOT) }};
+  ce.zsum = 0.0f;
+%end
   {
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
@@ -634,18 +733,40 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   }
 %end
 %end
-%-- The block's loss partial before its sum, in both variants: the divergence's weight, and
-%-- the CE's wh / t2 (lse(z'), once per row, minus z'_y where this block holds the label).
-%local function loss_terms()
+%-- The block's loss partials, summed over the block and stored at lossp (and lossh) + idx, in
+%-- both variants: the divergence's weight, the CE's wh / t2 (lse(z') and its z-loss once per
+%-- row, minus (1 - ls) z'_y where this block holds the label, minus ls / VTOT sum z'), the
+%-- row weight; the CE's part goes to lossh apart (every thread calls it: block sums).
+%local function loss_terms(idx)
 %if HARD or P.SOFT then
     loss *= {{ f32(P.SOFT or 1.0) }};
 %end
 %if HARD then
 %if VOFF == 0 then
+%  if P.ZLOSS then
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      ce.loss += ce.lse1 * (1.0f + {{ f32(P.ZLOSS) }} * ce.lse1);
+%  else
     if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
+%  end
 %end
-    loss += {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%if P.LSMOOTH then
+    ce.loss -= {{ f32(P.LSMOOTH / VTOT) }} * ce.zsum;
 %end
+    float hard = {{ f32(P.HARD) }} * {{ INV_T2 }} * ce.loss;
+%end
+%if ROWW then
+    loss *= rw;
+%  if HARD then
+    hard *= rw;
+%  end
+%end
+    loss = block_sum<THREADS>(loss, sh_f);
+%if HARD then
+    hard = block_sum<THREADS>(hard, sh_f);
+    if (threadIdx.x == 0) lossh[{{ idx }}] = hard;
+%end
+    if (threadIdx.x == 0) lossp[{{ idx }}] = loss;
 %end
 %-- The two-pass rows' sweep for S (DIV): this thread's part of sum_v q g over [v0, v1) into
 %-- sacc (needs zr, tr, bias, invT, invTT, rs and row_setup()'s values); elem_terms' BACKWARD
@@ -720,11 +841,11 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
 template <int MODE>
 __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
                                       const teach_t* __restrict__ teacher,
-                                      const bias_t* __restrict__ bias,{{ TBP }} const void* labels,
-                                      int labels_is64, i64 ignore_index,
+                                      const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }}
+                                      const void* labels, int labels_is64, i64 ignore_index,
                                       const float* __restrict__ hdr,
                                       const float* __restrict__ part, int nrec, i64 srow,
-                                      i64 srec, float* rowstat, float* __restrict__ lossp,
+                                      i64 srec, float* rowstat, float* __restrict__ lossp,{{ LHP }}
                                       const float* __restrict__ gout, int gout_per_row,
                                       i64 row0) {
   const int r = blockIdx.y;
@@ -757,6 +878,9 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   if (rs.kept == 0.0f) {
     if (MODE != MODE_FORWARD) zero_range(gr, v0, v1);
     if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = 0.0f;
+%if HARD then
+    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossh[row * P2SPLIT + blockIdx.x] = 0.0f;
+%end
     return;
   }
   const float invT = INV_T(hdr);
@@ -765,7 +889,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 #else
   const float invTT = 1.0f;
 #endif
-  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
+%if ROWW then
+  const float rw = row_weights[row];
+%end
+  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }};
 %row_setup()
   const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
   float loss = 0.0f;
@@ -818,9 +945,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   }
 #endif
   if (MODE != MODE_BACKWARD) {
-%loss_terms()
-    loss = block_sum<THREADS>(loss, sh_f);
-    if (threadIdx.x == 0) lossp[row * P2SPLIT + blockIdx.x] = loss;
+%loss_terms("row * P2SPLIT + blockIdx.x")
 %if DIVX then
     if (MODE == MODE_FORWARD) { /* S for backward (one block per row: the whole row's) */
       sacc = block_sum<THREADS>(sacc, sh_f);
@@ -853,12 +978,12 @@ __device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
 template <int MODE>
 __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
                                             const teach_t* __restrict__ teacher,
-                                            const bias_t* __restrict__ bias,{{ TBP }} const void* labels,
-                                            int labels_is64, i64 ignore_index,
+                                            const bias_t* __restrict__ bias,{{ TBP }}{{ RWP }}
+                                            const void* labels, int labels_is64, i64 ignore_index,
                                             const float* __restrict__ hdr,
                                             const float* __restrict__ part, int nrec,
                                             i64 srow, i64 srec, float* rowstat,
-                                            float* __restrict__ lossp,
+                                            float* __restrict__ lossp,{{ LHP }}
                                             const float* __restrict__ gout, int gout_per_row,
                                             i64 row0) {
   const int r = blockIdx.y;
@@ -876,6 +1001,9 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   if (!row_kept(labels, labels_is64, ignore_index, row)) {
     if (MODE != MODE_FORWARD) zero_range(gr, seg_begin(), seg_end());
     if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = 0.0f;
+%if HARD then
+    if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossh[row * SPLIT + blockIdx.x] = 0.0f;
+%end
     if (MODE == MODE_FORWARD && blockIdx.x == 0 && threadIdx.x == 0) {
       row_t rs;
       rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
@@ -940,7 +1068,10 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     cluster_sync(); /* no block leaves (freeing its records) before every peer has read them */
     rs = sh_row;
   }
-  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE);
+%if ROWW then
+  const float rw = row_weights[row];
+%end
+  const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }};
 %row_setup()
 %if DIVX then
   float sacc = 0.0f;
@@ -983,9 +1114,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     }
   }
   if (MODE != MODE_BACKWARD) {
-%loss_terms()
-    loss = block_sum<THREADS>(loss, sh_f);
-    if (threadIdx.x == 0) lossp[row * SPLIT + blockIdx.x] = loss;
+%loss_terms("row * SPLIT + blockIdx.x")
   }
 }
 #define ROW_BODY cluster_row
@@ -993,18 +1122,21 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 {{ K.kernel("kl_dense_fused") }} {
-  ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, part, nrec,
-                       srow, srec, nullptr, lossp, nullptr, 0, row0);
+  ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index,
+                       hdr, part, nrec, srow, srec, nullptr,
+                       lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_dense_forward") }} {
-  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr,
-                         part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
+  ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
+                         ignore_index, hdr, part, nrec, srow, srec, rowstat,
+                         lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_dense_backward") }} {
-  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }} labels, labels_is64, ignore_index, hdr, nullptr,
-                          0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+  ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
+                          ignore_index, hdr, nullptr, 0, 0, 0, (float*)rowstat,
+                          nullptr,{{ HARD and " nullptr," or "" }} gout, gout_per_row, row0);
 }
 %if P.CLUSTER == 0 then
 
@@ -1079,7 +1211,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 /* Checked mode: one block per row of the call (blockIdx.x); ignored rows are not checked. The
  * first bad row (smallest index) and its kind -> flag as (row << 8) | kind via atomicMin:
  * 3 a value NaN or infinite (-inf allowed for log-probs and logits: p = 0), 4 a negative
- * probability. */
+ * probability, 5 (ROWW) a negative, NaN or infinite row weight. */
 {{ K.kernel("kl_dense_check") }} {
   const i64 row = blockIdx.x;
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
@@ -1094,6 +1226,10 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
     if (!finite && t != KL_NEG_INF) bad = 3;
 #endif
   }
+%if ROWW then
+  const float w = row_weights[row]; /* 5: the row's weight negative, NaN or infinite */
+  if (!(w >= 0.0f) || (__float_as_uint(w) & 0x7f800000u) == 0x7f800000u) bad = 5;
+%end
   if (bad) atomicMin(flag, ((u64)row << 8) | (u64)bad);
 }
 %end

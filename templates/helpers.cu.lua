@@ -2,13 +2,16 @@
 %-- helpers.cu.lua: the small kernels around the row kernels of one plan.
 %--
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
-%--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, 0...} (the record
-%--                   iface.HDR, templates/iface.cu.lua) with
+%--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, t2, 0...} (the
+%--                   record iface.HDR, templates/iface.cu.lua) with
 %--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept VTOT) (mean), 0 if kept = 0,
 %--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1,
 %--                   gmult the power of two fp16 G is stored times (exec.c; the GEMMs undo it).
-%--   kl_finish_loss  one block: row losses from the per-split partials, reduced in double in a
-%--                   fixed order -> loss[0] = loss_scale * sum; or loss[i] per row (none).
+%--   kl_finish_loss  one block: row losses from the per-split partials (lossp, plus the CE's
+%--                   lossh where the rows write it apart), reduced in double in a fixed order
+%--                   -> loss[0] = loss_scale * sum; or loss[i] per row (none). Optional outputs
+%--                   (NULL: none): row_loss[i] = t2 * the row's partials (the row's loss before
+%--                   the reduction), parts = {loss_scale * sum lossp, loss_scale * sum lossh}.
 %--   kl_colsum       db accumulation: acc[v] (+)= sum over the chunk's rows of G[r, v], rows in
 %--                   order (deterministic, no atomics).
 %--   kl_convert      dst (+)= scale * src, fp32 -> OUT dtype (dW, db from their fp32
@@ -43,9 +46,11 @@
 %    { "n", "i64", role = "rows" }, { "T", "float", role = "temperature" }, { "gmult", "float" },
 %    { "hdr", "float* __restrict__" } } },
 %  { name = "kl_finish_loss", step = "finish_loss", threads = WIDE, args = {
-%    { "lossp", "const float* __restrict__" }, { "split", "int", role = "p2_split" },
-%    { "n", "i64", role = "rows" }, { "hdr", "const float* __restrict__" },
-%    { "loss", "float* __restrict__" } } },
+%    { "lossp", "const float* __restrict__" }, { "lossh", "const float* __restrict__" },
+%    { "split", "int", role = "p2_split" }, { "n", "i64", role = "rows" },
+%    { "hdr", "const float* __restrict__" }, { "loss", "float* __restrict__" },
+%    { "row_loss", "float* __restrict__" }, { "parts", "float* __restrict__",
+%      role = "loss_parts" } } },
 %  { name = "kl_colsum", step = "colsum", threads = NARROW, args = {
 %    { "g", "const grad_t* __restrict__" }, { "rows", "int", role = "chunk_rows" },
 %    { "acc", "float* __restrict__", role = "db" }, { "accumulate", "int" } } },
@@ -91,27 +96,38 @@ typedef {{ dt[P.OUT] }} out_t;
     hdr[HDR_GRAD_SCALE] = (float)(c * t2 / (double)T * (double)gmult);
     hdr[HDR_KEPT] = (float)total;
     hdr[HDR_INV_T] = (float)(1.0 / (double)T);
+    hdr[HDR_T2] = (float)t2; /* the per-row loss's scale (kl_finish_loss) */
     for (int k = HDR_SLOTS; k < HDR_FLOATS; k++) hdr[k] = 0.0f;
   }
 }
 
 {{ K.kernel("kl_finish_loss") }} {
-  /* lossp: (n, split) partial row losses; loss: scalar, or (n) for reduction none */
+  /* lossp, lossh (or NULL): (n, split) partial row losses, the CE's apart in lossh; loss:
+   * scalar, or (n) for reduction none; row_loss (n) and parts (2): NULL or outputs */
   __shared__ double shd[32];
-  double acc = 0.0;
+  double acc = 0.0, acch = 0.0;
   for (i64 i = threadIdx.x; i < n; i += WIDE) {
-    double row = 0.0;
+    double row = 0.0, rowh = 0.0;
     for (int k = 0; k < split; k++) row += (double)lossp[i * split + k];
+    if (lossh)
+      for (int k = 0; k < split; k++) rowh += (double)lossh[i * split + k];
 #if REDUCTION == 4
-    loss[i] = (float)(row * (double)hdr[HDR_LOSS_SCALE]);
-#else
+    loss[i] = (float)((row + rowh) * (double)hdr[HDR_LOSS_SCALE]);
+#endif
+    if (row_loss) row_loss[i] = (float)((row + rowh) * (double)hdr[HDR_T2]);
     acc += row;
-#endif
+    acch += rowh;
   }
-#if REDUCTION != 4
   acc = block_sum_d<WIDE>(acc, shd);
-  if (threadIdx.x == 0) loss[0] = (float)(acc * (double)hdr[HDR_LOSS_SCALE]);
+  if (lossh) acch = block_sum_d<WIDE>(acch, shd);
+  if (threadIdx.x == 0) {
+#if REDUCTION != 4
+    loss[0] = (float)((acc + acch) * (double)hdr[HDR_LOSS_SCALE]);
 #endif
+    if (parts)
+      parts[0] = (float)(acc * (double)hdr[HDR_LOSS_SCALE]),
+      parts[1] = (float)(acch * (double)hdr[HDR_LOSS_SCALE]);
+  }
 }
 
 {{ K.kernel("kl_colsum") }} {

@@ -68,7 +68,8 @@
 %-- The plan header kl_setup writes (helpers.cu.lua) and every row kernel reads: the loss's and
 %-- the gradient's scales, the kept rows, 1 / T. In the workspace (fused) or at the start of
 %-- the caller's `saved` (two-phase), before the rows' saved statistics.
-%M.HDR = { name = "hdr", floats = 8, slots = { "loss_scale", "grad_scale", "kept", "inv_t" } }
+%M.HDR = { name = "hdr", floats = 8,
+%          slots = { "loss_scale", "grad_scale", "kept", "inv_t", "t2" } }
 %-- The index of slot `name` of record `rec`.
 %function M.slot(rec, name)
 %  for i, s in ipairs(rec.slots) do
@@ -87,22 +88,23 @@
 %-- The four pass-2 kernels every row family has (fused, forward, backward, merge), named
 %-- <prefix>_<step>, over the family's own per-row inputs `row_in`; `merge_when` as a kernel's
 %-- `when` (nil: always); `launch` the pass-2 kernels' geometry ({ threads =, min_blocks =,
-%-- cluster = }). Their arguments beyond row_in are the same in every family; merge runs one
+%-- cluster = }); `loss_out` (nil: none) the family's loss outputs after lossp in the kernels
+%-- that write the loss. Their other arguments are the same in every family; merge runs one
 %-- thread per chunk row, MERGE_THREADS a block.
 %M.MERGE_THREADS = 256
-%function M.row_passes(prefix, row_in, merge_when, launch)
+%function M.row_passes(prefix, row_in, merge_when, launch, loss_out)
 %  local Z, G = { { "z", "const logit_t*" } }, { { "g", "grad_t*" } }
 %  local ROW0 = { { "row0", "i64" } }
 %  local recs = { { "part", "const float* __restrict__", role = "recs" }, { "nrec", "int" },
 %    { "srow", "i64" }, { "srec", "i64" } }
+%  local LOSS = M.args({ { "lossp", "float* __restrict__" } }, loss_out or {})
 %  local function pass(step, args)
 %    return { name = prefix .. "_" .. step, step = step, threads = launch.threads,
 %             min_blocks = launch.min_blocks, cluster = launch.cluster, args = args }
 %  end
 %  return {
-%    pass("fused", M.args(Z, G, row_in, recs, { { "lossp", "float* __restrict__" } }, ROW0)),
-%    pass("forward", M.args(Z, row_in, recs, { { "rowstat", "float*" },
-%                           { "lossp", "float* __restrict__" } }, ROW0)),
+%    pass("fused", M.args(Z, G, row_in, recs, LOSS, ROW0)),
+%    pass("forward", M.args(Z, row_in, recs, { { "rowstat", "float*" } }, LOSS, ROW0)),
 %    pass("backward", M.args(Z, G, row_in, { { "rowstat", "const float*" },
 %                            { "gout", "const float* __restrict__", role = "grad_output" },
 %                            { "gout_per_row", "int", role = "per_row" } }, ROW0)),

@@ -736,6 +736,58 @@ static int grad_scale_multiplies_the_gradients_and_older_structs_get_one(void) {
   return TH_PASS;
 }
 
+/* Row weights and the optional outputs (issue 29): KLJIT_FLAG_ROW_WEIGHTS and args->row_weights
+ * go together, in every mode (backward reads the weights too); a misaligned row_weights,
+ * row_loss or loss_parts is refused before any write; a struct that ends before them (an
+ * older caller) reads none of them, whatever lies beyond its size. */
+static int row_weights_and_the_optional_outputs_are_validated_before_any_write(void) {
+  fixture f, g;
+  kljit_problem pb = small_problem();
+  pb.flags = KLJIT_FLAG_ROW_WEIGHTS;
+  int rc = fixture_make(&f, &pb);
+  if (rc != TH_PASS) return rc;
+  pb.flags = 0;
+  if ((rc = fixture_make(&g, &pb)) != TH_PASS) return rc;
+  gbuf rw, rl, parts;
+  double ones[ROWS];
+  for (int i = 0; i < ROWS; i++) ones[i] = 1.0;
+  TH_CHECK(!(gbuf_alloc(&rw, KLJIT_FP32, ROWS) | gbuf_upload(&rw, ones, NULL) |
+             gbuf_alloc(&rl, KLJIT_FP32, ROWS) | gbuf_alloc(&parts, KLJIT_FP32, 2)));
+  int bad = 0;
+  for (int m = 0; m < 3; m++) {
+    const kljit_mode mode = all_modes[m];
+    kljit_args a = good_args(&f, mode);
+    bad += !expect_rejected(&f, mode, &a, KLJIT_ERR_INVALID_ARGUMENT, "args->row_weights is NULL",
+                            NULL);
+    a.row_weights = (const float *)((const char *)rw.ptr + 2);
+    bad += !expect_rejected(&f, mode, &a, KLJIT_ERR_MISALIGNED, "args->row_weights", "4-byte");
+    a = good_args(&g, mode);
+    a.row_weights = rw.ptr;
+    bad += !expect_rejected(&g, mode, &a, KLJIT_ERR_INVALID_ARGUMENT, "args->row_weights",
+                            "KLJIT_FLAG_ROW_WEIGHTS");
+    if (mode == KLJIT_MODE_BACKWARD) continue; /* backward writes no loss: it reads neither */
+    a = good_args(&g, mode);
+    a.row_loss = (float *)((char *)rl.ptr + 2);
+    bad += !expect_rejected(&g, mode, &a, KLJIT_ERR_MISALIGNED, "args->row_loss", NULL);
+    a = good_args(&g, mode);
+    a.loss_parts = (float *)((char *)parts.ptr + 1);
+    bad += !expect_rejected(&g, mode, &a, KLJIT_ERR_MISALIGNED, "args->loss_parts", NULL);
+    /* an older struct: the fields past teacher_bias hold garbage it cannot know of */
+    a = good_args(&g, mode);
+    a.row_weights = (const float *)(uintptr_t)1, a.row_loss = (float *)(uintptr_t)3;
+    a.struct_size = offsetof(kljit_args, row_weights);
+    if (mode == KLJIT_MODE_FORWARD) { /* forward needs nothing beyond; fused likewise */
+      TH_OK(kljit_forward(g.plan, NULL, &a));
+    } else {
+      TH_OK(kljit_fused(g.plan, NULL, &a));
+    }
+    TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  gbuf_free(&rw), gbuf_free(&rl), gbuf_free(&parts);
+  fixture_free(&f), fixture_free(&g);
+  return bad ? TH_FAIL : TH_PASS;
+}
+
 static const th_case cases[] = {
     {"context_options_steer_the_plans_not_the_environment",
      context_options_steer_the_plans_not_the_environment},
@@ -765,5 +817,7 @@ static const th_case cases[] = {
      scale_grads_multiplies_each_gradient_once_in_place},
     {"grad_scale_multiplies_the_gradients_and_older_structs_get_one",
      grad_scale_multiplies_the_gradients_and_older_structs_get_one},
+    {"row_weights_and_the_optional_outputs_are_validated_before_any_write",
+     row_weights_and_the_optional_outputs_are_validated_before_any_write},
 };
 TH_MAIN(cases)

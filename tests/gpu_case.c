@@ -75,6 +75,7 @@ static double subnormal_step(kljit_dtype dt) { return dt == KLJIT_FP16 ? 0x1p-24
 
 typedef struct errs {
   double loss, rows, dx, dw, db;
+  double row_loss, parts; /* the optional outputs (gcase.outputs) */
   double gpu_loss; /* kljit's loss (NONE: the sum of its per-row losses) */
   size_t bad;      /* outputs not finite (unwritten or NaN): the case fails */
 } errs;
@@ -139,7 +140,9 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   pb.teacher_vocab = c->tld, pb.teacher_ld = hidden ? 0 : c->tld;
   pb.teacher_hidden = hidden ? c->ht : 0;
   pb.hard_weight = c->hard_weight, pb.soft_weight = c->soft_weight;
-  pb.divergence = c->divergence, pb.beta = c->beta;
+  pb.divergence = c->divergence, pb.beta = c->beta, pb.skew_alpha = c->skew_alpha;
+  pb.label_smoothing = c->label_smoothing, pb.z_loss = c->z_loss;
+  if (c->row_weights) pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
   pb.label_dtype = (case_seed & 1) ? KLJIT_INT32 : KLJIT_INT64;
   kljit_plan *plan = NULL;
   TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
@@ -159,6 +162,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   double *gb = malloc(sizeof(double) * v), *gl = malloc(sizeof(double) * n);
   double *dw0 = malloc(sizeof(double) * v * h), *gout = malloc(sizeof(double) * n);
   int64_t *lab = malloc(sizeof(int64_t) * n);
+  double *rw = malloc(sizeof(double) * n), *grl = malloc(sizeof(double) * n), gparts[2] = {0, 0};
   const double wscale = c->zstd / sqrt((double)h);
   for (int64_t i = 0; i < n * h; i++) x[i] = host_normal(&rng);
   for (int64_t i = 0; i < v * h; i++) w[i] = wscale * host_normal(&rng);
@@ -176,8 +180,10 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   }
   for (int64_t i = 0; i < n; i++)
     lab[i] = c->labels == 2 ? -100 : c->labels == 1 && host_uniform(&rng) < 0.2 ? -100 : i % 7;
+  for (int64_t i = 0; i < n; i++) rw[i] = i % 7 == 3 ? 0.0 : 2.0 * host_uniform(&rng);
 
-  gbuf X, W, B, Tt, TW, TB, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS;
+  gbuf X, W, B, Tt, TW, TB, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS, RW, RL, PARTS;
+  memset(&RW, 0, sizeof RW), memset(&RL, 0, sizeof RL), memset(&PARTS, 0, sizeof PARTS);
   memset(&ID, 0, sizeof ID), memset(&TW, 0, sizeof TW), memset(&TB, 0, sizeof TB);
   memset(&B, 0, sizeof B), memset(&DB, 0, sizeof DB), memset(&L, 0, sizeof L);
   memset(&SAVED, 0, sizeof SAVED), memset(&GO, 0, sizeof GO);
@@ -200,12 +206,31 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   if (c->labels) fail |= gbuf_alloc(&L, pb.label_dtype, n);
   if (!c->fused) fail |= gbuf_alloc(&SAVED, KLJIT_FP32, saved / 4) |
                          gbuf_alloc(&GO, KLJIT_FP32, none ? n : 1);
+  if (c->row_weights) fail |= gbuf_alloc(&RW, KLJIT_FP32, n) | gbuf_upload(&RW, rw, rw);
+  if (c->outputs) fail |= gbuf_alloc(&RL, KLJIT_FP32, n) | gbuf_alloc(&PARTS, KLJIT_FP32, 2) |
+                          gbuf_poison(&RL) | gbuf_poison(&PARTS);
   TH_CHECK(!fail);
   /* the reference sees exactly the values the device holds */
-  fail |= gbuf_upload(&X, x, x) | gbuf_upload(&W, w, w) | gbuf_upload(&Tt, t, t);
+  fail |= gbuf_upload(&X, x, x) | gbuf_upload(&W, w, w);
+  if (c->bias) fail |= gbuf_upload(&B, b, b);
+  ref_inputs ri;
+  memset(&ri, 0, sizeof ri);
+  ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.b = c->bias ? b : NULL;
+  ri.labels = c->labels ? lab : NULL, ri.temperature = c->T;
+  if (sparse) ri.ids = ids, ri.vals = t;
+  else if (hidden) ri.teacher_x = t, ri.teacher_w = tw, ri.teacher_b = tb;
+  else ri.teacher = t;
+  ri.grad_output = c->fused ? NULL : gout;
+  ri.row_weights = c->row_weights ? rw : NULL;
+  if (c->divergence == KLJIT_DIVERGENCE_TVD && !sparse && !hidden) {
+    /* off the kink of |p - q| by 1e-3 in log p, 100 times the fp32 error of log q at these
+     * logit scales: the GPU and the reference take the same side of every column */
+    round_to(t, tn, c->tdt);
+    TH_CHECK(ref_separate_ties(&ri, t, c->tdt, 1e-3) == 0);
+  }
+  fail |= gbuf_upload(&Tt, t, t);
   if (hidden) fail |= gbuf_upload(&TW, tw, tw);
   if (tbias) fail |= gbuf_upload(&TB, tb, tb);
-  if (c->bias) fail |= gbuf_upload(&B, b, b);
   if (sparse) {
     double *idd = malloc(sizeof(double) * tn);
     for (int64_t i = 0; i < tn; i++) idd[i] = (double)ids[i];
@@ -238,6 +263,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   a.grad_weight = DW.ptr, a.grad_bias = DB.ptr, a.saved = SAVED.ptr, a.grad_output = GO.ptr;
   a.workspace = WS.ptr, a.workspace_size = ws;
   a.flags = c->accumulate ? KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT : 0;
+  a.row_weights = RW.ptr, a.row_loss = RL.ptr, a.loss_parts = PARTS.ptr;
   if (c->fused) {
     TH_OK(kljit_fused(plan, NULL, &a));
   } else {
@@ -246,16 +272,9 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   }
   fail |= gbuf_download(&LOSS, gl) | gbuf_download(&DX, gx) | gbuf_download(&DW, gw);
   if (c->bias) fail |= gbuf_download(&DB, gb);
+  if (c->outputs) fail |= gbuf_download(&RL, grl) | gbuf_download(&PARTS, gparts);
   TH_CHECK(!fail);
 
-  ref_inputs ri;
-  memset(&ri, 0, sizeof ri);
-  ri.pb = &pb, ri.rows = n, ri.x = x, ri.w = w, ri.b = c->bias ? b : NULL;
-  ri.labels = c->labels ? lab : NULL, ri.temperature = c->T;
-  if (sparse) ri.ids = ids, ri.vals = t;
-  else if (hidden) ri.teacher_x = t, ri.teacher_w = tw, ri.teacher_b = tb;
-  else ri.teacher = t;
-  ri.grad_output = c->fused ? NULL : gout;
   ref_outputs ro;
   memset(&ro, 0, sizeof ro);
   ro.row_loss = rl, ro.dx = dx, ro.dw = dw, ro.db = c->bias ? db : NULL;
@@ -287,6 +306,13 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   e->dw = rel_frobenius_q(gw, dw, v * h, subnormal_step(c->gw));
   e->db = c->bias ? rel_frobenius_q(gb, db, v, subnormal_step(c->gw)) : 0;
   if (c->bias) bad += max_errors(gb, db, v, 1e-30, &ma, &mr);
+  if (c->outputs) { /* the per-row loss as NONE's (floor 1), the parts as the scalar loss */
+    bad += max_errors(grl, rl, n, 1.0, &ma, &mr);
+    e->row_loss = mr;
+    const double want[2] = {ro.loss_soft, ro.loss_hard};
+    bad += max_errors(gparts, want, 2, 1e-30, &ma, &mr);
+    e->parts = mr;
+  }
   const int all_ignored = c->labels == 2;
   if (all_ignored) { /* loss 0 and zero gradients, exactly */
     double s = 0;
@@ -295,11 +321,12 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     e->dx = s > 0 ? INFINITY : 0; /* exactly zero, not merely small */
     e->loss = none ? 0 : fabs(gl[0]) > 0 ? INFINITY : 0;
   }
-  gbuf *bufs[] = {&X, &W, &B, &Tt, &TW, &TB, &ID, &L, &DX, &DW, &DB, &LOSS, &SAVED, &GO, &WS};
+  gbuf *bufs[] = {&X,  &W,     &B,  &Tt, &TW, &TB, &ID, &L,    &DX,
+                  &DW, &DB, &LOSS, &SAVED, &GO, &WS, &RW, &RL, &PARTS};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
   free(x), free(w), free(b), free(t), free(dx), free(dw), free(db), free(rl), free(gx);
   free(gw), free(gb), free(gl), free(dw0), free(gout), free(lab), free(ids), free(tw);
-  free(tb);
+  free(tb), free(rw), free(grl);
   kljit_plan_destroy(plan);
   e->bad = bad; /* reported by the caller, after the line that names the case */
   return TH_PASS;
@@ -313,19 +340,24 @@ int gcase_check(const gcase *c) {
   const int native = (c->flags & KLJIT_FLAG_NATIVE_LOGITS) && c->dt != KLJIT_FP32;
   const double tl = native ? 2e-2 : 1e-5;
   const double tg = c->dt == KLJIT_FP32 ? 1e-5 : native ? 2e-2 : 5e-3;
-  const int ok = !e.bad && e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg && e.db <= tg;
-  char fam[160] = "";
+  const int ok = !e.bad && e.loss <= tl && e.rows <= tl && e.dx <= tg && e.dw <= tg &&
+                 e.db <= tg && e.row_loss <= tl && e.parts <= tl;
+  char fam[160] = "", fam29[160] = "";
   if (c->softcap > 0 || c->teacher_softcap > 0 || c->tld || c->hard_weight > 0 ||
       c->soft_weight != 1.0 || c->divergence != KLJIT_DIVERGENCE_FORWARD_KL || c->teacher_bias)
     snprintf(fam, sizeof fam, " div=%d beta=%g cap=%g tcap=%g tld=%lld hard=%g soft=%g tbias=%d",
              (int)c->divergence, c->beta, c->softcap, c->teacher_softcap, (long long)c->tld,
              c->hard_weight, c->soft_weight, c->teacher_bias);
-  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s"
+  if (c->skew_alpha > 0 || c->label_smoothing > 0 || c->z_loss > 0 || c->row_weights ||
+      c->outputs)
+    snprintf(fam29, sizeof fam29, " alpha=%g ls=%g zl=%g rw=%d | row_loss %.1e parts %.1e",
+             c->skew_alpha, c->label_smoothing, c->z_loss, c->row_weights, e.row_loss, e.parts);
+  printf("%-4s %-12s %-4s x%-4s T=%-4g %-7s %-9s %-5s N=%-4lld V=%-6lld K=%-4d bias=%d lab=%d%s%s"
          " | loss %.1e rows %.1e (tol %.0e) dX %.1e dW %.1e db %.1e (tol %.0e)\n",
          ok ? "ok" : "FAIL", fname(c), dname(c->dt), dname(c->tdt), c->T,
          c->tmode == KLJIT_TEMPERATURE_RUNTIME ? "runtime" : "const", rname(c->red),
          c->fused ? "fused" : "2ph", (long long)c->n, (long long)c->v, c->k, c->bias, c->labels,
-         fam, e.loss, e.rows, tl, e.dx, e.dw, e.db, tg);
+         fam, fam29, e.loss, e.rows, tl, e.dx, e.dw, e.db, tg);
   if (e.bad) {
     fflush(stdout); /* the case's line first: ctest shows stdout and stderr in write order */
     fprintf(stderr, "  %zu outputs of that case not finite (unwritten or NaN)\n", e.bad);

@@ -55,6 +55,16 @@ typedef struct gcase {
    * teacher_bias, a bias of tld elements (standard deviation 1) in tdt too */
   int64_t ht;
   int teacher_bias;
+  /* issue 29: the skew KLs' alpha (divergence SKEW_*), the CE's label smoothing and z-loss (with
+   * hard_weight), row weights (KLJIT_FLAG_ROW_WEIGHTS: drawn in [0, 2], every 7th row 0), and
+   * the optional outputs (row_loss and loss_parts requested and checked against the reference's
+   * per-row loss and soft and hard parts, with the loss's tolerance). TVD cases with a dense
+   * array teacher get it moved off p = q (ref_separate_ties): a 16-bit case of the online
+   * teacher keeps its ties, which the 16-bit tolerance covers. */
+  double skew_alpha;
+  double label_smoothing, z_loss;
+  int row_weights;
+  int outputs;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -381,6 +381,215 @@ static int softcaps_padded_teachers_and_ce_in_the_cluster_variant(void) {
   return worst;
 }
 
+/* ---- issue 29: TVD, the skew KLs, row weights, the CE's extras, the optional outputs ---- */
+
+/* A divergence with its parameter. */
+typedef struct div29 {
+  kljit_divergence div;
+  double alpha;
+} div29;
+static const div29 DIV29[5] = {{KLJIT_DIVERGENCE_TVD, 0.0},
+                               {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.1},
+                               {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.1},
+                               {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.6},
+                               {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.7}};
+
+/* TVD and the skew KLs (alpha 0.1 and a larger one) x teacher form x mode, the dtype rotating
+ * so that each divergence meets every dtype; odd V (999, and 50257 on one case, 128256 on
+ * another), every reduction, T 1, 2 and 0.5 (runtime on some), about a fifth of the rows
+ * ignored; rotating on top: CE mixing, T^2, the teacher's own temperature, native logits (the
+ * skew KLs), a softcap, a padded teacher, the optional outputs, and the cluster knob (sm_90
+ * plans them in the cluster rows where the row fits). */
+static int tvd_and_skew_kls_in_every_dtype_form_and_mode(void) {
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 5; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, k + d, f, fused);
+        c.divergence = DIV29[d].div, c.skew_alpha = DIV29[d].alpha;
+        c.v = k == 11 ? 50257 : k == 20 ? 128256 : 999;
+        if (c.v != 999) c.n = 9, c.h = 32;
+        if (k % 5 == 1) c.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+        c.TT = k % 4 == 3 ? 1.5 : 0.0;
+        /* not under TVD: logits rounded to 16 bits move log q by up to 2^-8 |z|, so the kernel
+         * and the reference take opposite sides of every column within that of a tie */
+        if (k % 7 == 3 && d) c.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+        if (k % 4 == 1) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (k % 6 == 5) c.zstd = 30.0, c.softcap = 30.0;
+        if (k % 5 == 2) c.tld = c.v + 24;
+        c.outputs = k % 3 == 0;
+        if (sweep_case_knob(&c, k % 8 == 6, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* The same divergences at realistic logit scales: student logits of standard deviation 2 and
+ * 12 (peaked rows, where q >> p and g nearly equals S), every dtype, both modes. */
+static int tvd_and_skew_kls_at_logit_scales_2_and_12(void) {
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 5; d++)
+    for (int z = 0; z < 2; z++, k++) {
+      gcase c = gcase_base();
+      c.divergence = DIV29[d].div, c.skew_alpha = DIV29[d].alpha;
+      c.zstd = z ? 12.0 : 2.0;
+      c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+      c.dt = DTS[k % 3], c.tdt = DTS[(k + 1) % 3];
+      c.v = 32001, c.n = 19, c.h = 48;
+      c.fused = k % 2, c.T = k % 4 == 1 ? 0.5 : 1.0;
+      if (sweep_case(&c, &worst)) return TH_SKIP;
+    }
+  return worst;
+}
+
+/* The online teacher under TVD (16-bit inputs: its logits come from a GEMM, so the test cannot
+ * move its ties, whose rare flips the 16-bit tolerance covers) and the skew KLs (every dtype),
+ * its bias and temperature rotating. */
+static int online_teacher_tvd_and_skew_kls(void) {
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 5; d++)
+    for (int fused = 0; fused < 2; fused++, k++) {
+      gcase c = rotated_case(k, d == 0 ? 1 + k % 2 : k, 2, fused);
+      c.form = KLJIT_TEACHER_DENSE_HIDDEN, c.ht = k % 2 ? 48 : 64;
+      c.divergence = DIV29[d].div, c.skew_alpha = DIV29[d].alpha;
+      c.TT = k % 3 == 1 ? 1.5 : 0.0;
+      c.teacher_bias = k % 3 == 2;
+      c.v = 1001;
+      if (sweep_case(&c, &worst)) return TH_SKIP;
+    }
+  return worst;
+}
+
+/* Row weights (every 7th row 0, the rest in [0, 2]) with the per-row loss and the loss's parts
+ * asked for, under every divergence, teacher form and mode, the dtype rotating; CE mixing on
+ * most cases (a hard part to report), CE alone and the divergence alone on some; every
+ * reduction, all rows ignored on one case (zeros everywhere), the cluster knob on some. */
+static int row_weights_and_the_outputs_in_every_dtype_form_and_mode(void) {
+  static const div29 divs[6] = {
+      {KLJIT_DIVERGENCE_FORWARD_KL, 0.0}, {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+      {KLJIT_DIVERGENCE_JSD, 0.0},        {KLJIT_DIVERGENCE_TVD, 0.0},
+      {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.3}, {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.3}};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 6; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, k + d, f, fused);
+        c.divergence = divs[d].div, c.skew_alpha = divs[d].alpha;
+        c.beta = divs[d].div == KLJIT_DIVERGENCE_JSD ? 0.5 : 0.0;
+        c.v = 1001, c.row_weights = 1, c.outputs = 1;
+        c.hard_weight = k % 5 == 4 ? 0.0 : 0.6, c.soft_weight = k % 5 == 2 ? 0.0 : 0.8;
+        if (k == 13) c.labels = 2;
+        if (k == 22) c.v = 128256, c.n = 9, c.h = 32;
+        if (sweep_case_knob(&c, k % 8 == 5, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* Label smoothing and the z-loss on the CE, alone and together, mixed with the divergences of
+ * each kind, every dtype, form and mode, the outputs asked for (the hard part carries them);
+ * with a softcap and T^2 on some, one case at V = 128256, the cluster knob on some. */
+static int label_smoothing_and_z_loss_in_every_dtype_form_and_mode(void) {
+  static const double extras[4][2] = {{0.1, 0.0}, {0.0, 1e-3}, {0.2, 1e-2}, {1.0, 1e-4}};
+  static const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_FORWARD_KL, KLJIT_DIVERGENCE_TVD,
+                                           KLJIT_DIVERGENCE_SKEW_REVERSE_KL};
+  int worst = TH_PASS, k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int f = 0; f < 3; f++)
+      for (int fused = 0; fused < 2; fused++, k++) {
+        gcase c = rotated_case(k, k + d, f, fused);
+        c.divergence = divs[d], c.skew_alpha = d == 2 ? 0.2 : 0.0;
+        c.label_smoothing = extras[k % 4][0], c.z_loss = extras[k % 4][1];
+        c.hard_weight = 0.7, c.soft_weight = k % 6 == 1 ? 0.0 : 0.5;
+        c.v = 999, c.outputs = 1;
+        if (k % 5 == 3) c.zstd = 30.0, c.softcap = 30.0;
+        if (k % 2) c.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
+        if (k == 7) c.v = 128256, c.n = 9, c.h = 32;
+        if (sweep_case_knob(&c, k % 6 == 4, &worst)) return TH_SKIP;
+      }
+  return worst;
+}
+
+/* TVD and the skew KLs, row weights, the CE's extras and the outputs in the sm_90 cluster rows
+ * (S summed over the cluster from its registers): every dtype, V = 32001 and 128256 (sixteen-
+ * block clusters), both modes. Skips before sm_90. */
+static int tvd_skew_kls_and_row_weights_in_the_cluster_variant(void) {
+  setenv("KLJIT_ROW_KERNEL", "cluster", 1);
+  int worst = plan_uses_cluster(128256, KLJIT_BF16);
+  for (int k = 0; k < 8 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    c.v = k < 4 ? 32001 : 128256, c.n = k < 4 ? 19 : 9, c.h = 32;
+    c.dt = DTS[k % 3];
+    c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+    c.divergence = DIV29[k % 5].div, c.skew_alpha = DIV29[k % 5].alpha;
+    c.fused = k % 4 < 2;
+    if (!c.fused && k % 3 == 0) c.red = KLJIT_REDUCTION_NONE;
+    c.row_weights = k % 2, c.outputs = 1;
+    if (k % 3 == 1) c.hard_weight = 0.5, c.soft_weight = 0.5, c.label_smoothing = 0.1;
+    if (k == 4) c.z_loss = 1e-3;
+    c.T = k == 6 ? 2.0 : 1.0;
+    const int rc = gcase_check(&c);
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  unsetenv("KLJIT_ROW_KERNEL");
+  return worst;
+}
+
+/* Checked mode reports a kept row's negative, NaN or infinite weight (KLJIT_ERR_BAD_INPUT_DATA
+ * naming row_weights and the row) before writing anything, and ignores an ignored row's. */
+static int checked_mode_reports_a_bad_row_weight(void) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  enum { N29 = 5, H29 = 16, V29 = 101 };
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = H29, pb.vocab = V29;
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+  pb.divergence = KLJIT_DIVERGENCE_TVD;
+  pb.flags = KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS;
+  kljit_plan *plan;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  size_t ws = 0;
+  TH_OK(kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, N29, &ws));
+  double x[N29 * H29], w[V29 * H29], t[N29 * V29], lab[N29], rw[N29];
+  host_rng rng = {29};
+  for (int i = 0; i < N29 * H29; i++) x[i] = host_normal(&rng);
+  for (int i = 0; i < V29 * H29; i++) w[i] = 0.3 * host_normal(&rng);
+  for (int i = 0; i < N29 * V29; i++) t[i] = 1.0 / V29;
+  for (int i = 0; i < N29; i++) lab[i] = i == 1 ? -100 : i, rw[i] = 1.0;
+  gbuf X, W, T, L, RW, LOSS, DX, DW, WS;
+  int fail = gbuf_alloc(&X, KLJIT_FP32, N29 * H29) | gbuf_upload(&X, x, NULL) |
+             gbuf_alloc(&W, KLJIT_FP32, V29 * H29) | gbuf_upload(&W, w, NULL) |
+             gbuf_alloc(&T, KLJIT_FP32, N29 * V29) | gbuf_upload(&T, t, NULL) |
+             gbuf_alloc(&L, KLJIT_INT64, N29) | gbuf_upload(&L, lab, NULL) |
+             gbuf_alloc(&RW, KLJIT_FP32, N29) | gbuf_alloc(&LOSS, KLJIT_FP32, 1) |
+             gbuf_alloc(&DX, KLJIT_FP32, N29 * H29) | gbuf_alloc(&DW, KLJIT_FP32, V29 * H29) |
+             gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 1);
+  TH_CHECK(!fail);
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = N29, a.input = X.ptr, a.weight = W.ptr, a.teacher = T.ptr, a.labels = L.ptr;
+  a.row_weights = RW.ptr, a.loss = LOSS.ptr, a.grad_input = DX.ptr, a.grad_weight = DW.ptr;
+  a.workspace = WS.ptr, a.workspace_size = ws;
+  const double bad[3] = {-0.5, NAN, INFINITY};
+  int r = TH_PASS;
+  for (int b = 0; b < 4 && r == TH_PASS; b++) {
+    /* b < 3: row 3 holds the bad weight (row 1, ignored, holds one too); b = 3: row 1 only */
+    for (int i = 0; i < N29; i++) rw[i] = i == 1 ? NAN : i == 3 && b < 3 ? bad[b] : 0.5;
+    double got = 0;
+    if (gbuf_upload(&RW, rw, NULL) || gbuf_poison(&LOSS)) r = TH_FAIL;
+    const kljit_status st = r == TH_PASS ? kljit_fused(plan, NULL, &a) : KLJIT_ERR_INTERNAL;
+    if (r == TH_PASS && gbuf_download(&LOSS, &got)) r = TH_FAIL;
+    printf("weight %g on row 3: %s %s\n", b < 3 ? bad[b] : 0.5, kljit_status_string(st),
+           kljit_last_error());
+    if (b < 3 && (st != KLJIT_ERR_BAD_INPUT_DATA || !strstr(kljit_last_error(), "row_weights") ||
+                  !strstr(kljit_last_error(), "row 3") || !isnan(got)))
+      r = TH_FAIL; /* refused, naming the row, with the (poisoned) loss unwritten */
+    if (b == 3 && (st != KLJIT_SUCCESS || !isfinite(got))) r = TH_FAIL;
+  }
+  gbuf *bufs[] = {&X, &W, &T, &L, &RW, &LOSS, &DX, &DW, &WS};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
+  kljit_plan_destroy(plan);
+  return r;
+}
+
 static const th_case cases[] = {
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
@@ -403,5 +612,16 @@ static const th_case cases[] = {
      online_teacher_every_divergence_mode_and_dtype},
     {"softcaps_padded_teachers_and_ce_in_the_cluster_variant",
      softcaps_padded_teachers_and_ce_in_the_cluster_variant},
+    {"tvd_and_skew_kls_in_every_dtype_form_and_mode",
+     tvd_and_skew_kls_in_every_dtype_form_and_mode},
+    {"tvd_and_skew_kls_at_logit_scales_2_and_12", tvd_and_skew_kls_at_logit_scales_2_and_12},
+    {"online_teacher_tvd_and_skew_kls", online_teacher_tvd_and_skew_kls},
+    {"row_weights_and_the_outputs_in_every_dtype_form_and_mode",
+     row_weights_and_the_outputs_in_every_dtype_form_and_mode},
+    {"label_smoothing_and_z_loss_in_every_dtype_form_and_mode",
+     label_smoothing_and_z_loss_in_every_dtype_form_and_mode},
+    {"tvd_skew_kls_and_row_weights_in_the_cluster_variant",
+     tvd_skew_kls_and_row_weights_in_the_cluster_variant},
+    {"checked_mode_reports_a_bad_row_weight", checked_mode_reports_a_bad_row_weight},
 };
 TH_MAIN(cases)

@@ -30,6 +30,15 @@
 static kljit_context *the_ctx;
 static kljit_plan_rigor shard_rigor = KLJIT_PLAN_ESTIMATE; /* how run_tp plans the shards */
 
+/* Issue 29's fields of the case run_case runs (set around it, as shard_rigor): the skew KLs'
+ * alpha, the CE's label smoothing and z-loss, row weights (every 7th row 0), and the per-row
+ * loss and the loss's parts asked for (each rank writes its part; the test sums them, the
+ * all-reduce kljit_fused_nccl does). */
+static struct extras29 {
+  double alpha, ls, zl;
+  int rw, outputs;
+} x29;
+
 typedef struct scase {
   const char *name;
   kljit_teacher_form form;
@@ -52,7 +61,7 @@ static const double TOL = 1e-5;
 
 /* Host inputs of one case (fp32-exact doubles). */
 typedef struct inputs {
-  double *x, *w, *b, *teacher, *vals, *xt, *wt;
+  double *x, *w, *b, *teacher, *vals, *xt, *wt, *rw;
   int64_t *labels, *ids;
 } inputs;
 
@@ -68,6 +77,10 @@ static void make_inputs(const scase *c, inputs *in) {
   for (int i = 0; i < N * H; i++) in->x[i] = (double)(float)host_normal(&rng);
   for (int i = 0; i < V * H; i++) in->w[i] = (double)(float)(0.3 * host_normal(&rng));
   for (int i = 0; i < V; i++) in->b[i] = (double)(float)(0.5 * host_normal(&rng));
+  in->rw = malloc(sizeof(double) * N);
+  host_rng rw_rng = {0x29}; /* its own stream: the other inputs are drawn as before */
+  for (int i = 0; i < N; i++)
+    in->rw[i] = i % 7 == 3 ? 0.0 : (double)(float)(2.0 * host_uniform(&rw_rng));
   in->xt = malloc(sizeof(double) * N * TH);
   in->wt = malloc(sizeof(double) * V * TH);
   for (int i = 0; i < N * TH; i++) in->xt[i] = (double)(float)host_normal(&rng);
@@ -108,7 +121,7 @@ static void make_inputs(const scase *c, inputs *in) {
 
 static void free_inputs(inputs *in) {
   free(in->x), free(in->w), free(in->b), free(in->teacher), free(in->vals), free(in->labels);
-  free(in->ids), free(in->xt), free(in->wt);
+  free(in->ids), free(in->xt), free(in->wt), free(in->rw);
 }
 
 static kljit_problem base_problem(const scase *c) {
@@ -127,17 +140,19 @@ static kljit_problem base_problem(const scase *c) {
   pb.divergence = c->div, pb.beta = c->beta, pb.softcap = c->cap;
   if (c->hard != 0.0) pb.hard_weight = c->hard, pb.soft_weight = c->soft;
   if (c->online) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = TH;
+  pb.skew_alpha = x29.alpha, pb.label_smoothing = x29.ls, pb.z_loss = x29.zl;
+  if (x29.rw) pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
   return pb;
 }
 
 /* Device buffers of one plan's call. */
 typedef struct dev {
-  gbuf x, w, b, lab, t, ids, vals, loss, dx, dw, db, ws, xt, wt;
+  gbuf x, w, b, lab, t, ids, vals, loss, dx, dw, db, ws, xt, wt, rw, rl, parts;
 } dev;
 
 static void dev_free(dev *d) {
-  gbuf *all[] = {&d->x,    &d->w,    &d->b,  &d->lab, &d->t,  &d->ids, &d->vals,
-                 &d->loss, &d->dx,   &d->dw, &d->db,  &d->ws, &d->xt,  &d->wt};
+  gbuf *all[] = {&d->x,  &d->w,  &d->b,  &d->lab, &d->t,  &d->ids, &d->vals, &d->loss, &d->dx,
+                 &d->dw, &d->db, &d->ws, &d->xt,  &d->wt, &d->rw,  &d->rl,   &d->parts};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->ptr) gbuf_free(all[i]);
 }
@@ -176,6 +191,10 @@ static int dev_setup(const scase *c, const inputs *in, const kljit_plan *plan, i
   fail |= gbuf_alloc(&d->dw, KLJIT_FP32, v * H) | gbuf_poison(&d->dw);
   if (c->bias) fail |= gbuf_alloc(&d->db, KLJIT_FP32, v) | gbuf_poison(&d->db);
   fail |= gbuf_alloc(&d->ws, KLJIT_INT32, ws / 4 + 64);
+  if (x29.rw) fail |= gbuf_alloc(&d->rw, KLJIT_FP32, N) | gbuf_upload(&d->rw, in->rw, NULL);
+  if (x29.outputs)
+    fail |= gbuf_alloc(&d->rl, KLJIT_FP32, N) | gbuf_poison(&d->rl) |
+            gbuf_alloc(&d->parts, KLJIT_FP32, 2) | gbuf_poison(&d->parts);
   free(t), free(lab), free(ids);
   kljit_args init = KLJIT_ARGS_INIT;
   *a = init;
@@ -189,12 +208,13 @@ static int dev_setup(const scase *c, const inputs *in, const kljit_plan *plan, i
     a->teacher = d->t.ptr;
   a->loss = d->loss.ptr, a->grad_input = d->dx.ptr, a->grad_weight = d->dw.ptr;
   a->grad_bias = d->db.ptr, a->workspace = d->ws.ptr, a->workspace_size = ws;
+  a->row_weights = d->rw.ptr, a->row_loss = d->rl.ptr, a->loss_parts = d->parts.ptr;
   return fail;
 }
 
-/* Host results: loss, dX, dW, db. */
+/* Host results: loss, dX, dW, db; with x29.outputs the per-row loss and the parts. */
 typedef struct result {
-  double loss, dx[N * H], dw[V * H], db[V];
+  double loss, dx[N * H], dw[V * H], db[V], row_loss[N], parts[2];
 } result;
 
 static double rel(double a, double b) {
@@ -206,9 +226,17 @@ static int compare(const char *what, const result *a, const result *b, int bias)
   const double el = rel(a->loss, b->loss), ex = rel_frobenius(a->dx, b->dx, N * H);
   const double ew = rel_frobenius(a->dw, b->dw, (size_t)V * H);
   const double eb = bias ? rel_frobenius(a->db, b->db, V) : 0.0;
-  const int ok = el <= TOL && ex <= TOL && ew <= TOL && eb <= TOL;
-  printf("    %-22s loss %.9g vs %.9g rel %.1e; dX %.1e dW %.1e db %.1e %s\n", what, a->loss,
-         b->loss, el, ex, ew, eb, ok ? "ok" : "FAIL");
+  /* the per-row loss against max(|l_i|, 1), as gpu_case.h's; the parts as the loss */
+  double er = 0.0, ep = 0.0, ma;
+  if (x29.outputs) {
+    max_errors(a->row_loss, b->row_loss, N, 1.0, &ma, &er);
+    ep = fmax(rel(a->parts[0], b->parts[0]), rel(a->parts[1], b->parts[1]));
+  }
+  const int ok = el <= TOL && ex <= TOL && ew <= TOL && eb <= TOL && er <= TOL && ep <= TOL;
+  printf("    %-22s loss %.9g vs %.9g rel %.1e; dX %.1e dW %.1e db %.1e", what, a->loss, b->loss,
+         el, ex, ew, eb);
+  if (x29.outputs) printf("; row loss %.1e parts %.1e", er, ep);
+  printf(" %s\n", ok ? "ok" : "FAIL");
   return ok;
 }
 
@@ -256,8 +284,12 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
       fail || gbuf_alloc(&all, KLJIT_FP32, (size_t)tp * N * R) || gbuf_upload(&all, host_all, NULL);
   int rounds = 0;
   fail |= fail || kljit_plan_shard_rounds(plans[0], &rounds) != KLJIT_SUCCESS;
-  /* two rounds exactly where the gradient needs S: REVERSE_KL, JSD with beta > 0 */
-  const int want_rounds = c->div == KLJIT_DIVERGENCE_REVERSE_KL || c->beta > 0.0 ? 2 : 1;
+  /* two rounds exactly where the gradient needs S: every divergence but the forward KL (JSD
+   * with beta = 0 and the skew forward KL with alpha = 0 are the forward KL) */
+  const int fwd = c->div == KLJIT_DIVERGENCE_FORWARD_KL ||
+                  (c->div == KLJIT_DIVERGENCE_JSD && c->beta == 0.0) ||
+                  (c->div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && x29.alpha == 0.0);
+  const int want_rounds = fwd ? 1 : 2;
   if (!fail && rounds != want_rounds)
     fprintf(stderr, "kljit_plan_shard_rounds: %d, want %d\n", rounds, want_rounds), fail = 1;
   if (rounds == 2) { /* each shard's part of S into slot S of its records, gathered again */
@@ -272,13 +304,17 @@ static int run_tp(const scase *c, const inputs *in, int tp, const result *ref,
     const int64_t off = (int64_t)r * V / tp, v = (int64_t)(r + 1) * V / tp - off;
     kljit_status st = kljit_shard_finish(plans[r], NULL, &args[r], all.ptr, tp);
     if (st) fprintf(stderr, "shard %d finish: %s\n", r, kljit_last_error()), fail = 1;
-    double loss = 0, *dx = malloc(sizeof(double) * N * H);
+    double loss = 0, *dx = malloc(sizeof(double) * N * H), rl[N], parts[2] = {0, 0};
     fail |= fail || gbuf_download(&devs[r].loss, &loss) || gbuf_download(&devs[r].dx, dx) ||
             gbuf_download(&devs[r].dw, out->dw + off * H) ||
             (c->bias && gbuf_download(&devs[r].db, out->db + off));
-    /* the all-reduce of the loss and dX */
+    fail |= fail || (x29.outputs && (gbuf_download(&devs[r].rl, rl) ||
+                                     gbuf_download(&devs[r].parts, parts)));
+    /* the all-reduce of the loss and dX (and of the optional outputs) */
     out->loss += loss;
     for (int i = 0; i < N * H; i++) out->dx[i] += dx[i];
+    for (int i = 0; i < N && x29.outputs && !fail; i++) out->row_loss[i] += rl[i];
+    if (x29.outputs && !fail) out->parts[0] += parts[0], out->parts[1] += parts[1];
     free(dx);
     (void)v;
   }
@@ -316,11 +352,15 @@ static int run_case(const scase *c) {
   ri.labels = in.labels, ri.teacher = in.teacher, ri.ids = in.ids, ri.vals = in.vals;
   if (c->online) ri.teacher = NULL, ri.teacher_x = in.xt, ri.teacher_w = in.wt;
   ri.temperature = c->T;
+  ri.row_weights = x29.rw ? in.rw : NULL;
+  if (c->div == KLJIT_DIVERGENCE_TVD && !c->online) /* fp32 teacher values: see gpu_case.h */
+    TH_CHECK(ref_separate_ties(&ri, in.teacher, KLJIT_FP32, 1e-3) == 0);
   ref_outputs ro;
   memset(&ro, 0, sizeof ro);
-  ro.dx = ref->dx, ro.dw = ref->dw, ro.db = c->bias ? ref->db : NULL;
+  ro.dx = ref->dx, ro.dw = ref->dw, ro.db = c->bias ? ref->db : NULL, ro.row_loss = ref->row_loss;
   TH_CHECK(ref_compute(&ri, &ro) == 0);
   ref->loss = ro.loss;
+  ref->parts[0] = ro.loss_soft, ref->parts[1] = ro.loss_hard;
   /* unsharded kljit_fused */
   kljit_plan *plan = NULL;
   TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
@@ -330,6 +370,8 @@ static int run_case(const scase *c) {
   TH_OK(kljit_fused(plan, NULL, &a));
   TH_CHECK(gbuf_download(&d.loss, &uns->loss) == 0 && gbuf_download(&d.dx, uns->dx) == 0 &&
            gbuf_download(&d.dw, uns->dw) == 0 && (!c->bias || gbuf_download(&d.db, uns->db) == 0));
+  TH_CHECK(!x29.outputs ||
+           (gbuf_download(&d.rl, uns->row_loss) == 0 && gbuf_download(&d.parts, uns->parts) == 0));
   dev_free(&d);
   kljit_plan_destroy(plan);
   printf("%s (N=%d H=%d V=%d, %lld rows kept)\n", c->name, N, H, V, (long long)ro.rows_kept);
@@ -503,6 +545,44 @@ static int reverse_kl_measured_shards(void) {
   return th_in_tmpdir("gpu-shard-rev", reverse_measured_in);
 }
 
+/* Issue 29 on shards: TVD and the skew KLs take the second round (S over the whole vocabulary),
+ * row weights scale each rank's rows, the CE's label smoothing spreads over the global
+ * vocabulary (each rank its columns' share) and its z-loss comes with lse(z') from the first
+ * shard, and each rank's per-row loss and parts sum to the unsharded call's. */
+/* Issue 29's cases: a case and its extras, run by index (the table keeps them side by side). */
+static const struct {
+  scase c;
+  struct extras29 x;
+} CASES29[4] = {
+    {{"TVD, dense probs, row weights, row loss and parts, bias, ignored rows",
+      KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1,
+      1, 1.0, 0, 0, KLJIT_DIVERGENCE_TVD, 0.0, 0.0, 0.0, 0.0, 0},
+     {0.0, 0.0, 0.0, 1, 1}},
+    {{"TVD, dense logits, TT = 2, T = 1.5, mean, CE 0.5 smoothed 0.1 + soft 0.5",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
+      1.5, 2.0, 0, KLJIT_DIVERGENCE_TVD, 0.0, 0.5, 0.5, 0.0, 0},
+     {0.0, 0.1, 0.0, 0, 1}},
+    {{"skew forward KL 0.2, dense logits, CE 0.5 (smoothed 0.1, z-loss 1e-3), cap 20",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS,
+      1, 0, 1.0, 0, 0, KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.5, 0.5, 20.0, 0},
+     {0.2, 0.1, 1e-3, 0, 1}},
+    {{"skew reverse KL 0.3, online teacher, T = 2, sum, row weights, CE 0.4 z-loss",
+      KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
+      2.0, 0, 0, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 1},
+     {0.3, 0.0, 1e-2, 1, 1}},
+};
+
+static int run29(int i) {
+  x29 = CASES29[i].x;
+  const int rc = run_case(&CASES29[i].c);
+  memset(&x29, 0, sizeof x29);
+  return rc;
+}
+static int tvd_with_row_weights_and_outputs(void) { return run29(0); }
+static int tvd_logits_with_smoothed_ce(void) { return run29(1); }
+static int skew_forward_kl_with_ce_extras_and_softcap(void) { return run29(2); }
+static int skew_reverse_kl_online_teacher_with_row_weights(void) { return run29(3); }
+
 static const th_case cases[] = {
     {"dense_probs_batchmean_with_ignored_rows", dense_probs_batchmean_with_ignored_rows},
     {"dense_logits_own_teacher_temperature_mean", dense_logits_own_teacher_temperature_mean},
@@ -517,5 +597,10 @@ static const th_case cases[] = {
     {"forward_kl_ce_online_teacher", forward_kl_ce_online_teacher},
     {"reverse_kl_measured_shards", reverse_kl_measured_shards},
     {"sparse_with_ce_and_softcap", sparse_with_ce_and_softcap},
+    {"tvd_with_row_weights_and_outputs", tvd_with_row_weights_and_outputs},
+    {"tvd_logits_with_smoothed_ce", tvd_logits_with_smoothed_ce},
+    {"skew_forward_kl_with_ce_extras_and_softcap", skew_forward_kl_with_ce_extras_and_softcap},
+    {"skew_reverse_kl_online_teacher_with_row_weights",
+     skew_reverse_kl_online_teacher_with_row_weights},
 };
 TH_MAIN(cases)

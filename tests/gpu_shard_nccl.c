@@ -45,8 +45,10 @@ static double rel(double a, double b) {
 
 /* form 0: dense probs, batchmean, bias, ignored rows; 1: sparse BUCKET, mean; 2: form 0 checked,
  * with a NaN teacher entry in the last rank's slice (FORM_BAD); 3: form 0 with the JSD (beta
- * 0.5) and CE mixing (0.5 / 0.5), labels on every shard: the second exchange of records. */
-enum { FORM_BAD = 2, FORM_JSD = 3, BAD_ROW = 17 };
+ * 0.5) and CE mixing (0.5 / 0.5), labels on every shard: the second exchange of records; 4:
+ * form 3 with the skew reverse KL (alpha 0.3), the CE smoothed (0.1) with the z-loss (1e-3),
+ * row weights, and the per-row loss and the loss's parts asked for (all-reduced). */
+enum { FORM_BAD = 2, FORM_JSD = 3, FORM_SKEW = 4, BAD_ROW = 17 };
 static kljit_problem problem(int form, kljit_dtype dt) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = H, pb.vocab = V, pb.input_dtype = pb.weight_dtype = dt;
@@ -60,11 +62,17 @@ static kljit_problem problem(int form, kljit_dtype dt) {
     pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
     pb.hard_weight = 0.5, pb.soft_weight = 0.5;
   }
+  if (form == FORM_SKEW) {
+    pb.divergence = KLJIT_DIVERGENCE_SKEW_REVERSE_KL, pb.skew_alpha = 0.3;
+    pb.hard_weight = 0.5, pb.soft_weight = 0.5, pb.label_smoothing = 0.1, pb.z_loss = 1e-3;
+    pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+  }
   return pb;
 }
 
 typedef struct run_out {
   double loss, *dx, *dw, *db;
+  double row_loss[N], parts[2]; /* FORM_SKEW */
 } run_out;
 
 /* Runs the problem (whole: off = 0, v = V, comm = NULL; else this rank's shard through NCCL). */
@@ -79,7 +87,7 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
   for (int i = 0; i < V * H; i++) w[i] = 0.3 * host_normal(&rng);
   for (int i = 0; i < V; i++) b[i] = 0.5 * host_normal(&rng);
   for (int r = 0; r < N; r++) {
-    lab[r] = r % 7 == 3 ? -100 : form == FORM_JSD ? (double)((r * 389 + 17) % V) : 0;
+    lab[r] = r % 7 == 3 ? -100 : form >= FORM_JSD ? (double)((r * 389 + 17) % V) : 0;
     double s = 0;
     for (int c = 0; c < V; c++) s += t[(size_t)r * V + c] = exp(host_normal(&rng));
     for (int c = 0; c < V; c++) t[(size_t)r * V + c] /= s;
@@ -97,8 +105,9 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
   TH_OK(kljit_plan_workspace_size(plan, KLJIT_MODE_FUSED, N, &ws));
   double *ts = malloc(sizeof(double) * N * v);
   for (int r = 0; r < N; r++) memcpy(ts + (size_t)r * v, t + (size_t)r * V + off, 8 * v);
-  gbuf X, W, B, L, T, I, VA, LOSS, DX, DW, DB, WS;
+  gbuf X, W, B, L, T, I, VA, LOSS, DX, DW, DB, WS, RW, RL, PA;
   memset(&I, 0, sizeof I), memset(&VA, 0, sizeof VA), memset(&T, 0, sizeof T);
+  memset(&RW, 0, sizeof RW), memset(&RL, 0, sizeof RL), memset(&PA, 0, sizeof PA);
   int fail = gbuf_alloc(&X, dt, N * H) | gbuf_upload(&X, x, NULL);
   fail |= gbuf_alloc(&W, dt, v * H) | gbuf_upload(&W, w + off * H, NULL);
   fail |= gbuf_alloc(&B, dt, v) | gbuf_upload(&B, b + off, NULL);
@@ -111,6 +120,13 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
   fail |= gbuf_alloc(&LOSS, KLJIT_FP32, 1) | gbuf_alloc(&DX, dt, N * H) |
           gbuf_alloc(&DW, KLJIT_FP32, v * H) | gbuf_alloc(&DB, KLJIT_FP32, v) |
           gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 64);
+  if (form == FORM_SKEW) {
+    double rw[N];
+    for (int r = 0; r < N; r++) rw[r] = r % 5 == 1 ? 0.0 : 0.25 * (1 + r % 7);
+    fail |= gbuf_alloc(&RW, KLJIT_FP32, N) | gbuf_upload(&RW, rw, NULL) |
+            gbuf_alloc(&RL, KLJIT_FP32, N) | gbuf_poison(&RL) | gbuf_alloc(&PA, KLJIT_FP32, 2) |
+            gbuf_poison(&PA);
+  }
   TH_CHECK(!fail);
   kljit_args a = KLJIT_ARGS_INIT;
   a.rows = N, a.input = X.ptr, a.weight = W.ptr, a.bias = B.ptr, a.labels = L.ptr;
@@ -120,6 +136,7 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
     a.teacher = T.ptr;
   a.loss = LOSS.ptr, a.grad_input = DX.ptr, a.grad_weight = DW.ptr, a.grad_bias = DB.ptr;
   a.workspace = WS.ptr, a.workspace_size = ws;
+  a.row_weights = RW.ptr, a.row_loss = RL.ptr, a.loss_parts = PA.ptr;
   if (form == FORM_BAD) { /* every rank reports the bad slice; the loss keeps its poison */
     const double poison = 12345.0;
     TH_CHECK(gbuf_upload(&LOSS, &poison, NULL) == 0);
@@ -138,8 +155,10 @@ static int run(kljit_context *ctx, int form, kljit_dtype dt, int64_t off, int64_
     o->db = malloc(sizeof(double) * v);
     TH_CHECK(gbuf_download(&LOSS, &o->loss) == 0 && gbuf_download(&DX, o->dx) == 0 &&
              gbuf_download(&DW, o->dw) == 0 && gbuf_download(&DB, o->db) == 0);
+    TH_CHECK(form != FORM_SKEW ||
+             (gbuf_download(&RL, o->row_loss) == 0 && gbuf_download(&PA, o->parts) == 0));
   }
-  gbuf *all[] = {&X, &W, &B, &L, &T, &I, &VA, &LOSS, &DX, &DW, &DB, &WS};
+  gbuf *all[] = {&X, &W, &B, &L, &T, &I, &VA, &LOSS, &DX, &DW, &DB, &WS, &RW, &RL, &PA};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gbuf_free(all[i]);
   kljit_plan_destroy(plan);
   free(x), free(w), free(b), free(t), free(ids), free(vals), free(lab), free(ts);
@@ -191,10 +210,15 @@ static int rank_main(int rank, int tp, const char *dir, int form, kljit_dtype dt
   const double el = rel(mine.loss, whole.loss), ex = rel_frobenius(mine.dx, whole.dx, N * H);
   const double ew = rel_frobenius(mine.dw, whole.dw + off * H, (size_t)v * H);
   const double eb = rel_frobenius(mine.db, whole.db + off, (size_t)v);
-  const int ok = el <= tol && ex <= tol && ew <= tol && eb <= tol;
-  printf("rank %d/%d (ids [%lld, %lld)): loss %.9g vs %.9g rel %.1e; dX %.1e dW %.1e db %.1e %s\n",
-         rank, tp, (long long)off, (long long)(off + v), mine.loss, whole.loss, el, ex, ew, eb,
-         ok ? "ok" : "FAIL");
+  double er = 0.0, ep = 0.0, ma;
+  if (form == FORM_SKEW) { /* the all-reduced per-row loss and parts */
+    max_errors(mine.row_loss, whole.row_loss, N, 1.0, &ma, &er);
+    ep = fmax(rel(mine.parts[0], whole.parts[0]), rel(mine.parts[1], whole.parts[1]));
+  }
+  const int ok = el <= tol && ex <= tol && ew <= tol && eb <= tol && er <= tol && ep <= tol;
+  printf("rank %d/%d (ids [%lld, %lld)): loss %.9g vs %.9g rel %.1e; dX %.1e dW %.1e db %.1e "
+         "row loss %.1e parts %.1e %s\n", rank, tp, (long long)off, (long long)(off + v), mine.loss,
+         whole.loss, el, ex, ew, eb, er, ep, ok ? "ok" : "FAIL");
   kljit_context_destroy(ctx);
   return ok ? TH_PASS : TH_FAIL;
 }
@@ -241,6 +265,7 @@ static int tp_cases(int tp) {
     }
   for (int d = 0; d < 2; d++)
     if (spawn(tp, FORM_JSD, d ? KLJIT_BF16 : KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
+  if (spawn(tp, FORM_SKEW, KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
   if (spawn(tp, FORM_BAD, KLJIT_FP32) != TH_PASS) worst = TH_FAIL;
   return worst;
 }

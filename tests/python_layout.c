@@ -59,6 +59,9 @@ static void print_problem(void) {
   FIELD(kljit_problem, teacher_vocab);
   FIELD(kljit_problem, teacher_ld);
   FIELD(kljit_problem, teacher_hidden);
+  FIELD(kljit_problem, skew_alpha);
+  FIELD(kljit_problem, label_smoothing);
+  FIELD(kljit_problem, z_loss);
   const kljit_problem pb = KLJIT_PROBLEM_INIT;
   printf(
       "], \"init\": {\"struct_size\": %zu, \"hidden\": %lld, \"vocab\": %lld, "
@@ -70,7 +73,8 @@ static void print_problem(void) {
       "\"vocab_total\": %lld, \"vocab_offset\": %lld, \"shards\": %d, \"divergence\": %d, "
       "\"beta\": %.17g, \"hard_weight\": %.17g, \"soft_weight\": %.17g, \"softcap\": %.17g, "
       "\"teacher_softcap\": %.17g, \"teacher_vocab\": %lld, \"teacher_ld\": %lld, "
-      "\"teacher_hidden\": %lld}}",
+      "\"teacher_hidden\": %lld, \"skew_alpha\": %.17g, \"label_smoothing\": %.17g, "
+      "\"z_loss\": %.17g}}",
       pb.struct_size, (long long)pb.hidden, (long long)pb.vocab, (int)pb.input_dtype,
       (int)pb.weight_dtype, (int)pb.teacher_dtype, (int)pb.teacher, (int)pb.topk,
       (int)pb.topk_id_dtype, (int)pb.topk_values, (int)pb.tail, (int)pb.temperature_mode,
@@ -78,7 +82,8 @@ static void print_problem(void) {
       (long long)pb.ignore_index, pb.eps, (int)pb.grad_weight_dtype, (int)pb.grad_weight_accum,
       (unsigned)pb.flags, (long long)pb.vocab_total, (long long)pb.vocab_offset, (int)pb.shards,
       (int)pb.divergence, pb.beta, pb.hard_weight, pb.soft_weight, pb.softcap, pb.teacher_softcap,
-      (long long)pb.teacher_vocab, (long long)pb.teacher_ld, (long long)pb.teacher_hidden);
+      (long long)pb.teacher_vocab, (long long)pb.teacher_ld, (long long)pb.teacher_hidden,
+      pb.skew_alpha, pb.label_smoothing, pb.z_loss);
 }
 
 static void print_args(void) {
@@ -107,6 +112,9 @@ static void print_args(void) {
   FIELD(kljit_args, teacher_input);
   FIELD(kljit_args, teacher_weight);
   FIELD(kljit_args, teacher_bias);
+  FIELD(kljit_args, row_weights);
+  FIELD(kljit_args, row_loss);
+  FIELD(kljit_args, loss_parts);
   const kljit_args a = KLJIT_ARGS_INIT;
   /* Pointers are printed as 0 or 1 (NULL or not): INIT must leave them all NULL. */
   printf(
@@ -115,13 +123,15 @@ static void print_args(void) {
       "\"teacher_values\": %d, \"temperature\": %.17g, \"loss\": %d, \"grad_input\": %d, "
       "\"grad_weight\": %d, \"grad_bias\": %d, \"saved\": %d, \"grad_output\": %d, "
       "\"workspace\": %d, \"workspace_size\": %zu, \"flags\": %u, \"grad_scale\": %.17g, "
-      "\"teacher_input\": %d, \"teacher_weight\": %d, \"teacher_bias\": %d}}",
+      "\"teacher_input\": %d, \"teacher_weight\": %d, \"teacher_bias\": %d, "
+      "\"row_weights\": %d, \"row_loss\": %d, \"loss_parts\": %d}}",
       a.struct_size, (long long)a.rows, a.input != NULL, a.weight != NULL, a.bias != NULL,
       a.labels != NULL, a.teacher != NULL, a.teacher_ids != NULL, a.teacher_values != NULL,
       a.temperature, a.loss != NULL, a.grad_input != NULL, a.grad_weight != NULL,
       a.grad_bias != NULL, a.saved != NULL, a.grad_output != NULL, a.workspace != NULL,
       a.workspace_size, (unsigned)a.flags, a.grad_scale, a.teacher_input != NULL,
-      a.teacher_weight != NULL, a.teacher_bias != NULL);
+      a.teacher_weight != NULL, a.teacher_bias != NULL, a.row_weights != NULL,
+      a.row_loss != NULL, a.loss_parts != NULL);
 }
 
 /* Every enumerator of the header, by name (the test also checks that this list names every
@@ -161,6 +171,9 @@ static void print_enums(void) {
   ENUM(KLJIT_DIVERGENCE_FORWARD_KL);
   ENUM(KLJIT_DIVERGENCE_REVERSE_KL);
   ENUM(KLJIT_DIVERGENCE_JSD);
+  ENUM(KLJIT_DIVERGENCE_TVD);
+  ENUM(KLJIT_DIVERGENCE_SKEW_FORWARD_KL);
+  ENUM(KLJIT_DIVERGENCE_SKEW_REVERSE_KL);
   ENUM(KLJIT_TOPK_PROBS);
   ENUM(KLJIT_TOPK_LOGPROBS);
   ENUM(KLJIT_TAIL_NONE);
@@ -180,6 +193,7 @@ static void print_enums(void) {
   ENUM(KLJIT_FLAG_ALLOW_TF32);
   ENUM(KLJIT_FLAG_CHECK_INPUTS);
   ENUM(KLJIT_FLAG_TEACHER_BIAS);
+  ENUM(KLJIT_FLAG_ROW_WEIGHTS);
   ENUM(KLJIT_PLAN_ESTIMATE);
   ENUM(KLJIT_PLAN_MEASURE);
   ENUM(KLJIT_PLAN_EXHAUSTIVE);

@@ -13,12 +13,18 @@
  *   (dense, other divergences: REVERSE_KL l = sum q (log q - log p), dl/ds = q (log q - log p
  *   - l); JSD(beta) with m = beta p + (1 - beta) q, l = beta sum p (log p - log m) + (1 - beta)
  *   sum q (log q - log m), dl/ds = q (g - sum q g), g = (1 - beta)(log q - log m); beta = 0 and
- *   1 take the forward and reverse KL; log p is log max(p, eps) throughout)
+ *   1 take the forward and reverse KL; log p is log max(p, eps) throughout; TVD l = 1/2 sum
+ *   |p - q|, g = sign(q - p) / 2 (0 at p = q); SKEW_FORWARD_KL(a) m = a p + (1 - a) q, l = sum
+ *   p (log p - log m), g = -(1 - a) p / m; SKEW_REVERSE_KL(a) m = a q + (1 - a) p, l = sum q
+ *   (log q - log m), g = log(q / m) - a q / m; a = 0 takes the forward and reverse KL)
  *   softcap c: z' = c tanh(z / c) replaces z everywhere (s = z' / T), dz'/dz = 1 / cosh^2(z / c)
- *   CE = lse(z') - z'_y (y = labels[i]),  dCE/dz'_v = softmax(z')_v - [v = y]
- *   row_loss[i] = ws * t2 * l + wh * CE,  t2 = T^2 with KLJIT_FLAG_SCALE_T_SQUARED, else 1
- *   loss = c * sum_i row_loss[i],  c = 1 (SUM, NONE), 1/kept (BATCHMEAN), 1/(kept V) (MEAN)
- *   G[i,v] = dL/dz_v = g_i c (ws t2 / T dl/ds_v + wh dCE/dz'_v) dz'/dz_v
+ *   CE = lse(z') - (1 - ls) z'_y - ls / V sum_v z'_v + zl lse(z')^2 (y = labels[i]),
+ *   dCE/dz'_v = (1 + 2 zl lse(z')) softmax(z')_v - (1 - ls) [v = y] - ls / V
+ *   row_loss[i] = w_i (ws * t2 * l + wh * CE),  t2 = T^2 with KLJIT_FLAG_SCALE_T_SQUARED, else
+ *   1, w_i the row weight (1 without)
+ *   loss = c * sum_i row_loss[i],  c = 1 (SUM, NONE), 1/kept (BATCHMEAN), 1/(kept V) (MEAN);
+ *   loss_soft and loss_hard the same sums of the two terms
+ *   G[i,v] = dL/dz_v = g_i c w_i (ws t2 / T dl/ds_v + wh dCE/dz'_v) dz'/dz_v
  *   dx = G W,  dw = G^T X,  db = sum_i G[i,:]
  *   Teachers: dense rows lie teacher_ld apart and only their first V columns count (padded
  *   teachers); DENSE_HIDDEN computes zt = xt Wt^T + bt for those columns, then as DENSE_LOGITS;
@@ -50,6 +56,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "host_dtype.h"
 
 static int ref_fail(const char *msg, long long value) {
   fprintf(stderr, "ref_compute: %s (%lld)\n", msg, value);
@@ -114,10 +122,17 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
     case KLJIT_REDUCTION_NONE: break;
     default: return ref_fail("unknown reduction", (long long)pb->reduction);
   }
-  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL || pb->divergence > KLJIT_DIVERGENCE_JSD)
+  if (pb->divergence < KLJIT_DIVERGENCE_FORWARD_KL ||
+      pb->divergence > KLJIT_DIVERGENCE_SKEW_REVERSE_KL)
     return ref_fail("unknown divergence", (long long)pb->divergence);
   if (pb->divergence == KLJIT_DIVERGENCE_JSD && !(pb->beta >= 0.0 && pb->beta <= 1.0))
     return ref_failf("JSD beta must be in [0, 1]", pb->beta);
+  if (!(pb->skew_alpha >= 0.0 && pb->skew_alpha < 1.0))
+    return ref_failf("skew_alpha must be in [0, 1)", pb->skew_alpha);
+  if (!(pb->label_smoothing >= 0.0 && pb->label_smoothing <= 1.0))
+    return ref_failf("label_smoothing must be in [0, 1]", pb->label_smoothing);
+  if (!(pb->z_loss >= 0.0) || !isfinite(pb->z_loss))
+    return ref_failf("z_loss must be >= 0 and finite", pb->z_loss);
   if (!(pb->hard_weight >= 0.0) || !(pb->soft_weight >= 0.0))
     return ref_failf("hard_weight and soft_weight must be >= 0", pb->hard_weight);
   if (!(pb->softcap >= 0.0) || !(pb->teacher_softcap >= 0.0))
@@ -157,7 +172,8 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
     case KLJIT_TEACHER_SPARSE_TOPK:
       if (pb->topk < 1) return ref_fail("topk must be >= 1", (long long)pb->topk);
       if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL &&
-          !(pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0))
+          !(pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0) &&
+          !(pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0))
         return ref_fail("the sparse teacher takes the forward KL only", (long long)pb->divergence);
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
@@ -227,10 +243,13 @@ static void ref_teacher_dense(const kljit_problem *pb, const double *t, double T
  * and ds = dl/ds. */
 static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *ds) {
   const int64_t V = pb->vocab;
-  const double beta = pb->beta;
-  const int jsd = pb->divergence == KLJIT_DIVERGENCE_JSD;
-  const int forward = pb->divergence == KLJIT_DIVERGENCE_FORWARD_KL || (jsd && beta == 0.0);
-  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || (jsd && beta == 1.0);
+  const double beta = pb->beta, a = pb->skew_alpha;
+  const kljit_divergence div = pb->divergence;
+  const int jsd = div == KLJIT_DIVERGENCE_JSD;
+  const int forward = div == KLJIT_DIVERGENCE_FORWARD_KL || (jsd && beta == 0.0) ||
+                      (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && a == 0.0);
+  const int reverse = div == KLJIT_DIVERGENCE_REVERSE_KL || (jsd && beta == 1.0) ||
+                      (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && a == 0.0);
   long double l = 0.0L;
   if (forward) {
     long double sum_p = 0.0L;
@@ -243,14 +262,26 @@ static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *d
     return (double)l;
   }
   /* ds = q (g - sum q g) with g = dl/dq: log q - log p (+ 1, which cancels) for the reverse
-   * KL, (1 - beta) log(q / m) for the JSD */
+   * KL, (1 - beta) log(q / m) for the JSD, sign(q - p) / 2 for TVD, -(1 - a) p / m for the
+   * skew forward KL, log(q / m) - a q / m (+ 1) for the skew reverse KL */
   long double qg = 0.0L;
   for (int64_t v = 0; v < V; v++) {
-    const double q = r->q[v];
+    const double q = r->q[v], p = r->p[v];
     double g;
     if (reverse) {
       g = r->logq[v] - r->lp[v];
       if (q != 0.0) l += (long double)q * g;
+    } else if (div == KLJIT_DIVERGENCE_TVD) {
+      g = q > p ? 0.5 : q < p ? -0.5 : 0.0;
+      l += 0.5L * fabsl((long double)q - p);
+    } else if (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL) {
+      const double m = a * p + (1.0 - a) * q;
+      g = m > 0.0 ? -(1.0 - a) * p / m : 0.0;
+      if (p != 0.0) l += (long double)p * (r->lp[v] - log(m));
+    } else if (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL) {
+      const double m = a * q + (1.0 - a) * p, logm = log(m);
+      g = q != 0.0 ? r->logq[v] - logm - a * q / m : 0.0; /* q > 0 makes m > 0 */
+      if (q != 0.0) l += (long double)q * (r->logq[v] - logm);
     } else {
       const double m = beta * r->p[v] + (1.0 - beta) * q;
       const double logm = log(m);
@@ -401,7 +432,7 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
   if (rc == 0 && out->dw) memset(out->dw, 0, (size_t)(V * H) * sizeof(double));
   if (rc == 0 && out->db) memset(out->db, 0, (size_t)V * sizeof(double));
   if (rc == 0 && out->dx) memset(out->dx, 0, (size_t)(N * H) * sizeof(double));
-  long double total = 0.0L;
+  long double total = 0.0L, total_soft = 0.0L, total_hard = 0.0L;
   int keep[REF_MAX_BLOCK_ROWS];
   for (int64_t i0 = 0; i0 < N && rc == 0; i0 += RB) {
     const int64_t nb = N - i0 < RB ? N - i0 : RB;
@@ -450,22 +481,30 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
         ref_teacher_dense(pb, t, T, &r);
         l = ref_row_dense(pb, &r, G);
       }
-      /* CE on z' at temperature 1; its softmax only where it is weighted */
+      /* CE on z' at temperature 1 (label smoothing ls, z-loss zl); its softmax only where it
+       * is weighted */
       double ce = 0.0, lse1 = 0.0;
+      const double ls = pb->label_smoothing, zl = pb->z_loss;
       const int64_t y = wh != 0.0 ? in->labels[i] : -1;
       if (wh != 0.0) {
         lse1 = ref_lse(r.zc, V);
-        ce = lse1 - r.zc[y];
+        long double zsum = 0.0L;
+        for (int64_t v = 0; v < V; v++) zsum += r.zc[v];
+        ce = lse1 - (1.0 - ls) * r.zc[y] - ls / (double)V * (double)zsum + zl * lse1 * lse1;
       }
-      const double row_loss = ws * t2 * l + wh * ce;
+      const double wr = in->row_weights ? in->row_weights[i] : 1.0;
+      const double soft = wr * ws * t2 * l, hard = wr * wh * ce;
+      const double row_loss = soft + hard;
       if (out->row_loss) out->row_loss[i] = row_loss;
       total += row_loss;
+      total_soft += soft, total_hard += hard;
       double g = 1.0;
       if (in->grad_output) g = none ? in->grad_output[i] : in->grad_output[0];
-      const double gs = g * c * ws * t2 / T, gh = g * c * wh;
+      const double gs = g * c * wr * ws * t2 / T, gh = g * c * wr * wh;
+      const double gz = 1.0 + 2.0 * zl * lse1, gu = ls / (double)V;
       for (int64_t v = 0; v < V; v++) {
         double d = gs * G[v];
-        if (wh != 0.0) d += gh * (exp(r.zc[v] - lse1) - (v == y ? 1.0 : 0.0));
+        if (wh != 0.0) d += gh * (gz * exp(r.zc[v] - lse1) - (v == y ? 1.0 - ls : 0.0) - gu);
         G[v] = d * r.dc[v];
       }
     }
@@ -492,6 +531,103 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
   free(r.zc), free(r.dc), free(r.p), free(r.lp), free(r.tz);
   if (rc) return rc;
   out->loss = (double)(c * total);
+  out->loss_soft = (double)(c * total_soft);
+  out->loss_hard = (double)(c * total_hard);
   out->rows_kept = kept;
   return 0;
+}
+
+/* ---- inputs for the TVD tests ------------------------------------------------------------ */
+
+/* The value of dtype `dt` next to x (x rounded to dt) in direction dir (+1 or -1); dir 0: x
+ * rounded to dt. */
+static double ref_step(double x, kljit_dtype dt, int dir) {
+  double buf;
+  host_store(&buf, dt, 0, x);
+  const double from = host_load(&buf, dt, 0);
+  if (!dir) return from;
+  const double rel = dt == KLJIT_FP32 ? 0x1p-24 : dt == KLJIT_FP16 ? 0x1p-11 : 0x1p-8;
+  for (double d = fabs(from) > 0.0 ? fabs(from) * rel : 0x1p-149; d < INFINITY; d *= 2.0) {
+    host_store(&buf, dt, 0, from + dir * d);
+    const double to = host_load(&buf, dt, 0);
+    if (to != from) return to;
+  }
+  return from;
+}
+
+/* log p_v of the dense teacher row t at column v given the row's lse (the logits forms), as
+ * ref_teacher_dense computes it before the eps floor. */
+static double ref_logp(const kljit_problem *pb, double tv, double T, double lse_t) {
+  if (pb->teacher == KLJIT_TEACHER_DENSE_PROBS) return log(tv);
+  if (pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS) return tv;
+  const double Tt = pb->teacher_temperature > 0.0 ? pb->teacher_temperature : T;
+  return ref_softcap(tv, pb->teacher_softcap) / Tt - lse_t;
+}
+
+int64_t ref_separate_ties(const ref_inputs *in, double *teacher, kljit_dtype dtype,
+                          double margin) {
+  ref_outputs none;
+  memset(&none, 0, sizeof none);
+  if (ref_validate(in, &none)) return -1;
+  const kljit_problem *pb = in->pb;
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    ref_fail("ref_separate_ties takes the dense array forms only", pb->teacher);
+    return -1;
+  }
+  const int64_t V = pb->vocab, H = pb->hidden;
+  const int64_t tld = pb->teacher_ld ? pb->teacher_ld : pb->teacher_vocab ? pb->teacher_vocab : V;
+  const double T =
+      pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? in->temperature : pb->temperature;
+  const double Tt = pb->teacher_temperature > 0.0 ? pb->teacher_temperature : T;
+  double *logq = malloc((size_t)V * sizeof(double)), *tp = malloc((size_t)V * sizeof(double));
+  if (!logq || !tp) {
+    free(logq), free(tp);
+    ref_fail("out of host memory for V", (long long)V);
+    return -1;
+  }
+  int64_t left = 0;
+  for (int64_t i = 0; i < in->rows; i++) {
+    if (in->labels && in->labels[i] == pb->ignore_index) continue;
+    for (int64_t v = 0; v < V; v++) {
+      const double z = ref_dot(in->x + i * H, in->w + v * H, H) + (in->b ? in->b[v] : 0.0);
+      logq[v] = ref_softcap(z, pb->softcap) / T;
+    }
+    const double lse = ref_lse(logq, V);
+    for (int64_t v = 0; v < V; v++) logq[v] -= lse;
+    double *t = teacher + i * tld;
+    /* a few passes: moving one logit moves the row's lse, which every column sees */
+    int64_t close = 0;
+    for (int pass = 0; pass < 8; pass++) {
+      double lse_t = 0.0;
+      if (pb->teacher == KLJIT_TEACHER_DENSE_LOGITS) {
+        for (int64_t v = 0; v < V; v++) tp[v] = ref_softcap(t[v], pb->teacher_softcap) / Tt;
+        lse_t = ref_lse(tp, V);
+      }
+      close = 0;
+      for (int64_t v = 0; v < V; v++) {
+        double lp = ref_logp(pb, t[v], T, lse_t);
+        if (!(lp > -INFINITY) || fabs(lp - logq[v]) >= margin) continue;
+        close++;
+        const int dir = lp >= logq[v] ? 1 : -1; /* away from q, on p's side */
+        /* the value whose log p is 2 margins from log q (the logits by the local slope of
+         * the cap; the lse held), then whole steps of the dtype until it is a margin away */
+        const double want = logq[v] + 2.0 * dir * margin;
+        double x = pb->teacher == KLJIT_TEACHER_DENSE_PROBS      ? exp(want)
+                   : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ? want
+                                                                 : t[v];
+        if (pb->teacher == KLJIT_TEACHER_DENSE_LOGITS) {
+          const double c = pb->teacher_softcap, th = c > 0.0 ? tanh(t[v] / c) : 0.0;
+          x += (want - lp) * Tt / fmax(1.0 - th * th, 1e-3);
+        }
+        x = ref_step(x, dtype, 0);
+        for (int k = 0; k < 64 && fabs(ref_logp(pb, x, T, lse_t) - logq[v]) < 1.5 * margin; k++)
+          x = ref_step(x, dtype, dir);
+        t[v] = x;
+      }
+      if (!close) break;
+    }
+    left += close;
+  }
+  free(logq), free(tp);
+  return left;
 }

@@ -2,10 +2,10 @@
 /* ref.h — the double-precision CPU reference: the oracle every GPU test compares against.
  *
  * It implements the contract of include/kljit.h (the math section, every teacher form, tail
- * mode, temperature, reduction, ignore_index, bias, T^2 scaling, divergence, CE mixing,
- * softcapping, padded and online teachers) directly and slowly: full
- * logits in double, no chunking, no online softmax. Inputs are doubles (tests convert their
- * fp16/bf16 device values to double first, so both sides see the same numbers).
+ * mode, temperature, reduction, ignore_index, bias, T^2 scaling, divergence, CE mixing with
+ * label smoothing and z-loss, row weights, softcapping, padded and online teachers) directly
+ * and slowly: full logits in double, no chunking, no online softmax. Inputs are doubles (tests
+ * convert their fp16/bf16 device values to double first, so both sides see the same numbers).
  */
 #ifndef KLJIT_REF_H
 #define KLJIT_REF_H
@@ -37,6 +37,9 @@ typedef struct ref_inputs {
   /* Rows per block (1..16); 0 picks it from V. The result does not depend on it (the tests
    * check that); it exists so that they can force block boundaries on small shapes. */
   int64_t block_rows;
+  /* KLJIT_FLAG_ROW_WEIGHTS: w_i [N] multiplying row i's loss and gradient; NULL: all 1 (the
+   * flag is not needed: the reference takes the weights it is given). */
+  const double *row_weights;
 } ref_inputs;
 
 typedef struct ref_outputs {
@@ -47,9 +50,21 @@ typedef struct ref_outputs {
   double *db;         /* [V] or NULL */
   double *dlogits;    /* [N,V] dL/dz, or NULL */
   int64_t rows_kept;
+  /* the soft and hard parts of `loss`: c sum_i w_i ws t2 D_i and c sum_i w_i wh CE_i */
+  double loss_soft, loss_hard;
 } ref_outputs;
 
 /* Returns 0 on success, nonzero (with a message on stderr) for a problem it cannot compute. */
 int ref_compute(const ref_inputs *in, ref_outputs *out);
+
+/* For GPU tests of KLJIT_DIVERGENCE_TVD, whose gradient jumps where p_v = q_v: an fp32 kernel
+ * and this fp64 reference may take different sides of a column within rounding of the tie, and
+ * one such column moves a gradient by more than the tests' tolerances. Moves the dense
+ * teacher's values `teacher` (the form and layout in->pb and in->teacher describe; rounded to
+ * `dtype`, as the device will hold them) until every kept row's columns with p > 0 have
+ * |log p - log q| >= margin. The array forms only (not DENSE_HIDDEN). Returns the number of
+ * columns still closer than that (0 on success), or -1 when the inputs are invalid. */
+int64_t ref_separate_ties(const ref_inputs *in, double *teacher, kljit_dtype dtype,
+                          double margin);
 
 #endif

@@ -257,7 +257,7 @@ typedef enum field {
   F_NONE, F_STRUCT_SIZE, F_HIDDEN, F_VOCAB, F_INPUT_DT, F_WEIGHT_DT, F_TEACHER_DT, F_TEACHER,
   F_TOPK, F_ID_DT, F_TOPK_VALUES, F_TAIL, F_TMODE, F_T, F_TT, F_REDUCTION, F_LABEL_DT, F_EPS,
   F_GW_DT, F_ACCUM, F_FLAGS, F_DIV, F_BETA, F_HARD, F_SOFT, F_CAP, F_TCAP, F_TVOCAB, F_TLD,
-  F_THIDDEN, F_VTOT, F_SHARDS
+  F_THIDDEN, F_VTOT, F_SHARDS, F_ALPHA, F_LS, F_ZL
 } field;
 
 static void set_field(kljit_problem *pb, field f, double v) {
@@ -294,6 +294,9 @@ static void set_field(kljit_problem *pb, field f, double v) {
   case F_THIDDEN: pb->teacher_hidden = (int64_t)v; break;
   case F_VTOT: pb->vocab_total = (int64_t)v; break;
   case F_SHARDS: pb->shards = (int32_t)v; break;
+  case F_ALPHA: pb->skew_alpha = v; break;
+  case F_LS: pb->label_smoothing = v; break;
+  case F_ZL: pb->z_loss = v; break;
   }
 }
 
@@ -315,6 +318,9 @@ typedef struct check_case {
 #define INVALID KLJIT_ERR_INVALID_ARGUMENT
 #define UNSUPPORTED KLJIT_ERR_UNSUPPORTED
 #define JSD(b) {F_DIV, KLJIT_DIVERGENCE_JSD}, {F_BETA, b}
+#define SKEWF(a) {F_DIV, KLJIT_DIVERGENCE_SKEW_FORWARD_KL}, {F_ALPHA, a}
+#define SKEWR(a) {F_DIV, KLJIT_DIVERGENCE_SKEW_REVERSE_KL}, {F_ALPHA, a}
+#define TVD {F_DIV, KLJIT_DIVERGENCE_TVD}
 
 static const check_case rejected[] = {
     {"struct_size 0", {{F_STRUCT_SIZE, 0}}, INVALID, {"problem->struct_size = 0", NULL}},
@@ -391,9 +397,24 @@ static const check_case rejected[] = {
      {"grad_weight_dtype = INT32", NULL}},
     {"grad_weight_accum 0", {{F_ACCUM, 0}}, INVALID, {"grad_weight_accum = 0", NULL}},
     {"grad_weight_accum 3", {{F_ACCUM, 3}}, INVALID, {"grad_weight_accum = 3", NULL}},
-    {"flags bit 6", {{F_FLAGS, 1u << 6}}, INVALID, {"flags = 0x40", "0x40"}},
+    {"flags bit 7", {{F_FLAGS, 1u << 7}}, INVALID, {"flags = 0x80", "0x80"}},
     {"divergence 0", {{F_DIV, 0}}, INVALID, {"divergence = 0", NULL}},
-    {"divergence 4", {{F_DIV, 4}}, INVALID, {"divergence = 4", NULL}},
+    {"divergence 7", {{F_DIV, 7}}, INVALID, {"divergence = 7", NULL}},
+    {"skew forward alpha 1", {SKEWF(1.0)}, INVALID, {"skew_alpha = 1", "[0, 1)"}},
+    {"skew reverse alpha -0.1", {SKEWR(-0.1)}, INVALID, {"skew_alpha = -0.1", "skew reverse"}},
+    {"skew alpha NaN", {SKEWF(NAN)}, INVALID, {"skew_alpha = nan", NULL}},
+    {"skew_alpha without a skew KL", {JSD(0.5), {F_ALPHA, 0.5}}, INVALID,
+     {"skew_alpha = 0.5", "only KLJIT_DIVERGENCE_SKEW_FORWARD_KL"}},
+    {"label_smoothing 1.5", {{F_HARD, 1}, {F_LS, 1.5}}, INVALID, {"label_smoothing = 1.5", NULL}},
+    {"label_smoothing -0.1", {{F_HARD, 1}, {F_LS, -0.1}}, INVALID,
+     {"label_smoothing = -0.1", "[0, 1]"}},
+    {"label_smoothing NaN", {{F_HARD, 1}, {F_LS, NAN}}, INVALID, {"label_smoothing = nan", NULL}},
+    {"z_loss -1e-4", {{F_HARD, 1}, {F_ZL, -1e-4}}, INVALID, {"z_loss = -0.0001", NULL}},
+    {"z_loss Inf", {{F_HARD, 1}, {F_ZL, INFINITY}}, INVALID, {"z_loss = inf", NULL}},
+    {"z_loss 1e7", {{F_HARD, 1}, {F_ZL, 1e7}}, INVALID, {"z_loss = 1e+07", NULL}},
+    {"label_smoothing without the CE", {{F_LS, 0.1}}, INVALID,
+     {"label_smoothing = 0.1", "hard_weight = 0"}},
+    {"z_loss without the CE", {{F_ZL, 1e-4}}, INVALID, {"z_loss = 0.0001", "hard-label CE"}},
     {"JSD beta -0.5", {JSD(-0.5)}, INVALID, {"beta = -0.5", "[0, 1]"}},
     {"JSD beta 1.5", {JSD(1.5)}, INVALID, {"beta = 1.5", "[0, 1]"}},
     {"JSD beta NaN", {JSD(NAN)}, INVALID, {"beta = nan", NULL}},
@@ -559,6 +580,31 @@ static const check_case families[] = {
     {"sharded online teacher", {{F_VTOT, 2000}, {F_SHARDS, 2},
      {F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse JSD 0", {SPARSE, JSD(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    /* issue 29: TVD, the skew KLs, row weights, the CE's extras (dense teachers) */
+    {"TVD", {TVD}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"skew forward KL 0.1", {SKEWF(0.1)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"skew reverse KL 0 (the reverse KL)", {SKEWR(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"skew reverse KL with CE, smoothing and z-loss",
+     {SKEWR(0.5), {F_HARD, 0.5}, {F_LS, 0.1}, {F_ZL, 1e-4}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"label smoothing 1 with the z-loss at its bound", {{F_HARD, 1}, {F_LS, 1}, {F_ZL, 1e6}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"row weights, checked", {{F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS}},
+     KLJIT_SUCCESS, {NULL, NULL}},
+    {"online teacher TVD with row weights", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN},
+     {F_THIDDEN, 32}, TVD, {F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded TVD with smoothed CE", {{F_VTOT, 2000}, {F_SHARDS, 2}, TVD, {F_HARD, 1},
+     {F_LS, 0.1}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded skew forward KL with row weights", {{F_VTOT, 2000}, {F_SHARDS, 2}, SKEWF(0.3),
+     {F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse TVD", {SPARSE, TVD}, UNSUPPORTED, {"forward KL only", "the TVD"}},
+    {"sparse skew reverse KL", {SPARSE, SKEWR(0.1)}, UNSUPPORTED, {"skew reverse KL", NULL}},
+    {"sparse skew forward KL 0 (the forward KL)", {SPARSE, SKEWF(0.0)}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"sparse row weights", {SPARSE, {F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS}}, UNSUPPORTED,
+     {"KLJIT_FLAG_ROW_WEIGHTS", "sparse teacher"}},
+    {"sparse label smoothing", {SPARSE, {F_HARD, 1}, {F_LS, 0.1}}, UNSUPPORTED,
+     {"label_smoothing", "sparse teacher"}},
+    {"sparse z-loss", {SPARSE, {F_HARD, 1}, {F_ZL, 1e-4}}, UNSUPPORTED, {"z_loss", NULL}},
 };
 
 static int plan_check_refuses_loss_families_its_kernels_lack_with_a_sentence(void) {

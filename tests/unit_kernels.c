@@ -626,6 +626,87 @@ static int add_loss_families(space *s) {
   return add_problem(s, &pb);
 }
 
+/* Issue 29's dense-row parameters, each only in the source of a problem that sets it: TVD and
+ * the skew KLs (DIV, ALPHA; the two-pass rows with their S sweep and sums kernel, the cluster
+ * rows, a shard's SHARDED rows), row weights (ROWW; with checked mode's weight check), the CE's
+ * label smoothing (LSMOOTH; on a shard with VTOT) and z-loss (ZLOSS), and the CE's loss
+ * partials apart (lossh) which every CE problem now has. The divergences rotate over the three
+ * edge problems (teacher forms, dtypes, fp32 logits written in place or native logits); a
+ * representative set, not a product, as add_loss_families. */
+static int add_issue29_families(space *s) {
+  static const struct {
+    kljit_divergence div;
+    double alpha;
+  } D[3] = {{KLJIT_DIVERGENCE_TVD, 0.0},
+            {KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.1},
+            {KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.25}};
+  for (int i = 0; i < 7; i++) {
+    kljit_problem pb;
+    if (!make_problem(EDGE_PROBLEMS[i % 3], i < 3 ? 151936 : 50257, &pb)) return TH_FAIL;
+    const int d = (i + i / 3) % 3;
+    pb.divergence = i == 6 ? KLJIT_DIVERGENCE_FORWARD_KL : D[d].div;
+    pb.skew_alpha = i == 6 ? 0.0 : D[d].alpha;
+    if (i % 2 == 0) pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+    if (i == 0 || i == 6) pb.flags |= KLJIT_FLAG_CHECK_INPUTS;
+    if (i % 2 == 1 || i == 6) {
+      pb.hard_weight = 0.5, pb.soft_weight = i == 5 ? 0.0 : 0.5;
+      pb.label_smoothing = i == 3 ? 0.0 : 0.1;
+      pb.z_loss = i == 1 ? 0.0 : 1e-4;
+    }
+    if (i == 5) pb.softcap = 30.0;
+    const int r = add_problem(s, &pb);
+    if (r != TH_PASS) return r;
+  }
+  /* shards (the second exchange's sums kernel and SHARDED rows): TVD with the CE smoothed over
+   * the global vocabulary (VTOT, VOFF), the skew forward KL with row weights, the skew reverse
+   * KL of the online teacher with the z-loss on the first shard */
+  static const struct {
+    int64_t v, total, offset;
+    int shards;
+  } SH[3] = {{125, 1001, 876, 8}, {75968, 151936, 75968, 2}, {500, 1000, 0, 2}};
+  for (int i = 0; i < 3; i++) {
+    kljit_problem pb = KLJIT_PROBLEM_INIT;
+    pb.hidden = 4096;
+    pb.vocab = SH[i].v, pb.vocab_total = SH[i].total, pb.vocab_offset = SH[i].offset;
+    pb.shards = SH[i].shards;
+    pb.input_dtype = pb.weight_dtype = DTYPES[i];
+    pb.divergence = D[i].div, pb.skew_alpha = D[i].alpha;
+    if (i != 1) pb.hard_weight = 0.5, pb.soft_weight = 0.5;
+    if (i == 0) pb.label_smoothing = 0.2;
+    if (i == 2) {
+      pb.z_loss = 1e-3;
+      pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 2048;
+    }
+    if (i == 1) pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+    const int r = add_problem(s, &pb);
+    if (r != TH_PASS) return r;
+  }
+  return TH_PASS;
+}
+
+/* The parameters of issue 29 render and compile for both archs (the modules add_issue29_families
+ * plans), without the every-variant space: the quick check of these templates. */
+static int tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90(void) {
+  space s;
+  memset(&s, 0, sizeof s);
+  int r = dm_init(&s.by_params) && dm_init(&s.by_source) ? TH_PASS : TH_FAIL;
+  if (r == TH_PASS) r = add_issue29_families(&s);
+  if (r == TH_PASS) {
+    int kinds[N_KINDS] = {0};
+    for (size_t i = 0; i < s.n_mods; i++) kinds[s.mods[i].kind]++;
+    printf("problems: %ld; distinct modules: %zu: %s %d, %s %d, %s %d\n", s.problems, s.n_mods,
+           KIND_NAME[0], kinds[0], KIND_NAME[1], kinds[1], KIND_NAME[2], kinds[2]);
+    fflush(stdout);
+    if (kinds[KIND_CLUSTER] == 0 || kinds[KIND_TWO_PASS] < 10) {
+      fprintf(stderr, "the problems no longer reach both dense row variants\n");
+      r = TH_FAIL;
+    }
+  }
+  if (r == TH_PASS) r = compile_all(&s, NULL);
+  space_free(&s);
+  return r;
+}
+
 /* The optional parameters reach a source only when set: the plain problem renders the bytes it
  * always did (its cache entries and wisdom stay valid), and each feature changes the source by
  * what it needs (tanhf for a cap, the stride for a padded teacher). */
@@ -758,6 +839,7 @@ static int enumerate(space *s) {
   }
   if (r == TH_PASS) r = add_sparse_and_checked(s);
   if (r == TH_PASS) r = add_loss_families(s);
+  if (r == TH_PASS) r = add_issue29_families(s);
   const double enum_s = util_now() - t0;
   if (r == TH_PASS) {
     int kinds[N_KINDS] = {0};
@@ -1040,13 +1122,13 @@ static kspec pinned_spec(int i) {
 }
 
 static const char *const PINNED[N_PINNED] = {
-    "4d9e57f77ad560f58916c31d69c5ba1045e9a8365123329e0e00a2c5e4fb9886",
-    "7769cec9bbf31b1328d57912afcfa4075e7182fdc522905b510446d53502571d",
-    "1e557692ec40ed2febb91f2a588af39355d863aa13153c1a4e65d2826afc41ca",
-    "0fbf9ade12f7280889ccf4d25022e6f415507cc0f7b884f0c00fa782b3396bc2",
-    "57799a7cc90dc68905c03d46db97828f3ce247716cac81b98a42c56baca2aae3",
-    "a21f572ff8339287e6fe8bfdde4c695907b330e23d53b37d9b57463c230aae8f",
-    "c43d9708ab6dfdb8c9bd867e481e9e49346e02cf32b482c7978ae6c0ad74a0d8",
+    "ad3b402113733530caddca7e644cc7bd7a3e76e24737ac01ebad10d6186f2b0c",
+    "243bb6012cb31b5cad9fae0e6b631d1226db97bc3d96bb082a7bae8e24964114",
+    "296266626722cc73272ceda79262190d8eba39c6f9f497ec8e28f2a84ba560c0",
+    "a797a39992aafeec8d02751330bea95c51e8a426e8dd6cdffeb4dbf9524f68d5",
+    "9f21fa8305f5eb835ee70b983a027851351da4a9976a769279a44d083a4df774",
+    "5514c0362d5cbdcae1c581d285710c9addc67fad8ca1c91445cea8a31685c933",
+    "d5e8cc582d91398bcdbeacba67e4663b0a78c79e87a51039d23c1adb26fdb8f0",
     "5c4d84d37c1e06f36d2b9f2f05615a5ca02d41461a9dc52d4d1d721e96ba5b25",
     "339d0e4ea8841e82823482ea4907a5024e788d849a731027d16887bf27c133f0",
 };
@@ -1097,6 +1179,8 @@ static const th_case cases[] = {
     {"loss_family_parameters_reach_the_source_only_when_set",
      loss_family_parameters_reach_the_source_only_when_set},
     {"rendered_modules_keep_their_pinned_bytes", rendered_modules_keep_their_pinned_bytes},
+    {"tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90",
+     tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90},
 };
 
 int main(int argc, char **argv) {

@@ -87,7 +87,7 @@ static const pin_case CASES[] = {
     {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "eec1b7b9fc9af65c"},
     {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "56d28dd1f744ae50"},
     {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "4d1d982374c0e050"},
-    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "3335003354229739"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "2387c2722bdaf768"},
     {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "8af0651100d130c2"},
     {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "90f8df384f9d917b"},
     {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "3329e363db97872d"},

@@ -32,13 +32,14 @@ typedef struct prob {
   double vals[MAXN * MAXK];
   int64_t labels[MAXN];
   double gout[MAXN];
-  int has_labels, has_gout;
+  double rw[MAXN]; /* row weights, with has_rw */
+  int has_labels, has_gout, has_rw;
   double runtime_t;
   int64_t block_rows;
 } prob;
 
 typedef struct result {
-  double loss;
+  double loss, soft, hard; /* the loss and its two parts */
   int64_t kept;
   double row_loss[MAXN], dx[MAXN * MAXH], dw[MAXV * MAXH], db[MAXV], dl[MAXN * MAXV];
 } result;
@@ -64,11 +65,13 @@ static int run(const prob *p, result *r) {
       .labels = p->has_labels ? p->labels : NULL, .teacher = p->teacher, .ids = p->ids,
       .vals = p->vals, .temperature = p->runtime_t, .grad_output = p->has_gout ? p->gout : NULL,
       .block_rows = p->block_rows, .teacher_x = p->tx, .teacher_w = p->tw,
-      .teacher_b = (p->pb.flags & KLJIT_FLAG_TEACHER_BIAS) ? p->tb : NULL};
+      .teacher_b = (p->pb.flags & KLJIT_FLAG_TEACHER_BIAS) ? p->tb : NULL,
+      .row_weights = p->has_rw ? p->rw : NULL};
   ref_outputs out = {.loss = NAN, .row_loss = r->row_loss, .dx = r->dx, .dw = r->dw,
                      .db = r->db, .dlogits = r->dl, .rows_kept = -1};
   const int rc = ref_compute(&in, &out);
   r->loss = out.loss;
+  r->soft = out.loss_soft, r->hard = out.loss_hard;
   r->kept = out.rows_kept;
   return rc;
 }
@@ -829,6 +832,13 @@ typedef struct family {
   double beta;
 } family;
 
+/* Issue 29's additions: the skew KLs' alpha, label smoothing and z-loss on the CE (which
+ * fd_family's setups 1 and 3 mix in), row weights. */
+typedef struct extras {
+  double alpha, ls, zl;
+  int weights;
+} extras;
+
 /* Finite differences of one dense or sparse form under one divergence, in four setups:
  *   0: the divergence alone, T = 1, SUM, bias;
  *   1: T = 1.7 with T^2, BATCHMEAN, CE mixing (hard 0.6, soft 0.8) with row 1 ignored, student
@@ -836,12 +846,13 @@ typedef struct family {
  *      bends the logits of these inputs);
  *   2: runtime T = 0.6, NONE with per-row upstream gradients, a padded teacher (dense forms);
  *   3: MEAN, CE alone (soft weight 0), softcap 1. */
-static int fd_family(kljit_teacher_form form, family f) {
+static int fd_family_x(kljit_teacher_form form, family f, extras x) {
   const int sparse = form == KLJIT_TEACHER_SPARSE_TOPK;
   for (int setup = 0; setup < 4; setup++) {
     prob p;
     prob_init(&p, 4, 5, 7, form);
-    p.pb.divergence = f.div, p.pb.beta = f.beta;
+    p.pb.divergence = f.div, p.pb.beta = f.beta, p.pb.skew_alpha = x.alpha;
+    p.pb.label_smoothing = x.ls, p.pb.z_loss = x.zl;
     p.pb.topk = 4;
     p.pb.tail = KLJIT_TAIL_BUCKET;
     p.pb.teacher_temperature = 1.3;
@@ -873,16 +884,26 @@ static int fd_family(kljit_teacher_form form, family f) {
     }
     host_rng g = {(uint64_t)(7000 + 100 * form + 10 * f.div + setup)};
     fill_problem(&p, &g);
+    if (x.weights) { /* one row of weight 0 (it still counts as kept) */
+      p.has_rw = 1;
+      for (int64_t i = 0; i < p.n; i++) p.rw[i] = i == 2 ? 0.0 : 0.25 + 1.5 * host_uniform(&g);
+    }
     p.has_gout = 1;
     p.gout[0] = 0.7;
     if (p.pb.reduction == KLJIT_REDUCTION_NONE)
       for (int64_t i = 0; i < p.n; i++) p.gout[i] = 3.0 * host_uniform(&g) - 1.0;
     char label[128];
-    snprintf(label, sizeof label, "form %d divergence %d beta %g setup %d", form, f.div, f.beta,
-             setup);
+    snprintf(label, sizeof label,
+             "form %d divergence %d beta %g alpha %g ls %g zl %g weights %d setup %d", form,
+             f.div, f.beta, x.alpha, x.ls, x.zl, x.weights, setup);
     if (!check_gradients(&p, label)) return TH_FAIL;
   }
   return TH_PASS;
+}
+
+static int fd_family(kljit_teacher_form form, family f) {
+  const extras none = {0.0, 0.0, 0.0, 0};
+  return fd_family_x(form, f, none);
 }
 
 static int gradients_match_finite_differences_for_every_divergence_and_dense_form(void) {
@@ -1086,6 +1107,286 @@ static int online_teacher_equals_the_logits_form_of_its_head(void) {
   return TH_PASS;
 }
 
+/* ---- issue 29: TVD, the skew KLs, row weights, label smoothing, z-loss ------------------- */
+
+/* TVD and the skew KLs (two alphas each) in every dense form, through fd_family's setups (CE
+ * mixing, softcaps, T^2, padded teachers, every reduction). */
+static int gradients_match_finite_differences_for_tvd_and_the_skew_kls(void) {
+  const struct {
+    family f;
+    extras x;
+  } fams[5] = {{{KLJIT_DIVERGENCE_TVD, 0.0}, {0.0, 0.0, 0.0, 0}},
+               {{KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0}, {0.1, 0.0, 0.0, 0}},
+               {{KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0}, {0.6, 0.0, 0.0, 0}},
+               {{KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0}, {0.1, 0.0, 0.0, 0}},
+               {{KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0}, {0.7, 0.0, 0.0, 0}}};
+  const kljit_teacher_form forms[4] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                       KLJIT_TEACHER_DENSE_LOGITS, KLJIT_TEACHER_DENSE_HIDDEN};
+  for (int fi = 0; fi < 4; fi++)
+    for (int d = 0; d < 5; d++)
+      if (fd_family_x(forms[fi], fams[d].f, fams[d].x) != TH_PASS) return TH_FAIL;
+  return TH_PASS;
+}
+
+/* Row weights (one of them 0) on every setup, label smoothing and the z-loss on the setups with
+ * CE, under divergences of each kind of gradient (sum(p) q - p; q (g - sum q g)). */
+static int gradients_match_finite_differences_with_row_weights_label_smoothing_and_z_loss(void) {
+  const struct {
+    family f;
+    extras x;
+  } fams[4] = {{{KLJIT_DIVERGENCE_FORWARD_KL, 0.0}, {0.0, 0.1, 0.05, 1}},
+               {{KLJIT_DIVERGENCE_JSD, 0.5}, {0.0, 1.0, 0.0, 1}},
+               {{KLJIT_DIVERGENCE_TVD, 0.0}, {0.0, 0.3, 0.2, 1}},
+               {{KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0}, {0.2, 0.0, 0.1, 1}}};
+  const kljit_teacher_form forms[2] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGITS};
+  for (int fi = 0; fi < 2; fi++)
+    for (int d = 0; d < 4; d++)
+      if (fd_family_x(forms[fi], fams[d].f, fams[d].x) != TH_PASS) return TH_FAIL;
+  return TH_PASS;
+}
+
+/* two_class()'s p = (1/4, 3/4) and q = (3/4, 1/4) by hand. TVD = 1/2 (1/2 + 1/2) = 1/2, g =
+ * (1/2, -1/2), sum q g = 1/4: dD/ds = (3/4 (1/2 - 1/4), 1/4 (-1/2 - 1/4)) = (3/16, -3/16). With
+ * a = 1/2 both skew mixtures are m = (1/2, 1/2): the skew forward KL is 1/4 log(1/2) + 3/4
+ * log(3/2) with g = -(1/2) p / m = (-1/4, -3/4); the skew reverse KL is 3/4 log(3/2) + 1/4
+ * log(1/2) with g = log(q / m) - q / (2m) = (log(3/2) - 3/4, log(1/2) - 1/4). For two classes
+ * dD/ds_0 = q_0 (g_0 - sum q g) = q_0 q_1 (g_0 - g_1) = -dD/ds_1. */
+static int two_class_tvd_and_skew_kls_match_hand_values(void) {
+  const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_TVD, KLJIT_DIVERGENCE_SKEW_FORWARD_KL,
+                                    KLJIT_DIVERGENCE_SKEW_REVERSE_KL};
+  const double loss[3] = {0.5, 0.25 * log(0.5) + 0.75 * log(1.5),
+                          0.75 * log(1.5) + 0.25 * log(0.5)};
+  const double dg[3] = {1.0, 0.5, log(3.0) - 0.5}; /* g_0 - g_1 */
+  for (int c = 0; c < 3; c++) {
+    prob p;
+    prob_init(&p, 1, 1, 2, KLJIT_TEACHER_DENSE_PROBS);
+    p.x[0] = 1.0;
+    p.w[0] = log(3.0);
+    p.teacher[0] = 0.25;
+    p.teacher[1] = 0.75;
+    p.pb.divergence = divs[c];
+    p.pb.skew_alpha = c ? 0.5 : 0.0;
+    result r;
+    TH_CHECK(run(&p, &r) == 0);
+    TH_NEAR(r.loss, loss[c], 0, 1e-14);
+    TH_NEAR(r.dl[0], 0.1875 * dg[c], 1e-15, 1e-14);
+    TH_NEAR(r.dl[1], -0.1875 * dg[c], 1e-15, 1e-14);
+  }
+  return TH_PASS;
+}
+
+/* Alpha 0 is the forward and reverse KL exactly; near 1 the mixture is the divergence's first
+ * argument and D vanishes like (1 - alpha)^2; in between the skew forward KL lies in
+ * [0, -log(alpha) sum p] (m >= alpha p). TVD lies in [0, 1] for rows that sum to 1 and obeys
+ * Pinsker's inequality TVD <= sqrt(KL / 2) row by row. */
+static int skew_kls_end_points_and_bounds_and_pinsker_for_tvd(void) {
+  for (int rev = 0; rev < 2; rev++) {
+    prob p;
+    prob_init(&p, 3, 4, 6, KLJIT_TEACHER_DENSE_LOGITS);
+    host_rng g = {(uint64_t)(131 + rev)};
+    fill_problem(&p, &g);
+    result kl, at, near, tv;
+    p.pb.divergence = rev ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_FORWARD_KL;
+    TH_CHECK(run(&p, &kl) == 0);
+    p.pb.divergence = rev ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL : KLJIT_DIVERGENCE_SKEW_FORWARD_KL;
+    p.pb.skew_alpha = 0.0;
+    TH_CHECK(run(&p, &at) == 0);
+    TH_CHECK(same_result(&p, &at, &kl, 1.0, 1.0, 1.0, 0.0));
+    p.pb.skew_alpha = 1.0 - 1e-4;
+    TH_CHECK(run(&p, &near) == 0);
+    TH_CHECK(kl.loss > 1e-2 && fabs(near.loss) < 1e-7 * kl.loss);
+    for (double a = 0.05; a < 1.0; a += 0.3) {
+      p.pb.skew_alpha = a;
+      TH_CHECK(run(&p, &at) == 0);
+      for (int64_t i = 0; i < p.n; i++)
+        TH_CHECK(at.row_loss[i] >= 0.0 && (rev || at.row_loss[i] <= -log(a) * (1.0 + 1e-12)));
+    }
+    p.pb.divergence = KLJIT_DIVERGENCE_TVD, p.pb.skew_alpha = 0.0;
+    TH_CHECK(run(&p, &tv) == 0);
+    for (int64_t i = 0; i < p.n && !rev; i++)
+      TH_CHECK(tv.row_loss[i] > 0.0 && tv.row_loss[i] <= 1.0 &&
+               tv.row_loss[i] <= sqrt(kl.row_loss[i] / 2.0));
+  }
+  return TH_PASS;
+}
+
+/* Label smoothing ls = 1 is the cross-entropy against the uniform target: the forward KL of a
+ * uniform teacher plus its entropy log V, gradients equal; and the CE is linear in ls, loss and
+ * gradients. */
+static int label_smoothing_interpolates_the_label_and_the_uniform_target(void) {
+  prob ce, uni;
+  prob_init(&ce, 4, 3, 6, KLJIT_TEACHER_DENSE_PROBS);
+  ce.pb.flags |= KLJIT_FLAG_BIAS;
+  ce.pb.reduction = KLJIT_REDUCTION_BATCHMEAN;
+  host_rng g = {141};
+  fill_problem(&ce, &g);
+  ce.has_labels = 1;
+  for (int i = 0; i < 4; i++) ce.labels[i] = i == 1 ? -100 : (5 * i + 2) % 6;
+  uni = ce;
+  for (int j = 0; j < 4 * 6; j++) uni.teacher[j] = 1.0 / 6.0;
+  ce.pb.hard_weight = 1.0, ce.pb.soft_weight = 0.0;
+  result r0, r1, rh, ru;
+  TH_CHECK(run(&ce, &r0) == 0);
+  ce.pb.label_smoothing = 1.0;
+  TH_CHECK(run(&ce, &r1) == 0 && run(&uni, &ru) == 0);
+  for (int i = 0; i < 4; i++)
+    TH_NEAR(r1.row_loss[i], i == 1 ? 0.0 : ru.row_loss[i] + log(6.0), 1e-15, 1e-13);
+  TH_CHECK(near_arr("dlogits", r1.dl, ru.dl, 4 * 6, 1.0, 1e-15, 1e-12));
+  ce.pb.label_smoothing = 0.3;
+  TH_CHECK(run(&ce, &rh) == 0);
+  TH_NEAR(rh.loss, 0.7 * r0.loss + 0.3 * r1.loss, 0, 1e-13);
+  TH_NEAR(rh.hard, rh.loss, 0, 0); /* CE alone: all of it is the hard part */
+  TH_CHECK(rh.soft == 0.0);
+  for (int j = 0; j < 4 * 6; j++) TH_NEAR(rh.dl[j], 0.7 * r0.dl[j] + 0.3 * r1.dl[j], 1e-15, 1e-12);
+  return TH_PASS;
+}
+
+/* With W = 0 the logits are the bias, so lse(z') = lse(b) on every row: the z-loss adds
+ * wh zl lse(b)^2 to each kept row, c times it to the loss and its hard part, nothing to the
+ * soft part. */
+static int z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part(void) {
+  prob p;
+  prob_init(&p, 3, 2, 5, KLJIT_TEACHER_DENSE_LOGPROBS);
+  host_rng g = {151};
+  fill_problem(&p, &g);
+  memset(p.w, 0, sizeof p.w);
+  p.pb.flags |= KLJIT_FLAG_BIAS;
+  p.pb.reduction = KLJIT_REDUCTION_BATCHMEAN;
+  p.pb.hard_weight = 0.5, p.pb.soft_weight = 2.0;
+  p.has_labels = 1;
+  p.labels[0] = 1, p.labels[1] = -100, p.labels[2] = 4;
+  result r0, rz;
+  TH_CHECK(run(&p, &r0) == 0);
+  p.pb.z_loss = 0.25;
+  TH_CHECK(run(&p, &rz) == 0);
+  double mx = -INFINITY, sum = 0.0;
+  for (int v = 0; v < 5; v++) mx = fmax(mx, p.b[v]);
+  for (int v = 0; v < 5; v++) sum += exp(p.b[v] - mx);
+  const double lse = mx + log(sum), add = 0.5 * 0.25 * lse * lse;
+  TH_NEAR(rz.row_loss[0], r0.row_loss[0] + add, 1e-15, 1e-13);
+  TH_CHECK(rz.row_loss[1] == 0.0);
+  TH_NEAR(rz.loss, r0.loss + add, 1e-15, 1e-13); /* 2 kept rows, c = 1/2 */
+  TH_NEAR(rz.hard, r0.hard + add, 1e-15, 1e-13);
+  TH_NEAR(rz.soft, r0.soft, 0, 0);
+  TH_NEAR(rz.soft + rz.hard, rz.loss, 1e-15, 1e-14);
+  return TH_PASS;
+}
+
+/* Row weights multiply each row's loss and gradient and leave the divisor alone: BATCHMEAN of
+ * weighted rows is (1 / kept) sum_i w_i l_i, a weight-0 row still counted in kept; with every
+ * weight 1 nothing changes; the parts scale like the loss. */
+static int row_weights_scale_rows_but_not_the_divisor(void) {
+  prob p;
+  prob_init(&p, 5, 3, 6, KLJIT_TEACHER_DENSE_LOGITS);
+  host_rng g = {161};
+  fill_problem(&p, &g);
+  p.pb.reduction = KLJIT_REDUCTION_BATCHMEAN;
+  p.pb.divergence = KLJIT_DIVERGENCE_TVD;
+  p.pb.hard_weight = 0.3;
+  p.has_labels = 1;
+  for (int i = 0; i < 5; i++) p.labels[i] = i == 3 ? -100 : i;
+  result r1, rw, ones;
+  TH_CHECK(run(&p, &r1) == 0);
+  p.has_rw = 1;
+  for (int i = 0; i < 5; i++) p.rw[i] = 1.0;
+  TH_CHECK(run(&p, &ones) == 0);
+  TH_CHECK(same_result(&p, &ones, &r1, 1.0, 1.0, 1.0, 0.0));
+  const double w[5] = {2.0, 0.0, 0.5, 7.0, 1.25}; /* row 3 is ignored */
+  memcpy(p.rw, w, sizeof w);
+  TH_CHECK(run(&p, &rw) == 0);
+  TH_CHECK(rw.kept == 4);
+  double sum = 0.0, soft = 0.0;
+  for (int i = 0; i < 5; i++) {
+    TH_NEAR(rw.row_loss[i], i == 3 ? 0.0 : w[i] * r1.row_loss[i], 0, 1e-14);
+    for (int v = 0; v < 6; v++)
+      TH_NEAR(rw.dl[i * 6 + v], i == 3 ? 0.0 : w[i] * r1.dl[i * 6 + v], 1e-16, 1e-13);
+    if (i != 3) sum += rw.row_loss[i];
+  }
+  TH_NEAR(rw.loss, sum / 4.0, 0, 1e-14);
+  TH_NEAR(rw.soft + rw.hard, rw.loss, 1e-15, 1e-14);
+  /* the soft part alone, from a run without the CE */
+  p.pb.hard_weight = 0.0;
+  result rs;
+  TH_CHECK(run(&p, &rs) == 0);
+  soft = rs.loss;
+  TH_NEAR(rw.soft, soft, 1e-15, 1e-13);
+  TH_CHECK(rs.hard == 0.0);
+  return TH_PASS;
+}
+
+/* ref_separate_ties, the GPU tests' helper for TVD: planted ties p_v = q_v (two columns a row
+ * for the probability forms, one for the logits form, whose other columns move with it) end at
+ * least the margin apart in log space, in every dtype the teacher is stored in, checked here
+ * with this file's own softmax; a second call finds nothing to move. */
+static int tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype(void) {
+  const kljit_teacher_form forms[3] = {KLJIT_TEACHER_DENSE_PROBS, KLJIT_TEACHER_DENSE_LOGPROBS,
+                                       KLJIT_TEACHER_DENSE_LOGITS};
+  const kljit_dtype dts[3] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
+  const double margin = 1e-3;
+  for (int fi = 0; fi < 3; fi++)
+    for (int di = 0; di < 3; di++) {
+      prob p;
+      prob_init(&p, 4, 5, 8, forms[fi]);
+      p.pb.divergence = KLJIT_DIVERGENCE_TVD;
+      p.pb.temperature = 1.5, p.pb.teacher_temperature = 0.8;
+      p.pb.flags |= KLJIT_FLAG_BIAS;
+      host_rng g = {(uint64_t)(171 + 3 * fi + di)};
+      fill_problem(&p, &g);
+      p.has_labels = 1;
+      for (int i = 0; i < 4; i++) p.labels[i] = i == 2 ? -100 : 0;
+      double logq[4][8], z[8];
+      for (int i = 0; i < 4; i++) {
+        for (int v = 0; v < 8; v++) {
+          z[v] = p.b[v];
+          for (int j = 0; j < 5; j++) z[v] += p.x[i * 5 + j] * p.w[v * 5 + j];
+        }
+        softmax_row(z, 8, 1.5, NULL, logq[i]);
+        double *t = p.teacher + i * 8;
+        for (int v = 0; v < 8; v++) { /* the stored dtype's values, as on a device */
+          uint32_t buf = 0;
+          host_store(&buf, dts[di], 0, t[v]);
+          t[v] = host_load(&buf, dts[di], 0);
+        }
+        if (forms[fi] == KLJIT_TEACHER_DENSE_LOGITS) { /* p_3 = q_3: e^{t_3/Tt} = q R / (1 - q) */
+          double r = 0.0;
+          for (int v = 0; v < 8; v++) r += v == 3 ? 0.0 : exp(t[v] / 0.8);
+          t[3] = 0.8 * (logq[i][3] + log(r) - log1p(-exp(logq[i][3])));
+        } else {
+          for (int v = 1; v < 3; v++)
+            t[v] = forms[fi] == KLJIT_TEACHER_DENSE_PROBS ? exp(logq[i][v]) : logq[i][v];
+        }
+      }
+      const ref_inputs in = {.pb = &p.pb, .rows = p.n, .x = p.x, .w = p.w, .b = p.b,
+                             .labels = p.labels, .teacher = p.teacher};
+      double before[4 * 8];
+      memcpy(before, p.teacher, sizeof before);
+      TH_CHECK(ref_separate_ties(&in, p.teacher, dts[di], margin) == 0);
+      TH_CHECK(memcmp(before, p.teacher, sizeof before) != 0); /* the planted ties moved */
+      for (int i = 0; i < 4; i++) {
+        if (i == 2) continue; /* an ignored row is left as it is */
+        double lp[8];
+        const double *t = p.teacher + i * 8;
+        if (forms[fi] == KLJIT_TEACHER_DENSE_LOGITS) softmax_row(t, 8, 0.8, NULL, lp);
+        for (int v = 0; v < 8; v++) {
+          if (forms[fi] != KLJIT_TEACHER_DENSE_LOGITS)
+            lp[v] = forms[fi] == KLJIT_TEACHER_DENSE_PROBS ? log(t[v]) : t[v];
+          uint32_t buf = 0; /* still a value of the dtype */
+          host_store(&buf, dts[di], 0, t[v]);
+          TH_CHECK(host_load(&buf, dts[di], 0) == t[v]);
+          if (lp[v] > -INFINITY && !(fabs(lp[v] - logq[i][v]) >= margin)) {
+            fprintf(stderr, "form %d dtype %d row %d column %d: |log p - log q| = %g\n",
+                    forms[fi], dts[di], i, v, fabs(lp[v] - logq[i][v]));
+            return TH_FAIL;
+          }
+        }
+      }
+      memcpy(before, p.teacher, sizeof before);
+      TH_CHECK(ref_separate_ties(&in, p.teacher, dts[di], margin) == 0);
+      TH_CHECK(memcmp(before, p.teacher, sizeof before) == 0);
+    }
+  return TH_PASS;
+}
+
 /* ---- host_dtype ------------------------------------------------------------------------- */
 
 static int host_bf16_and_fp16_round_trip_every_representable_value(void) {
@@ -1217,6 +1518,14 @@ static const th_case cases[] = {
     CASE(softcaps_cap_the_logits_before_the_temperature),
     CASE(padded_teacher_columns_are_excluded),
     CASE(online_teacher_equals_the_logits_form_of_its_head),
+    CASE(gradients_match_finite_differences_for_tvd_and_the_skew_kls),
+    CASE(gradients_match_finite_differences_with_row_weights_label_smoothing_and_z_loss),
+    CASE(two_class_tvd_and_skew_kls_match_hand_values),
+    CASE(skew_kls_end_points_and_bounds_and_pinsker_for_tvd),
+    CASE(label_smoothing_interpolates_the_label_and_the_uniform_target),
+    CASE(z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part),
+    CASE(row_weights_scale_rows_but_not_the_divisor),
+    CASE(tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),
     CASE(host_bf16_and_fp16_round_ties_to_even),

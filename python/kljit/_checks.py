@@ -52,7 +52,10 @@ REDUCTIONS = {
 }
 TAILS = {"none": Tail.NONE, "renorm": Tail.RENORM, "bucket": Tail.BUCKET}
 DIVERGENCES = {"forward_kl": Divergence.FORWARD_KL, "reverse_kl": Divergence.REVERSE_KL,
-               "jsd": Divergence.JSD}
+               "jsd": Divergence.JSD, "tvd": Divergence.TVD,
+               "skew_forward_kl": Divergence.SKEW_FORWARD_KL,
+               "skew_reverse_kl": Divergence.SKEW_REVERSE_KL}
+SKEW_DIVERGENCES = ("skew_forward_kl", "skew_reverse_kl")
 TOPK_VALUES = {"probs": TopkValues.PROBS, "logprobs": TopkValues.LOGPROBS}
 TEMPERATURE_MODES = {"constant": TemperatureMode.CONSTANT, "runtime": TemperatureMode.RUNTIME}
 #: 'auto' is resolved per call by kljit._ops (it needs the plan's chunk count); FP32 until then.
@@ -123,8 +126,12 @@ class LossConfig:
         fp32 buffer when dW is not fp32, then converted) or 'output' (in the weight dtype: no
         V*H fp32 buffer, one rounding per chunk).
     divergence, beta: 'forward_kl' (the default), 'reverse_kl' or 'jsd' with beta in [0, 1]
-        (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math).
+        (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math), 'tvd'
+        (total variation), 'skew_forward_kl' or 'skew_reverse_kl' with skew_alpha in [0, 1)
+        (DistiLLM's KL(p || a p + (1 - a) q) and KL(q || a q + (1 - a) p); 0 is the plain KL).
     hard_weight, soft_weight: loss = hard_weight * CE(labels) + soft_weight * divergence.
+    label_smoothing, z_loss: the CE's label smoothing in [0, 1] (torch's) and z-loss weight
+        (z_loss * lse(z)^2 added to each row's CE); both need hard_weight > 0.
     softcap, teacher_softcap: logit caps c (z -> c tanh(z / c)); 0 is none. The teacher's cap
         applies to teacher logits ('dense_logits').
     A dense teacher may have more columns than the weight has rows (a padded vocabulary,
@@ -155,6 +162,9 @@ class LossConfig:
     soft_weight: float = 1.0
     softcap: float = 0.0
     teacher_softcap: float = 0.0
+    skew_alpha: float = 0.0
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
 
     def __post_init__(self) -> None:
         if self.teacher is not None:
@@ -179,7 +189,8 @@ class LossConfig:
         _choice("tail", self.tail, tuple(TAILS))
         _choice("grad_weight_accum", self.grad_weight_accum, tuple(GRAD_WEIGHT_ACCUMS))
         _choice("divergence", self.divergence, tuple(DIVERGENCES))
-        for name in ("beta", "hard_weight", "soft_weight", "softcap", "teacher_softcap"):
+        for name in ("beta", "hard_weight", "soft_weight", "softcap", "teacher_softcap",
+                     "skew_alpha", "label_smoothing", "z_loss"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
@@ -188,6 +199,15 @@ class LossConfig:
         if self.beta > 1 or (self.beta and self.divergence != "jsd"):
             raise ValueError(f"beta must be in [0, 1] and needs divergence='jsd', got "
                              f"{self.beta!r} with {self.divergence!r}")
+        if self.skew_alpha >= 1 or (self.skew_alpha and self.divergence not in SKEW_DIVERGENCES):
+            raise ValueError(f"skew_alpha must be in [0, 1) and needs divergence="
+                             f"'skew_forward_kl' or 'skew_reverse_kl', got {self.skew_alpha!r} "
+                             f"with {self.divergence!r}")
+        if self.label_smoothing > 1:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {self.label_smoothing!r}")
+        if (self.label_smoothing or self.z_loss) and not self.hard_weight:
+            raise ValueError("label_smoothing and z_loss belong to the hard-label CE: they "
+                             "need hard_weight > 0")
         if self.hard_weight == 0 and self.soft_weight == 0:
             raise ValueError("hard_weight and soft_weight are both 0: the loss would be 0")
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
@@ -408,6 +428,9 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
         soft_weight=float(config.soft_weight),
         softcap=float(config.softcap),
         teacher_softcap=float(config.teacher_softcap),
+        skew_alpha=float(config.skew_alpha),
+        label_smoothing=float(config.label_smoothing),
+        z_loss=float(config.z_loss),
         teacher_vocab=teacher_vocab if teacher_vocab != vocab else 0,
         teacher_ld=teacher_vocab if teacher_vocab != vocab and not teacher_hidden else 0,
         teacher_hidden=teacher_hidden,

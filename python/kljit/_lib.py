@@ -94,6 +94,9 @@ class Divergence(enum.IntEnum):
     FORWARD_KL = 1
     REVERSE_KL = 2
     JSD = 3
+    TVD = 4
+    SKEW_FORWARD_KL = 5
+    SKEW_REVERSE_KL = 6
 
 
 class TopkValues(enum.IntEnum):
@@ -158,6 +161,7 @@ FLAG_NATIVE_LOGITS = 1 << 2
 FLAG_ALLOW_TF32 = 1 << 3
 FLAG_CHECK_INPUTS = 1 << 4
 FLAG_TEACHER_BIAS = 1 << 5
+FLAG_ROW_WEIGHTS = 1 << 6
 EXEC_ACCUMULATE_GRAD_WEIGHT = 1 << 0
 EXEC_NO_GRAD_INPUT = 1 << 1
 EXEC_NO_GRAD_WEIGHT = 1 << 2
@@ -182,6 +186,7 @@ C_ENUMERATORS: Dict[str, int] = {
     "KLJIT_FLAG_ALLOW_TF32": FLAG_ALLOW_TF32,
     "KLJIT_FLAG_CHECK_INPUTS": FLAG_CHECK_INPUTS,
     "KLJIT_FLAG_TEACHER_BIAS": FLAG_TEACHER_BIAS,
+    "KLJIT_FLAG_ROW_WEIGHTS": FLAG_ROW_WEIGHTS,
     "KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT": EXEC_ACCUMULATE_GRAD_WEIGHT,
     "KLJIT_EXEC_NO_GRAD_INPUT": EXEC_NO_GRAD_INPUT,
     "KLJIT_EXEC_NO_GRAD_WEIGHT": EXEC_NO_GRAD_WEIGHT,
@@ -234,6 +239,9 @@ class Problem(ctypes.Structure):
         ("teacher_vocab", ctypes.c_int64),
         ("teacher_ld", ctypes.c_int64),
         ("teacher_hidden", ctypes.c_int64),
+        ("skew_alpha", ctypes.c_double),
+        ("label_smoothing", ctypes.c_double),
+        ("z_loss", ctypes.c_double),
     ]
 
     #: KLJIT_PROBLEM_INIT, field by field.
@@ -270,6 +278,9 @@ class Problem(ctypes.Structure):
         "teacher_vocab": 0,
         "teacher_ld": 0,
         "teacher_hidden": 0,
+        "skew_alpha": 0.0,
+        "label_smoothing": 0.0,
+        "z_loss": 0.0,
     }
 
     @classmethod
@@ -319,6 +330,9 @@ class Args(ctypes.Structure):
         ("teacher_input", ctypes.c_void_p),
         ("teacher_weight", ctypes.c_void_p),
         ("teacher_bias", ctypes.c_void_p),
+        ("row_weights", ctypes.c_void_p),
+        ("row_loss", ctypes.c_void_p),
+        ("loss_parts", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -345,6 +359,9 @@ class Args(ctypes.Structure):
         "teacher_input": None,
         "teacher_weight": None,
         "teacher_bias": None,
+        "row_weights": None,
+        "row_loss": None,
+        "loss_parts": None,
     }
 
     @classmethod
@@ -360,9 +377,9 @@ class Args(ctypes.Structure):
 
 # What the header implies on LP64 (x86_64, aarch64): 8-byte size_t, int64, double and pointers,
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
-_PROBLEM_SIZE = 208
+_PROBLEM_SIZE = 232
 
-_ARGS_SIZE = 184
+_ARGS_SIZE = 208
 
 
 class Layout(ctypes.Structure):

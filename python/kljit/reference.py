@@ -74,15 +74,27 @@ def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
                 logq: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
     """The row losses of a dense row block and g = dl/dq for the divergences other than the
     forward KL (tests/ref.c's ref_row_dense; g is None for the forward KL, whose dl/ds is
-    sum(p) q - p)."""
-    beta = float(config.beta)
-    jsd = config.divergence == "jsd"
-    if config.divergence == "forward_kl" or (jsd and beta == 0.0):
+    sum(p) q - p): the reverse KL, the JSD, TVD and the skew KLs."""
+    beta, a = float(config.beta), float(config.skew_alpha)
+    div = config.divergence
+    jsd = div == "jsd"
+    if div == "forward_kl" or (jsd and beta == 0.0) or (div == "skew_forward_kl" and a == 0.0):
         return torch.where(p != 0, p * (lp - logq), 0.0).sum(-1), None
     q = torch.exp(logq)
-    if config.divergence == "reverse_kl" or (jsd and beta == 1.0):
+    if div == "reverse_kl" or (jsd and beta == 1.0) or (div == "skew_reverse_kl" and a == 0.0):
         g = logq - lp
         return torch.where(q != 0, q * g, 0.0).sum(-1), g
+    if div == "tvd":  # g = sign(q - p) / 2, 0 at a tie
+        return 0.5 * (p - q).abs().sum(-1), 0.5 * torch.sign(q - p)
+    if div == "skew_forward_kl":  # m = a p + (1 - a) q: KL(p || m), g = -(1 - a) p / m
+        m = a * p + (1.0 - a) * q
+        g = torch.where(m > 0, -(1.0 - a) * p / m, 0.0)
+        return torch.where(p != 0, p * (lp - torch.log(m)), 0.0).sum(-1), g
+    if div == "skew_reverse_kl":  # m = a q + (1 - a) p: KL(q || m), g = log(q / m) - a q / m
+        m = a * q + (1.0 - a) * p
+        logm = torch.log(m)
+        g = torch.where(q != 0, logq - logm - a * q / m, 0.0)
+        return torch.where(q != 0, q * (logq - logm), 0.0).sum(-1), g
     m = beta * p + (1.0 - beta) * q
     logm = torch.log(m)
     g = torch.where(m > 0, (1.0 - beta) * (logq - logm), 0.0)

@@ -259,10 +259,27 @@ class FakeTensorChecks(unittest.TestCase):
         with self.assertRaises(KljitError) as cm:
             _lib.plan_check(sparse_jsd)
         self.assertEqual(cm.exception.name, "KLJIT_ERR_UNSUPPORTED")
+        # issue 29: TVD, the skew KLs and the CE's extras reach the problem, and the library
+        # plans them
+        tvd = call(LossConfig(divergence="tvd"), **dense()).problem
+        self.assertEqual(tvd.divergence, _lib.Divergence.TVD)
+        plan_check_agrees(tvd)
+        skew = call(LossConfig(divergence="skew_reverse_kl", skew_alpha=0.1, hard_weight=0.5,
+                               label_smoothing=0.1, z_loss=1e-4),
+                    labels=FakeTensor((N,), "int64"), **dense()).problem
+        self.assertEqual((skew.divergence, skew.skew_alpha),
+                         (_lib.Divergence.SKEW_REVERSE_KL, 0.1))
+        self.assertEqual((skew.label_smoothing, skew.z_loss), (0.1, 1e-4))
+        plan_check_agrees(skew)
         bad = [({"divergence": "kl"}, "divergence"), ({"beta": 0.5}, "jsd"),
                ({"divergence": "jsd", "beta": 1.5}, "beta"), ({"softcap": -1.0}, "softcap"),
                ({"hard_weight": float("nan")}, "hard_weight"),
-               ({"soft_weight": 0.0}, "both 0")]
+               ({"soft_weight": 0.0}, "both 0"),
+               ({"divergence": "skew_forward_kl", "skew_alpha": 1.0}, "skew_alpha"),
+               ({"divergence": "jsd", "skew_alpha": 0.5}, "skew_forward_kl"),
+               ({"hard_weight": 1.0, "label_smoothing": 1.5}, "label_smoothing"),
+               ({"label_smoothing": 0.1}, "hard_weight > 0"),
+               ({"hard_weight": 1.0, "z_loss": -1.0}, "z_loss")]
         for options, word in bad:
             with self.assertRaises(ValueError, msg=str(options)) as cm:
                 LossConfig(**options)

@@ -185,13 +185,22 @@ class ReferenceTest(unittest.TestCase):
 
     def test_both_references_take_the_reverse_kl_and_the_jsd_like_the_c_reference(
             self) -> None:
+        """And TVD and the skew KLs (issue 29)."""
         torch = self.torch
         cases = (("reverse_kl", 0.0, "dense_logits"), ("jsd", 0.5, "dense_logits"),
                  ("jsd", 0.5, "dense_probs"), ("jsd", 0.2, "dense_logprobs"),
-                 ("jsd", 1.0, "dense_logits"), ("jsd", 0.0, "dense_probs"))
-        for seed, (divergence, beta, teacher) in enumerate(cases):
+                 ("jsd", 1.0, "dense_logits"), ("jsd", 0.0, "dense_probs"),
+                 ("tvd", 0.0, "dense_logits"), ("tvd", 0.0, "dense_probs"),
+                 ("skew_forward_kl", 0.1, "dense_logits"),
+                 ("skew_forward_kl", 0.6, "dense_probs"),
+                 ("skew_reverse_kl", 0.1, "dense_logprobs"),
+                 ("skew_reverse_kl", 0.0, "dense_logits"))
+        for seed, (divergence, param, teacher) in enumerate(cases):
+            skew = divergence.startswith("skew_")
+            beta = 0.0 if skew else param
             config = LossConfig(teacher=teacher, divergence=divergence, beta=beta,
-                                temperature=2.0, reduction="batchmean")
+                                skew_alpha=param if skew else 0.0, temperature=2.0,
+                                reduction="batchmean")
             case = Case(torch, 40 + seed, config, bias=seed % 2 == 0, labels=True,
                         grad_output=0.7)
             want = case.c_reference()
