@@ -717,9 +717,10 @@ int main(int argc, char **argv) {
   }
   bt_power_start(0); /* the SM clock and board power beside the timings (reads only) */
   if (gemms) { /* each configuration has its own context */
-    char *list = strdup(shapes);
+    char *list = strdup(shapes), *save = NULL;
     int first = 1;
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","), first = 0) {
+    /* strtok_r: bench_gemms tokenizes its configurations with strtok */
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save), first = 0) {
       long long n, h, v;
       if (sscanf(tok, "%lldx%lldx%lld", &n, &h, &v) != 3) {
         fprintf(stderr, "bad shape '%s' (want NxHxV)\n", tok);
@@ -737,9 +738,9 @@ int main(int argc, char **argv) {
   KO(kljit_context_options_default(&rows_only));
   rows_only.flags |= KLJIT_CONTEXT_DEBUG_SKIP_GEMMS;
   KO(kljit_context_create(&ctx_rows, 0, &rows_only));
-  char *list = strdup(shapes);
+  char *list = strdup(shapes), *save = NULL;
   int first = 1;
-  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+  for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     long long n, h, v;
     if (sscanf(tok, "%lldx%lldx%lld", &n, &h, &v) != 3) {
       fprintf(stderr, "bad shape '%s' (want NxHxV)\n", tok);

@@ -84,8 +84,8 @@ static int configurations(const bench_opts *o, cfg *c) {
       snprintf(choice, sizeof choice, "all:cublas,%s", name);
       add(c, &n, k, 0, name, choice);
     }
-    char *list = strdup(o->jit[k] ? o->jit[k] : "");
-    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+    char *list = strdup(o->jit[k] ? o->jit[k] : ""), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
       snprintf(name, sizeof name, "%s:jit.%s", KINDS[k], t);
       snprintf(choice, sizeof choice, "all:cublas,%s", name);
       add(c, &n, k, 1, name, choice);
