@@ -356,3 +356,54 @@ void jit_bin_free(jit_bin *b) {
   sb_free(&b->cubin);
   sb_free(&b->manifest);
 }
+
+/* ---- several modules at once ---------------------------------------------------------- */
+
+typedef struct build_job {
+  const kspec *spec;
+  int arch;
+  const cache_config *cfg;
+  jit_bin *out;
+  kljit_status st;
+  char error[1024]; /* the worker's last error (thread-local there) */
+} build_job;
+
+static void *build_worker(void *arg) {
+  build_job *j = arg;
+  j->st = jit_build(j->spec, j->arch, j->cfg, j->out);
+  if (j->st != KLJIT_SUCCESS) snprintf(j->error, sizeof j->error, "%s", kljit_last_error());
+  return NULL;
+}
+
+kljit_status jit_build_many(const kspec *const *specs, int n, int arch, const cache_config *cfg,
+                            jit_bin *out) {
+  enum { MAX_MODULES = 16 };
+  if (n < 1 || n > MAX_MODULES)
+    return err_set(KLJIT_ERR_INTERNAL, "jit_build_many: %d modules", n);
+  build_job job[MAX_MODULES];
+  pthread_t tid[MAX_MODULES];
+  int started[MAX_MODULES] = {0};
+  for (int i = 0; i < n; i++) {
+    memset(&job[i], 0, sizeof job[i]);
+    memset(&out[i], 0, sizeof out[i]);
+    job[i].spec = specs[i], job[i].arch = arch, job[i].cfg = cfg, job[i].out = &out[i];
+  }
+  /* module 0 on this thread, the others on their own (a thread that cannot start builds its
+   * module here afterwards): NVRTC, the renderer and the cache are thread-safe, and a module
+   * two threads miss at once is compiled once (flight_claim) */
+  for (int i = 1; i < n; i++) started[i] = pthread_create(&tid[i], NULL, build_worker, &job[i]) == 0;
+  build_worker(&job[0]);
+  for (int i = 1; i < n; i++) {
+    if (started[i]) pthread_join(tid[i], NULL);
+    else build_worker(&job[i]);
+  }
+  int bad = -1;
+  for (int i = 0; i < n && bad < 0; i++)
+    if (job[i].st != KLJIT_SUCCESS) bad = i;
+  if (bad < 0) {
+    err_clear();
+    return KLJIT_SUCCESS;
+  }
+  for (int i = 0; i < n; i++) jit_bin_free(&out[i]);
+  return err_set(job[bad].st, "%s", job[bad].error);
+}

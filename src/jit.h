@@ -29,6 +29,13 @@ typedef struct jit_bin {
 kljit_status jit_build(const kspec *k, int arch, const cache_config *cfg, jit_bin *out);
 void jit_bin_free(jit_bin *b);
 
+/* jit_build of n specs (at most 16) into out[0..n), concurrently: one thread per module beyond
+ * the first (a plan's cold start waits for its slowest compile, not the sum). On a failure every
+ * out[] is freed and the first failing module's status and message (in spec order) are
+ * returned. */
+kljit_status jit_build_many(const kspec *const *specs, int n, int arch, const cache_config *cfg,
+                            jit_bin *out);
+
 /* The manifest stored in a cache entry's metadata (its kernel= and record= lines, in order),
  * appended to `manifest`. */
 kljit_status jit_meta_manifest(const char *meta, strbuf *manifest);

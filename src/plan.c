@@ -13,11 +13,17 @@
  * now, or stored with the cubin and checked against the template's), its manifest checked (a
  * row or helper module's parsed against the kargs roles into *iface; a generated GEMM's, gk
  * non-NULL, by jgemm_load, which finds its kernel and takes its launch geometry from it),
- * loaded into the context (a reference). */
-static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manifest *iface,
-                                jgemm_kernel *gk, ctx_module **mod, strbuf *desc) {
+ * loaded into the context (a reference). `built`: the module built already (a plan builds all of
+ * its modules at once, jit_build_many), or NULL to build it here. */
+static kljit_status load_module(kljit_context *ctx, const kspec *k, jit_bin *built,
+                                kiface_manifest *iface, jgemm_kernel *gk, ctx_module **mod,
+                                strbuf *desc) {
   jit_bin bin;
-  kljit_status st = jit_build(k, ctx->arch, &ctx->cache, &bin);
+  kljit_status st = KLJIT_SUCCESS;
+  if (built) /* built already (jit_build_many): taken over */
+    bin = *built, memset(built, 0, sizeof *built);
+  else
+    st = jit_build(k, ctx->arch, &ctx->cache, &bin);
   if (st != KLJIT_SUCCESS) return st;
   const char *how = bin.source == CACHE_MISS           ? "compiled"
                     : bin.source == CACHE_HIT_READONLY ? "read-only cache"
@@ -35,9 +41,9 @@ static kljit_status load_module(kljit_context *ctx, const kspec *k, kiface_manif
 }
 
 /* A row or helper module, its kernels resolved by step from its manifest. */
-static kljit_status load_kernels(kljit_plan *p, const kspec *k, ctx_module **mod,
+static kljit_status load_kernels(kljit_plan *p, const kspec *k, jit_bin *built, ctx_module **mod,
                                  kiface_manifest *iface, strbuf *desc) {
-  kljit_status st = load_module(p->ctx, k, iface, NULL, mod, desc);
+  kljit_status st = load_module(p->ctx, k, built, iface, NULL, mod, desc);
   if (st != KLJIT_SUCCESS) return st;
   const drv_table *d = p->ctx->drv;
   for (int i = 0; i < iface->n; i++) {
@@ -59,16 +65,22 @@ static kljit_status load_kernels(kljit_plan *p, const kspec *k, ctx_module **mod
   return KLJIT_SUCCESS;
 }
 
-kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s, plan_jgemm *out,
-                             strbuf *desc) {
+/* plan_jgemm_load, with the module built already (built non-NULL) or built here. */
+static kljit_status jgemm_load_slot(kljit_context *ctx, const recipe *r, recipe_slot s,
+                                    jit_bin *built, plan_jgemm *out, strbuf *desc) {
   const recipe_gemm *g = &r->gemm[s];
   memset(out, 0, sizeof *out);
   if (g->engine != RECIPE_GENERATED)
     return err_set(KLJIT_ERR_INTERNAL, "GEMM slot %d has no generated variant", (int)s);
-  kljit_status st = load_module(ctx, &g->spec, NULL, &out->k, &out->mod, desc);
+  kljit_status st = load_module(ctx, &g->spec, built, NULL, &out->k, &out->mod, desc);
   if (st == KLJIT_SUCCESS) out->grid_cap = jgemm_grid_cap(ctx->drv, &out->k, ctx->sm_count);
   if (st != KLJIT_SUCCESS) plan_jgemm_release(ctx, out);
   return st;
+}
+
+kljit_status plan_jgemm_load(kljit_context *ctx, const recipe *r, recipe_slot s, plan_jgemm *out,
+                             strbuf *desc) {
+  return jgemm_load_slot(ctx, r, s, NULL, out, desc);
 }
 
 void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g) {
@@ -144,9 +156,10 @@ static kljit_status slot_algo(kljit_plan *p, recipe_slot s, cublasLtMatmulAlgo_t
  * slot's too: nothing else runs in its place, but the tuner times it against it), and each
  * generated slot's kernel: executes only run them. One description line per tuned slot says
  * what runs and where it came from. */
-static kljit_status prepare_gemms(kljit_plan *p, strbuf *desc) {
+static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *desc) {
   const recipe *r = &p->rec;
   kljit_status st = KLJIT_SUCCESS;
+  int built = 0; /* gemm_bins: the generated slots' modules, in slot order (recipe_modules) */
   for (int s = 0; s < RECIPE_SLOTS && st == KLJIT_SUCCESS; s++) {
     const recipe_gemm *g = &r->gemm[s];
     if (!g->used) continue;
@@ -157,7 +170,7 @@ static kljit_status prepare_gemms(kljit_plan *p, strbuf *desc) {
       st = gemm_prepare(p->ctx->lt, &g->types, &g->shape, g->op, g->rows, GEMM_WORKSPACE_BYTES,
                         found ? &algo : NULL, &p->gemm[s]);
     if (st == KLJIT_SUCCESS && g->engine == RECIPE_GENERATED)
-      st = plan_jgemm_load(p->ctx, r, (recipe_slot)s, &p->jgemm[s], desc);
+      st = jgemm_load_slot(p->ctx, r, (recipe_slot)s, &gemm_bins[built++], &p->jgemm[s], desc);
     if (st != KLJIT_SUCCESS || !g->tuned_algo) continue;
     char what[96];
     if (g->engine == RECIPE_GENERATED)
@@ -213,19 +226,29 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   sb_printf(&desc, "  tuning from %s%s\n", origin,
             p->rec.replaced ? " (its cluster variant replaced by the two-pass heuristics: sharded)"
                             : "");
-  st = ctx_enter(ctx);
+  /* every module at once: a cold plan waits for its slowest compile, not for their sum */
+  const kspec *specs[RECIPE_MAX_MODULES];
+  jit_bin bins[RECIPE_MAX_MODULES];
+  const int nmod = recipe_modules(&p->rec, specs);
+  st = jit_build_many(specs, nmod, ctx->arch, &ctx->cache, bins);
   if (st == KLJIT_SUCCESS) {
-    st = load_kernels(p, &g->rows, &p->mod_rows, &p->iface_rows, &desc);
+    st = ctx_enter(ctx);
+    if (st != KLJIT_SUCCESS)
+      for (int i = 0; i < nmod; i++) jit_bin_free(&bins[i]);
+  }
+  if (st == KLJIT_SUCCESS) {
+    st = load_kernels(p, &g->rows, &bins[0], &p->mod_rows, &p->iface_rows, &desc);
     if (st == KLJIT_SUCCESS)
-      st = load_kernels(p, &g->helpers, &p->mod_helpers, &p->iface_helpers, &desc);
+      st = load_kernels(p, &g->helpers, &bins[1], &p->mod_helpers, &p->iface_helpers, &desc);
     if (st == KLJIT_SUCCESS) st = check_steps(p);
     if (st == KLJIT_SUCCESS) { /* the records' sizes this plan's buffers take, as declared */
       const kiface_manifest *m[] = {&p->iface_rows, &p->iface_helpers};
       const char *names[] = {kspec_template(&g->rows), kspec_template(&g->helpers)};
       st = kiface_layout_of(m, names, 2, &p->layout);
     }
-    if (st == KLJIT_SUCCESS) st = prepare_gemms(p, &desc);
+    if (st == KLJIT_SUCCESS) st = prepare_gemms(p, bins + 2, &desc);
     ctx_leave(ctx);
+    for (int i = 0; i < nmod; i++) jit_bin_free(&bins[i]); /* those a failure left */
   }
   if (st == KLJIT_SUCCESS)
     st = sb_printf(&desc, "  plan created in %.2f ms\n", 1e3 * (util_now() - t0));

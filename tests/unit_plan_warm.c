@@ -253,6 +253,46 @@ static int memo_keeps_renders_and_specs_found_again_when_full(void) {
   return TH_PASS;
 }
 
+/* A cold plan builds its modules at once (jit_build_many): each is what jit_build alone gives
+ * (the same key), a module asked twice is compiled once (the second thread waits for the first
+ * and finds it in the cache), and a failure names the first failing module in order, freeing
+ * the others. */
+static int many_in(const char *dir) {
+  setenv("KLJIT_CACHE_DIR", dir, 1);
+  unsetenv("KLJIT_CACHE_PATH");
+  unsetenv("KLJIT_TEMPLATE_DIR");
+  const kljit_problem pb = problem();
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
+  cache_config cfg;
+  TH_OK(cache_config_from_env(&cfg));
+  const kspec *specs[4] = {&r.geom.rows, &r.geom.helpers, &r.geom.rows, &r.geom.helpers};
+  jit_bin bins[4];
+  TH_OK(jit_build_many(specs, 4, 90, &cfg, bins));
+  int misses = 0;
+  for (int i = 0; i < 4; i++) {
+    TH_CHECK(bins[i].cubin.len > 0 && !strcmp(bins[i].key_hash, bins[i % 2].key_hash));
+    misses += bins[i].source == CACHE_MISS;
+  }
+  printf("4 builds of 2 modules at once: %d compiled\n", misses);
+  TH_CHECK(misses == 2);
+  for (int i = 0; i < 4; i++) jit_bin_free(&bins[i]);
+  kspec bad = r.geom.rows;
+  bad.threads = 100; /* refused by the template (not a multiple of 32) */
+  const kspec *mixed[3] = {&r.geom.helpers, &bad, &r.geom.rows};
+  TH_STATUS(jit_build_many(mixed, 3, 90, &cfg, bins), KLJIT_ERR_UNSUPPORTED);
+  printf("%s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "dense_rows") || strstr(kljit_last_error(), "THREADS"));
+  for (int i = 0; i < 3; i++) TH_CHECK(bins[i].cubin.data == NULL && bins[i].cubin.len == 0);
+  cache_config_free(&cfg);
+  unsetenv("KLJIT_CACHE_DIR");
+  return TH_PASS;
+}
+static int a_plans_modules_build_at_once_each_compiled_once(void) {
+  return th_in_tmpdir("unit-plan-many", many_in);
+}
+
 static const th_case cases[] = {
     {"cpu_part_of_a_warm_plan_is_under_5ms", cpu_part_of_a_warm_plan_is_under_5ms},
     {"memo_gives_the_rendered_key_and_never_hides_a_template_edit",
@@ -260,6 +300,8 @@ static const th_case cases[] = {
     {"spec_key_is_exact", spec_key_is_exact},
     {"memo_keeps_renders_and_specs_found_again_when_full",
      memo_keeps_renders_and_specs_found_again_when_full},
+    {"a_plans_modules_build_at_once_each_compiled_once",
+     a_plans_modules_build_at_once_each_compiled_once},
     {"fresh_process_lookup", fresh_process_lookup}, /* the child of the first case */
 };
 TH_MAIN(cases)
