@@ -182,7 +182,7 @@
 %-- dt), the CE's of z' (mh, dh; HARD), this shard's part of the row total S (SHARDED).
 %-- rowstat: a row's statistics two-phase forward saves for backward (after the plan header in
 %-- `saved`): lse(s), sum p, lse(t), kept; with HARD or DIV the CE's lse(z') and S.
-%local PART = { name = "part", floats = 8, slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%local PART = iface.DENSE_PART
 %local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "sp", "lset", "kept" } }
 %if HARD or DIVX then
 %  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "sp", "lset", "kept", "lse1", "S" } }
