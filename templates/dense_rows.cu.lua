@@ -14,6 +14,8 @@
 %-- CLUSTER = 0, two passes over global memory (any V, any arch):
 %--   kl_dense_stats          pass 1: per segment, online (max, sum-exp) of s, sum(p), and for
 %--                           teacher logits the teacher's own (max, sum-exp); -> part[r][split]
+%--                           (not launched where the logits GEMM's epilogue writes the same
+%--                           records, one per column tile: gemm_sm90.cu.lua's STATS)
 %--   kl_dense_fused          pass 2: merge the row's partials -> lse; loss partial
 %--                           sum p (log p - log q) -> lossp[row][split]; G -> g (in place ok)
 %--   kl_dense_forward        pass 2 without G: loss partials and the row statistics -> rowstat
