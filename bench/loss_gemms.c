@@ -10,7 +10,8 @@
  *   <g>:cublas.<k>    GEMM g (logits, dx, dw) on the k-th algorithm of cuBLASLt's heuristic
  *                     list (k = 1 .. --lt-algos - 1), the others as the baseline;
  *   <g>:jit.<v>       GEMM g on generated variant v (--jit-logits, --jit-dx, --jit-dw), the
- *                     others as the baseline;
+ *                     others as the baseline (a logits variant ending in .stats: with the row
+ *                     statistics in its epilogue, KLJIT_GEMM's logits:jit.<v>.stats);
  *   all:jit           every GEMM generated (its default variant; --no-all-jit drops it).
  * Before any timing, each configuration is validated: on a 5 x 128 problem of the same V
  * against the fp64 reference (the loss, dX, dW; the same bounds as bench_loss's shapes), then
@@ -179,6 +180,12 @@ static void prepare(cfg *c, int nc, const kljit_problem *pb, int64_t v) {
     for (const char *l = strstr(d, "  GEMM "); l; l = strstr(l + 1, "  GEMM ")) {
       const char *e = strchr(l, '\n');
       fprintf(stderr, "%28s %.*s\n", "", (int)(e ? e - l : (long)strlen(l)), l + 2);
+    }
+    /* where the row statistics come from (a logits item's .stats: its epilogue) */
+    const char *r = strstr(d, "  row statistics");
+    if (r) {
+      const char *e = strchr(r, '\n');
+      fprintf(stderr, "%28s %.*s\n", "", (int)(e ? e - r : (long)strlen(r)), r + 2);
     }
   }
 }

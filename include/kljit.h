@@ -432,7 +432,15 @@ typedef struct kljit_context_options {
    *                        (flags in this order: p pingpong schedule, s staged epilogue, w one
    *                        stage arrival per warp, c streaming C, a|b an L2 policy keeping A or
    *                        B; docs/wisdom.md)
-   * e.g. "logits:jit,dx:cublas,dw:jit.128.2.6.g.1.ps". KLJIT_GEMM set to such a list fills it
+   * e.g. "logits:jit,dx:cublas,dw:jit.128.2.6.g.1.ps". The logits item's jit backends may end
+   * in ".stats" ("logits:jit.stats"): the generated logits GEMM also writes the dense rows'
+   * pass-1 statistics of each row and column tile from its accumulators, and the pass that
+   * re-reads the chunk's fp32 logits for them is not launched (dense probabilities or
+   * log-probabilities, the forward KL without softcap, CE mixing or bias, a constant
+   * temperature, fp32 chunk logits, the two-pass rows, unsharded; elsewhere the rows' pass runs
+   * and the plan's description says why; the workspace then holds one record per chunk row and
+   * column tile; the split API refuses such a plan). ".stats" on another GEMM or backend is
+   * refused. KLJIT_GEMM set to such a list fills it
    * (gemm then DEFAULT). A generated backend where it does not apply (not sm_90, 32-bit inputs,
    * H not a multiple of 8) runs cuBLASLt, and the plan's description says so. NULL: none. */
   const char *gemm_choice;

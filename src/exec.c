@@ -46,6 +46,8 @@ struct exec_call {
   exec_gemms gemms;     /* the call's GEMM runner: plan_gemms, or no_gemms (run_mode) */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records (part) out, [rows] */
+  jgemm_epi epi;       /* the logits GEMM's statistics epilogue (geometry's stats_tiles): the
+                        * teacher, the chunk's records (NULL in backward: none), row0 */
   const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows] */
                        /* both: kljit_shard_sums (slot S of stats_out from all) */
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
@@ -234,7 +236,7 @@ static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void
   const kljit_plan *p = c->p;
   if (p->jgemm[s].k.fn)
     return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
-                             c->stream);
+                             s == RECIPE_LOGITS ? &c->epi : NULL, c->stream);
   return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
                   c->w.lt_size, c->stream);
 }
@@ -396,8 +398,12 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
     c->k.chunk_rows = (int32_t)n;
     /* pass 2 merges nrec records of each row: the chunk's partials, or the shards' records */
     c->k.recs = c->all ? (const void *)(c->all + row0 * p->layout.part) : c->k.part;
+    c->epi.row0 = row0;
     TRY(c->gemms(c, EXEC_LOGITS, row0, n, row0 == 0));
-    if (mode != KLJIT_MODE_BACKWARD && !p->rec.geom.tune.cluster && !c->all) TRY(run_stats(c, n));
+    /* pass 1, unless the logits GEMM's epilogue wrote its records (stats_tiles) */
+    if (mode != KLJIT_MODE_BACKWARD && !p->rec.geom.tune.cluster && !c->all &&
+        !p->rec.geom.stats_tiles)
+      TRY(run_stats(c, n));
     if (c->stats_out) { /* kljit_shard_stats / _sums: the records are all they write */
       TRY(sums ? run_sums(c, n) : run_merge(c, n));
       continue;
@@ -426,9 +432,10 @@ static float grad_multiplier(const kljit_problem *pb, int64_t rows) {
   return (float)exp2(8.0 - rint(log2(c)));
 }
 
-/* The kernel arguments that stay the same for the whole call (exec_call.k); the chunk loop sets
- * row0, chunk_rows and recs, the helpers their own. */
-static void exec_call_args(exec_call *c, int nrec) {
+/* The kernel arguments that stay the same for the whole call (exec_call.k, and the logits
+ * GEMM's epilogue operands exec_call.epi); the chunk loop sets row0, chunk_rows and recs, the
+ * helpers their own. */
+static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   kargs *k = &c->k;
@@ -463,10 +470,18 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->temperature = (float)a->temperature;
   k->gmult = c->gmult;
   k->p2_split = p->rec.geom.p2_split;
-  /* pass 2's records: the chunk's SPLIT partials of each row, or every shard's record */
-  k->nrec = c->all ? nrec : p->rec.geom.tune.split;
-  k->srow = c->all ? 1 : p->rec.geom.tune.split;
+  /* pass 2's records: the chunk's SPLIT partials of each row (or the logits GEMM's, one per
+   * column tile: stats_tiles), or every shard's record */
+  const int chunk_recs = p->rec.geom.stats_tiles ? p->rec.geom.stats_tiles : p->rec.geom.tune.split;
+  k->nrec = c->all ? nrec : chunk_recs;
+  k->srow = c->all ? 1 : chunk_recs;
   k->srec = c->all ? a->rows : 1;
+  /* the logits GEMM's epilogue writes the records where pass 1 would (not in backward, whose
+   * workspace has none) */
+  if (p->rec.geom.stats_tiles) {
+    c->epi.teacher = k->teacher;
+    c->epi.part = mode != KLJIT_MODE_BACKWARD ? (float *)(c->ws + c->w.part) : NULL;
+  }
 }
 
 /* stats_out: kljit_shard_stats; all (with nrec records per row): kljit_shard_finish; both:
@@ -490,6 +505,10 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     st = err_set(KLJIT_ERR_UNSUPPORTED,
                  "%s: the plan uses the cluster row kernels (KLJIT_ROW_KERNEL=cluster), which "
                  "have no per-row records to exchange", who);
+  if (st == KLJIT_SUCCESS && (stats_out || all) && p->rec.geom.stats_tiles)
+    st = err_set(KLJIT_ERR_UNSUPPORTED,
+                 "%s: the plan computes its row statistics in the logits GEMM's epilogue "
+                 "(KLJIT_GEMM's logits:jit.stats), which serves unsharded calls only", who);
   if (st == KLJIT_SUCCESS && !(stats_out && all && !p->rec.geom.rows.div)) {
     exec_call c;
     memset(&c, 0, sizeof c);
@@ -506,7 +525,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
      * the range gmult gave it however large the scale */
     c.galpha = (float)((mode != KLJIT_MODE_FORWARD ? args_grad_scale(a) : 1.0) / c.gmult);
     c.stats_out = stats_out, c.all = all;
-    exec_call_args(&c, nrec);
+    exec_call_args(&c, nrec, mode);
     if (!isnormal(c.galpha)) /* a grad_scale near fp32's ends over a large multiplier */
       st = err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: args->grad_scale = %g over the plan's gradient multiplier %g leaves "

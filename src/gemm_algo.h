@@ -63,7 +63,9 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c);
  * form, include/kljit.h):
  *   <logits|dx|dw|all>:<default|cublas|cublas.<k>|jit|jit.<variant>>[,...]
  * cublas.<k>: the k-th algorithm of cuBLASLt's heuristic list (0 its first, what an untuned
- * plan runs); jit.<variant>: that generated variant (gemm_algo_jit_text). */
+ * plan runs); jit.<variant>: that generated variant (gemm_algo_jit_text). The logits item's jit
+ * backends may end in ".stats" (logits:jit.stats): the generated GEMM also writes the dense
+ * rows' pass-1 statistics where the recipe's scope for that holds (recipe.c). */
 typedef enum gemm_backend {
   GEMM_BACKEND_DEFAULT = 0, /* the tuning's choice, else the heuristic's (jgemm_pick) */
   GEMM_BACKEND_CUBLAS = 1,
@@ -75,6 +77,7 @@ typedef struct gemm_select {
   int lt_index;            /* CUBLAS: -1 (the tuning's algorithm, else the heuristic's) or k */
   int variant;             /* JIT: 1 when `choice` holds a variant, 0: the tuning's or default */
   prob_gemm_choice choice; /* its generated fields */
+  int stats;               /* JIT, logits: ".stats", the statistics epilogue asked for */
 } gemm_select;
 
 /* out[kind] (by gemm_kind) from the options; KLJIT_ERR_INVALID_ARGUMENT naming the option and

@@ -11,7 +11,7 @@
 #include <string.h>
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0, {0}};
   return v;
 }
 
@@ -110,7 +110,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0, {0}};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -149,7 +149,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (size_t s = 0; s < PP + 2 && n < cap; s++) {
       const size_t t = s < PP ? s : 0;
       jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
-                         pp[t][3], 'p', 'd', 0, 0};
+                         pp[t][3], 'p', 'd', 0, 0, {0}};
       if (s == PP) v.out = ins[i], v.beta = 1;
       if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
@@ -168,7 +168,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     const kljit_dtype in = staged[i].in_out == 2 ? KLJIT_FP16 : KLJIT_BF16;
     jgemm_variant v = {staged[i].layout, in, staged[i].in_out ? in : KLJIT_FP32, staged[i].beta,
                        staged[i].bn, staged[i].consumers, staged[i].stages, 'g', 1,
-                       staged[i].schedule, 's', 0, 0};
+                       staged[i].schedule, 's', 0, 0, {0}};
     out[n++] = v;
   }
   /* the smaller choices (KSPEC_GEMM_*), each on the layout it is meant for: one stage arrival
@@ -205,13 +205,17 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   char slice[16] = "";
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
   const int t = v->tweaks;
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
+  char stats[32] = "";
+  if (v->stats.teacher)
+    snprintf(stats, sizeof stats, " stats:%s.%s", v->stats.teacher, names_dtype_tag(v->stats.tdt));
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
            v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
            t & KSPEC_GEMM_STREAM_C ? " cs" : "",
-           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "", slice);
+           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "", slice,
+           stats);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -225,6 +229,8 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_epilogue = v->epilogue == 's' ? 's' : 0;
   k.gemm_kslice = v->kslice > 0 ? v->kslice : 0;
   k.gemm_tweaks = v->tweaks;
+  k.gemm_stats = v->stats.teacher;
+  k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   return k;
 }
 
@@ -318,6 +324,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   const unsigned grid = (unsigned)(cl * (tiles < most ? tiles : most));
   k.gemm_c = a->c, k.gemm_m = (int32_t)a->m, k.gemm_n = (int32_t)a->n, k.gemm_k = (int32_t)a->k;
   k.ldc = a->ldc, k.alpha = a->alpha;
+  k.teacher = a->epi.teacher, k.part = a->epi.part, k.row0 = a->epi.row0;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

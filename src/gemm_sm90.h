@@ -20,6 +20,15 @@
 #include "problem.h"
 #include "spec.h"
 
+/* The logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS): the dense rows'
+ * pass-1 records of each (row, column tile), written beside the logits. */
+typedef struct jgemm_stats {
+  const char *teacher; /* NULL: none; "probs" | "logprobs": the dense teacher's form */
+  kljit_dtype tdt;     /* the teacher's dtype */
+  int64_t tld;         /* the teacher's row stride (elements) */
+  double t;            /* the constant temperature */
+} jgemm_stats;
+
 typedef struct jgemm_variant {
   const char *layout; /* "nt": B[N, K] (logits); "nn": B[K, N] row-major (the dX shape); "tn":
                        * A[K, M] and B[K, N] row-major (dW = G^T X) */
@@ -40,6 +49,7 @@ typedef struct jgemm_variant {
                      * are added into C (fp32 C: the dX over a long vocabulary, in one launch) */
   int tweaks;       /* KSPEC_GEMM_* bits (spec.h): one stage arrival per warp, streaming C,
                      * an L2 policy on the TMA loads */
+  jgemm_stats stats; /* the nt layout into fp32: the statistics epilogue, or none */
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -99,7 +109,7 @@ int jgemm_variants(jgemm_variant *out, int cap);
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
  * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
  * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
- * n k-blocks) */
+ * n k-blocks, " stats:<form>.<teacher dtype>" for the statistics epilogue) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -109,6 +119,15 @@ kspec jgemm_spec(const jgemm_variant *v);
  * with the template's sentence for a variant it refuses. */
 kljit_status jgemm_render(const jgemm_variant *v, strbuf *out);
 
+/* The statistics epilogue's operands (a variant with stats): the dense teacher, whose rows
+ * row0 + r go with C's row r; the records out, M x ceil(N / BN) of the rows' record part (NULL:
+ * none computed, as in two-phase backward). */
+typedef struct jgemm_epi {
+  const void *teacher;
+  float *part;
+  int64_t row0;
+} jgemm_epi;
+
 /* Operands of one launch (device pointers; leading dimensions in elements). */
 typedef struct jgemm_args {
   const void *a;  /* nt, nn: [M, K]; tn: [K, M]; row stride lda */
@@ -116,6 +135,7 @@ typedef struct jgemm_args {
   void *c;        /* [M, N], row stride ldc */
   int64_t m, n, k, lda, ldb, ldc;
   float alpha;
+  jgemm_epi epi;  /* v->stats: the statistics epilogue's operands */
 } jgemm_args;
 
 /* A loaded GEMM kernel: its function and its interface (the manifest's gemm kernel: arguments,

@@ -90,19 +90,20 @@ void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g) {
 
 kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
-                               void *c, float alpha, void *stream) {
+                               void *c, float alpha, const jgemm_epi *epi, void *stream) {
   const int64_t h = rg->shape.h, v = rg->shape.v;
   jgemm_args ja;
   if (rg->op == GEMM_LOGITS) { /* Z[n, V] = X[n, H] W[V, H]^T: nt, A = X (gemm_run's b), B = W */
-    const jgemm_args z = {b, a, c, n, v, h, h, h, rg->shape.ld, alpha};
+    const jgemm_args z = {b, a, c, n, v, h, h, h, rg->shape.ld, alpha, {0}};
     ja = z;
   } else if (rg->op == GEMM_DX) { /* dX[n, H] = G[n, V] (ld ldg) W[V, H]: nn, A = G, B = W */
-    const jgemm_args x = {b, a, c, n, h, v, rg->shape.ldg, h, h, alpha};
+    const jgemm_args x = {b, a, c, n, h, v, rg->shape.ldg, h, h, alpha, {0}};
     ja = x;
   } else { /* dW[V, H] (+)= G[n, V]^T (ld ldg) X[n, H]: tn, A = G, B = X, K = the chunk's rows */
-    const jgemm_args w = {b, a, c, v, h, n, rg->shape.ldg, h, h, alpha};
+    const jgemm_args w = {b, a, c, v, h, n, rg->shape.ldg, h, h, alpha, {0}};
     ja = w;
   }
+  if (epi) ja.epi = *epi;
   return jgemm_launch(ctx->drv, &g->k, &rg->variant, g->grid_cap, &ja, (CUstream)stream);
 }
 
@@ -195,6 +196,12 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                    (long long)r->gemm[RECIPE_DX_LAST].shape.v,
                    r->gemm[RECIPE_DX].engine == RECIPE_GENERATED ? " in one generated launch"
                                                                  : "");
+  if (st == KLJIT_SUCCESS && geo->stats_tiles)
+    st = sb_printf(desc, "  row statistics (pass 1): in the logits GEMM's epilogue, %d records a "
+                   "row (no kl_dense_stats)\n", geo->stats_tiles);
+  else if (st == KLJIT_SUCCESS && r->stats_why)
+    st = sb_printf(desc, "  row statistics (pass 1): the row kernels' (the logits GEMM's "
+                   "epilogue was asked for, but it takes %s)\n", r->stats_why);
   return st;
 }
 

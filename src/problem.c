@@ -409,9 +409,11 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   /* the CE's loss partials, laid out as lossp's (geometry's hard_parts) */
   w.lossh = off, off += mode != KLJIT_MODE_BACKWARD && g->hard_parts
                             ? align256((size_t)rows * (size_t)g->tune.split * 4) : 0;
+  /* pass 1's records: SPLIT a row, or one per column tile of the logits GEMM that writes them */
+  const size_t recs = g->stats_tiles ? (size_t)g->stats_tiles : (size_t)g->tune.split;
   w.part = off, off += mode != KLJIT_MODE_BACKWARD
                            && !g->tune.cluster
-                           ? align256((size_t)r * (size_t)g->tune.split * rec) : 0;
+                           ? align256((size_t)r * recs * rec) : 0;
   w.z = off, off += align256((size_t)r * (size_t)g->ld * zsize);
   /* the online teacher's logits of the chunk (fp32, LD apart) */
   w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN

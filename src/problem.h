@@ -82,6 +82,10 @@ typedef struct prob_geometry {
   int64_t dx_slice;           /* columns of V per slice (the last takes the rest) */
   int64_t dx_rows;            /* dx_split > 1: chunks of at least this many rows split */
   int hard_parts;             /* the rows write the CE's loss partials apart (lossh) */
+  int stats_tiles;            /* 0, or the column tiles of the generated logits GEMM, whose
+                               * epilogue writes the pass-1 record of each (row, tile) (STATS):
+                               * pass 1 (kl_dense_stats) is not launched and pass 2 merges these
+                               * stats_tiles records a row (recipe.c) */
   kspec rows, helpers;        /* the two modules */
 } prob_geometry;
 

@@ -226,6 +226,42 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
   if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
+/* Why the generated logits GEMM cannot write the dense rows' pass-1 records for pb (STATS of
+ * templates/gemm_sm90.cu.lua covers what those records hold without the row's normalizer), or
+ * NULL where it can. */
+static const char *stats_unfit(const kljit_problem *pb, const recipe *r) {
+  const prob_geometry *g = &r->geom;
+  if (r->gemm[RECIPE_LOGITS].engine != RECIPE_GENERATED)
+    return "a generated logits GEMM only";
+  if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
+    return "dense teacher probabilities or log-probabilities only";
+  if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL || g->rows.div) return "the forward KL only";
+  if (pb->hard_weight > 0.0) return "no hard-label CE";
+  if (pb->softcap > 0.0) return "no softcap";
+  if (pb->flags & KLJIT_FLAG_BIAS) return "no bias";
+  if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
+  if (g->logit != KLJIT_FP32) return "fp32 chunk logits only (not native logits)";
+  if (g->tune.cluster) return "the two-pass row kernels only (not the cluster variant)";
+  if (prob_sharded(pb) || pb->shards > 1) return "an unsharded head only";
+  return NULL;
+}
+
+/* The logits GEMM's statistics epilogue where the options ask for it (KLJIT_GEMM's
+ * logits:jit.stats) and stats_unfit has no objection: the slot's variant gets STATS, and the
+ * geometry says that pass 1 is in the GEMM (stats_tiles: records per row). Else the rows' pass
+ * 1 stays, and r->stats_why says why. */
+static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], recipe *r) {
+  if (!sel[GEMM_LOGITS].stats) return;
+  if ((r->stats_why = stats_unfit(pb, r)) != NULL) return;
+  recipe_gemm *g = &r->gemm[RECIPE_LOGITS];
+  g->variant.stats.teacher = names_teacher(pb->teacher);
+  g->variant.stats.tdt = pb->teacher_dtype;
+  g->variant.stats.tld = prob_teacher_ld(pb);
+  g->variant.stats.t = pb->temperature;
+  g->spec = jgemm_spec(&g->variant);
+  r->geom.stats_tiles = (int)((pb->vocab + g->variant.bn - 1) / g->variant.bn);
+}
+
 /* ---- the recipe ----------------------------------------------------------------------------- */
 
 kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
@@ -253,6 +289,7 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
   for (int s = 0; s < RECIPE_SLOTS; s++)
     if (out->gemm[s].used) out->gemm[s].lt_index = -1;
   choose_engines(pb, sel, arch, out);
+  stats_engine(pb, sel, out);
   return KLJIT_SUCCESS;
 }
 

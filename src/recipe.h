@@ -26,7 +26,10 @@
  *
  * Adding to it: a GEMM of the chunk loop is a slot (recipe_slot) and its lines in gemm_slots();
  * another engine for a slot is a case of choose_engine(); a kernel family of its own (the loss
- * fusion's) is a module appended in recipe_make and named in recipe_modules.
+ * fusion's) is a module appended in recipe_make and named in recipe_modules. The logits GEMM's
+ * statistics epilogue (stats_engine: the options ask, the problem is in its scope) is a variant
+ * of the slot's generated engine plus the geometry's stats_tiles, which exec.c and the
+ * workspace layout follow.
  */
 #ifndef KLJIT_RECIPE_H
 #define KLJIT_RECIPE_H
@@ -79,6 +82,9 @@ typedef struct recipe {
   prob_geometry geom;  /* its tune is the one built (after a replacement) */
   int replaced;        /* the given cluster tuning gave way to the two-pass heuristics (a shard:
                         * its row statistics are merged across ranks) */
+  const char *stats_why; /* the options asked for the statistics in the logits GEMM's epilogue
+                          * and the problem or the plan's engines do not allow it: why (the
+                          * rows' pass 1 then runs); NULL otherwise */
   recipe_gemm gemm[RECIPE_SLOTS];
 } recipe;
 

@@ -14,6 +14,8 @@
 %-- CLUSTER = 0, two passes over global memory (any V, any arch):
 %--   kl_dense_stats          pass 1: per segment, online (max, sum-exp) of s, sum(p), and for
 %--                           teacher logits the teacher's own (max, sum-exp); -> part[r][split]
+%--                           (not launched where the logits GEMM's epilogue writes the same
+%--                           records, one per column tile: gemm_sm90.cu.lua's STATS)
 %--   kl_dense_fused          pass 2: merge the row's partials -> lse; loss partial
 %--                           sum p (log p - log q) -> lossp[row][split]; G -> g (in place ok)
 %--   kl_dense_forward        pass 2 without G: loss partials and the row statistics -> rowstat
@@ -182,7 +184,7 @@
 %-- dt), the CE's of z' (mh, dh; HARD), this shard's part of the row total S (SHARDED).
 %-- rowstat: a row's statistics two-phase forward saves for backward (after the plan header in
 %-- `saved`): lse(s), sum p, lse(t), kept; with HARD or DIV the CE's lse(z') and S.
-%local PART = { name = "part", floats = 8, slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%local PART = iface.DENSE_PART
 %local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "sp", "lset", "kept" } }
 %if HARD or DIVX then
 %  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "sp", "lset", "kept", "lse1", "S" } }

@@ -59,6 +59,19 @@
 %--             fp32 sum added into C (the first written unless BETA) and the accumulators
 %--             restarted: the sum of a few slices rounds less than one fp32 accumulation over a
 %--             long K (the dX GEMM over a long vocabulary: exec.c), in one launch. OUT f32.
+%--   STATS     absent | probs | logprobs: the logits GEMM (nt, OUT f32, no BETA, no KSLICE) also
+%--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
+%--             the forward KL without softcap, CE or bias) of each (row, column tile) from its
+%--             accumulators, so that the pass that re-reads the whole fp32 chunk for them
+%--             (kl_dense_stats) is not launched: with s = (alpha acc) / T over the tile's columns
+%--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
+%--             pass 1 computes it) from the teacher's rows row0 + r, TLD apart, in dtype TDT; mt,
+%--             dt the neutral (0, 1) pass 1 writes for these forms. One record (iface.DENSE_PART)
+%--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2 in tile
+%--             order (nrec = srow = tiles_n, srec = 1). C is still written (pass 2 reads it).
+%--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
+%--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
+%--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
 %-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1);
 %-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster
@@ -137,6 +150,22 @@
 %  reject("STORE must be default or streaming")
 %end
 %local STREAM = P.STORE == "streaming"
+%local STATS = P.STATS
+%if STATS ~= nil then
+%  if not one_of(STATS, { "probs", "logprobs" }) then
+%    reject("STATS must be probs or logprobs (a dense teacher's form)")
+%  end
+%  if P.LAYOUT ~= "nt" or P.OUT ~= "f32" or P.BETA or KSLICE > 0 then
+%    reject("STATS is the logits GEMM's epilogue: LAYOUT nt, OUT f32, no BETA and no KSLICE")
+%  end
+%  if not one_of(P.TDT, { "f32", "bf16", "f16" }) then reject("TDT must be f32, bf16 or f16") end
+%  if math.type(P.TLD) ~= "integer" or P.TLD < 1 then
+%    reject("TLD must be an integer >= 1 (the teacher's row stride)")
+%  end
+%  if type(P.T) ~= "number" or not (P.T > 0 and P.T < math.huge) then
+%    reject("T must be > 0 (STATS takes a constant temperature)")
+%  end
+%end
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
 %end
@@ -168,16 +197,24 @@
 %-- launch geometry and the manifest line are all made from this entry. Its TMA descriptors go
 %-- by value (__grid_constant__ kl_tmap: kind tmap, a CUtensorMap in src/kiface.h's kargs); the
 %-- host marshals every argument by the manifest (jgemm_launch), as for the row kernels.
-%local K = include("iface.cu.lua").family({
+%-- STATS adds the teacher, the records out and the chunk's first row, and declares the record.
+%local iface = include("iface.cu.lua")
+%local gemm_args = {
+%  { "map_a", "const __grid_constant__ kl_tmap" },
+%  { "map_b", "const __grid_constant__ kl_tmap" },
+%  { "C", "out_t* __restrict__", role = "gemm_c" }, { "M", "int", role = "gemm_m" },
+%  { "N", "int", role = "gemm_n" }, { "K", "int", role = "gemm_k" }, { "ldc", "i64" },
+%  { "alpha", "float" } }
+%if STATS then
+%  gemm_args = iface.args(gemm_args, {
+%    { "teacher", "const teach_t* __restrict__" }, { "part", "float* __restrict__" },
+%    { "row0", "i64" } })
+%end
+%local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
-%    smem = SMEM, args = {
-%    { "map_a", "const __grid_constant__ kl_tmap" },
-%    { "map_b", "const __grid_constant__ kl_tmap" },
-%    { "C", "out_t* __restrict__", role = "gemm_c" }, { "M", "int", role = "gemm_m" },
-%    { "N", "int", role = "gemm_n" }, { "K", "int", role = "gemm_k" }, { "ldc", "i64" },
-%    { "alpha", "float" } } },
-%})
+%    smem = SMEM, args = gemm_args },
+%}, STATS and { iface.DENSE_PART } or nil)
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -185,6 +222,69 @@
 #define CONSUMERS {{ P.CONSUMERS }}
 #define MS {{ MS }}
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
+%if STATS then
+typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
+#define TLD {{ P.TLD }}
+#define STATS_INV_T ({{ f32(1.0 / P.T) }})
+{{ K.records() }}
+
+/* The pass-1 record of each of this consumer warp's 16 rows (r0 + lane / 4 and 8 more, see
+ * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
+ * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
+ * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)). */
+__device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
+                                           float alpha, const teach_t* __restrict__ teacher,
+                                           float* __restrict__ part, i64 row0, int tiles_n,
+                                           int tn, int lane) {
+  const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
+  /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
+  float m[2] = {KL_NEG_INF, KL_NEG_INF};
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      if (col + 8 * i + (e & 1) < N)
+        m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
+  }
+  const bool in[2] = {row < M, row + 8 < M};
+  const teach_t* tr[2] = {teacher + (row0 + row) * TLD, teacher + (row0 + row + 8) * TLD};
+  float sd[2] = {0.0f, 0.0f}, sp[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int h = e >> 1, c = col + 8 * i + (e & 1);
+      if (c >= N) continue;
+      sd[h] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[h]);
+      if (in[h]) {
+%  if STATS == "logprobs" then
+        sp[h] += fexp(to_f32(tr[h][c]));
+%  else
+        sp[h] += to_f32(tr[h][c]);
+%  end
+      }
+    }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
+    sp[h] += __shfl_xor_sync(0xffffffffu, sp[h], 1);
+    sp[h] += __shfl_xor_sync(0xffffffffu, sp[h], 2);
+  }
+  if (lane % 4) return;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    if (!in[h]) continue;
+    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+    rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
+    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f; /* pass 1's neutral teacher (max, sum-exp) */
+  }
+}
+%end
 
 /* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
  * c0 + 8 i + {0, 1} (see wgmma_ss), alpha applied, `acc` adding the old value (BETA, or a
@@ -553,6 +653,13 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       if (prev >= 0) release_stage(&empty[prev], lane);
 %-- acc: BETA, or (KSLICE) a slice before the last one wrote C already
 %local acc = P.BETA and "1" or KSLICE > 0 and "kblocks > " .. KSLICE or "0"
+%if STATS then
+      if (part)
+#pragma unroll
+        for (int ms = 0; ms < MS; ms++)
+          tile_stats(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
+                     alpha, teacher, part, row0, tiles_n, tn, lane);
+%end
 #pragma unroll
       for (int ms = 0; ms < MS; ms++)
         store_rows(C, ldc, tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,

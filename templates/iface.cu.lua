@@ -70,6 +70,12 @@
 %-- the caller's `saved` (two-phase), before the rows' saved statistics.
 %M.HDR = { name = "hdr", floats = 8,
 %          slots = { "loss_scale", "grad_scale", "kept", "inv_t", "t2" } }
+%-- The dense rows' pass-1 partial of one (row, block) and a row's merged record of the split API
+%-- (templates/dense_rows.cu.lua says what each slot holds). Declared here because two families
+%-- write it: the dense rows' pass 1, and the logits GEMM's statistics epilogue
+%-- (templates/gemm_sm90.cu.lua, STATS), whose records pass 2 merges as it merges pass 1's.
+%M.DENSE_PART = { name = "part", floats = 8,
+%                 slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
 %-- The index of slot `name` of record `rec`.
 %function M.slot(rec, name)
 %  for i, s in ipairs(rec.slots) do

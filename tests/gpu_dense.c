@@ -590,6 +590,57 @@ static int checked_mode_reports_a_bad_row_weight(void) {
   return r;
 }
 
+/* The logits GEMM's statistics epilogue (KLJIT_GEMM=all:jit,logits:jit.stats, sm_90): the
+ * plan of (V, form, T) on the test context says the row statistics come from the logits GEMM
+ * (0), or says why not (1: a failure where `want` asked for it), or the GPU is not sm_90 (77). */
+static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 64, pb.vocab = v, pb.teacher = form;
+  kljit_plan *plan;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  const char *d = kljit_plan_describe(plan);
+  const int sm90 = strstr(d, "(sm_90") != NULL;
+  const int on = strstr(d, "pass 1): in the logits GEMM's epilogue") != NULL;
+  if (on != want) fprintf(stderr, "the statistics epilogue is %s:\n%s", on ? "on" : "off", d);
+  kljit_plan_destroy(plan);
+  return !sm90 ? TH_SKIP : on == want ? TH_PASS : TH_FAIL;
+}
+
+/* The row statistics written by the logits GEMM's epilogue (one record per row and 256-column
+ * tile, merged by pass 2; kl_dense_stats not launched) give the loss, dX and dW the fp64
+ * reference gives, within the suite's bounds: both dense forms it takes, every teacher dtype,
+ * ragged and long vocabularies (a tile past V), a padded teacher, T != 1, ignored rows, several
+ * chunks, fused and two-phase (whose backward computes none); a case outside its scope (bias)
+ * keeps the row kernels' pass and stays right. Skips before sm_90. */
+static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
+  setenv("KLJIT_GEMM", "all:jit,logits:jit.stats", 1);
+  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1);
+  if (worst == TH_PASS) worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0);
+  for (int k = 0; k < 12 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    static const int64_t vs[] = {1000, 32001, 128256, 50257};
+    c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
+    c.form = k % 2 ? KLJIT_TEACHER_DENSE_LOGPROBS : KLJIT_TEACHER_DENSE_PROBS;
+    c.dt = k % 3 == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    c.tdt = DTS[k % 3];
+    c.T = k % 4 == 1 ? 2.0 : k % 4 == 3 ? 0.5 : 1.0;
+    c.tld = k == 5 ? c.v + 63 : 0;
+    c.labels = k == 7 ? 2 : 1;
+    c.fused = k % 3 != 1;
+    c.red = c.fused ? REDS[k % 3] : REDS[3];
+    c.bias = k == 11; /* out of scope: the row kernels' pass 1 */
+    if (k == 8) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700; /* three chunks */
+    const int rc = gcase_check(&c);
+    if (k == 8) unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  unsetenv("KLJIT_GEMM");
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
@@ -623,5 +674,7 @@ static const th_case cases[] = {
     {"tvd_skew_kls_and_row_weights_in_the_cluster_variant",
      tvd_skew_kls_and_row_weights_in_the_cluster_variant},
     {"checked_mode_reports_a_bad_row_weight", checked_mode_reports_a_bad_row_weight},
+    {"statistics_in_the_logits_gemm_epilogue_match_reference",
+     statistics_in_the_logits_gemm_epilogue_match_reference},
 };
 TH_MAIN(cases)

@@ -98,7 +98,7 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
     TH_CHECK(!gbuf_upload(&gz, z0, z0));
   }
   const float alpha = v->beta ? 0.5f : 1.0f;
-  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha};
+  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha, {0}};
   TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));

@@ -8,3 +8,9 @@ foreach(area dense sparse api)
                    TIMEOUT 900 NAMES_VAR generated)
   set_property(TEST ${generated} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=jit")
 endforeach()
+# The dense suite again with the row statistics in the logits GEMM's epilogue where its scope
+# holds (KLJIT_GEMM=all:jit,logits:jit.stats; the other cases keep the row kernels' pass, as the
+# plan's description says). `ctest -R gpu.fused_stats`.
+kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_stats.dense LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_stats)
+set_property(TEST ${fused_stats} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=all:jit,logits:jit.stats")

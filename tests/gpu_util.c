@@ -14,19 +14,20 @@ static int same_text(const char *a, const char *b) {
 
 /* Did the environment's options change since `was` (a test's setenv between cases)? */
 static int options_changed(const kljit_context_options *was, const char *was_dir,
-                           const char *was_path, const kljit_context_options *now) {
+                           const char *was_path, const char *was_choice,
+                           const kljit_context_options *now) {
   return was->flags != now->flags || was->row_kernel != now->row_kernel ||
          was->chunk_rows != now->chunk_rows || was->tune_rows != now->tune_rows ||
          was->tune_budget_s != now->tune_budget_s || was->gemm != now->gemm ||
          was->dx_split != now->dx_split || !same_text(was_dir, now->cache_dir) ||
-         !same_text(was_path, now->cache_path);
+         !same_text(was_path, now->cache_path) || !same_text(was_choice, now->gemm_choice);
 }
 
 int gpu_test_context(kljit_context **ctx) {
   static kljit_context *the_ctx;
   static kljit_context_options the_opt;
-  static char the_dir[4096], the_path[4096];
-  static int has_dir, has_path;
+  static char the_dir[4096], the_path[4096], the_choice[4096];
+  static int has_dir, has_path, has_choice;
   if (!gpu_available()) return 77;
   /* a context reads the environment once, when it is created: a test that changed it since
    * (KLJIT_CHUNK_ROWS, KLJIT_ROW_KERNEL, KLJIT_TUNE_*, KLJIT_GEMM, KLJIT_DX_SPLIT) gets a new
@@ -35,13 +36,15 @@ int gpu_test_context(kljit_context **ctx) {
   kljit_context_options now;
   if (kljit_context_options_default(&now) != KLJIT_SUCCESS) return 1;
   if (the_ctx && options_changed(&the_opt, has_dir ? the_dir : NULL, has_path ? the_path : NULL,
-                                 &now)) {
+                                 has_choice ? the_choice : NULL, &now)) {
     kljit_context_destroy(the_ctx);
     the_ctx = NULL;
   }
   if (!the_ctx) {
     the_opt = now;
     has_dir = now.cache_dir != NULL, has_path = now.cache_path != NULL;
+    has_choice = now.gemm_choice != NULL; /* KLJIT_GEMM's list form */
+    snprintf(the_choice, sizeof the_choice, "%s", now.gemm_choice ? now.gemm_choice : "");
     snprintf(the_dir, sizeof the_dir, "%s", now.cache_dir ? now.cache_dir : "");
     snprintf(the_path, sizeof the_path, "%s", now.cache_path ? now.cache_path : "");
   }

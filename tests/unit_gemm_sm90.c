@@ -185,6 +185,76 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   return TH_PASS;
 }
 
+/* The logits GEMM with the dense rows' pass-1 statistics in its epilogue (STATS): each form,
+ * teacher dtype, schedule, epilogue and cluster it may meet renders, declares its extra
+ * arguments and the record it writes (the rows' part, the same declaration), and compiles for
+ * sm_90a; out of its scope it is refused with a sentence. */
+static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
+  static const struct {
+    const char *form;
+    kljit_dtype in, tdt;
+    int64_t tld;
+    double t;
+    char schedule, epilogue;
+    int cluster;
+  } cases[] = {{"probs", KLJIT_BF16, KLJIT_BF16, 128256, 1.0, 'c', 'd', 1},
+               {"logprobs", KLJIT_BF16, KLJIT_FP32, 32003, 2.0, 'p', 'd', 2},
+               {"probs", KLJIT_FP16, KLJIT_FP16, 32064, 0.5, 'c', 's', 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    jgemm_variant v = jgemm_default(cases[i].in, KLJIT_FP32, 0);
+    if (cases[i].schedule == 'p') v.schedule = 'p', v.bn = 128, v.stages = 6, v.raster = 'g';
+    v.epilogue = cases[i].epilogue, v.cluster = cases[i].cluster;
+    v.stats.teacher = cases[i].form, v.stats.tdt = cases[i].tdt;
+    v.stats.tld = cases[i].tld, v.stats.t = cases[i].t;
+    const kspec k = jgemm_spec(&v);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    printf("  manifest: %s", man.data);
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && g->nargs == 11);
+    TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "teacher"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "part"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "row0"));
+    /* the record pass 2 merges, declared as the dense rows declare it */
+    const kiface_record *r = kiface_record_find(&m, "part");
+    TH_CHECK(m.nrec == 1 && r && r->nslots >= 5 && !strcmp(r->slot[0], "m") &&
+             !strcmp(r->slot[2], "sp"));
+    char tld[48];
+    snprintf(tld, sizeof tld, "#define TLD %lld", (long long)cases[i].tld);
+    TH_CHECK(strstr(src.data, tld) != NULL && strstr(src.data, "tile_stats(d[ms]") != NULL);
+    TH_CHECK((strstr(src.data, "sp[h] += fexp(to_f32(") != NULL) ==
+             !strcmp(cases[i].form, "logprobs"));
+    sb_free(&src), sb_free(&man);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  /* the plain variant's source names none of it */
+  const jgemm_variant plain = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  strbuf src = {0};
+  TH_OK(jgemm_render(&plain, &src));
+  TH_CHECK(strstr(src.data, "tile_stats") == NULL && strstr(src.data, "PART_FLOATS") == NULL);
+  sb_free(&src);
+  jgemm_variant ok = plain;
+  ok.stats.teacher = "probs", ok.stats.tdt = KLJIT_BF16, ok.stats.tld = 1000, ok.stats.t = 1.0;
+  jgemm_variant v = ok;
+  v.beta = 1;
+  TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
+  v = ok, v.layout = "nn";
+  TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
+  v = ok, v.out = KLJIT_BF16;
+  TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
+  v = ok, v.kslice = 3;
+  TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
+  v = ok, v.stats.teacher = "logits";
+  TH_CHECK(refused(v, "STATS must be probs or logprobs") == TH_PASS);
+  v = ok, v.stats.t = 0.0;
+  TH_CHECK(refused(v, "T must be > 0") == TH_PASS);
+  v = ok, v.stats.tld = 0;
+  TH_CHECK(refused(v, "TLD must be") == TH_PASS);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
@@ -192,5 +262,7 @@ static const th_case cases[] = {
      bad_gemm_variants_are_refused_with_a_sentence},
     {"the_gemm_includes_its_preludes_and_declares_its_interface_and_launch",
      the_gemm_includes_its_preludes_and_declares_its_interface_and_launch},
+    {"the_statistics_epilogue_compiles_and_declares_its_record",
+     the_statistics_epilogue_compiles_and_declares_its_record},
 };
 TH_MAIN(cases)

@@ -456,24 +456,25 @@ static int stale_cubin_with_another_manifest_is_refused(void) {
   return th_in_tmpdir("unit-kiface", stale_cubin_with_another_manifest_is_refused_in);
 }
 
-/* The bar of the records' declaration: the stride of the pass-1 record changed in the dense
- * template alone (a copy of the templates read through KLJIT_TEMPLATE_DIR) reaches the kernels
- * (PART_FLOATS), the manifest and what C sizes buffers by (jit_layout), with nothing else
- * edited; and a cached cubin of the unchanged template whose manifest says the other stride is
+/* The bar of the records' declaration: the stride of the pass-1 record changed in its one
+ * declaration alone (iface.cu.lua's DENSE_PART, which the dense rows and the logits GEMM's
+ * statistics epilogue share; a copy of the templates read through KLJIT_TEMPLATE_DIR) reaches
+ * the kernels (PART_FLOATS), the manifest and what C sizes buffers by (jit_layout), with
+ * nothing else edited; and a cached cubin of the unchanged template whose manifest says the other stride is
  * refused at load, naming the record. */
 static int record_stride_changed_in_the_template_in(const char *dir) {
   char tdir[PATH_MAX], path[PATH_MAX], cdir[PATH_MAX];
   th_path_in(tdir, dir, "templates");
   th_path_in(cdir, dir, "cache");
   TH_CHECK(mkdir(tdir, 0700) == 0 && mkdir(cdir, 0700) == 0);
-  static const char from[] = "{ name = \"part\", floats = 8,";
-  static const char to[] = "{ name = \"part\", floats = 16,";
+  static const char from[] = "M.DENSE_PART = { name = \"part\", floats = 8,";
+  static const char to[] = "M.DENSE_PART = { name = \"part\", floats = 16,";
   int edited = 0;
   for (const template_file *t = template_files; t->name; t++) {
     th_path_in(path, tdir, t->name);
     FILE *f = fopen(path, "w");
     TH_CHECK(f);
-    const char *at = strcmp(t->name, "dense_rows.cu.lua") ? NULL : strstr(t->text, from);
+    const char *at = strcmp(t->name, "iface.cu.lua") ? NULL : strstr(t->text, from);
     if (at) {
       fwrite(t->text, 1, (size_t)(at - t->text), f);
       fputs(to, f);

@@ -284,9 +284,112 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
   return TH_PASS;
 }
 
+/* ---- the statistics epilogue ------------------------------------------------------------- */
+
+/* The recipe of pb on sm_<arch> under KLJIT_GEMM=<choice> (two-pass rows unless `rk`). */
+static kljit_status stats_recipe(const kljit_problem *pb, int arch, const char *choice,
+                                 kljit_row_kernel rk, recipe *r) {
+  const pin_case c = {"stats", arch, HEURISTIC, rk, GD, 0, 0, ""};
+  kljit_context_options o = options_of(&c);
+  o.gemm_choice = choice;
+  return recipe_make(pb, NULL, &o, arch, SMS, r);
+}
+
+/* KLJIT_GEMM's logits:jit.stats: the generated logits GEMM writes the rows' pass-1 records
+ * (its spec's STATS with the teacher's form, dtype, stride and T; the geometry's stats_tiles =
+ * its column tiles, the records a row) exactly where the scope holds, the workspace's records
+ * grow to one per (row, tile) in the modes that run pass 1; everywhere else the recipe is the
+ * one without the option and says why. The option is refused on the other GEMMs. */
+static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
+  const char *const on = "all:jit,logits:jit.stats";
+  /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
+   * 128 columns chosen by the options */
+  for (int k = 0; k < 3; k++) {
+    kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
+    if (k == 1) {
+      pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
+      pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
+    }
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r, plain;
+    TH_OK(stats_recipe(&pb, 90, k == 2 ? "all:jit,logits:jit.128.2.6.g.1.p.stats" : on, TP, &r));
+    TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
+    TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : "probs"));
+    TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
+    const int bn = k == 2 ? 128 : 256;
+    TH_CHECK(g->variant.bn == bn && r.geom.stats_tiles == (pb.vocab + bn - 1) / bn);
+    TH_OK(recipe_check(&r)); /* the template takes the variant */
+    /* nothing else differs from the plan without the option */
+    TH_CHECK(plain.geom.stats_tiles == 0 && plain.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
+    TH_CHECK(memcmp(&plain.geom.rows, &r.geom.rows, sizeof r.geom.rows) == 0);
+    kiface_layout lay;
+    TH_OK(layout_of_problem(&pb, &r.geom.tune, &lay));
+    for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++) {
+      const int64_t rows = 1000, chunk = prob_chunk_rows(&r.geom, rows);
+      const prob_workspace w = prob_workspace_layout(&pb, &r.geom, &lay, (kljit_mode)m, rows);
+      const prob_workspace w0 = prob_workspace_layout(&pb, &plain.geom, &lay, (kljit_mode)m, rows);
+      const size_t part = w.z - w.part, part0 = w0.z - w0.part;
+      const size_t want = (size_t)(chunk < rows ? chunk : rows) * (size_t)r.geom.stats_tiles *
+                          (size_t)lay.part * sizeof(float);
+      printf("  V=%lld mode %d: part %zu bytes (%zu without), total %zu (%zu)\n",
+             (long long)pb.vocab, m, part, part0, w.total, w0.total);
+      if (m == KLJIT_MODE_BACKWARD) {
+        TH_CHECK(part == 0 && w.total == w0.total);
+      } else {
+        TH_CHECK(part >= want && part < want + 256 && w.total - w0.total == part - part0);
+      }
+    }
+  }
+  /* out of scope: each the recipe without the option, with the reason */
+  for (int k = 0; k < 12; k++) {
+    kljit_problem pb = base(2048, 32000);
+    int arch = 90;
+    kljit_row_kernel rk = TP;
+    const char *choice = on;
+    switch (k) {
+      case 0: pb.flags |= KLJIT_FLAG_BIAS; break;
+      case 1: pb.softcap = 30.0; break;
+      case 2: pb.hard_weight = 0.5; break;
+      case 3: pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL; break;
+      case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
+      case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
+      case 6: rk = CL; break;
+      case 7: pb.teacher = KLJIT_TEACHER_DENSE_LOGITS; break;
+      case 8:
+        pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+        break;
+      case 9: pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2; break;
+      case 10: arch = 80; break;
+      default: choice = "all:jit"; break; /* not asked */
+    }
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r;
+    TH_OK(stats_recipe(&pb, arch, choice, rk, &r));
+    printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(not asked)");
+    TH_CHECK(r.geom.stats_tiles == 0 && r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL &&
+             r.gemm[RECIPE_LOGITS].variant.stats.teacher == NULL);
+    TH_CHECK((r.stats_why != NULL) == (choice == on));
+  }
+  /* asked of a GEMM it is not for, or of cuBLASLt */
+  static const char *const bad[] = {"dx:jit.stats", "all:jit.stats", "logits:cublas.stats",
+                                    "logits:default.stats", "logits:.stats", "dw:jit.stats"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    recipe r;
+    kljit_problem pb = base(2048, 32000);
+    TH_STATUS(stats_recipe(&pb, 90, bad[i], TP, &r), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), "may end in .stats") != NULL);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
     {"each_gemm_is_a_slot_with_its_engine", each_gemm_is_a_slot_with_its_engine},
+    {"the_statistics_epilogue_is_taken_only_in_its_scope",
+     the_statistics_epilogue_is_taken_only_in_its_scope},
 };
 TH_MAIN(cases)
