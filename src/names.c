@@ -73,3 +73,10 @@ const char *names_topk_values(kljit_topk_values v) {
 const char *names_tmode(kljit_temperature_mode m) {
   return m == KLJIT_TEMPERATURE_CONSTANT ? "const" : "runtime";
 }
+
+/* The divergences by their short names (wisdom's div=, the CLI's div=). */
+static const char *const DIVERGENCES[] = {NULL, "forward", "reverse", "jsd"};
+const char *names_divergence(kljit_divergence d) {
+  return name_of(DIVERGENCES, COUNT(DIVERGENCES), (int)d);
+}
+int names_find_divergence(const char *s) { return find(DIVERGENCES, COUNT(DIVERGENCES), s); }

@@ -22,6 +22,9 @@ int names_find_reduction(const char *s);
 int names_find_tail(const char *s);
 int names_find_teacher(const char *s);
 const char *names_topk_values(kljit_topk_values v); /* "probs" | "logprobs" */
+/* "forward" | "reverse" | "jsd" (the SHAPE grammar's and wisdom's div= values); 0 for none */
+const char *names_divergence(kljit_divergence d);
+int names_find_divergence(const char *s);
 const char *names_tmode(kljit_temperature_mode m);  /* "const" | "runtime" */
 
 #endif
