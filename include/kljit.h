@@ -44,8 +44,8 @@
  *   kljit_experimental.h), softcaps, CE mixing (labels required when hard_weight > 0; a kept
  *   row's label outside [0, V) is not checked and gives CE = lse(z');
  *   on a shard the labels are global ids), padded teachers (unsharded) and the online teacher
- *   DENSE_HIDDEN (with its bias; on a shard, the shard's rows of its head), which has no
- *   checked mode (plans refuse it with KLJIT_ERR_UNSUPPORTED).
+ *   DENSE_HIDDEN (with its bias; on a shard, the shard's rows of its head; checked mode checks
+ *   its input, head and bias).
  *
  * Conventions
  * -----------
@@ -217,7 +217,10 @@ enum {
   /* Checked mode: NaN/Inf in the teacher (-inf allowed for log-probs and logits: p = 0),
    * negative probabilities, sparse ids outside [0, V) or duplicated within a row are reported
    * as KLJIT_ERR_BAD_INPUT_DATA naming the first bad row, before any output is written. Rows
-   * with ignored labels are not checked. Costs one pass over the teacher in kljit_fused and
+   * with ignored labels are not checked. The online teacher (DENSE_HIDDEN): NaN/Inf in
+   * teacher_input (kept rows), in the rows [0, V) of teacher_weight or in teacher_bias[0, V)
+   * (what its logits are computed from), named as "teacher_input row i", "teacher_weight row
+   * v" or "teacher_bias element v". Costs one pass over the teacher in kljit_fused and
    * kljit_forward (kljit_backward trusts forward's check) and one wait on the stream: the
    * only kljit call that synchronizes. Unchecked, a sparse id outside [0, V) is skipped (it
    * adds nothing to M, the loss or G), duplicate ids give unspecified values, NaN propagates;

@@ -129,17 +129,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
   return KLJIT_SUCCESS;
 }
 
-/* What the row kernels of this build compute: a valid problem outside it is refused with
- * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
- * of it. */
-static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
-  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
-      return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
-                   "computed in the chunk buffer, there is no teacher array to check", who);
-  }
-  return KLJIT_SUCCESS;
-}
 
 kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
   if (!user) return BAD("%s: problem is NULL", who);
@@ -253,8 +242,7 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                          KLJIT_FLAG_TEACHER_BIAS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
-  const kljit_status st = validate_family(pb, who);
-  return st ? st : kernels_support(pb, who);
+  return validate_family(pb, who);
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -423,6 +411,8 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
     r->tchunk = 1;
     /* its bias, in the teacher's dtype, is added as the row kernels load its logits */
     if (pb->flags & KLJIT_FLAG_TEACHER_BIAS) r->tbdt = pb->teacher_dtype;
+    /* checked mode reads what its logits are computed from: input, head, bias */
+    if (r->check) r->ht = pb->teacher_hidden, r->txdt = pb->teacher_dtype;
   }
   r->softcap = pb->softcap;
   r->tsoftcap = pb->teacher_softcap;
@@ -451,6 +441,7 @@ kljit_status prob_geometry_make(const kljit_problem *pb, const prob_tuning *tune
   h->div = NULL;
   h->tchunk = 0;
   h->tbdt = 0;
+  h->ht = 0, h->txdt = 0;
   h->sharded = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;

@@ -92,6 +92,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->tchunk) out[n++] = pb("TCHUNK", 1);
     if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
+    if (k->ht) out[n++] = pi("HT", k->ht), out[n++] = ps("TXDT", names_dtype_tag(k->txdt));
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
     if (k->hard > 0.0 && k->offset > 0) out[n++] = pi("VOFF", k->offset);
   } else if (k->family == KSPEC_SPARSE_ROWS) {

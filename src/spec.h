@@ -62,6 +62,8 @@ typedef struct kspec {
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
   kljit_dtype tbdt;   /* the online teacher's bias dtype; 0: no teacher bias */
+  int64_t ht;         /* checked mode of the online teacher: its Ht (0: none) */
+  kljit_dtype txdt;   /* ... and the dtype of its input and head */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
   /* GEMM (the parameters of templates/gemm_sm90.cu.lua; in/out dtypes in tdt/out) */
   int gemm_beta, gemm_bn, gemm_consumers, gemm_stages, gemm_cluster;

@@ -605,7 +605,17 @@ static int add_loss_families(space *s) {
   if (!make_problem(EDGE_PROBLEMS[0], 128256, &pb)) return TH_FAIL;
   pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 4096;
   pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
-  return add_problem(s, &pb);
+  int r = add_problem(s, &pb);
+  /* its checked mode (issue 29): the check of its input, head and bias, with and without the
+   * bias, in the input dtypes of the edge problems */
+  for (int i = 0; r == TH_PASS && i < 2; i++) {
+    if (!make_problem(EDGE_PROBLEMS[i + 1], 32000, &pb)) return TH_FAIL;
+    pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = i ? 2048 : 77;
+    pb.teacher_dtype = pb.input_dtype, pb.teacher_temperature = 0.0;
+    pb.flags |= KLJIT_FLAG_CHECK_INPUTS | (i ? KLJIT_FLAG_TEACHER_BIAS : 0u);
+    r = add_problem(s, &pb);
+  }
+  return r;
 }
 
 /* The optional parameters reach a source only when set: the plain problem renders the bytes it

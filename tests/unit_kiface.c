@@ -18,7 +18,8 @@ enum { N_PROBLEMS = 10 };
 /* Problem i < 8: dense probs / logprobs / logits and sparse top-K, with and without bias and
  * checked mode, for sm_80 (two-pass) and sm_90 with the cluster variant where it fits; 8 and
  * 9: a vocabulary shard with the reverse KL and CE mixing, and with the JSD and the online
- * teacher with its bias (the sums kernel, the teacher bias role). */
+ * teacher with its bias, checked (the sums kernel, the teacher bias role, the check of the
+ * online teacher's input and head). */
 static int geometry_of(int i, prob_geometry *g) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 256;
@@ -36,7 +37,7 @@ static int geometry_of(int i, prob_geometry *g) {
     if (i == 8) pb.hard_weight = 0.5;
     if (i == 9) {
       pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 512;
-      pb.flags = KLJIT_FLAG_TEACHER_BIAS;
+      pb.flags = KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_CHECK_INPUTS; /* its check's roles */
     }
   }
   TH_OK(prob_validate(&pb, "unit_kiface"));
