@@ -33,9 +33,27 @@
  *                 g = (1 - beta) log(q / m);  beta = 0 is FORWARD_KL and beta = 1 REVERSE_KL
  *                 (Liger's LigerFusedLinearJSD and TRL's GKD define the end points so; they are
  *                 the limits of D / beta and D / (1 - beta), not of D, which tends to 0).
- *   The sparse teacher takes FORWARD_KL only: the reverse KL and the JSD weigh log p at every
- *   column where q > 0, and p is unknown off the support. It takes the student softcap, CE
- *   mixing and soft_weight like the dense forms (D its tail's loss).
+ *   The sparse (top-K) teacher: support S (the row's ids, distinct), p_k from the values,
+ *   M = sum_S p, Q_S = sum_S q. FORWARD_KL is its tail's loss (kljit_tail). The other
+ *   divergences weigh log p at every column where q > 0, and p is unknown off the support, so
+ *   they compare two distributions over categories C (the dense D above, with sums over C):
+ *     TAIL_BUCKET  C = S and one tail category (the "ghost token", as the forward KL's BUCKET):
+ *                  P = p on S, P_tail = max(1 - M, 0); Q = q on S, Q_tail = 1 - Q_S. Where the
+ *                  support covers the vocabulary there is no tail category (C = S).
+ *     TAIL_RENORM  C = S, both renormalized: P = p / M, Q = q / Q_S. A row with M = 0
+ *                  contributes nothing. (The forward KL's RENORM, and so JSD with beta = 0,
+ *                  keeps q over the whole vocabulary: KL(P || q) = KL(P || Q) - log Q_S.)
+ *     TAIL_NONE    M log M is its floor, it is no divergence of two distributions: refused
+ *                  (KLJIT_ERR_UNSUPPORTED) for any divergence but the forward KL.
+ *   With g_c = dD/dQ_c (as above: log Q_c - log P_c for the reverse KL, (1 - beta) log(Q_c /
+ *   m_c) for the JSD) and E = sum_C Q_c g_c, the gradient wrt a column s_v is
+ *     BUCKET  dD/ds_v = q_v (g_c(v) - E),   c(v) = v on S, the tail category off S;
+ *     RENORM  dD/ds_v = Q_v (g_v - E) on S, 0 off S.
+ *   The row passes are the forward KL's (one streaming pass for the statistics, K gathers and
+ *   one pass writing G); on a vocabulary shard E's sum over S takes the second exchange of
+ *   records (kljit_experimental.h). Duplicate ids are unspecified for these divergences
+ *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing and
+ *   soft_weight like the dense forms (D its divergence).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
  *   What this build's plans compute: every divergence (the reverse KL and the JSD in the
@@ -167,7 +185,9 @@ typedef enum kljit_topk_values {
   KLJIT_TOPK_LOGPROBS = 2
 } kljit_topk_values;
 
-/* How the sparse form treats the mass 1 - M outside the support S (M = sum_S p). */
+/* How the sparse form treats the mass 1 - M outside the support S (M = sum_S p). The loss
+ * of each is given for the forward KL; the reverse KL and the JSD over the same categories are
+ * in the math section at the top (TAIL_NONE takes the forward KL only). */
 typedef enum kljit_tail {
   /* l = sum_S p log p - sum_S p s + M lse(s). CompactifAI's loss; may be negative (floor
    * M log M). Gradient wrt s: M softmax(s) - p on S. */
