@@ -91,9 +91,12 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
                "KLJIT_TEACHER_DENSE_LOGITS or KLJIT_TEACHER_DENSE_HIDDEN", who,
                pb->teacher_softcap);
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  if (sparse && !prob_is_forward_kl(pb))
-    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs log p at "
-                 "every column where q > 0, and p is unknown off the support", who,
+  if (sparse && !prob_is_forward_kl(pb) && pb->tail == KLJIT_TAIL_NONE)
+    return UNSUP("%s: the sparse teacher with KLJIT_TAIL_NONE takes the forward KL only: the "
+                 "%s weighs log p at every column where q > 0, p is unknown off the support, "
+                 "and TAIL_NONE's loss (floor M log M) compares no two distributions; "
+                 "KLJIT_TAIL_BUCKET (the support and the tail) and KLJIT_TAIL_RENORM (the "
+                 "support renormalized) give it categories to compare", who,
                  pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "reverse KL" : "JSD");
   if (pb->teacher_vocab != 0 &&
       (pb->teacher_vocab < pb->vocab || pb->teacher_vocab > MAX_VOCAB))

@@ -293,11 +293,11 @@ typedef struct assignment {
   double v;
 } assignment;
 
-/* One problem: valid_problem() with up to four assignments, the status it must get and up
+/* One problem: valid_problem() with up to seven assignments, the status it must get and up
  * to two substrings its message must contain (for a rejection: the field and its value). */
 typedef struct check_case {
   const char *what;
-  assignment set[5];
+  assignment set[7];
   kljit_status want;
   const char *msg[2];
 } check_case;
@@ -503,9 +503,18 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
  * sparse support: KLJIT_ERR_UNSUPPORTED with a sentence, never a plan that computes something
  * else. The defaults spelled out (and JSD's end point beta = 0, the forward KL) are accepted. */
 static const check_case families[] = {
-    {"sparse reverse KL", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
-     {"sparse teacher takes the forward KL only", "reverse KL"}},
-    {"sparse JSD", {SPARSE, JSD(0.5)}, UNSUPPORTED, {"forward KL only", "off the support"}},
+    {"sparse reverse KL, TAIL_NONE", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
+     UNSUPPORTED, {"KLJIT_TAIL_NONE takes the forward KL only", "reverse KL"}},
+    {"sparse JSD, TAIL_NONE", {SPARSE, JSD(0.5)}, UNSUPPORTED,
+     {"forward KL only", "KLJIT_TAIL_BUCKET"}},
+    {"sparse reverse KL, BUCKET", {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET},
+     {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse JSD, RENORM, CE and softcap", {SPARSE, {F_TAIL, KLJIT_TAIL_RENORM}, JSD(0.5),
+     {F_HARD, 0.5}, {F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded sparse JSD, BUCKET", {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET}, JSD(0.25),
+     {F_VTOT, 2000}, {F_SHARDS, 2}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse JSD 0 with TAIL_NONE (the forward KL)", {SPARSE, JSD(0.0)}, KLJIT_SUCCESS,
+     {NULL, NULL}},
     {"sparse CE mixing", {SPARSE, {F_HARD, 0.5}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse soft weight", {SPARSE, {F_SOFT, 0.25}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse softcap", {SPARSE, {F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},

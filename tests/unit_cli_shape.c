@@ -57,7 +57,7 @@ static const char *const SHAPES[] = {
     "V=128256,H=4096",
     "V=32000,H=2048,N=8192,fp16,logits,tt=2,T=0.5,tcap=50,cap=30,t2,reduction=sum",
     "V=50257,H=768,fp32,logprobs,div=reverse,hard=0.25,soft=0.75,labels=i32,ignore=-1",
-    "V=4096,H=64,topk=100,values=logprobs,tail=bucket,ids=i32,tdt=bf16,div=jsd,beta=0",
+    "V=4096,H=64,topk=100,values=logprobs,tail=bucket,ids=i32,tdt=bf16,div=jsd,beta=0.4",
     "V=4096,H=64,topk=8,tail=renorm,fp16,eps=1e-12,runtime,bias,native,tf32,check",
     "V=1000,H=64,hidden=48,tbias,tv=1024,div=jsd,beta=0.5,gw=bf16,accum=out,reduction=mean",
     "V=1000,H=64,probs,tv=1000,tld=1024,bias,gw=bf16,N=77",

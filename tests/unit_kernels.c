@@ -601,6 +601,25 @@ static int add_loss_families(space *s) {
     const int r = add_problem(s, &sp);
     if (r != TH_PASS) return r;
   }
+  /* issue 29: the top-K teacher's reverse KL and JSD over both tails (RENORM's stats pass
+   * keeps the support's own (max, sum-exp)), value forms and logits dtypes, with CE, a cap,
+   * checked mode, and on the first and a later shard (their second round's sums kernel) */
+  for (int i = 0; i < 6; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i % 3 == 2 ? 151936 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = i == 5 ? 1024 : 100;
+    sp.teacher_dtype = DTYPES[(i + 1) % 3];
+    sp.tail = i % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    sp.topk_values = i / 2 % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    sp.divergence = i < 3 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    sp.beta = i < 3 ? 0.0 : 0.5;
+    if (i == 1) sp.flags |= KLJIT_FLAG_NATIVE_LOGITS | KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 2 || i == 3) sp.hard_weight = 0.5, sp.softcap = 30.0;
+    if (i >= 4) sp.vocab_total = 2 * sp.vocab, sp.shards = 2, sp.vocab_offset = (i - 4) * sp.vocab;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
   kljit_problem pb; /* the online teacher (its logits in the chunk buffer) with its bias */
   if (!make_problem(EDGE_PROBLEMS[0], 128256, &pb)) return TH_FAIL;
   pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 4096;

@@ -13,13 +13,13 @@
 
 /* ---- the problems: every family and variant a plan can load ----------------------------- */
 
-enum { N_PROBLEMS = 10 };
+enum { N_PROBLEMS = 11 };
 
 /* Problem i < 8: dense probs / logprobs / logits and sparse top-K, with and without bias and
  * checked mode, for sm_80 (two-pass) and sm_90 with the cluster variant where it fits; 8 and
  * 9: a vocabulary shard with the reverse KL and CE mixing, and with the JSD and the online
  * teacher with its bias, checked (the sums kernel, the teacher bias role, the check of the
- * online teacher's input and head). */
+ * online teacher's input and head); 10: the top-K JSD on a shard (its sums kernel). */
 static int geometry_of(int i, prob_geometry *g) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 256;
@@ -35,6 +35,10 @@ static int geometry_of(int i, prob_geometry *g) {
     pb.divergence = i == 8 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
     pb.beta = i == 9 ? 0.25 : 0.0;
     if (i == 8) pb.hard_weight = 0.5;
+    if (i == 10) { /* the top-K JSD on a shard, RENORM, with CE: the sparse sums kernel */
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 32, pb.teacher_dtype = KLJIT_FP32;
+      pb.tail = KLJIT_TAIL_RENORM, pb.hard_weight = 0.5, pb.beta = 0.5;
+    }
     if (i == 9) {
       pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 512;
       pb.flags = KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_CHECK_INPUTS; /* its check's roles */

@@ -80,7 +80,57 @@ static int online_teacher_checked_mode_renders_and_compiles(void) {
   return th_in_tmpdir("unit-variants", online_in);
 }
 
+/* The top-K teacher's reverse KL and JSD: both tails, both value forms, 16-bit and fp32
+ * logits, CE mixing and a softcap, K = 1 and K = 1024, a shard that is not the first (no tail
+ * term of its own) and the first one: each plans the sums kernel of the second round, a RENORM
+ * stats pass keeps the support's own (max, sum-exp), and everything compiles. */
+static int topk_in(const char *dir) {
+  for (int k = 0; k < 6; k++) {
+    kljit_problem pb = KLJIT_PROBLEM_INIT;
+    pb.vocab = k == 5 ? 151936 : 32000, pb.hidden = 64;
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = k == 4 ? 1 : k == 5 ? 1024 : 100;
+    pb.teacher_dtype = k == 2 ? KLJIT_BF16 : KLJIT_FP32;
+    pb.tail = k % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    pb.topk_values = k % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    pb.divergence = k % 3 == 0 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    pb.beta = pb.divergence == KLJIT_DIVERGENCE_JSD ? 0.5 : 0.0;
+    pb.input_dtype = pb.weight_dtype = k == 1 ? KLJIT_FP32 : k == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    if (k == 2) pb.flags |= KLJIT_FLAG_NATIVE_LOGITS | KLJIT_FLAG_CHECK_INPUTS;
+    if (k == 1 || k == 4) pb.hard_weight = 0.5, pb.softcap = 30.0, pb.topk_id_dtype = KLJIT_INT32;
+    if (k == 3 || k == 4) { /* a shard: the second (no tail term) or the first (k = 4) */
+      pb.vocab_total = 2 * pb.vocab, pb.shards = 2, pb.vocab_offset = k == 3 ? pb.vocab : 0;
+    }
+    strbuf src = {0}, man = {0};
+    if (rows_manifest(&pb, &src, &man) != TH_PASS) return TH_FAIL;
+    TH_CHECK(strstr(man.data, "kl_sparse_sums sums") && strstr(man.data, "kl_sparse_fused fused"));
+    TH_CHECK(strstr(src.data, pb.divergence == KLJIT_DIVERGENCE_JSD ? "DIV=jsd" : "DIV=reverse"));
+    TH_CHECK((strstr(src.data, "SHARDED=true") != NULL) == (pb.shards == 2));
+    TH_CHECK((strstr(src.data, "#define OWNON 1") != NULL) == (pb.tail == KLJIT_TAIL_RENORM));
+    TH_CHECK(strstr(src.data, "#define BITMAP 1")); /* both tails mark the support */
+    sb_free(&src), sb_free(&man);
+    if (compiles_in(&pb, dir) != TH_PASS) return TH_FAIL;
+  }
+  /* the forward KL's source has none of it */
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.vocab = 32000, pb.hidden = 64, pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100;
+  pb.tail = KLJIT_TAIL_RENORM;
+  strbuf src = {0}, man = {0};
+  if (rows_manifest(&pb, &src, &man) != TH_PASS) return TH_FAIL;
+  TH_CHECK(!strstr(man.data, "kl_sparse_sums") && !strstr(src.data, "DIV="));
+  TH_CHECK(strstr(src.data, "#define BITMAP 0") && strstr(src.data, "#define OWNON 0"));
+  sb_free(&src), sb_free(&man);
+  /* TAIL_NONE takes the forward KL only */
+  pb.tail = KLJIT_TAIL_NONE, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+  TH_STATUS(kljit_plan_check(&pb), KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(kljit_last_error(), "KLJIT_TAIL_BUCKET"));
+  return TH_PASS;
+}
+static int topk_reverse_kl_and_jsd_render_and_compile(void) {
+  return th_in_tmpdir("unit-variants", topk_in);
+}
+
 static const th_case cases[] = {
+    {"topk_reverse_kl_and_jsd_render_and_compile", topk_reverse_kl_and_jsd_render_and_compile},
     {"online_teacher_checked_mode_renders_and_compiles",
      online_teacher_checked_mode_renders_and_compiles},
 };
