@@ -262,7 +262,44 @@ static int demo_prints_every_field_of_the_problem_it_ran(void) {
   return th_in_tmpdir("cli-shape-demo", demo_in);
 }
 
+/* Issue 29's bar: a --file with one line per loss family (every divergence, the online teacher,
+ * CE mixing, softcaps, the top-K JSD) compiles on a machine without a GPU, and `kljit cache
+ * verify` accepts the result (its manifest and every entry). */
+static int families_in(const char *dir) {
+  char path[PATH_MAX], cache[PATH_MAX];
+  th_path_in(path, dir, "families.txt");
+  th_path_in(cache, dir, "cache");
+  FILE *f = fopen(path, "w");
+  TH_CHECK(f);
+  fputs("# one line per loss family\n"
+        "V=32000,H=64                                   # forward KL, dense probabilities\n"
+        "V=32000,H=64,logprobs,div=reverse              # reverse KL\n"
+        "V=32000,H=64,logits,div=jsd,beta=0.5,tt=2      # JSD, teacher logits\n"
+        "V=32000,H=64,hidden=128,tbias,check            # online teacher, checked\n"
+        "V=32000,H=64,hard=0.5,soft=0.5                 # CE mixing\n"
+        "V=32000,H=64,logits,cap=30,tcap=50             # softcaps\n"
+        "V=32000,H=64,topk=100,tail=bucket,div=jsd,beta=0.5  # top-K JSD (K + 1 categories)\n"
+        "V=32000,H=64,topk=100,tail=renorm,div=reverse  # top-K reverse KL, renormalized\n",
+        f);
+  TH_CHECK(fclose(f) == 0);
+  TH_CHECK(cli("precompile --arch sm_80,sm_90 --jobs 2 --cache-dir '%s' --file '%s'", cache,
+               path) == 0);
+  TH_CHECK(strstr(out, "manifest:") && strstr(out, "sm_80: ") && strstr(out, "sm_90: "));
+  TH_CHECK(cli("cache verify --cache-dir '%s'", cache) == 0);
+  TH_CHECK(strstr(out, " 0 problem(s)"));
+  /* all of it was stored: a second run compiles nothing */
+  TH_CHECK(cli("precompile --arch sm_80,sm_90 --cache-dir '%s' --file '%s'", cache, path) == 0);
+  TH_CHECK(strstr(out, "sm_80: 0 module(s) compiled now") &&
+           strstr(out, "sm_90: 0 module(s) compiled now"));
+  return TH_PASS;
+}
+static int precompile_file_of_every_loss_family_compiles_and_cache_verify_accepts_it(void) {
+  return th_in_tmpdir("cli-shape-families", families_in);
+}
+
 static const th_case cases[] = {
+    {"precompile_file_of_every_loss_family_compiles_and_cache_verify_accepts_it",
+     precompile_file_of_every_loss_family_compiles_and_cache_verify_accepts_it},
     {"every_word_round_trips_through_the_canonical_shape",
      every_word_round_trips_through_the_canonical_shape},
     {"each_rule_is_a_usage_error_naming_the_word", each_rule_is_a_usage_error_naming_the_word},
