@@ -399,7 +399,7 @@ struct ce_t {
 
 /* The gathered support of one row, in shared memory. */
 struct support_t {
-  int id[K];     /* local column, or -1 for an id outside [OFFSET, OFFSET + V) */
+  int id[K];     /* local column, or < 0 for an id outside [OFFSET, OFFSET + V) */
   float p[K];    /* teacher probability as given (before RENORM); 0 outside [0, VTOT) */
   float lp[K];   /* log max(p, eps) as given */
   float lq[K];   /* log q at the column */
@@ -425,7 +425,8 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
 #else
     const float p = val, lp = flog(fmaxf(val, EPS));
 #endif
-    sup.id[k] = in ? (int)(id - OFFSET) : -1;
+    /* local column; -1 an id outside [0, VTOT) (skipped); -2 (DIV) one of another shard */
+    sup.id[k] = in ? (int)(id - OFFSET) : {{ DIVX and "valid ? -2 : -1" or "-1" }};
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
     sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
@@ -498,8 +499,8 @@ enum { MODE_SUMS = 3 }; /* kl_sparse_sums: this shard's sum of Q g over its supp
  * category). */
 __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float& loss) {
 %if P.DIV == "reverse" then
-  const float g = lQ - lP;
-  if (Q != 0.0f) loss += Q * g;
+  const float g = Q != 0.0f ? lQ - lP : 0.0f; /* Q = 0 (log Q = -inf): the category adds 0 */
+  loss += Q * g;
   return g;
 %else
   const float m = BETA * P + (1.0f - BETA) * Q;
@@ -522,8 +523,8 @@ __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ,
 template <int MODE>
 __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float e_shards,
                            float* sh_f, row_t& rs) {
-  float mp = 0.0f;
-  for (int k = threadIdx.x; k < K; k += THREADS) mp += sup.p[k];
+  float mp = 0.0f, nv = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) mp += sup.p[k], nv += sup.id[k] != -1;
   const float M = block_sum<THREADS>(mp, sh_f);
 #if RENORM
   const bool live = M > 0.0f; /* M = 0: no divergence, as the forward KL's RENORM */
@@ -560,14 +561,17 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
   if (MODE == MODE_BACKWARD) return 0.0f;
   float tail_loss = 0.0f, gt = 0.0f, et = 0.0f;
 #if BUCKET
-  const bool tail = off_frac > 0.0f; /* a column off S: the tail category exists */
+  /* the tail category exists where a column lies off S: the support's distinct valid ids do
+   * not cover the vocabulary (not off_frac > 0, which underflows where the student puts all
+   * but 1e-38 of its mass on S: the JSD's tail term beta P log(1 / beta) stays) */
+  const bool tail = block_sum<THREADS>(nv, sh_f) < (float)VTOT;
   if (tail) {
     const float Pt = fmaxf(1.0f - M, 0.0f);
     const float lPt = Pt > EPS ? log1pf(-M) : LOG_EPS;
     /* Q_tail = d_off / d exactly; its log from whichever of Q_S, 1 - Q_S is precise */
     const float lQt = on_frac < 0.5f ? log1pf(-on_frac) : logf(off_frac);
     gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss);
-    et = off_frac * gt;
+    et = off_frac * gt; /* g is 0 where Q_tail underflowed to 0 */
   }
 #else
   (void)off_frac, (void)on_frac;
