@@ -196,6 +196,18 @@ static int64_t sparse_id(int64_t i, int64_t j, int64_t v) {
   return ((i * 2654435761LL) % v + j * step) % v;
 }
 
+/* The device ids [n, topk] (int64) of the timed calls. */
+static void *upload_sparse_ids(int64_t n, int64_t v) {
+  int64_t *hid = malloc(sizeof(int64_t) * n * topk);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < topk; j++) hid[i * topk + j] = sparse_id(i, j, v);
+  void *ids;
+  CK(cudaMalloc(&ids, sizeof(int64_t) * n * topk));
+  CK(cudaMemcpy(ids, hid, sizeof(int64_t) * n * topk, cudaMemcpyHostToDevice));
+  free(hid);
+  return ids;
+}
+
 /* Small problem with the bench's V and dtypes against the fp64 reference. */
 static int validate(kljit_context *ctx, int64_t v, double *loss_err, double *dx_err,
                     double *dw_err) {
@@ -302,14 +314,7 @@ static void bench_shape(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, 
   fill_bf16(s.x, n * h, -1, 1, 1);
   fill_bf16(s.w, v * h, -0.05, 0.05, 2);
   fill_bf16(s.t, n * tk, 0, (topk ? 1.8 : 2.0) / tk, 3); /* rows sum to about 0.9 or 1 */
-  if (topk) {
-    int64_t *hid = malloc(sizeof(int64_t) * n * tk);
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t j = 0; j < tk; j++) hid[i * tk + j] = sparse_id(i, j, v);
-    CK(cudaMalloc(&s.ids, sizeof(int64_t) * n * tk));
-    CK(cudaMemcpy(s.ids, hid, sizeof(int64_t) * n * tk, cudaMemcpyHostToDevice));
-    free(hid);
-  }
+  if (topk) s.ids = upload_sparse_ids(n, v);
   fill_bf16(gout, 2, 1, 1, 4);          /* two bf16 ones = one fp32 value near 1 */
   CK(cudaMemset(gout, 0, 4));
   const float one = 1.0f;
@@ -683,12 +688,7 @@ static void bench_topk_divergences(kljit_context *ctx, int64_t n, int64_t h, int
   fill_bf16(s.x, n * h, -1, 1, 1);
   fill_bf16(s.w, v * h, -a, a, 2);
   fill_bf16(s.t, n * topk, 0, 1.8 / topk, 3); /* rows sum to about 0.9 */
-  int64_t *hid = malloc(sizeof(int64_t) * n * topk);
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < topk; j++) hid[i * topk + j] = sparse_id(i, j, v);
-  CK(cudaMalloc(&s.ids, sizeof(int64_t) * n * topk));
-  CK(cudaMemcpy(s.ids, hid, sizeof(int64_t) * n * topk, cudaMemcpyHostToDevice));
-  free(hid);
+  s.ids = upload_sparse_ids(n, v);
   kljit_args args = KLJIT_ARGS_INIT;
   args.rows = n, args.input = s.x, args.weight = s.w, args.loss = loss;
   args.teacher_ids = s.ids, args.teacher_values = s.t;

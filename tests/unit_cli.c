@@ -16,41 +16,16 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "cli_run.h"
 #include "harness.h"
 #include "kljit_experimental.h"
 #include "wisdom.h"
 
-enum { OUT_CAP = 1 << 17 };
-static char out[OUT_CAP];
-
-/* Runs `kljit <args>` with stdout and stderr into `out`; returns its exit code (-1: no exit). */
-static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int cli(const char *fmt, ...) {
-  const char *const exe = getenv("KLJIT_CLI");
-  if (!exe) {
-    fprintf(stderr, "KLJIT_CLI is not set\n");
-    return -1;
-  }
-  char args[4096], cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-  FILE *const p = popen(cmd, "r");
-  if (!p) return -1;
-  const size_t n = fread(out, 1, OUT_CAP - 1, p);
-  out[n] = '\0';
-  const int status = pclose(p);
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  fprintf(stderr, "$ kljit %s -> %d\n%s", args, rc, out);
-  return rc;
-}
 
 /* The commands `kljit --help` lists (so a new command is covered without touching this). */
 static int commands(char names[16][32]) {
   if (cli("--help") != 0) return 0;
-  const char *p = strstr(out, "commands:\n");
+  const char *p = strstr(cli_out, "commands:\n");
   int n = 0;
   for (p = p ? strchr(p, '\n') + 1 : NULL; p && !strncmp(p, "  ", 2) && n < 16; n++) {
     sscanf(p, "%31s", names[n]);
@@ -98,14 +73,14 @@ static int every_command_has_help_that_exits_0(void) {
   char names[16][32];
   const int n = commands(names);
   TH_CHECK(n >= 5);
-  TH_CHECK(strstr(out, "exit codes:") && strstr(out, "4  cache verify"));
-  TH_CHECK(cli("help") == 0 && strstr(out, "usage: kljit <command>"));
+  TH_CHECK(strstr(cli_out, "exit codes:") && strstr(cli_out, "4  cache verify"));
+  TH_CHECK(cli("help") == 0 && strstr(cli_out, "usage: kljit <command>"));
   for (int i = 0; i < n; i++) {
     char want[64];
     snprintf(want, sizeof want, "usage: kljit %.31s", names[i]);
-    TH_CHECK(cli("%s --help", names[i]) == 0 && strstr(out, want));
-    TH_CHECK(cli("%s -h", names[i]) == 0 && strstr(out, want));
-    TH_CHECK(cli("help %s", names[i]) == 0 && strstr(out, want));
+    TH_CHECK(cli("%s --help", names[i]) == 0 && strstr(cli_out, want));
+    TH_CHECK(cli("%s -h", names[i]) == 0 && strstr(cli_out, want));
+    TH_CHECK(cli("help %s", names[i]) == 0 && strstr(cli_out, want));
   }
   return TH_PASS;
 }
@@ -114,19 +89,19 @@ static int unknown_commands_and_options_exit_2(void) {
   char names[16][32];
   const int n = commands(names);
   TH_CHECK(n >= 5);
-  TH_CHECK(cli("%s", "") == 2 && strstr(out, "usage:"));
-  TH_CHECK(cli("frobnicate") == 2 && strstr(out, "unknown command 'frobnicate'"));
+  TH_CHECK(cli("%s", "") == 2 && strstr(cli_out, "usage:"));
+  TH_CHECK(cli("frobnicate") == 2 && strstr(cli_out, "unknown command 'frobnicate'"));
   TH_CHECK(cli("help frobnicate") == 2);
   for (int i = 0; i < n; i++)
-    TH_CHECK(cli("%s --no-such-option", names[i]) == 2 && strstr(out, "--no-such-option"));
-  TH_CHECK(cli("precompile --vocab") == 2 && strstr(out, "needs a value"));
+    TH_CHECK(cli("%s --no-such-option", names[i]) == 2 && strstr(cli_out, "--no-such-option"));
+  TH_CHECK(cli("precompile --vocab") == 2 && strstr(cli_out, "needs a value"));
   TH_CHECK(cli("precompile --vocab 12x") == 2);
-  TH_CHECK(cli("precompile --dtype fp8") == 2 && strstr(out, "fp32, fp16 or bf16"));
+  TH_CHECK(cli("precompile --dtype fp8") == 2 && strstr(cli_out, "fp32, fp16 or bf16"));
   TH_CHECK(cli("precompile --arch sm_,90") == 2);
   TH_CHECK(cli("precompile --jobs 0") == 2);
   TH_CHECK(cli("demo --rows 0") == 2);
   TH_CHECK(cli("cache") == 2);
-  TH_CHECK(cli("cache frob") == 2 && strstr(out, "unknown subcommand"));
+  TH_CHECK(cli("cache frob") == 2 && strstr(cli_out, "unknown subcommand"));
   TH_CHECK(cli("cache ls extra") == 2);
   TH_CHECK(cli("version extra") == 2);
   return TH_PASS;
@@ -136,8 +111,8 @@ static int unknown_commands_and_options_exit_2(void) {
 
 static int manifest_matches_files_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
-  TH_CHECK(strstr(out, "[4/4]") && strstr(out, "compiled"));
-  TH_CHECK(strstr(out, "manifest:"));
+  TH_CHECK(strstr(cli_out, "[4/4]") && strstr(cli_out, "compiled"));
+  TH_CHECK(strstr(cli_out, "manifest:"));
   char path[PATH_MAX];
   th_path_in(path, dir, "manifest.txt");
   FILE *const f = fopen(path, "r");
@@ -169,7 +144,7 @@ static int manifest_matches_files_in(const char *dir) {
   TH_CHECK(lines == 4 && count_kjc(dir) == 4);
   TH_CHECK(archs[0] == 2 && archs[1] == 2);
   /* a second run compiles nothing and says so */
-  TH_CHECK(precompile_into(dir, "") == 0 && strstr(out, "0 module(s) compiled now, 2 already"));
+  TH_CHECK(precompile_into(dir, "") == 0 && strstr(cli_out, "0 module(s) compiled now, 2 already"));
   return TH_PASS;
 }
 static int precompile_writes_a_manifest_whose_checksums_match_the_files(void) {
@@ -202,7 +177,7 @@ static int jobs_in(const char *dir) {
            0);
   TH_CHECK(cli("precompile --arch sm_80,sm_86,sm_90 " SMALL " --cache-dir '%s' --jobs 2", two) ==
            0);
-  TH_CHECK(strstr(out, "[6/6]"));
+  TH_CHECK(strstr(cli_out, "[6/6]"));
   static char a[8192], b[8192];
   TH_CHECK(manifest_files(one, a, sizeof a) == 0 && manifest_files(two, b, sizeof b) == 0);
   TH_CHECK(count_kjc(one) == 6 && count_kjc(two) == 6);
@@ -218,7 +193,7 @@ static int dry_run_in(const char *dir) {
   char sub[PATH_MAX];
   th_path_in(sub, dir, "cache");
   TH_CHECK(precompile_into(sub, "--dry-run") == 0);
-  TH_CHECK(strstr(out, "2 module(s) to compile") && strstr(out, "to compile"));
+  TH_CHECK(strstr(cli_out, "2 module(s) to compile") && strstr(cli_out, "to compile"));
   TH_CHECK(!file_exists(dir, "cache")); /* nothing written, not even the directory */
   return TH_PASS;
 }
@@ -248,7 +223,7 @@ static int nothing_vouched_for(const char *dir, const file_list *l) {
     char path[PATH_MAX];
     struct stat st;
     th_path_in(path, dir, l->name[i]);
-    TH_CHECK(strstr(out, path) != NULL); /* each failure is named with its path */
+    TH_CHECK(strstr(cli_out, path) != NULL); /* each failure is named with its path */
     TH_CHECK(lstat(path, &st) != 0 || !S_ISREG(st.st_mode));
   }
   return TH_PASS;
@@ -264,8 +239,8 @@ static int entry_is_a_directory_in(const char *dir) {
     TH_CHECK(mkdir(path, 0700) == 0);
   }
   TH_CHECK(cli("precompile --arch sm_80 " SMALL " --cache-dir '%s'", dir) == 1);
-  TH_CHECK(strstr(out, "2 of 2 module(s) not stored") && strstr(out, "Is a directory"));
-  TH_CHECK(!strstr(out, "compiled now")); /* no success summary */
+  TH_CHECK(strstr(cli_out, "2 of 2 module(s) not stored") && strstr(cli_out, "Is a directory"));
+  TH_CHECK(!strstr(cli_out, "compiled now")); /* no success summary */
   TH_CHECK(nothing_vouched_for(dir, &l) == TH_PASS);
   /* the API says the same: KLJIT_ERR_CACHE, and with --wisdom's path too (same builder) */
   kljit_problem pb = KLJIT_PROBLEM_INIT;
@@ -302,7 +277,7 @@ static int full_and_read_only_in(const char *dir) {
   /* full: the first module may fit, the rest does not; whatever is missing is named */
   if (r == TH_PASS && cli("precompile --arch sm_90 " SMALL " --cache-dir '%s'", full) != 1)
     r = TH_FAIL;
-  if (r == TH_PASS && !strstr(out, "No space left on device")) r = TH_FAIL;
+  if (r == TH_PASS && !strstr(cli_out, "No space left on device")) r = TH_FAIL;
   if (r == TH_PASS && file_exists(full, "manifest.txt")) r = TH_FAIL;
   if (r == TH_PASS && cli("cache verify --cache-dir '%s'", full) != 0) r = TH_FAIL;
   if (r == TH_PASS && ro_mounted) {
@@ -311,7 +286,7 @@ static int full_and_read_only_in(const char *dir) {
     if (r == TH_PASS &&
         cli("precompile --arch sm_80 " SMALL " --cache-dir '%s' --no-manifest", ro) != 1)
       r = TH_FAIL;
-    if (r == TH_PASS && !strstr(out, "Read-only file system")) r = TH_FAIL;
+    if (r == TH_PASS && !strstr(cli_out, "Read-only file system")) r = TH_FAIL;
     if (r == TH_PASS && nothing_vouched_for(ro, &lr) != TH_PASS) r = TH_FAIL;
   }
   snprintf(cmd, sizeof cmd, "umount '%s'; umount '%s' 2>/dev/null", full, ro);
@@ -340,7 +315,7 @@ static int first_entry(const char *dir, char name[80]) {
 static int verify_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
   TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "4 entries, 0 problem(s)"));
+  TH_CHECK(strstr(cli_out, "4 entries, 0 problem(s)"));
   char name[80], path[PATH_MAX];
   TH_CHECK(first_entry(dir, name) == 0);
   th_path_in(path, dir, name);
@@ -355,9 +330,9 @@ static int verify_in(const char *dir) {
   TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 4);
   char want[160];
   snprintf(want, sizeof want, "CORRUPT %s/%s: checksum mismatch", dir, name);
-  TH_CHECK(strstr(out, want));
-  TH_CHECK(strstr(out, "4 entries, 1 problem(s)"));
-  TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0 && strstr(out, "INVALID"));
+  TH_CHECK(strstr(cli_out, want));
+  TH_CHECK(strstr(cli_out, "4 entries, 1 problem(s)"));
+  TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0 && strstr(cli_out, "INVALID"));
   /* the default directories: KLJIT_CACHE_PATH ones are verified too */
   char cmd[PATH_MAX + 64];
   snprintf(cmd, sizeof cmd, "KLJIT_CACHE_PATH='%s' '%s' cache verify", dir, getenv("KLJIT_CLI"));
@@ -377,13 +352,13 @@ static int clear_in(const char *dir) {
   TH_CHECK(write_file(dir, "abc.kjc", "not an entry name\n") == 0);
   TH_CHECK(write_file(dir, temp, "half") == 0);
   TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "removed 5 files"));
-  TH_CHECK(strstr(out, "manifest.txt"));
+  TH_CHECK(strstr(cli_out, "removed 5 files"));
+  TH_CHECK(strstr(cli_out, "manifest.txt"));
   TH_CHECK(count_kjc(dir) == 0);
   TH_CHECK(file_exists(dir, "notes.txt") && file_exists(dir, "abc.kjc"));
   TH_CHECK(!file_exists(dir, temp) && !file_exists(dir, "manifest.txt"));
-  TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0 && strstr(out, "removed 0 files"));
-  TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0 && strstr(out, ": 0 entries"));
+  TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0 && strstr(cli_out, "removed 0 files"));
+  TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0 && strstr(cli_out, ": 0 entries"));
   return TH_PASS;
 }
 static int cache_clear_removes_entries_and_leaves_foreign_files(void) {
@@ -393,11 +368,11 @@ static int cache_clear_removes_entries_and_leaves_foreign_files(void) {
 static int stats_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
   TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, ": 4 entries") && strstr(out, "0 invalid"));
-  TH_CHECK(strstr(out, "sm_80        2 entries") && strstr(out, "sm_90        2 entries"));
+  TH_CHECK(strstr(cli_out, ": 4 entries") && strstr(cli_out, "0 invalid"));
+  TH_CHECK(strstr(cli_out, "sm_80        2 entries") && strstr(cli_out, "sm_90        2 entries"));
   TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "# 4 entries") && strstr(out, "sm_80") && strstr(out, "sm_90"));
-  TH_CHECK(strstr(out, "dense_rows") && strstr(out, "helpers"));
+  TH_CHECK(strstr(cli_out, "# 4 entries") && strstr(cli_out, "sm_80") && strstr(cli_out, "sm_90"));
+  TH_CHECK(strstr(cli_out, "dense_rows") && strstr(cli_out, "helpers"));
   /* a named directory that is not there is an error; a default one is just reported */
   TH_CHECK(cli("cache stats --cache-dir '%s/none'", dir) == 1);
   return TH_PASS;
@@ -410,13 +385,13 @@ static int cache_stats_and_ls_count_the_entries(void) {
 
 static int info_runs_without_a_gpu_and_says_so(void) {
   TH_CHECK(cli("info") == 0);
-  TH_CHECK(strstr(out, "NVRTC") && strstr(out, "Lua 5.4") && strstr(out, "CUDA toolkit"));
-  TH_CHECK(strstr(out, "kernel cache") && strstr(out, "wisdom"));
+  TH_CHECK(strstr(cli_out, "NVRTC") && strstr(cli_out, "Lua 5.4") && strstr(cli_out, "CUDA toolkit"));
+  TH_CHECK(strstr(cli_out, "kernel cache") && strstr(cli_out, "wisdom"));
   kljit_context *ctx = NULL;
   const kljit_status st = kljit_context_create(&ctx, 0, NULL);
   kljit_context_destroy(ctx);
   if (st == KLJIT_SUCCESS) return TH_PASS; /* a GPU machine: "GPU 0 ..." instead */
-  TH_CHECK(strstr(out, "GPU            none"));
+  TH_CHECK(strstr(cli_out, "GPU            none"));
   return TH_PASS;
 }
 
@@ -547,12 +522,12 @@ static int three_shapes_in(const char *dir) {
   TH_CHECK(cli("precompile --arch sm_80,sm_90 --jobs 2 --cache-dir '%s' V=1000,H=64 "
                "V=2048,H=32,fp16,logits V=4096,H=64,topk=8,tail=bucket,ids=i64",
                cache) == 0);
-  TH_CHECK(strstr(out, "sm_80: ") && strstr(out, "sm_90: "));
-  TH_CHECK(strstr(out, "sparse_rows") && strstr(out, "dense_rows"));
+  TH_CHECK(strstr(cli_out, "sm_80: ") && strstr(cli_out, "sm_90: "));
+  TH_CHECK(strstr(cli_out, "sparse_rows") && strstr(cli_out, "dense_rows"));
   const int entries = count_kjc(cache);
   char want[64];
   snprintf(want, sizeof want, "(%d entries)", entries);
-  TH_CHECK(entries >= 6 && strstr(out, want)); /* at least rows + helpers per arch */
+  TH_CHECK(entries >= 6 && strstr(cli_out, want)); /* at least rows + helpers per arch */
   char manifest[PATH_MAX], line[512];
   th_path_in(manifest, cache, "manifest.txt");
   FILE *f = fopen(manifest, "r");
@@ -567,12 +542,12 @@ static int three_shapes_in(const char *dir) {
   TH_CHECK(lines == entries && archs[0] > 0 && archs[1] > 0 && archs[0] + archs[1] == lines);
   /* verify checks every manifest line's checksum against its file */
   TH_CHECK(cli("cache verify --cache-dir '%s'", cache) == 0);
-  TH_CHECK(strstr(out, " 0 problem(s)"));
+  TH_CHECK(strstr(cli_out, " 0 problem(s)"));
   /* the same again: everything is cached, one manifest still */
   TH_CHECK(cli("precompile --arch sm_80,sm_90 --cache-dir '%s' V=1000,H=64 "
                "V=2048,H=32,fp16,logits V=4096,H=64,topk=8,tail=bucket,ids=i64",
                cache) == 0);
-  TH_CHECK(strstr(out, "0 module(s) compiled now") && count_kjc(cache) == entries);
+  TH_CHECK(strstr(cli_out, "0 module(s) compiled now") && count_kjc(cache) == entries);
   return TH_PASS;
 }
 static int precompile_takes_several_shapes_dense_and_sparse_into_one_manifest(void) {
@@ -612,13 +587,13 @@ static int usage_in(const char *dir) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const int rc = cli("%s", bad[i].args);
     TH_CHECK(rc == 2);
-    if (!strstr(out, bad[i].says)) {
+    if (!strstr(cli_out, bad[i].says)) {
       fprintf(stderr, "FAIL: 'kljit %s' does not say '%s'\n", bad[i].args, bad[i].says);
       return TH_FAIL;
     }
   }
   TH_CHECK(cli("precompile --dry-run --wisdom '%s'", wisdom) == 2);
-  TH_CHECK(strstr(out, "No such file"));
+  TH_CHECK(strstr(cli_out, "No such file"));
   return TH_PASS;
 }
 static int every_refused_value_is_a_usage_error_exit_2_with_the_real_range(void) {
@@ -628,10 +603,10 @@ static int every_refused_value_is_a_usage_error_exit_2_with_the_real_range(void)
 static int operands_in(const char *dir) {
   /* "--" ends the options; sm_90a is sm_90; shapes after "--" are still shapes */
   TH_CHECK(cli("precompile --dry-run --arch sm_90a --cache-dir '%s' -- V=1000,H=64", dir) == 0);
-  TH_CHECK(strstr(out, "sm_90: ") && strstr(out, "sm_90a is compiled as sm_90"));
+  TH_CHECK(strstr(cli_out, "sm_90: ") && strstr(cli_out, "sm_90a is compiled as sm_90"));
   TH_CHECK(cli("precompile --dry-run --arch sm_80,sm_100a --cache-dir '%s' V=1000,H=64", dir) ==
            0);
-  TH_CHECK(strstr(out, "sm_100: "));
+  TH_CHECK(strstr(cli_out, "sm_100: "));
   TH_CHECK(cli("version --") == 0);
   TH_CHECK(count_kjc(dir) == 0); /* dry runs */
   return TH_PASS;
@@ -655,15 +630,15 @@ static int demo_in(const char *dir) {
   TH_CHECK(cli("demo --arch sm_80 V=1000,H=64,topk=4") == 0);
   char want[PATH_MAX + 64];
   snprintf(want, sizeof want, "compiled now, 0 already cached -> %s", cache);
-  TH_CHECK(strstr(out, want));
+  TH_CHECK(strstr(cli_out, want));
   TH_CHECK(cli("demo --arch sm_80 V=1000,H=64,topk=4") == 0);
-  TH_CHECK(strstr(out, "0 module(s) compiled now, ") && !strstr(out, ", 0 already cached"));
+  TH_CHECK(strstr(cli_out, "0 module(s) compiled now, ") && !strstr(cli_out, ", 0 already cached"));
   setenv("KLJIT_CACHE_DISABLE", "1", 1);
   setenv("TMPDIR", tmp, 1);
   const int rc = cli("demo --arch sm_80 V=1000,H=64");
   unsetenv("KLJIT_CACHE_DISABLE");
   unsetenv("TMPDIR");
-  TH_CHECK(rc == 0 && strstr(out, "removed afterwards") && strstr(out, "compiled now"));
+  TH_CHECK(rc == 0 && strstr(cli_out, "removed afterwards") && strstr(cli_out, "compiled now"));
   DIR *d = opendir(tmp);
   TH_CHECK(d);
   int left = 0;
@@ -699,12 +674,12 @@ static int info_lists_every_environment_knob_of_the_readme(void) {
     knobs++;
     char want[160];
     snprintf(want, sizeof want, "  %s ", name);
-    if (!strstr(out, want)) fprintf(stderr, "FAIL: kljit info does not list %s\n", name), missing++;
+    if (!strstr(cli_out, want)) fprintf(stderr, "FAIL: kljit info does not list %s\n", name), missing++;
   }
   fclose(f);
   printf("%d knobs in README.md, %d missing from kljit info\n", knobs, missing);
   TH_CHECK(knobs >= 13 && missing == 0);
-  TH_CHECK(strstr(out, "Apache-2.0"));
+  TH_CHECK(strstr(cli_out, "Apache-2.0"));
   return TH_PASS;
 }
 
@@ -803,22 +778,22 @@ static int precompile_takes_the_loss_family_options(void) {
   TH_CHECK(mkdtemp(dir) != NULL);
   const int plain = precompile_into(dir, "--dry-run");
   char plain_out[256];
-  const char *const plain_rows = strstr(out, "dense_rows-");
+  const char *const plain_rows = strstr(cli_out, "dense_rows-");
   snprintf(plain_out, sizeof plain_out, "%s", plain_rows ? plain_rows : "");
   const int fam = precompile_into(dir, "--dry-run --softcap 30 --hard-weight 0.5 --soft-weight "
                                        "0.5 --teacher-ld 1024");
-  const char *const rows = strstr(out, "dense_rows-");
+  const char *const rows = strstr(cli_out, "dense_rows-");
   const int differs = rows && strncmp(rows, plain_out, 23) != 0;
   const int rev = precompile_into(dir, "--dry-run --divergence reverse");
-  const char *const rev_rows = strstr(out, "dense_rows-");
+  const char *const rev_rows = strstr(cli_out, "dense_rows-");
   const int rev_differs = rev_rows && strncmp(rev_rows, plain_out, 23) != 0;
   const int jsd0 = precompile_into(dir, "--dry-run --divergence jsd --beta 0");
-  const char *const jsd0_rows = strstr(out, "dense_rows-");
+  const char *const jsd0_rows = strstr(cli_out, "dense_rows-");
   const int jsd0_same = jsd0_rows && strncmp(jsd0_rows, plain_out, 23) == 0;
   const int beta = precompile_into(dir, "--dry-run --divergence jsd --beta 1.5");
   /* the online teacher: its logits are the chunk's (TCHUNK), other row kernels again */
   const int on = precompile_into(dir, "--dry-run --teacher-hidden 2048 --teacher-bias");
-  const char *const on_rows = strstr(out, "dense_rows-");
+  const char *const on_rows = strstr(cli_out, "dense_rows-");
   const int on_differs = on_rows && strncmp(on_rows, plain_out, 23) != 0;
   const int on_bad = precompile_into(dir, "--dry-run --teacher-hidden 0");
   rmdir(dir);
@@ -826,7 +801,7 @@ static int precompile_takes_the_loss_family_options(void) {
   TH_CHECK(plain == 0 && fam == 0 && differs);
   TH_CHECK(rev == 0 && rev_differs && jsd0 == 0 && jsd0_same);
   TH_CHECK(beta == 2);
-  TH_CHECK(cli("precompile --help") == 0 && strstr(out, "--teacher-softcap"));
+  TH_CHECK(cli("precompile --help") == 0 && strstr(cli_out, "--teacher-softcap"));
   return TH_PASS;
 }
 

@@ -15,31 +15,9 @@
 #include <unistd.h>
 
 #include "../tools/cli.h"
+#include "cli_run.h"
 #include "harness.h"
 
-enum { OUT_CAP = 1 << 16 };
-static char out[OUT_CAP];
-
-/* Runs `kljit <args>` with stdout and stderr into `out`; returns its exit code (-1: no exit). */
-static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int cli(const char *fmt, ...) {
-  const char *const exe = getenv("KLJIT_CLI");
-  if (!exe) return fprintf(stderr, "KLJIT_CLI is not set\n"), -1;
-  char args[4096], cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", exe, args);
-  FILE *const p = popen(cmd, "r");
-  if (!p) return -1;
-  const size_t n = fread(out, 1, OUT_CAP - 1, p);
-  out[n] = '\0';
-  const int status = pclose(p);
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  fprintf(stderr, "$ kljit %s -> %d\n%s", args, rc, out);
-  return rc;
-}
 
 /* cli_problem_print of a problem into buf. */
 static void print_problem(const kljit_problem *pb, long long rows, char *buf, size_t cap) {
@@ -130,9 +108,9 @@ static int each_rule_is_a_usage_error_naming_the_word(void) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     TH_CHECK(cli("precompile --dry-run --cache-dir /nonexistent-kljit %s", bad[i].shape) == 2);
-    TH_CHECK(strstr(out, bad[i].says) != NULL);
-    TH_CHECK(cli("tune %s", bad[i].shape) == 2 && strstr(out, bad[i].says));
-    TH_CHECK(cli("demo %s", bad[i].shape) == 2 && strstr(out, bad[i].says));
+    TH_CHECK(strstr(cli_out, bad[i].says) != NULL);
+    TH_CHECK(cli("tune %s", bad[i].shape) == 2 && strstr(cli_out, bad[i].says));
+    TH_CHECK(cli("demo %s", bad[i].shape) == 2 && strstr(cli_out, bad[i].says));
   }
   return TH_PASS;
 }
@@ -150,8 +128,8 @@ static int file_in(const char *dir) {
   TH_CHECK(cli("precompile --dry-run --cache-dir '%s' --file '%s'", dir, path) == 2);
   char want[PATH_MAX + 64];
   snprintf(want, sizeof want, "%s:4: shape 'V=1000,H=64,div=jsd': 'div=jsd' needs", path);
-  TH_CHECK(strstr(out, want));
-  TH_CHECK(cli("tune --file '%s'", path) == 2 && strstr(out, want));
+  TH_CHECK(strstr(cli_out, want));
+  TH_CHECK(cli("tune --file '%s'", path) == 2 && strstr(cli_out, want));
   /* the options' words apply to every line: one that sets the same aspect contradicts */
   f = fopen(path, "w");
   TH_CHECK(f);
@@ -160,7 +138,7 @@ static int file_in(const char *dir) {
   TH_CHECK(cli("precompile --dry-run --cache-dir '%s' --file '%s' --divergence jsd --beta 0.5",
                dir, path) == 2);
   snprintf(want, sizeof want, "%s:2:", path);
-  TH_CHECK(strstr(out, want) && strstr(out, "'div=reverse' and '--divergence jsd' contradict"));
+  TH_CHECK(strstr(cli_out, want) && strstr(cli_out, "'div=reverse' and '--divergence jsd' contradict"));
   return TH_PASS;
 }
 static int a_files_lines_follow_the_rules_and_name_their_line(void) {
@@ -170,7 +148,7 @@ static int a_files_lines_follow_the_rules_and_name_their_line(void) {
 /* The modules a dry run would compile ("sm_80 <name> to compile" lines), in order. */
 static void modules_of(char *dst, size_t cap) {
   dst[0] = '\0';
-  for (const char *p = out; (p = strstr(p, " sm_")); p++) {
+  for (const char *p = cli_out; (p = strstr(p, " sm_")); p++) {
     const char *const end = strchr(p, '\n');
     if (!end || !strstr(p, "to compile") || strstr(p, "to compile") > end) continue;
     strncat(dst, p, (size_t)(end - p) < cap - strlen(dst) - 1 ? (size_t)(end - p)
@@ -186,7 +164,7 @@ static int old_in(const char *dir) {
   TH_CHECK(cli("precompile --dry-run --arch sm_80 --cache-dir '%s' --vocab 1000 --hidden 64 "
                "--dtype fp16 --teacher logits --divergence jsd --beta 0.5 --hard-weight 0.5 "
                "--softcap 30 --teacher-ld 1024", dir) == 0);
-  TH_CHECK(strstr(out, "note: --vocab is the old spelling of the SHAPE word V="));
+  TH_CHECK(strstr(cli_out, "note: --vocab is the old spelling of the SHAPE word V="));
   modules_of(old, sizeof old);
   TH_CHECK(words[0] && strcmp(words, old) == 0);
   /* the old loss options on a SHAPE, and their rules */
@@ -196,15 +174,15 @@ static int old_in(const char *dir) {
   modules_of(old, sizeof old);
   TH_CHECK(strcmp(words, old) == 0);
   TH_CHECK(cli("precompile --dry-run --cache-dir '%s' --divergence jsd", dir) == 2);
-  TH_CHECK(strstr(out, "'--divergence jsd' needs its parameter: add beta="));
+  TH_CHECK(strstr(cli_out, "'--divergence jsd' needs its parameter: add beta="));
   TH_CHECK(cli("precompile --dry-run --cache-dir '%s' --beta 0.5", dir) == 2);
-  TH_CHECK(strstr(out, "'--beta 0.5' is the parameter of div=jsd"));
+  TH_CHECK(strstr(cli_out, "'--beta 0.5' is the parameter of div=jsd"));
   TH_CHECK(cli("precompile --dry-run --cache-dir '%s' --divergence jsd --beta 0.1 --beta 0.2",
                dir) == 2);
-  TH_CHECK(strstr(out, "--beta is given twice"));
-  TH_CHECK(cli("demo --vocab 1000 --vocab 2000") == 2 && strstr(out, "--vocab is given twice"));
+  TH_CHECK(strstr(cli_out, "--beta is given twice"));
+  TH_CHECK(cli("demo --vocab 1000 --vocab 2000") == 2 && strstr(cli_out, "--vocab is given twice"));
   TH_CHECK(cli("demo --teacher-bias --hidden 64 --vocab 1000") == 2);
-  TH_CHECK(strstr(out, "'--teacher-bias' is the online teacher's bias"));
+  TH_CHECK(strstr(cli_out, "'--teacher-bias' is the online teacher's bias"));
   return TH_PASS;
 }
 static int old_options_are_words_under_the_same_rules(void) {
@@ -243,18 +221,18 @@ static int demo_in(const char *dir) {
   TH_CHECK(cli("demo --arch sm_80 --cache-dir '%s' --rows 256 "
                "V=1000,H=64,hidden=32,tbias,div=jsd,beta=0.3,hard=0.5,cap=30,T=2",
                dir) == 0);
-  TH_CHECK(strstr(out, "problem: V=1000,H=64,N=256,hidden=32,tbias,div=jsd,beta=0.3,hard=0.5,"
+  TH_CHECK(strstr(cli_out, "problem: V=1000,H=64,N=256,hidden=32,tbias,div=jsd,beta=0.3,hard=0.5,"
                        "cap=30,T=2\n"));
   for (int i = 0; i < n; i++) {
     char want[64];
     snprintf(want, sizeof want, " %.47s=", names[i]);
-    if (!strstr(out, want)) {
+    if (!strstr(cli_out, want)) {
       fprintf(stderr, "FAIL: kljit demo does not print the field %s\n", names[i]);
       return TH_FAIL;
     }
   }
-  TH_CHECK(strstr(out, " teacher_hidden=32") && strstr(out, " beta=0.3"));
-  TH_CHECK(strstr(out, " divergence=jsd") && strstr(out, " teacher=DENSE_HIDDEN"));
+  TH_CHECK(strstr(cli_out, " teacher_hidden=32") && strstr(cli_out, " beta=0.3"));
+  TH_CHECK(strstr(cli_out, " divergence=jsd") && strstr(cli_out, " teacher=DENSE_HIDDEN"));
   printf("kljit demo printed all %d fields of kljit_problem\n", n);
   return TH_PASS;
 }
@@ -284,13 +262,13 @@ static int families_in(const char *dir) {
   TH_CHECK(fclose(f) == 0);
   TH_CHECK(cli("precompile --arch sm_80,sm_90 --jobs 2 --cache-dir '%s' --file '%s'", cache,
                path) == 0);
-  TH_CHECK(strstr(out, "manifest:") && strstr(out, "sm_80: ") && strstr(out, "sm_90: "));
+  TH_CHECK(strstr(cli_out, "manifest:") && strstr(cli_out, "sm_80: ") && strstr(cli_out, "sm_90: "));
   TH_CHECK(cli("cache verify --cache-dir '%s'", cache) == 0);
-  TH_CHECK(strstr(out, " 0 problem(s)"));
+  TH_CHECK(strstr(cli_out, " 0 problem(s)"));
   /* all of it was stored: a second run compiles nothing */
   TH_CHECK(cli("precompile --arch sm_80,sm_90 --cache-dir '%s' --file '%s'", cache, path) == 0);
-  TH_CHECK(strstr(out, "sm_80: 0 module(s) compiled now") &&
-           strstr(out, "sm_90: 0 module(s) compiled now"));
+  TH_CHECK(strstr(cli_out, "sm_80: 0 module(s) compiled now") &&
+           strstr(cli_out, "sm_90: 0 module(s) compiled now"));
   return TH_PASS;
 }
 static int precompile_file_of_every_loss_family_compiles_and_cache_verify_accepts_it(void) {
