@@ -37,7 +37,13 @@
  *                 bandwidth: what the divergence's passes over z and zt cost.
  * --divergence fkl|rkl|jsd and --beta B (JSD, default 0.5) choose the loss; --logit-std S
  * (default 3) scales the inputs so both logits have std S (X, Xt uniform in [-1, 1), W, Wt in
- * [-a, a), a = 3 S / sqrt(H)); they apply to --teacher hidden only. dW is fp32, as above.
+ * [-a, a), a = 3 S / sqrt(H)); they apply to --teacher hidden and --topk. dW is fp32, as above.
+ *
+ * --topk K --tail bucket|renorm --divergences times the top-K teacher's reverse KL and
+ * JSD(--beta) against its forward KL (issue 29's bar: at most 1.15x), each validated against
+ * the fp64 reference first, on the same buffers, kljit_fused round-robin over 5 rounds (the
+ * H200's clock drifts under sustained load): one CSV row per shape with the three median times
+ * and the medians of the rounds' ratios rkl/fkl and jsd/fkl.
  *
  * --gemms times the fused call with each GEMM's backend switched per call (cuBLASLt's
  * heuristic, its k-th algorithm, or a generated variant), round-robin in this process, the SM
@@ -76,6 +82,8 @@ static int native = 0;                   /* 1: KLJIT_FLAG_NATIVE_LOGITS */
 static int online = 0;                   /* 1: --teacher hidden */
 static kljit_divergence divergence = KLJIT_DIVERGENCE_FORWARD_KL;
 static double jsd_beta = 0.5;
+static kljit_tail tail = KLJIT_TAIL_NONE; /* --tail: the top-K teacher's */
+static int compare_divergences = 0;       /* --divergences */
 
 static void fill_bf16(void *dst, size_t count, double lo, double hi, uint64_t seed) {
   if (gpu_fill(dst, KLJIT_BF16, count, lo, hi, seed)) exit(1);
@@ -181,12 +189,26 @@ static void set_teacher(kljit_problem *pb) {
   if (native) pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
   if (!topk) return;
   pb->teacher = KLJIT_TEACHER_SPARSE_TOPK, pb->topk = topk, pb->topk_id_dtype = KLJIT_INT64;
+  pb->tail = tail, pb->divergence = divergence;
+  pb->beta = divergence == KLJIT_DIVERGENCE_JSD ? jsd_beta : 0.0;
 }
 
 /* Support id j of row i: K distinct ids spread over the vocabulary from a per-row start. */
 static int64_t sparse_id(int64_t i, int64_t j, int64_t v) {
   const int64_t step = v / (topk ? topk : 1);
   return ((i * 2654435761LL) % v + j * step) % v;
+}
+
+/* The device ids [n, topk] (int64) of the timed calls. */
+static void *upload_sparse_ids(int64_t n, int64_t v) {
+  int64_t *hid = malloc(sizeof(int64_t) * n * topk);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < topk; j++) hid[i * topk + j] = sparse_id(i, j, v);
+  void *ids;
+  CK(cudaMalloc(&ids, sizeof(int64_t) * n * topk));
+  CK(cudaMemcpy(ids, hid, sizeof(int64_t) * n * topk, cudaMemcpyHostToDevice));
+  free(hid);
+  return ids;
 }
 
 /* Small problem with the bench's V and dtypes against the fp64 reference (bench_loss.h). */
@@ -302,14 +324,7 @@ static void bench_shape(kljit_context *ctx, kljit_context *ctx_rows, int64_t n, 
   fill_bf16(s.x, n * h, -1, 1, 1);
   fill_bf16(s.w, v * h, -0.05, 0.05, 2);
   fill_bf16(s.t, n * tk, 0, (topk ? 1.8 : 2.0) / tk, 3); /* rows sum to about 0.9 or 1 */
-  if (topk) {
-    int64_t *hid = malloc(sizeof(int64_t) * n * tk);
-    for (int64_t i = 0; i < n; i++)
-      for (int64_t j = 0; j < tk; j++) hid[i * tk + j] = sparse_id(i, j, v);
-    CK(cudaMalloc(&s.ids, sizeof(int64_t) * n * tk));
-    CK(cudaMemcpy(s.ids, hid, sizeof(int64_t) * n * tk, cudaMemcpyHostToDevice));
-    free(hid);
-  }
+  if (topk) s.ids = upload_sparse_ids(n, v);
   fill_bf16(gout, 2, 1, 1, 4);          /* two bf16 ones = one fp32 value near 1 */
   CK(cudaMemset(gout, 0, 4));
   const float one = 1.0f;
@@ -621,7 +636,7 @@ static void bench_online(kljit_context *ctx, kljit_context *ctx_rows, int64_t n,
                     : divergence == KLJIT_DIVERGENCE_REVERSE_KL ? "rkl"
                                                                 : "fkl";
   if (header)
-    printf("gpu,kljit,N,H,V,divergence,beta,opts.logit_std,chunk_online,chunk_dense_own,online_ms,"
+    printf("gpu,kljit,N,H,V,divergence,beta,logit_std,chunk_online,chunk_dense_own,online_ms,"
            "dense_f32_ms,dense_own_ms,dense_bf16_ms,teacher_gemm_ms,added_ms,added_over_gemm,"
            "added_over_gemm_pooled,"
            "online_rows_ms,online_rows_gbs,loss_online,loss_rel_diff_f32,workspace_online_gib,"
@@ -660,6 +675,95 @@ static const char *const JIT_DEFAULT[3] = {
     "256.2.4.g.1,256.2.4.m.1,128.2.6.g.1.p,256.2.4.g.2,256.2.4.g.1.w",
     "256.2.4.g.1.s,256.2.4.g.1,128.2.6.g.1.ps,256.2.4.g.2.s,256.2.4.g.1.swcb"};
 
+/* --divergences: the top-K teacher's forward KL, reverse KL and JSD on one shape (header). */
+static void bench_topk_divergences(kljit_context *ctx, int64_t n, int64_t h, int64_t v,
+                                   int header) {
+  static const kljit_divergence DIVS[3] = {KLJIT_DIVERGENCE_FORWARD_KL,
+                                           KLJIT_DIVERGENCE_REVERSE_KL, KLJIT_DIVERGENCE_JSD};
+  const kljit_divergence asked = divergence;
+  kljit_plan *plans[3];
+  size_t ws = 0;
+  double errs[3][3];
+  for (int d = 0; d < 3; d++) {
+    divergence = DIVS[d];
+    if (bench_validate(ctx, v, &errs[d][0], &errs[d][1], &errs[d][2])) {
+      fprintf(stderr, "validation failed to run\n");
+      exit(1);
+    }
+    kljit_problem pb = KLJIT_PROBLEM_INIT;
+    pb.hidden = h, pb.vocab = v;
+    set_teacher(&pb);
+    KO(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plans[d]));
+    size_t w = 0;
+    KO(kljit_plan_workspace_size(plans[d], KLJIT_MODE_FUSED, n, &w));
+    ws = w > ws ? w : ws;
+  }
+  divergence = asked;
+  shape_ctx s;
+  memset(&s, 0, sizeof s);
+  s.n = n, s.h = h, s.v = v;
+  void *loss, *wsp, *flush;
+  const size_t flush_bytes = 256 << 20;
+  CK(cudaMalloc(&s.x, n * h * 2));
+  CK(cudaMalloc(&s.w, v * h * 2));
+  CK(cudaMalloc(&s.t, n * topk * 2));
+  CK(cudaMalloc(&s.dx, n * h * 2));
+  CK(cudaMalloc(&s.dw, v * h * 4));
+  CK(cudaMalloc(&loss, 4));
+  CK(cudaMalloc(&wsp, ws));
+  CK(cudaMalloc(&flush, flush_bytes));
+  /* logits of std about logit_std: X uniform in [-1, 1), W in [-a, a), a = 3 S / sqrt(H) */
+  const double a = 3.0 * opts.logit_std / sqrt((double)h);
+  fill_bf16(s.x, n * h, -1, 1, 1);
+  fill_bf16(s.w, v * h, -a, a, 2);
+  fill_bf16(s.t, n * topk, 0, 1.8 / topk, 3); /* rows sum to about 0.9 */
+  s.ids = upload_sparse_ids(n, v);
+  kljit_args args = KLJIT_ARGS_INIT;
+  args.rows = n, args.input = s.x, args.weight = s.w, args.loss = loss;
+  args.teacher_ids = s.ids, args.teacher_values = s.t;
+  args.grad_input = s.dx, args.grad_weight = s.dw, args.workspace = wsp, args.workspace_size = ws;
+  s.args = args;
+  float t[3][ONLINE_ROUNDS], ratio[2][ONLINE_ROUNDS];
+  for (int r = 0; r < ONLINE_ROUNDS; r++) {
+    for (int d = 0; d < 3; d++) {
+      s.plan = plans[d];
+      t[d][r] = time_ms(run_fused, &s, flush, flush_bytes);
+    }
+    ratio[0][r] = t[1][r] / t[0][r], ratio[1][r] = t[2][r] / t[0][r];
+    fprintf(stderr, "  round %d: fkl %.3f ms, rkl %.3f (x%.3f), jsd %.3f (x%.3f)\n", r, t[0][r],
+            t[1][r], ratio[0][r], t[2][r], ratio[1][r]);
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (header)
+    printf("gpu,kljit,N,H,V,K,tail,beta,logit_std,fkl_ms,rkl_ms,jsd_ms,rkl_over_fkl,"
+           "jsd_over_fkl,valid_loss_rel_fkl,valid_loss_rel_rkl,valid_loss_rel_jsd,"
+           "valid_dx_rel_max,valid_dw_rel_max\n");
+  double dx_max = 0, dw_max = 0;
+  for (int d = 0; d < 3; d++) {
+    dx_max = errs[d][1] > dx_max ? errs[d][1] : dx_max;
+    dw_max = errs[d][2] > dw_max ? errs[d][2] : dw_max;
+  }
+  const char *tail_name = tail == KLJIT_TAIL_RENORM ? "renorm" : "bucket";
+  printf("%s,%s,%lld,%lld,%lld,%d,%s,%g,%g,%.3f,%.3f,%.3f,%.3f,%.3f,%.2e,%.2e,%.2e,%.2e,%.2e\n",
+         prop.name, kljit_version(), (long long)n, (long long)h, (long long)v, topk, tail_name,
+         jsd_beta, opts.logit_std, median_of_rounds(t[0]), median_of_rounds(t[1]),
+         median_of_rounds(t[2]), median_of_rounds(ratio[0]), median_of_rounds(ratio[1]),
+         errs[0][0], errs[1][0], errs[2][0], dx_max, dw_max);
+  fflush(stdout);
+  fprintf(stderr,
+          "%5lldx%4lldx%6lld K=%d %s | fkl %.2f ms, rkl %.2f (x%.3f), jsd(%g) %.2f (x%.3f): "
+          "medians of %d rounds (bar <= 1.15) | validation loss rel %.1e %.1e %.1e, dX %.1e, "
+          "dW %.1e\n",
+          (long long)n, (long long)h, (long long)v, topk, tail_name, median_of_rounds(t[0]),
+          median_of_rounds(t[1]), median_of_rounds(ratio[0]), jsd_beta, median_of_rounds(t[2]),
+          median_of_rounds(ratio[1]), ONLINE_ROUNDS, errs[0][0], errs[1][0], errs[2][0], dx_max,
+          dw_max);
+  void *bufs[] = {s.x, s.w, s.t, s.dx, s.dw, s.ids, loss, wsp, flush};
+  for (int i = 0; i < 9; i++) cudaFree(bufs[i]);
+  for (int d = 0; d < 3; d++) kljit_plan_destroy(plans[d]);
+}
+
 int main(int argc, char **argv) {
   const char *shapes = "8192x4096x128256,4096x4096x128256,2048x4096x128256,8192x2048x32000,"
                        "4096x2048x32000";
@@ -693,17 +797,26 @@ int main(int argc, char **argv) {
       bad = !divergence;
     } else if (!strcmp(argv[i], "--beta") && i + 1 < argc) jsd_beta = atof(argv[++i]);
     else if (!strcmp(argv[i], "--logit-std") && i + 1 < argc) std_given = atof(argv[++i]);
-    else bad = 1;
+    else if (!strcmp(argv[i], "--divergences")) compare_divergences = 1;
+    else if (!strcmp(argv[i], "--tail") && i + 1 < argc) {
+      const char *t = argv[++i];
+      tail = !strcmp(t, "bucket") ? KLJIT_TAIL_BUCKET
+             : !strcmp(t, "renorm") ? KLJIT_TAIL_RENORM
+             : !strcmp(t, "none") ? KLJIT_TAIL_NONE : (kljit_tail)0;
+      bad = !tail;
+    } else bad = 1;
     if (bad || !(jsd_beta > 0 && jsd_beta < 1) || std_given < 0 || (topk && online) ||
         (gemms && (online || topk || native)) || opts.repeats < 1 ||
         opts.repeats > BT_MAX_REPEATS || opts.warmup < 0 || opts.lt_algos < 1 ||
-        opts.lt_algos > 16) {
+        opts.lt_algos > 16 || (compare_divergences && (!topk || tail == KLJIT_TAIL_NONE))) {
       fprintf(stderr, "usage: %s [--shapes NxHxV,...] [--repeats R (1-%d)] [--warmup W] "
-              "[--topk K] [--no-twophase] [--no-fused] [--no-full] [--native-logits] "
-              "[--teacher probs|hidden [--divergence fkl|rkl|jsd] [--beta B in (0, 1)] "
-              "[--logit-std S > 0]] | --gemms [--logit-std S] [--lt-algos K (1-16)] "
-              "[--jit-logits V,...] [--jit-dx V,...] [--jit-dw V,...] [--no-all-jit]\n"
-              "  (V: a generated variant, BN.CONSUMERS.STAGES.RASTER.CLUSTER[.p|.s|.ps])\n",
+              "[--topk K [--tail none|renorm|bucket] [--divergences]] [--no-twophase] "
+              "[--no-fused] [--no-full] [--native-logits] [--teacher probs|hidden] "
+              "[--divergence fkl|rkl|jsd] [--beta B in (0, 1)] [--logit-std S > 0] | --gemms "
+              "[--logit-std S] [--lt-algos K (1-16)] [--jit-logits V,...] [--jit-dx V,...] "
+              "[--jit-dw V,...] [--no-all-jit]\n"
+              "  (V: a generated variant, BN.CONSUMERS.STAGES.RASTER.CLUSTER[.p|.s|.ps]; "
+              "--divergences needs --topk and --tail bucket or renorm)\n",
               argv[0], BT_MAX_REPEATS);
       return 2;
     }
@@ -748,6 +861,8 @@ int main(int argc, char **argv) {
     }
     if (online)
       bench_online(ctx, ctx_rows, n, h, v, first);
+    else if (compare_divergences)
+      bench_topk_divergences(ctx, n, h, v, first);
     else
       bench_shape(ctx, ctx_rows, n, h, v, twophase, first);
     first = 0;

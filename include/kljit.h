@@ -55,9 +55,29 @@
  *                 reverse KL are finite where p = 0 without the floor.
  *   Every g above is dD/dq with q's simplex constraint left out: q (g - sum q g) is the same for
  *   any constant added to g, and the kernels drop the one that would cancel (kljit's templates).
- *   The sparse teacher takes FORWARD_KL only: the reverse KL and the JSD weigh log p at every
- *   column where q > 0, and p is unknown off the support. It takes the student softcap, CE
- *   mixing and soft_weight like the dense forms (D its tail's loss).
+ *   The sparse (top-K) teacher: support S (the row's ids, distinct), p_k from the values,
+ *   M = sum_S p, Q_S = sum_S q. FORWARD_KL is its tail's loss (kljit_tail). The other
+ *   divergences weigh log p at every column where q > 0, and p is unknown off the support, so
+ *   they compare two distributions over categories C (the dense D above, with sums over C):
+ *     TAIL_BUCKET  C = S and one tail category (the "ghost token", as the forward KL's BUCKET):
+ *                  P = p on S, P_tail = max(1 - M, 0); Q = q on S, Q_tail = 1 - Q_S. Where the
+ *                  support covers the vocabulary there is no tail category (C = S).
+ *     TAIL_RENORM  C = S, both renormalized: P = p / M, Q = q / Q_S. A row with M = 0
+ *                  contributes nothing. (The forward KL's RENORM, and so JSD with beta = 0,
+ *                  keeps q over the whole vocabulary: KL(P || q) = KL(P || Q) - log Q_S.)
+ *     TAIL_NONE    M log M is its floor, it is no divergence of two distributions: refused
+ *                  (KLJIT_ERR_UNSUPPORTED) for any divergence but the forward KL.
+ *   Its row kernels compare the categories with the reverse KL and the JSD; TVD and the skew
+ *   KLs with a positive alpha are the dense teachers' (KLJIT_ERR_UNSUPPORTED for it).
+ *   With g_c = dD/dQ_c (as above: log Q_c - log P_c for the reverse KL, (1 - beta) log(Q_c /
+ *   m_c) for the JSD) and E = sum_C Q_c g_c, the gradient wrt a column s_v is
+ *     BUCKET  dD/ds_v = q_v (g_c(v) - E),   c(v) = v on S, the tail category off S;
+ *     RENORM  dD/ds_v = Q_v (g_v - E) on S, 0 off S.
+ *   The row passes are the forward KL's (one streaming pass for the statistics, K gathers and
+ *   one pass writing G); on a vocabulary shard E's sum over S takes the second exchange of
+ *   records (kljit_experimental.h). Duplicate ids are unspecified for these divergences
+ *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing and
+ *   soft_weight like the dense forms (D its divergence).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
  *   Row weights (KLJIT_FLAG_ROW_WEIGHTS, kljit_args.row_weights[N], fp32): w_i >= 0 and finite
@@ -79,9 +99,10 @@
  *   (labels required when hard_weight > 0; a kept row's label outside [0, V) is not checked and
  *   gives CE = lse(z') less its smoothing; on a shard the labels are global ids), row weights,
  *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
- *   shard, the shard's rows of its head), which has no checked mode (plans refuse it with
- *   KLJIT_ERR_UNSUPPORTED). The sparse teacher takes neither row weights, label smoothing nor
- *   the z-loss yet (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
+ *   shard, the shard's rows of its head; checked mode checks its input, head and bias). The
+ *   sparse teacher takes the forward KL, and the reverse KL and the JSD with TAIL_BUCKET or
+ *   TAIL_RENORM; neither row weights, label smoothing nor the z-loss yet
+ *   (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
  *
  * Conventions
  * -----------
@@ -206,7 +227,9 @@ typedef enum kljit_topk_values {
   KLJIT_TOPK_LOGPROBS = 2
 } kljit_topk_values;
 
-/* How the sparse form treats the mass 1 - M outside the support S (M = sum_S p). */
+/* How the sparse form treats the mass 1 - M outside the support S (M = sum_S p). The loss
+ * of each is given for the forward KL; the reverse KL and the JSD over the same categories are
+ * in the math section at the top (TAIL_NONE takes the forward KL only). */
 typedef enum kljit_tail {
   /* l = sum_S p log p - sum_S p s + M lse(s). CompactifAI's loss; may be negative (floor
    * M log M). Gradient wrt s: M softmax(s) - p on S. */
@@ -256,7 +279,10 @@ enum {
   /* Checked mode: NaN/Inf in the teacher (-inf allowed for log-probs and logits: p = 0),
    * negative probabilities, sparse ids outside [0, V) or duplicated within a row are reported
    * as KLJIT_ERR_BAD_INPUT_DATA naming the first bad row, before any output is written. Rows
-   * with ignored labels are not checked. Costs one pass over the teacher in kljit_fused and
+   * with ignored labels are not checked. The online teacher (DENSE_HIDDEN): NaN/Inf in
+   * teacher_input (kept rows), in the rows [0, V) of teacher_weight or in teacher_bias[0, V)
+   * (what its logits are computed from), named as "teacher_input row i", "teacher_weight row
+   * v" or "teacher_bias element v". Costs one pass over the teacher in kljit_fused and
    * kljit_forward (kljit_backward trusts forward's check) and one wait on the stream: the
    * only kljit call that synchronizes. Unchecked, a sparse id outside [0, V) is skipped (it
    * adds nothing to M, the loss or G), duplicate ids give unspecified values, NaN propagates;

@@ -457,6 +457,8 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
   k->teacher_values = a->teacher_values;
   k->bias = a->bias;
   k->teacher_bias = teacher_bias_of(a);
+  k->teacher_input = teacher_input_of(a);
+  k->teacher_weight = teacher_weight_of(a);
   k->labels = a->labels;
   k->labels_is64 = c->labels_is64;
   k->ignore_index = c->ignore;

@@ -54,6 +54,8 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(teacher_values, ptr)                                                                    \
   X(bias, ptr)                                                                              \
   X(teacher_bias, ptr) /* the online teacher's bias (V) */                                 \
+  X(teacher_input, ptr) /* the online teacher's input (N, Ht): its checked mode */         \
+  X(teacher_weight, ptr) /* the online teacher's head (Vt, Ht): its checked mode */        \
   X(labels, ptr)       /* NULL: every row kept */                                           \
   X(labels_is64, i32)                                                                       \
   X(ignore_index, i64)                                                                      \

@@ -74,6 +74,7 @@ const char *names_tmode(kljit_temperature_mode m) {
   return m == KLJIT_TEMPERATURE_CONSTANT ? "const" : "runtime";
 }
 
+/* The divergences by their short names (wisdom's div=, the CLI's div=). */
 static const char *const DIVERGENCES[] = {NULL,  "forward",      "reverse",
                                           "jsd", "tvd",          "skew-forward",
                                           "skew-reverse"};

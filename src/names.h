@@ -23,7 +23,8 @@ int names_find_tail(const char *s);
 int names_find_teacher(const char *s);
 const char *names_topk_values(kljit_topk_values v); /* "probs" | "logprobs" */
 const char *names_tmode(kljit_temperature_mode m);  /* "const" | "runtime" */
-/* "forward" | "reverse" | "jsd" | "tvd" | "skew-forward" | "skew-reverse" ("?"), and back */
+/* "forward" | "reverse" | "jsd" | "tvd" | "skew-forward" | "skew-reverse" ("?"), and back (0
+ * for none): the SHAPE grammar's and wisdom's div= values */
 const char *names_divergence(kljit_divergence d);
 int names_find_divergence(const char *s);
 

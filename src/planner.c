@@ -57,10 +57,6 @@ kljit_status kljit_tune(kljit_context *ctx, const kljit_problem *problem, int64_
                    "%s: rows = %lld, must be in [0, 2^31) (0: "
                    "KLJIT_TUNE_ROWS)",
                    who, (long long)rows);
-  if (problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
-    return err_set(KLJIT_ERR_UNSUPPORTED, "%s: the online teacher (KLJIT_TEACHER_DENSE_HIDDEN) "
-                   "has no wisdom key yet (docs/wisdom.md names no teacher_hidden): its plans "
-                   "take the heuristics", who);
   wisdom_entry win;
   st = tune_measure(ctx, problem, rows ? rows : ctx->opt.tune_rows, rigor, callback, user, &win);
   if (st == KLJIT_SUCCESS) st = wisdom_add(&win);

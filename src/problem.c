@@ -135,9 +135,12 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
                "KLJIT_TEACHER_DENSE_LOGITS or KLJIT_TEACHER_DENSE_HIDDEN", who,
                pb->teacher_softcap);
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
-  if (sparse && !prob_is_forward_kl(pb))
-    return UNSUP("%s: the sparse teacher takes the forward KL only: the %s weighs p at every "
-                 "column where q > 0, and p is unknown off the support", who,
+  if (sparse && !prob_is_forward_kl(pb) && pb->tail == KLJIT_TAIL_NONE)
+    return UNSUP("%s: the sparse teacher with KLJIT_TAIL_NONE takes the forward KL only: the "
+                 "%s weighs p at every column where q > 0, p is unknown off the support, "
+                 "and TAIL_NONE's loss (floor M log M) compares no two distributions; "
+                 "KLJIT_TAIL_BUCKET (the support and the tail) and KLJIT_TAIL_RENORM (the "
+                 "support renormalized) give it categories to compare", who,
                  divergence_text(pb->divergence));
   if (pb->teacher_vocab != 0 &&
       (pb->teacher_vocab < pb->vocab || pb->teacher_vocab > MAX_VOCAB))
@@ -178,6 +181,11 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
  * of it. */
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    const char *div = prob_divergence_rows(pb);
+    if (div && strcmp(div, "reverse") != 0 && strcmp(div, "jsd") != 0)
+      return UNSUP("%s: the %s with the sparse teacher: its row kernels compare the categories "
+                   "with the reverse KL and the JSD only (the dense teachers take every "
+                   "divergence)", who, divergence_text(pb->divergence));
     if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS)
       return UNSUP("%s: KLJIT_FLAG_ROW_WEIGHTS with the sparse teacher: its row kernels do not "
                    "take row weights yet (the dense teachers do)", who);
@@ -185,11 +193,6 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
       return UNSUP("%s: %s with the sparse teacher: its row kernels do not smooth the CE's "
                    "labels or add the z-loss yet (the dense teachers do)", who,
                    pb->label_smoothing != 0.0 ? "label_smoothing" : "z_loss");
-  }
-  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    if (pb->flags & KLJIT_FLAG_CHECK_INPUTS)
-      return UNSUP("%s: KLJIT_FLAG_CHECK_INPUTS with the online teacher: its logits are "
-                   "computed in the chunk buffer, there is no teacher array to check", who);
   }
   return KLJIT_SUCCESS;
 }

@@ -45,6 +45,8 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
     r->tchunk = 1;
     /* its bias, in the teacher's dtype, is added as the row kernels load its logits */
     if (pb->flags & KLJIT_FLAG_TEACHER_BIAS) r->tbdt = pb->teacher_dtype;
+    /* checked mode reads what its logits are computed from: input, head, bias */
+    if (r->check) r->ht = pb->teacher_hidden, r->txdt = pb->teacher_dtype;
   }
   r->softcap = pb->softcap;
   r->tsoftcap = pb->teacher_softcap;
@@ -81,6 +83,7 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   h->div = NULL;
   h->tchunk = 0;
   h->tbdt = 0;
+  h->ht = 0, h->txdt = 0;
   h->sharded = 0;
   h->check = 0;
   h->out = pb->grad_weight_dtype;

@@ -105,6 +105,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->tchunk) out[n++] = pb("TCHUNK", 1);
     if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
+    if (k->ht) out[n++] = pi("HT", k->ht), out[n++] = ps("TXDT", names_dtype_tag(k->txdt));
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
     if (k->hard > 0.0 && k->offset > 0) out[n++] = pi("VOFF", k->offset);
     if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
@@ -135,6 +136,8 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->hard > 0.0) out[n++] = pn("HARD", k->hard), out[n++] = pb("T2", k->t2);
     if (k->soft1 != 0.0) out[n++] = pn("SOFT", 1.0 + k->soft1);
+    if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
+    if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

@@ -72,6 +72,8 @@ typedef struct kspec {
   double beta;        /* jsd: in (0, 1) */
   int tchunk;         /* the teacher rows are the chunk's (the online teacher's logits) */
   kljit_dtype tbdt;   /* the online teacher's bias dtype; 0: no teacher bias */
+  int64_t ht;         /* checked mode of the online teacher: its Ht (0: none) */
+  kljit_dtype txdt;   /* ... and the dtype of its input and head */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
   double alpha;       /* skew_forward, skew_reverse: in (0, 1) */
   int roww;           /* row weights */

@@ -161,15 +161,6 @@ kljit_status tune_choose(const kljit_problem *pb, kljit_plan_rigor rigor, const 
   const int measured = rigor == KLJIT_PLAN_MEASURE || rigor == KLJIT_PLAN_EXHAUSTIVE;
   /* MEASURE and EXHAUSTIVE reuse only what was measured as hard for the bucket they would tune
    * (FFTW: higher rigor serves lower); ESTIMATE and WISDOM_ONLY take the nearest bucket. */
-  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
-    /* wisdom's keys cannot name the online teacher (its Ht) yet: heuristics, never stored */
-    if (rigor == KLJIT_PLAN_WISDOM_ONLY)
-      return err_set(KLJIT_ERR_NO_WISDOM, "KLJIT_PLAN_WISDOM_ONLY: the online teacher "
-                     "(KLJIT_TEACHER_DENSE_HIDDEN) has no wisdom yet");
-    *out = prob_estimate(pb, arch, opt);
-    *src = TUNE_FROM_HEURISTIC;
-    return KLJIT_SUCCESS;
-  }
   int found = wisdom_lookup(gpu, arch, sms, key, bucket,
                             measured ? WISDOM_EXACT_BUCKET : WISDOM_NEAREST_BUCKET,
                             measured ? rigor : KLJIT_PLAN_ESTIMATE, used);

@@ -49,7 +49,7 @@ typedef struct bench {
   CUevent ev[2];
   CUdeviceptr x, w, b, t, ids, vals, loss, dx, dw, db, saved, gout, ws, flush;
   CUdeviceptr lab; /* labels (all 0), for the CE a hard_weight asks for */
-  CUdeviceptr tx, tw; /* the online teacher's hidden states and head (DENSE_HIDDEN) */
+  CUdeviceptr tx, tw, tb; /* the online teacher's hidden states, head and bias (DENSE_HIDDEN) */
   CUdeviceptr all; /* sharded: [shards][rows] records for kljit_shard_finish */
   kiface_layout lay; /* the records' floats the problem's modules declare */
   int all_ready;   /* the other ranks' slots hold (this rank's) records */
@@ -149,7 +149,7 @@ static size_t fixed_bytes(const bench *b, int64_t rows) {
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK)
     s += up(n * (size_t)pb->topk * (names_dtype_size(pb->topk_id_dtype) + td));
   else if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
-    s += up((n + v) * (size_t)pb->teacher_hidden * td);
+    s += up((n + v) * (size_t)pb->teacher_hidden * td) + up(v * td);
   else
     s += up(n * (size_t)prob_teacher_ld(pb) * td);
   s += 3 * up(n * 4 + (size_t)kiface_saved_floats(&b->lay, rows) * 4); /* loss, saved, gout */
@@ -174,7 +174,7 @@ static kljit_status alloc(bench *b, CUdeviceptr *p, size_t bytes) {
 static void free_all(bench *b) {
   CUdeviceptr *all[] = {&b->x,  &b->w,  &b->b,  &b->t,     &b->ids,  &b->vals, &b->loss,
                         &b->dx, &b->dw, &b->db, &b->saved, &b->gout, &b->ws,   &b->flush,
-                        &b->all, &b->lab, &b->tx, &b->tw};
+                        &b->all, &b->lab, &b->tx, &b->tw, &b->tb};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (*all[i]) b->d->cuMemFree(*all[i]), *all[i] = 0;
   for (int i = 0; i < 2; i++)
@@ -233,6 +233,8 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS && !sparse && !hidden) st = alloc(b, &b->t, n * tld * tds);
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tx, n * ht * tds);
   if (st == KLJIT_SUCCESS && hidden) st = alloc(b, &b->tw, v * ht * tds);
+  const int tbias = (pb->flags & KLJIT_FLAG_TEACHER_BIAS) != 0;
+  if (st == KLJIT_SUCCESS && tbias) st = alloc(b, &b->tb, v * tds);
   if (st == KLJIT_SUCCESS) st = alloc(b, &b->loss, n * 4);
   if (st == KLJIT_SUCCESS)
     st = alloc(b, &b->saved, (size_t)kiface_saved_floats(&b->lay, b->rows) * 4);
@@ -249,6 +251,7 @@ static kljit_status setup(bench *b) {
   if (st == KLJIT_SUCCESS && bias) st = fill(b, b->b, v, in, -0.1, 0.1, 3);
   if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tx, n * ht, td, -0.1, 0.1, 6);
   if (st == KLJIT_SUCCESS && hidden) st = fill(b, b->tw, v * ht, td, -0.1, 0.1, 7);
+  if (st == KLJIT_SUCCESS && tbias) st = fill(b, b->tb, v, td, -0.1, 0.1, 8);
   if (st == KLJIT_SUCCESS && !sparse && !hidden)
     st = pb->teacher == KLJIT_TEACHER_DENSE_PROBS ? fill(b, b->t, n * tld, td, 0.5 / v, 1.5 / v, 4)
          : pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS
@@ -273,6 +276,7 @@ static kljit_status setup(bench *b) {
   a.teacher = sparse || hidden ? NULL : (void *)(uintptr_t)b->t;
   a.teacher_input = hidden ? (const void *)(uintptr_t)b->tx : NULL;
   a.teacher_weight = hidden ? (const void *)(uintptr_t)b->tw : NULL;
+  a.teacher_bias = tbias ? (const void *)(uintptr_t)b->tb : NULL;
   a.teacher_ids = sparse ? (void *)(uintptr_t)b->ids : NULL;
   a.teacher_values = sparse ? (void *)(uintptr_t)b->vals : NULL;
   a.temperature = pb->temperature > 0 ? pb->temperature : 1.0;

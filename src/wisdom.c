@@ -43,10 +43,9 @@ static const char HEADER_WORD[] = "kljit-wisdom";
 static const struct {
   uint32_t bit;
   const char *name;
-} FLAGS[] = {{KLJIT_FLAG_BIAS, "bias"},
-             {KLJIT_FLAG_NATIVE_LOGITS, "native_logits"},
-             {KLJIT_FLAG_ALLOW_TF32, "tf32"},
-             {KLJIT_FLAG_CHECK_INPUTS, "check"}};
+} FLAGS[] = {{KLJIT_FLAG_BIAS, "bias"},          {KLJIT_FLAG_NATIVE_LOGITS, "native_logits"},
+             {KLJIT_FLAG_ALLOW_TF32, "tf32"},     {KLJIT_FLAG_CHECK_INPUTS, "check"},
+             {KLJIT_FLAG_TEACHER_BIAS, "tbias"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"}};
 enum { N_FLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
 
@@ -74,9 +73,8 @@ static void put_int(cursor *t, long long x) {
 }
 
 void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
-  /* wisdom keys name the four forms that have wisdom (the online teacher has none yet) */
   const int t =
-      pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
+      pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_DENSE_HIDDEN;
   cursor k = {out, 0, WISDOM_PROBLEM_MAX};
   put(&k, "V="), put_int(&k, (long long)pb->vocab);
   put(&k, " H="), put_int(&k, (long long)pb->hidden);
@@ -89,6 +87,12 @@ void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
     put(&k, " values="), put(&k, names_topk_values(pb->topk_values));
     put(&k, " tail="), put(&k, names_tail(pb->tail));
   }
+  /* the online teacher's GEMM costs by its Ht; a divergence other than the forward KL changes
+   * the row passes (their count, one pass-2 block a row): both are the entry's identity, and
+   * absent from the keys of the problems that had wisdom before them */
+  if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN)
+    put(&k, " ht="), put_int(&k, (long long)pb->teacher_hidden);
+  if (!prob_is_forward_kl(pb)) put(&k, " div="), put(&k, names_divergence(pb->divergence));
   put(&k, " tmode="), put(&k, names_tmode(pb->temperature_mode));
   put(&k, " flags=");
   int any = 0;
@@ -97,11 +101,13 @@ void wisdom_problem_key(const kljit_problem *pb, char out[WISDOM_PROBLEM_MAX]) {
   if (!any) put(&k, "-");
 }
 
-/* The shortest %g form that reads back as the same double ("2", "1e-20"). */
+/* The shortest %g form that reads back as the same double ("2", "1e-20"), without an exponent
+ * where the number reads as plainly ("30", not "3e+01"). */
 static void shortest(double x, char *out, size_t cap) {
+  const int plain = fabs(x) >= 1e-4 && fabs(x) < 1e15;
   for (int digits = 1; digits <= 17; digits++) {
     snprintf(out, cap, "%.*g", digits, x);
-    if (strtod(out, NULL) == x) return;
+    if (strtod(out, NULL) == x && (!plain || !strchr(out, 'e'))) return;
   }
 }
 
@@ -110,10 +116,32 @@ void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
   shortest(pb->temperature, t, sizeof t);
   shortest(pb->teacher_temperature, tt, sizeof tt);
   shortest(pb->eps, eps, sizeof eps);
-  snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s", t, tt, eps,
-           names_reduction(pb->reduction), (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
-           names_dtype_tag(pb->grad_weight_dtype),
-           pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
+  int n = snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s",
+                   t, tt, eps, names_reduction(pb->reduction),
+                   (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
+                   names_dtype_tag(pb->grad_weight_dtype),
+                   pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
+  /* the loss family's values, each only where it differs from KLJIT_PROBLEM_INIT's (so the
+   * extra text of a plain problem is what it was) */
+  const kljit_problem d = KLJIT_PROBLEM_INIT;
+  const struct {
+    const char *name;
+    double value, init;
+  } REALS[] = {{"beta", pb->beta, d.beta},         {"hw", pb->hard_weight, d.hard_weight},
+               {"sw", pb->soft_weight, d.soft_weight}, {"cap", pb->softcap, d.softcap},
+               {"tcap", pb->teacher_softcap, d.teacher_softcap},
+               {"alpha", pb->skew_alpha, d.skew_alpha},
+               {"ls", pb->label_smoothing, d.label_smoothing}, {"zl", pb->z_loss, d.z_loss}};
+  for (size_t i = 0; i < sizeof REALS / sizeof REALS[0]; i++) {
+    if (REALS[i].value == REALS[i].init || n < 0 || n >= WISDOM_EXTRA_MAX) continue;
+    char v[32];
+    shortest(REALS[i].value, v, sizeof v);
+    n += snprintf(out + n, WISDOM_EXTRA_MAX - (size_t)n, " %s=%s", REALS[i].name, v);
+  }
+  if (pb->teacher_vocab && n >= 0 && n < WISDOM_EXTRA_MAX)
+    n += snprintf(out + n, WISDOM_EXTRA_MAX - (size_t)n, " tv=%lld", (long long)pb->teacher_vocab);
+  if (pb->teacher_ld && n >= 0 && n < WISDOM_EXTRA_MAX)
+    snprintf(out + n, WISDOM_EXTRA_MAX - (size_t)n, " tld=%lld", (long long)pb->teacher_ld);
 }
 
 int64_t wisdom_bucket(int64_t rows) {
@@ -124,7 +152,7 @@ int64_t wisdom_bucket(int64_t rows) {
 
 /* ---- tokens ------------------------------------------------------------------------------ */
 
-enum { MAX_TOKENS = 48 };
+enum { MAX_TOKENS = 64 };
 
 typedef struct token {
   const char *name, *value; /* NUL-terminated, inside the tokenized copy */
@@ -210,32 +238,20 @@ static kljit_dtype float_dtype(const char *v) {
                               : (kljit_dtype)0;
 }
 
-/* Problem fields: those of the key (SPARSE ones only with teacher=topk), then the extra ones
- * (optional on input, KLJIT_PROBLEM_INIT's values when absent). */
+/* Problem fields: those of the key (SPARSE ones only with teacher=topk, ht only with
+ * teacher=hidden, div optional: the forward KL), then the extra ones (optional on input,
+ * KLJIT_PROBLEM_INIT's values when absent). */
 enum {
-  PF_V,
-  PF_H,
-  PF_IN,
-  PF_TEACHER,
-  PF_TDT,
-  PF_K,
-  PF_IDS,
-  PF_VALUES,
-  PF_TAIL,
-  PF_TMODE,
-  PF_FLAGS,
-  PF_T,
-  PF_TT,
-  PF_EPS,
-  PF_RED,
-  PF_T2,
-  PF_GW,
-  PF_ACCUM,
-  PF_COUNT
+  PF_V, PF_H, PF_IN, PF_TEACHER, PF_TDT, PF_K, PF_IDS, PF_VALUES, PF_TAIL, PF_HT, PF_DIV,
+  PF_TMODE, PF_FLAGS, /* the key's, then the extra ones: */
+  PF_T, PF_TT, PF_EPS, PF_RED, PF_T2, PF_GW, PF_ACCUM, PF_BETA, PF_HW, PF_SW, PF_CAP, PF_TCAP,
+  PF_ALPHA, PF_LS, PF_ZL, PF_TV, PF_TLD, PF_COUNT
 };
 static const char *const PROBLEM_FIELDS[PF_COUNT] = {
-    "V",     "H",     "in", "teacher", "tdt", "k",         "ids", "values", "tail",
-    "tmode", "flags", "T",  "tt",      "eps", "reduction", "t2",  "gw",     "accum"};
+    "V",  "H",         "in",   "teacher", "tdt",   "k",    "ids", "values", "tail",
+    "ht", "div",       "tmode", "flags",  "T",     "tt",   "eps", "reduction", "t2",
+    "gw", "accum",     "beta", "hw",      "sw",    "cap",  "tcap", "alpha", "ls",
+    "zl", "tv",        "tld"};
 static int sparse_field(int f) {
   return f >= PF_K && f <= PF_TAIL;
 }
@@ -256,11 +272,11 @@ static int field_code(const char *name);
 
 /* Applies one problem field (f: its field_code) of the key (extra = 0) or extra (1) side.
  * 1 applied, 0 not such a field, -1 bad value or repeated (why set). */
-static int problem_field(kljit_problem *pb, const token *t, int f, int extra, unsigned *seen,
+static int problem_field(kljit_problem *pb, const token *t, int f, int extra, uint64_t *seen,
                          char *why, size_t cap) {
   if (f < 0 || f >= PF_COUNT || extra_field(f) != extra) return 0;
-  if (*seen & 1u << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
-  *seen |= 1u << f;
+  if (*seen & (uint64_t)1 << f) return snprintf(why, cap, "field %s given twice", t->name), -1;
+  *seen |= (uint64_t)1 << f;
   const char *v = t->value;
   long long x = 0;
   int ok = 1;
@@ -299,7 +315,38 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
       break;
     case PF_TEACHER:
       pb->teacher = (kljit_teacher_form)names_find_teacher(v);
-      ok = pb->teacher >= KLJIT_TEACHER_DENSE_PROBS && pb->teacher <= KLJIT_TEACHER_SPARSE_TOPK;
+      ok = pb->teacher != 0;
+      break;
+    case PF_HT:
+      ok = !parse_int(v, 1, 1 << 20, &x), pb->teacher_hidden = x;
+      break;
+    case PF_DIV:
+      pb->divergence = (kljit_divergence)names_find_divergence(v);
+      ok = pb->divergence != 0;
+      break;
+    case PF_BETA:
+      ok = !parse_real(v, 0, 1, &pb->beta);
+      break;
+    case PF_HW:
+    case PF_SW:
+    case PF_ZL:
+      ok = !parse_real(v, 0, 1e300, f == PF_HW   ? &pb->hard_weight
+                                    : f == PF_SW ? &pb->soft_weight
+                                                 : &pb->z_loss);
+      break;
+    case PF_CAP:
+    case PF_TCAP:
+      ok = !parse_real(v, 0, 1e300, f == PF_CAP ? &pb->softcap : &pb->teacher_softcap);
+      break;
+    case PF_ALPHA:
+    case PF_LS:
+      ok = !parse_real(v, 0, 1, f == PF_ALPHA ? &pb->skew_alpha : &pb->label_smoothing);
+      break;
+    case PF_TV:
+      ok = !parse_int(v, 2, 1 << 24, &x), pb->teacher_vocab = x;
+      break;
+    case PF_TLD:
+      ok = !parse_int(v, 2, 1 << 25, &x), pb->teacher_ld = x;
       break;
     case PF_TDT:
       ok = (pb->teacher_dtype = float_dtype(v)) != 0;
@@ -343,19 +390,30 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
   return 1;
 }
 
-/* Checks that every field the teacher form needs is there (and no sparse one without it),
- * then that the problem is valid. */
-static int problem_complete(kljit_problem *pb, unsigned seen, char *why, size_t cap) {
+/* Checks that every field the teacher form needs is there (and no sparse or online one
+ * without it), then that the problem is valid. */
+static int problem_complete(kljit_problem *pb, uint64_t seen, char *why, size_t cap) {
   const int sparse = pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
   for (int f = 0; f < PF_COUNT && !extra_field(f); f++) {
-    const int want = !sparse_field(f) || sparse, have = (seen >> f) & 1;
+    if (f == PF_DIV) continue; /* optional: the forward KL */
+    const int want = sparse_field(f) ? sparse : f == PF_HT ? hidden : 1;
+    const int have = (seen >> f) & 1;
     if (want != have)
       return snprintf(why, cap, "field %s %s", PROBLEM_FIELDS[f],
-                      have ? "is only for teacher=topk" : "is missing"),
+                      !have                ? "is missing"
+                      : sparse_field(f)    ? "is only for teacher=topk"
+                                           : "is only for teacher=hidden"),
              -1;
   }
   if (prob_validate(pb, "wisdom") != KLJIT_SUCCESS)
     return snprintf(why, cap, "%s", kljit_last_error()), -1;
+  /* one spelling per entry: the forward KL (JSD with beta = 0 too) has no div= */
+  if ((seen >> PF_DIV) & 1 && prob_is_forward_kl(pb))
+    return snprintf(why, cap, "field div=%s names the forward KL%s: leave div out",
+                    names_divergence(pb->divergence),
+                    pb->divergence == KLJIT_DIVERGENCE_JSD ? " (beta = 0)" : ""),
+           -1;
   return 0;
 }
 
@@ -365,7 +423,7 @@ kljit_status wisdom_entry_problem(const wisdom_entry *e, kljit_problem *pb) {
   const char *const sides[2] = {e->problem, e->extra};
   char why[256] = "";
   int r = 0;
-  unsigned seen = 0;
+  uint64_t seen = 0;
   for (int side = 0; side < 2 && r == 0; side++) {
     char *copy = strdup(sides[side]);
     if (!copy) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -441,7 +499,7 @@ static int key_field(int f) {
 
 /* Field codes: PF_* for problem fields, FIELD_ENTRY + EF_* for the others; every token of every
  * line is looked up, so by hash (FIELD_SLOTS, filled once) rather than by a strcmp chain. */
-enum { FIELD_ENTRY = 32, FIELD_SLOTS = 64 };
+enum { FIELD_ENTRY = 64, FIELD_SLOTS = 128 };
 _Static_assert((int)PF_COUNT <= (int)FIELD_ENTRY && FIELD_ENTRY + (int)EF_COUNT < FIELD_SLOTS,
                "the field codes of both tables fit the slots");
 static signed char field_slots[FIELD_SLOTS]; /* 1 + the code of the name hashed there; 0: none */
@@ -543,28 +601,34 @@ static int entry_field(wisdom_entry *e, const token *t, int code, int after_arro
 }
 
 /* The extra text of the last entry parsed and the fields it was made from: the entries of a
- * file mostly share them, and each of its three numbers costs shortest() a printf or more. */
-typedef struct extra_memo {
-  int valid;
-  double t, tt, eps;
+ * file mostly share them, and each of its numbers costs shortest() a printf or more. */
+typedef struct extra_fields {
+  double t, tt, eps, beta, hw, sw, cap, tcap, alpha, ls, zl;
+  int64_t tv, tld;
   kljit_reduction reduction;
   uint32_t t2;
   kljit_dtype gw;
   kljit_grad_weight_accum accum;
+} extra_fields;
+typedef struct extra_memo {
+  int valid;
+  extra_fields f;
   char text[WISDOM_EXTRA_MAX];
 } extra_memo;
 
 static void memo_extra(const kljit_problem *pb, extra_memo *m, char out[WISDOM_EXTRA_MAX]) {
-  const uint32_t t2 = pb->flags & KLJIT_FLAG_SCALE_T_SQUARED;
+  extra_fields f;
+  memset(&f, 0, sizeof f); /* compared bytewise, padding included */
+  f.t = pb->temperature, f.tt = pb->teacher_temperature, f.eps = pb->eps, f.beta = pb->beta;
+  f.hw = pb->hard_weight, f.sw = pb->soft_weight, f.cap = pb->softcap;
+  f.alpha = pb->skew_alpha, f.ls = pb->label_smoothing, f.zl = pb->z_loss;
+  f.tcap = pb->teacher_softcap, f.tv = pb->teacher_vocab, f.tld = pb->teacher_ld;
+  f.reduction = pb->reduction, f.t2 = pb->flags & KLJIT_FLAG_SCALE_T_SQUARED;
+  f.gw = pb->grad_weight_dtype, f.accum = pb->grad_weight_accum;
   /* the numbers compared bit for bit: -0 and 0 print differently */
-  if (!m->valid || memcmp(&m->t, &pb->temperature, sizeof m->t) != 0 ||
-      memcmp(&m->tt, &pb->teacher_temperature, sizeof m->tt) != 0 ||
-      memcmp(&m->eps, &pb->eps, sizeof m->eps) != 0 || m->reduction != pb->reduction ||
-      m->t2 != t2 || m->gw != pb->grad_weight_dtype || m->accum != pb->grad_weight_accum) {
+  if (!m->valid || memcmp(&m->f, &f, sizeof f) != 0) {
     wisdom_problem_extra(pb, m->text);
-    m->valid = 1, m->t = pb->temperature, m->tt = pb->teacher_temperature, m->eps = pb->eps;
-    m->reduction = pb->reduction, m->t2 = t2, m->gw = pb->grad_weight_dtype;
-    m->accum = pb->grad_weight_accum;
+    m->valid = 1, m->f = f;
   }
   memcpy(out, m->text, WISDOM_EXTRA_MAX);
 }
@@ -576,7 +640,8 @@ static int parse_entry(char *line, wisdom_entry *e, extra_memo *memo, char *why,
   int n = 0;
   if (tokenize(line, tok, &n, why, cap)) return -1;
   kljit_problem pb = KLJIT_PROBLEM_INIT;
-  unsigned pseen = 0, eseen = 0;
+  uint64_t pseen = 0;
+  unsigned eseen = 0;
   int arrows = 0;
   for (int i = 0; i < n; i++) {
     if (!strcmp(tok[i].name, "->")) {

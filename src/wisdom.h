@@ -19,7 +19,7 @@
 
 #include "problem.h"
 
-enum { WISDOM_FORMAT = 1, WISDOM_GPU_MAX = 128, WISDOM_PROBLEM_MAX = 320, WISDOM_EXTRA_MAX = 160 };
+enum { WISDOM_FORMAT = 1, WISDOM_GPU_MAX = 128, WISDOM_PROBLEM_MAX = 320, WISDOM_EXTRA_MAX = 320 };
 
 typedef struct wisdom_entry {
   char gpu[WISDOM_GPU_MAX];         /* GPU model, as cuDeviceGetName gives it */

@@ -50,13 +50,17 @@
 %--   BIAS     bool; BDT f32|bf16|f16              TMODE   const|runtime; T (const mode)
 %--   TT_SAME  bool: teacher temperature = T;  TT  teacher temperature otherwise
 %--   EPS      (0, 1e-3): floor of p inside log p
-%--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities)
+%--   CHECK    bool: also emit kl_dense_check (checked mode: NaN/Inf, negative probabilities;
+%--            with TCHUNK, NaN/Inf in the online teacher's input, head and bias: HT, TXDT)
 %-- Optional (absent: the plain problem, whose source they leave byte for byte unchanged):
 %--   TLD      teacher row stride >= V (a padded teacher: columns [V, TLD) are never read)
 %--   TCHUNK   bool: the teacher rows are the chunk's (row r of the chunk, not row0 + r): the
 %--            online teacher's logits, which its GEMM writes into the workspace per chunk
 %--   TBDT     f32|bf16|f16: the online teacher's bias bt[V] (TCHUNK, TEACHER = logits), added
 %--            to its logits as they are loaded: zt = Xt Wt^T + bt, before TSOFTCAP and 1 / TT
+%--   HT, TXDT CHECK with TCHUNK only: the online teacher's hidden size Ht and the dtype of its
+%--            input Xt [N, Ht] and head Wt [>= V, Ht], which kl_dense_check reads (its rows
+%--            [0, V) of Wt and bt: the columns the loss uses)
 %--   SOFTCAP  student logit cap c > 0: s = c tanh((z + b) / c) / T, and G gets the factor
 %--            dz'/dz = 1 - tanh^2 = 1 - (s T / c)^2 (from s, which the passes hold anyway)
 %--   TSOFTCAP teacher logit cap (TEACHER = logits): zt <- c tanh(zt / c) before 1 / TT
@@ -138,7 +142,12 @@
 %-- the teacher row stride as written in the source: the V of the plain problem, else TLD
 %local TSTRIDE = P.TLD and tostring(TLD) or "V"
 %local TRI = P.TCHUNK and "(i64)r" or "row"
-%if P.TCHUNK and P.CHECK then reject("TCHUNK has no teacher array to check (CHECK)") end
+%local TXCHECK = P.TCHUNK == true and P.CHECK == true
+%if TXCHECK and not (math.type(P.HT) == "integer" and P.HT >= 1 and dt[P.TXDT]) then
+%  reject("CHECK with TCHUNK checks the online teacher: HT must be an integer >= 1 and TXDT "
+%         .. "f32, bf16 or f16")
+%end
+%if not TXCHECK and (P.HT ~= nil or P.TXDT ~= nil) then reject("HT and TXDT need TCHUNK and CHECK") end
 %if P.TBDT ~= nil and not (dt[P.TBDT] and P.TCHUNK and P.TEACHER == "logits") then
 %  reject("TBDT must be f32, bf16 or f16 and needs TCHUNK with TEACHER = logits")
 %end
@@ -247,7 +256,15 @@
 %  { "teacher", "const teach_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" },
 %  { "flag", "u64*", role = "check_flag" } }
-%if ROWW then table.insert(check_in, 5, RW) end
+%if TXCHECK then -- the online teacher: what its logits are computed from (input, head, bias)
+%  check_in = iface.args({
+%    { "tx", "const tx_t* __restrict__", role = "teacher_input" },
+%    { "tw", "const tx_t* __restrict__", role = "teacher_weight" } },
+%    TB and { { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" } } or {}, {
+%    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%    { "rows", "i64" }, { "flag", "u64*", role = "check_flag" } })
+%end
+%if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
 %local K = iface.family(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, threads = P.THREADS,
 %    args = stats_in } },
@@ -1208,7 +1225,55 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   if (threadIdx.x == 0) out[row * PART_FLOATS + PART_S] = sacc;
 }
 %end
-%if P.CHECK then
+%if TXCHECK then
+
+/* Checked mode of the online teacher: its logits are computed per chunk, so what is checked is
+ * what they are computed from. Block b checks the input row b (when b < rows and the row is
+ * kept; with ROWW its weight too) and the head rows v = b, b + gridDim.x, ... < V with their
+ * bias: the grid has max(rows, V) blocks. The first bad item -> flag as (index << 8) | kind via
+ * atomicMin: 5 (ROWW) a negative, NaN or infinite weight of row `index`, 6 a NaN or infinite
+ * value in teacher_input row `index`, 7 in teacher_weight row `index`, 8 teacher_bias[index]. */
+typedef {{ dt[P.TXDT] }} tx_t;
+#define HT {{ P.HT }}
+
+__device__ __forceinline__ bool finite_f32(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* Whether an Ht-long row holds a NaN or infinity (every thread of the block gets the answer). */
+__device__ __forceinline__ bool row_bad(const tx_t* __restrict__ r) {
+  int bad = 0;
+  for (int j = threadIdx.x; j < HT && !bad; j += {{ CHECK_THREADS }})
+    bad = !finite_f32(to_f32(r[j]));
+  return __syncthreads_or(bad) != 0;
+}
+
+{{ K.kernel("kl_dense_check") }} {
+  const i64 b = blockIdx.x;
+  if (b < rows && row_kept(labels, labels_is64, ignore_index, b)) {
+%if ROWW then
+    const float w = row_weights[b];
+    if (!(w >= 0.0f) || !finite_f32(w)) {
+      if (threadIdx.x == 0) atomicMin(flag, ((u64)b << 8) | 5u);
+      return; /* a smaller index of another kind may still come from another block */
+    }
+%end
+    if (row_bad(tx + b * HT)) {
+      if (threadIdx.x == 0) atomicMin(flag, ((u64)b << 8) | 6u);
+      return;
+    }
+  }
+  for (i64 v = b; v < V; v += gridDim.x) {
+    if (row_bad(tw + v * HT)) {
+      if (threadIdx.x == 0) atomicMin(flag, ((u64)v << 8) | 7u);
+      return;
+    }
+%if TB then
+    if (threadIdx.x == 0 && !finite_f32(to_f32(tbias[v]))) atomicMin(flag, ((u64)v << 8) | 8u);
+%end
+  }
+}
+%elseif P.CHECK then
 
 /* Checked mode: one block per row of the call (blockIdx.x); ignored rows are not checked. The
  * first bad row (smallest index) and its kind -> flag as (row << 8) | kind via atomicMin:

@@ -47,11 +47,28 @@
 %-- math):
 %--   SOFTCAP  student logit cap c: s = c tanh((z + b) / c) / T; G times 1 - tanh^2 = 1 - (s T / c)^2
 %--   HARD     weight wh of the hard-label CE = lse(z') - z'_y (z' = s T, temperature 1): pass 1
-%--            adds the (max, sum-exp) of z' (record slots 3, 4), pass 2 adds wh / t2 (lse(z') -
+%--            adds the (max, sum-exp) of z' (PART's mh, dh), pass 2 adds wh / t2 (lse(z') -
 %--            z'_y) to the loss (lse on the shard with OFFSET = 0, -z'_y on the label's shard;
 %--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
 %--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
+%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or renorm
+%--            (kljit.h: the divergence of two distributions over categories C):
+%--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
+%--                      Q_tail = 1 - Q_S = d_off / d (no tail category when no column is off S)
+%--              renorm  C = S: P = p / M, Q = q / Q_S, log Q_S = mo + log(dno) - lse from the
+%--                      on-S (max, sum-exp) the stats pass keeps apart (mo, dno: no
+%--                      underflow however far below the row's max the support lies)
+%--            g_c = log Q - log max(P, eps) (reverse), -(1 - beta) log1p(beta P / ((1 - beta) Q))
+%--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), E = sum_C Q g;
+%--            G = gscale Q_k (g_k - E) on S and gscale (g_tail - E) q off S (renorm: 0). The row
+%--            needs E before its first column: pass 2 gets it from the K gathered entries and
+%--            the records, so the passes stay the forward KL's (no extra sweep). Saved rows
+%--            {lse, g_tail - E, E, log Q_S} (ROWSTAT's lse, cout, E, lqs).
+%--   SHARDED  bool, DIV only: a vocabulary shard. E's sum over S needs every shard's support:
+%--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local} Q g to
+%--            PART's slot S (kl_sparse_merge writes NaN there until then), pass 2 adds the
+%--            shards' slots S and the tail's term (global: M, Q_tail come from every record).
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
 %local iface = include("iface.cu.lua")
@@ -78,16 +95,34 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
+%local DIVX = P.DIV ~= nil
+%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
+%  reject("BETA must be in (0, 1) for DIV = jsd")
+%end
+%if DIVX and P.TAIL == "none" then
+%  reject("DIV needs TAIL bucket or renorm: TAIL none is the forward KL's alone")
+%end
+%local SHARDED = P.SHARDED or false
+%if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%-- the renormalized divergences keep the support's own (max, sum-exp) in the stats pass
+%local OWNON = DIVX and P.TAIL == "renorm"
+%local BITMAP = P.TAIL == "bucket" or OWNON
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
 %-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
 %-- the max of s (m), its sum-exp on and off the local support (d_on, d_off), the CE's max and
-%-- sum-exp of z' (mh, dh; HARD); 8 floats, the stride the dense rows' records have.
-%-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (and
-%-- the CE's lse(z') with HARD).
-%local PART = { name = "part", floats = 8, slots = { "m", "d_on", "d_off", "mh", "dh" } }
-%local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "cout", "cin", "pscale" } }
+%-- sum-exp of z' (mh, dh; HARD), the support's own max and sum-exp (mo, dno; RENORM with DIV),
+%-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
+%-- stride the dense rows' records have.
+%-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
+%-- lse, g_tail - E, E, log Q_S), and the CE's lse(z') with HARD.
+%local PART = { name = "part", floats = 8,
+%               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%-- the saved row's four fields, in rowstat order
+%local RF = DIVX and { "lse", "cout", "E", "lqs" } or { "lse", "cout", "cin", "pscale" }
+%local ROWSTAT = { name = "rowstat", floats = 4, slots = RF }
 %if HARD then
-%  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "cout", "cin", "pscale", "lse1" } }
+%  ROWSTAT = { name = "rowstat", floats = 8, slots = iface.args(RF, { "lse1" }) }
 %end
 %-- the divergence's weight
 %local WS = f32(P.SOFT or 1.0)
@@ -96,7 +131,9 @@
 %local VEC = 16 // size[P.LOGIT]
 %local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
 %if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
-%if P.TAIL == "bucket" and SEG > 262144 then reject("BUCKET needs a segment <= 262144 columns") end
+%if BITMAP and SEG > 262144 then
+%  reject("a support bitmap (BUCKET, or RENORM with DIV) needs a segment <= 262144 columns")
+%end
 %-- the prelude's text after every reject() (render_validate stops at the first output) and
 %-- before the interface, which validation does not need
 %include("common.cu.lua")
@@ -106,10 +143,10 @@
 %local args = iface.args
 %local IDS = { { "ids", "const id_t* __restrict__", role = "teacher_ids" } }
 %local VALS = { { "vals", "const val_t* __restrict__", role = "teacher_values" } }
+%local CHECK_THREADS = 256
 %local row_in = args(IDS, VALS, {
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
-%local CHECK_THREADS = 256
 %local K = iface.family(iface.args({
 %  { name = "kl_sparse_stats", step = "stats", threads = P.THREADS, args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
@@ -117,6 +154,10 @@
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
 %  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
+%  { name = "kl_sparse_sums", step = "sums", when = DIVX, threads = P.THREADS, args = args({
+%    { "z", "const logit_t*" } }, row_in, {
+%    { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
+%    { "srec", "i64" }, { "out", "float*", role = "stats_out" }, { "row0", "i64" } }) },
 %  { name = "kl_sparse_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
 %    args = args(IDS, VALS, {
 %    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
@@ -135,6 +176,10 @@
 #define OFFSET {{ OFFSET }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
 #define BUCKET {{ P.TAIL == "bucket" and 1 or 0 }}
+#define BITMAP {{ BITMAP and 1 or 0 }} /* the stats pass marks S's columns of its segment */
+#define OWNON {{ OWNON and 1 or 0 }}   /* ... and keeps their own (max, sum-exp) */
+#define DIVX {{ DIVX and 1 or 0 }}
+#define SHARDED {{ SHARDED and 1 or 0 }}
 #define RENORM {{ P.TAIL == "renorm" and 1 or 0 }}
 #define LOGPROBS {{ P.VALUES == "logprobs" and 1 or 0 }}
 #define HAS_BIAS {{ P.BIAS and 1 or 0 }}
@@ -211,12 +256,11 @@ struct acc_t {
 %if HARD then
   float mh, dh; /* (max, sum-exp) of z' = s T: the CE's lse */
 %end
-};
-%if HARD then
-#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f, KL_NEG_INF, 0.0f}
-%else
-#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f}
+%if OWNON then
+  float mo, dno; /* (max, sum-exp) of the columns on S, relative to their own max */
 %end
+};
+#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f{{ HARD and ", KL_NEG_INF, 0.0f" or "" }}{{ OWNON and ", KL_NEG_INF, 0.0f" or "" }}}
 __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s, float tz) {
 %if HARD then
   {
@@ -246,6 +290,15 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
     else doff += e;
   }
   a.m = m, a.don = don, a.doff = doff;
+%if OWNON then
+  if (on_s) /* rare: S's columns of the vector, merged into their own (max, sum-exp) */
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+      if ((on_s >> i) & 1u) {
+        if (s[i] > a.mo) a.dno = a.dno * fexp(a.mo - s[i]) + 1.0f, a.mo = s[i];
+        else a.dno += fexp(s[i] - a.mo);
+      }
+%end
 }
 
 /* Merges two (m, don, doff) records: the merge functor of block_reduce (common.cu.lua). */
@@ -260,6 +313,10 @@ struct acc_merge {
 %if HARD then
     const float mh = fmaxf(a.mh, b.mh);
     if (mh != KL_NEG_INF) r.mh = mh, r.dh = a.dh * expf(a.mh - mh) + b.dh * expf(b.mh - mh);
+%end
+%if OWNON then
+    const float mo = fmaxf(a.mo, b.mo);
+    if (mo != KL_NEG_INF) r.mo = mo, r.dno = a.dno * expf(a.mo - mo) + b.dno * expf(b.mo - mo);
 %end
     return r;
   }
@@ -279,7 +336,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
   __shared__ acc_t sh_acc[THREADS / 32];
   if (!row_kept(labels, labels_is64, ignore_index, row)) return; /* pass 2 skips the row */
   const int v0 = seg_begin(), v1 = seg_end();
-#if BUCKET
+#if BITMAP
   __shared__ u32 bits[SEG_WORDS];
   for (int j = threadIdx.x; j < SEG_WORDS; j += THREADS) bits[j] = 0u;
   __syncthreads();
@@ -298,7 +355,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
   for (; v < vfull; v += THREADS * VEC) {
     float s[VEC];
     load_s<true>(zr, bias, v, invT, s);
-#if BUCKET
+#if BITMAP
     acc_add(a, s, bits[(v - v0) / 32] >> ((v - v0) % 32), tz);
 #else
     acc_add(a, s, 0u, tz);
@@ -307,7 +364,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
   if (v < v1) {
     float s[VEC];
     load_s<false>(zr, bias, v, invT, s);
-#if BUCKET
+#if BITMAP
     u32 on = 0u;
     for (int i = 0; i < VEC && v + i < v1; i++)
       on |= ((bits[(v + i - v0) / 32] >> ((v + i - v0) % 32)) & 1u) << i;
@@ -323,14 +380,23 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 %if HARD then
     out[PART_MH] = a.mh, out[PART_DH] = a.dh;
 %end
+%if OWNON then
+    out[PART_MO] = a.mo, out[PART_DNO] = a.dno;
+%end
   }
 }
 
 /* Row statistics of pass 2 (also what two-phase saves): G = gscale (c_in q - pscale p) on S and
  * gscale c_out q off S. A row whose four values are all 0 (ignored, or RENORM with M = 0) gets
  * G = 0 without reading its logits. */
+%if DIVX then
+/* DIV: G = gscale Q_k (g_k - E) on S, gscale cout q off S; lqs = log Q_S (renorm). */
+struct row_t {
+  float lse, cout, E, lqs;
+%else
 struct row_t {
   float lse, cout, cin, pscale;
+%end
 %if HARD then
   float lse1; /* lse(z'), the CE's */
 %end
@@ -349,10 +415,14 @@ struct ce_t {
 
 /* The gathered support of one row, in shared memory. */
 struct support_t {
-  int id[K];     /* local column, or -1 for an id outside [OFFSET, OFFSET + V) */
+  int id[K];     /* local column, or < 0 for an id outside [OFFSET, OFFSET + V) */
   float p[K];    /* teacher probability as given (before RENORM); 0 outside [0, VTOT) */
   float lp[K];   /* log max(p, eps) as given */
   float lq[K];   /* log q at the column */
+%if DIVX then
+  float q[K];    /* DIV: the category's Q (0 for an entry off this shard) */
+  float g[K];    /* DIV: its g */
+%end
 };
 
 /* Reads the K ids and values of `row` and the student's log q at each id (lse known). */
@@ -364,12 +434,15 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
     const float val = to_f32(vals[row * K + k]);
     const bool valid = id >= 0 && id < VTOT;                /* counts in M */
     const bool in = id >= OFFSET && id < (i64)OFFSET + V; /* local to this shard */
-#if LOGPROBS
+#if LOGPROBS && DIVX
+    const float p = fexp(val), lp = val; /* DIV floors log P itself (after RENORM's log M) */
+#elif LOGPROBS
     const float p = fexp(val), lp = fmaxf(val, LOG_EPS);
 #else
     const float p = val, lp = flog(fmaxf(val, EPS));
 #endif
-    sup.id[k] = in ? (int)(id - OFFSET) : -1;
+    /* local column; -1 an id outside [0, VTOT) (skipped); -2 (DIV) one of another shard */
+    sup.id[k] = in ? (int)(id - OFFSET) : {{ DIVX and "valid ? -2 : -1" or "-1" }};
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
     sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
@@ -377,6 +450,7 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
   __syncthreads();
 }
 
+%if not DIVX then
 /* Loss of the row (its local terms) and its G coefficients from the gathered support and the
  * merged pass-1 record (lse, d_off / d, d_on / d). Every thread gets both. */
 __device__ __forceinline__ float support_loss(const support_t& sup, float lse, float off_frac,
@@ -428,6 +502,120 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
   return l;
 }
 
+/* The forward KL's G at support entry k, before gscale. */
+__device__ __forceinline__ float support_ds(const support_t& sup, int k, const row_t& rs) {
+  return rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k];
+}
+%else
+enum { MODE_SUMS = 3 }; /* kl_sparse_sums: this shard's sum of Q g over its support */
+#define BETA {{ f32(P.BETA or 0) }}
+
+/* One category's g (returned) and its loss terms (added to *loss), P and Q the teacher's and
+ * student's probabilities, lP = log max(P, eps), lQ = log Q (dense_rows' elem_terms, per
+ * category). */
+__device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float& loss) {
+%if P.DIV == "reverse" then
+  const float g = Q != 0.0f ? lQ - lP : 0.0f; /* Q = 0 (log Q = -inf): the category adds 0 */
+  loss += Q * g;
+  return g;
+%else
+  const float m = BETA * P + (1.0f - BETA) * Q;
+  const float logm = flog(fmaxf(m, 1.17549435e-38f)); /* dense_rows: m may be subnormal */
+  if (P != 0.0f) loss += BETA * P * (lP - logm);
+  if (Q != 0.0f) loss += (1.0f - BETA) * Q * (lQ - logm);
+  /* g less its constant -(1 - beta) log(1 - beta), from P / Q (dense_rows says why); the
+   * division is K per row here, off the streaming path */
+  return Q != 0.0f ? -(1.0f - BETA) *
+                         log1pf(fminf({{ f32((P.BETA or 0) / (1.0 - (P.BETA or 0))) }} * (P / Q), 1e30f))
+                   : 0.0f;
+%end
+}
+
+/* The categories of a DIV row (DIV above): each local support entry's Q and g into sup.q,
+ * sup.g, the row's E and cout into rs (BACKWARD: rs holds them, saved), and the return value:
+ * this shard's loss terms (the tail's on the first shard), or with MODE_SUMS this shard's sum
+ * of Q g over its support. rs.lqs (RENORM: log Q_S) is set before; off_frac = d_off / d and
+ * on_frac = d_on / d from the merged records; e_shards (SHARDED) the shards' sums of Q g. */
+template <int MODE>
+__device__ float div_terms(support_t& sup, float off_frac, float on_frac, float e_shards,
+                           float* sh_f, row_t& rs) {
+  float mp = 0.0f, nv = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) mp += sup.p[k], nv += sup.id[k] != -1;
+  const float M = block_sum<THREADS>(mp, sh_f);
+#if RENORM
+  const bool live = M > 0.0f; /* M = 0: no divergence, as the forward KL's RENORM */
+  const float inv_m = live ? 1.0f / M : 0.0f, log_m = live ? flog(M) : 0.0f;
+#endif
+  float loss = 0.0f, qg = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) {
+    float Q = 0.0f, g = 0.0f;
+#if RENORM
+    if (sup.id[k] >= 0 && live) {
+      const float lQ = sup.lq[k] - rs.lqs, P = sup.p[k] * inv_m;
+#if LOGPROBS
+      const float lP = fmaxf(sup.lp[k] - log_m, LOG_EPS); /* the given log p less log M */
+#else
+      const float lP = flog(fmaxf(P, EPS));
+#endif
+#else
+    if (sup.id[k] >= 0) {
+      const float lQ = sup.lq[k], P = sup.p[k];
+#if LOGPROBS
+      const float lP = fmaxf(sup.lp[k], LOG_EPS);
+#else
+      const float lP = sup.lp[k]; /* log max(p, eps) already */
+#endif
+#endif
+      Q = fexp(lQ);
+      g = cat_terms(P, lP, Q, lQ, loss);
+      qg += Q * g;
+    }
+    sup.q[k] = Q, sup.g[k] = g;
+  }
+  if (MODE == MODE_SUMS) return block_sum<THREADS>(qg, sh_f);
+  __syncthreads(); /* sup.q, sup.g visible to the block (write_g reads them at any k) */
+  if (MODE == MODE_BACKWARD) return 0.0f;
+  float tail_loss = 0.0f, gt = 0.0f, et = 0.0f;
+#if BUCKET
+  /* the tail category exists where a column lies off S: the support's distinct valid ids do
+   * not cover the vocabulary (not off_frac > 0, which underflows where the student puts all
+   * but 1e-38 of its mass on S: the JSD's tail term beta P log(1 / beta) stays) */
+  const bool tail = block_sum<THREADS>(nv, sh_f) < (float)VTOT;
+  if (tail) {
+    const float Pt = fmaxf(1.0f - M, 0.0f);
+    const float lPt = Pt > EPS ? log1pf(-M) : LOG_EPS;
+    /* Q_tail = d_off / d exactly; its log from whichever of Q_S, 1 - Q_S is precise */
+    const float lQt = on_frac < 0.5f ? log1pf(-on_frac) : logf(off_frac);
+    gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss);
+    et = off_frac * gt; /* g is 0 where Q_tail underflowed to 0 */
+  }
+#else
+  (void)off_frac, (void)on_frac;
+#endif
+#if SHARDED
+  rs.E = e_shards + et;
+#else
+  (void)e_shards;
+  rs.E = block_sum<THREADS>(qg, sh_f) + et;
+#endif
+#if BUCKET
+  rs.cout = tail ? gt - rs.E : 0.0f;
+#else
+  rs.cout = 0.0f; /* RENORM: columns off S do not enter the categories */
+#endif
+  loss = block_sum<THREADS>(loss, sh_f);
+#if OFFSET == 0
+  loss += tail_loss; /* one tail category per row: counted on the first shard */
+#endif
+  return loss;
+}
+
+/* The divergence's G at support entry k, before gscale. */
+__device__ __forceinline__ float support_ds(const support_t& sup, int k, const row_t& rs) {
+  return sup.q[k] * (sup.g[k] - rs.E);
+}
+%end
+
 /* G = gscale c_out q over the row, then gscale (c_in q - pscale p) on the support. With INPLACE
  * (16-bit G over fp32 z) the row goes in groups: every thread reads the group, the block
  * synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns [a/2, b/2), read by then. */
@@ -475,7 +663,7 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
     const int id = sup.id[k];
 %if HARD or CAPPED then
     if (id >= 0) {
-      float gk = gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]);
+      float gk = gscale * support_ds(sup, k, rs);
       const float sk = sup.lq[k] + rs.lse; /* the column's score */
 %  if HARD then
       gk += ce.gh * fexp(sk * tz - rs.lse1);
@@ -487,8 +675,7 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       gr[id] = from_f32<grad_t>(gk);
     }
 %else
-    if (id >= 0)
-      gr[id] = from_f32<grad_t>(gscale * (rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k]));
+    if (id >= 0) gr[id] = from_f32<grad_t>(gscale * support_ds(sup, k, rs));
 %end
   }
 %if HARD then
@@ -498,7 +685,7 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
     for (int k = 0; k < K; k++)
       if (sup.id[k] == ce.y) at = k;
     const float q = fexp(ce.sy - rs.lse);
-    float gy = at >= 0 ? gscale * (rs.cin * q - rs.pscale * sup.p[at]) : co * q;
+    float gy = at >= 0 ? gscale * support_ds(sup, at, rs) : co * q;
     gy += ce.gh * (fexp(ce.sy * tz - rs.lse1) - 1.0f);
 %  if CAPPED then
     gy *= cap_slope(ce.sy, invT);
@@ -508,7 +695,9 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
 %end
 }
 
-/* One block per row: pass 2 of the fused and forward modes, and the backward pass. */
+/* One block per row: pass 2 of the fused and forward modes, the backward pass and (DIV) the
+ * split API's kl_sparse_sums. */
+%local function zero_rs() return "rs." .. table.concat(RF, " = rs.") .. " = 0.0f;" end
 template <int MODE>
 __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const id_t* __restrict__ ids,
@@ -525,7 +714,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   const i64 row = row0 + r;
   __shared__ support_t sup;
   __shared__ float sh_f[THREADS / 32];
-  __shared__ float sh_rec[{{ HARD and 4 or 3 }}];
+  __shared__ float sh_rec[6]; /* lse, d_off / d, d_on / d, lse(z'), log Q_S, the shards' E */
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
@@ -534,18 +723,22 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   float loss = 0.0f;
   if (MODE == MODE_BACKWARD) {
     const float* saved = rowstat + ROWSTAT_FLOATS * row;
-    rs.lse = saved[ROWSTAT_LSE], rs.cout = saved[ROWSTAT_COUT];
-    rs.cin = saved[ROWSTAT_CIN], rs.pscale = saved[ROWSTAT_PSCALE];
+%for _, f in ipairs(RF) do
+    rs.{{ f }} = saved[ROWSTAT_{{ f:upper() }}];
+%end
 %if HARD then
     rs.lse1 = saved[ROWSTAT_LSE1];
 %end
-    if (!kept) rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
-%if HARD then
-    if (kept) /* the CE's gradient needs the row however little teacher mass it has */
+    if (!kept) {{ zero_rs() }}
+%if HARD or DIVX then
+    if (kept) /* the CE's gradient (DIV: the categories) need the row whatever its mass */
 %else
     if (rs.cout != 0.0f || rs.cin != 0.0f || rs.pscale != 0.0f)
 %end
       gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
+%if DIVX then
+    if (kept) div_terms<MODE_BACKWARD>(sup, 0.0f, 0.0f, 0.0f, sh_f, rs); /* sup.q, sup.g */
+%end
   } else if (kept) {
     if (threadIdx.x == 0) {
       /* merge the row's records in order: record k at part + (r srow + k srec) PART_FLOATS, the
@@ -554,12 +747,26 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if HARD then
       float mh = KL_NEG_INF, dh = 0.0f;
 %end
+%if OWNON then
+      float mo = KL_NEG_INF, dno = 0.0f;
+%end
+%if SHARDED then
+      float es = 0.0f;
+%end
       for (int k = 0; k < nrec; k++) {
         const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
 %if HARD then
         const float mm1 = fmaxf(mh, rec[PART_MH]);
         if (mm1 != KL_NEG_INF)
           dh = dh * expf(mh - mm1) + rec[PART_DH] * expf(rec[PART_MH] - mm1), mh = mm1;
+%end
+%if OWNON then
+        const float mmo = fmaxf(mo, rec[PART_MO]);
+        if (mmo != KL_NEG_INF)
+          dno = dno * expf(mo - mmo) + rec[PART_DNO] * expf(rec[PART_MO] - mmo), mo = mmo;
+%end
+%if SHARDED then
+        es += rec[PART_S]; /* each shard's sum of Q g over its support (kl_sparse_sums) */
 %end
         const float mm = fmaxf(m, rec[PART_M]);
         if (mm == KL_NEG_INF) continue;
@@ -571,16 +778,38 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if HARD then
       sh_rec[3] = mh + logf(dh);
 %end
+%if OWNON then
+      sh_rec[4] = mo + logf(dno) - sh_rec[0]; /* log Q_S, with no underflow of d_on / d */
+%end
+%if SHARDED then
+      sh_rec[5] = es;
+%end
     }
     __syncthreads();
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
     gather(sup, zr, ids, vals, bias, row, invT, lse);
+%if DIVX then
+    rs.lse = lse;
+    rs.lqs = {{ OWNON and "sh_rec[4]" or "0.0f" }};
+    loss = div_terms<MODE>(sup, off_frac, on_frac, {{ SHARDED and "sh_rec[5]" or "0.0f" }}, sh_f, rs);
+    if (MODE == MODE_SUMS) { /* this shard's part of E, into its own record's slot S */
+      if (threadIdx.x == 0) rowstat[row * PART_FLOATS + PART_S] = loss;
+      return;
+    }
+%else
     loss = support_loss(sup, lse, off_frac, on_frac, sh_f, rs);
+%end
 %if HARD then
     rs.lse1 = sh_rec[3];
 %end
   } else {
-    rs.lse = rs.cout = rs.cin = rs.pscale = 0.0f;
+%if DIVX then
+    if (MODE == MODE_SUMS) {
+      if (threadIdx.x == 0) rowstat[row * PART_FLOATS + PART_S] = 0.0f;
+      return;
+    }
+%end
+    {{ zero_rs() }}
 %if HARD then
     rs.lse1 = 0.0f;
 %end
@@ -612,15 +841,16 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   if (MODE == MODE_FORWARD) {
     if (threadIdx.x == 0) {
       float* saved = rowstat + ROWSTAT_FLOATS * row;
-      saved[ROWSTAT_LSE] = rs.lse, saved[ROWSTAT_COUT] = rs.cout;
-      saved[ROWSTAT_CIN] = rs.cin, saved[ROWSTAT_PSCALE] = rs.pscale;
+%for _, f in ipairs(RF) do
+      saved[ROWSTAT_{{ f:upper() }}] = rs.{{ f }};
+%end
 %if HARD then
       saved[ROWSTAT_LSE1] = rs.lse1;
 %end
     }
     return;
   }
-%if HARD then
+%if HARD or DIVX then
   if (!kept) {
 %else
   if (rs.cout == 0.0f && rs.cin == 0.0f && rs.pscale == 0.0f) {
@@ -646,10 +876,21 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
                             nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
+%if DIVX then
+
+/* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
+ * shard's, as pass 2 does), sums Q g over this shard's support entries and writes it to slot S
+ * of the row's record in out (slot S only: part may be the same buffer). An ignored row: 0. */
+{{ K.kernel("kl_sparse_sums") }} {
+  sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+                        part, nrec, srow, srec, out, nullptr, nullptr, 0, row0);
+}
+%end
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT records, in
- * order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's, else 0; the
- * padding 0; an ignored row: zeros; pass 2 never reads it). */
+ * order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's, mo, dno the
+ * support's own (max, sum-exp) with RENORM and DIV, S NaN on a shard with DIV: else 0; an
+ * ignored row: zeros; pass 2 never reads it). */
 {{ K.kernel("kl_sparse_merge") }} {
   const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
@@ -659,12 +900,20 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if HARD then
     float mh = KL_NEG_INF, dh = 0.0f;
 %end
+%if OWNON then
+    float mo = KL_NEG_INF, dno = 0.0f;
+%end
     for (int k = 0; k < SPLIT; k++) {
       const float* p = part + ((i64)r * SPLIT + k) * PART_FLOATS;
 %if HARD then
       const float mm1 = fmaxf(mh, p[PART_MH]);
       if (mm1 != KL_NEG_INF)
         dh = dh * expf(mh - mm1) + p[PART_DH] * expf(p[PART_MH] - mm1), mh = mm1;
+%end
+%if OWNON then
+      const float mmo = fmaxf(mo, p[PART_MO]);
+      if (mmo != KL_NEG_INF)
+        dno = dno * expf(mo - mmo) + p[PART_DNO] * expf(p[PART_MO] - mmo), mo = mmo;
 %end
       const float mm = fmaxf(m, p[PART_M]);
       if (mm == KL_NEG_INF) continue;
@@ -674,6 +923,12 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     rec[PART_M] = m, rec[PART_D_ON] = don, rec[PART_D_OFF] = doff;
 %if HARD then
     rec[PART_MH] = mh, rec[PART_DH] = dh; /* the CE's (max, sum-exp) of z' */
+%end
+%if OWNON then
+    rec[PART_MO] = mo, rec[PART_DNO] = dno; /* the support's own (max, sum-exp) */
+%end
+%if SHARDED then
+    rec[PART_S] = __int_as_float(0x7fc00000); /* NaN until kl_sparse_sums writes this shard's sum */
 %end
   }
   float* o = out + (row0 + r) * PART_FLOATS;

@@ -641,7 +641,125 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
   return worst;
 }
 
+/* ---- the online teacher's checked mode (issue 29) ------------------------------------------ */
+
+static kljit_context *the_ctx;
+
+/* kljit_fused (or kljit_forward) with KLJIT_FLAG_CHECK_INPUTS on an online teacher (a head of
+ * V + 16 rows, with its bias) with one defect: 0 none (must succeed), 1 NaN in teacher_input row
+ * 17, 2 +inf in teacher_weight row 123, 3 NaN in teacher_bias[45], 4 NaN in teacher_input row 3,
+ * whose label is ignored (not checked: must succeed), 5 NaN in head row V + 3, which the loss
+ * never reads (must succeed); with row weights (KLJIT_FLAG_ROW_WEIGHTS, the same check kernel):
+ * 6 a weight of -1 on row 9, 7 NaN weight on the ignored row 3 (not checked) and NaN in
+ * teacher_input row 17, 8 good weights (must succeed). A refused call writes nothing (the
+ * poisoned outputs stay NaN). */
+static int online_checked_run(int defect, int fused, const char *want) {
+  int rc = gpu_test_context(&the_ctx);
+  if (rc != TH_PASS) return rc;
+  const int64_t n = 40, h = 32, v = 500, vt = v + 16, ht = 24;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = h, pb.vocab = v, pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = ht;
+  pb.teacher_vocab = vt, pb.label_dtype = KLJIT_INT64;
+  pb.flags = KLJIT_FLAG_CHECK_INPUTS | KLJIT_FLAG_TEACHER_BIAS;
+  const int weighted = defect >= 6;
+  if (weighted) pb.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+  kljit_plan *plan = NULL;
+  TH_OK(kljit_plan_create(the_ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+  size_t ws = 0;
+  TH_OK(kljit_plan_workspace_size(plan, fused ? KLJIT_MODE_FUSED : KLJIT_MODE_FORWARD, n, &ws));
+  size_t saved = 0;
+  TH_OK(kljit_plan_saved_size(plan, n, &saved));
+  double *x = malloc(sizeof(double) * n * h), *w = malloc(sizeof(double) * v * h);
+  double *xt = malloc(sizeof(double) * n * ht), *wt = malloc(sizeof(double) * vt * ht);
+  double bt[516], lab[40], rw[40];
+  host_rng rng = {31};
+  for (int64_t i = 0; i < n * h; i++) x[i] = host_normal(&rng);
+  for (int64_t i = 0; i < v * h; i++) w[i] = 0.1 * host_normal(&rng);
+  for (int64_t i = 0; i < n * ht; i++) xt[i] = host_normal(&rng);
+  for (int64_t i = 0; i < vt * ht; i++) wt[i] = 0.2 * host_normal(&rng);
+  for (int64_t i = 0; i < vt; i++) bt[i] = host_normal(&rng);
+  for (int64_t i = 0; i < n; i++) lab[i] = i == 3 ? -100 : (double)(i * 7 % v);
+  if (defect == 1) xt[17 * ht + 5] = NAN;
+  if (defect == 2) wt[123 * ht + ht - 1] = INFINITY;
+  if (defect == 3) bt[45] = NAN;
+  if (defect == 4) xt[3 * ht] = NAN;
+  if (defect == 5) wt[(v + 3) * ht + 1] = NAN;
+  for (int64_t i = 0; i < n; i++) rw[i] = 0.5 + 0.01 * (double)i;
+  if (defect == 6) rw[9] = -1.0;
+  if (defect == 7) rw[3] = NAN, xt[17 * ht + 2] = NAN;
+  gbuf X, W, XT, WT, BT, L, RW, LOSS, DX, DW, WS, SV;
+  int fail = gbuf_alloc(&X, KLJIT_BF16, n * h) | gbuf_alloc(&W, KLJIT_BF16, v * h) |
+             gbuf_alloc(&XT, KLJIT_BF16, n * ht) | gbuf_alloc(&WT, KLJIT_BF16, vt * ht) |
+             gbuf_alloc(&BT, KLJIT_BF16, vt) | gbuf_alloc(&L, KLJIT_INT64, n) |
+             gbuf_alloc(&LOSS, KLJIT_FP32, 1) | gbuf_alloc(&DX, KLJIT_BF16, n * h) |
+             gbuf_alloc(&DW, KLJIT_FP32, v * h) | gbuf_alloc(&WS, KLJIT_INT32, ws / 4 + 1) |
+             gbuf_alloc(&SV, KLJIT_FP32, saved / 4 + 1) | gbuf_alloc(&RW, KLJIT_FP32, n);
+  fail |= gbuf_upload(&X, x, NULL) | gbuf_upload(&W, w, NULL) | gbuf_upload(&XT, xt, NULL) |
+          gbuf_upload(&WT, wt, NULL) | gbuf_upload(&BT, bt, NULL) | gbuf_upload(&L, lab, NULL) |
+          gbuf_upload(&RW, rw, NULL);
+  fail |= gbuf_poison(&LOSS) | gbuf_poison(&DX) | gbuf_poison(&DW) | gbuf_poison(&SV);
+  TH_CHECK(!fail);
+  kljit_args a = KLJIT_ARGS_INIT;
+  a.rows = n, a.input = X.ptr, a.weight = W.ptr, a.labels = L.ptr, a.loss = LOSS.ptr;
+  a.teacher_input = XT.ptr, a.teacher_weight = WT.ptr, a.teacher_bias = BT.ptr;
+  a.workspace = WS.ptr, a.workspace_size = ws;
+  if (weighted) a.row_weights = RW.ptr;
+  if (fused) a.grad_input = DX.ptr, a.grad_weight = DW.ptr;
+  else a.saved = SV.ptr;
+  const kljit_status st = fused ? kljit_fused(plan, NULL, &a) : kljit_forward(plan, NULL, &a);
+  printf("online teacher, %s, defect %d: %s: %s\n", fused ? "fused" : "forward", defect,
+         kljit_status_string(st), st ? kljit_last_error() : "");
+  double loss = 0, *dx = malloc(sizeof(double) * n * h);
+  fail = gbuf_download(&LOSS, &loss) | gbuf_download(&DX, dx);
+  int ok = !fail;
+  if (!want) {
+    ok = ok && st == KLJIT_SUCCESS && isfinite(loss);
+  } else {
+    ok = ok && st == KLJIT_ERR_BAD_INPUT_DATA && strstr(kljit_last_error(), want) &&
+         strstr(kljit_last_error(), "NaN or infinite") && isnan(loss) && isnan(dx[0]);
+  }
+  gbuf *bufs[] = {&X, &W, &XT, &WT, &BT, &L, &RW, &LOSS, &DX, &DW, &WS, &SV};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
+  free(x), free(w), free(xt), free(wt), free(dx);
+  kljit_plan_destroy(plan);
+  return ok ? TH_PASS : TH_FAIL;
+}
+
+static int online_teacher_checked_mode_reports_its_input_head_and_bias(void) {
+  static const struct {
+    int defect;
+    const char *want;
+  } runs[] = {{0, NULL},
+              {1, "teacher_input row 17"},
+              {2, "teacher_weight row 123"},
+              {3, "teacher_bias element 45"},
+              {4, NULL},
+              {5, NULL},
+              {6, "row_weights row 9"},
+              {7, "teacher_input row 17"},
+              {8, NULL}};
+  int worst = TH_PASS;
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+    for (int fused = 0; fused < 2; fused++) {
+      const int rc = online_checked_run(runs[i].defect, fused, runs[i].want);
+      if (rc == TH_SKIP) return rc;
+      if (rc != TH_PASS) worst = TH_FAIL;
+    }
+  /* checked, with good inputs, the results are the unchecked ones against fp64 */
+  gcase c = gcase_base();
+  c.form = KLJIT_TEACHER_DENSE_HIDDEN, c.ht = 48, c.teacher_bias = 1;
+  c.flags = KLJIT_FLAG_CHECK_INPUTS, c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+  if (gcase_check(&c) != TH_PASS) worst = TH_FAIL;
+  c.fused = 0, c.red = KLJIT_REDUCTION_NONE, c.dt = c.tdt = KLJIT_FP32;
+  if (gcase_check(&c) != TH_PASS) worst = TH_FAIL;
+  c.fused = 1, c.red = KLJIT_REDUCTION_BATCHMEAN, c.row_weights = 1, c.outputs = 1;
+  if (gcase_check(&c) != TH_PASS) worst = TH_FAIL;
+  return worst;
+}
+
 static const th_case cases[] = {
+    {"online_teacher_checked_mode_reports_its_input_head_and_bias",
+     online_teacher_checked_mode_reports_its_input_head_and_bias},
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
     {"vocab_sizes_with_ragged_tails", vocab_sizes_with_ragged_tails},

@@ -528,6 +528,35 @@ static int sparse_with_ce_and_softcap(void) {
   return run_case(&c);
 }
 
+/* Issue 29: the top-K teacher's reverse KL and JSD on shards: the second round sums Q g over
+ * each shard's support (kl_sparse_sums), the tail category is global (M and Q_tail from every
+ * record) and counted on the first shard, RENORM's log Q_S from the support's own (max,
+ * sum-exp) merged over the shards. */
+static int sparse_reverse_kl_bucket_with_ce(void) {
+  const scase c = {"sparse reverse KL, BUCKET, K = 50, CE 0.5 + soft 0.5, bias, mean",
+                   KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS, 1, 1, 1.0, 0, 50,
+                   KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.5, 0.5, 0.0, 0};
+  return run_case(&c);
+}
+
+static int sparse_jsd_renorm_logprobs(void) {
+  const scase c = {"sparse JSD 0.4, RENORM log-probs, K = 64, T = 1.5, softcap 8",
+                   KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_RENORM,
+                   KLJIT_TOPK_LOGPROBS, 1, 0, 1.5, 0, 64,
+                   KLJIT_DIVERGENCE_JSD, 0.4, 0.0, 0.0, 8.0, 0};
+  return run_case(&c);
+}
+
+static int sparse_jsd_bucket_k_above_a_shard(void) {
+  /* K = 200 exceeds every shard's vocabulary at tp = 8 */
+  const scase c = {"sparse JSD 0.7, BUCKET, K = 200, sum",
+                   KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_SUM, KLJIT_TAIL_BUCKET,
+                   KLJIT_TOPK_PROBS, 0, 1, 1.0, 0, 200,
+                   KLJIT_DIVERGENCE_JSD, 0.7, 0.0, 0.0, 0.0, 0};
+  return run_case(&c);
+}
+
 /* The tuner times a reverse-KL shard's three calls (stats, sums, finish). */
 static int reverse_measured_in(const char *dir) {
   th_private_wisdom(dir);
@@ -602,5 +631,8 @@ static const th_case cases[] = {
     {"skew_forward_kl_with_ce_extras_and_softcap", skew_forward_kl_with_ce_extras_and_softcap},
     {"skew_reverse_kl_online_teacher_with_row_weights",
      skew_reverse_kl_online_teacher_with_row_weights},
+    {"sparse_reverse_kl_bucket_with_ce", sparse_reverse_kl_bucket_with_ce},
+    {"sparse_jsd_renorm_logprobs", sparse_jsd_renorm_logprobs},
+    {"sparse_jsd_bucket_k_above_a_shard", sparse_jsd_bucket_k_above_a_shard},
 };
 TH_MAIN(cases)

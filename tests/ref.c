@@ -17,6 +17,12 @@
  *   |p - q|, g = sign(q - p) / 2 (0 at p = q); SKEW_FORWARD_KL(a) m = a p + (1 - a) q, l = sum
  *   p (log p - log m), g = -(1 - a) p / m; SKEW_REVERSE_KL(a) m = a q + (1 - a) p, l = sum q
  *   (log q - log m), g = log(q / m) - a q / m; a = 0 takes the forward and reverse KL)
+ *   sparse, the reverse KL and the JSD (kljit.h): dense-from-sparse, the dense divergence of
+ *   the category distributions P, Q (BUCKET: S and the tail, P_tail = max(1 - M, 0), Q_tail =
+ *   1 - Q_S, no tail category when S covers V; RENORM: S with P = p / M, Q = q / Q_S; M = 0:
+ *   nothing), then dl/ds_v = Q'_v (g_c(v) - E) with Q'_v = q_v (BUCKET: on S and, with the
+ *   tail's g, off S) or q_v / Q_S (RENORM, on S; 0 off S), E = sum_c Q_c g_c. Distinct ids
+ *   only.
  *   softcap c: z' = c tanh(z / c) replaces z everywhere (s = z' / T), dz'/dz = 1 / cosh^2(z / c)
  *   CE = lse(z') - (1 - ls) z'_y - ls / V sum_v z'_v + zl lse(z')^2 (y = labels[i]),
  *   dCE/dz'_v = (1 + 2 zl lse(z')) softmax(z')_v - (1 - ls) [v = y] - ls / V
@@ -41,6 +47,8 @@
  *     rounding error, so the term is dropped as well (this keeps K = V equal to dense).
  *   - LOGPROBS values: log max(p, eps) is computed as max(log p, log eps), so a given -inf is
  *     p = 0 and contributes nothing; the given log p is used directly above eps.
+ *   - The sparse reverse KL and JSD refuse a row with duplicate ids (kljit leaves them
+ *     unspecified) and TAIL_NONE (kljit refuses it).
  *
  * Numerics: logits by double dot products with four partial sums, log-sum-exp with the maximum
  * subtracted, the V- and K-long sums in long double. 1 - Q_S is summed over the vocabulary
@@ -173,8 +181,15 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
       if (pb->topk < 1) return ref_fail("topk must be >= 1", (long long)pb->topk);
       if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL &&
           !(pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0) &&
-          !(pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0))
-        return ref_fail("the sparse teacher takes the forward KL only", (long long)pb->divergence);
+          !(pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0)) {
+        if (pb->tail == KLJIT_TAIL_NONE)
+          return ref_fail("TAIL_NONE takes the forward KL only", (long long)pb->divergence);
+        if (pb->divergence != KLJIT_DIVERGENCE_REVERSE_KL &&
+            pb->divergence != KLJIT_DIVERGENCE_JSD &&
+            !(pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
+          return ref_fail("the sparse teacher takes the forward KL, the reverse KL and the JSD",
+                          (long long)pb->divergence);
+      }
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
         return ref_fail("unknown topk_values", (long long)pb->topk_values);
@@ -209,6 +224,7 @@ typedef struct ref_row {
   double *tp;   /* [V] teacher log-probs (DENSE_LOGITS), scratch (BUCKET) */
   double *pk;   /* [K] teacher probabilities on the support */
   double *lpk;  /* [K] log max(p, eps) on the support */
+  double *cat;  /* [5 (K + 1)] the sparse divergences' categories: P, log P, Q, log Q, g - E */
   int32_t *cnt; /* [V] occurrences of each id in the row (BUCKET) */
 } ref_row;
 
@@ -239,6 +255,49 @@ static void ref_teacher_dense(const kljit_problem *pb, const double *t, double T
   }
 }
 
+/* The divergence D of two distributions over n categories (P, log max(P, eps); Q, log Q): the
+ * reverse KL (reverse), else pb's TVD, skew KLs (pb->skew_alpha) or JSD(beta); and in ge each
+ * g_c - E, g = dD/dQ: log Q - log P (+ 1, which cancels) for the reverse KL, (1 - beta) log(Q /
+ * m) for the JSD, sign(Q - P) / 2 for TVD, -(1 - a) P / m for the skew forward KL, log(Q / m) -
+ * a Q / m (+ 1) for the skew reverse KL; E = sum Q g. dD/ds for scores s whose softmax gives Q
+ * is then Q (g - E). */
+static double ref_div_categories(const kljit_problem *pb, int64_t n, const double *P,
+                                 const double *lP, const double *Q, const double *lQ, double *ge,
+                                 int reverse, double beta) {
+  const kljit_divergence div = pb->divergence;
+  const double a = pb->skew_alpha;
+  long double l = 0.0L, qg = 0.0L;
+  for (int64_t c = 0; c < n; c++) {
+    const double q = Q[c], p = P[c];
+    double g;
+    if (reverse) {
+      g = lQ[c] - lP[c];
+      if (q != 0.0) l += (long double)q * g;
+    } else if (div == KLJIT_DIVERGENCE_TVD) {
+      g = q > p ? 0.5 : q < p ? -0.5 : 0.0;
+      l += 0.5L * fabsl((long double)q - p);
+    } else if (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL) {
+      const double m = a * p + (1.0 - a) * q;
+      g = m > 0.0 ? -(1.0 - a) * p / m : 0.0;
+      if (p != 0.0) l += (long double)p * (lP[c] - log(m));
+    } else if (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL) {
+      const double m = a * q + (1.0 - a) * p, logm = log(m);
+      g = q != 0.0 ? lQ[c] - logm - a * q / m : 0.0; /* q > 0 makes m > 0 */
+      if (q != 0.0) l += (long double)q * (lQ[c] - logm);
+    } else {
+      const double m = beta * p + (1.0 - beta) * q;
+      const double logm = log(m);
+      g = m > 0.0 ? (1.0 - beta) * (lQ[c] - logm) : 0.0;
+      if (p != 0.0) l += (long double)(beta * p) * (lP[c] - logm);
+      if (q != 0.0) l += (long double)((1.0 - beta) * q) * (lQ[c] - logm);
+    }
+    ge[c] = g;
+    qg += (long double)q * g;
+  }
+  for (int64_t c = 0; c < n; c++) ge[c] -= (double)qg;
+  return (double)l;
+}
+
 /* The divergence of a dense row (teacher in r->p, r->lp; student in r->q, r->logq): loss l
  * and ds = dl/ds. */
 static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *ds) {
@@ -261,39 +320,65 @@ static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *d
     for (int64_t v = 0; v < V; v++) ds[v] += (double)sum_p * r->q[v];
     return (double)l;
   }
-  /* ds = q (g - sum q g) with g = dl/dq: log q - log p (+ 1, which cancels) for the reverse
-   * KL, (1 - beta) log(q / m) for the JSD, sign(q - p) / 2 for TVD, -(1 - a) p / m for the
-   * skew forward KL, log(q / m) - a q / m (+ 1) for the skew reverse KL */
-  long double qg = 0.0L;
-  for (int64_t v = 0; v < V; v++) {
-    const double q = r->q[v], p = r->p[v];
-    double g;
-    if (reverse) {
-      g = r->logq[v] - r->lp[v];
-      if (q != 0.0) l += (long double)q * g;
-    } else if (div == KLJIT_DIVERGENCE_TVD) {
-      g = q > p ? 0.5 : q < p ? -0.5 : 0.0;
-      l += 0.5L * fabsl((long double)q - p);
-    } else if (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL) {
-      const double m = a * p + (1.0 - a) * q;
-      g = m > 0.0 ? -(1.0 - a) * p / m : 0.0;
-      if (p != 0.0) l += (long double)p * (r->lp[v] - log(m));
-    } else if (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL) {
-      const double m = a * q + (1.0 - a) * p, logm = log(m);
-      g = q != 0.0 ? r->logq[v] - logm - a * q / m : 0.0; /* q > 0 makes m > 0 */
-      if (q != 0.0) l += (long double)q * (r->logq[v] - logm);
-    } else {
-      const double m = beta * r->p[v] + (1.0 - beta) * q;
-      const double logm = log(m);
-      g = m > 0.0 ? (1.0 - beta) * (r->logq[v] - logm) : 0.0;
-      if (r->p[v] != 0.0) l += (long double)(beta * r->p[v]) * (r->lp[v] - logm);
-      if (q != 0.0) l += (long double)((1.0 - beta) * q) * (r->logq[v] - logm);
+  const double d = ref_div_categories(pb, V, r->p, r->lp, r->q, r->logq, ds, reverse, beta);
+  for (int64_t v = 0; v < V; v++) ds[v] *= r->q[v];
+  return d;
+}
+
+/* The sparse reverse KL and JSD, dense-from-sparse (the header): r->pk, r->lpk hold the support's
+ * p and log max(p, eps) as given, M their sum. */
+static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const double *vals,
+                              const ref_row *r, int64_t row, long double M, double *ds,
+                              double *l_out) {
+  const int64_t V = pb->vocab, K = pb->topk;
+  const double log_eps = log(pb->eps);
+  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->beta == 1.0 ||
+                      pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL; /* alpha 0 here */
+  double *P = r->cat, *lP = P + (K + 1), *Q = lP + (K + 1), *lQ = Q + (K + 1);
+  double *ge = lQ + (K + 1);
+  memset(r->cnt, 0, (size_t)V * sizeof *r->cnt);
+  for (int64_t k = 0; k < K; k++)
+    if (r->cnt[ids[k]]++)
+      return ref_fail("the sparse reverse KL / JSD: a duplicate id in this row", (long long)row);
+  memset(ds, 0, (size_t)V * sizeof *ds);
+  *l_out = 0.0;
+  int64_t off = 0; /* log q of the columns off S, for log(1 - Q_S) */
+  for (int64_t v = 0; v < V; v++)
+    if (!r->cnt[v]) r->tp[off++] = r->logq[v];
+  for (int64_t k = 0; k < K; k++) r->tp[off + k] = r->logq[ids[k]]; /* log q on S, after */
+  int64_t n = K;
+  if (pb->tail == KLJIT_TAIL_RENORM) {
+    if (M == 0.0L) return 0; /* nothing, as the forward KL's RENORM */
+    const double m = (double)M, log_m = log(m);
+    const double log_qs = ref_lse(r->tp + off, K); /* log Q_S over the support itself */
+    for (int64_t k = 0; k < K; k++) {
+      P[k] = r->pk[k] / m;
+      const double lp = pb->topk_values == KLJIT_TOPK_PROBS ? log(P[k] > pb->eps ? P[k] : pb->eps)
+                                                            : vals[k] - log_m;
+      lP[k] = lp > log_eps ? lp : log_eps;
+      lQ[k] = r->logq[ids[k]] - log_qs;
+      Q[k] = exp(lQ[k]);
     }
-    ds[v] = g;
-    qg += (long double)q * g;
+  } else { /* BUCKET: S, and the tail where a column lies off S */
+    for (int64_t k = 0; k < K; k++) {
+      P[k] = r->pk[k], lP[k] = r->lpk[k];
+      Q[k] = r->q[ids[k]], lQ[k] = r->logq[ids[k]];
+    }
+    if (off > 0) {
+      const double t = (double)(1.0L - M);
+      P[K] = t > 0.0 ? t : 0.0;
+      lP[K] = P[K] > pb->eps ? log(P[K]) : log_eps;
+      lQ[K] = ref_lse(r->tp, off); /* log(1 - Q_S), summed off S */
+      Q[K] = exp(lQ[K]);
+      n = K + 1;
+    }
   }
-  for (int64_t v = 0; v < V; v++) ds[v] = r->q[v] * (ds[v] - (double)qg);
-  return (double)l;
+  *l_out = ref_div_categories(pb, n, P, lP, Q, lQ, ge, reverse, pb->beta);
+  for (int64_t k = 0; k < K; k++) ds[ids[k]] = Q[k] * ge[k];
+  if (n == K + 1)
+    for (int64_t v = 0; v < V; v++)
+      if (!r->cnt[v]) ds[v] = r->q[v] * ge[K];
+  return 0;
 }
 
 /* Sparse teacher row ids[K], vals[K]: loss *l and ds. Nonzero when the row cannot be computed. */
@@ -312,6 +397,10 @@ static int ref_row_sparse(const kljit_problem *pb, const int64_t *ids, const dou
     }
     M += r->pk[k];
   }
+  if (pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ||
+      (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta != 0.0) ||
+      (pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
+    return ref_row_sparse_div(pb, ids, vals, r, row, M, ds, l_out);
   if (pb->tail == KLJIT_TAIL_RENORM) {
     if (M == 0.0L) {
       memset(ds, 0, (size_t)V * sizeof *ds);
@@ -424,9 +513,10 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
   r.cnt = malloc((size_t)V * sizeof(int32_t));
   r.pk = malloc((size_t)(K ? K : 1) * sizeof(double));
   r.lpk = malloc((size_t)(K ? K : 1) * sizeof(double));
+  r.cat = malloc((size_t)(5 * (K + 1)) * sizeof(double));
   int rc = 0;
   if (!zb || !gb || !r.q || !r.tp || !r.cnt || !r.pk || !r.lpk || !r.zc || !r.dc || !r.p ||
-      !r.lp || !r.tz)
+      !r.lp || !r.tz || !r.cat)
     rc = ref_fail("out of host memory for V", (long long)V);
 
   if (rc == 0 && out->dw) memset(out->dw, 0, (size_t)(V * H) * sizeof(double));
@@ -528,7 +618,7 @@ int ref_compute(const ref_inputs *in, ref_outputs *out) {
     }
   }
   free(zb), free(gb), free(r.q), free(r.tp), free(r.cnt), free(r.pk), free(r.lpk);
-  free(r.zc), free(r.dc), free(r.p), free(r.lp), free(r.tz);
+  free(r.zc), free(r.dc), free(r.p), free(r.lp), free(r.tz), free(r.cat);
   if (rc) return rc;
   out->loss = (double)(c * total);
   out->loss_soft = (double)(c * total_soft);

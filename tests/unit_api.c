@@ -305,11 +305,11 @@ typedef struct assignment {
   double v;
 } assignment;
 
-/* One problem: valid_problem() with up to four assignments, the status it must get and up
+/* One problem: valid_problem() with up to seven assignments, the status it must get and up
  * to two substrings its message must contain (for a rejection: the field and its value). */
 typedef struct check_case {
   const char *what;
-  assignment set[5];
+  assignment set[7];
   kljit_status want;
   const char *msg[2];
 } check_case;
@@ -471,7 +471,9 @@ static int run_table(const check_case *t, size_t n) {
   int bad = 0;
   for (size_t i = 0; i < n; i++) {
     kljit_problem pb = valid_problem();
-    for (int k = 0; k < 4; k++) set_field(&pb, t[i].set[k].f, t[i].set[k].v);
+    /* every assignment of the entry (the table's widest entries set 5 fields) */
+    for (size_t k = 0; k < sizeof t[i].set / sizeof t[i].set[0]; k++)
+      set_field(&pb, t[i].set[k].f, t[i].set[k].v);
     bad += !expect_check(&pb, t[i].what, t[i].want, t[i].msg);
   }
   return bad;
@@ -533,16 +535,25 @@ static int plan_check_accepts_valid_problems_at_the_limits(void) {
  * sparse support: KLJIT_ERR_UNSUPPORTED with a sentence, never a plan that computes something
  * else. The defaults spelled out (and JSD's end point beta = 0, the forward KL) are accepted. */
 static const check_case families[] = {
-    {"sparse reverse KL", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, UNSUPPORTED,
-     {"sparse teacher takes the forward KL only", "reverse KL"}},
-    {"sparse JSD", {SPARSE, JSD(0.5)}, UNSUPPORTED, {"forward KL only", "off the support"}},
+    {"sparse reverse KL, TAIL_NONE", {SPARSE, {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}},
+     UNSUPPORTED, {"KLJIT_TAIL_NONE takes the forward KL only", "reverse KL"}},
+    {"sparse JSD, TAIL_NONE", {SPARSE, JSD(0.5)}, UNSUPPORTED,
+     {"forward KL only", "KLJIT_TAIL_BUCKET"}},
+    {"sparse reverse KL, BUCKET", {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET},
+     {F_DIV, KLJIT_DIVERGENCE_REVERSE_KL}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse JSD, RENORM, CE and softcap", {SPARSE, {F_TAIL, KLJIT_TAIL_RENORM}, JSD(0.5),
+     {F_HARD, 0.5}, {F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sharded sparse JSD, BUCKET", {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET}, JSD(0.25),
+     {F_VTOT, 2000}, {F_SHARDS, 2}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse JSD 0 with TAIL_NONE (the forward KL)", {SPARSE, JSD(0.0)}, KLJIT_SUCCESS,
+     {NULL, NULL}},
     {"sparse CE mixing", {SPARSE, {F_HARD, 0.5}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse soft weight", {SPARSE, {F_SOFT, 0.25}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse softcap", {SPARSE, {F_CAP, 30}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sharded sparse CE mixing", {SPARSE, {F_VTOT, 2000}, {F_SHARDS, 2}, {F_HARD, 1}},
      KLJIT_SUCCESS, {NULL, NULL}},
     {"online teacher, checked", {{F_TEACHER, KLJIT_TEACHER_DENSE_HIDDEN}, {F_THIDDEN, 32},
-     {F_FLAGS, KLJIT_FLAG_CHECK_INPUTS}}, UNSUPPORTED, {"KLJIT_FLAG_CHECK_INPUTS", "no teacher array"}},
+     {F_FLAGS, KLJIT_FLAG_CHECK_INPUTS}}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse padded teacher", {SPARSE, {F_TVOCAB, 1024}}, UNSUPPORTED,
      {"teacher_vocab / teacher_ld", "student vocabulary"}},
     {"sharded padded teacher", {{F_VTOT, 2000}, {F_SHARDS, 2}, {F_TLD, 1024}}, UNSUPPORTED,
@@ -600,6 +611,12 @@ static const check_case families[] = {
     {"sparse skew reverse KL", {SPARSE, SKEWR(0.1)}, UNSUPPORTED, {"skew reverse KL", NULL}},
     {"sparse skew forward KL 0 (the forward KL)", {SPARSE, SKEWF(0.0)}, KLJIT_SUCCESS,
      {NULL, NULL}},
+    {"sparse TVD, BUCKET", {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET}, TVD}, UNSUPPORTED,
+     {"the TVD with the sparse teacher", "the reverse KL and the JSD only"}},
+    {"sparse skew forward KL, RENORM", {SPARSE, {F_TAIL, KLJIT_TAIL_RENORM}, SKEWF(0.2)},
+     UNSUPPORTED, {"the skew forward KL with the sparse teacher", "the JSD only"}},
+    {"sparse skew reverse KL 0 (the reverse KL), BUCKET",
+     {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET}, SKEWR(0.0)}, KLJIT_SUCCESS, {NULL, NULL}},
     {"sparse row weights", {SPARSE, {F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS}}, UNSUPPORTED,
      {"KLJIT_FLAG_ROW_WEIGHTS", "sparse teacher"}},
     {"sparse label smoothing", {SPARSE, {F_HARD, 1}, {F_LS, 0.1}}, UNSUPPORTED,

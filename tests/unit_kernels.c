@@ -619,11 +619,40 @@ static int add_loss_families(space *s) {
     const int r = add_problem(s, &sp);
     if (r != TH_PASS) return r;
   }
+  /* issue 29: the top-K teacher's reverse KL and JSD over both tails (RENORM's stats pass
+   * keeps the support's own (max, sum-exp)), value forms and logits dtypes, with CE, a cap,
+   * checked mode, and on the first and a later shard (their second round's sums kernel) */
+  for (int i = 0; i < 6; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i % 3 == 2 ? 151936 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = i == 5 ? 1024 : 100;
+    sp.teacher_dtype = DTYPES[(i + 1) % 3];
+    sp.tail = i % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    sp.topk_values = i / 2 % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    sp.divergence = i < 3 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
+    sp.beta = i < 3 ? 0.0 : 0.5;
+    if (i == 1) sp.flags |= KLJIT_FLAG_NATIVE_LOGITS | KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 2 || i == 3) sp.hard_weight = 0.5, sp.softcap = 30.0;
+    if (i >= 4) sp.vocab_total = 2 * sp.vocab, sp.shards = 2, sp.vocab_offset = (i - 4) * sp.vocab;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
   kljit_problem pb; /* the online teacher (its logits in the chunk buffer) with its bias */
   if (!make_problem(EDGE_PROBLEMS[0], 128256, &pb)) return TH_FAIL;
   pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 4096;
   pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
-  return add_problem(s, &pb);
+  int r = add_problem(s, &pb);
+  /* its checked mode (issue 29): the check of its input, head and bias, with and without the
+   * bias, in the input dtypes of the edge problems */
+  for (int i = 0; r == TH_PASS && i < 2; i++) {
+    if (!make_problem(EDGE_PROBLEMS[i + 1], 32000, &pb)) return TH_FAIL;
+    pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = i ? 2048 : 77;
+    pb.teacher_dtype = pb.input_dtype, pb.teacher_temperature = 0.0;
+    pb.flags |= KLJIT_FLAG_CHECK_INPUTS | (i ? KLJIT_FLAG_TEACHER_BIAS : 0u);
+    r = add_problem(s, &pb);
+  }
+  return r;
 }
 
 /* Issue 29's dense-row parameters, each only in the source of a problem that sets it: TVD and
@@ -1126,7 +1155,7 @@ static const char *const PINNED[N_PINNED] = {
     "243bb6012cb31b5cad9fae0e6b631d1226db97bc3d96bb082a7bae8e24964114",
     "296266626722cc73272ceda79262190d8eba39c6f9f497ec8e28f2a84ba560c0",
     "a797a39992aafeec8d02751330bea95c51e8a426e8dd6cdffeb4dbf9524f68d5",
-    "9f21fa8305f5eb835ee70b983a027851351da4a9976a769279a44d083a4df774",
+    "20a1033440ea29123412ab9465ca3ccf7d501ab9e0deeeeb59f9cdd65f55b9f3",
     "5514c0362d5cbdcae1c581d285710c9addc67fad8ca1c91445cea8a31685c933",
     "d5e8cc582d91398bcdbeacba67e4663b0a78c79e87a51039d23c1adb26fdb8f0",
     "5c4d84d37c1e06f36d2b9f2f05615a5ca02d41461a9dc52d4d1d721e96ba5b25",

@@ -19,12 +19,13 @@
 
 /* ---- the problems: every family and variant a plan can load ----------------------------- */
 
-enum { N_PROBLEMS = 10 };
+enum { N_PROBLEMS = 11 };
 
 /* Problem i < 8: dense probs / logprobs / logits and sparse top-K, with and without bias and
  * checked mode, for sm_80 (two-pass) and sm_90 with the cluster variant where it fits; 8 and
  * 9: a vocabulary shard with the reverse KL and CE mixing, and with the JSD and the online
- * teacher with its bias (the sums kernel, the teacher bias role). */
+ * teacher with its bias, checked (the sums kernel, the teacher bias role, the check of the
+ * online teacher's input and head); 10: the top-K JSD on a shard (its sums kernel). */
 static int problem_of(int i, kljit_problem *out) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 256;
@@ -40,9 +41,13 @@ static int problem_of(int i, kljit_problem *out) {
     pb.divergence = i == 8 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD;
     pb.beta = i == 9 ? 0.25 : 0.0;
     if (i == 8) pb.hard_weight = 0.5;
+    if (i == 10) { /* the top-K JSD on a shard, RENORM, with CE: the sparse sums kernel */
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 32, pb.teacher_dtype = KLJIT_FP32;
+      pb.tail = KLJIT_TAIL_RENORM, pb.hard_weight = 0.5, pb.beta = 0.5;
+    }
     if (i == 9) {
       pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 512;
-      pb.flags = KLJIT_FLAG_TEACHER_BIAS;
+      pb.flags = KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_CHECK_INPUTS; /* its check's roles */
     }
   }
   TH_OK(prob_validate(&pb, "unit_kiface"));
@@ -262,7 +267,7 @@ static int every_plans_records_are_declared_once_and_agree_with_the_query(void) 
     TH_CHECK(q.header_floats == l.hdr && q.record_floats == l.part &&
              q.saved_row_floats == l.rowstat);
     const int sparse = pb.teacher == KLJIT_TEACHER_SPARSE_TOPK;
-    TH_CHECK(strcmp(q.record_slots, sparse ? "m d_on d_off mh dh" : "m d sp mt dt mh dh S") == 0);
+    TH_CHECK(strcmp(q.record_slots, sparse ? "m d_on d_off mh dh mo dno S" : "m d sp mt dt mh dh S") == 0);
     TH_CHECK(strncmp(q.saved_row_slots, "lse ", 4) == 0);
     if (i == 0 || i == 8)
       printf("problem %d: header %d, record %d {%s}, saved row %d {%s}\n", i, q.header_floats,

@@ -801,6 +801,11 @@ static int ref_rejects_invalid_inputs(void) {
   q = p, q.pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
   TH_CHECK(run(&q, &r) != 0);
   q = p, q.pb.divergence = KLJIT_DIVERGENCE_JSD, q.pb.beta = 0.5;
+  TH_CHECK(run(&q, &r) != 0); /* TAIL_NONE takes the forward KL only */
+  q.pb.tail = KLJIT_TAIL_BUCKET;
+  q.ids[3] = (q.ids[2] + 1) % 5; /* the last row's duplicate (fill_problem) undone */
+  TH_CHECK(run(&q, &r) == 0);
+  q.ids[1] = q.ids[0]; /* a duplicate id: unspecified for the JSD */
   TH_CHECK(run(&q, &r) != 0);
   q = p, q.pb.hard_weight = 1.0;
   TH_CHECK(run(&q, &r) != 0);
@@ -846,7 +851,8 @@ typedef struct extras {
  *      bends the logits of these inputs);
  *   2: runtime T = 0.6, NONE with per-row upstream gradients, a padded teacher (dense forms);
  *   3: MEAN, CE alone (soft weight 0), softcap 1. */
-static int fd_family_x(kljit_teacher_form form, family f, extras x) {
+static int fd_family_all(kljit_teacher_form form, family f, extras x, kljit_tail tail,
+                         kljit_topk_values values) {
   const int sparse = form == KLJIT_TEACHER_SPARSE_TOPK;
   for (int setup = 0; setup < 4; setup++) {
     prob p;
@@ -854,7 +860,8 @@ static int fd_family_x(kljit_teacher_form form, family f, extras x) {
     p.pb.divergence = f.div, p.pb.beta = f.beta, p.pb.skew_alpha = x.alpha;
     p.pb.label_smoothing = x.ls, p.pb.z_loss = x.zl;
     p.pb.topk = 4;
-    p.pb.tail = KLJIT_TAIL_BUCKET;
+    p.pb.tail = tail;
+    p.pb.topk_values = values;
     p.pb.teacher_temperature = 1.3;
     p.pb.teacher_hidden = form == KLJIT_TEACHER_DENSE_HIDDEN ? 3 : 0;
     if (form == KLJIT_TEACHER_DENSE_HIDDEN) p.pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
@@ -882,28 +889,43 @@ static int fd_family_x(kljit_teacher_form form, family f, extras x) {
       p.pb.hard_weight = 1.0, p.pb.soft_weight = 0.0;
       p.pb.softcap = 1.0;
     }
-    host_rng g = {(uint64_t)(7000 + 100 * form + 10 * f.div + setup)};
+    host_rng g = {(uint64_t)(7000 + 100 * form + 10 * f.div + setup + 1000 * tail)};
     fill_problem(&p, &g);
     if (x.weights) { /* one row of weight 0 (it still counts as kept) */
       p.has_rw = 1;
       for (int64_t i = 0; i < p.n; i++) p.rw[i] = i == 2 ? 0.0 : 0.25 + 1.5 * host_uniform(&g);
     }
+    if (sparse && f.div != KLJIT_DIVERGENCE_FORWARD_KL) { /* distinct ids: no duplicate row */
+      double *vals = p.vals + (p.n - 1) * 4;
+      sparse_row(7, 4, 0.8, &g, p.ids + (p.n - 1) * 4, vals);
+      for (int64_t j = 0; values == KLJIT_TOPK_LOGPROBS && j < 4; j++) vals[j] = log(vals[j]);
+    }
     p.has_gout = 1;
     p.gout[0] = 0.7;
     if (p.pb.reduction == KLJIT_REDUCTION_NONE)
       for (int64_t i = 0; i < p.n; i++) p.gout[i] = 3.0 * host_uniform(&g) - 1.0;
-    char label[128];
+    char label[192];
     snprintf(label, sizeof label,
-             "form %d divergence %d beta %g alpha %g ls %g zl %g weights %d setup %d", form,
-             f.div, f.beta, x.alpha, x.ls, x.zl, x.weights, setup);
+             "form %d tail %d values %d divergence %d beta %g alpha %g ls %g zl %g weights %d "
+             "setup %d", form, tail, values, f.div, f.beta, x.alpha, x.ls, x.zl, x.weights,
+             setup);
     if (!check_gradients(&p, label)) return TH_FAIL;
   }
   return TH_PASS;
 }
 
-static int fd_family(kljit_teacher_form form, family f) {
+static int fd_family_x(kljit_teacher_form form, family f, extras x) {
+  return fd_family_all(form, f, x, KLJIT_TAIL_BUCKET, KLJIT_TOPK_PROBS);
+}
+
+static int fd_family_tail(kljit_teacher_form form, family f, kljit_tail tail,
+                          kljit_topk_values values) {
   const extras none = {0.0, 0.0, 0.0, 0};
-  return fd_family_x(form, f, none);
+  return fd_family_all(form, f, none, tail, values);
+}
+
+static int fd_family(kljit_teacher_form form, family f) {
+  return fd_family_tail(form, f, KLJIT_TAIL_BUCKET, KLJIT_TOPK_PROBS);
 }
 
 static int gradients_match_finite_differences_for_every_divergence_and_dense_form(void) {
@@ -922,6 +944,154 @@ static int gradients_match_finite_differences_for_every_divergence_and_dense_for
 static int gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and_softcap(void) {
   const family fwd = {KLJIT_DIVERGENCE_FORWARD_KL, 0.0};
   return fd_family(KLJIT_TEACHER_SPARSE_TOPK, fwd);
+}
+
+/* ---- the top-K teacher's reverse KL and JSD (issue 29): K + 1 categories or renormalized --- */
+
+/* Finite differences of the sparse reverse KL and JSD, both tails and value forms, through the
+ * four setups of fd_family (CE mixing, softcaps, T, every reduction; a zero value in row 0). */
+static int gradients_match_finite_differences_for_the_sparse_reverse_kl_and_jsd(void) {
+  const family fams[3] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+                          {KLJIT_DIVERGENCE_JSD, 0.3},
+                          {KLJIT_DIVERGENCE_JSD, 0.9}};
+  const kljit_tail tails[2] = {KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  for (int t = 0; t < 2; t++)
+    for (int v = 0; v < 2; v++)
+      for (int d = 0; d < 3; d++)
+        if (fd_family_tail(KLJIT_TEACHER_SPARSE_TOPK, fams[d], tails[t],
+                           v ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS) != TH_PASS)
+          return TH_FAIL;
+  return TH_PASS;
+}
+
+/* With the whole vocabulary on the support there is no tail category: BUCKET is the dense
+ * divergence of p as given (mass 0.9 here) and RENORM that of p / M (Q_S = 1), every row, loss
+ * and gradient. 1e-12: the same terms summed in another order. */
+static int sparse_reverse_kl_and_jsd_with_full_support_equal_dense(void) {
+  const family fams[2] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0}, {KLJIT_DIVERGENCE_JSD, 0.4}};
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2; d++) {
+      prob sp, de;
+      const int renorm = tail == 1;
+      sparse_and_dense(&sp, &de, 7, 0.9, renorm ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                       renorm, (uint64_t)(300 + 10 * tail + d));
+      sp.pb.divergence = de.pb.divergence = fams[d].div;
+      sp.pb.beta = de.pb.beta = fams[d].beta;
+      result a, b;
+      TH_CHECK(run(&sp, &a) == 0 && run(&de, &b) == 0);
+      TH_CHECK(same_result(&sp, &a, &b, 1, 1, 1, 1e-12));
+    }
+  return TH_PASS;
+}
+
+/* The categories by hand: W = I, so z = x and q = softmax(x / T); support ids[3] of mass 0.7.
+ * BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S), RENORM p_S / 0.7 with q_S / Q_S; then
+ * D and G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E) (kljit.h), for the reverse KL and the
+ * JSD(0.35), against the reference. */
+static int sparse_reverse_kl_and_jsd_are_the_divergences_of_the_categories(void) {
+  for (int tail = 0; tail < 2; tail++)
+    for (int jsd = 0; jsd < 2; jsd++) {
+      prob p;
+      prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
+      p.pb.topk = 3;
+      p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+      p.pb.temperature = 1.5;
+      p.pb.divergence = jsd ? KLJIT_DIVERGENCE_JSD : KLJIT_DIVERGENCE_REVERSE_KL;
+      p.pb.beta = jsd ? 0.35 : 0.0;
+      host_rng g = {(uint64_t)(43 + 2 * tail + jsd)};
+      fill_normal(p.x, 7, 2.0, &g);
+      for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
+      sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
+      double q[7], Qs = 0.0;
+      softmax_row(p.x, 7, 1.5, q, NULL);
+      for (int k = 0; k < 3; k++) Qs += q[p.ids[k]];
+      /* categories: 0..2 the support, 3 the tail (BUCKET only) */
+      double P[4], Q[4], gc[4], D = 0.0, E = 0.0;
+      const int n = tail ? 3 : 4;
+      for (int k = 0; k < 3; k++) {
+        P[k] = tail ? p.vals[k] / 0.7 : p.vals[k];
+        Q[k] = tail ? q[p.ids[k]] / Qs : q[p.ids[k]];
+      }
+      P[3] = 0.3, Q[3] = 1.0 - Qs;
+      const double b = p.pb.beta;
+      for (int c = 0; c < n; c++) {
+        if (!jsd) {
+          gc[c] = log(Q[c] / P[c]);
+          D += Q[c] * gc[c];
+        } else {
+          const double m = b * P[c] + (1 - b) * Q[c];
+          gc[c] = (1 - b) * log(Q[c] / m);
+          D += b * P[c] * log(P[c] / m) + (1 - b) * Q[c] * log(Q[c] / m);
+        }
+        E += Q[c] * gc[c];
+      }
+      result r;
+      TH_CHECK(run(&p, &r) == 0);
+      /* 1e-11: 1 - Q_S and 0.3 = 1 - 0.7 cancel a little; the rest is a few roundings */
+      TH_NEAR(r.loss, D, 0, 1e-11);
+      for (int v = 0; v < 7; v++) {
+        int on = -1;
+        for (int k = 0; k < 3; k++)
+          if (p.ids[k] == v) on = k;
+        const double ds = on >= 0 ? Q[on] * (gc[on] - E) : tail ? 0.0 : q[v] * (gc[3] - E);
+        TH_NEAR(r.dl[v], ds / 1.5, 1e-15, 1e-11);
+      }
+    }
+  return TH_PASS;
+}
+
+/* The JSD's end points on the top-K teacher: beta = 1 is the reverse KL exactly; as beta -> 0,
+ * JSD / beta tends to KL(P || Q) over the same categories, which for BUCKET is the forward KL's
+ * BUCKET loss, and for RENORM the forward KL's RENORM loss plus log Q_S (the forward KL keeps q
+ * over the whole vocabulary, kljit.h): at beta = 1e-5 within 1e-3. */
+static int sparse_jsd_end_points_are_the_category_kls(void) {
+  for (int tail = 0; tail < 2; tail++) {
+    prob p;
+    prob_init(&p, 3, 4, 7, KLJIT_TEACHER_SPARSE_TOPK);
+    p.pb.topk = 3;
+    p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    host_rng g = {(uint64_t)(91 + tail)};
+    fill_problem(&p, &g);
+    for (int64_t i = 0; i < p.n; i++) sparse_row(7, 3, 0.75, &g, p.ids + i * 3, p.vals + i * 3);
+    result rev, j1, fwd, near;
+    p.pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    TH_CHECK(run(&p, &rev) == 0);
+    p.pb.divergence = KLJIT_DIVERGENCE_JSD, p.pb.beta = 1.0;
+    TH_CHECK(run(&p, &j1) == 0);
+    TH_CHECK(same_result(&p, &j1, &rev, 1.0, 1.0, 1.0, 0.0));
+    p.pb.divergence = KLJIT_DIVERGENCE_FORWARD_KL, p.pb.beta = 0.0;
+    TH_CHECK(run(&p, &fwd) == 0);
+    p.pb.divergence = KLJIT_DIVERGENCE_JSD, p.pb.beta = 1e-5;
+    TH_CHECK(run(&p, &near) == 0);
+    TH_CHECK(fwd.loss > 1e-2); /* a real divergence, so the relative bound means something */
+    if (tail == 0) {
+      /* the loss element by element; G (whence dX, dW) as a whole: elements that nearly
+       * cancel (|G| ~ 1e-3 of its norm) carry the O(beta) error relative to the norm */
+      TH_CHECK(near_arr("loss", &near.loss, &fwd.loss, 1, 1e-5, 0, 1e-3));
+      TH_CHECK(near_arr("row_loss", near.row_loss, fwd.row_loss, p.n, 1e-5, 0, 1e-3));
+      double diff = 0.0, norm = 0.0;
+      for (int64_t j = 0; j < p.n * 7; j++) {
+        diff += (near.dl[j] - 1e-5 * fwd.dl[j]) * (near.dl[j] - 1e-5 * fwd.dl[j]);
+        norm += 1e-10 * fwd.dl[j] * fwd.dl[j];
+      }
+      printf("BUCKET: JSD(1e-5) / 1e-5 against the forward KL: G relative error %.2e\n",
+             sqrt(diff / norm));
+      TH_CHECK(sqrt(diff / norm) <= 1e-3);
+      continue;
+    }
+    /* RENORM: row by row, JSD / beta - forward = log Q_S, Q_S from z = W x by hand */
+    for (int64_t i = 0; i < p.n; i++) {
+      double z[MAXV], q[MAXV], qs = 0.0;
+      for (int64_t v = 0; v < 7; v++) {
+        z[v] = 0.0;
+        for (int64_t j = 0; j < 4; j++) z[v] += p.x[i * 4 + j] * p.w[v * 4 + j];
+      }
+      softmax_row(z, 7, 1.0, q, NULL);
+      for (int k = 0; k < 3; k++) qs += q[p.ids[i * 3 + k]];
+      TH_NEAR(near.row_loss[i] / 1e-5, fwd.row_loss[i] + log(qs), 0, 1e-3);
+    }
+  }
+  return TH_PASS;
 }
 
 /* The two-class problem of two_class(): p = (1/4, 3/4), q = (3/4, 1/4). By hand,
@@ -1512,6 +1682,10 @@ static const th_case cases[] = {
     CASE(renorm_row_with_zero_mass_contributes_nothing),
     CASE(gradients_match_finite_differences_for_every_divergence_and_dense_form),
     CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and_softcap),
+    CASE(gradients_match_finite_differences_for_the_sparse_reverse_kl_and_jsd),
+    CASE(sparse_reverse_kl_and_jsd_with_full_support_equal_dense),
+    CASE(sparse_reverse_kl_and_jsd_are_the_divergences_of_the_categories),
+    CASE(sparse_jsd_end_points_are_the_category_kls),
     CASE(two_class_reverse_kl_and_jsd_match_hand_values),
     CASE(jsd_tends_to_the_forward_and_reverse_kl_at_its_end_points),
     CASE(hard_label_ce_is_the_forward_kl_of_a_one_hot_teacher_and_mixes_linearly),

@@ -867,7 +867,143 @@ static int bad_arguments_are_rejected(void) {
   return TH_PASS;
 }
 
+/* The online teacher (issue 29) and the loss family in wisdom: teacher=hidden with its Ht
+ * (ht=) and bias (flags=tbias), a divergence other than the forward KL (div=) are the entry's
+ * identity; beta, the weights, the softcaps and a padded teacher are extra fields. They round
+ * trip, give the problem back, serve plans (ESTIMATE takes them, MEASURE without them tunes),
+ * and the rules name the field. */
+static int family_in(const char *dir) {
+  th_private_wisdom(dir);
+  kljit_problem on = KLJIT_PROBLEM_INIT;
+  on.vocab = 32000, on.hidden = 64, on.teacher = KLJIT_TEACHER_DENSE_HIDDEN;
+  on.teacher_hidden = 2048, on.teacher_vocab = 32064, on.flags = KLJIT_FLAG_TEACHER_BIAS;
+  on.divergence = KLJIT_DIVERGENCE_JSD, on.beta = 0.25, on.hard_weight = 0.5;
+  on.soft_weight = 0.5, on.softcap = 30, on.teacher_softcap = 50;
+  char key[WISDOM_PROBLEM_MAX], extra[WISDOM_EXTRA_MAX];
+  wisdom_problem_key(&on, key);
+  wisdom_problem_extra(&on, extra);
+  printf("key: %s\nextra: %s\n", key, extra);
+  TH_CHECK(strcmp(key, "V=32000 H=64 in=bf16 teacher=hidden tdt=bf16 ht=2048 div=jsd "
+                       "tmode=const flags=tbias") == 0);
+  TH_CHECK(strcmp(extra, "T=1 tt=0 eps=1e-20 reduction=batchmean t2=0 gw=f32 accum=fp32 "
+                         "beta=0.25 hw=0.5 sw=0.5 cap=30 tcap=50 tv=32064") == 0);
+  /* the plain problem's key and extra are what they were before these fields */
+  const kljit_problem plain = dense_problem();
+  wisdom_problem_key(&plain, key);
+  TH_CHECK(strcmp(key, "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 tmode=const flags=-") == 0);
+  /* JSD with beta = 0 is the forward KL: the same entry as it */
+  kljit_problem jsd0 = plain;
+  jsd0.divergence = KLJIT_DIVERGENCE_JSD;
+  char key0[WISDOM_PROBLEM_MAX];
+  wisdom_problem_key(&jsd0, key0);
+  TH_CHECK(strcmp(key, key0) == 0);
+  /* an entry tuned for it: export -> import -> export is a fixed point */
+  wisdom_entry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.gpu, sizeof e.gpu, "NVIDIA H200");
+  e.arch = 90, e.sms = 132, e.bucket = 8192, e.rows = 8192, e.ms = 7.5;
+  e.rigor = KLJIT_PLAN_MEASURE;
+  wisdom_problem_key(&on, e.problem);
+  wisdom_problem_extra(&on, e.extra);
+  e.tune = prob_estimate(&on, 90, &OPT);
+  e.tune.chunk_rows = 1024;
+  TH_OK(wisdom_add(&e));
+  /* the same problem with the reverse KL is another entry, the plain one a third */
+  kljit_problem rev = on;
+  rev.divergence = KLJIT_DIVERGENCE_REVERSE_KL, rev.beta = 0;
+  wisdom_entry r = e;
+  wisdom_problem_key(&rev, r.problem);
+  wisdom_problem_extra(&rev, r.extra);
+  r.ms = 9;
+  TH_OK(wisdom_add(&r));
+  char *first = export();
+  TH_CHECK(first && count_lines(first, "gpu=") == 2);
+  TH_CHECK(strstr(first, " div=reverse ") && strstr(first, " div=jsd "));
+  kljit_wisdom_forget();
+  TH_OK(kljit_wisdom_import_string(first));
+  char *second = export();
+  TH_CHECK(second && strcmp(first, second) == 0);
+  /* the problem back from the entry, field by field */
+  kljit_problem back;
+  TH_OK(wisdom_entry_problem(&e, &back));
+  TH_CHECK(back.teacher == KLJIT_TEACHER_DENSE_HIDDEN && back.teacher_hidden == 2048);
+  TH_CHECK(back.teacher_vocab == 32064 && (back.flags & KLJIT_FLAG_TEACHER_BIAS));
+  TH_CHECK(back.divergence == KLJIT_DIVERGENCE_JSD && back.beta == 0.25);
+  TH_CHECK(back.hard_weight == 0.5 && back.soft_weight == 0.5 && back.softcap == 30);
+  TH_CHECK(back.teacher_softcap == 50);
+  /* plans: ESTIMATE takes the entry; MEASURE takes it at its bucket; a problem with another
+   * Ht has none (MEASURE then tunes: it is no longer refused) */
+  prob_tuning t;
+  tune_source src;
+  wisdom_entry used;
+  TH_OK(tune_choose(&on, KLJIT_PLAN_ESTIMATE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM && t.chunk_rows == 1024 && used.ms == 7.5);
+  TH_OK(tune_choose(&on, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
+  TH_CHECK(src == TUNE_FROM_WISDOM);
+  kljit_problem other = on;
+  other.teacher_hidden = 4096;
+  TH_OK(tune_choose(&other, KLJIT_PLAN_MEASURE, "NVIDIA H200", 90, 132, &OPT, &t, &src, &used));
+  TH_CHECK(src == TUNE_NEEDED);
+  TH_STATUS(tune_choose(&other, KLJIT_PLAN_WISDOM_ONLY, "NVIDIA H200", 90, 132, &OPT, &t, &src,
+                        &used), KLJIT_ERR_NO_WISDOM);
+  TH_CHECK(strstr(kljit_last_error(), "ht=4096"));
+  kljit_free(first), kljit_free(second);
+  /* issue 29's dense families: TVD and the skew KLs in the key, their alpha, the CE's label
+   * smoothing and z-loss in the extra text, row weights a flag; the problem comes back whole */
+  kljit_problem fam = plain;
+  fam.divergence = KLJIT_DIVERGENCE_SKEW_REVERSE_KL, fam.skew_alpha = 0.3;
+  fam.hard_weight = 0.5, fam.label_smoothing = 0.1, fam.z_loss = 1e-4;
+  fam.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+  wisdom_problem_key(&fam, key);
+  wisdom_problem_extra(&fam, extra);
+  printf("key: %s\nextra: %s\n", key, extra);
+  TH_CHECK(strcmp(key, "V=50257 H=256 in=bf16 teacher=probs tdt=bf16 div=skew-reverse "
+                       "tmode=const flags=roww") == 0);
+  TH_CHECK(strcmp(extra, "T=1 tt=0 eps=1e-20 reduction=batchmean t2=0 gw=f32 accum=fp32 "
+                         "hw=0.5 alpha=0.3 ls=0.1 zl=0.0001") == 0);
+  wisdom_entry fe = e;
+  snprintf(fe.problem, sizeof fe.problem, "%s", key);
+  snprintf(fe.extra, sizeof fe.extra, "%s", extra);
+  TH_OK(wisdom_entry_problem(&fe, &back));
+  TH_CHECK(back.divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && back.skew_alpha == 0.3);
+  TH_CHECK(back.label_smoothing == 0.1 && back.z_loss == 1e-4 && back.hard_weight == 0.5);
+  TH_CHECK(back.flags == KLJIT_FLAG_ROW_WEIGHTS);
+  kljit_problem tvd = plain;
+  tvd.divergence = KLJIT_DIVERGENCE_TVD;
+  wisdom_problem_key(&tvd, key);
+  TH_CHECK(strstr(key, " div=tvd ") != NULL);
+  /* the rules of the new fields, each naming it */
+  static const struct {
+    const char *line, *says;
+  } bad[] = {
+      {"V=1000 H=64 in=bf16 teacher=hidden tdt=bf16 tmode=const flags=-", "field ht is missing"},
+      {"V=1000 H=64 in=bf16 teacher=probs tdt=bf16 ht=64 tmode=const flags=-",
+       "field ht is only for teacher=hidden"},
+      {"V=1000 H=64 in=bf16 teacher=probs tdt=bf16 div=kl tmode=const flags=-", "div=kl"},
+      {"V=1000 H=64 in=bf16 teacher=probs tdt=bf16 tmode=const flags=tbias",
+       "KLJIT_FLAG_TEACHER_BIAS"},
+      {"V=1000 H=64 in=bf16 teacher=probs tdt=bf16 div=jsd tmode=const flags=-",
+       "names the forward KL (beta = 0)"},
+      {"V=1000 H=64 in=bf16 teacher=probs tdt=bf16 div=skew-forward tmode=const flags=-",
+       "names the forward KL"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s" GPU_A "%s bucket=8192" CHOICE("1024", "measure", "1") "\n",
+             H, bad[i].line);
+    TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
+    printf("  %s\n", kljit_last_error());
+    TH_CHECK(strstr(kljit_last_error(), bad[i].says));
+  }
+  return TH_PASS;
+}
+static int the_online_teacher_and_the_loss_family_round_trip_and_serve_plans(void) {
+  return th_in_tmpdir("unit-wisdom", family_in);
+}
+
 static const th_case cases[] = {
+    {"the_online_teacher_and_the_loss_family_round_trip_and_serve_plans",
+     the_online_teacher_and_the_loss_family_round_trip_and_serve_plans},
     {"export_import_export_is_identical", export_import_export_is_identical},
     {"tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused",
      tuned_gemm_algorithms_round_trip_and_a_foreign_version_is_refused},

@@ -94,46 +94,61 @@ int cli_usage_error(cli_parser *p, const char *fmt, ...) __attribute__((format(p
 
 /* ---- problems: the shape grammar of every command (tools/cli_shape.c) ---------------------- */
 
-enum { CLI_SHAPE_TEXT = 256 };
+enum { CLI_SHAPE_TEXT = 512, CLI_WORDS_MAX = 48 };
 
 typedef struct cli_shape {
   kljit_problem pb;
   long long rows; /* N=, 0 when not given */
-  int teacher_dtype_given;
   char text[CLI_SHAPE_TEXT]; /* as written */
 } cli_shape;
 
+/* SHAPE words that come from options (the old problem and loss-family options): each with the
+ * option it came from ("--divergence jsd"), which messages name. */
+typedef struct cli_words {
+  int n;
+  char word[CLI_WORDS_MAX][80];   /* "div=jsd" */
+  char shown[CLI_WORDS_MAX][96];  /* "--divergence jsd" */
+  char option[CLI_WORDS_MAX][32]; /* "--divergence" (an option given twice is an error) */
+} cli_words;
+
 /* The words of a SHAPE, for --help. */
 extern const char CLI_SHAPE_HELP[];
-/* Parses one SHAPE into s and checks it with kljit_plan_check. A bad word or value, or a
- * problem the library refuses, is a usage error naming `where` (may be NULL or "file:line: ");
- * returns 1 when s is good. */
-int cli_shape_parse(cli_parser *p, const char *text, const char *where, cli_shape *s);
-/* Appends the shapes of a file (one per line, '#' comments) to shapes[*n], at most cap in all.
- * A missing file is a usage error. Returns 1 when every line was good. */
-int cli_shape_file(cli_parser *p, const char *path, cli_shape *shapes, int *n, int cap);
+/* Parses one SHAPE, then the words of `extra` (may be NULL: the options' words, applied to
+ * every shape), into s and checks it with kljit_plan_check. A bad word or value, two words for
+ * one aspect of the problem (repeated or contradictory), a word missing its partner (beta=
+ * without div=jsd, div=jsd without beta=, tail= without topk=, ...), or a problem the library
+ * refuses is a usage error naming `where` (may be NULL or "file:line: ") and the word; returns
+ * 1 when s is good. An empty text with extra words is the old options' problem. */
+int cli_shape_parse(cli_parser *p, const char *text, const cli_words *extra, const char *where,
+                    cli_shape *s);
+/* Appends the shapes of a file (one per line, '#' comments) to shapes[*n], at most cap in all,
+ * each with the words of `extra`. A missing file is a usage error. Returns 1 when every line
+ * was good. */
+int cli_shape_file(cli_parser *p, const char *path, const cli_words *extra, cli_shape *shapes,
+                   int *n, int cap);
+/* The canonical SHAPE of a problem (the words of its non-default fields, N= when rows > 0):
+ * cli_shape_parse of it gives the same problem back. */
+void cli_shape_format(const kljit_problem *pb, long long rows, char *out, size_t cap);
+/* "problem: <SHAPE>" and then every field of pb as name=value (kljit demo). */
+void cli_problem_print(FILE *f, const kljit_problem *pb, long long rows);
 
-/* The README's problem, V=128256,H=4096,bf16,dense: what demo and precompile do without one. */
+/* The README's problem: what demo and precompile do without one (messages name it so). */
 #define CLI_DEFAULT_SHAPE "V=128256,H=4096,bf16,dense"
-void cli_problem_defaults(kljit_problem *pb);
 /* The old spellings of the shape words (--hidden H --vocab V --dtype ...), still accepted by
- * demo and precompile with a note on stderr pointing at the SHAPE form; they build one
- * problem from the defaults. */
-int cli_problem_option(cli_parser *p, kljit_problem *pb);
+ * demo and precompile with a note on stderr pointing at the SHAPE form: each becomes its word
+ * in `w`. They describe one problem, the README's (V=128256,H=4096) where V or H is not given:
+ * cli_problem_words completes it. */
+int cli_problem_option(cli_parser *p, cli_words *w);
+void cli_problem_words(cli_words *w);
 
 /* The loss-family options (--divergence, --beta, --hard-weight, --soft-weight, --softcap,
- * --teacher-softcap, --teacher-ld, --teacher-hidden, --teacher-bias), collected once and
- * applied to every problem of the command line (each SHAPE, or the old options' problem). */
-typedef struct cli_loss {
-  kljit_divergence divergence;
-  double beta, hard_weight, soft_weight, softcap, teacher_softcap;
-  long long teacher_ld;     /* 0: the teacher is not padded */
-  long long teacher_hidden; /* > 0: the online teacher (DENSE_HIDDEN) with this hidden size */
-  int teacher_bias;         /* the online teacher's head has a bias */
-} cli_loss;
-void cli_loss_defaults(cli_loss *l);
-int cli_loss_option(cli_parser *p, cli_loss *l);
-void cli_loss_apply(const cli_loss *l, kljit_problem *pb);
+ * --teacher-softcap, --teacher-ld, --teacher-hidden, --teacher-bias), each its SHAPE word
+ * (div=, beta=, hard=, soft=, cap=, tcap=, tv=, hidden=, tbias) in `w`: applied to every
+ * problem of the command line (each SHAPE, or the old options' problem), where a word of the
+ * SHAPE setting the same aspect is a contradiction. */
+int cli_loss_option(cli_parser *p, cli_words *w);
+/* Appends the words of `from` to `to` (the old options' problem takes the loss words too). */
+void cli_words_append(cli_words *to, const cli_words *from);
 extern const char CLI_PROBLEM_HELP[];
 
 /* kljit_last_error() without the function names the library puts in front ("kljit_precompile:

@@ -206,22 +206,17 @@ int cli_fail(const char *what, kljit_status st) {
 /* ---- problem options ---------------------------------------------------------------------- */
 
 const char CLI_PROBLEM_HELP[] =
-    "old problem options (still accepted; write a SHAPE instead):\n"
+    "old problem options (still accepted; each is a SHAPE word, which is the way to write it):\n"
     "  --hidden H --vocab V --dtype D --teacher probs|logprobs|logits --temperature T\n"
     "  --runtime-temperature --t-squared --reduction R --bias --native-logits\n"
-    "loss-family options (with a SHAPE or the old options):\n"
-    "  --divergence forward|reverse|jsd     (default forward: KL(p || q)); --beta B for jsd\n"
-    "  --hard-weight W --soft-weight W      loss = W_hard CE(labels) + W_soft divergence\n"
-    "  --softcap C --teacher-softcap C      logit caps z -> C tanh(z / C) (default none)\n"
-    "  --teacher-ld N                       a padded teacher: N >= V columns a row\n"
-    "  --teacher-hidden HT [--teacher-bias] the online teacher: its logits x_t W_t^T (+ b_t)\n"
-    "                                       per chunk, x_t [N, HT] (teacher dtype = inputs')\n";
-
-void cli_problem_defaults(kljit_problem *pb) {
-  const kljit_problem init = KLJIT_PROBLEM_INIT;
-  *pb = init;
-  pb->hidden = 4096, pb->vocab = 128256;
-}
+    "loss-family options (with a SHAPE or the old options; the SHAPE word in brackets):\n"
+    "  --divergence forward|reverse|jsd  [div=]  jsd needs --beta B [beta=] in [0, 1]\n"
+    "  --hard-weight W --soft-weight W   [hard= soft=] loss = W_hard CE + W_soft divergence\n"
+    "  --softcap C --teacher-softcap C   [cap= tcap=] logit caps z -> C tanh(z / C)\n"
+    "  --teacher-ld N                    [tv=] a padded teacher: N >= V columns a row\n"
+    "  --teacher-hidden HT [--teacher-bias]  [hidden= tbias] the online teacher: its logits\n"
+    "                                    x_t W_t^T (+ b_t) per chunk, x_t [N, HT]\n"
+    "a word set both by an option and by a SHAPE is a contradiction (exit 2)\n";
 
 static const cli_choice DTYPES[] = {
     {"fp32", KLJIT_FP32}, {"fp16", KLJIT_FP16}, {"bf16", KLJIT_BF16}, {NULL, 0}};
@@ -239,7 +234,13 @@ const cli_choice CLI_REDUCTIONS[] = {{"sum", KLJIT_REDUCTION_SUM},
                                      {"none", KLJIT_REDUCTION_NONE},
                                      {NULL, 0}};
 
-/* The SHAPE word each old option stands for, for the note. */
+static const char *name_of(const cli_choice *c, int v) {
+  for (; c->name; c++)
+    if (c->value == v) return c->name;
+  return "?";
+}
+
+/* The SHAPE word each old problem option stands for, for the note (said once a process). */
 static void old_spelling(cli_parser *p, const char *option, const char *word) {
   static int said;
   if (said++) return;
@@ -247,93 +248,161 @@ static void old_spelling(cli_parser *p, const char *option, const char *word) {
           p->cmd, option, word, p->cmd);
 }
 
-int cli_problem_option(cli_parser *p, kljit_problem *pb) {
-  long long n = 0;
-  int e;
+/* The name of the option the parser looks at ("--hidden" of "--hidden=4096"). */
+static void option_name(const cli_parser *p, char out[32]) {
   const char *const a = p->argv[p->i];
-  if (!p->operands_only && !strncmp(a, "--", 2)) {
-    static const char *const words[][2] = {{"--hidden", "H="},
-                                           {"--vocab", "V="},
-                                           {"--dtype", "fp32|fp16|bf16"},
-                                           {"--teacher", "probs|logprobs|logits"},
-                                           {"--reduction", "reduction="},
-                                           {"--temperature", "T="},
-                                           {"--runtime-temperature", "runtime"},
-                                           {"--t-squared", "t2"},
-                                           {"--bias", "bias"},
-                                           {"--native-logits", "native"}};
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
-      const size_t len = strlen(words[i][0]);
-      if (!strncmp(a, words[i][0], len) && (a[len] == '\0' || a[len] == '='))
-        old_spelling(p, words[i][0], words[i][1]);
-    }
-  }
-  if (cli_int(p, "--hidden", 1, KLJIT_MAX_HIDDEN, &n)) {
-    pb->hidden = n;
-  } else if (cli_int(p, "--vocab", 2, KLJIT_MAX_VOCAB, &n)) {
-    pb->vocab = n;
-  } else if (cli_enum(p, "--dtype", DTYPES, &e)) {
-    if (p->status == CLI_OK)
-      pb->input_dtype = pb->weight_dtype = pb->teacher_dtype = (kljit_dtype)e;
-  } else if (cli_enum(p, "--teacher", TEACHERS, &e)) {
-    if (p->status == CLI_OK) pb->teacher = (kljit_teacher_form)e;
-  } else if (cli_enum(p, "--reduction", CLI_REDUCTIONS, &e)) {
-    if (p->status == CLI_OK) pb->reduction = (kljit_reduction)e;
-  } else if (cli_double(p, "--temperature", 1e-6, 1e6, &pb->temperature)) {
-  } else if (cli_flag(p, "--runtime-temperature")) {
-    pb->temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
-  } else if (cli_flag(p, "--t-squared")) {
-    pb->flags |= KLJIT_FLAG_SCALE_T_SQUARED;
-  } else if (cli_flag(p, "--bias")) {
-    pb->flags |= KLJIT_FLAG_BIAS;
-  } else if (cli_flag(p, "--native-logits")) {
-    pb->flags |= KLJIT_FLAG_NATIVE_LOGITS;
-  } else {
-    return 0;
-  }
+  snprintf(out, 32, "%.*s", (int)strcspn(a, "="), a);
+}
+
+/* Records the word of a matched option; 0 (usage error) when that option was given before. */
+static int add_word(cli_parser *p, cli_words *w, const char *option, const char *shown,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int add_word(cli_parser *p, cli_words *w, const char *option, const char *shown,
+                    const char *fmt, ...) {
+  if (p->status != CLI_OK) return 0;
+  for (int i = 0; i < w->n; i++)
+    if (!strcmp(w->option[i], option))
+      return cli_usage_error(p, "%s is given twice ('%s' and '%s'): give each option once",
+                             option, w->shown[i], shown), 0;
+  if (w->n == CLI_WORDS_MAX) return cli_usage_error(p, "too many problem options"), 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->word[w->n], sizeof w->word[0], fmt, ap);
+  va_end(ap);
+  snprintf(w->shown[w->n], sizeof w->shown[0], "%s", shown);
+  snprintf(w->option[w->n], sizeof w->option[0], "%s", option);
+  w->n++;
   return 1;
 }
 
-void cli_loss_defaults(cli_loss *l) {
-  memset(l, 0, sizeof *l);
-  l->divergence = KLJIT_DIVERGENCE_FORWARD_KL;
-  l->soft_weight = 1.0;
+/* The option and its value as given, after a matcher consumed them ("--hidden 4096"). */
+static void shown_since(const cli_parser *p, int first, char out[96]) {
+  out[0] = '\0';
+  for (int i = first; i < p->i && i < p->argc; i++) {
+    strncat(out, i > first ? " " : "", 95 - strlen(out));
+    strncat(out, p->argv[i], 95 - strlen(out));
+  }
 }
 
-int cli_loss_option(cli_parser *p, cli_loss *l) {
+int cli_problem_option(cli_parser *p, cli_words *w) {
   long long n = 0;
-  int e;
+  int e = 0;
+  double x = 0;
+  const char *const a = p->argv[p->i];
+  if (p->operands_only || strncmp(a, "--", 2) != 0) return 0;
+  static const char *const words[][2] = {{"--hidden", "H="},
+                                         {"--vocab", "V="},
+                                         {"--dtype", "fp32|fp16|bf16"},
+                                         {"--teacher", "probs|logprobs|logits"},
+                                         {"--reduction", "reduction="},
+                                         {"--temperature", "T="},
+                                         {"--runtime-temperature", "runtime"},
+                                         {"--t-squared", "t2"},
+                                         {"--bias", "bias"},
+                                         {"--native-logits", "native"}};
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+    const size_t len = strlen(words[i][0]);
+    if (!strncmp(a, words[i][0], len) && (a[len] == '\0' || a[len] == '='))
+      old_spelling(p, words[i][0], words[i][1]);
+  }
+  char opt[32], shown[96];
+  option_name(p, opt);
+  const int first = p->i;
+  int matched = 1;
+  if (cli_int(p, "--hidden", 1, KLJIT_MAX_HIDDEN, &n)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "H=%lld", n);
+  } else if (cli_int(p, "--vocab", 2, KLJIT_MAX_VOCAB, &n)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "V=%lld", n);
+  } else if (cli_enum(p, "--dtype", DTYPES, &e)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "%s", name_of(DTYPES, e));
+  } else if (cli_enum(p, "--teacher", TEACHERS, &e)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "%s", name_of(TEACHERS, e));
+  } else if (cli_enum(p, "--reduction", CLI_REDUCTIONS, &e)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "reduction=%s", name_of(CLI_REDUCTIONS, e));
+  } else if (cli_double(p, "--temperature", 1e-6, 1e6, &x)) {
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "T=%.17g", x);
+  } else if (cli_flag(p, "--runtime-temperature")) {
+    add_word(p, w, opt, opt, "runtime");
+  } else if (cli_flag(p, "--t-squared")) {
+    add_word(p, w, opt, opt, "t2");
+  } else if (cli_flag(p, "--bias")) {
+    add_word(p, w, opt, opt, "bias");
+  } else if (cli_flag(p, "--native-logits")) {
+    add_word(p, w, opt, opt, "native");
+  } else {
+    matched = 0;
+  }
+  return matched;
+}
+
+void cli_problem_words(cli_words *w) {
+  int v = 0, h = 0;
+  for (int i = 0; i < w->n; i++) v |= w->word[i][0] == 'V', h |= w->word[i][0] == 'H';
+  /* the README's problem where the options do not say */
+  if (!v && w->n < CLI_WORDS_MAX) {
+    snprintf(w->word[w->n], sizeof w->word[0], "V=128256");
+    snprintf(w->shown[w->n], sizeof w->shown[0], "V=128256 (the default)");
+    snprintf(w->option[w->n++], sizeof w->option[0], "V=");
+  }
+  if (!h && w->n < CLI_WORDS_MAX) {
+    snprintf(w->word[w->n], sizeof w->word[0], "H=4096");
+    snprintf(w->shown[w->n], sizeof w->shown[0], "H=4096 (the default)");
+    snprintf(w->option[w->n++], sizeof w->option[0], "H=");
+  }
+}
+
+void cli_words_append(cli_words *to, const cli_words *from) {
+  for (int i = 0; i < from->n && to->n < CLI_WORDS_MAX; i++, to->n++) {
+    memcpy(to->word[to->n], from->word[i], sizeof to->word[0]);
+    memcpy(to->shown[to->n], from->shown[i], sizeof to->shown[0]);
+    memcpy(to->option[to->n], from->option[i], sizeof to->option[0]);
+  }
+}
+
+int cli_loss_option(cli_parser *p, cli_words *w) {
+  long long n = 0;
+  int e = 0;
+  double x = 0;
+  const char *const a = p->argv[p->i];
+  if (p->operands_only || strncmp(a, "--", 2) != 0) return 0;
+  char opt[32], shown[96];
+  option_name(p, opt);
+  const int first = p->i;
+  /* each option's SHAPE word: the grammar checks what goes together (cli_shape.c) */
+  static const struct {
+    const char *option, *key;
+    double lo, hi;
+  } REALS[] = {{"--beta", "beta", 0.0, 1.0},         {"--hard-weight", "hard", 0.0, 1e6},
+               {"--soft-weight", "soft", 0.0, 1e6},  {"--softcap", "cap", 1e-6, 1e6},
+               {"--teacher-softcap", "tcap", 1e-6, 1e6}};
+  for (size_t i = 0; i < sizeof REALS / sizeof REALS[0]; i++)
+    if (cli_double(p, REALS[i].option, REALS[i].lo, REALS[i].hi, &x)) {
+      shown_since(p, first, shown);
+      add_word(p, w, opt, shown, "%s=%.17g", REALS[i].key, x);
+      return 1;
+    }
   if (cli_enum(p, "--divergence", DIVERGENCES, &e)) {
-    if (p->status == CLI_OK) l->divergence = (kljit_divergence)e;
-  } else if (cli_double(p, "--beta", 0.0, 1.0, &l->beta)) {
-  } else if (cli_double(p, "--hard-weight", 0.0, 1e6, &l->hard_weight)) {
-  } else if (cli_double(p, "--soft-weight", 0.0, 1e6, &l->soft_weight)) {
-  } else if (cli_double(p, "--softcap", 1e-6, 1e6, &l->softcap)) {
-  } else if (cli_double(p, "--teacher-softcap", 1e-6, 1e6, &l->teacher_softcap)) {
-  } else if (cli_int(p, "--teacher-ld", 2, INT64_MAX, &n)) {
-    l->teacher_ld = n;
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "div=%s", name_of(DIVERGENCES, e));
+  } else if (cli_int(p, "--teacher-ld", 2, KLJIT_MAX_VOCAB, &n)) {
+    /* the teacher's columns (a dense array's stride, the online teacher's head rows) */
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "tv=%lld", n);
   } else if (cli_int(p, "--teacher-hidden", 1, KLJIT_MAX_HIDDEN, &n)) {
-    l->teacher_hidden = n;
+    shown_since(p, first, shown);
+    add_word(p, w, opt, shown, "hidden=%lld", n);
   } else if (cli_flag(p, "--teacher-bias")) {
-    l->teacher_bias = 1;
+    add_word(p, w, opt, opt, "tbias");
   } else {
     return 0;
   }
   return 1;
-}
-
-void cli_loss_apply(const cli_loss *l, kljit_problem *pb) {
-  pb->divergence = l->divergence, pb->beta = l->beta;
-  pb->hard_weight = l->hard_weight, pb->soft_weight = l->soft_weight;
-  pb->softcap = l->softcap, pb->teacher_softcap = l->teacher_softcap;
-  if (l->teacher_hidden) {
-    /* the online teacher's head rows: a padded head is teacher_vocab rows, no stride */
-    pb->teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb->teacher_hidden = l->teacher_hidden;
-    if (l->teacher_ld) pb->teacher_vocab = l->teacher_ld;
-  } else if (l->teacher_ld) {
-    pb->teacher_vocab = pb->teacher_ld = l->teacher_ld;
-  }
-  if (l->teacher_bias) pb->flags |= KLJIT_FLAG_TEACHER_BIAS;
 }
 
 int cli_parse_archs(cli_parser *p, const char *text, int *archs, int cap) {

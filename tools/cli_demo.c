@@ -15,8 +15,8 @@
 
 typedef struct demo_opts {
   kljit_problem pb;
-  cli_shape shape; /* the SHAPE argument, when given */
-  int shape_given, legacy_given;
+  cli_shape shape; /* the problem: the SHAPE argument, or the old options' */
+  int legacy_given; /* the old problem options were given (no SHAPE) */
   long long rows, repeats;
   const char *arch;
   const char *cache_dir;
@@ -68,7 +68,7 @@ static int upload_topk(const kljit_problem *pb, long long rows, void **ids, void
 
 /* What names the demo's problem in messages: its SHAPE as written, or what stands for it. */
 static const char *problem_label(const demo_opts *o) {
-  return o->shape_given    ? o->shape.text
+  return o->shape.text[0]  ? o->shape.text
          : o->legacy_given ? "the problem of the options"
                            : CLI_DEFAULT_SHAPE;
 }
@@ -219,48 +219,47 @@ static int demo_no_gpu(cli_parser *p, const demo_opts *o) {
 
 int cli_demo(int argc, char **argv) {
   demo_opts o = {.rows = 4096, .repeats = 10, .arch = "sm_80,sm_90"};
-  cli_problem_defaults(&o.pb);
   long long rows = 0;
   cli_parser p;
   cli_parser_init(&p, argc, argv);
-  cli_loss loss;
-  cli_loss_defaults(&loss);
+  static cli_words legacy, loss;
+  memset(&legacy, 0, sizeof legacy), memset(&loss, 0, sizeof loss);
+  const char *text = NULL;
   while (cli_next(&p)) {
-    const char *text;
+    const char *t;
     if (cli_int(&p, "--rows", 1, INT32_MAX, &rows)) continue;
     if (cli_int(&p, "--repeats", 1, 1000000, &o.repeats)) continue;
     if (cli_string(&p, "--arch", &o.arch)) continue;
     if (cli_string(&p, "--cache-dir", &o.cache_dir)) continue;
     if (cli_loss_option(&p, &loss)) continue;
-    if (cli_problem_option(&p, &o.pb)) {
-      o.legacy_given = 1;
-      continue;
-    }
-    if (cli_positional(&p, &text)) {
-      if (o.shape_given)
-        cli_usage_error(&p, "one SHAPE at most ('%s' is a second)", text);
-      else if (cli_shape_parse(&p, text, NULL, &o.shape))
-        o.shape_given = 1;
+    if (cli_problem_option(&p, &legacy)) continue;
+    if (cli_positional(&p, &t)) {
+      if (text)
+        cli_usage_error(&p, "one SHAPE at most ('%s' is a second)", t);
+      else
+        text = t;
       continue;
     }
     cli_unknown(&p);
   }
   if (cli_stopped(&p, usage)) return p.status;
-  if (o.shape_given && o.legacy_given)
+  if (text && legacy.n)
     return cli_usage_error(&p, "give the problem as a SHAPE or as old options, not both");
-  if (o.shape_given) {
-    o.pb = o.shape.pb;
-    if (o.shape.rows) o.rows = o.shape.rows;
-  }
-  cli_loss_apply(&loss, &o.pb);
-  if (kljit_plan_check(&o.pb) != KLJIT_SUCCESS) {
-    return cli_usage_error(&p, "%s: %s", problem_label(&o), cli_last_error());
-  }
+  o.legacy_given = legacy.n > 0;
+  if (!text) cli_problem_words(&legacy);
+  cli_words_append(&legacy, &loss);
+  if (!cli_shape_parse(&p, text ? text : "", &legacy, NULL, &o.shape)) return p.status;
+  o.pb = o.shape.pb;
+  if (o.shape.rows) o.rows = o.shape.rows;
   if (rows) o.rows = rows;
   if (o.pb.reduction == KLJIT_REDUCTION_NONE)
     return cli_usage_error(&p, "reduction=none: the demo runs kljit_fused, which needs a scalar "
                                "loss (sum, batchmean or mean); none is for kljit_forward and "
                                "kljit_backward");
+  if (o.pb.shards > 1 || o.pb.vocab_total)
+    return cli_usage_error(&p, "vtot=/shards=: the demo runs kljit_fused on one GPU, which a "
+                               "shard of a vocabulary-parallel head cannot (kljit_shard_*)");
+  cli_problem_print(stdout, &o.pb, o.rows);
 
   kljit_context *ctx = NULL;
   const kljit_status st = kljit_context_create(&ctx, 0, NULL);

@@ -21,19 +21,16 @@
 enum { MAX_ARCHS = 16, MAX_JOBS = 256 }; /* MAX_JOBS: problems (shapes + the options') */
 
 typedef struct precompile_opts {
-  kljit_problem problems[MAX_JOBS]; /* the SHAPEs, then the old-style options' problem */
-  const char *labels[MAX_JOBS];     /* each problem's SHAPE as written, for messages */
-  cli_shape shapes[MAX_JOBS];
+  cli_shape shapes[MAX_JOBS];   /* the SHAPEs, then the old-style options' problem */
+  const char *labels[MAX_JOBS]; /* each problem's SHAPE as written, for messages */
   int n_shapes;
-  kljit_problem legacy; /* from the old problem options */
-  cli_loss loss;        /* the loss-family options, for every problem */
-  int n_problems;
+  cli_words legacy;     /* the old problem options' words */
+  cli_words loss;       /* the loss-family options' words, for every problem */
   int archs[MAX_ARCHS], n_archs;
   const char *arch;
   const char *cache_dir; /* NULL: the writable cache from the environment */
   const char *wisdom;    /* --wisdom F: the plans of a wisdom file too */
   const char *file;      /* --file F: shapes, one per line */
-  int legacy_given;      /* an old-style problem option was given */
   long long jobs;
   int dry_run, no_manifest, shared;
 } precompile_opts;
@@ -384,11 +381,11 @@ static int run(cli_parser *p, precompile_opts *o) {
   static run_state s; /* one per process */
   memset(&s, 0, sizeof s);
   s.o = o;
-  s.jobs = calloc((size_t)(o->n_problems + 1) * (size_t)o->n_archs, sizeof *s.jobs);
+  s.jobs = calloc((size_t)(o->n_shapes + 1) * (size_t)o->n_archs, sizeof *s.jobs);
   if (!s.jobs) return fprintf(stderr, "kljit precompile: out of memory\n"), CLI_FAIL;
-  for (int q = 0; q < o->n_problems; q++)
+  for (int q = 0; q < o->n_shapes; q++)
     for (int a = 0; a < o->n_archs; a++)
-      s.jobs[s.n_jobs++] = (job){&o->problems[q], o->archs[a], NULL, o->labels[q]};
+      s.jobs[s.n_jobs++] = (job){&o->shapes[q].pb, o->archs[a], NULL, o->labels[q]};
   for (int a = 0; o->wisdom && a < o->n_archs; a++)
     s.jobs[s.n_jobs++] = (job){NULL, o->archs[a], o->wisdom, o->wisdom};
   int rc = CLI_OK;
@@ -442,10 +439,10 @@ int cli_precompile(int argc, char **argv) {
   static precompile_opts o; /* large; one per process */
   memset(&o, 0, sizeof o);
   o.arch = "sm_80,sm_90", o.jobs = 1;
-  cli_problem_defaults(&o.legacy);
-  cli_loss_defaults(&o.loss);
   cli_parser p;
   cli_parser_init(&p, argc, argv);
+  const char *texts[MAX_JOBS];
+  int n_texts = 0;
   while (cli_next(&p)) {
     const char *text;
     if (cli_string(&p, "--arch", &o.arch)) continue;
@@ -466,39 +463,32 @@ int cli_precompile(int argc, char **argv) {
     if (cli_string(&p, "--wisdom", &o.wisdom)) continue;
     if (cli_string(&p, "--file", &o.file)) continue;
     if (cli_loss_option(&p, &o.loss)) continue;
-    if (cli_problem_option(&p, &o.legacy)) {
-      o.legacy_given = 1;
-      continue;
-    }
+    if (cli_problem_option(&p, &o.legacy)) continue;
     if (cli_positional(&p, &text)) {
-      if (o.n_shapes == MAX_JOBS - 1)
+      if (n_texts == MAX_JOBS - 1)
         cli_usage_error(&p, "more than %d shapes", MAX_JOBS - 1);
-      else if (cli_shape_parse(&p, text, NULL, &o.shapes[o.n_shapes]))
-        o.n_shapes++;
+      else
+        texts[n_texts++] = text;
       continue;
     }
     cli_unknown(&p);
   }
   if (cli_stopped(&p, usage)) return p.status;
-  if (o.file && !cli_shape_file(&p, o.file, o.shapes, &o.n_shapes, MAX_JOBS - 1)) return p.status;
+  /* every SHAPE with the loss-family options' words (a word of both is a contradiction) */
+  for (int i = 0; i < n_texts; i++)
+    if (!cli_shape_parse(&p, texts[i], &o.loss, NULL, &o.shapes[o.n_shapes++])) return p.status;
+  if (o.file && !cli_shape_file(&p, o.file, &o.loss, o.shapes, &o.n_shapes, MAX_JOBS - 1))
+    return p.status;
   if (o.wisdom && access(o.wisdom, R_OK) != 0)
     return cli_usage_error(&p, "--wisdom %s: %s", o.wisdom, strerror(errno));
-  for (int i = 0; i < o.n_shapes; i++) {
-    o.labels[o.n_problems] = o.shapes[i].text;
-    o.problems[o.n_problems] = o.shapes[i].pb;
-    cli_loss_apply(&o.loss, &o.problems[o.n_problems++]);
-  }
+  for (int i = 0; i < o.n_shapes; i++) o.labels[i] = o.shapes[i].text;
   /* the old options' problem, or the README's when nothing else names one */
-  if (o.legacy_given || (!o.n_problems && !o.wisdom)) {
-    cli_loss_apply(&o.loss, &o.legacy);
-    if (o.legacy_given && kljit_plan_check(&o.legacy) != KLJIT_SUCCESS)
-      return cli_usage_error(&p, "the problem of the options: %s", cli_last_error());
-    o.labels[o.n_problems] = o.legacy_given ? "the problem of the options" : CLI_DEFAULT_SHAPE;
-    o.problems[o.n_problems++] = o.legacy;
+  if (o.legacy.n || (!o.n_shapes && !o.wisdom)) {
+    o.labels[o.n_shapes] = o.legacy.n ? "the problem of the options" : CLI_DEFAULT_SHAPE;
+    cli_problem_words(&o.legacy);
+    cli_words_append(&o.legacy, &o.loss);
+    if (!cli_shape_parse(&p, "", &o.legacy, NULL, &o.shapes[o.n_shapes++])) return p.status;
   }
-  for (int i = 0; i < o.n_problems; i++) /* each SHAPE again, with the loss-family options */
-    if (kljit_plan_check(&o.problems[i]) != KLJIT_SUCCESS)
-      return cli_usage_error(&p, "%s: %s", o.labels[i], cli_last_error());
   if (!(o.n_archs = cli_parse_archs(&p, o.arch, o.archs, MAX_ARCHS))) return p.status;
   return run(&p, &o);
 }

@@ -54,7 +54,7 @@ static void usage(FILE *f) {
 
 static int add_shape(cli_parser *p, tune_opts *o, const char *text) {
   if (o->n == MAX_SHAPES) return cli_usage_error(p, "more than %d shapes", MAX_SHAPES), 0;
-  if (!cli_shape_parse(p, text, NULL, &o->shapes[o->n])) return 0;
+  if (!cli_shape_parse(p, text, NULL, NULL, &o->shapes[o->n])) return 0;
   o->n++;
   return 1;
 }
@@ -182,7 +182,7 @@ int cli_tune(int argc, char **argv) {
     cli_unknown(&p);
   }
   if (cli_stopped(&p, usage)) return p.status;
-  if (o.file && !cli_shape_file(&p, o.file, o.shapes, &o.n, MAX_SHAPES)) return p.status;
+  if (o.file && !cli_shape_file(&p, o.file, NULL, o.shapes, &o.n, MAX_SHAPES)) return p.status;
   if (o.n == 0) return cli_usage_error(&p, "no shape to tune (give SHAPE arguments or --file)");
   return run(&o);
 }

@@ -103,6 +103,74 @@ def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
     return row, g
 
 
+def _sparse_div(config: LossConfig) -> bool:
+    """True for the top-K teacher's reverse KL and JSD (beta > 0): K + 1 categories (BUCKET) or
+    the renormalized support (RENORM), include/kljit.h."""
+    return config.divergence == "reverse_kl" or (config.divergence == "jsd"
+                                                 and float(config.beta) != 0.0)
+
+
+def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.Tensor,
+                lQ: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The reverse KL or JSD over categories (the last dim) and g - E for each (tests/ref.c's
+    ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
+    beta = float(config.beta)
+    if config.divergence == "reverse_kl" or beta == 1.0:
+        g = torch.where(Q != 0, lQ - lP, 0.0)
+        loss = (Q * g).sum(-1)
+    else:
+        m = beta * P + (1.0 - beta) * Q
+        logm = torch.log(m)
+        g = torch.where(m > 0, (1.0 - beta) * (lQ - logm), 0.0)
+        loss = (torch.where(P != 0, beta * P * (lP - logm), 0.0)
+                + torch.where(Q != 0, (1.0 - beta) * Q * (lQ - logm), 0.0)).sum(-1)
+    return loss, g - (Q * g).sum(-1, keepdim=True)
+
+
+def _sparse_categories(config: LossConfig, vals: torch.Tensor, ids: torch.Tensor,
+                       logq: torch.Tensor, q: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The top-K reverse KL / JSD of a row block (tests/ref.c's ref_row_sparse_div): row losses
+    and dl/ds. BUCKET: the support and the tail (P_tail = max(1 - M, 0), Q_tail = 1 - Q_S as
+    the q mass off the support; no tail category where the support covers V); RENORM: p / M
+    and q / Q_S on the support, nothing where M = 0. Distinct ids only."""
+    dtype = logq.dtype
+    cnt = torch.zeros_like(q).scatter_add_(1, ids, torch.ones_like(ids, dtype=dtype))
+    if bool((cnt > 1).any()):
+        raise ValueError("the top-K reverse KL / JSD: a row with duplicate ids")
+    v = vals.to(dtype)
+    log_eps = math.log(config.eps)
+    probs = config.topk_values == "probs"
+    p = v if probs else torch.exp(v)
+    m = p.sum(-1, keepdim=True)
+    lq_s = logq.gather(1, ids)
+    if config.tail == "renorm":
+        live = m > 0
+        safe = torch.where(live, m, torch.ones_like(m))
+        P = torch.where(live, p / safe, torch.zeros_like(p))
+        lP = (torch.log(torch.clamp_min(P, config.eps)) if probs
+              else torch.clamp_min(v - torch.log(safe), log_eps))
+        lQ = lq_s - torch.logsumexp(lq_s, dim=-1, keepdim=True)
+        Q = torch.exp(lQ)
+        loss, ge = _categories(config, P, lP, Q, lQ)
+        live1 = live.squeeze(-1)
+        ds = torch.zeros_like(q).scatter_(1, ids, torch.where(live, Q * ge, 0.0))
+        return torch.where(live1, loss, 0.0), ds
+    lP = torch.log(torch.clamp_min(p, config.eps)) if probs else torch.clamp_min(v, log_eps)
+    off = cnt == 0
+    has_off = off.any(-1, keepdim=True)
+    log_off = torch.logsumexp(logq.masked_fill(~off, -math.inf), dim=-1, keepdim=True)
+    t = torch.clamp_min(1.0 - m, 0.0)
+    P_t = torch.where(has_off, t, 0.0)
+    lP_t = torch.where(P_t > config.eps, torch.log(torch.clamp_min(P_t, config.eps)), log_eps)
+    lQ_t = torch.where(has_off, log_off, 0.0)
+    Q_t = torch.where(has_off, torch.exp(lQ_t), 0.0)
+    loss, ge = _categories(config, torch.cat([p, P_t], -1), torch.cat([lP, lP_t], -1),
+                           torch.cat([q.gather(1, ids), Q_t], -1), torch.cat([lq_s, lQ_t], -1))
+    ds = q * ge[:, -1:]
+    ds.scatter_(1, ids, q.gather(1, ids) * ge[:, :-1])
+    return loss, ds
+
+
 def _sparse_teacher(config: LossConfig, vals: torch.Tensor,
                     dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor]":
     """(p, log max(p, eps), M) on the support, after RENORM if asked (M is then 1 where the
@@ -159,6 +227,9 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     n, vocab = x.shape[0], weight.shape[0]
     logq = torch.log_softmax(F.linear(x, weight, bias).to(compute_dtype) / T, dim=-1)
     if config.teacher == "sparse_topk":
+        if _sparse_div(config):
+            raise ValueError("kl_div_reference has the top-K teacher's forward KL only; its "
+                             "reverse KL and JSD are in kl_div_fp64")
         ids = teacher_ids.reshape(n, -1).long()
         p, lp, m = _sparse_teacher(config, teacher_values.reshape(n, -1), compute_dtype)
         if sparse_impl == "dense":
@@ -260,7 +331,9 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             z += b
         logq = torch.log_softmax(z / T, dim=-1)
         q = torch.exp(logq)
-        if sparse:
+        if sparse and _sparse_div(config):
+            l_row, ds = _sparse_categories(config, vals_all[i0:i1], ids_all[i0:i1], logq, q)
+        elif sparse:
             ids = ids_all[i0:i1]
             p, lp, m = _sparse_teacher(config, vals_all[i0:i1], f64)
             l_row = torch.where(p != 0, p * (lp - logq.gather(1, ids)), 0.0).sum(-1)

@@ -214,6 +214,23 @@ class ReferenceTest(unittest.TestCase):
             self.compare(case, {"loss": loss, "grad_input": x.grad}, want,
                          f"kl_div_reference {divergence} {beta} {teacher}")
 
+    def test_fp64_reference_takes_the_top_k_reverse_kl_and_jsd_like_the_c_reference(
+            self) -> None:
+        """Issue 29: K + 1 categories (bucket) and the renormalized support (renorm)."""
+        cases = itertools.product(("bucket", "renorm"), ("probs", "logprobs"),
+                                  (("reverse_kl", 0.0), ("jsd", 0.4), ("jsd", 0.9)))
+        for seed, (tail, values, (divergence, beta)) in enumerate(cases):
+            reduction = ("batchmean", "none", "sum")[seed % 3]
+            config = LossConfig(teacher="sparse_topk", tail=tail, topk_values=values,
+                                divergence=divergence, beta=beta, reduction=reduction,
+                                mode="two_phase", temperature=1.5 if seed % 2 else 1.0)
+            case = Case(self.torch, 60 + seed, config, bias=seed % 2 == 0, labels=True,
+                        grad_output=None if seed % 4 else 0.7)
+            got = self.ref.kl_div_fp64(case.x, case.w, None, grad_output=case.go,
+                                       chunk_rows=3, **case.kwargs())
+            self.compare(case, got, case.c_reference(),
+                         f"kl_div_fp64 top-K {tail} {values} {divergence} {beta}")
+
     def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
         torch = self.torch
         g = torch.Generator().manual_seed(8)

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_topk.c — the top-K teacher's reverse KL and JSD (issue 29) on the GPU against the fp64
+ * reference: K + 1 categories (TAIL_BUCKET) and the renormalized support (TAIL_RENORM).
+ *
+ * Cases run through gpu_case.h (fresh random inputs, poisoned outputs, its tolerances: the
+ * forward KL's, unchanged). The support of a row is K distinct random ids (gpu_case.c). Every
+ * tail x divergence x dtype x reduction x mode, with the value form, id width, bias,
+ * temperature and T^2 rotating; odd and large vocabularies, logits of std 2 to 12, CE mixing
+ * and the softcap, zero-mass and ignored rows, K = 1 and 1024, the JSD's end points, full
+ * support against the dense teacher. Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpu_case.h"
+#include "gpu_util.h"
+#include "harness.h"
+
+static const kljit_dtype DTS[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+
+static gcase topk_base(kljit_tail tail, kljit_divergence div, double beta) {
+  gcase c = gcase_base();
+  c.form = KLJIT_TEACHER_SPARSE_TOPK;
+  c.tail = tail, c.divergence = div, c.beta = beta;
+  c.v = 1001; /* odd: a ragged last vector in every row */
+  return c;
+}
+
+static int fold(int worst, int rc) {
+  if (worst == TH_SKIP || rc == TH_SKIP) return TH_SKIP;
+  return rc != TH_PASS ? TH_FAIL : worst;
+}
+
+/* Tail x divergence x dtype x reduction x mode (fused NONE has no fused mode). */
+static int every_tail_divergence_dtype_reduction_and_mode(void) {
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2; d++)
+      for (int dt = 0; dt < 3; dt++)
+        for (int r = 0; r < 4; r++)
+          for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+            if (fused && r == 3) continue;
+            gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                                d ? KLJIT_DIVERGENCE_JSD : KLJIT_DIVERGENCE_REVERSE_KL,
+                                d ? 0.5 : 0.0);
+            c.values = i % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+            c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3];
+            c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + r), c.fused = fused;
+            c.idt = i % 3 ? KLJIT_INT32 : KLJIT_INT64;
+            c.bias = i % 4 == 1;
+            c.tmode = i % 5 == 4 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+            c.T = i % 3 == 0 ? 1.0 : i % 3 == 1 ? 2.0 : 0.5;
+            c.flags = i % 7 == 3 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+            c.gw = i % 3 == 1 ? c.dt : KLJIT_FP32;
+            worst = fold(worst, gcase_check(&c));
+          }
+  return worst;
+}
+
+/* The JSD at beta 0.1 and 0.9, logits of std 2, 6 and 12 (precision where q is peaked), at
+ * V = 32001 and 151936 (several blocks a row in the stats pass), K = 100; native 16-bit logits. */
+static int jsd_betas_logit_scales_and_large_vocabularies(void) {
+  static const double stds[3] = {2.0, 6.0, 12.0};
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int b = 0; b < 2; b++)
+      for (int z = 0; z < 3 && worst != TH_SKIP; z++, i++) {
+        gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_JSD,
+                            b ? 0.9 : 0.1);
+        c.zstd = stds[z];
+        c.v = i % 2 ? 151936 : 32001, c.n = 9, c.h = 32;
+        c.fused = i % 2 == 0, c.dt = DTS[i % 3];
+        if (i % 4 == 3) c.flags |= KLJIT_FLAG_NATIVE_LOGITS, c.dt = KLJIT_BF16;
+        worst = fold(worst, gcase_check(&c));
+      }
+  for (int tail = 0; tail < 2 && worst != TH_SKIP; tail++) { /* the reverse KL at std 12 */
+    gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                        KLJIT_DIVERGENCE_REVERSE_KL, 0.0);
+    c.zstd = 12.0, c.v = 128256, c.n = 9, c.h = 32, c.dt = KLJIT_FP32, c.fused = tail;
+    worst = fold(worst, gcase_check(&c));
+  }
+  return worst;
+}
+
+/* CE mixing (both weights, CE alone, the divergence alone at a weight), the softcap (logits of
+ * std 30 under a cap of 30), zero-mass rows (RENORM: nothing; BUCKET: all mass in the tail)
+ * and ignored rows, K = 1 and K = 1024. */
+static int ce_softcap_zero_mass_and_extreme_k(void) {
+  static const double weights[3][2] = {{0.5, 0.5}, {1.0, 0.0}, {0.2, 2.0}};
+  int worst = TH_PASS;
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 3 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          k == 1 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_JSD, 0.5);
+      if (k == 1) c.beta = 0.0;
+      c.hard_weight = weights[k][0], c.soft_weight = weights[k][1];
+      c.labels = 1, c.fused = k != 1, c.bias = k == 2;
+      if (k == 2) c.zstd = 30.0, c.softcap = 30.0, c.red = KLJIT_REDUCTION_NONE, c.fused = 0;
+      c.zero_mass_rows = k == 0;
+      c.values = k == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      worst = fold(worst, gcase_check(&c));
+    }
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 2 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          k ? KLJIT_DIVERGENCE_JSD : KLJIT_DIVERGENCE_REVERSE_KL, k ? 0.3 : 0.0);
+      c.k = k ? 1024 : 1, c.v = k ? 50257 : 1001, c.n = 13, c.h = 32, c.fused = (tail + k) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  gcase c = topk_base(KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_JSD, 0.5);
+  c.labels = 2; /* every row ignored: loss 0, zero gradients */
+  return fold(worst, gcase_check(&c));
+}
+
+/* JSD with beta = 1 is the reverse KL's kernels and loss (same seed, same inputs); with every
+ * id of the vocabulary on the support there is no tail category, and BUCKET's JSD is the dense
+ * teacher's (gpu_case.c gives the dense-probs case the same teacher for the same seed). */
+static int jsd_end_point_and_full_support_equal_their_twins(void) {
+  int worst = TH_PASS;
+  for (int tail = 0; tail < 2 && worst == TH_PASS; tail++) {
+    gcase j1 = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_JSD, 1.0);
+    gcase rev = j1;
+    rev.divergence = KLJIT_DIVERGENCE_REVERSE_KL, rev.beta = 0.0;
+    double a = 0, b = 0;
+    int rc = gcase_loss(&j1, 4242 + tail, &a);
+    if (rc == TH_PASS) rc = gcase_loss(&rev, 4242 + tail, &b);
+    if (rc != TH_PASS) return rc;
+    printf("JSD(1) %.9g, reverse KL %.9g (tail %d): must be equal\n", a, b, tail);
+    if (a != b) worst = TH_FAIL;
+  }
+  for (int fused = 0; fused < 2 && worst == TH_PASS; fused++) {
+    gcase sp = topk_base(KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_JSD, 0.5);
+    sp.v = 1000, sp.k = 1000, sp.all_ids = 1, sp.dt = sp.tdt = KLJIT_FP32, sp.fused = fused;
+    gcase de = sp;
+    de.form = KLJIT_TEACHER_DENSE_PROBS;
+    double ls = 0, ld = 0;
+    int rc = gcase_loss(&sp, 777 + fused, &ls);
+    if (rc == TH_PASS) rc = gcase_loss(&de, 777 + fused, &ld);
+    if (rc != TH_PASS) return rc;
+    const double rel = fabs(ls - ld) / fabs(ld);
+    printf("K = V, JSD 0.5, %s: sparse loss %.9g, dense loss %.9g, rel %.1e (tol 1e-5)\n",
+           fused ? "fused" : "2ph", ls, ld, rel);
+    if (!(rel <= 1e-5)) worst = TH_FAIL;
+    worst = fold(worst, gcase_check(&sp));
+  }
+  return worst;
+}
+
+/* Ragged chunks (KLJIT_CHUNK_ROWS = 256 over 700 rows) and one row. */
+static int ragged_chunks_and_a_single_row(void) {
+  setenv("KLJIT_CHUNK_ROWS", "256", 1);
+  gcase c = topk_base(KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_JSD, 0.5);
+  c.n = 700, c.v = 50257, c.h = 32;
+  int worst = gcase_check(&c);
+  c = topk_base(KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_REVERSE_KL, 0.0);
+  c.n = 700, c.v = 50257, c.h = 32, c.fused = 0, c.red = KLJIT_REDUCTION_NONE;
+  worst = fold(worst, gcase_check(&c));
+  unsetenv("KLJIT_CHUNK_ROWS");
+  c = topk_base(KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_REVERSE_KL, 0.0);
+  c.n = 1, c.labels = 0, c.fused = 0;
+  return fold(worst, gcase_check(&c));
+}
+
+static const th_case cases[] = {
+    {"every_tail_divergence_dtype_reduction_and_mode",
+     every_tail_divergence_dtype_reduction_and_mode},
+    {"jsd_betas_logit_scales_and_large_vocabularies",
+     jsd_betas_logit_scales_and_large_vocabularies},
+    {"ce_softcap_zero_mass_and_extreme_k", ce_softcap_zero_mass_and_extreme_k},
+    {"jsd_end_point_and_full_support_equal_their_twins",
+     jsd_end_point_and_full_support_equal_their_twins},
+    {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
+};
+TH_MAIN(cases)
