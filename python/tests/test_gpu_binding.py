@@ -20,7 +20,7 @@ import sys
 import unittest
 from typing import Any, Dict, Optional
 
-from _util import require
+from _util import labels, require
 
 import kljit
 from kljit import KljitError, LossConfig, _lib
@@ -89,6 +89,7 @@ class Inputs:
         return dict(labels=self.labels, teacher_ids=self.ids, teacher_values=self.vals)
 
 
+@labels("torch")
 class GpuBindingTest(unittest.TestCase):
     def setUp(self) -> None:
         import torch
@@ -288,6 +289,7 @@ class GpuBindingTest(unittest.TestCase):
 FP16_SCALED_TOL = 5e-3
 
 
+@labels("torch")
 class GpuMixedPrecisionTest(unittest.TestCase):
     """Autocast with fp32 master weights, fp16 loss scaling, the default dW accumulation."""
 
@@ -418,6 +420,7 @@ class TinyGpt:
         return self.head(h, teacher)
 
 
+@labels("torch")
 class GpuCompileTest(unittest.TestCase):
     def setUp(self) -> None:
         import torch
@@ -506,6 +509,7 @@ class GpuCompileTest(unittest.TestCase):
             self.assertLess(e, 1e-3)
 
 
+@labels("torch")
 class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
     """The online teacher (teacher_input, teacher_weight) and Megatron's main_grad through the
     binding, against kl_div_fp64 on the very tensors the kernels got."""

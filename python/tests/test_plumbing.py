@@ -17,7 +17,7 @@ import unittest
 from typing import Any, Dict, List
 from unittest import mock
 
-from _util import require
+from _util import labels, require
 
 from kljit import _checks, _lib
 from kljit._lib import EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Mode
@@ -144,6 +144,7 @@ class FakePlan:
                     db.copy_(ref["grad_bias"] * s)
 
 
+@labels("torch")
 class PlumbingTest(unittest.TestCase):
     def setUp(self) -> None:
         self.torch = require("torch")
