@@ -16,6 +16,7 @@
 #include "cublaslt.h"
 #include "driver.h"
 #include "jit.h"
+#include "kiface.h"
 
 typedef struct ctx_module {
   char key_hash[65];
@@ -23,6 +24,13 @@ typedef struct ctx_module {
   int refs;
   struct ctx_module *next;
 } ctx_module;
+
+/* kljit_scale's kernel for one dtype (scale.c): NULL fn until its first use. */
+typedef struct ctx_scale {
+  CUfunction fn;
+  kiface_kernel sig;
+  ctx_module *mod;
+} ctx_scale;
 
 struct kljit_context {
   const drv_table *drv;
@@ -36,6 +44,7 @@ struct kljit_context {
   kljit_context_options opt; /* as created (cache_dir/cache_path NULL: they are in `cache`) */
   pthread_mutex_t lock;
   ctx_module *modules;
+  ctx_scale scale[KLJIT_BF16 + 1]; /* by kljit_dtype, under `lock` (scale.c) */
 };
 
 /* The caller's options checked and copied into *out; NULL: the environment's defaults. */

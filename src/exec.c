@@ -35,6 +35,7 @@ typedef struct exec_call {
   long long ignore;
   size_t in_sz;
   int skip_gemms;
+  int dw_ws;           /* dW accumulates in the workspace's fp32 buffer (prob_dw_in_workspace) */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records out, [rows][8] */
   const float *all;    /* kljit_shard_finish: the shards' records [nrec][rows][8] */
@@ -89,6 +90,9 @@ static const void *teacher_weight_of(const kljit_args *a) {
 }
 static const void *teacher_bias_of(const kljit_args *a) {
   return ARGS_HAS(a, teacher_bias) ? a->teacher_bias : NULL;
+}
+static const double *divisor_of(const kljit_args *a) {
+  return ARGS_HAS(a, divisor) ? a->divisor : NULL;
 }
 
 /* What every entry point taking kljit_args checks first: the struct's size, flags within
@@ -170,6 +174,13 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_ptr(p, who, "teacher", a->teacher, 16));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
+  }
+  if (divisor_of(a) && mode != KLJIT_MODE_BACKWARD) {
+    if (pb->reduction != KLJIT_REDUCTION_BATCHMEAN && pb->reduction != KLJIT_REDUCTION_MEAN)
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                     "%s: args->divisor is set but the reduction is %s: only batchmean and mean "
+                     "divide", who, names_reduction(pb->reduction));
+    TRY(check_ptr(p, who, "divisor", divisor_of(a), 8));
   }
   const int grads = mode != KLJIT_MODE_FORWARD && !stats_only;
   if (mode != KLJIT_MODE_BACKWARD && !stats_only) TRY(check_ptr(p, who, "loss", a->loss, 4));
@@ -269,10 +280,11 @@ static kljit_status run_grads(exec_call *c, long long row0, int64_t n, int first
                  c->galpha, 0.0f, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
-  void *dw = p->geom.dw_workspace ? (void *)(c->ws + c->w.dw) : a->grad_weight;
-  const float beta = first && (p->geom.dw_workspace || !acc_out) ? 0.0f : 1.0f;
+  void *dw = c->dw_ws ? (void *)(c->ws + c->w.dw) : a->grad_weight;
+  const float beta = first && (c->dw_ws || !acc_out) ? 0.0f : 1.0f;
+  const gemm_op *op = c->dw_ws && p->geom.dw_auto ? &p->gemm_dw32 : &p->gemm[GEMM_DW];
   if (!c->skip_gemms)
-    TRY(gemm_run(p->ctx->lt, &p->gemm[GEMM_DW], n, (const char *)a->input + xoff, g, dw,
+    TRY(gemm_run(p->ctx->lt, op, n, (const char *)a->input + xoff, g, dw,
                  c->galpha, beta, c->ws + c->w.lt, c->w.lt_size, c->stream));
   if (p->pb.flags & KLJIT_FLAG_BIAS) {
     c->k.accumulate = !first;
@@ -310,7 +322,7 @@ static kljit_status run_finish_grads(exec_call *c) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
-  if (p->geom.dw_workspace)
+  if (c->dw_ws)
     TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f,
                     1));
   if (p->pb.flags & KLJIT_FLAG_BIAS) /* db summed G as stored: undo its multiplier */
@@ -395,6 +407,7 @@ static void exec_call_args(exec_call *c, int nrec) {
   k->labels_is64 = c->labels_is64;
   k->ignore_index = c->ignore;
   k->hdr = c->hdr;
+  k->divisor = divisor_of(a);
   k->rowstat = c->rowstat;
   k->grad_output = a->grad_output;
   k->per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
@@ -442,6 +455,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = names_dtype_size(p->pb.input_dtype);
+    c.dw_ws = prob_dw_in_workspace(&p->geom, a->rows);
     c.gmult = grad_multiplier(&p->pb, a->rows);
     /* grad_scale goes into the GEMMs' alpha (fp32): G itself stays unscaled, so fp16 G keeps
      * the range gmult gave it however large the scale */

@@ -43,6 +43,7 @@ typedef float kiface_f32;
   X(labels_is64, i32)                                                                       \
   X(ignore_index, i64)                                                                      \
   X(hdr, ptr)          /* the header kl_setup writes (PLAN_HDR_FLOATS) */                  \
+  X(divisor, ptr)      /* kl_setup: the call's global divisor (fp64), or NULL: kept rows */  \
   X(part, ptr)         /* pass-1 partial records (rows, SPLIT, 8) */                        \
   X(recs, ptr)         /* the records pass 2 merges: part, or the shards' records */       \
   X(nrec, i32)         /* records per row */                                                \

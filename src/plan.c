@@ -183,6 +183,12 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
       st = sb_printf(&desc, "  dX: %d GEMMs over slices of %lld columns (the last %lld), summed "
                      "in fp32\n", p->geom.dx_split, (long long)s, (long long)last);
   }
+  if (st == KLJIT_SUCCESS && p->geom.dw_auto) { /* AUTO's long calls: dW into fp32 */
+    gemm_types t32 = gtypes;
+    t32.dw = CUDA_R_32F;
+    st = gemm_prepare(ctx->lt, &t32, &gshape, GEMM_DW, tune.chunk_rows, GEMM_WORKSPACE_BYTES,
+                      NULL, &p->gemm_dw32);
+  }
   if (st == KLJIT_SUCCESS && problem->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     /* Zt[n, V] (ld LD, fp32) = Xt[n, Ht] Wt[:V]^T: the logits shape with the teacher's sizes */
     const kljit_dtype td = problem->teacher_dtype;
@@ -221,6 +227,7 @@ void kljit_plan_destroy(kljit_plan *p) {
   gemm_destroy(&p->gemm_teacher);
   gemm_destroy(&p->gemm_dx_slice[0]);
   gemm_destroy(&p->gemm_dx_slice[1]);
+  gemm_destroy(&p->gemm_dw32);
   free(p->description);
   free(p);
 }
@@ -261,6 +268,17 @@ kljit_status kljit_plan_workspace_size(const kljit_plan *p, kljit_mode mode, int
   kljit_status st = check_rows(who, max_rows);
   if (st != KLJIT_SUCCESS) return st;
   *bytes = prob_workspace_layout(&p->pb, &p->geom, mode, max_rows).total;
+  return KLJIT_SUCCESS;
+}
+
+kljit_status kljit_plan_chunk_rows(const kljit_plan *p, int64_t rows, int64_t *chunk_rows) {
+  err_clear();
+  const char *who = "kljit_plan_chunk_rows";
+  if (!p || !chunk_rows)
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who, p ? "chunk_rows" : "plan");
+  kljit_status st = check_rows(who, rows);
+  if (st != KLJIT_SUCCESS) return st;
+  *chunk_rows = prob_chunk_rows(&p->geom, rows);
   return KLJIT_SUCCESS;
 }
 

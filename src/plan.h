@@ -34,6 +34,8 @@ struct kljit_plan {
   gemm_op gemm[3];         /* by gemm_kind, prepared for the plan's chunk rows */
   gemm_op gemm_teacher;    /* the online teacher's logits GEMM (DENSE_HIDDEN), else zeroed */
   gemm_op gemm_dx_slice[2]; /* geom.dx_split > 1: dX of one slice of V (fp32 out), the last */
+  gemm_op gemm_dw32;       /* geom.dw_auto: the dW GEMM into the fp32 buffer, for the calls
+                            * that take it (prob_dw_in_workspace); else zeroed */
   ctx_module *mod_rows, *mod_helpers;
   kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */

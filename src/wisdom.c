@@ -112,7 +112,9 @@ void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
   snprintf(out, WISDOM_EXTRA_MAX, "T=%s tt=%s eps=%s reduction=%s t2=%d gw=%s accum=%s", t, tt, eps,
            names_reduction(pb->reduction), (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
            names_dtype_tag(pb->grad_weight_dtype),
-           pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
+           pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out"
+           : pb->grad_weight_accum == KLJIT_ACCUM_AUTO      ? "auto"
+                                                             : "fp32");
 }
 
 int64_t wisdom_bucket(int64_t rows) {
@@ -284,8 +286,10 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, un
       ok = (pb->grad_weight_dtype = float_dtype(v)) != 0;
       break;
     case PF_ACCUM:
-      pb->grad_weight_accum = !strcmp(v, "out") ? KLJIT_ACCUM_OUTPUT_DTYPE : KLJIT_ACCUM_FP32;
-      ok = !strcmp(v, "out") || !strcmp(v, "fp32");
+      pb->grad_weight_accum = !strcmp(v, "out")    ? KLJIT_ACCUM_OUTPUT_DTYPE
+                              : !strcmp(v, "auto") ? KLJIT_ACCUM_AUTO
+                                                   : KLJIT_ACCUM_FP32;
+      ok = !strcmp(v, "out") || !strcmp(v, "auto") || !strcmp(v, "fp32");
       break;
     case PF_V:
       ok = !parse_int(v, 2, 1 << 24, &x), pb->vocab = x;

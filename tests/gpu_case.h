@@ -55,6 +55,10 @@ typedef struct gcase {
    * teacher_bias, a bias of tld elements (standard deviation 1) in tdt too */
   int64_t ht;
   int teacher_bias;
+  /* kljit_args.divisor (0: none, the kept rows): the reference is then scaled by kept / divisor;
+   * grad_weight_accum (0: KLJIT_PROBLEM_INIT's) */
+  double divisor;
+  kljit_grad_weight_accum accum;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

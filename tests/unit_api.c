@@ -381,7 +381,7 @@ static const check_case rejected[] = {
     {"grad_weight_dtype INT32", {{F_GW_DT, KLJIT_INT32}}, INVALID,
      {"grad_weight_dtype = INT32", NULL}},
     {"grad_weight_accum 0", {{F_ACCUM, 0}}, INVALID, {"grad_weight_accum = 0", NULL}},
-    {"grad_weight_accum 3", {{F_ACCUM, 3}}, INVALID, {"grad_weight_accum = 3", NULL}},
+    {"grad_weight_accum 4", {{F_ACCUM, 4}}, INVALID, {"grad_weight_accum = 4", NULL}},
     {"flags bit 6", {{F_FLAGS, 1u << 6}}, INVALID, {"flags = 0x40", "0x40"}},
     {"divergence 0", {{F_DIV, 0}}, INVALID, {"divergence = 0", NULL}},
     {"divergence 4", {{F_DIV, 4}}, INVALID, {"divergence = 4", NULL}},

@@ -26,7 +26,7 @@ const char CLI_SHAPE_HELP[] =
     "  T=<t> tt=<t> runtime t2        temperature, teacher temperature, T per call, T^2\n"
     "  reduction=sum|batchmean|mean|none\n"
     "  bias native tf32 check         problem flags\n"
-    "  gw=fp32|fp16|bf16 accum=fp32|out  dW dtype and accumulation\n";
+    "  gw=fp32|fp16|bf16 accum=fp32|out|auto  dW dtype and accumulation\n";
 
 static const cli_choice TOPK_VALUES[] = {
     {"probs", KLJIT_TOPK_PROBS}, {"logprobs", KLJIT_TOPK_LOGPROBS}, {NULL, 0}};
@@ -36,7 +36,8 @@ static const cli_choice TAILS[] = {{"none", KLJIT_TAIL_NONE},
                                    {NULL, 0}};
 static const cli_choice ID_DTYPES[] = {{"i32", KLJIT_INT32}, {"i64", KLJIT_INT64}, {NULL, 0}};
 static const cli_choice ACCUMS[] = {
-    {"fp32", KLJIT_ACCUM_FP32}, {"out", KLJIT_ACCUM_OUTPUT_DTYPE}, {NULL, 0}};
+    {"fp32", KLJIT_ACCUM_FP32}, {"out", KLJIT_ACCUM_OUTPUT_DTYPE}, {"auto", KLJIT_ACCUM_AUTO},
+    {NULL, 0}};
 
 static int dtype_of(const char *v, kljit_dtype *out) {
   *out = !strcmp(v, "fp32") || !strcmp(v, "f32")   ? KLJIT_FP32

@@ -133,6 +133,7 @@ class GradWeightAccum(enum.IntEnum):
 
     FP32 = 1
     OUTPUT_DTYPE = 2
+    AUTO = 3
 
 
 class PlanRigor(enum.IntEnum):
@@ -320,6 +321,7 @@ class Args(ctypes.Structure):
         ("teacher_input", ctypes.c_void_p),
         ("teacher_weight", ctypes.c_void_p),
         ("teacher_bias", ctypes.c_void_p),
+        ("divisor", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -346,6 +348,7 @@ class Args(ctypes.Structure):
         "teacher_input": None,
         "teacher_weight": None,
         "teacher_bias": None,
+        "divisor": None,
     }
 
     @classmethod
@@ -369,7 +372,7 @@ _PROBLEM_SIZE = 208
 SAVED_HDR_FLOATS = 8
 SAVED_ROW_FLOATS = 4
 SAVED_ROW_FLOATS_EXTENDED = 8
-_ARGS_SIZE = 184
+_ARGS_SIZE = 192
 
 
 def check_struct_sizes() -> None:
