@@ -17,11 +17,10 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
-import re
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 # ---- constants (explicit values, as in the header) ---------------------------------------
 
@@ -454,18 +453,17 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kljit_backward": (st, [vp, vp, ar]),
         "kljit_precompile": (st, [pb, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, vp,
                                   vp]),
+        "kljit_plan_chunk_rows": (st, [vp, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+        "kljit_scale": (st, [vp, vp, vp, ctypes.c_int, ctypes.c_int64, vp]),
+        "kljit_plan_shard_rounds": (st, [vp, ctypes.POINTER(ctypes.c_int)]),
+        "kljit_shard_stats": (st, [vp, vp, ar, vp]),
+        "kljit_shard_sums": (st, [vp, vp, ar, vp, ctypes.c_int, vp]),
+        "kljit_shard_finish": (st, [vp, vp, ar, vp, ctypes.c_int]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
-    # Newer entry points, used when the library has them (Plan.can_scale_grads).
-    optional = {"kljit_scale_grads": (st, [vp, vp, ar])}
-    for name, (restype, argtypes) in optional.items():
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            fn.argtypes = argtypes
 
 
 def _check_library(lib: ctypes.CDLL, path: str) -> None:
@@ -567,6 +565,10 @@ def plan_check(problem: Problem) -> None:
 # ---- contexts and plans -----------------------------------------------------------------
 
 
+_SCALE_DTYPES = {"torch.float32": DType.FP32, "torch.float16": DType.FP16,
+                 "torch.bfloat16": DType.BF16}
+
+
 class Context:
     """A kljit_context bound to one CUDA device's primary context (the one PyTorch uses)."""
 
@@ -582,6 +584,15 @@ class Context:
     def handle(self) -> ctypes.c_void_p:
         """The kljit_context pointer."""
         return self._handle
+
+    def scale(self, stream: int, tensor: Any, factor: Any) -> None:
+        """kljit_scale: tensor (fp32, fp16 or bf16, contiguous, on this device) *= the fp32
+        scalar `factor` (a device tensor), in place on `stream`, with no host synchronization."""
+        dtype = _SCALE_DTYPES[str(tensor.dtype)]
+        status = load_library().kljit_scale(self._handle, stream or None, tensor.data_ptr(),
+                                            dtype, tensor.numel(), factor.data_ptr())
+        if status:
+            check(status, "kljit_scale")
 
     def close(self) -> None:
         """kljit_context_destroy. Plans made from it must be closed first."""
@@ -607,7 +618,7 @@ class Plan:
         self._entry = {Mode.FUSED: (lib.kljit_fused, "kljit_fused"),
                        Mode.FORWARD: (lib.kljit_forward, "kljit_forward"),
                        Mode.BACKWARD: (lib.kljit_backward, "kljit_backward")}
-        self._scale = getattr(lib, "kljit_scale_grads", None)
+
 
     def __del__(self) -> None:
         # At interpreter exit the library may be half torn down: leak rather than crash.
@@ -630,13 +641,12 @@ class Plan:
               "kljit_plan_saved_size")
         return out.value
 
-    def chunk_rows(self) -> int:
-        """Tokens per chunk of this plan's loop (from kljit_plan_describe's `chunk_rows=`)."""
-        m = re.search(r"\bchunk_rows=(\d+)", self.describe())
-        if m is None:
-            raise KljitError(Status.INTERNAL, "kljit_plan_describe", "no chunk_rows= in the "
-                             "plan's description")
-        return int(m.group(1))
+    def chunk_rows(self, rows: int) -> int:
+        """kljit_plan_chunk_rows: the chunk a call of `rows` rows walks its tokens in."""
+        out = ctypes.c_int64()
+        check(load_library().kljit_plan_chunk_rows(self._handle, int(rows), ctypes.byref(out)),
+              "kljit_plan_chunk_rows")
+        return out.value
 
     def describe(self) -> str:
         """kljit_plan_describe: geometry, kernels, compiled or cached."""
@@ -649,16 +659,30 @@ class Plan:
         if status:
             check(status, name)
 
-    def can_scale_grads(self) -> bool:
-        """Whether the loaded library has kljit_scale_grads."""
-        return self._scale is not None
+    def shard_rounds(self) -> int:
+        """kljit_plan_shard_rounds: 1, or 2 where the row totals take a second exchange."""
+        out = ctypes.c_int()
+        check(load_library().kljit_plan_shard_rounds(self._handle, ctypes.byref(out)),
+              "kljit_plan_shard_rounds")
+        return out.value
 
-    def scale_grads(self, stream: int, args: Args) -> None:
-        """kljit_scale_grads: args' dX, dW, db times the fp32 scalar at args.grad_output, in
-        place on `stream`, with no host synchronization."""
-        status = self._scale(self._handle, stream or None, ctypes.byref(args))
-        if status:
-            check(status, "kljit_scale_grads")
+    def shard_stats(self, stream: int, args: Args, stats: Any) -> None:
+        """kljit_shard_stats into `stats` (a device tensor of N x 8 floats)."""
+        check(load_library().kljit_shard_stats(self._handle, stream or None, ctypes.byref(args),
+                                               stats.data_ptr()), "kljit_shard_stats")
+
+    def shard_sums(self, stream: int, args: Args, gathered: Any, shards: int,
+                   stats: Any) -> None:
+        """kljit_shard_sums: this rank's part of S into slot 7 of `stats`."""
+        check(load_library().kljit_shard_sums(self._handle, stream or None, ctypes.byref(args),
+                                              gathered.data_ptr(), int(shards),
+                                              stats.data_ptr()), "kljit_shard_sums")
+
+    def shard_finish(self, stream: int, args: Args, gathered: Any, shards: int) -> None:
+        """kljit_shard_finish from the gathered records [shards][N][8]."""
+        check(load_library().kljit_shard_finish(self._handle, stream or None,
+                                                ctypes.byref(args), gathered.data_ptr(),
+                                                int(shards)), "kljit_shard_finish")
 
 
 _contexts: Dict[int, Context] = {}
