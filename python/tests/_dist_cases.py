@@ -98,17 +98,28 @@ def run_cases(kljit: Any, torch: Any, dist: Any, cases: List[Dict[str, Any]], de
             seq = case.get("sequence_parallel", False)
             rows = p.n // ranks
             x_in = x[rank * rows:(rank + 1) * rows] if seq else x
+            if case.get("poison_rank") == rank:  # checked mode: a NaN in this rank's slice
+                kw["teacher"] = kw["teacher"].clone()
+                kw["teacher"][3, 1] = float("nan")
             if how == "functional":
                 loss = kljit.fused_linear_kl_div(x_in, w_part, bias=b_part, process_group=group,
                                                  vocab_start=p.start, vocab_total=p.w.shape[0],
                                                  sequence_parallel=seq, **kw, **options)
             elif how == "dtensor":
                 from torch.distributed.device_mesh import init_device_mesh
-                from torch.distributed.tensor import Shard, distribute_tensor
+                from torch.distributed.tensor import DTensor, Shard
 
                 mesh = init_device_mesh(device.split(":")[0], (ranks,))
-                w_part = distribute_tensor(p.w.detach(), mesh, [Shard(0)]).requires_grad_()
-                b_part = distribute_tensor(p.b.detach(), mesh, [Shard(0)]).requires_grad_()
+
+                def sharded(t: Any) -> Any:  # the rank's rows as a DTensor: no collective
+                    return DTensor.from_local(p.part(t), mesh, [Shard(0)], run_check=False,
+                                              shape=t.shape, stride=t.stride()).requires_grad_()
+
+                w_part, b_part = sharded(p.w.detach()), sharded(p.b.detach())
+                if case.get("dtensor_input"):  # the hidden states as a Replicate DTensor
+                    from torch.distributed.tensor import Replicate
+
+                    x_in = DTensor.from_local(x_in, mesh, [Replicate()], run_check=False)
                 loss = kljit.fused_linear_kl_div(x_in, w_part, bias=b_part, **kw, **options)
             else:  # the module that owns its shard
                 head = kljit.FusedLinearKLDiv(p.x.shape[1], p.w.shape[0], bias=True,
@@ -119,6 +130,9 @@ def run_cases(kljit: Any, torch: Any, dist: Any, cases: List[Dict[str, Any]], de
                     head.bias.copy_(p.part(p.b))
                 loss = head(x_in, kw.pop("teacher"), sequence_parallel=seq, **kw)
                 w_part, b_part = head.weight, head.bias
+            if case.get("expect_error"):
+                out.append(f"FAIL tp={ranks} rank={rank} {name}: no error raised")
+                continue
             loss.backward()
             ref = kl_div_fp64(p.x, p.w, p.teacher, bias=p.b, labels=p.labels,
                               teacher_ids=p.ids, teacher_values=p.vals, teacher_input=p.xt,
@@ -137,10 +151,19 @@ def run_cases(kljit: Any, torch: Any, dist: Any, cases: List[Dict[str, Any]], de
                    "dW": rel(local(w_part.grad), p.part(ref["grad_weight"]) * factor)}
             if b_part is not None:
                 err["db"] = rel(local(b_part.grad), p.part(ref["grad_bias"]) * factor)
-            bad = [k for k, e in err.items() if not e < tol["loss" if k == "loss" else "grad"]]
+            if tol.get("unsharded"):  # the same call on the whole head, unsharded
+                whole = kljit.fused_linear_kl_div(
+                    p.x, p.w, bias=p.b, labels=p.labels, **p.teacher_kwargs(False),
+                    num_items_in_batch=kw.get("num_items_in_batch"), **options)
+                err["loss vs unsharded"] = rel(loss, whole)
+            bad = [k for k, e in err.items()
+                   if not e < tol["loss" if k.startswith("loss") else "grad"]]
             text = " ".join(f"{k} {e:.1e}" for k, e in err.items())
             out.append(f"{'FAIL' if bad else 'ok'} tp={ranks} rank={rank} {name}: {text}")
-        except Exception:  # noqa: BLE001 - every case reports, none stops the others
+        except Exception as e:  # noqa: BLE001 - every case reports, none stops the others
+            if case.get("expect_error") and case["expect_error"] == getattr(e, "name", None):
+                out.append(f"ok tp={ranks} rank={rank} {name}: {e.name} as expected")
+                continue
             out.append(f"FAIL tp={ranks} rank={rank} {name}: "
                        + traceback.format_exc().replace("\n", " | "))
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import unittest
 from typing import Any, Tuple
 from unittest import mock
@@ -129,6 +130,8 @@ CASES = [
     {"name": "sequence parallel, two_phase", "sequence_parallel": True, "n": 36,
      "options": {"mode": "two_phase"}},
     {"name": "the module owns its shard", "how": "module"},
+    {"name": "a DTensor input and weight, two_phase", "how": "dtensor", "dtensor_input": True,
+     "options": {"mode": "two_phase"}},
     {"name": "a DTensor weight, Shard(0)", "how": "dtensor"},
 ]
 
@@ -144,7 +147,7 @@ class DistributedPlumbingTest(unittest.TestCase):
         lines = _dist_cases.spawn(ranks, "test_distributed:fake_setup", CASES,
                                   str(out_dir(f"distributed-tp{ranks}")))
         for line in lines:
-            print(" ", line)
+            print(" ", line, file=sys.stderr)
         self.assertEqual([line for line in lines if not line.startswith("ok")], [])
         self.assertEqual(len(lines), ranks * len(CASES))
 
