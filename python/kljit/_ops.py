@@ -55,10 +55,13 @@ def stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def scale_in_place(t: Tensor, factor: Tensor) -> None:
-    """t *= factor (a 0-d fp32 device tensor) on the current stream, decided on the device:
-    kljit_scale (nothing but one tiny launch when the factor is exactly 1)."""
-    _lib.get_context(t.device.index or 0).scale(stream(t.device), t, factor)
+def scale_in_place(tensors: Tuple[Tensor, ...], factor: Tensor) -> None:
+    """Each tensor *= factor (a 0-d fp32 device tensor) on the current stream, decided on the
+    device: kljit_scale (nothing but one tiny launch when the factor is exactly 1)."""
+    device = factor.device
+    ctx, cur = _lib.get_context(device.index or 0), stream(device)
+    for t in tensors:
+        ctx.scale(cur, t, factor)
 
 
 def _empty(like: Tensor) -> Tensor:
@@ -324,9 +327,7 @@ def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: floa
     g = grad_output.to(torch.float32)
     if grad_scale != 1.0:
         g = g / grad_scale
-    for t in grads:
-        if t.numel():
-            scale_in_place(t, g)
+    scale_in_place(tuple(t for t in grads if t.numel()), g)
 
 
 @torch.library.custom_op("kljit::scale_grads_", mutates_args=("dx", "dw", "db"))

@@ -114,7 +114,7 @@ def fake_setup(rank: int) -> Tuple[str, Any, Any]:
 
     _ops.REQUIRE_CUDA = False
     _ops.stream = lambda device: 0
-    _ops.scale_in_place = lambda t, g: t.mul_(g)
+    _ops.scale_in_place = lambda ts, g: [t.mul_(g) for t in ts]
     _lib.get_plan = lambda problem, device: FakeShardPlan(problem)
     return "cpu", torch.float32, {"loss": 1e-5, "grad": 1e-4}
 
@@ -184,7 +184,8 @@ class FsdpAndDTensorHeadTest(unittest.TestCase):
 
         for p in (mock.patch.object(_ops, "REQUIRE_CUDA", False),
                   mock.patch.object(_ops, "stream", lambda device: 0),
-                  mock.patch.object(_ops, "scale_in_place", lambda t, g: t.mul_(g)),
+                  mock.patch.object(_ops, "scale_in_place",
+                                          lambda ts, g: [t.mul_(g) for t in ts]),
                   mock.patch.object(_lib, "get_plan", lambda pb, device: FakePlan(pb))):
             p.start()
             self.addCleanup(p.stop)

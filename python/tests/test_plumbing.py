@@ -158,7 +158,8 @@ class PlumbingTest(unittest.TestCase):
 
         self.patches = [mock.patch.object(_ops, "REQUIRE_CUDA", False),
                         mock.patch.object(_ops, "stream", lambda device: 0),
-                        mock.patch.object(_ops, "scale_in_place", lambda t, g: t.mul_(g)),
+                        mock.patch.object(_ops, "scale_in_place",
+                                          lambda ts, g: [t.mul_(g) for t in ts]),
                         mock.patch.object(_lib, "get_plan", get_plan)]
         for p in self.patches:
             p.start()
