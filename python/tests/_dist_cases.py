@@ -214,3 +214,14 @@ def spawn(ranks: int, setup: str, cases: List[Dict[str, Any]], out_dir: str) -> 
             lines += [line for line in f.read().splitlines() if line]
     return lines
 
+
+
+def check_ranks(test: Any, ranks: int, setup: str, cases: List[Dict[str, Any]], name: str) -> None:
+    """A test's assertion: every rank ran every case and reported 'ok' (each line printed)."""
+    from _util import out_dir
+
+    lines = spawn(ranks, setup, cases, str(out_dir(name)))
+    for line in lines:
+        print(" ", line, file=sys.stderr)
+    test.assertEqual([line for line in lines if not line.startswith("ok")], [])
+    test.assertEqual(len(lines), ranks * len(cases))

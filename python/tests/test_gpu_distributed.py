@@ -19,11 +19,10 @@ library. One command: ctest -R gpu.python.distributed (or run.py test_gpu_distri
 
 from __future__ import annotations
 
-import sys
 import unittest
 from typing import Any, Tuple
 
-from _util import labels, out_dir, require
+from _util import labels, require
 
 import _dist_cases
 
@@ -127,12 +126,8 @@ class GpuDistributedTest(unittest.TestCase):
             raise unittest.SkipTest(f"kljit cannot run here: {e}")
 
     def run_ranks(self, ranks: int, setup: str = "gpu_setup") -> None:
-        lines = _dist_cases.spawn(ranks, f"test_gpu_distributed:{setup}", CASES,
-                                  str(out_dir(f"gpu-distributed-tp{ranks}-{setup}")))
-        for line in lines:
-            print(" ", line, file=sys.stderr)
-        self.assertEqual([line for line in lines if not line.startswith("ok")], [])
-        self.assertEqual(len(lines), ranks * len(CASES))
+        _dist_cases.check_ranks(self, ranks, f"test_gpu_distributed:{setup}", CASES,
+                                f"gpu-distributed-tp{ranks}-{setup}")
 
     def test_two_ranks_match_the_whole_problem_in_fp32(self) -> None:
         self.run_ranks(2)
