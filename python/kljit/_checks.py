@@ -120,8 +120,9 @@ class LossConfig:
     check_inputs: checked mode (NaN teacher, bad ids reported as KLJIT_ERR_BAD_INPUT_DATA).
     grad_weight_accum: 'auto' (the default, the library's KLJIT_ACCUM_AUTO: fp32 straight
         into an fp32 dW; in the weight dtype when a call has at most
-        KLJIT_ACCUM_AUTO_MAX_CHUNKS = 8 token chunks, as few roundings as Liger's; else 'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H
-        fp32 buffer when dW is not fp32, then converted) or 'output' (in the weight dtype: no
+        KLJIT_ACCUM_AUTO_MAX_CHUNKS = 8 token chunks, as few roundings as Liger's; else
+        'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H fp32 buffer when
+        dW is not fp32, then converted) or 'output' (in the weight dtype: no
         V*H fp32 buffer, one rounding per chunk).
     divergence, beta: 'forward_kl' (the default), 'reverse_kl' or 'jsd' with beta in [0, 1]
         (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math).

@@ -146,8 +146,8 @@ class Call:
         dtype, device, strides and 16-byte alignment; the config; T; the shard): a repeated
         call skips check_call and the plan lookup, which cost a short call more than the C call
         does."""
-        sig = (key, temperature if temperature == temperature else None, shard, main_grad, _lib.plan_cache_generation(), _layout(input),
-               _layout(weight), _layout(teacher), _layout(bias), _layout(ids), _layout(values),
+        sig = (key, temperature if temperature == temperature else None, shard, main_grad,
+               _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher), _layout(bias), _layout(ids), _layout(values),
                _layout(labels), _layout(teacher_weight), _layout(teacher_bias), _layout(divisor))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
