@@ -147,8 +147,9 @@ class Call:
         call skips check_call and the plan lookup, which cost a short call more than the C call
         does."""
         sig = (key, temperature if temperature == temperature else None, shard, main_grad,
-               _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher), _layout(bias), _layout(ids), _layout(values),
-               _layout(labels), _layout(teacher_weight), _layout(teacher_bias), _layout(divisor))
+               _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher),
+               _layout(bias), _layout(ids), _layout(values), _layout(labels),
+               _layout(teacher_weight), _layout(teacher_bias), _layout(divisor))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
                    teacher_weight=teacher_weight, teacher_bias=teacher_bias, divisor=divisor,
