@@ -672,10 +672,8 @@ def c_call(config: Any) -> Callable:
         args = call.args()
         loss = call.loss()
         args.loss = loss.data_ptr()
-        dx, dw, _ = call.grads(w, None, True, True, False, args)
-        ws = call.workspace(Mode.FUSED, args)
-        call.plan.execute(Mode.FUSED, _ops.stream(x.device), args)
-        del ws
+        dx, dw, _ = call.grads(w, None, _ops.WANT_DX | _ops.WANT_DW, args)
+        call.run(Mode.FUSED, args)
         x.grad, w.grad = dx, dw
         return loss.requires_grad_()
 
@@ -706,7 +704,7 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto",
                   hard: float = 0.0) -> Callable:
     """kljit_fused with KLJIT_TEACHER_DENSE_HIDDEN through ctypes, as c_call does for the dense
     teacher: the plan made at the first call (the warm-up), with the binding's 'auto' bf16 dW
-    accumulation (kljit._ops.Call._plan's rule); fresh outputs and workspace from torch's
+    accumulation (the library's KLJIT_ACCUM_AUTO); fresh outputs and workspace from torch's
     allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD.
     dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum). hard > 0: CE mixing,
     hard_weight = hard and soft_weight = 1 - hard on the inputs' labels (-100 ignored)."""
@@ -721,20 +719,15 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto",
             hidden=x.shape[1], vocab=w.shape[0], teacher=lib.TeacherForm.DENSE_HIDDEN,
             teacher_hidden=xt.shape[1], grad_weight_dtype=lib.DType.BF16,
             grad_weight_accum=(lib.GradWeightAccum.FP32 if dw_accum == "fp32" else
-                               lib.GradWeightAccum.OUTPUT_DTYPE),
+                               lib.GradWeightAccum.OUTPUT_DTYPE if dw_accum == "bf16" else
+                               lib.GradWeightAccum.AUTO),
             divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta,
             **({"hard_weight": hard, "soft_weight": 1.0 - hard, "label_dtype": lib.DType.INT64}
                if hard else {}))
-        device = x.device.index or 0
-        plan = lib.get_plan(pb, device)
+        plan = lib.get_plan(pb, x.device.index or 0)
         rows = x.shape[0]
-        chunks = math.ceil(rows / _ops.call_chunk_rows(plan.chunk_rows(), rows, online=True))
-        if dw_accum == "auto" and chunks > _ops.AUTO_MAX_CHUNKS:
-            pb.grad_weight_accum = lib.GradWeightAccum.FP32
-            plan = lib.get_plan(pb, device)
-        accum = "fp32 buffer" if pb.grad_weight_accum == lib.GradWeightAccum.FP32 else "bf16"
-        log(f"   kljit plan: chunk_rows {plan.chunk_rows()} (a call's chunk may be smaller: "
-            f"kljit_plan_workspace_size), dW accumulated in {accum}, workspace "
+        log(f"   kljit plan: chunk_rows {plan.chunk_rows(rows)} for {rows} rows, dW accumulated "
+            f"as {dw_accum} ('auto': the library's, bf16 up to 8 chunks), workspace "
             f"{plan.workspace_size(lib.Mode.FUSED, rows) / 2**20:.0f} MiB")
         return plan
 

@@ -242,8 +242,9 @@ typedef enum kljit_tail {
 
 typedef enum kljit_reduction {
   KLJIT_REDUCTION_SUM = 1,       /* sum of kept rows                         */
-  KLJIT_REDUCTION_BATCHMEAN = 2, /* / rows kept                              */
-  KLJIT_REDUCTION_MEAN = 3,      /* / (rows kept * V), V = vocab_total if set */
+  KLJIT_REDUCTION_BATCHMEAN = 2, /* / rows kept (or / *kljit_args.divisor)   */
+  KLJIT_REDUCTION_MEAN = 3,      /* / (rows kept * V), V = vocab_total if set;
+                                    with kljit_args.divisor: / (*divisor * V) */
   KLJIT_REDUCTION_NONE = 4       /* per-row vector loss[N]; two-phase only   */
 } kljit_reduction;
 
@@ -265,8 +266,20 @@ typedef enum kljit_grad_weight_accum {
    * V*H floats converted at the end (needs that much more workspace). The default. */
   KLJIT_ACCUM_FP32 = 1,
   /* In grad_weight's own dtype, chunk after chunk: no extra workspace, rounding per chunk. */
-  KLJIT_ACCUM_OUTPUT_DTYPE = 2
+  KLJIT_ACCUM_OUTPUT_DTYPE = 2,
+  /* Decided per call: an FP32 grad_weight accumulates in place in fp32 (FP32's case, no
+   * buffer); a 16-bit one in its own dtype (OUTPUT_DTYPE's case, with its chunk cap: a call's
+   * chunk is at most a quarter of its rows, an eighth with the online teacher) while the call
+   * has at most KLJIT_ACCUM_AUTO_MAX_CHUNKS chunks, as few roundings as a loss that rounds once
+   * per 1024 tokens, and beyond that in the fp32 V x H workspace buffer with the tuning's chunk
+   * (FP32's case). kljit_plan_workspace_size(max_rows) covers the buffer where a call of
+   * max_rows rows takes it; kljit_plan_chunk_rows says which chunk a call gets. What the
+   * PyTorch binding uses by default (its grad_weight_accum="auto"). */
+  KLJIT_ACCUM_AUTO = 3
 } kljit_grad_weight_accum;
+
+/* KLJIT_ACCUM_AUTO: the most chunks a call accumulates a 16-bit dW over in its own dtype. */
+#define KLJIT_ACCUM_AUTO_MAX_CHUNKS 8
 
 /* Problem flags (bits). */
 enum {
@@ -527,6 +540,11 @@ typedef enum kljit_mode {
 KLJIT_API kljit_status kljit_plan_workspace_size(const kljit_plan *plan, kljit_mode mode,
                                                  int64_t max_rows, size_t *bytes);
 
+/* The chunk a call of `rows` rows walks its tokens in (the tuning's chunk_rows, capped as
+ * kljit_plan_workspace_size says) into *chunk_rows. */
+KLJIT_API kljit_status kljit_plan_chunk_rows(const kljit_plan *plan, int64_t rows,
+                                             int64_t *chunk_rows);
+
 /* Bytes of the per-row statistics kljit_forward saves for kljit_backward (O(rows)). */
 KLJIT_API kljit_status kljit_plan_saved_size(const kljit_plan *plan, int64_t rows,
                                              size_t *bytes);
@@ -586,6 +604,19 @@ typedef struct kljit_args {
                                   takes the same weights as its forward                   */
   float *row_loss;             /* out, or NULL: [N] fp32 per-row loss l_i (fused, forward) */
   float *loss_parts;           /* out, or NULL: [2] fp32 {soft, hard} parts of the loss    */
+  /* A global divisor for REDUCTION_BATCHMEAN and MEAN, in device memory (fp64, read by the
+   * kernels: no host synchronization), or NULL for this call's kept rows. Data, context or
+   * sequence parallel ranks and gradient accumulation steps that each see part of a batch pass
+   * the batch's kept tokens (HF Trainer's num_items_in_batch, torchtitan's global valid
+   * tokens): every part then carries its share of one mean, and summing the parts' losses and
+   * gradients gives the whole batch's. BATCHMEAN divides the kept rows' sum by *divisor, MEAN
+   * by *divisor x vocab_total; a *divisor <= 0 or NaN gives loss 0 and zero gradients (as when
+   * every row is ignored). kljit_fused, kljit_forward and the split API read it (kljit_backward
+   * keeps forward's scale, as it keeps its temperature); refused (KLJIT_ERR_INVALID_ARGUMENT)
+   * with REDUCTION_SUM or NONE. fp16 G is stored times a power of two chosen for this call's
+   * rows: a divisor far above them (2^8 x) moves small entries of G toward fp16's subnormals.
+   * 8-byte aligned. Absent from a shorter struct (NULL). */
+  const double *divisor;
 } kljit_args;
 
 /* The size of the first released kljit_args (the fields up to `flags`): entry points accept a
@@ -595,7 +626,7 @@ typedef struct kljit_args {
 
 #define KLJIT_ARGS_INIT \
   { sizeof(kljit_args), 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1.0, NULL, NULL, NULL, \
-    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL, NULL, NULL, NULL, NULL }
+    NULL, NULL, NULL, NULL, 0, 0u, 1.0, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* Fused mode (gradient in forward): loss, dX, dW (, db) in one call. Not for REDUCTION_NONE. */
 KLJIT_API kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args *args);
@@ -620,6 +651,16 @@ KLJIT_API kljit_status kljit_backward(const kljit_plan *plan, void *stream,
  * tiny launch: the kernels read it and stop, decided on the device. */
 KLJIT_API kljit_status kljit_scale_grads(const kljit_plan *plan, void *stream,
                                          const kljit_args *args);
+
+/* kljit_scale_grads without a plan: multiplies in place, on `stream`, `count` elements of
+ * `dtype` (FP32, FP16 or BF16) at `data` (device memory of ctx's GPU) by the fp32 scalar at
+ * `factor` (device memory), each product rounded once; a factor of exactly 1 leaves them as
+ * they are at the cost of one tiny launch (decided on the device, so the caller never
+ * synchronizes). For a framework whose backward holds a fused call's gradients but not the
+ * plan that wrote them (torch.compile's graphs). The kernel is built at first use per dtype
+ * and context (from the kernel cache like a plan's). count 0 launches nothing. */
+KLJIT_API kljit_status kljit_scale(kljit_context *ctx, void *stream, void *data,
+                                   kljit_dtype dtype, int64_t count, const float *factor);
 
 /* ---- ahead-of-time compilation (needs no GPU) ------------------------------------------ */
 

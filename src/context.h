@@ -17,6 +17,7 @@
 #include "driver.h"
 #include "gemm_algo.h"
 #include "jit.h"
+#include "kiface.h"
 
 typedef struct ctx_module {
   char key_hash[65];
@@ -24,6 +25,13 @@ typedef struct ctx_module {
   int refs;
   struct ctx_module *next;
 } ctx_module;
+
+/* kljit_scale's kernel for one dtype (scale.c): NULL fn until its first use. */
+typedef struct ctx_scale {
+  CUfunction fn;
+  kiface_kernel sig;
+  ctx_module *mod;
+} ctx_scale;
 
 struct kljit_context {
   const drv_table *drv;
@@ -40,6 +48,7 @@ struct kljit_context {
   gemm_select gemm_sel[3];   /* each GEMM's backend by gemm_kind, as the options say */
   pthread_mutex_t lock;
   ctx_module *modules;
+  ctx_scale scale[KLJIT_BF16 + 1]; /* by kljit_dtype, under `lock` (scale.c) */
 };
 
 /* The caller's options checked and copied into *out; NULL: the environment's defaults, checked

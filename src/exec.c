@@ -44,6 +44,7 @@ struct exec_call {
   long long ignore;
   size_t in_sz;
   exec_gemms gemms;     /* the call's GEMM runner: plan_gemms, or no_gemms (run_mode) */
+  int dw_ws;            /* dW accumulates in the workspace's fp32 buffer (prob_dw_in_workspace) */
   float gmult, galpha; /* G is stored times gmult (fp16 range); the GEMMs undo it (galpha) */
   float *stats_out;    /* kljit_shard_stats: merged per-row records (part) out, [rows] */
   jgemm_epi epi;       /* the logits GEMM's statistics epilogue (geometry's stats_tiles): the
@@ -100,6 +101,9 @@ static const void *teacher_weight_of(const kljit_args *a) {
 }
 static const void *teacher_bias_of(const kljit_args *a) {
   return ARGS_HAS(a, teacher_bias) ? a->teacher_bias : NULL;
+}
+static const double *divisor_of(const kljit_args *a) {
+  return ARGS_HAS(a, divisor) ? a->divisor : NULL;
 }
 
 /* The row weights and the optional outputs of `a`, NULL in a struct too short to have them. */
@@ -193,6 +197,13 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   }
+  if (divisor_of(a) && mode != KLJIT_MODE_BACKWARD) {
+    if (pb->reduction != KLJIT_REDUCTION_BATCHMEAN && pb->reduction != KLJIT_REDUCTION_MEAN)
+      return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                     "%s: args->divisor is set but the reduction is %s: only batchmean and mean "
+                     "divide", who, names_reduction(pb->reduction));
+    TRY(check_ptr(p, who, "divisor", divisor_of(a), 8));
+  }
   const int grads = mode != KLJIT_MODE_FORWARD && !stats_only;
   if (mode != KLJIT_MODE_BACKWARD && !stats_only) {
     TRY(check_ptr(p, who, "loss", a->loss, 4));
@@ -285,17 +296,20 @@ static kljit_status run_dx(exec_call *c, long long row0, int64_t n) {
 }
 
 /* dW of one chunk: into the fp32 workspace or grad_weight, started by the first chunk unless
- * the call accumulates into grad_weight. */
+ * the call accumulates into grad_weight. KLJIT_ACCUM_AUTO decides the buffer per call (c->dw_ws)
+ * and has slots of its own for it (the recipe's RECIPE_DW32*). */
 static kljit_status run_dw(exec_call *c, long long row0, int64_t n, int first) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
-  const int dw_ws = p->rec.geom.dw_workspace;
+  const int dw_ws = c->dw_ws;
   const int acc_out = (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT) != 0;
   void *dw = dw_ws ? (void *)(c->ws + c->w.dw) : a->grad_weight;
   const float beta = first && (dw_ws || !acc_out) ? 0.0f : 1.0f;
   const char *x = (const char *)a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  return gemm_slot(c, beta == 0.0f ? RECIPE_DW : RECIPE_DW_ACC, n, x, c->ws + c->w.g, dw,
-                   c->galpha, beta);
+  const int auto32 = dw_ws && p->rec.geom.dw_auto;
+  const recipe_slot s = beta == 0.0f ? (auto32 ? RECIPE_DW32 : RECIPE_DW)
+                                     : (auto32 ? RECIPE_DW32_ACC : RECIPE_DW_ACC);
+  return gemm_slot(c, s, n, x, c->ws + c->w.g, dw, c->galpha, beta);
 }
 
 /* The plan's GEMMs (exec_gemms). */
@@ -367,7 +381,7 @@ static kljit_status run_finish_grads(exec_call *c) {
   const kljit_plan *p = c->p;
   const kljit_args *a = c->a;
   if (a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT) return KLJIT_SUCCESS;
-  if (p->rec.geom.dw_workspace)
+  if (c->dw_ws)
     TRY(run_convert(c, c->w.dw, a->grad_weight, (long long)(p->pb.vocab * p->pb.hidden), 1.0f,
                     1));
   if (p->pb.flags & KLJIT_FLAG_BIAS) /* db summed G as stored: undo its multiplier */
@@ -463,6 +477,7 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
   k->labels_is64 = c->labels_is64;
   k->ignore_index = c->ignore;
   k->hdr = c->hdr;
+  k->divisor = divisor_of(a);
   k->rowstat = c->rowstat;
   k->grad_output = a->grad_output;
   k->per_row = p->pb.reduction == KLJIT_REDUCTION_NONE;
@@ -522,6 +537,7 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
     c.labels_is64 = p->pb.label_dtype == KLJIT_INT64;
     c.ignore = (long long)p->pb.ignore_index;
     c.in_sz = names_dtype_size(p->pb.input_dtype);
+    c.dw_ws = prob_dw_in_workspace(&p->rec.geom, a->rows);
     c.gmult = grad_multiplier(&p->pb, a->rows);
     /* grad_scale goes into the GEMMs' alpha (fp32): G itself stays unscaled, so fp16 G keeps
      * the range gmult gave it however large the scale */
@@ -549,19 +565,24 @@ kljit_status kljit_fused(const kljit_plan *plan, void *stream, const kljit_args 
   return execute(plan, stream, args, KLJIT_MODE_FUSED, "kljit_fused");
 }
 
-static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
-                              const float *s, int out) {
-  const long long per_block = 8LL * plan_threads(p, KSTEP_SCALE); /* 8 elements a thread */
-  long long blocks = (n + per_block - 1) / per_block;
+unsigned exec_scale_grid(int64_t count, unsigned threads, int sm_count) {
+  const long long per_block = 8LL * threads; /* 8 elements a thread */
+  long long blocks = (count + per_block - 1) / per_block;
   /* Eight resident 256-thread blocks per SM fill it for a grid-stride pass; more blocks add
    * nothing when scaling and cost waves of blocks that only read *s when the factor is 1 (the
    * usual case, paid by every fused backward). */
-  const long long cap = 8LL * (p->ctx->sm_count > 0 ? p->ctx->sm_count : 132);
+  const long long cap = 8LL * (sm_count > 0 ? sm_count : 132);
   if (blocks > cap) blocks = cap;
+  return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
+static kljit_status run_scale(const kljit_plan *p, void *stream, void *ptr, long long n,
+                              const float *s, int out) {
   kargs k;
   memset(&k, 0, sizeof k);
   k.data = ptr, k.count = n, k.factor = s, k.out_dtype = out;
-  return plan_launch(p, KSTEP_SCALE, (unsigned)(blocks < 1 ? 1 : blocks), 1, &k, stream);
+  const unsigned blocks = exec_scale_grid(n, plan_threads(p, KSTEP_SCALE), p->ctx->sm_count);
+  return plan_launch(p, KSTEP_SCALE, blocks, 1, &k, stream);
 }
 
 static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_args *a,

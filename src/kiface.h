@@ -60,6 +60,7 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(labels_is64, i32)                                                                       \
   X(ignore_index, i64)                                                                      \
   X(hdr, ptr)          /* the header kl_setup writes (record hdr) */                       \
+  X(divisor, ptr)      /* kl_setup: the call's global divisor (fp64), or NULL: kept rows */  \
   X(part, ptr)         /* pass-1 partial records (rows, SPLIT) of record part */            \
   X(recs, ptr)         /* the records pass 2 merges: part, or the shards' records */       \
   X(nrec, i32)         /* records per row */                                                \

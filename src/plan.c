@@ -126,8 +126,11 @@ static kljit_status check_steps(const kljit_plan *p) {
 
 /* Description names of the recipe's slots (recipe_slot order). */
 static const char *const SLOT_NAME[RECIPE_SLOTS] = {
-    "logits", "dX", "dW (first chunk)", "teacher logits", "dX slice", "dX last slice",
-    "dW (accumulating)"};
+    "logits",        "dX",
+    "dW (first chunk)", "teacher logits",
+    "dX slice",      "dX last slice",
+    "dW (accumulating)", "dW into fp32 (AUTO, first chunk)",
+    "dW into fp32 (AUTO, accumulating)"};
 static const char *const FROM[] = {"heuristic", "tuning", "options: KLJIT_GEMM"}; /* jgemm_source */
 
 /* The cuBLASLt algorithm of slot g: the options' k-th of cuBLASLt's heuristic list, else the
@@ -138,7 +141,10 @@ static kljit_status slot_algo(kljit_plan *p, recipe_slot s, cublasLtMatmulAlgo_t
   const recipe_gemm *g = &p->rec.gemm[s];
   *found = *stale = 0;
   if (g->lt_index < 0) {
-    *found = g->tuned_algo && gemm_algo_find(&p->rec.geom.tune, g->op, g->rows, algo, stale);
+    /* AUTO's fp32-buffer dW: the tuning timed dW's algorithms at grad_weight's dtype */
+    const int own_types = s != RECIPE_DW32 && s != RECIPE_DW32_ACC;
+    *found = g->tuned_algo && own_types &&
+             gemm_algo_find(&p->rec.geom.tune, g->op, g->rows, algo, stale);
     return KLJIT_SUCCESS;
   }
   cublasLtMatmulAlgo_t cand[16];

@@ -297,7 +297,8 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
     return BAD("%s: grad_weight_dtype = %s, must be KLJIT_FP32 or weight_dtype (%s)", who,
                names_dtype(pb->grad_weight_dtype), names_dtype(pb->weight_dtype));
   if (pb->grad_weight_accum != KLJIT_ACCUM_FP32 &&
-      pb->grad_weight_accum != KLJIT_ACCUM_OUTPUT_DTYPE)
+      pb->grad_weight_accum != KLJIT_ACCUM_OUTPUT_DTYPE &&
+      pb->grad_weight_accum != KLJIT_ACCUM_AUTO)
     return BAD("%s: grad_weight_accum = %d is not a kljit_grad_weight_accum", who,
                (int)pb->grad_weight_accum);
   const uint32_t known = KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
@@ -378,19 +379,34 @@ prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context
   return t;
 }
 
+/* The tuning's chunk, capped at 1/chunk_cap of the call's rows rounded up to 256. */
+static int64_t capped_chunk(const prob_geometry *g, int64_t rows) {
+  if (!g->chunk_cap) return g->tune.chunk_rows;
+  const int64_t k = g->chunk_cap;
+  int64_t cap = ((rows + k - 1) / k + 255) / 256 * 256;
+  return g->tune.chunk_rows < cap ? g->tune.chunk_rows : cap;
+}
+
+/* A call of `rows` rows with KLJIT_ACCUM_AUTO keeps a 16-bit dW in its own dtype over at most
+ * KLJIT_ACCUM_AUTO_MAX_CHUNKS chunks of the capped chunk (each adds one rounding of dW), and
+ * beyond that takes the fp32 buffer: a long call's many chunks would round dW too often. */
+int prob_dw_in_workspace(const prob_geometry *g, int64_t rows) {
+  if (!g->dw_auto) return g->dw_workspace;
+  const int64_t chunk = capped_chunk(g, rows);
+  return (rows + chunk - 1) / chunk > KLJIT_ACCUM_AUTO_MAX_CHUNKS;
+}
+
 /* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
  * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
  * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
  * fatter one; the online teacher's two fp32 buffers a row, capped at an eighth, take as much.
  * Long calls keep the tuned chunk (the cap only bites below chunk_cap x chunk_rows tokens);
  * where dW accumulates in fp32 or the context's options set the chunk size (chunk_rows,
- * KLJIT_CHUNK_ROWS), g->chunk_cap is 0 (recipe.c) and the tuning's chunk is kept. The binding
- * asks this rule (kljit_plan_chunk_rows) rather than mirroring it. */
+ * KLJIT_CHUNK_ROWS), g->chunk_cap is 0 (recipe.c) and the tuning's chunk is kept; so it is for
+ * a call whose AUTO dW takes the fp32 buffer. The binding asks this rule
+ * (kljit_plan_chunk_rows) rather than mirroring it. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {
-  if (!g->chunk_cap) return g->tune.chunk_rows;
-  const int64_t k = g->chunk_cap;
-  int64_t cap = ((rows + k - 1) / k + 255) / 256 * 256;
-  return g->tune.chunk_rows < cap ? g->tune.chunk_rows : cap;
+  return g->dw_auto && prob_dw_in_workspace(g, rows) ? g->tune.chunk_rows : capped_chunk(g, rows);
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -422,7 +438,7 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   w.zt = off, off += pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN
                          ? align256((size_t)r * (size_t)g->ld * 4) : 0;
   w.g = w.z; /* G overwrites the logits in place (recipe.c) */
-  w.dw = off, off += grads && g->dw_workspace
+  w.dw = off, off += grads && prob_dw_in_workspace(g, rows)
                          ? align256((size_t)pb->vocab * (size_t)pb->hidden * 4) : 0;
   w.db = off, off += grads && (pb->flags & KLJIT_FLAG_BIAS) ? align256((size_t)pb->vocab * 4) : 0;
   /* the fp32 sum of a split dX GEMM's slices, one chunk's rows */

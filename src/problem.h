@@ -75,6 +75,7 @@ typedef struct prob_geometry {
   kljit_dtype logit, grad;    /* dtypes of the chunk logits and of G (G overwrites them) */
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
+  int dw_auto;                /* KLJIT_ACCUM_AUTO, 16-bit dW: the buffer or not per call */
   int chunk_cap;              /* 0, or k: a call's chunk is capped at 1/k of its rows (4; 8
                                * with the online teacher: two fp32 logit buffers a row) */
   int dx_split;               /* dX as this many GEMMs over slices of V summed in fp32 (1:
@@ -105,8 +106,12 @@ prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context
 int prob_native_logits(const kljit_problem *pb);
 
 /* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most rows / g->chunk_cap
- * rounded up to 256 (at least 256) where g->chunk_cap is not 0. */
+ * rounded up to 256 (at least 256) where g->chunk_cap is not 0 and the call's dW is not in the
+ * fp32 buffer. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
+/* Whether a call of `rows` rows accumulates dW in the fp32 workspace buffer: dw_workspace, or
+ * for KLJIT_ACCUM_AUTO, whether it has more than KLJIT_ACCUM_AUTO_MAX_CHUNKS capped chunks. */
+int prob_dw_in_workspace(const prob_geometry *g, int64_t rows);
 
 /* Workspace layout of one call of `rows` rows in mode `mode` (offsets in bytes; 0 size =
  * absent), its records sized as `lay` says (the plan's: what its modules declare). The total

@@ -114,6 +114,9 @@ static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, p
   g->p2_split = one_block ? 1 : tune->split;
   g->dw_workspace = pb->grad_weight_dtype != KLJIT_FP32 &&
                     pb->grad_weight_accum == KLJIT_ACCUM_FP32;
+  /* AUTO with a 16-bit dW: OUTPUT_DTYPE's geometry (and chunk cap), the fp32 buffer per call
+   * (prob_dw_in_workspace, the slots RECIPE_DW32*); with an fp32 dW it is FP32's in-place case */
+  g->dw_auto = pb->grad_weight_dtype != KLJIT_FP32 && pb->grad_weight_accum == KLJIT_ACCUM_AUTO;
   /* Only a 16-bit dW accumulated in place (4 V H bytes a chunk, the binding's lean-memory
    * setting) takes the chunk cap: with an fp32 accumulator each extra chunk's 8 V H bytes cost
    * more than the smaller chunk saves (bench/RESULTS.md, "the merged architecture"). The
@@ -183,6 +186,12 @@ static void gemm_slots(const kljit_problem *pb, recipe *r) {
   for (int k = GEMM_LOGITS; k <= GEMM_DW; k++)
     slot(&r->gemm[k], (gemm_kind)k, &ty, pb->vocab, pb->hidden, g);
   slot(&r->gemm[RECIPE_DW_ACC], GEMM_DW, &ty, pb->vocab, pb->hidden, g);
+  if (g->dw_auto) { /* AUTO's long calls: dW into the fp32 buffer, first and later chunks */
+    gemm_types t32 = ty;
+    t32.dw = CUDA_R_32F;
+    slot(&r->gemm[RECIPE_DW32], GEMM_DW, &t32, pb->vocab, pb->hidden, g);
+    slot(&r->gemm[RECIPE_DW32_ACC], GEMM_DW, &t32, pb->vocab, pb->hidden, g);
+  }
   if (g->dx_split > 1) { /* dX of a slice of V into the fp32 sum (exec.c); the last its own */
     gemm_types tx = ty;
     tx.dx = CUDA_R_32F;
@@ -203,21 +212,26 @@ static void gemm_slots(const kljit_problem *pb, recipe *r) {
 static const struct {
   recipe_slot slot;
   jgemm_slot jslot;
-} TUNED[] = {{RECIPE_LOGITS, JGEMM_LOGITS},
-             {RECIPE_DX, JGEMM_DX},
-             {RECIPE_DW, JGEMM_DW_FIRST},
-             {RECIPE_DW_ACC, JGEMM_DW_ACC}};
+} TUNED[] = {{RECIPE_LOGITS, JGEMM_LOGITS},     {RECIPE_DX, JGEMM_DX},
+             {RECIPE_DW, JGEMM_DW_FIRST},       {RECIPE_DW_ACC, JGEMM_DW_ACC},
+             {RECIPE_DW32, JGEMM_DW_FIRST},     {RECIPE_DW32_ACC, JGEMM_DW_ACC}};
 
-/* The engines of the tuned slots (logits, dX, dW's two): a generated variant where
+/* The engines of the tuned slots (logits, dX, dW's two, AUTO's two): a generated variant where
  * jgemm_pick_slot takes one (the options' backends sel, else the tuning's choice, else the
  * arch's heuristic table), else cuBLASLt with the options' k-th algorithm or the tuning's (where
  * one was stored). The other slots run cuBLASLt's heuristic. */
 static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], int arch,
                            recipe *r) {
+  /* AUTO's fp32-buffer slots pick as FP32's accumulation would (a generated variant's output
+   * dtype follows the geometry's dw_workspace) */
+  prob_geometry g32 = r->geom;
+  g32.dw_workspace = 1;
   for (size_t i = 0; i < sizeof TUNED / sizeof TUNED[0]; i++) {
     recipe_gemm *g = &r->gemm[TUNED[i].slot];
+    if (!g->used) continue;
+    const int buf = TUNED[i].slot == RECIPE_DW32 || TUNED[i].slot == RECIPE_DW32_ACC;
     jgemm_pick pick;
-    jgemm_pick_slot(pb, &r->geom, arch, sel, TUNED[i].jslot, &pick);
+    jgemm_pick_slot(pb, buf ? &g32 : &r->geom, arch, sel, TUNED[i].jslot, &pick);
     g->tuned_algo = 1, g->lt_index = pick.lt_index, g->from = pick.from, g->why = pick.why;
     if (!pick.jit) continue;
     g->engine = RECIPE_GENERATED;

@@ -49,6 +49,9 @@ typedef enum recipe_slot {
   RECIPE_DW_ACC,               /* dW of the chunks that accumulate (beta 1): RECIPE_DW is then
                                 * the first chunk's (beta 0 unless the call accumulates into
                                 * grad_weight); a generated kernel has its beta compiled in */
+  RECIPE_DW32,                 /* KLJIT_ACCUM_AUTO (geom.dw_auto): dW of a call that takes the
+                                * fp32 buffer (prob_dw_in_workspace), its first chunk */
+  RECIPE_DW32_ACC,             /* ... and its chunks that accumulate */
   RECIPE_SLOTS
 } recipe_slot;
 

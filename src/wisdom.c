@@ -120,7 +120,9 @@ void wisdom_problem_extra(const kljit_problem *pb, char out[WISDOM_EXTRA_MAX]) {
                    t, tt, eps, names_reduction(pb->reduction),
                    (pb->flags & KLJIT_FLAG_SCALE_T_SQUARED) != 0,
                    names_dtype_tag(pb->grad_weight_dtype),
-                   pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out" : "fp32");
+                   pb->grad_weight_accum == KLJIT_ACCUM_OUTPUT_DTYPE ? "out"
+                   : pb->grad_weight_accum == KLJIT_ACCUM_AUTO      ? "auto"
+                                                                     : "fp32");
   /* the loss family's values, each only where it differs from KLJIT_PROBLEM_INIT's (so the
    * extra text of a plain problem is what it was) */
   const kljit_problem d = KLJIT_PROBLEM_INIT;
@@ -301,8 +303,10 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, ui
       ok = (pb->grad_weight_dtype = float_dtype(v)) != 0;
       break;
     case PF_ACCUM:
-      pb->grad_weight_accum = !strcmp(v, "out") ? KLJIT_ACCUM_OUTPUT_DTYPE : KLJIT_ACCUM_FP32;
-      ok = !strcmp(v, "out") || !strcmp(v, "fp32");
+      pb->grad_weight_accum = !strcmp(v, "out")    ? KLJIT_ACCUM_OUTPUT_DTYPE
+                              : !strcmp(v, "auto") ? KLJIT_ACCUM_AUTO
+                                                   : KLJIT_ACCUM_FP32;
+      ok = !strcmp(v, "out") || !strcmp(v, "auto") || !strcmp(v, "fp32");
       break;
     case PF_V:
       ok = !parse_int(v, 2, 1 << 24, &x), pb->vocab = x;
@@ -324,24 +328,21 @@ static int problem_field(kljit_problem *pb, const token *t, int f, int extra, ui
       pb->divergence = (kljit_divergence)names_find_divergence(v);
       ok = pb->divergence != 0;
       break;
-    case PF_BETA:
-      ok = !parse_real(v, 0, 1, &pb->beta);
-      break;
+    case PF_BETA: /* the loss family's reals, in enum order */
     case PF_HW:
     case PF_SW:
-    case PF_ZL:
-      ok = !parse_real(v, 0, 1e300, f == PF_HW   ? &pb->hard_weight
-                                    : f == PF_SW ? &pb->soft_weight
-                                                 : &pb->z_loss);
-      break;
     case PF_CAP:
     case PF_TCAP:
-      ok = !parse_real(v, 0, 1e300, f == PF_CAP ? &pb->softcap : &pb->teacher_softcap);
-      break;
     case PF_ALPHA:
     case PF_LS:
-      ok = !parse_real(v, 0, 1, f == PF_ALPHA ? &pb->skew_alpha : &pb->label_smoothing);
+    case PF_ZL: {
+      double *const to[] = {&pb->beta,    &pb->hard_weight,     &pb->soft_weight,
+                            &pb->softcap, &pb->teacher_softcap, &pb->skew_alpha,
+                            &pb->label_smoothing, &pb->z_loss};
+      const int fraction = f == PF_BETA || f == PF_ALPHA || f == PF_LS; /* in [0, 1] */
+      ok = !parse_real(v, 0, fraction ? 1 : 1e300, to[f - PF_BETA]);
       break;
+    }
     case PF_TV:
       ok = !parse_int(v, 2, 1 << 24, &x), pb->teacher_vocab = x;
       break;

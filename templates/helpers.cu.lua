@@ -4,7 +4,8 @@
 %--   kl_setup        one block: counts kept rows (label != ignore_index) and writes the
 %--                   header hdr = {loss_scale, grad_scale * gmult, kept, 1/T, t2, 0...} (the
 %--                   record iface.HDR, templates/iface.cu.lua) with
-%--                   c = 1 (sum, none) | 1/kept (batchmean) | 1/(kept VTOT) (mean), 0 if kept = 0,
+%--                   c = 1 (sum, none) | 1/D (batchmean) | 1/(D VTOT) (mean), 0 unless D > 0,
+%--                   D = *divisor (the caller's global count, fp64) where given, else kept,
 %--                   loss_scale = c t2, grad_scale = c t2 / T, t2 = T^2 with T^2 scaling else 1,
 %--                   gmult the power of two fp16 G is stored times (exec.c; the GEMMs undo it).
 %--   kl_finish_loss  one block: row losses from the per-split partials (lossp, plus the CE's
@@ -44,7 +45,7 @@
 %  { name = "kl_setup", step = "setup", threads = WIDE, args = {
 %    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
 %    { "n", "i64", role = "rows" }, { "T", "float", role = "temperature" }, { "gmult", "float" },
-%    { "hdr", "float* __restrict__" } } },
+%    { "divisor", "const double* __restrict__" }, { "hdr", "float* __restrict__" } } },
 %  { name = "kl_finish_loss", step = "finish_loss", threads = WIDE, args = {
 %    { "lossp", "const float* __restrict__" }, { "lossh", "const float* __restrict__" },
 %    { "split", "int", role = "p2_split" }, { "n", "i64", role = "rows" },
@@ -86,10 +87,9 @@ typedef {{ dt[P.OUT] }} out_t;
   const double total = block_sum_d<WIDE>((double)local, shd);
   if (threadIdx.x == 0) {
     double c = 1.0;
-#if REDUCTION == 2
-    c = total > 0 ? 1.0 / total : 0.0;
-#elif REDUCTION == 3
-    c = total > 0 ? 1.0 / (total * (double)VTOT) : 0.0;
+#if REDUCTION == 2 || REDUCTION == 3
+    const double d = divisor ? *divisor : total; /* NaN fails d > 0 */
+    c = d > 0 ? 1.0 / (d * (REDUCTION == 3 ? (double)VTOT : 1.0)) : 0.0;
 #endif
     const double t2 = T2 ? (double)T * (double)T : 1.0;
     hdr[HDR_LOSS_SCALE] = (float)(c * t2);

@@ -665,6 +665,41 @@ static int scale_grads_multiplies_each_gradient_once_in_place(void) {
   return TH_PASS;
 }
 
+/* kljit_scale, no plan: each dtype's elements become the fp32 product rounded once (the host
+ * computes the same), a factor of 1 changes no bit, bad arguments are refused. */
+static int scale_without_a_plan_multiplies_any_float_dtype_in_place(void) {
+  int rc = ctx_get();
+  if (rc != TH_PASS) return rc;
+  const kljit_dtype dts[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
+  host_rng rng = {77};
+  gbuf f;
+  TH_CHECK(gbuf_alloc(&f, KLJIT_FP32, 1) == 0);
+  for (int i = 0; i < 3; i++) {
+    gbuf b;
+    const size_t n = 5003; /* not a multiple of a vector: the tail is scaled too */
+    TH_CHECK(gbuf_alloc(&b, dts[i], n) == 0 && upload_random(&b, &rng, 2.0) == 0);
+    double *before = malloc(sizeof(double) * n);
+    TH_CHECK(before && gbuf_download(&b, before) == 0);
+    for (int k = 0; k < 2; k++) {
+      const double s = k ? -0.37 : 1.0;
+      TH_CHECK(gbuf_upload(&f, &s, NULL) == 0);
+      TH_OK(kljit_scale(the_ctx, NULL, b.ptr, dts[i], (int64_t)n, (const float *)f.ptr));
+      TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+      if ((rc = expect_scaled(&b, before, (float)s, k))) return rc;
+    }
+    free(before);
+    gbuf_free(&b);
+  }
+  TH_STATUS(kljit_scale(the_ctx, NULL, f.ptr, KLJIT_INT32, 1, (const float *)f.ptr),
+            KLJIT_ERR_INVALID_ARGUMENT);
+  TH_CHECK(strstr(kljit_last_error(), "kljit_scale: dtype") != NULL);
+  TH_STATUS(kljit_scale(NULL, NULL, f.ptr, KLJIT_FP32, 1, (const float *)f.ptr),
+            KLJIT_ERR_INVALID_ARGUMENT);
+  TH_OK(kljit_scale(the_ctx, NULL, NULL, KLJIT_FP32, 0, NULL)); /* nothing to do */
+  gbuf_free(&f);
+  return TH_PASS;
+}
+
 /* A context's options, not the environment, steer its plans: a chunk size given in the options
  * is the plan's (KLJIT_CHUNK_ROWS set to something else meanwhile changes nothing). */
 static int context_options_steer_the_plans_not_the_environment(void) {
@@ -819,5 +854,7 @@ static const th_case cases[] = {
      grad_scale_multiplies_the_gradients_and_older_structs_get_one},
     {"row_weights_and_the_optional_outputs_are_validated_before_any_write",
      row_weights_and_the_optional_outputs_are_validated_before_any_write},
+    {"scale_without_a_plan_multiplies_any_float_dtype_in_place",
+     scale_without_a_plan_multiplies_any_float_dtype_in_place},
 };
 TH_MAIN(cases)

@@ -135,6 +135,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   const int tbias = c->form == KLJIT_TEACHER_DENSE_HIDDEN && c->teacher_bias;
   if (tbias) pb.flags |= KLJIT_FLAG_TEACHER_BIAS;
   pb.grad_weight_dtype = c->gw;
+  if (c->accum) pb.grad_weight_accum = c->accum;
   pb.softcap = c->softcap, pb.teacher_softcap = c->teacher_softcap;
   const int hidden = c->form == KLJIT_TEACHER_DENSE_HIDDEN;
   pb.teacher_vocab = c->tld, pb.teacher_ld = hidden ? 0 : c->tld;
@@ -182,8 +183,9 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     lab[i] = c->labels == 2 ? -100 : c->labels == 1 && host_uniform(&rng) < 0.2 ? -100 : i % 7;
   for (int64_t i = 0; i < n; i++) rw[i] = i % 7 == 3 ? 0.0 : 2.0 * host_uniform(&rng);
 
-  gbuf X, W, B, Tt, TW, TB, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS, RW, RL, PARTS;
+  gbuf X, W, B, Tt, TW, TB, ID, L, DX, DW, DB, LOSS, SAVED, GO, WS, RW, RL, PARTS, DIV;
   memset(&RW, 0, sizeof RW), memset(&RL, 0, sizeof RL), memset(&PARTS, 0, sizeof PARTS);
+  memset(&DIV, 0, sizeof DIV);
   memset(&ID, 0, sizeof ID), memset(&TW, 0, sizeof TW), memset(&TB, 0, sizeof TB);
   memset(&B, 0, sizeof B), memset(&DB, 0, sizeof DB), memset(&L, 0, sizeof L);
   memset(&SAVED, 0, sizeof SAVED), memset(&GO, 0, sizeof GO);
@@ -244,6 +246,8 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     free(ld);
   }
   if (!c->fused) fail |= gbuf_upload(&GO, gout, gout);
+  if (c->divisor != 0)
+    fail |= gbuf_alloc(&DIV, KLJIT_FP32, 2) | gbuf_fill_f64(&DIV, c->divisor);
   fail |= gbuf_poison(&DX) | gbuf_poison(&LOSS) | gbuf_poison(&WS);
   if (c->accumulate) {
     fail |= gbuf_upload(&DW, dw0, dw0);
@@ -264,6 +268,7 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   a.workspace = WS.ptr, a.workspace_size = ws;
   a.flags = c->accumulate ? KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT : 0;
   a.row_weights = RW.ptr, a.row_loss = RL.ptr, a.loss_parts = PARTS.ptr;
+  a.divisor = (const double *)DIV.ptr;
   if (c->fused) {
     TH_OK(kljit_fused(plan, NULL, &a));
   } else {
@@ -279,6 +284,13 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
   memset(&ro, 0, sizeof ro);
   ro.row_loss = rl, ro.dx = dx, ro.dw = dw, ro.db = c->bias ? db : NULL;
   TH_CHECK(ref_compute(&ri, &ro) == 0);
+  if (c->divisor != 0) { /* the kept rows' mean becomes a share of the divisor's */
+    const double f = c->divisor > 0 ? (double)ro.rows_kept / c->divisor : 0.0;
+    ro.loss *= f, ro.loss_soft *= f, ro.loss_hard *= f; /* row_loss has no reduction constant */
+    for (int64_t i = 0; i < n * h; i++) dx[i] *= f;
+    for (int64_t i = 0; i < v * h; i++) dw[i] *= f;
+    for (int64_t i = 0; i < v && c->bias; i++) db[i] *= f;
+  }
   if (c->accumulate) {
     for (int64_t i = 0; i < v * h; i++) dw[i] += dw0[i];
     for (int64_t i = 0; i < v && c->bias; i++) db[i] += dw0[i];
@@ -321,8 +333,8 @@ static int run_case(const gcase *c, errs *e, uint64_t case_seed) {
     e->dx = s > 0 ? INFINITY : 0; /* exactly zero, not merely small */
     e->loss = none ? 0 : fabs(gl[0]) > 0 ? INFINITY : 0;
   }
-  gbuf *bufs[] = {&X,  &W,     &B,  &Tt, &TW, &TB, &ID, &L,    &DX,
-                  &DW, &DB, &LOSS, &SAVED, &GO, &WS, &RW, &RL, &PARTS};
+  gbuf *bufs[] = {&X,  &W,  &B,    &Tt,    &TW, &TB, &ID, &L,  &DX,    &DW,
+                  &DB, &LOSS, &SAVED, &GO, &WS, &RW, &RL, &PARTS, &DIV};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gbuf_free(bufs[i]);
   free(x), free(w), free(b), free(t), free(dx), free(dw), free(db), free(rl), free(gx);
   free(gw), free(gb), free(gl), free(dw0), free(gout), free(lab), free(ids), free(tw);

@@ -65,6 +65,10 @@ typedef struct gcase {
   double label_smoothing, z_loss;
   int row_weights;
   int outputs;
+  /* kljit_args.divisor (0: none, the kept rows): the reference is then scaled by kept / divisor;
+   * grad_weight_accum (0: KLJIT_PROBLEM_INIT's) */
+  double divisor;
+  kljit_grad_weight_accum accum;
 } gcase;
 
 /* A dense-probs, bf16, batchmean, fused case of 37 x 64 x 1000 with labels. */

@@ -757,9 +757,48 @@ static int online_teacher_checked_mode_reports_its_input_head_and_bias(void) {
   return worst;
 }
 
+/* kljit_args.divisor (num_items_in_batch): batchmean and mean divide by it instead of the
+ * kept rows, in both modes and dtypes, a bias and ignored rows included; the reference is the
+ * kept rows' mean times kept / divisor. A divisor of 0 gives loss 0 and zero gradients, exactly
+ * (the reference scaled by 0). With row weights the divisor stays as given, and the optional
+ * outputs' loss parts are reduced by it while the per-row loss is not (k = 3, 4). */
+static int a_global_divisor_replaces_the_kept_rows(void) {
+  int worst = TH_PASS;
+  for (int k = 0; k < 6 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    c.divisor = k == 5 ? 0.0 : 1000.0 + 37 * k; /* far more than the call's 37 rows */
+    c.red = k % 2 ? KLJIT_REDUCTION_MEAN : KLJIT_REDUCTION_BATCHMEAN;
+    c.fused = k < 3, c.bias = k == 1;
+    c.dt = k == 2 ? KLJIT_FP32 : KLJIT_BF16;
+    c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+    if (k == 3 || k == 4) c.row_weights = 1, c.outputs = 1, c.hard_weight = 0.5;
+    const int rc = gcase_check(&c);
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  return worst;
+}
+
+/* KLJIT_ACCUM_AUTO on the GPU: a short call keeps a bf16 dW in bf16 (4 chunks), a call of more
+ * than 8 chunks (KLJIT_CHUNK_ROWS=256, 2100 rows) takes the fp32 buffer; both against fp64. */
+static int auto_accumulation_short_and_long_calls(void) {
+  int worst = TH_PASS;
+  for (int k = 0; k < 4 && worst == TH_PASS; k++) {
+    gcase c = gcase_base();
+    c.gw = KLJIT_BF16, c.accum = KLJIT_ACCUM_AUTO, c.bias = 1;
+    c.n = k < 2 ? 1000 : 2100, c.v = 5003, c.fused = k % 2 == 0;
+    if (k >= 2) setenv("KLJIT_CHUNK_ROWS", "256", 1);
+    const int rc = gcase_check(&c);
+    unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
+  }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"online_teacher_checked_mode_reports_its_input_head_and_bias",
      online_teacher_checked_mode_reports_its_input_head_and_bias},
+    {"a_global_divisor_replaces_the_kept_rows", a_global_divisor_replaces_the_kept_rows},
+    {"auto_accumulation_short_and_long_calls", auto_accumulation_short_and_long_calls},
     {"every_form_dtype_temperature_reduction_and_mode",
      every_form_dtype_temperature_reduction_and_mode},
     {"vocab_sizes_with_ragged_tails", vocab_sizes_with_ragged_tails},

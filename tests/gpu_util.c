@@ -100,6 +100,11 @@ int gbuf_download(const gbuf *b, double *v) {
   return r;
 }
 
+int gbuf_fill_f64(gbuf *b, double value) {
+  return b->n * host_dtype_size(b->dt) < sizeof value ||
+         cuda_ok(cudaMemcpy(b->ptr, &value, sizeof value, cudaMemcpyHostToDevice), "fill_f64");
+}
+
 int gbuf_poison(gbuf *b) {
   return cuda_ok(cudaMemset(b->ptr, 0xFF, b->n * host_dtype_size(b->dt)), "poison");
 }

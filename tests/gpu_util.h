@@ -27,6 +27,8 @@ void gbuf_free(gbuf *b);
  * values as the device holds them (what the reference must see). */
 int gbuf_upload(gbuf *b, const double *v, double *rounded);
 int gbuf_download(const gbuf *b, double *v);
+/* Writes one fp64 value at the start of b (whose bytes must hold it): a kljit_args.divisor. */
+int gbuf_fill_f64(gbuf *b, double value);
 /* Fills with 0xFF bytes: NaN in every float dtype, so an element never written shows. */
 int gbuf_poison(gbuf *b);
 /* Raw bytes back (for bitwise comparisons). */

@@ -7,6 +7,8 @@
 #                                the PyTorch references against tests/ref.c and the plot
 #                                script skip (77) without torch / matplotlib;
 #   gpu.python.<module>.<case>   the binding against PyTorch on the GPU (77 without torch+CUDA).
+# The cases that need torch carry the label `torch` too (_util.labels in the test module): CI
+# installs torch (.ci/run) and counts them (`ctest -L torch -LE gpu`).
 # The cases are listed by running `run.py --list` at configure time. Without python3 every
 # case is one skipped test.
 add_executable(python_layout python_layout.c)
@@ -54,8 +56,11 @@ if(NOT kljit_py_rc EQUAL 0)
 endif()
 
 string(REPLACE "\n" ";" kljit_py_cases "${kljit_py_cases}")
-foreach(id ${kljit_py_cases})
-  # id = test_<module>.<Class>.test_<case>
+foreach(line ${kljit_py_cases})
+  # line = test_<module>.<Class>.test_<case> [extra labels]: "torch" marks the tests that need
+  # torch (CI installs it: `ctest -L torch` runs them)
+  string(REPLACE " " ";" words "${line}")
+  list(POP_FRONT words id)
   string(REGEX MATCH "^test_([a-z0-9_]+)\\.[A-Za-z0-9_]+\\.test_([a-z0-9_]+)$" ok "${id}")
   if(NOT ok)
     message(FATAL_ERROR "python test id ${id} is not test_<module>.<Class>.test_<case>")
@@ -67,12 +72,16 @@ foreach(id ${kljit_py_cases})
     string(REGEX REPLACE "^gpu_?" "" module "${module}")
     set(name gpu.python.${module}.${case})
     set(timeout 900)
+    if(module STREQUAL "distributed")
+      # tp processes compile their shards' plans at first use: room for a cold kernel cache
+      set(timeout 1800)
+    endif()
   else()
     set(label unit)
     set(name unit.python.${module}.${case})
     set(timeout 300)
   endif()
   add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} ${kljit_py_runner} ${id})
-  set_tests_properties(${name} PROPERTIES LABELS ${label} SKIP_RETURN_CODE 77
+  set_tests_properties(${name} PROPERTIES LABELS "${label};${words}" SKIP_RETURN_CODE 77
                        TIMEOUT ${timeout} ENVIRONMENT "${kljit_py_env}")
 endforeach()

@@ -115,6 +115,7 @@ static void print_args(void) {
   FIELD(kljit_args, row_weights);
   FIELD(kljit_args, row_loss);
   FIELD(kljit_args, loss_parts);
+  FIELD(kljit_args, divisor);
   const kljit_args a = KLJIT_ARGS_INIT;
   /* Pointers are printed as 0 or 1 (NULL or not): INIT must leave them all NULL. */
   printf(
@@ -124,14 +125,14 @@ static void print_args(void) {
       "\"grad_weight\": %d, \"grad_bias\": %d, \"saved\": %d, \"grad_output\": %d, "
       "\"workspace\": %d, \"workspace_size\": %zu, \"flags\": %u, \"grad_scale\": %.17g, "
       "\"teacher_input\": %d, \"teacher_weight\": %d, \"teacher_bias\": %d, "
-      "\"row_weights\": %d, \"row_loss\": %d, \"loss_parts\": %d}}",
+      "\"row_weights\": %d, \"row_loss\": %d, \"loss_parts\": %d, \"divisor\": %d}}",
       a.struct_size, (long long)a.rows, a.input != NULL, a.weight != NULL, a.bias != NULL,
       a.labels != NULL, a.teacher != NULL, a.teacher_ids != NULL, a.teacher_values != NULL,
       a.temperature, a.loss != NULL, a.grad_input != NULL, a.grad_weight != NULL,
       a.grad_bias != NULL, a.saved != NULL, a.grad_output != NULL, a.workspace != NULL,
       a.workspace_size, (unsigned)a.flags, a.grad_scale, a.teacher_input != NULL,
       a.teacher_weight != NULL, a.teacher_bias != NULL, a.row_weights != NULL,
-      a.row_loss != NULL, a.loss_parts != NULL);
+      a.row_loss != NULL, a.loss_parts != NULL, a.divisor != NULL);
 }
 
 /* Every enumerator of the header, by name (the test also checks that this list names every
@@ -187,6 +188,7 @@ static void print_enums(void) {
   ENUM(KLJIT_TEMPERATURE_RUNTIME);
   ENUM(KLJIT_ACCUM_FP32);
   ENUM(KLJIT_ACCUM_OUTPUT_DTYPE);
+  ENUM(KLJIT_ACCUM_AUTO);
   ENUM(KLJIT_FLAG_BIAS);
   ENUM(KLJIT_FLAG_SCALE_T_SQUARED);
   ENUM(KLJIT_FLAG_NATIVE_LOGITS);

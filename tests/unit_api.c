@@ -396,7 +396,7 @@ static const check_case rejected[] = {
     {"grad_weight_dtype INT32", {{F_GW_DT, KLJIT_INT32}}, INVALID,
      {"grad_weight_dtype = INT32", NULL}},
     {"grad_weight_accum 0", {{F_ACCUM, 0}}, INVALID, {"grad_weight_accum = 0", NULL}},
-    {"grad_weight_accum 3", {{F_ACCUM, 3}}, INVALID, {"grad_weight_accum = 3", NULL}},
+    {"grad_weight_accum 4", {{F_ACCUM, 4}}, INVALID, {"grad_weight_accum = 4", NULL}},
     {"flags bit 7", {{F_FLAGS, 1u << 7}}, INVALID, {"flags = 0x80", "0x80"}},
     {"divergence 0", {{F_DIV, 0}}, INVALID, {"divergence = 0", NULL}},
     {"divergence 7", {{F_DIV, 7}}, INVALID, {"divergence = 7", NULL}},

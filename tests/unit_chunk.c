@@ -169,6 +169,7 @@ static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   TH_OK(split_of(&pb, 0, 132, &r));
   TH_CHECK(g->dx_split == 1);
   kljit_problem f32 = dense(4096, 128256); /* fp32 inputs: dX is fp32 already */
+  f32.input_dtype = f32.weight_dtype = f32.teacher_dtype = KLJIT_FP32;
   TH_OK(split_of(&f32, 0, 132, &r));
   TH_CHECK(g->dx_split == 1);
   /* the options' split out of range is refused */
@@ -176,7 +177,59 @@ static int a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32(void) {
   return TH_PASS;
 }
 
+/* KLJIT_ACCUM_AUTO (the binding's default): a 16-bit dW stays in its dtype, with the chunk
+ * capped as OUTPUT_DTYPE's, while a call has at most KLJIT_ACCUM_AUTO_MAX_CHUNKS chunks; a
+ * longer call takes the fp32 buffer and the tuning's chunk; an fp32 dW is FP32's in place. The
+ * workspace of the longest call covers every shorter one. */
+static int auto_accumulation_takes_the_fp32_buffer_only_beyond_eight_chunks(void) {
+  kljit_problem pb = dense(4096, 128256);
+  pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
+  prob_geometry g;
+  TH_OK(geometry_of(&pb, 0, &g));
+  const int64_t T = g.tune.chunk_rows;
+  TH_CHECK(g.dw_auto && !g.dw_workspace && g.chunk_cap == 4);
+  TH_CHECK(prob_chunk_rows(&g, 2048) == 512 && !prob_dw_in_workspace(&g, 2048));
+  TH_CHECK(!prob_dw_in_workspace(&g, 8 * T));      /* 8 chunks of T: in bf16 */
+  TH_CHECK(prob_dw_in_workspace(&g, 8 * T + 1));   /* 9: fp32, the tuning's chunk */
+  TH_CHECK(prob_chunk_rows(&g, 8 * T + 1) == T);
+  kiface_layout lay;
+  TH_OK(layout_of_problem(&pb, NULL, &lay));
+  const size_t vh4 = (size_t)128256 * 4096 * 4;
+  const prob_workspace s = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, 8 * T);
+  const prob_workspace l = prob_workspace_layout(&pb, &g, &lay, KLJIT_MODE_FUSED, 8 * T + 1);
+  TH_CHECK(s.db - s.dw == 0 && l.db - l.dw >= vh4);
+  TH_CHECK(l.total >= s.total);
+  /* the recipe has dW slots into the fp32 buffer beside the bf16 ones (first and later chunks) */
+  const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
+  recipe r;
+  TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
+  TH_CHECK(r.gemm[RECIPE_DW32].used && r.gemm[RECIPE_DW32_ACC].used);
+  TH_CHECK(r.gemm[RECIPE_DW32].types.dw == CUDA_R_32F && r.gemm[RECIPE_DW].types.dw != CUDA_R_32F);
+  /* OUTPUT_DTYPE never takes the buffer, FP32 always does; an fp32 dW never needs one */
+  pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  TH_OK(geometry_of(&pb, 0, &g));
+  TH_CHECK(!prob_dw_in_workspace(&g, 64 * T));
+  TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
+  TH_CHECK(!r.gemm[RECIPE_DW32].used && !r.gemm[RECIPE_DW32_ACC].used);
+  pb.grad_weight_accum = KLJIT_ACCUM_FP32;
+  TH_OK(geometry_of(&pb, 0, &g));
+  TH_CHECK(prob_dw_in_workspace(&g, 256) && prob_chunk_rows(&g, 2048) == T);
+  kljit_problem f32 = dense(4096, 128256);
+  f32.grad_weight_accum = KLJIT_ACCUM_AUTO;
+  TH_OK(geometry_of(&f32, 0, &g));
+  TH_CHECK(!g.dw_auto && !prob_dw_in_workspace(&g, 64 * T) &&
+           prob_chunk_rows(&g, 2048) == g.tune.chunk_rows);
+  /* the online teacher's AUTO: an eighth of the rows while in bf16 */
+  kljit_problem on = online(2048, 32000);
+  on.grad_weight_dtype = KLJIT_BF16, on.grad_weight_accum = KLJIT_ACCUM_AUTO;
+  TH_OK(geometry_of(&on, 0, &g));
+  TH_CHECK(prob_chunk_rows(&g, 8192) == 1024 && !prob_dw_in_workspace(&g, 8192));
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"auto_accumulation_takes_the_fp32_buffer_only_beyond_eight_chunks",
+     auto_accumulation_takes_the_fp32_buffer_only_beyond_eight_chunks},
     {"a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32",
      a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32},
     {"a_short_call_chunks_at_a_quarter_of_its_rows",

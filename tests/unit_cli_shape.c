@@ -38,7 +38,7 @@ static const char *const SHAPES[] = {
     "V=4096,H=64,topk=100,values=logprobs,tail=bucket,ids=i32,tdt=bf16,div=jsd,beta=0.4",
     "V=4096,H=64,topk=8,tail=renorm,fp16,eps=1e-12,runtime,bias,native,tf32,check",
     "V=1000,H=64,hidden=48,tbias,tv=1024,div=jsd,beta=0.5,gw=bf16,accum=out,reduction=mean",
-    "V=1000,H=64,probs,tv=1000,tld=1024,bias,gw=bf16,N=77",
+    "V=1000,H=64,probs,tv=1000,tld=1024,bias,gw=bf16,accum=auto,N=77",
     "V=500,H=64,vtot=1000,voff=500,shards=2,div=reverse",
     "V=1000,H=64,dense,div=forward,tdt=fp32,tf32",
     "V=1000,H=64,logits,div=skew-reverse,alpha=0.3,hard=0.5,ls=0.1,zloss=0.0001,roww,check",

@@ -50,6 +50,9 @@ static kljit_problem problem_of(const char *name) {
   } else if (!strncmp(name, "bf16_dw", 7)) {
     pb = base(2048, 50257);
     pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
+  } else if (!strncmp(name, "auto_dw", 7)) { /* KLJIT_ACCUM_AUTO: the fp32 buffer per call */
+    pb = base(2048, 50257);
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
   } else if (!strncmp(name, "online", 6)) {
     pb = base(2048, 32000);
     pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 1024;
@@ -95,6 +98,8 @@ static const pin_case CASES[] = {
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
      "7342a505aae7db3f"},
     {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "5cd17427df394162"},
+    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "15a571d9d0fb1da4"},
+    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "9a9d5e252d4eae58"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -169,8 +174,8 @@ static void calls_text(const kljit_problem *pb, const prob_geometry *g, strbuf *
 
 /* ---- the recipe -------------------------------------------------------------------------- */
 
-static const char *const SLOT_NAMES[RECIPE_SLOTS] = {"logits",   "dx",      "dw",    "teacher",
-                                                     "dx_slice", "dx_last", "dw_acc"};
+static const char *const SLOT_NAMES[RECIPE_SLOTS] = {
+    "logits", "dx", "dw", "teacher", "dx_slice", "dx_last", "dw_acc", "dw32", "dw32_acc"};
 
 /* The text of everything the recipe says. Its order (the teacher's GEMM last) is the order the
  * text had when plan.c derived the plan itself (this file's first version): the hashes are
@@ -190,6 +195,7 @@ static int plan_text(const pin_case *c, strbuf *out) {
   sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d dx=%d/%lld\n",
             (long long)g->ld, (long long)g->ldg, (int)g->logit, (int)g->grad, g->p2_split,
             g->dw_workspace, g->chunk_cap, g->dx_split, (long long)g->dx_slice);
+  if (g->dw_auto) sb_printf(out, "dw auto\n"); /* (absent before KLJIT_ACCUM_AUTO) */
   const kspec *m[RECIPE_MAX_MODULES];
   const int n = recipe_modules(&r, m);
   TH_CHECK(n >= 2 && m[0] == &g->rows && m[1] == &g->helpers);
@@ -204,8 +210,9 @@ static int plan_text(const pin_case *c, strbuf *out) {
     spec_text(name, &r.gemm[sl].spec, out);
   }
   TH_CHECK(k == n);
-  static const recipe_slot order[] = {RECIPE_LOGITS,  RECIPE_DX,      RECIPE_DW,    RECIPE_DX_SLICE,
-                                      RECIPE_DX_LAST, RECIPE_TEACHER, RECIPE_DW_ACC};
+  static const recipe_slot order[] = {RECIPE_LOGITS,  RECIPE_DX,      RECIPE_DW,
+                                      RECIPE_DX_SLICE, RECIPE_DX_LAST, RECIPE_TEACHER,
+                                      RECIPE_DW_ACC,  RECIPE_DW32,    RECIPE_DW32_ACC};
   for (int i = 0; i < RECIPE_SLOTS; i++) {
     const recipe_gemm *s = &r.gemm[order[i]];
     if (s->used) gemm_text(SLOT_NAMES[order[i]], &s->types, &s->shape, s->rows, out);
@@ -241,7 +248,8 @@ static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
 }
 
 /* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned four
- * (logits, dX, dW of the first chunk and of the accumulating ones) take the tuning's cuBLASLt
+ * (logits, dX, dW of the first chunk and of the accumulating ones; with KLJIT_ACCUM_AUTO the two
+ * dW slots into the fp32 buffer as well) take the tuning's cuBLASLt
  * algorithms and may take a generated variant, the others cuBLASLt's heuristic; a generated
  * slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS or an arch
  * without the family keeps cuBLASLt. */
@@ -259,11 +267,13 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     const int all = family && c->gemm == KLJIT_GEMM_JIT;
     const int logits = family && (all || c->from == JIT_LOGITS);
     const kspec *m[RECIPE_MAX_MODULES];
-    TH_CHECK(recipe_modules(&r, m) == 2 + (all ? 4 : logits));
+    const int auto32 = r.geom.dw_auto;
+    TH_CHECK(recipe_modules(&r, m) == 2 + (all ? 4 + 2 * auto32 : logits));
     TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
     for (int s = 0; s < RECIPE_SLOTS; s++) {
       const recipe_gemm *g = &r.gemm[s];
-      const int tuned = s <= RECIPE_DW || s == RECIPE_DW_ACC;
+      const int dw32 = s == RECIPE_DW32 || s == RECIPE_DW32_ACC;
+      const int tuned = s <= RECIPE_DW || s == RECIPE_DW_ACC || (dw32 && auto32);
       const int used = tuned || (s == RECIPE_TEACHER && pb.teacher_hidden) ||
                        ((s == RECIPE_DX_SLICE || s == RECIPE_DX_LAST) && r.geom.dx_split > 1);
       TH_CHECK(g->used == used);
@@ -271,11 +281,12 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
       TH_CHECK(g->tuned_algo == tuned);
       TH_CHECK(g->op == (s == RECIPE_TEACHER                          ? GEMM_LOGITS
                          : s == RECIPE_DX_SLICE || s == RECIPE_DX_LAST ? GEMM_DX
-                         : s == RECIPE_DW_ACC                          ? GEMM_DW
+                         : s == RECIPE_DW_ACC || dw32                  ? GEMM_DW
                                                                        : (gemm_kind)s));
       const int gen = s == RECIPE_LOGITS ? logits : tuned && all;
       TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
       if (gen) TH_CHECK(g->spec.family == KSPEC_GEMM_SM90);
+      if (dw32) TH_CHECK(g->types.dw == CUDA_R_32F && (!gen || g->variant.out == KLJIT_FP32));
       if (gen && s == RECIPE_LOGITS) TH_CHECK(m[2] == &g->spec);
       if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);

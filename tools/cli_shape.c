@@ -44,7 +44,7 @@ const char CLI_SHAPE_HELP[] =
     "  T=<t> tt=<t> runtime t2        temperature, teacher temperature, T per call, T^2\n"
     "  reduction=sum|batchmean|mean|none  labels=i32|i64 ignore=<id> eps=<e>\n"
     "  bias native tf32 check roww    problem flags (roww: per-row weights, dense teachers)\n"
-    "  gw=fp32|fp16|bf16 accum=fp32|out  dW dtype and accumulation\n"
+    "  gw=fp32|fp16|bf16 accum=fp32|out|auto  dW dtype and accumulation\n"
     "  vtot=V voff=O shards=S         one shard of a vocabulary-parallel head (experimental)\n";
 
 /* ---- slots: the aspects of a problem, each set by one word at most ------------------------- */
@@ -89,7 +89,8 @@ static const cli_choice TAILS[] = {{"none", KLJIT_TAIL_NONE},
                                    {NULL, 0}};
 static const cli_choice ID_DTYPES[] = {{"i32", KLJIT_INT32}, {"i64", KLJIT_INT64}, {NULL, 0}};
 static const cli_choice ACCUMS[] = {
-    {"fp32", KLJIT_ACCUM_FP32}, {"out", KLJIT_ACCUM_OUTPUT_DTYPE}, {NULL, 0}};
+    {"fp32", KLJIT_ACCUM_FP32}, {"out", KLJIT_ACCUM_OUTPUT_DTYPE}, {"auto", KLJIT_ACCUM_AUTO},
+    {NULL, 0}};
 
 /* One parse: the problem so far, the word that set each slot (as written, or the option it
  * came from), and the first error. */

@@ -55,8 +55,6 @@ __all__ = [
 
 _TORCH_NAMES = {
     "fused_linear_kl_div": "functional",
-    "FusedLinearKLDivFunction": "functional",
-    "TwoPhaseLinearKLDivFunction": "functional",
     "FusedLinearKLDiv": "module",
     "FusedLinearKLDivLoss": "module",
     "FusedLinearJSD": "module",

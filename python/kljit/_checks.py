@@ -58,8 +58,8 @@ DIVERGENCES = {"forward_kl": Divergence.FORWARD_KL, "reverse_kl": Divergence.REV
 SKEW_DIVERGENCES = ("skew_forward_kl", "skew_reverse_kl")
 TOPK_VALUES = {"probs": TopkValues.PROBS, "logprobs": TopkValues.LOGPROBS}
 TEMPERATURE_MODES = {"constant": TemperatureMode.CONSTANT, "runtime": TemperatureMode.RUNTIME}
-#: 'auto' is resolved per call by kljit._ops (it needs the plan's chunk count); FP32 until then.
-GRAD_WEIGHT_ACCUMS = {"auto": GradWeightAccum.FP32, "fp32": GradWeightAccum.FP32,
+#: 'auto' is the library's KLJIT_ACCUM_AUTO, resolved per call by kljit_fused & co.
+GRAD_WEIGHT_ACCUMS = {"auto": GradWeightAccum.AUTO, "fp32": GradWeightAccum.FP32,
                       "output": GradWeightAccum.OUTPUT_DTYPE}
 
 #: torch dtype names -> kljit dtypes and element sizes.
@@ -70,7 +70,8 @@ DTYPES = {
     "int32": DType.INT32,
     "int64": DType.INT64,
 }
-ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}
+ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8,
+                "float64": 8}
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
 
@@ -120,10 +121,11 @@ class LossConfig:
     native_logits: logits in the input dtype instead of fp32 (faster, less precise).
     allow_tf32: fp32 inputs may use TF32 tensor cores.
     check_inputs: checked mode (NaN teacher, bad ids reported as KLJIT_ERR_BAD_INPUT_DATA).
-    grad_weight_accum: 'auto' (the default: fp32 straight into an fp32 dW; in the weight
-        dtype when a call has at most kljit._ops.AUTO_MAX_CHUNKS token chunks, as few roundings
-        as Liger's; else 'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H
-        fp32 buffer when dW is not fp32, then converted) or 'output' (in the weight dtype: no
+    grad_weight_accum: 'auto' (the default, the library's KLJIT_ACCUM_AUTO: fp32 straight
+        into an fp32 dW; in the weight dtype when a call has at most
+        KLJIT_ACCUM_AUTO_MAX_CHUNKS = 8 token chunks, as few roundings as Liger's; else
+        'fp32'), 'fp32' (dW accumulated in fp32 across token chunks, in a V*H fp32 buffer when
+        dW is not fp32, then converted) or 'output' (in the weight dtype: no
         V*H fp32 buffer, one rounding per chunk).
     divergence, beta: 'forward_kl' (the default), 'reverse_kl' or 'jsd' with beta in [0, 1]
         (beta 0 and 1 are the forward and reverse KL; include/kljit.h has the math), 'tvd'
@@ -441,7 +443,7 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                bias: Any = None, labels: Any = None, teacher_ids: Any = None,
                teacher_values: Any = None, temperature: Optional[float] = None,
                require_cuda: bool = True, teacher_weight: Any = None,
-               teacher_bias: Any = None) -> CallSpec:
+               teacher_bias: Any = None, divisor: Any = None) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
     input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype, or an fp32 weight with
@@ -451,7 +453,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     (require_cuda=False lets the tests use CPU tensors), contiguous, aligned as
     include/kljit.h asks. `temperature` is the per-call T (temperature_mode='runtime' only).
     The online teacher: teacher (its input) [N, Ht], teacher_weight [Vt, Ht] and optionally
-    teacher_bias [Vt], one dtype.
+    teacher_bias [Vt], one dtype. divisor: the global divisor of batchmean and mean
+    (num_items_in_batch), a float64 tensor of one element on the input's device.
     """
     config = infer_teacher(config, teacher, teacher_ids, teacher_values, teacher_weight)
     hidden = config.teacher == "dense_hidden"
@@ -460,6 +463,11 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     if not _is_tensor(input):
         raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}")
     device = device_str(input)
+    if _is_tensor(weight) and 0 in _shape(weight):
+        raise ValueError(f"weight has no elements (shape {_fmt_shape(_shape(weight))}): a ZeRO-3 "
+                         f"partitioned parameter outside its gather? Call the loss inside "
+                         f"deepspeed.zero.GatheredParameters(weight) or the head module's "
+                         f"forward")
     # Mixed precision: an fp32 (master) weight with fp16/bf16 input; else one dtype.
     mixed = (_is_tensor(input) and _is_tensor(weight) and dtype_name(weight) == "float32"
              and dtype_name(input) in ("float16", "bfloat16"))
@@ -488,6 +496,11 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     else:
         # Vt: a padded teacher may have more columns than V (checked below)
         rules.append((TensorRule("teacher", ("N", "Vt"), FLOAT_DTYPES, TENSOR_ALIGN), teacher))
+    if divisor is not None:
+        if config.reduction not in ("batchmean", "mean"):
+            raise ValueError(f"num_items_in_batch divides a batchmean or mean loss; this one's "
+                             f"reduction is {config.reduction!r}")
+        rules.append((TensorRule("num_items_in_batch", (1,), ("float64",), 8), divisor))
     for rule, tensor in rules:
         if rule.align == 1 and _is_tensor(tensor):  # element-size alignment
             rule.align = ELEMENT_SIZE.get(dtype_name(tensor), 1)

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 # ---- constants (explicit values, as in the header) ---------------------------------------
 
@@ -135,6 +135,7 @@ class GradWeightAccum(enum.IntEnum):
 
     FP32 = 1
     OUTPUT_DTYPE = 2
+    AUTO = 3
 
 
 class PlanRigor(enum.IntEnum):
@@ -333,6 +334,7 @@ class Args(ctypes.Structure):
         ("row_weights", ctypes.c_void_p),
         ("row_loss", ctypes.c_void_p),
         ("loss_parts", ctypes.c_void_p),
+        ("divisor", ctypes.c_void_p),
     ]
 
     #: KLJIT_ARGS_INIT, field by field (None is NULL).
@@ -362,6 +364,7 @@ class Args(ctypes.Structure):
         "row_weights": None,
         "row_loss": None,
         "loss_parts": None,
+        "divisor": None,
     }
 
     @classmethod
@@ -379,7 +382,7 @@ class Args(ctypes.Structure):
 # 4-byte enums, int32 and uint32, natural alignment, padding to 8 at the end.
 _PROBLEM_SIZE = 232
 
-_ARGS_SIZE = 208
+_ARGS_SIZE = 216
 
 
 class Layout(ctypes.Structure):
@@ -482,18 +485,16 @@ def _declare(lib: ctypes.CDLL) -> None:
                                   vp]),
         "kljit_problem_layout": (st, [pb, ctypes.POINTER(Layout)]),
         "kljit_plan_chunk_rows": (st, [vp, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+        "kljit_scale": (st, [vp, vp, vp, ctypes.c_int, ctypes.c_int64, vp]),
+        "kljit_plan_shard_rounds": (st, [vp, ctypes.POINTER(ctypes.c_int)]),
+        "kljit_shard_stats": (st, [vp, vp, ar, vp]),
+        "kljit_shard_sums": (st, [vp, vp, ar, vp, ctypes.c_int, vp]),
+        "kljit_shard_finish": (st, [vp, vp, ar, vp, ctypes.c_int]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
-    # Newer entry points, used when the library has them (Plan.can_scale_grads).
-    optional = {"kljit_scale_grads": (st, [vp, vp, ar])}
-    for name, (restype, argtypes) in optional.items():
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            fn.argtypes = argtypes
 
 
 def _check_library(lib: ctypes.CDLL, path: str) -> None:
@@ -614,6 +615,10 @@ def problem_layout(problem: Problem) -> Layout:
 # ---- contexts and plans -----------------------------------------------------------------
 
 
+_SCALE_DTYPES = {"torch.float32": DType.FP32, "torch.float16": DType.FP16,
+                 "torch.bfloat16": DType.BF16}
+
+
 class Context:
     """A kljit_context bound to one CUDA device's primary context (the one PyTorch uses)."""
 
@@ -629,6 +634,15 @@ class Context:
     def handle(self) -> ctypes.c_void_p:
         """The kljit_context pointer."""
         return self._handle
+
+    def scale(self, stream: int, tensor: Any, factor: Any) -> None:
+        """kljit_scale: tensor (fp32, fp16 or bf16, contiguous, on this device) *= the fp32
+        scalar `factor` (a device tensor), in place on `stream`, with no host synchronization."""
+        dtype = _SCALE_DTYPES[str(tensor.dtype)]
+        status = load_library().kljit_scale(self._handle, stream or None, tensor.data_ptr(),
+                                            dtype, tensor.numel(), factor.data_ptr())
+        if status:
+            check(status, "kljit_scale")
 
     def close(self) -> None:
         """kljit_context_destroy. Plans made from it must be closed first."""
@@ -654,7 +668,7 @@ class Plan:
         self._entry = {Mode.FUSED: (lib.kljit_fused, "kljit_fused"),
                        Mode.FORWARD: (lib.kljit_forward, "kljit_forward"),
                        Mode.BACKWARD: (lib.kljit_backward, "kljit_backward")}
-        self._scale = getattr(lib, "kljit_scale_grads", None)
+
 
     def __del__(self) -> None:
         # At interpreter exit the library may be half torn down: leak rather than crash.
@@ -696,16 +710,30 @@ class Plan:
         if status:
             check(status, name)
 
-    def can_scale_grads(self) -> bool:
-        """Whether the loaded library has kljit_scale_grads."""
-        return self._scale is not None
+    def shard_rounds(self) -> int:
+        """kljit_plan_shard_rounds: 1, or 2 where the row totals take a second exchange."""
+        out = ctypes.c_int()
+        check(load_library().kljit_plan_shard_rounds(self._handle, ctypes.byref(out)),
+              "kljit_plan_shard_rounds")
+        return out.value
 
-    def scale_grads(self, stream: int, args: Args) -> None:
-        """kljit_scale_grads: args' dX, dW, db times the fp32 scalar at args.grad_output, in
-        place on `stream`, with no host synchronization."""
-        status = self._scale(self._handle, stream or None, ctypes.byref(args))
-        if status:
-            check(status, "kljit_scale_grads")
+    def shard_stats(self, stream: int, args: Args, stats: Any) -> None:
+        """kljit_shard_stats into `stats` (a device tensor of N x 8 floats)."""
+        check(load_library().kljit_shard_stats(self._handle, stream or None, ctypes.byref(args),
+                                               stats.data_ptr()), "kljit_shard_stats")
+
+    def shard_sums(self, stream: int, args: Args, gathered: Any, shards: int,
+                   stats: Any) -> None:
+        """kljit_shard_sums: this rank's part of S into slot 7 of `stats`."""
+        check(load_library().kljit_shard_sums(self._handle, stream or None, ctypes.byref(args),
+                                              gathered.data_ptr(), int(shards),
+                                              stats.data_ptr()), "kljit_shard_sums")
+
+    def shard_finish(self, stream: int, args: Args, gathered: Any, shards: int) -> None:
+        """kljit_shard_finish from the gathered records [shards][N][8]."""
+        check(load_library().kljit_shard_finish(self._handle, stream or None,
+                                                ctypes.byref(args), gathered.data_ptr(),
+                                                int(shards)), "kljit_shard_finish")
 
 
 _contexts: Dict[int, Context] = {}

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
@@ -47,24 +47,39 @@ class FusedLinearKLDivLoss(nn.Module):
                 teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
-                accumulate_into_main_grad: bool = False) -> torch.Tensor:
+                accumulate_into_main_grad: bool = False, **distributed: Any) -> torch.Tensor:
         """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
         [..., K] or teacher_input [..., Ht] with teacher_weight [Vt, Ht] (and teacher_bias
         [Vt]), labels [...];
-        temperature per call with temperature_mode='runtime'; grad_scale and
-        accumulate_into_main_grad as fused_linear_kl_div's."""
+        temperature per call with temperature_mode='runtime'; grad_scale,
+        accumulate_into_main_grad, num_items_in_batch, process_group, vocab_start, vocab_total
+        and sequence_parallel as fused_linear_kl_div's (a weight that is a DTensor sharded over
+        the vocabulary selects its group by itself)."""
         return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
                                    teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
-                                   config=self.config)
+                                   config=self.config, **_distributed(distributed))
 
     def extra_repr(self) -> str:
         c = self.config
         return (f"teacher={c.teacher}, mode={c.mode}, temperature={c.temperature}, "
                 f"reduction={c.reduction}")
+
+
+_DISTRIBUTED = ("num_items_in_batch", "process_group", "vocab_start", "vocab_total",
+                "sequence_parallel")
+
+
+def _distributed(given: Dict[str, Any]) -> Dict[str, Any]:
+    """The distributed keywords of a module's forward, checked by name."""
+    unknown = sorted(set(given) - set(_DISTRIBUTED))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}; the forward takes "
+                        f"{', '.join(_DISTRIBUTED)} besides its named arguments")
+    return given
 
 
 class FusedLinearKLDiv(nn.Module):
@@ -76,12 +91,17 @@ class FusedLinearKLDiv(nn.Module):
         loss = head(hidden_states, teacher_probs, labels=labels)
         loss.backward()   # grads of hidden_states, head.weight (and head.bias)
 
-    Options: as FusedLinearKLDivLoss. The weight is initialized like nn.Linear's.
+    process_group: the head is sharded over the vocabulary across the group's ranks, as
+    ColwiseParallel shards an nn.Linear (torch.chunk's split: rank r owns rows [r c, r c + V_r)
+    of the vocab, c = ceil(vocab / ranks)): the module holds only its rows (weight [V_r,
+    hidden], vocab_start = r c), a dense teacher passes those columns, and each rank's forward
+    returns the whole loss (kljit.fused_linear_kl_div's process_group). Options: as
+    FusedLinearKLDivLoss. The weight is initialized like nn.Linear's (per shard).
     """
 
     def __init__(self, hidden: int, vocab: int, *, bias: bool = False,
                  device: Optional[Any] = None, dtype: Optional[torch.dtype] = None,
-                 **options: Any) -> None:
+                 process_group: Any = None, **options: Any) -> None:
         super().__init__()
         for name, value in (("hidden", hidden), ("vocab", vocab)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -92,9 +112,16 @@ class FusedLinearKLDiv(nn.Module):
             raise ValueError(f"vocab must be >= 2, got {vocab}")
         self.hidden, self.vocab = hidden, vocab
         self.config = config_from_options(options)
+        self.process_group, self.vocab_start, rows = process_group, 0, vocab
+        if process_group is not None:
+            import torch.distributed as dist
+
+            chunk = -(-vocab // dist.get_world_size(process_group))
+            self.vocab_start = min(dist.get_rank(process_group) * chunk, vocab)
+            rows = min(chunk, vocab - self.vocab_start)
         factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(vocab, hidden, **factory))
-        self.bias = nn.Parameter(torch.empty(vocab, **factory)) if bias else None
+        self.weight = nn.Parameter(torch.empty(rows, hidden, **factory))
+        self.bias = nn.Parameter(torch.empty(rows, **factory)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -113,16 +140,23 @@ class FusedLinearKLDiv(nn.Module):
                 teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
-                accumulate_into_main_grad: bool = False) -> torch.Tensor:
-        """input [..., hidden]; teacher [..., vocab] or teacher_ids/teacher_values [..., K] or
-        teacher_input [..., Ht] with teacher_weight [Vt, Ht] (and teacher_bias [Vt])."""
+                accumulate_into_main_grad: bool = False,
+                num_items_in_batch: Any = None, sequence_parallel: bool = False) -> torch.Tensor:
+        """input [..., hidden]; teacher [..., vocab] (with a process_group: the rank's columns)
+        or teacher_ids/teacher_values [..., K] or teacher_input [..., Ht] with teacher_weight
+        [Vt, Ht] (and teacher_bias [Vt]); num_items_in_batch and sequence_parallel as
+        fused_linear_kl_div's."""
+        shard = {} if self.process_group is None else {
+            "process_group": self.process_group, "vocab_start": self.vocab_start,
+            "vocab_total": self.vocab, "sequence_parallel": sequence_parallel}
         return fused_linear_kl_div(input, self.weight, teacher, bias=self.bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
                                    teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
-                                   config=self.config)
+                                   num_items_in_batch=num_items_in_batch, config=self.config,
+                                   **shard)
 
     def extra_repr(self) -> str:
         c = self.config
@@ -156,13 +190,16 @@ class FusedLinearJSD(nn.Module):
     def forward(self, student_input: torch.Tensor, student_weight: torch.Tensor,
                 teacher_input: torch.Tensor, teacher_weight: torch.Tensor,
                 shift_labels: Optional[torch.Tensor] = None, *,
-                teacher_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                teacher_bias: Optional[torch.Tensor] = None, **distributed: Any) -> torch.Tensor:
         """student_input [..., H], student_weight [V, H], teacher_input [..., Ht],
         teacher_weight [Vt, Ht] (Vt >= V), shift_labels [...] (optional), teacher_bias [Vt]
-        (optional; Liger's LigerFusedLinearJSD has none)."""
+        (optional; Liger's LigerFusedLinearJSD has none); num_items_in_batch, process_group
+        (both heads' rows of the rank's vocabulary), vocab_start, vocab_total and
+        sequence_parallel as fused_linear_kl_div's."""
         return fused_linear_kl_div(student_input, student_weight, labels=shift_labels,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
-                                   teacher_bias=teacher_bias, config=self.config)
+                                   teacher_bias=teacher_bias, config=self.config,
+                                   **_distributed(distributed))
 
     def extra_repr(self) -> str:
         c = self.config

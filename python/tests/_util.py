@@ -27,11 +27,29 @@ def optional_import(name: str) -> Optional[Any]:
 
 
 def require(name: str) -> Any:
-    """The module, or skip the test (CTest then reports 77)."""
+    """The module, or skip the test (CTest then reports 77). Where $KLJIT_TEST_REQUIRE names
+    it (a comma-separated list: CI sets "torch" after installing it) a missing module fails the
+    test instead: a broken install must not pass as a row of skips."""
     module = optional_import(name)
     if module is None:
+        if name in os.environ.get("KLJIT_TEST_REQUIRE", "").split(","):
+            raise AssertionError(f"{name} is not installed (or fails to import), and "
+                                 f"KLJIT_TEST_REQUIRE={os.environ['KLJIT_TEST_REQUIRE']} says "
+                                 f"it must be")
         raise unittest.SkipTest(f"{name} is not installed")
     return module
+
+
+def labels(*names: str) -> Any:
+    """Decorator: extra CTest labels of a test method or class (run.py --list prints them,
+    tests/python.cmake adds them): "torch" for every test that needs torch, so `ctest -L torch`
+    runs and counts them."""
+
+    def mark(obj: Any) -> Any:
+        obj.ctest_labels = tuple(getattr(obj, "ctest_labels", ())) + names
+        return obj
+
+    return mark
 
 
 def out_dir(name: str) -> Path:

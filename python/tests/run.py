@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs python/tests cases one at a time for CTest (tests/python.cmake), with CTest's codes.
 
-    run.py --list             every case as module.Class.test_name, one per line
+    run.py --list             every case as module.Class.test_name, one per line, followed by
+                              its extra CTest labels (_util.labels) where it has any
     run.py ID [ID ...]        runs them; exit 0 passed, 1 failed, 77 all skipped
 
 A case that skips (unittest.SkipTest: no torch, no GPU, no matplotlib) exits 77, which CTest
@@ -42,7 +43,9 @@ def main(argv: list) -> int:
                 case.run(unittest.TestResult())
                 print(f"cannot import {case.id()}", file=sys.stderr)
                 return 1
-            print(case.id())
+            method = getattr(case, case.id().rsplit(".", 1)[1], None)
+            extra = getattr(method, "ctest_labels", ()) or getattr(case, "ctest_labels", ())
+            print(" ".join((case.id(),) + tuple(extra)))
         return 0
     if not argv:
         print(__doc__, file=sys.stderr)

@@ -16,7 +16,7 @@ import sys
 import unittest
 from pathlib import Path
 
-from _util import REPO, out_dir, require
+from _util import REPO, labels, out_dir, require
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "bench_matrix.csv"
 
@@ -136,6 +136,7 @@ class CompareTest(unittest.TestCase):
             with self.assertRaises(SystemExit, msg=bad):
                 compare.parse_args(["--hard-weight", bad])
 
+    @labels("torch")
     def test_compare_online_reference_is_autograd_in_float64(self) -> None:
         """The online reference (JSD alone over every row; (1 - w) JSD + w CE over the kept
         rows) against torch autograd of the same loss written directly, on a tiny CPU shape."""

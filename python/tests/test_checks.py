@@ -12,7 +12,7 @@ from __future__ import annotations
 import unittest
 from typing import Any
 
-from _util import FakeTensor, require
+from _util import FakeTensor, labels, require
 
 from kljit import _lib
 from kljit._checks import LossConfig, check_call, check_workspace
@@ -343,6 +343,7 @@ class FakeTensorChecks(unittest.TestCase):
             check_workspace(FakeTensor((1000,), "uint8", ptr=0x10000), 1024)
 
 
+@labels("torch")
 class TorchCpuChecks(unittest.TestCase):
     """The same checks on real tensors (CPU; the CUDA requirement is lifted but for one case)."""
 

@@ -20,7 +20,7 @@ import sys
 import unittest
 from typing import Any, Dict, Optional
 
-from _util import require
+from _util import labels, require
 
 import kljit
 from kljit import KljitError, LossConfig, _lib
@@ -89,6 +89,7 @@ class Inputs:
         return dict(labels=self.labels, teacher_ids=self.ids, teacher_values=self.vals)
 
 
+@labels("torch")
 class GpuBindingTest(unittest.TestCase):
     def setUp(self) -> None:
         import torch
@@ -255,6 +256,43 @@ class GpuBindingTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # caught in Python, before C
             kljit.fused_linear_kl_div(inp.x, inp.w, inp.teacher.T.contiguous().T)
 
+    def test_num_items_in_batch_divides_instead_of_the_kept_rows(self) -> None:
+        # HF Trainer's convention: the loss and gradients are the kept rows' sum over the given
+        # count (the reference's mean times kept / count); an int and a device tensor, both
+        # modes, batchmean and mean, against fp64 on the GPU.
+        torch = self.torch
+        from kljit.reference import kl_div_fp64
+
+        failed = []
+        for i, (mode, reduction, items) in enumerate([
+                ("fused", "batchmean", 1000), ("two_phase", "batchmean", 999.0),
+                ("fused", "mean", 4096), ("two_phase", "mean", 513)]):
+            inp = Inputs(300 + i, 130, 64, 5003, torch.float32, teacher="dense_probs",
+                         bias=True, labels=True)
+            leaves = inp.leaves()
+            given = items if isinstance(items, int) else torch.tensor(items, device=DEVICE)
+            config = LossConfig(mode=mode, reduction=reduction)
+            loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], inp.teacher,
+                                             bias=leaves["b"], labels=inp.labels,
+                                             num_items_in_batch=given, config=config)
+            go = torch.tensor(0.5, device=DEVICE)
+            loss.backward(go)
+            ref = kl_div_fp64(inp.x, inp.w, inp.teacher, bias=inp.b, labels=inp.labels,
+                              grad_output=go, config=config)
+            f = float((inp.labels != -100).sum()) / float(items)
+            err = {"loss": rel(loss, ref["loss"] * f),
+                   "dX": rel(leaves["x"].grad, ref["grad_input"] * f),
+                   "dW": rel(leaves["w"].grad, ref["grad_weight"] * f),
+                   "db": rel(leaves["b"].grad, ref["grad_bias"] * f)}
+            print(f"  num_items_in_batch={items} {mode} {reduction}: "
+                  + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+            failed += [f"{k} {mode} {reduction}: {e:.1e}" for k, e in err.items()
+                       if not e < (LOSS_TOL if k == "loss" else GRAD_TOL["float32"])]
+        with self.assertRaises(ValueError):  # sum has nothing to divide
+            kljit.fused_linear_kl_div(inp.x, inp.w, inp.teacher, reduction="sum",
+                                      num_items_in_batch=10)
+        self.assertEqual(failed, [])
+
     def test_sparse_topk_every_tail_and_value_kind_matches_pytorch(self) -> None:
         torch = self.torch
         try:
@@ -288,6 +326,7 @@ class GpuBindingTest(unittest.TestCase):
 FP16_SCALED_TOL = 5e-3
 
 
+@labels("torch")
 class GpuMixedPrecisionTest(unittest.TestCase):
     """Autocast with fp32 master weights, fp16 loss scaling, the default dW accumulation."""
 
@@ -418,6 +457,7 @@ class TinyGpt:
         return self.head(h, teacher)
 
 
+@labels("torch")
 class GpuCompileTest(unittest.TestCase):
     def setUp(self) -> None:
         import torch
@@ -506,6 +546,7 @@ class GpuCompileTest(unittest.TestCase):
             self.assertLess(e, 1e-3)
 
 
+@labels("torch")
 class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
     """The online teacher (teacher_input, teacher_weight) and Megatron's main_grad through the
     binding, against kl_div_fp64 on the very tensors the kernels got."""

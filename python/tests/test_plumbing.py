@@ -17,7 +17,7 @@ import unittest
 from typing import Any, Dict, List
 from unittest import mock
 
-from _util import require
+from _util import labels, require
 
 from kljit import _checks, _lib
 from kljit._lib import EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Mode
@@ -44,11 +44,7 @@ class FakePlan:
         return 4 * _lib.problem_layout(self.problem).saved_floats(rows)
 
     def chunk_rows(self, rows: int) -> int:
-        return 4  # the tests' 6 rows are 2 chunks: 'auto' accumulates in the weight dtype
-
-    @staticmethod
-    def can_scale_grads() -> bool:
-        return False  # the binding then scales with torch
+        return 4  # the tests' 6 rows are 2 chunks
 
     def _tensor(self, ptr: int, shape: tuple, dtype_name: str) -> Any:
         import torch
@@ -141,6 +137,7 @@ class FakePlan:
                     db.copy_(ref["grad_bias"] * s)
 
 
+@labels("torch")
 class PlumbingTest(unittest.TestCase):
     def setUp(self) -> None:
         self.torch = require("torch")
@@ -158,6 +155,8 @@ class PlumbingTest(unittest.TestCase):
 
         self.patches = [mock.patch.object(_ops, "REQUIRE_CUDA", False),
                         mock.patch.object(_ops, "stream", lambda device: 0),
+                        mock.patch.object(_ops, "scale_in_place",
+                                          lambda ts, g: [t.mul_(g) for t in ts]),
                         mock.patch.object(_lib, "get_plan", get_plan)]
         for p in self.patches:
             p.start()
@@ -316,7 +315,8 @@ class PlumbingTest(unittest.TestCase):
             pb = self.plans[-1].problem
             self.assertEqual((pb.input_dtype, pb.weight_dtype, pb.grad_weight_dtype),
                              (_lib.DType.BF16, _lib.DType.BF16, _lib.DType.FP32), mode)
-            self.assertEqual(pb.grad_weight_accum, _lib.GradWeightAccum.FP32, mode)
+            # the library's AUTO: an fp32 dW accumulates in place in fp32 (unit.chunk)
+            self.assertEqual(pb.grad_weight_accum, _lib.GradWeightAccum.AUTO, mode)
             self.assertEqual((x16.grad.dtype, inp["w"].grad.dtype, inp["b"].grad.dtype),
                              (t.bfloat16, t.float32, t.float32), mode)
 
@@ -396,32 +396,22 @@ class PlumbingTest(unittest.TestCase):
             self.kljit.fused_linear_kl_div(inp["x"], inp["w"], inp["teacher"], teacher_input=xt,
                                            teacher_weight=wt)
 
-    def test_the_fast_path_of_the_usual_call_matches_the_general_path(self) -> None:
-        from kljit import functional
+    def test_eager_calls_run_the_custom_ops(self) -> None:
+        from kljit import _ops
 
-        t = self.torch
-        config = _checks.LossConfig(mode="fused")
-        for temperature in (None, 1.0):
-            fast, slow = self.inputs(), self.inputs()
-            with mock.patch.object(functional, "_autocast",
-                                   side_effect=AssertionError("general path taken")):
-                loss = functional.fused_linear_kl_div(fast["x"], fast["w"], fast["teacher"],
-                                                      temperature=temperature, config=config)
-            (loss * 0.7).backward()
-            # a bias of zeros that needs no gradient: the general path, the same loss
-            zero = t.zeros(40)
-            want = functional.fused_linear_kl_div(slow["x"], slow["w"], slow["teacher"],
-                                                  bias=zero, temperature=temperature,
-                                                  config=config)
-            (want * 0.7).backward()
-            self.assert_close(loss, want, "fast path loss")
-            self.assert_close(fast["x"].grad, slow["x"].grad, "fast path dX")
-            self.assert_close(fast["w"].grad, slow["w"].grad, "fast path dW")
-        # what the fast path does not take goes the general way: [B, T, H] input, autocast
-        three = self.inputs(n=6)
-        loss = functional.fused_linear_kl_div(three["x"].view(2, 3, 8), three["w"],
-                                              three["teacher"].view(2, 3, 40), config=config)
-        self.assert_close(loss, want, "[B, T, H] loss")
+        seen = []
+        for mode, name in (("fused", "fused"), ("two_phase", "two_phase")):
+            real = getattr(_ops, name)
+
+            def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+                seen.append(_name)
+                return _real(*args)
+
+            inp = self.inputs()
+            with mock.patch.object(_ops, name, spy):
+                self.loss(inp, mode=mode).backward()
+            self.assertIsNotNone(inp["x"].grad, mode)
+        self.assertEqual(seen, ["fused", "two_phase"])
 
     def test_the_online_teacher_compiles_through_the_custom_ops(self) -> None:
         t = self.torch

@@ -16,7 +16,7 @@ import subprocess
 import unittest
 from typing import Any, Dict, Optional
 
-from _util import out_dir, ref_helper, require
+from _util import labels, out_dir, ref_helper, require
 
 from kljit._checks import LossConfig, check_call
 
@@ -134,6 +134,7 @@ def configs():
                dict(bias=i % 3 == 0, labels=i % 2 == 0, grad_output=None if i % 4 else 1.3))
 
 
+@labels("torch")
 class ReferenceTest(unittest.TestCase):
     def setUp(self) -> None:
         self.torch = require("torch")
