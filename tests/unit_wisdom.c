@@ -48,7 +48,11 @@ static char *read_file(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
   char *buf = calloc(1, 1 << 20);
-  if (buf) fread(buf, 1, (1 << 20) - 1, f);
+  /* calloc'd: whatever fread got is terminated; a short read shows up as a failed match */
+  if (buf && fread(buf, 1, (1 << 20) - 1, f) == 0 && ferror(f)) {
+    free(buf);
+    buf = NULL;
+  }
   fclose(f);
   return buf;
 }
