@@ -357,8 +357,16 @@ def _keep(ctx: Any, inputs: Tuple[Any, ...]) -> None:
     ctx.has_bias = inputs[2] is not None
 
 
+def _no_zero_grads(ctx: Any) -> None:
+    """Outputs other than the loss (fused mode's gradients, two-phase's saved statistics) get
+    no gradient from the caller: autograd would otherwise hand backward a zero tensor of each
+    (a dW-sized fill, and its memory, every step), so backward takes None for them."""
+    ctx.set_materialize_grads(False)
+
+
 def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     _keep(ctx, inputs)
+    _no_zero_grads(ctx)
     ctx.save_for_backward(*output[1:])
     ctx.used = False
 
@@ -373,7 +381,10 @@ def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor]
             given(db) if ctx.has_bias and need[2] else None) + (None,) * (len(need) - 3)
 
 
-def _fused_backward(ctx: Any, grad_loss: Tensor, *_: Any) -> Tuple[Optional[Tensor], ...]:
+def _fused_backward(ctx: Any, grad_loss: Optional[Tensor],
+                    *_: Any) -> Tuple[Optional[Tensor], ...]:
+    if grad_loss is None:  # only the gradient outputs were used: nothing flows back
+        return (None,) * len(ctx.needs_input_grad)
     if ctx.used:
         raise RuntimeError(_FUSED_TWICE)
     if not torch.compiler.is_compiling():
@@ -525,15 +536,17 @@ def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids
 
 def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     _keep(ctx, inputs)
+    _no_zero_grads(ctx)
     ctx.save_for_backward(*inputs[:10], output[1])
 
 
-def _two_phase_backward(ctx: Any, grad_loss: Tensor, _saved: Any) -> Tuple[Optional[Tensor], ...]:
+def _two_phase_backward(ctx: Any, grad_loss: Optional[Tensor],
+                        _saved: Any) -> Tuple[Optional[Tensor], ...]:
     tensors = ctx.saved_tensors
     need = ctx.needs_input_grad
     want = (WANT_DX if need[0] else 0) | (WANT_DW if need[1] or (ctx.has_bias and need[2])
                                           else 0)
-    if not want:
+    if not want or grad_loss is None:
         return (None,) * len(need)
     args = (grad_loss, *tensors, ctx.key, ctx.temperature, ctx.grad_scale, want, ctx.shard)
     if ctx.params is None or not want & WANT_DW:

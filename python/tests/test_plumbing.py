@@ -413,6 +413,42 @@ class PlumbingTest(unittest.TestCase):
             self.assertIsNotNone(inp["x"].grad, mode)
         self.assertEqual(seen, ["fused", "two_phase"])
 
+    def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
+        # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
+        # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
+        # gradient the library wrote must become the parameter's .grad without a copy
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from kljit import _ops
+
+        class Ops(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.names: List[str] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
+                self.names.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        written = {}
+        real = _ops.Call.grads
+
+        def grads(call: Any, weight: Any, bias: Any, want: int, args: Any) -> Any:
+            out = real(call, weight, bias, want, args)
+            written["dw"] = out[1].data_ptr()
+            return out
+
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            with mock.patch.object(_ops.Call, "grads", grads):
+                loss = self.loss(inp, mode=mode)
+                ops = Ops()
+                with ops:
+                    loss.backward()
+            fills = [n for n in ops.names if "zeros" in n or "fill" in n or "copy" in n]
+            self.assertEqual(fills, [], mode)
+            self.assertEqual(inp["w"].grad.data_ptr(), written["dw"], mode)
+
     def test_the_online_teacher_compiles_through_the_custom_ops(self) -> None:
         t = self.torch
         import torch._dynamo
