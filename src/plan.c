@@ -250,16 +250,20 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
       for (int i = 0; i < nmod; i++) jit_bin_free(&bins[i]);
   }
   if (st == KLJIT_SUCCESS) {
-    st = load_kernels(p, &g->rows, &bins[0], &p->mod_rows, &p->iface_rows, &desc);
+    st = load_kernels(p, specs[0], &bins[0], &p->mod_rows, &p->iface_rows, &desc);
     if (st == KLJIT_SUCCESS)
-      st = load_kernels(p, &g->helpers, &bins[1], &p->mod_helpers, &p->iface_helpers, &desc);
+      st = load_kernels(p, specs[1], &bins[1], &p->mod_helpers, &p->iface_helpers, &desc);
+    const int fixed = recipe_fixed_modules(&p->rec);
+    if (st == KLJIT_SUCCESS && fixed == 3)
+      st = load_kernels(p, specs[2], &bins[2], &p->mod_rows_phased, &p->iface_rows_phased, &desc);
     if (st == KLJIT_SUCCESS) st = check_steps(p);
     if (st == KLJIT_SUCCESS) { /* the records' sizes this plan's buffers take, as declared */
-      const kiface_manifest *m[] = {&p->iface_rows, &p->iface_helpers};
-      const char *names[] = {kspec_template(&g->rows), kspec_template(&g->helpers)};
-      st = kiface_layout_of(m, names, 2, &p->layout);
+      const kiface_manifest *m[] = {&p->iface_rows, &p->iface_helpers, &p->iface_rows_phased};
+      const char *names[] = {kspec_template(specs[0]), kspec_template(specs[1]),
+                             fixed == 3 ? kspec_template(specs[2]) : ""};
+      st = kiface_layout_of(m, names, fixed, &p->layout);
     }
-    if (st == KLJIT_SUCCESS) st = prepare_gemms(p, bins + 2, &desc);
+    if (st == KLJIT_SUCCESS) st = prepare_gemms(p, bins + fixed, &desc);
     ctx_leave(ctx);
     for (int i = 0; i < nmod; i++) jit_bin_free(&bins[i]); /* those a failure left */
   }
@@ -277,11 +281,12 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
 
 void kljit_plan_destroy(kljit_plan *p) {
   if (!p) return;
-  int loaded = p->mod_rows || p->mod_helpers;
+  int loaded = p->mod_rows || p->mod_helpers || p->mod_rows_phased;
   for (int s = 0; s < RECIPE_SLOTS; s++) loaded |= p->jgemm[s].mod != NULL;
   if (loaded && ctx_enter(p->ctx) == KLJIT_SUCCESS) {
     ctx_module_release(p->ctx, p->mod_rows);
     ctx_module_release(p->ctx, p->mod_helpers);
+    ctx_module_release(p->ctx, p->mod_rows_phased);
     for (int s = 0; s < RECIPE_SLOTS; s++) plan_jgemm_release(p->ctx, &p->jgemm[s]);
     ctx_leave(p->ctx);
   }

@@ -17,7 +17,8 @@
 #include "problem.h"
 #include "recipe.h"
 
-/* A loaded kernel and its interface (a kernel of iface_rows or iface_helpers). */
+/* A loaded kernel and its interface (a kernel of iface_rows, iface_helpers or
+ * iface_rows_phased). */
 typedef struct plan_kernel {
   CUfunction fn;
   const kiface_kernel *sig;
@@ -39,8 +40,9 @@ struct kljit_plan {
   gemm_op gemm[RECIPE_SLOTS]; /* by slot, where used: prepared for the recipe's chunk rows (a
                               * generated slot's too: operands TMA cannot take run there) */
   plan_jgemm jgemm[RECIPE_SLOTS]; /* by slot, where the recipe's engine is generated */
-  ctx_module *mod_rows, *mod_helpers;
-  kiface_manifest iface_rows, iface_helpers; /* the modules' manifests, as loaded */
+  ctx_module *mod_rows, *mod_helpers, *mod_rows_phased;
+  kiface_manifest iface_rows, iface_helpers, iface_rows_phased; /* the modules' manifests, as
+                                                                 * loaded */
   plan_kernel kernel[KSTEP_COUNT];           /* by step; sig NULL: the plan has none */
   kiface_layout layout; /* the records' floats as the loaded manifests declare them: the header
                          * (at saved's start), the rows' records and saved statistics */

@@ -87,7 +87,7 @@ typedef struct prob_geometry {
                                * epilogue writes the pass-1 record of each (row, tile) (STATS):
                                * pass 1 (kl_dense_stats) is not launched and pass 2 merges these
                                * stats_tiles records a row (recipe.c) */
-  kspec rows, helpers;        /* the two modules */
+  kspec rows, helpers;        /* the row kernels (all of them) and the helpers */
 } prob_geometry;
 
 /* The sm_90 one-pass (cluster) shape of a row for `pb` on sm_<arch>: fills t's cluster, split,

@@ -4,7 +4,7 @@
  *
  *   recipe_make(problem, tuning, options, arch, SMs) -> the geometry (chunk, strides, dtypes,
  *     the dX split, the workspace rules: prob_workspace_layout), the modules (the rows, the
- *     helpers, one per generated GEMM) and a slot per GEMM of the chunk loop (its operation,
+ *     helpers, the dense rows' second part, one per generated GEMM) and a slot per GEMM of the chunk loop (its operation,
  *     types and shape, and its engine: cuBLASLt, or a generated variant and its module).
  *
  * Everything that plans reads one: plan creation (plan.c builds what it says and chooses
@@ -16,7 +16,8 @@
  *
  * Invariants:
  *  - equal inputs give equal recipes, byte for byte (the specs' strings are static literals);
- *  - the modules are the rows, the helpers, then the generated GEMM of each slot that has one,
+ *  - the modules are the rows, the helpers, the dense rows' second part (rows_part: the row
+ *    kernels in two modules compiled at once), then the generated GEMM of each slot that has one,
  *    in slot order (recipe_modules); a slot is either used or all zero;
  *  - every used slot has its cuBLASLt operation (types, shape, rows): a generated slot falls
  *    back on it for operands TMA cannot take;
@@ -79,7 +80,7 @@ typedef struct recipe_gemm {
                           * (jgemm_unfit), the slot then cuBLASLt */
 } recipe_gemm;
 
-enum { RECIPE_MAX_MODULES = 2 + RECIPE_SLOTS };
+enum { RECIPE_MAX_MODULES = 3 + RECIPE_SLOTS };
 
 typedef struct recipe {
   prob_geometry geom;  /* its tune is the one built (after a replacement) */
@@ -89,6 +90,9 @@ typedef struct recipe {
                           * and the problem or the plan's engines do not allow it: why (the
                           * rows' pass 1 then runs); NULL otherwise */
   recipe_gemm gemm[RECIPE_SLOTS];
+  kspec rows_part[2]; /* dense rows: geom.rows as two modules, PART "fused" and "phased" (the
+                       * kernels each mode's calls launch: the fused mode's, the others');
+                       * family 0: the rows are one module, geom.rows */
 } recipe;
 
 /* Everything a plan of the validated problem `pb` builds for sm_<arch> with `sm_count`
@@ -99,9 +103,12 @@ typedef struct recipe {
 kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
                          const kljit_context_options *opt, int arch, int sm_count, recipe *out);
 
-/* The recipe's modules (pointers into *r): the rows, the helpers, then each generated GEMM.
+/* The recipe's modules (pointers into *r): the rows (the dense rows' fused part), the helpers,
+ * the dense rows' phased part (recipe_fixed_modules counts these), then each generated GEMM.
  * Returns the count. */
 int recipe_modules(const recipe *r, const kspec *out[RECIPE_MAX_MODULES]);
+/* How many of recipe_modules' first modules are the row and helper kernels (2 or 3). */
+int recipe_fixed_modules(const recipe *r);
 
 /* The family templates' verdict on every module of the recipe (kspec_check), without
  * rendering: KLJIT_SUCCESS or the first rejection's status and sentence. */

@@ -53,6 +53,9 @@ typedef struct kspec {
   int tt_same;
   double t, tt, eps;
   int check;          /* rows: emit the checked-mode kernel */
+  const char *part;   /* dense rows: "fused" (the fused mode's kernels: stats, fused, check)
+                       * or "phased" (forward, backward, merge, sums), two modules compiled at
+                       * once; NULL: all of them in one */
   int topk;           /* sparse rows: K */
   kljit_dtype idt;    /* sparse rows: INT32 or INT64 ids */
   const char *values; /* sparse rows: "probs" | "logprobs" */
@@ -94,7 +97,7 @@ typedef struct kspec {
   double gemm_stats_t;      /* the constant temperature */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 40 }; /* dense rows: 20 always, 17 optional */
+enum { KSPEC_MAX_PARAMS = 40 }; /* dense rows: 20 always, 18 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

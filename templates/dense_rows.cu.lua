@@ -107,6 +107,9 @@
 %--            global: the CE's -z'_y is this shard's where y - VOFF is one of its columns, and
 %--            its lse(z') (from the records' slots 5, 6: global) is added by the shard whose
 %--            VOFF is 0 only, so the shards' losses sum to the row's CE once.
+%--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
+%--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
+%--            modules compiled at once, so a cold plan waits for the larger half only.
 %-- Launch: as the interface table below declares (its threads, clusters); the records part,
 %-- rowstat and hdr are declared beside it (hdr: see helpers.cu.lua, kl_setup).
 %-- Numerics: fp32 in registers; exp/log through the SFU (fexp/flog, common.cu.lua) in the row
@@ -185,6 +188,16 @@
 %end
 %if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
 %  reject("ZLOSS must be > 0 and needs HARD")
+%end
+%local PARTS = { fused = { stats = true, fused = true, check = true },
+%                phased = { forward = true, backward = true, merge = true, sums = true } }
+%if P.PART ~= nil and not PARTS[P.PART] then reject("PART must be fused or phased") end
+%-- the kernels of the module's part: the others are declared absent (when = false)
+%local function in_part(kernels)
+%  for _, k in ipairs(kernels) do
+%    if P.PART and not PARTS[P.PART][k.step] then k.when = false end
+%  end
+%  return kernels
 %end
 %local ROWW = P.ROWW or false
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
@@ -265,7 +278,7 @@
 %    { "rows", "i64" }, { "flag", "u64*", role = "check_flag" } })
 %end
 %if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
-%local K = iface.family(iface.args({
+%local K = iface.family(in_part(iface.args({
 %  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, threads = P.THREADS,
 %    args = stats_in } },
 %  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0, P2,
@@ -274,7 +287,7 @@
 %    args = sums_in },
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
 %    args = check_in },
-%}), { iface.HDR, PART, ROWSTAT })
+%})), { iface.HDR, PART, ROWSTAT })
 %-- the row weights and the CE's loss partials in pass 2's signature, calls and loss
 %local RWP = ROWW and " const float* __restrict__ row_weights," or ""
 %local RWA = ROWW and " row_weights," or ""
@@ -836,6 +849,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
   acc1_block(a, sh_md, sh_f, rec);
 }
 
+%if K.has("kl_dense_stats") then
 {{ K.kernel("kl_dense_stats") }} {
   /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PART_FLOATS) */
   const int r = blockIdx.y;
@@ -855,6 +869,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
   if (threadIdx.x == 0)
     for (int k = 0; k < {{ NREC }}; k++) out[k] = rec[k];
 }
+%end
 
 /* Pass 2 over this block's segment: loss partial and/or G. */
 template <int MODE>
@@ -1140,29 +1155,36 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
 %end
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
+%if K.has("kl_dense_fused") then
 {{ K.kernel("kl_dense_fused") }} {
   ROW_BODY<MODE_FUSED>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64, ignore_index,
                        hdr, part, nrec, srow, srec, nullptr,
                        lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
+%end
 
+%if K.has("kl_dense_forward") then
 {{ K.kernel("kl_dense_forward") }} {
   ROW_BODY<MODE_FORWARD>(z, nullptr, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
                          ignore_index, hdr, part, nrec, srow, srec, rowstat,
                          lossp,{{ HARD and " lossh," or "" }} nullptr, 0, row0);
 }
+%end
 
+%if K.has("kl_dense_backward") then
 {{ K.kernel("kl_dense_backward") }} {
   ROW_BODY<MODE_BACKWARD>(z, g, teacher, bias,{{ TBA }}{{ RWA }} labels, labels_is64,
                           ignore_index, hdr, nullptr, 0, 0, 0, (float*)rowstat,
                           nullptr,{{ HARD and " nullptr," or "" }} gout, gout_per_row, row0);
 }
+%end
 %if P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_stats): one thread per chunk row merges the row's SPLIT partial
  * records, in order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's,
  * else 0; S NaN on a shard with DIV, else 0; an ignored row: zeros, which pass 2 never
  * reads). */
+%if K.has("kl_dense_merge") then
 {{ K.kernel("kl_dense_merge") }} {
   const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
@@ -1184,12 +1206,14 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   for (int k = 0; k < PART_FLOATS; k++) o[k] = rec[k];
 }
 %end
+%end
 %if DIVX and P.CLUSTER == 0 then
 
 /* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
  * shard's, as pass 2 does), sums this shard's part of S = sum_v q g over its columns and
  * writes it to slot S of the row's record in out (this shard's kljit_shard_stats records;
  * slot S only, so part may be the same buffer). An ignored row gets 0. */
+%if K.has("kl_dense_sums") then
 {{ K.kernel("kl_dense_sums") }} {
   const int r = blockIdx.y;
   const i64 row = row0 + r;
@@ -1225,6 +1249,7 @@ __device__ __forceinline__ void cluster_row(const logit_t* z, grad_t* g,
   if (threadIdx.x == 0) out[row * PART_FLOATS + PART_S] = sacc;
 }
 %end
+%end
 %if TXCHECK then
 
 /* Checked mode of the online teacher: its logits are computed per chunk, so what is checked is
@@ -1248,6 +1273,7 @@ __device__ __forceinline__ bool row_bad(const tx_t* __restrict__ r) {
   return __syncthreads_or(bad) != 0;
 }
 
+%if K.has("kl_dense_check") then
 {{ K.kernel("kl_dense_check") }} {
   const i64 b = blockIdx.x;
   if (b < rows && row_kept(labels, labels_is64, ignore_index, b)) {
@@ -1273,12 +1299,14 @@ __device__ __forceinline__ bool row_bad(const tx_t* __restrict__ r) {
 %end
   }
 }
+%end
 %elseif P.CHECK then
 
 /* Checked mode: one block per row of the call (blockIdx.x); ignored rows are not checked. The
  * first bad row (smallest index) and its kind -> flag as (row << 8) | kind via atomicMin:
  * 3 a value NaN or infinite (-inf allowed for log-probs and logits: p = 0), 4 a negative
  * probability, 5 (ROWW) a negative, NaN or infinite row weight. */
+%if K.has("kl_dense_check") then
 {{ K.kernel("kl_dense_check") }} {
   const i64 row = blockIdx.x;
   if (!row_kept(labels, labels_is64, ignore_index, row)) return;
@@ -1299,4 +1327,5 @@ __device__ __forceinline__ bool row_bad(const tx_t* __restrict__ r) {
 %end
   if (bad) atomicMin(flag, ((u64)row << 8) | (u64)bad);
 }
+%end
 %end

@@ -184,6 +184,10 @@
 %    return 'extern "C" __global__ void ' .. attrs .. "__launch_bounds__(" .. bounds .. ")\n"
 %      .. signature_text(k)
 %  end
+%  -- whether the kernel is declared for these parameters (a `when` false, or a part's other)
+%  function F.has(name)
+%    return by_name[name] ~= nil
+%  end
 %  -- one enum a record: <NAME>_FLOATS, <NAME>_SLOTS (the named ones; the rest is padding)
 %  -- and <NAME>_<SLOT> (each slot's index)
 %  function F.records()

@@ -11,7 +11,7 @@
 #include "jit.h"
 #include "recipe.h"
 
-/* TH_PASS when, for each of the n archs, both modules of pb's plan are CACHE_HIT_READONLY with
+/* TH_PASS when, for each of the n archs, all three modules of pb's plan are CACHE_HIT_READONLY with
  * no compile; sm_count as the plan's GPU reports it (0: unknown). */
 static inline int th_plan_modules_hit_read_only(const kljit_problem *pb, const int *archs, int n,
                                                 int sm_count) {
@@ -23,9 +23,9 @@ static inline int th_plan_modules_hit_read_only(const kljit_problem *pb, const i
     recipe rc;
     const kspec *specs[RECIPE_MAX_MODULES];
     if (recipe_make(pb, NULL, &o, archs[i], sm_count, &rc) != KLJIT_SUCCESS ||
-        recipe_modules(&rc, specs) != 2)
+        recipe_modules(&rc, specs) != 3)
       r = TH_FAIL;
-    for (int k = 0; k < 2 && r == TH_PASS; k++) {
+    for (int k = 0; k < 3 && r == TH_PASS; k++) {
       jit_bin bin;
       if (jit_build(specs[k], archs[i], &cfg, &bin) != KLJIT_SUCCESS) {
         fprintf(stderr, "jit_build: %s\n", kljit_last_error());

@@ -82,24 +82,24 @@ static kljit_problem problem_of(const char *name) {
 #define CL KLJIT_ROW_KERNEL_CLUSTER
 #define GD KLJIT_GEMM_DEFAULT
 static const pin_case CASES[] = {
-    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "03988509dc371829"},
-    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "afe54e4384aa2f11"},
-    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "8a5b658f7d6d5c33"},
-    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "7e6842fa5e17ef2b"},
-    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "704a1c62506a0c95"},
-    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "eec1b7b9fc9af65c"},
-    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "56d28dd1f744ae50"},
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "b6327c3e0db7e017"},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "38d115b42e1f5a4f"},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "833d7b1ad0619c59"},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "ecda22ebc7583df2"},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "3cc93828a43a04d0"},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "dd8493e24b140686"},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "1774649b7b3ed037"},
     {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "4d1d982374c0e050"},
-    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "2387c2722bdaf768"},
-    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "8af0651100d130c2"},
-    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "90f8df384f9d917b"},
-    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "3329e363db97872d"},
-    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "01f0554289375a0a"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "0553d29dd7e3dc4a"},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "0bb5db96a41a489f"},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "97c57f15e2924609"},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "fb57d3edf977e26d"},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "8d2b9bfede66a80b"},
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
-     "7342a505aae7db3f"},
-    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "5cd17427df394162"},
-    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "15a571d9d0fb1da4"},
-    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "9a9d5e252d4eae58"},
+     "4f99dacb9ad35f6e"},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "c5bc8634b7239b42"},
+    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "3bda381675934104"},
+    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "09b36fc8dfd02efb"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -198,10 +198,13 @@ static int plan_text(const pin_case *c, strbuf *out) {
   if (g->dw_auto) sb_printf(out, "dw auto\n"); /* (absent before KLJIT_ACCUM_AUTO) */
   const kspec *m[RECIPE_MAX_MODULES];
   const int n = recipe_modules(&r, m);
-  TH_CHECK(n >= 2 && m[0] == &g->rows && m[1] == &g->helpers);
+  const int fixed = recipe_fixed_modules(&r);
+  TH_CHECK(n >= fixed && m[1] == &g->helpers);
+  TH_CHECK(fixed == 2 ? m[0] == &g->rows : m[0] == &r.rows_part[0] && m[2] == &r.rows_part[1]);
   spec_text("rows", m[0], out);
   spec_text("helpers", m[1], out);
-  int k = 2;
+  if (fixed == 3) spec_text("rows_phased", m[2], out);
+  int k = fixed;
   for (int sl = 0; sl < RECIPE_SLOTS; sl++) { /* the generated slots' modules, in slot order */
     if (r.gemm[sl].engine != RECIPE_GENERATED) continue;
     TH_CHECK(k < n && m[k++] == &r.gemm[sl].spec);
@@ -268,7 +271,8 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     const int logits = family && (all || c->from == JIT_LOGITS);
     const kspec *m[RECIPE_MAX_MODULES];
     const int auto32 = r.geom.dw_auto;
-    TH_CHECK(recipe_modules(&r, m) == 2 + (all ? 4 + 2 * auto32 : logits));
+    TH_CHECK(recipe_modules(&r, m) ==
+             recipe_fixed_modules(&r) + (all ? 4 + 2 * auto32 : logits));
     TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
     for (int s = 0; s < RECIPE_SLOTS; s++) {
       const recipe_gemm *g = &r.gemm[s];
@@ -287,7 +291,7 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
       TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
       if (gen) TH_CHECK(g->spec.family == KSPEC_GEMM_SM90);
       if (dw32) TH_CHECK(g->types.dw == CUDA_R_32F && (!gen || g->variant.out == KLJIT_FP32));
-      if (gen && s == RECIPE_LOGITS) TH_CHECK(m[2] == &g->spec);
+      if (gen && s == RECIPE_LOGITS) TH_CHECK(m[recipe_fixed_modules(&r)] == &g->spec);
       if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
     }
