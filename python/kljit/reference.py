@@ -21,18 +21,19 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from ._checks import LossConfig, infer_teacher
+from ._checks import LossConfig, config_from_options, infer_teacher
 
 __all__ = ["kl_div_reference", "kl_div_fp64"]
 
 
 def _config(config: Optional[LossConfig], options: Dict[str, Any], teacher: Any, ids: Any,
             vals: Any, temperature: Optional[float], teacher_weight: Any = None) -> LossConfig:
-    """As kljit.fused_linear_kl_div: without a config, `temperature` is the loss's T."""
+    """As kljit.fused_linear_kl_div: without a config, `temperature` is the loss's T, and the
+    keyword options are the binding's (teacher_form names the teacher form)."""
     if config is None:
         if temperature is not None:
             options["temperature"] = temperature
-        config = LossConfig(**options)
+        config = config_from_options(options)
     elif options:
         raise TypeError("pass either config or keyword options, not both")
     return infer_teacher(config, teacher, ids, vals, teacher_weight)
@@ -66,8 +67,24 @@ def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
         return t, torch.log(torch.clamp_min(t, config.eps))
     if config.teacher in ("dense_logits", "dense_hidden"):
         tt = config.teacher_temperature or T
-        t = torch.log_softmax(t / tt, dim=-1)
+        t = torch.log_softmax(_softcap(t, float(config.teacher_softcap)) / tt, dim=-1)
     return torch.exp(t), torch.clamp_min(t, math.log(config.eps))
+
+
+def _softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
+    """z' = c tanh(z / c) (c = 0: z)."""
+    return cap * torch.tanh(z / cap) if cap > 0 else z
+
+
+def _ce(config: LossConfig, zc: torch.Tensor, y: torch.Tensor) -> "tuple[torch.Tensor, ...]":
+    """The hard-label CE of a row block on z' at temperature 1 with label smoothing ls and the
+    z-loss zl (tests/ref.c): CE = lse - (1 - ls) z'_y - ls / V sum z' + zl lse^2; returns (CE,
+    lse). Rows whose label is ignore_index take any class (the caller masks them)."""
+    ls, zl = float(config.label_smoothing), float(config.z_loss)
+    lse = torch.logsumexp(zc, dim=-1)
+    zy = zc.gather(1, y.clamp(0, zc.shape[1] - 1)[:, None]).squeeze(1)
+    ce = lse - (1.0 - ls) * zy - ls / zc.shape[1] * zc.sum(-1) + zl * lse * lse
+    return ce, lse
 
 
 def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
@@ -206,6 +223,7 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
                      sparse_impl: str = "gather", teacher_input: Optional[torch.Tensor] = None,
                      teacher_weight: Optional[torch.Tensor] = None,
                      teacher_bias: Optional[torch.Tensor] = None,
+                     row_weights: Optional[torch.Tensor] = None,
                      **options: Any) -> torch.Tensor:
     """The loss in plain PyTorch (differentiable wrt input, weight, bias).
 
@@ -225,7 +243,8 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     T = _temperature(config, temperature)
     x = input.reshape(-1, input.shape[-1])
     n, vocab = x.shape[0], weight.shape[0]
-    logq = torch.log_softmax(F.linear(x, weight, bias).to(compute_dtype) / T, dim=-1)
+    zc = _softcap(F.linear(x, weight, bias).to(compute_dtype), float(config.softcap))
+    logq = torch.log_softmax(zc / T, dim=-1)
     if config.teacher == "sparse_topk":
         if _sparse_div(config):
             raise ValueError("kl_div_reference has the top-K teacher's forward KL only; its "
@@ -257,6 +276,11 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
         row = _divergence(config, p, lp, logq)[0]
     if config.scale_t_squared:
         row = row * (T * T)
+    row = float(config.soft_weight) * row
+    if config.hard_weight:  # the CE mixed in: on z' at temperature 1, no T^2
+        row = row + float(config.hard_weight) * _ce(config, zc, labels.reshape(-1).long())[0]
+    if row_weights is not None:
+        row = row * row_weights.reshape(-1).to(row.dtype)
     kept_count = n
     if labels is not None:
         kept = _kept(labels, n, config.ignore_index, x.device)
@@ -281,13 +305,16 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
                 want_grads: bool = True, teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
+                row_weights: Optional[torch.Tensor] = None,
                 **options: Any) -> Dict[str, Optional[torch.Tensor]]:
     """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
     device. Returns {'loss', 'row_loss', 'grad_input', 'grad_weight', 'grad_bias'} (float64;
     the gradients are None when want_grads is False). grad_output: dL_outer/dloss, a scalar or
     one per row for reduction='none' (default 1). teacher_input [N, Ht] and teacher_weight
     [Vt, Ht] (and teacher_bias [Vt]): the online teacher, its logits computed here in float64
-    (columns [0, V))."""
+    (columns [0, V)). row_weights [N]: each row's loss and gradient times its weight. CE mixing
+    (hard_weight, soft_weight, label_smoothing, z_loss) and the softcaps as tests/ref.c: a row's
+    loss is w (soft_weight t2 l + hard_weight CE); also returns 'loss_soft' and 'loss_hard'."""
     if teacher_input is not None:
         teacher = teacher_input
     config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
@@ -310,6 +337,14 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     else:
         g_rows = grad_output.reshape(()).to(f64).expand(n)
     row_loss = torch.zeros(n, dtype=f64, device=dev)
+    soft_loss = torch.zeros(n, dtype=f64, device=dev)
+    ws, wh = float(config.soft_weight), float(config.hard_weight)
+    cap = float(config.softcap)
+    wr_all = (torch.ones(n, dtype=f64, device=dev) if row_weights is None
+              else row_weights.reshape(-1).to(f64))
+    y_all = labels.reshape(-1).long() if labels is not None else None
+    if wh and y_all is None:
+        raise ValueError("hard_weight needs labels")
     dx = torch.zeros(n, h, dtype=f64, device=dev) if want_grads else None
     dw = torch.zeros(vocab, h, dtype=f64, device=dev) if want_grads else None
     db = torch.zeros(vocab, dtype=f64, device=dev) if want_grads and b is not None else None
@@ -329,7 +364,8 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
         z = xc @ w.T
         if b is not None:
             z += b
-        logq = torch.log_softmax(z / T, dim=-1)
+        zc = _softcap(z, cap)
+        logq = torch.log_softmax(zc / T, dim=-1)
         q = torch.exp(logq)
         if sparse and _sparse_div(config):
             l_row, ds = _sparse_categories(config, vals_all[i0:i1], ids_all[i0:i1], logq, q)
@@ -353,17 +389,34 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             else:
                 ds = q * (dq - (q * dq).sum(-1, keepdim=True))
         k = kept[i0:i1]
-        row_loss[i0:i1] = torch.where(k, t2 * l_row, 0.0)
+        wr = wr_all[i0:i1]
+        soft = torch.where(k, wr * ws * t2 * l_row, 0.0)
+        soft_loss[i0:i1] = soft
+        row_loss[i0:i1] = soft
+        if wh:
+            ce, lse1 = _ce(config, zc, y_all[i0:i1])
+            row_loss[i0:i1] += torch.where(k, wr * wh * ce, 0.0)
         if want_grads:
-            gs = torch.where(k, g_rows[i0:i1] * (c * t2 / T), 0.0)
+            gs = torch.where(k, g_rows[i0:i1] * (c * wr * ws * t2 / T), 0.0)
             g = ds * gs[:, None]
+            if wh:  # dCE/dz' = (1 + 2 zl lse) softmax(z') - (1 - ls) [v = y] - ls / V
+                ls, zl = float(config.label_smoothing), float(config.z_loss)
+                gh = torch.where(k, g_rows[i0:i1] * (c * wr * wh), 0.0)[:, None]
+                dce = (1.0 + 2.0 * zl * lse1)[:, None] * torch.exp(zc - lse1[:, None]) - ls / vocab
+                dce.scatter_add_(1, y_all[i0:i1].clamp(0, vocab - 1)[:, None],
+                                 torch.full((i1 - i0, 1), -(1.0 - ls), dtype=f64, device=dev))
+                g = g + gh * dce
+            if cap > 0:  # dz'/dz = 1 / cosh^2(z / c)
+                g = g / torch.cosh(z / cap) ** 2
             dx[i0:i1] = g @ w
             dw += g.T @ xc
             if db is not None:
                 db += g.sum(0)
-    loss = row_loss.sum() * c if config.reduction != "none" else row_loss.sum()
-    return {"loss": loss, "row_loss": row_loss, "grad_input": dx, "grad_weight": dw,
-            "grad_bias": db}
+    scale = c if config.reduction != "none" else 1.0
+    loss_soft = soft_loss.sum() * scale
+    return {"loss": row_loss.sum() * scale, "row_loss": row_loss, "grad_input": dx,
+            "grad_weight": dw, "grad_bias": db, "loss_soft": loss_soft,
+            "loss_hard": row_loss.sum() * scale - loss_soft}
 
 
 def _bucket(l_row: torch.Tensor, ds: torch.Tensor, logq: torch.Tensor, q: torch.Tensor,

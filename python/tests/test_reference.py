@@ -10,6 +10,7 @@ conversion); skips (77) without them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import struct
 import subprocess
@@ -231,6 +232,73 @@ class ReferenceTest(unittest.TestCase):
                                        chunk_rows=3, **case.kwargs())
             self.compare(case, got, case.c_reference(),
                          f"kl_div_fp64 top-K {tail} {values} {divergence} {beta}")
+
+    def test_both_references_mix_in_the_ce_and_cap_logits_like_the_c_reference(self) -> None:
+        """CE mixing with label smoothing and the z-loss, the student's and the teacher's
+        softcaps (the fused and the distributed GPU tests judge the binding by these)."""
+        torch = self.torch
+        cases = (dict(hard_weight=0.5, soft_weight=0.5),
+                 dict(hard_weight=1.0, soft_weight=0.0, label_smoothing=0.1),
+                 dict(hard_weight=0.3, soft_weight=0.7, z_loss=1e-2, softcap=3.0),
+                 dict(hard_weight=0.2, soft_weight=1.0, label_smoothing=0.2, z_loss=1e-3,
+                      teacher_softcap=2.0, scale_t_squared=True, temperature=2.0),
+                 dict(softcap=2.5, divergence="jsd", beta=0.5),
+                 dict(hard_weight=0.4, soft_weight=0.6, divergence="reverse_kl",
+                      reduction="sum"))
+        for seed, opts in enumerate(cases):
+            teacher = "dense_logits" if seed % 2 else "dense_probs"
+            if "teacher_softcap" in opts:
+                teacher = "dense_logits"
+            config = LossConfig(teacher=teacher, **{"reduction": "batchmean", **opts})
+            case = Case(torch, 80 + seed, config, bias=seed % 2 == 0, labels=True,
+                        grad_output=0.7)
+            want = case.c_reference()
+            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
+                                       chunk_rows=3, **case.kwargs())
+            self.compare(case, got, want, f"kl_div_fp64 {opts}")
+            x = case.x.clone().requires_grad_()
+            w = case.w.clone().requires_grad_()
+            loss = self.ref.kl_div_reference(x, w, case.teacher, compute_dtype=torch.float64,
+                                             **case.kwargs())
+            loss.backward(case.go.reshape(()))
+            self.compare(case, {"loss": loss, "grad_input": x.grad, "grad_weight": w.grad},
+                         want, f"kl_div_reference {opts}")
+            # the loss's parts: the soft one alone is the problem with hard_weight 0
+            if config.hard_weight and config.soft_weight:
+                soft = dataclasses.replace(config, hard_weight=0.0, label_smoothing=0.0,
+                                           z_loss=0.0)
+                alone = self.ref.kl_div_fp64(case.x, case.w, case.teacher, bias=case.b,
+                                             labels=case.labels, config=soft)
+                self.assertLess(rel(got["loss_soft"], alone["loss"]), TOL, f"{opts}")
+                self.assertLess(rel(got["loss_soft"] + got["loss_hard"], got["loss"]), TOL)
+
+    def test_references_take_the_binding_keywords_and_row_weights(self) -> None:
+        torch = self.torch
+        config = LossConfig(teacher="dense_logits", reduction="batchmean", hard_weight=0.5,
+                            soft_weight=0.5)
+        case = Case(torch, 90, config, bias=True, labels=True, grad_output=None)
+        kw = dict(bias=case.b, labels=case.labels)
+        by_config = self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config, **kw)
+        by_words = self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_form="dense_logits",
+                                        hard_weight=0.5, soft_weight=0.5, **kw)
+        self.assertEqual(float(by_words["loss"]), float(by_config["loss"]))
+        with self.assertRaisesRegex(TypeError, "teacher_form"):
+            self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_forms="dense_logits")
+        # row weights scale each row's loss and gradient; the divisor stays the kept rows
+        wts = torch.rand(N, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+        weighted = self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config,
+                                        row_weights=wts, **kw)
+        self.assertLess(rel(weighted["row_loss"], by_config["row_loss"] * wts), TOL)
+        rows = []
+        for i in range(N):  # dX row i is its unweighted gradient times w_i
+            rows.append(by_config["grad_input"][i] * wts[i])
+        self.assertLess(rel(weighted["grad_input"], torch.stack(rows)), TOL)
+        x = case.x.clone().requires_grad_()
+        loss = self.ref.kl_div_reference(x, case.w, case.teacher, config=config,
+                                         compute_dtype=torch.float64, row_weights=wts, **kw)
+        loss.backward()
+        self.assertLess(rel(loss, weighted["loss"]), TOL)
+        self.assertLess(rel(x.grad, weighted["grad_input"]), TOL)
 
     def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
         torch = self.torch
