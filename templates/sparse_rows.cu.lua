@@ -512,17 +512,20 @@ enum { MODE_SUMS = 3 }; /* kl_sparse_sums: this shard's sum of Q g over its supp
 
 /* One category's g (returned) and its loss terms (added to *loss), P and Q the teacher's and
  * student's probabilities, lP = log max(P, eps), lQ = log Q (dense_rows' elem_terms, per
- * category). */
-__device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float& loss) {
+ * category); logm (JSD) log(beta P + (1 - beta) Q), NaN: computed here. */
+__device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float& loss,
+                                           float logm = __int_as_float(0x7fc00000)) {
 %if P.DIV == "reverse" then
+  (void)logm;
   const float g = Q != 0.0f ? lQ - lP : 0.0f; /* Q = 0 (log Q = -inf): the category adds 0 */
   loss += Q * g;
   return g;
 %else
-  const float m = BETA * P + (1.0f - BETA) * Q;
-  const float logm = flog(fmaxf(m, 1.17549435e-38f)); /* dense_rows: m may be subnormal */
-  if (P != 0.0f) loss += BETA * P * (lP - logm);
-  if (Q != 0.0f) loss += (1.0f - BETA) * Q * (lQ - logm);
+  if (logm != logm) /* dense_rows: m may be subnormal */
+    logm = flog(fmaxf(BETA * P + (1.0f - BETA) * Q, 1.17549435e-38f));
+  /* P = Q: both terms are 0 (m = P), exactly (a one-category support, K = 1) */
+  if (P != 0.0f && P != Q) loss += BETA * P * (lP - logm);
+  if (Q != 0.0f && P != Q) loss += (1.0f - BETA) * Q * (lQ - logm);
   /* g less its constant -(1 - beta) log(1 - beta), from P / Q (dense_rows says why); the
    * division is K per row here, off the streaming path */
   return Q != 0.0f ? -(1.0f - BETA) *
@@ -544,18 +547,22 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
   const float M = block_sum<THREADS>(mp, sh_f);
 #if RENORM
   const bool live = M > 0.0f; /* M = 0: no divergence, as the forward KL's RENORM */
-  const float inv_m = live ? 1.0f / M : 0.0f, log_m = live ? flog(M) : 0.0f;
+  const float log_m = live ? flog(M) : 0.0f;
 #endif
   float loss = 0.0f, qg = 0.0f;
   for (int k = threadIdx.x; k < K; k += THREADS) {
     float Q = 0.0f, g = 0.0f;
 #if RENORM
     if (sup.id[k] >= 0 && live) {
-      const float lQ = sup.lq[k] - rs.lqs, P = sup.p[k] * inv_m;
+      /* P by a division, so that a support of one category (K = 1) has P = 1 exactly, and
+       * then lP = 0 and the divergence exactly 0 (lQ is 0 too: s - lse less the support's own
+       * s - lse) */
+      const float lQ = sup.lq[k] - rs.lqs, P = sup.p[k] / M;
 #if LOGPROBS
-      const float lP = fmaxf(sup.lp[k] - log_m, LOG_EPS); /* the given log p less log M */
+      /* the given log p less log M, floored at log eps */
+      const float lP = P == 1.0f ? 0.0f : fmaxf(sup.lp[k] - log_m, LOG_EPS);
 #else
-      const float lP = flog(fmaxf(P, EPS));
+      const float lP = P == 1.0f ? 0.0f : flog(fmaxf(P, EPS));
 #endif
 #else
     if (sup.id[k] >= 0) {
@@ -586,7 +593,15 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
     const float lPt = Pt > EPS ? log1pf(-M) : LOG_EPS;
     /* Q_tail = d_off / d exactly; its log from whichever of Q_S, 1 - Q_S is precise */
     const float lQt = on_frac < 0.5f ? log1pf(-on_frac) : logf(off_frac);
+%if P.DIV == "jsd" then
+    /* m = beta P_t + (1 - beta) Q_t = 1 - (beta M + (1 - beta) Q_S): near 1 where the support
+     * holds little mass, whose log flog would give to 1e-7 absolute, not relative */
+    const float om = BETA * M + (1.0f - BETA) * on_frac;
+    const float lmt = om < 0.5f ? log1pf(-om) : __int_as_float(0x7fc00000);
+    gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss, lmt);
+%else
     gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss);
+%end
     et = off_frac * gt; /* g is 0 where Q_tail underflowed to 0 */
   }
 #else
@@ -599,7 +614,21 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
   rs.E = block_sum<THREADS>(qg, sh_f) + et;
 #endif
 #if BUCKET
-  rs.cout = tail ? gt - rs.E : 0.0f;
+  /* g_tail - E = sum_S Q_k (g_tail - g_k) (Q_S + Q_tail = 1): summed so, not as the difference
+   * of g_tail and E, which are nearly equal where the tail holds most of q, and whose rounding
+   * every column off S would share */
+  if (tail) {
+#if SHARDED
+    rs.cout = gt * on_frac - e_shards;
+#else
+    float d = 0.0f;
+    for (int k = threadIdx.x; k < K; k += THREADS)
+      if (sup.id[k] >= 0) d += sup.q[k] * (gt - sup.g[k]);
+    rs.cout = block_sum<THREADS>(d, sh_f);
+#endif
+  } else {
+    rs.cout = 0.0f;
+  }
 #else
   rs.cout = 0.0f; /* RENORM: columns off S do not enter the categories */
 #endif
