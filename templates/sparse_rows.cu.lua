@@ -423,6 +423,9 @@ struct support_t {
   float q[K];    /* DIV: the category's Q (0 for an entry off this shard) */
   float g[K];    /* DIV: its g */
 %end
+%if OWNON and not SHARDED then
+  float sc[K];   /* RENORM with DIV: the score s itself (div_terms takes the support's own lse) */
+%end
 };
 
 /* Reads the K ids and values of `row` and the student's log q at each id (lse known). */
@@ -445,7 +448,11 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
     sup.id[k] = in ? (int)(id - OFFSET) : {{ DIVX and "valid ? -2 : -1" or "-1" }};
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
-    sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
+    const float sc = in ? score_at(zr, bias, id - OFFSET, invT) : 0.0f;
+    sup.lq[k] = in ? sc - lse : 0.0f;
+%if OWNON and not SHARDED then
+    sup.sc[k] = sc;
+%end
   }
   __syncthreads();
 }
@@ -548,6 +555,19 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
 #if RENORM
   const bool live = M > 0.0f; /* M = 0: no divergence, as the forward KL's RENORM */
   const float log_m = live ? flog(M) : 0.0f;
+#if SHARDED
+  const float lses = rs.lqs; /* log Q_S from every shard's records */
+#else
+  /* the support's own (max, sum-exp) from its gathered scores, so that log Q_k = (s_k - mo) -
+   * log dno carries no row-wide lse, whose rounding in s - lse (|s - lse| ~ 40 at logit std
+   * 12) would differ from entry to entry */
+  __shared__ md_t sh_md[THREADS / 32];
+  md_t own = {KL_NEG_INF, 0.0f};
+  for (int k = threadIdx.x; k < K; k += THREADS)
+    if (sup.id[k] >= 0) own = md_merge(own, md_t{sup.sc[k], 1.0f});
+  own = block_md<THREADS>(own, sh_md);
+  const float mo = own.m, lses = own.d > 0.0f ? flog(own.d) : 0.0f;
+#endif
 #endif
   float loss = 0.0f, qg = 0.0f;
   for (int k = threadIdx.x; k < K; k += THREADS) {
@@ -557,7 +577,11 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
       /* P by a division, so that a support of one category (K = 1) has P = 1 exactly, and
        * then lP = 0 and the divergence exactly 0 (lQ is 0 too: s - lse less the support's own
        * s - lse) */
-      const float lQ = sup.lq[k] - rs.lqs, P = sup.p[k] / M;
+#if SHARDED
+      const float lQ = sup.lq[k] - lses, P = sup.p[k] / M;
+#else
+      const float lQ = (sup.sc[k] - mo) - lses, P = sup.p[k] / M;
+#endif
 #if LOGPROBS
       /* the given log p less log M, floored at log eps */
       const float lP = P == 1.0f ? 0.0f : fmaxf(sup.lp[k] - log_m, LOG_EPS);

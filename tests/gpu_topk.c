@@ -71,7 +71,11 @@ static int jsd_betas_logit_scales_and_large_vocabularies(void) {
         c.zstd = stds[z];
         c.v = i % 2 ? 151936 : 32001, c.n = 9, c.h = 32;
         c.fused = i % 2 == 0, c.dt = DTS[i % 3];
-        if (i % 4 == 3) c.flags |= KLJIT_FLAG_NATIVE_LOGITS, c.dt = KLJIT_BF16;
+        /* native 16-bit logits at std 2 and 6; not at 12, where the logits' own bf16 rounding
+         * (a quarter unit at |z| ~ 36, so q off by up to 12% an entry) puts the renormalized
+         * JSD's dX 2.6e-2 from the unrounded fp64 reference (H200, run 42): over K = 100
+         * categories it does not average out as over V, and the kernel cannot undo it */
+        if (i % 4 == 3 && c.zstd < 12.0) c.flags |= KLJIT_FLAG_NATIVE_LOGITS, c.dt = KLJIT_BF16;
         worst = fold(worst, gcase_check(&c));
       }
   for (int tail = 0; tail < 2 && worst != TH_SKIP; tail++) { /* the reverse KL at std 12 */
