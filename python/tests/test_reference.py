@@ -3,8 +3,9 @@
 
 The GPU tests and bench/compare.py judge the binding by kl_div_fp64 and kl_div_reference; here
 both are checked, on the CPU in float64, against ref_compute (through tests/python_ref.c) on
-small problems of every teacher form, tail, value kind, reduction, temperature setting, with
-and without bias, ignored rows and an upstream gradient. Needs torch (and numpy for the byte
+small problems of every teacher form, tail, value kind, reduction, temperature setting,
+divergence, CE mixing (label smoothing, z-loss), softcap, with and without bias, ignored rows
+and an upstream gradient. Needs torch (and numpy for the byte
 conversion); skips (77) without them.
 """
 
@@ -86,8 +87,8 @@ class Case:
                           teacher_values=None if self.vals is None else self.vals.float(),
                           temperature=self.kwargs()["temperature"], require_cuda=False)
         blob = bytearray(bytes(spec.problem))
-        blob += struct.pack("<qiiid", N, self.b is not None, self.labels is not None,
-                            self.go is not None, self.temperature)
+        blob += struct.pack("<qiiiid", N, self.b is not None, self.labels is not None,
+                            self.go is not None, False, self.temperature)
         for t in (self.x, self.w, self.b, self.labels, self.teacher, self.ids, self.vals,
                   self.go):
             if t is not None:
@@ -105,6 +106,7 @@ class Case:
                         ("grad_bias", V if self.b is not None else 0)):
             res[name] = out[off:off + n] if n else None
             off += n
+        res["loss_soft"], res["loss_hard"] = out[off], out[off + 1]
         return res
 
 
@@ -144,7 +146,8 @@ class ReferenceTest(unittest.TestCase):
         self.ref = reference
 
     def compare(self, case: Case, got: Dict[str, Any], want: Dict[str, Any], what: str) -> None:
-        for name in ("loss", "row_loss", "grad_input", "grad_weight", "grad_bias"):
+        for name in ("loss", "row_loss", "grad_input", "grad_weight", "grad_bias", "loss_soft",
+                     "loss_hard"):
             if want.get(name) is None or got.get(name) is None:
                 continue
             err = rel(got[name], want[name])
@@ -231,6 +234,125 @@ class ReferenceTest(unittest.TestCase):
                                        chunk_rows=3, **case.kwargs())
             self.compare(case, got, case.c_reference(),
                          f"kl_div_fp64 top-K {tail} {values} {divergence} {beta}")
+
+    def check_both(self, case: Case, what: str) -> Dict[str, Any]:
+        """kl_div_fp64 (everything) and kl_div_reference (loss and gradients) against the C
+        reference on one case; returns the C reference's result."""
+        torch = self.torch
+        want = case.c_reference()
+        got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
+                                   chunk_rows=3, **case.kwargs())
+        self.compare(case, got, want, f"kl_div_fp64 {what}")
+        if case.config.teacher == "sparse_topk" and case.config.divergence != "forward_kl":
+            return want  # kl_div_reference has the top-K forward KL only
+        x = case.x.clone().requires_grad_()
+        w = case.w.clone().requires_grad_()
+        kw = case.kwargs()
+        if case.b is not None:
+            kw["bias"] = case.b.clone().requires_grad_()
+        loss = self.ref.kl_div_reference(x, w, case.teacher, compute_dtype=torch.float64, **kw)
+        go = case.go if case.go is not None else torch.ones(loss.shape, dtype=torch.float64)
+        loss.backward(go.reshape(loss.shape))
+        none = case.config.reduction == "none"
+        self.compare(case, {"loss": loss.sum() if none else loss,
+                            "row_loss": loss if none else None, "grad_input": x.grad,
+                            "grad_weight": w.grad,
+                            "grad_bias": None if case.b is None else kw["bias"].grad},
+                     want, f"kl_div_reference {what}")
+        return want
+
+    def test_both_references_mix_the_ce_like_the_c_reference(self) -> None:
+        """loss = hard_weight CE (label smoothing, z-loss) + soft_weight (T^2) divergence, on
+        softcapped logits: the T and T^2 only on the divergence, the CE's rows the kept ones."""
+        cases = [
+            dict(teacher="dense_logits", hard_weight=0.3, soft_weight=0.7),
+            dict(teacher="dense_logits", hard_weight=0.4, soft_weight=0.6, temperature=2.0,
+                 scale_t_squared=True, teacher_temperature=1.5, reduction="mean"),
+            dict(teacher="dense_probs", hard_weight=1.0, soft_weight=0.5, label_smoothing=0.1,
+                 z_loss=0.01, reduction="sum"),
+            dict(teacher="dense_logprobs", hard_weight=0.5, label_smoothing=0.2, z_loss=1e-3,
+                 temperature=0.5, temperature_mode="runtime", reduction="none",
+                 mode="two_phase"),
+            dict(teacher="dense_logits", hard_weight=1.0, soft_weight=0.0, z_loss=0.05),
+            dict(teacher="dense_logits", softcap=1.0, teacher_softcap=2.0, temperature=2.0),
+            dict(teacher="dense_logits", hard_weight=0.5, softcap=1.0, teacher_softcap=2.0,
+                 label_smoothing=0.1, z_loss=0.01, temperature=1.5, scale_t_squared=True),
+            dict(teacher="dense_probs", hard_weight=0.2, softcap=0.8, reduction="none",
+                 mode="two_phase"),
+            dict(teacher="sparse_topk", tail="bucket", hard_weight=0.3, softcap=1.0,
+                 temperature=2.0, scale_t_squared=True),
+            dict(teacher="sparse_topk", tail="renorm", topk_values="logprobs",
+                 divergence="reverse_kl", hard_weight=0.6, label_smoothing=0.1, softcap=1.2,
+                 reduction="sum"),
+            dict(teacher="sparse_topk", tail="none", hard_weight=0.6, z_loss=0.02,
+                 reduction="none", mode="two_phase"),
+        ]
+        for seed, options in enumerate(cases):
+            config = LossConfig(**options)
+            case = Case(self.torch, 80 + seed, config, bias=seed % 2 == 0, labels=True,
+                        grad_output=None if seed % 3 else 0.7)
+            want = self.check_both(case, str(options))
+            # the options change the C reference's loss: a reference leaving one out fails
+            plain = dict(options, hard_weight=0.0, soft_weight=1.0, label_smoothing=0.0,
+                         z_loss=0.0, softcap=0.0, teacher_softcap=0.0)
+            base = Case(self.torch, 80 + seed, LossConfig(**plain), bias=seed % 2 == 0,
+                        labels=True, grad_output=None if seed % 3 else 0.7).c_reference()
+            self.assertGreater(rel(want["loss"], base["loss"]), 1e-3, options)
+            if config.hard_weight:
+                self.assertNotEqual(float(want["loss_hard"]), 0.0, options)
+
+    def test_both_references_take_every_divergence_with_the_ce_and_the_softcaps(self) -> None:
+        cases = (("forward_kl", {}), ("reverse_kl", {}), ("jsd", {"beta": 0.3}),
+                 ("jsd", {"beta": 1.0}), ("tvd", {}), ("skew_forward_kl", {"skew_alpha": 0.2}),
+                 ("skew_reverse_kl", {"skew_alpha": 0.3}), ("skew_reverse_kl", {}))
+        for seed, (divergence, param) in enumerate(cases):
+            teacher = ("dense_logits", "dense_probs", "dense_logprobs")[seed % 3]
+            config = LossConfig(teacher=teacher, divergence=divergence, hard_weight=0.4,
+                                soft_weight=0.9, label_smoothing=0.05, z_loss=0.01,
+                                softcap=1.5, teacher_softcap=2.5 if seed % 3 == 0 else 0.0,
+                                temperature=1.7, scale_t_squared=seed % 2 == 0, **param)
+            case = Case(self.torch, 100 + seed, config, bias=seed % 2 == 1, labels=True,
+                        grad_output=0.6)
+            self.check_both(case, f"{divergence} {param} {teacher}")
+
+    def test_the_references_take_the_top_k_skew_kls_at_alpha_0_and_refuse_the_others(
+            self) -> None:
+        for divergence, tail in (("skew_forward_kl", "none"), ("skew_reverse_kl", "bucket"),
+                                 ("skew_reverse_kl", "renorm")):
+            config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail,
+                                reduction="sum")
+            case = Case(self.torch, 120, config, bias=False, labels=True, grad_output=None)
+            got = self.ref.kl_div_fp64(case.x, case.w, None, chunk_rows=3, **case.kwargs())
+            self.compare(case, got, case.c_reference(), f"top-K {divergence} {tail}")
+        for options in (dict(divergence="tvd", tail="bucket"),
+                        dict(divergence="skew_reverse_kl", skew_alpha=0.2, tail="bucket"),
+                        dict(divergence="reverse_kl", tail="none")):
+            config = LossConfig(teacher="sparse_topk", **options)
+            case = Case(self.torch, 121, config, bias=False, labels=False, grad_output=None)
+            with self.assertRaises(ValueError, msg=str(options)):
+                self.ref.kl_div_fp64(case.x, case.w, None, **case.kwargs())
+
+    def test_the_references_take_the_binding_s_keywords_teacher_form_included(self) -> None:
+        """The distributed GPU cases call kl_div_fp64(..., teacher_form=..., **options) as
+        they call the binding."""
+        torch = self.torch
+        options = dict(divergence="jsd", beta=0.5, hard_weight=0.3, soft_weight=0.7,
+                       softcap=1.5, temperature=2.0, reduction="mean")
+        config = LossConfig(teacher="dense_logits", **options)
+        case = Case(torch, 130, config, bias=True, labels=True, grad_output=None)
+        want = case.c_reference()
+        kw = dict(bias=case.b, labels=case.labels, teacher_form="dense_logits", **options)
+        got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, chunk_rows=3, **kw)
+        self.compare(case, got, want, "kl_div_fp64 with teacher_form")
+        loss = self.ref.kl_div_reference(case.x, case.w, case.teacher,
+                                         compute_dtype=torch.float64, **kw)
+        self.assertLess(rel(loss, want["loss"]), TOL, "kl_div_reference with teacher_form")
+        with self.assertRaises(TypeError):
+            self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config,
+                                 teacher_form="dense_logits")
+        with self.assertRaises(TypeError):
+            self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_form="dense_logits",
+                                 not_an_option=1)
 
     def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
         torch = self.torch
