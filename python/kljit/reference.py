@@ -97,6 +97,14 @@ def _labels(config: LossConfig, labels: Optional[torch.Tensor], n: int) -> Optio
     return torch.where(y == config.ignore_index, torch.zeros_like(y), y)
 
 
+def _row_weights(row_weights: torch.Tensor, n: int) -> torch.Tensor:
+    """The row weights as [N] (given [N] or in the input's leading shape)."""
+    w = row_weights.reshape(-1)
+    if w.shape[0] != n:
+        raise ValueError(f"row_weights has {w.shape[0]} elements, the input {n} rows")
+    return w
+
+
 def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
                    dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor]":
     """(p, log max(p, eps)) of a dense teacher row block in `dtype`."""
@@ -255,6 +263,7 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
                      sparse_impl: str = "gather", teacher_input: Optional[torch.Tensor] = None,
                      teacher_weight: Optional[torch.Tensor] = None,
                      teacher_bias: Optional[torch.Tensor] = None,
+                     row_weights: Optional[torch.Tensor] = None,
                      **options: Any) -> torch.Tensor:
     """The loss in plain PyTorch (differentiable wrt input, weight, bias).
 
@@ -264,7 +273,8 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     dense [N, V] tensor first and runs the dense formula (tails 'none' and 'renorm' only): the
     "dense-from-sparse" baseline. Duplicate ids are assumed absent by the BUCKET tail here.
     With hard_weight > 0 the loss is hard_weight * F.cross_entropy (label_smoothing, plus
-    z_loss * lse^2) + soft_weight * the divergence, on the softcapped logits.
+    z_loss * lse^2) + soft_weight * the divergence, on the softcapped logits. row_weights
+    [N] (or the input's leading shape) multiply each row's loss, never the divisor.
     """
     if teacher_input is not None:  # the online teacher: its logits, no gradient
         teacher = F.linear(teacher_input.reshape(-1, teacher_input.shape[-1]),
@@ -315,6 +325,8 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
         if config.z_loss:
             ce = ce + float(config.z_loss) * torch.logsumexp(zc, dim=-1) ** 2
         row = row + float(config.hard_weight) * ce
+    if row_weights is not None:
+        row = row * _row_weights(row_weights, n).to(row.device, row.dtype)
     kept_count = n
     if labels is not None:
         kept = _kept(labels, n, config.ignore_index, x.device)
@@ -339,6 +351,7 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
                 want_grads: bool = True, teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
+                row_weights: Optional[torch.Tensor] = None,
                 **options: Any) -> Dict[str, Optional[torch.Tensor]]:
     """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
     device. Returns {'loss', 'row_loss', 'loss_soft', 'loss_hard', 'grad_input',
@@ -347,7 +360,8 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     hard_weight CE (tests/ref.c's loss_soft and loss_hard). grad_output: dL_outer/dloss, a scalar or
     one per row for reduction='none' (default 1). teacher_input [N, Ht] and teacher_weight
     [Vt, Ht] (and teacher_bias [Vt]): the online teacher, its logits computed here in float64
-    (columns [0, V))."""
+    (columns [0, V)). row_weights [N] (or the input's leading shape): each row's loss and
+    gradient times its weight, the reduction's divisor as without them (include/kljit.h)."""
     if teacher_input is not None:
         teacher = teacher_input
     config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
@@ -365,6 +379,8 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     t2 = T * T if config.scale_t_squared else 1.0
     ws, wh = float(config.soft_weight), float(config.hard_weight)
     y_all = _labels(config, labels, n)
+    rw = (torch.ones(n, dtype=f64, device=dev) if row_weights is None
+          else _row_weights(row_weights, n).to(dev, f64))
     if grad_output is None:
         g_rows = torch.ones(n, dtype=f64, device=dev)
     elif config.reduction == "none":
@@ -417,13 +433,14 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             else:
                 ds = q * (dq - (q * dq).sum(-1, keepdim=True))
         k = kept[i0:i1]
-        soft_rows[i0:i1] = torch.where(k, ws * t2 * l_row, 0.0)
+        wk = rw[i0:i1]
+        soft_rows[i0:i1] = torch.where(k, wk * (ws * t2 * l_row), 0.0)
         dce = None
         if y_all is not None:
             ce, dce = _ce(config, zc, y_all[i0:i1])
-            hard_rows[i0:i1] = torch.where(k, wh * ce, 0.0)
+            hard_rows[i0:i1] = torch.where(k, wk * (wh * ce), 0.0)
         if want_grads:
-            gk = torch.where(k, g_rows[i0:i1] * c, 0.0)[:, None]
+            gk = torch.where(k, g_rows[i0:i1] * c * wk, 0.0)[:, None]
             g = ds * (gk * (ws * t2 / T))
             if dce is not None:
                 g = g + dce * (gk * wh)

@@ -33,7 +33,7 @@ class Case:
 
     def __init__(self, torch: Any, seed: int, config: LossConfig, *, bias: bool,
                  labels: bool, grad_output: Optional[float], temperature: float = 0.0,
-                 duplicates: bool = False) -> None:
+                 duplicates: bool = False, row_weights: bool = False) -> None:
         g = torch.Generator().manual_seed(seed)
         f64 = torch.float64
         self.torch, self.config = torch, config
@@ -66,6 +66,10 @@ class Case:
             else:
                 self.teacher = torch.randn(N, V, generator=g, dtype=f64) * 3
         self.temperature = temperature or config.temperature
+        self.rw = None
+        if row_weights:  # in [0, 2), one kept row's weight 0 (it still counts in the divisor)
+            self.rw = torch.rand(N, generator=g, dtype=f64) * 2
+            self.rw[2] = 0.0
         self.go = None
         if grad_output is not None:
             n = N if config.reduction == "none" else 1
@@ -75,7 +79,7 @@ class Case:
         runtime = self.config.temperature_mode == "runtime"
         return dict(bias=self.b, labels=self.labels, teacher_ids=self.ids,
                     teacher_values=self.vals, config=self.config,
-                    temperature=self.temperature if runtime else None)
+                    temperature=self.temperature if runtime else None, row_weights=self.rw)
 
     def c_reference(self) -> Dict[str, Any]:
         """ref_compute's loss, row losses and gradients, through tests/python_ref.c."""
@@ -88,9 +92,9 @@ class Case:
                           temperature=self.kwargs()["temperature"], require_cuda=False)
         blob = bytearray(bytes(spec.problem))
         blob += struct.pack("<qiiiid", N, self.b is not None, self.labels is not None,
-                            self.go is not None, False, self.temperature)
+                            self.go is not None, self.rw is not None, self.temperature)
         for t in (self.x, self.w, self.b, self.labels, self.teacher, self.ids, self.vals,
-                  self.go):
+                  self.go, self.rw):
             if t is not None:
                 dt = torch.int64 if not t.is_floating_point() else torch.float64
                 blob += t.to(dt).contiguous().numpy().tobytes()
@@ -353,6 +357,30 @@ class ReferenceTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_form="dense_logits",
                                  not_an_option=1)
+
+    def test_both_references_weigh_rows_like_the_c_reference(self) -> None:
+        """Row weights multiply each row's loss and gradient, never the divisor."""
+        cases = [dict(teacher="dense_probs"),
+                 dict(teacher="dense_logits", hard_weight=0.3, soft_weight=0.7,
+                      label_smoothing=0.1, z_loss=0.01, softcap=1.5, temperature=2.0,
+                      scale_t_squared=True, reduction="mean"),
+                 dict(teacher="dense_logprobs", divergence="jsd", beta=0.4, reduction="none",
+                      mode="two_phase"),
+                 dict(teacher="dense_logits", divergence="tvd", hard_weight=0.5,
+                      reduction="sum"),
+                 dict(teacher="sparse_topk", tail="bucket", reduction="batchmean")]
+        for seed, options in enumerate(cases):
+            case = Case(self.torch, 140 + seed, LossConfig(**options), bias=seed % 2 == 0,
+                        labels=True, grad_output=None if seed % 2 else 0.8, row_weights=True)
+            want = self.check_both(case, f"row weights {options}")
+            self.assertEqual(float(want["row_loss"][2]), 0.0)  # a kept row of weight 0
+            unweighted = Case(self.torch, 140 + seed, LossConfig(**options), bias=seed % 2 == 0,
+                              labels=True, grad_output=None if seed % 2 else 0.8)
+            self.assertGreater(rel(want["loss"], unweighted.c_reference()["loss"]), 1e-3)
+            # in the input's leading shape too
+            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher,
+                                       **dict(case.kwargs(), row_weights=case.rw.view(1, N)))
+            self.assertLess(rel(got["loss"], want["loss"]), TOL)
 
     def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
         torch = self.torch
