@@ -40,6 +40,7 @@ __all__ = [
     "FusedLinearKLDivLoss",
     "KljitError",
     "LibraryNotFound",
+    "LossComponents",
     "LossConfig",
     "Problem",
     "Status",
@@ -55,6 +56,7 @@ __all__ = [
 
 _TORCH_NAMES = {
     "fused_linear_kl_div": "functional",
+    "LossComponents": "functional",
     "FusedLinearKLDiv": "module",
     "FusedLinearKLDivLoss": "module",
     "FusedLinearJSD": "module",

@@ -24,6 +24,7 @@ from ._lib import (
     FLAG_CHECK_INPUTS,
     FLAG_TEACHER_BIAS,
     FLAG_NATIVE_LOGITS,
+    FLAG_ROW_WEIGHTS,
     FLAG_SCALE_T_SQUARED,
     Divergence,
     DType,
@@ -386,12 +387,13 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
                  teacher_dtype: str, *, bias: bool, topk: int = 0, topk_id_dtype: str = "int64",
                  label_dtype: str = "int64", grad_weight_dtype: Optional[str] = None,
                  teacher_vocab: int = 0, teacher_hidden: int = 0,
-                 teacher_bias: bool = False) -> Problem:
+                 teacher_bias: bool = False, row_weights: bool = False) -> Problem:
     """The kljit_problem of a call, computing in the input dtype. dW and db come out in
     grad_weight_dtype (the stored weight's: what autograd wants; fp32 for an fp32 master
     weight; default the input dtype), accumulated as config.grad_weight_accum says.
     teacher_vocab: the dense teacher's columns (0 or vocab: unpadded). teacher_bias: the
-    online teacher's head has a bias (KLJIT_FLAG_TEACHER_BIAS)."""
+    online teacher's head has a bias (KLJIT_FLAG_TEACHER_BIAS). row_weights: the calls pass
+    row weights (KLJIT_FLAG_ROW_WEIGHTS)."""
     teacher_vocab = teacher_vocab or vocab
     if config.teacher is None:
         raise ValueError("config.teacher must be set (see infer_teacher)")
@@ -399,7 +401,8 @@ def make_problem(config: LossConfig, hidden: int, vocab: int, input_dtype: str,
              | (FLAG_NATIVE_LOGITS if config.native_logits else 0)
              | (FLAG_ALLOW_TF32 if config.allow_tf32 else 0)
              | (FLAG_CHECK_INPUTS if config.check_inputs else 0)
-             | (FLAG_TEACHER_BIAS if teacher_bias else 0))
+             | (FLAG_TEACHER_BIAS if teacher_bias else 0)
+             | (FLAG_ROW_WEIGHTS if row_weights else 0))
     runtime = config.temperature_mode == "runtime"
     sparse = config.teacher == "sparse_topk"
     return Problem.init(
@@ -443,7 +446,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
                bias: Any = None, labels: Any = None, teacher_ids: Any = None,
                teacher_values: Any = None, temperature: Optional[float] = None,
                require_cuda: bool = True, teacher_weight: Any = None,
-               teacher_bias: Any = None, divisor: Any = None) -> CallSpec:
+               teacher_bias: Any = None, divisor: Any = None,
+               row_weights: Any = None) -> CallSpec:
     """Checks every argument of one call and returns its CallSpec.
 
     input [N, H] and weight [V, H] (fp32, fp16 or bf16, one dtype, or an fp32 weight with
@@ -455,6 +459,7 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
     The online teacher: teacher (its input) [N, Ht], teacher_weight [Vt, Ht] and optionally
     teacher_bias [Vt], one dtype. divisor: the global divisor of batchmean and mean
     (num_items_in_batch), a float64 tensor of one element on the input's device.
+    row_weights [N] (fp32): each row's loss and gradient times its weight.
     """
     config = infer_teacher(config, teacher, teacher_ids, teacher_values, teacher_weight)
     hidden = config.teacher == "dense_hidden"
@@ -501,6 +506,8 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
             raise ValueError(f"num_items_in_batch divides a batchmean or mean loss; this one's "
                              f"reduction is {config.reduction!r}")
         rules.append((TensorRule("num_items_in_batch", (1,), ("float64",), 8), divisor))
+    if row_weights is not None:
+        rules.append((TensorRule("row_weights", ("N",), ("float32",), 4), row_weights))
     for rule, tensor in rules:
         if rule.align == 1 and _is_tensor(tensor):  # element-size alignment
             rule.align = ELEMENT_SIZE.get(dtype_name(tensor), 1)
@@ -544,7 +551,7 @@ def check_call(config: LossConfig, input: Any, weight: Any, teacher: Any = None,
         bias=bias is not None, topk=topk, topk_id_dtype=dtypes.get("teacher_ids", "int64"),
         label_dtype=dtypes.get("labels", "int64"), grad_weight_dtype=dtypes["weight"],
         teacher_vocab=vt, teacher_hidden=dims.get("Ht", 0),
-        teacher_bias=teacher_bias is not None)
+        teacher_bias=teacher_bias is not None, row_weights=row_weights is not None)
     return CallSpec(problem=problem, config=config, rows=n, hidden=h, vocab=v, device=device,
                     device_index=input.device.index, temperature=t, dtypes=dtypes)
 

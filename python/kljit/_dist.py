@@ -116,11 +116,13 @@ def _checked(plan: Any, fn: Any, s: Shard, device: torch.device) -> None:
 
 
 def run_shard(call: Any, args: Any, loss: torch.Tensor, dx: Optional[torch.Tensor],
-              saved: Optional[torch.Tensor] = None, finish_only: bool = False
-              ) -> Optional[torch.Tensor]:
+              saved: Optional[torch.Tensor] = None, finish_only: bool = False,
+              sums: Tuple[torch.Tensor, ...] = ()) -> Optional[torch.Tensor]:
     """The sharded call with the group's collectives; returns dX summed over the ranks (the
     rank's own rows of it for a sequence-parallel caller). saved: where the gathered records go
-    (two-phase forward) or come from (finish_only: two-phase backward, which reduces no loss)."""
+    (two-phase forward) or come from (finish_only: two-phase backward, which reduces no loss).
+    sums: outputs every rank wrote its part of, summed over the group like the loss (the
+    optional row_loss and loss_parts; empty ones skipped)."""
     from ._ops import stream
 
     s, plan, n = call.checked.shard, call.plan, call.rows
@@ -142,6 +144,9 @@ def run_shard(call: Any, args: Any, loss: torch.Tensor, dx: Optional[torch.Tenso
     del ws
     if not finish_only:
         dist.all_reduce(loss, group=s.group)
+        for t in sums:
+            if t.numel():
+                dist.all_reduce(t, group=s.group)
     if dx is None or not dx.numel():
         return dx
     if not s.sequence_parallel:

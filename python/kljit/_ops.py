@@ -2,13 +2,13 @@
 """The loss as torch.library custom ops: the one implementation of each mode, eager and compiled.
 
     kljit::fused(input, weight, bias?, teacher?, teacher_ids?, teacher_values?, labels?,
-                 teacher_weight?, teacher_bias?, divisor?, key, temperature, grad_scale, want,
-                 shard) -> (loss, dx, dw, db)                                   kljit_fused
+                 teacher_weight?, teacher_bias?, divisor?, row_weights?, key, temperature,
+                 grad_scale, want, shard) -> (loss, dx, dw, db, row_loss, parts)  kljit_fused
     kljit::scale_grads_(grad_output, dx, dw, db, grad_scale) -> ()
         fused mode's backward: dx, dw, db *= grad_output / grad_scale in place (kljit_scale,
         no plan: an exact 1 costs no pass over the gradients)
-    kljit::two_phase(<the inputs of fused>, key, temperature, shard) -> (loss, saved)
-                                                                              kljit_forward
+    kljit::two_phase(<the inputs of fused>, key, temperature, grad_scale, want, shard)
+        -> (loss, saved, row_loss, parts)                                     kljit_forward
     kljit::two_phase_grads(grad_output, <the inputs>, saved, key, temperature, grad_scale, want,
                            shard, main_grad?, bias_main_grad?) -> (dx, dw, db)  kljit_backward
 
@@ -16,7 +16,9 @@ Eager calls go through them like compiled ones (their autograd formulas are regi
 torch.library.register_autograd), each with a fake kernel for torch.compile. `key` is the
 LossConfig as JSON (a constant in a compiled graph); `want` the WANT_* bits; `divisor` a 0-d fp64
 tensor on the device, the global divisor of batchmean and mean (num_items_in_batch), or None for
-the kept rows; `shard` "" for a whole head, else a vocabulary shard through torch.distributed
+the kept rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and
+parts ({soft, hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no
+gradient flows through them); `shard` "" for a whole head, else a vocabulary shard through torch.distributed
 (kljit._dist: the group's name, the shard's first global id, the vocabulary, and whether the
 input rows are the rank's part of a sequence-parallel batch). The online teacher's input travels
 in the `teacher` slot, its head as teacher_weight and teacher_bias; no gradient reaches them. A
@@ -42,8 +44,11 @@ from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD
 #: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
 #: plumbing on CPU tensors against a fake library).
 REQUIRE_CUDA = True
-#: `want` bits: dX wanted; dW (and db) wanted; dW and db go to the parameters' main_grad.
-WANT_DX, WANT_DW, WANT_MAIN_GRAD = 1, 2, 4
+#: `want` bits: dX wanted; dW (and db) wanted; dW and db go to the parameters' main_grad;
+#: the optional outputs row_loss and loss_parts wanted (fused and forward calls).
+WANT_DX, WANT_DW, WANT_MAIN_GRAD, WANT_PARTS = 1, 2, 4, 8
+#: The ops' tensor inputs, up to row_weights; key, temperature, ... follow them.
+N_TENSORS = 11
 
 
 @lru_cache(maxsize=256)
@@ -121,13 +126,15 @@ class Call:
                  labels: Optional[Tensor], temperature: float,
                  checked: Optional[Checked] = None, *, teacher_weight: Optional[Tensor] = None,
                  teacher_bias: Optional[Tensor] = None, divisor: Optional[Tensor] = None,
-                 shard: str = "", main_grad: bool = False) -> None:
+                 row_weights: Optional[Tensor] = None, shard: str = "",
+                 main_grad: bool = False) -> None:
         if checked is None:
             spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,
                               teacher_ids=ids, teacher_values=values,
                               temperature=None if temperature != temperature else temperature,
                               require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight,
-                              teacher_bias=teacher_bias, divisor=divisor)
+                              teacher_bias=teacher_bias, divisor=divisor,
+                              row_weights=row_weights)
             checked = Checked(spec, _dist.shard_of(shard, spec), main_grad)
         self.checked, self.plan = checked, checked.plan
         # Mixed precision: one cast of the fp32 master weight (and bias) per call.
@@ -135,14 +142,15 @@ class Call:
         self.weight = weight if weight.dtype == compute else weight.to(compute)
         self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
         self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels,
-                        teacher_weight, teacher_bias, divisor)
+                        teacher_weight, teacher_bias, divisor, row_weights)
 
     @classmethod
     def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
              teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
              labels: Optional[Tensor], teacher_weight: Optional[Tensor],
-             teacher_bias: Optional[Tensor], divisor: Optional[Tensor], temperature: float,
-             shard: str = "", main_grad: bool = False) -> "Call":
+             teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
+             row_weights: Optional[Tensor], temperature: float, shard: str = "",
+             main_grad: bool = False) -> "Call":
         """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
         dtype, device, strides and 16-byte alignment; the config; T; the shard): a repeated
         call skips check_call and the plan lookup, which cost a short call more than the C call
@@ -150,11 +158,12 @@ class Call:
         sig = (key, temperature if temperature == temperature else None, shard, main_grad,
                _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher),
                _layout(bias), _layout(ids), _layout(values), _layout(labels),
-               _layout(teacher_weight), _layout(teacher_bias), _layout(divisor))
+               _layout(teacher_weight), _layout(teacher_bias), _layout(divisor),
+               _layout(row_weights))
         checked = _checked.get(sig)
         call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
                    teacher_weight=teacher_weight, teacher_bias=teacher_bias, divisor=divisor,
-                   shard=shard, main_grad=main_grad)
+                   row_weights=row_weights, shard=shard, main_grad=main_grad)
         if checked is None:
             if len(_checked) >= 256:
                 _checked.clear()
@@ -167,7 +176,7 @@ class Call:
 
     def args(self) -> Args:
         """The call's kljit_args: the remembered template with this call's pointers."""
-        x, w, b, t, ids, vals, lab, tw, tb, div = self.tensors
+        x, w, b, t, ids, vals, lab, tw, tb, div, rw = self.tensors
         args = Args.from_buffer_copy(self.checked.template)
         # Checked tensors are never empty (N, H, K >= 1, V >= 2): data_ptr() is theirs.
         args.input, args.weight = x.data_ptr(), w.data_ptr()
@@ -185,6 +194,8 @@ class Call:
             args.teacher_ids, args.teacher_values = ids.data_ptr(), vals.data_ptr()
         if div is not None:
             args.divisor = div.data_ptr()
+        if rw is not None:
+            args.row_weights = rw.data_ptr()
         return args
 
     def workspace(self, mode: Mode, args: Args) -> Tensor:
@@ -217,6 +228,18 @@ class Call:
             0 if want & WANT_DW else EXEC_NO_GRAD_WEIGHT)
         return dx, dw, db
 
+    def parts(self, want: int, args: Args) -> Tuple[Tensor, Tensor]:
+        """The optional outputs row_loss [N] and loss_parts [2] (fp32) where `want` has
+        WANT_PARTS, pointed to by args; empty tensors otherwise."""
+        x = self.tensors[0]
+        if not want & WANT_PARTS:
+            return (x.new_empty((0,), dtype=torch.float32),
+                    x.new_empty((0,), dtype=torch.float32))
+        row_loss = torch.empty((self.rows,), dtype=torch.float32, device=x.device)
+        parts = torch.empty((2,), dtype=torch.float32, device=x.device)
+        args.row_loss, args.loss_parts = row_loss.data_ptr(), parts.data_ptr()
+        return row_loss, parts
+
     def loss(self) -> Tensor:
         return torch.empty(self.checked.loss_shape, dtype=torch.float32,
                            device=self.tensors[0].device)
@@ -234,6 +257,17 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
 
 def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
     return (input.shape[0],) if _config(key).reduction == "none" else ()
+
+
+def _fake_parts(input: Tensor, want: int, shard: str) -> Tuple[Tensor, Tensor]:
+    """The optional outputs of a traced call: [N] and [2] fp32 (N the batch's rows, gathered
+    for a sequence-parallel shard), or empty."""
+    if not want & WANT_PARTS:
+        return (input.new_empty((0,), dtype=torch.float32),
+                input.new_empty((0,), dtype=torch.float32))
+    rows = input.shape[0] * (_dist.parse(shard).size if shard.endswith(":1") else 1)
+    return (input.new_empty((rows,), dtype=torch.float32),
+            input.new_empty((2,), dtype=torch.float32))
 
 
 # ---- Megatron's main_grad --------------------------------------------------------------
@@ -297,31 +331,35 @@ def _to_mains(ctx: Any, g: Tensor, dw: Tensor, db: Tensor) -> Tuple[Any, Any]:
 def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
           teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
           labels: Optional[Tensor], teacher_weight: Optional[Tensor],
-          teacher_bias: Optional[Tensor], divisor: Optional[Tensor], key: str,
-          temperature: float, grad_scale: float, want: int,
-          shard: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """kljit_fused: loss and the gradients of the loss itself (times grad_scale)."""
+          teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
+          row_weights: Optional[Tensor], key: str, temperature: float, grad_scale: float,
+          want: int, shard: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """kljit_fused: loss and the gradients of the loss itself (times grad_scale); row_loss and
+    the loss's parts where want has WANT_PARTS."""
     call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, temperature,
-                     shard)
+                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
+                     temperature, shard)
     args = call.args()
     loss = call.loss()
     args.loss, args.grad_scale = loss.data_ptr(), grad_scale
     dx, dw, db = call.grads(weight, bias, want, args)
+    row_loss, parts = call.parts(want, args)
     if shard:
-        dx = _dist.run_shard(call, args, loss, dx)
+        dx = _dist.run_shard(call, args, loss, dx, sums=(row_loss, parts))
     else:
         call.run(Mode.FUSED, args)
-    return loss, dx, dw, db
+    return loss, dx, dw, db, row_loss, parts
 
 
 @fused.register_fake
 def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                teacher_weight, teacher_bias, divisor, key, temperature, grad_scale, want, shard):
+                teacher_weight, teacher_bias, divisor, row_weights, key, temperature, grad_scale,
+                want, shard):
     dw = torch.empty_like(weight) if want & WANT_DW else _empty(weight)
     db = torch.empty_like(bias) if want & WANT_DW and bias is not None else _empty(weight)
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            torch.empty_like(input) if want & WANT_DX else _empty(input), dw, db)
+            torch.empty_like(input) if want & WANT_DX else _empty(input), dw, db,
+            *_fake_parts(input, want, shard))
 
 
 def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: float) -> None:
@@ -351,9 +389,9 @@ _FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its grad
 def _keep(ctx: Any, inputs: Tuple[Any, ...]) -> None:
     """What both modes' backward reads besides saved tensors: the arguments after the tensors,
     and the parameters as the caller holds them (for main_grad)."""
-    ctx.key, ctx.temperature, ctx.grad_scale = inputs[10], inputs[11], inputs[12]
-    ctx.want, ctx.shard = inputs[13], inputs[-1]
-    ctx.params = (inputs[1], inputs[2]) if inputs[13] & WANT_MAIN_GRAD else None
+    ctx.key, ctx.temperature, ctx.grad_scale, ctx.want = inputs[N_TENSORS:N_TENSORS + 4]
+    ctx.shard = inputs[-1]
+    ctx.params = (inputs[1], inputs[2]) if ctx.want & WANT_MAIN_GRAD else None
     ctx.has_bias = inputs[2] is not None
 
 
@@ -367,7 +405,7 @@ def _no_zero_grads(ctx: Any) -> None:
 def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     _keep(ctx, inputs)
     _no_zero_grads(ctx)
-    ctx.save_for_backward(*output[1:])
+    ctx.save_for_backward(*output[1:4])
     ctx.used = False
 
 
@@ -436,39 +474,41 @@ def _fake_saved_floats(key: str, input: Tensor, weight: Tensor, teacher: Optiona
 def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
               teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
               labels: Optional[Tensor], teacher_weight: Optional[Tensor],
-              teacher_bias: Optional[Tensor], divisor: Optional[Tensor], key: str,
-              temperature: float, grad_scale: float, want: int,
-              shard: str) -> Tuple[Tensor, Tensor]:
-    """kljit_forward: (loss, saved). grad_scale and want are backward's (with WANT_MAIN_GRAD the
-    plan backward will use: fp32 dW)."""
+              teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
+              row_weights: Optional[Tensor], key: str, temperature: float, grad_scale: float,
+              want: int, shard: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """kljit_forward: (loss, saved, row_loss, parts). grad_scale and want are backward's (with
+    WANT_MAIN_GRAD the plan backward will use: fp32 dW); WANT_PARTS asks for row_loss and the
+    loss's parts."""
     call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, temperature,
-                     shard, bool(want & WANT_MAIN_GRAD) and not shard)
+                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
+                     temperature, shard, bool(want & WANT_MAIN_GRAD) and not shard)
     args = call.args()
     loss = call.loss()
+    row_loss, parts = call.parts(want, args)
     floats = _saved_floats(_lib.problem_layout(call.plan.problem), input.shape[0], shard)
     saved = torch.empty(floats, dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
     if shard:  # the exchange, and a finish without gradients: the loss (kljit._dist)
         call.grads(weight, bias, 0, args)
-        _dist.run_shard(call, args, loss, None, saved)
-        return loss, saved
+        _dist.run_shard(call, args, loss, None, saved, sums=(row_loss, parts))
+        return loss, saved, row_loss, parts
     nbytes = call.plan.saved_size(call.rows)
     if nbytes != 4 * floats:  # what the fake kernel gives `saved` must be the plan's size
         raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
                               f"{nbytes} bytes; kljit_problem_layout says {4 * floats}")
     call.run(Mode.FORWARD, args)
-    return loss, saved
+    return loss, saved, row_loss, parts
 
 
 @two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                    teacher_weight, teacher_bias, divisor, key, temperature, grad_scale, want,
-                    shard):
+                    teacher_weight, teacher_bias, divisor, row_weights, key, temperature,
+                    grad_scale, want, shard):
     saved = _fake_saved_floats(key, input, weight, teacher, teacher_ids, teacher_values,
                                teacher_weight, shard)
     return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            input.new_empty((saved,), dtype=torch.float32))
+            input.new_empty((saved,), dtype=torch.float32), *_fake_parts(input, want, shard))
 
 
 def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
@@ -489,16 +529,17 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
                     teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
                     teacher_values: Optional[Tensor], labels: Optional[Tensor],
                     teacher_weight: Optional[Tensor], teacher_bias: Optional[Tensor],
-                    divisor: Optional[Tensor], saved: Tensor, key: str, temperature: float,
+                    divisor: Optional[Tensor], row_weights: Optional[Tensor], saved: Tensor,
+                    key: str, temperature: float,
                     grad_scale: float, want: int, shard: str, main_grad: Optional[Tensor],
                     bias_main_grad: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     """kljit_backward: (dx, dw, db), empty where not wanted. With main_grad (fp32 [V, H]) dW
     is accumulated into it in fp32 (and db into bias_main_grad, else into fresh fp32 zeros,
     returned as db) and dw comes back empty. A shard runs kljit_shard_finish again from the
-    saved records and scales by the upstream gradient afterwards."""
+    saved records and scales by the upstream gradient afterwards. row_weights: forward's."""
     call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, temperature,
-                     shard, main_grad is not None)
+                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
+                     temperature, shard, main_grad is not None)
     args = call.args()
     if shard:
         dx, dw, db = call.grads(weight, bias, want, args)
@@ -526,8 +567,9 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
 
 @two_phase_grads.register_fake
 def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
-                          teacher_values, labels, teacher_weight, teacher_bias, divisor, saved,
-                          key, temperature, grad_scale, want, shard, main_grad, bias_main_grad):
+                          teacher_values, labels, teacher_weight, teacher_bias, divisor,
+                          row_weights, saved, key, temperature, grad_scale, want, shard,
+                          main_grad, bias_main_grad):
     want_w = want & WANT_DW and main_grad is None
     return (torch.empty_like(input) if want & WANT_DX else _empty(input),
             torch.empty_like(weight) if want_w else _empty(weight),
@@ -537,11 +579,11 @@ def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids
 def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
     _keep(ctx, inputs)
     _no_zero_grads(ctx)
-    ctx.save_for_backward(*inputs[:10], output[1])
+    ctx.save_for_backward(*inputs[:N_TENSORS], output[1])
 
 
 def _two_phase_backward(ctx: Any, grad_loss: Optional[Tensor],
-                        _saved: Any) -> Tuple[Optional[Tensor], ...]:
+                        *_: Any) -> Tuple[Optional[Tensor], ...]:
     tensors = ctx.saved_tensors
     need = ctx.needs_input_grad
     want = (WANT_DX if need[0] else 0) | (WANT_DW if need[1] or (ctx.has_bias and need[2])

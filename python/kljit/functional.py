@@ -32,14 +32,27 @@ the online teacher's teacher_input and teacher_weight).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
 from . import _dist, _ops
 from ._checks import LossConfig, config_from_options
 
-__all__ = ["fused_linear_kl_div"]
+__all__ = ["fused_linear_kl_div", "LossComponents"]
+
+
+class LossComponents(NamedTuple):
+    """fused_linear_kl_div(..., return_components=True): the loss (differentiable, as without
+    it) and, without gradient, each row's loss (the input's leading shape; t2 and the row
+    weight in, the reduction's constant not; 0 for an ignored row) and the loss's two parts,
+    soft = soft_weight (T^2) divergence and hard = hard_weight CE, reduced like the loss (they
+    add up to it). fp32 tensors on the input's device."""
+
+    loss: torch.Tensor
+    row_loss: torch.Tensor
+    soft: torch.Tensor
+    hard: torch.Tensor
 
 
 def _flatten(name: str, t: Any, trailing: int) -> Any:
@@ -106,7 +119,10 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         vocab_total: Optional[int] = None,
                         sequence_parallel: bool = False,
                         accumulate_into_main_grad: bool = False,
-                        config: Optional[LossConfig] = None, **options: Any) -> torch.Tensor:
+                        row_weights: Optional[torch.Tensor] = None,
+                        return_components: bool = False,
+                        config: Optional[LossConfig] = None,
+                        **options: Any) -> Union[torch.Tensor, LossComponents]:
     """KL(teacher || softmax((input @ weight.T + bias) / T)), fused with the head's GEMMs.
 
     input [..., H] (fp32, fp16 or bf16) and weight [V, H]: the input's dtype, or fp32 with
@@ -153,13 +169,24 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         Autograd then gets, as from Megatron's own layers, a placeholder gradient (zeros with
         weight.zero_out_wgrad) where the weight has `grad_added_to_main_grad`, which is set
         True, else None. Eager only (not under torch.compile).
+    row_weights [...] (the input's leading shape, or [N]; a float tensor, used in fp32; no
+        gradient reaches it): w_i >= 0 and finite multiply row i's loss and gradient, never the
+        divisor of batchmean or mean (a kept row of weight 0 still counts). Dense teachers (the
+        library refuses them with the sparse teacher). With a process_group: the whole
+        batch's, as the labels.
+    return_components: return LossComponents(loss, row_loss, soft, hard) instead of the loss:
+        the per-row losses and the soft / hard parts come from the same library call (no
+        extra pass; not with the sparse teacher and hard_weight > 0). With a process_group
+        they are summed over the group like the loss (a sequence-parallel rank gets the whole
+        batch's row_loss, [N_total]).
     Options (see LossConfig): teacher_form ('dense_probs', 'dense_logprobs', 'dense_logits',
     'sparse_topk', 'dense_hidden'; LossConfig's `teacher`), mode, temperature_mode,
     teacher_temperature, scale_t_squared, reduction, ignore_index, eps, topk_values, tail,
     native_logits, allow_tf32, check_inputs, grad_weight_accum, divergence, beta, hard_weight,
     soft_weight, softcap, teacher_softcap. Or pass a LossConfig.
 
-    Returns the fp32 loss: a scalar, or [...] per row for reduction='none'. Raises TypeError
+    Returns the fp32 loss: a scalar, or [...] per row for reduction='none' (or LossComponents
+    with return_components=True). Raises TypeError
     or ValueError for bad arguments (naming them) and kljit.KljitError when the library
     refuses the call (status name and kljit_last_error()).
     """
@@ -198,7 +225,15 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         input, weight, bias = _autocast(input, weight, bias)
     lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
     x = _flatten("input", input, 1)
-    given = (teacher, teacher_ids, teacher_values, labels, bias, teacher_weight, teacher_bias)
+    if isinstance(row_weights, torch.Tensor):  # fp32 [N], a leaf of no gradient
+        row_weights = _flatten("row_weights", row_weights.detach(), 0)
+        if row_weights.is_floating_point() and row_weights.dtype != torch.float32:
+            row_weights = row_weights.to(torch.float32)
+    if not isinstance(return_components, bool):
+        raise TypeError(f"return_components must be a bool, got "
+                        f"{type(return_components).__name__}")
+    given = (teacher, teacher_ids, teacher_values, labels, bias, teacher_weight, teacher_bias,
+             row_weights)
     if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
             and all(t is None or isinstance(t, torch.Tensor) for t in given)):
         from ._checks import check_call  # the argument's TypeError, before any op sees it
@@ -206,7 +241,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         check_call(config, x, weight, teacher, bias=bias, labels=labels,
                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                    require_cuda=_ops.REQUIRE_CUDA, teacher_weight=teacher_weight,
-                   teacher_bias=teacher_bias)
+                   teacher_bias=teacher_bias, row_weights=row_weights)
     shard = _shard(process_group or mesh_group, weight, vocab_start if mesh_group is None
                    else start, vocab_total if mesh_group is None else total, sequence_parallel)
     grad = torch.is_grad_enabled()
@@ -225,17 +260,25 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     elif not isinstance(accumulate_into_main_grad, bool):
         raise TypeError(f"accumulate_into_main_grad must be a bool, got "
                         f"{type(accumulate_into_main_grad).__name__}")
+    if return_components:
+        want |= _ops.WANT_PARTS
     op = _ops.fused if config.mode == "fused" else _ops.two_phase
-    loss = op(x, weight, bias, _flatten("teacher", teacher, 1),
-              _flatten("teacher_ids", teacher_ids, 1),
-              _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
-              teacher_weight, teacher_bias,
-              _divisor(num_items_in_batch, x.device),
-              config.key, math.nan if temperature is None else float(temperature),
-              float(grad_scale), want, shard)[0]
+    out = op(x, weight, bias, _flatten("teacher", teacher, 1),
+             _flatten("teacher_ids", teacher_ids, 1),
+             _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
+             teacher_weight, teacher_bias,
+             _divisor(num_items_in_batch, x.device), row_weights,
+             config.key, math.nan if temperature is None else float(temperature),
+             float(grad_scale), want, shard)
+    loss = out[0]
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
-    return loss
+    if not return_components:
+        return loss
+    row_loss, parts = out[-2].detach(), out[-1].detach()  # both ops end with them
+    if len(lead) != 1 and row_loss.numel() == math.prod(lead):  # else a gathered batch's
+        row_loss = row_loss.view(lead)
+    return LossComponents(loss, row_loss, parts[0], parts[1])
 
 
 def _shard(group: Any, weight: Any, start: Optional[int], total: Optional[int],

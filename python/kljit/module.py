@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
 
 from ._checks import LossConfig, config_from_options
-from .functional import fused_linear_kl_div
+from .functional import LossComponents, fused_linear_kl_div
 
 __all__ = ["FusedLinearKLDivLoss", "FusedLinearKLDiv", "FusedLinearJSD"]
 
@@ -47,20 +47,25 @@ class FusedLinearKLDivLoss(nn.Module):
                 teacher_input: Optional[torch.Tensor] = None,
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
-                accumulate_into_main_grad: bool = False, **distributed: Any) -> torch.Tensor:
+                accumulate_into_main_grad: bool = False,
+                row_weights: Optional[torch.Tensor] = None, return_components: bool = False,
+                **distributed: Any) -> Union[torch.Tensor, LossComponents]:
         """input [..., H], weight [V, H], teacher [..., V] or teacher_ids/teacher_values
         [..., K] or teacher_input [..., Ht] with teacher_weight [Vt, Ht] (and teacher_bias
         [Vt]), labels [...];
         temperature per call with temperature_mode='runtime'; grad_scale,
-        accumulate_into_main_grad, num_items_in_batch, process_group, vocab_start, vocab_total
-        and sequence_parallel as fused_linear_kl_div's (a weight that is a DTensor sharded over
-        the vocabulary selects its group by itself)."""
+        accumulate_into_main_grad, row_weights, return_components, num_items_in_batch,
+        process_group, vocab_start, vocab_total and sequence_parallel as fused_linear_kl_div's
+        (a weight that is a DTensor sharded over the vocabulary selects its group by
+        itself)."""
         return fused_linear_kl_div(input, weight, teacher, bias=bias, labels=labels,
                                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                                    temperature=temperature, grad_scale=grad_scale,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
                                    teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
+                                   row_weights=row_weights,
+                                   return_components=return_components,
                                    config=self.config, **_distributed(distributed))
 
     def extra_repr(self) -> str:
@@ -141,11 +146,13 @@ class FusedLinearKLDiv(nn.Module):
                 teacher_weight: Optional[torch.Tensor] = None,
                 teacher_bias: Optional[torch.Tensor] = None,
                 accumulate_into_main_grad: bool = False,
-                num_items_in_batch: Any = None, sequence_parallel: bool = False) -> torch.Tensor:
+                num_items_in_batch: Any = None, sequence_parallel: bool = False,
+                row_weights: Optional[torch.Tensor] = None,
+                return_components: bool = False) -> Union[torch.Tensor, LossComponents]:
         """input [..., hidden]; teacher [..., vocab] (with a process_group: the rank's columns)
         or teacher_ids/teacher_values [..., K] or teacher_input [..., Ht] with teacher_weight
-        [Vt, Ht] (and teacher_bias [Vt]); num_items_in_batch and sequence_parallel as
-        fused_linear_kl_div's."""
+        [Vt, Ht] (and teacher_bias [Vt]); num_items_in_batch, sequence_parallel, row_weights
+        and return_components as fused_linear_kl_div's."""
         shard = {} if self.process_group is None else {
             "process_group": self.process_group, "vocab_start": self.vocab_start,
             "vocab_total": self.vocab, "sequence_parallel": sequence_parallel}
@@ -155,7 +162,9 @@ class FusedLinearKLDiv(nn.Module):
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
                                    teacher_bias=teacher_bias,
                                    accumulate_into_main_grad=accumulate_into_main_grad,
-                                   num_items_in_batch=num_items_in_batch, config=self.config,
+                                   num_items_in_batch=num_items_in_batch,
+                                   row_weights=row_weights,
+                                   return_components=return_components, config=self.config,
                                    **shard)
 
     def extra_repr(self) -> str:
@@ -190,15 +199,18 @@ class FusedLinearJSD(nn.Module):
     def forward(self, student_input: torch.Tensor, student_weight: torch.Tensor,
                 teacher_input: torch.Tensor, teacher_weight: torch.Tensor,
                 shift_labels: Optional[torch.Tensor] = None, *,
-                teacher_bias: Optional[torch.Tensor] = None, **distributed: Any) -> torch.Tensor:
+                teacher_bias: Optional[torch.Tensor] = None,
+                row_weights: Optional[torch.Tensor] = None, return_components: bool = False,
+                **distributed: Any) -> Union[torch.Tensor, LossComponents]:
         """student_input [..., H], student_weight [V, H], teacher_input [..., Ht],
         teacher_weight [Vt, Ht] (Vt >= V), shift_labels [...] (optional), teacher_bias [Vt]
-        (optional; Liger's LigerFusedLinearJSD has none); num_items_in_batch, process_group
-        (both heads' rows of the rank's vocabulary), vocab_start, vocab_total and
-        sequence_parallel as fused_linear_kl_div's."""
+        (optional; Liger's LigerFusedLinearJSD has none); row_weights, return_components,
+        num_items_in_batch, process_group (both heads' rows of the rank's vocabulary),
+        vocab_start, vocab_total and sequence_parallel as fused_linear_kl_div's."""
         return fused_linear_kl_div(student_input, student_weight, labels=shift_labels,
                                    teacher_input=teacher_input, teacher_weight=teacher_weight,
-                                   teacher_bias=teacher_bias, config=self.config,
+                                   teacher_bias=teacher_bias, row_weights=row_weights,
+                                   return_components=return_components, config=self.config,
                                    **_distributed(distributed))
 
     def extra_repr(self) -> str:

@@ -29,7 +29,7 @@ __all__ = ["kl_div_reference", "kl_div_fp64"]
 def _config(config: Optional[LossConfig], options: Dict[str, Any], teacher: Any, ids: Any,
             vals: Any, temperature: Optional[float], teacher_weight: Any = None) -> LossConfig:
     """As kljit.fused_linear_kl_div: without a config, `temperature` is the loss's T, and the
-    keyword options are the binding's (teacher_form names the teacher form)."""
+    options are the functional's (teacher_form for the teacher form)."""
     if config is None:
         if temperature is not None:
             options["temperature"] = temperature
@@ -59,6 +59,52 @@ def _scale(config: LossConfig, kept: int, vocab: int) -> float:
     return 1.0
 
 
+def _softcap(z: torch.Tensor, cap: float) -> "tuple[torch.Tensor, Optional[torch.Tensor]]":
+    """(c tanh(z / c), dz'/dz = 1 / cosh^2(z / c)) for a cap c > 0, as tests/ref.c computes
+    them; (z, None) without a cap."""
+    if not cap:
+        return z, None
+    u = z / cap
+    return cap * torch.tanh(u), 1.0 / torch.cosh(u) ** 2
+
+
+def _ce(config: LossConfig, zc: torch.Tensor,
+        y: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The hard-label CE of each row on the (capped) logits zc at temperature 1 and dCE/dz'
+    (tests/ref.c; label smoothing ls, z-loss zl; y: the rows' labels, any valid id where a row
+    is ignored): CE = lse - (1 - ls) z_y - ls / V sum z + zl lse^2, dCE/dz_v = (1 + 2 zl lse)
+    softmax(z)_v - (1 - ls) [v = y] - ls / V."""
+    ls, zl = float(config.label_smoothing), float(config.z_loss)
+    vocab = zc.shape[-1]
+    lse = torch.logsumexp(zc, dim=-1)
+    zy = zc.gather(1, y[:, None]).squeeze(1)
+    ce = lse - (1.0 - ls) * zy - ls / vocab * zc.sum(-1) + zl * lse * lse
+    d = (1.0 + 2.0 * zl * lse)[:, None] * torch.exp(zc - lse[:, None]) - ls / vocab
+    d.scatter_add_(1, y[:, None], torch.full_like(zy[:, None], -(1.0 - ls)))
+    return ce, d
+
+
+def _labels(config: LossConfig, labels: Optional[torch.Tensor], n: int) -> Optional[torch.Tensor]:
+    """The labels as int64 [N] where the loss has a hard-label CE (hard_weight > 0), else None;
+    an ignored row's label becomes 0 (any valid id: its row is masked)."""
+    if not config.hard_weight:
+        return None
+    if labels is None:
+        raise ValueError(f"hard_weight={config.hard_weight!r} needs labels")
+    y = labels.reshape(-1).long()
+    if y.shape[0] != n:
+        raise ValueError(f"labels has {y.shape[0]} rows, input {n}")
+    return torch.where(y == config.ignore_index, torch.zeros_like(y), y)
+
+
+def _row_weights(row_weights: torch.Tensor, n: int) -> torch.Tensor:
+    """The row weights as [N] (given [N] or in the input's leading shape)."""
+    w = row_weights.reshape(-1)
+    if w.shape[0] != n:
+        raise ValueError(f"row_weights has {w.shape[0]} elements, the input {n} rows")
+    return w
+
+
 def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
                    dtype: torch.dtype) -> "tuple[torch.Tensor, torch.Tensor]":
     """(p, log max(p, eps)) of a dense teacher row block in `dtype`."""
@@ -66,25 +112,9 @@ def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
     if config.teacher == "dense_probs":
         return t, torch.log(torch.clamp_min(t, config.eps))
     if config.teacher in ("dense_logits", "dense_hidden"):
-        tt = config.teacher_temperature or T
-        t = torch.log_softmax(_softcap(t, float(config.teacher_softcap)) / tt, dim=-1)
+        tt = config.teacher_temperature or T  # the teacher's cap comes before its T
+        t = torch.log_softmax(_softcap(t, float(config.teacher_softcap))[0] / tt, dim=-1)
     return torch.exp(t), torch.clamp_min(t, math.log(config.eps))
-
-
-def _softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
-    """z' = c tanh(z / c) (c = 0: z)."""
-    return cap * torch.tanh(z / cap) if cap > 0 else z
-
-
-def _ce(config: LossConfig, zc: torch.Tensor, y: torch.Tensor) -> "tuple[torch.Tensor, ...]":
-    """The hard-label CE of a row block on z' at temperature 1 with label smoothing ls and the
-    z-loss zl (tests/ref.c): CE = lse - (1 - ls) z'_y - ls / V sum z' + zl lse^2; returns (CE,
-    lse). Rows whose label is ignore_index take any class (the caller masks them)."""
-    ls, zl = float(config.label_smoothing), float(config.z_loss)
-    lse = torch.logsumexp(zc, dim=-1)
-    zy = zc.gather(1, y.clamp(0, zc.shape[1] - 1)[:, None]).squeeze(1)
-    ce = lse - (1.0 - ls) * zy - ls / zc.shape[1] * zc.sum(-1) + zl * lse * lse
-    return ce, lse
 
 
 def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
@@ -122,9 +152,19 @@ def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
 
 def _sparse_div(config: LossConfig) -> bool:
     """True for the top-K teacher's reverse KL and JSD (beta > 0): K + 1 categories (BUCKET) or
-    the renormalized support (RENORM), include/kljit.h."""
-    return config.divergence == "reverse_kl" or (config.divergence == "jsd"
-                                                 and float(config.beta) != 0.0)
+    the renormalized support (RENORM), include/kljit.h; False for its forward KL (JSD beta 0
+    and the skew KLs at skew_alpha 0 included). The other divergences (and the categories with
+    tail='none') are refused, as tests/ref.c refuses them."""
+    div, beta, a = config.divergence, float(config.beta), float(config.skew_alpha)
+    if div == "forward_kl" or (div == "jsd" and beta == 0.0) or (
+            div == "skew_forward_kl" and a == 0.0):
+        return False
+    if div in ("reverse_kl", "jsd") or (div == "skew_reverse_kl" and a == 0.0):
+        if config.tail == "none":
+            raise ValueError(f"the top-K teacher's {div} needs tail='bucket' or 'renorm'")
+        return True
+    raise ValueError(f"the top-K teacher takes the forward KL, the reverse KL and the JSD (the "
+                     f"skew KLs at skew_alpha=0), not {div} (skew_alpha {a})")
 
 
 def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.Tensor,
@@ -132,7 +172,7 @@ def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.
     """The reverse KL or JSD over categories (the last dim) and g - E for each (tests/ref.c's
     ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
     beta = float(config.beta)
-    if config.divergence == "reverse_kl" or beta == 1.0:
+    if config.divergence in ("reverse_kl", "skew_reverse_kl") or beta == 1.0:
         g = torch.where(Q != 0, lQ - lP, 0.0)
         loss = (Q * g).sum(-1)
     else:
@@ -232,6 +272,9 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     gathers log q at the ids (every tail); 'dense' scatters the (renormalized) teacher into a
     dense [N, V] tensor first and runs the dense formula (tails 'none' and 'renorm' only): the
     "dense-from-sparse" baseline. Duplicate ids are assumed absent by the BUCKET tail here.
+    With hard_weight > 0 the loss is hard_weight * F.cross_entropy (label_smoothing, plus
+    z_loss * lse^2) + soft_weight * the divergence, on the softcapped logits. row_weights
+    [N] (or the input's leading shape) multiply each row's loss, never the divisor.
     """
     if teacher_input is not None:  # the online teacher: its logits, no gradient
         teacher = F.linear(teacher_input.reshape(-1, teacher_input.shape[-1]),
@@ -243,7 +286,7 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     T = _temperature(config, temperature)
     x = input.reshape(-1, input.shape[-1])
     n, vocab = x.shape[0], weight.shape[0]
-    zc = _softcap(F.linear(x, weight, bias).to(compute_dtype), float(config.softcap))
+    zc = _softcap(F.linear(x, weight, bias).to(compute_dtype), float(config.softcap))[0]
     logq = torch.log_softmax(zc / T, dim=-1)
     if config.teacher == "sparse_topk":
         if _sparse_div(config):
@@ -274,13 +317,16 @@ def kl_div_reference(input: torch.Tensor, weight: torch.Tensor,
     else:
         p, lp = _dense_teacher(config, teacher.reshape(n, vocab), T, compute_dtype)
         row = _divergence(config, p, lp, logq)[0]
-    if config.scale_t_squared:
-        row = row * (T * T)
-    row = float(config.soft_weight) * row
-    if config.hard_weight:  # the CE mixed in: on z' at temperature 1, no T^2
-        row = row + float(config.hard_weight) * _ce(config, zc, labels.reshape(-1).long())[0]
+    row = row * (float(config.soft_weight) * (T * T if config.scale_t_squared else 1.0))
+    y = _labels(config, labels, n)
+    if y is not None:  # torch's CE (its label smoothing is tests/ref.c's) and the z-loss
+        ce = F.cross_entropy(zc, y, reduction="none",
+                             label_smoothing=float(config.label_smoothing))
+        if config.z_loss:
+            ce = ce + float(config.z_loss) * torch.logsumexp(zc, dim=-1) ** 2
+        row = row + float(config.hard_weight) * ce
     if row_weights is not None:
-        row = row * row_weights.reshape(-1).to(row.dtype)
+        row = row * _row_weights(row_weights, n).to(row.device, row.dtype)
     kept_count = n
     if labels is not None:
         kept = _kept(labels, n, config.ignore_index, x.device)
@@ -308,13 +354,14 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
                 row_weights: Optional[torch.Tensor] = None,
                 **options: Any) -> Dict[str, Optional[torch.Tensor]]:
     """Loss, per-row loss and gradients in float64, chunk_rows rows at a time, on the inputs'
-    device. Returns {'loss', 'row_loss', 'grad_input', 'grad_weight', 'grad_bias'} (float64;
-    the gradients are None when want_grads is False). grad_output: dL_outer/dloss, a scalar or
+    device. Returns {'loss', 'row_loss', 'loss_soft', 'loss_hard', 'grad_input',
+    'grad_weight', 'grad_bias'} (float64; the gradients are None when want_grads is False);
+    loss_soft and loss_hard are the loss's two reduced parts, soft_weight (T^2) divergence and
+    hard_weight CE (tests/ref.c's loss_soft and loss_hard). grad_output: dL_outer/dloss, a scalar or
     one per row for reduction='none' (default 1). teacher_input [N, Ht] and teacher_weight
     [Vt, Ht] (and teacher_bias [Vt]): the online teacher, its logits computed here in float64
-    (columns [0, V)). row_weights [N]: each row's loss and gradient times its weight. CE mixing
-    (hard_weight, soft_weight, label_smoothing, z_loss) and the softcaps as tests/ref.c: a row's
-    loss is w (soft_weight t2 l + hard_weight CE); also returns 'loss_soft' and 'loss_hard'."""
+    (columns [0, V)). row_weights [N] (or the input's leading shape): each row's loss and
+    gradient times its weight, the reduction's divisor as without them (include/kljit.h)."""
     if teacher_input is not None:
         teacher = teacher_input
     config = _config(config, options, teacher, teacher_ids, teacher_values, temperature,
@@ -330,21 +377,18 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
     kept = _kept(labels, n, config.ignore_index, dev)
     c = _scale(config, int(kept.sum().item()), vocab)
     t2 = T * T if config.scale_t_squared else 1.0
+    ws, wh = float(config.soft_weight), float(config.hard_weight)
+    y_all = _labels(config, labels, n)
+    rw = (torch.ones(n, dtype=f64, device=dev) if row_weights is None
+          else _row_weights(row_weights, n).to(dev, f64))
     if grad_output is None:
         g_rows = torch.ones(n, dtype=f64, device=dev)
     elif config.reduction == "none":
         g_rows = grad_output.reshape(-1).to(f64)
     else:
         g_rows = grad_output.reshape(()).to(f64).expand(n)
-    row_loss = torch.zeros(n, dtype=f64, device=dev)
-    soft_loss = torch.zeros(n, dtype=f64, device=dev)
-    ws, wh = float(config.soft_weight), float(config.hard_weight)
-    cap = float(config.softcap)
-    wr_all = (torch.ones(n, dtype=f64, device=dev) if row_weights is None
-              else row_weights.reshape(-1).to(f64))
-    y_all = labels.reshape(-1).long() if labels is not None else None
-    if wh and y_all is None:
-        raise ValueError("hard_weight needs labels")
+    soft_rows = torch.zeros(n, dtype=f64, device=dev)
+    hard_rows = torch.zeros(n, dtype=f64, device=dev)
     dx = torch.zeros(n, h, dtype=f64, device=dev) if want_grads else None
     dw = torch.zeros(vocab, h, dtype=f64, device=dev) if want_grads else None
     db = torch.zeros(vocab, dtype=f64, device=dev) if want_grads and b is not None else None
@@ -364,7 +408,7 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
         z = xc @ w.T
         if b is not None:
             z += b
-        zc = _softcap(z, cap)
+        zc, dc = _softcap(z, float(config.softcap))
         logq = torch.log_softmax(zc / T, dim=-1)
         q = torch.exp(logq)
         if sparse and _sparse_div(config):
@@ -389,34 +433,29 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             else:
                 ds = q * (dq - (q * dq).sum(-1, keepdim=True))
         k = kept[i0:i1]
-        wr = wr_all[i0:i1]
-        soft = torch.where(k, wr * ws * t2 * l_row, 0.0)
-        soft_loss[i0:i1] = soft
-        row_loss[i0:i1] = soft
-        if wh:
-            ce, lse1 = _ce(config, zc, y_all[i0:i1])
-            row_loss[i0:i1] += torch.where(k, wr * wh * ce, 0.0)
+        wk = rw[i0:i1]
+        soft_rows[i0:i1] = torch.where(k, wk * (ws * t2 * l_row), 0.0)
+        dce = None
+        if y_all is not None:
+            ce, dce = _ce(config, zc, y_all[i0:i1])
+            hard_rows[i0:i1] = torch.where(k, wk * (wh * ce), 0.0)
         if want_grads:
-            gs = torch.where(k, g_rows[i0:i1] * (c * wr * ws * t2 / T), 0.0)
-            g = ds * gs[:, None]
-            if wh:  # dCE/dz' = (1 + 2 zl lse) softmax(z') - (1 - ls) [v = y] - ls / V
-                ls, zl = float(config.label_smoothing), float(config.z_loss)
-                gh = torch.where(k, g_rows[i0:i1] * (c * wr * wh), 0.0)[:, None]
-                dce = (1.0 + 2.0 * zl * lse1)[:, None] * torch.exp(zc - lse1[:, None]) - ls / vocab
-                dce.scatter_add_(1, y_all[i0:i1].clamp(0, vocab - 1)[:, None],
-                                 torch.full((i1 - i0, 1), -(1.0 - ls), dtype=f64, device=dev))
-                g = g + gh * dce
-            if cap > 0:  # dz'/dz = 1 / cosh^2(z / c)
-                g = g / torch.cosh(z / cap) ** 2
+            gk = torch.where(k, g_rows[i0:i1] * c * wk, 0.0)[:, None]
+            g = ds * (gk * (ws * t2 / T))
+            if dce is not None:
+                g = g + dce * (gk * wh)
+            if dc is not None:
+                g = g * dc
+            g = torch.where(k[:, None], g, 0.0)  # an ignored row's ds may be anything
             dx[i0:i1] = g @ w
             dw += g.T @ xc
             if db is not None:
                 db += g.sum(0)
-    scale = c if config.reduction != "none" else 1.0
-    loss_soft = soft_loss.sum() * scale
-    return {"loss": row_loss.sum() * scale, "row_loss": row_loss, "grad_input": dx,
-            "grad_weight": dw, "grad_bias": db, "loss_soft": loss_soft,
-            "loss_hard": row_loss.sum() * scale - loss_soft}
+    c_out = c if config.reduction != "none" else 1.0
+    row_loss = soft_rows + hard_rows
+    return {"loss": row_loss.sum() * c_out, "row_loss": row_loss,
+            "loss_soft": soft_rows.sum() * c_out, "loss_hard": hard_rows.sum() * c_out,
+            "grad_input": dx, "grad_weight": dw, "grad_bias": db}
 
 
 def _bucket(l_row: torch.Tensor, ds: torch.Tensor, logq: torch.Tensor, q: torch.Tensor,

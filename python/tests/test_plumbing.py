@@ -68,9 +68,14 @@ class FakePlan:
             reduction=reverse(_checks.REDUCTIONS, pb.reduction), ignore_index=pb.ignore_index,
             eps=pb.eps, topk_values=reverse(_checks.TOPK_VALUES, pb.topk_values),
             tail=reverse(_checks.TAILS, pb.tail),
-            divergence=reverse(_checks.DIVERGENCES, pb.divergence), beta=pb.beta)
+            divergence=reverse(_checks.DIVERGENCES, pb.divergence), beta=pb.beta,
+            hard_weight=pb.hard_weight, soft_weight=pb.soft_weight, softcap=pb.softcap,
+            teacher_softcap=pb.teacher_softcap, skew_alpha=pb.skew_alpha,
+            label_smoothing=pb.label_smoothing, z_loss=pb.z_loss)
 
     def execute(self, mode: Mode, stream: int, args: _lib.Args) -> None:
+        import torch
+
         from kljit.reference import kl_div_fp64
 
         pb, n = self.problem, args.rows
@@ -101,6 +106,9 @@ class FakePlan:
             teacher = self._tensor(args.teacher, (n, v), dt("teacher_dtype"))
         ids = self._tensor(args.teacher_ids, (n, k), dt("topk_id_dtype")) if sparse else None
         vals = self._tensor(args.teacher_values, (n, k), dt("teacher_dtype")) if sparse else None
+        assert bool(args.row_weights) == bool(pb.flags & _lib.FLAG_ROW_WEIGHTS)
+        rw = self._tensor(args.row_weights, (n,), "float32").clone() if args.row_weights \
+            else None
         none = pb.reduction == _lib.Reduction.NONE
         go = None
         if mode == Mode.BACKWARD:
@@ -110,12 +118,20 @@ class FakePlan:
         ref = kl_div_fp64(x, w, teacher, bias=b, labels=labels, teacher_ids=ids,
                           teacher_values=vals, grad_output=go, config=self._config(),
                           temperature=args.temperature if runtime else None,
-                          teacher_input=xt, teacher_weight=wt, teacher_bias=bt)
+                          teacher_input=xt, teacher_weight=wt, teacher_bias=bt, row_weights=rw)
         self.calls.append({"mode": Mode(mode), "flags": args.flags, "go": go,
-                           "temperature": args.temperature})
+                           "temperature": args.temperature, "row_weights": rw,
+                           "outputs": (bool(args.row_loss), bool(args.loss_parts))})
         if mode != Mode.BACKWARD:
             out = self._tensor(args.loss, (n,) if none else (), "float32")
             out.copy_(ref["row_loss"] if none else ref["loss"])
+            if args.row_loss:  # the optional outputs (kljit_fused and kljit_forward only)
+                self._tensor(args.row_loss, (n,), "float32").copy_(ref["row_loss"])
+            if args.loss_parts:
+                self._tensor(args.loss_parts, (2,), "float32").copy_(
+                    torch.stack([ref["loss_soft"], ref["loss_hard"]]))
+        else:
+            assert not args.row_loss and not args.loss_parts
         if mode == Mode.FORWARD:
             self._tensor(args.saved, (self.saved_size(n) // 4,), "float32").zero_()
             return
@@ -503,6 +519,103 @@ class PlumbingTest(unittest.TestCase):
         inp = self.inputs()
         with self.assertRaises(ValueError):  # no main_grad on the weight
             self.loss(inp, accumulate_into_main_grad=True)
+
+    def test_row_weights_reach_the_library_in_both_modes_and_weigh_the_rows(self) -> None:
+        t = self.torch
+        rw = t.tensor([0.5, 2.0, 0.0, 1.0, 1.5, 0.25], dtype=t.float64)  # cast to fp32
+        labels = t.tensor([1, -100, 3, 4, 5, 6])
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            go = t.tensor(0.7)
+            self.loss(inp, mode=mode, labels=labels, row_weights=rw, hard_weight=0.4,
+                      temperature=2.0).backward(go)
+            plan = self.plans[-1]
+            self.assertTrue(plan.problem.flags & _lib.FLAG_ROW_WEIGHTS, mode)
+            for call in plan.calls:  # forward's weights, and backward's the same
+                self.assertEqual(call["row_weights"].tolist(), rw.float().tolist(), mode)
+            ref = self.reference(inp, go, labels=labels, row_weights=rw, hard_weight=0.4,
+                                 temperature=2.0)
+            plain = self.reference(inp, go, labels=labels, hard_weight=0.4, temperature=2.0)
+            self.assertGreater(float((ref["grad_input"] - plain["grad_input"]).norm()), 1e-3)
+            self.assert_close(inp["x"].grad, ref["grad_input"], mode + " dX")
+            self.assert_close(inp["w"].grad, ref["grad_weight"], mode + " dW")
+            self.assert_close(inp["b"].grad, ref["grad_bias"], mode + " db")
+            # without them the flag is off (another plan) and nothing is passed
+            self.loss(self.inputs(), mode=mode).backward()
+            self.assertFalse(self.plans[-1].problem.flags & _lib.FLAG_ROW_WEIGHTS, mode)
+        # the input's leading shape, through the head module
+        head = self.kljit.FusedLinearKLDiv(8, 40, bias=True, mode="two_phase")
+        x = t.randn(2, 3, 8, requires_grad=True)
+        teacher = t.softmax(t.randn(2, 3, 40), -1)
+        head(x, teacher, row_weights=rw.view(2, 3)).backward()
+        self.assertEqual(self.plans[-1].calls[0]["row_weights"].tolist(), rw.float().tolist())
+        inp = self.inputs()
+        with self.assertRaises(ValueError):
+            self.loss(inp, row_weights=t.ones(5))
+        with self.assertRaises(TypeError):
+            self.loss(inp, row_weights=t.ones(6, dtype=t.int64))
+
+    def test_return_components_gives_row_loss_and_parts_without_gradient(self) -> None:
+        t = self.torch
+        labels = t.tensor([1, -100, 3, 4, 5, 6])
+        rw = t.tensor([0.5, 2.0, 0.0, 1.0, 1.5, 0.25])
+        options = dict(hard_weight=0.3, soft_weight=0.7, temperature=2.0, scale_t_squared=True)
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            out = self.loss(inp, mode=mode, labels=labels, row_weights=rw,
+                            return_components=True, **options)
+            self.assertIsInstance(out, self.kljit.LossComponents)
+            self.assertEqual(self.plans[-1].calls[0]["outputs"], (True, True), mode)
+            self.assertTrue(out.loss.requires_grad, mode)
+            for name in ("row_loss", "soft", "hard"):
+                self.assertFalse(getattr(out, name).requires_grad, f"{mode} {name}")
+            ref = self.reference(inp, labels=labels, row_weights=rw, **options)
+            self.assert_close(out.loss, ref["loss"], mode + " loss")
+            self.assert_close(out.row_loss, ref["row_loss"], mode + " row_loss")
+            self.assert_close(out.soft, ref["loss_soft"], mode + " soft")
+            self.assert_close(out.hard, ref["loss_hard"], mode + " hard")
+            self.assertGreater(float(out.hard), 0.0)
+            self.assertEqual(float(out.row_loss[1]), 0.0)  # an ignored row
+            self.assert_close(out.soft + out.hard, out.loss, mode + " soft + hard")
+            out.loss.backward()
+            self.assert_close(inp["x"].grad, ref["grad_input"], mode + " dX")
+            # not asked for: no pointers, the loss alone
+            loss = self.loss(self.inputs(), mode=mode)
+            self.assertIsInstance(loss, t.Tensor)
+            self.assertEqual(self.plans[-1].calls[-1]["outputs"], (False, False), mode)
+        # reduction='none' and a leading shape: row_loss in the input's shape
+        inp = self.inputs()
+        x3 = inp["x"].detach().view(2, 3, 8).clone().requires_grad_()
+        out = self.kljit.FusedLinearKLDivLoss(mode="two_phase", reduction="none")(
+            x3, inp["w"], inp["teacher"].view(2, 3, 40), return_components=True)
+        self.assertEqual((tuple(out.loss.shape), tuple(out.row_loss.shape)), ((2, 3), (2, 3)))
+        self.assert_close(out.row_loss, out.loss, "row_loss is the loss of reduction='none'")
+        self.assertEqual(float(out.hard), 0.0)
+
+    def test_row_weights_and_components_compile_through_the_custom_ops(self) -> None:
+        t = self.torch
+        import torch._dynamo
+
+        rw = t.tensor([0.5, 2.0, 0.0, 1.0, 1.5, 0.25])
+        for mode in ("fused", "two_phase"):
+            config = _checks.LossConfig(mode=mode)
+
+            def loss_of(x: Any, w: Any, teacher: Any) -> Any:
+                out = self.kljit.fused_linear_kl_div(x, w, teacher, row_weights=rw,
+                                                     return_components=True, config=config)
+                return out.loss, out.row_loss, out.soft
+
+            torch._dynamo.reset()
+            compiled = t.compile(loss_of, fullgraph=True, backend="aot_eager")
+            got, want = self.inputs(), self.inputs()
+            loss, rows, soft = compiled(got["x"], got["w"], got["teacher"])
+            loss.backward()
+            w_loss, w_rows, w_soft = loss_of(want["x"], want["w"], want["teacher"])
+            w_loss.backward()
+            self.assert_close(loss, w_loss, mode + " loss")
+            self.assert_close(rows, w_rows, mode + " row_loss")
+            self.assert_close(soft, w_soft, mode + " soft")
+            self.assert_close(got["x"].grad, want["x"].grad, mode + " dX")
 
     def test_a_repeated_call_reuses_its_checks_plan_and_workspace_size(self) -> None:
         from kljit import _ops

@@ -3,14 +3,14 @@
 
 The GPU tests and bench/compare.py judge the binding by kl_div_fp64 and kl_div_reference; here
 both are checked, on the CPU in float64, against ref_compute (through tests/python_ref.c) on
-small problems of every teacher form, tail, value kind, reduction, temperature setting, with
-and without bias, ignored rows and an upstream gradient. Needs torch (and numpy for the byte
+small problems of every teacher form, tail, value kind, reduction, temperature setting,
+divergence, CE mixing (label smoothing, z-loss), softcap, with and without bias, ignored rows
+and an upstream gradient. Needs torch (and numpy for the byte
 conversion); skips (77) without them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import struct
 import subprocess
@@ -33,7 +33,7 @@ class Case:
 
     def __init__(self, torch: Any, seed: int, config: LossConfig, *, bias: bool,
                  labels: bool, grad_output: Optional[float], temperature: float = 0.0,
-                 duplicates: bool = False) -> None:
+                 duplicates: bool = False, row_weights: bool = False) -> None:
         g = torch.Generator().manual_seed(seed)
         f64 = torch.float64
         self.torch, self.config = torch, config
@@ -66,6 +66,10 @@ class Case:
             else:
                 self.teacher = torch.randn(N, V, generator=g, dtype=f64) * 3
         self.temperature = temperature or config.temperature
+        self.rw = None
+        if row_weights:  # in [0, 2), one kept row's weight 0 (it still counts in the divisor)
+            self.rw = torch.rand(N, generator=g, dtype=f64) * 2
+            self.rw[2] = 0.0
         self.go = None
         if grad_output is not None:
             n = N if config.reduction == "none" else 1
@@ -75,7 +79,7 @@ class Case:
         runtime = self.config.temperature_mode == "runtime"
         return dict(bias=self.b, labels=self.labels, teacher_ids=self.ids,
                     teacher_values=self.vals, config=self.config,
-                    temperature=self.temperature if runtime else None)
+                    temperature=self.temperature if runtime else None, row_weights=self.rw)
 
     def c_reference(self) -> Dict[str, Any]:
         """ref_compute's loss, row losses and gradients, through tests/python_ref.c."""
@@ -87,10 +91,10 @@ class Case:
                           teacher_values=None if self.vals is None else self.vals.float(),
                           temperature=self.kwargs()["temperature"], require_cuda=False)
         blob = bytearray(bytes(spec.problem))
-        blob += struct.pack("<qiiid", N, self.b is not None, self.labels is not None,
-                            self.go is not None, self.temperature)
+        blob += struct.pack("<qiiiid", N, self.b is not None, self.labels is not None,
+                            self.go is not None, self.rw is not None, self.temperature)
         for t in (self.x, self.w, self.b, self.labels, self.teacher, self.ids, self.vals,
-                  self.go):
+                  self.go, self.rw):
             if t is not None:
                 dt = torch.int64 if not t.is_floating_point() else torch.float64
                 blob += t.to(dt).contiguous().numpy().tobytes()
@@ -106,6 +110,7 @@ class Case:
                         ("grad_bias", V if self.b is not None else 0)):
             res[name] = out[off:off + n] if n else None
             off += n
+        res["loss_soft"], res["loss_hard"] = out[off], out[off + 1]
         return res
 
 
@@ -145,7 +150,8 @@ class ReferenceTest(unittest.TestCase):
         self.ref = reference
 
     def compare(self, case: Case, got: Dict[str, Any], want: Dict[str, Any], what: str) -> None:
-        for name in ("loss", "row_loss", "grad_input", "grad_weight", "grad_bias"):
+        for name in ("loss", "row_loss", "grad_input", "grad_weight", "grad_bias", "loss_soft",
+                     "loss_hard"):
             if want.get(name) is None or got.get(name) is None:
                 continue
             err = rel(got[name], want[name])
@@ -233,72 +239,148 @@ class ReferenceTest(unittest.TestCase):
             self.compare(case, got, case.c_reference(),
                          f"kl_div_fp64 top-K {tail} {values} {divergence} {beta}")
 
-    def test_both_references_mix_in_the_ce_and_cap_logits_like_the_c_reference(self) -> None:
-        """CE mixing with label smoothing and the z-loss, the student's and the teacher's
-        softcaps (the fused and the distributed GPU tests judge the binding by these)."""
+    def check_both(self, case: Case, what: str) -> Dict[str, Any]:
+        """kl_div_fp64 (everything) and kl_div_reference (loss and gradients) against the C
+        reference on one case; returns the C reference's result."""
         torch = self.torch
-        cases = (dict(hard_weight=0.5, soft_weight=0.5),
-                 dict(hard_weight=1.0, soft_weight=0.0, label_smoothing=0.1),
-                 dict(hard_weight=0.3, soft_weight=0.7, z_loss=1e-2, softcap=3.0),
-                 dict(hard_weight=0.2, soft_weight=1.0, label_smoothing=0.2, z_loss=1e-3,
-                      teacher_softcap=2.0, scale_t_squared=True, temperature=2.0),
-                 dict(softcap=2.5, divergence="jsd", beta=0.5),
-                 dict(hard_weight=0.4, soft_weight=0.6, divergence="reverse_kl",
-                      reduction="sum"))
-        for seed, opts in enumerate(cases):
-            teacher = "dense_logits" if seed % 2 else "dense_probs"
-            if "teacher_softcap" in opts:
-                teacher = "dense_logits"
-            config = LossConfig(teacher=teacher, **{"reduction": "batchmean", **opts})
-            case = Case(torch, 80 + seed, config, bias=seed % 2 == 0, labels=True,
-                        grad_output=0.7)
-            want = case.c_reference()
-            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
-                                       chunk_rows=3, **case.kwargs())
-            self.compare(case, got, want, f"kl_div_fp64 {opts}")
-            x = case.x.clone().requires_grad_()
-            w = case.w.clone().requires_grad_()
-            loss = self.ref.kl_div_reference(x, w, case.teacher, compute_dtype=torch.float64,
-                                             **case.kwargs())
-            loss.backward(case.go.reshape(()))
-            self.compare(case, {"loss": loss, "grad_input": x.grad, "grad_weight": w.grad},
-                         want, f"kl_div_reference {opts}")
-            # the loss's parts: the soft one alone is the problem with hard_weight 0
-            if config.hard_weight and config.soft_weight:
-                soft = dataclasses.replace(config, hard_weight=0.0, label_smoothing=0.0,
-                                           z_loss=0.0)
-                alone = self.ref.kl_div_fp64(case.x, case.w, case.teacher, bias=case.b,
-                                             labels=case.labels, config=soft)
-                self.assertLess(rel(got["loss_soft"], alone["loss"]), TOL, f"{opts}")
-                self.assertLess(rel(got["loss_soft"] + got["loss_hard"], got["loss"]), TOL)
-
-    def test_references_take_the_binding_keywords_and_row_weights(self) -> None:
-        torch = self.torch
-        config = LossConfig(teacher="dense_logits", reduction="batchmean", hard_weight=0.5,
-                            soft_weight=0.5)
-        case = Case(torch, 90, config, bias=True, labels=True, grad_output=None)
-        kw = dict(bias=case.b, labels=case.labels)
-        by_config = self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config, **kw)
-        by_words = self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_form="dense_logits",
-                                        hard_weight=0.5, soft_weight=0.5, **kw)
-        self.assertEqual(float(by_words["loss"]), float(by_config["loss"]))
-        with self.assertRaisesRegex(TypeError, "teacher_form"):
-            self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_forms="dense_logits")
-        # row weights scale each row's loss and gradient; the divisor stays the kept rows
-        wts = torch.rand(N, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
-        weighted = self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config,
-                                        row_weights=wts, **kw)
-        self.assertLess(rel(weighted["row_loss"], by_config["row_loss"] * wts), TOL)
-        rows = []
-        for i in range(N):  # dX row i is its unweighted gradient times w_i
-            rows.append(by_config["grad_input"][i] * wts[i])
-        self.assertLess(rel(weighted["grad_input"], torch.stack(rows)), TOL)
+        want = case.c_reference()
+        got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, grad_output=case.go,
+                                   chunk_rows=3, **case.kwargs())
+        self.compare(case, got, want, f"kl_div_fp64 {what}")
+        if case.config.teacher == "sparse_topk" and case.config.divergence != "forward_kl":
+            return want  # kl_div_reference has the top-K forward KL only
         x = case.x.clone().requires_grad_()
-        loss = self.ref.kl_div_reference(x, case.w, case.teacher, config=config,
-                                         compute_dtype=torch.float64, row_weights=wts, **kw)
-        loss.backward()
-        self.assertLess(rel(loss, weighted["loss"]), TOL)
-        self.assertLess(rel(x.grad, weighted["grad_input"]), TOL)
+        w = case.w.clone().requires_grad_()
+        kw = case.kwargs()
+        if case.b is not None:
+            kw["bias"] = case.b.clone().requires_grad_()
+        loss = self.ref.kl_div_reference(x, w, case.teacher, compute_dtype=torch.float64, **kw)
+        go = case.go if case.go is not None else torch.ones(loss.shape, dtype=torch.float64)
+        loss.backward(go.reshape(loss.shape))
+        none = case.config.reduction == "none"
+        self.compare(case, {"loss": loss.sum() if none else loss,
+                            "row_loss": loss if none else None, "grad_input": x.grad,
+                            "grad_weight": w.grad,
+                            "grad_bias": None if case.b is None else kw["bias"].grad},
+                     want, f"kl_div_reference {what}")
+        return want
+
+    def test_both_references_mix_the_ce_like_the_c_reference(self) -> None:
+        """loss = hard_weight CE (label smoothing, z-loss) + soft_weight (T^2) divergence, on
+        softcapped logits: the T and T^2 only on the divergence, the CE's rows the kept ones."""
+        cases = [
+            dict(teacher="dense_logits", hard_weight=0.3, soft_weight=0.7),
+            dict(teacher="dense_logits", hard_weight=0.4, soft_weight=0.6, temperature=2.0,
+                 scale_t_squared=True, teacher_temperature=1.5, reduction="mean"),
+            dict(teacher="dense_probs", hard_weight=1.0, soft_weight=0.5, label_smoothing=0.1,
+                 z_loss=0.01, reduction="sum"),
+            dict(teacher="dense_logprobs", hard_weight=0.5, label_smoothing=0.2, z_loss=1e-3,
+                 temperature=0.5, temperature_mode="runtime", reduction="none",
+                 mode="two_phase"),
+            dict(teacher="dense_logits", hard_weight=1.0, soft_weight=0.0, z_loss=0.05),
+            dict(teacher="dense_logits", softcap=1.0, teacher_softcap=2.0, temperature=2.0),
+            dict(teacher="dense_logits", hard_weight=0.5, softcap=1.0, teacher_softcap=2.0,
+                 label_smoothing=0.1, z_loss=0.01, temperature=1.5, scale_t_squared=True),
+            dict(teacher="dense_probs", hard_weight=0.2, softcap=0.8, reduction="none",
+                 mode="two_phase"),
+            dict(teacher="sparse_topk", tail="bucket", hard_weight=0.3, softcap=1.0,
+                 temperature=2.0, scale_t_squared=True),
+            dict(teacher="sparse_topk", tail="renorm", topk_values="logprobs",
+                 divergence="reverse_kl", hard_weight=0.6, label_smoothing=0.1, softcap=1.2,
+                 reduction="sum"),
+            dict(teacher="sparse_topk", tail="none", hard_weight=0.6, z_loss=0.02,
+                 reduction="none", mode="two_phase"),
+        ]
+        for seed, options in enumerate(cases):
+            config = LossConfig(**options)
+            case = Case(self.torch, 80 + seed, config, bias=seed % 2 == 0, labels=True,
+                        grad_output=None if seed % 3 else 0.7)
+            want = self.check_both(case, str(options))
+            # the options change the C reference's loss: a reference leaving one out fails
+            plain = dict(options, hard_weight=0.0, soft_weight=1.0, label_smoothing=0.0,
+                         z_loss=0.0, softcap=0.0, teacher_softcap=0.0)
+            base = Case(self.torch, 80 + seed, LossConfig(**plain), bias=seed % 2 == 0,
+                        labels=True, grad_output=None if seed % 3 else 0.7).c_reference()
+            self.assertGreater(rel(want["loss"], base["loss"]), 1e-3, options)
+            if config.hard_weight:
+                self.assertNotEqual(float(want["loss_hard"]), 0.0, options)
+
+    def test_both_references_take_every_divergence_with_the_ce_and_the_softcaps(self) -> None:
+        cases = (("forward_kl", {}), ("reverse_kl", {}), ("jsd", {"beta": 0.3}),
+                 ("jsd", {"beta": 1.0}), ("tvd", {}), ("skew_forward_kl", {"skew_alpha": 0.2}),
+                 ("skew_reverse_kl", {"skew_alpha": 0.3}), ("skew_reverse_kl", {}))
+        for seed, (divergence, param) in enumerate(cases):
+            teacher = ("dense_logits", "dense_probs", "dense_logprobs")[seed % 3]
+            config = LossConfig(teacher=teacher, divergence=divergence, hard_weight=0.4,
+                                soft_weight=0.9, label_smoothing=0.05, z_loss=0.01,
+                                softcap=1.5, teacher_softcap=2.5 if seed % 3 == 0 else 0.0,
+                                temperature=1.7, scale_t_squared=seed % 2 == 0, **param)
+            case = Case(self.torch, 100 + seed, config, bias=seed % 2 == 1, labels=True,
+                        grad_output=0.6)
+            self.check_both(case, f"{divergence} {param} {teacher}")
+
+    def test_the_references_take_the_top_k_skew_kls_at_alpha_0_and_refuse_the_others(
+            self) -> None:
+        for divergence, tail in (("skew_forward_kl", "none"), ("skew_reverse_kl", "bucket"),
+                                 ("skew_reverse_kl", "renorm")):
+            config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail,
+                                reduction="sum")
+            case = Case(self.torch, 120, config, bias=False, labels=True, grad_output=None)
+            got = self.ref.kl_div_fp64(case.x, case.w, None, chunk_rows=3, **case.kwargs())
+            self.compare(case, got, case.c_reference(), f"top-K {divergence} {tail}")
+        for options in (dict(divergence="tvd", tail="bucket"),
+                        dict(divergence="skew_reverse_kl", skew_alpha=0.2, tail="bucket"),
+                        dict(divergence="reverse_kl", tail="none")):
+            config = LossConfig(teacher="sparse_topk", **options)
+            case = Case(self.torch, 121, config, bias=False, labels=False, grad_output=None)
+            with self.assertRaises(ValueError, msg=str(options)):
+                self.ref.kl_div_fp64(case.x, case.w, None, **case.kwargs())
+
+    def test_the_references_take_the_binding_s_keywords_teacher_form_included(self) -> None:
+        """The distributed GPU cases call kl_div_fp64(..., teacher_form=..., **options) as
+        they call the binding."""
+        torch = self.torch
+        options = dict(divergence="jsd", beta=0.5, hard_weight=0.3, soft_weight=0.7,
+                       softcap=1.5, temperature=2.0, reduction="mean")
+        config = LossConfig(teacher="dense_logits", **options)
+        case = Case(torch, 130, config, bias=True, labels=True, grad_output=None)
+        want = case.c_reference()
+        kw = dict(bias=case.b, labels=case.labels, teacher_form="dense_logits", **options)
+        got = self.ref.kl_div_fp64(case.x, case.w, case.teacher, chunk_rows=3, **kw)
+        self.compare(case, got, want, "kl_div_fp64 with teacher_form")
+        loss = self.ref.kl_div_reference(case.x, case.w, case.teacher,
+                                         compute_dtype=torch.float64, **kw)
+        self.assertLess(rel(loss, want["loss"]), TOL, "kl_div_reference with teacher_form")
+        with self.assertRaises(TypeError):
+            self.ref.kl_div_fp64(case.x, case.w, case.teacher, config=config,
+                                 teacher_form="dense_logits")
+        with self.assertRaises(TypeError):
+            self.ref.kl_div_fp64(case.x, case.w, case.teacher, teacher_form="dense_logits",
+                                 not_an_option=1)
+
+    def test_both_references_weigh_rows_like_the_c_reference(self) -> None:
+        """Row weights multiply each row's loss and gradient, never the divisor."""
+        cases = [dict(teacher="dense_probs"),
+                 dict(teacher="dense_logits", hard_weight=0.3, soft_weight=0.7,
+                      label_smoothing=0.1, z_loss=0.01, softcap=1.5, temperature=2.0,
+                      scale_t_squared=True, reduction="mean"),
+                 dict(teacher="dense_logprobs", divergence="jsd", beta=0.4, reduction="none",
+                      mode="two_phase"),
+                 dict(teacher="dense_logits", divergence="tvd", hard_weight=0.5,
+                      reduction="sum"),
+                 dict(teacher="sparse_topk", tail="bucket", reduction="batchmean")]
+        for seed, options in enumerate(cases):
+            case = Case(self.torch, 140 + seed, LossConfig(**options), bias=seed % 2 == 0,
+                        labels=True, grad_output=None if seed % 2 else 0.8, row_weights=True)
+            want = self.check_both(case, f"row weights {options}")
+            self.assertEqual(float(want["row_loss"][2]), 0.0)  # a kept row of weight 0
+            unweighted = Case(self.torch, 140 + seed, LossConfig(**options), bias=seed % 2 == 0,
+                              labels=True, grad_output=None if seed % 2 else 0.8)
+            self.assertGreater(rel(want["loss"], unweighted.c_reference()["loss"]), 1e-3)
+            # in the input's leading shape too
+            got = self.ref.kl_div_fp64(case.x, case.w, case.teacher,
+                                       **dict(case.kwargs(), row_weights=case.rw.view(1, N)))
+            self.assertLess(rel(got["loss"], want["loss"]), TOL)
 
     def test_the_online_teacher_is_the_logits_teacher_of_its_head(self) -> None:
         torch = self.torch
