@@ -448,10 +448,12 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
     sup.id[k] = in ? (int)(id - OFFSET) : {{ DIVX and "valid ? -2 : -1" or "-1" }};
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
+%if OWNON and not SHARDED then
     const float sc = in ? score_at(zr, bias, id - OFFSET, invT) : 0.0f;
     sup.lq[k] = in ? sc - lse : 0.0f;
-%if OWNON and not SHARDED then
     sup.sc[k] = sc;
+%else
+    sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
 %end
   }
   __syncthreads();
