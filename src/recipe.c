@@ -321,7 +321,7 @@ int recipe_fixed_modules(const recipe *r) { return r->rows_part[0].family ? 3 : 
 
 int recipe_modules(const recipe *r, const kspec *out[RECIPE_MAX_MODULES]) {
   int n = 0;
-  const int parts = r->rows_part[0].family != 0;
+  const int parts = recipe_fixed_modules(r) == 3;
   out[n++] = parts ? &r->rows_part[0] : &r->geom.rows;
   out[n++] = &r->geom.helpers;
   if (parts) out[n++] = &r->rows_part[1];

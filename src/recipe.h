@@ -4,8 +4,9 @@
  *
  *   recipe_make(problem, tuning, options, arch, SMs) -> the geometry (chunk, strides, dtypes,
  *     the dX split, the workspace rules: prob_workspace_layout), the modules (the rows, the
- *     helpers, the dense rows' second part, one per generated GEMM) and a slot per GEMM of the chunk loop (its operation,
- *     types and shape, and its engine: cuBLASLt, or a generated variant and its module).
+ *     helpers, the dense rows' second part, one per generated GEMM) and a slot per GEMM of
+ *     the chunk loop (its operation, types and shape, and its engine: cuBLASLt, or a
+ *     generated variant and its module).
  *
  * Everything that plans reads one: plan creation (plan.c builds what it says and chooses
  * nothing), the size queries (through the plan), kljit_precompile, kljit_precompile_wisdom,

@@ -18,7 +18,8 @@ LossConfig as JSON (a constant in a compiled graph); `want` the WANT_* bits; `di
 tensor on the device, the global divisor of batchmean and mean (num_items_in_batch), or None for
 the kept rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and
 parts ({soft, hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no
-gradient flows through them); `shard` "" for a whole head, else a vocabulary shard through torch.distributed
+gradient flows through them); `shard` "" for a whole head, else a vocabulary shard through
+torch.distributed
 (kljit._dist: the group's name, the shard's first global id, the vocabulary, and whether the
 input rows are the rank's part of a sequence-parallel batch). The online teacher's input travels
 in the `teacher` slot, its head as teacher_weight and teacher_bias; no gradient reaches them. A
@@ -233,8 +234,7 @@ class Call:
         WANT_PARTS, pointed to by args; empty tensors otherwise."""
         x = self.tensors[0]
         if not want & WANT_PARTS:
-            return (x.new_empty((0,), dtype=torch.float32),
-                    x.new_empty((0,), dtype=torch.float32))
+            return _no_parts(x)
         row_loss = torch.empty((self.rows,), dtype=torch.float32, device=x.device)
         parts = torch.empty((2,), dtype=torch.float32, device=x.device)
         args.row_loss, args.loss_parts = row_loss.data_ptr(), parts.data_ptr()
@@ -259,12 +259,17 @@ def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
     return (input.shape[0],) if _config(key).reduction == "none" else ()
 
 
+def _no_parts(like: Tensor) -> Tuple[Tensor, Tensor]:
+    """The optional outputs where they are not wanted: two empty fp32 tensors."""
+    return (like.new_empty((0,), dtype=torch.float32),
+            like.new_empty((0,), dtype=torch.float32))
+
+
 def _fake_parts(input: Tensor, want: int, shard: str) -> Tuple[Tensor, Tensor]:
     """The optional outputs of a traced call: [N] and [2] fp32 (N the batch's rows, gathered
     for a sequence-parallel shard), or empty."""
     if not want & WANT_PARTS:
-        return (input.new_empty((0,), dtype=torch.float32),
-                input.new_empty((0,), dtype=torch.float32))
+        return _no_parts(input)
     rows = input.shape[0] * (_dist.parse(shard).size if shard.endswith(":1") else 1)
     return (input.new_empty((rows,), dtype=torch.float32),
             input.new_empty((2,), dtype=torch.float32))
