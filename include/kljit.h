@@ -101,7 +101,7 @@
  *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
  *   shard, the shard's rows of its head; checked mode checks its input, head and bias). The
  *   sparse teacher takes the forward KL, and the reverse KL and the JSD with TAIL_BUCKET or
- *   TAIL_RENORM; neither row weights, label smoothing nor the z-loss yet
+ *   TAIL_RENORM, and row weights; neither label smoothing nor the z-loss yet
  *   (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
  *
  * Conventions
@@ -303,7 +303,7 @@ enum {
   KLJIT_FLAG_CHECK_INPUTS = 1u << 4,
   KLJIT_FLAG_TEACHER_BIAS = 1u << 5,    /* DENSE_HIDDEN: the teacher head has a bias bt[Vt]   */
   /* kljit_args.row_weights[N] (fp32) multiply each row's loss and gradient (the math section;
-   * dense teachers). Checked mode also reports a kept row's negative, NaN or infinite weight. */
+   * every teacher form). Checked mode also reports a kept row's negative, NaN or infinite weight. */
   KLJIT_FLAG_ROW_WEIGHTS = 1u << 6
 };
 

@@ -186,9 +186,6 @@ static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
       return UNSUP("%s: the %s with the sparse teacher: its row kernels compare the categories "
                    "with the reverse KL and the JSD only (the dense teachers take every "
                    "divergence)", who, divergence_text(pb->divergence));
-    if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS)
-      return UNSUP("%s: KLJIT_FLAG_ROW_WEIGHTS with the sparse teacher: its row kernels do not "
-                   "take row weights yet (the dense teachers do)", who);
     if (pb->label_smoothing != 0.0 || pb->z_loss != 0.0)
       return UNSUP("%s: %s with the sparse teacher: its row kernels do not smooth the CE's "
                    "labels or add the z-loss yet (the dense teachers do)", who,

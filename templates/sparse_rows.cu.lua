@@ -52,6 +52,10 @@
 %--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
 %--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
+%--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss (divergence and CE) and its
+%--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
+%--            NaN or infinite weight (kind 5). The sums kernel does not read them (A is a
+%--            property of the row's distributions).
 %--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or renorm
 %--            (kljit.h: the divergence of two distributions over categories C):
 %--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
@@ -105,6 +109,11 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
+%local ROWW = P.ROWW or false
+%-- the row weights in pass 2's signature and calls (the sums kernel passes none)
+%local RWP = ROWW and " const float* __restrict__ row_weights," or ""
+%local RWA = ROWW and " row_weights," or ""
+%local RWN = ROWW and " nullptr," or ""
 %local DIVX = P.DIV ~= nil
 %if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
@@ -161,9 +170,16 @@
 %local IDS = { { "ids", "const id_t* __restrict__", role = "teacher_ids" } }
 %local VALS = { { "vals", "const val_t* __restrict__", role = "teacher_values" } }
 %local CHECK_THREADS = 256
-%local row_in = args(IDS, VALS, {
+%local sums_in = args(IDS, VALS, {
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
+%-- the row weights: pass 2 (every mode) and the check read them; A does not depend on them
+%local RW = { "row_weights", "const float* __restrict__" }
+%local row_in = ROWW and args(sums_in, { RW }) or sums_in
+%local check_in = args(IDS, VALS, {
+%  { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%  { "flag", "u64*", role = "check_flag" } })
+%if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
 %local K = iface.family(iface.args({
 %  { name = "kl_sparse_stats", step = "stats", threads = P.THREADS, args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
@@ -172,13 +188,11 @@
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
 %  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
 %  { name = "kl_sparse_sums", step = "sums", when = DIVX, threads = P.THREADS, args = args({
-%    { "z", "const logit_t*" } }, row_in, {
+%    { "z", "const logit_t*" } }, sums_in, {
 %    { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
 %    { "srec", "i64" }, { "out", "float*", role = "stats_out" }, { "row0", "i64" } }) },
 %  { name = "kl_sparse_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
-%    args = args(IDS, VALS, {
-%    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
-%    { "flag", "u64*", role = "check_flag" } }) },
+%    args = check_in },
 %}), { iface.HDR, PART, ROWSTAT })
 
 #define V {{ P.V }}
@@ -794,7 +808,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const val_t* __restrict__ vals,
                                            const bias_t* __restrict__ bias, const void* labels,
                                            int labels_is64, i64 ignore_index,
-                                           const float* __restrict__ hdr,
+                                           const float* __restrict__ hdr,{{ RWP }}
                                            const float* __restrict__ part, int nrec,
                                            i64 srow, i64 srec, float* rowstat,
                                            float* __restrict__ lossp,
@@ -812,6 +826,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+%if ROWW then
+  const float rw = {{ DIVX and "MODE == MODE_SUMS ? 1.0f : " or "" }}row_weights[row]; /* sums: none */
+%end
   const float invT = INV_T(hdr);
   row_t rs;
   float loss = 0.0f;
@@ -925,7 +942,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   }
   __syncthreads();
   ce_t ce = sh_ce;
-  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE) * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
 #if OFFSET == 0
@@ -935,6 +952,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   }
 %elseif P.SOFT then
   loss *= {{ WS }};
+%end
+%if ROWW then
+  loss *= rw; /* the row's weight: its loss and (below) its gradient, both terms */
 %end
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
   if (MODE == MODE_FORWARD) {
@@ -957,31 +977,32 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     zero_range(gr, 0, V);
     return;
   }
-  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ HARD and ", ce" or "" }});
+  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }}{{ HARD and ", ce" or "" }});
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 {{ K.kernel("kl_sparse_fused") }} {
-  sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
+  sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }} part,
                          nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_forward") }} {
-  sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
                            part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_backward") }} {
-  sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
                             nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 %if DIVX then
 
 /* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
- * shard's, as pass 2 does), sums Q g over this shard's support entries and writes it to slot S
+ * shard's, as pass 2 does), sums Q_k (g_r - g_k) over this shard's support entries (A's
+ * terms; the header's) and writes it to slot S
  * of the row's record in out (slot S only: part may be the same buffer). An ignored row: 0. */
 {{ K.kernel("kl_sparse_sums") }} {
-  sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWN }}
                         part, nrec, srow, srec, out, nullptr, nullptr, 0, row0);
 }
 %end
@@ -1036,7 +1057,8 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if P.CHECK then
 
 /* Checked mode: kinds of bad input, reported as (row << 8) | kind through atomicMin. */
-enum { BAD_ID_RANGE = 1, BAD_ID_DUPLICATE = 2, BAD_VALUE_NONFINITE = 3, BAD_PROB_NEGATIVE = 4 };
+enum { BAD_ID_RANGE = 1, BAD_ID_DUPLICATE = 2, BAD_VALUE_NONFINITE = 3, BAD_PROB_NEGATIVE = 4,
+       BAD_ROW_WEIGHT = 5 /* (ROWW) negative, NaN or infinite: exec_check.c's kind 5 */ };
 
 __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
   atomicMin(flag, ((u64)row << 8) | (u64)kind);
@@ -1061,6 +1083,11 @@ __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
     if (!bad && val < 0.0f) bad = BAD_PROB_NEGATIVE;
 #endif
   }
+%if ROWW then
+  const float w = row_weights[row];
+  if (!bad && (!(w >= 0.0f) || (__float_as_uint(w) & 0x7f800000u) == 0x7f800000u))
+    bad = BAD_ROW_WEIGHT;
+%end
   __syncthreads();
   /* duplicates: every pair once, O(K^2 / CHECK_THREADS) comparisons in shared memory */
   for (int k = threadIdx.x; k < K && !bad; k += {{ CHECK_THREADS }})

@@ -7,7 +7,8 @@
  * tail x divergence x dtype x reduction x mode, with the value form, id width, bias,
  * temperature and T^2 rotating; odd and large vocabularies, logits of std 2 to 12, CE mixing
  * and the softcap, zero-mass and ignored rows, K = 1 and 1024, the JSD's end points, full
- * support against the dense teacher. Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
+ * support against the dense teacher; row weights over every tail (the forward KL's too).
+ * Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -162,6 +163,30 @@ static int ragged_chunks_and_a_single_row(void) {
   return fold(worst, gcase_check(&c));
 }
 
+/* Row weights (drawn in [0, 2], every 7th row 0): the forward KL over every tail and the
+ * reverse KL and the JSD over both category tails, fused and two-phase, CE mixing on some
+ * (loss and both gradients scale), the optional outputs where CE is off (loss_parts with the
+ * sparse teacher's CE is refused), checked mode on one (its weight check passes). */
+static int row_weights_scale_every_tail_and_divergence(void) {
+  static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  int worst = TH_PASS, i = 0;
+  for (int d = 0; d < 3; d++)
+    for (int t = d ? 1 : 0; t < 3 && worst != TH_SKIP; t++, i++) {
+      gcase c = topk_base(tails[t], d == 0 ? KLJIT_DIVERGENCE_FORWARD_KL
+                                   : d == 1 ? KLJIT_DIVERGENCE_REVERSE_KL
+                                            : KLJIT_DIVERGENCE_JSD, d == 2 ? 0.4 : 0.0);
+      c.row_weights = 1;
+      c.fused = i % 2, c.dt = DTS[i % 3];
+      c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      if (i % 3 == 2) c.hard_weight = 0.5, c.soft_weight = 0.7; /* CE mixing */
+      else c.outputs = 1;
+      if (i == 3) c.flags |= KLJIT_FLAG_CHECK_INPUTS;
+      if (i == 4) c.red = KLJIT_REDUCTION_NONE, c.fused = 0;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -171,5 +196,6 @@ static const th_case cases[] = {
     {"jsd_end_point_and_full_support_equal_their_twins",
      jsd_end_point_and_full_support_equal_their_twins},
     {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
+    {"row_weights_scale_every_tail_and_divergence", row_weights_scale_every_tail_and_divergence},
 };
 TH_MAIN(cases)

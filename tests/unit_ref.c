@@ -1315,6 +1315,24 @@ static int gradients_match_finite_differences_with_row_weights_label_smoothing_a
   return TH_PASS;
 }
 
+/* Row weights (one of them 0) with the sparse teacher: the forward KL over every tail, the
+ * reverse KL and the JSD over both category tails, both value forms, on fd_family's setups
+ * (CE mixing, softcaps, T, every reduction). */
+static int gradients_match_finite_differences_for_the_sparse_teacher_with_row_weights(void) {
+  const family fams[3] = {{KLJIT_DIVERGENCE_FORWARD_KL, 0.0},
+                          {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+                          {KLJIT_DIVERGENCE_JSD, 0.4}};
+  const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  const extras w = {0.0, 0.0, 0.0, 1};
+  for (int d = 0; d < 3; d++)
+    for (int t = d ? 1 : 0; t < 3; t++)
+      for (int v = 0; v < 2; v++)
+        if (fd_family_all(KLJIT_TEACHER_SPARSE_TOPK, fams[d], w, tails[t],
+                          v ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS) != TH_PASS)
+          return TH_FAIL;
+  return TH_PASS;
+}
+
 /* two_class()'s p = (1/4, 3/4) and q = (3/4, 1/4) by hand. TVD = 1/2 (1/2 + 1/2) = 1/2, g =
  * (1/2, -1/2), sum q g = 1/4: dD/ds = (3/4 (1/2 - 1/4), 1/4 (-1/2 - 1/4)) = (3/16, -3/16). With
  * a = 1/2 both skew mixtures are m = (1/2, 1/2): the skew forward KL is 1/4 log(1/2) + 3/4
@@ -1699,6 +1717,7 @@ static const th_case cases[] = {
     CASE(label_smoothing_interpolates_the_label_and_the_uniform_target),
     CASE(z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part),
     CASE(row_weights_scale_rows_but_not_the_divisor),
+    CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_row_weights),
     CASE(tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),
