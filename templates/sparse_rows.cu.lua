@@ -56,7 +56,8 @@
 %--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
 %--            NaN or infinite weight (kind 5). The sums kernel does not read them (A is a
 %--            property of the row's distributions).
-%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or renorm
+%--   DIV      reverse|jsd|tvd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or
+%--            renorm
 %--            (kljit.h: the divergence of two distributions over categories C):
 %--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
 %--                      Q_tail = 1 - Q_S = d_off / d (no tail category when no column is off S)
@@ -65,7 +66,8 @@
 %--                      local support score, ldno = mo - b + log dno: no underflow however far
 %--                      below the row's max the support lies, and no difference of two lse's)
 %--            g_c = log Q - log max(P, eps) (reverse), -(1 - beta) log1p(beta P / ((1 - beta) Q))
-%--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), E = sum_C Q g;
+%--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), sign(Q - P) / 2
+%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), E = sum_C Q g;
 %--            G = gscale Q_k (g_k - E) on S and gscale (g_tail - E) q off S (renorm: 0). The row
 %--            needs E before its first column: pass 2 gets it from the K gathered entries and
 %--            the records, so the passes stay the forward KL's (no extra sweep).
@@ -114,8 +116,11 @@
 %local RWP = ROWW and " const float* __restrict__ row_weights," or ""
 %local RWA = ROWW and " row_weights," or ""
 %local RWN = ROWW and " nullptr," or ""
+%local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
-%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" and P.DIV ~= "tvd" then
+%  reject("DIV must be reverse, jsd or tvd")
+%end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
 %end
@@ -576,6 +581,11 @@ __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ,
   const float g = Q != 0.0f ? lQ - lP : 0.0f; /* Q = 0 (log Q = -inf): the category adds 0 */
   loss += Q * g;
   return g;
+%elseif P.DIV == "tvd" then
+  /* |P - Q| / 2 and sign(Q - P) / 2 from D (the tail's without two numbers near 1) */
+  (void)P, (void)lP, (void)Q, (void)lQ;
+  loss += 0.5f * fabsf(D);
+  return D < 0.0f ? 0.5f : D > 0.0f ? -0.5f : 0.0f;
 %else
   const float m = BETA * P + (1.0f - BETA) * Q;
   if (m > 0.0f) {
@@ -593,8 +603,9 @@ __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ,
    * P / Q) is softplus(log c + log P - log Q), with no overflow. */
   if (Q == 0.0f || P == 0.0f) return 0.0f;
   const float r = P / Q;
-  if (r < 1e30f) return -(1.0f - BETA) * log1pf({{ f32((P.BETA or 0) / (1.0 - (P.BETA or 0))) }} * r);
-  const float lx = {{ f32(math.log((P.BETA or 0.5) / (1.0 - (P.BETA or 0.5)))) }} + logf(P) - lQ;
+%  local c = P.BETA / (1.0 - P.BETA) -- beta / (1 - beta)
+  if (r < 1e30f) return -(1.0f - BETA) * log1pf({{ f32(c) }} * r);
+  const float lx = {{ f32(math.log(c)) }} + logf(P) - lQ;
   return -(1.0f - BETA) * (fmaxf(lx, 0.0f) + log1pf(expf(-fabsf(lx))));
 %end
 }
@@ -827,7 +838,8 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
 %if ROWW then
-  const float rw = {{ DIVX and "MODE == MODE_SUMS ? 1.0f : " or "" }}row_weights[row]; /* sums: none */
+  /* the sums kernel has none */
+  const float rw = {{ DIVX and "MODE == MODE_SUMS ? 1.0f : " or "" }}row_weights[row];
 %end
   const float invT = INV_T(hdr);
   row_t rs;
@@ -942,7 +954,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   }
   __syncthreads();
   ce_t ce = sh_ce;
-  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
 #if OFFSET == 0
@@ -977,7 +989,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     zero_range(gr, 0, V);
     return;
   }
-  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }}{{ HARD and ", ce" or "" }});
+  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }}{{ HARD and ", ce" or "" }});
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_topk.c — the top-K teacher's reverse KL and JSD (issue 29) on the GPU against the fp64
+/* gpu_topk.c — the top-K teacher's reverse KL, JSD and TVD (issue 29) on the GPU against the fp64
  * reference: K + 1 categories (TAIL_BUCKET) and the renormalized support (TAIL_RENORM).
  *
  * Cases run through gpu_case.h (fresh random inputs, poisoned outputs, its tolerances: the
@@ -187,6 +187,43 @@ static int row_weights_scale_every_tail_and_divergence(void) {
   return worst;
 }
 
+/* TVD over the K + 1 categories and the renormalized support: every dtype, both modes, the
+ * value forms, bias, T and the reductions rotating; CE mixing, row weights, the softcap on
+ * some; logits of std 12 over V = 151936 (a peaked student: Q_tail or one Q_k near 1); K = 1
+ * (RENORM: one category, TVD 0) and K = 1024. */
+static int tvd_over_both_tails_dtypes_modes_and_scales(void) {
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+        gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD,
+                            0.0);
+        c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+        c.values = i % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+        c.idt = i % 3 ? KLJIT_INT32 : KLJIT_INT64;
+        c.bias = i % 4 == 1;
+        c.T = i % 3 == 2 ? 2.0 : 1.0;
+        c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 3); /* SUM, BATCHMEAN, MEAN */
+        if (i % 4 == 2) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (i % 5 == 3) c.row_weights = 1;
+        if (i == 7) c.zstd = 30.0, c.softcap = 30.0;
+        worst = fold(worst, gcase_check(&c));
+      }
+  for (int tail = 0; tail < 2 && worst != TH_SKIP; tail++) {
+    gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD, 0.0);
+    c.zstd = 12.0, c.v = 151936, c.n = 9, c.h = 32, c.dt = KLJIT_FP32, c.fused = tail;
+    worst = fold(worst, gcase_check(&c));
+  }
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 2 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD,
+                          0.0);
+      c.k = k ? 1024 : 1, c.v = k ? 50257 : 1001, c.n = 13, c.h = 32, c.fused = (tail + k) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -197,5 +234,6 @@ static const th_case cases[] = {
      jsd_end_point_and_full_support_equal_their_twins},
     {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
     {"row_weights_scale_every_tail_and_divergence", row_weights_scale_every_tail_and_divergence},
+    {"tvd_over_both_tails_dtypes_modes_and_scales", tvd_over_both_tails_dtypes_modes_and_scales},
 };
 TH_MAIN(cases)
