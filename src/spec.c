@@ -139,6 +139,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->soft1 != 0.0) out[n++] = pn("SOFT", 1.0 + k->soft1);
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
+    if (k->roww) out[n++] = pb("ROWW", 1);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

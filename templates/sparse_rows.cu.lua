@@ -52,23 +52,39 @@
 %--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
 %--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
-%--   DIV      reverse|jsd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or renorm
+%--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss (divergence and CE) and its
+%--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
+%--            NaN or infinite weight (kind 5). The sums kernel does not read them (A is a
+%--            property of the row's distributions).
+%--   DIV      reverse|jsd|tvd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or
+%--            renorm
 %--            (kljit.h: the divergence of two distributions over categories C):
 %--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
 %--                      Q_tail = 1 - Q_S = d_off / d (no tail category when no column is off S)
-%--              renorm  C = S: P = p / M, Q = q / Q_S, log Q_S = mo + log(dno) - lse from the
-%--                      on-S (max, sum-exp) the stats pass keeps apart (mo, dno: no
-%--                      underflow however far below the row's max the support lies)
+%--              renorm  C = S: P = p / M, Q = q / Q_S, log Q_k = (s_k - b) - ldno from the
+%--                      on-S (max, sum-exp) the stats pass keeps apart (mo, dno; b the largest
+%--                      local support score, ldno = mo - b + log dno: no underflow however far
+%--                      below the row's max the support lies, and no difference of two lse's)
 %--            g_c = log Q - log max(P, eps) (reverse), -(1 - beta) log1p(beta P / ((1 - beta) Q))
-%--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), E = sum_C Q g;
+%--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), sign(Q - P) / 2
+%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), E = sum_C Q g;
 %--            G = gscale Q_k (g_k - E) on S and gscale (g_tail - E) q off S (renorm: 0). The row
 %--            needs E before its first column: pass 2 gets it from the K gathered entries and
-%--            the records, so the passes stay the forward KL's (no extra sweep). Saved rows
-%--            {lse, g_tail - E, E, log Q_S} (ROWSTAT's lse, cout, E, lqs).
-%--   SHARDED  bool, DIV only: a vocabulary shard. E's sum over S needs every shard's support:
-%--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local} Q g to
-%--            PART's slot S (kl_sparse_merge writes NaN there until then), pass 2 adds the
-%--            shards' slots S and the tail's term (global: M, Q_tail come from every record).
+%--            the records, so the passes stay the forward KL's (no extra sweep).
+%--            Cancellations kept out (fp32 against the fp64 reference; div_terms):
+%--            - g_c - E, not as two nearly equal numbers (g_tail - E off S when Q_tail is near
+%--              1, g_k - E of a dominant category): with a reference category r (the largest
+%--              Q; on a shard, one every shard knows: the tail, else none, g_r = 0),
+%--              A = sum_C Q_c (g_r - g_c) and g_c - E = (g_c - g_r) + A;
+%--            - the JSD's terms with D = P - Q: P / m = 1 + (1 - beta) D / m and Q / m =
+%--              1 - beta D / m through log1p, the tail's D from Q_S - M (or P_tail - Q_tail
+%--              when Q_S >= 1/2) and M summed in fp64: no log of a ratio near 1;
+%--            - one renormalized category (K = 1): P = Q = 1, loss and G exactly 0.
+%--            Saved rows: {lse, g_tail - E, A, g_r} (bucket), {lse, ldno, A, g_r} (renorm).
+%--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
+%--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local}
+%--            Q_k (g_r - g_k) to PART's slot S (kl_sparse_merge writes NaN there until then),
+%--            pass 2 adds the shards' slots S.
 %-- Numerics: fp32 in registers; SFU exp/log (common.cu.lua); fixed-order reductions.
 %local P = P
 %local iface = include("iface.cu.lua")
@@ -95,8 +111,16 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
+%local ROWW = P.ROWW or false
+%-- the row weights in pass 2's signature and calls (the sums kernel passes none)
+%local RWP = ROWW and " const float* __restrict__ row_weights," or ""
+%local RWA = ROWW and " row_weights," or ""
+%local RWN = ROWW and " nullptr," or ""
+%local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
-%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" then reject("DIV must be reverse or jsd") end
+%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" and P.DIV ~= "tvd" then
+%  reject("DIV must be reverse, jsd or tvd")
+%end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
 %end
@@ -115,11 +139,18 @@
 %-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
 %-- stride the dense rows' records have.
 %-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
-%-- lse, g_tail - E, E, log Q_S), and the CE's lse(z') with HARD.
+%-- lse, g_tail - E (bucket) or ldno (renorm), A, g_r; the header's math), and the CE's lse(z')
+%-- with HARD.
 %local PART = { name = "part", floats = 8,
 %               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
 %-- the saved row's four fields, in rowstat order
-%local RF = DIVX and { "lse", "cout", "E", "lqs" } or { "lse", "cout", "cin", "pscale" }
+%local RF = { "lse", "cout", "cin", "pscale" }
+%-- DIV: row_t holds RT, of which a tail saves RF (bucket: no ldno; renorm: cout is 0)
+%local RT = RF
+%if DIVX then
+%  RT = { "lse", "cout", "A", "gr", "ldno" }
+%  RF = P.TAIL == "bucket" and { "lse", "cout", "A", "gr" } or { "lse", "ldno", "A", "gr" }
+%end
 %local ROWSTAT = { name = "rowstat", floats = 4, slots = RF }
 %if HARD then
 %  ROWSTAT = { name = "rowstat", floats = 8, slots = iface.args(RF, { "lse1" }) }
@@ -144,9 +175,16 @@
 %local IDS = { { "ids", "const id_t* __restrict__", role = "teacher_ids" } }
 %local VALS = { { "vals", "const val_t* __restrict__", role = "teacher_values" } }
 %local CHECK_THREADS = 256
-%local row_in = args(IDS, VALS, {
+%local sums_in = args(IDS, VALS, {
 %  { "bias", "const bias_t* __restrict__" }, { "labels", "const void*" },
 %  { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" } })
+%-- the row weights: pass 2 (every mode) and the check read them; A does not depend on them
+%local RW = { "row_weights", "const float* __restrict__" }
+%local row_in = ROWW and args(sums_in, { RW }) or sums_in
+%local check_in = args(IDS, VALS, {
+%  { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
+%  { "flag", "u64*", role = "check_flag" } })
+%if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
 %local K = iface.family(iface.args({
 %  { name = "kl_sparse_stats", step = "stats", threads = P.THREADS, args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
@@ -155,13 +193,11 @@
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
 %  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
 %  { name = "kl_sparse_sums", step = "sums", when = DIVX, threads = P.THREADS, args = args({
-%    { "z", "const logit_t*" } }, row_in, {
+%    { "z", "const logit_t*" } }, sums_in, {
 %    { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
 %    { "srec", "i64" }, { "out", "float*", role = "stats_out" }, { "row0", "i64" } }) },
 %  { name = "kl_sparse_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
-%    args = args(IDS, VALS, {
-%    { "labels", "const void*" }, { "labels_is64", "int" }, { "ignore_index", "i64" },
-%    { "flag", "u64*", role = "check_flag" } }) },
+%    args = check_in },
 %}), { iface.HDR, PART, ROWSTAT })
 
 #define V {{ P.V }}
@@ -390,9 +426,10 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
  * gscale c_out q off S. A row whose four values are all 0 (ignored, or RENORM with M = 0) gets
  * G = 0 without reading its logits. */
 %if DIVX then
-/* DIV: G = gscale Q_k (g_k - E) on S, gscale cout q off S; lqs = log Q_S (renorm). */
+/* DIV: G = gscale Q_k ((g_k - gr) + A) on S, gscale cout q off S (cout = g_tail - E; the
+ * header's A, g_r); ldno (renorm): log Q_k = (s_k - b) - ldno. */
 struct row_t {
-  float lse, cout, E, lqs;
+  float lse, cout, A, gr, ldno;
 %else
 struct row_t {
   float lse, cout, cin, pscale;
@@ -418,13 +455,14 @@ struct support_t {
   int id[K];     /* local column, or < 0 for an id outside [OFFSET, OFFSET + V) */
   float p[K];    /* teacher probability as given (before RENORM); 0 outside [0, VTOT) */
   float lp[K];   /* log max(p, eps) as given */
+%if DIVX then
+  float s[K];    /* DIV: the column's score (log Q is the tail's: s - lse or (s - b) - ldno) */
+%else
   float lq[K];   /* log q at the column */
+%end
 %if DIVX then
   float q[K];    /* DIV: the category's Q (0 for an entry off this shard) */
   float g[K];    /* DIV: its g */
-%end
-%if OWNON and not SHARDED then
-  float sc[K];   /* RENORM with DIV: the score s itself (div_terms takes the support's own lse) */
 %end
 };
 
@@ -442,20 +480,21 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
 #elif LOGPROBS
     const float p = fexp(val), lp = fmaxf(val, LOG_EPS);
 #else
-    const float p = val, lp = flog(fmaxf(val, EPS));
+    const float p = val, lp = {{ DIVX and "logf" or "flog" }}(fmaxf(val, EPS));
 #endif
     /* local column; -1 an id outside [0, VTOT) (skipped); -2 (DIV) one of another shard */
     sup.id[k] = in ? (int)(id - OFFSET) : {{ DIVX and "valid ? -2 : -1" or "-1" }};
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
-%if OWNON and not SHARDED then
-    const float sc = in ? score_at(zr, bias, id - OFFSET, invT) : 0.0f;
-    sup.lq[k] = in ? sc - lse : 0.0f;
-    sup.sc[k] = sc;
+%if DIVX then
+    sup.s[k] = in ? score_at(zr, bias, id - OFFSET, invT) : 0.0f;
 %else
     sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
 %end
   }
+%if DIVX then
+  (void)lse;
+%end
   __syncthreads();
 }
 
@@ -516,148 +555,165 @@ __device__ __forceinline__ float support_ds(const support_t& sup, int k, const r
   return rs.cin * fexp(sup.lq[k]) - rs.pscale * sup.p[k];
 }
 %else
-enum { MODE_SUMS = 3 }; /* kl_sparse_sums: this shard's sum of Q g over its support */
+enum { MODE_SUMS = 3 }; /* kl_sparse_sums: this shard's part of A (the header's) */
 #define BETA {{ f32(P.BETA or 0) }}
 
+struct max_op {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+/* A category's Q and g; the larger Q wins (ties: the larger g, so the merge commutes). */
+struct qg_t {
+  float q, g;
+};
+struct qg_max {
+  __device__ __forceinline__ qg_t operator()(qg_t a, qg_t b) const {
+    return a.q > b.q || (a.q == b.q && a.g >= b.g) ? a : b;
+  }
+};
+
 /* One category's g (returned) and its loss terms (added to *loss), P and Q the teacher's and
- * student's probabilities, lP = log max(P, eps), lQ = log Q (dense_rows' elem_terms, per
- * category); logm (JSD) log(beta P + (1 - beta) Q), NaN: computed here. */
-__device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float& loss,
-                                           float logm = __int_as_float(0x7fc00000)) {
+ * student's probabilities, lP = log max(P, eps), lQ = log Q, D = P - Q as precisely as the
+ * caller has it (dense_rows' elem_terms, per category). */
+__device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ, float D,
+                                           float& loss) {
 %if P.DIV == "reverse" then
-  (void)logm;
+  (void)P, (void)D;
   const float g = Q != 0.0f ? lQ - lP : 0.0f; /* Q = 0 (log Q = -inf): the category adds 0 */
   loss += Q * g;
   return g;
+%elseif P.DIV == "tvd" then
+  /* |P - Q| / 2 and sign(Q - P) / 2 from D (the tail's without two numbers near 1) */
+  (void)P, (void)lP, (void)Q, (void)lQ;
+  loss += 0.5f * fabsf(D);
+  return D < 0.0f ? 0.5f : D > 0.0f ? -0.5f : 0.0f;
 %else
-  if (logm != logm) /* dense_rows: m may be subnormal */
-    logm = flog(fmaxf(BETA * P + (1.0f - BETA) * Q, 1.17549435e-38f));
-  /* P = Q: both terms are 0 (m = P), exactly (a one-category support, K = 1) */
-  if (P != 0.0f && P != Q) loss += BETA * P * (lP - logm);
-  if (Q != 0.0f && P != Q) loss += (1.0f - BETA) * Q * (lQ - logm);
+  const float m = BETA * P + (1.0f - BETA) * Q;
+  if (m > 0.0f) {
+    /* P / m = 1 + (1 - beta) x and Q / m = 1 - beta x, x = D / m: near 1 (|.| < 1/2) the logs
+     * go through log1p, which keeps the digits a ratio near 1 has (the tail's: its two terms
+     * are first order in D and their sum second order); far from 1 the ratio itself is
+     * precise. Below eps log P is floored (the contract). */
+    const float x = D / m, xp = (1.0f - BETA) * x, xq = -BETA * x;
+    if (P != 0.0f)
+      loss += BETA * P * (P < EPS ? lP - logf(m) : fabsf(xp) < 0.5f ? log1pf(xp) : logf(P / m));
+    if (Q != 0.0f) loss += (1.0f - BETA) * Q * (fabsf(xq) < 0.5f ? log1pf(xq) : logf(Q / m));
+  }
   /* g less its constant -(1 - beta) log(1 - beta), from P / Q (dense_rows says why); the
-   * division is K per row here, off the streaming path */
-  return Q != 0.0f ? -(1.0f - BETA) *
-                         log1pf(fminf({{ f32((P.BETA or 0) / (1.0 - (P.BETA or 0))) }} * (P / Q), 1e30f))
-                   : 0.0f;
+   * division is K per row here, off the streaming path. Where P / Q is huge (Q tiny) log1p(c
+   * P / Q) is softplus(log c + log P - log Q), with no overflow. */
+  if (Q == 0.0f || P == 0.0f) return 0.0f;
+  const float r = P / Q;
+%  local c = P.BETA / (1.0 - P.BETA) -- beta / (1 - beta)
+  if (r < 1e30f) return -(1.0f - BETA) * log1pf({{ f32(c) }} * r);
+  const float lx = {{ f32(math.log(c)) }} + logf(P) - lQ;
+  return -(1.0f - BETA) * (fmaxf(lx, 0.0f) + log1pf(expf(-fabsf(lx))));
 %end
 }
 
 /* The categories of a DIV row (DIV above): each local support entry's Q and g into sup.q,
- * sup.g, the row's E and cout into rs (BACKWARD: rs holds them, saved), and the return value:
+ * sup.g; the row's A, g_r and cout into rs (BACKWARD: rs holds them, saved); the return value:
  * this shard's loss terms (the tail's on the first shard), or with MODE_SUMS this shard's sum
- * of Q g over its support. rs.lqs (RENORM: log Q_S) is set before; off_frac = d_off / d and
- * on_frac = d_on / d from the merged records; e_shards (SHARDED) the shards' sums of Q g. */
+ * of Q_k (g_r - g_k) over its support. rs.lse and (RENORM) rs.ldno = log dno are set before;
+ * off_frac = d_off / d, on_frac = d_on / d and mo (RENORM) from the merged records; a_shards
+ * (SHARDED) the shards' sums. */
 template <int MODE>
-__device__ float div_terms(support_t& sup, float off_frac, float on_frac, float e_shards,
-                           float* sh_f, row_t& rs) {
-  float mp = 0.0f, nv = 0.0f;
-  for (int k = threadIdx.x; k < K; k += THREADS) mp += sup.p[k], nv += sup.id[k] != -1;
-  const float M = block_sum<THREADS>(mp, sh_f);
+__device__ float div_terms(support_t& sup, float off_frac, float on_frac, float mo,
+                           float a_shards, float* sh_f, row_t& rs) {
+  __shared__ double sh_d[THREADS / 32];
+  double mp = 0.0;
+  float nv = 0.0f;
+  for (int k = threadIdx.x; k < K; k += THREADS) mp += (double)sup.p[k], nv += sup.id[k] != -1;
+  /* M in fp64: the tail's 1 - M and Q_S - M keep their digits */
+  const double md = block_sum_d<THREADS>(mp, sh_d);
+  const float M = (float)md;
+  const float ncat = block_sum<THREADS>(nv, sh_f); /* the valid ids, every shard's */
 #if RENORM
-  const bool live = M > 0.0f; /* M = 0: no divergence, as the forward KL's RENORM */
-  const float log_m = live ? flog(M) : 0.0f;
-#if SHARDED
-  const float lses = rs.lqs; /* log Q_S from every shard's records */
-#else
-  /* the support's own (max, sum-exp) from its gathered scores, so that log Q_k = (s_k - mo) -
-   * log dno carries no row-wide lse, whose rounding in s - lse (|s - lse| ~ 40 at logit std
-   * 12) would differ from entry to entry */
-  __shared__ md_t sh_md[THREADS / 32];
-  md_t own = {KL_NEG_INF, 0.0f};
+  /* M = 0: no divergence, as the forward KL's RENORM; one category (K = 1): P = Q = 1 and no
+   * divergence either, exactly (rounding in log P and log Q would leave a loss) */
+  const bool live = M > 0.0f && ncat > 1.0f;
+  const float log_m = live ? logf(M) : 0.0f;
+  /* b, the largest local support score (the same in every pass: the same gather); log Q_k =
+   * (s_k - b) - ldno, ldno = log dno + mo - b (0 + log dno unsharded), no large lse subtracted */
+  float b = KL_NEG_INF;
   for (int k = threadIdx.x; k < K; k += THREADS)
-    if (sup.id[k] >= 0) own = md_merge(own, md_t{sup.sc[k], 1.0f});
-  own = block_md<THREADS>(own, sh_md);
-  const float mo = own.m, lses = own.d > 0.0f ? flog(own.d) : 0.0f;
+    if (sup.id[k] >= 0) b = fmaxf(b, sup.s[k]);
+  b = block_reduce<THREADS>(b, sh_f, KL_NEG_INF, max_op());
+  if (b == KL_NEG_INF) b = 0.0f; /* nothing local */
+  if (MODE != MODE_BACKWARD) rs.ldno += mo - b;
+#else
+  (void)mo;
 #endif
-#endif
-  float loss = 0.0f, qg = 0.0f;
+  float loss = 0.0f;
   for (int k = threadIdx.x; k < K; k += THREADS) {
     float Q = 0.0f, g = 0.0f;
 #if RENORM
     if (sup.id[k] >= 0 && live) {
-      /* P by a division, so that a support of one category (K = 1) has P = 1 exactly, and
-       * then lP = 0 and the divergence exactly 0 (lQ is 0 too: s - lse less the support's own
-       * s - lse) */
-#if SHARDED
-      const float lQ = sup.lq[k] - lses, P = sup.p[k] / M;
-#else
-      const float lQ = (sup.sc[k] - mo) - lses, P = sup.p[k] / M;
-#endif
+      const float lQ = (sup.s[k] - b) - rs.ldno, P = sup.p[k] / M;
 #if LOGPROBS
-      /* the given log p less log M, floored at log eps */
-      const float lP = P == 1.0f ? 0.0f : fmaxf(sup.lp[k] - log_m, LOG_EPS);
+      const float lP = fmaxf(sup.lp[k] - log_m, LOG_EPS); /* the given log p less log M */
 #else
-      const float lP = P == 1.0f ? 0.0f : flog(fmaxf(P, EPS));
+      const float lP = logf(fmaxf(P, EPS));
 #endif
 #else
     if (sup.id[k] >= 0) {
-      const float lQ = sup.lq[k], P = sup.p[k];
+      const float lQ = sup.s[k] - rs.lse, P = sup.p[k];
 #if LOGPROBS
       const float lP = fmaxf(sup.lp[k], LOG_EPS);
 #else
       const float lP = sup.lp[k]; /* log max(p, eps) already */
 #endif
 #endif
-      Q = fexp(lQ);
-      g = cat_terms(P, lP, Q, lQ, loss);
-      qg += Q * g;
+      Q = expf(lQ);
+      g = cat_terms(P, lP, Q, lQ, P - Q, loss);
     }
     sup.q[k] = Q, sup.g[k] = g;
   }
-  if (MODE == MODE_SUMS) return block_sum<THREADS>(qg, sh_f);
   __syncthreads(); /* sup.q, sup.g visible to the block (write_g reads them at any k) */
   if (MODE == MODE_BACKWARD) return 0.0f;
-  float tail_loss = 0.0f, gt = 0.0f, et = 0.0f;
+  float tail_loss = 0.0f, gt = 0.0f, qt = 0.0f;
 #if BUCKET
   /* the tail category exists where a column lies off S: the support's distinct valid ids do
    * not cover the vocabulary (not off_frac > 0, which underflows where the student puts all
    * but 1e-38 of its mass on S: the JSD's tail term beta P log(1 / beta) stays) */
-  const bool tail = block_sum<THREADS>(nv, sh_f) < (float)VTOT;
+  const bool tail = ncat < (float)VTOT;
   if (tail) {
-    const float Pt = fmaxf(1.0f - M, 0.0f);
-    const float lPt = Pt > EPS ? log1pf(-M) : LOG_EPS;
+    const float pt = (float)fmax(1.0 - md, 0.0);
+    /* log(1 - M): log1p where M is small, else the log of 1 - M (formed in fp64) */
+    const float lpt = pt > EPS ? (M < 0.5f ? log1pf(-M) : logf(pt)) : LOG_EPS;
     /* Q_tail = d_off / d exactly; its log from whichever of Q_S, 1 - Q_S is precise */
-    const float lQt = on_frac < 0.5f ? log1pf(-on_frac) : logf(off_frac);
-%if P.DIV == "jsd" then
-    /* m = beta P_t + (1 - beta) Q_t = 1 - (beta M + (1 - beta) Q_S): near 1 where the support
-     * holds little mass, whose log flog would give to 1e-7 absolute, not relative */
-    const float om = BETA * M + (1.0f - BETA) * on_frac;
-    const float lmt = om < 0.5f ? log1pf(-om) : __int_as_float(0x7fc00000);
-    gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss, lmt);
-%else
-    gt = cat_terms(Pt, lPt, off_frac, lQt, tail_loss);
-%end
-    et = off_frac * gt; /* g is 0 where Q_tail underflowed to 0 */
+    qt = off_frac;
+    const float lqt = on_frac < 0.5f ? log1pf(-on_frac) : logf(off_frac);
+    /* D = P_tail - Q_tail = Q_S - M where Q_S < 1/2: no difference of two numbers near 1 */
+    const float dt = pt == 0.0f ? -qt : on_frac < 0.5f ? (float)((double)on_frac - md) : pt - qt;
+    gt = cat_terms(pt, lpt, qt, lqt, dt, tail_loss);
   }
 #else
+  const bool tail = false;
   (void)off_frac, (void)on_frac;
 #endif
-#if SHARDED
-  rs.E = e_shards + et;
-#else
-  (void)e_shards;
-  rs.E = block_sum<THREADS>(qg, sh_f) + et;
-#endif
-#if BUCKET
-  /* g_tail - E = sum_S Q_k (g_tail - g_k) (Q_S + Q_tail = 1): summed so, not as the difference
-   * of g_tail and E, which are nearly equal where the tail holds most of q, and whose rounding
-   * every column off S would share */
-  if (tail) {
-#if SHARDED
-    rs.cout = gt * on_frac - e_shards;
-#else
-    float d = 0.0f;
-    for (int k = threadIdx.x; k < K; k += THREADS)
-      if (sup.id[k] >= 0) d += sup.q[k] * (gt - sup.g[k]);
-    rs.cout = block_sum<THREADS>(d, sh_f);
-#endif
-  } else {
-    rs.cout = 0.0f;
-  }
-#else
-  rs.cout = 0.0f; /* RENORM: columns off S do not enter the categories */
-#endif
+%if SHARDED then
+  /* the reference category: one every shard knows (the tail, else g_r = 0) */
+  const float gr = tail ? gt : 0.0f;
+%else
+  /* the reference category: the largest Q, whose g - E would cancel */
+  __shared__ qg_t sh_qg[THREADS / 32];
+  qg_t best = {-1.0f, 0.0f};
+  for (int k = threadIdx.x; k < K; k += THREADS) best = qg_max()(best, qg_t{sup.q[k], sup.g[k]});
+  best = block_reduce<THREADS>(best, sh_qg, qg_t{-1.0f, 0.0f}, qg_max());
+  const float gr = tail && qt >= best.q ? gt : best.g;
+%end
+  float a = 0.0f; /* A = sum_C Q_c (g_r - g_c): this shard's support's terms */
+  for (int k = threadIdx.x; k < K; k += THREADS) a += sup.q[k] * (gr - sup.g[k]);
+  if (MODE == MODE_SUMS) return block_sum<THREADS>(a, sh_f);
+%if SHARDED then
+  float A = a_shards;
+%else
+  (void)a_shards;
+  float A = block_sum<THREADS>(a, sh_f);
+%end
+  if (tail) A += qt * (gr - gt); /* 0 where the tail is the reference */
+  rs.A = A, rs.gr = gr;
+  rs.cout = tail ? (gt - gr) + A : 0.0f; /* g_tail - E; RENORM: no column off S is a category */
   loss = block_sum<THREADS>(loss, sh_f);
 #if OFFSET == 0
   loss += tail_loss; /* one tail category per row: counted on the first shard */
@@ -665,9 +721,9 @@ __device__ float div_terms(support_t& sup, float off_frac, float on_frac, float 
   return loss;
 }
 
-/* The divergence's G at support entry k, before gscale. */
+/* The divergence's G at support entry k, before gscale: Q_k (g_k - E). */
 __device__ __forceinline__ float support_ds(const support_t& sup, int k, const row_t& rs) {
-  return sup.q[k] * (sup.g[k] - rs.E);
+  return sup.q[k] * ((sup.g[k] - rs.gr) + rs.A);
 }
 %end
 
@@ -719,7 +775,11 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
 %if HARD or CAPPED then
     if (id >= 0) {
       float gk = gscale * support_ds(sup, k, rs);
+%  if DIVX then
+      const float sk = sup.s[k]; /* the column's score */
+%  else
       const float sk = sup.lq[k] + rs.lse; /* the column's score */
+%  end
 %  if HARD then
       gk += ce.gh * fexp(sk * tz - rs.lse1);
 %  end
@@ -752,14 +812,14 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
 
 /* One block per row: pass 2 of the fused and forward modes, the backward pass and (DIV) the
  * split API's kl_sparse_sums. */
-%local function zero_rs() return "rs." .. table.concat(RF, " = rs.") .. " = 0.0f;" end
+%local function zero_rs() return "rs." .. table.concat(RT, " = rs.") .. " = 0.0f;" end
 template <int MODE>
 __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const id_t* __restrict__ ids,
                                            const val_t* __restrict__ vals,
                                            const bias_t* __restrict__ bias, const void* labels,
                                            int labels_is64, i64 ignore_index,
-                                           const float* __restrict__ hdr,
+                                           const float* __restrict__ hdr,{{ RWP }}
                                            const float* __restrict__ part, int nrec,
                                            i64 srow, i64 srec, float* rowstat,
                                            float* __restrict__ lossp,
@@ -769,15 +829,26 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   const i64 row = row0 + r;
   __shared__ support_t sup;
   __shared__ float sh_f[THREADS / 32];
+%if DIVX then
+  __shared__ float sh_rec[7]; /* lse, d_off / d, d_on / d, lse(z'), log dno, the shards' A, mo */
+%else
   __shared__ float sh_rec[6]; /* lse, d_off / d, d_on / d, lse(z'), log Q_S, the shards' E */
+%end
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+%if ROWW then
+  /* the sums kernel has none */
+  const float rw = {{ DIVX and "MODE == MODE_SUMS ? 1.0f : " or "" }}row_weights[row];
+%end
   const float invT = INV_T(hdr);
   row_t rs;
   float loss = 0.0f;
   if (MODE == MODE_BACKWARD) {
     const float* saved = rowstat + ROWSTAT_FLOATS * row;
+%if DIVX then
+    {{ zero_rs() }} /* the fields the tail does not save */
+%end
 %for _, f in ipairs(RF) do
     rs.{{ f }} = saved[ROWSTAT_{{ f:upper() }}];
 %end
@@ -792,7 +863,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
       gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
 %if DIVX then
-    if (kept) div_terms<MODE_BACKWARD>(sup, 0.0f, 0.0f, 0.0f, sh_f, rs); /* sup.q, sup.g */
+    if (kept) div_terms<MODE_BACKWARD>(sup, 0.0f, 0.0f, 0.0f, 0.0f, sh_f, rs); /* sup.q, sup.g */
 %end
   } else if (kept) {
     if (threadIdx.x == 0) {
@@ -834,7 +905,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       sh_rec[3] = mh + logf(dh);
 %end
 %if OWNON then
-      sh_rec[4] = mo + logf(dno) - sh_rec[0]; /* log Q_S, with no underflow of d_on / d */
+      sh_rec[4] = logf(dno), sh_rec[6] = mo; /* the support's own lse, its two parts apart */
 %end
 %if SHARDED then
       sh_rec[5] = es;
@@ -844,9 +915,11 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
     gather(sup, zr, ids, vals, bias, row, invT, lse);
 %if DIVX then
+    {{ zero_rs() }}
     rs.lse = lse;
-    rs.lqs = {{ OWNON and "sh_rec[4]" or "0.0f" }};
-    loss = div_terms<MODE>(sup, off_frac, on_frac, {{ SHARDED and "sh_rec[5]" or "0.0f" }}, sh_f, rs);
+    rs.ldno = {{ OWNON and "sh_rec[4]" or "0.0f" }};
+    loss = div_terms<MODE>(sup, off_frac, on_frac, {{ OWNON and "sh_rec[6]" or "0.0f" }},
+                           {{ SHARDED and "sh_rec[5]" or "0.0f" }}, sh_f, rs);
     if (MODE == MODE_SUMS) { /* this shard's part of E, into its own record's slot S */
       if (threadIdx.x == 0) rowstat[row * PART_FLOATS + PART_S] = loss;
       return;
@@ -881,7 +954,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   }
   __syncthreads();
   ce_t ce = sh_ce;
-  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE) * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+  ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
 #if OFFSET == 0
@@ -891,6 +964,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   }
 %elseif P.SOFT then
   loss *= {{ WS }};
+%end
+%if ROWW then
+  loss *= rw; /* the row's weight: its loss and (below) its gradient, both terms */
 %end
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
   if (MODE == MODE_FORWARD) {
@@ -913,31 +989,32 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     zero_range(gr, 0, V);
     return;
   }
-  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ HARD and ", ce" or "" }});
+  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }}{{ HARD and ", ce" or "" }});
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 {{ K.kernel("kl_sparse_fused") }} {
-  sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr, part,
+  sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }} part,
                          nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_forward") }} {
-  sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
                            part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_backward") }} {
-  sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
                             nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
 }
 %if DIVX then
 
 /* Split API (kljit_shard_sums): one block per chunk row merges the row's records (every
- * shard's, as pass 2 does), sums Q g over this shard's support entries and writes it to slot S
+ * shard's, as pass 2 does), sums Q_k (g_r - g_k) over this shard's support entries (A's
+ * terms; the header's) and writes it to slot S
  * of the row's record in out (slot S only: part may be the same buffer). An ignored row: 0. */
 {{ K.kernel("kl_sparse_sums") }} {
-  sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,
+  sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWN }}
                         part, nrec, srow, srec, out, nullptr, nullptr, 0, row0);
 }
 %end
@@ -992,7 +1069,8 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if P.CHECK then
 
 /* Checked mode: kinds of bad input, reported as (row << 8) | kind through atomicMin. */
-enum { BAD_ID_RANGE = 1, BAD_ID_DUPLICATE = 2, BAD_VALUE_NONFINITE = 3, BAD_PROB_NEGATIVE = 4 };
+enum { BAD_ID_RANGE = 1, BAD_ID_DUPLICATE = 2, BAD_VALUE_NONFINITE = 3, BAD_PROB_NEGATIVE = 4,
+       BAD_ROW_WEIGHT = 5 /* (ROWW) negative, NaN or infinite: exec_check.c's kind 5 */ };
 
 __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
   atomicMin(flag, ((u64)row << 8) | (u64)kind);
@@ -1017,6 +1095,11 @@ __device__ __forceinline__ void report(u64* flag, i64 row, int kind) {
     if (!bad && val < 0.0f) bad = BAD_PROB_NEGATIVE;
 #endif
   }
+%if ROWW then
+  const float w = row_weights[row];
+  if (!bad && (!(w >= 0.0f) || (__float_as_uint(w) & 0x7f800000u) == 0x7f800000u))
+    bad = BAD_ROW_WEIGHT;
+%end
   __syncthreads();
   /* duplicates: every pair once, O(K^2 / CHECK_THREADS) comparisons in shared memory */
   for (int k = threadIdx.x; k < K && !bad; k += {{ CHECK_THREADS }})

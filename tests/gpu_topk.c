@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_topk.c — the top-K teacher's reverse KL and JSD (issue 29) on the GPU against the fp64
+/* gpu_topk.c — the top-K teacher's reverse KL, JSD and TVD (issue 29) on the GPU against the fp64
  * reference: K + 1 categories (TAIL_BUCKET) and the renormalized support (TAIL_RENORM).
  *
  * Cases run through gpu_case.h (fresh random inputs, poisoned outputs, its tolerances: the
@@ -7,7 +7,8 @@
  * tail x divergence x dtype x reduction x mode, with the value form, id width, bias,
  * temperature and T^2 rotating; odd and large vocabularies, logits of std 2 to 12, CE mixing
  * and the softcap, zero-mass and ignored rows, K = 1 and 1024, the JSD's end points, full
- * support against the dense teacher. Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
+ * support against the dense teacher; row weights over every tail (the forward KL's too).
+ * Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -166,6 +167,67 @@ static int ragged_chunks_and_a_single_row(void) {
   return fold(worst, gcase_check(&c));
 }
 
+/* Row weights (drawn in [0, 2], every 7th row 0): the forward KL over every tail and the
+ * reverse KL and the JSD over both category tails, fused and two-phase, CE mixing on some
+ * (loss and both gradients scale), the optional outputs where CE is off (loss_parts with the
+ * sparse teacher's CE is refused), checked mode on one (its weight check passes). */
+static int row_weights_scale_every_tail_and_divergence(void) {
+  static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  int worst = TH_PASS, i = 0;
+  for (int d = 0; d < 3; d++)
+    for (int t = d ? 1 : 0; t < 3 && worst != TH_SKIP; t++, i++) {
+      gcase c = topk_base(tails[t], d == 0 ? KLJIT_DIVERGENCE_FORWARD_KL
+                                   : d == 1 ? KLJIT_DIVERGENCE_REVERSE_KL
+                                            : KLJIT_DIVERGENCE_JSD, d == 2 ? 0.4 : 0.0);
+      c.row_weights = 1;
+      c.fused = i % 2, c.dt = DTS[i % 3];
+      c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+      if (i % 3 == 2) c.hard_weight = 0.5, c.soft_weight = 0.7; /* CE mixing */
+      else c.outputs = 1;
+      if (i == 3) c.flags |= KLJIT_FLAG_CHECK_INPUTS;
+      if (i == 4) c.red = KLJIT_REDUCTION_NONE, c.fused = 0;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
+/* TVD over the K + 1 categories and the renormalized support: every dtype, both modes, the
+ * value forms, bias, T and the reductions rotating; CE mixing, row weights, the softcap on
+ * some; logits of std 12 over V = 151936 (a peaked student: Q_tail or one Q_k near 1); K = 1
+ * (RENORM: one category, TVD 0) and K = 1024. */
+static int tvd_over_both_tails_dtypes_modes_and_scales(void) {
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+        gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD,
+                            0.0);
+        c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+        c.values = i % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+        c.idt = i % 3 ? KLJIT_INT32 : KLJIT_INT64;
+        c.bias = i % 4 == 1;
+        c.T = i % 3 == 2 ? 2.0 : 1.0;
+        c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 3); /* SUM, BATCHMEAN, MEAN */
+        if (i % 4 == 2) c.hard_weight = 0.5, c.soft_weight = 0.5;
+        if (i % 5 == 3) c.row_weights = 1;
+        if (i == 7) c.zstd = 30.0, c.softcap = 30.0;
+        worst = fold(worst, gcase_check(&c));
+      }
+  for (int tail = 0; tail < 2 && worst != TH_SKIP; tail++) {
+    gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD, 0.0);
+    c.zstd = 12.0, c.v = 151936, c.n = 9, c.h = 32, c.dt = KLJIT_FP32, c.fused = tail;
+    worst = fold(worst, gcase_check(&c));
+  }
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 2 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD,
+                          0.0);
+      c.k = k ? 1024 : 1, c.v = k ? 50257 : 1001, c.n = 13, c.h = 32, c.fused = (tail + k) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -175,5 +237,7 @@ static const th_case cases[] = {
     {"jsd_end_point_and_full_support_equal_their_twins",
      jsd_end_point_and_full_support_equal_their_twins},
     {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
+    {"row_weights_scale_every_tail_and_divergence", row_weights_scale_every_tail_and_divergence},
+    {"tvd_over_both_tails_dtypes_modes_and_scales", tvd_over_both_tails_dtypes_modes_and_scales},
 };
 TH_MAIN(cases)

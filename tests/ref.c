@@ -17,7 +17,7 @@
  *   |p - q|, g = sign(q - p) / 2 (0 at p = q); SKEW_FORWARD_KL(a) m = a p + (1 - a) q, l = sum
  *   p (log p - log m), g = -(1 - a) p / m; SKEW_REVERSE_KL(a) m = a q + (1 - a) p, l = sum q
  *   (log q - log m), g = log(q / m) - a q / m; a = 0 takes the forward and reverse KL)
- *   sparse, the reverse KL and the JSD (kljit.h): dense-from-sparse, the dense divergence of
+ *   sparse, the reverse KL, the JSD and TVD (kljit.h): dense-from-sparse, the dense divergence of
  *   the category distributions P, Q (BUCKET: S and the tail, P_tail = max(1 - M, 0), Q_tail =
  *   1 - Q_S, no tail category when S covers V; RENORM: S with P = p / M, Q = q / Q_S; M = 0:
  *   nothing), then dl/ds_v = Q'_v (g_c(v) - E) with Q'_v = q_v (BUCKET: on S and, with the
@@ -47,7 +47,7 @@
  *     rounding error, so the term is dropped as well (this keeps K = V equal to dense).
  *   - LOGPROBS values: log max(p, eps) is computed as max(log p, log eps), so a given -inf is
  *     p = 0 and contributes nothing; the given log p is used directly above eps.
- *   - The sparse reverse KL and JSD refuse a row with duplicate ids (kljit leaves them
+ *   - The sparse reverse KL, JSD and TVD refuse a row with duplicate ids (kljit leaves them
  *     unspecified) and TAIL_NONE (kljit refuses it).
  *
  * Numerics: logits by double dot products with four partial sums, log-sum-exp with the maximum
@@ -185,10 +185,10 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
         if (pb->tail == KLJIT_TAIL_NONE)
           return ref_fail("TAIL_NONE takes the forward KL only", (long long)pb->divergence);
         if (pb->divergence != KLJIT_DIVERGENCE_REVERSE_KL &&
-            pb->divergence != KLJIT_DIVERGENCE_JSD &&
+            pb->divergence != KLJIT_DIVERGENCE_JSD && pb->divergence != KLJIT_DIVERGENCE_TVD &&
             !(pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
-          return ref_fail("the sparse teacher takes the forward KL, the reverse KL and the JSD",
-                          (long long)pb->divergence);
+          return ref_fail("the sparse teacher takes the forward KL, the reverse KL, the JSD and "
+                          "TVD", (long long)pb->divergence);
       }
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
@@ -332,7 +332,8 @@ static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const
                               double *l_out) {
   const int64_t V = pb->vocab, K = pb->topk;
   const double log_eps = log(pb->eps);
-  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->beta == 1.0 ||
+  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ||
+                      (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 1.0) ||
                       pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL; /* alpha 0 here */
   double *P = r->cat, *lP = P + (K + 1), *Q = lP + (K + 1), *lQ = Q + (K + 1);
   double *ge = lQ + (K + 1);
@@ -397,7 +398,7 @@ static int ref_row_sparse(const kljit_problem *pb, const int64_t *ids, const dou
     }
     M += r->pk[k];
   }
-  if (pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ||
+  if (pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->divergence == KLJIT_DIVERGENCE_TVD ||
       (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta != 0.0) ||
       (pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
     return ref_row_sparse_div(pb, ids, vals, r, row, M, ds, l_out);

@@ -116,7 +116,7 @@ static int each_rule_is_a_usage_error_naming_the_word(void) {
       {"V=1000,H=64,ls=0.1", "'ls=0.1' is a term of the hard-label CE: add hard=W"},
       {"V=1000,H=64,hard=1,zloss=2e6", "zloss=2e6: want a number from 0 to 1e+06"},
       {"V=1000,H=64,roww,roww", "'roww' is given twice"},
-      {"V=1000,H=64,topk=8,tail=bucket,div=tvd", "the reverse KL and the JSD only"},
+      {"V=1000,H=64,topk=8,tail=bucket,div=skew-forward,alpha=0.2", "the JSD and TVD only"},
       {"V=1000,H=64,hidden=0", "hidden=0: want an integer from 1 to 1048576"},
       {"V=1000,H=64,beta=2,div=jsd", "beta=2: want a number from 0 to 1"},
       {"V=1000,H=64,eps=0.01", "eps=0.01: want a number in [1e-30, 1e-3)"},

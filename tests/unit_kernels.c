@@ -710,6 +710,27 @@ static int add_issue29_families(space *s) {
     const int r = add_problem(s, &pb);
     if (r != TH_PASS) return r;
   }
+  /* the sparse teacher's row weights: the forward KL (checked: its weight check), the JSD over
+   * the tail with CE, a later shard's reverse KL over the renormalized support; its TVD over
+   * the tail with CE, a cap and checked mode */
+  for (int i = 0; i < 4; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i == 2 ? 75968 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = 100, sp.teacher_dtype = KLJIT_FP32;
+    sp.tail = i == 0 ? KLJIT_TAIL_NONE : i == 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    sp.divergence = i == 0 ? KLJIT_DIVERGENCE_FORWARD_KL
+                    : i == 1 ? KLJIT_DIVERGENCE_JSD
+                    : i == 2 ? KLJIT_DIVERGENCE_REVERSE_KL : KLJIT_DIVERGENCE_TVD;
+    sp.beta = i == 1 ? 0.5 : 0.0;
+    if (i < 3) sp.flags |= KLJIT_FLAG_ROW_WEIGHTS;
+    if (i == 0 || i == 3) sp.flags |= KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 1 || i == 3) sp.hard_weight = 0.5, sp.soft_weight = 0.5;
+    if (i == 3) sp.softcap = 30.0;
+    if (i == 2) sp.vocab_total = 151936, sp.vocab_offset = 75968, sp.shards = 2;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
   return TH_PASS;
 }
 

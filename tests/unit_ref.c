@@ -948,16 +948,18 @@ static int gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and
 
 /* ---- the top-K teacher's reverse KL and JSD (issue 29): K + 1 categories or renormalized --- */
 
-/* Finite differences of the sparse reverse KL and JSD, both tails and value forms, through the
- * four setups of fd_family (CE mixing, softcaps, T, every reduction; a zero value in row 0). */
+/* Finite differences of the sparse reverse KL, JSD and TVD, both tails and value forms,
+ * through the four setups of fd_family (CE mixing, softcaps, T, every reduction; a zero value
+ * in row 0). */
 static int gradients_match_finite_differences_for_the_sparse_reverse_kl_and_jsd(void) {
-  const family fams[3] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+  const family fams[4] = {{KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
                           {KLJIT_DIVERGENCE_JSD, 0.3},
-                          {KLJIT_DIVERGENCE_JSD, 0.9}};
+                          {KLJIT_DIVERGENCE_JSD, 0.9},
+                          {KLJIT_DIVERGENCE_TVD, 0.0}};
   const kljit_tail tails[2] = {KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
   for (int t = 0; t < 2; t++)
     for (int v = 0; v < 2; v++)
-      for (int d = 0; d < 3; d++)
+      for (int d = 0; d < 4; d++)
         if (fd_family_tail(KLJIT_TEACHER_SPARSE_TOPK, fams[d], tails[t],
                            v ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS) != TH_PASS)
           return TH_FAIL;
@@ -986,19 +988,21 @@ static int sparse_reverse_kl_and_jsd_with_full_support_equal_dense(void) {
 
 /* The categories by hand: W = I, so z = x and q = softmax(x / T); support ids[3] of mass 0.7.
  * BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S), RENORM p_S / 0.7 with q_S / Q_S; then
- * D and G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E) (kljit.h), for the reverse KL and the
- * JSD(0.35), against the reference. */
-static int sparse_reverse_kl_and_jsd_are_the_divergences_of_the_categories(void) {
+ * D and G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E) (kljit.h), for the reverse KL, the
+ * JSD(0.35) and TVD (g = sign(Q - P) / 2), against the reference. */
+static int sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_categories(void) {
   for (int tail = 0; tail < 2; tail++)
-    for (int jsd = 0; jsd < 2; jsd++) {
+    for (int d = 0; d < 3; d++) {
+      const int jsd = d == 1, tvd = d == 2;
       prob p;
       prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
       p.pb.topk = 3;
       p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
       p.pb.temperature = 1.5;
-      p.pb.divergence = jsd ? KLJIT_DIVERGENCE_JSD : KLJIT_DIVERGENCE_REVERSE_KL;
+      p.pb.divergence = jsd ? KLJIT_DIVERGENCE_JSD
+                        : tvd ? KLJIT_DIVERGENCE_TVD : KLJIT_DIVERGENCE_REVERSE_KL;
       p.pb.beta = jsd ? 0.35 : 0.0;
-      host_rng g = {(uint64_t)(43 + 2 * tail + jsd)};
+      host_rng g = {(uint64_t)(43 + 3 * tail + d)};
       fill_normal(p.x, 7, 2.0, &g);
       for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
       sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
@@ -1015,7 +1019,10 @@ static int sparse_reverse_kl_and_jsd_are_the_divergences_of_the_categories(void)
       P[3] = 0.3, Q[3] = 1.0 - Qs;
       const double b = p.pb.beta;
       for (int c = 0; c < n; c++) {
-        if (!jsd) {
+        if (tvd) {
+          gc[c] = Q[c] > P[c] ? 0.5 : Q[c] < P[c] ? -0.5 : 0.0;
+          D += 0.5 * fabs(P[c] - Q[c]);
+        } else if (!jsd) {
           gc[c] = log(Q[c] / P[c]);
           D += Q[c] * gc[c];
         } else {
@@ -1312,6 +1319,24 @@ static int gradients_match_finite_differences_with_row_weights_label_smoothing_a
   for (int fi = 0; fi < 2; fi++)
     for (int d = 0; d < 4; d++)
       if (fd_family_x(forms[fi], fams[d].f, fams[d].x) != TH_PASS) return TH_FAIL;
+  return TH_PASS;
+}
+
+/* Row weights (one of them 0) with the sparse teacher: the forward KL over every tail, the
+ * reverse KL and the JSD over both category tails, both value forms, on fd_family's setups
+ * (CE mixing, softcaps, T, every reduction). */
+static int gradients_match_finite_differences_for_the_sparse_teacher_with_row_weights(void) {
+  const family fams[3] = {{KLJIT_DIVERGENCE_FORWARD_KL, 0.0},
+                          {KLJIT_DIVERGENCE_REVERSE_KL, 0.0},
+                          {KLJIT_DIVERGENCE_JSD, 0.4}};
+  const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  const extras w = {0.0, 0.0, 0.0, 1};
+  for (int d = 0; d < 3; d++)
+    for (int t = d ? 1 : 0; t < 3; t++)
+      for (int v = 0; v < 2; v++)
+        if (fd_family_all(KLJIT_TEACHER_SPARSE_TOPK, fams[d], w, tails[t],
+                          v ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS) != TH_PASS)
+          return TH_FAIL;
   return TH_PASS;
 }
 
@@ -1684,7 +1709,7 @@ static const th_case cases[] = {
     CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_ce_and_softcap),
     CASE(gradients_match_finite_differences_for_the_sparse_reverse_kl_and_jsd),
     CASE(sparse_reverse_kl_and_jsd_with_full_support_equal_dense),
-    CASE(sparse_reverse_kl_and_jsd_are_the_divergences_of_the_categories),
+    CASE(sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_categories),
     CASE(sparse_jsd_end_points_are_the_category_kls),
     CASE(two_class_reverse_kl_and_jsd_match_hand_values),
     CASE(jsd_tends_to_the_forward_and_reverse_kl_at_its_end_points),
@@ -1699,6 +1724,7 @@ static const th_case cases[] = {
     CASE(label_smoothing_interpolates_the_label_and_the_uniform_target),
     CASE(z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part),
     CASE(row_weights_scale_rows_but_not_the_divisor),
+    CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_row_weights),
     CASE(tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),

@@ -43,7 +43,7 @@ const char CLI_SHAPE_HELP[] =
     "  cap=C tcap=C                   logit softcaps z -> C tanh(z / C) (tcap: teacher logits)\n"
     "  T=<t> tt=<t> runtime t2        temperature, teacher temperature, T per call, T^2\n"
     "  reduction=sum|batchmean|mean|none  labels=i32|i64 ignore=<id> eps=<e>\n"
-    "  bias native tf32 check roww    problem flags (roww: per-row weights, dense teachers)\n"
+    "  bias native tf32 check roww    problem flags (roww: per-row weights)\n"
     "  gw=fp32|fp16|bf16 accum=fp32|out|auto  dW dtype and accumulation\n"
     "  vtot=V voff=O shards=S         one shard of a vocabulary-parallel head (experimental)\n";
 
