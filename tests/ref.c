@@ -260,13 +260,18 @@ static void ref_teacher_dense(const kljit_problem *pb, const double *t, double T
  * g_c - E, g = dD/dQ: log Q - log P (+ 1, which cancels) for the reverse KL, (1 - beta) log(Q /
  * m) for the JSD, sign(Q - P) / 2 for TVD, -(1 - a) P / m for the skew forward KL, log(Q / m) -
  * a Q / m (+ 1) for the skew reverse KL; E = sum Q g. dD/ds for scores s whose softmax gives Q
- * is then Q (g - E). */
+ * is then Q (g - E).
+ * g_c - E is formed as (g_c - g_r) + sum_c' Q_c' (g_r - g_c') about the category r of the
+ * largest Q: g_r - E itself would be a difference of two numbers near g_r where Q_r is near 1,
+ * and in fp64 the top-K tail's Q_r = 1 - 1e-13 (logits of std 12) carries 1e-15 of the row's
+ * lse: a 1e-2 error in g - E that the kernels' fp32 does not make (they sum the same way). */
 static double ref_div_categories(const kljit_problem *pb, int64_t n, const double *P,
                                  const double *lP, const double *Q, const double *lQ, double *ge,
                                  int reverse, double beta) {
   const kljit_divergence div = pb->divergence;
   const double a = pb->skew_alpha;
-  long double l = 0.0L, qg = 0.0L;
+  long double l = 0.0L, sum_a = 0.0L;
+  int64_t r = 0; /* the reference category: the largest Q */
   for (int64_t c = 0; c < n; c++) {
     const double q = Q[c], p = P[c];
     double g;
@@ -292,9 +297,11 @@ static double ref_div_categories(const kljit_problem *pb, int64_t n, const doubl
       if (q != 0.0) l += (long double)((1.0 - beta) * q) * (lQ[c] - logm);
     }
     ge[c] = g;
-    qg += (long double)q * g;
+    if (q > Q[r]) r = c;
   }
-  for (int64_t c = 0; c < n; c++) ge[c] -= (double)qg;
+  for (int64_t c = 0; c < n; c++) sum_a += (long double)Q[c] * ((long double)ge[r] - ge[c]);
+  const double gr = n > 0 ? ge[r] : 0.0;
+  for (int64_t c = 0; c < n; c++) ge[c] = (double)(((long double)ge[c] - gr) + sum_a);
   return (double)l;
 }
 

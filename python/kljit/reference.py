@@ -151,7 +151,7 @@ def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
 
 
 def _sparse_div(config: LossConfig) -> bool:
-    """True for the top-K teacher's reverse KL and JSD (beta > 0): K + 1 categories (BUCKET) or
+    """True for the top-K teacher's reverse KL, JSD (beta > 0) and TVD: K + 1 categories (BUCKET) or
     the renormalized support (RENORM), include/kljit.h; False for its forward KL (JSD beta 0
     and the skew KLs at skew_alpha 0 included). The other divergences (and the categories with
     tail='none') are refused, as tests/ref.c refuses them."""
@@ -159,20 +159,23 @@ def _sparse_div(config: LossConfig) -> bool:
     if div == "forward_kl" or (div == "jsd" and beta == 0.0) or (
             div == "skew_forward_kl" and a == 0.0):
         return False
-    if div in ("reverse_kl", "jsd") or (div == "skew_reverse_kl" and a == 0.0):
+    if div in ("reverse_kl", "jsd", "tvd") or (div == "skew_reverse_kl" and a == 0.0):
         if config.tail == "none":
             raise ValueError(f"the top-K teacher's {div} needs tail='bucket' or 'renorm'")
         return True
-    raise ValueError(f"the top-K teacher takes the forward KL, the reverse KL and the JSD (the "
-                     f"skew KLs at skew_alpha=0), not {div} (skew_alpha {a})")
+    raise ValueError(f"the top-K teacher takes the forward KL, the reverse KL, the JSD and TVD "
+                     f"(the skew KLs at skew_alpha=0), not {div} (skew_alpha {a})")
 
 
 def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.Tensor,
                 lQ: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
-    """The reverse KL or JSD over categories (the last dim) and g - E for each (tests/ref.c's
+    """The reverse KL, JSD or TVD over categories (the last dim) and g - E for each (tests/ref.c's
     ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
     beta = float(config.beta)
-    if config.divergence in ("reverse_kl", "skew_reverse_kl") or beta == 1.0:
+    if config.divergence == "tvd":
+        g = 0.5 * torch.sign(Q - P)
+        loss = 0.5 * (Q - P).abs().sum(-1)
+    elif config.divergence in ("reverse_kl", "skew_reverse_kl") or beta == 1.0:
         g = torch.where(Q != 0, lQ - lP, 0.0)
         loss = (Q * g).sum(-1)
     else:
@@ -181,7 +184,9 @@ def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.
         g = torch.where(m > 0, (1.0 - beta) * (lQ - logm), 0.0)
         loss = (torch.where(P != 0, beta * P * (lP - logm), 0.0)
                 + torch.where(Q != 0, (1.0 - beta) * Q * (lQ - logm), 0.0)).sum(-1)
-    return loss, g - (Q * g).sum(-1, keepdim=True)
+    # g - E about the category of the largest Q (tests/ref.c's ref_div_categories says why)
+    g_r = g.gather(-1, Q.argmax(-1, keepdim=True))
+    return loss, (g - g_r) + (Q * (g_r - g)).sum(-1, keepdim=True)
 
 
 def _sparse_categories(config: LossConfig, vals: torch.Tensor, ids: torch.Tensor,

@@ -744,12 +744,25 @@ class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
             if float(out.row_loss[3]) != 0.0:
                 failed.append(f"{what}: a row of weight 0 has loss {float(out.row_loss[3])}")
         self.assertEqual(failed, [])
-        # the sparse teacher takes no row weights yet: the library says so
-        inp = Inputs(140, 32, 64, 1001, torch.float32, teacher="sparse_topk", k=8)
-        with self.assertRaises(KljitError) as cm:
-            kljit.fused_linear_kl_div(inp.x, inp.w, row_weights=torch.ones(32, device=DEVICE),
-                                      **inp.tensors())
-        self.assertEqual(cm.exception.status, _lib.Status.ERR_UNSUPPORTED)
+        # the sparse teacher's row weights, through both tails' TVD and the forward KL
+        for seed, (divergence, tail) in enumerate((("forward_kl", "none"), ("tvd", "bucket"),
+                                                   ("tvd", "renorm"))):
+            inp = Inputs(140 + seed, 32, 64, 1001, torch.float32, teacher="sparse_topk", k=8)
+            config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail)
+            rw = torch.rand(32, generator=torch.Generator(device=DEVICE).manual_seed(150 + seed),
+                            device=DEVICE) * 2
+            leaves = inp.leaves()
+            loss = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], row_weights=rw,
+                                             config=config, **inp.tensors())
+            loss.backward()
+            ref = kl_div_fp64(inp.x, inp.w, row_weights=rw, config=config, **inp.tensors())
+            err = {"loss": rel(loss, ref["loss"]), "dX": rel(leaves["x"].grad, ref["grad_input"]),
+                   "dW": rel(leaves["w"].grad, ref["grad_weight"])}
+            print(f"  row weights, top-K {divergence} {tail}: "
+                  + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+            failed += [f"top-K {divergence} {tail} {k}: {e:.1e}" for k, e in err.items()
+                       if not e < (GRAD_TOL["float32"] if k.startswith("d") else LOSS_TOL)]
+        self.assertEqual(failed, [])
 
 
 if __name__ == "__main__":

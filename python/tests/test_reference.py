@@ -319,16 +319,17 @@ class ReferenceTest(unittest.TestCase):
                         grad_output=0.6)
             self.check_both(case, f"{divergence} {param} {teacher}")
 
-    def test_the_references_take_the_top_k_skew_kls_at_alpha_0_and_refuse_the_others(
+    def test_the_references_take_the_top_k_tvd_and_skew_kls_at_alpha_0_and_refuse_the_others(
             self) -> None:
         for divergence, tail in (("skew_forward_kl", "none"), ("skew_reverse_kl", "bucket"),
-                                 ("skew_reverse_kl", "renorm")):
+                                 ("skew_reverse_kl", "renorm"), ("tvd", "bucket"),
+                                 ("tvd", "renorm")):
             config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail,
                                 reduction="sum")
             case = Case(self.torch, 120, config, bias=False, labels=True, grad_output=None)
             got = self.ref.kl_div_fp64(case.x, case.w, None, chunk_rows=3, **case.kwargs())
             self.compare(case, got, case.c_reference(), f"top-K {divergence} {tail}")
-        for options in (dict(divergence="tvd", tail="bucket"),
+        for options in (dict(divergence="tvd", tail="none"),
                         dict(divergence="skew_reverse_kl", skew_alpha=0.2, tail="bucket"),
                         dict(divergence="reverse_kl", tail="none")):
             config = LossConfig(teacher="sparse_topk", **options)
