@@ -155,7 +155,7 @@ static kljit_status parse_record(const char *module, const char *s, kiface_manif
       if (strcmp(r->slot[i], w) == 0)
         return err_set(KLJIT_ERR_TEMPLATE, "%s: record %s names slot %s twice", module,
                        r->name, w);
-    snprintf(r->slot[r->nslots++], sizeof r->slot[0], "%s", w);
+    memcpy(r->slot[r->nslots++], w, strlen(w) + 1); /* fits: its length was checked above */
   }
   if (got < 0)
     return err_set(KLJIT_ERR_TEMPLATE, "%s: record %s: a slot name is too long", module,
