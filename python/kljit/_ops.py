@@ -2,24 +2,25 @@
 """The loss as torch.library custom ops: the one implementation of each mode, eager and compiled.
 
     kljit::fused(input, weight, bias?, teacher?, teacher_ids?, teacher_values?, labels?,
-                 teacher_weight?, teacher_bias?, divisor?, row_weights?, key, temperature,
-                 grad_scale, want, shard) -> (loss, dx, dw, db, row_loss, parts)  kljit_fused
+                 teacher_weight?, teacher_bias?, divisor?, row_weights?, key)
+        -> (loss, dx, dw, db, row_loss, parts)                                kljit_fused
     kljit::scale_grads_(grad_output, dx, dw, db, grad_scale) -> ()
         fused mode's backward: dx, dw, db *= grad_output / grad_scale in place (kljit_scale,
         no plan: an exact 1 costs no pass over the gradients)
-    kljit::two_phase(<the inputs of fused>, key, temperature, grad_scale, want, shard)
-        -> (loss, saved, row_loss, parts)                                     kljit_forward
-    kljit::two_phase_grads(grad_output, <the inputs>, saved, key, temperature, grad_scale, want,
-                           shard, main_grad?, bias_main_grad?) -> (dx, dw, db)  kljit_backward
+    kljit::two_phase(<the inputs of fused>) -> (loss, saved, row_loss, parts)  kljit_forward
+    kljit::two_phase_grads(grad_output, <the tensors>, saved, key, main_grad?, bias_main_grad?)
+        -> (dx, dw, db)                                                       kljit_backward
 
 Eager calls go through them like compiled ones (their autograd formulas are registered with
-torch.library.register_autograd), each with a fake kernel for torch.compile. `key` is the
-LossConfig as JSON (a constant in a compiled graph); `want` the WANT_* bits; `divisor` a 0-d fp64
-tensor on the device, the global divisor of batchmean and mean (num_items_in_batch), or None for
-the kept rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and
-parts ({soft, hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no
-gradient flows through them); `shard` "" for a whole head, else a vocabulary shard through
-torch.distributed
+torch.library.register_autograd), each with a fake kernel for torch.compile. `key` is all that
+is not a tensor, as one string (call_key; a constant in a compiled graph, as the float arguments
+were: each value its own graph): the LossConfig as JSON, `want` the WANT_* bits, T, grad_scale
+and `shard`; one argument, not five, because torch.library's autograd wrapper reads the schema's
+argument list once per argument on every eager call. `divisor` is a 0-d fp64 tensor on the
+device, the global divisor of batchmean and mean (num_items_in_batch), or None for the kept
+rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and parts ({soft,
+hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no gradient flows
+through them); `shard` "" for a whole head, else a vocabulary shard through torch.distributed
 (kljit._dist: the group's name, the shard's first global id, the vocabulary, and whether the
 input rows are the rank's part of a sequence-parallel batch). The online teacher's input travels
 in the `teacher` slot, its head as teacher_weight and teacher_bias; no gradient reaches them. A
@@ -31,7 +32,7 @@ This module has no `from __future__ import annotations`: torch.library reads the
 import json
 import math
 from functools import lru_cache
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -48,13 +49,35 @@ REQUIRE_CUDA = True
 #: `want` bits: dX wanted; dW (and db) wanted; dW and db go to the parameters' main_grad;
 #: the optional outputs row_loss and loss_parts wanted (fused and forward calls).
 WANT_DX, WANT_DW, WANT_MAIN_GRAD, WANT_PARTS = 1, 2, 4, 8
-#: The ops' tensor inputs, up to row_weights; key, temperature, ... follow them.
+#: The ops' tensor inputs, up to row_weights; the key follows them.
 N_TENSORS = 11
 
 
 @lru_cache(maxsize=256)
 def _config(key: str) -> LossConfig:
     return LossConfig(**json.loads(key))
+
+
+class CallKey(NamedTuple):
+    """The ops' `key`, read: the LossConfig as JSON, the WANT_* bits, T (nan: the config's),
+    grad_scale and the shard."""
+
+    config: str
+    want: int
+    temperature: float
+    grad_scale: float
+    shard: str
+
+
+def call_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
+    """The ops' `key` (no newline in the JSON; repr gives a float back exactly)."""
+    return f"{config}\n{want}\n{temperature!r}\n{grad_scale!r}\n{shard}"
+
+
+@lru_cache(maxsize=256)
+def read_key(key: str) -> CallKey:
+    config, want, temperature, grad_scale, shard = key.split("\n", 4)
+    return CallKey(config, int(want), float(temperature), float(grad_scale), shard)
 
 
 def stream(device: torch.device) -> int:
@@ -337,19 +360,20 @@ def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Option
           teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
           labels: Optional[Tensor], teacher_weight: Optional[Tensor],
           teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
-          row_weights: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-          want: int, shard: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+          row_weights: Optional[Tensor],
+          key: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """kljit_fused: loss and the gradients of the loss itself (times grad_scale); row_loss and
     the loss's parts where want has WANT_PARTS."""
-    call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
-                     temperature, shard)
+    k = read_key(key)
+    call = Call.make(k.config, _dist.gather_rows(input, k.shard), weight, bias, teacher,
+                     teacher_ids, teacher_values, labels, teacher_weight, teacher_bias, divisor,
+                     row_weights, k.temperature, k.shard)
     args = call.args()
     loss = call.loss()
-    args.loss, args.grad_scale = loss.data_ptr(), grad_scale
-    dx, dw, db = call.grads(weight, bias, want, args)
-    row_loss, parts = call.parts(want, args)
-    if shard:
+    args.loss, args.grad_scale = loss.data_ptr(), k.grad_scale
+    dx, dw, db = call.grads(weight, bias, k.want, args)
+    row_loss, parts = call.parts(k.want, args)
+    if k.shard:
         dx = _dist.run_shard(call, args, loss, dx, sums=(row_loss, parts))
     else:
         call.run(Mode.FUSED, args)
@@ -358,13 +382,13 @@ def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Option
 
 @fused.register_fake
 def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                teacher_weight, teacher_bias, divisor, row_weights, key, temperature, grad_scale,
-                want, shard):
-    dw = torch.empty_like(weight) if want & WANT_DW else _empty(weight)
-    db = torch.empty_like(bias) if want & WANT_DW and bias is not None else _empty(weight)
-    return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            torch.empty_like(input) if want & WANT_DX else _empty(input), dw, db,
-            *_fake_parts(input, want, shard))
+                teacher_weight, teacher_bias, divisor, row_weights, key):
+    k = read_key(key)
+    dw = torch.empty_like(weight) if k.want & WANT_DW else _empty(weight)
+    db = torch.empty_like(bias) if k.want & WANT_DW and bias is not None else _empty(weight)
+    return (input.new_empty(_loss_shape(k.config, input), dtype=torch.float32),
+            torch.empty_like(input) if k.want & WANT_DX else _empty(input), dw, db,
+            *_fake_parts(input, k.want, k.shard))
 
 
 def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: float) -> None:
@@ -392,11 +416,10 @@ _FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its grad
 
 
 def _keep(ctx: Any, inputs: Tuple[Any, ...]) -> None:
-    """What both modes' backward reads besides saved tensors: the arguments after the tensors,
-    and the parameters as the caller holds them (for main_grad)."""
-    ctx.key, ctx.temperature, ctx.grad_scale, ctx.want = inputs[N_TENSORS:N_TENSORS + 4]
-    ctx.shard = inputs[-1]
-    ctx.params = (inputs[1], inputs[2]) if ctx.want & WANT_MAIN_GRAD else None
+    """What both modes' backward reads besides saved tensors: the key (a CallKey), and the
+    parameters as the caller holds them (for main_grad)."""
+    ctx.key = read_key(inputs[N_TENSORS])
+    ctx.params = (inputs[1], inputs[2]) if ctx.key.want & WANT_MAIN_GRAD else None
     ctx.has_bias = inputs[2] is not None
 
 
@@ -433,12 +456,13 @@ def _fused_backward(ctx: Any, grad_loss: Optional[Tensor],
     if not torch.compiler.is_compiling():
         ctx.used = True
     dx, dw, db = ctx.saved_tensors
+    scale = ctx.key.grad_scale
     if ctx.params is None:
-        scale_grads_(grad_loss, dx, dw, db, ctx.grad_scale)
+        scale_grads_(grad_loss, dx, dw, db, scale)
         return _grads_out(ctx, dx, dw, db)
     # main_grad: dX scaled in place; dW (and db) added into main_grad times the upstream
-    g = grad_loss.to(torch.float32) / ctx.grad_scale
-    scale_grads_(grad_loss, dx, _empty(dw), _empty(db), ctx.grad_scale)
+    g = grad_loss.to(torch.float32) / scale
+    scale_grads_(grad_loss, dx, _empty(dw), _empty(db), scale)
     return _grads_out(ctx, dx, *_to_mains(ctx, g, dw, db))
 
 
@@ -480,17 +504,18 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
               teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
               labels: Optional[Tensor], teacher_weight: Optional[Tensor],
               teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
-              row_weights: Optional[Tensor], key: str, temperature: float, grad_scale: float,
-              want: int, shard: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """kljit_forward: (loss, saved, row_loss, parts). grad_scale and want are backward's (with
-    WANT_MAIN_GRAD the plan backward will use: fp32 dW); WANT_PARTS asks for row_loss and the
-    loss's parts."""
-    call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
-                     temperature, shard, bool(want & WANT_MAIN_GRAD) and not shard)
+              row_weights: Optional[Tensor], key: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """kljit_forward: (loss, saved, row_loss, parts). The key's grad_scale and want are
+    backward's (with WANT_MAIN_GRAD the plan backward will use: fp32 dW); WANT_PARTS asks for
+    row_loss and the loss's parts."""
+    k = read_key(key)
+    shard = k.shard
+    call = Call.make(k.config, _dist.gather_rows(input, shard), weight, bias, teacher,
+                     teacher_ids, teacher_values, labels, teacher_weight, teacher_bias, divisor,
+                     row_weights, k.temperature, shard, bool(k.want & WANT_MAIN_GRAD) and not shard)
     args = call.args()
     loss = call.loss()
-    row_loss, parts = call.parts(want, args)
+    row_loss, parts = call.parts(k.want, args)
     floats = _saved_floats(_lib.problem_layout(call.plan.problem), input.shape[0], shard)
     saved = torch.empty(floats, dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
@@ -508,12 +533,12 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
 
 @two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
-                    teacher_weight, teacher_bias, divisor, row_weights, key, temperature,
-                    grad_scale, want, shard):
-    saved = _fake_saved_floats(key, input, weight, teacher, teacher_ids, teacher_values,
-                               teacher_weight, shard)
-    return (input.new_empty(_loss_shape(key, input), dtype=torch.float32),
-            input.new_empty((saved,), dtype=torch.float32), *_fake_parts(input, want, shard))
+                    teacher_weight, teacher_bias, divisor, row_weights, key):
+    k = read_key(key)
+    saved = _fake_saved_floats(k.config, input, weight, teacher, teacher_ids, teacher_values,
+                               teacher_weight, k.shard)
+    return (input.new_empty(_loss_shape(k.config, input), dtype=torch.float32),
+            input.new_empty((saved,), dtype=torch.float32), *_fake_parts(input, k.want, k.shard))
 
 
 def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
@@ -535,16 +560,17 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
                     teacher_values: Optional[Tensor], labels: Optional[Tensor],
                     teacher_weight: Optional[Tensor], teacher_bias: Optional[Tensor],
                     divisor: Optional[Tensor], row_weights: Optional[Tensor], saved: Tensor,
-                    key: str, temperature: float,
-                    grad_scale: float, want: int, shard: str, main_grad: Optional[Tensor],
+                    key: str, main_grad: Optional[Tensor],
                     bias_main_grad: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
     """kljit_backward: (dx, dw, db), empty where not wanted. With main_grad (fp32 [V, H]) dW
     is accumulated into it in fp32 (and db into bias_main_grad, else into fresh fp32 zeros,
     returned as db) and dw comes back empty. A shard runs kljit_shard_finish again from the
     saved records and scales by the upstream gradient afterwards. row_weights: forward's."""
-    call = Call.make(key, _dist.gather_rows(input, shard), weight, bias, teacher, teacher_ids,
-                     teacher_values, labels, teacher_weight, teacher_bias, divisor, row_weights,
-                     temperature, shard, main_grad is not None)
+    k = read_key(key)
+    shard, grad_scale, want = k.shard, k.grad_scale, k.want
+    call = Call.make(k.config, _dist.gather_rows(input, shard), weight, bias, teacher,
+                     teacher_ids, teacher_values, labels, teacher_weight, teacher_bias, divisor,
+                     row_weights, k.temperature, shard, main_grad is not None)
     args = call.args()
     if shard:
         dx, dw, db = call.grads(weight, bias, want, args)
@@ -573,8 +599,8 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
 @two_phase_grads.register_fake
 def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
                           teacher_values, labels, teacher_weight, teacher_bias, divisor,
-                          row_weights, saved, key, temperature, grad_scale, want, shard,
-                          main_grad, bias_main_grad):
+                          row_weights, saved, key, main_grad, bias_main_grad):
+    want = read_key(key).want
     want_w = want & WANT_DW and main_grad is None
     return (torch.empty_like(input) if want & WANT_DX else _empty(input),
             torch.empty_like(weight) if want_w else _empty(weight),
@@ -590,16 +616,16 @@ def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ..
 def _two_phase_backward(ctx: Any, grad_loss: Optional[Tensor],
                         *_: Any) -> Tuple[Optional[Tensor], ...]:
     tensors = ctx.saved_tensors
-    need = ctx.needs_input_grad
+    need, k = ctx.needs_input_grad, ctx.key
     want = (WANT_DX if need[0] else 0) | (WANT_DW if need[1] or (ctx.has_bias and need[2])
                                           else 0)
     if not want or grad_loss is None:
         return (None,) * len(need)
-    args = (grad_loss, *tensors, ctx.key, ctx.temperature, ctx.grad_scale, want, ctx.shard)
+    args = (grad_loss, *tensors, call_key(k.config, want, k.temperature, k.grad_scale, k.shard))
     if ctx.params is None or not want & WANT_DW:
         return _grads_out(ctx, *two_phase_grads(*args, None, None))
     weight, bias = ctx.params
-    if ctx.shard:  # the shard's dW and db come back; main_grad takes them times 1
+    if k.shard:  # the shard's dW and db come back; main_grad takes them times 1
         dx, dw, db = two_phase_grads(*args, None, None)
         return _grads_out(ctx, dx, *_to_mains(ctx, torch.ones((), device=dx.device), dw, db))
     bias_main = (main_grad_of(bias, "bias") if ctx.has_bias

@@ -268,8 +268,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
              _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
              teacher_weight, teacher_bias,
              _divisor(num_items_in_batch, x.device), row_weights,
-             config.key, math.nan if temperature is None else float(temperature),
-             float(grad_scale), want, shard)
+             _ops.call_key(config.key, want, math.nan if temperature is None
+                           else float(temperature), float(grad_scale), shard))
     loss = out[0]
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)

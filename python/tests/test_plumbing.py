@@ -429,6 +429,22 @@ class PlumbingTest(unittest.TestCase):
             self.assertIsNotNone(inp["x"].grad, mode)
         self.assertEqual(seen, ["fused", "two_phase"])
 
+    def test_the_ops_take_their_scalars_as_one_key_that_reads_back_exactly(self) -> None:
+        # torch.library's autograd wrapper reads an op's argument list once per argument on
+        # every eager call: all that is not a tensor travels as one string
+        import math
+
+        from kljit import _ops
+
+        t = self.torch
+        for name, count in (("fused", 12), ("two_phase", 12), ("two_phase_grads", 16)):
+            self.assertEqual(len(getattr(t.ops.kljit, name).default._schema.arguments), count,
+                             name)
+        key = _ops.read_key(_ops.call_key('{"a": 1}', 11, 0.1 + 0.2, 2.0 ** -70, "g:0:80:1"))
+        self.assertEqual(key, ('{"a": 1}', 11, 0.1 + 0.2, 2.0 ** -70, "g:0:80:1"))
+        self.assertTrue(math.isnan(_ops.read_key(_ops.call_key("{}", 0, math.nan, 1.0,
+                                                                "")).temperature))
+
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
         # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
