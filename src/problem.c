@@ -181,11 +181,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
  * of it. */
 static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
-    const char *div = prob_divergence_rows(pb);
-    if (div && strcmp(div, "reverse") != 0 && strcmp(div, "jsd") != 0 && strcmp(div, "tvd") != 0)
-      return UNSUP("%s: the %s with the sparse teacher: its row kernels compare the categories "
-                   "with the reverse KL, the JSD and TVD only (the dense teachers take every "
-                   "divergence)", who, divergence_text(pb->divergence));
     if (pb->label_smoothing != 0.0 || pb->z_loss != 0.0)
       return UNSUP("%s: %s with the sparse teacher: its row kernels do not smooth the CE's "
                    "labels or add the z-loss yet (the dense teachers do)", who,

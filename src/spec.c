@@ -140,6 +140,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
     if (k->roww) out[n++] = pb("ROWW", 1);
+    if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

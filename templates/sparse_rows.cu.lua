@@ -56,8 +56,8 @@
 %--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
 %--            NaN or infinite weight (kind 5). The sums kernel does not read them (A is a
 %--            property of the row's distributions).
-%--   DIV      reverse|jsd|tvd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or
-%--            renorm
+%--   DIV      reverse|jsd|tvd|skew_forward|skew_reverse (absent: the forward KL), BETA for jsd
+%--            in (0, 1), ALPHA for the skew KLs in (0, 1); TAIL bucket or renorm
 %--            (kljit.h: the divergence of two distributions over categories C):
 %--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
 %--                      Q_tail = 1 - Q_S = d_off / d (no tail category when no column is off S)
@@ -67,7 +67,10 @@
 %--                      below the row's max the support lies, and no difference of two lse's)
 %--            g_c = log Q - log max(P, eps) (reverse), -(1 - beta) log1p(beta P / ((1 - beta) Q))
 %--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), sign(Q - P) / 2
-%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), E = sum_C Q g;
+%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), -(1 - a) P / m (skew_forward: m = a P
+%--            + (1 - a) Q, D = sum_C P log(P / m)), log(Q / m) - a Q / m less its constant
+%--            -log(a) - 1 (skew_reverse: m = a Q + (1 - a) P, D = sum_C Q log(Q / m)); E = sum_C
+%--            Q g;
 %--            G = gscale Q_k (g_k - E) on S and gscale (g_tail - E) q off S (renorm: 0). The row
 %--            needs E before its first column: pass 2 gets it from the K gathered entries and
 %--            the records, so the passes stay the forward KL's (no extra sweep).
@@ -78,7 +81,9 @@
 %--              A = sum_C Q_c (g_r - g_c) and g_c - E = (g_c - g_r) + A;
 %--            - the JSD's terms with D = P - Q: P / m = 1 + (1 - beta) D / m and Q / m =
 %--              1 - beta D / m through log1p, the tail's D from Q_S - M (or P_tail - Q_tail
-%--              when Q_S >= 1/2) and M summed in fp64: no log of a ratio near 1;
+%--              when Q_S >= 1/2) and M summed in fp64: no log of a ratio near 1; so the skew
+%--              KLs' P / m = 1 + (1 - a) D / m (forward) and m / Q = 1 + (1 - a) D / Q
+%--              (reverse);
 %--            - one renormalized category (K = 1): P = Q = 1, loss and G exactly 0.
 %--            Saved rows: {lse, g_tail - E, A, g_r} (bucket), {lse, ldno, A, g_r} (renorm).
 %--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
@@ -118,11 +123,16 @@
 %local RWN = ROWW and " nullptr," or ""
 %local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
-%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" and P.DIV ~= "tvd" then
-%  reject("DIV must be reverse, jsd or tvd")
+%local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%if DIVX and not DIVS[P.DIV] then
+%  reject("DIV must be reverse, jsd, tvd, skew_forward or skew_reverse")
 %end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
+%end
+%local SKEW = P.DIV == "skew_forward" or P.DIV == "skew_reverse"
+%if (SKEW or P.ALPHA ~= nil) and not (SKEW and P.ALPHA and P.ALPHA > 0 and P.ALPHA < 1) then
+%  reject("ALPHA must be in (0, 1) and needs DIV = skew_forward or skew_reverse")
 %end
 %if DIVX and P.TAIL == "none" then
 %  reject("DIV needs TAIL bucket or renorm: TAIL none is the forward KL's alone")
@@ -586,6 +596,39 @@ __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ,
   (void)P, (void)lP, (void)Q, (void)lQ;
   loss += 0.5f * fabsf(D);
   return D < 0.0f ? 0.5f : D > 0.0f ? -0.5f : 0.0f;
+%elseif P.DIV == "skew_forward" then
+%  local a = P.ALPHA
+  /* m = a P + (1 - a) Q. P log(P / m), P / m = 1 + (1 - a) x with x = D / m: log1p near 1, as
+   * the JSD's terms (the tail's two terms are first order in D); below eps log P is floored
+   * (the contract). g = -(1 - a) P / m needs no constant dropped: it is 0 where Q >> P and
+   * lies in [-(1 - a) / a, 0]. */
+  (void)lQ;
+  const float m = {{ f32(a) }} * P + {{ f32(1.0 - a) }} * Q;
+  if (!(m > 0.0f)) return 0.0f; /* P = Q = 0: the category adds nothing */
+  if (P != 0.0f) {
+    const float xp = {{ f32(1.0 - a) }} * (D / m);
+    loss += P * (P < EPS ? lP - logf(m) : fabsf(xp) < 0.5f ? log1pf(xp) : logf(P / m));
+  }
+  return {{ f32(a - 1.0) }} * (P / m);
+%elseif P.DIV == "skew_reverse" then
+%  local a = P.ALPHA
+%  local k = (1.0 - a) / a
+  /* m = a Q + (1 - a) P. Q log(Q / m) = -Q log1p(x), m / Q = 1 + x with x = (1 - a) D / Q:
+   * exact where the ratio nears 1 (the student matches) and where P = 0 (log a); far from 1
+   * log Q - log m is itself precise (m at the smallest normal where a Q underflows: the term
+   * is then Q < 2^-125 times a log). No floor of log P: Q = 0 adds nothing. */
+  (void)lP;
+  if (Q == 0.0f) return 0.0f;
+  const float x = {{ f32(1.0 - a) }} * (D / Q);
+  const float m = fmaxf({{ f32(a) }} * Q + {{ f32(1.0 - a) }} * P, 1.17549435e-38f);
+  loss += fabsf(x) < 0.5f ? -Q * log1pf(x) : Q * (lQ - logf(m));
+  /* g less its constant -log(a) - 1, from r = P / Q as dense_rows' (0 at P = 0, where Q >> P):
+   * k r / (1 + k r) - log1p(k r), k = (1 - a) / a. Where k r passes 1e30 (or P / Q overflows)
+   * the first term is 1 and log1p(k r) = log k + log P - log Q in fp32. */
+  if (P == 0.0f) return 0.0f;
+  const float kr = {{ f32(k) }} * (P / Q);
+  if (kr < 1e30f) return kr / (1.0f + kr) - log1pf(kr);
+  return 1.0f - ({{ f32(math.log(k)) }} + (logf(P) - lQ));
 %else
   const float m = BETA * P + (1.0f - BETA) * Q;
   if (m > 0.0f) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_topk.c — the top-K teacher's reverse KL, JSD and TVD (issue 29) on the GPU against the fp64
- * reference: K + 1 categories (TAIL_BUCKET) and the renormalized support (TAIL_RENORM).
+/* gpu_topk.c — the top-K teacher's reverse KL, JSD, TVD and skew KLs (issue 29) on the GPU
+ * against the fp64 reference: K + 1 categories (TAIL_BUCKET) and the renormalized support
+ * (TAIL_RENORM).
  *
  * Cases run through gpu_case.h (fresh random inputs, poisoned outputs, its tolerances: the
  * forward KL's, unchanged). The support of a row is K distinct random ids (gpu_case.c). Every
@@ -228,6 +229,56 @@ static int tvd_over_both_tails_dtypes_modes_and_scales(void) {
   return worst;
 }
 
+/* The skew KLs over the K + 1 categories and the renormalized support (issue 29's last items):
+ * both, at alphas 0.1 and 0.7, every dtype, both modes, the value forms, id widths, bias, T and
+ * the reductions rotating (NONE two-phase); CE mixing, row weights, the softcap on some; logits
+ * of std 12 over V = 151936 (a peaked student: Q_tail or one Q_k near 1, where the skew
+ * reverse KL's m / Q and the forward's P / m near 1 go through log1p); K = 1 and 1024. */
+static int skew_kls_over_both_tails_dtypes_modes_and_scales(void) {
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2; d++)
+      for (int dt = 0; dt < 3; dt++)
+        for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+          gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                              d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL
+                                : KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0);
+          c.skew_alpha = i % 2 ? 0.7 : 0.1;
+          c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+          c.values = i / 2 % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+          c.idt = i % 3 ? KLJIT_INT32 : KLJIT_INT64;
+          c.bias = i % 4 == 1;
+          c.tmode = i % 5 == 4 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+          c.T = i % 3 == 2 ? 2.0 : i % 3 == 1 ? 0.5 : 1.0;
+          c.flags = i % 7 == 3 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+          c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 4);
+          if (c.red == KLJIT_REDUCTION_NONE) c.fused = 0;
+          if (i % 4 == 2) c.hard_weight = 0.5, c.soft_weight = 0.5;
+          if (i % 5 == 3) c.row_weights = 1;
+          if (i == 9) c.zstd = 30.0, c.softcap = 30.0;
+          worst = fold(worst, gcase_check(&c));
+        }
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2 && worst != TH_SKIP; d++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL : KLJIT_DIVERGENCE_SKEW_FORWARD_KL,
+                          0.0);
+      c.skew_alpha = 0.3;
+      c.zstd = 12.0, c.v = 151936, c.n = 9, c.h = 32, c.dt = KLJIT_FP32, c.fused = (tail + d) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 2 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          k ? KLJIT_DIVERGENCE_SKEW_FORWARD_KL : KLJIT_DIVERGENCE_SKEW_REVERSE_KL,
+                          0.0);
+      c.skew_alpha = 0.5;
+      c.k = k ? 1024 : 1, c.v = k ? 50257 : 1001, c.n = 13, c.h = 32, c.fused = (tail + k) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -239,5 +290,7 @@ static const th_case cases[] = {
     {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
     {"row_weights_scale_every_tail_and_divergence", row_weights_scale_every_tail_and_divergence},
     {"tvd_over_both_tails_dtypes_modes_and_scales", tvd_over_both_tails_dtypes_modes_and_scales},
+    {"skew_kls_over_both_tails_dtypes_modes_and_scales",
+     skew_kls_over_both_tails_dtypes_modes_and_scales},
 };
 TH_MAIN(cases)
