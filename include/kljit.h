@@ -103,8 +103,8 @@
  *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
  *   shard, the shard's rows of its head; checked mode checks its input, head and bias). The
  *   sparse teacher takes the forward KL, and every other divergence with TAIL_BUCKET or
- *   TAIL_RENORM, and row weights; neither label smoothing nor the z-loss yet
- *   (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
+ *   TAIL_RENORM, row weights and both optional outputs; neither label smoothing nor the z-loss
+ *   yet (KLJIT_ERR_UNSUPPORTED).
  *
  * Conventions
  * -----------

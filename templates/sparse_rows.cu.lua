@@ -47,10 +47,12 @@
 %-- math):
 %--   SOFTCAP  student logit cap c: s = c tanh((z + b) / c) / T; G times 1 - tanh^2 = 1 - (s T / c)^2
 %--   HARD     weight wh of the hard-label CE = lse(z') - z'_y (z' = s T, temperature 1): pass 1
-%--            adds the (max, sum-exp) of z' (PART's mh, dh), pass 2 adds wh / t2 (lse(z') -
-%--            z'_y) to the loss (lse on the shard with OFFSET = 0, -z'_y on the label's shard;
-%--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
-%--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
+%--            adds the (max, sum-exp) of z' (PART's mh, dh), pass 2 writes wh / t2 (lse(z') -
+%--            z'_y) to lossh[row], apart from the divergence's lossp[row] (kl_finish_loss adds
+%--            them and reports them as the loss's parts; lse on the shard with OFFSET = 0,
+%--            -z'_y on the label's shard; the labels are global ids), and adds wh c
+%--            (softmax(z') - [v = y]) to G; T2: t2 = T^2. The saved row statistics (ROWSTAT)
+%--            grow from 4 to 8 floats (lse(z') the fifth).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss (divergence and CE) and its
 %--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
@@ -121,6 +123,10 @@
 %local RWP = ROWW and " const float* __restrict__ row_weights," or ""
 %local RWA = ROWW and " row_weights," or ""
 %local RWN = ROWW and " nullptr," or ""
+%-- the CE's loss partials apart from the divergence's (HARD), in pass 2's signature and calls
+%local LHP = HARD and " float* __restrict__ lossh," or ""
+%local LHA = HARD and " lossh," or ""
+%local LHN = HARD and " nullptr," or ""
 %local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
 %local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
@@ -201,7 +207,8 @@
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
-%  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
+%  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS },
+%                   HARD and { { "lossh", "float* __restrict__" } } or nil), {
 %  { name = "kl_sparse_sums", step = "sums", when = DIVX, threads = P.THREADS, args = args({
 %    { "z", "const logit_t*" } }, sums_in, {
 %    { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
@@ -865,7 +872,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const float* __restrict__ hdr,{{ RWP }}
                                            const float* __restrict__ part, int nrec,
                                            i64 srow, i64 srec, float* rowstat,
-                                           float* __restrict__ lossp,
+                                           float* __restrict__ lossp,{{ LHP }}
                                            const float* __restrict__ gout, int gout_per_row,
                                            i64 row0) {
   const int r = blockIdx.y;
@@ -998,20 +1005,32 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   __syncthreads();
   ce_t ce = sh_ce;
   ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+  float hard = 0.0f; /* the CE's part of the row's loss, kept apart (lossh) */
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
 #if OFFSET == 0
     ce_loss += rs.lse1; /* once per row: on the first shard */
 #endif
-    loss = {{ WS }} * loss + {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
+    hard = {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
   }
-%elseif P.SOFT then
+%end
+%if P.SOFT then
   loss *= {{ WS }};
 %end
 %if ROWW then
   loss *= rw; /* the row's weight: its loss and (below) its gradient, both terms */
+%  if HARD then
+  hard *= rw;
+%  end
 %end
+%if HARD then
+  if (MODE != MODE_BACKWARD && threadIdx.x == 0) {
+    lossp[row] = loss;
+    lossh[row] = hard; /* kl_finish_loss adds the two and reports them as the loss's parts */
+  }
+%else
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
+%end
   if (MODE == MODE_FORWARD) {
     if (threadIdx.x == 0) {
       float* saved = rowstat + ROWSTAT_FLOATS * row;
@@ -1038,17 +1057,17 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 {{ K.kernel("kl_sparse_fused") }} {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }} part,
-                         nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
+                         nrec, srow, srec, nullptr, lossp,{{ LHA }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_forward") }} {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
-                           part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
+                           part, nrec, srow, srec, rowstat, lossp,{{ LHA }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_backward") }} {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
-                            nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+                            nullptr, 0, 0, 0, (float*)rowstat, nullptr,{{ LHN }} gout, gout_per_row, row0);
 }
 %if DIVX then
 
@@ -1058,7 +1077,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
  * of the row's record in out (slot S only: part may be the same buffer). An ignored row: 0. */
 {{ K.kernel("kl_sparse_sums") }} {
   sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWN }}
-                        part, nrec, srow, srec, out, nullptr, nullptr, 0, row0);
+                        part, nrec, srow, srec, out, nullptr,{{ LHN }} nullptr, 0, row0);
 }
 %end
 

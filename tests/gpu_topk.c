@@ -170,8 +170,8 @@ static int ragged_chunks_and_a_single_row(void) {
 
 /* Row weights (drawn in [0, 2], every 7th row 0): the forward KL over every tail and the
  * reverse KL and the JSD over both category tails, fused and two-phase, CE mixing on some
- * (loss and both gradients scale), the optional outputs where CE is off (loss_parts with the
- * sparse teacher's CE is refused), checked mode on one (its weight check passes). */
+ * (loss and both gradients scale), the optional outputs on every case (row_loss, and
+ * loss_parts: with CE its two terms apart), checked mode on one (its weight check passes). */
 static int row_weights_scale_every_tail_and_divergence(void) {
   static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
   int worst = TH_PASS, i = 0;
@@ -184,7 +184,7 @@ static int row_weights_scale_every_tail_and_divergence(void) {
       c.fused = i % 2, c.dt = DTS[i % 3];
       c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
       if (i % 3 == 2) c.hard_weight = 0.5, c.soft_weight = 0.7; /* CE mixing */
-      else c.outputs = 1;
+      c.outputs = 1;
       if (i == 3) c.flags |= KLJIT_FLAG_CHECK_INPUTS;
       if (i == 4) c.red = KLJIT_REDUCTION_NONE, c.fused = 0;
       worst = fold(worst, gcase_check(&c));
