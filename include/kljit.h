@@ -78,8 +78,9 @@
  *   The row passes are the forward KL's (one streaming pass for the statistics, K gathers and
  *   one pass writing G); on a vocabulary shard E's sum over S takes the second exchange of
  *   records (kljit_experimental.h). Duplicate ids are unspecified for these divergences
- *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing and
- *   soft_weight like the dense forms (D its divergence).
+ *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing (its
+ *   label smoothing over all V columns, its z-loss) and soft_weight like the dense forms (D
+ *   its divergence).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
  *   Row weights (KLJIT_FLAG_ROW_WEIGHTS, kljit_args.row_weights[N], fp32): w_i >= 0 and finite
@@ -103,8 +104,8 @@
  *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
  *   shard, the shard's rows of its head; checked mode checks its input, head and bias). The
  *   sparse teacher takes the forward KL, and every other divergence with TAIL_BUCKET or
- *   TAIL_RENORM, row weights and both optional outputs; neither label smoothing nor the z-loss
- *   yet (KLJIT_ERR_UNSUPPORTED).
+ *   TAIL_RENORM, CE mixing with label smoothing and the z-loss, row weights and both optional
+ *   outputs, as the dense forms do.
  *
  * Conventions
  * -----------

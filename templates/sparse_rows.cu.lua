@@ -53,6 +53,15 @@
 %--            -z'_y on the label's shard; the labels are global ids), and adds wh c
 %--            (softmax(z') - [v = y]) to G; T2: t2 = T^2. The saved row statistics (ROWSTAT)
 %--            grow from 4 to 8 floats (lse(z') the fifth).
+%--   LSMOOTH  HARD only: label smoothing ls in (0, 1]: the CE's target (1 - ls) one-hot + ls
+%--            uniform over the VTOT columns. The row's sum of z' over the vocabulary is pass 1's
+%--            (PART's slot zs, a ninth float: summed over the blocks and the shards as the
+%--            records merge), since pass 2 of forward reads no column off S; the shard with
+%--            OFFSET = 0 subtracts ls / VTOT sum z' from the CE, the label's shard (1 - ls)
+%--            z'_y; G gets -wh c ls / VTOT on every column, the label column (1 - ls) of its
+%--            -wh c. Backward needs nothing saved for it.
+%--   ZLOSS    HARD only: z-loss zl > 0: zl lse(z')^2 added to the CE with its lse (the first
+%--            shard), softmax(z')'s coefficient in G times 1 + 2 zl lse(z') (lse(z') is saved).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss (divergence and CE) and its
 %--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
@@ -118,6 +127,15 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
+%if P.LSMOOTH ~= nil and not (HARD and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
+%  reject("LSMOOTH must be in (0, 1] and needs HARD")
+%end
+%if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
+%  reject("ZLOSS must be > 0 and needs HARD")
+%end
+%local LSMOOTH = P.LSMOOTH ~= nil
+%-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
+%local GZ = P.ZLOSS and "ce.gz" or "ce.gh"
 %local ROWW = P.ROWW or false
 %-- the row weights in pass 2's signature and calls (the sums kernel passes none)
 %local RWP = ROWW and " const float* __restrict__ row_weights," or ""
@@ -153,12 +171,14 @@
 %-- the max of s (m), its sum-exp on and off the local support (d_on, d_off), the CE's max and
 %-- sum-exp of z' (mh, dh; HARD), the support's own max and sum-exp (mo, dno; RENORM with DIV),
 %-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
-%-- stride the dense rows' records have.
+%-- stride the dense rows' records have; with LSMOOTH a ninth, zs: the sum of z' over the
+%-- columns (the block's segment, merged: the row's).
 %-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
 %-- lse, g_tail - E (bucket) or ldno (renorm), A, g_r; the header's math), and the CE's lse(z')
 %-- with HARD.
 %local PART = { name = "part", floats = 8,
 %               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%if LSMOOTH then PART = { name = "part", floats = 9, slots = iface.args(PART.slots, { "zs" }) } end
 %-- the saved row's four fields, in rowstat order
 %local RF = { "lse", "cout", "cin", "pscale" }
 %-- DIV: row_t holds RT, of which a tail saves RF (bucket: no ldno; renorm: cout is 0)
@@ -312,8 +332,11 @@ struct acc_t {
 %if OWNON then
   float mo, dno; /* (max, sum-exp) of the columns on S, relative to their own max */
 %end
+%if LSMOOTH then
+  float zs; /* sum of z' = s T: the smoothed CE's uniform target */
+%end
 };
-#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f{{ HARD and ", KL_NEG_INF, 0.0f" or "" }}{{ OWNON and ", KL_NEG_INF, 0.0f" or "" }}}
+#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f{{ HARD and ", KL_NEG_INF, 0.0f" or "" }}{{ OWNON and ", KL_NEG_INF, 0.0f" or "" }}{{ LSMOOTH and ", 0.0f" or "" }}}
 __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s, float tz) {
 %if HARD then
   {
@@ -329,6 +352,11 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
   }
 %else
   (void)tz;
+%end
+%if LSMOOTH then
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (s[i] != KL_NEG_INF) a.zs += s[i] * tz; /* a missing column (-inf) adds nothing */
 %end
   float m = a.m;
 #pragma unroll
@@ -370,6 +398,9 @@ struct acc_merge {
 %if OWNON then
     const float mo = fmaxf(a.mo, b.mo);
     if (mo != KL_NEG_INF) r.mo = mo, r.dno = a.dno * expf(a.mo - mo) + b.dno * expf(b.mo - mo);
+%end
+%if LSMOOTH then
+    r.zs = a.zs + b.zs;
 %end
     return r;
   }
@@ -436,6 +467,9 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 %if OWNON then
     out[PART_MO] = a.mo, out[PART_DNO] = a.dno;
 %end
+%if LSMOOTH then
+    out[PART_ZS] = a.zs;
+%end
   }
 }
 
@@ -462,6 +496,12 @@ struct row_t {
 struct ce_t {
   int y;
   float sy, gh;
+%if P.ZLOSS then
+  float gz; /* gh (1 + 2 zl lse(z')): the softmax's coefficient with the z-loss */
+%end
+%if LSMOOTH then
+  float gu; /* gh ls / VTOT: the uniform target's share of every column */
+%end
 };
 %end
 
@@ -809,7 +849,10 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       for (int i = 0; i < VEC; i++) {
         gv[i] = co * fexp(s[u][i] - rs.lse);
 %if HARD then
-        gv[i] += ce.gh * fexp(s[u][i] * tz - rs.lse1);
+        gv[i] += {{ GZ }} * fexp(s[u][i] * tz - rs.lse1);
+%  if LSMOOTH then
+        gv[i] -= ce.gu;
+%  end
 %end
 %if CAPPED then
         gv[i] *= cap_slope(s[u][i], invT);
@@ -831,7 +874,7 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       const float sk = sup.lq[k] + rs.lse; /* the column's score */
 %  end
 %  if HARD then
-      gk += ce.gh * fexp(sk * tz - rs.lse1);
+      gk += {{ GZ }} * fexp(sk * tz - rs.lse1){{ LSMOOTH and " - ce.gu" or "" }};
 %  end
 %  if CAPPED then
       gk *= cap_slope(sk, invT);
@@ -851,7 +894,12 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       if (sup.id[k] == ce.y) at = k;
     const float q = fexp(ce.sy - rs.lse);
     float gy = at >= 0 ? gscale * support_ds(sup, at, rs) : co * q;
+%  if P.ZLOSS or LSMOOTH then
+    gy += {{ GZ }} * fexp(ce.sy * tz - rs.lse1) -
+          {{ f32(1.0 - (P.LSMOOTH or 0)) }} * ce.gh{{ LSMOOTH and " - ce.gu" or "" }};
+%  else
     gy += ce.gh * (fexp(ce.sy * tz - rs.lse1) - 1.0f);
+%  end
 %  if CAPPED then
     gy *= cap_slope(ce.sy, invT);
 %  end
@@ -883,6 +931,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   __shared__ float sh_rec[7]; /* lse, d_off / d, d_on / d, lse(z'), log dno, the shards' A, mo */
 %else
   __shared__ float sh_rec[6]; /* lse, d_off / d, d_on / d, lse(z'), log Q_S, the shards' E */
+%end
+%if LSMOOTH then
+  __shared__ float sh_zs; /* the row's sum of z' (every record's) */
 %end
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
@@ -929,8 +980,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if SHARDED then
       float es = 0.0f;
 %end
+%if LSMOOTH then
+      float zs = 0.0f;
+%end
       for (int k = 0; k < nrec; k++) {
         const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
+%if LSMOOTH then
+        zs += rec[PART_ZS];
+%end
 %if HARD then
         const float mm1 = fmaxf(mh, rec[PART_MH]);
         if (mm1 != KL_NEG_INF)
@@ -959,6 +1016,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
 %if SHARDED then
       sh_rec[5] = es;
+%end
+%if LSMOOTH then
+      sh_zs = zs;
 %end
     }
     __syncthreads();
@@ -1005,11 +1065,28 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   __syncthreads();
   ce_t ce = sh_ce;
   ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+%if P.ZLOSS then
+  ce.gz = ce.gh * (1.0f + {{ f32(2.0 * P.ZLOSS) }} * rs.lse1);
+%end
+%if LSMOOTH then
+  ce.gu = ce.gh * {{ f32(P.LSMOOTH / VTOT) }};
+%end
   float hard = 0.0f; /* the CE's part of the row's loss, kept apart (lossh) */
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
+%if LSMOOTH then
+    float ce_loss = ce.y >= 0 ? -{{ f32(1.0 - P.LSMOOTH) }} * ce.sy / invT : 0.0f;
+%else
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
+%end
 #if OFFSET == 0
+%if P.ZLOSS then
+    ce_loss += rs.lse1 * (1.0f + {{ f32(P.ZLOSS) }} * rs.lse1); /* once per row: the first shard */
+%else
     ce_loss += rs.lse1; /* once per row: on the first shard */
+%end
+%if LSMOOTH then
+    ce_loss -= {{ f32(P.LSMOOTH / VTOT) }} * sh_zs; /* the merged records' sum: the row's */
+%end
 #endif
     hard = {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
   }
@@ -1085,6 +1162,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
  * order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's, mo, dno the
  * support's own (max, sum-exp) with RENORM and DIV, S NaN on a shard with DIV: else 0; an
  * ignored row: zeros; pass 2 never reads it). */
+%-- (LSMOOTH: zs, the sum of z' over the row's SPLIT segments, too)
 {{ K.kernel("kl_sparse_merge") }} {
   const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
@@ -1097,8 +1175,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if OWNON then
     float mo = KL_NEG_INF, dno = 0.0f;
 %end
+%if LSMOOTH then
+    float zs = 0.0f;
+%end
     for (int k = 0; k < SPLIT; k++) {
       const float* p = part + ((i64)r * SPLIT + k) * PART_FLOATS;
+%if LSMOOTH then
+      zs += p[PART_ZS];
+%end
 %if HARD then
       const float mm1 = fmaxf(mh, p[PART_MH]);
       if (mm1 != KL_NEG_INF)
@@ -1120,6 +1204,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
 %if OWNON then
     rec[PART_MO] = mo, rec[PART_DNO] = dno; /* the support's own (max, sum-exp) */
+%end
+%if LSMOOTH then
+    rec[PART_ZS] = zs; /* the sum of z' over this shard's columns */
 %end
 %if SHARDED then
     rec[PART_S] = __int_as_float(0x7fc00000); /* NaN until kl_sparse_sums writes this shard's sum */

@@ -8,7 +8,8 @@
  * tail x divergence x dtype x reduction x mode, with the value form, id width, bias,
  * temperature and T^2 rotating; odd and large vocabularies, logits of std 2 to 12, CE mixing
  * and the softcap, zero-mass and ignored rows, K = 1 and 1024, the JSD's end points, full
- * support against the dense teacher; row weights over every tail (the forward KL's too).
+ * support against the dense teacher; row weights over every tail (the forward KL's too); the
+ * CE's label smoothing and z-loss and the loss's parts over every tail and divergence.
  * Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
  */
 #include <math.h>
@@ -279,6 +280,55 @@ static int skew_kls_over_both_tails_dtypes_modes_and_scales(void) {
   return worst;
 }
 
+/* The CE's label smoothing and z-loss with the top-K teacher, and the loss's parts (issue 29's
+ * last items): the forward KL over every tail and each divergence over both category tails,
+ * every dtype, both modes, the value forms, bias, T (and T^2) and the reductions rotating
+ * (NONE two-phase); smoothing 0.1 to 1 (the uniform target alone), z-loss 1e-4 to 0.1; CE
+ * mixed with the divergence or alone; a cap of 30 over logits of std 30 on one; row weights
+ * on some; row_loss and loss_parts on every case (the parts against the reference's soft and
+ * hard sums); V = 50257 with several stats blocks a row (each block's sum of z' merged), and
+ * ignored rows. */
+static int ce_label_smoothing_z_loss_and_loss_parts(void) {
+  static const struct {
+    kljit_tail tail;
+    kljit_divergence div;
+    double beta, alpha;
+  } F[8] = {{KLJIT_TAIL_NONE, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_JSD, 0.5, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.3},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.2}};
+  static const double ls[4] = {0.1, 0.0, 0.3, 1.0}, zl[4] = {1e-4, 1e-2, 0.0, 0.1};
+  int worst = TH_PASS, i = 0;
+  for (int f = 0; f < 8; f++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+        gcase c = topk_base(F[f].tail, F[f].div, F[f].beta);
+        c.skew_alpha = F[f].alpha;
+        c.labels = 1, c.outputs = 1;
+        c.hard_weight = 0.5, c.soft_weight = i % 5 == 4 ? 0.0 : 0.7; /* CE alone on some */
+        c.label_smoothing = ls[i % 4], c.z_loss = zl[(i / 4) % 4];
+        if (c.label_smoothing == 0.0 && c.z_loss == 0.0) c.z_loss = 1e-3;
+        c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+        c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+        c.idt = i % 2 ? KLJIT_INT32 : KLJIT_INT64;
+        c.bias = i % 4 == 1;
+        c.T = i % 3 == 2 ? 2.0 : i % 3 == 1 ? 0.7 : 1.0;
+        c.flags = i % 7 == 3 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+        c.tmode = i % 11 == 5 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+        c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 4);
+        if (c.red == KLJIT_REDUCTION_NONE) c.fused = 0;
+        if (i % 6 == 1) c.row_weights = 1;
+        if (i % 9 == 4) c.v = 50257, c.n = 13, c.h = 32; /* several stats blocks a row */
+        if (i == 17) c.zstd = 30.0, c.softcap = 30.0;
+        worst = fold(worst, gcase_check(&c));
+      }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -292,5 +342,6 @@ static const th_case cases[] = {
     {"tvd_over_both_tails_dtypes_modes_and_scales", tvd_over_both_tails_dtypes_modes_and_scales},
     {"skew_kls_over_both_tails_dtypes_modes_and_scales",
      skew_kls_over_both_tails_dtypes_modes_and_scales},
+    {"ce_label_smoothing_z_loss_and_loss_parts", ce_label_smoothing_z_loss_and_loss_parts},
 };
 TH_MAIN(cases)

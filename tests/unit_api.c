@@ -634,9 +634,17 @@ static const check_case families[] = {
      {SPARSE, {F_TAIL, KLJIT_TAIL_BUCKET}, {F_DIV, KLJIT_DIVERGENCE_JSD}, {F_BETA, 0.5},
       {F_HARD, 1}, {F_FLAGS, KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS}},
      KLJIT_SUCCESS, {NULL, NULL}},
-    {"sparse label smoothing", {SPARSE, {F_HARD, 1}, {F_LS, 0.1}}, UNSUPPORTED,
-     {"label_smoothing", "sparse teacher"}},
-    {"sparse z-loss", {SPARSE, {F_HARD, 1}, {F_ZL, 1e-4}}, UNSUPPORTED, {"z_loss", NULL}},
+    /* ... and the CE's label smoothing and z-loss (every tail; their range is the dense one's) */
+    {"sparse label smoothing", {SPARSE, {F_HARD, 1}, {F_LS, 0.1}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse z-loss", {SPARSE, {F_HARD, 1}, {F_ZL, 1e-4}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse skew reverse KL, RENORM, CE smoothed 1",
+     {SPARSE, {F_TAIL, KLJIT_TAIL_RENORM}, SKEWR(0.5), {F_HARD, 0.5}, {F_LS, 1}}, KLJIT_SUCCESS,
+     {NULL, NULL}},
+    {"sharded sparse z-loss at its bound", {SPARSE, {F_HARD, 1}, {F_ZL, 1e6}, {F_VTOT, 2000},
+     {F_SHARDS, 2}}, KLJIT_SUCCESS, {NULL, NULL}},
+    {"sparse label smoothing without the CE", {SPARSE, {F_LS, 0.1}}, INVALID,
+     {"label_smoothing = 0.1", "hard_weight = 0"}},
+    {"sparse z-loss 1e7", {SPARSE, {F_HARD, 1}, {F_ZL, 1e7}}, INVALID, {"z_loss = 1e+07", NULL}},
 };
 
 static int plan_check_refuses_loss_families_its_kernels_lack_with_a_sentence(void) {

@@ -46,6 +46,7 @@ static const char *const SHAPES[] = {
     "V=1000,H=64,div=skew-forward,alpha=0.25,hard=1,zloss=0.001",
     "V=4096,H=64,topk=16,tail=renorm,div=skew-forward,alpha=0.2,roww",
     "V=4096,H=64,topk=32,tail=bucket,values=logprobs,div=skew-reverse,alpha=0.7,hard=0.5",
+    "V=4096,H=64,topk=8,hard=0.5,ls=0.1,zloss=0.001",
 };
 
 static int every_word_round_trips_through_the_canonical_shape(void) {
@@ -89,6 +90,9 @@ static int every_word_round_trips_through_the_canonical_shape(void) {
   TH_CHECK(cli_shape_parse(&p, SHAPES[12], NULL, NULL, &s)); /* the top-K skew KLs */
   TH_CHECK(s.pb.teacher == KLJIT_TEACHER_SPARSE_TOPK && s.pb.tail == KLJIT_TAIL_RENORM);
   TH_CHECK(s.pb.divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && s.pb.skew_alpha == 0.2);
+  TH_CHECK(cli_shape_parse(&p, SHAPES[14], NULL, NULL, &s)); /* the top-K teacher's CE extras */
+  TH_CHECK(s.pb.teacher == KLJIT_TEACHER_SPARSE_TOPK && s.pb.tail == KLJIT_TAIL_NONE);
+  TH_CHECK(s.pb.label_smoothing == 0.1 && s.pb.z_loss == 1e-3 && s.pb.hard_weight == 0.5);
   return TH_PASS;
 }
 

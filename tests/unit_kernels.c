@@ -736,7 +736,11 @@ static int add_issue29_families(space *s) {
 
 /* Issue 29's last items for the top-K teacher: the skew KLs over its categories (ALPHA, both
  * tails, both value forms, logits dtypes, native logits, checked mode, row weights, a cap, CE
- * mixing, and a first and a later shard's SHARDED rows with their sums kernel). */
+ * mixing, and a first and a later shard's SHARDED rows with their sums kernel); the CE's label
+ * smoothing (LSMOOTH: pass 1's sum of z', a ninth record float) and z-loss (ZLOSS) over every
+ * tail and a divergence, alone and together, with row weights, a cap, CE alone, checked mode,
+ * on a first and a later shard; and the CE's loss partials apart (lossh), which every sparse
+ * problem with CE now has. */
 static int add_sparse_extras(space *s) {
   for (int i = 0; i < 6; i++) {
     kljit_problem sp = KLJIT_PROBLEM_INIT;
@@ -756,11 +760,28 @@ static int add_sparse_extras(space *s) {
     const int r = add_problem(s, &sp);
     if (r != TH_PASS) return r;
   }
+  static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  for (int i = 0; i < 6; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i == 5 ? 151936 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = 100, sp.teacher_dtype = KLJIT_FP32;
+    sp.tail = tails[i % 3];
+    sp.hard_weight = 0.5, sp.soft_weight = i == 2 ? 0.0 : 0.5;
+    sp.label_smoothing = i == 1 ? 0.0 : 0.1;
+    sp.z_loss = i == 0 ? 0.0 : 1e-4;
+    if (i == 1) sp.divergence = KLJIT_DIVERGENCE_JSD, sp.beta = 0.5, sp.softcap = 30.0;
+    if (i == 4) sp.flags |= KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 5) sp.divergence = KLJIT_DIVERGENCE_TVD;
+    if (i >= 4) sp.vocab_total = 2 * sp.vocab, sp.shards = 2, sp.vocab_offset = (i - 4) * sp.vocab;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
   return TH_PASS;
 }
 
-/* The sparse teacher's skew KLs render and compile for both archs (the modules
- * add_sparse_extras plans), without the every-variant space. */
+/* The sparse teacher's skew KLs, smoothed CE, z-loss and CE loss partials render and compile
+ * for both archs (the modules add_sparse_extras plans), without the every-variant space. */
 static int sparse_skew_kls_ce_extras_and_parts_compile_for_sm80_and_sm90(void) {
   space s;
   memset(&s, 0, sizeof s);
