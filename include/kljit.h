@@ -67,18 +67,20 @@
  *                  keeps q over the whole vocabulary: KL(P || q) = KL(P || Q) - log Q_S.)
  *     TAIL_NONE    M log M is its floor, it is no divergence of two distributions: refused
  *                  (KLJIT_ERR_UNSUPPORTED) for any divergence but the forward KL.
- *   Its row kernels compare the categories with the reverse KL, the JSD and TVD; the skew KLs
- *   with a positive alpha are the dense teachers' (KLJIT_ERR_UNSUPPORTED for it).
+ *   Its row kernels compare the categories with every divergence above (the skew KLs with m_c
+ *   = a P_c + (1 - a) Q_c or a Q_c + (1 - a) P_c per category).
  *   With g_c = dD/dQ_c (as above: log Q_c - log P_c for the reverse KL, (1 - beta) log(Q_c /
- *   m_c) for the JSD, sign(Q_c - P_c) / 2 for TVD) and E = sum_C Q_c g_c, the gradient wrt a
- *   column s_v is
+ *   m_c) for the JSD, sign(Q_c - P_c) / 2 for TVD, -(1 - a) P_c / m_c for the skew forward KL,
+ *   log(Q_c / m_c) - a Q_c / m_c for the skew reverse KL) and E = sum_C Q_c g_c, the gradient
+ *   wrt a column s_v is
  *     BUCKET  dD/ds_v = q_v (g_c(v) - E),   c(v) = v on S, the tail category off S;
  *     RENORM  dD/ds_v = Q_v (g_v - E) on S, 0 off S.
  *   The row passes are the forward KL's (one streaming pass for the statistics, K gathers and
  *   one pass writing G); on a vocabulary shard E's sum over S takes the second exchange of
  *   records (kljit_experimental.h). Duplicate ids are unspecified for these divergences
- *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing and
- *   soft_weight like the dense forms (D its divergence).
+ *   (checked mode reports them). The sparse teacher takes the student softcap, CE mixing (its
+ *   label smoothing over all V columns, its z-loss) and soft_weight like the dense forms (D
+ *   its divergence).
  *   Padded teachers: teacher_vocab Vt >= V columns per teacher row at a stride of teacher_ld
  *   elements; the columns [V, Vt) are excluded (a logits teacher's softmax runs over [0, V)).
  *   Row weights (KLJIT_FLAG_ROW_WEIGHTS, kljit_args.row_weights[N], fp32): w_i >= 0 and finite
@@ -101,9 +103,9 @@
  *   gives CE = lse(z') less its smoothing; on a shard the labels are global ids), row weights,
  *   padded teachers (unsharded) and the online teacher DENSE_HIDDEN (with its bias; on a
  *   shard, the shard's rows of its head; checked mode checks its input, head and bias). The
- *   sparse teacher takes the forward KL, and the reverse KL, the JSD and TVD with TAIL_BUCKET
- *   or TAIL_RENORM, and row weights; neither label smoothing nor the z-loss yet
- *   (KLJIT_ERR_UNSUPPORTED), nor loss_parts when it mixes in the CE.
+ *   sparse teacher takes the forward KL, and every other divergence with TAIL_BUCKET or
+ *   TAIL_RENORM, CE mixing with label smoothing and the z-loss, row weights and both optional
+ *   outputs, as the dense forms do.
  *
  * Conventions
  * -----------

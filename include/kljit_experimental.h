@@ -40,11 +40,14 @@ extern "C" {
  *
  * Split API (callers with their own collectives), one chunk loop per call:
  *   1. kljit_shard_stats: this rank's per-row statistics, N records of R floats each, R the
- *      layout's record_floats (kljit_problem_layout; 8 in this release), its slots named in
- *      record_slots (dense "m d sp mt dt mh dh S": student max and sum-exp of s, teacher
- *      mass, teacher-logit max and sum-exp, the hard-label CE's max and sum-exp of z'
- *      (hard_weight > 0, else 0), S below (NaN until step 2b; 0 for the forward KL); sparse
- *      "m d_on d_off mh dh": sum-exp on / off the local support, the CE's; the rest 0).
+ *      layout's record_floats (kljit_problem_layout; 8 in this release, 9 for the sparse
+ *      teacher with label smoothing), its slots named in record_slots (dense "m d sp mt dt mh
+ *      dh S": student max and sum-exp of s, teacher mass, teacher-logit max and sum-exp, the
+ *      hard-label CE's max and sum-exp of z' (hard_weight > 0, else 0), S below (NaN until step
+ *      2b; 0 for the forward KL); sparse "m d_on d_off mh dh mo dno S" and with label
+ *      smoothing "zs": sum-exp on / off the local support, the CE's, the support's own (max,
+ *      sum-exp) (TAIL_RENORM, divergences over categories), S as the dense one's, the sum of
+ *      the CE's z' over the rank's columns; the rest 0).
  *   2. The caller all-gathers the records of every rank into `all`, laid out [shards][N][R]
  *      (rank s's records at all + s * N * R; e.g. ncclAllGather, or copies on one GPU).
  *   2b. Only where kljit_plan_shard_rounds says 2 (divergence REVERSE_KL, JSD, TVD or a skew

@@ -209,10 +209,6 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     TRY(check_ptr(p, who, "loss", a->loss, 4));
     if (row_loss_of(a)) TRY(check_ptr(p, who, "row_loss", row_loss_of(a), 4));
     if (loss_parts_of(a)) TRY(check_ptr(p, who, "loss_parts", loss_parts_of(a), 4));
-    if (loss_parts_of(a) && pb->hard_weight != 0.0 && !p->rec.geom.hard_parts)
-      return err_set(KLJIT_ERR_UNSUPPORTED, "%s: args->loss_parts with the sparse teacher and "
-                     "hard_weight = %g: its row kernels sum the CE into the divergence's loss "
-                     "partials (the dense teachers keep them apart)", who, pb->hard_weight);
   }
   if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
   if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));

@@ -176,24 +176,6 @@ static kljit_status validate_family(const kljit_problem *pb, const char *who) {
   return KLJIT_SUCCESS;
 }
 
-/* What the row kernels of this build compute: a valid problem outside it is refused with
- * KLJIT_ERR_UNSUPPORTED rather than computed wrongly. The CPU reference (tests/ref.c) has all
- * of it. */
-static kljit_status kernels_support(const kljit_problem *pb, const char *who) {
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
-    const char *div = prob_divergence_rows(pb);
-    if (div && strcmp(div, "reverse") != 0 && strcmp(div, "jsd") != 0 && strcmp(div, "tvd") != 0)
-      return UNSUP("%s: the %s with the sparse teacher: its row kernels compare the categories "
-                   "with the reverse KL, the JSD and TVD only (the dense teachers take every "
-                   "divergence)", who, divergence_text(pb->divergence));
-    if (pb->label_smoothing != 0.0 || pb->z_loss != 0.0)
-      return UNSUP("%s: %s with the sparse teacher: its row kernels do not smooth the CE's "
-                   "labels or add the z-loss yet (the dense teachers do)", who,
-                   pb->label_smoothing != 0.0 ? "label_smoothing" : "z_loss");
-  }
-  return KLJIT_SUCCESS;
-}
-
 kljit_status prob_import(const kljit_problem *user, const char *who, kljit_problem *out) {
   if (!user) return BAD("%s: problem is NULL", who);
   const size_t n = user->struct_size;
@@ -303,8 +285,9 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                          KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_ROW_WEIGHTS;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
-  const kljit_status st = validate_family(pb, who);
-  return st ? st : kernels_support(pb, who);
+  /* every valid loss family has row kernels (the sparse teacher's limits are its math's:
+   * validate_family refuses TAIL_NONE with any divergence but the forward KL) */
+  return validate_family(pb, who);
 }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

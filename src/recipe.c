@@ -59,8 +59,8 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   r->roww = (pb->flags & KLJIT_FLAG_ROW_WEIGHTS) != 0;
   r->lsmooth = pb->label_smoothing;
   r->zloss = pb->z_loss;
-  /* the dense rows write the CE's loss partials apart (kl_finish_loss adds them up) */
-  g->hard_parts = pb->teacher != KLJIT_TEACHER_SPARSE_TOPK && pb->hard_weight > 0.0;
+  /* the rows write the CE's loss partials apart (kl_finish_loss adds them up) */
+  g->hard_parts = pb->hard_weight > 0.0;
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     /* one pass-2 block per row (it gathers the support), two-pass only */
     if (tune->cluster)

@@ -140,6 +140,9 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div) out[n++] = ps("DIV", k->div), out[n++] = pn("BETA", k->beta);
     if (k->div && k->sharded) out[n++] = pb("SHARDED", 1);
     if (k->roww) out[n++] = pb("ROWW", 1);
+    if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
+    if (k->hard > 0.0 && k->lsmooth > 0.0) out[n++] = pn("LSMOOTH", k->lsmooth);
+    if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

@@ -47,17 +47,28 @@
 %-- math):
 %--   SOFTCAP  student logit cap c: s = c tanh((z + b) / c) / T; G times 1 - tanh^2 = 1 - (s T / c)^2
 %--   HARD     weight wh of the hard-label CE = lse(z') - z'_y (z' = s T, temperature 1): pass 1
-%--            adds the (max, sum-exp) of z' (PART's mh, dh), pass 2 adds wh / t2 (lse(z') -
-%--            z'_y) to the loss (lse on the shard with OFFSET = 0, -z'_y on the label's shard;
-%--            the labels are global ids) and wh c (softmax(z') - [v = y]) to G; T2: t2 = T^2.
-%--            The saved row statistics (ROWSTAT) grow from 4 to 8 floats (lse(z') the fifth).
+%--            adds the (max, sum-exp) of z' (PART's mh, dh), pass 2 writes wh / t2 (lse(z') -
+%--            z'_y) to lossh[row], apart from the divergence's lossp[row] (kl_finish_loss adds
+%--            them and reports them as the loss's parts; lse on the shard with OFFSET = 0,
+%--            -z'_y on the label's shard; the labels are global ids), and adds wh c
+%--            (softmax(z') - [v = y]) to G; T2: t2 = T^2. The saved row statistics (ROWSTAT)
+%--            grow from 4 to 8 floats (lse(z') the fifth).
+%--   LSMOOTH  HARD only: label smoothing ls in (0, 1]: the CE's target (1 - ls) one-hot + ls
+%--            uniform over the VTOT columns. The row's sum of z' over the vocabulary is pass 1's
+%--            (PART's slot zs, a ninth float: summed over the blocks and the shards as the
+%--            records merge), since pass 2 of forward reads no column off S; the shard with
+%--            OFFSET = 0 subtracts ls / VTOT sum z' from the CE, the label's shard (1 - ls)
+%--            z'_y; G gets -wh c ls / VTOT on every column, the label column (1 - ls) of its
+%--            -wh c. Backward needs nothing saved for it.
+%--   ZLOSS    HARD only: z-loss zl > 0: zl lse(z')^2 added to the CE with its lse (the first
+%--            shard), softmax(z')'s coefficient in G times 1 + 2 zl lse(z') (lse(z') is saved).
 %--   SOFT     weight ws != 1 of the divergence (loss and gradient)
 %--   ROWW     bool: row weights w[N] (fp32) multiply the row's loss (divergence and CE) and its
 %--            gscale (G of both); with CHECK, kl_sparse_check reports a kept row's negative,
 %--            NaN or infinite weight (kind 5). The sums kernel does not read them (A is a
 %--            property of the row's distributions).
-%--   DIV      reverse|jsd|tvd (absent: the forward KL), BETA for jsd in (0, 1); TAIL bucket or
-%--            renorm
+%--   DIV      reverse|jsd|tvd|skew_forward|skew_reverse (absent: the forward KL), BETA for jsd
+%--            in (0, 1), ALPHA for the skew KLs in (0, 1); TAIL bucket or renorm
 %--            (kljit.h: the divergence of two distributions over categories C):
 %--              bucket  C = S and the tail: P = p, P_tail = max(1 - M, 0); Q = q,
 %--                      Q_tail = 1 - Q_S = d_off / d (no tail category when no column is off S)
@@ -67,7 +78,10 @@
 %--                      below the row's max the support lies, and no difference of two lse's)
 %--            g_c = log Q - log max(P, eps) (reverse), -(1 - beta) log1p(beta P / ((1 - beta) Q))
 %--            (jsd: (1 - beta) log(Q / m) less its constant, as dense_rows), sign(Q - P) / 2
-%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), E = sum_C Q g;
+%--            (tvd: D = 1/2 sum_C |P - Q|, 0 where P = Q), -(1 - a) P / m (skew_forward: m = a P
+%--            + (1 - a) Q, D = sum_C P log(P / m)), log(Q / m) - a Q / m less its constant
+%--            -log(a) - 1 (skew_reverse: m = a Q + (1 - a) P, D = sum_C Q log(Q / m)); E = sum_C
+%--            Q g;
 %--            G = gscale Q_k (g_k - E) on S and gscale (g_tail - E) q off S (renorm: 0). The row
 %--            needs E before its first column: pass 2 gets it from the K gathered entries and
 %--            the records, so the passes stay the forward KL's (no extra sweep).
@@ -78,7 +92,9 @@
 %--              A = sum_C Q_c (g_r - g_c) and g_c - E = (g_c - g_r) + A;
 %--            - the JSD's terms with D = P - Q: P / m = 1 + (1 - beta) D / m and Q / m =
 %--              1 - beta D / m through log1p, the tail's D from Q_S - M (or P_tail - Q_tail
-%--              when Q_S >= 1/2) and M summed in fp64: no log of a ratio near 1;
+%--              when Q_S >= 1/2) and M summed in fp64: no log of a ratio near 1; so the skew
+%--              KLs' P / m = 1 + (1 - a) D / m (forward) and m / Q = 1 + (1 - a) D / Q
+%--              (reverse);
 %--            - one renormalized category (K = 1): P = Q = 1, loss and G exactly 0.
 %--            Saved rows: {lse, g_tail - E, A, g_r} (bucket), {lse, ldno, A, g_r} (renorm).
 %--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
@@ -111,18 +127,36 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
+%if P.LSMOOTH ~= nil and not (HARD and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
+%  reject("LSMOOTH must be in (0, 1] and needs HARD")
+%end
+%if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
+%  reject("ZLOSS must be > 0 and needs HARD")
+%end
+%local LSMOOTH = P.LSMOOTH ~= nil
+%-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
+%local GZ = P.ZLOSS and "ce.gz" or "ce.gh"
 %local ROWW = P.ROWW or false
 %-- the row weights in pass 2's signature and calls (the sums kernel passes none)
 %local RWP = ROWW and " const float* __restrict__ row_weights," or ""
 %local RWA = ROWW and " row_weights," or ""
 %local RWN = ROWW and " nullptr," or ""
+%-- the CE's loss partials apart from the divergence's (HARD), in pass 2's signature and calls
+%local LHP = HARD and " float* __restrict__ lossh," or ""
+%local LHA = HARD and " lossh," or ""
+%local LHN = HARD and " nullptr," or ""
 %local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
-%if DIVX and P.DIV ~= "reverse" and P.DIV ~= "jsd" and P.DIV ~= "tvd" then
-%  reject("DIV must be reverse, jsd or tvd")
+%local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%if DIVX and not DIVS[P.DIV] then
+%  reject("DIV must be reverse, jsd, tvd, skew_forward or skew_reverse")
 %end
 %if P.DIV == "jsd" and not (P.BETA and P.BETA > 0 and P.BETA < 1) then
 %  reject("BETA must be in (0, 1) for DIV = jsd")
+%end
+%local SKEW = P.DIV == "skew_forward" or P.DIV == "skew_reverse"
+%if (SKEW or P.ALPHA ~= nil) and not (SKEW and P.ALPHA and P.ALPHA > 0 and P.ALPHA < 1) then
+%  reject("ALPHA must be in (0, 1) and needs DIV = skew_forward or skew_reverse")
 %end
 %if DIVX and P.TAIL == "none" then
 %  reject("DIV needs TAIL bucket or renorm: TAIL none is the forward KL's alone")
@@ -137,12 +171,14 @@
 %-- the max of s (m), its sum-exp on and off the local support (d_on, d_off), the CE's max and
 %-- sum-exp of z' (mh, dh; HARD), the support's own max and sum-exp (mo, dno; RENORM with DIV),
 %-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
-%-- stride the dense rows' records have.
+%-- stride the dense rows' records have; with LSMOOTH a ninth, zs: the sum of z' over the
+%-- columns (the block's segment, merged: the row's).
 %-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
 %-- lse, g_tail - E (bucket) or ldno (renorm), A, g_r; the header's math), and the CE's lse(z')
 %-- with HARD.
 %local PART = { name = "part", floats = 8,
 %               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%if LSMOOTH then PART = { name = "part", floats = 9, slots = iface.args(PART.slots, { "zs" }) } end
 %-- the saved row's four fields, in rowstat order
 %local RF = { "lse", "cout", "cin", "pscale" }
 %-- DIV: row_t holds RT, of which a tail saves RF (bucket: no ldno; renorm: cout is 0)
@@ -191,7 +227,8 @@
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
 %    { "part", "float* __restrict__" }, { "row0", "i64" } }) } },
-%  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS }), {
+%  iface.row_passes("kl_sparse", row_in, nil, { threads = P.THREADS },
+%                   HARD and { { "lossh", "float* __restrict__" } } or nil), {
 %  { name = "kl_sparse_sums", step = "sums", when = DIVX, threads = P.THREADS, args = args({
 %    { "z", "const logit_t*" } }, sums_in, {
 %    { "part", "const float*", role = "recs" }, { "nrec", "int" }, { "srow", "i64" },
@@ -295,8 +332,11 @@ struct acc_t {
 %if OWNON then
   float mo, dno; /* (max, sum-exp) of the columns on S, relative to their own max */
 %end
+%if LSMOOTH then
+  float zs; /* sum of z' = s T: the smoothed CE's uniform target */
+%end
 };
-#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f{{ HARD and ", KL_NEG_INF, 0.0f" or "" }}{{ OWNON and ", KL_NEG_INF, 0.0f" or "" }}}
+#define ACC_NONE acc_t{KL_NEG_INF, 0.0f, 0.0f{{ HARD and ", KL_NEG_INF, 0.0f" or "" }}{{ OWNON and ", KL_NEG_INF, 0.0f" or "" }}{{ LSMOOTH and ", 0.0f" or "" }}}
 __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_s, float tz) {
 %if HARD then
   {
@@ -312,6 +352,11 @@ __device__ __forceinline__ void acc_add(acc_t& a, const float (&s)[VEC], u32 on_
   }
 %else
   (void)tz;
+%end
+%if LSMOOTH then
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (s[i] != KL_NEG_INF) a.zs += s[i] * tz; /* a missing column (-inf) adds nothing */
 %end
   float m = a.m;
 #pragma unroll
@@ -353,6 +398,9 @@ struct acc_merge {
 %if OWNON then
     const float mo = fmaxf(a.mo, b.mo);
     if (mo != KL_NEG_INF) r.mo = mo, r.dno = a.dno * expf(a.mo - mo) + b.dno * expf(b.mo - mo);
+%end
+%if LSMOOTH then
+    r.zs = a.zs + b.zs;
 %end
     return r;
   }
@@ -419,6 +467,9 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 %if OWNON then
     out[PART_MO] = a.mo, out[PART_DNO] = a.dno;
 %end
+%if LSMOOTH then
+    out[PART_ZS] = a.zs;
+%end
   }
 }
 
@@ -445,6 +496,12 @@ struct row_t {
 struct ce_t {
   int y;
   float sy, gh;
+%if P.ZLOSS then
+  float gz; /* gh (1 + 2 zl lse(z')): the softmax's coefficient with the z-loss */
+%end
+%if LSMOOTH then
+  float gu; /* gh ls / VTOT: the uniform target's share of every column */
+%end
 };
 %end
 
@@ -586,6 +643,39 @@ __device__ __forceinline__ float cat_terms(float P, float lP, float Q, float lQ,
   (void)P, (void)lP, (void)Q, (void)lQ;
   loss += 0.5f * fabsf(D);
   return D < 0.0f ? 0.5f : D > 0.0f ? -0.5f : 0.0f;
+%elseif P.DIV == "skew_forward" then
+%  local a = P.ALPHA
+  /* m = a P + (1 - a) Q. P log(P / m), P / m = 1 + (1 - a) x with x = D / m: log1p near 1, as
+   * the JSD's terms (the tail's two terms are first order in D); below eps log P is floored
+   * (the contract). g = -(1 - a) P / m needs no constant dropped: it is 0 where Q >> P and
+   * lies in [-(1 - a) / a, 0]. */
+  (void)lQ;
+  const float m = {{ f32(a) }} * P + {{ f32(1.0 - a) }} * Q;
+  if (!(m > 0.0f)) return 0.0f; /* P = Q = 0: the category adds nothing */
+  if (P != 0.0f) {
+    const float xp = {{ f32(1.0 - a) }} * (D / m);
+    loss += P * (P < EPS ? lP - logf(m) : fabsf(xp) < 0.5f ? log1pf(xp) : logf(P / m));
+  }
+  return {{ f32(a - 1.0) }} * (P / m);
+%elseif P.DIV == "skew_reverse" then
+%  local a = P.ALPHA
+%  local k = (1.0 - a) / a
+  /* m = a Q + (1 - a) P. Q log(Q / m) = -Q log1p(x), m / Q = 1 + x with x = (1 - a) D / Q:
+   * exact where the ratio nears 1 (the student matches) and where P = 0 (log a); far from 1
+   * log Q - log m is itself precise (m at the smallest normal where a Q underflows: the term
+   * is then Q < 2^-125 times a log). No floor of log P: Q = 0 adds nothing. */
+  (void)lP;
+  if (Q == 0.0f) return 0.0f;
+  const float x = {{ f32(1.0 - a) }} * (D / Q);
+  const float m = fmaxf({{ f32(a) }} * Q + {{ f32(1.0 - a) }} * P, 1.17549435e-38f);
+  loss += fabsf(x) < 0.5f ? -Q * log1pf(x) : Q * (lQ - logf(m));
+  /* g less its constant -log(a) - 1, from r = P / Q as dense_rows' (0 at P = 0, where Q >> P):
+   * k r / (1 + k r) - log1p(k r), k = (1 - a) / a. Where k r passes 1e30 (or P / Q overflows)
+   * the first term is 1 and log1p(k r) = log k + log P - log Q in fp32. */
+  if (P == 0.0f) return 0.0f;
+  const float kr = {{ f32(k) }} * (P / Q);
+  if (kr < 1e30f) return kr / (1.0f + kr) - log1pf(kr);
+  return 1.0f - ({{ f32(math.log(k)) }} + (logf(P) - lQ));
 %else
   const float m = BETA * P + (1.0f - BETA) * Q;
   if (m > 0.0f) {
@@ -759,7 +849,10 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       for (int i = 0; i < VEC; i++) {
         gv[i] = co * fexp(s[u][i] - rs.lse);
 %if HARD then
-        gv[i] += ce.gh * fexp(s[u][i] * tz - rs.lse1);
+        gv[i] += {{ GZ }} * fexp(s[u][i] * tz - rs.lse1);
+%  if LSMOOTH then
+        gv[i] -= ce.gu;
+%  end
 %end
 %if CAPPED then
         gv[i] *= cap_slope(s[u][i], invT);
@@ -781,7 +874,7 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       const float sk = sup.lq[k] + rs.lse; /* the column's score */
 %  end
 %  if HARD then
-      gk += ce.gh * fexp(sk * tz - rs.lse1);
+      gk += {{ GZ }} * fexp(sk * tz - rs.lse1){{ LSMOOTH and " - ce.gu" or "" }};
 %  end
 %  if CAPPED then
       gk *= cap_slope(sk, invT);
@@ -801,7 +894,12 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
       if (sup.id[k] == ce.y) at = k;
     const float q = fexp(ce.sy - rs.lse);
     float gy = at >= 0 ? gscale * support_ds(sup, at, rs) : co * q;
+%  if P.ZLOSS or LSMOOTH then
+    gy += {{ GZ }} * fexp(ce.sy * tz - rs.lse1) -
+          {{ f32(1.0 - (P.LSMOOTH or 0)) }} * ce.gh{{ LSMOOTH and " - ce.gu" or "" }};
+%  else
     gy += ce.gh * (fexp(ce.sy * tz - rs.lse1) - 1.0f);
+%  end
 %  if CAPPED then
     gy *= cap_slope(ce.sy, invT);
 %  end
@@ -822,7 +920,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
                                            const float* __restrict__ hdr,{{ RWP }}
                                            const float* __restrict__ part, int nrec,
                                            i64 srow, i64 srec, float* rowstat,
-                                           float* __restrict__ lossp,
+                                           float* __restrict__ lossp,{{ LHP }}
                                            const float* __restrict__ gout, int gout_per_row,
                                            i64 row0) {
   const int r = blockIdx.y;
@@ -833,6 +931,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   __shared__ float sh_rec[7]; /* lse, d_off / d, d_on / d, lse(z'), log dno, the shards' A, mo */
 %else
   __shared__ float sh_rec[6]; /* lse, d_off / d, d_on / d, lse(z'), log Q_S, the shards' E */
+%end
+%if LSMOOTH then
+  __shared__ float sh_zs; /* the row's sum of z' (every record's) */
 %end
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
@@ -879,8 +980,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if SHARDED then
       float es = 0.0f;
 %end
+%if LSMOOTH then
+      float zs = 0.0f;
+%end
       for (int k = 0; k < nrec; k++) {
         const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
+%if LSMOOTH then
+        zs += rec[PART_ZS];
+%end
 %if HARD then
         const float mm1 = fmaxf(mh, rec[PART_MH]);
         if (mm1 != KL_NEG_INF)
@@ -909,6 +1016,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
 %if SHARDED then
       sh_rec[5] = es;
+%end
+%if LSMOOTH then
+      sh_zs = zs;
 %end
     }
     __syncthreads();
@@ -955,20 +1065,49 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   __syncthreads();
   ce_t ce = sh_ce;
   ce.gh = grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }} * {{ f32(P.HARD) }} / invT * {{ INV_T2 }};
+%if P.ZLOSS then
+  ce.gz = ce.gh * (1.0f + {{ f32(2.0 * P.ZLOSS) }} * rs.lse1);
+%end
+%if LSMOOTH then
+  ce.gu = ce.gh * {{ f32(P.LSMOOTH / VTOT) }};
+%end
+  float hard = 0.0f; /* the CE's part of the row's loss, kept apart (lossh) */
   if (kept && MODE != MODE_BACKWARD) { /* wh / t2 (lse(z') - z'_y): the helpers multiply by c t2 */
+%if LSMOOTH then
+    float ce_loss = ce.y >= 0 ? -{{ f32(1.0 - P.LSMOOTH) }} * ce.sy / invT : 0.0f;
+%else
     float ce_loss = ce.y >= 0 ? -ce.sy / invT : 0.0f;
+%end
 #if OFFSET == 0
+%if P.ZLOSS then
+    ce_loss += rs.lse1 * (1.0f + {{ f32(P.ZLOSS) }} * rs.lse1); /* once per row: the first shard */
+%else
     ce_loss += rs.lse1; /* once per row: on the first shard */
+%end
+%if LSMOOTH then
+    ce_loss -= {{ f32(P.LSMOOTH / VTOT) }} * sh_zs; /* the merged records' sum: the row's */
+%end
 #endif
-    loss = {{ WS }} * loss + {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
+    hard = {{ f32(P.HARD) }} * {{ INV_T2 }} * ce_loss;
   }
-%elseif P.SOFT then
+%end
+%if P.SOFT then
   loss *= {{ WS }};
 %end
 %if ROWW then
   loss *= rw; /* the row's weight: its loss and (below) its gradient, both terms */
+%  if HARD then
+  hard *= rw;
+%  end
 %end
+%if HARD then
+  if (MODE != MODE_BACKWARD && threadIdx.x == 0) {
+    lossp[row] = loss;
+    lossh[row] = hard; /* kl_finish_loss adds the two and reports them as the loss's parts */
+  }
+%else
   if (MODE != MODE_BACKWARD && threadIdx.x == 0) lossp[row] = loss;
+%end
   if (MODE == MODE_FORWARD) {
     if (threadIdx.x == 0) {
       float* saved = rowstat + ROWSTAT_FLOATS * row;
@@ -995,17 +1134,17 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */
 {{ K.kernel("kl_sparse_fused") }} {
   sparse_row<MODE_FUSED>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }} part,
-                         nrec, srow, srec, nullptr, lossp, nullptr, 0, row0);
+                         nrec, srow, srec, nullptr, lossp,{{ LHA }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_forward") }} {
   sparse_row<MODE_FORWARD>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
-                           part, nrec, srow, srec, rowstat, lossp, nullptr, 0, row0);
+                           part, nrec, srow, srec, rowstat, lossp,{{ LHA }} nullptr, 0, row0);
 }
 
 {{ K.kernel("kl_sparse_backward") }} {
   sparse_row<MODE_BACKWARD>(z, g, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWA }}
-                            nullptr, 0, 0, 0, (float*)rowstat, nullptr, gout, gout_per_row, row0);
+                            nullptr, 0, 0, 0, (float*)rowstat, nullptr,{{ LHN }} gout, gout_per_row, row0);
 }
 %if DIVX then
 
@@ -1015,7 +1154,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
  * of the row's record in out (slot S only: part may be the same buffer). An ignored row: 0. */
 {{ K.kernel("kl_sparse_sums") }} {
   sparse_row<MODE_SUMS>(z, nullptr, ids, vals, bias, labels, labels_is64, ignore_index, hdr,{{ RWN }}
-                        part, nrec, srow, srec, out, nullptr, nullptr, 0, row0);
+                        part, nrec, srow, srec, out, nullptr,{{ LHN }} nullptr, 0, row0);
 }
 %end
 
@@ -1023,6 +1162,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
  * order, into one record (PART) at out + (row0 + r) PART_FLOATS (mh, dh the CE's, mo, dno the
  * support's own (max, sum-exp) with RENORM and DIV, S NaN on a shard with DIV: else 0; an
  * ignored row: zeros; pass 2 never reads it). */
+%-- (LSMOOTH: zs, the sum of z' over the row's SPLIT segments, too)
 {{ K.kernel("kl_sparse_merge") }} {
   const int r = blockIdx.x * {{ iface.MERGE_THREADS }} + threadIdx.x;
   if (r >= rows) return;
@@ -1035,8 +1175,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if OWNON then
     float mo = KL_NEG_INF, dno = 0.0f;
 %end
+%if LSMOOTH then
+    float zs = 0.0f;
+%end
     for (int k = 0; k < SPLIT; k++) {
       const float* p = part + ((i64)r * SPLIT + k) * PART_FLOATS;
+%if LSMOOTH then
+      zs += p[PART_ZS];
+%end
 %if HARD then
       const float mm1 = fmaxf(mh, p[PART_MH]);
       if (mm1 != KL_NEG_INF)
@@ -1058,6 +1204,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
 %if OWNON then
     rec[PART_MO] = mo, rec[PART_DNO] = dno; /* the support's own (max, sum-exp) */
+%end
+%if LSMOOTH then
+    rec[PART_ZS] = zs; /* the sum of z' over this shard's columns */
 %end
 %if SHARDED then
     rec[PART_S] = __int_as_float(0x7fc00000); /* NaN until kl_sparse_sums writes this shard's sum */

@@ -582,7 +582,7 @@ static int reverse_kl_measured_shards(void) {
 static const struct {
   scase c;
   struct extras29 x;
-} CASES29[4] = {
+} CASES29[7] = {
     {{"TVD, dense probs, row weights, row loss and parts, bias, ignored rows",
       KLJIT_TEACHER_DENSE_PROBS, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1,
       1, 1.0, 0, 0, KLJIT_DIVERGENCE_TVD, 0.0, 0.0, 0.0, 0.0, 0},
@@ -599,6 +599,23 @@ static const struct {
       KLJIT_TEACHER_DENSE_LOGITS, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
       2.0, 0, 0, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.4, 0.8, 0.0, 1},
      {0.3, 0.0, 1e-2, 1, 1}},
+    /* the top-K teacher (issue 29's last items): the skew KLs over its categories (E's sum over
+     * S in the second round, as the JSD's), its CE smoothed over the global vocabulary (each
+     * shard's sum of z' in its records) with the z-loss, and the loss's parts */
+    {{"sparse skew forward KL 0.25, BUCKET, K = 50, batchmean, bias",
+      KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_BATCHMEAN, KLJIT_TAIL_BUCKET, KLJIT_TOPK_PROBS,
+      1, 1, 1.0, 0, 50, KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.0, 0.0, 0.0, 0},
+     {0.25, 0.0, 0.0, 0, 0}},
+    {{"sparse skew reverse KL 0.6, RENORM log-probs, K = 64, T = 1.5, CE 0.5 (smoothed 0.1, "
+      "z-loss 1e-3), parts",
+      KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_MEAN, KLJIT_TAIL_RENORM, KLJIT_TOPK_LOGPROBS, 1,
+      0, 1.5, 0, 64, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.5, 0.5, 0.0, 0},
+     {0.6, 0.1, 1e-3, 0, 1}},
+    {{"sparse forward KL, NONE, K = 200, sum, CE 0.5 (smoothed 0.2, z-loss 1e-2), cap 6, row "
+      "weights, parts",
+      KLJIT_TEACHER_SPARSE_TOPK, KLJIT_REDUCTION_SUM, KLJIT_TAIL_NONE, KLJIT_TOPK_PROBS, 1, 1,
+      1.0, 0, 200, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.5, 0.7, 6.0, 0},
+     {0.0, 0.2, 1e-2, 1, 1}},
 };
 
 static int run29(int i) {
@@ -611,6 +628,9 @@ static int tvd_with_row_weights_and_outputs(void) { return run29(0); }
 static int tvd_logits_with_smoothed_ce(void) { return run29(1); }
 static int skew_forward_kl_with_ce_extras_and_softcap(void) { return run29(2); }
 static int skew_reverse_kl_online_teacher_with_row_weights(void) { return run29(3); }
+static int sparse_skew_forward_kl_bucket(void) { return run29(4); }
+static int sparse_skew_reverse_kl_renorm_with_ce_extras_and_parts(void) { return run29(5); }
+static int sparse_ce_extras_with_row_weights_and_parts(void) { return run29(6); }
 
 static const th_case cases[] = {
     {"dense_probs_batchmean_with_ignored_rows", dense_probs_batchmean_with_ignored_rows},
@@ -634,5 +654,9 @@ static const th_case cases[] = {
     {"sparse_reverse_kl_bucket_with_ce", sparse_reverse_kl_bucket_with_ce},
     {"sparse_jsd_renorm_logprobs", sparse_jsd_renorm_logprobs},
     {"sparse_jsd_bucket_k_above_a_shard", sparse_jsd_bucket_k_above_a_shard},
+    {"sparse_skew_forward_kl_bucket", sparse_skew_forward_kl_bucket},
+    {"sparse_skew_reverse_kl_renorm_with_ce_extras_and_parts",
+     sparse_skew_reverse_kl_renorm_with_ce_extras_and_parts},
+    {"sparse_ce_extras_with_row_weights_and_parts", sparse_ce_extras_with_row_weights_and_parts},
 };
 TH_MAIN(cases)

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpu_topk.c — the top-K teacher's reverse KL, JSD and TVD (issue 29) on the GPU against the fp64
- * reference: K + 1 categories (TAIL_BUCKET) and the renormalized support (TAIL_RENORM).
+/* gpu_topk.c — the top-K teacher's reverse KL, JSD, TVD and skew KLs (issue 29) on the GPU
+ * against the fp64 reference: K + 1 categories (TAIL_BUCKET) and the renormalized support
+ * (TAIL_RENORM).
  *
  * Cases run through gpu_case.h (fresh random inputs, poisoned outputs, its tolerances: the
  * forward KL's, unchanged). The support of a row is K distinct random ids (gpu_case.c). Every
  * tail x divergence x dtype x reduction x mode, with the value form, id width, bias,
  * temperature and T^2 rotating; odd and large vocabularies, logits of std 2 to 12, CE mixing
  * and the softcap, zero-mass and ignored rows, K = 1 and 1024, the JSD's end points, full
- * support against the dense teacher; row weights over every tail (the forward KL's too).
+ * support against the dense teacher; row weights over every tail (the forward KL's too); the
+ * CE's label smoothing and z-loss and the loss's parts over every tail and divergence.
  * Shards: gpu.shard.sparse_*. Skips (77) without a GPU.
  */
 #include <math.h>
@@ -169,8 +171,8 @@ static int ragged_chunks_and_a_single_row(void) {
 
 /* Row weights (drawn in [0, 2], every 7th row 0): the forward KL over every tail and the
  * reverse KL and the JSD over both category tails, fused and two-phase, CE mixing on some
- * (loss and both gradients scale), the optional outputs where CE is off (loss_parts with the
- * sparse teacher's CE is refused), checked mode on one (its weight check passes). */
+ * (loss and both gradients scale), the optional outputs on every case (row_loss, and
+ * loss_parts: with CE its two terms apart), checked mode on one (its weight check passes). */
 static int row_weights_scale_every_tail_and_divergence(void) {
   static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
   int worst = TH_PASS, i = 0;
@@ -183,7 +185,7 @@ static int row_weights_scale_every_tail_and_divergence(void) {
       c.fused = i % 2, c.dt = DTS[i % 3];
       c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
       if (i % 3 == 2) c.hard_weight = 0.5, c.soft_weight = 0.7; /* CE mixing */
-      else c.outputs = 1;
+      c.outputs = 1;
       if (i == 3) c.flags |= KLJIT_FLAG_CHECK_INPUTS;
       if (i == 4) c.red = KLJIT_REDUCTION_NONE, c.fused = 0;
       worst = fold(worst, gcase_check(&c));
@@ -228,6 +230,105 @@ static int tvd_over_both_tails_dtypes_modes_and_scales(void) {
   return worst;
 }
 
+/* The skew KLs over the K + 1 categories and the renormalized support (issue 29's last items):
+ * both, at alphas 0.1 and 0.7, every dtype, both modes, the value forms, id widths, bias, T and
+ * the reductions rotating (NONE two-phase); CE mixing, row weights, the softcap on some; logits
+ * of std 12 over V = 151936 (a peaked student: Q_tail or one Q_k near 1, where the skew
+ * reverse KL's m / Q and the forward's P / m near 1 go through log1p); K = 1 and 1024. */
+static int skew_kls_over_both_tails_dtypes_modes_and_scales(void) {
+  int worst = TH_PASS, i = 0;
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2; d++)
+      for (int dt = 0; dt < 3; dt++)
+        for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+          gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                              d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL
+                                : KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0);
+          c.skew_alpha = i % 2 ? 0.7 : 0.1;
+          c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+          c.values = i / 2 % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+          c.idt = i % 3 ? KLJIT_INT32 : KLJIT_INT64;
+          c.bias = i % 4 == 1;
+          c.tmode = i % 5 == 4 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+          c.T = i % 3 == 2 ? 2.0 : i % 3 == 1 ? 0.5 : 1.0;
+          c.flags = i % 7 == 3 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+          c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 4);
+          if (c.red == KLJIT_REDUCTION_NONE) c.fused = 0;
+          if (i % 4 == 2) c.hard_weight = 0.5, c.soft_weight = 0.5;
+          if (i % 5 == 3) c.row_weights = 1;
+          if (i == 9) c.zstd = 30.0, c.softcap = 30.0;
+          worst = fold(worst, gcase_check(&c));
+        }
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2 && worst != TH_SKIP; d++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL : KLJIT_DIVERGENCE_SKEW_FORWARD_KL,
+                          0.0);
+      c.skew_alpha = 0.3;
+      c.zstd = 12.0, c.v = 151936, c.n = 9, c.h = 32, c.dt = KLJIT_FP32, c.fused = (tail + d) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  for (int tail = 0; tail < 2; tail++)
+    for (int k = 0; k < 2 && worst != TH_SKIP; k++) {
+      gcase c = topk_base(tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET,
+                          k ? KLJIT_DIVERGENCE_SKEW_FORWARD_KL : KLJIT_DIVERGENCE_SKEW_REVERSE_KL,
+                          0.0);
+      c.skew_alpha = 0.5;
+      c.k = k ? 1024 : 1, c.v = k ? 50257 : 1001, c.n = 13, c.h = 32, c.fused = (tail + k) % 2;
+      worst = fold(worst, gcase_check(&c));
+    }
+  return worst;
+}
+
+/* The CE's label smoothing and z-loss with the top-K teacher, and the loss's parts (issue 29's
+ * last items): the forward KL over every tail and each divergence over both category tails,
+ * every dtype, both modes, the value forms, bias, T (and T^2) and the reductions rotating
+ * (NONE two-phase); smoothing 0.1 to 1 (the uniform target alone), z-loss 1e-4 to 0.1; CE
+ * mixed with the divergence or alone; a cap of 30 over logits of std 30 on one; row weights
+ * on some; row_loss and loss_parts on every case (the parts against the reference's soft and
+ * hard sums); V = 50257 with several stats blocks a row (each block's sum of z' merged), and
+ * ignored rows. */
+static int ce_label_smoothing_z_loss_and_loss_parts(void) {
+  static const struct {
+    kljit_tail tail;
+    kljit_divergence div;
+    double beta, alpha;
+  } F[8] = {{KLJIT_TAIL_NONE, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_FORWARD_KL, 0.0, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_REVERSE_KL, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_JSD, 0.5, 0.0},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_TVD, 0.0, 0.0},
+            {KLJIT_TAIL_RENORM, KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0, 0.3},
+            {KLJIT_TAIL_BUCKET, KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0, 0.2}};
+  static const double ls[4] = {0.1, 0.0, 0.3, 1.0}, zl[4] = {1e-4, 1e-2, 0.0, 0.1};
+  int worst = TH_PASS, i = 0;
+  for (int f = 0; f < 8; f++)
+    for (int dt = 0; dt < 3; dt++)
+      for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+        gcase c = topk_base(F[f].tail, F[f].div, F[f].beta);
+        c.skew_alpha = F[f].alpha;
+        c.labels = 1, c.outputs = 1;
+        c.hard_weight = 0.5, c.soft_weight = i % 5 == 4 ? 0.0 : 0.7; /* CE alone on some */
+        c.label_smoothing = ls[i % 4], c.z_loss = zl[(i / 4) % 4];
+        if (c.label_smoothing == 0.0 && c.z_loss == 0.0) c.z_loss = 1e-3;
+        c.dt = DTS[dt], c.tdt = DTS[(dt + i) % 3], c.fused = fused;
+        c.values = i % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+        c.idt = i % 2 ? KLJIT_INT32 : KLJIT_INT64;
+        c.bias = i % 4 == 1;
+        c.T = i % 3 == 2 ? 2.0 : i % 3 == 1 ? 0.7 : 1.0;
+        c.flags = i % 7 == 3 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+        c.tmode = i % 11 == 5 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+        c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + i % 4);
+        if (c.red == KLJIT_REDUCTION_NONE) c.fused = 0;
+        if (i % 6 == 1) c.row_weights = 1;
+        if (i % 9 == 4) c.v = 50257, c.n = 13, c.h = 32; /* several stats blocks a row */
+        if (i == 17) c.zstd = 30.0, c.softcap = 30.0;
+        worst = fold(worst, gcase_check(&c));
+      }
+  return worst;
+}
+
 static const th_case cases[] = {
     {"every_tail_divergence_dtype_reduction_and_mode",
      every_tail_divergence_dtype_reduction_and_mode},
@@ -239,5 +340,8 @@ static const th_case cases[] = {
     {"ragged_chunks_and_a_single_row", ragged_chunks_and_a_single_row},
     {"row_weights_scale_every_tail_and_divergence", row_weights_scale_every_tail_and_divergence},
     {"tvd_over_both_tails_dtypes_modes_and_scales", tvd_over_both_tails_dtypes_modes_and_scales},
+    {"skew_kls_over_both_tails_dtypes_modes_and_scales",
+     skew_kls_over_both_tails_dtypes_modes_and_scales},
+    {"ce_label_smoothing_z_loss_and_loss_parts", ce_label_smoothing_z_loss_and_loss_parts},
 };
 TH_MAIN(cases)

@@ -17,12 +17,12 @@
  *   |p - q|, g = sign(q - p) / 2 (0 at p = q); SKEW_FORWARD_KL(a) m = a p + (1 - a) q, l = sum
  *   p (log p - log m), g = -(1 - a) p / m; SKEW_REVERSE_KL(a) m = a q + (1 - a) p, l = sum q
  *   (log q - log m), g = log(q / m) - a q / m; a = 0 takes the forward and reverse KL)
- *   sparse, the reverse KL, the JSD and TVD (kljit.h): dense-from-sparse, the dense divergence of
- *   the category distributions P, Q (BUCKET: S and the tail, P_tail = max(1 - M, 0), Q_tail =
- *   1 - Q_S, no tail category when S covers V; RENORM: S with P = p / M, Q = q / Q_S; M = 0:
- *   nothing), then dl/ds_v = Q'_v (g_c(v) - E) with Q'_v = q_v (BUCKET: on S and, with the
- *   tail's g, off S) or q_v / Q_S (RENORM, on S; 0 off S), E = sum_c Q_c g_c. Distinct ids
- *   only.
+ *   sparse, the reverse KL, the JSD, TVD and the skew KLs (kljit.h): dense-from-sparse, the
+ *   dense divergence of the category distributions P, Q (BUCKET: S and the tail, P_tail =
+ *   max(1 - M, 0), Q_tail = 1 - Q_S, no tail category when S covers V; RENORM: S with P = p /
+ *   M, Q = q / Q_S; M = 0: nothing), then dl/ds_v = Q'_v (g_c(v) - E) with Q'_v = q_v (BUCKET:
+ *   on S and, with the tail's g, off S) or q_v / Q_S (RENORM, on S; 0 off S), E = sum_c Q_c
+ *   g_c. Distinct ids only.
  *   softcap c: z' = c tanh(z / c) replaces z everywhere (s = z' / T), dz'/dz = 1 / cosh^2(z / c)
  *   CE = lse(z') - (1 - ls) z'_y - ls / V sum_v z'_v + zl lse(z')^2 (y = labels[i]),
  *   dCE/dz'_v = (1 + 2 zl lse(z')) softmax(z')_v - (1 - ls) [v = y] - ls / V
@@ -47,8 +47,8 @@
  *     rounding error, so the term is dropped as well (this keeps K = V equal to dense).
  *   - LOGPROBS values: log max(p, eps) is computed as max(log p, log eps), so a given -inf is
  *     p = 0 and contributes nothing; the given log p is used directly above eps.
- *   - The sparse reverse KL, JSD and TVD refuse a row with duplicate ids (kljit leaves them
- *     unspecified) and TAIL_NONE (kljit refuses it).
+ *   - The sparse reverse KL, JSD, TVD and skew KLs refuse a row with duplicate ids (kljit
+ *     leaves them unspecified) and TAIL_NONE (kljit refuses it).
  *
  * Numerics: logits by double dot products with four partial sums, log-sum-exp with the maximum
  * subtracted, the V- and K-long sums in long double. 1 - Q_S is summed over the vocabulary
@@ -184,11 +184,6 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
           !(pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0)) {
         if (pb->tail == KLJIT_TAIL_NONE)
           return ref_fail("TAIL_NONE takes the forward KL only", (long long)pb->divergence);
-        if (pb->divergence != KLJIT_DIVERGENCE_REVERSE_KL &&
-            pb->divergence != KLJIT_DIVERGENCE_JSD && pb->divergence != KLJIT_DIVERGENCE_TVD &&
-            !(pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
-          return ref_fail("the sparse teacher takes the forward KL, the reverse KL, the JSD and "
-                          "TVD", (long long)pb->divergence);
       }
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
@@ -332,8 +327,8 @@ static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *d
   return d;
 }
 
-/* The sparse reverse KL and JSD, dense-from-sparse (the header): r->pk, r->lpk hold the support's
- * p and log max(p, eps) as given, M their sum. */
+/* The sparse reverse KL, JSD, TVD and skew KLs, dense-from-sparse (the header): r->pk, r->lpk
+ * hold the support's p and log max(p, eps) as given, M their sum. */
 static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const double *vals,
                               const ref_row *r, int64_t row, long double M, double *ds,
                               double *l_out) {
@@ -341,7 +336,7 @@ static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const
   const double log_eps = log(pb->eps);
   const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ||
                       (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 1.0) ||
-                      pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL; /* alpha 0 here */
+                      (pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0);
   double *P = r->cat, *lP = P + (K + 1), *Q = lP + (K + 1), *lQ = Q + (K + 1);
   double *ge = lQ + (K + 1);
   memset(r->cnt, 0, (size_t)V * sizeof *r->cnt);
@@ -407,7 +402,8 @@ static int ref_row_sparse(const kljit_problem *pb, const int64_t *ids, const dou
   }
   if (pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->divergence == KLJIT_DIVERGENCE_TVD ||
       (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta != 0.0) ||
-      (pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0))
+      pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL ||
+      (pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha != 0.0))
     return ref_row_sparse_div(pb, ids, vals, r, row, M, ds, l_out);
   if (pb->tail == KLJIT_TAIL_RENORM) {
     if (M == 0.0L) {

@@ -44,6 +44,9 @@ static const char *const SHAPES[] = {
     "V=1000,H=64,logits,div=skew-reverse,alpha=0.3,hard=0.5,ls=0.1,zloss=0.0001,roww,check",
     "V=1000,H=64,div=tvd,roww",
     "V=1000,H=64,div=skew-forward,alpha=0.25,hard=1,zloss=0.001",
+    "V=4096,H=64,topk=16,tail=renorm,div=skew-forward,alpha=0.2,roww",
+    "V=4096,H=64,topk=32,tail=bucket,values=logprobs,div=skew-reverse,alpha=0.7,hard=0.5",
+    "V=4096,H=64,topk=8,hard=0.5,ls=0.1,zloss=0.001",
 };
 
 static int every_word_round_trips_through_the_canonical_shape(void) {
@@ -84,6 +87,12 @@ static int every_word_round_trips_through_the_canonical_shape(void) {
   TH_CHECK(s.pb.flags == (KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS));
   TH_CHECK(cli_shape_parse(&p, SHAPES[10], NULL, NULL, &s));
   TH_CHECK(s.pb.divergence == KLJIT_DIVERGENCE_TVD);
+  TH_CHECK(cli_shape_parse(&p, SHAPES[12], NULL, NULL, &s)); /* the top-K skew KLs */
+  TH_CHECK(s.pb.teacher == KLJIT_TEACHER_SPARSE_TOPK && s.pb.tail == KLJIT_TAIL_RENORM);
+  TH_CHECK(s.pb.divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && s.pb.skew_alpha == 0.2);
+  TH_CHECK(cli_shape_parse(&p, SHAPES[14], NULL, NULL, &s)); /* the top-K teacher's CE extras */
+  TH_CHECK(s.pb.teacher == KLJIT_TEACHER_SPARSE_TOPK && s.pb.tail == KLJIT_TAIL_NONE);
+  TH_CHECK(s.pb.label_smoothing == 0.1 && s.pb.z_loss == 1e-3 && s.pb.hard_weight == 0.5);
   return TH_PASS;
 }
 
@@ -116,7 +125,7 @@ static int each_rule_is_a_usage_error_naming_the_word(void) {
       {"V=1000,H=64,ls=0.1", "'ls=0.1' is a term of the hard-label CE: add hard=W"},
       {"V=1000,H=64,hard=1,zloss=2e6", "zloss=2e6: want a number from 0 to 1e+06"},
       {"V=1000,H=64,roww,roww", "'roww' is given twice"},
-      {"V=1000,H=64,topk=8,tail=bucket,div=skew-forward,alpha=0.2", "the JSD and TVD only"},
+      {"V=1000,H=64,topk=8,div=skew-forward,alpha=0.2", "TAIL_NONE takes the forward KL only"},
       {"V=1000,H=64,hidden=0", "hidden=0: want an integer from 1 to 1048576"},
       {"V=1000,H=64,beta=2,div=jsd", "beta=2: want a number from 0 to 1"},
       {"V=1000,H=64,eps=0.01", "eps=0.01: want a number in [1e-30, 1e-3)"},

@@ -734,6 +734,68 @@ static int add_issue29_families(space *s) {
   return TH_PASS;
 }
 
+/* Issue 29's last items for the top-K teacher: the skew KLs over its categories (ALPHA, both
+ * tails, both value forms, logits dtypes, native logits, checked mode, row weights, a cap, CE
+ * mixing, and a first and a later shard's SHARDED rows with their sums kernel); the CE's label
+ * smoothing (LSMOOTH: pass 1's sum of z', a ninth record float) and z-loss (ZLOSS) over every
+ * tail and a divergence, alone and together, with row weights, a cap, CE alone, checked mode,
+ * on a first and a later shard; and the CE's loss partials apart (lossh), which every sparse
+ * problem with CE now has. */
+static int add_sparse_extras(space *s) {
+  for (int i = 0; i < 6; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i % 3 == 2 ? 151936 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = i == 5 ? 1024 : 100;
+    sp.teacher_dtype = DTYPES[(i + 2) % 3];
+    sp.tail = i % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+    sp.topk_values = i / 2 % 2 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    sp.divergence = i % 3 == 1 ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL
+                               : KLJIT_DIVERGENCE_SKEW_FORWARD_KL;
+    sp.skew_alpha = i < 3 ? 0.1 : 0.6;
+    if (i == 1) sp.flags |= KLJIT_FLAG_NATIVE_LOGITS | KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 2) sp.flags |= KLJIT_FLAG_ROW_WEIGHTS, sp.softcap = 30.0;
+    if (i == 3) sp.hard_weight = 0.5, sp.soft_weight = 0.5;
+    if (i >= 4) sp.vocab_total = 2 * sp.vocab, sp.shards = 2, sp.vocab_offset = (i - 4) * sp.vocab;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
+  static const kljit_tail tails[3] = {KLJIT_TAIL_NONE, KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM};
+  for (int i = 0; i < 6; i++) {
+    kljit_problem sp = KLJIT_PROBLEM_INIT;
+    sp.hidden = 4096, sp.vocab = i == 5 ? 151936 : 50257;
+    sp.input_dtype = sp.weight_dtype = DTYPES[i % 3];
+    sp.teacher = KLJIT_TEACHER_SPARSE_TOPK, sp.topk = 100, sp.teacher_dtype = KLJIT_FP32;
+    sp.tail = tails[i % 3];
+    sp.hard_weight = 0.5, sp.soft_weight = i == 2 ? 0.0 : 0.5;
+    sp.label_smoothing = i == 1 ? 0.0 : 0.1;
+    sp.z_loss = i == 0 ? 0.0 : 1e-4;
+    if (i == 1) sp.divergence = KLJIT_DIVERGENCE_JSD, sp.beta = 0.5, sp.softcap = 30.0;
+    if (i == 4) sp.flags |= KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_CHECK_INPUTS;
+    if (i == 5) sp.divergence = KLJIT_DIVERGENCE_TVD;
+    if (i >= 4) sp.vocab_total = 2 * sp.vocab, sp.shards = 2, sp.vocab_offset = (i - 4) * sp.vocab;
+    const int r = add_problem(s, &sp);
+    if (r != TH_PASS) return r;
+  }
+  return TH_PASS;
+}
+
+/* The sparse teacher's skew KLs, smoothed CE, z-loss and CE loss partials render and compile
+ * for both archs (the modules add_sparse_extras plans), without the every-variant space. */
+static int sparse_skew_kls_ce_extras_and_parts_compile_for_sm80_and_sm90(void) {
+  space s;
+  memset(&s, 0, sizeof s);
+  int r = dm_init(&s.by_params) && dm_init(&s.by_source) ? TH_PASS : TH_FAIL;
+  if (r == TH_PASS) r = add_sparse_extras(&s);
+  if (r == TH_PASS) {
+    printf("problems: %ld; distinct modules: %zu\n", s.problems, s.n_mods);
+    fflush(stdout);
+    r = compile_all(&s, NULL);
+  }
+  space_free(&s);
+  return r;
+}
+
 /* The parameters of issue 29 render and compile for both archs (the modules add_issue29_families
  * plans), without the every-variant space: the quick check of these templates. */
 static int tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90(void) {
@@ -890,6 +952,7 @@ static int enumerate(space *s) {
   if (r == TH_PASS) r = add_sparse_and_checked(s);
   if (r == TH_PASS) r = add_loss_families(s);
   if (r == TH_PASS) r = add_issue29_families(s);
+  if (r == TH_PASS) r = add_sparse_extras(s);
   const double enum_s = util_now() - t0;
   if (r == TH_PASS) {
     int kinds[N_KINDS] = {0};
@@ -1231,6 +1294,8 @@ static const th_case cases[] = {
     {"rendered_modules_keep_their_pinned_bytes", rendered_modules_keep_their_pinned_bytes},
     {"tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90",
      tvd_skew_kls_row_weights_and_ce_extras_compile_for_sm80_and_sm90},
+    {"sparse_skew_kls_ce_extras_and_parts_compile_for_sm80_and_sm90",
+     sparse_skew_kls_ce_extras_and_parts_compile_for_sm80_and_sm90},
 };
 
 int main(int argc, char **argv) {

@@ -273,6 +273,20 @@ static int every_plans_records_are_declared_once_and_agree_with_the_query(void) 
       printf("problem %d: header %d, record %d {%s}, saved row %d {%s}\n", i, q.header_floats,
              q.record_floats, q.record_slots, q.saved_row_floats, q.saved_row_slots);
   }
+  /* the top-K teacher's smoothed CE: pass 1 sums z' into a ninth slot, zs */
+  for (int i = 0; i < N_PROBLEMS; i++) {
+    kljit_problem pb;
+    if (problem_of(i, &pb) != TH_PASS) return TH_FAIL;
+    if (pb.teacher != KLJIT_TEACHER_SPARSE_TOPK) continue;
+    pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
+    kljit_layout q;
+    memset(&q, 0, sizeof q);
+    q.struct_size = sizeof q;
+    TH_OK(kljit_problem_layout(&pb, &q));
+    TH_CHECK(q.record_floats == 9 && strcmp(q.record_slots, "m d_on d_off mh dh mo dno S zs") == 0);
+    TH_CHECK(q.saved_row_floats == 8); /* backward needs no sum of z' */
+    break;
+  }
   /* bad arguments: a clear status and message, nothing written */
   kljit_problem pb;
   if (problem_of(0, &pb) != TH_PASS) return TH_FAIL;

@@ -807,6 +807,11 @@ static int ref_rejects_invalid_inputs(void) {
   TH_CHECK(run(&q, &r) == 0);
   q.ids[1] = q.ids[0]; /* a duplicate id: unspecified for the JSD */
   TH_CHECK(run(&q, &r) != 0);
+  q = p, q.pb.divergence = KLJIT_DIVERGENCE_SKEW_FORWARD_KL, q.pb.skew_alpha = 0.3;
+  TH_CHECK(run(&q, &r) != 0); /* TAIL_NONE: no skew KL either */
+  q.pb.tail = KLJIT_TAIL_RENORM;
+  q.ids[3] = (q.ids[2] + 1) % 5;
+  TH_CHECK(run(&q, &r) == 0);
   q = p, q.pb.hard_weight = 1.0;
   TH_CHECK(run(&q, &r) != 0);
   q.has_labels = 1, q.labels[0] = 0, q.labels[1] = 5; /* == V */
@@ -1509,6 +1514,93 @@ static int row_weights_scale_rows_but_not_the_divisor(void) {
   return TH_PASS;
 }
 
+/* ---- issue 29's last items for the top-K teacher: the skew KLs, the CE's extras ----------- */
+
+/* Finite differences of the top-K skew KLs (two alphas each, one with row weights, one with the
+ * CE's label smoothing and z-loss) over both category tails and value forms, and of the CE's
+ * label smoothing and z-loss with the top-K teacher over every tail, on fd_family's setups
+ * (setups 1 and 3 mix in the CE; CE alone in 3). */
+static int gradients_match_finite_differences_for_the_sparse_skew_kls_and_ce_extras(void) {
+  const struct {
+    family f;
+    extras x;
+  } skews[4] = {{{KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0}, {0.2, 0.0, 0.0, 0}},
+                {{KLJIT_DIVERGENCE_SKEW_FORWARD_KL, 0.0}, {0.7, 0.0, 0.0, 1}},
+                {{KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0}, {0.1, 0.0, 0.0, 0}},
+                {{KLJIT_DIVERGENCE_SKEW_REVERSE_KL, 0.0}, {0.6, 0.1, 0.05, 0}}};
+  const kljit_tail tails[3] = {KLJIT_TAIL_BUCKET, KLJIT_TAIL_RENORM, KLJIT_TAIL_NONE};
+  for (int t = 0; t < 2; t++)
+    for (int v = 0; v < 2; v++)
+      for (int d = 0; d < 4; d++)
+        if (fd_family_all(KLJIT_TEACHER_SPARSE_TOPK, skews[d].f, skews[d].x, tails[t],
+                          v ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS) != TH_PASS)
+          return TH_FAIL;
+  const family fwd = {KLJIT_DIVERGENCE_FORWARD_KL, 0.0}, jsd = {KLJIT_DIVERGENCE_JSD, 0.5};
+  const extras ce = {0.0, 0.2, 0.03, 0}, ce1 = {0.0, 1.0, 0.0, 1};
+  for (int t = 0; t < 3; t++)
+    if (fd_family_all(KLJIT_TEACHER_SPARSE_TOPK, fwd, ce, tails[t], KLJIT_TOPK_PROBS) != TH_PASS)
+      return TH_FAIL;
+  return fd_family_all(KLJIT_TEACHER_SPARSE_TOPK, jsd, ce1, KLJIT_TAIL_BUCKET,
+                       KLJIT_TOPK_LOGPROBS);
+}
+
+/* The top-K skew KLs by hand, as sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_
+ * categories: W = I, support ids[3] of mass 0.7; BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S),
+ * RENORM p_S / 0.7 with q_S / Q_S; the skew forward KL(0.3) with m = a P + (1 - a) Q, D = sum P
+ * log(P / m), g = -(1 - a) P / m; the skew reverse KL(0.4) with m = a Q + (1 - a) P, D = sum Q
+ * log(Q / m), g = log(Q / m) - a Q / m; G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E). */
+static int sparse_skew_kls_are_the_divergences_of_the_categories(void) {
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 2; d++) {
+      const double a = d ? 0.4 : 0.3;
+      prob p;
+      prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
+      p.pb.topk = 3;
+      p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+      p.pb.temperature = 1.5;
+      p.pb.divergence = d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL : KLJIT_DIVERGENCE_SKEW_FORWARD_KL;
+      p.pb.skew_alpha = a;
+      host_rng g = {(uint64_t)(53 + 3 * tail + d)};
+      fill_normal(p.x, 7, 2.0, &g);
+      for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
+      sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
+      double q[7], Qs = 0.0;
+      softmax_row(p.x, 7, 1.5, q, NULL);
+      for (int k = 0; k < 3; k++) Qs += q[p.ids[k]];
+      double P[4], Q[4], gc[4], D = 0.0, E = 0.0;
+      const int n = tail ? 3 : 4;
+      for (int k = 0; k < 3; k++) {
+        P[k] = tail ? p.vals[k] / 0.7 : p.vals[k];
+        Q[k] = tail ? q[p.ids[k]] / Qs : q[p.ids[k]];
+      }
+      P[3] = 0.3, Q[3] = 1.0 - Qs;
+      for (int c = 0; c < n; c++) {
+        if (!d) {
+          const double m = a * P[c] + (1 - a) * Q[c];
+          gc[c] = -(1 - a) * P[c] / m;
+          D += P[c] * log(P[c] / m);
+        } else {
+          const double m = a * Q[c] + (1 - a) * P[c];
+          gc[c] = log(Q[c] / m) - a * Q[c] / m;
+          D += Q[c] * log(Q[c] / m);
+        }
+        E += Q[c] * gc[c];
+      }
+      result r;
+      TH_CHECK(run(&p, &r) == 0);
+      /* 1e-11: 1 - Q_S and 0.3 = 1 - 0.7 cancel a little; the rest is a few roundings */
+      TH_NEAR(r.loss, D, 0, 1e-11);
+      for (int v = 0; v < 7; v++) {
+        int on = -1;
+        for (int k = 0; k < 3; k++)
+          if (p.ids[k] == v) on = k;
+        const double ds = on >= 0 ? Q[on] * (gc[on] - E) : tail ? 0.0 : q[v] * (gc[3] - E);
+        TH_NEAR(r.dl[v], ds / 1.5, 1e-15, 1e-11);
+      }
+    }
+  return TH_PASS;
+}
+
 /* ref_separate_ties, the GPU tests' helper for TVD: planted ties p_v = q_v (two columns a row
  * for the probability forms, one for the logits form, whose other columns move with it) end at
  * least the margin apart in log space, in every dtype the teacher is stored in, checked here
@@ -1725,6 +1817,8 @@ static const th_case cases[] = {
     CASE(z_loss_adds_lambda_times_the_squared_lse_to_the_hard_part),
     CASE(row_weights_scale_rows_but_not_the_divisor),
     CASE(gradients_match_finite_differences_for_the_sparse_teacher_with_row_weights),
+    CASE(gradients_match_finite_differences_for_the_sparse_skew_kls_and_ce_extras),
+    CASE(sparse_skew_kls_are_the_divergences_of_the_categories),
     CASE(tvd_ties_are_moved_a_margin_apart_in_every_dense_form_and_dtype),
     CASE(ref_rejects_invalid_inputs),
     CASE(host_bf16_and_fp16_round_trip_every_representable_value),

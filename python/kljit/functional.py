@@ -176,9 +176,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         batch's, as the labels.
     return_components: return LossComponents(loss, row_loss, soft, hard) instead of the loss:
         the per-row losses and the soft / hard parts come from the same library call (no
-        extra pass; not with the sparse teacher and hard_weight > 0). With a process_group
-        they are summed over the group like the loss (a sequence-parallel rank gets the whole
-        batch's row_loss, [N_total]).
+        extra pass; every teacher form). With a process_group they are summed over the group
+        like the loss (a sequence-parallel rank gets the whole batch's row_loss, [N_total]).
     Options (see LossConfig): teacher_form ('dense_probs', 'dense_logprobs', 'dense_logits',
     'sparse_topk', 'dense_hidden'; LossConfig's `teacher`), mode, temperature_mode,
     teacher_temperature, scale_t_squared, reduction, ignore_index, eps, topk_values, tail,

@@ -151,33 +151,41 @@ def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
 
 
 def _sparse_div(config: LossConfig) -> bool:
-    """True for the top-K teacher's reverse KL, JSD (beta > 0) and TVD: K + 1 categories (BUCKET) or
-    the renormalized support (RENORM), include/kljit.h; False for its forward KL (JSD beta 0
-    and the skew KLs at skew_alpha 0 included). The other divergences (and the categories with
-    tail='none') are refused, as tests/ref.c refuses them."""
+    """True for the top-K teacher's reverse KL, JSD (beta > 0), TVD and skew KLs: K + 1
+    categories (BUCKET) or the renormalized support (RENORM), include/kljit.h; False for its
+    forward KL (JSD beta 0 and the skew forward KL at skew_alpha 0 included). The categories
+    with tail='none' are refused, as tests/ref.c refuses them."""
     div, beta, a = config.divergence, float(config.beta), float(config.skew_alpha)
     if div == "forward_kl" or (div == "jsd" and beta == 0.0) or (
             div == "skew_forward_kl" and a == 0.0):
         return False
-    if div in ("reverse_kl", "jsd", "tvd") or (div == "skew_reverse_kl" and a == 0.0):
-        if config.tail == "none":
-            raise ValueError(f"the top-K teacher's {div} needs tail='bucket' or 'renorm'")
-        return True
-    raise ValueError(f"the top-K teacher takes the forward KL, the reverse KL, the JSD and TVD "
-                     f"(the skew KLs at skew_alpha=0), not {div} (skew_alpha {a})")
+    if config.tail == "none":
+        raise ValueError(f"the top-K teacher's {div} needs tail='bucket' or 'renorm'")
+    return True
 
 
 def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.Tensor,
                 lQ: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
-    """The reverse KL, JSD or TVD over categories (the last dim) and g - E for each (tests/ref.c's
-    ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
-    beta = float(config.beta)
-    if config.divergence == "tvd":
+    """The reverse KL, JSD, TVD or skew KL over categories (the last dim) and g - E for each
+    (tests/ref.c's ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
+    beta, a = float(config.beta), float(config.skew_alpha)
+    div = config.divergence
+    if div == "tvd":
         g = 0.5 * torch.sign(Q - P)
         loss = 0.5 * (Q - P).abs().sum(-1)
-    elif config.divergence in ("reverse_kl", "skew_reverse_kl") or beta == 1.0:
+    elif div == "reverse_kl" or (div == "skew_reverse_kl" and a == 0.0) or (
+            div == "jsd" and beta == 1.0):
         g = torch.where(Q != 0, lQ - lP, 0.0)
         loss = (Q * g).sum(-1)
+    elif div == "skew_forward_kl":  # m = a P + (1 - a) Q: KL(P || m), g = -(1 - a) P / m
+        m = a * P + (1.0 - a) * Q
+        g = torch.where(m > 0, -(1.0 - a) * P / m, 0.0)
+        loss = torch.where(P != 0, P * (lP - torch.log(m)), 0.0).sum(-1)
+    elif div == "skew_reverse_kl":  # m = a Q + (1 - a) P: KL(Q || m), g = log(Q / m) - a Q / m
+        m = a * Q + (1.0 - a) * P
+        logm = torch.log(m)
+        g = torch.where(Q != 0, lQ - logm - a * Q / m, 0.0)
+        loss = torch.where(Q != 0, Q * (lQ - logm), 0.0).sum(-1)
     else:
         m = beta * P + (1.0 - beta) * Q
         logm = torch.log(m)
@@ -191,10 +199,10 @@ def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.
 
 def _sparse_categories(config: LossConfig, vals: torch.Tensor, ids: torch.Tensor,
                        logq: torch.Tensor, q: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
-    """The top-K reverse KL / JSD of a row block (tests/ref.c's ref_row_sparse_div): row losses
-    and dl/ds. BUCKET: the support and the tail (P_tail = max(1 - M, 0), Q_tail = 1 - Q_S as
-    the q mass off the support; no tail category where the support covers V); RENORM: p / M
-    and q / Q_S on the support, nothing where M = 0. Distinct ids only."""
+    """The top-K divergences over categories of a row block (tests/ref.c's ref_row_sparse_div):
+    row losses and dl/ds. BUCKET: the support and the tail (P_tail = max(1 - M, 0), Q_tail =
+    1 - Q_S as the q mass off the support; no tail category where the support covers V);
+    RENORM: p / M and q / Q_S on the support, nothing where M = 0. Distinct ids only."""
     dtype = logq.dtype
     cnt = torch.zeros_like(q).scatter_add_(1, ids, torch.ones_like(ids, dtype=dtype))
     if bool((cnt > 1).any()):

@@ -699,7 +699,8 @@ class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
     def test_row_weights_and_the_loss_components_match_the_fp64_reference(self) -> None:
         """row_weights= and return_components=True (issue 29 item 3) in both modes, with CE
         mixing, its extras and a softcap: the loss, row_loss, soft and hard parts and the
-        gradients against kl_div_fp64 with the same weights."""
+        gradients against kl_div_fp64 with the same weights; the top-K teacher's too, its skew
+        KLs and its smoothed, z-lossed CE among them."""
         torch = self.torch
         from kljit.reference import kl_div_fp64
 
@@ -761,6 +762,32 @@ class GpuOnlineTeacherAndMainGradTest(unittest.TestCase):
             print(f"  row weights, top-K {divergence} {tail}: "
                   + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
             failed += [f"top-K {divergence} {tail} {k}: {e:.1e}" for k, e in err.items()
+                       if not e < (GRAD_TOL["float32"] if k.startswith("d") else LOSS_TOL)]
+        self.assertEqual(failed, [])
+        # the top-K teacher's skew KLs, and its CE smoothed with the z-loss, whose parts
+        # return_components gives apart (issue 29's last items), both modes
+        for seed, (divergence, tail, alpha) in enumerate((("skew_forward_kl", "bucket", 0.3),
+                                                          ("skew_reverse_kl", "renorm", 0.6),
+                                                          ("forward_kl", "none", 0.0))):
+            inp = Inputs(160 + seed, 32, 64, 1001, torch.float32, teacher="sparse_topk", k=8,
+                         labels=True)
+            config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail,
+                                skew_alpha=alpha, hard_weight=0.4, soft_weight=0.6,
+                                label_smoothing=0.1, z_loss=1e-3,
+                                mode="two_phase" if seed % 2 else "fused")
+            leaves = inp.leaves()
+            out = kljit.fused_linear_kl_div(leaves["x"], leaves["w"], return_components=True,
+                                            config=config, **inp.tensors())
+            out.loss.backward()
+            ref = kl_div_fp64(inp.x, inp.w, config=config, **inp.tensors())
+            err = {"loss": rel(out.loss, ref["loss"]),
+                   "row_loss": rel(out.row_loss, ref["row_loss"]),
+                   "soft": rel(out.soft, ref["loss_soft"]), "hard": rel(out.hard, ref["loss_hard"]),
+                   "dX": rel(leaves["x"].grad, ref["grad_input"]),
+                   "dW": rel(leaves["w"].grad, ref["grad_weight"])}
+            print(f"  components, top-K {divergence} {tail}: "
+                  + " ".join(f"{k} {e:.1e}" for k, e in err.items()), file=sys.stderr)
+            failed += [f"top-K CE {divergence} {tail} {k}: {e:.1e}" for k, e in err.items()
                        if not e < (GRAD_TOL["float32"] if k.startswith("d") else LOSS_TOL)]
         self.assertEqual(failed, [])
 

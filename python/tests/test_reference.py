@@ -319,18 +319,27 @@ class ReferenceTest(unittest.TestCase):
                         grad_output=0.6)
             self.check_both(case, f"{divergence} {param} {teacher}")
 
-    def test_the_references_take_the_top_k_tvd_and_skew_kls_at_alpha_0_and_refuse_the_others(
+    def test_the_references_take_the_top_k_tvd_and_skew_kls_and_refuse_them_without_a_tail(
             self) -> None:
-        for divergence, tail in (("skew_forward_kl", "none"), ("skew_reverse_kl", "bucket"),
-                                 ("skew_reverse_kl", "renorm"), ("tvd", "bucket"),
-                                 ("tvd", "renorm")):
-            config = LossConfig(teacher="sparse_topk", divergence=divergence, tail=tail,
-                                reduction="sum")
-            case = Case(self.torch, 120, config, bias=False, labels=True, grad_output=None)
+        for divergence, alpha, tail, values in (
+                ("skew_forward_kl", 0.0, "none", "probs"),
+                ("skew_reverse_kl", 0.0, "bucket", "probs"),
+                ("skew_reverse_kl", 0.0, "renorm", "probs"), ("tvd", 0.0, "bucket", "probs"),
+                ("tvd", 0.0, "renorm", "probs"),
+                ("skew_forward_kl", 0.3, "bucket", "logprobs"),
+                ("skew_forward_kl", 0.7, "renorm", "probs"),
+                ("skew_reverse_kl", 0.2, "bucket", "probs"),
+                ("skew_reverse_kl", 0.6, "renorm", "logprobs")):
+            config = LossConfig(teacher="sparse_topk", divergence=divergence, skew_alpha=alpha,
+                                tail=tail, topk_values=values, reduction="sum",
+                                temperature=1.5)
+            case = Case(self.torch, 120, config, bias=alpha > 0.5, labels=True,
+                        grad_output=None)
             got = self.ref.kl_div_fp64(case.x, case.w, None, chunk_rows=3, **case.kwargs())
-            self.compare(case, got, case.c_reference(), f"top-K {divergence} {tail}")
+            self.compare(case, got, case.c_reference(), f"top-K {divergence} {alpha} {tail}")
         for options in (dict(divergence="tvd", tail="none"),
-                        dict(divergence="skew_reverse_kl", skew_alpha=0.2, tail="bucket"),
+                        dict(divergence="skew_reverse_kl", skew_alpha=0.2, tail="none"),
+                        dict(divergence="skew_forward_kl", skew_alpha=0.2, tail="none"),
                         dict(divergence="reverse_kl", tail="none")):
             config = LossConfig(teacher="sparse_topk", **options)
             case = Case(self.torch, 121, config, bias=False, labels=False, grad_output=None)
