@@ -171,9 +171,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
         True, else None. Eager only (not under torch.compile).
     row_weights [...] (the input's leading shape, or [N]; a float tensor, used in fp32; no
         gradient reaches it): w_i >= 0 and finite multiply row i's loss and gradient, never the
-        divisor of batchmean or mean (a kept row of weight 0 still counts). Dense teachers (the
-        library refuses them with the sparse teacher). With a process_group: the whole
-        batch's, as the labels.
+        divisor of batchmean or mean (a kept row of weight 0 still counts). Every teacher
+        form. With a process_group: the whole batch's, as the labels.
     return_components: return LossComponents(loss, row_loss, soft, hard) instead of the loss:
         the per-row losses and the soft / hard parts come from the same library call (no
         extra pass; every teacher form). With a process_group they are summed over the group
