@@ -266,8 +266,8 @@ static int demo_prints_every_field_of_the_problem_it_ran(void) {
 }
 
 /* Issue 29's bar: a --file with one line per loss family (every divergence, the online teacher,
- * CE mixing, softcaps, the top-K JSD) compiles on a machine without a GPU, and `kljit cache
- * verify` accepts the result (its manifest and every entry). */
+ * CE mixing and its extras, softcaps, row weights, the top-K divergences) compiles on a machine
+ * without a GPU, and `kljit cache verify` accepts the result (its manifest and every entry). */
 static int families_in(const char *dir) {
   char path[PATH_MAX], cache[PATH_MAX];
   th_path_in(path, dir, "families.txt");
@@ -282,7 +282,12 @@ static int families_in(const char *dir) {
         "V=32000,H=64,hard=0.5,soft=0.5                 # CE mixing\n"
         "V=32000,H=64,logits,cap=30,tcap=50             # softcaps\n"
         "V=32000,H=64,topk=100,tail=bucket,div=jsd,beta=0.5  # top-K JSD (K + 1 categories)\n"
-        "V=32000,H=64,topk=100,tail=renorm,div=reverse  # top-K reverse KL, renormalized\n",
+        "V=32000,H=64,topk=100,tail=renorm,div=reverse  # top-K reverse KL, renormalized\n"
+        "V=32000,H=64,div=tvd,roww                      # TVD, row weights\n"
+        "V=32000,H=64,logits,div=skew-forward,alpha=0.1 # skew forward KL\n"
+        "V=32000,H=64,div=skew-reverse,alpha=0.1,hard=0.3,ls=0.1,zloss=1e-4  # CE extras\n"
+        "V=32000,H=64,topk=100,tail=bucket,div=tvd      # top-K TVD\n"
+        "V=32000,H=64,topk=100,tail=renorm,div=skew-reverse,alpha=0.2,hard=0.5,ls=0.1,zloss=1e-4\n",
         f);
   TH_CHECK(fclose(f) == 0);
   TH_CHECK(cli("precompile --arch sm_80,sm_90 --jobs 2 --cache-dir '%s' --file '%s'", cache,
