@@ -183,12 +183,7 @@
 %if (SKEW or P.ALPHA ~= nil) and not (SKEW and P.ALPHA and P.ALPHA > 0 and P.ALPHA < 1) then
 %  reject("ALPHA must be in (0, 1) and needs DIV = skew_forward or skew_reverse")
 %end
-%if P.LSMOOTH ~= nil and not (HARD and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
-%  reject("LSMOOTH must be in (0, 1] and needs HARD")
-%end
-%if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
-%  reject("ZLOSS must be > 0 and needs HARD")
-%end
+%params.ce_extras(HARD)
 %local PARTS = { fused = { stats = true, fused = true, check = true },
 %                phased = { forward = true, backward = true, merge = true, sums = true } }
 %if P.PART ~= nil and not PARTS[P.PART] then reject("PART must be fused or phased") end

@@ -7,6 +7,8 @@
 %--           VTOT (default V) in [V, 2^24]; returns VTOT
 %--   rows    checks of the row families: THREADS, SPLIT, EPS, LDG = LD or 2 LD, and every key
 %--           of `dtypes` a float dtype tag
+%--   ce_extras  checks of the hard-label CE's extras: LSMOOTH in (0, 1] and ZLOSS > 0, each
+%--           only with the CE (`hard`: HARD given)
 %-- Each check reject()s with the sentence naming the parameter and its allowed values.
 %local M = {}
 %M.dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
@@ -32,5 +34,13 @@
 %  end
 %  if not (P.EPS > 0 and P.EPS < 1e-3) then reject("EPS must be in (0, 1e-3)") end
 %  if P.LDG ~= P.LD and P.LDG ~= 2 * P.LD then reject("LDG must be LD or 2 LD") end
+%end
+%function M.ce_extras(hard)
+%  if P.LSMOOTH ~= nil and not (hard and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
+%    reject("LSMOOTH must be in (0, 1] and needs HARD")
+%  end
+%  if P.ZLOSS ~= nil and not (hard and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
+%    reject("ZLOSS must be > 0 and needs HARD")
+%  end
 %end
 %return M

@@ -127,12 +127,7 @@
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
-%if P.LSMOOTH ~= nil and not (HARD and P.LSMOOTH > 0 and P.LSMOOTH <= 1) then
-%  reject("LSMOOTH must be in (0, 1] and needs HARD")
-%end
-%if P.ZLOSS ~= nil and not (HARD and P.ZLOSS > 0 and P.ZLOSS < math.huge) then
-%  reject("ZLOSS must be > 0 and needs HARD")
-%end
+%params.ce_extras(HARD)
 %local LSMOOTH = P.LSMOOTH ~= nil
 %-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
 %local GZ = P.ZLOSS and "ce.gz" or "ce.gh"

@@ -992,63 +992,82 @@ static int sparse_reverse_kl_and_jsd_with_full_support_equal_dense(void) {
 }
 
 /* The categories by hand: W = I, so z = x and q = softmax(x / T); support ids[3] of mass 0.7.
- * BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S), RENORM p_S / 0.7 with q_S / Q_S; then
- * D and G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E) (kljit.h), for the reverse KL, the
- * JSD(0.35) and TVD (g = sign(Q - P) / 2), against the reference. */
-static int sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_categories(void) {
-  for (int tail = 0; tail < 2; tail++)
-    for (int d = 0; d < 3; d++) {
-      const int jsd = d == 1, tvd = d == 2;
-      prob p;
-      prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
-      p.pb.topk = 3;
-      p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
-      p.pb.temperature = 1.5;
-      p.pb.divergence = jsd ? KLJIT_DIVERGENCE_JSD
-                        : tvd ? KLJIT_DIVERGENCE_TVD : KLJIT_DIVERGENCE_REVERSE_KL;
-      p.pb.beta = jsd ? 0.35 : 0.0;
-      host_rng g = {(uint64_t)(43 + 3 * tail + d)};
-      fill_normal(p.x, 7, 2.0, &g);
-      for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
-      sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
-      double q[7], Qs = 0.0;
-      softmax_row(p.x, 7, 1.5, q, NULL);
-      for (int k = 0; k < 3; k++) Qs += q[p.ids[k]];
-      /* categories: 0..2 the support, 3 the tail (BUCKET only) */
-      double P[4], Q[4], gc[4], D = 0.0, E = 0.0;
-      const int n = tail ? 3 : 4;
-      for (int k = 0; k < 3; k++) {
-        P[k] = tail ? p.vals[k] / 0.7 : p.vals[k];
-        Q[k] = tail ? q[p.ids[k]] / Qs : q[p.ids[k]];
-      }
-      P[3] = 0.3, Q[3] = 1.0 - Qs;
-      const double b = p.pb.beta;
-      for (int c = 0; c < n; c++) {
-        if (tvd) {
-          gc[c] = Q[c] > P[c] ? 0.5 : Q[c] < P[c] ? -0.5 : 0.0;
-          D += 0.5 * fabs(P[c] - Q[c]);
-        } else if (!jsd) {
-          gc[c] = log(Q[c] / P[c]);
-          D += Q[c] * gc[c];
-        } else {
-          const double m = b * P[c] + (1 - b) * Q[c];
-          gc[c] = (1 - b) * log(Q[c] / m);
-          D += b * P[c] * log(P[c] / m) + (1 - b) * Q[c] * log(Q[c] / m);
-        }
-        E += Q[c] * gc[c];
-      }
-      result r;
-      TH_CHECK(run(&p, &r) == 0);
-      /* 1e-11: 1 - Q_S and 0.3 = 1 - 0.7 cancel a little; the rest is a few roundings */
-      TH_NEAR(r.loss, D, 0, 1e-11);
-      for (int v = 0; v < 7; v++) {
-        int on = -1;
-        for (int k = 0; k < 3; k++)
-          if (p.ids[k] == v) on = k;
-        const double ds = on >= 0 ? Q[on] * (gc[on] - E) : tail ? 0.0 : q[v] * (gc[3] - E);
-        TH_NEAR(r.dl[v], ds / 1.5, 1e-15, 1e-11);
-      }
+ * BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S), RENORM p_S / 0.7 with q_S / Q_S; then D and
+ * G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E) (kljit.h), against the reference, for the
+ * divergence div with its parameter a (the JSD's beta, the skew KLs' alpha): the reverse KL
+ * (g = log(Q / P)), the JSD (g = (1 - b) log(Q / m), m = b P + (1 - b) Q), TVD (g = sign(Q - P)
+ * / 2), the skew forward KL (D = sum P log(P / m), m = a P + (1 - a) Q, g = -(1 - a) P / m) and
+ * the skew reverse KL (D = sum Q log(Q / m), m = a Q + (1 - a) P, g = log(Q / m) - a Q / m). */
+static int categories_by_hand(kljit_divergence div, double a, int tail, uint64_t seed) {
+  prob p;
+  prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
+  p.pb.topk = 3;
+  p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
+  p.pb.temperature = 1.5;
+  p.pb.divergence = div;
+  if (div == KLJIT_DIVERGENCE_JSD) p.pb.beta = a;
+  else if (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL || div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL)
+    p.pb.skew_alpha = a;
+  host_rng g = {seed};
+  fill_normal(p.x, 7, 2.0, &g);
+  for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
+  sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
+  double q[7], Qs = 0.0;
+  softmax_row(p.x, 7, 1.5, q, NULL);
+  for (int k = 0; k < 3; k++) Qs += q[p.ids[k]];
+  /* categories: 0..2 the support, 3 the tail (BUCKET only) */
+  double P[4], Q[4], gc[4], D = 0.0, E = 0.0;
+  const int n = tail ? 3 : 4;
+  for (int k = 0; k < 3; k++) {
+    P[k] = tail ? p.vals[k] / 0.7 : p.vals[k];
+    Q[k] = tail ? q[p.ids[k]] / Qs : q[p.ids[k]];
+  }
+  P[3] = 0.3, Q[3] = 1.0 - Qs;
+  for (int c = 0; c < n; c++) {
+    if (div == KLJIT_DIVERGENCE_TVD) {
+      gc[c] = Q[c] > P[c] ? 0.5 : Q[c] < P[c] ? -0.5 : 0.0;
+      D += 0.5 * fabs(P[c] - Q[c]);
+    } else if (div == KLJIT_DIVERGENCE_REVERSE_KL) {
+      gc[c] = log(Q[c] / P[c]);
+      D += Q[c] * gc[c];
+    } else if (div == KLJIT_DIVERGENCE_JSD) {
+      const double m = a * P[c] + (1 - a) * Q[c];
+      gc[c] = (1 - a) * log(Q[c] / m);
+      D += a * P[c] * log(P[c] / m) + (1 - a) * Q[c] * log(Q[c] / m);
+    } else if (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL) {
+      const double m = a * P[c] + (1 - a) * Q[c];
+      gc[c] = -(1 - a) * P[c] / m;
+      D += P[c] * log(P[c] / m);
+    } else {
+      const double m = a * Q[c] + (1 - a) * P[c];
+      gc[c] = log(Q[c] / m) - a * Q[c] / m;
+      D += Q[c] * log(Q[c] / m);
     }
+    E += Q[c] * gc[c];
+  }
+  result r;
+  TH_CHECK(run(&p, &r) == 0);
+  /* 1e-11: 1 - Q_S and 0.3 = 1 - 0.7 cancel a little; the rest is a few roundings */
+  TH_NEAR(r.loss, D, 0, 1e-11);
+  for (int v = 0; v < 7; v++) {
+    int on = -1;
+    for (int k = 0; k < 3; k++)
+      if (p.ids[k] == v) on = k;
+    const double ds = on >= 0 ? Q[on] * (gc[on] - E) : tail ? 0.0 : q[v] * (gc[3] - E);
+    TH_NEAR(r.dl[v], ds / 1.5, 1e-15, 1e-11);
+  }
+  return TH_PASS;
+}
+
+/* The reverse KL, the JSD(0.35) and TVD of the categories (categories_by_hand). */
+static int sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_categories(void) {
+  static const kljit_divergence divs[3] = {KLJIT_DIVERGENCE_REVERSE_KL, KLJIT_DIVERGENCE_JSD,
+                                           KLJIT_DIVERGENCE_TVD};
+  for (int tail = 0; tail < 2; tail++)
+    for (int d = 0; d < 3; d++)
+      if (categories_by_hand(divs[d], d == 1 ? 0.35 : 0.0, tail, (uint64_t)(43 + 3 * tail + d)) !=
+          TH_PASS)
+        return TH_FAIL;
   return TH_PASS;
 }
 
@@ -1544,60 +1563,16 @@ static int gradients_match_finite_differences_for_the_sparse_skew_kls_and_ce_ext
                        KLJIT_TOPK_LOGPROBS);
 }
 
-/* The top-K skew KLs by hand, as sparse_reverse_kl_jsd_and_tvd_are_the_divergences_of_the_
- * categories: W = I, support ids[3] of mass 0.7; BUCKET compares (p_S, 0.3) with (q_S, 1 - Q_S),
- * RENORM p_S / 0.7 with q_S / Q_S; the skew forward KL(0.3) with m = a P + (1 - a) Q, D = sum P
- * log(P / m), g = -(1 - a) P / m; the skew reverse KL(0.4) with m = a Q + (1 - a) P, D = sum Q
- * log(Q / m), g = log(Q / m) - a Q / m; G = (dD/ds) / T with dD/ds_v = Q'_v (g_c(v) - E). */
+/* The top-K skew KLs of the categories (categories_by_hand): the skew forward KL(0.3) and the
+ * skew reverse KL(0.4). */
 static int sparse_skew_kls_are_the_divergences_of_the_categories(void) {
+  static const kljit_divergence divs[2] = {KLJIT_DIVERGENCE_SKEW_FORWARD_KL,
+                                           KLJIT_DIVERGENCE_SKEW_REVERSE_KL};
   for (int tail = 0; tail < 2; tail++)
-    for (int d = 0; d < 2; d++) {
-      const double a = d ? 0.4 : 0.3;
-      prob p;
-      prob_init(&p, 1, 7, 7, KLJIT_TEACHER_SPARSE_TOPK);
-      p.pb.topk = 3;
-      p.pb.tail = tail ? KLJIT_TAIL_RENORM : KLJIT_TAIL_BUCKET;
-      p.pb.temperature = 1.5;
-      p.pb.divergence = d ? KLJIT_DIVERGENCE_SKEW_REVERSE_KL : KLJIT_DIVERGENCE_SKEW_FORWARD_KL;
-      p.pb.skew_alpha = a;
-      host_rng g = {(uint64_t)(53 + 3 * tail + d)};
-      fill_normal(p.x, 7, 2.0, &g);
-      for (int v = 0; v < 7; v++) p.w[v * 7 + v] = 1.0;
-      sparse_row(7, 3, 0.7, &g, p.ids, p.vals);
-      double q[7], Qs = 0.0;
-      softmax_row(p.x, 7, 1.5, q, NULL);
-      for (int k = 0; k < 3; k++) Qs += q[p.ids[k]];
-      double P[4], Q[4], gc[4], D = 0.0, E = 0.0;
-      const int n = tail ? 3 : 4;
-      for (int k = 0; k < 3; k++) {
-        P[k] = tail ? p.vals[k] / 0.7 : p.vals[k];
-        Q[k] = tail ? q[p.ids[k]] / Qs : q[p.ids[k]];
-      }
-      P[3] = 0.3, Q[3] = 1.0 - Qs;
-      for (int c = 0; c < n; c++) {
-        if (!d) {
-          const double m = a * P[c] + (1 - a) * Q[c];
-          gc[c] = -(1 - a) * P[c] / m;
-          D += P[c] * log(P[c] / m);
-        } else {
-          const double m = a * Q[c] + (1 - a) * P[c];
-          gc[c] = log(Q[c] / m) - a * Q[c] / m;
-          D += Q[c] * log(Q[c] / m);
-        }
-        E += Q[c] * gc[c];
-      }
-      result r;
-      TH_CHECK(run(&p, &r) == 0);
-      /* 1e-11: 1 - Q_S and 0.3 = 1 - 0.7 cancel a little; the rest is a few roundings */
-      TH_NEAR(r.loss, D, 0, 1e-11);
-      for (int v = 0; v < 7; v++) {
-        int on = -1;
-        for (int k = 0; k < 3; k++)
-          if (p.ids[k] == v) on = k;
-        const double ds = on >= 0 ? Q[on] * (gc[on] - E) : tail ? 0.0 : q[v] * (gc[3] - E);
-        TH_NEAR(r.dl[v], ds / 1.5, 1e-15, 1e-11);
-      }
-    }
+    for (int d = 0; d < 2; d++)
+      if (categories_by_hand(divs[d], d ? 0.4 : 0.3, tail, (uint64_t)(53 + 3 * tail + d)) !=
+          TH_PASS)
+        return TH_FAIL;
   return TH_PASS;
 }
 
