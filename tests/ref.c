@@ -103,6 +103,20 @@ static double ref_lse(const double *s, int64_t n) {
   return mx + (double)logl(sum);
 }
 
+/* The divergences that are the forward KL (JSD at beta 0, the skew forward KL at alpha 0) and
+ * the reverse KL (JSD at beta 1, the skew reverse KL at alpha 0): the teacher's mass and the
+ * category sums take their own forms. */
+static int ref_is_forward(const kljit_problem *pb) {
+  const kljit_divergence div = pb->divergence;
+  return div == KLJIT_DIVERGENCE_FORWARD_KL || (div == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0) ||
+         (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0);
+}
+static int ref_is_reverse(const kljit_problem *pb) {
+  const kljit_divergence div = pb->divergence;
+  return div == KLJIT_DIVERGENCE_REVERSE_KL || (div == KLJIT_DIVERGENCE_JSD && pb->beta == 1.0) ||
+         (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0);
+}
+
 static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
   if (!in || !out) return ref_fail("in and out must not be NULL", 0);
   const kljit_problem *pb = in->pb;
@@ -179,12 +193,8 @@ static int ref_validate(const ref_inputs *in, const ref_outputs *out) {
       break;
     case KLJIT_TEACHER_SPARSE_TOPK:
       if (pb->topk < 1) return ref_fail("topk must be >= 1", (long long)pb->topk);
-      if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL &&
-          !(pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 0.0) &&
-          !(pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha == 0.0)) {
-        if (pb->tail == KLJIT_TAIL_NONE)
-          return ref_fail("TAIL_NONE takes the forward KL only", (long long)pb->divergence);
-      }
+      if (!ref_is_forward(pb) && pb->tail == KLJIT_TAIL_NONE)
+        return ref_fail("TAIL_NONE takes the forward KL only", (long long)pb->divergence);
       if (in->rows > 0 && (!in->ids || !in->vals)) return ref_fail("ids or vals is NULL", 0);
       if (pb->topk_values != KLJIT_TOPK_PROBS && pb->topk_values != KLJIT_TOPK_LOGPROBS)
         return ref_fail("unknown topk_values", (long long)pb->topk_values);
@@ -251,20 +261,21 @@ static void ref_teacher_dense(const kljit_problem *pb, const double *t, double T
 }
 
 /* The divergence D of two distributions over n categories (P, log max(P, eps); Q, log Q): the
- * reverse KL (reverse), else pb's TVD, skew KLs (pb->skew_alpha) or JSD(beta); and in ge each
- * g_c - E, g = dD/dQ: log Q - log P (+ 1, which cancels) for the reverse KL, (1 - beta) log(Q /
- * m) for the JSD, sign(Q - P) / 2 for TVD, -(1 - a) P / m for the skew forward KL, log(Q / m) -
- * a Q / m (+ 1) for the skew reverse KL; E = sum Q g. dD/ds for scores s whose softmax gives Q
- * is then Q (g - E).
+ * reverse KL (ref_is_reverse), else pb's TVD, skew KLs (pb->skew_alpha) or JSD(beta); and in
+ * ge each g_c - E, g = dD/dQ: log Q - log P (+ 1, which cancels) for the reverse KL, (1 - beta)
+ * log(Q / m) for the JSD, sign(Q - P) / 2 for TVD, -(1 - a) P / m for the skew forward KL,
+ * log(Q / m) - a Q / m (+ 1) for the skew reverse KL; E = sum Q g. dD/ds for scores s whose
+ * softmax gives Q is then Q (g - E).
  * g_c - E is formed as (g_c - g_r) + sum_c' Q_c' (g_r - g_c') about the category r of the
  * largest Q: g_r - E itself would be a difference of two numbers near g_r where Q_r is near 1,
  * and in fp64 the top-K tail's Q_r = 1 - 1e-13 (logits of std 12) carries 1e-15 of the row's
  * lse: a 1e-2 error in g - E that the kernels' fp32 does not make (they sum the same way). */
 static double ref_div_categories(const kljit_problem *pb, int64_t n, const double *P,
-                                 const double *lP, const double *Q, const double *lQ, double *ge,
-                                 int reverse, double beta) {
+                                 const double *lP, const double *Q, const double *lQ,
+                                 double *ge) {
   const kljit_divergence div = pb->divergence;
-  const double a = pb->skew_alpha;
+  const double a = pb->skew_alpha, beta = pb->beta;
+  const int reverse = ref_is_reverse(pb);
   long double l = 0.0L, sum_a = 0.0L;
   int64_t r = 0; /* the reference category: the largest Q */
   for (int64_t c = 0; c < n; c++) {
@@ -304,15 +315,8 @@ static double ref_div_categories(const kljit_problem *pb, int64_t n, const doubl
  * and ds = dl/ds. */
 static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *ds) {
   const int64_t V = pb->vocab;
-  const double beta = pb->beta, a = pb->skew_alpha;
-  const kljit_divergence div = pb->divergence;
-  const int jsd = div == KLJIT_DIVERGENCE_JSD;
-  const int forward = div == KLJIT_DIVERGENCE_FORWARD_KL || (jsd && beta == 0.0) ||
-                      (div == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && a == 0.0);
-  const int reverse = div == KLJIT_DIVERGENCE_REVERSE_KL || (jsd && beta == 1.0) ||
-                      (div == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && a == 0.0);
   long double l = 0.0L;
-  if (forward) {
+  if (ref_is_forward(pb)) {
     long double sum_p = 0.0L;
     for (int64_t v = 0; v < V; v++) {
       ds[v] = -r->p[v];
@@ -322,7 +326,7 @@ static double ref_row_dense(const kljit_problem *pb, const ref_row *r, double *d
     for (int64_t v = 0; v < V; v++) ds[v] += (double)sum_p * r->q[v];
     return (double)l;
   }
-  const double d = ref_div_categories(pb, V, r->p, r->lp, r->q, r->logq, ds, reverse, beta);
+  const double d = ref_div_categories(pb, V, r->p, r->lp, r->q, r->logq, ds);
   for (int64_t v = 0; v < V; v++) ds[v] *= r->q[v];
   return d;
 }
@@ -334,9 +338,6 @@ static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const
                               double *l_out) {
   const int64_t V = pb->vocab, K = pb->topk;
   const double log_eps = log(pb->eps);
-  const int reverse = pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL ||
-                      (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta == 1.0) ||
-                      (pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL && pb->skew_alpha == 0.0);
   double *P = r->cat, *lP = P + (K + 1), *Q = lP + (K + 1), *lQ = Q + (K + 1);
   double *ge = lQ + (K + 1);
   memset(r->cnt, 0, (size_t)V * sizeof *r->cnt);
@@ -376,7 +377,7 @@ static int ref_row_sparse_div(const kljit_problem *pb, const int64_t *ids, const
       n = K + 1;
     }
   }
-  *l_out = ref_div_categories(pb, n, P, lP, Q, lQ, ge, reverse, pb->beta);
+  *l_out = ref_div_categories(pb, n, P, lP, Q, lQ, ge);
   for (int64_t k = 0; k < K; k++) ds[ids[k]] = Q[k] * ge[k];
   if (n == K + 1)
     for (int64_t v = 0; v < V; v++)
@@ -400,11 +401,7 @@ static int ref_row_sparse(const kljit_problem *pb, const int64_t *ids, const dou
     }
     M += r->pk[k];
   }
-  if (pb->divergence == KLJIT_DIVERGENCE_REVERSE_KL || pb->divergence == KLJIT_DIVERGENCE_TVD ||
-      (pb->divergence == KLJIT_DIVERGENCE_JSD && pb->beta != 0.0) ||
-      pb->divergence == KLJIT_DIVERGENCE_SKEW_REVERSE_KL ||
-      (pb->divergence == KLJIT_DIVERGENCE_SKEW_FORWARD_KL && pb->skew_alpha != 0.0))
-    return ref_row_sparse_div(pb, ids, vals, r, row, M, ds, l_out);
+  if (!ref_is_forward(pb)) return ref_row_sparse_div(pb, ids, vals, r, row, M, ds, l_out);
   if (pb->tail == KLJIT_TAIL_RENORM) {
     if (M == 0.0L) {
       memset(ds, 0, (size_t)V * sizeof *ds);

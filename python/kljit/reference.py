@@ -117,20 +117,31 @@ def _dense_teacher(config: LossConfig, t: torch.Tensor, T: float,
     return torch.exp(t), torch.clamp_min(t, math.log(config.eps))
 
 
-def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor,
-                logq: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
-    """The row losses of a dense row block and g = dl/dq for the divergences other than the
-    forward KL (tests/ref.c's ref_row_dense; g is None for the forward KL, whose dl/ds is
-    sum(p) q - p): the reverse KL, the JSD, TVD and the skew KLs."""
+def _is_forward(config: LossConfig) -> bool:
+    """The divergences that are the forward KL: itself, the JSD at beta 0, the skew forward KL
+    at skew_alpha 0 (tests/ref.c's ref_is_forward)."""
+    div = config.divergence
+    return div == "forward_kl" or (div == "jsd" and float(config.beta) == 0.0) or (
+        div == "skew_forward_kl" and float(config.skew_alpha) == 0.0)
+
+
+def _divergence(config: LossConfig, p: torch.Tensor, lp: torch.Tensor, logq: torch.Tensor,
+                q: Optional[torch.Tensor] = None) -> "tuple[torch.Tensor, torch.Tensor]":
+    """The row losses of a row block over its last dim (columns, or categories) and g = dl/dq
+    for the divergences other than the forward KL (tests/ref.c's ref_row_dense and
+    ref_div_categories; g is None for the forward KL, whose dl/ds is sum(p) q - p): the reverse
+    KL, the JSD, TVD and the skew KLs. q: exp(logq) unless given (a category of Q = 0 whose log
+    is a placeholder adds nothing)."""
     beta, a = float(config.beta), float(config.skew_alpha)
     div = config.divergence
     jsd = div == "jsd"
-    if div == "forward_kl" or (jsd and beta == 0.0) or (div == "skew_forward_kl" and a == 0.0):
+    if _is_forward(config):
         return torch.where(p != 0, p * (lp - logq), 0.0).sum(-1), None
-    q = torch.exp(logq)
+    if q is None:
+        q = torch.exp(logq)
     if div == "reverse_kl" or (jsd and beta == 1.0) or (div == "skew_reverse_kl" and a == 0.0):
-        g = logq - lp
-        return torch.where(q != 0, q * g, 0.0).sum(-1), g
+        g = torch.where(q != 0, logq - lp, 0.0)  # q = 0 (log q may be -inf) adds nothing
+        return (q * g).sum(-1), g
     if div == "tvd":  # g = sign(q - p) / 2, 0 at a tie
         return 0.5 * (p - q).abs().sum(-1), 0.5 * torch.sign(q - p)
     if div == "skew_forward_kl":  # m = a p + (1 - a) q: KL(p || m), g = -(1 - a) p / m
@@ -155,46 +166,27 @@ def _sparse_div(config: LossConfig) -> bool:
     categories (BUCKET) or the renormalized support (RENORM), include/kljit.h; False for its
     forward KL (JSD beta 0 and the skew forward KL at skew_alpha 0 included). The categories
     with tail='none' are refused, as tests/ref.c refuses them."""
-    div, beta, a = config.divergence, float(config.beta), float(config.skew_alpha)
-    if div == "forward_kl" or (div == "jsd" and beta == 0.0) or (
-            div == "skew_forward_kl" and a == 0.0):
+    if _is_forward(config):
         return False
     if config.tail == "none":
-        raise ValueError(f"the top-K teacher's {div} needs tail='bucket' or 'renorm'")
+        raise ValueError(f"the top-K teacher's {config.divergence} needs tail='bucket' or "
+                         f"'renorm'")
     return True
+
+
+def _g_less_e(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """g - E, E = sum q g over the last dim, formed about the entry of the largest q as (g -
+    g_r) + sum q (g_r - g) (tests/ref.c's ref_div_categories says why)."""
+    g_r = g.gather(-1, q.argmax(-1, keepdim=True))
+    return (g - g_r) + (q * (g_r - g)).sum(-1, keepdim=True)
 
 
 def _categories(config: LossConfig, P: torch.Tensor, lP: torch.Tensor, Q: torch.Tensor,
                 lQ: torch.Tensor) -> "tuple[torch.Tensor, torch.Tensor]":
     """The reverse KL, JSD, TVD or skew KL over categories (the last dim) and g - E for each
     (tests/ref.c's ref_div_categories; a category with Q = 0 and P = 0 adds nothing)."""
-    beta, a = float(config.beta), float(config.skew_alpha)
-    div = config.divergence
-    if div == "tvd":
-        g = 0.5 * torch.sign(Q - P)
-        loss = 0.5 * (Q - P).abs().sum(-1)
-    elif div == "reverse_kl" or (div == "skew_reverse_kl" and a == 0.0) or (
-            div == "jsd" and beta == 1.0):
-        g = torch.where(Q != 0, lQ - lP, 0.0)
-        loss = (Q * g).sum(-1)
-    elif div == "skew_forward_kl":  # m = a P + (1 - a) Q: KL(P || m), g = -(1 - a) P / m
-        m = a * P + (1.0 - a) * Q
-        g = torch.where(m > 0, -(1.0 - a) * P / m, 0.0)
-        loss = torch.where(P != 0, P * (lP - torch.log(m)), 0.0).sum(-1)
-    elif div == "skew_reverse_kl":  # m = a Q + (1 - a) P: KL(Q || m), g = log(Q / m) - a Q / m
-        m = a * Q + (1.0 - a) * P
-        logm = torch.log(m)
-        g = torch.where(Q != 0, lQ - logm - a * Q / m, 0.0)
-        loss = torch.where(Q != 0, Q * (lQ - logm), 0.0).sum(-1)
-    else:
-        m = beta * P + (1.0 - beta) * Q
-        logm = torch.log(m)
-        g = torch.where(m > 0, (1.0 - beta) * (lQ - logm), 0.0)
-        loss = (torch.where(P != 0, beta * P * (lP - logm), 0.0)
-                + torch.where(Q != 0, (1.0 - beta) * Q * (lQ - logm), 0.0)).sum(-1)
-    # g - E about the category of the largest Q (tests/ref.c's ref_div_categories says why)
-    g_r = g.gather(-1, Q.argmax(-1, keepdim=True))
-    return loss, (g - g_r) + (Q * (g_r - g)).sum(-1, keepdim=True)
+    loss, g = _divergence(config, P, lP, lQ, Q)
+    return loss, _g_less_e(Q, g)
 
 
 def _sparse_categories(config: LossConfig, vals: torch.Tensor, ids: torch.Tensor,
@@ -444,7 +436,7 @@ def kl_div_fp64(input: torch.Tensor, weight: torch.Tensor,
             if dq is None:
                 ds = p.sum(-1, keepdim=True) * q - p
             else:
-                ds = q * (dq - (q * dq).sum(-1, keepdim=True))
+                ds = q * _g_less_e(q, dq)
         k = kept[i0:i1]
         wk = rw[i0:i1]
         soft_rows[i0:i1] = torch.where(k, wk * (ws * t2 * l_row), 0.0)
