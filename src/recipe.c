@@ -252,7 +252,6 @@ static const char *stats_unfit(const kljit_problem *pb, const recipe *r) {
     return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
-  if (pb->divergence != KLJIT_DIVERGENCE_FORWARD_KL || g->rows.div) return "the forward KL only";
   if (pb->hard_weight > 0.0) return "no hard-label CE";
   if (pb->softcap > 0.0) return "no softcap";
   if (pb->flags & KLJIT_FLAG_BIAS) return "no bias";
@@ -277,6 +276,10 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], reci
   g->variant.stats.t = pb->temperature;
   g->spec = jgemm_spec(&g->variant);
   r->geom.stats_tiles = (int)((pb->vocab + g->variant.bn - 1) / g->variant.bn);
+  /* a record per column tile (501 a row at V = 128256): pass 2 merges them with a warp */
+  r->geom.rows.merge_warp = 1;
+  for (int k = 0; k < 2; k++)
+    if (r->rows_part[k].family) r->rows_part[k].merge_warp = 1;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */

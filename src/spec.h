@@ -78,6 +78,8 @@ typedef struct kspec {
   int64_t ht;         /* checked mode of the online teacher: its Ht (0: none) */
   kljit_dtype txdt;   /* ... and the dtype of its input and head */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
+  int merge_warp;     /* dense rows: pass 2 merges a row's records with a warp (MERGE warp:
+                       * the logits GEMM's statistics epilogue, one record per column tile) */
   double alpha;       /* skew_forward, skew_reverse: in (0, 1) */
   int roww;           /* row weights */
   double lsmooth;     /* the CE's label smoothing (HARD); 0: none */
@@ -97,7 +99,7 @@ typedef struct kspec {
   double gemm_stats_t;      /* the constant temperature */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 40 }; /* dense rows: 20 always, 18 optional */
+enum { KSPEC_MAX_PARAMS = 48 }; /* dense rows: 20 always, 21 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

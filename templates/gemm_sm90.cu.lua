@@ -61,7 +61,7 @@
 %--             long K (the dX GEMM over a long vocabulary: exec.c), in one launch. OUT f32.
 %--   STATS     absent | probs | logprobs: the logits GEMM (nt, OUT f32, no BETA, no KSLICE) also
 %--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
-%--             the forward KL without softcap, CE or bias) of each (row, column tile) from its
+%--             any divergence, without softcap, CE or bias) of each (row, column tile) from its
 %--             accumulators, so that the pass that re-reads the whole fp32 chunk for them
 %--             (kl_dense_stats) is not launched: with s = (alpha acc) / T over the tile's columns
 %--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
@@ -70,6 +70,8 @@
 %--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2 in tile
 %--             order (nrec = srow = tiles_n, srec = 1). C is still written (pass 2 reads it).
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
+%--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
+%--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -282,6 +284,25 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
     float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
     rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
     rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f; /* pass 1's neutral teacher (max, sum-exp) */
+  }
+}
+
+/* The teacher's part of a tile's epilogue (rows r0 .. r0 + ROWS, columns c0 .. c0 + BN) into
+ * L2, evict_last, by the warpgroup's 128 threads (t) as its k-blocks start: by the epilogue
+ * its loads hit L2 rather than wait on DRAM with the tensor cores idle. A hint only: a line
+ * evicted meanwhile is read again. */
+template <int ROWS>
+__device__ __forceinline__ void prefetch_teacher(const teach_t* __restrict__ teacher, i64 row0,
+                                                 int r0, int c0, int M, int N, int t) {
+  constexpr int LINE = 128 / (int)sizeof(teach_t), LINES = (BN + LINE - 1) / LINE;
+#pragma unroll
+  for (int i = t; i < ROWS * LINES; i += 128) {
+    const int r = r0 + i / LINES, c = c0 + (i % LINES) * LINE;
+    if (r < M && c < N)
+      asm volatile("prefetch.global.L2::evict_last [%0];"
+                   :
+                   : "l"(teacher + (row0 + r) * TLD + c)
+                   : "memory");
   }
 }
 %end
@@ -603,6 +624,11 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       tile_of(t, groups_m, tiles_n, &gm, &tn);
       const int tm = {{ CL }} * gm + rank;
       int prev = -1;
+%if STATS then
+      if (part)
+%local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
+        prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N, threadIdx.x % 128);
+%end
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
 %local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice

@@ -318,9 +318,12 @@ static kljit_status stats_recipe(const kljit_problem *pb, int arch, const char *
 static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   const char *const on = "all:jit,logits:jit.stats";
   /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
-   * 128 columns chosen by the options */
-  for (int k = 0; k < 3; k++) {
+   * 128 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
+   * depend on the divergence) */
+  for (int k = 0; k < 5; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
+    if (k == 3) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
       pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
@@ -337,9 +340,15 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     const int bn = k == 2 ? 128 : 256;
     TH_CHECK(g->variant.bn == bn && r.geom.stats_tiles == (pb.vocab + bn - 1) / bn);
     TH_OK(recipe_check(&r)); /* the template takes the variant */
-    /* nothing else differs from the plan without the option */
+    /* nothing else differs from the plan without the option but pass 2's merge of a row's
+     * records: a warp's where the records are the GEMM's tiles */
     TH_CHECK(plain.geom.stats_tiles == 0 && plain.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(memcmp(&plain.geom.rows, &r.geom.rows, sizeof r.geom.rows) == 0);
+    TH_CHECK(r.geom.rows.merge_warp == 1 && plain.geom.rows.merge_warp == 0);
+    for (int part = 0; part < 2; part++)
+      TH_CHECK(r.rows_part[part].merge_warp == 1 && plain.rows_part[part].merge_warp == 0);
+    kspec want_rows = plain.geom.rows;
+    want_rows.merge_warp = 1;
+    TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
     kiface_layout lay;
     TH_OK(layout_of_problem(&pb, &r.geom.tune, &lay));
     for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++) {
@@ -368,7 +377,10 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
       case 0: pb.flags |= KLJIT_FLAG_BIAS; break;
       case 1: pb.softcap = 30.0; break;
       case 2: pb.hard_weight = 0.5; break;
-      case 3: pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL; break;
+      case 3: /* a shard of the reverse KL: its S is summed across shards */
+        pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+        pb.vocab_total = 64000, pb.vocab_offset = 0, pb.shards = 2;
+        break;
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
       case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
       case 6: rk = CL; break;
