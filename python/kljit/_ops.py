@@ -98,6 +98,13 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
+def _layout(t: Optional[Tensor]) -> Any:
+    """What a tensor's checks depend on: shape, dtype, device, contiguity, 16-byte alignment
+    (get_device: an int, cheaper than .device)."""
+    return None if t is None else (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
+                                   t.data_ptr() & 15)
+
+
 class Checked:
     """What a call's signature fixes, worked out once and reused by every call with that
     signature (Call.make): the checked spec, the plan (its dW accumulation the library's
@@ -138,8 +145,6 @@ class Call:
     fp32 gradients the caller owns (Megatron's main_grad), so the plan writes fp32 and
     accumulates in fp32."""
 
-    __slots__ = ("checked", "plan", "tensors")
-
     def __init__(self, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
                  teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
                  labels: Optional[Tensor], temperature: float,
@@ -155,18 +160,13 @@ class Call:
                               teacher_bias=teacher_bias, divisor=divisor,
                               row_weights=row_weights)
             checked = Checked(spec, _dist.shard_of(shard, spec), main_grad)
-        self._bind(checked, (input, weight, bias, teacher, ids, values, labels, teacher_weight,
-                             teacher_bias, divisor, row_weights))
-
-    def _bind(self, checked: Checked, tensors: Tuple[Optional[Tensor], ...]) -> None:
         self.checked, self.plan = checked, checked.plan
-        input, weight, bias = tensors[:3]
+        # Mixed precision: one cast of the fp32 master weight (and bias) per call.
         compute = input.dtype
-        if weight.dtype != compute or (bias is not None and bias.dtype != compute):
-            # Mixed precision: one cast of the fp32 master weight (and bias) per call.
-            tensors = (input, weight.to(compute), None if bias is None else bias.to(compute),
-                       *tensors[3:])
-        self.tensors = tensors
+        self.weight = weight if weight.dtype == compute else weight.to(compute)
+        self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
+        self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels,
+                        teacher_weight, teacher_bias, divisor, row_weights)
 
     @classmethod
     def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
@@ -179,26 +179,19 @@ class Call:
         dtype, device, strides and 16-byte alignment; the config; T; the shard): a repeated
         call skips check_call and the plan lookup, which cost a short call more than the C call
         does."""
-        tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
-                   teacher_bias, divisor, row_weights)
-        # what a tensor's checks depend on: shape, dtype, device, contiguity, 16-byte alignment
-        # (get_device: an int, cheaper than .device); inline, as a call per tensor costs more
         sig = (key, temperature if temperature == temperature else None, shard, main_grad,
-               _lib.plan_cache_generation(), *[t if t is None else (
-                   t.shape, t.dtype, t.get_device(), t.is_contiguous(), t.data_ptr() & 15)
-                   for t in tensors])
+               _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher),
+               _layout(bias), _layout(ids), _layout(values), _layout(labels),
+               _layout(teacher_weight), _layout(teacher_bias), _layout(divisor),
+               _layout(row_weights))
         checked = _checked.get(sig)
+        call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
+                   teacher_weight=teacher_weight, teacher_bias=teacher_bias, divisor=divisor,
+                   row_weights=row_weights, shard=shard, main_grad=main_grad)
         if checked is None:
-            call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature,
-                       teacher_weight=teacher_weight, teacher_bias=teacher_bias,
-                       divisor=divisor, row_weights=row_weights, shard=shard,
-                       main_grad=main_grad)
             if len(_checked) >= 256:
                 _checked.clear()
             _checked[sig] = call.checked
-            return call
-        call = cls.__new__(cls)
-        call._bind(checked, tensors)
         return call
 
     @property
