@@ -161,7 +161,13 @@ def run_shard(call: Any, args: Any, loss: torch.Tensor, dx: Optional[torch.Tenso
 
 
 #: Plain tensor types: what no DTensor check needs to look at (the usual call's fast test).
-_PLAIN = (torch.Tensor, torch.nn.Parameter, type(None))
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter, type(None)))
+
+
+def plain(given: Tuple[Any, ...]) -> bool:
+    """Whether each of `given` is a torch.Tensor, an nn.Parameter or None (no subclass, no
+    DTensor): one set test, on every call."""
+    return _PLAIN.issuperset(map(type, given))
 _types: list = []
 
 
@@ -185,7 +191,7 @@ def local_head(weight: Any, bias: Any, teacher: Any, teacher_weight: Any, teache
     (weight, bias, teacher, teacher_weight, teacher_bias, input, group or None, start,
     total)."""
     given = (weight, bias, teacher, teacher_weight, teacher_bias, input)
-    types = None if all(type(t) in _PLAIN for t in given) else _dtensor_types()
+    types = None if plain(given) else _dtensor_types()
     if types is None or not any(isinstance(t, types[0]) for t in given):
         return weight, bias, teacher, teacher_weight, teacher_bias, input, None, 0, 0
     DTensor, Replicate, DShard = types

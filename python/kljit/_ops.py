@@ -235,33 +235,47 @@ class Call:
         return raw
 
     def grads(self, weight: Tensor, bias: Optional[Tensor], want: int,
-              args: Args) -> Tuple[Tensor, Tensor, Tensor]:
+              args: Args) -> Tuple[Optional[Tensor], ...]:
         """dX (input dtype), dW and db (the stored weight's dtype) as `want` says, pointed to by
-        args; empty tensors for the others."""
+        args; None for the others (empty_grads gives them their empty tensors once the call is
+        enqueued: only what the launch writes is allocated before it)."""
         x = self.tensors[0]
-        dx = torch.empty_like(x, memory_format=torch.contiguous_format) if want & WANT_DX \
-            else _empty(x)
-        dw, db = _empty(weight), _empty(weight)
+        dx = dw = db = None
+        if want & WANT_DX:
+            dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+            args.grad_input = dx.data_ptr()
         if want & WANT_DW:
             dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
+            args.grad_weight = dw.data_ptr()
             if bias is not None:
                 db = torch.empty_like(bias, memory_format=torch.contiguous_format)
-        args.grad_input, args.grad_weight = _ptr(dx), _ptr(dw)
-        args.grad_bias = _ptr(db)
+                args.grad_bias = db.data_ptr()
         args.flags = (0 if want & WANT_DX else EXEC_NO_GRAD_INPUT) | (
             0 if want & WANT_DW else EXEC_NO_GRAD_WEIGHT)
         return dx, dw, db
 
-    def parts(self, want: int, args: Args) -> Tuple[Tensor, Tensor]:
+    def empty_grads(self, weight: Tensor, dx: Optional[Tensor], dw: Optional[Tensor],
+                    db: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        """grads' outputs with an empty tensor for each one not wanted (the ops return
+        tensors)."""
+        return (_empty(self.tensors[0]) if dx is None else dx,
+                _empty(weight) if dw is None else dw, _empty(weight) if db is None else db)
+
+    def parts(self, want: int, args: Args) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """The optional outputs row_loss [N] and loss_parts [2] (fp32) where `want` has
-        WANT_PARTS, pointed to by args; empty tensors otherwise."""
-        x = self.tensors[0]
+        WANT_PARTS, pointed to by args; None otherwise (empty_parts: their empty tensors, made
+        once the call is enqueued)."""
         if not want & WANT_PARTS:
-            return _no_parts(x)
+            return None, None
+        x = self.tensors[0]
         row_loss = torch.empty((self.rows,), dtype=torch.float32, device=x.device)
         parts = torch.empty((2,), dtype=torch.float32, device=x.device)
         args.row_loss, args.loss_parts = row_loss.data_ptr(), parts.data_ptr()
         return row_loss, parts
+
+    def empty_parts(self, row_loss: Optional[Tensor],
+                    parts: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        return _no_parts(self.tensors[0]) if row_loss is None else (row_loss, parts)
 
     def loss(self) -> Tensor:
         return torch.empty(self.checked.loss_shape, dtype=torch.float32,
@@ -374,10 +388,11 @@ def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Option
     dx, dw, db = call.grads(weight, bias, k.want, args)
     row_loss, parts = call.parts(k.want, args)
     if k.shard:
+        row_loss, parts = call.empty_parts(row_loss, parts)
         dx = _dist.run_shard(call, args, loss, dx, sums=(row_loss, parts))
     else:
         call.run(Mode.FUSED, args)
-    return loss, dx, dw, db, row_loss, parts
+    return loss, *call.empty_grads(weight, dx, dw, db), *call.empty_parts(row_loss, parts)
 
 
 @fused.register_fake
@@ -392,11 +407,11 @@ def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, label
 
 
 def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: float) -> None:
-    """Each gradient *= grad_output / grad_scale in place (empty ones skipped)."""
+    """Each gradient *= grad_output / grad_scale in place (empty ones and None skipped)."""
     g = grad_output.to(torch.float32)
     if grad_scale != 1.0:
         g = g / grad_scale
-    scale_in_place(tuple(t for t in grads if t.numel()), g)
+    scale_in_place(tuple(t for t in grads if t is not None and t.numel()), g)
 
 
 @torch.library.custom_op("kljit::scale_grads_", mutates_args=("dx", "dw", "db"))
@@ -516,6 +531,8 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
     args = call.args()
     loss = call.loss()
     row_loss, parts = call.parts(k.want, args)
+    if shard:
+        row_loss, parts = call.empty_parts(row_loss, parts)
     floats = _saved_floats(_lib.problem_layout(call.plan.problem), input.shape[0], shard)
     saved = torch.empty(floats, dtype=torch.float32, device=input.device)
     args.loss, args.saved = loss.data_ptr(), saved.data_ptr()
@@ -528,7 +545,7 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
         raise _lib.KljitError(_lib.Status.INTERNAL, "kljit_plan_saved_size",
                               f"{nbytes} bytes; kljit_problem_layout says {4 * floats}")
     call.run(Mode.FORWARD, args)
-    return loss, saved, row_loss, parts
+    return (loss, saved, *call.empty_parts(row_loss, parts))
 
 
 @two_phase.register_fake
@@ -577,7 +594,7 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
         args.grad_scale = grad_scale
         dx = _dist.run_shard(call, args, call.loss(), dx, saved, finish_only=True)
         scale_grads(grad_output, (dx, dw, db), grad_scale)
-        return dx, dw, db
+        return call.empty_grads(weight, dx, dw, db)
     # kljit_backward takes dL_outer/dloss as fp32: one value, or one per row for NONE; fp16
     # G takes it divided by `lift`, which the GEMMs multiply back in fp32.
     g = grad_output.detach().to(torch.float32)
@@ -593,7 +610,7 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
             bias_main_grad if bias_main_grad is not None else db)
         args.flags = EXEC_ACCUMULATE_GRAD_WEIGHT | (args.flags & EXEC_NO_GRAD_INPUT)
     call.run(Mode.BACKWARD, args)
-    return dx, dw, db
+    return call.empty_grads(weight, dx, dw, db)
 
 
 @two_phase_grads.register_fake

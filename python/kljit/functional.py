@@ -73,7 +73,7 @@ def _autocast(input: Any, *tensors: Any) -> "tuple[Any, ...]":
     two of `tensors`)."""
     if not (isinstance(input, torch.Tensor) and input.is_floating_point()):
         return (input, *tensors)
-    device = input.device.type
+    device = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheaper question
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
     if dtype not in (torch.float16, torch.bfloat16):
         return (input, *tensors)
@@ -214,14 +214,19 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     elif not (math.isfinite(grad_scale) and grad_scale > 0):
         raise ValueError(f"grad_scale must be finite and > 0, got {grad_scale!r}")
     params = (weight, bias)  # as the caller holds them: main_grad is their attribute
-    weight, bias, teacher, teacher_weight, teacher_bias, input, mesh_group, start, total = \
-        _dist.local_head(weight, bias, teacher, teacher_weight, teacher_bias, input)
+    # The usual call: plain tensors (or None) only, so no DTensor to resolve and no argument
+    # whose type needs checking; told apart once, by type alone.
+    plain = _dist.plain((input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+                         teacher_weight, teacher_bias, row_weights))
+    mesh_group, start, total = None, 0, 0
+    if not plain:
+        weight, bias, teacher, teacher_weight, teacher_bias, input, mesh_group, start, total = \
+            _dist.local_head(weight, bias, teacher, teacher_weight, teacher_bias, input)
     if teacher_weight is not None:  # the online teacher computes in the autocast dtype too
         input, weight, bias, teacher, teacher_weight, teacher_bias = _autocast(
             input, weight, bias, teacher, teacher_weight, teacher_bias)
     else:
         input, weight, bias = _autocast(input, weight, bias)
-    lead = tuple(input.shape[:-1]) if isinstance(input, torch.Tensor) else ()
     x = _flatten("input", input, 1)
     if isinstance(row_weights, torch.Tensor):  # fp32 [N], a leaf of no gradient
         row_weights = _flatten("row_weights", row_weights.detach(), 0)
@@ -232,7 +237,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         f"{type(return_components).__name__}")
     given = (teacher, teacher_ids, teacher_values, labels, bias, teacher_weight, teacher_bias,
              row_weights)
-    if not (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
+    if not (plain and x is not None and weight is not None) and not (
+            isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
             and all(t is None or isinstance(t, torch.Tensor) for t in given)):
         from ._checks import check_call  # the argument's TypeError, before any op sees it
 
@@ -269,6 +275,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
              _ops.call_key(config.key, want, math.nan if temperature is None
                            else float(temperature), float(grad_scale), shard))
     loss = out[0]
+    lead = input.shape[:-1]
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)
     if not return_components:

@@ -13,6 +13,7 @@ losses. The real library's arithmetic is the GPU tests' business. Needs torch (C
 from __future__ import annotations
 
 import ctypes
+import math
 import unittest
 from typing import Any, Dict, List
 from unittest import mock
@@ -654,6 +655,52 @@ class PlumbingTest(unittest.TestCase):
         self.assertEqual(len(self.plans[0].calls), 3)
         # once by the binding, then once per call by FakePlan.execute's own check
         self.assertEqual(len(sizes), 1 + 3)
+
+    def test_a_remembered_call_is_not_served_to_another_layout_nor_to_bad_input(self) -> None:
+        from kljit import _ops
+
+        t = self.torch
+        inp = self.inputs()
+        with mock.patch.object(_ops, "check_call", wraps=_ops.check_call) as checks:
+            self.loss(inp).backward()
+            self.loss(inp).backward()
+            self.assertEqual(checks.call_count, 1)
+            # the teacher 4 bytes off its 16-byte alignment (a view one element in)
+            buf = t.zeros(inp["teacher"].numel() + 1)
+            off = buf[1:].view(inp["teacher"].shape)
+            off.copy_(inp["teacher"])
+            bad = dict(inp, teacher=off)
+            with self.assertRaisesRegex(ValueError, "aligned"):
+                self.loss(bad)
+            with self.assertRaisesRegex(ValueError, "contiguous"):
+                self.loss(dict(inp, teacher=inp["teacher"].t().contiguous().t()))
+            # another dtype, another row count: each checked once, and each its own plan
+            self.loss(dict(inp, teacher=inp["teacher"].half())).backward()
+            fewer = {k: (v[:4].detach().requires_grad_(v.requires_grad) if k != "w" and k != "b"
+                         else v) for k, v in inp.items()}
+            self.loss(fewer).backward()
+            self.assertEqual(checks.call_count, 5)
+            # and the first layout is still remembered
+            self.loss(inp).backward()
+            self.assertEqual(checks.call_count, 5)
+        self.assertEqual([c["mode"] for p in self.plans for c in p.calls], [Mode.FUSED] * 5)
+        self.assertEqual(len({id(p) for p in self.plans}), 3)
+
+    def test_gradients_not_wanted_come_back_empty_from_the_ops(self) -> None:
+        from kljit import _ops
+
+        t = self.torch
+        inp = self.inputs()
+        config = self.kljit.LossConfig(teacher="dense_probs")
+        key = _ops.call_key(config.key, _ops.WANT_DX, math.nan, 1.0, "")
+        with t.no_grad():
+            out = _ops.fused(inp["x"], inp["w"], inp["b"], inp["teacher"], None, None, None,
+                             None, None, None, None, key)
+        self.assertEqual(out[1].shape, inp["x"].shape)
+        for got in out[2:]:
+            self.assertEqual(got.numel(), 0)
+        self.assertEqual(self.plans[-1].calls[-1]["flags"], EXEC_NO_GRAD_WEIGHT)
+        self.assertEqual([g.dtype for g in out[4:]], [t.float32, t.float32])
 
 
 if __name__ == "__main__":
