@@ -230,14 +230,102 @@ typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t"
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
 {{ K.records() }}
 
+/* The teacher's mass (sp; logprobs: sum exp(log p)) of each of this warp's 16 rows r0 + j
+ * over the tile's columns c0 .. c0 + BN below N. The teacher's terms do not pair with the
+ * student's, so the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the
+ * fragment's layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
+ * transposing butterfly then sums the lanes' parts: after offset o the lane keeps the rows
+ * whose bit o matches its own, so lane l ends with row l >> 1's total (the same order on every
+ * run). Row r0 + lane / 4 + 8 h's total is returned in h = 0, 1 of its record-writing lanes. */
+template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
+__device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
+  const bool hi = lane & (2 * N);
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    const float give = hi ? a[j] : a[j + N];
+    a[j] = (hi ? a[j + N] : a[j]) + __shfl_xor_sync(0xffffffffu, give, 2 * N);
+  }
+}
+__device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ teacher,
+                                                    i64 row0, int r0, int c0, int M, int N,
+                                                    int lane) {
+  constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT;
+  constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
+  float a[16];
+#pragma unroll
+  for (int j = 0; j < 16; j++) a[j] = 0.0f;
+  if (ALIGNED && c0 + BN <= N) {
+    /* a whole tile: BATCH rows' runs in flight at once (16 rows one after another were 16
+     * round trips to L2 while the tensor cores idled), rows past M read as row M - 1 and
+     * dropped */
+    constexpr int BATCH = 8;
+#pragma unroll
+    for (int j0 = 0; j0 < 16; j0 += BATCH)
+#pragma unroll
+      for (int k = 0; k < (RUNS + 31) / 32; k++) {
+        const int q = lane + 32 * k;
+        if (q >= RUNS) continue;
+        uint4 u[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+          const int r = min(r0 + j0 + b, M - 1);
+          u[b] = *reinterpret_cast<const uint4*>(teacher + (row0 + r) * TLD + c0 + q * VT);
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+          teach_t v[VT];
+          memcpy(v, &u[b], 16);
+          float t = 0.0f;
+#pragma unroll
+          for (int e = 0; e < VT; e++)
+%  if STATS == "logprobs" then
+            t += fexp(to_f32(v[e]));
+%  else
+            t += to_f32(v[e]);
+%  end
+          if (r0 + j0 + b < M) a[j0 + b] += t;
+        }
+      }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      if (r0 + j >= M) continue;
+      const teach_t* tr = teacher + (row0 + r0 + j) * TLD;
+#pragma unroll
+      for (int k = 0; k < (RUNS + 31) / 32; k++) {
+        const int q = lane + 32 * k, c = c0 + q * VT;
+        if (q >= RUNS || c >= N) continue;
+#pragma unroll
+        for (int e = 0; e < VT; e++)
+          if (c + e < N)
+%  if STATS == "logprobs" then
+            a[j] += fexp(to_f32(tr[c + e]));
+%  else
+            a[j] += to_f32(tr[c + e]);
+%  end
+      }
+    }
+  }
+  mass_step<8>(a, lane);
+  mass_step<4>(a, lane);
+  mass_step<2>(a, lane);
+  mass_step<1>(a, lane);
+  a[0] += __shfl_xor_sync(0xffffffffu, a[0], 1); /* row l >> 1, in lanes 2 (l >> 1) and + 1 */
+  const int q = lane / 4;
+  return make_float2(__shfl_sync(0xffffffffu, a[0], 2 * q),
+                     __shfl_sync(0xffffffffu, a[0], 2 * q + 16));
+}
+
 /* The pass-1 record of each of this consumer warp's 16 rows (r0 + lane / 4 and 8 more, see
  * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
  * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
- * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)). */
+ * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)).
+ * The teacher's mass: tile_teacher_mass. */
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
                                            float alpha, const teach_t* __restrict__ teacher,
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane) {
+  const float2 mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2] = {KL_NEG_INF, KL_NEG_INF};
@@ -253,31 +341,20 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
     m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
   }
   const bool in[2] = {row < M, row + 8 < M};
-  const teach_t* tr[2] = {teacher + (row0 + row) * TLD, teacher + (row0 + row + 8) * TLD};
-  float sd[2] = {0.0f, 0.0f}, sp[2] = {0.0f, 0.0f};
+  float sd[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int h = e >> 1, c = col + 8 * i + (e & 1);
-      if (c >= N) continue;
-      sd[h] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[h]);
-      if (in[h]) {
-%  if STATS == "logprobs" then
-        sp[h] += fexp(to_f32(tr[h][c]));
-%  else
-        sp[h] += to_f32(tr[h][c]);
-%  end
-      }
-    }
+    for (int e = 0; e < 4; e++)
+      if (col + 8 * i + (e & 1) < N)
+        sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
     sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
-    sp[h] += __shfl_xor_sync(0xffffffffu, sp[h], 1);
-    sp[h] += __shfl_xor_sync(0xffffffffu, sp[h], 2);
   }
   if (lane % 4) return;
+  const float sp[2] = {mass.x, mass.y};
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     if (!in[h]) continue;
