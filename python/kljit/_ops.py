@@ -386,11 +386,13 @@ _TENSORS = ("Tensor input, Tensor weight, Tensor? bias, Tensor? teacher, Tensor?
 
 def _define(schema: str, kernel: Any, fake: Any) -> Any:
     """The op kljit::<schema>: `kernel` on every device (CPU is the plumbing tests' fake
-    library), `fake` for torch.compile; no autograd kernel (the Functions below are the
-    autograd). Returns its overload, the cheapest thing to call."""
+    library), `fake` for torch.compile; autograd passes through it (the Functions below are the
+    autograd: called outside them, its outputs have no gradient, rather than a wrong one).
+    Returns its overload, the cheapest thing to call."""
     name = schema.split("(", 1)[0]
     _LIBRARY.define(schema)
     _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
+    _LIBRARY.impl(name, torch.library.fallthrough_kernel, "Autograd")
     torch.library.register_fake("kljit::" + name, fake, lib=_LIBRARY)
     return getattr(torch.ops.kljit, name).default
 
