@@ -22,7 +22,7 @@ probabilities, T = 1, batchmean, eps 1e-10; or the sparse top-K teacher, tail 'n
   kljit_fused      kljit through the PyTorch binding, mode='fused', default options (dW
                    accumulation 'auto': bf16 across the few chunks of these shapes, no V x H
                    fp32 buffer).
-  kljit_c          the same kljit_fused call without the binding's autograd and custom ops:
+  kljit_c          the same kljit_fused call without the binding's autograd Function and ops:
                    the plan, outputs and workspace the binding would use, one C call per step
                    (what kljit_fused is measured against: the binding's overhead). The two
                    are timed alternately, step by step, after both are warmed up

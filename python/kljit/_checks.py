@@ -216,7 +216,7 @@ class LossConfig:
         for name in ("scale_t_squared", "native_logits", "allow_tf32", "check_inputs"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        # The config as JSON: how the custom ops (kljit._ops) take it, a constant string in a
+        # The config as JSON: how the ops (kljit._ops) take it, a constant string in a
         # compiled graph; a plain attribute, made once, so torch.compile just reads it.
         key = json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, sort_keys=True)
         object.__setattr__(self, "key", key)

@@ -8,7 +8,7 @@ current stream, the steps of README.md "Tensor parallelism" with the group's col
 kljit_shard_stats, an all-gather of the records, where kljit_plan_shard_rounds says 2
 kljit_shard_sums and a second all-gather, kljit_shard_finish, then an all-reduce of the loss and
 of dX (a reduce-scatter of dX for a sequence-parallel caller, whose input is its own rows of the
-batch, gathered first). The custom ops (kljit._ops) carry the shard as a string, what a compiled
+batch, gathered first). The ops (kljit._ops) carry the shard as a string, what a compiled
 graph can hold: "<group name>:<start>:<total>:<sequence parallel 0|1>"; the groups are kept here
 by name (register). Checked mode agrees across the ranks before the first all-gather (one
 all-reduce of the verdicts: a bad slice on one rank fails every rank, none writing its outputs).

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The loss as torch.library custom ops: the one implementation of each mode, eager and compiled.
+"""The loss as torch.library ops, and one torch.autograd.Function per mode over them: the one
+path of each mode, eager and compiled.
 
     kljit::fused(input, weight, bias?, teacher?, teacher_ids?, teacher_values?, labels?,
                  teacher_weight?, teacher_bias?, divisor?, row_weights?, key)
@@ -11,22 +12,24 @@
     kljit::two_phase_grads(grad_output, <the tensors>, saved, key, main_grad?, bias_main_grad?)
         -> (dx, dw, db)                                                       kljit_backward
 
-Eager calls go through them like compiled ones (their autograd formulas are registered with
-torch.library.register_autograd), each with a fake kernel for torch.compile. `key` is all that
-is not a tensor, as one string (call_key; a constant in a compiled graph, as the float arguments
-were: each value its own graph): the LossConfig as JSON, `want` the WANT_* bits, T, grad_scale
-and `shard`; one argument, not five, because torch.library's autograd wrapper reads the schema's
-argument list once per argument on every eager call. `divisor` is a 0-d fp64 tensor on the
-device, the global divisor of batchmean and mean (num_items_in_batch), or None for the kept
-rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and parts ({soft,
-hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no gradient flows
-through them); `shard` "" for a whole head, else a vocabulary shard through torch.distributed
-(kljit._dist: the group's name, the shard's first global id, the vocabulary, and whether the
-input rows are the rank's part of a sequence-parallel batch). The online teacher's input travels
-in the `teacher` slot, its head as teacher_weight and teacher_bias; no gradient reaches them. A
-gradient not wanted comes back as an empty tensor. The weight may be fp32 with fp16/bf16 input
-(mixed precision): cast once per call to the input dtype, dW and db written in fp32.
-This module has no `from __future__ import annotations`: torch.library reads the type hints.
+    Fused.apply(<the inputs of fused>), TwoPhase.apply(...) -> (loss, row_loss, parts)
+
+The ops have a kernel and a fake kernel (torch.compile traces them as they are) and no autograd
+of their own: Fused and TwoPhase are the autograd of every call, eager or traced, and call the
+ops in forward and backward. `key` is all that is not a tensor, as one string (call_key; a
+constant in a compiled graph, as the float arguments were: each value its own graph): the
+LossConfig as JSON, `want` the WANT_* bits, T, grad_scale and `shard`; one argument, not five,
+as each argument costs the dispatcher a conversion on every call. `divisor` is a 0-d fp64
+tensor on the device, the global divisor of batchmean and mean (num_items_in_batch), or None
+for the kept rows; `row_weights` fp32 [N] or None (KLJIT_FLAG_ROW_WEIGHTS); row_loss [N] and
+parts ({soft, hard}) the optional outputs, written where `want` has WANT_PARTS (else empty; no
+gradient flows through them); `shard` "" for a whole head, else a vocabulary shard through
+torch.distributed (kljit._dist: the group's name, the shard's first global id, the vocabulary,
+and whether the input rows are the rank's part of a sequence-parallel batch). The online
+teacher's input travels in the `teacher` slot, its head as teacher_weight and teacher_bias; no
+gradient reaches them. A gradient not wanted comes back as an empty tensor. The weight may be
+fp32 with fp16/bf16 input (mixed precision): cast once per call to the input dtype, dW and db
+written in fp32.
 """
 
 import json
@@ -74,10 +77,13 @@ def call_key(config: str, want: int, temperature: float, grad_scale: float, shar
     return f"{config}\n{want}\n{temperature!r}\n{grad_scale!r}\n{shard}"
 
 
-@lru_cache(maxsize=256)
-def read_key(key: str) -> CallKey:
+def _parse_key(key: str) -> CallKey:
     config, want, temperature, grad_scale, shard = key.split("\n", 4)
     return CallKey(config, int(want), float(temperature), float(grad_scale), shard)
+
+
+#: The key read, remembered (dynamo traces _parse_key itself: a cache is not traceable).
+read_key = lru_cache(maxsize=256)(_parse_key)
 
 
 def stream(device: torch.device) -> int:
@@ -366,16 +372,59 @@ def _to_mains(ctx: Any, g: Tensor, dw: Tensor, db: Tensor) -> Tuple[Any, Any]:
     return gw, gb
 
 
+# ---- the ops ----------------------------------------------------------------------------
+
+#: The ops' library. Defined with Library.define, not custom_op: an op is then the dispatcher's
+#: call of its kernel and no more (custom_op wraps every eager call in its own autograd
+#: function, defaults filling and alias checks: several times the C call's host time).
+_LIBRARY = torch.library.Library("kljit", "DEF")
+#: The tensors all ops take, in this order (N_TENSORS of them).
+_TENSORS = ("Tensor input, Tensor weight, Tensor? bias, Tensor? teacher, Tensor? teacher_ids, "
+            "Tensor? teacher_values, Tensor? labels, Tensor? teacher_weight, "
+            "Tensor? teacher_bias, Tensor? divisor, Tensor? row_weights")
+
+
+def _define(schema: str, kernel: Any, fake: Any) -> Any:
+    """The op kljit::<schema>: `kernel` on every device (CPU is the plumbing tests' fake
+    library), `fake` for torch.compile; autograd passes through it (the Functions below are the
+    autograd: called outside them, its outputs have no gradient, rather than a wrong one).
+    Returns its overload, the cheapest thing to call."""
+    name = schema.split("(", 1)[0]
+    _LIBRARY.define(schema)
+    _LIBRARY.impl(name, kernel, "CompositeExplicitAutograd")
+    _LIBRARY.impl(name, torch.library.fallthrough_kernel, "Autograd")
+    torch.library.register_fake("kljit::" + name, fake, lib=_LIBRARY)
+    return getattr(torch.ops.kljit, name).default
+
+
+def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor], ...]:
+    """backward's answer: the gradients of input, weight and bias, as far as they are needed
+    and were computed (empty ones are None), None for the other inputs."""
+    need = ctx.needs_input_grad
+
+    def given(t: Any) -> Any:
+        return t if isinstance(t, Tensor) and t.numel() else None
+
+    return (given(dx) if need[0] else None, given(dw) if need[1] else None,
+            given(db) if ctx.has_bias and need[2] else None) + (None,) * (len(need) - 3)
+
+
+def _forward_ctx(ctx: Any, inputs: Tuple[Any, ...], *no_grad: Tensor) -> None:
+    """What both modes' forward keeps: the key (a CallKey) and the parameters as the caller
+    holds them (for main_grad). Only the loss is differentiable: the optional outputs get no
+    gradient, and backward takes None, not a zero tensor, for them."""
+    ctx.key = (_parse_key if torch.compiler.is_compiling() else read_key)(inputs[N_TENSORS])
+    ctx.params = (inputs[1], inputs[2]) if ctx.key.want & WANT_MAIN_GRAD else None
+    ctx.has_bias = inputs[2] is not None
+    ctx.mark_non_differentiable(*no_grad)
+    ctx.set_materialize_grads(False)
+
+
 # ---- fused ------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kljit::fused", mutates_args=())
-def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
-          teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
-          labels: Optional[Tensor], teacher_weight: Optional[Tensor],
-          teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
-          row_weights: Optional[Tensor],
-          key: str) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _fused(input, weight, bias, teacher, teacher_ids, teacher_values, labels, teacher_weight,
+           teacher_bias, divisor, row_weights, key):
     """kljit_fused: loss and the gradients of the loss itself (times grad_scale); row_loss and
     the loss's parts where want has WANT_PARTS."""
     k = read_key(key)
@@ -395,7 +444,6 @@ def fused(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Option
     return loss, *call.empty_grads(weight, dx, dw, db), *call.empty_parts(row_loss, parts)
 
 
-@fused.register_fake
 def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
                 teacher_weight, teacher_bias, divisor, row_weights, key):
     k = read_key(key)
@@ -406,6 +454,10 @@ def _fused_fake(input, weight, bias, teacher, teacher_ids, teacher_values, label
             *_fake_parts(input, k.want, k.shard))
 
 
+fused = _define("fused(" + _TENSORS + ", str key) -> (Tensor, Tensor, Tensor, Tensor, Tensor, "
+                "Tensor)", _fused, _fused_fake)
+
+
 def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: float) -> None:
     """Each gradient *= grad_output / grad_scale in place (empty ones and None skipped)."""
     g = grad_output.to(torch.float32)
@@ -414,74 +466,52 @@ def scale_grads(grad_output: Tensor, grads: Tuple[Tensor, ...], grad_scale: floa
     scale_in_place(tuple(t for t in grads if t is not None and t.numel()), g)
 
 
-@torch.library.custom_op("kljit::scale_grads_", mutates_args=("dx", "dw", "db"))
-def scale_grads_(grad_output: Tensor, dx: Tensor, dw: Tensor, db: Tensor,
-                 grad_scale: float) -> None:
-    scale_grads(grad_output, (dx, dw, db), grad_scale)
-
-
-@scale_grads_.register_fake
 def _scale_grads_fake(grad_output, dx, dw, db, grad_scale):
     return None
 
+
+#: fused mode's backward: dx, dw, db *= grad_output / grad_scale in place.
+scale_grads_ = _define("scale_grads_(Tensor grad_output, Tensor(a!) dx, Tensor(b!) dw, "
+                       "Tensor(c!) db, float grad_scale) -> ()",
+                       lambda g, dx, dw, db, scale: scale_grads(g, (dx, dw, db), scale),
+                       _scale_grads_fake)
 
 _FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its gradients were "
                 "computed in forward and are scaled in place); use mode='two_phase' to "
                 "backpropagate it again")
 
 
-def _keep(ctx: Any, inputs: Tuple[Any, ...]) -> None:
-    """What both modes' backward reads besides saved tensors: the key (a CallKey), and the
-    parameters as the caller holds them (for main_grad)."""
-    ctx.key = read_key(inputs[N_TENSORS])
-    ctx.params = (inputs[1], inputs[2]) if ctx.key.want & WANT_MAIN_GRAD else None
-    ctx.has_bias = inputs[2] is not None
+class Fused(torch.autograd.Function):
+    """mode='fused' with autograd, eager and compiled: forward runs kljit::fused (the loss and
+    its gradients times grad_scale); backward scales those in place by the upstream gradient
+    (kljit::scale_grads_), so a fused loss can be backpropagated once. apply takes the ops'
+    inputs and returns (loss, row_loss, parts)."""
 
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
+        loss, dx, dw, db, row_loss, parts = fused(*inputs)
+        _forward_ctx(ctx, inputs, row_loss, parts)
+        ctx.save_for_backward(dx, dw, db)
+        ctx.used = False
+        return loss, row_loss, parts
 
-def _no_zero_grads(ctx: Any) -> None:
-    """Outputs other than the loss (fused mode's gradients, two-phase's saved statistics) get
-    no gradient from the caller: autograd would otherwise hand backward a zero tensor of each
-    (a dW-sized fill, and its memory, every step), so backward takes None for them."""
-    ctx.set_materialize_grads(False)
-
-
-def _fused_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
-    _keep(ctx, inputs)
-    _no_zero_grads(ctx)
-    ctx.save_for_backward(*output[1:4])
-    ctx.used = False
-
-
-def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor], ...]:
-    need = ctx.needs_input_grad
-
-    def given(t: Any) -> Any:
-        return t if isinstance(t, Tensor) and t.numel() else None
-
-    return (given(dx) if need[0] else None, given(dw) if need[1] else None,
-            given(db) if ctx.has_bias and need[2] else None) + (None,) * (len(need) - 3)
-
-
-def _fused_backward(ctx: Any, grad_loss: Optional[Tensor],
-                    *_: Any) -> Tuple[Optional[Tensor], ...]:
-    if grad_loss is None:  # only the gradient outputs were used: nothing flows back
-        return (None,) * len(ctx.needs_input_grad)
-    if ctx.used:
-        raise RuntimeError(_FUSED_TWICE)
-    if not torch.compiler.is_compiling():
-        ctx.used = True
-    dx, dw, db = ctx.saved_tensors
-    scale = ctx.key.grad_scale
-    if ctx.params is None:
-        scale_grads_(grad_loss, dx, dw, db, scale)
-        return _grads_out(ctx, dx, dw, db)
-    # main_grad: dX scaled in place; dW (and db) added into main_grad times the upstream
-    g = grad_loss.to(torch.float32) / scale
-    scale_grads_(grad_loss, dx, _empty(dw), _empty(db), scale)
-    return _grads_out(ctx, dx, *_to_mains(ctx, g, dw, db))
-
-
-fused.register_autograd(_fused_backward, setup_context=_fused_setup)
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Optional[Tensor], *_: Any) -> Tuple[Optional[Tensor], ...]:
+        if grad_loss is None:  # only the optional outputs were used: nothing flows back
+            return (None,) * len(ctx.needs_input_grad)
+        if ctx.used:
+            raise RuntimeError(_FUSED_TWICE)
+        if not torch.compiler.is_compiling():
+            ctx.used = True
+        dx, dw, db = ctx.saved_tensors
+        scale = ctx.key.grad_scale
+        if ctx.params is None:
+            scale_grads_(grad_loss, dx, dw, db, scale)
+            return _grads_out(ctx, dx, dw, db)
+        # main_grad: dX scaled in place; dW (and db) added into main_grad times the upstream
+        g = grad_loss.to(torch.float32) / scale
+        scale_grads_(grad_loss, dx, _empty(dw), _empty(db), scale)
+        return _grads_out(ctx, dx, *_to_mains(ctx, g, dw, db))
 
 
 # ---- two-phase --------------------------------------------------------------------------
@@ -514,12 +544,8 @@ def _fake_saved_floats(key: str, input: Tensor, weight: Tensor, teacher: Optiona
     return _saved_floats(_lib.problem_layout(problem), int(input.shape[0]), shard)
 
 
-@torch.library.custom_op("kljit::two_phase", mutates_args=())
-def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Optional[Tensor],
-              teacher_ids: Optional[Tensor], teacher_values: Optional[Tensor],
-              labels: Optional[Tensor], teacher_weight: Optional[Tensor],
-              teacher_bias: Optional[Tensor], divisor: Optional[Tensor],
-              row_weights: Optional[Tensor], key: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def _two_phase(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
+               teacher_weight, teacher_bias, divisor, row_weights, key):
     """kljit_forward: (loss, saved, row_loss, parts). The key's grad_scale and want are
     backward's (with WANT_MAIN_GRAD the plan backward will use: fp32 dW); WANT_PARTS asks for
     row_loss and the loss's parts."""
@@ -548,7 +574,6 @@ def two_phase(input: Tensor, weight: Tensor, bias: Optional[Tensor], teacher: Op
     return (loss, saved, *call.empty_parts(row_loss, parts))
 
 
-@two_phase.register_fake
 def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, labels,
                     teacher_weight, teacher_bias, divisor, row_weights, key):
     k = read_key(key)
@@ -556,6 +581,10 @@ def _two_phase_fake(input, weight, bias, teacher, teacher_ids, teacher_values, l
                                teacher_weight, k.shard)
     return (input.new_empty(_loss_shape(k.config, input), dtype=torch.float32),
             input.new_empty((saved,), dtype=torch.float32), *_fake_parts(input, k.want, k.shard))
+
+
+two_phase = _define("two_phase(" + _TENSORS + ", str key) -> (Tensor, Tensor, Tensor, Tensor)",
+                    _two_phase, _two_phase_fake)
 
 
 def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
@@ -570,15 +599,9 @@ def _upstream_lift(g: Tensor, grad_scale: float, half: bool) -> float:
     return float(2.0 ** math.ceil(math.log2(top)))
 
 
-@torch.library.custom_op("kljit::two_phase_grads",
-                         mutates_args=("main_grad", "bias_main_grad"))
-def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Optional[Tensor],
-                    teacher: Optional[Tensor], teacher_ids: Optional[Tensor],
-                    teacher_values: Optional[Tensor], labels: Optional[Tensor],
-                    teacher_weight: Optional[Tensor], teacher_bias: Optional[Tensor],
-                    divisor: Optional[Tensor], row_weights: Optional[Tensor], saved: Tensor,
-                    key: str, main_grad: Optional[Tensor],
-                    bias_main_grad: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+def _two_phase_grads(grad_output, input, weight, bias, teacher, teacher_ids, teacher_values,
+                     labels, teacher_weight, teacher_bias, divisor, row_weights, saved, key,
+                     main_grad, bias_main_grad):
     """kljit_backward: (dx, dw, db), empty where not wanted. With main_grad (fp32 [V, H]) dW
     is accumulated into it in fp32 (and db into bias_main_grad, else into fresh fp32 zeros,
     returned as db) and dw comes back empty. A shard runs kljit_shard_finish again from the
@@ -613,7 +636,6 @@ def two_phase_grads(grad_output: Tensor, input: Tensor, weight: Tensor, bias: Op
     return call.empty_grads(weight, dx, dw, db)
 
 
-@two_phase_grads.register_fake
 def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids,
                           teacher_values, labels, teacher_weight, teacher_bias, divisor,
                           row_weights, saved, key, main_grad, bias_main_grad):
@@ -624,34 +646,46 @@ def _two_phase_grads_fake(grad_output, input, weight, bias, teacher, teacher_ids
             torch.empty_like(bias) if want_w and bias is not None else _empty(weight))
 
 
-def _two_phase_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tuple[Tensor, ...]) -> None:
-    _keep(ctx, inputs)
-    _no_zero_grads(ctx)
-    ctx.save_for_backward(*inputs[:N_TENSORS], output[1])
+two_phase_grads = _define(
+    "two_phase_grads(Tensor grad_output, " + _TENSORS + ", Tensor saved, str key, "
+    "Tensor(a!)? main_grad, Tensor(b!)? bias_main_grad) -> (Tensor, Tensor, Tensor)",
+    _two_phase_grads, _two_phase_grads_fake)
 
 
-def _two_phase_backward(ctx: Any, grad_loss: Optional[Tensor],
-                        *_: Any) -> Tuple[Optional[Tensor], ...]:
-    tensors = ctx.saved_tensors
-    need, k = ctx.needs_input_grad, ctx.key
-    want = (WANT_DX if need[0] else 0) | (WANT_DW if need[1] or (ctx.has_bias and need[2])
-                                          else 0)
-    if not want or grad_loss is None:
-        return (None,) * len(need)
-    args = (grad_loss, *tensors, call_key(k.config, want, k.temperature, k.grad_scale, k.shard))
-    if ctx.params is None or not want & WANT_DW:
-        return _grads_out(ctx, *two_phase_grads(*args, None, None))
-    weight, bias = ctx.params
-    if k.shard:  # the shard's dW and db come back; main_grad takes them times 1
-        dx, dw, db = two_phase_grads(*args, None, None)
-        return _grads_out(ctx, dx, *_to_mains(ctx, torch.ones((), device=dx.device), dw, db))
-    bias_main = (main_grad_of(bias, "bias") if ctx.has_bias
-                 and getattr(bias, "main_grad", None) is not None else None)
-    dx, _, db = two_phase_grads(*args, main_grad_of(weight, "weight"), bias_main)
-    gb = None
-    if ctx.has_bias:
-        gb = grad_after_main(bias, None) if bias_main is not None else db.to(bias.dtype)
-    return _grads_out(ctx, dx, grad_after_main(weight, None), gb)
+class TwoPhase(torch.autograd.Function):
+    """mode='two_phase' with autograd, eager and compiled: forward runs kljit::two_phase (the
+    loss and O(N) statistics), backward kljit::two_phase_grads with the upstream gradient
+    (straight into main_grad where asked). apply takes the ops' inputs and returns (loss,
+    row_loss, parts)."""
 
+    @staticmethod
+    def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
+        loss, saved, row_loss, parts = two_phase(*inputs)
+        _forward_ctx(ctx, inputs, row_loss, parts)
+        ctx.save_for_backward(*inputs[:N_TENSORS], saved)
+        return loss, row_loss, parts
 
-two_phase.register_autograd(_two_phase_backward, setup_context=_two_phase_setup)
+    @staticmethod
+    def backward(ctx: Any, grad_loss: Optional[Tensor], *_: Any) -> Tuple[Optional[Tensor], ...]:
+        tensors = ctx.saved_tensors
+        need, k = ctx.needs_input_grad, ctx.key
+        want = (WANT_DX if need[0] else 0) | (WANT_DW if need[1] or (ctx.has_bias and need[2])
+                                              else 0)
+        if not want or grad_loss is None:
+            return (None,) * len(need)
+        args = (grad_loss, *tensors, call_key(k.config, want, k.temperature, k.grad_scale,
+                                              k.shard))
+        if ctx.params is None or not want & WANT_DW:
+            return _grads_out(ctx, *two_phase_grads(*args, None, None))
+        weight, bias = ctx.params
+        if k.shard:  # the shard's dW and db come back; main_grad takes them times 1
+            dx, dw, db = two_phase_grads(*args, None, None)
+            return _grads_out(ctx, dx, *_to_mains(ctx, torch.ones((), device=dx.device), dw,
+                                                  db))
+        bias_main = (main_grad_of(bias, "bias") if ctx.has_bias
+                     and getattr(bias, "main_grad", None) is not None else None)
+        dx, _, db = two_phase_grads(*args, main_grad_of(weight, "weight"), bias_main)
+        gb = None
+        if ctx.has_bias:
+            gb = grad_after_main(bias, None) if bias_main is not None else db.to(bias.dtype)
+        return _grads_out(ctx, dx, grad_after_main(weight, None), gb)

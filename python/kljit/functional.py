@@ -7,9 +7,10 @@ torch.distributed over libkljit.
                                mode="two_phase", tail="renorm")
     loss.backward()
 
-The work is the torch.library custom ops of kljit._ops, one per execution mode of
-include/kljit.h, in eager mode as under torch.compile (which traces a model through the loss
-without a graph break); CUDA graphs can capture it (no host synchronization on the default path):
+The work is the torch.library ops of kljit._ops, one per execution mode of include/kljit.h,
+under one torch.autograd.Function per mode, in eager mode as under torch.compile (which traces a
+model through the loss without a graph break); CUDA graphs can capture it (no host
+synchronization on the default path):
 
 - mode='fused': kljit_fused computes loss, dX, dW (, db) in forward; backward multiplies them
   in place by the upstream gradient (kljit_scale, which costs nothing when it is exactly 1): a
@@ -266,8 +267,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
                         f"{type(accumulate_into_main_grad).__name__}")
     if return_components:
         want |= _ops.WANT_PARTS
-    op = _ops.fused if config.mode == "fused" else _ops.two_phase
-    out = op(x, weight, bias, _flatten("teacher", teacher, 1),
+    op = _ops.Fused if config.mode == "fused" else _ops.TwoPhase
+    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1),
              _flatten("teacher_ids", teacher_ids, 1),
              _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
              teacher_weight, teacher_bias,

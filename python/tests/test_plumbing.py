@@ -413,26 +413,71 @@ class PlumbingTest(unittest.TestCase):
             self.kljit.fused_linear_kl_div(inp["x"], inp["w"], inp["teacher"], teacher_input=xt,
                                            teacher_weight=wt)
 
-    def test_eager_calls_run_the_custom_ops(self) -> None:
+    def test_each_mode_has_one_autograd_path_its_function_over_its_ops(self) -> None:
+        # eager calls run the ops like compiled ones, inside the mode's Function (grad off),
+        # and the ops have no autograd of their own: called outside it, no gradient
         from kljit import _ops
 
-        seen = []
-        for mode, name in (("fused", "fused"), ("two_phase", "two_phase")):
-            real = getattr(_ops, name)
+        t = self.torch
+        for mode, ops, node in (("fused", ("fused", "scale_grads_"), "FusedBackward"),
+                                ("two_phase", ("two_phase", "two_phase_grads"),
+                                 "TwoPhaseBackward")):
+            seen = []
 
-            def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
-                seen.append(_name)
-                return _real(*args)
+            def spy(real: Any, name: str) -> Any:
+                def call(*args: Any) -> Any:
+                    seen.append((name, t.is_grad_enabled()))
+                    return real(*args)
+
+                return call
 
             inp = self.inputs()
-            with mock.patch.object(_ops, name, spy):
-                self.loss(inp, mode=mode).backward()
+            with mock.patch.object(_ops, ops[0], spy(getattr(_ops, ops[0]), ops[0])), \
+                    mock.patch.object(_ops, ops[1], spy(getattr(_ops, ops[1]), ops[1])):
+                loss = self.loss(inp, mode=mode)
+                self.assertEqual(loss.grad_fn.name(), node)
+                loss.backward()
             self.assertIsNotNone(inp["x"].grad, mode)
-        self.assertEqual(seen, ["fused", "two_phase"])
+            self.assertEqual(seen, [(ops[0], False), (ops[1], False)], mode)
+            key = _ops.call_key(self.kljit.LossConfig().key, _ops.WANT_DX | _ops.WANT_DW,
+                                math.nan, 1.0, "")
+            out = getattr(t.ops.kljit, ops[0])(inp["x"], inp["w"], inp["b"], inp["teacher"],
+                                               None, None, None, None, None, None, None, key)
+            self.assertEqual([o.requires_grad for o in out], [False] * len(out), mode)
+
+    def test_compile_traces_one_op_forward_and_one_backward(self) -> None:
+        # the ops' fake kernels trace them as they are; the Function adds no op of its own
+        import torch._dynamo
+        from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+        t = self.torch
+        for mode, ops in (("fused", ("kljit.fused.default", "kljit.scale_grads_.default")),
+                          ("two_phase", ("kljit.two_phase.default",
+                                         "kljit.two_phase_grads.default"))):
+            config = _checks.LossConfig(mode=mode)
+
+            def loss_of(x: Any, w: Any, teacher: Any) -> Any:
+                return self.kljit.fused_linear_kl_div(x, w, teacher, config=config)
+
+            torch._dynamo.reset()
+            graphs = AotEagerAndRecordGraphs()
+            inp = self.inputs()
+            t.compile(loss_of, fullgraph=True, backend=graphs)(
+                inp["x"], inp["w"], inp["teacher"]).backward()
+            self.assertIsNotNone(inp["w"].grad, mode)
+
+            def kljit_ops(graph: Any) -> List[str]:
+                # a mutating op is traced functionalized: its op is the wrapper's first argument
+                return [str(n.args[0] if "auto_functionalized" in str(n.target) else n.target)
+                        for n in graph.graph.nodes if n.op == "call_function"
+                        and "kljit" in str(n.args[0] if n.args else "") + str(n.target)]
+
+            self.assertEqual([kljit_ops(g) for g in graphs.fw_graphs], [[ops[0]]], mode)
+            self.assertEqual([kljit_ops(g) for g in graphs.bw_graphs], [[ops[1]]], mode)
 
     def test_the_ops_take_their_scalars_as_one_key_that_reads_back_exactly(self) -> None:
-        # torch.library's autograd wrapper reads an op's argument list once per argument on
-        # every eager call: all that is not a tensor travels as one string
+        # the dispatcher converts each argument on every call: all that is not a tensor
+        # travels as one string
         import math
 
         from kljit import _ops
