@@ -276,10 +276,10 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], reci
   g->variant.stats.t = pb->temperature;
   g->spec = jgemm_spec(&g->variant);
   r->geom.stats_tiles = (int)((pb->vocab + g->variant.bn - 1) / g->variant.bn);
-  /* a record per column tile (501 a row at V = 128256): pass 2 merges them with a warp */
-  r->geom.rows.merge_warp = 1;
+  /* a record per column tile (501 a row at V = 128256): pass 2 merges them with the block */
+  r->geom.rows.merge_block = 1;
   for (int k = 0; k < 2; k++)
-    if (r->rows_part[k].family) r->rows_part[k].merge_warp = 1;
+    if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */

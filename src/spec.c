@@ -115,7 +115,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
       if (k->vtot && k->vtot != k->v) out[n++] = pi("VTOT", k->vtot); /* its uniform's V */
     }
     if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
-    if (k->merge_warp) out[n++] = ps("MERGE", "warp");
+    if (k->merge_block) out[n++] = ps("MERGE", "block");
     if (k->part) out[n++] = ps("PART", k->part);
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);

@@ -78,7 +78,7 @@ typedef struct kspec {
   int64_t ht;         /* checked mode of the online teacher: its Ht (0: none) */
   kljit_dtype txdt;   /* ... and the dtype of its input and head */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
-  int merge_warp;     /* dense rows: pass 2 merges a row's records with a warp (MERGE warp:
+  int merge_block;    /* dense rows: pass 2 merges a row's records with the block (MERGE block:
                        * the logits GEMM's statistics epilogue, one record per column tile) */
   double alpha;       /* skew_forward, skew_reverse: in (0, 1) */
   int roww;           /* row weights */

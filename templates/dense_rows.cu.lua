@@ -107,11 +107,11 @@
 %--            global: the CE's -z'_y is this shard's where y - VOFF is one of its columns, and
 %--            its lse(z') (from the records' slots 5, 6: global) is added by the shard whose
 %--            VOFF is 0 only, so the shards' losses sum to the row's CE once.
-%--   MERGE    "warp": pass 2 merges a row's records with its first warp (lane k takes records
-%--            k, k + 32, ..., then warp_reduce's fixed butterfly) instead of one thread; for
-%--            many records a row: the logits GEMM's statistics epilogue writes one per column
-%--            tile (501 at V = 128256), which one thread merged in series (bench/RESULTS.md
-%--            run 41). Absent: one thread, in record order.
+%--   MERGE    "block": pass 2 merges a row's records with the whole block (thread k takes
+%--            records k, k + THREADS, ..., then block_reduce's fixed order) instead of one
+%--            thread; for many records a row: the logits GEMM's statistics epilogue writes one
+%--            per column tile (501 at V = 128256), which one thread merged in series while the
+%--            block waited (bench/RESULTS.md run 41). Absent: one thread, in record order.
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -200,8 +200,8 @@
 %  return kernels
 %end
 %local ROWW = P.ROWW or false
-%if P.MERGE ~= nil and P.MERGE ~= "warp" then reject("MERGE must be warp (absent: one thread)") end
-%local WMERGE = P.MERGE == "warp"
+%if P.MERGE ~= nil and P.MERGE ~= "block" then reject("MERGE must be block (absent: one thread)") end
+%local BMERGE = P.MERGE == "block"
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
 %-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
 %-- student max and sum-exp of s (m, d), teacher mass (sp), teacher logits' max and sum-exp (mt,
@@ -539,8 +539,8 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
   m.S += rec[PART_S];
 %end
 }
-%if WMERGE then
-/* warp_reduce's merge of two lanes' row_merge_t (MERGE = warp) */
+%if BMERGE then
+/* block_reduce's merge of two threads' row_merge_t (MERGE = block) */
 struct row_merge_op {
   __device__ __forceinline__ row_merge_t operator()(row_merge_t a, row_merge_t b) const {
     a.s = md_merge(a.s, b.s);
@@ -908,11 +908,35 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const int v0 = P2SPLIT == 1 ? 0 : seg_begin(), v1 = P2SPLIT == 1 ? V : seg_end();
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
-%if WMERGE then
-  if (threadIdx.x < 32) { /* the first warp merges the row's records (MERGE = warp) */
+%if BMERGE then
+  { /* the block merges the row's records (MERGE = block): thread k takes records k,
+     * k + THREADS, ..., then block_reduce's fixed order; every thread takes part (barriers) */
+    __shared__ row_merge_t sh_merge[THREADS / 32];
+    const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+    row_merge_t m;
+    row_merge_init(m);
+    const row_merge_t none = m;
+    if (MODE != MODE_BACKWARD) {
+      if (kept)
+        for (int k = threadIdx.x; k < nrec; k += THREADS)
+          row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
+      m = block_reduce<THREADS>(m, sh_merge, none, row_merge_op());
+    }
+    if (threadIdx.x == 0) {
+      row_t rs;
+      if (!kept) {
+        rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
+      } else if (MODE == MODE_BACKWARD) {
+        rs = row_saved(rowstat, row);
+      } else {
+        rs = row_finish(m);
+      }
+      sh_row = rs;
+      if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
+    }
+  }
 %else
   if (threadIdx.x == 0) {
-%end
     row_t rs;
     if (!row_kept(labels, labels_is64, ignore_index, row)) {
       rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
@@ -923,17 +947,6 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       row_merge_init(m);
       /* record k of chunk row r at part + (r srow + k srec) PART_FLOATS: the chunk's SPLIT partials
        * (nrec = srow = SPLIT, srec = 1), or the shards' global records (kljit_shard_finish) */
-%if WMERGE then
-      for (int k = threadIdx.x; k < nrec; k += 32) /* lane k: records k, k + 32, ... */
-        row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
-      rs = row_finish(warp_reduce(m, row_merge_op()));
-    }
-    if (threadIdx.x == 0) {
-      sh_row = rs;
-      if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
-    }
-  }
-%else
       for (int k = 0; k < nrec; k++)
         row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
       rs = row_finish(m);

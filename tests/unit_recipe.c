@@ -343,11 +343,11 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     /* nothing else differs from the plan without the option but pass 2's merge of a row's
      * records: a warp's where the records are the GEMM's tiles */
     TH_CHECK(plain.geom.stats_tiles == 0 && plain.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(r.geom.rows.merge_warp == 1 && plain.geom.rows.merge_warp == 0);
+    TH_CHECK(r.geom.rows.merge_block == 1 && plain.geom.rows.merge_block == 0);
     for (int part = 0; part < 2; part++)
-      TH_CHECK(r.rows_part[part].merge_warp == 1 && plain.rows_part[part].merge_warp == 0);
+      TH_CHECK(r.rows_part[part].merge_block == 1 && plain.rows_part[part].merge_block == 0);
     kspec want_rows = plain.geom.rows;
-    want_rows.merge_warp = 1;
+    want_rows.merge_block = 1;
     TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
     kiface_layout lay;
     TH_OK(layout_of_problem(&pb, &r.geom.tune, &lay));
