@@ -731,6 +731,32 @@ class PlumbingTest(unittest.TestCase):
         self.assertEqual([c["mode"] for p in self.plans for c in p.calls], [Mode.FUSED] * 5)
         self.assertEqual(len({id(p) for p in self.plans}), 3)
 
+    def test_a_remembered_call_casts_the_weight_as_its_own_dtypes_ask(self) -> None:
+        from kljit import _ops
+
+        t = self.torch
+        inp = self.inputs()
+        x16, teacher = inp["x"].detach().to(t.bfloat16), inp["teacher"]
+        w32, b32 = inp["w"].detach(), inp["b"].detach()
+        w16, b16 = w32.to(t.bfloat16), b32.to(t.bfloat16)
+        key = self.kljit.LossConfig(teacher="dense_probs").key
+        with mock.patch.object(_ops, "check_call", wraps=_ops.check_call) as checks:
+            for _ in range(2):  # the second round is served from memory
+                for w, b in ((w32, b32), (w16, b16), (w32, None), (w16, None)):
+                    call = _ops.Call.make(key, x16, w, b, teacher, None, None, None, None, None,
+                                          None, None, math.nan)
+                    self.assertEqual(call.weight.dtype, t.bfloat16)
+                    self.assertTrue(t.equal(call.weight, w16))
+                    self.assertIs(call.weight is w, w.dtype == t.bfloat16)
+                    self.assertIs(call.tensors[1], call.weight)
+                    self.assertIs(call.tensors[2], call.bias)
+                    if b is None:
+                        self.assertIsNone(call.bias)
+                    else:
+                        self.assertTrue(t.equal(call.bias, b16))
+                        self.assertIs(call.bias is b, b.dtype == t.bfloat16)
+            self.assertEqual(checks.call_count, 4)
+
     def test_gradients_not_wanted_come_back_empty_from_the_ops(self) -> None:
         from kljit import _ops
 
