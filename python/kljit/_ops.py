@@ -72,9 +72,21 @@ class CallKey(NamedTuple):
     shard: str
 
 
-def call_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
-    """The ops' `key` (no newline in the JSON; repr gives a float back exactly)."""
+def _make_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
     return f"{config}\n{want}\n{temperature!r}\n{grad_scale!r}\n{shard}"
+
+
+#: The key made, remembered: the floats' repr costs more than the lookup (dynamo traces
+#: _make_key itself).
+_remembered_key = lru_cache(maxsize=256)(_make_key)
+
+
+def call_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
+    """The ops' `key` (no newline in the JSON; repr gives a float back exactly). A zero is not
+    remembered: 0.0 == -0.0, whose reprs differ."""
+    if temperature and grad_scale:
+        return _remembered_key(config, want, temperature, grad_scale, shard)
+    return _make_key(config, want, temperature, grad_scale, shard)
 
 
 def _parse_key(key: str) -> CallKey:

@@ -491,6 +491,22 @@ class PlumbingTest(unittest.TestCase):
         self.assertTrue(math.isnan(_ops.read_key(_ops.call_key("{}", 0, math.nan, 1.0,
                                                                 "")).temperature))
 
+    def test_a_remembered_key_is_served_only_to_its_own_arguments(self) -> None:
+        from kljit import _ops
+
+        base = ('{"a": 1}', 3, 2.0, 1.0, "")
+        others = [('{"a": 2}', 3, 2.0, 1.0, ""), ('{"a": 1}', 1, 2.0, 1.0, ""),
+                  ('{"a": 1}', 3, 0.5, 1.0, ""), ('{"a": 1}', 3, math.nan, 1.0, ""),
+                  ('{"a": 1}', 3, 2.0, 1024.0, ""), ('{"a": 1}', 3, 2.0, 1.0, "g:0:80:0"),
+                  ('{"a": 1}', 3, 0.0, 1.0, ""), ('{"a": 1}', 3, -0.0, 1.0, ""),
+                  ('{"a": 1}', 3, 2.0, -0.0, ""), ('{"a": 1}', 3, 2.0, 0.0, "")]
+        for _ in range(2):  # the second round from memory
+            for given in [base] + others:
+                key = _ops.call_key(*given)
+                self.assertEqual(key, "\n".join(map(str, given[:2])) + "\n"
+                                 + "\n".join(map(repr, given[2:4])) + "\n" + given[4])
+                self.assertEqual(repr(_ops.read_key(key)[2:4]), repr(given[2:4]))
+
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
         # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
