@@ -455,9 +455,9 @@ def _fused(input, weight, bias, teacher, teacher_ids, teacher_values, labels, te
     """kljit_fused: loss and the gradients of the loss itself (times grad_scale); row_loss and
     the loss's parts where want has WANT_PARTS."""
     k = read_key(key)
-    call = Call.make(k.config, _dist.gather_rows(input, k.shard), weight, bias, teacher,
-                     teacher_ids, teacher_values, labels, teacher_weight, teacher_bias, divisor,
-                     row_weights, k.temperature, k.shard)
+    call = Call.make(k.config, _dist.gather_rows(input, k.shard) if k.shard else input, weight,
+                     bias, teacher, teacher_ids, teacher_values, labels, teacher_weight,
+                     teacher_bias, divisor, row_weights, k.temperature, k.shard)
     args = call.args()
     loss = call.loss()
     args.loss, args.grad_scale = loss.data_ptr(), k.grad_scale

@@ -269,9 +269,11 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if return_components:
         want |= _ops.WANT_PARTS
     op = _ops.Fused if config.mode == "fused" else _ops.TwoPhase
-    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1),
-             _flatten("teacher_ids", teacher_ids, 1),
-             _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
+    if teacher_ids is not None or teacher_values is not None:  # the sparse form only
+        teacher_ids = _flatten("teacher_ids", teacher_ids, 1)
+        teacher_values = _flatten("teacher_values", teacher_values, 1)
+    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1), teacher_ids,
+             teacher_values, None if labels is None else _flatten("labels", labels, 0),
              teacher_weight, teacher_bias,
              None if num_items_in_batch is None else _divisor(num_items_in_batch, x.device),
              row_weights,
