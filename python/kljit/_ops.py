@@ -72,9 +72,21 @@ class CallKey(NamedTuple):
     shard: str
 
 
-def call_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
-    """The ops' `key` (no newline in the JSON; repr gives a float back exactly)."""
+def _make_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
     return f"{config}\n{want}\n{temperature!r}\n{grad_scale!r}\n{shard}"
+
+
+#: The key made, remembered: the floats' repr costs more than the lookup (dynamo traces
+#: _make_key itself).
+_remembered_key = lru_cache(maxsize=256)(_make_key)
+
+
+def call_key(config: str, want: int, temperature: float, grad_scale: float, shard: str) -> str:
+    """The ops' `key` (no newline in the JSON; repr gives a float back exactly). A zero is not
+    remembered: 0.0 == -0.0, whose reprs differ."""
+    if temperature and grad_scale:
+        return _remembered_key(config, want, temperature, grad_scale, shard)
+    return _make_key(config, want, temperature, grad_scale, shard)
 
 
 def _parse_key(key: str) -> CallKey:
@@ -116,18 +128,20 @@ class Checked:
     signature (Call.make): the checked spec, the plan (its dW accumulation the library's
     KLJIT_ACCUM_AUTO unless asked otherwise), the kljit_args with every pointer NULL (copied
     per call: building it field by field costs more than the copy), the workspace size of each
-    mode, and the shard (kljit._dist.Shard or None)."""
+    mode, the shard (kljit._dist.Shard or None) and the mixed-precision cast of the weight and
+    bias (the compute dtype, or None when both are in it already)."""
 
-    __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape", "shard")
+    __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape", "shard", "cast")
 
-    def __init__(self, spec: CallSpec, shard: Optional["_dist.Shard"], main_grad: bool) -> None:
+    def __init__(self, spec: CallSpec, shard: Optional["_dist.Shard"], main_grad: bool,
+                 cast: Optional[torch.dtype]) -> None:
         pb = spec.problem
         if main_grad:  # fp32 straight into the caller's fp32 main_grad: no buffer
             pb.grad_weight_dtype = _lib.DType.FP32
             pb.grad_weight_accum = _lib.GradWeightAccum.FP32
         if shard is not None:
             pb.vocab_total, pb.vocab_offset, pb.shards = shard.total, shard.start, shard.size
-        self.spec, self.shard = spec, shard
+        self.spec, self.shard, self.cast = spec, shard, cast
         self.plan = _lib.get_plan(pb, spec.device_index or 0)
         self.template = bytes(Args.init(rows=spec.rows, temperature=spec.temperature))
         self.hidden = spec.config.teacher == "dense_hidden"
@@ -158,6 +172,8 @@ class Call:
                  teacher_bias: Optional[Tensor] = None, divisor: Optional[Tensor] = None,
                  row_weights: Optional[Tensor] = None, shard: str = "",
                  main_grad: bool = False) -> None:
+        tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
+                   teacher_bias, divisor, row_weights)
         if checked is None:
             spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,
                               teacher_ids=ids, teacher_values=values,
@@ -165,14 +181,21 @@ class Call:
                               require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight,
                               teacher_bias=teacher_bias, divisor=divisor,
                               row_weights=row_weights)
-            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad)
+            compute = input.dtype
+            cast = None if weight.dtype == compute and (bias is None or bias.dtype == compute) \
+                else compute
+            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad, cast)
+        self._bind(checked, tensors)
+
+    def _bind(self, checked: Checked, tensors: Tuple[Optional[Tensor], ...]) -> None:
         self.checked, self.plan = checked, checked.plan
-        # Mixed precision: one cast of the fp32 master weight (and bias) per call.
-        compute = input.dtype
-        self.weight = weight if weight.dtype == compute else weight.to(compute)
-        self.bias = bias if bias is None or bias.dtype == compute else bias.to(compute)
-        self.tensors = (input, self.weight, self.bias, teacher, ids, values, labels,
-                        teacher_weight, teacher_bias, divisor, row_weights)
+        self.weight, self.bias, self.tensors = tensors[1], tensors[2], tensors
+        compute = checked.cast
+        if compute is not None:  # mixed precision: one cast of the fp32 master weight (and bias)
+            w, b = self.weight, self.bias
+            self.weight = w if w.dtype == compute else w.to(compute)
+            self.bias = b if b is None or b.dtype == compute else b.to(compute)
+            self.tensors = (tensors[0], self.weight, self.bias, *tensors[3:])
 
     @classmethod
     def make(cls, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
@@ -191,13 +214,17 @@ class Call:
                _layout(teacher_weight), _layout(teacher_bias), _layout(divisor),
                _layout(row_weights))
         checked = _checked.get(sig)
-        call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature, checked,
+        if checked is not None:  # no second pass over the arguments: bind them to it
+            call = cls.__new__(cls)
+            call._bind(checked, (input, weight, bias, teacher, ids, values, labels,
+                                 teacher_weight, teacher_bias, divisor, row_weights))
+            return call
+        call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature,
                    teacher_weight=teacher_weight, teacher_bias=teacher_bias, divisor=divisor,
                    row_weights=row_weights, shard=shard, main_grad=main_grad)
-        if checked is None:
-            if len(_checked) >= 256:
-                _checked.clear()
-            _checked[sig] = call.checked
+        if len(_checked) >= 256:
+            _checked.clear()
+        _checked[sig] = call.checked
         return call
 
     @property
@@ -428,9 +455,9 @@ def _fused(input, weight, bias, teacher, teacher_ids, teacher_values, labels, te
     """kljit_fused: loss and the gradients of the loss itself (times grad_scale); row_loss and
     the loss's parts where want has WANT_PARTS."""
     k = read_key(key)
-    call = Call.make(k.config, _dist.gather_rows(input, k.shard), weight, bias, teacher,
-                     teacher_ids, teacher_values, labels, teacher_weight, teacher_bias, divisor,
-                     row_weights, k.temperature, k.shard)
+    call = Call.make(k.config, _dist.gather_rows(input, k.shard) if k.shard else input, weight,
+                     bias, teacher, teacher_ids, teacher_values, labels, teacher_weight,
+                     teacher_bias, divisor, row_weights, k.temperature, k.shard)
     args = call.args()
     loss = call.loss()
     args.loss, args.grad_scale = loss.data_ptr(), k.grad_scale

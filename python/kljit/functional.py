@@ -72,11 +72,12 @@ def _autocast(input: Any, *tensors: Any) -> "tuple[Any, ...]":
     autocast dtype, except that an fp32 head weight (and bias) stays fp32 for the op to cast
     once and to return fp32 gradients for (the caller passes those as fp32-allowed: the first
     two of `tensors`)."""
-    if not (isinstance(input, torch.Tensor) and input.is_floating_point()):
+    if not isinstance(input, torch.Tensor):
         return (input, *tensors)
     device = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheaper question
+    # autocast first: off, the usual case, it is the one question asked
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-    if dtype not in (torch.float16, torch.bfloat16):
+    if dtype not in (torch.float16, torch.bfloat16) or not input.is_floating_point():
         return (input, *tensors)
 
     def cast(i: int, t: Any) -> Any:
@@ -268,11 +269,14 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if return_components:
         want |= _ops.WANT_PARTS
     op = _ops.Fused if config.mode == "fused" else _ops.TwoPhase
-    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1),
-             _flatten("teacher_ids", teacher_ids, 1),
-             _flatten("teacher_values", teacher_values, 1), _flatten("labels", labels, 0),
+    if teacher_ids is not None or teacher_values is not None:  # the sparse form only
+        teacher_ids = _flatten("teacher_ids", teacher_ids, 1)
+        teacher_values = _flatten("teacher_values", teacher_values, 1)
+    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1), teacher_ids,
+             teacher_values, None if labels is None else _flatten("labels", labels, 0),
              teacher_weight, teacher_bias,
-             _divisor(num_items_in_batch, x.device), row_weights,
+             None if num_items_in_batch is None else _divisor(num_items_in_batch, x.device),
+             row_weights,
              _ops.call_key(config.key, want, math.nan if temperature is None
                            else float(temperature), float(grad_scale), shard))
     loss = out[0]

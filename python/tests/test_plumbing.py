@@ -491,6 +491,22 @@ class PlumbingTest(unittest.TestCase):
         self.assertTrue(math.isnan(_ops.read_key(_ops.call_key("{}", 0, math.nan, 1.0,
                                                                 "")).temperature))
 
+    def test_a_remembered_key_is_served_only_to_its_own_arguments(self) -> None:
+        from kljit import _ops
+
+        base = ('{"a": 1}', 3, 2.0, 1.0, "")
+        others = [('{"a": 2}', 3, 2.0, 1.0, ""), ('{"a": 1}', 1, 2.0, 1.0, ""),
+                  ('{"a": 1}', 3, 0.5, 1.0, ""), ('{"a": 1}', 3, math.nan, 1.0, ""),
+                  ('{"a": 1}', 3, 2.0, 1024.0, ""), ('{"a": 1}', 3, 2.0, 1.0, "g:0:80:0"),
+                  ('{"a": 1}', 3, 0.0, 1.0, ""), ('{"a": 1}', 3, -0.0, 1.0, ""),
+                  ('{"a": 1}', 3, 2.0, -0.0, ""), ('{"a": 1}', 3, 2.0, 0.0, "")]
+        for _ in range(2):  # the second round from memory
+            for given in [base] + others:
+                key = _ops.call_key(*given)
+                self.assertEqual(key, "\n".join(map(str, given[:2])) + "\n"
+                                 + "\n".join(map(repr, given[2:4])) + "\n" + given[4])
+                self.assertEqual(repr(_ops.read_key(key)[2:4]), repr(given[2:4]))
+
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
         # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
@@ -730,6 +746,32 @@ class PlumbingTest(unittest.TestCase):
             self.assertEqual(checks.call_count, 5)
         self.assertEqual([c["mode"] for p in self.plans for c in p.calls], [Mode.FUSED] * 5)
         self.assertEqual(len({id(p) for p in self.plans}), 3)
+
+    def test_a_remembered_call_casts_the_weight_as_its_own_dtypes_ask(self) -> None:
+        from kljit import _ops
+
+        t = self.torch
+        inp = self.inputs()
+        x16, teacher = inp["x"].detach().to(t.bfloat16), inp["teacher"]
+        w32, b32 = inp["w"].detach(), inp["b"].detach()
+        w16, b16 = w32.to(t.bfloat16), b32.to(t.bfloat16)
+        key = self.kljit.LossConfig(teacher="dense_probs").key
+        with mock.patch.object(_ops, "check_call", wraps=_ops.check_call) as checks:
+            for _ in range(2):  # the second round is served from memory
+                for w, b in ((w32, b32), (w16, b16), (w32, None), (w16, None)):
+                    call = _ops.Call.make(key, x16, w, b, teacher, None, None, None, None, None,
+                                          None, None, math.nan)
+                    self.assertEqual(call.weight.dtype, t.bfloat16)
+                    self.assertTrue(t.equal(call.weight, w16))
+                    self.assertIs(call.weight is w, w.dtype == t.bfloat16)
+                    self.assertIs(call.tensors[1], call.weight)
+                    self.assertIs(call.tensors[2], call.bias)
+                    if b is None:
+                        self.assertIsNone(call.bias)
+                    else:
+                        self.assertTrue(t.equal(call.bias, b16))
+                        self.assertIs(call.bias is b, b.dtype == t.bfloat16)
+            self.assertEqual(checks.call_count, 4)
 
     def test_gradients_not_wanted_come_back_empty_from_the_ops(self) -> None:
         from kljit import _ops
