@@ -115,6 +115,19 @@ class CompareTest(unittest.TestCase):
                          ["eager", "kljit_fused", "kljit_two_phase"])
         self.assertEqual(compare.csv_path(Path("a/b.md")), Path("a/b.csv"))
 
+    def test_compare_states_the_alternated_ratio_from_unrounded_times(self) -> None:
+        compare = load_script("compare")
+        shape = compare.DENSE_SHAPES[0]
+        c, b = compare.Result("kljit_c", shape, ms=2.9449), compare.Result("kljit_fused", shape,
+                                                                         ms=3.0051)
+        self.assertEqual(compare.alternation_note(c, [c, b]),
+                         "timed alternately with kljit_fused")
+        # 3.0051 / 2.9449 = 1.02044: above 1.02, where the table's 3.01 / 2.94 reads 1.0238
+        self.assertEqual(compare.alternation_note(b, [c, b]),
+                         "timed alternately with kljit_c (1.0204x kljit_c)")
+        b.ms = None  # a failed timing states no ratio
+        self.assertEqual(compare.alternation_note(b, [c, b]), "timed alternately with kljit_c")
+
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
         self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
