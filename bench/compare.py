@@ -815,10 +815,12 @@ def sleep_cycles(env: Env, us: float) -> int:
 
 def time_steps(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Namespace,
                flush: Any) -> List[float]:
-    """The median ms of each step, timed round-robin (step 0, 1, ..., 0, 1, ...) `repeats`
-    times: CUDA events around the step, L2 flushed before each, --prefill-us of GPU sleep
-    queued before the start event (the host then enqueues while the GPU is busy, as behind a
-    model's forward)."""
+    """The median ms of each step, timed round-robin `repeats` times, the order reversed every
+    other round (0, 1, ..., then ..., 1, 0: the step right after another and the one after the
+    host's wait are each step alike; one order alone put the binding 1% apart from its C call,
+    bench/RESULTS.md run 61): CUDA events around the step, L2 flushed before each, --prefill-us
+    of GPU sleep queued before the start event (the host then enqueues while the GPU is busy,
+    as behind a model's forward)."""
     torch = env.torch
     cuda = env.device == "cuda"
     times: List[List[float]] = [[] for _ in steps]
@@ -826,7 +828,8 @@ def time_steps(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Name
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         sleep = sleep_cycles(env, args.prefill_us) if args.prefill_us > 0 else 0
     for i in range(args.repeats):
-        for k, step in enumerate(steps):
+        for k in range(len(steps)) if i % 2 == 0 else reversed(range(len(steps))):
+            step = steps[k]
             flush.fill_(i & 0x7F)
             if cuda:
                 if sleep:

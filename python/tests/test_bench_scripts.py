@@ -128,6 +128,18 @@ class CompareTest(unittest.TestCase):
         b.ms = None  # a failed timing states no ratio
         self.assertEqual(compare.alternation_note(b, [c, b]), "timed alternately with kljit_c")
 
+    @labels("torch")
+    def test_compare_reverses_the_alternation_every_other_round(self) -> None:
+        torch = require("torch")
+        compare = load_script("compare")
+        seen = []
+        steps = [lambda k=k: seen.append(k) for k in range(3)]
+        env = compare.Env(torch=torch, device="cpu")
+        args = compare.parse_args(["--repeats", "4", "--device", "cpu"])
+        times = compare.time_steps(env, steps, args, torch.zeros(4))
+        self.assertEqual(seen, [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0])
+        self.assertEqual(len(times), 3)
+
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
         self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
