@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/plot.py and bench/compare.py where no GPU is needed.
+"""bench/plot.py, bench/compare.py and bench/g_rebuild_precision.py where no GPU is needed.
 
 plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
-neither torch nor a GPU.
+neither torch nor a GPU. g_rebuild_precision.py (and compare.py's timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -127,6 +127,23 @@ class CompareTest(unittest.TestCase):
                          "timed alternately with kljit_c (1.0204x kljit_c)")
         b.ms = None  # a failed timing states no ratio
         self.assertEqual(compare.alternation_note(b, [c, b]), "timed alternately with kljit_c")
+
+    @labels("torch")
+    def test_g_rebuild_precision_tells_the_forms_apart(self) -> None:
+        """At logit std 6 (tiny shape, fixed seed): a 16-bit E with an fp32 factor or in fp16
+        keeps dX within 1.15x of today's G and under the 2.5e-3 bar; a bf16 factor does not
+        (about twice the error): the finding issue 27's step 2 is to build on."""
+        torch = require("torch")
+        study = load_script("g_rebuild_precision")
+        errs = study.errors(torch, 64, 64, 4096, 256, 6.0, 0)
+        self.assertEqual(tuple(errs), study.FORMS)
+        today = errs["today"][1]
+        self.assertLess(today, 2.5e-3)
+        self.assertLess(errs["bf16, fp32"][1], 1.15 * today)
+        self.assertLess(errs["fp16"][1], 1.15 * today)
+        self.assertGreater(errs["bf16, bf16"][1], 1.6 * today)
+        with self.assertRaises(SystemExit):
+            study.parse_args(["--vocab", "1000", "--tile", "256"])
 
     @labels("torch")
     def test_compare_reverses_the_alternation_every_other_round(self) -> None:
