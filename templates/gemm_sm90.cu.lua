@@ -237,6 +237,14 @@ typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t"
  * transposing butterfly then sums the lanes' parts: after offset o the lane keeps the rows
  * whose bit o matches its own, so lane l ends with row l >> 1's total (the same order on every
  * run). Row r0 + lane / 4 + 8 h's total is returned in h = 0, 1 of its record-writing lanes. */
+/* One teacher entry's part of the mass: p, or exp(log p) */
+__device__ __forceinline__ float mass_term(teach_t v) {
+%  if STATS == "logprobs" then
+  return fexp(to_f32(v));
+%  else
+  return to_f32(v);
+%  end
+}
 template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
 __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
   const bool hi = lane & (2 * N);
@@ -277,12 +285,7 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
           memcpy(v, &u[b], 16);
           float t = 0.0f;
 #pragma unroll
-          for (int e = 0; e < VT; e++)
-%  if STATS == "logprobs" then
-            t += fexp(to_f32(v[e]));
-%  else
-            t += to_f32(v[e]);
-%  end
+          for (int e = 0; e < VT; e++) t += mass_term(v[e]);
           if (r0 + j0 + b < M) a[j0 + b] += t;
         }
       }
@@ -297,12 +300,7 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
         if (q >= RUNS || c >= N) continue;
 #pragma unroll
         for (int e = 0; e < VT; e++)
-          if (c + e < N)
-%  if STATS == "logprobs" then
-            a[j] += fexp(to_f32(tr[c + e]));
-%  else
-            a[j] += to_f32(tr[c + e]);
-%  end
+          if (c + e < N) a[j] += mass_term(tr[c + e]);
       }
     }
   }
@@ -704,7 +702,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %if STATS then
       if (part)
 %local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
-        prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N, threadIdx.x % 128);
+        prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N,
+                                        threadIdx.x % 128);
 %end
       for (int kb = 0; kb < kblocks; kb++) {
         mbar_wait(&full[stage], phase);
