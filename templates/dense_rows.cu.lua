@@ -909,40 +909,30 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
 %if BMERGE then
-  { /* the block merges the row's records (MERGE = block): thread k takes records k,
-     * k + THREADS, ..., then block_reduce's fixed order; every thread takes part (barriers) */
-    __shared__ row_merge_t sh_merge[THREADS / 32];
-    const bool kept = row_kept(labels, labels_is64, ignore_index, row);
-    row_merge_t m;
-    row_merge_init(m);
+  /* the block merges the row's records (MERGE = block): thread k takes records k, k + THREADS,
+   * ..., then block_reduce's fixed order; every thread takes part (barriers) */
+  __shared__ row_merge_t sh_merge[THREADS / 32];
+  const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+  row_merge_t m;
+  row_merge_init(m);
+  if (MODE != MODE_BACKWARD) {
     const row_merge_t none = m;
-    if (MODE != MODE_BACKWARD) {
-      if (kept)
-        for (int k = threadIdx.x; k < nrec; k += THREADS)
-          row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
-      m = block_reduce<THREADS>(m, sh_merge, none, row_merge_op());
-    }
-    if (threadIdx.x == 0) {
-      row_t rs;
-      if (!kept) {
-        rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
-      } else if (MODE == MODE_BACKWARD) {
-        rs = row_saved(rowstat, row);
-      } else {
-        rs = row_finish(m);
-      }
-      sh_row = rs;
-      if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
-    }
+    if (kept)
+      for (int k = threadIdx.x; k < nrec; k += THREADS)
+        row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
+    m = block_reduce<THREADS>(m, sh_merge, none, row_merge_op());
   }
-%else
+%end
   if (threadIdx.x == 0) {
     row_t rs;
-    if (!row_kept(labels, labels_is64, ignore_index, row)) {
+    if (!{{ BMERGE and "kept" or "row_kept(labels, labels_is64, ignore_index, row)" }}) {
       rs.lse = rs.sp = rs.lset = rs.kept = 0.0f;
     } else if (MODE == MODE_BACKWARD) {
       rs = row_saved(rowstat, row);
     } else {
+%if BMERGE then
+      rs = row_finish(m);
+%else
       row_merge_t m;
       row_merge_init(m);
       /* record k of chunk row r at part + (r srow + k srec) PART_FLOATS: the chunk's SPLIT partials
@@ -950,11 +940,11 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
       for (int k = 0; k < nrec; k++)
         row_merge_add(m, part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS);
       rs = row_finish(m);
+%end
     }
     sh_row = rs;
     if (MODE == MODE_FORWARD && blockIdx.x == 0) row_save(rowstat, row, rs);
   }
-%end
   __syncthreads();
   {{ DIVX and "row_t" or "const row_t" }} rs = sh_row;
   if (rs.kept == 0.0f) {
