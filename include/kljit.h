@@ -272,7 +272,7 @@ typedef enum kljit_grad_weight_accum {
   KLJIT_ACCUM_OUTPUT_DTYPE = 2,
   /* Decided per call: an FP32 grad_weight accumulates in place in fp32 (FP32's case, no
    * buffer); a 16-bit one in its own dtype (OUTPUT_DTYPE's case, with its chunk cap: a call's
-   * chunk is at most a quarter of its rows, an eighth with the online teacher) while the call
+   * chunk is at most 3/8 of its rows, an eighth with the online teacher) while the call
    * has at most KLJIT_ACCUM_AUTO_MAX_CHUNKS chunks, as few roundings as a loss that rounds once
    * per 1024 tokens, and beyond that in the fp32 V x H workspace buffer with the tuning's chunk
    * (FP32's case). kljit_plan_workspace_size(max_rows) covers the buffer where a call of
@@ -531,7 +531,7 @@ KLJIT_API void kljit_plan_destroy(kljit_plan *plan);
 /* Workspace bytes a call with up to `max_rows` rows needs (mode: the KLJIT_MODE_* below). A
  * call walks its rows in chunks of the plan's chunk_rows (kljit_plan_describe). Where dW is
  * 16-bit and accumulated in place (grad_weight_dtype = weight_dtype with
- * KLJIT_ACCUM_OUTPUT_DTYPE), a chunk is also at most a quarter of the call's rows (an eighth
+ * KLJIT_ACCUM_OUTPUT_DTYPE), a chunk is also at most 3/8 of the call's rows (an eighth
  * with the online teacher, whose chunk holds its logits too) rounded up to 256, so a short
  * call's chunk logits stay small; an fp32 dW or dW accumulator keeps the plan's chunk, and
  * KLJIT_CHUNK_ROWS (options.chunk_rows) sets it exactly. */

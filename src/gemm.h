@@ -8,7 +8,7 @@
  * A plan prepares each operation once (gemm_prepare: the matmul descriptor, the three matrix
  * layouts and the tuned algorithm, else cuBLASLt's heuristic one, for its chunk size), so the
  * plan is immutable and an execute only runs them (gemm_run). A chunk of another size (the last
- * one of a call, or every chunk of a call whose chunks are capped at a quarter of its rows) gets
+ * one of a call, or every chunk of a call whose chunks are capped at 3/8 of its rows) gets
  * its own layouts and heuristic algorithm at its first use, remembered for later calls (a few
  * sizes per operation, under a lock: asking cuBLASLt's heuristic on every call costs host time
  * that a short call's GPU work does not hide).

@@ -56,8 +56,8 @@ typedef struct jgemm_variant {
  * raster. */
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta);
 
-/* The default variant of the GEMM of kind `kind` (a gemm_kind: GEMM_LOGITS, the nt layout as
- * jgemm_default; GEMM_DX, nn; GEMM_DW, tn) for a dtype pair and beta. */
+/* The default variant of the GEMM of kind `kind` (a gemm_kind: GEMM_LOGITS, the nt layout,
+ * pingpong 128 x 128; GEMM_DX, nn; GEMM_DW, tn) for a dtype pair and beta. */
 jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int beta);
 
 /* The GEMMs of a plan's chunk loop that the family may serve: logits; dX; dW of the first chunk

@@ -359,11 +359,11 @@ prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context
   return t;
 }
 
-/* The tuning's chunk, capped at 1/chunk_cap of the call's rows rounded up to 256. */
+/* The tuning's chunk, capped at chunk_eighths / 8 of the call's rows rounded up to 256. */
 static int64_t capped_chunk(const prob_geometry *g, int64_t rows) {
-  if (!g->chunk_cap) return g->tune.chunk_rows;
-  const int64_t k = g->chunk_cap;
-  int64_t cap = ((rows + k - 1) / k + 255) / 256 * 256;
+  if (!g->chunk_eighths) return g->tune.chunk_rows;
+  const int64_t e = g->chunk_eighths;
+  int64_t cap = ((rows * e + 7) / 8 + 255) / 256 * 256;
   return g->tune.chunk_rows < cap ? g->tune.chunk_rows : cap;
 }
 
@@ -376,13 +376,17 @@ int prob_dw_in_workspace(const prob_geometry *g, int64_t rows) {
   return (rows + chunk - 1) / chunk > KLJIT_ACCUM_AUTO_MAX_CHUNKS;
 }
 
-/* The chunk's fp32 logits are most of the workspace: capped at a quarter of the call's rows,
- * they take at most about N V bytes, about half of what Liger's chunked loss was measured to
- * hold beyond the gradients for the same call (bench/RESULTS.md), so a short call is not the
- * fatter one; the online teacher's two fp32 buffers a row, capped at an eighth, take as much.
- * Long calls keep the tuned chunk (the cap only bites below chunk_cap x chunk_rows tokens);
- * where dW accumulates in fp32 or the context's options set the chunk size (chunk_rows,
- * KLJIT_CHUNK_ROWS), g->chunk_cap is 0 (recipe.c) and the tuning's chunk is kept; so it is for
+/* The chunk's fp32 logits are most of the workspace: capped at 3/8 of the call's rows (three
+ * chunks: 3/8, 3/8, 2/8), they take at most about 1.5 N V bytes, under the 2 N V that Liger's
+ * chunked loss was measured to hold beyond the gradients for the same call (bench/RESULTS.md),
+ * so a short call is not the fatter one; the online teacher's two fp32 buffers a row, capped at
+ * an eighth, take half of that. Each chunk re-reads and rewrites the 16-bit dW (4 V H bytes):
+ * three chunks of 3/8 took 0.957-0.989x the time of four of a quarter at the five dense shapes
+ * (the binding's plan, run 64), while 2816-row chunks (a third of 8192, rounded up to 256) were
+ * slower than 2048-row ones. Long calls keep the tuned chunk (the cap only bites below
+ * 8 / chunk_eighths x chunk_rows tokens); where dW accumulates in fp32 or the context's options
+ * set the chunk size (chunk_rows, KLJIT_CHUNK_ROWS), g->chunk_eighths is 0 (recipe.c) and the
+ * tuning's chunk is kept; so it is for
  * a call whose AUTO dW takes the fp32 buffer. The binding asks this rule
  * (kljit_plan_chunk_rows) rather than mirroring it. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows) {

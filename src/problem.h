@@ -76,8 +76,9 @@ typedef struct prob_geometry {
   int p2_split;               /* blocks per row of the pass that writes the loss partials */
   int dw_workspace;           /* dW accumulates in an fp32 workspace buffer */
   int dw_auto;                /* KLJIT_ACCUM_AUTO, 16-bit dW: the buffer or not per call */
-  int chunk_cap;              /* 0, or k: a call's chunk is capped at 1/k of its rows (4; 8
-                               * with the online teacher: two fp32 logit buffers a row) */
+  int chunk_eighths;          /* 0, or e: a call's chunk is capped at e eighths of its rows
+                               * (3: three chunks, 3/8, 3/8 and 2/8; 1 with the online
+                               * teacher: two fp32 logit buffers a row) */
   int dx_split;               /* dX as this many GEMMs over slices of V summed in fp32 (1:
                                * one GEMM into dX) */
   int64_t dx_slice;           /* columns of V per slice (the last takes the rest) */
@@ -105,9 +106,9 @@ prob_tuning prob_estimate(const kljit_problem *pb, int arch, const kljit_context
  * else fp32. */
 int prob_native_logits(const kljit_problem *pb);
 
-/* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most rows / g->chunk_cap
- * rounded up to 256 (at least 256) where g->chunk_cap is not 0 and the call's dW is not in the
- * fp32 buffer. */
+/* The chunk of a call of `rows` rows: the tuning's chunk_rows, but at most g->chunk_eighths / 8
+ * of rows rounded up to 256 (at least 256) where g->chunk_eighths is not 0 and the call's dW is
+ * not in the fp32 buffer. */
 int64_t prob_chunk_rows(const prob_geometry *g, int64_t rows);
 /* Whether a call of `rows` rows accumulates dW in the fp32 workspace buffer: dw_workspace, or
  * for KLJIT_ACCUM_AUTO, whether it has more than KLJIT_ACCUM_AUTO_MAX_CHUNKS capped chunks. */

@@ -120,11 +120,11 @@ static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, p
   /* Only a 16-bit dW accumulated in place (4 V H bytes a chunk, the binding's lean-memory
    * setting) takes the chunk cap: with an fp32 accumulator each extra chunk's 8 V H bytes cost
    * more than the smaller chunk saves (bench/RESULTS.md, "the merged architecture"). The
-   * online teacher's chunk holds its fp32 logits beside the student's: half the rows keep the
-   * same bytes. */
-  g->chunk_cap = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
-                 : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 8
-                                                                      : 4;
+   * online teacher's chunk holds its fp32 logits beside the student's: it keeps an eighth of the
+   * rows (its cap before the dense one became 3/8: not measured since). */
+  g->chunk_eighths = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
+                     : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 1
+                                                                          : 3;
   return rows_spec(pb, g);
 }
 
@@ -310,7 +310,7 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
     out->rows_part[0].part = "fused";
     out->rows_part[1].part = "phased";
   }
-  if (opt->chunk_rows > 0) out->geom.chunk_cap = 0; /* the options' chunk is obeyed */
+  if (opt->chunk_rows > 0) out->geom.chunk_eighths = 0; /* the options' chunk is obeyed */
   dx_split(pb, opt->dx_split, sm_count, &out->geom);
   gemm_slots(pb, out);
   for (int s = 0; s < RECIPE_SLOTS; s++)

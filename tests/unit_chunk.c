@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_chunk.c — a call's chunk and workspace without a GPU: with a 16-bit dW accumulated in
- * place, the chunk is the tuning's but at most a quarter of the call's rows (an eighth with the
+ * place, the chunk is the tuning's but at most 3/8 of the call's rows (an eighth with the
  * online teacher, whose fp32 logits share the chunk), rounded up to 256, so a short call's
  * workspace stays under the N x V x 2 bytes a chunked autograd loss (Liger's) holds for the
  * same call; an fp32 dW, long calls and a chunk size the context's options fix keep the
@@ -40,21 +40,22 @@ static kljit_problem online(int64_t hidden, int64_t vocab) {
   return pb;
 }
 
-static int a_short_call_chunks_at_a_quarter_of_its_rows(void) {
+static int a_short_call_chunks_at_three_eighths_of_its_rows(void) {
   kljit_problem pb = dense(4096, 128256);
   pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
   prob_geometry g;
   TH_OK(geometry_of(&pb, 0, &g));
   const int64_t T = g.tune.chunk_rows;
   TH_CHECK(T >= 512);
-  TH_CHECK(prob_chunk_rows(&g, 2048) == 512);
-  TH_CHECK(prob_chunk_rows(&g, 2049) == 768);  /* ceil(2049 / 4) = 513, up to 768 */
+  TH_CHECK(prob_chunk_rows(&g, 2048) == 768);
+  TH_CHECK(prob_chunk_rows(&g, 2049) == 1024); /* ceil(3 x 2049 / 8) = 769, up to 1024 */
+  TH_CHECK(prob_chunk_rows(&g, 4096) == (T < 1536 ? T : 1536));
   TH_CHECK(prob_chunk_rows(&g, 100) == 256);
-  TH_CHECK(prob_chunk_rows(&g, 8192) == (T < 2048 ? T : 2048));
+  TH_CHECK(prob_chunk_rows(&g, 8192) == (T < 3072 ? T : 3072));
   TH_CHECK(prob_chunk_rows(&g, (int64_t)1 << 24) == T); /* long calls keep the tuning's */
   /* the context's options set chunk_rows (KLJIT_CHUNK_ROWS): obeyed */
   TH_OK(geometry_of(&pb, T, &g));
-  TH_CHECK(g.chunk_cap == 0 && prob_chunk_rows(&g, 2048) == T);
+  TH_CHECK(g.chunk_eighths == 0 && prob_chunk_rows(&g, 2048) == T);
   /* an fp32 dW (the default) keeps the tuning's chunk: every extra chunk re-reads it */
   const kljit_problem f32 = dense(4096, 128256);
   TH_OK(geometry_of(&f32, 0, &g));
@@ -90,11 +91,11 @@ static int an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows(void) {
   TH_STATUS(kljit_plan_chunk_rows(NULL, 10, &chunk), KLJIT_ERR_INVALID_ARGUMENT);
   TH_CHECK(strstr(kljit_last_error(), "kljit_plan_chunk_rows: plan is NULL"));
   free(p);
-  /* the dense teacher's chunk for the same call: a quarter */
+  /* the dense teacher's chunk for the same call: 3/8 */
   kljit_problem d = dense(2048, 32000);
   d.grad_weight_dtype = KLJIT_BF16, d.grad_weight_accum = KLJIT_ACCUM_OUTPUT_DTYPE;
   TH_OK(geometry_of(&d, 0, &g));
-  TH_CHECK(prob_chunk_rows(&g, 8192) == 2048);
+  TH_CHECK(prob_chunk_rows(&g, 8192) == 3072);
   return TH_PASS;
 }
 
@@ -187,8 +188,8 @@ static int auto_accumulation_takes_the_fp32_buffer_only_beyond_eight_chunks(void
   prob_geometry g;
   TH_OK(geometry_of(&pb, 0, &g));
   const int64_t T = g.tune.chunk_rows;
-  TH_CHECK(g.dw_auto && !g.dw_workspace && g.chunk_cap == 4);
-  TH_CHECK(prob_chunk_rows(&g, 2048) == 512 && !prob_dw_in_workspace(&g, 2048));
+  TH_CHECK(g.dw_auto && !g.dw_workspace && g.chunk_eighths == 3);
+  TH_CHECK(prob_chunk_rows(&g, 2048) == 768 && !prob_dw_in_workspace(&g, 2048));
   TH_CHECK(!prob_dw_in_workspace(&g, 8 * T));      /* 8 chunks of T: in bf16 */
   TH_CHECK(prob_dw_in_workspace(&g, 8 * T + 1));   /* 9: fp32, the tuning's chunk */
   TH_CHECK(prob_chunk_rows(&g, 8 * T + 1) == T);
@@ -232,8 +233,8 @@ static const th_case cases[] = {
      auto_accumulation_takes_the_fp32_buffer_only_beyond_eight_chunks},
     {"a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32",
      a_long_vocabularys_dx_is_split_into_slices_summed_in_fp32},
-    {"a_short_call_chunks_at_a_quarter_of_its_rows",
-     a_short_call_chunks_at_a_quarter_of_its_rows},
+    {"a_short_call_chunks_at_three_eighths_of_its_rows",
+     a_short_call_chunks_at_three_eighths_of_its_rows},
     {"an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows",
      an_online_teachers_short_call_chunks_at_an_eighth_of_its_rows},
     {"a_short_calls_workspace_stays_under_n_v_bf16_values",

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* unit_plan_warm.c — the CPU part of kljit_plan_create on a warm kernel cache (everything but
- * cuModuleLoadData): render or memo, key, cache lookup and validation, for both modules of a
+ * cuModuleLoadData): render or memo, key, cache lookup and validation, for every module of a
  * plan. No GPU. gpu_tune.c times the whole kljit_plan_create on a GPU.
  *
- * Two numbers: a fresh process (measured in a child: the memo is empty, so both modules are
+ * Two numbers: a fresh process (measured in a child: the memo is empty, so every module is
  * rendered once), and again in the same process (the memo of spec_memo.h skips rendering).
  * Also the memo's own rules: its key (kspec_key_of) is exact, and what it keeps when full.
  */
@@ -31,10 +31,14 @@ static kljit_problem problem(void) { /* the README's problem */
   return pb;
 }
 
-/* Builds the three modules of the ESTIMATE plan for sm_90 (its recipe: the dense rows' two parts
- * and the helpers) through the environment's cache; returns the wall time in ms, or -1. `out`
- * (may be NULL) receives the three key hashes (recipe_modules' order). */
-static double build_plan_modules(char out[3][65], int *misses) {
+/* The modules of the ESTIMATE plan for sm_90: the dense rows' two parts, the helpers and the
+ * generated logits GEMM (sm_90's default). */
+enum { MODULES = 4 };
+
+/* Builds the modules of the ESTIMATE plan for sm_90 through the environment's cache; returns
+ * the wall time in ms, or -1. `out` (may be NULL) receives their key hashes (recipe_modules'
+ * order). */
+static double build_plan_modules(char out[MODULES][65], int *misses) {
   const kljit_problem pb = problem();
   const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
   recipe r;
@@ -43,8 +47,8 @@ static double build_plan_modules(char out[3][65], int *misses) {
   if (recipe_make(&pb, NULL, &o, 90, 132, &r) != KLJIT_SUCCESS || cache_config_from_env(&cfg))
     return -1;
   const kspec *specs[RECIPE_MAX_MODULES];
-  if (recipe_modules(&r, specs) != 3) return -1;
-  for (int k = 0; k < 3; k++) {
+  if (recipe_modules(&r, specs) != MODULES) return -1;
+  for (int k = 0; k < MODULES; k++) {
     jit_bin bin;
     if (jit_build(specs[k], 90, &cfg, &bin) != KLJIT_SUCCESS) {
       fprintf(stderr, "jit_build: %s\n", kljit_last_error());
@@ -75,7 +79,7 @@ static int warm_in(const char *dir) {
   unsetenv("KLJIT_TEMPLATE_DIR");
   int misses = 0;
   const double cold = build_plan_modules(NULL, &misses); /* compiles: the cache is now warm */
-  TH_CHECK(cold > 0 && misses == 3);
+  TH_CHECK(cold > 0 && misses == MODULES);
   /* a fresh process on the warm cache */
   char cmd[4200];
   char self[4096];
@@ -140,22 +144,21 @@ static int memo_in(const char *dir) {
   TH_CHECK(mkdir(tpl, 0700) == 0);
   setenv("KLJIT_CACHE_DIR", cache, 1);
   unsetenv("KLJIT_TEMPLATE_DIR");
-  char first[3][65], again[3][65], edited[3][65];
+  char first[MODULES][65], again[MODULES][65], edited[MODULES][65];
   TH_CHECK(build_plan_modules(first, NULL) > 0);
   TH_CHECK(build_plan_modules(again, NULL) > 0); /* from the memo */
-  TH_CHECK(!strcmp(first[0], again[0]) && !strcmp(first[1], again[1]) &&
-           !strcmp(first[2], again[2]));
+  for (int k = 0; k < MODULES; k++) TH_CHECK(!strcmp(first[k], again[k]));
   /* the memo'd key is the rendered one */
   const kljit_problem pb = problem();
   const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
   recipe r;
   TH_OK(recipe_make(&pb, NULL, &o, 90, 132, &r));
   const kspec *specs[RECIPE_MAX_MODULES];
-  TH_CHECK(recipe_modules(&r, specs) == 3);
-  for (int k = 0; k < 3; k++) {
+  TH_CHECK(recipe_modules(&r, specs) == MODULES);
+  for (int k = 0; k < MODULES; k++) {
     strbuf src = {0}, key = {0};
     TH_OK(kspec_render(specs[k], &src));
-    TH_OK(jit_key_text(src.data, 90, &key));
+    TH_OK(jit_key_text(src.data, kspec_target(specs[k], 90), &key)); /* the GEMM: sm_90a */
     char hex[65];
     sha256_hex(key.data, key.len, hex);
     TH_CHECK(!strcmp(hex, first[k]));
@@ -165,7 +168,8 @@ static int memo_in(const char *dir) {
   if (write_templates(tpl) != TH_PASS) return TH_FAIL;
   setenv("KLJIT_TEMPLATE_DIR", tpl, 1);
   TH_CHECK(build_plan_modules(edited, NULL) > 0);
-  TH_CHECK(!strcmp(edited[0], first[0]) && !strcmp(edited[2], first[2])); /* rows: the same */
+  TH_CHECK(!strcmp(edited[0], first[0]) && !strcmp(edited[2], first[2]) &&
+           !strcmp(edited[3], first[3])); /* rows and the GEMM: the same */
   TH_CHECK(strcmp(edited[1], first[1]) != 0); /* helpers: edited */
   unsetenv("KLJIT_TEMPLATE_DIR");
   TH_CHECK(build_plan_modules(again, NULL) > 0);

@@ -65,7 +65,7 @@ static int recipe_files(const recipe *r, int arch, module_files *out) {
   for (int i = 0; i < out->n; i++) {
     strbuf src = {0}, key = {0};
     TH_OK(kspec_render(m[i], &src));
-    TH_OK(jit_key_text(src.data, arch, &key));
+    TH_OK(jit_key_text(src.data, kspec_target(m[i], arch), &key)); /* the GEMM: sm_90a */
     char hex[65];
     sha256_hex(key.data, key.len, hex);
     snprintf(out->file[i], sizeof out->file[0], "%s.kjc", hex);
@@ -82,7 +82,8 @@ static int same_files(const module_files *a, const module_files *b) {
 }
 
 /* Writes the embedded templates into dir, with dense_rows refusing the cluster variant and
- * the generated GEMM refusing every variant (a plan that needs either fails its check). */
+ * the generated GEMM refusing all but the logits GEMM (nt), which sm_90's default plan takes (a
+ * plan that needs the cluster rows or a generated dX or dW fails its check). */
 static int write_refusing_templates(const char *dir) {
   for (const template_file *t = template_files; t->name; t++) {
     char path[PATH_MAX];
@@ -95,7 +96,7 @@ static int write_refusing_templates(const char *dir) {
       line = "%if P.CLUSTER ~= 0 then reject(\"no cluster rows in this test\") end\n";
     } else if (!strcmp(t->name, "gemm_sm90.cu.lua")) {
       at = strstr(t->text, "%if not one_of(P.LAYOUT");
-      line = "%reject(\"no generated GEMM in this test\")\n";
+      line = "%if P.LAYOUT ~= \"nt\" then reject(\"no generated dX or dW in this test\") end\n";
     }
     const size_t head = at ? (size_t)(at - t->text) : t->len;
     TH_CHECK(fwrite(t->text, 1, head, f) == head);
@@ -118,7 +119,7 @@ static int plan_check_and_precompile_ignore_the_environments_options_in(const ch
   module_files want, got;
   TH_OK(recipe_make(&pb, NULL, &init, 90, 0, &r));
   if (recipe_files(&r, 90, &want) != TH_PASS) return TH_FAIL;
-  TH_CHECK(want.n == 3); /* the dense rows' two parts and the helpers */
+  TH_CHECK(want.n == 4); /* the dense rows' two parts, the helpers, the logits GEMM */
   memset(&got, 0, sizeof got);
   TH_OK(kljit_precompile(&pb, 90, dir, KLJIT_PRECOMPILE_DRY_RUN, collect, &got));
   TH_CHECK(same_files(&want, &got));
@@ -142,7 +143,7 @@ static int plan_check_and_precompile_ignore_the_environments_options_in(const ch
   TH_CHECK(same_files(&want, &got));
   setenv("KLJIT_GEMM", "jit", 1);
   /* kljit_plan_check asks the templates about the same modules: with templates that refuse the
-   * cluster rows and every generated GEMM, the context's plan fails its check and
+   * cluster rows and the generated dX and dW GEMMs, the context's plan fails its check and
    * kljit_plan_check still passes */
   char tpl[PATH_MAX];
   th_path_in(tpl, dir, "templates");
@@ -169,12 +170,13 @@ static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
   for (int i = 0; i < 2; i++) {
     int compiled = 0;
     TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
-    TH_CHECK(compiled == 3); /* the row modules (two parts) and the helpers module */
+    /* the row modules (two parts) and the helpers module; sm_90: the logits GEMM too */
+    TH_CHECK(compiled == (archs[i] == 90 ? 4 : 3));
     compiled = 0;
     TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
     TH_CHECK(compiled == 0); /* second time: all cached */
   }
-  TH_CHECK(count_entries(ro) == 6);
+  TH_CHECK(count_entries(ro) == 7);
   chmod(ro, 0755); /* a shared cluster cache: readable, writable by its owner only */
   setenv("KLJIT_CACHE_PATH", ro, 1);
   setenv("KLJIT_CACHE_DIR", rw, 1);

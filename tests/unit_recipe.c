@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "gemm_algo.h"
+#include "gemm_sm90.h"
 #include "harness.h"
 #include "kljit.h"
 #include "layout.h"
@@ -82,24 +83,24 @@ static kljit_problem problem_of(const char *name) {
 #define CL KLJIT_ROW_KERNEL_CLUSTER
 #define GD KLJIT_GEMM_DEFAULT
 static const pin_case CASES[] = {
-    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "b6327c3e0db7e017"},
-    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "38d115b42e1f5a4f"},
-    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "833d7b1ad0619c59"},
-    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "ecda22ebc7583df2"},
-    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "3cc93828a43a04d0"},
-    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "dd8493e24b140686"},
-    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "1774649b7b3ed037"},
-    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "4d1d982374c0e050"},
-    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "0553d29dd7e3dc4a"},
-    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "0bb5db96a41a489f"},
-    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "97c57f15e2924609"},
-    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "fb57d3edf977e26d"},
-    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "8d2b9bfede66a80b"},
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5fdd8971c7a09169"},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "cd76e13427680268"},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "ea0d004f45cda819"},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "41bc923c9add5b1c"},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "838c51a524e8dd2b"},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "e6ad01d52d7a2982"},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "e7e4b15937399efd"},
+    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "29b8c7f0555a70ab"},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "f9a2ac50777ecde6"},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "64f266b262f5a4bc"},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "b1561a720fa4ebb7"},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "161eb6f4cfce4b64"},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "d75cdc9c2e6c08d9"},
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
-     "4f99dacb9ad35f6e"},
-    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "c5bc8634b7239b42"},
-    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "3bda381675934104"},
-    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "09b36fc8dfd02efb"},
+     "afd6343dc8362a5c"},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "8d214aa5f52e09dc"},
+    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "89b9bbf230b36177"},
+    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "f7b2fe286b36243f"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -192,9 +193,9 @@ static int plan_text(const pin_case *c, strbuf *out) {
   sb_printf(out, "%s sm_%d\ntune chunk=%lld threads=%d split=%d cluster=%d nv=%d replaced=%d\n",
             c->name, c->arch, (long long)t->chunk_rows, t->threads, t->split, t->cluster, t->nv,
             r.replaced);
-  sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d dx=%d/%lld\n",
+  sb_printf(out, "geom ld=%lld ldg=%lld logit=%d grad=%d p2=%d dwws=%d cap=%d/8 dx=%d/%lld\n",
             (long long)g->ld, (long long)g->ldg, (int)g->logit, (int)g->grad, g->p2_split,
-            g->dw_workspace, g->chunk_cap, g->dx_split, (long long)g->dx_slice);
+            g->dw_workspace, g->chunk_eighths, g->dx_split, (long long)g->dx_slice);
   if (g->dw_auto) sb_printf(out, "dw auto\n"); /* (absent before KLJIT_ACCUM_AUTO) */
   const kspec *m[RECIPE_MAX_MODULES];
   const int n = recipe_modules(&r, m);
@@ -253,9 +254,10 @@ static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
 /* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned four
  * (logits, dX, dW of the first chunk and of the accumulating ones; with KLJIT_ACCUM_AUTO the two
  * dW slots into the fp32 buffer as well) take the tuning's cuBLASLt
- * algorithms and may take a generated variant, the others cuBLASLt's heuristic; a generated
- * slot's module is among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS or an arch
- * without the family keeps cuBLASLt. */
+ * algorithms and may take a generated variant, the others cuBLASLt's heuristic; on sm_90 the
+ * logits GEMM is the generated one by default (pingpong 128 x 128); a generated slot's module is
+ * among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS, an arch without the family or
+ * a problem it cannot serve (fp32 inputs) keeps cuBLASLt. */
 static int each_gemm_is_a_slot_with_its_engine(void) {
   for (int i = 0; i < N_CASES; i++) {
     const pin_case *c = &CASES[i];
@@ -266,9 +268,9 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     TH_OK(recipe_make(&pb, c->from == HEURISTIC ? NULL : &given, &o, c->arch, SMS, &r));
     /* KLJIT_GEMM=jit: the four tuned slots (logits, dX, dW's two); a tuning's generated logits
      * choice: that slot alone */
-    const int family = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS;
+    const int family = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS && !jgemm_unfit(&pb, 90);
     const int all = family && c->gemm == KLJIT_GEMM_JIT;
-    const int logits = family && (all || c->from == JIT_LOGITS);
+    const int logits = family; /* sm_90's heuristic: the generated logits GEMM */
     const kspec *m[RECIPE_MAX_MODULES];
     const int auto32 = r.geom.dw_auto;
     TH_CHECK(recipe_modules(&r, m) ==
@@ -294,6 +296,8 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
       if (gen && s == RECIPE_LOGITS) TH_CHECK(m[recipe_fixed_modules(&r)] == &g->spec);
       if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
+      else if (gen && s == RECIPE_LOGITS) /* the default: pingpong 128 x 128 */
+        TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 1);
     }
   }
   return TH_PASS;
@@ -318,7 +322,7 @@ static kljit_status stats_recipe(const kljit_problem *pb, int arch, const char *
 static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   const char *const on = "all:jit,logits:jit.stats";
   /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
-   * 128 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
+   * 256 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
    * depend on the divergence) */
   for (int k = 0; k < 5; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
@@ -330,14 +334,14 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     }
     TH_OK(prob_validate(&pb, "stats"));
     recipe r, plain;
-    TH_OK(stats_recipe(&pb, 90, k == 2 ? "all:jit,logits:jit.128.2.6.g.1.p.stats" : on, TP, &r));
+    TH_OK(stats_recipe(&pb, 90, k == 2 ? "all:jit,logits:jit.256.2.4.m.1.stats" : on, TP, &r));
     TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
     const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
     TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
     TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : "probs"));
     TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
     TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
-    const int bn = k == 2 ? 128 : 256;
+    const int bn = k == 2 ? 256 : 128;
     TH_CHECK(g->variant.bn == bn && r.geom.stats_tiles == (pb.vocab + bn - 1) / bn);
     TH_OK(recipe_check(&r)); /* the template takes the variant */
     /* nothing else differs from the plan without the option but pass 2's merge of a row's

@@ -202,16 +202,20 @@ static int gemm_in(const char *dir) {
   TH_CHECK(!k.jit && k.why && strstr(k.why, "sm_90"));
   jgemm_pick_slot(&pb, &g, 90, cub, JGEMM_LOGITS, &k);
   TH_CHECK(!k.jit && k.from == JGEMM_FROM_OPTIONS && k.lt_index == -1);
-  /* untuned, default: the heuristic table (cuBLASLt); forced: each slot's default variant */
+  /* untuned, default: the heuristic table (sm_90: the generated logits GEMM, cuBLASLt for the
+   * others); forced: each slot's default variant (logits: pingpong 128 x 128) */
   prob_tuning plain = e.tune;
   memset(plain.gemm, 0, sizeof plain.gemm);
   prob_geometry gp;
   TH_OK(geometry_of(&pb, &plain, 0, &gp));
   for (int s = 0; s < JGEMM_SLOTS; s++) {
+    const int logits = s == JGEMM_LOGITS;
     jgemm_pick_slot(&pb, &gp, 90, def, (jgemm_slot)s, &k);
-    TH_CHECK(!k.jit && k.from == JGEMM_FROM_HEURISTIC);
+    TH_CHECK(k.jit == logits && k.from == JGEMM_FROM_HEURISTIC);
+    if (logits) TH_CHECK(k.v.bn == 128 && k.v.schedule == 'p' && k.v.stages == 6);
     jgemm_pick_slot(&pb, &gp, 90, jit, (jgemm_slot)s, &k);
-    TH_CHECK(k.jit && k.from == JGEMM_FROM_OPTIONS && k.v.bn == 256 && k.v.consumers == 2);
+    TH_CHECK(k.jit && k.from == JGEMM_FROM_OPTIONS && k.v.bn == (logits ? 128 : 256) &&
+             k.v.consumers == 2);
     static const char *const layouts[] = {"nt", "nn", "tn", "tn"};
     TH_CHECK(!strcmp(k.v.layout, layouts[s]) && k.v.beta == (s == JGEMM_DW_ACC));
   }
@@ -766,7 +770,7 @@ static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms
   TH_OK(cache_config_from_env(&cfg));
   const kspec *specs[RECIPE_MAX_MODULES];
   const int n = recipe_modules(&r, specs);
-  TH_CHECK(n == 3); /* the rows' two parts and the helpers */
+  TH_CHECK(n == (arch == 90 ? 4 : 3)); /* the rows' two parts, the helpers; sm_90's GEMM */
   for (int k = 0; k < n; k++) {
     jit_bin bin;
     TH_OK(jit_build(specs[k], arch, &cfg, &bin));
@@ -801,21 +805,23 @@ static int precompile_in(const char *dir) {
   const int archs[] = {80, 90};
   for (int i = 0; i < 2; i++) {
     module_count c = {0, 0, 0};
-    const int before = count_kjc(ro);
+    const int before = count_kjc(ro), want = archs[i] == 90 ? 6 : 5;
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, KLJIT_PRECOMPILE_DRY_RUN, count, &c));
-    TH_CHECK(c.reports == 5 && c.compiled == 5 && c.count == 5 && count_kjc(ro) == before);
+    TH_CHECK(c.reports == want && c.compiled == want && c.count == want &&
+             count_kjc(ro) == before);
     memset(&c, 0, sizeof c);
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, count, &c));
     printf("sm_%d: %d of %d modules compiled\n", archs[i], c.compiled, c.reports);
-    /* heuristic plan (the rows' two parts + helpers) + the tuned rows' two parts of the entry
-     * of this arch (its helpers module is the heuristic plan's) */
-    TH_CHECK(c.reports == 5 && c.compiled == 5 && c.count == 5);
+    /* heuristic plan (the rows' two parts + helpers; sm_90: + the logits GEMM) + the tuned
+     * rows' two parts of the entry of this arch (its helpers and GEMM modules are the heuristic
+     * plan's) */
+    TH_CHECK(c.reports == want && c.compiled == want && c.count == want);
     memset(&c, 0, sizeof c);
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, NULL, NULL));
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, count, &c));
-    TH_CHECK(c.reports == 5 && c.compiled == 0);
+    TH_CHECK(c.reports == want && c.compiled == 0);
   }
-  TH_CHECK(count_kjc(ro) == 10);
+  TH_CHECK(count_kjc(ro) == 11);
   TH_CHECK(chmod(ro, 0755) == 0);
   setenv("KLJIT_CACHE_PATH", ro, 1);
   setenv("KLJIT_CACHE_DIR", rw, 1);
@@ -837,7 +843,8 @@ static int precompile_in(const char *dir) {
   th_path_in(file, dir, "no-such-wisdom");
   TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 0, NULL, NULL), KLJIT_ERR_WISDOM);
   /* a generated logits GEMM the tuner chose on an sm_90 GPU is precompiled with its entry
-   * (whatever KLJIT_GEMM says: the entry's recipe under the default options takes it) */
+   * (whatever KLJIT_GEMM says: the entry's recipe under the default options takes it), beside
+   * the heuristic plan's default one */
   th_path_in(file, dir, "generated-wisdom");
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
            " gemm=logits:4096:b0:jit:128.2.6.g.2\n", H);
@@ -845,7 +852,7 @@ static int precompile_in(const char *dir) {
   setenv("KLJIT_GEMM", "cublas", 1);
   int gemms = 0;
   TH_OK(kljit_precompile_wisdom(file, 90, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
-  TH_CHECK(gemms == 1);
+  TH_CHECK(gemms == 2);
   gemms = 0;
   TH_OK(kljit_precompile_wisdom(file, 80, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
   TH_CHECK(gemms == 0);
