@@ -404,7 +404,8 @@ typedef enum kljit_row_kernel {
  * teacher's GEMM is always cuBLASLt's). */
 typedef enum kljit_gemm {
   /* the plan's tuning (wisdom: cuBLASLt algorithms or generated variants, per GEMM), else the
-   * heuristic's backend of each GEMM for the GPU's architecture (cuBLASLt, for now) */
+   * heuristic's backend of each GEMM for the GPU's architecture (sm_90: the generated logits
+   * GEMM, cuBLASLt for dX and dW; cuBLASLt elsewhere) */
   KLJIT_GEMM_DEFAULT = 0,
   /* the generated sm_90a family (templates/gemm_sm90.cu.lua) for all three on sm_90 with 16-bit
    * inputs and H a multiple of 8 (the tuning's variants where it has them; cuBLASLt elsewhere) */
