@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""bench/plot.py, bench/compare.py and bench/g_rebuild_precision.py where no GPU is needed.
+"""bench/plot.py, bench/compare.py and the step-2 precision studies where no GPU is needed.
 
 plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
-neither torch nor a GPU. g_rebuild_precision.py (and compare.py's timing loop): torch on the CPU.
+neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py (and compare.py's
+timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -144,6 +145,22 @@ class CompareTest(unittest.TestCase):
         self.assertGreater(errs["bf16, bf16"][1], 1.6 * today)
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "256"])
+
+    @labels("torch")
+    def test_loss_from_e16_precision_separates_the_storage_from_the_fp32_form(self) -> None:
+        """At logit std 6, T = 1 (256 rows, fixed seed): today's fp32 form is within 1e-6 of
+        float64; s taken back from an fp16 E adds its rounding (more than 2x the fp32 form's
+        error) but stays under 1e-5 at this size; a bf16 E is further off."""
+        torch = require("torch")
+        study = load_script("loss_from_e16_precision")
+        errs = study.errors(torch, 256, 64, 4096, 128, 6.0, 1.0, 0)
+        self.assertEqual(tuple(errs), study.FORMS)
+        self.assertLess(errs["fp32"], 1e-6)
+        self.assertGreater(errs["E fp16"], 2 * errs["fp32"])
+        self.assertLess(errs["E fp16"], 1e-5)
+        self.assertGreater(errs["E bf16"], errs["E fp16"])
+        with self.assertRaises(SystemExit):
+            study.parse_args(["--vocab", "1000", "--tile", "128"])
 
     @labels("torch")
     def test_compare_reverses_the_alternation_every_other_round(self) -> None:

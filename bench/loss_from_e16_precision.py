@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The precision of the loss taken from a 16-bit unnormalized exponential (issue 27, step 2), on
+the CPU.
+
+    python3 bench/loss_from_e16_precision.py [--rows 2048] [--hidden 256] [--vocab 32000]
+                                             [--tile 128] [--stds 2,6] [--temps 1,0.5]
+
+If the logits GEMM's epilogue stored E = exp(s - m_tile) in 16 bits instead of the fp32 logits
+(s = z / T; m_tile the row's max over the column tile; bench/g_rebuild_precision.py: G rebuilt
+from it keeps dX's error), the forward KL's loss per row, sum p log p - sum p s + sum(p) lse,
+would have to come from somewhere: either the epilogue sums p s per (row, tile) from its fp32
+accumulators (the teacher read in the accumulators' layout, or staged through shared memory), or
+the row pass takes s = m_tile + log E from the stored E. This script measures the second against
+float64, beside today's fp32 form, at issue 27's bar (loss relative error at most 2e-6 at T = 1,
+5e-6 at T = 0.5):
+
+  fp32       today: s, lse and each logit's terms in fp32
+  E fp16     s = m_tile + log(E) with E rounded to fp16 (E below fp16's smallest subnormal,
+             2^-24, is stored as 2^-24: a zero would make log E = -inf)
+  E bf16     the same with E in bf16
+
+lse comes from the fp32 (max, sum-exp) records either way; sum p log p from the teacher alone.
+Each logit's terms are fp32; the sums over the vocabulary and the rows are taken in float64, so
+that the numbers are the forms' rounding, not the order of a reduction (kljit's fp32 partial sums
+add about 1e-7 to each, bench/RESULTS.md).
+Inputs as bench/compare.py's precision runs: X uniform in [-1, 1), W uniform in [-a, a) with
+a = 3 std / sqrt(H) (logits of standard deviation `std`), both bf16; the teacher the softmax of
+the exact s plus unit Gaussian noise, in bf16. Rows are processed in blocks of 512 and the loss
+summed over them (batchmean: the sum over rows / rows). Prints one line per (std, T).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Dict, List, Sequence
+
+FORMS = ("fp32", "E fp16", "E bf16")
+BLOCK = 512
+
+
+def parse_list(text: str) -> List[float]:
+    vals = [float(t) for t in text.split(",")]
+    if not vals or min(vals) <= 0:
+        raise argparse.ArgumentTypeError(f"bad list {text!r}: positive numbers, comma-separated")
+    return vals
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--rows", type=int, default=2048)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=32000, help="a multiple of --tile")
+    p.add_argument("--tile", type=int, default=128, help="the logits GEMM's column tile (BN)")
+    p.add_argument("--stds", type=parse_list, default=parse_list("2,6"))
+    p.add_argument("--temps", type=parse_list, default=parse_list("1,0.5"))
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if min(args.rows, args.hidden, args.tile) < 1 or args.vocab < 2 or args.vocab % args.tile:
+        p.error("rows, hidden and tile >= 1, vocab >= 2 and a multiple of tile")
+    return args
+
+
+def block_losses(torch, x, w, t: float, bn: int, g) -> Dict[str, float]:
+    """{form: the block's summed loss}, and 'exact' in float64, for one block of rows."""
+    f64, f32, f16, bf = torch.float64, torch.float32, torch.float16, torch.bfloat16
+    n, v = x.shape[0], w.shape[0]
+    s = (x.to(f64) @ w.to(f64).T) / t
+    p = torch.softmax(s + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
+    p64 = p.to(f64)
+    plogp64 = torch.where(p64 > 0, p64 * torch.log(p64), torch.zeros_like(p64))
+    out = {"exact": float((plogp64 - p64 * torch.log_softmax(s, -1)).sum())}
+    s32, p32 = s.to(f32), p.to(f32)
+    tiles = s32.view(n, v // bn, bn)
+    m = tiles.amax(-1, keepdim=True)
+    d = torch.exp(tiles - m).sum(-1, keepdim=True)  # the records: fp32 (max, sum-exp) per tile
+    mr = m.amax(1, keepdim=True)
+    lse = (mr + torch.log((d * torch.exp(m - mr)).sum(1, keepdim=True))).view(n, 1)
+    plogp = torch.where(p32 > 0, p32 * torch.log(p32), torch.zeros_like(p32)).to(f64).sum(-1)
+    sp = p32.to(f64).sum(-1)
+    lse64 = lse.view(n).to(f64)
+    out["fp32"] = float((plogp - (p32 * s32).to(f64).sum(-1) + sp * lse64).sum())
+    e = torch.exp(tiles - m)
+    for form, dt in (("E fp16", f16), ("E bf16", bf)):
+        stored = e.to(dt).to(f32).clamp_min(2.0 ** -24)
+        s_back = (m + torch.log(stored)).view(n, v)
+        out[form] = float((plogp - (p32 * s_back).to(f64).sum(-1) + sp * lse64).sum())
+    return out
+
+
+def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,
+           seed: int) -> Dict[str, float]:
+    """{form: the batch loss's relative error against float64} for one logit scale and T."""
+    g = torch.Generator().manual_seed(seed)
+    a = 3 * std / math.sqrt(h)
+    w = ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
+    sums = {k: 0.0 for k in ("exact",) + FORMS}
+    for r0 in range(0, n, BLOCK):
+        rows = min(BLOCK, n - r0)
+        x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
+        for k, val in block_losses(torch, x, w, t, bn, g).items():
+            sums[k] += val
+    return {k: abs(sums[k] - sums["exact"]) / abs(sums["exact"]) for k in FORMS}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("loss_from_e16_precision.py needs torch (pip install torch)", file=sys.stderr)
+        return 2
+    print(f"N x H x V = {args.rows} x {args.hidden} x {args.vocab}, column tile {args.tile}; "
+          "the loss's relative error against float64 (bar: 2e-6 at T = 1, 5e-6 at T = 0.5)")
+    for std in args.stds:
+        for t in args.temps:
+            errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t, args.seed)
+            print(f"std {std:5.1f}, T {t:4.2f}: " + " | ".join(f"{k}: {errs[k]:.2e}" for k in FORMS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
