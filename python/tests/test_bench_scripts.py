@@ -4,8 +4,8 @@
 plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
-neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py (and compare.py's
-timing loop): torch on the CPU.
+neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py,
+e16_divergences_precision.py (and compare.py's timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -159,6 +159,26 @@ class CompareTest(unittest.TestCase):
         self.assertGreater(errs["E fp16"], 2 * errs["fp32"])
         self.assertLess(errs["E fp16"], 1e-5)
         self.assertGreater(errs["E bf16"], errs["E fp16"])
+        with self.assertRaises(SystemExit):
+            study.parse_args(["--vocab", "1000", "--tile", "128"])
+
+    @labels("torch")
+    def test_e16_divergences_precision_keeps_every_divergences_dx(self) -> None:
+        """64 rows, fixed seed, logit std 2 and 12: every divergence's dX from an fp16 E is
+        finite, within 1.1x of today's fp32 form and under the 2.5e-3 bar; at std 2 a bf16 E is
+        worse than the fp16 one for each (the forms are told apart)."""
+        torch = require("torch")
+        study = load_script("e16_divergences_precision")
+        for std in (2.0, 12.0):
+            errs = study.errors(torch, 64, 64, 4096, 128, std, 0)
+            self.assertEqual(tuple(errs), tuple(name for name, _ in study.DIVERGENCES))
+            for name, e in errs.items():
+                with self.subTest(std=std, divergence=name):
+                    self.assertEqual(tuple(e), study.FORMS)
+                    self.assertLess(e["E fp16"], 1.1 * e["fp32"])
+                    self.assertLess(max(e.values()), 2.5e-3)
+                    if std == 2.0:
+                        self.assertGreater(e["E bf16"], e["E fp16"])
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
 
