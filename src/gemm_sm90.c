@@ -33,7 +33,7 @@ jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int 
 
 /* Which backend each GEMM takes without tuning or options, by architecture: the one measured
  * faster in the call on that card class (bench/RESULTS.md). sm_90: the generated logits GEMM
- * (its kind's default variant) took 0.975-0.987x the time of cuBLASLt's in the binding's call
+ * (its kind's default variant) took 0.973-0.990x the time of cuBLASLt's in the binding's call
  * at the five dense shapes (run 65); the generated dX was 4% slower than cuBLASLt's and the
  * generated dW at parity (run 39): those stay on cuBLASLt. */
 static const struct {

@@ -380,10 +380,10 @@ int prob_dw_in_workspace(const prob_geometry *g, int64_t rows) {
  * chunks: 3/8, 3/8, 2/8), they take at most about 1.5 N V bytes, under the 2 N V that Liger's
  * chunked loss was measured to hold beyond the gradients for the same call (bench/RESULTS.md),
  * so a short call is not the fatter one; the online teacher's two fp32 buffers a row, capped at
- * an eighth, take half of that. Each chunk re-reads and rewrites the 16-bit dW (4 V H bytes):
- * three chunks of 3/8 took 0.957-0.989x the time of four of a quarter at the five dense shapes
- * (the binding's plan, run 64), while 2816-row chunks (a third of 8192, rounded up to 256) were
- * slower than 2048-row ones. Long calls keep the tuned chunk (the cap only bites below
+ * an eighth, take N V bytes. Each chunk re-reads and rewrites the 16-bit dW (4 V H bytes): three
+ * chunks of 3/8 took 0.957-0.981x the time of four of a quarter at the four shorter dense shapes
+ * (the binding's plan, runs 63-64; 8192 x 4096 x 128256 keeps the tuning's 2048-row chunk),
+ * while 2816-row chunks (a third of 8192, rounded up to 256) were slower than 2048-row ones. Long calls keep the tuned chunk (the cap only bites below
  * 8 / chunk_eighths x chunk_rows tokens); where dW accumulates in fp32 or the context's options
  * set the chunk size (chunk_rows, KLJIT_CHUNK_ROWS), g->chunk_eighths is 0 (recipe.c) and the
  * tuning's chunk is kept; so it is for
