@@ -29,10 +29,14 @@ where q does not, and the reverse KL would be infinite).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # loaded by path (the tests): bench/ holds study_args
+    sys.path.insert(0, HERE)
+import study_args  # noqa: E402
 
 FORMS = ("fp32", "E fp16", "E bf16")
 #: (name, LossConfig options): kljit's divergences with a gradient through log q
@@ -43,25 +47,9 @@ DIVERGENCES = (("forward_kl", {}), ("reverse_kl", {"divergence": "reverse_kl"}),
 EPS = 1e-20
 
 
-def parse_stds(text: str) -> List[float]:
-    stds = [float(t) for t in text.split(",")]
-    if not stds or min(stds) <= 0:
-        raise argparse.ArgumentTypeError(f"bad stds {text!r}: positive numbers, comma-separated")
-    return stds
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--rows", type=int, default=256)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=32000, help="a multiple of --tile")
-    p.add_argument("--tile", type=int, default=128, help="the logits GEMM's column tile (BN)")
-    p.add_argument("--stds", type=parse_stds, default=parse_stds("2,6,12"))
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if min(args.rows, args.hidden, args.tile) < 1 or args.vocab < 2 or args.vocab % args.tile:
-        p.error("rows, hidden and tile >= 1, vocab >= 2 and a multiple of tile")
-    return args
+    return study_args.parse(study_args.parser(__doc__.split("\n", 1)[0], rows=256, hidden=256,
+                                              tile=128, stds="2,6,12"), argv)
 
 
 def reference_module():
@@ -89,12 +77,7 @@ def errors(torch, n: int, h: int, v: int, bn: int, std: float,
     ref = reference_module()
     from kljit import LossConfig
     f64, f32, f16, bf = torch.float64, torch.float32, torch.float16, torch.bfloat16
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, h, generator=g, dtype=f64) * 2 - 1).to(bf)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=f64) * 2 - 1) * a).to(bf)
-    s = x.to(f64) @ w.to(f64).T
-    p = torch.softmax(s + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
+    _, w, s, p = study_args.inputs(torch, n, h, v, std, seed)
     p64, p32 = p.to(f64), p.to(f32)
     # log p floored at kljit's default eps (1e-20): a teacher entry that underflowed bf16 where q
     # does not would make the reverse KL infinite
@@ -129,13 +112,10 @@ def errors(torch, n: int, h: int, v: int, bn: int, std: float,
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("e16_divergences_precision.py needs torch (pip install torch)", file=sys.stderr)
+    torch = study_args.torch_or_none("e16_divergences_precision.py")
+    if torch is None:
         return 2
-    print(f"N x H x V = {args.rows} x {args.hidden} x {args.vocab}, column tile {args.tile}; "
-          "dX's relative error against float64 (bar: 2.5e-3)")
+    print(study_args.header(args, "dX's relative error against float64 (bar: 2.5e-3)"))
     for std in args.stds:
         errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, args.seed)
         for name, _ in DIVERGENCES:

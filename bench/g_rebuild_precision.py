@@ -29,43 +29,27 @@ error of G and of dX; issue 27's bar for dX is 2.5e-3.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from typing import Dict, List, Sequence
+from pathlib import Path
+from typing import Dict, Sequence
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # loaded by path (the tests): bench/ holds study_args
+    sys.path.insert(0, HERE)
+import study_args  # noqa: E402
 
 FORMS = ("today", "bf16, fp32", "bf16, bf16", "fp16")
 
 
-def parse_stds(text: str) -> List[float]:
-    stds = [float(t) for t in text.split(",")]
-    if not stds or min(stds) <= 0:
-        raise argparse.ArgumentTypeError(f"bad stds {text!r}: positive numbers, comma-separated")
-    return stds
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--rows", type=int, default=512)
-    p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--vocab", type=int, default=32000, help="a multiple of --tile")
-    p.add_argument("--tile", type=int, default=256, help="the logits GEMM's column tile (BN)")
-    p.add_argument("--stds", type=parse_stds, default=parse_stds("2,6,12"))
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if min(args.rows, args.hidden, args.tile) < 1 or args.vocab < 2 or args.vocab % args.tile:
-        p.error("rows, hidden and tile >= 1, vocab >= 2 and a multiple of tile")
-    return args
+    return study_args.parse(study_args.parser(__doc__.split("\n", 1)[0], rows=512, hidden=512,
+                                              tile=256, stds="2,6,12"), argv)
 
 
 def errors(torch, n: int, h: int, v: int, bn: int, std: float, seed: int) -> Dict[str, tuple]:
     """{form: (G's error, dX's error)} against float64 for one logit scale."""
     f64, f32, f16, bf = torch.float64, torch.float32, torch.float16, torch.bfloat16
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, h, generator=g, dtype=f64) * 2 - 1).to(bf)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=f64) * 2 - 1) * a).to(bf)
-    z = x.to(f64) @ w.to(f64).T
-    p = torch.softmax(z + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
+    _, w, z, p = study_args.inputs(torch, n, h, v, std, seed)
     sp = p.to(f64).sum(-1, keepdim=True)
     g_ref = torch.softmax(z, -1) * sp - p.to(f64)
     dx_ref = g_ref @ w.to(f64)
@@ -94,13 +78,11 @@ def errors(torch, n: int, h: int, v: int, bn: int, std: float, seed: int) -> Dic
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("g_rebuild_precision.py needs torch (pip install torch)", file=sys.stderr)
+    torch = study_args.torch_or_none("g_rebuild_precision.py")
+    if torch is None:
         return 2
-    print(f"N x H x V = {args.rows} x {args.hidden} x {args.vocab}, column tile {args.tile}; "
-          "relative Frobenius error against float64 of G / dX (bar for dX: 2.5e-3)")
+    print(study_args.header(args, "relative Frobenius error against float64 of G / dX (bar for "
+                                  "dX: 2.5e-3)"))
     for std in args.stds:
         errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, args.seed)
         print(f"std {std:5.1f}: " + " | ".join(

@@ -35,32 +35,23 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Dict, List, Sequence
+from pathlib import Path
+from typing import Dict, Sequence
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # loaded by path (the tests): bench/ holds study_args
+    sys.path.insert(0, HERE)
+import study_args  # noqa: E402
 
 FORMS = ("fp32", "E fp16", "E bf16")
 BLOCK = 512
 
 
-def parse_list(text: str) -> List[float]:
-    vals = [float(t) for t in text.split(",")]
-    if not vals or min(vals) <= 0:
-        raise argparse.ArgumentTypeError(f"bad list {text!r}: positive numbers, comma-separated")
-    return vals
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--rows", type=int, default=2048)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=32000, help="a multiple of --tile")
-    p.add_argument("--tile", type=int, default=128, help="the logits GEMM's column tile (BN)")
-    p.add_argument("--stds", type=parse_list, default=parse_list("2,6"))
-    p.add_argument("--temps", type=parse_list, default=parse_list("1,0.5"))
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if min(args.rows, args.hidden, args.tile) < 1 or args.vocab < 2 or args.vocab % args.tile:
-        p.error("rows, hidden and tile >= 1, vocab >= 2 and a multiple of tile")
-    return args
+    p = study_args.parser(__doc__.split("\n", 1)[0], rows=2048, hidden=256, tile=128, stds="2,6")
+    p.add_argument("--temps", type=study_args.positive_list,
+                   default=study_args.positive_list("1,0.5"), help="temperatures T")
+    return study_args.parse(p, argv)
 
 
 def block_losses(torch, x, w, t: float, bn: int, g) -> Dict[str, float]:
@@ -107,13 +98,11 @@ def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("loss_from_e16_precision.py needs torch (pip install torch)", file=sys.stderr)
+    torch = study_args.torch_or_none("loss_from_e16_precision.py")
+    if torch is None:
         return 2
-    print(f"N x H x V = {args.rows} x {args.hidden} x {args.vocab}, column tile {args.tile}; "
-          "the loss's relative error against float64 (bar: 2e-6 at T = 1, 5e-6 at T = 0.5)")
+    print(study_args.header(args, "the loss's relative error against float64 (bar: 2e-6 at "
+                                  "T = 1, 5e-6 at T = 0.5)"))
     for std in args.stds:
         for t in args.temps:
             errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t, args.seed)
