@@ -276,7 +276,8 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], reci
   g->variant.stats.t = pb->temperature;
   g->spec = jgemm_spec(&g->variant);
   r->geom.stats_tiles = (int)((pb->vocab + g->variant.bn - 1) / g->variant.bn);
-  /* a record per column tile (501 a row at V = 128256): pass 2 merges them with the block */
+  /* a record per column tile (1002 a row at V = 128256 with the default 128-column tile): pass 2
+   * merges them with the block */
   r->geom.rows.merge_block = 1;
   for (int k = 0; k < 2; k++)
     if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;

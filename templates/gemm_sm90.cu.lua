@@ -67,8 +67,9 @@
 %--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
 %--             pass 1 computes it) from the teacher's rows row0 + r, TLD apart, in dtype TDT; mt,
 %--             dt the neutral (0, 1) pass 1 writes for these forms. One record (iface.DENSE_PART)
-%--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2 in tile
-%--             order (nrec = srow = tiles_n, srec = 1). C is still written (pass 2 reads it).
+%--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2's
+%--             block in a fixed order (dense rows' MERGE block; nrec = srow = tiles_n, srec = 1).
+%--             C is still written (pass 2 reads it).
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
