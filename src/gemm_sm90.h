@@ -27,6 +27,7 @@ typedef struct jgemm_stats {
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
+  int e16;             /* E16: the fused mode's tile as fp16 E = 2^15 exp(s - m) (jgemm_epi.e) */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -109,7 +110,8 @@ int jgemm_variants(jgemm_variant *out, int cap);
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
  * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
  * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
- * n k-blocks, " stats:<form>.<teacher dtype>" for the statistics epilogue) */
+ * n k-blocks, " stats:<form>.<teacher dtype>" for the statistics epilogue, "+e16" after it for
+ * E16) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -126,6 +128,11 @@ typedef struct jgemm_epi {
   const void *teacher;
   float *part;
   int64_t row0;
+  void *e;      /* stats.e16: where E goes (fp16, row stride lde) instead of C; NULL: C */
+  int64_t lde;
+  const float *rowstat; /* stats.e16 without part (two-phase backward): the saved row
+                         * statistics whose first float is the row's lse, rsf floats a row */
+  int rsf;
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

@@ -68,6 +68,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = ps("TDT", names_dtype_tag(k->gemm_stats_tdt));
     out[n++] = pi("TLD", k->gemm_stats_tld);
     out[n++] = pn("T", k->gemm_stats_t);
+    if (k->gemm_e16) out[n++] = pb("E16", 1);
   }
   return n;
 }
@@ -116,6 +117,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     }
     if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
     if (k->merge_block) out[n++] = ps("MERGE", "block");
+    if (k->etile) out[n++] = pi("ETILE", k->etile);
     if (k->part) out[n++] = ps("PART", k->part);
   } else if (k->family == KSPEC_SPARSE_ROWS) {
     out[n++] = pi("THREADS", k->threads);

@@ -97,9 +97,12 @@ typedef struct kspec {
   kljit_dtype gemm_stats_tdt; /* the teacher's dtype */
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */
+  int gemm_e16;             /* STATS's E16 (the fused mode's fp16 E); no parameter when 0 */
+  int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 E the logits
+                             * GEMM wrote (E16) that pass 2 reads in place of z */
 } kspec;
 
-enum { KSPEC_MAX_PARAMS = 48 }; /* dense rows: 20 always, 21 optional */
+enum { KSPEC_MAX_PARAMS = 48 }; /* dense rows: 20 always, 22 optional */
 
 /* The template file of a family, and the spec's parameters for render_template. */
 /* NVRTC target of a spec for sm_<arch>: arch, or arch | NVRTC_ARCH_SPECIFIC for the GEMMs. */

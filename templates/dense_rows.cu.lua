@@ -112,6 +112,16 @@
 %--            thread; for many records a row: the logits GEMM's statistics epilogue writes one
 %--            per column tile (501 at V = 128256), which one thread merged in series while the
 %--            block waited (bench/RESULTS.md run 41). Absent: one thread, in record order.
+%--   ETILE    LOGIT f16: z holds what the logits GEMM's E16 epilogue wrote (templates/
+%--            gemm_sm90.cu.lua) instead of the chunk's logits: E = 2^15 exp(s - m_t) per column
+%--            tile of ETILE columns, m_t in the tile's record (slot m; the records are the
+%--            GEMM's, one a tile: MERGE block, srec 1), or in backward E = 2^15 exp(s - lse)
+%--            with the row's saved lse. Pass 2 takes s back as m_t (lse) - 15 log 2 + log E (E
+%--            read as at least fp16's smallest subnormal, 2^-24: s then reads 27 nats below m_t
+%--            where it was lower) and needs no bias, softcap or temperature: s = z' / T is what
+%--            the GEMM exponentiated. G (16-bit, LDG = LD) overwrites E element by element, each
+%--            thread the columns it read, one block a row with four vectors in flight a thread.
+%--            No pass 1 (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -202,6 +212,24 @@
 %local ROWW = P.ROWW or false
 %if P.MERGE ~= nil and P.MERGE ~= "block" then reject("MERGE must be block (absent: one thread)") end
 %local BMERGE = P.MERGE == "block"
+%local ETILE = P.ETILE
+%if ETILE ~= nil then
+%  if not (ETILE == 64 or ETILE == 128 or ETILE == 192 or ETILE == 256) then
+%    reject("ETILE must be the logits GEMM's tile width: 64, 128, 192 or 256")
+%  end
+%  if P.LOGIT ~= "f16" or P.CLUSTER ~= 0 or P.INPLACE or P.LDG ~= P.LD or not BMERGE then
+%    reject("ETILE is pass 2 over the GEMM's fp16 E: LOGIT f16, CLUSTER 0, no INPLACE, "
+%           .. "LDG = LD, MERGE block")
+%  end
+%  if P.BIAS or P.SOFTCAP or HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
+%     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
+%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, a "
+%           .. "constant temperature, no bias, softcap, hard-label CE, online teacher or shard")
+%  end
+%end
+%-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
+%local ETP = ETILE and " const float* __restrict__ erec, float ebase," or ""
+%local ETA = ETILE and " erec, rs.lse," or ""
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
 %-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
 %-- student max and sum-exp of s (m, d), teacher mass (sp), teacher logits' max and sum-exp (mt,
@@ -281,11 +309,12 @@
 %end
 %if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
 %local K = iface.family(in_part(iface.args({
-%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0, threads = P.THREADS,
-%    args = stats_in } },
+%  { name = "kl_dense_stats", step = "stats", when = P.CLUSTER == 0 and not ETILE,
+%    threads = P.THREADS, args = stats_in } },
 %  iface.row_passes("kl_dense", row_in, P.CLUSTER == 0, P2,
 %                   HARD and { { "lossh", "float* __restrict__" } } or nil), {
-%  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0, threads = P.THREADS,
+%  { name = "kl_dense_sums", step = "sums", when = DIVX and P.CLUSTER == 0 and not ETILE,
+%    threads = P.THREADS,
 %    args = sums_in },
 %  { name = "kl_dense_check", step = "check", when = P.CHECK, threads = CHECK_THREADS,
 %    args = check_in },
@@ -306,7 +335,7 @@
 #define CLUSTER {{ P.CLUSTER }}
 #define NV {{ P.NV }}
 #define INPLACE {{ P.INPLACE and 1 or 0 }}
-#define P2SPLIT {{ DIVX and P.CLUSTER == 0 and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
+#define P2SPLIT {{ (DIVX and P.CLUSTER == 0 or ETILE) and "1" or "(INPLACE ? 1 : SPLIT)" }} /* pass-2 blocks per row */
 {{ K.records() }}
 typedef {{ dt[P.LOGIT] }} logit_t;
 typedef {{ dt[P.GRAD] }} grad_t;
@@ -342,8 +371,33 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 template <bool FULL>
 __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           const teach_t* __restrict__ tr,
-                                          const bias_t* __restrict__ bias,{{ TBP }} int v, float invT,
+                                          const bias_t* __restrict__ bias,{{ TBP }}{{ ETP }} int v, float invT,
                                           float (&s)[VEC], float (&t)[VEC]) {
+%if ETILE then
+  /* E16 (ETILE): s = m_t - 15 log 2 + log E, E at least 2^-24, m_t the tile's record's (erec)
+   * or, in backward (erec NULL), the row's lse (ebase); no bias, softcap or 1 / T */
+  (void)bias, (void)invT;
+  const float mt = (erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase) -
+                   10.397207708399179f;
+  if constexpr (FULL) {
+    load_n<VEC, true>(zr + v, s);
+    load_n<VEC, TALIGNED>(tr + v, t);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) s[i] = mt + flog(fmaxf(s[i], 5.9604645e-8f));
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      const bool in = v + i < V;
+      s[i] = in ? mt + flog(fmaxf(to_f32(zr[v + i]), 5.9604645e-8f)) : KL_NEG_INF;
+#if defined(TEACHER_LOGPROBS)
+      t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+#else
+      t[i] = in ? to_f32(tr[v + i]) : 0.0f;
+#endif
+    }
+  }
+}
+%else
   if constexpr (FULL) {
     load_n<VEC, true>(zr + v, s);
     load_n<VEC, TALIGNED>(tr + v, t);
@@ -395,6 +449,7 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
 #pragma unroll
   for (int i = 0; i < VEC; i++) s[i] *= invT;
 }
+%end
 
 /* Per-thread pass-1 accumulators. */
 struct acc1_t {
@@ -828,14 +883,15 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
       for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
         float s[VEC], t[VEC], gv[VEC];
         if (v + VEC <= v1)
-          load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+          load_cols<true>(zr, tr, bias,{{ TBA }}{{ ETA }} v, invT, s, t);
         else
-          load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s, t);
+          load_cols<false>(zr, tr, bias,{{ TBA }}{{ ETA }} v, invT, s, t);
         elem_terms<MODE_BACKWARD>(s, t, rs, invTT, {{ EARGS }}, unused, gv{{ CEARG }});
       }
     }
 %end
 %if P.CLUSTER == 0 then
+%if not ETILE then
 /* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sp, mt, dt},
  * returned to every thread. */
 __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
@@ -868,6 +924,7 @@ __device__ __forceinline__ void stats_range(const logit_t* __restrict__ zr,
   acc1_block(a, sh_md, sh_f, rec);
 }
 
+%end
 %if K.has("kl_dense_stats") then
 {{ K.kernel("kl_dense_stats") }} {
   /* z: (rows, LD) chunk logits; teacher: (N, V); part: (rows, SPLIT, PART_FLOATS) */
@@ -967,6 +1024,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   const float gscale = grad_scale(hdr, gout, gout_per_row, row, MODE){{ ROWW and " * rw" or "" }};
 %row_setup()
   const teach_t* tr = teacher + {{ TRI }} * {{ TSTRIDE }};
+%if ETILE then
+  /* the row's tile records (srec 1); backward has none: its E is relative to the saved lse */
+  const float* erec = MODE == MODE_BACKWARD ? nullptr : part + (i64)r * srow * PART_FLOATS;
+%end
   float loss = 0.0f;
 %if DIVX then
   float sacc = 0.0f;
@@ -978,6 +1039,29 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
   }
 %end
 %end
+%if ETILE then
+  /* four vectors in flight a thread; G over the E each thread read (same columns, 2 bytes
+   * each): no barrier */
+  for (int base = v0 + threadIdx.x * VEC; base < v1; base += 4 * THREADS * VEC) {
+    float s[4][VEC], t[4][VEC];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + u * THREADS * VEC;
+      if (v + VEC <= v1)
+        load_cols<true>(zr, tr, bias,{{ ETA }} v, invT, s[u], t[u]);
+      else if (v < v1)
+        load_cols<false>(zr, tr, bias,{{ ETA }} v, invT, s[u], t[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + u * THREADS * VEC;
+      float gv[VEC];
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
+      if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
+      else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
+    }
+  }
+%else
 #if INPLACE
   for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
     float s[4][VEC], t[4][VEC];
@@ -1016,6 +1100,7 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
     }
   }
 #endif
+%end
   if (MODE != MODE_BACKWARD) {
 %loss_terms("row * P2SPLIT + blockIdx.x")
 %if DIVX then

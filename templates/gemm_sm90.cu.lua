@@ -73,6 +73,16 @@
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
+%--   E16       absent | true (STATS): the tile goes out as fp16 E at E + row lde + col instead of
+%--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1).
+%--             With part (fused and two-phase forward calls): E = 2^15 exp(s - m), m the row's
+%--             max over the tile as its record's, whose d is the sum of the rounded E times
+%--             2^-15; pass 2 (the dense rows' ETILE) takes s back as m - 15 log 2 + log E. The
+%--             2^15 puts the tile's largest term at the top of fp16's range, so E reaches the
+%--             subnormals only 20 nats below m and zero 27 below (pass 2 reads a zero as the
+%--             smallest subnormal). Without part (two-phase backward): E = 2^15 exp(s - lse),
+%--             lse the row's saved in rowstat (its first float, rsf floats a row, row0 + r);
+%--             no records. C is never written (the host passes E in every mode).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -169,6 +179,10 @@
 %    reject("T must be > 0 (STATS takes a constant temperature)")
 %  end
 %end
+%if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
+%  reject("E16 must be true and needs STATS (the records E's maxima go with)")
+%end
+%local E16 = P.E16 == true
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
 %end
@@ -212,6 +226,11 @@
 %  gemm_args = iface.args(gemm_args, {
 %    { "teacher", "const teach_t* __restrict__" }, { "part", "float* __restrict__" },
 %    { "row0", "i64" } })
+%end
+%if E16 then
+%  gemm_args = iface.args(gemm_args, {
+%    { "E", "f16_t* __restrict__", role = "gemm_e" }, { "lde", "i64" },
+%    { "rowstat", "const float* __restrict__" }, { "rsf", "int" } })
 %end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
@@ -363,6 +382,83 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
   }
 }
 
+%if E16 then
+/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col. With part
+ * (fused, forward): E = 2^15 exp(s - m), m the row's max over the tile, and the rows' records
+ * (m, the teacher's mass as tile_stats takes them, d the sum of the E as rounded times 2^-15, so
+ * that the q pass 2 takes from them sum to 1 over the row as closely as fp32 does). Without
+ * (backward): E = 2^15 exp(s - lse), lse the row's saved (rowstat + (row0 + row) rsf; an ignored
+ * row's is 0 and its E is never read), no records. One loop stores E for both, so that one
+ * function's registers serve. */
+__device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
+                                         float alpha, const teach_t* __restrict__ teacher,
+                                         float* __restrict__ part, i64 row0, int tiles_n, int tn,
+                                         int lane, f16_t* __restrict__ E, i64 lde,
+                                         const float* __restrict__ rowstat, int rsf) {
+  const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
+  /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
+  float m[2] = {KL_NEG_INF, KL_NEG_INF};
+  float2 mass = make_float2(0.0f, 0.0f);
+  if (part) {
+    mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        if (col + 8 * i + (e & 1) < N)
+          m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
+      m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      m[h] = row + 8 * h < M ? rowstat[(row0 + row + 8 * h) * rsf] : 0.0f;
+  }
+  const bool pairs = (lde & 1) == 0 && ((u64)E & 3) == 0;
+  float sd[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = row + 8 * h, c = col + 8 * i;
+      f16_t e[2];
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const float s = d[4 * i + 2 * h + k] * alpha * STATS_INV_T;
+        const float x = c + k < N ? fexp(s - m[h]) : 0.0f;
+        e[k] = from_f32<f16_t>(x * 32768.0f);
+        sd[h] += to_f32(e[k]);
+      }
+      if (r >= M || c >= N) continue;
+      f16_t* p = E + (i64)r * lde + c;
+      if (pairs && c + 1 < N) {
+        *reinterpret_cast<u32*>(p) = (u32)e[0].x | ((u32)e[1].x << 16);
+      } else {
+        p[0] = e[0];
+        if (c + 1 < N) p[1] = e[1];
+      }
+    }
+  if (!part) return;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
+  }
+  if (lane % 4) return;
+  const float sp[2] = {mass.x, mass.y};
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    if (row + 8 * h >= M) continue;
+    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+    rec[PART_M] = m[h], rec[PART_D] = sd[h] * (1.0f / 32768.0f), rec[PART_SP] = sp[h];
+    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+  }
+}
+
+%end
 /* The teacher's part of a tile's epilogue (rows r0 .. r0 + ROWS, columns c0 .. c0 + BN) into
  * L2, evict_last, by the warpgroup's 128 threads (t) as its k-blocks start: by the epilogue
  * its loads hit L2 rather than wait on DRAM with the tensor cores idle. A hint only: a line
@@ -756,6 +852,13 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       if (prev >= 0) release_stage(&empty[prev], lane);
 %-- acc: BETA, or (KSLICE) a slice before the last one wrote C already
 %local acc = P.BETA and "1" or KSLICE > 0 and "kblocks > " .. KSLICE or "0"
+%if E16 then
+      /* E (and the records, with part) instead of C */
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++)
+        tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
+                 alpha, teacher, part, row0, tiles_n, tn, lane, E, lde, rowstat, rsf);
+%else
 %if STATS then
       if (part)
 #pragma unroll
@@ -767,6 +870,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       for (int ms = 0; ms < MS; ms++)
         store_rows(C, ldc, tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
                    alpha, d[ms], {{ acc }}, scratch, vec, lane);
+%end
     }
   }
 %if CL == 2 then

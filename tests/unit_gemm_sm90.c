@@ -257,6 +257,46 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   return TH_PASS;
 }
 
+/* E16 (fp16 E instead of fp32 logits, issue 27 step 2): the statistics epilogue's variant with
+ * E16 declares E, its stride and the saved statistics (backward's lse) after the epilogue's
+ * operands, writes E (never C) with the records or from the saved lse (tile_e16),
+ * and compiles for sm_90a in the default logits variant's schedule and in the
+ * cooperative one. */
+static int the_e16_epilogue_compiles_and_declares_e(void) {
+  for (int pp = 0; pp < 2; pp++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
+    v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
+    v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, "+e16") != NULL);
+    const kspec k = jgemm_spec(&v);
+    TH_CHECK(k.gemm_e16 == 1);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && g->nargs == 15);
+    static const char *const roles[4] = {"gemm_e", "lde", "rowstat", "rsf"};
+    for (int a = 0; a < 4; a++) TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
+    TH_CHECK(strstr(src.data, "tile_e16(d[ms]") != NULL &&
+             strstr(src.data, "rowstat[(row0 + row + 8 * h) * rsf]") != NULL &&
+             strstr(src.data, "tile_stats(d[ms]") == NULL && strstr(src.data, "store_rows(C") == NULL);
+    sb_free(&src), sb_free(&man);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  /* the statistics epilogue without E16 names none of it */
+  jgemm_variant st = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  st.stats.teacher = "probs", st.stats.tdt = KLJIT_BF16, st.stats.tld = 1000, st.stats.t = 1.0;
+  strbuf src = {0};
+  TH_OK(jgemm_render(&st, &src));
+  TH_CHECK(strstr(src.data, "tile_e16") == NULL && strstr(src.data, "lde") == NULL);
+  sb_free(&src);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
@@ -266,5 +306,6 @@ static const th_case cases[] = {
      the_gemm_includes_its_preludes_and_declares_its_interface_and_launch},
     {"the_statistics_epilogue_compiles_and_declares_its_record",
      the_statistics_epilogue_compiles_and_declares_its_record},
+    {"the_e16_epilogue_compiles_and_declares_e", the_e16_epilogue_compiles_and_declares_e},
 };
 TH_MAIN(cases)
