@@ -207,12 +207,17 @@ static int select_item(const char *s, const char *end, gemm_select out[3]) {
   gemm_select g;
   memset(&g, 0, sizeof g);
   g.lt_index = -1;
-  /* the logits GEMM's statistics epilogue: a jit backend of the logits item only */
-  const size_t sl = strlen(".stats");
-  if (bl > sl && !strcmp(b + bl - sl, ".stats")) {
-    if (first != GEMM_LOGITS || last != GEMM_LOGITS) return -1;
-    b[bl - sl] = 0, g.stats = 1;
-    if (strcmp(b, "jit") && strncmp(b, "jit.", 4)) return -1;
+  /* the logits GEMM's statistics epilogue (".stats"), or that and the fused mode's fp16 E
+   * (".e16"): a jit backend of the logits item only */
+  for (int e = 0; e < 2; e++) {
+    const char *suffix = e ? ".e16" : ".stats";
+    const size_t sl = strlen(suffix);
+    if (bl > sl && !strcmp(b + bl - sl, suffix)) {
+      if (first != GEMM_LOGITS || last != GEMM_LOGITS) return -1;
+      b[bl - sl] = 0, g.stats = 1, g.e16 = e;
+      if (strcmp(b, "jit") && strncmp(b, "jit.", 4)) return -1;
+      break;
+    }
   }
   if (!strcmp(b, "default")) {
     g.backend = GEMM_BACKEND_DEFAULT;
@@ -259,7 +264,7 @@ kljit_status gemm_algo_select(const kljit_context_options *o, gemm_select out[3]
                      "options->gemm_choice (KLJIT_GEMM) = \"%s\": cannot read \"%.*s\": items "
                      "are <logits|dx|dw|all>:<default|cublas|cublas.<k>|jit|jit.<BN>.<CONSUMERS>."
                      "<STAGES>.<m|n|g>.<CLUSTER>[.<flags: p, s, w, c, a|b, in order>]>, "
-                     "comma-separated; logits' jit backends may end in .stats",
+                     "comma-separated; logits' jit backends may end in .stats or .e16",
                      o->gemm_choice, (int)(end - s), s);
     s = *end ? end + 1 : end;
   }

@@ -65,7 +65,9 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c);
  * cublas.<k>: the k-th algorithm of cuBLASLt's heuristic list (0 its first, what an untuned
  * plan runs); jit.<variant>: that generated variant (gemm_algo_jit_text). The logits item's jit
  * backends may end in ".stats" (logits:jit.stats): the generated GEMM also writes the dense
- * rows' pass-1 statistics where the recipe's scope for that holds (recipe.c). */
+ * rows' pass-1 statistics where the recipe's scope for that holds (recipe.c); ".e16"
+ * (logits:jit.e16) that, and in the fused mode the tile as fp16 E = 2^15 exp(s - m) instead of
+ * the fp32 logits (recipe.c, templates/gemm_sm90.cu.lua's E16). */
 typedef enum gemm_backend {
   GEMM_BACKEND_DEFAULT = 0, /* the tuning's choice, else the heuristic's (jgemm_pick) */
   GEMM_BACKEND_CUBLAS = 1,
@@ -78,6 +80,7 @@ typedef struct gemm_select {
   int variant;             /* JIT: 1 when `choice` holds a variant, 0: the tuning's or default */
   prob_gemm_choice choice; /* its generated fields */
   int stats;               /* JIT, logits: ".stats", the statistics epilogue asked for */
+  int e16;                 /* JIT, logits: ".e16", the statistics epilogue and E16 */
 } gemm_select;
 
 /* out[kind] (by gemm_kind) from the options; KLJIT_ERR_INVALID_ARGUMENT naming the option and

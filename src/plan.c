@@ -112,9 +112,10 @@ kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
 static kljit_status check_steps(const kljit_plan *p) {
   const prob_geometry *g = &p->rec.geom;
   for (int s = 0; s < KSTEP_COUNT; s++) {
-    const int needed = s == KSTEP_STATS || s == KSTEP_MERGE ? !g->tune.cluster
+    const int needed = s == KSTEP_STATS ? !g->tune.cluster && !g->e16 /* E16: not emitted */
+                       : s == KSTEP_MERGE ? !g->tune.cluster
                        : s == KSTEP_CHECK ? (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) != 0
-                       : s == KSTEP_SUMS  ? g->rows.div != NULL && !g->tune.cluster
+                       : s == KSTEP_SUMS  ? g->rows.div != NULL && !g->tune.cluster && !g->e16
                        : s == KSTEP_GEMM  ? 0 /* its own module: plan_jgemm_load */
                                           : 1;
     if (needed && !p->kernel[s].sig)
@@ -204,7 +205,8 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                                                                  : "");
   if (st == KLJIT_SUCCESS && geo->stats_tiles)
     st = sb_printf(desc, "  row statistics (pass 1): in the logits GEMM's epilogue, %d records a "
-                   "row (no kl_dense_stats)\n", geo->stats_tiles);
+                   "row (no kl_dense_stats)%s\n", geo->stats_tiles,
+                   geo->e16 ? "; the tile as fp16 E (E16), which the rows read" : "");
   else if (st == KLJIT_SUCCESS && r->stats_why)
     st = sb_printf(desc, "  row statistics (pass 1): the row kernels' (the logits GEMM's "
                    "epilogue was asked for, but it takes %s)\n", r->stats_why);

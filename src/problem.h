@@ -88,6 +88,8 @@ typedef struct prob_geometry {
                                * epilogue writes the pass-1 record of each (row, tile) (STATS):
                                * pass 1 (kl_dense_stats) is not launched and pass 2 merges these
                                * stats_tiles records a row (recipe.c) */
+  int e16;                    /* stats_tiles, and the fused mode's chunk buffer holds the GEMM's
+                               * fp16 E (E16; recipe.c): the fused rows module reads E (ETILE) */
   kspec rows, helpers;        /* the row kernels (all of them) and the helpers */
 } prob_geometry;
 

@@ -266,7 +266,8 @@ static const char *stats_unfit(const kljit_problem *pb, const recipe *r) {
  * logits:jit.stats) and stats_unfit has no objection: the slot's variant gets STATS, and the
  * geometry says that pass 1 is in the GEMM (stats_tiles: records per row). Else the rows' pass
  * 1 stays, and r->stats_why says why. */
-static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], recipe *r) {
+static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int chunk_set,
+                         recipe *r) {
   if (!sel[GEMM_LOGITS].stats) return;
   if ((r->stats_why = stats_unfit(pb, r)) != NULL) return;
   recipe_gemm *g = &r->gemm[RECIPE_LOGITS];
@@ -281,6 +282,33 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], reci
   r->geom.rows.merge_block = 1;
   for (int k = 0; k < 2; k++)
     if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
+  if (!sel[GEMM_LOGITS].e16) return;
+  /* E16 (logits:jit.e16): in every mode the GEMM writes E in fp16 instead of the fp32 logits,
+   * 2^15 exp(s - m_tile) beside the records (fused, forward) or 2^15 exp(s - lse) from the
+   * saved statistics (backward); the rows read it (ETILE) and G overwrites it, element by
+   * element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
+  g->variant.stats.e16 = 1;
+  g->spec = jgemm_spec(&g->variant);
+  prob_geometry *geo = &r->geom;
+  geo->e16 = 1;
+  geo->logit = KLJIT_FP16; /* E's element: the workspace's size */
+  geo->ldg = geo->ld;
+  kspec *specs[3] = {&geo->rows, &r->rows_part[0], &r->rows_part[1]};
+  for (int k = 0; k < 3; k++) {
+    if (!specs[k]->family) continue;
+    specs[k]->logit = KLJIT_FP16, specs[k]->ld = specs[k]->ldg = geo->ld;
+    specs[k]->inplace = 0, specs[k]->etile = g->variant.bn;
+  }
+  for (int s = 0; s < RECIPE_SLOTS; s++) /* the dX and dW GEMMs read G at E's stride */
+    if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg;
+  /* half the bytes a row: twice the tuning's rows in the same budget (unless the options set
+   * the chunk), and a short call with a 16-bit dW in two chunks of half its rows (four eighths)
+   * where the fp32 logits took three of three eighths */
+  if (!chunk_set)
+    geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
+  if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
+  for (int s = 0; s < RECIPE_SLOTS; s++) /* cuBLASLt's algorithms are chosen for the chunk */
+    if (r->gemm[s].used) r->gemm[s].rows = geo->tune.chunk_rows;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */
@@ -317,7 +345,7 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
   for (int s = 0; s < RECIPE_SLOTS; s++)
     if (out->gemm[s].used) out->gemm[s].lt_index = -1;
   choose_engines(pb, sel, arch, out);
-  stats_engine(pb, sel, out);
+  stats_engine(pb, sel, opt->chunk_rows > 0, out);
   return KLJIT_SUCCESS;
 }
 

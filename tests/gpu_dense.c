@@ -593,7 +593,8 @@ static int checked_mode_reports_a_bad_row_weight(void) {
 /* The logits GEMM's statistics epilogue (KLJIT_GEMM=all:jit,logits:jit.stats, sm_90): the
  * plan of (V, form, T) on the test context says the row statistics come from the logits GEMM
  * (0), or says why not (1: a failure where `want` asked for it), or the GPU is not sm_90 (77). */
-static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want) {
+static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want,
+                                   const char *marker) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
@@ -603,7 +604,7 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want)
   TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
   const char *d = kljit_plan_describe(plan);
   const int sm90 = strstr(d, "(sm_90") != NULL;
-  const int on = strstr(d, "pass 1): in the logits GEMM's epilogue") != NULL;
+  const int on = strstr(d, marker) != NULL;
   if (on != want) fprintf(stderr, "the statistics epilogue is %s:\n%s", on ? "on" : "off", d);
   kljit_plan_destroy(plan);
   return !sm90 ? TH_SKIP : on == want ? TH_PASS : TH_FAIL;
@@ -615,11 +616,12 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want)
  * ragged and long vocabularies (a tile past V), a padded teacher, T != 1, ignored rows, several
  * chunks, fused and two-phase (whose backward computes none); a case outside its scope (bias)
  * keeps the row kernels' pass and stays right. Skips before sm_90. */
-static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
-  setenv("KLJIT_GEMM", "all:jit,logits:jit.stats", 1);
-  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1);
-  if (worst == TH_PASS) worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0);
-  for (int k = 0; k < 12 && worst == TH_PASS; k++) {
+static int epilogue_cases(const char *gemm, const char *marker, int e16) {
+  setenv("KLJIT_GEMM", gemm, 1);
+  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1, marker);
+  if (worst == TH_PASS)
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
+  for (int k = 0; k < (e16 ? 16 : 12) && worst == TH_PASS; k++) {
     gcase c = gcase_base();
     static const int64_t vs[] = {1000, 32001, 128256, 50257};
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
@@ -633,12 +635,33 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
     c.red = c.fused ? REDS[k % 3] : REDS[3];
     c.bias = k == 11; /* out of scope: the row kernels' pass 1 */
     if (k == 8) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700; /* three chunks */
+    /* E16: logits of standard deviation 2 to 12 over several chunks, the reverse KL and the
+     * JSD (which take log q from E too), fused */
+    if (k >= 12) {
+      c.fused = 1, c.red = KLJIT_REDUCTION_BATCHMEAN, c.bias = 0, c.tld = 0, c.labels = 1;
+      c.zstd = k == 12 ? 2.0 : k == 13 ? 12.0 : 6.0, c.v = 32001, c.n = 600;
+      if (k == 14) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+      if (k == 15) c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5, c.T = 0.5;
+      setenv("KLJIT_CHUNK_ROWS", "256", 1);
+    }
     const int rc = gcase_check(&c);
-    if (k == 8) unsetenv("KLJIT_CHUNK_ROWS");
+    if (k == 8 || k >= 12) unsetenv("KLJIT_CHUNK_ROWS");
     if (rc != TH_PASS) worst = rc == TH_SKIP ? TH_SKIP : TH_FAIL;
   }
   unsetenv("KLJIT_GEMM");
   return worst;
+}
+static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
+  return epilogue_cases("all:jit,logits:jit.stats", "pass 1): in the logits GEMM's epilogue", 0);
+}
+
+/* E16 (KLJIT_GEMM=logits:jit.e16, sm_90): the rows read the fp16 E the logits GEMM wrote
+ * instead of fp32 logits, with its records (fused and forward calls) or from the saved lse
+ * (backward): the statistics epilogue's cases, and fused ones at logit standard deviations 2, 6
+ * and 12 over three chunks, the reverse KL and the JSD at T = 0.5, within the suite's bounds.
+ * Skips before sm_90. */
+static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
+  return epilogue_cases("logits:jit.e16", "the tile as fp16 E (E16)", 1);
 }
 
 /* ---- the online teacher's checked mode (issue 29) ------------------------------------------ */
@@ -833,5 +856,7 @@ static const th_case cases[] = {
     {"checked_mode_reports_a_bad_row_weight", checked_mode_reports_a_bad_row_weight},
     {"statistics_in_the_logits_gemm_epilogue_match_reference",
      statistics_in_the_logits_gemm_epilogue_match_reference},
+    {"e16_in_the_logits_gemm_epilogue_matches_reference",
+     e16_in_the_logits_gemm_epilogue_matches_reference},
 };
 TH_MAIN(cases)

@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "kljit.h"
 #include "layout.h"
+#include "nvrtc_compile.h"
 #include "recipe.h"
 
 /* ---- the cases ---------------------------------------------------------------------------- */
@@ -416,11 +417,113 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   return TH_PASS;
 }
 
+/* The rows module `k` renders with ETILE and compiles for sm_90a; it declares `has` and not
+ * `lacks` (steps, KSTEP_COUNT: none). */
+static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step lacks) {
+  strbuf src = {0}, man = {0}, cubin = {0}, log = {0};
+  TH_OK(kspec_render_iface(k, &src, &man));
+  kiface_manifest mf;
+  TH_OK(kiface_parse(man.data, "rows", &mf));
+  TH_CHECK(kiface_find(&mf, has) != NULL && kiface_find(&mf, KSTEP_STATS) == NULL);
+  TH_CHECK(lacks == KSTEP_COUNT || kiface_find(&mf, lacks) == NULL);
+  char tile[64];
+  snprintf(tile, sizeof tile, "erec[(v / %d) * PART_FLOATS + PART_M]", bn);
+  TH_CHECK(strstr(src.data, tile) != NULL);
+  TH_OK(nvrtc_compile(src.data, "rows-e16", 90, &cubin, &log));
+  printf("  %s part: %zu bytes of source, %zu of cubin\n", k->part ? k->part : "whole", src.len,
+         cubin.len);
+  TH_CHECK(cubin.len > 4096);
+  sb_free(&src), sb_free(&man), sb_free(&cubin), sb_free(&log);
+  return TH_PASS;
+}
+
+/* KLJIT_GEMM's logits:jit.e16 (issue 27, step 2): where the statistics epilogue is taken, the
+ * logits GEMM's variant also gets E16 and every row module reads its fp16 E (ETILE = the GEMM's
+ * tile, LOGIT f16, no INPLACE, E's and G's row stride ld): the chunk buffer holds 2 bytes an
+ * element in every mode, the dX and dW GEMMs read G at that stride, the tuning's chunk doubles
+ * (the same bytes) and a short call with a 16-bit dW takes half its rows a chunk; nothing else
+ * differs from logits:jit.stats. The modules render without pass 1 (nor kl_dense_sums) and
+ * compile for sm_90a. Out of that scope nothing of it is taken; asked of the other GEMMs it is
+ * refused. */
+static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
+  for (int k = 0; k < 3; k++) {
+    kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
+    if (k == 1) {
+      pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
+      pb.teacher_ld = 32064, pb.temperature = 2.0;
+    }
+    if (k == 2) {
+      pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+      pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
+    }
+    TH_OK(prob_validate(&pb, "e16"));
+    recipe r, st;
+    TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
+    TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.stats", TP, &st));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    const int bn = g->variant.bn;
+    TH_CHECK(r.stats_why == NULL && r.geom.e16 == 1 && st.geom.e16 == 0);
+    TH_CHECK(g->variant.stats.e16 == 1 && g->spec.gemm_e16 == 1 &&
+             st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
+    TH_CHECK(r.geom.stats_tiles == st.geom.stats_tiles && r.geom.logit == KLJIT_FP16 &&
+             r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
+    const int64_t chunk = st.geom.tune.chunk_rows > 4096 ? 8192 : 2 * st.geom.tune.chunk_rows;
+    TH_CHECK(r.geom.tune.chunk_rows == chunk);
+    TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
+    TH_CHECK(k != 2 || r.geom.chunk_eighths == 4);
+    const kspec *got[3] = {&r.geom.rows, &r.rows_part[0], &r.rows_part[1]};
+    const kspec *was[3] = {&st.geom.rows, &st.rows_part[0], &st.rows_part[1]};
+    for (int m = 0; m < 3; m++) {
+      kspec want = *was[m];
+      want.logit = KLJIT_FP16, want.ld = want.ldg = r.geom.ld, want.inplace = 0, want.etile = bn;
+      TH_CHECK(memcmp(&want, got[m], sizeof want) == 0);
+    }
+    for (int sl = 0; sl < RECIPE_SLOTS; sl++) {
+      TH_CHECK(r.gemm[sl].used == st.gemm[sl].used);
+      if (!r.gemm[sl].used) continue;
+      TH_CHECK(r.gemm[sl].shape.ldg == r.geom.ld && r.gemm[sl].rows == chunk);
+      TH_CHECK(r.gemm[sl].shape.v == st.gemm[sl].shape.v && r.gemm[sl].shape.ld == r.geom.ld);
+    }
+    /* the chunk buffer: 2 bytes an element of the (longer) chunk in every mode */
+    kiface_layout lay;
+    TH_OK(layout_of_problem(&pb, &r.geom.tune, &lay));
+    for (int m = KLJIT_MODE_FUSED; m <= KLJIT_MODE_BACKWARD; m++) {
+      const int64_t rows = 20000, n = prob_chunk_rows(&r.geom, rows);
+      const prob_workspace w = prob_workspace_layout(&pb, &r.geom, &lay, (kljit_mode)m, rows);
+      TH_CHECK(w.g == w.z && w.zt - w.z == ((size_t)n * (size_t)r.geom.ld * 2 + 255) / 256 * 256);
+    }
+    if (e16_rows_compile(&r.rows_part[0], bn, KSTEP_FUSED, KSTEP_FORWARD) != TH_PASS ||
+        e16_rows_compile(&r.rows_part[1], bn, KSTEP_BACKWARD, KSTEP_SUMS) != TH_PASS)
+      return TH_FAIL;
+    TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
+  }
+  /* out of scope (a bias; sm_80): neither epilogue */
+  for (int k = 0; k < 2; k++) {
+    kljit_problem pb = base(2048, 32000);
+    if (!k) pb.flags |= KLJIT_FLAG_BIAS;
+    recipe r;
+    TH_OK(stats_recipe(&pb, k ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
+    TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
+             r.gemm[RECIPE_LOGITS].variant.stats.e16 == 0 && r.geom.logit == KLJIT_FP32);
+  }
+  static const char *const bad[] = {"dx:jit.e16", "all:jit.e16", "logits:cublas.e16",
+                                    "logits:jit.e16.stats", "logits:.e16"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    recipe r;
+    kljit_problem pb = base(2048, 32000);
+    TH_STATUS(stats_recipe(&pb, 90, bad[i], TP, &r), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), "may end in .stats or .e16") != NULL);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
     {"each_gemm_is_a_slot_with_its_engine", each_gemm_is_a_slot_with_its_engine},
     {"the_statistics_epilogue_is_taken_only_in_its_scope",
      the_statistics_epilogue_is_taken_only_in_its_scope},
+    {"the_e16_epilogue_follows_the_statistics_epilogue",
+     the_e16_epilogue_follows_the_statistics_epilogue},
 };
 TH_MAIN(cases)
