@@ -19,6 +19,13 @@ float64, beside today's fp32 form, at issue 27's bar (loss relative error at mos
   E fp16     s = m_tile + log(E) with E rounded to fp16 (E below fp16's smallest subnormal,
              2^-24, is stored as 2^-24: a zero would make log E = -inf)
   E bf16     the same with E in bf16
+  E fp16 2^15  what the logits GEMM's E16 epilogue stores (templates/gemm_sm90.cu.lua): fp16 of
+             2^15 E, the tile's largest term at the top of fp16's range, so that E reaches the
+             subnormals only 20 nats below m_tile and the 2^-24 floor 27 below (fp16 E alone: 10
+             and 17); pass 2 takes s = m_tile - 15 log 2 + log(stored)
+  E u16      an unsigned 16-bit float of 5 exponent and 11 fraction bits over (0, 1] (twice
+             fp16's precision, floored at 2^-31, 21.5 nats): the alternative not taken, as
+             precise at these sizes (bench/RESULTS.md)
 
 lse comes from the fp32 (max, sum-exp) records either way; sum p log p from the teacher alone.
 Each logit's terms are fp32; the sums over the vocabulary and the rows are taken in float64, so
@@ -43,7 +50,7 @@ if HERE not in sys.path:  # loaded by path (the tests): bench/ holds study_args
     sys.path.insert(0, HERE)
 import study_args  # noqa: E402
 
-FORMS = ("fp32", "E fp16", "E bf16")
+FORMS = ("fp32", "E fp16", "E bf16", "E fp16 2^15", "E u16")
 BLOCK = 512
 
 
@@ -78,7 +85,25 @@ def block_losses(torch, x, w, t: float, bn: int, g) -> Dict[str, float]:
         stored = e.to(dt).to(f32).clamp_min(2.0 ** -24)
         s_back = (m + torch.log(stored)).view(n, v)
         out[form] = float((plogp - (p32 * s_back).to(f64).sum(-1) + sp * lse64).sum())
+    for form, stored in (("E fp16 2^15", shifted_fp16(torch, e)), ("E u16", u16(torch, e))):
+        s_back = (m + torch.log(stored)).view(n, v)
+        out[form] = float((plogp - (p32 * s_back).to(f64).sum(-1) + sp * lse64).sum())
     return out
+
+
+def shifted_fp16(torch, e):
+    """E as the logits GEMM's E16 epilogue first stored it: fp16 of 2^15 E (the tile's largest
+    term at the top of fp16's range), read as at least fp16's smallest subnormal, times 2^-15."""
+    return (e * 32768.0).to(torch.float16).to(torch.float32).clamp_min(2.0 ** -24) / 32768.0
+
+
+def u16(torch, e):
+    """E (in (0, 1]) as an unsigned 16-bit float of 5 exponent and 11 fraction bits: the fp32
+    bits rounded to nearest at bit 12 less 96 << 11 (exponent field 0 is 2^-31's binade, every
+    code normal), a value below 2^-31 read as 2^-31; twice fp16's precision, no sign bit."""
+    b = e.contiguous().view(torch.int32).to(torch.int64) + 0x800
+    u = ((b >> 12) - (96 << 11)).clamp_min(0)
+    return ((u + (96 << 11)) << 12).to(torch.int32).view(torch.float32)
 
 
 def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,

@@ -150,7 +150,8 @@ class CompareTest(unittest.TestCase):
     def test_loss_from_e16_precision_separates_the_storage_from_the_fp32_form(self) -> None:
         """At logit std 6, T = 1 (256 rows, fixed seed): today's fp32 form is within 1e-6 of
         float64; s taken back from an fp16 E adds its rounding (more than 2x the fp32 form's
-        error) but stays under 1e-5 at this size; a bf16 E is further off."""
+        error) but stays under 1e-5 at this size, as do the E16 epilogue's form (fp16 of 2^15 E)
+        and the unsigned 16-bit one; a bf16 E is further off."""
         torch = require("torch")
         study = load_script("loss_from_e16_precision")
         errs = study.errors(torch, 256, 64, 4096, 128, 6.0, 1.0, 0)
@@ -159,6 +160,9 @@ class CompareTest(unittest.TestCase):
         self.assertGreater(errs["E fp16"], 2 * errs["fp32"])
         self.assertLess(errs["E fp16"], 1e-5)
         self.assertGreater(errs["E bf16"], errs["E fp16"])
+        self.assertLess(errs["E fp16 2^15"], 1e-5)
+        self.assertLess(errs["E u16"], 1e-5)
+        self.assertGreater(errs["E bf16"], errs["E fp16 2^15"])
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
 
