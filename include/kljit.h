@@ -482,7 +482,11 @@ typedef struct kljit_context_options {
    * log-probabilities, the forward KL without softcap, CE mixing or bias, a constant
    * temperature, fp32 chunk logits, the two-pass rows, unsharded; elsewhere the rows' pass runs
    * and the plan's description says why; the workspace then holds one record per chunk row and
-   * column tile; the split API refuses such a plan). ".stats" on another GEMM or backend is
+   * column tile; the split API refuses such a plan). ".e16" ("logits:jit.e16", experimental,
+   * not yet run on a GPU) takes ".stats" and, where it is taken, writes the tile as fp16
+   * E = 2^15 exp(s - m) (backward: exp(s - lse) of the saved statistics) instead of the fp32
+   * logits, which the rows read and G overwrites: 2 bytes an element of the chunk, so the chunk
+   * holds twice the rows. ".stats" or ".e16" on another GEMM or backend is
    * refused. KLJIT_GEMM set to such a list fills it
    * (gemm then DEFAULT). A generated backend where it does not apply (not sm_90, 32-bit inputs,
    * H not a multiple of 8) runs cuBLASLt, and the plan's description says so. NULL: none. */
