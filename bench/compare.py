@@ -34,7 +34,10 @@ V x H fp32 buffer) and kljit_fused_accum_out (grad_weight_accum='output': dW acc
 across chunks, as Liger does by default, whatever the chunk count). For the speed/precision trade of bf16 logits: kljit_fused_native
 (native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in fp32) and
 kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
-class on both counts).
+class on both counts). For issue 27's step 2: kljit_c_e16, kljit_c with the plan made in a
+context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16 E,
+docs/architecture.md; its plan's description says where it is not taken), to be alternated with
+kljit_c and the peers.
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -142,7 +145,7 @@ ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_onlin
                   "liger_jsd_hard", "kljit_jsd_hard")
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
-           "kljit_fused_native", "kljit_fused_native_accum_out") + ONLINE_METHODS
+           "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16") + ONLINE_METHODS
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -648,14 +651,44 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     kl = env.kljit
     if method == "kljit_c":
         return c_call(config), ""
+    if method == "kljit_c_e16":
+        if shape.sparse:
+            return None, "E16 takes a dense teacher"
+        return c_call(config, "logits:jit.e16"), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""
 
 
-def c_call(config: Any) -> Callable:
+def replanned(call: Any, gemm: str) -> Any:
+    """`call` (a kljit._ops.Call) bound to a plan of its problem made in a context of its own
+    whose KLJIT_GEMM is `gemm` (the library reads it when a context is made): the same tensors,
+    arguments and workspace rules, another recipe."""
+    from kljit import _lib, _ops
+
+    old = os.environ.get("KLJIT_GEMM")
+    os.environ["KLJIT_GEMM"] = gemm
+    try:
+        plan = _lib.Plan(_lib.Context(call.checked.spec.device_index or 0),
+                         call.checked.spec.problem)
+    finally:
+        if old is None:
+            del os.environ["KLJIT_GEMM"]
+        else:
+            os.environ["KLJIT_GEMM"] = old
+    checked = _ops.Checked.__new__(_ops.Checked)
+    for slot in _ops.Checked.__slots__:
+        setattr(checked, slot, getattr(call.checked, slot))
+    checked.plan, checked.sizes = plan, {}
+    out = _ops.Call.__new__(_ops.Call)
+    out._bind(checked, call.tensors)
+    return out
+
+
+def c_call(config: Any, gemm: Optional[str] = None) -> Callable:
     """kljit_fused straight through ctypes: the binding's plan (kljit._ops.Call, made at the
-    first call, in the warm-up), fresh outputs and workspace from torch's allocator per step as
-    the binding has, the gradients set as .grad; the loss returned as a leaf so that the step's
+    first call, in the warm-up; with `gemm`, that problem planned in a context whose KLJIT_GEMM
+    is `gemm`: replanned), fresh outputs and workspace from torch's allocator per step as the
+    binding has, the gradients set as .grad; the loss returned as a leaf so that the step's
     backward() costs nothing."""
     from kljit import _ops
     from kljit._lib import Mode
@@ -668,6 +701,8 @@ def c_call(config: Any) -> Callable:
             made["call"] = _ops.Call(config.key, x.detach(), w.detach(), None, inp.teacher,
                                      kw.get("teacher_ids"), kw.get("teacher_values"), None,
                                      math.nan)
+            if gemm:
+                made["call"] = replanned(made["call"], gemm)
         call = made["call"]
         args = call.args()
         loss = call.loss()

@@ -116,6 +116,22 @@ class CompareTest(unittest.TestCase):
                          ["eager", "kljit_fused", "kljit_two_phase"])
         self.assertEqual(compare.csv_path(Path("a/b.md")), Path("a/b.csv"))
 
+    @labels("torch")
+    def test_compare_builds_the_e16_call_for_dense_teachers_only(self) -> None:
+        """kljit_c_e16 (issue 27's E16 beside kljit_c): a dense shape gets a C call (made at its
+        first step, not here); a sparse shape is skipped with the reason."""
+        torch = require("torch")
+        compare = load_script("compare")
+        env = compare.Env(torch=torch, device="cpu", kljit=object())
+        args = compare.parse_args(["--device", "cpu"])
+        fn, why = compare.build_method(env, "kljit_c_e16", compare.DENSE_SHAPES[3], args, {})
+        self.assertTrue(callable(fn) and why == "")
+        fn, why = compare.build_method(env, "kljit_c_e16", compare.SPARSE_SHAPES[0], args, {})
+        self.assertIsNone(fn)
+        self.assertEqual(why, "E16 takes a dense teacher")
+        self.assertIn("kljit_c_e16", compare.METHODS)
+        self.assertNotIn("kljit_c_e16", compare.DENSE_DEFAULT)
+
     def test_compare_states_the_alternated_ratio_from_unrounded_times(self) -> None:
         compare = load_script("compare")
         shape = compare.DENSE_SHAPES[0]
