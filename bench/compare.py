@@ -5,7 +5,8 @@
     PYTHONPATH=python python3 bench/compare.py [--shapes all] [--methods ...] [--out FILE]
 
 Methods (each computes loss and the gradients of X and W for the same loss: dense teacher
-probabilities, T = 1, batchmean, eps 1e-10; or the sparse top-K teacher, tail 'none'):
+probabilities, T = 1 (or --temperature), batchmean, eps 1e-10; or the sparse top-K teacher, tail
+'none'):
   eager            plain PyTorch (kljit.reference.kl_div_reference): F.linear, log_softmax in
                    fp32, autograd. Sparse shapes: the teacher scattered into a dense N x V
                    tensor first ("dense-from-sparse").
@@ -225,6 +226,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--logit-std", type=parse_stds, default=parse_stds("3"),
                    help="online-teacher methods: the std of the student and teacher logits, "
                         "one run per value, comma-separated (default 3; the bars: 2 to 12)")
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="dense and sparse methods and the reference: T, dividing the student "
+                        "logits (kljit's LossConfig.temperature, Liger's temperature; default 1)")
     p.add_argument("--beta", type=float, default=0.5,
                    help="liger_jsd and kljit_jsd: the JSD's beta, in (0, 1) (default 0.5)")
     p.add_argument("--hard-weight", type=float, default=0.5,
@@ -256,6 +260,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         p.error("--repeats and --warmup must be >= 1 (the warm-up compiles)")
     if not 0 < args.beta < 1:
         p.error("--beta must be in (0, 1): beta 0 is the *_fkl_online methods")
+    if not 0 < args.temperature < math.inf:
+        p.error("--temperature must be > 0")
     if not 0 < args.hard_weight <= 1:
         p.error("--hard-weight must be in (0, 1]")
     return args
@@ -618,6 +624,7 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
 
     teacher = "sparse_topk" if shape.sparse else "dense_probs"
     config = LossConfig(teacher=teacher, reduction="batchmean", eps=EPS, tail=args.tail,
+                        temperature=args.temperature,
                         mode="two_phase" if method == "kljit_two_phase" else "fused",
                         grad_weight_accum=("output" if method.endswith("accum_out") else
                                            "fp32" if method.endswith("accum_fp32") else "auto"),
@@ -643,7 +650,7 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
         if env.liger_cls is None:
             return None, env.liger_note
         accum = torch.float32 if method == "liger_accum_fp32" else None
-        loss_fn = env.liger_cls(reduction="batchmean", temperature=1.0, eps=EPS,
+        loss_fn = env.liger_cls(reduction="batchmean", temperature=args.temperature, eps=EPS,
                                 accum_dtype=accum)
         return (lambda x, w, inp: loss_fn(x, w, inp.teacher)), ""
     if env.kljit is None:
@@ -989,7 +996,8 @@ def reference(env: Env, inp: Inputs, shape: Shape, args: argparse.Namespace) -> 
     from kljit.reference import kl_div_fp64
 
     teacher = "sparse_topk" if shape.sparse else "dense_probs"
-    config = LossConfig(teacher=teacher, reduction="batchmean", eps=EPS, tail=args.tail)
+    config = LossConfig(teacher=teacher, reduction="batchmean", eps=EPS, tail=args.tail,
+                        temperature=args.temperature)
     chunk = max(64, min(4096, (512 << 20) // (8 * shape.v)))
     ref = kl_div_fp64(inp.x, inp.w, inp.teacher, teacher_ids=inp.ids, teacher_values=inp.vals,
                       config=config, chunk_rows=chunk)

@@ -5,12 +5,15 @@ plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the st
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
 neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py,
-e16_divergences_precision.py (and compare.py's timing loop): torch on the CPU.
+e16_divergences_precision.py, precision.py's smoke run (and compare.py's timing loop): torch on
+the CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import subprocess
 import sys
@@ -131,6 +134,40 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(why, "E16 takes a dense teacher")
         self.assertIn("kljit_c_e16", compare.METHODS)
         self.assertNotIn("kljit_c_e16", compare.DENSE_DEFAULT)
+
+    @labels("torch")
+    def test_precision_runs_the_protocol_and_judges_each_error_by_its_bar(self) -> None:
+        """bench/precision.py on the CPU (a 48 x 32 x 300 shape, eager as the method, a fake
+        liger): the inputs have the logit scale asked; every (std, T) gets a row per method, its
+        errors against float64 beside the bars' verdicts (a dW bar a quarter of liger's); online
+        methods and bad lists are refused."""
+        torch = require("torch")
+        precision = load_script("precision")
+        inp = precision.ProtocolInputs(torch, 256, 64, 500, 6.0, 0, "cpu")
+        self.assertAlmostEqual(inp.std_measured, 6.0, delta=0.6)
+        self.assertTrue(torch.allclose(inp.teacher.float().sum(-1), torch.ones(256), atol=0.02))
+        compare = precision.compare
+        shape = compare.Shape(4, 4, 4, 0)
+        ok = compare.Result("kljit_fused", shape, loss_err=1e-6, dx_err=2e-3, dw_err=3e-3)
+        liger = compare.Result("liger", shape, loss_err=1e-5, dx_err=1e-2, dw_err=1e-2)
+        bad = compare.Result("kljit_c_e16", shape, status="FAILED", note="boom")
+        rows = precision.rows_of(2.0, 2.01, 1.0, [ok, liger, bad])
+        self.assertIn("1.00e-06 ok | 2.000e-03 ok | 3.000e-03 over |", rows[0])
+        self.assertIn("| liger | 1.00e-05 over |", rows[1])
+        self.assertIn("FAILED: boom", rows[2])
+        self.assertIn("- |", precision.rows_of(2.0, 2.01, 0.7, [ok])[0])  # T 0.7: not judged
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = precision.main(["--device", "cpu", "--rows", "48", "--hidden", "32",
+                                 "--vocab", "300", "--stds", "2", "--temps", "1,0.5",
+                                 "--methods", "eager"])
+        lines = [line for line in buf.getvalue().splitlines() if line.startswith("| 2 ")]
+        self.assertEqual(rc, 0)
+        self.assertEqual(len(lines), 2)
+        self.assertTrue(all("| eager |" in line and "e-0" in line for line in lines))
+        for bad_args in (["--methods", "kljit_jsd"], ["--stds", "0"], ["--temps", "a"]):
+            with self.assertRaises(SystemExit):
+                precision.parse_args(bad_args)
 
     def test_compare_states_the_alternated_ratio_from_unrounded_times(self) -> None:
         compare = load_script("compare")
