@@ -527,7 +527,8 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
   if (st == KLJIT_SUCCESS && (stats_out || all) && p->rec.geom.stats_tiles)
     st = err_set(KLJIT_ERR_UNSUPPORTED,
                  "%s: the plan computes its row statistics in the logits GEMM's epilogue "
-                 "(KLJIT_GEMM's logits:jit.stats), which serves unsharded calls only", who);
+                 "(KLJIT_GEMM's logits:jit.stats or .e16), which serves unsharded calls only",
+                 who);
   if (st == KLJIT_SUCCESS && !(stats_out && all && !p->rec.geom.rows.div)) {
     exec_call c;
     memset(&c, 0, sizeof c);
