@@ -17,12 +17,13 @@ static const struct {
   char letter;
   int tweak; /* a KSPEC_GEMM_* bit; 0: the schedule (p) or the epilogue (s) */
 } FLAGS[] = {{'p', 0}, {'s', 0}, {'w', KSPEC_GEMM_ARRIVE_WARP}, {'c', KSPEC_GEMM_STREAM_C},
-             {'a', KSPEC_GEMM_L2_KEEP_A}, {'b', KSPEC_GEMM_L2_KEEP_B}};
+             {'a', KSPEC_GEMM_L2_KEEP_A}, {'b', KSPEC_GEMM_L2_KEEP_B}, {'e', 0}};
 enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
 static int has_flag(const prob_gemm_choice *c, int i) {
   return FLAGS[i].letter == 'p'   ? c->schedule == 'p'
          : FLAGS[i].letter == 's' ? c->epilogue == 's'
+         : FLAGS[i].letter == 'e' ? c->e16 != 0
                                   : (c->tweaks & FLAGS[i].tweak) != 0;
 }
 
@@ -42,13 +43,14 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   char r = 0;
   if (sscanf(s, "%d.%d.%d.%c.%d%n", &bn, &cons, &stages, &r, &cl, &used) != 5) return -1;
   const char *f = s + used;
-  int pp = 0, staged = 0, tweaks = 0;
+  int pp = 0, staged = 0, tweaks = 0, e16 = 0;
   if (*f == '.') { /* flags, in FLAGS' order, at least one; a and b exclusive */
     f++;
     const char *start = f;
     for (int i = 0; i < NFLAGS; i++)
       if (*f == FLAGS[i].letter) {
         pp |= FLAGS[i].letter == 'p', staged |= FLAGS[i].letter == 's';
+        e16 |= FLAGS[i].letter == 'e';
         tweaks |= FLAGS[i].tweak, f++;
       }
     if (f == start || (tweaks & KSPEC_GEMM_L2_KEEP_A && tweaks & KSPEC_GEMM_L2_KEEP_B)) return -1;
@@ -59,6 +61,7 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
   c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->tweaks = tweaks;
+  c->e16 = e16;
   c->used = 1;
   return 0;
 }
@@ -91,6 +94,12 @@ static int hex_word(const char *s, uint64_t *out) {
   return 0;
 }
 
+/* A generated choice of c->kind from its variant text; E16 (flag e) is the logits GEMM's. */
+static int jit_of_kind(const char *s, prob_gemm_choice *c) {
+  if (gemm_algo_jit_parse(s, c)) return -1;
+  return c->e16 && c->kind != GEMM_LOGITS ? -1 : 0;
+}
+
 int gemm_algo_parse(const char *text, prob_gemm_choice *c) {
   memset(c, 0, sizeof *c);
   const char *colon = strchr(text, ':');
@@ -108,12 +117,12 @@ int gemm_algo_parse(const char *text, prob_gemm_choice *c) {
   c->n = n, s = end + 1;
   if (strncmp(s, "b0:", 3) && strncmp(s, "b1:", 3)) return -1;
   c->beta_zero = s[1] == '0', s += 3;
-  if (!strncmp(s, "jit:", 4)) return gemm_algo_jit_parse(s + 4, c); /* unversioned */
+  if (!strncmp(s, "jit:", 4)) return jit_of_kind(s + 4, c); /* unversioned */
   if (strncmp(s, "lt", 2) || s[2] < '1' || s[2] > '9') return -1;
   c->lt_version = strtoull(s + 2, &end, 10);
   if (*end != ':') return -1;
   s = end + 1;
-  if (!strncmp(s, "jit:", 4)) return gemm_algo_jit_parse(s + 4, c);
+  if (!strncmp(s, "jit:", 4)) return jit_of_kind(s + 4, c);
   if (strlen(s) != 16 * PROB_GEMM_ALGO_WORDS) return -1;
   for (int i = 0; i < PROB_GEMM_ALGO_WORDS; i++)
     if (hex_word(s + 16 * i, &c->algo[i])) return -1;
@@ -232,6 +241,8 @@ static int select_item(const char *s, const char *end, gemm_select out[3]) {
     g.backend = GEMM_BACKEND_JIT;
   } else if (!strncmp(b, "jit.", 4)) {
     if (gemm_algo_jit_parse(b + 4, &g.choice)) return -1;
+    /* E16 (flag e) is the logits GEMM's */
+    if (g.choice.e16 && (first != GEMM_LOGITS || last != GEMM_LOGITS)) return -1;
     g.backend = GEMM_BACKEND_JIT, g.variant = 1;
   } else {
     return -1;
@@ -263,7 +274,7 @@ kljit_status gemm_algo_select(const kljit_context_options *o, gemm_select out[3]
       return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                      "options->gemm_choice (KLJIT_GEMM) = \"%s\": cannot read \"%.*s\": items "
                      "are <logits|dx|dw|all>:<default|cublas|cublas.<k>|jit|jit.<BN>.<CONSUMERS>."
-                     "<STAGES>.<m|n|g>.<CLUSTER>[.<flags: p, s, w, c, a|b, in order>]>, "
+                     "<STAGES>.<m|n|g>.<CLUSTER>[.<flags: p, s, w, c, a|b, e, in order>]>, "
                      "comma-separated; logits' jit backends may end in .stats or .e16",
                      o->gemm_choice, (int)(end - s), s);
     s = *end ? end + 1 : end;

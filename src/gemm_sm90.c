@@ -75,6 +75,7 @@ jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g
     v.cluster = c->cluster, v.schedule = c->schedule == 'p' ? 'p' : 'c';
     v.epilogue = c->epilogue == 's' ? 's' : 'd';
     v.tweaks = c->tweaks;
+    v.stats.e16 = c->e16; /* the logits GEMM's E16, taken where recipe.c's scope holds */
   }
   if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
   return v;

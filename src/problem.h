@@ -54,6 +54,7 @@ typedef struct prob_gemm_choice {
   char schedule; /* generated: 'c' (or 0) cooperative, 'p' pingpong (jgemm_variant.schedule) */
   char epilogue; /* generated: 'd' (or 0) direct, 's' staged (jgemm_variant.epilogue) */
   int tweaks;    /* generated: KSPEC_GEMM_* bits (jgemm_variant.tweaks) */
+  int e16;       /* generated logits GEMM: E16 (flag 'e': the chunk as fp16 E, recipe.c) */
 } prob_gemm_choice;
 
 typedef struct prob_tuning {

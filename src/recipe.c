@@ -263,14 +263,18 @@ static const char *stats_unfit(const kljit_problem *pb, const recipe *r) {
 }
 
 /* The logits GEMM's statistics epilogue where the options ask for it (KLJIT_GEMM's
- * logits:jit.stats) and stats_unfit has no objection: the slot's variant gets STATS, and the
- * geometry says that pass 1 is in the GEMM (stats_tiles: records per row). Else the rows' pass
- * 1 stays, and r->stats_why says why. */
+ * logits:jit.stats or .e16) or the slot's generated choice has E16 (flag e: the options' or the
+ * tuning's) and stats_unfit has no objection: the slot's variant gets STATS, and the geometry
+ * says that pass 1 is in the GEMM (stats_tiles: records per row); with E16, the rest below. Else
+ * the rows' pass 1 stays, and r->stats_why says why. */
 static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int chunk_set,
                          recipe *r) {
-  if (!sel[GEMM_LOGITS].stats) return;
-  if ((r->stats_why = stats_unfit(pb, r)) != NULL) return;
   recipe_gemm *g = &r->gemm[RECIPE_LOGITS];
+  const int e16 = sel[GEMM_LOGITS].e16 ||
+                  (g->used && g->engine == RECIPE_GENERATED && g->variant.stats.e16);
+  g->variant.stats.e16 = 0; /* set below where it is taken */
+  if (!sel[GEMM_LOGITS].stats && !e16) return;
+  if ((r->stats_why = stats_unfit(pb, r)) != NULL) return;
   g->variant.stats.teacher = names_teacher(pb->teacher);
   g->variant.stats.tdt = pb->teacher_dtype;
   g->variant.stats.tld = prob_teacher_ld(pb);
@@ -282,8 +286,8 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
   r->geom.rows.merge_block = 1;
   for (int k = 0; k < 2; k++)
     if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
-  if (!sel[GEMM_LOGITS].e16) return;
-  /* E16 (logits:jit.e16): in every mode the GEMM writes E in fp16 instead of the fp32 logits,
+  if (!e16) return;
+  /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes E in fp16 instead of the fp32 logits,
    * 2^15 exp(s - m_tile) beside the records (fused, forward) or 2^15 exp(s - lse) from the
    * saved statistics (backward); the rows read it (ETILE) and G overwrites it, element by
    * element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */

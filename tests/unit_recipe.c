@@ -443,8 +443,8 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * element in every mode, the dX and dW GEMMs read G at that stride, the tuning's chunk doubles
  * (the same bytes) and a short call with a 16-bit dW takes half its rows a chunk; nothing else
  * differs from logits:jit.stats. The modules render without pass 1 (nor kl_dense_sums) and
- * compile for sm_90a. Out of that scope nothing of it is taken; asked of the other GEMMs it is
- * refused. */
+ * compile for sm_90a. A tuning's logits choice with E16 (flag e) takes it the same way. Out of
+ * that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
@@ -496,6 +496,27 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
         e16_rows_compile(&r.rows_part[1], bn, KSTEP_BACKWARD, KSTEP_SUMS) != TH_PASS)
       return TH_FAIL;
     TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
+  }
+  /* a tuning's logits choice with E16 (flag e, wisdom's) takes it without the options, in
+   * its scope; outside (a bias) its variant runs without it and the description says why */
+  for (int k = 0; k < 2; k++) {
+    kljit_problem pb = base(2048, 32000);
+    if (k) pb.flags |= KLJIT_FLAG_BIAS;
+    const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, ""};
+    const kljit_context_options o = options_of(&c);
+    prob_tuning t = prob_estimate(&pb, 90, &o);
+    char text[96];
+    snprintf(text, sizeof text, "logits:%lld:b0:jit:128.2.6.g.1.pe", (long long)t.chunk_rows);
+    prob_gemm_choice pc;
+    TH_CHECK(gemm_algo_parse(text, &pc) == 0 && pc.e16 == 1);
+    TH_CHECK(gemm_algo_add(&t, &pc) == 0);
+    recipe r;
+    TH_OK(recipe_make(&pb, &t, &o, 90, SMS, &r));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    TH_CHECK(g->engine == RECIPE_GENERATED && g->from == JGEMM_FROM_TUNING);
+    TH_CHECK(g->variant.schedule == 'p' && g->variant.bn == 128);
+    TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
+    TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
   /* out of scope (a bias; sm_80): neither epilogue */
   for (int k = 0; k < 2; k++) {

@@ -197,6 +197,30 @@ static int gemm_in(const char *dir) {
   TH_CHECK(pc.tweaks == (KSPEC_GEMM_ARRIVE_WARP | KSPEC_GEMM_STREAM_C | KSPEC_GEMM_L2_KEEP_B));
   gemm_algo_text(&pc, again);
   TH_CHECK(!strcmp(again, pc_text));
+  /* E16 (flag e, last) round-trips on the logits GEMM and reaches the variant; another GEMM's
+   * choice with it is refused, in wisdom's text and in the options' */
+  snprintf(pc_text, sizeof pc_text, "logits:1024:b0:lt%llu:jit:128.2.6.g.1.pe", lt);
+  TH_CHECK(gemm_algo_parse(pc_text, &pc) == 0 && pc.e16 == 1 && pc.schedule == 'p');
+  gemm_algo_text(&pc, again);
+  TH_CHECK(!strcmp(again, pc_text));
+  TH_CHECK(jgemm_slot_variant(&pb, &g, JGEMM_LOGITS, &pc).stats.e16 == 1);
+  TH_CHECK(gemm_algo_parse("logits:1024:b0:jit:128.2.6.g.1.ep", &pc) != 0); /* out of order */
+  snprintf(pc_text, sizeof pc_text, "dx:1024:b0:lt%llu:jit:128.2.6.g.1.pe", lt);
+  TH_CHECK(gemm_algo_parse(pc_text, &pc) != 0);
+  TH_CHECK(gemm_algo_parse("dw:1024:b1:jit:256.2.4.g.1.se", &pc) != 0);
+  {
+    kljit_context_options oe;
+    TH_OK(kljit_context_options_default(&oe));
+    gemm_select sel[3];
+    oe.gemm_choice = "logits:jit.128.2.6.g.1.pe";
+    TH_OK(gemm_algo_select(&oe, sel));
+    TH_CHECK(sel[GEMM_LOGITS].variant && sel[GEMM_LOGITS].choice.e16 == 1 &&
+             !sel[GEMM_LOGITS].e16);
+    oe.gemm_choice = "dx:jit.128.2.6.g.1.pe";
+    TH_STATUS(gemm_algo_select(&oe, sel), KLJIT_ERR_INVALID_ARGUMENT);
+    oe.gemm_choice = "all:jit.256.2.4.g.1.e";
+    TH_STATUS(gemm_algo_select(&oe, sel), KLJIT_ERR_INVALID_ARGUMENT);
+  }
   /* not sm_90, or the options' cuBLASLt: cuBLASLt, saying why or whence */
   jgemm_pick_slot(&pb, &g, 80, def, JGEMM_LOGITS, &k);
   TH_CHECK(!k.jit && k.why && strstr(k.why, "sm_90"));
