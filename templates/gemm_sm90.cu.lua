@@ -334,6 +334,49 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
                      __shfl_sync(0xffffffffu, a[0], 2 * q + 16));
 }
 
+/* The max of s = alpha acc / T over the tile's columns below N of this thread's two fragment
+ * rows (element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2), then over the row's four
+ * lanes (lane % 4) by shuffles: every lane of a row gets its max. */
+__device__ __forceinline__ void tile_row_max(const float* d, int col, int N, float alpha,
+                                             float (&m)[2]) {
+  m[0] = m[1] = KL_NEG_INF;
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      if (col + 8 * i + (e & 1) < N)
+        m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
+  }
+}
+
+/* The records of this thread's two fragment rows (row, row + 8) in column tile tn: their sums
+ * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
+ * writes m, d = dscale sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp),
+ * for the rows below M. */
+__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float dscale,
+                                             float2 mass, int row, int M,
+                                             float* __restrict__ part, int tiles_n, int tn,
+                                             int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
+    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
+  }
+  if (lane % 4) return;
+  const float sp[2] = {mass.x, mass.y};
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    if (row + 8 * h >= M) continue;
+    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+    rec[PART_M] = m[h], rec[PART_D] = sd[h] * dscale, rec[PART_SP] = sp[h];
+    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+  }
+}
+
 /* The pass-1 record of each of this consumer warp's 16 rows (r0 + lane / 4 and 8 more, see
  * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
  * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
@@ -346,19 +389,8 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
   const float2 mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
-  float m[2] = {KL_NEG_INF, KL_NEG_INF};
-#pragma unroll
-  for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      if (col + 8 * i + (e & 1) < N)
-        m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
-    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
-  }
-  const bool in[2] = {row < M, row + 8 < M};
+  float m[2];
+  tile_row_max(d, col, N, alpha, m);
   float sd[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
@@ -366,20 +398,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
-    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
-  }
-  if (lane % 4) return;
-  const float sp[2] = {mass.x, mass.y};
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    if (!in[h]) continue;
-    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
-    rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
-    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f; /* pass 1's neutral teacher (max, sum-exp) */
-  }
+  tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane);
 }
 
 %if E16 then
@@ -397,21 +416,11 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
                                          const float* __restrict__ rowstat, int rsf) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
-  float m[2] = {KL_NEG_INF, KL_NEG_INF};
+  float m[2];
   float2 mass = make_float2(0.0f, 0.0f);
   if (part) {
     mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
-#pragma unroll
-    for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        if (col + 8 * i + (e & 1) < N)
-          m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
-      m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
-    }
+    tile_row_max(d, col, N, alpha, m);
   } else {
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -441,21 +450,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         if (c + 1 < N) p[1] = e[1];
       }
     }
-  if (!part) return;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
-    sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
-  }
-  if (lane % 4) return;
-  const float sp[2] = {mass.x, mass.y};
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    if (row + 8 * h >= M) continue;
-    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
-    rec[PART_M] = m[h], rec[PART_D] = sd[h] * (1.0f / 32768.0f), rec[PART_SP] = sp[h];
-    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
-  }
+  if (part) tile_records(m, sd, 1.0f / 32768.0f, mass, row, M, part, tiles_n, tn, lane);
 }
 
 %end

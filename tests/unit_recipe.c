@@ -315,6 +315,18 @@ static kljit_status stats_recipe(const kljit_problem *pb, int arch, const char *
   return recipe_make(pb, NULL, &o, arch, SMS, r);
 }
 
+/* Each of the n KLJIT_GEMM texts is refused, the error naming the suffixes the logits item's
+ * jit backends may take. */
+static int choices_refused(const char *const *bad, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    recipe r;
+    kljit_problem pb = base(2048, 32000);
+    TH_STATUS(stats_recipe(&pb, 90, bad[i], TP, &r), KLJIT_ERR_INVALID_ARGUMENT);
+    TH_CHECK(strstr(kljit_last_error(), "may end in .stats or .e16") != NULL);
+  }
+  return TH_PASS;
+}
+
 /* KLJIT_GEMM's logits:jit.stats: the generated logits GEMM writes the rows' pass-1 records
  * (its spec's STATS with the teacher's form, dtype, stride and T; the geometry's stats_tiles =
  * its column tiles, the records a row) exactly where the scope holds, the workspace's records
@@ -408,13 +420,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   /* asked of a GEMM it is not for, or of cuBLASLt */
   static const char *const bad[] = {"dx:jit.stats", "all:jit.stats", "logits:cublas.stats",
                                     "logits:default.stats", "logits:.stats", "dw:jit.stats"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    recipe r;
-    kljit_problem pb = base(2048, 32000);
-    TH_STATUS(stats_recipe(&pb, 90, bad[i], TP, &r), KLJIT_ERR_INVALID_ARGUMENT);
-    TH_CHECK(strstr(kljit_last_error(), "may end in .stats") != NULL);
-  }
-  return TH_PASS;
+  return choices_refused(bad, sizeof bad / sizeof bad[0]);
 }
 
 /* The rows module `k` renders with ETILE and compiles for sm_90a; it declares `has` and not
@@ -529,13 +535,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
   }
   static const char *const bad[] = {"dx:jit.e16", "all:jit.e16", "logits:cublas.e16",
                                     "logits:jit.e16.stats", "logits:.e16"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    recipe r;
-    kljit_problem pb = base(2048, 32000);
-    TH_STATUS(stats_recipe(&pb, 90, bad[i], TP, &r), KLJIT_ERR_INVALID_ARGUMENT);
-    TH_CHECK(strstr(kljit_last_error(), "may end in .stats or .e16") != NULL);
-  }
-  return TH_PASS;
+  return choices_refused(bad, sizeof bad / sizeof bad[0]);
 }
 
 static const th_case cases[] = {
