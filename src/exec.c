@@ -500,6 +500,7 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
     c->epi.lde = p->rec.geom.ld;
     c->epi.rowstat = c->rowstat;
     c->epi.rsf = (int)p->layout.rowstat;
+    c->epi.bias = a->bias;
   }
 }
 

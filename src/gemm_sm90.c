@@ -213,10 +213,12 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   char slice[16] = "";
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
   const int t = v->tweaks;
-  char stats[40] = "";
+  char stats[48] = "";
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s", v->stats.teacher,
-             names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "");
+    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s", v->stats.teacher,
+             names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
+             v->stats.e16 && v->stats.softcap > 0 ? "+cap" : "",
+             v->stats.e16 && v->stats.bdt ? "+bias" : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
@@ -241,6 +243,8 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats = v->stats.teacher;
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
+  k.gemm_stats_softcap = k.gemm_e16 ? v->stats.softcap : 0.0;
+  k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   return k;
 }
 
@@ -336,6 +340,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.ldc = a->ldc, k.alpha = a->alpha;
   k.teacher = a->epi.teacher, k.part = a->epi.part, k.row0 = a->epi.row0;
   k.gemm_e = a->epi.e, k.lde = a->epi.lde, k.rowstat = a->epi.rowstat, k.rsf = a->epi.rsf;
+  k.bias = a->epi.bias;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

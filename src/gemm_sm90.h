@@ -27,7 +27,9 @@ typedef struct jgemm_stats {
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
-  int e16;             /* E16: the fused mode's tile as fp16 E = 2^15 exp(s - m) (jgemm_epi.e) */
+  int e16;             /* E16: the tile as fp16 E instead of C (jgemm_epi.e) */
+  double softcap;      /* E16: the student logit cap of the scores E is made of; 0: none */
+  kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -133,6 +135,7 @@ typedef struct jgemm_epi {
   const float *rowstat; /* stats.e16 without part (two-phase backward): the saved row
                          * statistics whose first float is the row's lse, rsf floats a row */
   int rsf;
+  const void *bias;     /* stats.bdt: the bias b[N] */
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

@@ -245,16 +245,16 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 
 /* Why the generated logits GEMM cannot write the dense rows' pass-1 records for pb (STATS of
  * templates/gemm_sm90.cu.lua covers what those records hold without the row's normalizer), or
- * NULL where it can. */
-static const char *stats_unfit(const kljit_problem *pb, const recipe *r) {
+ * NULL where it can. With E16 the epilogue makes the scores itself (softcap and bias too). */
+static const char *stats_unfit(const kljit_problem *pb, const recipe *r, int e16) {
   const prob_geometry *g = &r->geom;
   if (r->gemm[RECIPE_LOGITS].engine != RECIPE_GENERATED)
     return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
   if (pb->hard_weight > 0.0) return "no hard-label CE";
-  if (pb->softcap > 0.0) return "no softcap";
-  if (pb->flags & KLJIT_FLAG_BIAS) return "no bias";
+  if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
+  if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
   if (g->logit != KLJIT_FP32) return "fp32 chunk logits only (not native logits)";
   if (g->tune.cluster) return "the two-pass row kernels only (not the cluster variant)";
@@ -274,7 +274,7 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
                   (g->used && g->engine == RECIPE_GENERATED && g->variant.stats.e16);
   g->variant.stats.e16 = 0; /* set below where it is taken */
   if (!sel[GEMM_LOGITS].stats && !e16) return;
-  if ((r->stats_why = stats_unfit(pb, r)) != NULL) return;
+  if ((r->stats_why = stats_unfit(pb, r, e16)) != NULL) return;
   g->variant.stats.teacher = names_teacher(pb->teacher);
   g->variant.stats.tdt = pb->teacher_dtype;
   g->variant.stats.tld = prob_teacher_ld(pb);
@@ -292,6 +292,8 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
    * saved statistics (backward); the rows read it (ETILE) and G overwrites it, element by
    * element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
   g->variant.stats.e16 = 1;
+  g->variant.stats.softcap = pb->softcap;
+  g->variant.stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   g->spec = jgemm_spec(&g->variant);
   prob_geometry *geo = &r->geom;
   geo->e16 = 1;

@@ -83,6 +83,10 @@
 %--             smallest subnormal). Without part (two-phase backward): E = 2^15 exp(s - lse),
 %--             lse the row's saved in rowstat (its first float, rsf floats a row, row0 + r);
 %--             no records. C is never written (the host passes E in every mode).
+%--   SOFTCAP   (E16) the student logit cap c > 0: s = c tanh(z / c) / T, z = alpha acc + b
+%--   BDT       (E16) f32 | bf16 | f16: the bias b[N] added to z (absent: none). The scores are
+%--             made once per tile in the fragment (tile_scores), as the rows' load_cols makes
+%--             them; without E16 the rows make them from C, so the statistics take neither.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -183,6 +187,16 @@
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
 %local E16 = P.E16 == true
+%if (P.SOFTCAP ~= nil or P.BDT ~= nil) and not E16 then
+%  reject("SOFTCAP and BDT need E16 (the scores the tile's E is made of)")
+%end
+%if P.SOFTCAP ~= nil and not (type(P.SOFTCAP) == "number" and P.SOFTCAP > 0 and
+%                             P.SOFTCAP < math.huge) then
+%  reject("SOFTCAP must be > 0")
+%end
+%if P.BDT ~= nil and not one_of(P.BDT, { "f32", "bf16", "f16" }) then
+%  reject("BDT must be f32, bf16 or f16")
+%end
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
 %end
@@ -231,6 +245,7 @@
 %  gemm_args = iface.args(gemm_args, {
 %    { "E", "f16_t* __restrict__", role = "gemm_e" }, { "lde", "i64" },
 %    { "rowstat", "const float* __restrict__" }, { "rsf", "int" } })
+%  if P.BDT then gemm_args = iface.args(gemm_args, { { "bias", "const bias_t* __restrict__" } }) end
 %end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
@@ -248,6 +263,9 @@ typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t"
 typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
 #define TLD {{ P.TLD }}
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
+%  if P.BDT then
+typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t" }} bias_t;
+%  end
 {{ K.records() }}
 
 /* The teacher's mass (sp; logprobs: sum exp(log p)) of each of this warp's 16 rows r0 + j
@@ -334,10 +352,10 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
                      __shfl_sync(0xffffffffu, a[0], 2 * q + 16));
 }
 
-/* The max of s = alpha acc / T over the tile's columns below N of this thread's two fragment
- * rows (element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2), then over the row's four
- * lanes (lane % 4) by shuffles: every lane of a row gets its max. */
-__device__ __forceinline__ void tile_row_max(const float* d, int col, int N, float alpha,
+/* The max of s = scale d over the tile's columns below N of this thread's two fragment rows
+ * (element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2), then over the row's four lanes
+ * (lane % 4) by shuffles: every lane of a row gets its max. */
+__device__ __forceinline__ void tile_row_max(const float* d, int col, int N, float scale,
                                              float (&m)[2]) {
   m[0] = m[1] = KL_NEG_INF;
 #pragma unroll
@@ -345,7 +363,7 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 #pragma unroll
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
-        m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * alpha * STATS_INV_T);
+        m[e >> 1] = fmaxf(m[e >> 1], d[4 * i + e] * scale);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
@@ -390,7 +408,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
-  tile_row_max(d, col, N, alpha, m);
+  tile_row_max(d, col, N, alpha * STATS_INV_T, m);
   float sd[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
@@ -402,7 +420,35 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
 }
 
 %if E16 then
-/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col. With part
+/* E16: this thread's fragment (BN / 2 accumulators, tile columns from c0) as the scores
+ * s = cap(alpha acc + b) / T in place: cap SOFTCAP's c tanh(x / c), b the column's bias (BDT),
+ * as the rows' load_cols makes them from z; E and the records are made of them. */
+__device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha,
+%  if P.BDT then
+                                            const bias_t* __restrict__ bias,
+%  end
+                                            int lane) {
+  const int col = c0 + 2 * (lane % 4);
+#pragma unroll
+  for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+%  if P.BDT then
+      const float b = col + 8 * i + k < N ? to_f32(bias[col + 8 * i + k]) : 0.0f;
+%  end
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float z = d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }};
+%  if P.SOFTCAP then
+        z = {{ f32(P.SOFTCAP) }} * tanhf(z * {{ f32(1.0 / P.SOFTCAP) }});
+%  end
+        d[4 * i + 2 * h + k] = z * STATS_INV_T;
+      }
+    }
+}
+
+/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col (d: the
+ * scores, tile_scores). With part
  * (fused, forward): E = 2^15 exp(s - m), m the row's max over the tile, and the rows' records
  * (m, the teacher's mass as tile_stats takes them, d the sum of the E as rounded times 2^-15, so
  * that the q pass 2 takes from them sum to 1 over the row as closely as fp32 does). Without
@@ -410,7 +456,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
  * row's is 0 and its E is never read), no records. One loop stores E for both, so that one
  * function's registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
-                                         float alpha, const teach_t* __restrict__ teacher,
+                                         const teach_t* __restrict__ teacher,
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
                                          int lane, f16_t* __restrict__ E, i64 lde,
                                          const float* __restrict__ rowstat, int rsf) {
@@ -420,7 +466,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   float2 mass = make_float2(0.0f, 0.0f);
   if (part) {
     mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
-    tile_row_max(d, col, N, alpha, m);
+    tile_row_max(d, col, N, 1.0f, m);
   } else {
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -436,8 +482,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
       f16_t e[2];
 #pragma unroll
       for (int k = 0; k < 2; k++) {
-        const float s = d[4 * i + 2 * h + k] * alpha * STATS_INV_T;
-        const float x = c + k < N ? fexp(s - m[h]) : 0.0f;
+        const float x = c + k < N ? fexp(d[4 * i + 2 * h + k] - m[h]) : 0.0f;
         e[k] = from_f32<f16_t>(x * 32768.0f);
         sd[h] += to_f32(e[k]);
       }
@@ -850,9 +895,11 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %if E16 then
       /* E (and the records, with part) instead of C */
 #pragma unroll
-      for (int ms = 0; ms < MS; ms++)
+      for (int ms = 0; ms < MS; ms++) {
+        tile_scores(d[ms], tn * BN, N, alpha,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                 alpha, teacher, part, row0, tiles_n, tn, lane, E, lde, rowstat, rsf);
+                 teacher, part, row0, tiles_n, tn, lane, E, lde, rowstat, rsf);
+      }
 %else
 %if STATS then
       if (part)

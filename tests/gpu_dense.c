@@ -621,7 +621,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1, marker);
   if (worst == TH_PASS)
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
-  for (int k = 0; k < (e16 ? 16 : 12) && worst == TH_PASS; k++) {
+  for (int k = 0; k < (e16 ? 18 : 12) && worst == TH_PASS; k++) {
     gcase c = gcase_base();
     static const int64_t vs[] = {1000, 32001, 128256, 50257};
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
@@ -633,7 +633,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     c.labels = k == 7 ? 2 : 1;
     c.fused = k % 3 != 1;
     c.red = c.fused ? REDS[k % 3] : REDS[3];
-    c.bias = k == 11; /* out of scope: the row kernels' pass 1 */
+    c.bias = k == 11; /* out of .stats's scope (the row kernels' pass 1), in E16's */
     if (k == 8) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700; /* three chunks */
     /* E16: logits of standard deviation 2 to 12 over several chunks, the reverse KL and the
      * JSD (which take log q from E too), fused */
@@ -642,6 +642,9 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
       c.zstd = k == 12 ? 2.0 : k == 13 ? 12.0 : 6.0, c.v = 32001, c.n = 600;
       if (k == 14) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
       if (k == 15) c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5, c.T = 0.5;
+      /* a softcap and a bias in the epilogue's scores, fused and two-phase */
+      if (k >= 16) c.softcap = 30.0, c.bias = 1, c.fused = k == 16, c.T = k == 16 ? 1.0 : 2.0;
+      if (k == 17) c.red = KLJIT_REDUCTION_SUM;
       setenv("KLJIT_CHUNK_ROWS", "256", 1);
     }
     const int rc = gcase_check(&c);
@@ -657,9 +660,9 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
 
 /* E16 (KLJIT_GEMM=logits:jit.e16, sm_90): the rows read the fp16 E the logits GEMM wrote
  * instead of fp32 logits, with its records (fused and forward calls) or from the saved lse
- * (backward): the statistics epilogue's cases, and fused ones at logit standard deviations 2, 6
- * and 12 over three chunks, the reverse KL and the JSD at T = 0.5, within the suite's bounds.
- * Skips before sm_90. */
+ * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
+ * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, and
+ * a softcap with a bias, fused and two-phase, within the suite's bounds. Skips before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
   return epilogue_cases("logits:jit.e16", "the tile as fp16 E (E16)", 1);
 }

@@ -263,9 +263,11 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
  * and compiles for sm_90a in the default logits variant's schedule and in the
  * cooperative one. */
 static int the_e16_epilogue_compiles_and_declares_e(void) {
-  for (int pp = 0; pp < 2; pp++) {
+  for (int pp = 0; pp < 3; pp++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
+    /* pp 2: a softcap and a bf16 bias in the scores */
+    if (pp == 2) v.stats.softcap = 30.0, v.stats.bdt = KLJIT_BF16;
     v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
     char what[64];
@@ -278,9 +280,12 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == 15);
-    static const char *const roles[4] = {"gemm_e", "lde", "rowstat", "rsf"};
-    for (int a = 0; a < 4; a++) TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
+    TH_CHECK(m.n == 1 && g && g->nargs == (pp == 2 ? 16 : 15));
+    static const char *const roles[5] = {"gemm_e", "lde", "rowstat", "rsf", "bias"};
+    for (int a = 0; a < g->nargs - 11; a++)
+      TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
+    TH_CHECK((strstr(src.data, "tanhf(z * ") != NULL) == (pp == 2));
+    TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == (pp == 2));
     TH_CHECK(strstr(src.data, "tile_e16(d[ms]") != NULL &&
              strstr(src.data, "rowstat[(row0 + row + 8 * h) * rsf]") != NULL &&
              strstr(src.data, "tile_stats(d[ms]") == NULL && strstr(src.data, "store_rows(C") == NULL);

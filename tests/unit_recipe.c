@@ -452,7 +452,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * compile for sm_90a. A tuning's logits choice with E16 (flag e) takes it the same way. Out of
  * that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -462,17 +462,22 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
       pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
       pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
     }
+    /* a softcap and a bias: the E16 epilogue makes the scores with them (.stats alone does
+     * not take them: the comparison below is with the plain recipe, records merged by block) */
+    if (k == 3) pb.softcap = 30.0, pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
-    TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.stats", TP, &st));
+    TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &st));
     const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
     const int bn = g->variant.bn;
     TH_CHECK(r.stats_why == NULL && r.geom.e16 == 1 && st.geom.e16 == 0);
     TH_CHECK(g->variant.stats.e16 == 1 && g->spec.gemm_e16 == 1 &&
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
-    TH_CHECK(r.geom.stats_tiles == st.geom.stats_tiles && r.geom.logit == KLJIT_FP16 &&
-             r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
+    TH_CHECK(g->spec.gemm_stats_softcap == pb.softcap &&
+             g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
+    TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
+    TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     const int64_t chunk = st.geom.tune.chunk_rows > 4096 ? 8192 : 2 * st.geom.tune.chunk_rows;
     TH_CHECK(r.geom.tune.chunk_rows == chunk);
     TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
@@ -482,6 +487,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     for (int m = 0; m < 3; m++) {
       kspec want = *was[m];
       want.logit = KLJIT_FP16, want.ld = want.ldg = r.geom.ld, want.inplace = 0, want.etile = bn;
+      want.merge_block = 1;
       TH_CHECK(memcmp(&want, got[m], sizeof want) == 0);
     }
     for (int sl = 0; sl < RECIPE_SLOTS; sl++) {
@@ -504,10 +510,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
   }
   /* a tuning's logits choice with E16 (flag e, wisdom's) takes it without the options, in
-   * its scope; outside (a bias) its variant runs without it and the description says why */
+   * its scope; outside (CE mixing) its variant runs without it and the description says why */
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k) pb.flags |= KLJIT_FLAG_BIAS;
+    if (k) pb.hard_weight = 0.5;
     const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, ""};
     const kljit_context_options o = options_of(&c);
     prob_tuning t = prob_estimate(&pb, 90, &o);
@@ -524,10 +530,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (a bias; sm_80): neither epilogue */
+  /* out of scope (CE mixing; sm_80): neither epilogue */
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (!k) pb.flags |= KLJIT_FLAG_BIAS;
+    if (!k) pb.hard_weight = 0.5;
     recipe r;
     TH_OK(stats_recipe(&pb, k ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
