@@ -287,10 +287,10 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
   for (int k = 0; k < 2; k++)
     if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
   if (!e16) return;
-  /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes E in fp16 instead of the fp32 logits,
-   * 2^15 exp(s - m_tile) beside the records (fused, forward) or 2^15 exp(s - lse) from the
-   * saved statistics (backward); the rows read it (ETILE) and G overwrites it, element by
-   * element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
+  /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes E in fp16 instead of the
+   * fp32 logits, 2^15 exp(s - m_tile) beside the records (fused, forward) or 2^15 exp(s - lse)
+   * from the saved statistics (backward); the rows read it (ETILE) and G overwrites it, element
+   * by element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
   g->variant.stats.e16 = 1;
   g->variant.stats.softcap = pb->softcap;
   g->variant.stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
@@ -309,12 +309,11 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
     if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg;
   /* half the bytes a row: twice the tuning's rows in the same budget (unless the options set
    * the chunk), and a short call with a 16-bit dW in two chunks of half its rows (four eighths)
-   * where the fp32 logits took three of three eighths */
+   * where the fp32 logits took three eighths. The slots keep the tuning's chunk as their rows:
+   * the key of the tuning's cuBLASLt choices, which the tuner measured under this same rule. */
   if (!chunk_set)
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
-  for (int s = 0; s < RECIPE_SLOTS; s++) /* cuBLASLt's algorithms are chosen for the chunk */
-    if (r->gemm[s].used) r->gemm[s].rows = geo->tune.chunk_rows;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */

@@ -493,7 +493,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     for (int sl = 0; sl < RECIPE_SLOTS; sl++) {
       TH_CHECK(r.gemm[sl].used == st.gemm[sl].used);
       if (!r.gemm[sl].used) continue;
-      TH_CHECK(r.gemm[sl].shape.ldg == r.geom.ld && r.gemm[sl].rows == chunk);
+      TH_CHECK(r.gemm[sl].shape.ldg == r.geom.ld && r.gemm[sl].rows == st.gemm[sl].rows);
       TH_CHECK(r.gemm[sl].shape.v == st.gemm[sl].shape.v && r.gemm[sl].shape.ld == r.geom.ld);
     }
     /* the chunk buffer: 2 bytes an element of the (longer) chunk in every mode */
