@@ -447,14 +447,13 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
     }
 }
 
-/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col (d: the
- * scores, tile_scores). With part
- * (fused, forward): E = 2^15 exp(s - m), m the row's max over the tile, and the rows' records
- * (m, the teacher's mass as tile_stats takes them, d the sum of the E as rounded times 2^-15, so
- * that the q pass 2 takes from them sum to 1 over the row as closely as fp32 does). Without
- * (backward): E = 2^15 exp(s - lse), lse the row's saved (rowstat + (row0 + row) rsf; an ignored
- * row's is 0 and its E is never read), no records. One loop stores E for both, so that one
- * function's registers serve. */
+/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col, from the
+ * scores d (tile_scores). With part (fused, forward): E = 2^15 exp(s - m), m the row's max over
+ * the tile, and the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of
+ * the E as rounded times 2^-15, so that the q pass 2 takes from them sum to 1 over the row as
+ * closely as fp32 does). Without (backward): E = 2^15 exp(s - lse), lse the row's saved
+ * (rowstat + (row0 + row) rsf; an ignored row's is 0 and its E is never read), no records. One
+ * loop stores E for both, so that one function's registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
                                          const teach_t* __restrict__ teacher,
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
