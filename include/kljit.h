@@ -483,8 +483,8 @@ typedef struct kljit_context_options {
    * temperature, fp32 chunk logits, the two-pass rows, unsharded; elsewhere the rows' pass runs
    * and the plan's description says why; the workspace then holds one record per chunk row and
    * column tile; the split API refuses such a plan). ".e16" ("logits:jit.e16", experimental,
-   * not yet run on a GPU) takes ".stats" (and a softcap or bias besides) and, where it is
-   * taken, writes the tile as fp16
+   * not yet run on a GPU) takes ".stats" (and a bias besides) and, where it is taken, writes
+   * the tile as fp16
    * E = 2^15 exp(s - m) (backward: exp(s - lse) of the saved statistics) instead of the fp32
    * logits, which the rows read and G overwrites: 2 bytes an element of the chunk, so the chunk
    * holds twice the rows. ".stats" or ".e16" on another GEMM or backend is

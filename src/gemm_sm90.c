@@ -215,9 +215,8 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int t = v->tweaks;
   char stats[48] = "";
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s", v->stats.teacher,
+    snprintf(stats, sizeof stats, " stats:%s.%s%s%s", v->stats.teacher,
              names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
-             v->stats.e16 && v->stats.softcap > 0 ? "+cap" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
@@ -243,7 +242,6 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats = v->stats.teacher;
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
-  k.gemm_stats_softcap = k.gemm_e16 ? v->stats.softcap : 0.0;
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   return k;
 }

@@ -28,7 +28,6 @@ typedef struct jgemm_stats {
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
   int e16;             /* E16: the tile as fp16 E instead of C (jgemm_epi.e) */
-  double softcap;      /* E16: the student logit cap of the scores E is made of; 0: none */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
 } jgemm_stats;
 

@@ -245,7 +245,7 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 
 /* Why the generated logits GEMM cannot write the dense rows' pass-1 records for pb (STATS of
  * templates/gemm_sm90.cu.lua covers what those records hold without the row's normalizer), or
- * NULL where it can. With E16 the epilogue makes the scores itself (softcap and bias too). */
+ * NULL where it can. With E16 the epilogue makes the scores itself, with the bias. */
 static const char *stats_unfit(const kljit_problem *pb, const recipe *r, int e16) {
   const prob_geometry *g = &r->geom;
   if (r->gemm[RECIPE_LOGITS].engine != RECIPE_GENERATED)
@@ -253,7 +253,7 @@ static const char *stats_unfit(const kljit_problem *pb, const recipe *r, int e16
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
   if (pb->hard_weight > 0.0) return "no hard-label CE";
-  if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
+  if (pb->softcap > 0.0) return "no softcap";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
   if (g->logit != KLJIT_FP32) return "fp32 chunk logits only (not native logits)";
@@ -292,7 +292,6 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
    * from the saved statistics (backward); the rows read it (ETILE) and G overwrites it, element
    * by element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
   g->variant.stats.e16 = 1;
-  g->variant.stats.softcap = pb->softcap;
   g->variant.stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   g->spec = jgemm_spec(&g->variant);
   prob_geometry *geo = &r->geom;
@@ -305,15 +304,19 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
     specs[k]->logit = KLJIT_FP16, specs[k]->ld = specs[k]->ldg = geo->ld;
     specs[k]->inplace = 0, specs[k]->etile = g->variant.bn;
   }
+  geo->helpers.ldg = geo->ldg; /* kl_colsum (db) reads G too */
   for (int s = 0; s < RECIPE_SLOTS; s++) /* the dX and dW GEMMs read G at E's stride */
     if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg;
   /* half the bytes a row: twice the tuning's rows in the same budget (unless the options set
    * the chunk), and a short call with a 16-bit dW in two chunks of half its rows (four eighths)
-   * where the fp32 logits took three eighths. The slots keep the tuning's chunk as their rows:
-   * the key of the tuning's cuBLASLt choices, which the tuner measured under this same rule. */
+   * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
+   * that chunk (their rows: also the key under which the tuner, which times the plan's own
+   * chunk, stores its cuBLASLt choices). */
   if (!chunk_set)
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
+  for (int s = 0; s < RECIPE_SLOTS; s++)
+    if (r->gemm[s].used) r->gemm[s].rows = geo->tune.chunk_rows;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */

@@ -69,7 +69,6 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pi("TLD", k->gemm_stats_tld);
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->gemm_e16) out[n++] = pb("E16", 1);
-    if (k->gemm_e16 && k->gemm_stats_softcap > 0.0) out[n++] = pn("SOFTCAP", k->gemm_stats_softcap);
     if (k->gemm_e16 && k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
   }
   return n;

@@ -98,7 +98,6 @@ typedef struct kspec {
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */
   int gemm_e16;             /* STATS's E16 (fp16 E instead of C); no parameter when 0 */
-  double gemm_stats_softcap; /* E16's SOFTCAP; 0: none */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
   int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 E the logits
                              * GEMM wrote (E16) that pass 2 reads in place of z */

@@ -567,7 +567,8 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
                                        const prob_tuning *base, prob_tuning *out, int *count) {
   const gemm_backend forced = b->ctx->gemm_sel[kind].backend;
   const uint64_t lt = gemm_algo_lt_version();
-  const int64_t n = base->chunk_rows;
+  /* the plan's chunk: the tuning's, or twice it where the logits GEMM has E16 (recipe.c) */
+  const int64_t n = plan->rec.gemm[kind].rows;
   *count = 0;
   prob_gemm_choice c;
   memset(&c, 0, sizeof c);

@@ -118,8 +118,8 @@
 %--            GEMM's, one a tile: MERGE block, srec 1), or in backward E = 2^15 exp(s - lse)
 %--            with the row's saved lse. Pass 2 takes s back as m_t (lse) - 15 log 2 + log E (E
 %--            read as at least fp16's smallest subnormal, 2^-24: s then reads 27 nats below m_t
-%--            where it was lower) and adds no bias, softcap or temperature: s = z' / T is what
-%--            the GEMM exponentiated (a softcap's factor on G is taken from s as before). G (16-bit, LDG = LD) overwrites E element by element, each
+%--            where it was lower) and adds no bias or temperature: s = (z + b) / T is what the
+%--            GEMM exponentiated. No softcap: its factor on G would come from such an s. G (16-bit, LDG = LD) overwrites E element by element, each
 %--            thread the columns it read, one block a row with four vectors in flight a thread.
 %--            No pass 1 (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
@@ -217,14 +217,15 @@
 %  if not (ETILE == 64 or ETILE == 128 or ETILE == 192 or ETILE == 256) then
 %    reject("ETILE must be the logits GEMM's tile width: 64, 128, 192 or 256")
 %  end
-%  if P.LOGIT ~= "f16" or P.CLUSTER ~= 0 or P.INPLACE or P.LDG ~= P.LD or not BMERGE then
-%    reject("ETILE is pass 2 over the GEMM's fp16 E: LOGIT f16, CLUSTER 0, no INPLACE, "
-%           .. "LDG = LD, MERGE block")
+%  if P.LOGIT ~= "f16" or size[P.GRAD] ~= 2 or P.CLUSTER ~= 0 or P.INPLACE or P.LDG ~= P.LD or
+%     not BMERGE then
+%    reject("ETILE is pass 2 over the GEMM's fp16 E: LOGIT f16, a 16-bit GRAD over it, "
+%           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
+%  if P.SOFTCAP or HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, a "
-%           .. "constant temperature, no hard-label CE, online teacher or shard")
+%           .. "constant temperature, no softcap, hard-label CE, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged

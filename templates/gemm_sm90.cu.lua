@@ -83,10 +83,12 @@
 %--             smallest subnormal). Without part (two-phase backward): E = 2^15 exp(s - lse),
 %--             lse the row's saved in rowstat (its first float, rsf floats a row, row0 + r);
 %--             no records. C is never written (the host passes E in every mode).
-%--   SOFTCAP   (E16) the student logit cap c > 0: s = c tanh(z / c) / T, z = alpha acc + b
-%--   BDT       (E16) f32 | bf16 | f16: the bias b[N] added to z (absent: none). The scores are
-%--             made once per tile in the fragment (tile_scores), as the rows' load_cols makes
-%--             them; without E16 the rows make them from C, so the statistics take neither.
+%--   BDT       (E16) f32 | bf16 | f16: the bias b[N], s = (alpha acc + b) / T (absent: none).
+%--             The scores are made once per tile in the fragment (tile_scores), as the rows'
+%--             load_cols makes them; without E16 the rows make them from C, so the statistics
+%--             take no bias. No softcap: its factor on G, 1 - (s T / c)^2, would come from an s
+%--             that E (floored 27 nats below the tile's max) cannot give for the lowest columns,
+%--             where a teacher with mass makes G -p (1 - th^2), not small.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -187,12 +189,8 @@
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
 %local E16 = P.E16 == true
-%if (P.SOFTCAP ~= nil or P.BDT ~= nil) and not E16 then
-%  reject("SOFTCAP and BDT need E16 (the scores the tile's E is made of)")
-%end
-%if P.SOFTCAP ~= nil and not (type(P.SOFTCAP) == "number" and P.SOFTCAP > 0 and
-%                             P.SOFTCAP < math.huge) then
-%  reject("SOFTCAP must be > 0")
+%if P.BDT ~= nil and not E16 then
+%  reject("BDT needs E16 (the scores the tile's E is made of)")
 %end
 %if P.BDT ~= nil and not one_of(P.BDT, { "f32", "bf16", "f16" }) then
 %  reject("BDT must be f32, bf16 or f16")
@@ -421,8 +419,8 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
 
 %if E16 then
 /* E16: this thread's fragment (BN / 2 accumulators, tile columns from c0) as the scores
- * s = cap(alpha acc + b) / T in place: cap SOFTCAP's c tanh(x / c), b the column's bias (BDT),
- * as the rows' load_cols makes them from z; E and the records are made of them. */
+ * s = (alpha acc + b) / T in place, b the column's bias (BDT), as the rows' load_cols makes them
+ * from z; E and the records are made of them. */
 __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha,
 %  if P.BDT then
                                             const bias_t* __restrict__ bias,
@@ -438,11 +436,8 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
 %  end
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        float z = d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }};
-%  if P.SOFTCAP then
-        z = {{ f32(P.SOFTCAP) }} * tanhf(z * {{ f32(1.0 / P.SOFTCAP) }});
-%  end
-        d[4 * i + 2 * h + k] = z * STATS_INV_T;
+        d[4 * i + 2 * h + k] = (d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }}) *
+                               STATS_INV_T;
       }
     }
 }

@@ -462,9 +462,9 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
       pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
       pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
     }
-    /* a softcap and a bias: the E16 epilogue makes the scores with them (.stats alone does
-     * not take them: the comparison below is with the plain recipe, records merged by block) */
-    if (k == 3) pb.softcap = 30.0, pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
+    /* a bias: the E16 epilogue makes the scores with it (.stats alone does not take it: the
+     * comparison below is with the plain recipe, records merged by block) */
+    if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -474,10 +474,14 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.stats_why == NULL && r.geom.e16 == 1 && st.geom.e16 == 0);
     TH_CHECK(g->variant.stats.e16 == 1 && g->spec.gemm_e16 == 1 &&
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
-    TH_CHECK(g->spec.gemm_stats_softcap == pb.softcap &&
-             g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
+    TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
+    /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
+    TH_CHECK(r.geom.helpers.ldg == r.geom.ld && st.geom.helpers.ldg == 2 * st.geom.ld);
+    kspec want_helpers = st.geom.helpers;
+    want_helpers.ldg = r.geom.ld;
+    TH_CHECK(memcmp(&want_helpers, &r.geom.helpers, sizeof want_helpers) == 0);
     const int64_t chunk = st.geom.tune.chunk_rows > 4096 ? 8192 : 2 * st.geom.tune.chunk_rows;
     TH_CHECK(r.geom.tune.chunk_rows == chunk);
     TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
@@ -493,7 +497,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     for (int sl = 0; sl < RECIPE_SLOTS; sl++) {
       TH_CHECK(r.gemm[sl].used == st.gemm[sl].used);
       if (!r.gemm[sl].used) continue;
-      TH_CHECK(r.gemm[sl].shape.ldg == r.geom.ld && r.gemm[sl].rows == st.gemm[sl].rows);
+      TH_CHECK(r.gemm[sl].shape.ldg == r.geom.ld && r.gemm[sl].rows == chunk);
       TH_CHECK(r.gemm[sl].shape.v == st.gemm[sl].shape.v && r.gemm[sl].shape.ld == r.geom.ld);
     }
     /* the chunk buffer: 2 bytes an element of the (longer) chunk in every mode */
@@ -530,12 +534,13 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (CE mixing; sm_80): neither epilogue */
-  for (int k = 0; k < 2; k++) {
+  /* out of scope (CE mixing; a softcap, whose factor on G E cannot give; sm_80): neither */
+  for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (!k) pb.hard_weight = 0.5;
+    if (k == 0) pb.hard_weight = 0.5;
+    if (k == 1) pb.softcap = 30.0;
     recipe r;
-    TH_OK(stats_recipe(&pb, k ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
+    TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
              r.gemm[RECIPE_LOGITS].variant.stats.e16 == 0 && r.geom.logit == KLJIT_FP32);
   }
