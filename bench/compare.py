@@ -36,9 +36,9 @@ across chunks, as Liger does by default, whatever the chunk count). For the spee
 (native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in fp32) and
 kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
 class on both counts). For issue 27's step 2: kljit_c_e16, kljit_c with the plan made in a
-context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16 E,
-docs/architecture.md; its plan's description says where it is not taken), to be alternated with
-kljit_c and the peers.
+context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16
+scores, docs/architecture.md; it fails, naming the plan's description, where that plan does not
+take it), to be alternated with kljit_c and the peers.
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -682,6 +682,8 @@ def replanned(call: Any, gemm: str) -> Any:
             del os.environ["KLJIT_GEMM"]
         else:
             os.environ["KLJIT_GEMM"] = old
+    if "(E16)" not in plan.describe():  # out of E16's scope, or not sm_90: say so, not time it
+        raise RuntimeError(f"{gemm} is not taken by this plan:\n{plan.describe()}")
     checked = _ops.Checked.__new__(_ops.Checked)
     for slot in _ops.Checked.__slots__:
         setattr(checked, slot, getattr(call.checked, slot))
@@ -1070,7 +1072,8 @@ def main(argv: Sequence[str]) -> int:
               f"{'CUDA events, L2 flushed' if cuda else 'host timer (cpu smoke test)'}"
               f"{f', {args.prefill_us:g} us GPU prefill' if args.prefill_us > 0 else ''}; "
               f"{alternate}"
-              f"teacher probs, T = 1, batchmean, eps {EPS:g}; sparse tail {args.tail}; "
+              f"teacher probs, T = {args.temperature:g}, batchmean, eps {EPS:g}; "
+              f"sparse tail {args.tail}; "
               f"online teacher (liger_jsd, kljit_jsd: JSD beta {args.beta:g}; *_fkl_online: "
               f"forward KL; kljit eps 1e-20, dW accumulation {args.kljit_dw_accum}{chunk_env}"
               f") at logit std "

@@ -24,8 +24,12 @@ float64, beside today's fp32 form, at issue 27's bar (loss relative error at mos
              subnormals only 20 nats below m_tile and the 2^-24 floor 27 below (fp16 E alone: 10
              and 17); pass 2 takes s = m_tile - 15 log 2 + log(stored)
   E u16      an unsigned 16-bit float of 5 exponent and 11 fraction bits over (0, 1] (twice
-             fp16's precision, floored at 2^-31, 21.5 nats): the alternative not taken, as
-             precise at these sizes (bench/RESULTS.md)
+             fp16's precision, floored at 2^-31, 21.5 nats)
+  x fp16     what the E16 epilogue stores: x = s - m_tile itself in fp16, s = m_tile + x (no
+             floor; an error of at most 2^-11 |x|, nothing near the tile's max)
+Every E form has a floor: a column below it reads as on it, which wrongs the loss by the
+teacher's mass there times the distance. --independent draws the teacher apart from the student
+(the softmax of logits of std 2, as the GPU suite's cases do), which puts mass on such columns.
 
 lse comes from the fp32 (max, sum-exp) records either way; sum p log p from the teacher alone.
 Each logit's terms are fp32; the sums over the vocabulary and the rows are taken in float64, so
@@ -50,7 +54,7 @@ if HERE not in sys.path:  # loaded by path (the tests): bench/ holds study_args
     sys.path.insert(0, HERE)
 import study_args  # noqa: E402
 
-FORMS = ("fp32", "E fp16", "E bf16", "E fp16 2^15", "E u16")
+FORMS = ("fp32", "E fp16", "E bf16", "E fp16 2^15", "E u16", "x fp16")
 BLOCK = 512
 
 
@@ -58,15 +62,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = study_args.parser(__doc__.split("\n", 1)[0], rows=2048, hidden=256, tile=128, stds="2,6")
     p.add_argument("--temps", type=study_args.positive_list,
                    default=study_args.positive_list("1,0.5"), help="temperatures T")
+    p.add_argument("--independent", action="store_true",
+                   help="a teacher independent of the student (softmax of logits of std 2, as "
+                        "the GPU suite's) instead of the student's softmax plus noise")
     return study_args.parse(p, argv)
 
 
-def block_losses(torch, x, w, t: float, bn: int, g) -> Dict[str, float]:
+def block_losses(torch, x, w, t: float, bn: int, g, independent: bool = False) -> Dict[str, float]:
     """{form: the block's summed loss}, and 'exact' in float64, for one block of rows."""
     f64, f32, f16, bf = torch.float64, torch.float32, torch.float16, torch.bfloat16
     n, v = x.shape[0], w.shape[0]
     s = (x.to(f64) @ w.to(f64).T) / t
-    p = torch.softmax(s + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
+    noise = torch.randn(n, v, generator=g, dtype=f64)
+    p = torch.softmax(2 * noise if independent else s + noise, -1).to(bf)
     p64 = p.to(f64)
     plogp64 = torch.where(p64 > 0, p64 * torch.log(p64), torch.zeros_like(p64))
     out = {"exact": float((plogp64 - p64 * torch.log_softmax(s, -1)).sum())}
@@ -88,6 +96,9 @@ def block_losses(torch, x, w, t: float, bn: int, g) -> Dict[str, float]:
     for form, stored in (("E fp16 2^15", shifted_fp16(torch, e)), ("E u16", u16(torch, e))):
         s_back = (m + torch.log(stored)).view(n, v)
         out[form] = float((plogp - (p32 * s_back).to(f64).sum(-1) + sp * lse64).sum())
+    # what E16 stores: the tile-relative score itself, s = m_tile + x
+    x16 = (tiles - m).to(f16).to(f32)
+    out["x fp16"] = float((plogp - (p32 * (m + x16).view(n, v)).to(f64).sum(-1) + sp * lse64).sum())
     return out
 
 
@@ -107,7 +118,7 @@ def u16(torch, e):
 
 
 def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,
-           seed: int) -> Dict[str, float]:
+           seed: int, independent: bool = False) -> Dict[str, float]:
     """{form: the batch loss's relative error against float64} for one logit scale and T."""
     g = torch.Generator().manual_seed(seed)
     a = 3 * std / math.sqrt(h)
@@ -116,7 +127,7 @@ def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,
     for r0 in range(0, n, BLOCK):
         rows = min(BLOCK, n - r0)
         x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
-        for k, val in block_losses(torch, x, w, t, bn, g).items():
+        for k, val in block_losses(torch, x, w, t, bn, g, independent).items():
             sums[k] += val
     return {k: abs(sums[k] - sums["exact"]) / abs(sums["exact"]) for k in FORMS}
 
@@ -130,7 +141,8 @@ def main(argv: Sequence[str]) -> int:
                                   "T = 1, 5e-6 at T = 0.5)"))
     for std in args.stds:
         for t in args.temps:
-            errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t, args.seed)
+            errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t, args.seed,
+                          args.independent)
             print(f"std {std:5.1f}, T {t:4.2f}: " + " | ".join(f"{k}: {errs[k]:.2e}" for k in FORMS))
     return 0
 

@@ -152,7 +152,7 @@ def main(argv: Sequence[str]) -> int:
     env = compare.make_env(cargs, args.methods)
     torch = env.torch
     shape = compare.Shape(args.rows, args.hidden, args.vocab, 0)
-    print(f"issue 27's precision protocol: {shape.label}, bf16, teacher softmax(z + unit noise), "
+    print(f"issue 27's precision protocol: {shape.label()}, bf16, teacher softmax(z + unit noise), "
           f"batchmean, seed {args.seed}; " + ", ".join(f"{k} {v}" for k, v in env.info.items()))
     print("bars: loss 2e-6 at T = 1, 5e-6 at T = 0.5; dX 2.5e-3; dW a quarter of liger's\n")
     print("| logit std (measured) | T | method | loss rel. error | dX rel. error | dW rel. error |")

@@ -484,11 +484,10 @@ typedef struct kljit_context_options {
    * and the plan's description says why; the workspace then holds one record per chunk row and
    * column tile; the split API refuses such a plan). ".e16" ("logits:jit.e16", experimental,
    * not yet run on a GPU) takes ".stats" (and a bias besides) and, where it is taken, writes
-   * the tile as fp16
-   * E = 2^15 exp(s - m) (backward: exp(s - lse) of the saved statistics) instead of the fp32
-   * logits, which the rows read and G overwrites: 2 bytes an element of the chunk, so the chunk
-   * holds twice the rows. ".stats" or ".e16" on another GEMM or backend is
-   * refused. KLJIT_GEMM set to such a list fills it
+   * the tile as its fp16 tile-relative scores x = s - m_tile (backward: s - lse of the saved
+   * statistics) instead of the fp32 logits, which the rows read and G overwrites: 2 bytes an
+   * element of the chunk, so the chunk holds twice the rows. ".stats" or ".e16" on another GEMM
+   * or backend is refused. KLJIT_GEMM set to such a list fills it
    * (gemm then DEFAULT). A generated backend where it does not apply (not sm_90, 32-bit inputs,
    * H not a multiple of 8) runs cuBLASLt, and the plan's description says so. NULL: none. */
   const char *gemm_choice;

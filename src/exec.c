@@ -494,8 +494,8 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
   if (p->rec.geom.stats_tiles) {
     c->epi.teacher = k->teacher;
     c->epi.part = mode != KLJIT_MODE_BACKWARD ? (float *)(c->ws + c->w.part) : NULL;
-    /* E16: fp16 E in the chunk buffer instead of the logits, in every mode; backward's from
-     * the saved lse (recipe.c) */
+    /* E16: the fp16 tile-relative scores in the chunk buffer instead of the logits, in every
+     * mode; backward's relative to the saved lse (recipe.c) */
     c->epi.e = p->rec.geom.e16 ? (void *)(c->ws + c->w.z) : NULL;
     c->epi.lde = p->rec.geom.ld;
     c->epi.rowstat = c->rowstat;

@@ -216,7 +216,7 @@ static int select_item(const char *s, const char *end, gemm_select out[3]) {
   gemm_select g;
   memset(&g, 0, sizeof g);
   g.lt_index = -1;
-  /* the logits GEMM's statistics epilogue (".stats"), or that and the fused mode's fp16 E
+  /* the logits GEMM's statistics epilogue (".stats"), or that and its fp16 scores (E16)
    * (".e16"): a jit backend of the logits item only */
   for (int e = 0; e < 2; e++) {
     const char *suffix = e ? ".e16" : ".stats";

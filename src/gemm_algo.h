@@ -66,8 +66,8 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c);
  * plan runs); jit.<variant>: that generated variant (gemm_algo_jit_text). The logits item's jit
  * backends may end in ".stats" (logits:jit.stats): the generated GEMM also writes the dense
  * rows' pass-1 statistics where the recipe's scope for that holds (recipe.c); ".e16"
- * (logits:jit.e16) that, and in the fused mode the tile as fp16 E = 2^15 exp(s - m) instead of
- * the fp32 logits (recipe.c, templates/gemm_sm90.cu.lua's E16). */
+ * (logits:jit.e16) that, and in every mode the tile as fp16 x = s - m_tile instead of the fp32
+ * logits (recipe.c, templates/gemm_sm90.cu.lua's E16). */
 typedef enum gemm_backend {
   GEMM_BACKEND_DEFAULT = 0, /* the tuning's choice, else the heuristic's (jgemm_pick) */
   GEMM_BACKEND_CUBLAS = 1,

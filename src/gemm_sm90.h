@@ -27,7 +27,7 @@ typedef struct jgemm_stats {
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
-  int e16;             /* E16: the tile as fp16 E instead of C (jgemm_epi.e) */
+  int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
 } jgemm_stats;
 

@@ -99,7 +99,7 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(gemm_n, i32)                                                                            \
   X(gemm_k, i32)                                                                            \
   X(ldc, i64)          /* kl_gemm: C's row stride (elements) */                             \
-  X(gemm_e, ptr)       /* kl_gemm, E16: the fused mode's fp16 E, or NULL */                 \
+  X(gemm_e, ptr)       /* kl_gemm, E16: the tile's fp16 scores out (instead of C) */         \
   X(lde, i64)          /* kl_gemm, E16: E's row stride (elements) */                        \
   X(rsf, i32)          /* kl_gemm, E16: floats a row of rowstat (two-phase backward's lse) */ \
   X(alpha, f32)

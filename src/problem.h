@@ -54,7 +54,7 @@ typedef struct prob_gemm_choice {
   char schedule; /* generated: 'c' (or 0) cooperative, 'p' pingpong (jgemm_variant.schedule) */
   char epilogue; /* generated: 'd' (or 0) direct, 's' staged (jgemm_variant.epilogue) */
   int tweaks;    /* generated: KSPEC_GEMM_* bits (jgemm_variant.tweaks) */
-  int e16;       /* generated logits GEMM: E16 (flag 'e': the chunk as fp16 E, recipe.c) */
+  int e16;       /* generated logits GEMM: E16 (flag 'e': the chunk as fp16 scores, recipe.c) */
 } prob_gemm_choice;
 
 typedef struct prob_tuning {
@@ -89,8 +89,9 @@ typedef struct prob_geometry {
                                * epilogue writes the pass-1 record of each (row, tile) (STATS):
                                * pass 1 (kl_dense_stats) is not launched and pass 2 merges these
                                * stats_tiles records a row (recipe.c) */
-  int e16;                    /* stats_tiles, and the fused mode's chunk buffer holds the GEMM's
-                               * fp16 E (E16; recipe.c): the fused rows module reads E (ETILE) */
+  int e16;                    /* stats_tiles, and in every mode the chunk buffer holds the GEMM's
+                               * fp16 tile-relative scores (E16; recipe.c), which every rows
+                               * module reads (ETILE) and G overwrites (ldg = ld) */
   kspec rows, helpers;        /* the row kernels (all of them) and the helpers */
 } prob_geometry;
 

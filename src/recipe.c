@@ -287,10 +287,11 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
   for (int k = 0; k < 2; k++)
     if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
   if (!e16) return;
-  /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes E in fp16 instead of the
-   * fp32 logits, 2^15 exp(s - m_tile) beside the records (fused, forward) or 2^15 exp(s - lse)
-   * from the saved statistics (backward); the rows read it (ETILE) and G overwrites it, element
-   * by element: the chunk buffer holds 2 bytes an element, not 4, and G's stride is E's. */
+  /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes the tile-relative scores in
+   * fp16 instead of the fp32 logits, x = s - m_tile beside the records (fused, forward) or
+   * x = s - lse from the saved statistics (backward); the rows read them (ETILE) and G
+   * overwrites them, element by element: the chunk buffer holds 2 bytes an element, not 4, and
+   * G's stride is theirs. */
   g->variant.stats.e16 = 1;
   g->variant.stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   g->spec = jgemm_spec(&g->variant);
@@ -312,7 +313,7 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
    * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
    * that chunk (their rows: also the key under which the tuner, which times the plan's own
    * chunk, stores its cuBLASLt choices). */
-  if (!chunk_set)
+  if (!chunk_set && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
   for (int s = 0; s < RECIPE_SLOTS; s++)

@@ -97,10 +97,10 @@ typedef struct kspec {
   kljit_dtype gemm_stats_tdt; /* the teacher's dtype */
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */
-  int gemm_e16;             /* STATS's E16 (fp16 E instead of C); no parameter when 0 */
+  int gemm_e16;             /* STATS's E16 (fp16 scores instead of C); no parameter when 0 */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
-  int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 E the logits
-                             * GEMM wrote (E16) that pass 2 reads in place of z */
+  int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 scores the
+                             * logits GEMM wrote (E16) that the rows read in place of z */
 } kspec;
 
 enum { KSPEC_MAX_PARAMS = 48 }; /* dense rows: 20 always, 22 optional */

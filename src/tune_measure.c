@@ -593,6 +593,8 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
   for (int i = 0; i < JIT_TRY_MAX; i++) {
     prob_gemm_choice j = c;
     if (gemm_algo_jit_parse(JIT_TRIES[kind][i], &j)) continue;
+    /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it */
+    if (kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16) j.e16 = 1;
     j.beta_zero = kind != GEMM_DW ? 1 : 0;
     out[(*count)++] = with_choice(base, &j);
   }

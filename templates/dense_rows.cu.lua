@@ -113,15 +113,14 @@
 %--            per column tile (501 at V = 128256), which one thread merged in series while the
 %--            block waited (bench/RESULTS.md run 41). Absent: one thread, in record order.
 %--   ETILE    LOGIT f16: z holds what the logits GEMM's E16 epilogue wrote (templates/
-%--            gemm_sm90.cu.lua) instead of the chunk's logits: E = 2^15 exp(s - m_t) per column
-%--            tile of ETILE columns, m_t in the tile's record (slot m; the records are the
-%--            GEMM's, one a tile: MERGE block, srec 1), or in backward E = 2^15 exp(s - lse)
-%--            with the row's saved lse. Pass 2 takes s back as m_t (lse) - 15 log 2 + log E (E
-%--            read as at least fp16's smallest subnormal, 2^-24: s then reads 27 nats below m_t
-%--            where it was lower) and adds no bias or temperature: s = (z + b) / T is what the
-%--            GEMM exponentiated. No softcap: its factor on G would come from such an s. G (16-bit, LDG = LD) overwrites E element by element, each
-%--            thread the columns it read, one block a row with four vectors in flight a thread.
-%--            No pass 1 (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
+%--            gemm_sm90.cu.lua) instead of the chunk's logits: x = s - m_t per column tile of
+%--            ETILE columns, m_t in the tile's record (slot m; the records are the GEMM's, one
+%--            a tile: MERGE block, srec 1), or in backward x = s - lse with the row's saved lse.
+%--            Pass 2 takes s back as m_t (lse) + x and adds no bias or temperature: s = (z + b)
+%--            / T is what the GEMM stored. No softcap (not measured yet). G (16-bit, LDG = LD)
+%--            overwrites x element by element, each thread the columns it read, one block a row
+%--            with four vectors in flight a thread. No pass 1 (kl_dense_stats) and no
+%--            kl_dense_sums (an unsharded head only).
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -219,7 +218,7 @@
 %  end
 %  if P.LOGIT ~= "f16" or size[P.GRAD] ~= 2 or P.CLUSTER ~= 0 or P.INPLACE or P.LDG ~= P.LD or
 %     not BMERGE then
-%    reject("ETILE is pass 2 over the GEMM's fp16 E: LOGIT f16, a 16-bit GRAD over it, "
+%    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
 %  if P.SOFTCAP or HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
@@ -375,21 +374,20 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           const bias_t* __restrict__ bias,{{ TBP }}{{ ETP }} int v, float invT,
                                           float (&s)[VEC], float (&t)[VEC]) {
 %if ETILE then
-  /* E16 (ETILE): s = m_t - 15 log 2 + log E, E at least 2^-24, m_t the tile's record's (erec)
-   * or, in backward (erec NULL), the row's lse (ebase); no bias, softcap or 1 / T */
+  /* E16 (ETILE): s = m_t + x, m_t the tile's record's (erec) or, in backward (erec NULL), the
+   * row's lse (ebase); no bias, softcap or 1 / T */
   (void)bias, (void)invT;
-  const float mt = (erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase) -
-                   10.397207708399179f;
+  const float mt = erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase;
   if constexpr (FULL) {
     load_n<VEC, true>(zr + v, s);
     load_n<VEC, TALIGNED>(tr + v, t);
 #pragma unroll
-    for (int i = 0; i < VEC; i++) s[i] = mt + flog(fmaxf(s[i], 5.9604645e-8f));
+    for (int i = 0; i < VEC; i++) s[i] += mt;
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
       const bool in = v + i < V;
-      s[i] = in ? mt + flog(fmaxf(to_f32(zr[v + i]), 5.9604645e-8f)) : KL_NEG_INF;
+      s[i] = in ? mt + to_f32(zr[v + i]) : KL_NEG_INF;
 #if defined(TEACHER_LOGPROBS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
 #else

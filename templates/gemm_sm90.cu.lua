@@ -73,22 +73,21 @@
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
-%--   E16       absent | true (STATS): the tile goes out as fp16 E at E + row lde + col instead of
-%--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1).
-%--             With part (fused and two-phase forward calls): E = 2^15 exp(s - m), m the row's
-%--             max over the tile as its record's, whose d is the sum of the rounded E times
-%--             2^-15; pass 2 (the dense rows' ETILE) takes s back as m - 15 log 2 + log E. The
-%--             2^15 puts the tile's largest term at the top of fp16's range, so E reaches the
-%--             subnormals only 20 nats below m and zero 27 below (pass 2 reads a zero as the
-%--             smallest subnormal). Without part (two-phase backward): E = 2^15 exp(s - lse),
-%--             lse the row's saved in rowstat (its first float, rsf floats a row, row0 + r);
-%--             no records. C is never written (the host passes E in every mode).
+%--   E16       absent | true (STATS): the tile goes out in fp16 at E + row lde + col instead of
+%--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1),
+%--             as the tile-relative scores x = s - m <= 0. With part (fused and two-phase
+%--             forward calls): m the row's max over the tile, as its record's, whose d is the
+%--             sum of exp(x) of the rounded x; pass 2 (the dense rows' ETILE) takes s back as
+%--             m + x. x in fp16 errs by at most 2^-11 |x| (nothing where q is large, a relative
+%--             error of q where it is small) and has no floor (an exp(s - m) in fp16 reads 0 27
+%--             nats down, which wrongs the loss wherever a teacher has mass there: a CPU model,
+%--             bench/RESULTS.md). Without part (two-phase backward): m the row's saved lse from
+%--             rowstat (its first float, rsf floats a row, row0 + r); no records. C is never
+%--             written (the host passes E in every mode).
 %--   BDT       (E16) f32 | bf16 | f16: the bias b[N], s = (alpha acc + b) / T (absent: none).
 %--             The scores are made once per tile in the fragment (tile_scores), as the rows'
 %--             load_cols makes them; without E16 the rows make them from C, so the statistics
-%--             take no bias. No softcap: its factor on G, 1 - (s T / c)^2, would come from an s
-%--             that E (floored 27 nats below the tile's max) cannot give for the lowest columns,
-%--             where a teacher with mass makes G -p (1 - th^2), not small.
+%--             take no bias. No softcap yet (its factor on G from the s of x: not measured).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -442,13 +441,13 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
     }
 }
 
-/* E16: this consumer warp's 16 rows of the tile as E in fp16 at E + row lde + col, from the
- * scores d (tile_scores). With part (fused, forward): E = 2^15 exp(s - m), m the row's max over
- * the tile, and the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of
- * the E as rounded times 2^-15, so that the q pass 2 takes from them sum to 1 over the row as
- * closely as fp32 does). Without (backward): E = 2^15 exp(s - lse), lse the row's saved
- * (rowstat + (row0 + row) rsf; an ignored row's is 0 and its E is never read), no records. One
- * loop stores E for both, so that one function's registers serve. */
+/* E16: this consumer warp's 16 rows of the tile as fp16 x = s - m at E + row lde + col, from
+ * the scores d (tile_scores). With part (fused, forward): m the row's max over the tile, and
+ * the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of exp(x) of the
+ * x as rounded, so that the q pass 2 takes from them sum to 1 over the row as closely as fp32
+ * does). Without (backward): m the row's saved lse (rowstat + (row0 + row) rsf; an ignored row's
+ * is 0 and its x is never read), no records. One loop stores x for both, so that one function's
+ * registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
                                          const teach_t* __restrict__ teacher,
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
@@ -476,9 +475,9 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
       f16_t e[2];
 #pragma unroll
       for (int k = 0; k < 2; k++) {
-        const float x = c + k < N ? fexp(d[4 * i + 2 * h + k] - m[h]) : 0.0f;
-        e[k] = from_f32<f16_t>(x * 32768.0f);
-        sd[h] += to_f32(e[k]);
+        /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart) */
+        e[k] = from_f32<f16_t>(fmaxf(d[4 * i + 2 * h + k] - m[h], -65504.0f));
+        if (c + k < N) sd[h] += fexp(to_f32(e[k]));
       }
       if (r >= M || c >= N) continue;
       f16_t* p = E + (i64)r * lde + c;
@@ -489,7 +488,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         if (c + 1 < N) p[1] = e[1];
       }
     }
-  if (part) tile_records(m, sd, 1.0f / 32768.0f, mass, row, M, part, tiles_n, tn, lane);
+  if (part) tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane);
 }
 
 %end

@@ -658,13 +658,13 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
   return epilogue_cases("all:jit,logits:jit.stats", "pass 1): in the logits GEMM's epilogue", 0);
 }
 
-/* E16 (KLJIT_GEMM=logits:jit.e16, sm_90): the rows read the fp16 E the logits GEMM wrote
+/* E16 (KLJIT_GEMM=logits:jit.e16, sm_90): the rows read the fp16 scores the logits GEMM wrote
  * instead of fp32 logits, with its records (fused and forward calls) or from the saved lse
  * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
  * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, and
  * a bias, fused and two-phase, within the suite's bounds. Skips before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
-  return epilogue_cases("logits:jit.e16", "the tile as fp16 E (E16)", 1);
+  return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }
 
 /* ---- the online teacher's checked mode (issue 29) ------------------------------------------ */

@@ -14,9 +14,9 @@ endforeach()
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_stats.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_stats)
 set_property(TEST ${fused_stats} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=all:jit,logits:jit.stats")
-# The dense suite again with E16 (KLJIT_GEMM=logits:jit.e16): where the statistics epilogue's
-# scope holds, fused calls take the loss and G from the logits GEMM's fp16 E (two-phase calls
-# and the other cases as the plan's description says). `ctest -R gpu.fused_e16`.
+# The dense suite again with E16 (KLJIT_GEMM=logits:jit.e16): where its scope holds, every
+# call's rows read the logits GEMM's fp16 tile-relative scores instead of fp32 logits (the other
+# cases as the plan's description says). `ctest -R gpu.fused_e16`.
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_e16.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_e16)
 set_property(TEST ${fused_e16} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")

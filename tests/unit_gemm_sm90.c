@@ -257,7 +257,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   return TH_PASS;
 }
 
-/* E16 (fp16 E instead of fp32 logits, issue 27 step 2): the statistics epilogue's variant with
+/* E16 (fp16 scores instead of fp32 logits, issue 27 step 2): the statistics epilogue's variant with
  * E16 declares E, its stride and the saved statistics (backward's lse) after the epilogue's
  * operands, writes E (never C) with the records or from the saved lse (tile_e16),
  * and compiles for sm_90a in the default logits variant's schedule and in the

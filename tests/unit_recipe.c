@@ -444,8 +444,8 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
 }
 
 /* KLJIT_GEMM's logits:jit.e16 (issue 27, step 2): where the statistics epilogue is taken, the
- * logits GEMM's variant also gets E16 and every row module reads its fp16 E (ETILE = the GEMM's
- * tile, LOGIT f16, no INPLACE, E's and G's row stride ld): the chunk buffer holds 2 bytes an
+ * logits GEMM's variant also gets E16 and every row module reads its fp16 scores (ETILE = the
+ * GEMM's tile, LOGIT f16, no INPLACE, their and G's row stride ld): the chunk buffer holds 2 bytes an
  * element in every mode, the dX and dW GEMMs read G at that stride, the tuning's chunk doubles
  * (the same bytes) and a short call with a 16-bit dW takes half its rows a chunk; nothing else
  * differs from logits:jit.stats. The modules render without pass 1 (nor kl_dense_sums) and
@@ -482,7 +482,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     kspec want_helpers = st.geom.helpers;
     want_helpers.ldg = r.geom.ld;
     TH_CHECK(memcmp(&want_helpers, &r.geom.helpers, sizeof want_helpers) == 0);
-    const int64_t chunk = st.geom.tune.chunk_rows > 4096 ? 8192 : 2 * st.geom.tune.chunk_rows;
+    const int64_t c0 = st.geom.tune.chunk_rows, chunk = c0 >= 8192 ? c0 : c0 > 4096 ? 8192 : 2 * c0;
     TH_CHECK(r.geom.tune.chunk_rows == chunk);
     TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
     TH_CHECK(k != 2 || r.geom.chunk_eighths == 4);

@@ -203,8 +203,9 @@ class CompareTest(unittest.TestCase):
     def test_loss_from_e16_precision_separates_the_storage_from_the_fp32_form(self) -> None:
         """At logit std 6, T = 1 (256 rows, fixed seed): today's fp32 form is within 1e-6 of
         float64; s taken back from an fp16 E adds its rounding (more than 2x the fp32 form's
-        error) but stays under 1e-5 at this size, as do the E16 epilogue's form (fp16 of 2^15 E)
-        and the unsigned 16-bit one; a bf16 E is further off."""
+        error) but stays under 1e-5 at this size, as do the scaled and unsigned E forms, and the
+        stored score (E16's x fp16) under 2e-5; a bf16 E is further off. With a teacher apart
+        from the student every E form misses by more than 1e-3, the stored score not."""
         torch = require("torch")
         study = load_script("loss_from_e16_precision")
         errs = study.errors(torch, 256, 64, 4096, 128, 6.0, 1.0, 0)
@@ -216,6 +217,13 @@ class CompareTest(unittest.TestCase):
         self.assertLess(errs["E fp16 2^15"], 1e-5)
         self.assertLess(errs["E u16"], 1e-5)
         self.assertGreater(errs["E bf16"], errs["E fp16 2^15"])
+        self.assertLess(errs["x fp16"], 2e-5)
+        # a teacher apart from the student has mass below every E form's floor: they miss the
+        # loss by far (E16's first form, fp16 of 2^15 E: 7e-3 here), the stored score does not
+        apart = study.errors(torch, 256, 64, 4096, 128, 6.0, 1.0, 0, True)
+        self.assertGreater(apart["E fp16 2^15"], 1e-3)
+        self.assertLess(apart["x fp16"], 1e-5)
+        self.assertLess(apart["fp32"], 1e-6)
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
 
