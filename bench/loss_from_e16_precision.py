@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The precision of the loss taken from a 16-bit unnormalized exponential (issue 27, step 2), on
-the CPU.
+"""The precision of the loss taken from a 16-bit chunk (issue 27, step 2): unnormalized
+exponentials, or the tile-relative score E16 stores, on the CPU.
 
     python3 bench/loss_from_e16_precision.py [--rows 2048] [--hidden 256] [--vocab 32000]
                                              [--tile 128] [--stds 2,6] [--temps 1,0.5]
+                                             [--independent]
 
 If the logits GEMM's epilogue stored E = exp(s - m_tile) in 16 bits instead of the fp32 logits
 (s = z / T; m_tile the row's max over the column tile; bench/g_rebuild_precision.py: G rebuilt
@@ -19,8 +20,8 @@ float64, beside today's fp32 form, at issue 27's bar (loss relative error at mos
   E fp16     s = m_tile + log(E) with E rounded to fp16 (E below fp16's smallest subnormal,
              2^-24, is stored as 2^-24: a zero would make log E = -inf)
   E bf16     the same with E in bf16
-  E fp16 2^15  what the logits GEMM's E16 epilogue stores (templates/gemm_sm90.cu.lua): fp16 of
-             2^15 E, the tile's largest term at the top of fp16's range, so that E reaches the
+  E fp16 2^15  what E16 stored first (templates/gemm_sm90.cu.lua's history): fp16 of 2^15 E,
+             the tile's largest term at the top of fp16's range, so that E reaches the
              subnormals only 20 nats below m_tile and the 2^-24 floor 27 below (fp16 E alone: 10
              and 17); pass 2 takes s = m_tile - 15 log 2 + log(stored)
   E u16      an unsigned 16-bit float of 5 exponent and 11 fraction bits over (0, 1] (twice
@@ -37,7 +38,7 @@ that the numbers are the forms' rounding, not the order of a reduction (kljit's 
 add about 1e-7 to each, bench/RESULTS.md).
 Inputs as bench/compare.py's precision runs: X uniform in [-1, 1), W uniform in [-a, a) with
 a = 3 std / sqrt(H) (logits of standard deviation `std`), both bf16; the teacher the softmax of
-the exact s plus unit Gaussian noise, in bf16. Rows are processed in blocks of 512 and the loss
+the exact s plus unit Gaussian noise (or, --independent, of logits of std 2), in bf16. Rows are processed in blocks of 512 and the loss
 summed over them (batchmean: the sum over rows / rows). Prints one line per (std, T).
 """
 
