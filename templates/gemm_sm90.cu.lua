@@ -475,8 +475,13 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
       f16_t e[2];
 #pragma unroll
       for (int k = 0; k < 2; k++) {
-        /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart) */
-        e[k] = from_f32<f16_t>(fmaxf(d[4 * i + 2 * h + k] - m[h], -65504.0f));
+        /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart);
+         * a NaN score stays NaN (no fmaxf), a tile whose scores are all -inf (a masking bias)
+         * reads as the floor, not as -inf - -inf */
+        const float sc = d[4 * i + 2 * h + k];
+        float x = sc - m[h];
+        if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
+        e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
         if (c + k < N) sd[h] += fexp(to_f32(e[k]));
       }
       if (r >= M || c >= N) continue;
