@@ -889,6 +889,34 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
       }
     }
 %end
+%-- Pass 2's sweep in groups of four vectors a thread, block-uniform trip count: INPLACE's (16-bit G
+%-- over the fp32 row: every thread reads the group, the block synchronizes, then G is written)
+%-- and ETILE's (G over the 16-bit scores it was read from, the same columns by the same
+%-- thread: no barrier). Needs zr, tr, bias, invT, invTT, rs, gr, v0, v1 and the loss.
+%local function grouped_sweep()
+  for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
+    float s[4][VEC], t[4][VEC];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      if (v + VEC <= v1)
+        load_cols<true>(zr, tr, bias,{{ TBA }}{{ ETA }} v, invT, s[u], t[u]);
+      else if (v < v1)
+        load_cols<false>(zr, tr, bias,{{ TBA }}{{ ETA }} v, invT, s[u], t[u]);
+    }
+%if not ETILE then
+    __syncthreads(); /* the whole group is read: G may now overwrite it (see the header) */
+%end
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int v = base + (u * THREADS + threadIdx.x) * VEC;
+      float gv[VEC];
+      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
+      if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
+      else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
+    }
+  }
+%end
 %if P.CLUSTER == 0 then
 %if not ETILE then
 /* Pass 1 over columns [v0, v1) of one row: the block's partial record {m, d, sp, mt, dt},
@@ -1039,49 +1067,10 @@ __device__ __forceinline__ void pass2(const logit_t* z, grad_t* g,
 %end
 %end
 %if ETILE then
-  /* four vectors in flight a thread; G over the E each thread read (same columns, 2 bytes
-   * each): no barrier */
-  for (int base = v0 + threadIdx.x * VEC; base < v1; base += 4 * THREADS * VEC) {
-    float s[4][VEC], t[4][VEC];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int v = base + u * THREADS * VEC;
-      if (v + VEC <= v1)
-        load_cols<true>(zr, tr, bias,{{ ETA }} v, invT, s[u], t[u]);
-      else if (v < v1)
-        load_cols<false>(zr, tr, bias,{{ ETA }} v, invT, s[u], t[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int v = base + u * THREADS * VEC;
-      float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
-      if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
-      else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
-    }
-  }
+%grouped_sweep()
 %else
 #if INPLACE
-  for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
-    float s[4][VEC], t[4][VEC];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int v = base + (u * THREADS + threadIdx.x) * VEC;
-      if (v + VEC <= v1)
-        load_cols<true>(zr, tr, bias,{{ TBA }} v, invT, s[u], t[u]);
-      else if (v < v1)
-        load_cols<false>(zr, tr, bias,{{ TBA }} v, invT, s[u], t[u]);
-    }
-    __syncthreads(); /* the whole group is read: G may now overwrite it (see the header) */
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const int v = base + (u * THREADS + threadIdx.x) * VEC;
-      float gv[VEC];
-      if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
-      if (MODE != MODE_FORWARD && v + VEC <= v1) store_cols<true>(gr, v, gv);
-      else if (MODE != MODE_FORWARD && v < v1) store_cols<false>(gr, v, gv);
-    }
-  }
+%grouped_sweep()
 #else
   const int vfull = v0 + ((v1 - v0) / VEC) * VEC;
   for (int v = v0 + threadIdx.x * VEC; v < v1; v += THREADS * VEC) {
