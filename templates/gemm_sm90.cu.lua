@@ -482,7 +482,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         float x = sc - m[h];
         if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
         e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
-        if (c + k < N) sd[h] += fexp(to_f32(e[k]));
+        if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
       }
       if (r >= M || c >= N) continue;
       f16_t* p = E + (i64)r * lde + c;
