@@ -306,8 +306,6 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
     specs[k]->inplace = 0, specs[k]->etile = g->variant.bn;
   }
   geo->helpers.ldg = geo->ldg; /* kl_colsum (db) reads G too */
-  for (int s = 0; s < RECIPE_SLOTS; s++) /* the dX and dW GEMMs read G at E's stride */
-    if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg;
   /* half the bytes a row: twice the tuning's rows in the same budget (unless the options set
    * the chunk), and a short call with a 16-bit dW in two chunks of half its rows (four eighths)
    * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
@@ -316,8 +314,8 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
   if (!chunk_set && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
-  for (int s = 0; s < RECIPE_SLOTS; s++)
-    if (r->gemm[s].used) r->gemm[s].rows = geo->tune.chunk_rows;
+  for (int s = 0; s < RECIPE_SLOTS; s++) /* the dX and dW GEMMs read G at its stride */
+    if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg, r->gemm[s].rows = geo->tune.chunk_rows;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */
