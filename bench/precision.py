@@ -34,17 +34,11 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # loaded by path (the tests): bench/ holds compare
     sys.path.insert(0, HERE)
 import compare  # noqa: E402
+import study_args  # noqa: E402
 
 LOSS_BARS = {1.0: 2e-6, 0.5: 5e-6}
 DX_BAR = 2.5e-3
 DEFAULT_METHODS = "kljit_fused,kljit_c_e16,liger"
-
-
-def positive_list(text: str) -> List[float]:
-    out = [float(t) for t in text.split(",") if t.strip()]
-    if not out or any(not 0 < x < math.inf for x in out):
-        raise argparse.ArgumentTypeError(f"'{text}': positive numbers, comma-separated")
-    return out
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -52,9 +46,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=8192)
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--vocab", type=int, default=128256)
-    p.add_argument("--stds", type=positive_list, default=positive_list("2,6"),
+    positive = study_args.positive_list
+    p.add_argument("--stds", type=positive, default=positive("2,6"),
                    help="student logit standard deviations (default 2,6)")
-    p.add_argument("--temps", type=positive_list, default=positive_list("1,0.5"),
+    p.add_argument("--temps", type=positive, default=positive("1,0.5"),
                    help="temperatures T (default 1,0.5)")
     p.add_argument("--methods", type=compare.parse_methods,
                    default=compare.parse_methods(DEFAULT_METHODS),

@@ -12,9 +12,9 @@ from typing import Any, List, Optional, Sequence
 
 
 def positive_list(text: str) -> List[float]:
-    """'2,6,12' -> [2.0, 6.0, 12.0]; positive numbers only."""
+    """'2,6,12' -> [2.0, 6.0, 12.0]; positive finite numbers only."""
     vals = [float(t) for t in text.split(",")]
-    if not vals or min(vals) <= 0:
+    if not vals or not all(0 < x < math.inf for x in vals):
         raise argparse.ArgumentTypeError(f"bad list {text!r}: positive numbers, comma-separated")
     return vals
 
