@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ._lib import (
@@ -229,8 +230,20 @@ class LossConfig:
 def config_from_options(options: Dict[str, Any]) -> LossConfig:
     """A LossConfig from keyword options, where the teacher form is `teacher_form` (the
     functional's `teacher` is the teacher tensor); LossConfig's own name `teacher` is accepted
-    too (the modules have no teacher tensor among their options)."""
-    options = dict(options)
+    too (the modules have no teacher tensor among their options). The same options give the
+    same (frozen) config, remembered: validating and keying one costs a call with keyword
+    options more host time than the library's launch. Each value's type is part of what is
+    remembered (True, 1 and 1.0 are equal keys but not equal options)."""
+    key = tuple((name, type(value), value) for name, value in options.items())
+    try:
+        hash(key)
+    except TypeError:  # an unhashable value: no memory, the checks say what is wrong
+        return _config_from_options(key)
+    return _remembered_config(key)
+
+
+def _config_from_options(items: Tuple[Tuple[str, type, Any], ...]) -> LossConfig:
+    options = {name: value for name, _, value in items}
     if "teacher_form" in options:
         if "teacher" in options:
             raise TypeError("pass teacher_form or teacher, not both")
@@ -243,6 +256,10 @@ def config_from_options(options: Dict[str, Any]) -> LossConfig:
                                                   if n != "teacher"])
             raise TypeError(f"{e}; the options are {known}") from None
         raise
+
+
+#: config_from_options' memory (lru_cache does not remember a call that raised).
+_remembered_config = lru_cache(maxsize=64)(_config_from_options)
 
 
 # ---- tensors ----------------------------------------------------------------------------

@@ -157,6 +157,23 @@ class FakeTensorChecks(unittest.TestCase):
         with self.assertRaises(TypeError):
             config_from_options({"teacher_form": "dense_probs", "teacher": "dense_probs"})
 
+    def test_options_give_their_config_once_and_their_types_still_count(self) -> None:
+        from kljit._checks import config_from_options
+
+        first = config_from_options({"temperature": 2.0, "scale_t_squared": True})
+        self.assertIs(config_from_options({"temperature": 2.0, "scale_t_squared": True}), first)
+        # 1 == True and hashes alike: remembered True must not let 1 through
+        with self.assertRaisesRegex(TypeError, "scale_t_squared must be a bool"):
+            config_from_options({"temperature": 2.0, "scale_t_squared": 1})
+        self.assertEqual(config_from_options({"temperature": 2}).temperature, 2.0)
+        # a refused option is refused every time (nothing remembered of it)
+        for _ in range(2):
+            with self.assertRaisesRegex(ValueError, "temperature"):
+                config_from_options({"temperature": -1.0})
+        # an unhashable value is the checks' to name, not the memory's
+        with self.assertRaisesRegex(TypeError, "temperature must be a number"):
+            config_from_options({"temperature": [2.0]})
+
     def test_wrong_shapes_are_value_errors_naming_the_argument(self) -> None:
         self.assert_error(ValueError, "input|2-D|[N, H]|[6, 32, 1]",
                           **dense(input=FakeTensor((N, H, 1))))
