@@ -25,7 +25,7 @@
 
 enum { SMS = 132 };
 
-typedef enum tuning_from { HEURISTIC, CLUSTER_TUNING, JIT_LOGITS } tuning_from;
+typedef enum tuning_from { HEURISTIC, CLUSTER_TUNING, JIT_LOGITS, JIT_E16 } tuning_from;
 
 typedef struct pin_case {
   const char *name;
@@ -35,7 +35,8 @@ typedef struct pin_case {
   kljit_gemm gemm;
   int64_t chunk_rows;
   int dx_split;
-  const char *pin; /* 16 hex digits of the text's sha256 */
+  const char *pin;    /* 16 hex digits of the text's sha256 */
+  const char *choice; /* KLJIT_GEMM's per-GEMM list (options.gemm_choice), or NULL */
 } pin_case;
 
 static kljit_problem base(int64_t hidden, int64_t vocab) {
@@ -76,6 +77,10 @@ static kljit_problem problem_of(const char *name) {
   } else if (!strncmp(name, "native", 6)) {
     pb = base(4096, 151936);
     pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  } else if (!strncmp(name, "bias_auto", 9)) { /* a bias, and AUTO's short-call chunk */
+    pb = base(2048, 32000);
+    pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
+    pb.flags |= KLJIT_FLAG_BIAS;
   }
   return pb;
 }
@@ -84,24 +89,36 @@ static kljit_problem problem_of(const char *name) {
 #define CL KLJIT_ROW_KERNEL_CLUSTER
 #define GD KLJIT_GEMM_DEFAULT
 static const pin_case CASES[] = {
-    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5fdd8971c7a09169"},
-    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "cd76e13427680268"},
-    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "ea0d004f45cda819"},
-    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "41bc923c9add5b1c"},
-    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "838c51a524e8dd2b"},
-    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "e6ad01d52d7a2982"},
-    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "e7e4b15937399efd"},
-    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "29b8c7f0555a70ab"},
-    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "f9a2ac50777ecde6"},
-    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "64f266b262f5a4bc"},
-    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "b1561a720fa4ebb7"},
-    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "161eb6f4cfce4b64"},
-    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "d75cdc9c2e6c08d9"},
+    {"dense_sm90", 90, HEURISTIC, TP, GD, 0, 0, "5fdd8971c7a09169", NULL},
+    {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "cd76e13427680268", NULL},
+    {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "ea0d004f45cda819", NULL},
+    {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "41bc923c9add5b1c", NULL},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "838c51a524e8dd2b", NULL},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "e6ad01d52d7a2982", NULL},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "e7e4b15937399efd", NULL},
+    {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "29b8c7f0555a70ab", NULL},
+    {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "f9a2ac50777ecde6", NULL},
+    {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "64f266b262f5a4bc", NULL},
+    {"native_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "b1561a720fa4ebb7", NULL},
+    {"dense_sm90_jit_split", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 3, "161eb6f4cfce4b64", NULL},
+    {"dense_sm90_jit_wisdom", 90, JIT_LOGITS, TP, GD, 0, 0, "d75cdc9c2e6c08d9", NULL},
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
-     "afd6343dc8362a5c"},
-    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "8d214aa5f52e09dc"},
-    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "89b9bbf230b36177"},
-    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "f7b2fe286b36243f"},
+     "afd6343dc8362a5c", NULL},
+    {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "8d214aa5f52e09dc", NULL},
+    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "89b9bbf230b36177", NULL},
+    {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "f7b2fe286b36243f", NULL},
+    /* the logits GEMM's statistics epilogue (issue 27, step 1) and E16 (step 2) */
+    {"dense_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "203ec3012bb78a83", "logits:jit.stats"},
+    {"dense_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "50e1ee600cf4a573", "logits:jit.e16"},
+    {"dense_sm90_e16_chunk", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 1024, 0, "deb4d38823b16878",
+     "logits:jit.e16"},
+    {"auto_dw_sm90_e16", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "023ece194e42287a",
+     "logits:jit.e16"},
+    {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
+     "logits:jit.256.2.4.m.1.e16"},
+    {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
+    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "236b505bf7755a2a", "logits:jit.e16"},
+    {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -112,12 +129,13 @@ static kljit_context_options options_of(const pin_case *c) {
   o.row_kernel = c->row_kernel, o.gemm = c->gemm;
   o.chunk_rows = c->chunk_rows, o.dx_split = c->dx_split;
   o.tune_rows = 8192, o.tune_budget_s = 30;
+  o.gemm_choice = c->choice;
   return o;
 }
 
 /* The tuning a plan is given (after choosing): the heuristic's, a stored cluster tuning of the
  * same shape unsharded (wisdom's key does not name the shards), or the heuristic's with a
- * generated logits GEMM chosen by the tuner. */
+ * generated logits GEMM chosen by the tuner (with E16: flag e). */
 static prob_tuning tuning_of(const pin_case *c, const kljit_problem *pb,
                              const kljit_context_options *o) {
   prob_tuning t = prob_estimate(pb, c->arch, o);
@@ -127,11 +145,12 @@ static prob_tuning tuning_of(const pin_case *c, const kljit_problem *pb,
     whole.shards = 1;
     prob_cluster_tuning(&whole, c->arch, &t);
   }
-  if (c->from == JIT_LOGITS) {
+  if (c->from == JIT_LOGITS || c->from == JIT_E16) {
     prob_gemm_choice g;
     memset(&g, 0, sizeof g);
     g.used = 1, g.kind = GEMM_LOGITS, g.n = t.chunk_rows, g.beta_zero = 1, g.jit = 1;
     g.bn = 128, g.consumers = 2, g.stages = 6, g.raster = 'g', g.cluster = 2, g.schedule = 'p';
+    g.e16 = c->from == JIT_E16;
     gemm_algo_add(&t, &g);
   }
   return t;
@@ -198,6 +217,9 @@ static int plan_text(const pin_case *c, strbuf *out) {
             (long long)g->ld, (long long)g->ldg, (int)g->logit, (int)g->grad, g->p2_split,
             g->dw_workspace, g->chunk_eighths, g->dx_split, (long long)g->dx_slice);
   if (g->dw_auto) sb_printf(out, "dw auto\n"); /* (absent before KLJIT_ACCUM_AUTO) */
+  /* (absent before the statistics epilogue: no case asked for it) */
+  if (g->stats_tiles) sb_printf(out, "stats tiles=%d e16=%d\n", g->stats_tiles, g->e16);
+  if (r.stats_why) sb_printf(out, "stats refused: %s\n", r.stats_why);
   const kspec *m[RECIPE_MAX_MODULES];
   const int n = recipe_modules(&r, m);
   const int fixed = recipe_fixed_modules(&r);
@@ -295,8 +317,10 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
       if (gen) TH_CHECK(g->spec.family == KSPEC_GEMM_SM90);
       if (dw32) TH_CHECK(g->types.dw == CUDA_R_32F && (!gen || g->variant.out == KLJIT_FP32));
       if (gen && s == RECIPE_LOGITS) TH_CHECK(m[recipe_fixed_modules(&r)] == &g->spec);
-      if (gen && c->from == JIT_LOGITS) /* the tuned variant, not the default one */
+      if (gen && (c->from == JIT_LOGITS || c->from == JIT_E16)) /* the tuned variant */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 2);
+      else if (gen && s == RECIPE_LOGITS && c->choice) /* the options' variant */
+        TH_CHECK(g->from == JGEMM_FROM_OPTIONS);
       else if (gen && s == RECIPE_LOGITS) /* the default: pingpong 128 x 128 */
         TH_CHECK(g->variant.bn == 128 && g->variant.schedule == 'p' && g->variant.cluster == 1);
     }
@@ -309,7 +333,7 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
 /* The recipe of pb on sm_<arch> under KLJIT_GEMM=<choice> (two-pass rows unless `rk`). */
 static kljit_status stats_recipe(const kljit_problem *pb, int arch, const char *choice,
                                  kljit_row_kernel rk, recipe *r) {
-  const pin_case c = {"stats", arch, HEURISTIC, rk, GD, 0, 0, ""};
+  const pin_case c = {"stats", arch, HEURISTIC, rk, GD, 0, 0, "", NULL};
   kljit_context_options o = options_of(&c);
   o.gemm_choice = choice;
   return recipe_make(pb, NULL, &o, arch, SMS, r);
@@ -518,7 +542,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k) pb.hard_weight = 0.5;
-    const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, ""};
+    const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, "", NULL};
     const kljit_context_options o = options_of(&c);
     prob_tuning t = prob_estimate(&pb, 90, &o);
     char text[96];
