@@ -12,8 +12,9 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* ---- geometry and the two row-kernel modules ----------------------------------------------- */
 
-/* The row kernels' spec for a tuning already in g->tune (g's strides and dtypes set). */
-static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
+/* The row kernels' spec for a geometry whose chunk buffer is decided (its strides and dtypes, the
+ * statistics epilogue's tiles, E16's scores of `etile` columns a tile). */
+static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g, int etile) {
   const prob_tuning *tune = &g->tune;
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
   /* the dense row kernels' TEACHER: the online teacher's logits are a logits teacher's */
@@ -23,7 +24,8 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   r->v = pb->vocab, r->ld = g->ld;
   r->threads = tune->threads, r->split = tune->split;
   r->cluster = tune->cluster, r->nv = tune->nv, r->ldg = g->ldg;
-  r->inplace = !prob_native_logits(pb) && !tune->cluster;
+  /* E16: the fp16 scores are G's size, so G overwrites them without INPLACE's barrier */
+  r->inplace = !prob_native_logits(pb) && !tune->cluster && !g->e16;
   r->logit = g->logit, r->grad = g->grad;
   r->tdt = pb->teacher_dtype;
   r->bdt = pb->weight_dtype;
@@ -59,6 +61,10 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   r->roww = (pb->flags & KLJIT_FLAG_ROW_WEIGHTS) != 0;
   r->lsmooth = pb->label_smoothing;
   r->zloss = pb->z_loss;
+  /* a record per column tile of the logits GEMM's epilogue (1002 a row at V = 128256 with the
+   * default 128-column tile): pass 2 merges them with the block */
+  r->merge_block = g->stats_tiles > 0;
+  r->etile = g->e16 ? etile : 0; /* the rows read E16's scores: s = m_tile + x */
   /* the rows write the CE's loss partials apart (kl_finish_loss adds them up) */
   g->hard_parts = pb->hard_weight > 0.0;
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
@@ -86,11 +92,13 @@ static kljit_status rows_spec(const kljit_problem *pb, prob_geometry *g) {
   h->ht = 0, h->txdt = 0;
   h->sharded = 0;
   h->check = 0;
+  h->merge_block = 0, h->etile = 0;
   h->out = pb->grad_weight_dtype;
   return KLJIT_SUCCESS;
 }
 
-/* The geometry and row specs of a tuning (the one place they are derived). */
+/* The geometry of a tuning (the one place it is derived), before the logits GEMM's epilogue
+ * (logits_epilogue) and the row specs (rows_spec) it decides. */
 static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, prob_geometry *g) {
   memset(g, 0, sizeof *g);
   if (tune->chunk_rows < 1 || tune->threads < 64 || tune->threads > 1024 ||
@@ -125,7 +133,7 @@ static kljit_status geometry(const kljit_problem *pb, const prob_tuning *tune, p
   g->chunk_eighths = pb->grad_weight_dtype == KLJIT_FP32 || g->dw_workspace ? 0
                      : pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN          ? 1
                                                                           : 3;
-  return rows_spec(pb, g);
+  return KLJIT_SUCCESS;
 }
 
 /* dX as `forced` slices (the options', 1..64, then obeyed for every chunk), or for 0 the
@@ -179,7 +187,8 @@ static void gemm_slots(const kljit_problem *pb, recipe *r) {
   const kljit_dtype in = pb->input_dtype;
   gemm_types ty;
   ty.in = cuda_type(in);
-  ty.logits = cuda_type(g->logit);
+  /* E16's logits GEMM writes no C: the slot keeps the accumulator's type, as its variant's OUT */
+  ty.logits = cuda_type(g->e16 ? KLJIT_FP32 : g->logit);
   ty.dx = cuda_type(in);
   ty.dw = g->dw_workspace ? CUDA_R_32F : cuda_type(pb->grad_weight_dtype);
   ty.compute = compute_type(pb, in);
@@ -219,9 +228,10 @@ static const struct {
 /* The engines of the tuned slots (logits, dX, dW's two, AUTO's two): a generated variant where
  * jgemm_pick_slot takes one (the options' backends sel, else the tuning's choice, else the
  * arch's heuristic table), else cuBLASLt with the options' k-th algorithm or the tuning's (where
- * one was stored). The other slots run cuBLASLt's heuristic. */
+ * one was stored); the logits slot's pick was made first (logits_epilogue). The other slots run
+ * cuBLASLt's heuristic. */
 static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], int arch,
-                           recipe *r) {
+                           const jgemm_pick *logits, recipe *r) {
   /* AUTO's fp32-buffer slots pick as FP32's accumulation would (a generated variant's output
    * dtype follows the geometry's dw_workspace) */
   prob_geometry g32 = r->geom;
@@ -230,8 +240,9 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
     recipe_gemm *g = &r->gemm[TUNED[i].slot];
     if (!g->used) continue;
     const int buf = TUNED[i].slot == RECIPE_DW32 || TUNED[i].slot == RECIPE_DW32_ACC;
-    jgemm_pick pick;
-    jgemm_pick_slot(pb, buf ? &g32 : &r->geom, arch, sel, TUNED[i].jslot, &pick);
+    jgemm_pick pick = *logits;
+    if (TUNED[i].slot != RECIPE_LOGITS)
+      jgemm_pick_slot(pb, buf ? &g32 : &r->geom, arch, sel, TUNED[i].jslot, &pick);
     g->tuned_algo = 1, g->lt_index = pick.lt_index, g->from = pick.from, g->why = pick.why;
     if (!pick.jit) continue;
     g->engine = RECIPE_GENERATED;
@@ -243,13 +254,12 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
   if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
-/* Why the generated logits GEMM cannot write the dense rows' pass-1 records for pb (STATS of
- * templates/gemm_sm90.cu.lua covers what those records hold without the row's normalizer), or
- * NULL where it can. With E16 the epilogue makes the scores itself, with the bias. */
-static const char *stats_unfit(const kljit_problem *pb, const recipe *r, int e16) {
-  const prob_geometry *g = &r->geom;
-  if (r->gemm[RECIPE_LOGITS].engine != RECIPE_GENERATED)
-    return "a generated logits GEMM only";
+/* Why the logits GEMM (generated where `jit`) cannot write the dense rows' pass-1 records for pb
+ * (STATS of templates/gemm_sm90.cu.lua covers what those records hold without the row's
+ * normalizer), or NULL where it can. With E16 the epilogue makes the scores itself, with the
+ * bias. */
+static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
+  if (!jit) return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
   if (pb->hard_weight > 0.0) return "no hard-label CE";
@@ -262,50 +272,38 @@ static const char *stats_unfit(const kljit_problem *pb, const recipe *r, int e16
   return NULL;
 }
 
-/* The logits GEMM's statistics epilogue where the options ask for it (KLJIT_GEMM's
- * logits:jit.stats or .e16) or the slot's generated choice has E16 (flag e: the options' or the
- * tuning's) and stats_unfit has no objection: the slot's variant gets STATS, and the geometry
- * says that pass 1 is in the GEMM (stats_tiles: records per row); with E16, the rest below. Else
+/* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue
+ * writes, which decides what the chunk buffer holds: the row specs, G's stride, the slots'
+ * operations and the chunk follow from it. Where the options ask for the statistics epilogue
+ * (KLJIT_GEMM's logits:jit.stats or .e16) or the slot's generated choice has E16 (flag e: the
+ * options' or the tuning's) and stats_unfit has no objection, the variant gets STATS and the
+ * geometry stats_tiles (records per row: pass 1 is in the GEMM); with E16, the rest below. Else
  * the rows' pass 1 stays, and r->stats_why says why. */
-static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int chunk_set,
-                         recipe *r) {
-  recipe_gemm *g = &r->gemm[RECIPE_LOGITS];
-  const int e16 = sel[GEMM_LOGITS].e16 ||
-                  (g->used && g->engine == RECIPE_GENERATED && g->variant.stats.e16);
-  g->variant.stats.e16 = 0; /* set below where it is taken */
+static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], int arch,
+                            int chunk_set, recipe *r, jgemm_pick *pick) {
+  jgemm_pick_slot(pb, &r->geom, arch, sel, JGEMM_LOGITS, pick);
+  jgemm_variant *v = &pick->v;
+  const int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
+  v->stats.e16 = 0; /* set below where it is taken */
   if (!sel[GEMM_LOGITS].stats && !e16) return;
-  if ((r->stats_why = stats_unfit(pb, r, e16)) != NULL) return;
-  g->variant.stats.teacher = names_teacher(pb->teacher);
-  g->variant.stats.tdt = pb->teacher_dtype;
-  g->variant.stats.tld = prob_teacher_ld(pb);
-  g->variant.stats.t = pb->temperature;
-  g->spec = jgemm_spec(&g->variant);
-  r->geom.stats_tiles = (int)((pb->vocab + g->variant.bn - 1) / g->variant.bn);
-  /* a record per column tile (1002 a row at V = 128256 with the default 128-column tile): pass 2
-   * merges them with the block */
-  r->geom.rows.merge_block = 1;
-  for (int k = 0; k < 2; k++)
-    if (r->rows_part[k].family) r->rows_part[k].merge_block = 1;
+  prob_geometry *geo = &r->geom;
+  if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
+  v->stats.teacher = names_teacher(pb->teacher);
+  v->stats.tdt = pb->teacher_dtype;
+  v->stats.tld = prob_teacher_ld(pb);
+  v->stats.t = pb->temperature;
+  geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
   if (!e16) return;
   /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes the tile-relative scores in
    * fp16 instead of the fp32 logits, x = s - m_tile beside the records (fused, forward) or
    * x = s - lse from the saved statistics (backward); the rows read them (ETILE) and G
    * overwrites them, element by element: the chunk buffer holds 2 bytes an element, not 4, and
-   * G's stride is theirs. */
-  g->variant.stats.e16 = 1;
-  g->variant.stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
-  g->spec = jgemm_spec(&g->variant);
-  prob_geometry *geo = &r->geom;
+   * G's stride is theirs (the rows', the dX and dW GEMMs', kl_colsum's). */
+  v->stats.e16 = 1;
+  v->stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   geo->e16 = 1;
   geo->logit = KLJIT_FP16; /* E's element: the workspace's size */
   geo->ldg = geo->ld;
-  kspec *specs[3] = {&geo->rows, &r->rows_part[0], &r->rows_part[1]};
-  for (int k = 0; k < 3; k++) {
-    if (!specs[k]->family) continue;
-    specs[k]->logit = KLJIT_FP16, specs[k]->ld = specs[k]->ldg = geo->ld;
-    specs[k]->inplace = 0, specs[k]->etile = g->variant.bn;
-  }
-  geo->helpers.ldg = geo->ldg; /* kl_colsum (db) reads G too */
   /* half the bytes a row: twice the tuning's rows in the same budget (unless the options set
    * the chunk), and a short call with a 16-bit dW in two chunks of half its rows (four eighths)
    * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
@@ -314,8 +312,6 @@ static void stats_engine(const kljit_problem *pb, const gemm_select sel[3], int 
   if (!chunk_set && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
-  for (int s = 0; s < RECIPE_SLOTS; s++) /* the dX and dW GEMMs read G at its stride */
-    if (r->gemm[s].used) r->gemm[s].shape.ldg = geo->ldg, r->gemm[s].rows = geo->tune.chunk_rows;
 }
 
 /* ---- the recipe ----------------------------------------------------------------------------- */
@@ -339,6 +335,12 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
   }
   st = geometry(pb, &t, &out->geom);
   if (st != KLJIT_SUCCESS) return st;
+  if (opt->chunk_rows > 0) out->geom.chunk_eighths = 0; /* the options' chunk is obeyed */
+  dx_split(pb, opt->dx_split, sm_count, &out->geom);
+  jgemm_pick logits;
+  logits_epilogue(pb, sel, arch, opt->chunk_rows > 0, out, &logits);
+  st = rows_spec(pb, &out->geom, logits.v.bn);
+  if (st != KLJIT_SUCCESS) return st;
   /* The dense row kernels as two modules, compiled at once: a cold plan waits for the larger
    * part (about half the whole's compile), not for the whole (bench/RESULTS.md, run 42). */
   if (out->geom.rows.family == KSPEC_DENSE_ROWS) {
@@ -346,13 +348,10 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
     out->rows_part[0].part = "fused";
     out->rows_part[1].part = "phased";
   }
-  if (opt->chunk_rows > 0) out->geom.chunk_eighths = 0; /* the options' chunk is obeyed */
-  dx_split(pb, opt->dx_split, sm_count, &out->geom);
   gemm_slots(pb, out);
   for (int s = 0; s < RECIPE_SLOTS; s++)
     if (out->gemm[s].used) out->gemm[s].lt_index = -1;
-  choose_engines(pb, sel, arch, out);
-  stats_engine(pb, sel, opt->chunk_rows > 0, out);
+  choose_engines(pb, sel, arch, &logits, out);
   return KLJIT_SUCCESS;
 }
 

@@ -28,10 +28,11 @@
  *
  * Adding to it: a GEMM of the chunk loop is a slot (recipe_slot) and its lines in gemm_slots();
  * another engine for a slot is a case of choose_engine(); a kernel family of its own (the loss
- * fusion's) is a module appended in recipe_make and named in recipe_modules. The logits GEMM's
- * statistics epilogue (stats_engine: the options ask, the problem is in its scope) is a variant
- * of the slot's generated engine plus the geometry's stats_tiles, which exec.c and the
- * workspace layout follow.
+ * fusion's) is a module appended in recipe_make and named in recipe_modules. The logits GEMM is
+ * decided first (logits_epilogue: its engine, and its statistics epilogue and E16 where the
+ * options or its choice ask and the problem is in their scope): what its epilogue writes is what
+ * the chunk buffer holds, so the row specs, G's stride, the slots and the chunk are derived
+ * after it, once, as exec.c and the workspace layout follow them.
  */
 #ifndef KLJIT_RECIPE_H
 #define KLJIT_RECIPE_H
