@@ -248,6 +248,24 @@ class CompareTest(unittest.TestCase):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
 
     @labels("torch")
+    def test_dw_rounding_precision_grows_with_the_chunks(self) -> None:
+        """512 rows, fixed seed, logit std 2: one bf16 rounding of dW is about bf16's own
+        relative error (1.5e-3 to 3.5e-3 in Frobenius norm), and each further chunk's rounding
+        adds to it (8 chunks above 1.25x one); bad chunk lists are refused."""
+        torch = require("torch")
+        study = load_script("dw_rounding_precision")
+        errs = study.errors(torch, 512, 64, 2048, 2.0, 1.0, (1, 2, 4, 8), 0)
+        self.assertEqual(tuple(errs), (1, 2, 4, 8))
+        self.assertTrue(1.5e-3 < errs[1] < 3.5e-3, errs)
+        self.assertLess(errs[1], errs[2])
+        self.assertLess(errs[2], errs[8])
+        self.assertGreater(errs[8], 1.25 * errs[1])
+        for bad in (["--chunks", "0,2"], ["--chunks", "x"], ["--rows", "4", "--chunks", "8"]):
+            with self.assertRaises(SystemExit):
+                with contextlib.redirect_stderr(io.StringIO()):
+                    study.parse_args(bad)
+
+    @labels("torch")
     def test_compare_reverses_the_alternation_every_other_round(self) -> None:
         torch = require("torch")
         compare = load_script("compare")
