@@ -72,7 +72,7 @@ def _helper(env: str, source: str, libs: Sequence[str] = ()) -> Path:
         raise unittest.SkipTest(f"{env} is not set and there is no C compiler to build it")
     exe = out_dir("helpers-" + source.replace(".", "_")) / source.replace(".c", "")
     cmd = [cc, "-std=c11", "-O1", "-I", str(REPO / "include"), "-I", str(REPO / "tests"),
-           str(REPO / "tests" / source), *libs, "-o", str(exe), "-lm"]
+           "-I", str(REPO / "src"), str(REPO / "tests" / source), *libs, "-o", str(exe), "-lm"]
     subprocess.run(cmd, check=True)
     return exe
 
@@ -88,7 +88,7 @@ def layout() -> Dict[str, Any]:
 def ref_helper() -> Path:
     """tests/python_ref.c (the fp64 C reference on a problem file)."""
     return _helper("KLJIT_TEST_REF_HELPER", "python_ref.c",
-                   [str(REPO / "tests" / "ref.c")])
+                   [str(REPO / "tests" / "ref.c"), str(REPO / "src" / "host_dtype.c")])
 
 
 class FakeDevice:
