@@ -213,11 +213,12 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   char slice[16] = "";
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
   const int t = v->tweaks;
-  char stats[48] = "";
+  char stats[64] = "";
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s%s", v->stats.teacher,
+    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s", v->stats.teacher,
              names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
-             v->stats.e16 && v->stats.bdt ? "+bias" : "");
+             v->stats.e16 && v->stats.bdt ? "+bias" : "",
+             v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
@@ -243,6 +244,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
+  k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */
   return k;
 }
 

@@ -29,6 +29,7 @@ typedef struct jgemm_stats {
   double t;            /* the constant temperature */
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
+  double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
 } jgemm_stats;
 
 typedef struct jgemm_variant {

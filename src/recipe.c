@@ -257,13 +257,13 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 /* Why the logits GEMM (generated where `jit`) cannot write the dense rows' pass-1 records for pb
  * (STATS of templates/gemm_sm90.cu.lua covers what those records hold without the row's
  * normalizer), or NULL where it can. With E16 the epilogue makes the scores itself, with the
- * bias. */
+ * bias and the logit cap. */
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
   if (pb->hard_weight > 0.0) return "no hard-label CE";
-  if (pb->softcap > 0.0) return "no softcap";
+  if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
   if (g->logit != KLJIT_FP32) return "fp32 chunk logits only (not native logits)";
@@ -301,6 +301,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
    * G's stride is theirs (the rows', the dX and dW GEMMs', kl_colsum's). */
   v->stats.e16 = 1;
   v->stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
+  v->stats.softcap = pb->softcap; /* the epilogue caps s; the rows take G's factor from it */
   geo->e16 = 1;
   geo->logit = KLJIT_FP16; /* E's element: the workspace's size */
   geo->ldg = geo->ld;

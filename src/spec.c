@@ -70,6 +70,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->gemm_e16) out[n++] = pb("E16", 1);
     if (k->gemm_e16 && k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
+    if (k->gemm_e16 && k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
   }
   return n;
 }

@@ -117,10 +117,11 @@
 %--            ETILE columns, m_t in the tile's record (slot m; the records are the GEMM's, one
 %--            a tile: MERGE block, srec 1), or in backward x = s - lse with the row's saved lse.
 %--            Pass 2 takes s back as m_t (lse) + x and adds no bias or temperature: s = (z + b)
-%--            / T is what the GEMM stored. No softcap (not measured yet). G (16-bit, LDG = LD)
-%--            overwrites x element by element, each thread the columns it read, one block a row
-%--            with four vectors in flight a thread. No pass 1 (kl_dense_stats) and no
-%--            kl_dense_sums (an unsharded head only).
+%--            / T is what the GEMM stored, capped there under SOFTCAP (G's factor
+%--            1 - (s T / c)^2 then comes from the s taken back, as it does from a loaded s).
+%--            G (16-bit, LDG = LD) overwrites x element by element, each thread the columns it
+%--            read, one block a row with four vectors in flight a thread. No pass 1
+%--            (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -221,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.SOFTCAP or HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
+%  if HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, a "
-%           .. "constant temperature, no softcap, hard-label CE, online teacher or shard")
+%           .. "constant temperature, no hard-label CE, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -375,7 +376,7 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           float (&s)[VEC], float (&t)[VEC]) {
 %if ETILE then
   /* E16 (ETILE): s = m_t + x, m_t the tile's record's (erec) or, in backward (erec NULL), the
-   * row's lse (ebase); no bias, softcap or 1 / T */
+   * row's lse (ebase); no bias, softcap or 1 / T (the GEMM's epilogue applied them) */
   (void)bias, (void)invT;
   const float mt = erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase;
   if constexpr (FULL) {

@@ -87,7 +87,11 @@
 %--   BDT       (E16) f32 | bf16 | f16: the bias b[N], s = (alpha acc + b) / T (absent: none).
 %--             The scores are made once per tile in the fragment (tile_scores), as the rows'
 %--             load_cols makes them; without E16 the rows make them from C, so the statistics
-%--             take no bias. No softcap yet (its factor on G from the s of x: not measured).
+%--             take no bias.
+%--   SOFTCAP   (E16) the student's logit cap c > 0: s = c tanh((alpha acc + b) / c) / T, as the
+%--             rows' load_cols caps z (absent: none). The rows' pass 2 takes G's factor
+%--             1 - (s T / c)^2 from the s it takes back (m + x): on the CPU, dX's error from it
+%--             is the fp32 s's to three digits (bench/RESULTS.md).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -193,6 +197,10 @@
 %end
 %if P.BDT ~= nil and not one_of(P.BDT, { "f32", "bf16", "f16" }) then
 %  reject("BDT must be f32, bf16 or f16")
+%end
+%if P.SOFTCAP ~= nil and not (E16 and type(P.SOFTCAP) == "number" and P.SOFTCAP > 0 and
+%                             P.SOFTCAP < math.huge) then
+%  reject("SOFTCAP must be > 0 and needs E16 (the scores the tile's E is made of)")
 %end
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
@@ -418,8 +426,9 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
 
 %if E16 then
 /* E16: this thread's fragment (BN / 2 accumulators, tile columns from c0) as the scores
- * s = (alpha acc + b) / T in place, b the column's bias (BDT), as the rows' load_cols makes them
- * from z; E and the records are made of them. */
+ * s = (alpha acc + b) / T in place, b the column's bias (BDT), capped (SOFTCAP: c tanh(z / c)
+ * before the 1 / T) as the rows' load_cols makes them from z; E and the records are made of
+ * them. */
 __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha,
 %  if P.BDT then
                                             const bias_t* __restrict__ bias,
@@ -435,8 +444,14 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
 %  end
 #pragma unroll
       for (int h = 0; h < 2; h++) {
+%  if P.SOFTCAP then
+        const float z = d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }};
+        d[4 * i + 2 * h + k] =
+            {{ f32(P.SOFTCAP) }} * tanhf(z * {{ f32(1.0 / P.SOFTCAP) }}) * STATS_INV_T;
+%  else
         d[4 * i + 2 * h + k] = (d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }}) *
                                STATS_INV_T;
+%  end
       }
     }
 }

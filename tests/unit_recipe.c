@@ -473,10 +473,11 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * element in every mode, the dX and dW GEMMs read G at that stride, the tuning's chunk doubles
  * (the same bytes) and a short call with a 16-bit dW takes half its rows a chunk; nothing else
  * differs from logits:jit.stats. The modules render without pass 1 (nor kl_dense_sums) and
- * compile for sm_90a. A tuning's logits choice with E16 (flag e) takes it the same way. Out of
- * that scope nothing of it is taken; asked of the other GEMMs it is refused. */
+ * compile for sm_90a. E16 also takes a bias and a logit cap, which its epilogue applies to the
+ * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
+ * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 5; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -489,6 +490,8 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     /* a bias: the E16 epilogue makes the scores with it (.stats alone does not take it: the
      * comparison below is with the plain recipe, records merged by block) */
     if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
+    /* a logit cap: the epilogue caps the scores (SOFTCAP), the rows take G's factor from them */
+    if (k == 4) pb.softcap = 30.0;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -499,6 +502,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(g->variant.stats.e16 == 1 && g->spec.gemm_e16 == 1 &&
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
     TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
+    TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -561,11 +565,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (CE mixing; a softcap, whose factor on G E cannot give; sm_80): neither */
+  /* out of scope (CE mixing; teacher logits, capped; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.hard_weight = 0.5;
-    if (k == 1) pb.softcap = 30.0;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&

@@ -5,8 +5,8 @@ plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the st
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
 neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py,
-e16_divergences_precision.py, precision.py's smoke run (and compare.py's timing loop): torch on
-the CPU.
+e16_divergences_precision.py, e16_softcap_precision.py, dw_rounding_precision.py, precision.py's
+smoke run (and compare.py's timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -246,6 +246,22 @@ class CompareTest(unittest.TestCase):
                         self.assertGreater(e["E bf16"], e["E fp16"])
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
+
+    @labels("torch")
+    def test_e16_softcap_precision_keeps_dx(self) -> None:
+        """128 rows, fixed seed, logit std 12 and a cap of 15 (most scores near the cap, where
+        the factor is small and most sensitive): dX from the s E16 takes back is within 1.05x
+        of the fp32 s's error and under the 2.5e-3 bar; bad sizes are refused."""
+        torch = require("torch")
+        study = load_script("e16_softcap_precision")
+        for t in (1.0, 0.5):
+            errs = study.errors(torch, 128, 64, 4096, 128, 12.0, 15.0, t, 0)
+            self.assertEqual(tuple(errs), study.FORMS)
+            self.assertLess(errs["fp32 s"], 2.5e-3)
+            self.assertLess(errs["E16 s"], 1.05 * errs["fp32 s"])
+        with self.assertRaises(SystemExit):
+            with contextlib.redirect_stderr(io.StringIO()):
+                study.parse_args(["--vocab", "1000", "--tile", "128"])
 
     @labels("torch")
     def test_dw_rounding_precision_grows_with_the_chunks(self) -> None:
