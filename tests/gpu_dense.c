@@ -622,7 +622,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   if (worst == TH_PASS)
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
-  for (int k = 0; k < (e16 ? 18 : 12) && worst != TH_SKIP; k++) {
+  for (int k = 0; k < (e16 ? 20 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
     static const int64_t vs[] = {1000, 32001, 128256, 50257};
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
@@ -646,6 +646,10 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
       /* a bias in the epilogue's scores, fused and two-phase */
       if (k >= 16) c.bias = 1, c.fused = k == 16, c.T = k == 16 ? 1.0 : 2.0;
       if (k == 17) c.red = KLJIT_REDUCTION_SUM;
+      /* a logit cap in the epilogue's scores (logits of std 30, as the suite caps them), G's
+       * factor from the s taken back: fused with a bias, and two-phase at T = 0.5 */
+      if (k >= 18) c.zstd = 30.0, c.softcap = 30.0, c.bias = k == 18, c.fused = k == 18;
+      if (k == 19) c.T = 0.5, c.red = KLJIT_REDUCTION_BATCHMEAN;
       setenv("KLJIT_CHUNK_ROWS", "256", 1);
     }
     const int rc = gcase_check(&c);
@@ -663,8 +667,9 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
 /* E16 (KLJIT_GEMM=logits:jit.e16, sm_90): the rows read the fp16 scores the logits GEMM wrote
  * instead of fp32 logits, with its records (fused and forward calls) or from the saved lse
  * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
- * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, and
- * a bias, fused and two-phase, within the suite's bounds. Skips before sm_90. */
+ * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, a
+ * bias, fused and two-phase, and a softcap, fused and two-phase, within the suite's bounds.
+ * Skips before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
   return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }
