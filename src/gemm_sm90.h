@@ -30,6 +30,7 @@ typedef struct jgemm_stats {
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
+  int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -136,6 +137,8 @@ typedef struct jgemm_epi {
                          * statistics whose first float is the row's lse, rsf floats a row */
   int rsf;
   const void *bias;     /* stats.bdt: the bias b[N] */
+  const void *labels;   /* stats.hard: the call's labels (row0 + r), int64 where labels_is64 */
+  int labels_is64;
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

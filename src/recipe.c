@@ -262,7 +262,8 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
   if (!jit) return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
     return "dense teacher probabilities or log-probabilities only";
-  if (pb->hard_weight > 0.0) return "no hard-label CE";
+  if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
+  if (pb->label_smoothing > 0.0) return "no label smoothing (its sum of z' has no record)";
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
@@ -302,6 +303,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   v->stats.e16 = 1;
   v->stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   v->stats.softcap = pb->softcap; /* the epilogue caps s; the rows take G's factor from it */
+  v->stats.hard = pb->hard_weight > 0.0; /* the CE's records: lse(z') and z'_y, exact */
   geo->e16 = 1;
   geo->logit = KLJIT_FP16; /* E's element: the workspace's size */
   geo->ldg = geo->ld;

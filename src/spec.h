@@ -99,6 +99,7 @@ typedef struct kspec {
   double gemm_stats_t;      /* the constant temperature */
   int gemm_e16;             /* STATS's E16 (fp16 scores instead of C); no parameter when 0 */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
+  int gemm_hard;            /* E16's HARD (the CE's records; labels in); no parameter when 0 */
   int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 scores the
                              * logits GEMM wrote (E16) that the rows read in place of z */
 } kspec;

@@ -222,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if HARD or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
+%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, a "
-%           .. "constant temperature, no hard-label CE, online teacher or shard")
+%           .. "constant temperature, no label smoothing, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -554,6 +554,9 @@ struct row_t {
 %if HARD then
   float lse1;   /* lse(z'), the CE's */
 %end
+%if ETILE and HARD then
+  float zy;     /* z'_y, the label's, exact from the GEMM's records (slot S; 0: none) */
+%end
 };
 
 /* Merges partial records in order k = 0..n-1 (the same order everywhere: deterministic). */
@@ -566,6 +569,9 @@ struct row_merge_t {
 %if SHARDED then
   float S; /* the shards' parts of S (slot S), in record order */
 %end
+%if ETILE and HARD then
+  float zy; /* the tiles' z'_y (slot S): the label's tile's, the others' 0 */
+%end
 };
 __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
   m.s.m = m.t.m = KL_NEG_INF;
@@ -577,6 +583,9 @@ __device__ __forceinline__ void row_merge_init(row_merge_t& m) {
 %end
 %if SHARDED then
   m.S = 0.0f;
+%end
+%if ETILE and HARD then
+  m.zy = 0.0f;
 %end
 }
 __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) {
@@ -593,6 +602,9 @@ __device__ __forceinline__ void row_merge_add(row_merge_t& m, const float* rec) 
 %if SHARDED then
   m.S += rec[PART_S];
 %end
+%if ETILE and HARD then
+  m.zy += rec[PART_S];
+%end
 }
 %if BMERGE then
 /* block_reduce's merge of two threads' row_merge_t (MERGE = block) */
@@ -606,6 +618,9 @@ struct row_merge_op {
 %end
 %if SHARDED then
     a.S += b.S;
+%end
+%if ETILE and HARD then
+    a.zy += b.zy;
 %end
     return a;
   }
@@ -621,6 +636,9 @@ __device__ __forceinline__ row_t row_finish(const row_merge_t& m) {
 %end
 %if HARD then
   rs.lse1 = m.h.m + logf(m.h.d);
+%end
+%if ETILE and HARD then
+  rs.zy = m.zy;
 %end
   rs.lset = m.t.m + logf(m.t.d);
 #if defined(TEACHER_LOGITS)
@@ -646,6 +664,9 @@ struct ce_t {
 %if P.LSMOOTH then
   float gu;   /* gh ls / VTOT: the uniform target's share of every column */
   float zsum; /* this thread's sum of z' over its columns */
+%end
+%if ETILE then
+  float zy;   /* z'_y from the records (E16's x is fp16: not the label's z' to the loss's digits) */
 %end
 };
 
@@ -767,7 +788,9 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
 %  else
     if (v + i == ce.y) {
       gv[i] -= ce.gh;
+%    if not ETILE then
       if (MODE != MODE_BACKWARD) ce.loss -= zc;
+%    end
     }
 %  end
 %end
@@ -827,6 +850,9 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   ce.gu = ce.gh * {{ f32(P.LSMOOTH / VTOT) }};
   ce.zsum = 0.0f;
 %end
+%if ETILE then
+  ce.zy = MODE != MODE_BACKWARD ? rs.zy : 0.0f; /* backward's rows have no records */
+%end
   {
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
@@ -855,6 +881,9 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %  else
     if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss += ce.lse1;
 %  end
+%end
+%if ETILE then
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= ce.zy; /* -z'_y, once a row */
 %end
 %if P.LSMOOTH then
     ce.loss -= {{ f32(P.LSMOOTH / VTOT) }} * ce.zsum;

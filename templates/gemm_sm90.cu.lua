@@ -92,6 +92,11 @@
 %--             rows' load_cols caps z (absent: none). The rows' pass 2 takes G's factor
 %--             1 - (s T / c)^2 from the s it takes back (m + x): on the CPU, dX's error from it
 %--             is the fp32 s's to three digits (bench/RESULTS.md).
+%--   HARD      (E16) true: the hard-label CE's records too, from the same scores: the tile's
+%--             (max, sum-exp) of z' = s T (slots mh, dh, pass 1's) and z'_y where the row's label
+%--             y (labels[row0 + r], int64 where labels_is64) is one of the tile's columns (slot
+%--             S, 0 elsewhere: the rows sum it over the tiles), exact in fp32, which E's x is not.
+%--             No label smoothing (its sum of z' has no slot).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--
@@ -202,6 +207,11 @@
 %                             P.SOFTCAP < math.huge) then
 %  reject("SOFTCAP must be > 0 and needs E16 (the scores the tile's E is made of)")
 %end
+%if P.HARD ~= nil and not (P.HARD == true and E16) then
+%  reject("HARD must be true and needs E16 (the CE's records come with E's)")
+%end
+%local HARD = P.HARD == true
+%local LABELS = " labels, labels_is64," -- tile_e16's arguments under HARD
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
 %end
@@ -251,6 +261,10 @@
 %    { "E", "f16_t* __restrict__", role = "gemm_e" }, { "lde", "i64" },
 %    { "rowstat", "const float* __restrict__" }, { "rsf", "int" } })
 %  if P.BDT then gemm_args = iface.args(gemm_args, { { "bias", "const bias_t* __restrict__" } }) end
+%  if HARD then
+%    gemm_args = iface.args(gemm_args, {
+%      { "labels", "const void* __restrict__" }, { "labels_is64", "int" } })
+%  end
 %end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
@@ -380,14 +394,23 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
  * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
  * writes m, d = dscale sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp),
  * for the rows below M. */
+%-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row
+%local CEP = HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or ""
+%local CEA = HARD and ", mh, dh, zy" or ""
 __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float dscale,
                                              float2 mass, int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
-                                             int lane) {
+                                             int lane{{ CEP }}) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 1);
     sd[h] += __shfl_xor_sync(0xffffffffu, sd[h], 2);
+%if HARD then
+    dh[h] += __shfl_xor_sync(0xffffffffu, dh[h], 1);
+    dh[h] += __shfl_xor_sync(0xffffffffu, dh[h], 2);
+    zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 1); /* one lane's at most: exact */
+    zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 2);
+%end
   }
   if (lane % 4) return;
   const float sp[2] = {mass.x, mass.y};
@@ -397,9 +420,13 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
     rec[PART_M] = m[h], rec[PART_D] = sd[h] * dscale, rec[PART_SP] = sp[h];
     rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+%if HARD then
+    rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h];
+%end
   }
 }
 
+%if not E16 then
 /* The pass-1 record of each of this consumer warp's 16 rows (r0 + lane / 4 and 8 more, see
  * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
  * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
@@ -423,6 +450,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
   tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane);
 }
+%end
 
 %if E16 then
 /* E16: this thread's fragment (BN / 2 accumulators, tile columns from c0) as the scores
@@ -467,6 +495,9 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
                                          const teach_t* __restrict__ teacher,
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
                                          int lane, f16_t* __restrict__ E, i64 lde,
+%if HARD then
+                                         const void* __restrict__ labels, int labels_is64,
+%end
                                          const float* __restrict__ rowstat, int rsf) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
@@ -482,6 +513,24 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   }
   const bool pairs = (lde & 1) == 0 && ((u64)E & 3) == 0;
   float sd[2] = {0.0f, 0.0f};
+%if HARD then
+  /* the CE's records (part only): z' = s T as the rows' pass 1 makes it, its tile max mh (the
+   * scores' max times T), the sum of exp(z' - mh) from the fp32 s, and z'_y where the row's
+   * label is one of this thread's columns */
+  const float tz = 1.0f / STATS_INV_T;
+  float dh[2] = {0.0f, 0.0f}, zy[2] = {0.0f, 0.0f};
+  int y[2] = {-1, -1};
+  if (part) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const i64 r = row0 + row + 8 * h;
+      if (labels && row + 8 * h < M) {
+        const i64 l = labels_is64 ? ((const i64*)labels)[r] : (i64)((const int*)labels)[r];
+        y[h] = l >= c0 && l < c0 + BN && l < N ? (int)l : -1;
+      }
+    }
+  }
+%end
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
 #pragma unroll
@@ -498,6 +547,13 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
         e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
         if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
+%if HARD then
+        if (part && c + k < N) {
+          const float z = sc * tz;
+          dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
+          if (c + k == y[h]) zy[h] = z;
+        }
+%end
       }
       if (r >= M || c >= N) continue;
       f16_t* p = E + (i64)r * lde + c;
@@ -508,7 +564,10 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         if (c + 1 < N) p[1] = e[1];
       }
     }
-  if (part) tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane);
+%if HARD then
+  const float mh[2] = {m[0] * tz, m[1] * tz};
+%end
+  if (part) tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 
 %end
@@ -911,7 +970,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       for (int ms = 0; ms < MS; ms++) {
         tile_scores(d[ms], tn * BN, N, alpha,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                 teacher, part, row0, tiles_n, tn, lane, E, lde, rowstat, rsf);
+                 teacher, part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
+                 rowstat, rsf);
       }
 %else
 %if STATS then

@@ -263,31 +263,37 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
  * and compiles for sm_90a in the default logits variant's schedule and in the
  * cooperative one. */
 static int the_e16_epilogue_compiles_and_declares_e(void) {
-  for (int pp = 0; pp < 4; pp++) {
+  for (int pp = 0; pp < 5; pp++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
-    /* pp 2: a bf16 bias in the scores; pp 3: with a logit cap of 30 */
+    /* pp 2: a bf16 bias in the scores; pp 3: with a logit cap of 30; pp 4: the CE's records */
     if (pp >= 2) v.stats.bdt = KLJIT_BF16;
     if (pp == 3) v.stats.softcap = 30.0;
+    if (pp == 4) v.stats.hard = 1;
     v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     TH_CHECK(strstr(what, "+e16") != NULL && (strstr(what, "+softcap") != NULL) == (pp == 3));
+    TH_CHECK((strstr(what, "+ce") != NULL) == (pp == 4));
     const kspec k = jgemm_spec(&v);
-    TH_CHECK(k.gemm_e16 == 1 && k.softcap == (pp == 3 ? 30.0 : 0.0));
+    TH_CHECK(k.gemm_e16 == 1 && k.softcap == (pp == 3 ? 30.0 : 0.0) && k.gemm_hard == (pp == 4));
     strbuf src = {0}, man = {0};
     TH_OK(kspec_render_iface(&k, &src, &man));
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == (pp >= 2 ? 16 : 15));
-    static const char *const roles[5] = {"gemm_e", "lde", "rowstat", "rsf", "bias"};
+    TH_CHECK(m.n == 1 && g && g->nargs == (pp == 4 ? 18 : pp >= 2 ? 16 : 15));
+    static const char *const roles[7] = {"gemm_e", "lde",  "rowstat",    "rsf",
+                                         "bias",   "labels", "labels_is64"};
     for (int a = 0; a < g->nargs - 11; a++)
       TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
     TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == (pp >= 2));
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
+    /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */
+    TH_CHECK((strstr(src.data, "rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h]") !=
+              NULL) == (pp == 4));
     TH_CHECK(strstr(src.data, "tile_e16(d[ms]") != NULL &&
              strstr(src.data, "rowstat[(row0 + row + 8 * h) * rsf]") != NULL &&
              strstr(src.data, "tile_stats(d[ms]") == NULL && strstr(src.data, "store_rows(C") == NULL);

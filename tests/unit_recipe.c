@@ -477,7 +477,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
  * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 6; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -492,6 +492,8 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
     /* a logit cap: the epilogue caps the scores (SOFTCAP), the rows take G's factor from them */
     if (k == 4) pb.softcap = 30.0;
+    /* CE mixing with a z-loss: the epilogue writes the CE's records (lse(z') and z'_y) too */
+    if (k == 5) pb.hard_weight = 0.5, pb.z_loss = 1e-4, pb.temperature = 2.0;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -503,6 +505,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
     TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
     TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
+    TH_CHECK(g->spec.gemm_hard == (k == 5) && r.rows_part[0].hard == pb.hard_weight);
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -545,10 +548,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
   }
   /* a tuning's logits choice with E16 (flag e, wisdom's) takes it without the options, in
-   * its scope; outside (CE mixing) its variant runs without it and the description says why */
+   * its scope; outside (label smoothing) its variant runs without it and the description says
+   * why */
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k) pb.hard_weight = 0.5;
+    if (k) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
     const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, "", NULL};
     const kljit_context_options o = options_of(&c);
     prob_tuning t = prob_estimate(&pb, 90, &o);
@@ -565,10 +569,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (CE mixing; teacher logits, capped; sm_80): neither */
+  /* out of scope (the CE's label smoothing; teacher logits, capped; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k == 0) pb.hard_weight = 0.5;
+    if (k == 0) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
     if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
