@@ -548,7 +548,8 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
         e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
         if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
 %if HARD then
-        if (part && c + k < N) {
+        /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
+        if (part && c + k < N && m[h] != KL_NEG_INF) {
           const float z = sc * tz;
           dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
           if (c + k == y[h]) zy[h] = z;
