@@ -77,6 +77,10 @@ static kljit_problem problem_of(const char *name) {
   } else if (!strncmp(name, "native", 6)) {
     pb = base(4096, 151936);
     pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
+  } else if (!strncmp(name, "cap_ce", 6)) { /* a softcap and CE mixing with a z-loss */
+    pb = base(2048, 32000);
+    pb.softcap = 30.0, pb.hard_weight = 0.5, pb.soft_weight = 0.5, pb.z_loss = 1e-4;
+    pb.temperature = 2.0, pb.flags |= KLJIT_FLAG_SCALE_T_SQUARED;
   } else if (!strncmp(name, "bias_auto", 9)) { /* a bias, and AUTO's short-call chunk */
     pb = base(2048, 32000);
     pb.grad_weight_dtype = KLJIT_BF16, pb.grad_weight_accum = KLJIT_ACCUM_AUTO;
@@ -119,6 +123,8 @@ static const pin_case CASES[] = {
     {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
     {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "236b505bf7755a2a", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
+    {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
+    {"cap_ce_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "b57650622deed4de", "logits:jit.stats"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
