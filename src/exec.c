@@ -502,6 +502,7 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
     c->epi.rsf = (int)p->layout.rowstat;
     c->epi.bias = a->bias;
     c->epi.labels = a->labels, c->epi.labels_is64 = c->labels_is64; /* the CE's (stats.hard) */
+    c->epi.hdr = c->hdr; /* a run-time T's 1 / T (stats.tmode) */
   }
 }
 

@@ -215,11 +215,12 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int t = v->tweaks;
   char stats[64] = "";
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s%s", v->stats.teacher,
+    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s%s%s", v->stats.teacher,
              names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
-             v->stats.e16 && v->stats.hard ? "+ce" : "");
+             v->stats.e16 && v->stats.hard ? "+ce" : "",
+             v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t" : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
@@ -247,6 +248,8 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */
   k.gemm_hard = k.gemm_e16 && v->stats.hard;
+  /* TMODE (the rows' field, E16's here): runtime reads 1 / T from the header */
+  k.tmode = k.gemm_e16 ? v->stats.tmode : KLJIT_TEMPERATURE_CONSTANT;
   return k;
 }
 
@@ -344,6 +347,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.gemm_e = a->epi.e, k.lde = a->epi.lde, k.rowstat = a->epi.rowstat, k.rsf = a->epi.rsf;
   k.bias = a->epi.bias;
   k.labels = a->epi.labels, k.labels_is64 = a->epi.labels_is64;
+  k.hdr = a->epi.hdr;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

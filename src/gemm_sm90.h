@@ -31,6 +31,7 @@ typedef struct jgemm_stats {
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
+  kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the plan header (jgemm_epi.hdr), t 1 */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -139,6 +140,7 @@ typedef struct jgemm_epi {
   const void *bias;     /* stats.bdt: the bias b[N] */
   const void *labels;   /* stats.hard: the call's labels (row0 + r), int64 where labels_is64 */
   int labels_is64;
+  const float *hdr;     /* stats.tmode RUNTIME: the plan header (record hdr's inv_t) */
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

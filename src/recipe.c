@@ -266,7 +266,8 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
   if (pb->label_smoothing > 0.0) return "no label smoothing (its sum of z' has no record)";
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
-  if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT) return "a constant temperature only";
+  if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT && !e16)
+    return "a constant temperature only (E16 takes a per-call one)";
   if (g->logit != KLJIT_FP32) return "fp32 chunk logits only (not native logits)";
   if (g->tune.cluster) return "the two-pass row kernels only (not the cluster variant)";
   if (prob_sharded(pb) || pb->shards > 1) return "an unsharded head only";
@@ -292,7 +293,8 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   v->stats.teacher = names_teacher(pb->teacher);
   v->stats.tdt = pb->teacher_dtype;
   v->stats.tld = prob_teacher_ld(pb);
-  v->stats.t = pb->temperature;
+  /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
+  v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
   geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
   if (!e16) return;
   /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes the tile-relative scores in
@@ -304,6 +306,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   v->stats.bdt = (pb->flags & KLJIT_FLAG_BIAS) ? pb->weight_dtype : (kljit_dtype)0;
   v->stats.softcap = pb->softcap; /* the epilogue caps s; the rows take G's factor from it */
   v->stats.hard = pb->hard_weight > 0.0; /* the CE's records: lse(z') and z'_y, exact */
+  v->stats.tmode = pb->temperature_mode;
   geo->e16 = 1;
   geo->logit = KLJIT_FP16; /* E's element: the workspace's size */
   geo->ldg = geo->ld;

@@ -72,6 +72,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->gemm_e16 && k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
     if (k->gemm_e16 && k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->gemm_e16 && k->gemm_hard) out[n++] = pb("HARD", 1);
+    if (k->gemm_e16 && k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
   }
   return n;
 }

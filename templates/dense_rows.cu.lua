@@ -222,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.TMODE ~= "const" or P.SHARDED or
+%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
-%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, a "
-%           .. "constant temperature, no label smoothing, online teacher or shard")
+%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, "
+%           .. "no label smoothing, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged

@@ -99,6 +99,9 @@
 %--             No label smoothing (its sum of z' has no slot).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
+%--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
+%--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
+%--             two-phase backward), as the rows read it; T must then be 1 (no T in the source)
 %--
 %-- Launch: 128 (1 + CONSUMERS) threads (pingpong: 384), __launch_bounds__(..., 1);
 %-- grid = CLUSTER x min(tiles of clusters, SMs / CLUSTER) (persistent: cluster c takes cluster
@@ -211,6 +214,11 @@
 %  reject("HARD must be true and needs E16 (the CE's records come with E's)")
 %end
 %local HARD = P.HARD == true
+%if P.TMODE ~= nil and not (E16 and (P.TMODE == "const" or P.TMODE == "runtime")) then
+%  reject("TMODE must be const or runtime and needs E16")
+%end
+%local RUNTIME_T = P.TMODE == "runtime"
+%if RUNTIME_T and P.T ~= 1 then reject("TMODE runtime takes T = 1 (1 / T comes from hdr)") end
 %local LABELS = " labels, labels_is64," -- tile_e16's arguments under HARD
 %if STREAM and not STAGED then
 %  reject("STORE streaming needs EPILOGUE staged (its 16-byte runs)")
@@ -265,12 +273,13 @@
 %    gemm_args = iface.args(gemm_args, {
 %      { "labels", "const void* __restrict__" }, { "labels_is64", "int" } })
 %  end
+%  if RUNTIME_T then gemm_args = iface.args(gemm_args, { { "hdr", "const float* __restrict__" } }) end
 %end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
 %    smem = SMEM, args = gemm_args },
-%}, STATS and { iface.DENSE_PART } or nil)
+%}, STATS and (RUNTIME_T and { iface.HDR, iface.DENSE_PART } or { iface.DENSE_PART }) or nil)
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -457,7 +466,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
  * s = (alpha acc + b) / T in place, b the column's bias (BDT), capped (SOFTCAP: c tanh(z / c)
  * before the 1 / T) as the rows' load_cols makes them from z; E and the records are made of
  * them. */
-__device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha,
+__device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha, float inv_t,
 %  if P.BDT then
                                             const bias_t* __restrict__ bias,
 %  end
@@ -475,10 +484,9 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
 %  if P.SOFTCAP then
         const float z = d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }};
         d[4 * i + 2 * h + k] =
-            {{ f32(P.SOFTCAP) }} * tanhf(z * {{ f32(1.0 / P.SOFTCAP) }}) * STATS_INV_T;
+            {{ f32(P.SOFTCAP) }} * tanhf(z * {{ f32(1.0 / P.SOFTCAP) }}) * inv_t;
 %  else
-        d[4 * i + 2 * h + k] = (d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }}) *
-                               STATS_INV_T;
+        d[4 * i + 2 * h + k] = (d[4 * i + 2 * h + k] * alpha{{ P.BDT and " + b" or "" }}) * inv_t;
 %  end
       }
     }
@@ -498,7 +506,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
 %if HARD then
                                          const void* __restrict__ labels, int labels_is64,
 %end
-                                         const float* __restrict__ rowstat, int rsf) {
+                                         const float* __restrict__ rowstat, int rsf, float inv_t) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
@@ -517,7 +525,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   /* the CE's records (part only): z' = s T as the rows' pass 1 makes it, its tile max mh (the
    * scores' max times T), the sum of exp(z' - mh) from the fp32 s, and z'_y where the row's
    * label is one of this thread's columns */
-  const float tz = 1.0f / STATS_INV_T;
+  const float tz = 1.0f / inv_t;
   float dh[2] = {0.0f, 0.0f}, zy[2] = {0.0f, 0.0f};
   int y[2] = {-1, -1};
   if (part) {
@@ -966,13 +974,14 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %-- acc: BETA, or (KSLICE) a slice before the last one wrote C already
 %local acc = P.BETA and "1" or KSLICE > 0 and "kblocks > " .. KSLICE or "0"
 %if E16 then
-      /* E (and the records, with part) instead of C */
+      /* E (and the records, with part) instead of C; 1 / T compiled in or the header's */
+      const float inv_t = {{ RUNTIME_T and "hdr[HDR_INV_T]" or "STATS_INV_T" }};
 #pragma unroll
       for (int ms = 0; ms < MS; ms++) {
-        tile_scores(d[ms], tn * BN, N, alpha,{{ P.BDT and " bias," or "" }} lane);
+        tile_scores(d[ms], tn * BN, N, alpha, inv_t,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
                  teacher, part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
-                 rowstat, rsf);
+                 rowstat, rsf, inv_t);
       }
 %else
 %if STATS then

@@ -622,7 +622,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   if (worst == TH_PASS)
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
-  for (int k = 0; k < (e16 ? 23 : 12) && worst != TH_SKIP; k++) {
+  for (int k = 0; k < (e16 ? 25 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
     static const int64_t vs[] = {1000, 32001, 128256, 50257};
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
@@ -659,6 +659,9 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
       if (k == 20)
         c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED, c.z_loss = 1e-4, c.outputs = 1;
       if (k == 22) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.red = KLJIT_REDUCTION_SUM;
+      /* a per-call T (the epilogue's 1 / T from the plan header), with the CE: fused, and
+       * two-phase */
+      if (k >= 23) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = k == 23;
       setenv("KLJIT_CHUNK_ROWS", "256", 1);
     }
     const int rc = gcase_check(&c);
@@ -677,8 +680,8 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
  * instead of fp32 logits, with its records (fused and forward calls) or from the saved lse
  * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
  * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, a
- * bias, fused and two-phase, a softcap, fused and two-phase, and CE mixing (a z-loss, T^2, a
- * bias, the reverse KL), within the suite's bounds. Skips before sm_90. */
+ * bias, fused and two-phase, a softcap, fused and two-phase, CE mixing (a z-loss, T^2, a
+ * bias, the reverse KL) and a per-call T, within the suite's bounds. Skips before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
   return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }

@@ -263,15 +263,18 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
  * and compiles for sm_90a in the default logits variant's schedule and in the
  * cooperative one. */
 static int the_e16_epilogue_compiles_and_declares_e(void) {
-  for (int pp = 0; pp < 5; pp++) {
+  for (int pp = 0; pp < 6; pp++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
     /* pp 2: a bf16 bias in the scores; pp 3: with a logit cap of 30; pp 4: the CE's records */
     if (pp >= 2) v.stats.bdt = KLJIT_BF16;
     if (pp == 3) v.stats.softcap = 30.0;
     if (pp == 4) v.stats.hard = 1;
+    /* pp 5: a per-call T, 1 / T from the plan header (the spec's T 1) */
+    if (pp == 5) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.bdt = 0;
     v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
+    const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     TH_CHECK(strstr(what, "+e16") != NULL && (strstr(what, "+softcap") != NULL) == (pp == 3));
@@ -283,12 +286,17 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == (pp == 4 ? 18 : pp >= 2 ? 16 : 15));
-    static const char *const roles[7] = {"gemm_e", "lde",  "rowstat",    "rsf",
-                                         "bias",   "labels", "labels_is64"};
-    for (int a = 0; a < g->nargs - 11; a++)
-      TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
-    TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == (pp >= 2));
+    /* after the plain GEMM's 11 and the statistics' (teacher, part, row0): E16's, in order */
+    const char *roles[8] = {"gemm_e", "lde", "rowstat", "rsf"};
+    int nr = 4;
+    if (bias) roles[nr++] = "bias";
+    if (hard) roles[nr++] = "labels", roles[nr++] = "labels_is64";
+    if (rt) roles[nr++] = "hdr";
+    TH_CHECK(m.n == 1 && g && g->nargs == 11 + nr);
+    for (int a = 0; a < nr; a++) TH_CHECK(!strcmp(kiface_role_name(g->role[11 + a]), roles[a]));
+    TH_CHECK((strstr(src.data, "hdr[HDR_INV_T]") != NULL) == rt);
+    TH_CHECK((strstr(man.data, "record hdr") != NULL) == rt);
+    TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == bias);
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
     /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */

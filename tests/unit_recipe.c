@@ -483,7 +483,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
  * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -500,6 +500,8 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 4) pb.softcap = 30.0;
     /* CE mixing with a z-loss: the epilogue writes the CE's records (lse(z') and z'_y) too */
     if (k == 5) pb.hard_weight = 0.5, pb.z_loss = 1e-4, pb.temperature = 2.0;
+    /* a per-call T: the epilogue reads 1 / T from the plan header, as the rows do */
+    if (k == 6) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -512,6 +514,8 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
     TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
     TH_CHECK(g->spec.gemm_hard == (k == 5) && r.rows_part[0].hard == pb.hard_weight);
+    TH_CHECK(g->spec.tmode == pb.temperature_mode &&
+             g->spec.gemm_stats_t == (k == 6 ? 1.0 : pb.temperature));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
