@@ -31,7 +31,7 @@ typedef struct jgemm_stats {
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
-  kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the plan header (jgemm_epi.hdr), t 1 */
+  kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the header (jgemm_epi.hdr), t 1 */
 } jgemm_stats;
 
 typedef struct jgemm_variant {

@@ -69,10 +69,11 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pi("TLD", k->gemm_stats_tld);
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->gemm_e16) out[n++] = pb("E16", 1);
-    if (k->gemm_e16 && k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
-    if (k->gemm_e16 && k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
-    if (k->gemm_e16 && k->gemm_hard) out[n++] = pb("HARD", 1);
-    if (k->gemm_e16 && k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
+    /* E16's own (jgemm_spec sets them with E16 only) */
+    if (k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
+    if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
+    if (k->gemm_hard) out[n++] = pb("HARD", 1);
+    if (k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
   }
   return n;
 }

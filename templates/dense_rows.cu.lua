@@ -665,9 +665,6 @@ struct ce_t {
   float gu;   /* gh ls / VTOT: the uniform target's share of every column */
   float zsum; /* this thread's sum of z' over its columns */
 %end
-%if ETILE then
-  float zy;   /* z'_y from the records (E16's x is fp16: not the label's z' to the loss's digits) */
-%end
 };
 
 %end
@@ -850,9 +847,6 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
   ce.gu = ce.gh * {{ f32(P.LSMOOTH / VTOT) }};
   ce.zsum = 0.0f;
 %end
-%if ETILE then
-  ce.zy = MODE != MODE_BACKWARD ? rs.zy : 0.0f; /* backward's rows have no records */
-%end
   {
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
@@ -883,7 +877,8 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %  end
 %end
 %if ETILE then
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= ce.zy; /* -z'_y, once a row */
+    /* -z'_y, once a row, from the records (E16's x is fp16: not z'_y to the loss's digits) */
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= rs.zy;
 %end
 %if P.LSMOOTH then
     ce.loss -= {{ f32(P.LSMOOTH / VTOT) }} * ce.zsum;

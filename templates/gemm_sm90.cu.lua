@@ -401,13 +401,13 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 
 /* The records of this thread's two fragment rows (row, row + 8) in column tile tn: their sums
  * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
- * writes m, d = dscale sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp),
- * for the rows below M. */
+ * writes m, d = sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp), for
+ * the rows below M. */
 %-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row
 %local CEP = HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or ""
 %local CEA = HARD and ", mh, dh, zy" or ""
-__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float dscale,
-                                             float2 mass, int row, int M,
+__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float2 mass,
+                                             int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
                                              int lane{{ CEP }}) {
 #pragma unroll
@@ -427,7 +427,7 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
   for (int h = 0; h < 2; h++) {
     if (row + 8 * h >= M) continue;
     float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
-    rec[PART_M] = m[h], rec[PART_D] = sd[h] * dscale, rec[PART_SP] = sp[h];
+    rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
     rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
 %if HARD then
     rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h];
@@ -457,7 +457,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
-  tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane);
+  tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane);
 }
 %end
 
@@ -576,7 +576,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
 %if HARD then
   const float mh[2] = {m[0] * tz, m[1] * tz};
 %end
-  if (part) tile_records(m, sd, 1.0f, mass, row, M, part, tiles_n, tn, lane{{ CEA }});
+  if (part) tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 
 %end
