@@ -84,7 +84,9 @@ reference are not counted; kljit's workspace is, being a torch tensor; memory cu
 take outside torch's allocator is not) and whose loss and gradients are checked, then
 `repeats` timed runs (CUDA events around forward + backward, L2 flushed by a 256 MiB memset
 before each, median; --prefill-us queues that much GPU sleep before each start event, so host
-time before the first kernel is hidden as behind a model's forward). A method that runs out of
+time before the first kernel is hidden as behind a model's forward; the SM clock and board
+power, read by NVML every 2 ms while each timed run is in flight, go beside its time as medians:
+bench/gpu_clock.py, "—" without nvidia-ml-py). A method that runs out of
 memory is recorded as OOM and the run goes on. The online reference also logs the dX floor of
 one bf16 G GEMM: G rounded and summed exactly, and that G through torch's own bf16 GEMM.
 
@@ -110,6 +112,11 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:  # loaded by path (precision.py, the tests): bench/ holds gpu_clock
+    sys.path.insert(0, HERE)
+import gpu_clock  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -341,6 +348,8 @@ class Result:
     dw_err: Optional[float] = None
     first_s: Optional[float] = None
     note: str = ""
+    sm_mhz: Optional[float] = None   # median SM clock over the timed runs (gpu_clock)
+    power_w: Optional[float] = None  # median board power over the timed runs
     std: Optional[float] = None  # online teacher: the --logit-std value
     std_measured: str = ""       # "student/teacher", on the first rows
 
@@ -361,6 +370,7 @@ class Env:
     liger_hard_note: str = ""
     info: Dict[str, str] = field(default_factory=dict)
     info_cache: Dict[str, float] = field(default_factory=dict)
+    clock: Optional[gpu_clock.Sampler] = None  # the SM clock and power beside each time
 
 
 def log(msg: str) -> None:
@@ -436,6 +446,10 @@ def make_env(args: argparse.Namespace, methods: Sequence[str]) -> Env:
     import torch
 
     env = Env(torch=torch, device=args.device)
+    env.clock = gpu_clock.open_sampler(torch, args.device)
+    env.info["SM clock and power"] = ("sampled by NVML every 2 ms of the timed runs (medians)"
+                                      if env.clock.reader else
+                                      f"not sampled ({env.clock.why})")
     if any(m.startswith("kljit") for m in methods):
         try:
             import kljit
@@ -858,16 +872,37 @@ def sleep_cycles(env: Env, us: float) -> int:
 
 
 def time_steps(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Namespace,
-               flush: Any) -> List[float]:
+               flush: Any, results: Optional[Sequence[Result]] = None) -> List[float]:
     """The median ms of each step, timed round-robin `repeats` times, the order reversed every
     other round (0, 1, ..., then ..., 1, 0: the step right after another and the one after the
     host's wait are each step alike; one order alone put the binding 1% apart from its C call,
     bench/RESULTS.md run 61): CUDA events around the step, L2 flushed before each, --prefill-us
     of GPU sleep queued before the start event (the host then enqueues while the GPU is busy,
-    as behind a model's forward)."""
+    as behind a model's forward). With `results` (one a step), each gets the median SM clock
+    and power sampled while its step ran (env.clock; none without NVML)."""
+    times: List[List[float]] = [[] for _ in steps]
+    clock = env.clock if results is not None and env.clock is not None else None
+    if clock is not None:
+        clock.start(len(steps))
+    try:
+        timed_rounds(env, steps, args, flush, times, clock)
+    finally:
+        if clock is not None:
+            clock.stop()
+    if clock is not None:
+        for res, m in zip(results, clock.medians()):
+            if m is not None:
+                res.sm_mhz, res.power_w = m
+    return [statistics.median(t) for t in times]
+
+
+def timed_rounds(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Namespace,
+                 flush: Any, times: List[List[float]],
+                 clock: Optional[gpu_clock.Sampler]) -> None:
+    """time_steps' rounds: each step's times appended to `times`, `clock` told which step
+    runs (from its start event to its end event's completion)."""
     torch = env.torch
     cuda = env.device == "cuda"
-    times: List[List[float]] = [[] for _ in steps]
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         sleep = sleep_cycles(env, args.prefill_us) if args.prefill_us > 0 else 0
@@ -879,22 +914,29 @@ def time_steps(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Name
                 if sleep:
                     torch.cuda._sleep(sleep)
                 start.record()
+                if clock is not None:
+                    clock.current = k
                 step()
                 end.record()
                 end.synchronize()
+                if clock is not None:
+                    clock.current = None
                 times[k].append(start.elapsed_time(end))
             else:
+                if clock is not None:
+                    clock.current = k
                 t0 = time.perf_counter()
                 step()
                 times[k].append(1e3 * (time.perf_counter() - t0))
-    return [statistics.median(t) for t in times]
+                if clock is not None:
+                    clock.current = None
 
 
 def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]],
                res: Result, args: argparse.Namespace, flush: Any) -> None:
     """Warm-up, one checked run with its peak memory, then the timed runs; fills `res`."""
     step = prepare_method(env, fn, inp, ref, res, args)
-    res.ms = time_steps(env, [step], args, flush)[0]
+    res.ms = time_steps(env, [step], args, flush, [res])[0]
 
 
 def try_reference(compute: Callable[[], Any], sync: Callable[[], None],
@@ -958,7 +1000,7 @@ def time_alternately(env: Env, group: List[Result], fns: List["tuple[Optional[Ca
             record_failure(res, e)
     if steps:
         try:
-            for res, ms in zip(ready, time_steps(env, steps, args, flush)):
+            for res, ms in zip(ready, time_steps(env, steps, args, flush, ready)):
                 res.ms = ms
             for res in ready:
                 res.note = alternation_note(res, ready)
@@ -1011,21 +1053,21 @@ def fmt(value: Optional[float], spec: str, missing: str = "—") -> str:
     return missing if value is None else format(value, spec)
 
 
-TABLE_HEAD = ("| method | N x H x V | logit std | ms | peak MB | x base | loss rel err | "
-              "dX rel err | dW rel err | first call s | status |")
-TABLE_RULE = "|" + "---|" * 11
+TABLE_HEAD = ("| method | N x H x V | logit std | ms | peak MB | SM MHz | W | x base | "
+              "loss rel err | dX rel err | dW rel err | first call s | status |")
+TABLE_RULE = "|" + "---|" * 13
 
 
 def table_row(r: Result) -> str:
     status = r.status + (f": {r.note}" if r.note else "")
     return (f"| {r.method} | {r.shape.label()} | {fmt(r.std, 'g')} | {fmt(r.ms, '.2f')} | "
-            f"{fmt(r.peak_mb, '.0f')} | "
+            f"{fmt(r.peak_mb, '.0f')} | {fmt(r.sm_mhz, '.0f')} | {fmt(r.power_w, '.0f')} | "
             f"{fmt(r.speedup, '.2f')} | {fmt(r.loss_err, '.1e')} | {fmt(r.dx_err, '.1e')} | "
             f"{fmt(r.dw_err, '.1e')} | {fmt(r.first_s, '.1f')} | {status} |")
 
 
 CSV_FIELDS = ["method", "shape", "n", "h", "v", "k", "logit_std", "logit_std_measured",
-              "status", "ms", "peak_mb", "speedup_vs_base", "loss_rel_err", "dx_rel_err",
+              "status", "ms", "peak_mb", "sm_mhz", "power_w", "speedup_vs_base", "loss_rel_err", "dx_rel_err",
               "dw_rel_err", "first_call_s", "note"]
 
 
@@ -1038,7 +1080,8 @@ def write_outputs(out: Path, header: List[str], results: List[Result], env: Env)
         wr.writerow(CSV_FIELDS + list(env.info))
         for r in results:
             numbers = [fmt(value, spec, "") for value, spec in (
-                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.speedup, ".4f"), (r.loss_err, ".4e"),
+                (r.ms, ".4f"), (r.peak_mb, ".1f"), (r.sm_mhz, ".0f"), (r.power_w, ".1f"),
+                (r.speedup, ".4f"), (r.loss_err, ".4e"),
                 (r.dx_err, ".5e"), (r.dw_err, ".4e"), (r.first_s, ".2f"))]
             wr.writerow([r.method, r.shape.name, r.shape.n, r.shape.h, r.shape.v, r.shape.k,
                          fmt(r.std, "g", ""), r.std_measured, r.status] + numbers + [r.note]

@@ -17,6 +17,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 import unittest
 from pathlib import Path
 
@@ -292,6 +293,45 @@ class CompareTest(unittest.TestCase):
         times = compare.time_steps(env, steps, args, torch.zeros(4))
         self.assertEqual(seen, [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0])
         self.assertEqual(len(times), 3)
+
+    @labels("torch")
+    def test_compare_files_the_clock_and_power_under_the_step_that_ran(self) -> None:
+        """gpu_clock's readings (here a fake reader that reports the running step) land in the
+        Result of the step running when they were read, as medians; the table and the CSV
+        carry them; without a reader nothing is sampled and the columns say so."""
+        torch = require("torch")
+        compare = load_script("compare")
+        state = {"k": 0}
+
+        def step(k: int) -> None:
+            state["k"] = k
+            time.sleep(0.03)
+
+        compare_clock = compare.gpu_clock
+        clock = compare_clock.Sampler(lambda: (1000.0 + state["k"], 100.0 + 10 * state["k"]))
+        env = compare.Env(torch=torch, device="cpu", clock=clock)
+        args = compare.parse_args(["--repeats", "3", "--device", "cpu"])
+        shape = compare.Shape(4, 4, 4, 0)
+        results = [compare.Result(f"m{k}", shape) for k in range(3)]
+        steps = [lambda k=k: step(k) for k in range(3)]
+        times = compare.time_steps(env, steps, args, torch.zeros(4), results)
+        self.assertEqual(len(times), 3)
+        self.assertTrue(all(t >= 25.0 for t in times), times)
+        self.assertEqual([(r.sm_mhz, r.power_w) for r in results],
+                         [(1000.0, 100.0), (1001.0, 110.0), (1002.0, 120.0)])
+        self.assertIsNone(clock._thread)  # stopped
+        row = compare.table_row(results[2])
+        self.assertIn("| 1002 | 120 |", row)
+        self.assertEqual(row.count("|"), compare.TABLE_HEAD.count("|"))
+        self.assertEqual(compare.TABLE_RULE.count("---"), compare.TABLE_HEAD.count("|") - 1)
+        # no reader: nothing sampled, the columns empty, the timings as before
+        quiet = compare_clock.Sampler(None, "no NVML here")
+        env = compare.Env(torch=torch, device="cpu", clock=quiet)
+        results = [compare.Result("m", shape)]
+        compare.time_steps(env, [lambda: None], args, torch.zeros(4), results)
+        self.assertEqual((results[0].sm_mhz, results[0].power_w), (None, None))
+        self.assertIn("| — | — |", compare.table_row(results[0]))
+        self.assertIsNone(compare_clock.open_sampler(torch, "cpu").reader)
 
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
