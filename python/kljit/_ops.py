@@ -424,6 +424,29 @@ def _define(schema: str, kernel: Any, fake: Any) -> Any:
     return getattr(torch.ops.kljit, name).default
 
 
+_PLAIN = (Tensor, torch.nn.Parameter)
+_DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_FUNCTION_MODE = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+
+
+def _direct(inputs: Tuple[Any, ...]) -> bool:
+    """Whether a Function's forward may call its op's kernel directly rather than through the
+    dispatcher: eager, no Python dispatch or function mode active (FakeTensorMode,
+    FlopCounterMode, ...: they must see the op), plain tensors only (a DTensor or other
+    subclass has its own handling of the op). The dispatcher's round trip (Python, C++, the
+    kernel back in Python) was 3.4 us of the binding's ~9.6 us before its launch on the build
+    VM (issue 28); these checks take a fraction of that. Where torch lacks one of the private
+    probes, always the dispatcher."""
+    if _DISPATCH_STACK is None or _FUNCTION_MODE is None or torch.compiler.is_compiling():
+        return False
+    if _DISPATCH_STACK() or _FUNCTION_MODE():
+        return False
+    for t in inputs[:N_TENSORS]:
+        if t is not None and type(t) not in _PLAIN:
+            return False
+    return True
+
+
 def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor], ...]:
     """backward's answer: the gradients of input, weight and bias, as far as they are needed
     and were computed (empty ones are None), None for the other inputs."""
@@ -516,7 +539,7 @@ class Fused(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
-        loss, dx, dw, db, row_loss, parts = fused(*inputs)
+        loss, dx, dw, db, row_loss, parts = (_fused if _direct(inputs) else fused)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(dx, dw, db)
         ctx.used = False
@@ -687,7 +710,7 @@ class TwoPhase(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
-        loss, saved, row_loss, parts = two_phase(*inputs)
+        loss, saved, row_loss, parts = (_two_phase if _direct(inputs) else two_phase)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(*inputs[:N_TENSORS], saved)
         return loss, row_loss, parts

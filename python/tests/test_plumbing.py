@@ -414,13 +414,14 @@ class PlumbingTest(unittest.TestCase):
                                            teacher_weight=wt)
 
     def test_each_mode_has_one_autograd_path_its_function_over_its_ops(self) -> None:
-        # eager calls run the ops like compiled ones, inside the mode's Function (grad off),
-        # and the ops have no autograd of their own: called outside it, no gradient
+        # eager calls run the ops' kernels inside the mode's Function (grad off; the forward
+        # op's kernel directly, without the dispatcher's round trip: _ops._direct), and the ops
+        # have no autograd of their own: called outside it, no gradient
         from kljit import _ops
 
         t = self.torch
-        for mode, ops, node in (("fused", ("fused", "scale_grads_"), "FusedBackward"),
-                                ("two_phase", ("two_phase", "two_phase_grads"),
+        for mode, ops, node in (("fused", ("_fused", "scale_grads_"), "FusedBackward"),
+                                ("two_phase", ("_two_phase", "two_phase_grads"),
                                  "TwoPhaseBackward")):
             seen = []
 
@@ -441,7 +442,7 @@ class PlumbingTest(unittest.TestCase):
             self.assertEqual(seen, [(ops[0], False), (ops[1], False)], mode)
             key = _ops.call_key(self.kljit.LossConfig().key, _ops.WANT_DX | _ops.WANT_DW,
                                 math.nan, 1.0, "")
-            out = getattr(t.ops.kljit, ops[0])(inp["x"], inp["w"], inp["b"], inp["teacher"],
+            out = getattr(t.ops.kljit, mode)(inp["x"], inp["w"], inp["b"], inp["teacher"],
                                                None, None, None, None, None, None, None, key)
             self.assertEqual([o.requires_grad for o in out], [False] * len(out), mode)
 
@@ -506,6 +507,46 @@ class PlumbingTest(unittest.TestCase):
                 self.assertEqual(key, "\n".join(map(str, given[:2])) + "\n"
                                  + "\n".join(map(repr, given[2:4])) + "\n" + given[4])
                 self.assertEqual(repr(_ops.read_key(key)[2:4]), repr(given[2:4]))
+
+    def test_the_forward_op_is_dispatched_where_a_mode_or_a_subclass_must_see_it(self) -> None:
+        # eager with plain tensors (and Parameters): the op's kernel directly; under a Python
+        # dispatch mode (FakeTensorMode, FlopCounterMode, ...), under torch.compile or with a
+        # tensor subclass among the inputs: through the dispatcher, which the mode sees
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from kljit import _ops
+
+        t = self.torch
+
+        class Ops(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.names: List[str] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
+                self.names.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        for mode in ("fused", "two_phase"):
+            inp = self.inputs()
+            ops = Ops()
+            with ops:
+                loss = self.loss(inp, mode=mode)
+            self.assertIn(f"kljit.{mode}.default", ops.names, mode)
+            loss.backward()
+            self.assertIsNotNone(inp["x"].grad, mode)
+        inp = self.inputs()
+
+        class Sub(t.Tensor):
+            pass
+
+        plain = (inp["x"], t.nn.Parameter(inp["w"]), None) + (None,) * 8 + ("key",)
+        self.assertTrue(_ops._direct(plain))
+        self.assertFalse(_ops._direct((inp["x"].as_subclass(Sub),) + plain[1:]))
+        with mock.patch.object(t.compiler, "is_compiling", lambda: True):
+            self.assertFalse(_ops._direct(plain))
+        with Ops():
+            self.assertFalse(_ops._direct(plain))
 
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
