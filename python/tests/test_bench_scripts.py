@@ -265,6 +265,32 @@ class CompareTest(unittest.TestCase):
                 study.parse_args(["--vocab", "1000", "--tile", "128"])
 
     @labels("torch")
+    def test_accumulation_precision_separates_truncation_from_rounding(self) -> None:
+        """The tensor-core model (an fp32 accumulator rounded toward zero each k-step) shrinks
+        the logits (negative bias) and moves the loss at T 0.5 far more than rounding to
+        nearest does; promotion into a second accumulator takes most of it back; the rounding
+        helper truncates exactly; bad intervals are refused."""
+        torch = require("torch")
+        study = load_script("accumulation_precision")
+        v = torch.tensor([1.0 + 2.0 ** -30, -(1.0 + 2.0 ** -30), 1.0 - 2.0 ** -26],
+                         dtype=torch.float64)
+        self.assertEqual(study.to_f32(torch, v, True).tolist(),
+                         [1.0, -1.0, 1.0 - 2.0 ** -24])
+        self.assertEqual(study.to_f32(torch, v, False).tolist(), [1.0, -1.0, 1.0])
+        args = study.parse_args(["--rows", "32", "--hidden", "1024", "--vocab", "1000",
+                                 "--stds", "2", "--temps", "0.5", "--promote", "64"])
+        (row,) = study.study(torch, args)
+        err, bias = row["err"], row["bias"]
+        self.assertLess(bias["RZ"], -3e-7)
+        self.assertLess(abs(bias["RN"]), 0.1 * abs(bias["RZ"]))
+        self.assertGreater(err["RZ"], 10 * err["RN"])
+        self.assertLess(err["RZ, promoted every 64"], 0.2 * err["RZ"])
+        for bad in (["--promote", "24"], ["--promote", "x"], ["--hidden", "100"]):
+            with self.assertRaises(SystemExit):
+                with contextlib.redirect_stderr(io.StringIO()):
+                    study.parse_args(bad)
+
+    @labels("torch")
     def test_dw_rounding_precision_grows_with_the_chunks(self) -> None:
         """512 rows, fixed seed, logit std 2: one bf16 rounding of dW is about bf16's own
         relative error (1.5e-3 to 3.5e-3 in Frobenius norm), and each further chunk's rounding
