@@ -38,7 +38,9 @@ kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's defa
 class on both counts). For issue 27's step 2: kljit_c_e16, kljit_c with the plan made in a
 context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16
 scores, docs/architecture.md; it fails, naming the plan's description, where that plan does not
-take it), to be alternated with kljit_c and the peers.
+take it), to be alternated with kljit_c and the peers; kljit_c_promoted, the same with
+logits:jit.128.2.6.g.1.r (the cooperative 128 x 128 logits GEMM adding its accumulator into a
+second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py).
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -153,7 +155,8 @@ ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_onlin
                   "liger_jsd_hard", "kljit_jsd_hard")
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
-           "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16") + ONLINE_METHODS
+           "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16",
+           "kljit_c_promoted") + ONLINE_METHODS
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -672,18 +675,25 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     kl = env.kljit
     if method == "kljit_c":
         return c_call(config), ""
-    if method == "kljit_c_e16":
-        if shape.sparse:
+    if method in REPLANNED:
+        if method == "kljit_c_e16" and shape.sparse:
             return None, "E16 takes a dense teacher"
-        return c_call(config, "logits:jit.e16"), ""
+        return c_call(config, *REPLANNED[method]), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""
 
 
-def replanned(call: Any, gemm: str) -> Any:
+#: The C calls planned with a KLJIT_GEMM of their own: (its value, what the plan's description
+#: says where the plan took it).
+REPLANNED = {"kljit_c_e16": ("logits:jit.e16", "(E16)"),
+             "kljit_c_promoted": ("logits:jit.128.2.6.g.1.r", "128x128 s6 g pr")}
+
+
+def replanned(call: Any, gemm: str, marker: str = "(E16)") -> Any:
     """`call` (a kljit._ops.Call) bound to a plan of its problem made in a context of its own
     whose KLJIT_GEMM is `gemm` (the library reads it when a context is made): the same tensors,
-    arguments and workspace rules, another recipe."""
+    arguments and workspace rules, another recipe, refused unless its description has
+    `marker`."""
     from kljit import _lib, _ops
 
     old = os.environ.get("KLJIT_GEMM")
@@ -696,7 +706,7 @@ def replanned(call: Any, gemm: str) -> Any:
             del os.environ["KLJIT_GEMM"]
         else:
             os.environ["KLJIT_GEMM"] = old
-    if "(E16)" not in plan.describe():  # out of E16's scope, or not sm_90: say so, not time it
+    if marker not in plan.describe():  # out of its scope, or not sm_90: say so, not time it
         raise RuntimeError(f"{gemm} is not taken by this plan:\n{plan.describe()}")
     checked = _ops.Checked.__new__(_ops.Checked)
     for slot in _ops.Checked.__slots__:
@@ -707,7 +717,7 @@ def replanned(call: Any, gemm: str) -> Any:
     return out
 
 
-def c_call(config: Any, gemm: Optional[str] = None) -> Callable:
+def c_call(config: Any, gemm: Optional[str] = None, marker: str = "(E16)") -> Callable:
     """kljit_fused straight through ctypes: the binding's plan (kljit._ops.Call, made at the
     first call, in the warm-up; with `gemm`, that problem planned in a context whose KLJIT_GEMM
     is `gemm`: replanned), fresh outputs and workspace from torch's allocator per step as the
@@ -725,7 +735,7 @@ def c_call(config: Any, gemm: Optional[str] = None) -> Callable:
                                      kw.get("teacher_ids"), kw.get("teacher_values"), None,
                                      math.nan)
             if gemm:
-                made["call"] = replanned(made["call"], gemm)
+                made["call"] = replanned(made["call"], gemm, marker)
         call = made["call"]
         args = call.args()
         loss = call.loss()

@@ -474,7 +474,8 @@ typedef struct kljit_context_options {
    *     jit.<BN>.<CONSUMERS>.<STAGES>.<m|n|g>.<CLUSTER>[.<flags>]   that generated variant
    *                        (flags in this order: p pingpong schedule, s staged epilogue, w one
    *                        stage arrival per warp, c streaming C, a|b an L2 policy keeping A or
-   *                        B, e E16: the logits GEMM only, as ".e16" below; docs/wisdom.md)
+   *                        B, r the accumulator promoted into a second fp32 one every 256
+   *                        of K, e E16: the logits GEMM only, as ".e16" below; docs/wisdom.md)
    * e.g. "logits:jit,dx:cublas,dw:jit.128.2.6.g.1.ps". The logits item's jit backends may end
    * in ".stats" ("logits:jit.stats"): the generated logits GEMM also writes the dense rows'
    * pass-1 statistics of each row and column tile from its accumulators, and the pass that

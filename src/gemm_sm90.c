@@ -221,14 +221,14 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
              v->stats.e16 && v->stats.hard ? "+ce" : "",
              v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t" : "");
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
            v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
            t & KSPEC_GEMM_STREAM_C ? " cs" : "",
-           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "", slice,
-           stats);
+           t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "",
+           t & KSPEC_GEMM_PROMOTE ? " pr" : "", slice, stats);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {

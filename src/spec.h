@@ -27,7 +27,8 @@ enum {
   KSPEC_GEMM_ARRIVE_WARP = 1, /* one mbarrier arrival per consumer warp */
   KSPEC_GEMM_STREAM_C = 2,    /* the staged epilogue's runs of C with the .cs cache operator */
   KSPEC_GEMM_L2_KEEP_A = 4,   /* TMA loads: A evict_last, B evict_first */
-  KSPEC_GEMM_L2_KEEP_B = 8    /* the reverse */
+  KSPEC_GEMM_L2_KEEP_B = 8,   /* the reverse */
+  KSPEC_GEMM_PROMOTE = 16     /* the accumulator added into a second fp32 one every 4 k-blocks */
 };
 
 typedef struct kspec {

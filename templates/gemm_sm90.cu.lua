@@ -59,6 +59,14 @@
 %--             fp32 sum added into C (the first written unless BETA) and the accumulators
 %--             restarted: the sum of a few slices rounds less than one fp32 accumulation over a
 %--             long K (the dX GEMM over a long vocabulary: exec.c), in one launch. OUT f32.
+%--   PROMOTE   absent | k-blocks per run: the wgmma accumulator restarts every PROMOTE k-blocks
+%--             and its run's sum is added into a second fp32 accumulator with an ordinary
+%--             (round-to-nearest) add. The tensor cores' own fp32 additions are reported to
+%--             truncate: over K = 4096 they shrink every logit by ~4e-6 (relative), which moves
+%--             the KL by 1e-5 at T 0.5 (bench/accumulation_precision.py; promotion every 256 of
+%--             K: ~4e-7). Costs a second accumulator (MS x BN / 2 floats a thread, at most 64:
+%--             the cooperative schedule with BN <= 128, or BN 64) and a drain of the wgmma
+%--             pipeline every run. Not with KSLICE (which restarts d for its own slices).
 %--   STATS     absent | probs | logprobs: the logits GEMM (nt, OUT f32, no BETA, no KSLICE) also
 %--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
 %--             any divergence, without softcap, CE or bias) of each (row, column tile) from its
@@ -176,6 +184,17 @@
 %  reject("ARRIVE must be thread or warp")
 %end
 %local ARRIVE_WARP = P.ARRIVE == "warp"
+%local PROMOTE = P.PROMOTE or 0
+%if type(PROMOTE) ~= "number" or PROMOTE < 0 or PROMOTE ~= math.floor(PROMOTE) then
+%  reject("PROMOTE must be a whole number of k-blocks (0: none)")
+%end
+%if PROMOTE > 0 and KSLICE > 0 then
+%  reject("PROMOTE and KSLICE both restart the accumulators: one or the other")
+%end
+%if PROMOTE > 0 and MS * P.BN / 2 > 64 then
+%  reject("PROMOTE keeps a second accumulator: at most 64 floats a thread each (MS x BN / 2 = "
+%         .. math.floor(MS * P.BN / 2) .. "; the cooperative schedule with BN <= 128)")
+%end
 %if P.STORE ~= nil and not one_of(P.STORE, { "default", "streaming" }) then
 %  reject("STORE must be default or streaming")
 %end
@@ -917,6 +936,13 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       tile_of(t, groups_m, tiles_n, &gm, &tn);
       const int tm = {{ CL }} * gm + rank;
       int prev = -1;
+%if PROMOTE > 0 then
+      float run_sum[MS][BN / 2]; /* the runs' sums so far (PROMOTE) */
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++)
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) run_sum[ms][i] = 0.0f;
+%end
 %if STATS then
       if (part)
 %local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
@@ -939,7 +965,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %local desc_b = NN and "wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2)"
 %  or "wgmma_desc_k128(b0 + 32 * k)"
 %-- the first k16 step of the tile (of each slice: KSLICE) overwrites the accumulators
-%local add = KSLICE > 0 and "kb % " .. KSLICE .. " > 0 || k > 0" or "kb > 0 || k > 0"
+%local RESTART = KSLICE > 0 and KSLICE or PROMOTE
+%local add = RESTART > 0 and "kb % " .. RESTART .. " > 0 || k > 0" or "kb > 0 || k > 0"
             wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
                                                    {{ desc_b }}, {{ add }});
         wgmma_commit();
@@ -960,6 +987,22 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
           continue;
         }
 %end
+%if PROMOTE > 0 then
+        if ((kb + 1) % {{ PROMOTE }} == 0 && kb + 1 < kblocks) {
+          /* a run ends before the tile's last: its sum into the promoted accumulator (an
+           * ordinary fp32 add), every stage it read freed; the next k-block restarts d */
+          wgmma_wait<0>();
+          if (prev >= 0) release_stage(&empty[prev], lane);
+          release_stage(&empty[stage], lane);
+          prev = -1;
+#pragma unroll
+          for (int ms = 0; ms < MS; ms++)
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) run_sum[ms][i] += d[ms][i];
+          if (++stage == STAGES) stage = 0, phase ^= 1;
+          continue;
+        }
+%end
         /* the group of the previous k-block has retired: its stage can be refilled */
         wgmma_wait<1>();
         if (prev >= 0) release_stage(&empty[prev], lane);
@@ -971,6 +1014,13 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %end
       wgmma_wait<0>();
       if (prev >= 0) release_stage(&empty[prev], lane);
+%if PROMOTE > 0 then
+      /* the last run's sum joins the promoted ones; the epilogue reads d as before */
+#pragma unroll
+      for (int ms = 0; ms < MS; ms++)
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[ms][i] += run_sum[ms][i];
+%end
 %-- acc: BETA, or (KSLICE) a slice before the last one wrote C already
 %local acc = P.BETA and "1" or KSLICE > 0 and "kblocks > " .. KSLICE or "0"
 %if E16 then

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_algo.h"
 #include "gemm_sm90.h"
 #include "harness.h"
 #include "nvrtc_compile.h"
@@ -185,6 +186,49 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   return TH_PASS;
 }
 
+/* PROMOTE (flag r): the accumulator restarted every 4 k-blocks, each run's sum added into a
+ * second fp32 accumulator (the loss's precision: bench/accumulation_precision.py). The
+ * cooperative 128 x 128 logits GEMM, plain and with E16's epilogue, and a BN 64 pingpong
+ * render it, name it and compile for sm_90a; where the second accumulator would not fit
+ * (the pingpong 128 x 128's 128 floats a thread) or KSLICE restarts d too, it is refused with
+ * a sentence; the variant text round-trips with r between b and e. */
+static int the_promoted_accumulator_compiles_where_it_fits(void) {
+  for (int i = 0; i < 3; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    v.schedule = 'c', v.tweaks = KSPEC_GEMM_PROMOTE;
+    if (i == 1) {
+      v.stats.teacher = "probs", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256;
+      v.stats.t = 1.0, v.stats.e16 = 1;
+    }
+    if (i == 2) v.schedule = 'p', v.bn = 64;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, " pr") != NULL);
+    strbuf src = {0};
+    TH_OK(jgemm_render(&v, &src));
+    TH_CHECK(strstr(src.data, "run_sum[ms][i] += d[ms][i]") != NULL &&
+             strstr(src.data, "d[ms][i] += run_sum[ms][i]") != NULL &&
+             strstr(src.data, "kb % 4 > 0 || k > 0") != NULL);
+    sb_free(&src);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  jgemm_variant v = jgemm_kind_default(0, KLJIT_BF16, KLJIT_FP32, 0); /* pingpong 128 x 128 */
+  v.tweaks = KSPEC_GEMM_PROMOTE;
+  TH_CHECK(refused(v, "PROMOTE keeps a second accumulator") == TH_PASS);
+  v = jgemm_kind_default(1 /* GEMM_DX */, KLJIT_BF16, KLJIT_FP32, 0);
+  v.schedule = 'c', v.bn = 128, v.kslice = 3, v.tweaks = KSPEC_GEMM_PROMOTE;
+  TH_CHECK(refused(v, "PROMOTE and KSLICE") == TH_PASS);
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.bre", &c) == 0);
+  TH_CHECK(c.tweaks == (KSPEC_GEMM_L2_KEEP_B | KSPEC_GEMM_PROMOTE) && c.e16 == 1);
+  char text[GEMM_ALGO_JIT_TEXT_MAX];
+  gemm_algo_jit_text(&c, text);
+  TH_CHECK(!strcmp(text, "128.2.6.g.1.bre"));
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.er", &c) != 0); /* out of order */
+  return TH_PASS;
+}
+
 /* The logits GEMM with the dense rows' pass-1 statistics in its epilogue (STATS): each form,
  * teacher dtype, schedule, epilogue and cluster it may meet renders, declares its extra
  * arguments and the record it writes (the rows' part, the same declaration), and compiles for
@@ -328,5 +372,7 @@ static const th_case cases[] = {
     {"the_statistics_epilogue_compiles_and_declares_its_record",
      the_statistics_epilogue_compiles_and_declares_its_record},
     {"the_e16_epilogue_compiles_and_declares_e", the_e16_epilogue_compiles_and_declares_e},
+    {"the_promoted_accumulator_compiles_where_it_fits",
+     the_promoted_accumulator_compiles_where_it_fits},
 };
 TH_MAIN(cases)

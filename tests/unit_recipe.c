@@ -125,6 +125,11 @@ static const pin_case CASES[] = {
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
     {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
     {"cap_ce_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "b57650622deed4de", "logits:jit.stats"},
+    /* the promoted accumulator (flag r: the loss's precision), plain and under E16 */
+    {"dense_sm90_promoted", 90, HEURISTIC, TP, GD, 0, 0, "42b608aa644ed679",
+     "logits:jit.128.2.6.g.1.r"},
+    {"dense_sm90_promoted_e16", 90, HEURISTIC, TP, GD, 0, 0, "ff0dbfa260496a69",
+     "logits:jit.128.2.6.g.1.re"},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 

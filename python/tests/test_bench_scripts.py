@@ -135,6 +135,12 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(why, "E16 takes a dense teacher")
         self.assertIn("kljit_c_e16", compare.METHODS)
         self.assertNotIn("kljit_c_e16", compare.DENSE_DEFAULT)
+        # the promoted accumulator: the same C call with its own KLJIT_GEMM, any teacher
+        for shape in (compare.DENSE_SHAPES[3], compare.SPARSE_SHAPES[0]):
+            fn, why = compare.build_method(env, "kljit_c_promoted", shape, args, {})
+            self.assertTrue(callable(fn) and why == "")
+        self.assertEqual(compare.REPLANNED["kljit_c_promoted"][0], "logits:jit.128.2.6.g.1.r")
+        self.assertNotIn("kljit_c_promoted", compare.DENSE_DEFAULT)
 
     @labels("torch")
     def test_precision_runs_the_protocol_and_judges_each_error_by_its_bar(self) -> None:
