@@ -20,3 +20,9 @@ set_property(TEST ${fused_stats} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=all:jit
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_e16.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_e16)
 set_property(TEST ${fused_e16} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")
+# The dense suite again with the logits GEMM's accumulator promoted every 256 of K (flag r, the
+# cooperative 128 x 128 variant: KLJIT_GEMM=logits:jit.128.2.6.g.1.r; the loss's precision,
+# bench/accumulation_precision.py). `ctest -R gpu.promoted`.
+kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.promoted.dense LABELS gpu
+                 TIMEOUT 900 NAMES_VAR promoted)
+set_property(TEST ${promoted} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.128.2.6.g.1.r")
