@@ -970,35 +970,28 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
             wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
                                                    {{ desc_b }}, {{ add }});
         wgmma_commit();
-%if KSLICE > 0 then
-        if ((kb + 1) % {{ KSLICE }} == 0 && kb + 1 < kblocks) {
-          /* a slice of K ends before the tile's last: its sum into C (the first slice writes
-           * it, unless BETA), every stage it read freed; the next k-block restarts d */
+%if RESTART > 0 then
+        if ((kb + 1) % {{ RESTART }} == 0 && kb + 1 < kblocks) {
+          /* a run of K ends before the tile's last: every stage it read freed, its sum kept
+           * (below), and the next k-block restarts d */
           wgmma_wait<0>();
           if (prev >= 0) release_stage(&empty[prev], lane);
           release_stage(&empty[stage], lane);
           prev = -1;
+%  if KSLICE > 0 then
+          /* a slice: its sum into C (the first slice writes it, unless BETA) */
 #pragma unroll
           for (int ms = 0; ms < MS; ms++)
             store_rows(C, ldc, tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M,
                        N, alpha, d[ms], {{ P.BETA and "1" or "kb + 1 > " .. KSLICE }}, scratch,
                        vec, lane);
-          if (++stage == STAGES) stage = 0, phase ^= 1;
-          continue;
-        }
-%end
-%if PROMOTE > 0 then
-        if ((kb + 1) % {{ PROMOTE }} == 0 && kb + 1 < kblocks) {
-          /* a run ends before the tile's last: its sum into the promoted accumulator (an
-           * ordinary fp32 add), every stage it read freed; the next k-block restarts d */
-          wgmma_wait<0>();
-          if (prev >= 0) release_stage(&empty[prev], lane);
-          release_stage(&empty[stage], lane);
-          prev = -1;
+%  else
+          /* PROMOTE: its sum into the promoted accumulator, an ordinary (nearest) fp32 add */
 #pragma unroll
           for (int ms = 0; ms < MS; ms++)
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) run_sum[ms][i] += d[ms][i];
+%  end
           if (++stage == STAGES) stage = 0, phase ^= 1;
           continue;
         }

@@ -27,6 +27,22 @@ TORCH_DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16", "INT32
                 "INT64": "int64"}
 
 
+def recording_mode() -> Any:
+    """A TorchDispatchMode that records the name of every op dispatched under it (.names)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: List[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    return Ops()
+
+
 def reverse(table: Dict[str, Any], value: int) -> str:
     return next(k for k, v in table.items() if int(v) == int(value))
 
@@ -512,24 +528,13 @@ class PlumbingTest(unittest.TestCase):
         # eager with plain tensors (and Parameters): the op's kernel directly; under a Python
         # dispatch mode (FakeTensorMode, FlopCounterMode, ...), under torch.compile or with a
         # tensor subclass among the inputs: through the dispatcher, which the mode sees
-        from torch.utils._python_dispatch import TorchDispatchMode
-
         from kljit import _ops
 
         t = self.torch
 
-        class Ops(TorchDispatchMode):
-            def __init__(self) -> None:
-                super().__init__()
-                self.names: List[str] = []
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
-                self.names.append(str(func))
-                return func(*args, **(kwargs or {}))
-
         for mode in ("fused", "two_phase"):
             inp = self.inputs()
-            ops = Ops()
+            ops = recording_mode()
             with ops:
                 loss = self.loss(inp, mode=mode)
             self.assertIn(f"kljit.{mode}.default", ops.names, mode)
@@ -545,25 +550,14 @@ class PlumbingTest(unittest.TestCase):
         self.assertFalse(_ops._direct((inp["x"].as_subclass(Sub),) + plain[1:]))
         with mock.patch.object(t.compiler, "is_compiling", lambda: True):
             self.assertFalse(_ops._direct(plain))
-        with Ops():
+        with recording_mode():
             self.assertFalse(_ops._direct(plain))
 
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
         # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
         # gradient the library wrote must become the parameter's .grad without a copy
-        from torch.utils._python_dispatch import TorchDispatchMode
-
         from kljit import _ops
-
-        class Ops(TorchDispatchMode):
-            def __init__(self) -> None:
-                super().__init__()
-                self.names: List[str] = []
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
-                self.names.append(str(func))
-                return func(*args, **(kwargs or {}))
 
         written = {}
         real = _ops.Call.grads
@@ -577,7 +571,7 @@ class PlumbingTest(unittest.TestCase):
             inp = self.inputs()
             with mock.patch.object(_ops.Call, "grads", grads):
                 loss = self.loss(inp, mode=mode)
-                ops = Ops()
+                ops = recording_mode()
                 with ops:
                     loss.backward()
             fills = [n for n in ops.names if "zeros" in n or "fill" in n or "copy" in n]
