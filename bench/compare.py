@@ -678,7 +678,7 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     if method in REPLANNED:
         if method == "kljit_c_e16" and shape.sparse:
             return None, "E16 takes a dense teacher"
-        return c_call(config, *REPLANNED[method]), ""
+        return c_call(config, REPLANNED[method]), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""
 
@@ -689,7 +689,7 @@ REPLANNED = {"kljit_c_e16": ("logits:jit.e16", "(E16)"),
              "kljit_c_promoted": ("logits:jit.128.2.6.g.1.r", "128x128 s6 g pr")}
 
 
-def replanned(call: Any, gemm: str, marker: str = "(E16)") -> Any:
+def replanned(call: Any, gemm: str, marker: str) -> Any:
     """`call` (a kljit._ops.Call) bound to a plan of its problem made in a context of its own
     whose KLJIT_GEMM is `gemm` (the library reads it when a context is made): the same tensors,
     arguments and workspace rules, another recipe, refused unless its description has
@@ -717,12 +717,12 @@ def replanned(call: Any, gemm: str, marker: str = "(E16)") -> Any:
     return out
 
 
-def c_call(config: Any, gemm: Optional[str] = None, marker: str = "(E16)") -> Callable:
+def c_call(config: Any, replan: Optional["tuple[str, str]"] = None) -> Callable:
     """kljit_fused straight through ctypes: the binding's plan (kljit._ops.Call, made at the
-    first call, in the warm-up; with `gemm`, that problem planned in a context whose KLJIT_GEMM
-    is `gemm`: replanned), fresh outputs and workspace from torch's allocator per step as the
-    binding has, the gradients set as .grad; the loss returned as a leaf so that the step's
-    backward() costs nothing."""
+    first call, in the warm-up; with `replan`, a REPLANNED entry, that problem planned in a
+    context whose KLJIT_GEMM is its value: replanned), fresh outputs and workspace from torch's
+    allocator per step as the binding has, the gradients set as .grad; the loss returned as a
+    leaf so that the step's backward() costs nothing."""
     from kljit import _ops
     from kljit._lib import Mode
 
@@ -734,8 +734,8 @@ def c_call(config: Any, gemm: Optional[str] = None, marker: str = "(E16)") -> Ca
             made["call"] = _ops.Call(config.key, x.detach(), w.detach(), None, inp.teacher,
                                      kw.get("teacher_ids"), kw.get("teacher_values"), None,
                                      math.nan)
-            if gemm:
-                made["call"] = replanned(made["call"], gemm, marker)
+            if replan:
+                made["call"] = replanned(made["call"], *replan)
         call = made["call"]
         args = call.args()
         loss = call.loss()
@@ -924,22 +924,18 @@ def timed_rounds(env: Env, steps: Sequence[Callable[[], Any]], args: argparse.Na
                 if sleep:
                     torch.cuda._sleep(sleep)
                 start.record()
-                if clock is not None:
-                    clock.current = k
-                step()
+            else:
+                t0 = time.perf_counter()
+            if clock is not None:
+                clock.current = k
+            step()
+            if cuda:
                 end.record()
                 end.synchronize()
-                if clock is not None:
-                    clock.current = None
-                times[k].append(start.elapsed_time(end))
-            else:
-                if clock is not None:
-                    clock.current = k
-                t0 = time.perf_counter()
-                step()
-                times[k].append(1e3 * (time.perf_counter() - t0))
-                if clock is not None:
-                    clock.current = None
+            if clock is not None:
+                clock.current = None
+            times[k].append(start.elapsed_time(end) if cuda
+                            else 1e3 * (time.perf_counter() - t0))
 
 
 def run_method(env: Env, fn: Callable, inp: Inputs, ref: Optional[Dict[str, Any]],
@@ -1077,8 +1073,8 @@ def table_row(r: Result) -> str:
 
 
 CSV_FIELDS = ["method", "shape", "n", "h", "v", "k", "logit_std", "logit_std_measured",
-              "status", "ms", "peak_mb", "sm_mhz", "power_w", "speedup_vs_base", "loss_rel_err", "dx_rel_err",
-              "dw_rel_err", "first_call_s", "note"]
+              "status", "ms", "peak_mb", "sm_mhz", "power_w", "speedup_vs_base", "loss_rel_err",
+              "dx_rel_err", "dw_rel_err", "first_call_s", "note"]
 
 
 def write_outputs(out: Path, header: List[str], results: List[Result], env: Env) -> None:
