@@ -160,34 +160,12 @@ _checked: Dict[Any, Checked] = {}
 
 
 class Call:
-    """One checked call: its Checked, its tensors in the compute dtype. The online teacher's
-    input is `teacher`, its head teacher_weight and teacher_bias. main_grad: dW and db go to
-    fp32 gradients the caller owns (Megatron's main_grad), so the plan writes fp32 and
-    accumulates in fp32."""
+    """One checked call: its Checked, its tensors in the compute dtype (the ops' N_TENSORS,
+    in their order). The online teacher's input is `teacher`, its head teacher_weight and
+    teacher_bias. main_grad: dW and db go to fp32 gradients the caller owns (Megatron's
+    main_grad), so the plan writes fp32 and accumulates in fp32."""
 
-    def __init__(self, key: str, input: Tensor, weight: Tensor, bias: Optional[Tensor],
-                 teacher: Optional[Tensor], ids: Optional[Tensor], values: Optional[Tensor],
-                 labels: Optional[Tensor], temperature: float,
-                 checked: Optional[Checked] = None, *, teacher_weight: Optional[Tensor] = None,
-                 teacher_bias: Optional[Tensor] = None, divisor: Optional[Tensor] = None,
-                 row_weights: Optional[Tensor] = None, shard: str = "",
-                 main_grad: bool = False) -> None:
-        tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
-                   teacher_bias, divisor, row_weights)
-        if checked is None:
-            spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,
-                              teacher_ids=ids, teacher_values=values,
-                              temperature=None if temperature != temperature else temperature,
-                              require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight,
-                              teacher_bias=teacher_bias, divisor=divisor,
-                              row_weights=row_weights)
-            compute = input.dtype
-            cast = None if weight.dtype == compute and (bias is None or bias.dtype == compute) \
-                else compute
-            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad, cast)
-        self._bind(checked, tensors)
-
-    def _bind(self, checked: Checked, tensors: Tuple[Optional[Tensor], ...]) -> None:
+    def __init__(self, checked: Checked, tensors: Tuple[Optional[Tensor], ...]) -> None:
         self.checked, self.plan = checked, checked.plan
         self.weight, self.bias, self.tensors = tensors[1], tensors[2], tensors
         compute = checked.cast
@@ -208,24 +186,26 @@ class Call:
         dtype, device, strides and 16-byte alignment; the config; T; the shard): a repeated
         call skips check_call and the plan lookup, which cost a short call more than the C call
         does."""
-        sig = (key, temperature if temperature == temperature else None, shard, main_grad,
-               _lib.plan_cache_generation(), _layout(input), _layout(weight), _layout(teacher),
-               _layout(bias), _layout(ids), _layout(values), _layout(labels),
-               _layout(teacher_weight), _layout(teacher_bias), _layout(divisor),
-               _layout(row_weights))
+        tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
+                   teacher_bias, divisor, row_weights)
+        runtime_t = None if temperature != temperature else temperature  # nan: the config's
+        sig = (key, runtime_t, shard, main_grad, _lib.plan_cache_generation(),
+               *map(_layout, tensors))
         checked = _checked.get(sig)
-        if checked is not None:  # no second pass over the arguments: bind them to it
-            call = cls.__new__(cls)
-            call._bind(checked, (input, weight, bias, teacher, ids, values, labels,
-                                 teacher_weight, teacher_bias, divisor, row_weights))
-            return call
-        call = cls(key, input, weight, bias, teacher, ids, values, labels, temperature,
-                   teacher_weight=teacher_weight, teacher_bias=teacher_bias, divisor=divisor,
-                   row_weights=row_weights, shard=shard, main_grad=main_grad)
-        if len(_checked) >= 256:
-            _checked.clear()
-        _checked[sig] = call.checked
-        return call
+        if checked is None:
+            spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,
+                              teacher_ids=ids, teacher_values=values, temperature=runtime_t,
+                              require_cuda=REQUIRE_CUDA, teacher_weight=teacher_weight,
+                              teacher_bias=teacher_bias, divisor=divisor,
+                              row_weights=row_weights)
+            compute = input.dtype
+            cast = None if weight.dtype == compute and (bias is None or bias.dtype == compute) \
+                else compute
+            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad, cast)
+            if len(_checked) >= 256:
+                _checked.clear()
+            _checked[sig] = checked
+        return cls(checked, tensors)
 
     @property
     def rows(self) -> int:
@@ -425,26 +405,26 @@ def _define(schema: str, kernel: Any, fake: Any) -> Any:
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)
-_DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
-_FUNCTION_MODE = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+try:  # where torch lacks it, always the dispatcher
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _dispatch_mode
+except ImportError:  # pragma: no cover
+    _dispatch_mode = None
 
 
 def _direct(inputs: Tuple[Any, ...]) -> bool:
     """Whether a Function's forward may call its op's kernel directly rather than through the
-    dispatcher: eager, no Python dispatch or function mode active (FakeTensorMode,
-    FlopCounterMode, ...: they must see the op), plain tensors only (a DTensor or other
-    subclass has its own handling of the op). The dispatcher's round trip (Python, C++, the
-    kernel back in Python) was 3.4 us of the binding's ~9.6 us before its launch on the build
-    VM (issue 28); these checks take a fraction of that. Where torch lacks one of the private
-    probes, always the dispatcher."""
-    if _DISPATCH_STACK is None or _FUNCTION_MODE is None or torch.compiler.is_compiling():
+    dispatcher: eager, plain tensors only (a DTensor or other subclass has its own handling of
+    the op), no __torch_function__ mode (torch.overrides.has_torch_function) and no dispatch
+    mode (FakeTensorMode, FlopCounterMode, ...: they must see the op). The dispatcher's round
+    trip (Python, C++, the kernel back in Python) was 3.4 us of the binding's ~9.6 us before
+    its launch on the build VM (issue 28); these checks take a fraction of that."""
+    if _dispatch_mode is None or torch.compiler.is_compiling() or _dispatch_mode():
         return False
-    if _DISPATCH_STACK() or _FUNCTION_MODE():
-        return False
-    for t in inputs[:N_TENSORS]:
+    tensors = inputs[:N_TENSORS]
+    for t in tensors:
         if t is not None and type(t) not in _PLAIN:
             return False
-    return True
+    return not torch.overrides.has_torch_function(tensors)
 
 
 def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor], ...]:

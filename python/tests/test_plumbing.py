@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import math
 import unittest
+from pathlib import Path
 from typing import Any, Dict, List
 from unittest import mock
 
@@ -552,6 +553,21 @@ class PlumbingTest(unittest.TestCase):
             self.assertFalse(_ops._direct(plain))
         with recording_mode():
             self.assertFalse(_ops._direct(plain))
+
+        class Watch(t.overrides.TorchFunctionMode):
+            pass
+
+        with Watch():
+            self.assertFalse(_ops._direct(plain))
+        self.assertTrue(_ops._direct(plain))
+
+    def test_the_binding_names_no_private_torch_c_function(self) -> None:
+        # issue 28: the binding keeps to torch's public API (and torch.utils._python_dispatch's
+        # mode probe, with the dispatcher where it is missing): no torch._C name anywhere
+        import kljit
+
+        for path in Path(kljit.__file__).parent.glob("*.py"):
+            self.assertNotIn("torch._C", path.read_text(encoding="utf-8"), path.name)
 
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
