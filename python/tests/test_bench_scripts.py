@@ -368,6 +368,17 @@ class CompareTest(unittest.TestCase):
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
         self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
+        # --alternate: online methods alternate where they share a loss (one reference a round)
+        shape = compare.DENSE_SHAPES[3]
+        group = [compare.Result(m, shape) for m in ("liger_jsd", "kljit_jsd", "kljit_fkl_online")]
+        args = compare.parse_args(["--device", "cpu", "--alternate", "liger_jsd,kljit_jsd"])
+        self.assertEqual([r.method for r in compare.alternating(group, args, online=True)],
+                         ["liger_jsd", "kljit_jsd"])
+        args = compare.parse_args(["--device", "cpu", "--alternate", "kljit_jsd,kljit_fkl_online"])
+        self.assertEqual(compare.alternating(group, args, online=True), [])
+        self.assertEqual(len(compare.alternating(group, args)), 2)  # the dense group's rule
+        args = compare.parse_args(["--device", "cpu", "--alternate", "kljit_jsd"])
+        self.assertEqual(compare.alternating(group, args, online=True), [])
         self.assertEqual(compare.split_methods(["liger_jsd", "eager", "kljit_fkl_online"]),
                          (["eager"], ["liger_jsd", "kljit_fkl_online"]))
         self.assertEqual(compare.parse_stds("2,6,12,6"), [2.0, 6.0, 12.0])
