@@ -141,6 +141,11 @@ class CompareTest(unittest.TestCase):
             self.assertTrue(callable(fn) and why == "")
         self.assertEqual(compare.REPLANNED["kljit_c_promoted"][0], "logits:jit.128.2.6.g.1.r")
         self.assertNotIn("kljit_c_promoted", compare.DENSE_DEFAULT)
+        # the statistics epilogue alone: the same C call with its own KLJIT_GEMM
+        fn, why = compare.build_method(env, "kljit_c_stats", compare.DENSE_SHAPES[3], args, {})
+        self.assertTrue(callable(fn) and why == "")
+        self.assertEqual(compare.REPLANNED["kljit_c_stats"][0], "logits:jit.stats")
+        self.assertNotIn("kljit_c_stats", compare.DENSE_DEFAULT + compare.SPARSE_DEFAULT)
 
     @labels("torch")
     def test_precision_runs_the_protocol_and_judges_each_error_by_its_bar(self) -> None:
