@@ -253,7 +253,7 @@ static void jit_load(jit_fn *j) {
 }
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
-  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}};
+  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}, {0}};
   const kljit_status st = jgemm_launch(drv, &j->k, &j->v, j->cap, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
@@ -587,7 +587,7 @@ int main(int argc, char **argv) {
     if (gemm_algo_jit_parse(t, &c) && gemm_algo_jit_parse(four, &c)) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
                        beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
-                       c.epilogue, 0, c.tweaks, {0}};
+                       c.epilogue, 0, c.tweaks, {0}, {0}};
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;
