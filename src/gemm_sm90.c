@@ -361,13 +361,20 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   memset(&k, 0, sizeof k);
   /* GOP: A holds E' in fp16 whatever the inputs' dtype, the teacher's P (pdt) A's shape */
   const int gop = v->gop.on && nn, a16 = gop ? 1 : f16;
-  if (gop && (!a->gop.fac || a->gop.fld < 1 ||
-              (v->gop.pdt && (!a->gop.p || !a->gop.g || a->gop.ldp % 8 ||
-                              a->gop.ldp < (tn ? a->m : a->k) || ((uintptr_t)a->gop.p & 15)))))
+  /* G's columns (V): nn K, tn M; each row of the factors holds one a column tile */
+  const int64_t gtiles = gop ? ((tn ? a->m : a->k) + v->gop.fw - 1) / v->gop.fw : 0;
+  if (gop && (!a->gop.fac || a->gop.fld < gtiles || (v->gop.pdt && (!a->gop.p || !a->gop.g))))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "generated GEMM (G rebuilt in the stage): its factors (fld >= 1), and with the "
-                   "teacher's term P (16-byte aligned, ldp a multiple of 8 covering its rows) and "
-                   "g, are required");
+                   "generated GEMM (G rebuilt in the stage): its factors (fld %lld must be >= "
+                   "%lld, one a column tile of %d) and, with the teacher's term, P and g are "
+                   "required",
+                   (long long)a->gop.fld, (long long)gtiles, v->gop.fw);
+  if (gop && v->gop.pdt &&
+      (a->gop.ldp % 8 || a->gop.ldp < (tn ? a->m : a->k) || ((uintptr_t)a->gop.p & 15)))
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "generated GEMM (G rebuilt in the stage): ldp=%lld must be a multiple of 8 "
+                   "covering P's rows and P 16-byte aligned (TMA)",
+                   (long long)a->gop.ldp);
   kljit_status st = tn ? tmap(d, &k.map_a, a->a, a->k, a->m, a->lda, 64, a16)
                        : tmap(d, &k.map_a, a->a, a->m, a->k, a->lda, 64 * v->consumers, a16);
   if (st == KLJIT_SUCCESS && gop && v->gop.pdt) /* boxed as A: the same placement in a stage */

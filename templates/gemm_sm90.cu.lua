@@ -356,7 +356,8 @@
 %if GOP then
 #define FW {{ P.FW }}
 /* GOP: the 16-byte chunks of a stage's A tile each consumer thread rewrites (its warpgroup's
- * slices: 64 lines of 128 bytes each, 512 chunks, over 128 threads) */
+ * slices, one cooperative or MS pingpong: each 64 lines of 128 bytes, 512 chunks, over 128
+ * threads) */
 #define GN {{ 4 * (PP and MS or 1) }}
 %end
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;

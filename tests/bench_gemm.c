@@ -86,8 +86,9 @@ enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 static int repeats = 10;
 static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
 static int beta = 0;    /* --beta 1: C += AB, cuBLASLt's and the generated kernels' */
-/* --gop: the generated variants rebuild G in the stage (fw, pdt), from these operands (zero
- * factors and scales: the time does not depend on them; the A and P tiles are the usual fill) */
+/* --gop: the generated variants rebuild G in the stage (fw, pdt), from these operands (factors
+ * and scales 1 and 0.5, the A and P tiles the usual fill: G = E' - P / 2 is dense, as cuBLASLt's
+ * operands are: the tensor cores' power, and so the clock, depend on the data) */
 static int gop_fw;
 static kljit_dtype gop_pdt;
 static jgemm_gop gop_args;
@@ -512,11 +513,17 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
     const int64_t rows = s->layout == 'w' ? s->k : s->m, v = s->layout == 'w' ? s->m : s->k;
     const int64_t fld = (v + gop_fw - 1) / gop_fw;
     CK(cudaMalloc(&gf, (size_t)(rows * fld) * 4));
-    CK(cudaMemset(gf, 0, (size_t)(rows * fld) * 4));
     CK(cudaMalloc(&gp, a_elems(s) * 2));
     fill(gp, a_elems(s), 5);
     CK(cudaMalloc(&gg, (size_t)rows * 4));
-    CK(cudaMemset(gg, 0, (size_t)rows * 4));
+    const size_t most = (size_t)(rows * fld > rows ? rows * fld : rows);
+    float *one = malloc(most * 4);
+    if (!one) return 1;
+    for (size_t i = 0; i < most; i++) one[i] = 1.0f;
+    CK(cudaMemcpy(gf, one, (size_t)(rows * fld) * 4, cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < (size_t)rows; i++) one[i] = 0.5f;
+    CK(cudaMemcpy(gg, one, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    free(one);
     jgemm_gop g = {gf, fld, gop_pdt ? gp : NULL, s->lda, gop_pdt ? gg : NULL};
     gop_args = g;
     full_check = 0;

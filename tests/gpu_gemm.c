@@ -324,47 +324,52 @@ static int sliced_k_variants_match_fp64_on_ragged_shapes(void) {
  * column tile of fw columns), g a scale per row; the kernel multiplies G = IN(f E' - g P), an fp32
  * product, one fma and one rounding, which the host forms with the same operations and checks C
  * against as any GEMM of that A. G has R rows of V columns: nn (dX = G W): M = R, K = V; tn
- * (dW = G^T X): K = R, M = V. Each row's factors end with a NaN one past its last tile, and E'
- * and P carry NaN past V in their padding: a factor of the wrong tile or an element of the
- * wrong row or column shows as a wrong or NaN C. */
+ * (dW = G^T X): K = R, M = V. Each row's factors end with a NaN one past its last tile, a NaN
+ * row of factors and scales follows the last row, and E' and P (on strides of their own) carry
+ * NaN past V in their padding: a factor of the wrong tile or row, an element of the wrong row or
+ * column, or P read on E''s stride shows as a wrong or NaN C. */
 static int one_gop(const jgemm_variant *v, const gemm_mod *m, int64_t R, int64_t V, int64_t N,
                    host_rng *r) {
   const int tn = !strcmp(v->layout, "tn"), pdt = v->gop.pdt != 0;
   const int64_t M = tn ? V : R, K = tn ? R : V;
-  const int64_t ldg = (V + 7) / 8 * 8 + 8, ldb = (N + 7) / 8 * 8, ld = (N + 7) / 8 * 8;
+  /* E' and P on strides of their own (8 and 16 elements of NaN padding past V); the factors
+   * and the scales with a NaN row past R */
+  const int64_t ldg = (V + 7) / 8 * 8 + 8, ldp = ldg + 8, ldb = (N + 7) / 8 * 8;
+  const int64_t ld = (N + 7) / 8 * 8;
   const int64_t tiles = (V + v->gop.fw - 1) / v->gop.fw, fld = tiles + 1;
-  const size_t ng = (size_t)(R * ldg), nw = (size_t)(K * ldb), nz = (size_t)((M + 1) * ld);
-  double *e = malloc(sizeof(double) * ng), *p = malloc(sizeof(double) * ng);
+  const size_t ng = (size_t)(R * ldg), np = (size_t)(R * ldp), nw = (size_t)(K * ldb);
+  const size_t nf = (size_t)((R + 1) * fld), nz = (size_t)((M + 1) * ld);
+  double *e = malloc(sizeof(double) * ng), *p = malloc(sizeof(double) * np);
   double *gm = calloc(ng, sizeof(double)), *w = malloc(sizeof(double) * nw);
-  double *f = malloc(sizeof(double) * (size_t)(R * fld)), *g = malloc(sizeof(double) * (size_t)R);
+  double *f = malloc(sizeof(double) * nf), *g = malloc(sizeof(double) * (size_t)(R + 1));
   double *z = malloc(sizeof(double) * nz);
   TH_CHECK(e && p && gm && w && f && g && z);
-  for (int64_t i = 0; i < R; i++) {
-    for (int64_t j = 0; j < ldg; j++) {
-      e[i * ldg + j] = j < V ? exp(-6 * host_uniform(r)) : NAN;
-      p[i * ldg + j] = j < V ? host_uniform(r) : NAN;
+  for (int64_t i = 0; i <= R; i++) {
+    for (int64_t j = 0; i < R && j < ldp; j++) {
+      if (j < ldg) e[i * ldg + j] = j < V ? exp(-6 * host_uniform(r)) : NAN;
+      p[i * ldp + j] = j < V ? host_uniform(r) : NAN;
     }
-    for (int64_t t = 0; t < fld; t++) f[i * fld + t] = t < tiles ? 0.5 + host_uniform(r) : NAN;
-    g[i] = 0.25 + 0.75 * host_uniform(r);
+    for (int64_t t = 0; t < fld; t++)
+      f[i * fld + t] = i < R && t < tiles ? 0.5 + host_uniform(r) : NAN;
+    g[i] = i < R ? 0.25 + 0.75 * host_uniform(r) : NAN;
   }
   for (size_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
   gbuf ge, gp, gw, gz, gf, gg;
-  TH_CHECK(!gbuf_alloc(&ge, KLJIT_FP16, ng) && !gbuf_alloc(&gp, pdt ? v->gop.pdt : KLJIT_BF16, ng));
+  TH_CHECK(!gbuf_alloc(&ge, KLJIT_FP16, ng) && !gbuf_alloc(&gp, pdt ? v->gop.pdt : KLJIT_BF16, np));
   TH_CHECK(!gbuf_alloc(&gw, v->in, nw) && !gbuf_alloc(&gz, v->out, nz));
-  TH_CHECK(!gbuf_alloc(&gf, KLJIT_FP32, (size_t)(R * fld)) &&
-           !gbuf_alloc(&gg, KLJIT_FP32, (size_t)R));
+  TH_CHECK(!gbuf_alloc(&gf, KLJIT_FP32, nf) && !gbuf_alloc(&gg, KLJIT_FP32, (size_t)(R + 1)));
   TH_CHECK(!gbuf_upload(&ge, e, e) && !gbuf_upload(&gp, p, p) && !gbuf_upload(&gw, w, w));
   TH_CHECK(!gbuf_upload(&gf, f, f) && !gbuf_upload(&gg, g, g) && !gbuf_poison(&gz));
   for (int64_t i = 0; i < R; i++) /* G as the kernel forms it */
     for (int64_t j = 0; j < V; j++) {
       float y = (float)f[i * fld + j / v->gop.fw] * (float)e[i * ldg + j];
-      if (pdt) y = fmaf(-(float)g[i], (float)p[i * ldg + j], y);
+      if (pdt) y = fmaf(-(float)g[i], (float)p[i * ldp + j], y);
       gm[i * ldg + j] = v->in == KLJIT_BF16 ? host_bf16_to_f32(host_f32_to_bf16(y))
                                             : host_f16_to_f32(host_f32_to_f16(y));
     }
   jgemm_args a = {ge.ptr, gw.ptr, gz.ptr, M, N, K, ldg, ldb, ld, 1.0f, {0}, {0}};
   a.gop.fac = gf.ptr, a.gop.fld = fld;
-  if (pdt) a.gop.p = gp.ptr, a.gop.ldp = ldg, a.gop.g = gg.ptr;
+  if (pdt) a.gop.p = gp.ptr, a.gop.ldp = ldp, a.gop.g = gg.ptr;
   TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));
