@@ -1089,13 +1089,22 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
                                         threadIdx.x % 128);
 %end
 %local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
+%local first = PP and "tm * BM" or "tm * BM + c * 64" -- GOP: this warpgroup's first row of A
+%if GOP then
+      /* G's factors one k-block ahead: those of k-block kb + 1 are loaded while k-block kb is
+       * rewritten and multiplied, so their latency (an L2 round trip) is off the k-loop's path */
+      float gfn[GN]{{ GP and ", ggn[GN]" or "" }};
+      g_factors(gfn,{{ GP and " ggn, gpr," or "" }} gfac, fld, {{ first }}, 0, M, K,
+                threadIdx.x % 128);
+%end
       for (int kb = 0; kb < kblocks; kb++) {
 %if GOP then
-        /* G's factors for this k-block's lines, loaded before the stage is waited on */
         float gf[GN]{{ GP and ", gg[GN]" or "" }};
-%local first = PP and "tm * BM" or "tm * BM + c * 64" -- this warpgroup's first row of A
-        g_factors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, kb, M, K,
-                  threadIdx.x % 128);
+#pragma unroll
+        for (int n = 0; n < GN; n++) gf[n] = gfn[n]{{ GP and ", gg[n] = ggn[n]" or "" }};
+        if (kb + 1 < kblocks)
+          g_factors(gfn,{{ GP and " ggn, gpr," or "" }} gfac, fld, {{ first }}, kb + 1, M, K,
+                    threadIdx.x % 128);
 %end
         mbar_wait(&full[stage], phase);
 %if GOP then
