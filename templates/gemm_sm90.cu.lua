@@ -389,6 +389,21 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
       }
     }
   }
+  /* the lines prefetch_teacher marked evict_last are read: back to the normal priority, so
+   * that the chunk's teacher (read once) does not crowd W's k-blocks out of L2 (E16's L2 hit
+   * rate was 73% against the plain GEMM's 82%, its DRAM traffic 1.6x: run 74's ncu) */
+  {
+    constexpr int LINE = 128 / (int)sizeof(teach_t), LINES = (BN + LINE - 1) / LINE;
+#pragma unroll
+    for (int i = lane; i < 16 * LINES; i += 32) {
+      const int r = r0 + i / LINES, c = c0 + (i % LINES) * LINE;
+      if (r < M && c < N)
+        asm volatile("applypriority.global.L2::evict_normal [%0], 128;"
+                     :
+                     : "l"((u64)(teacher + (row0 + r) * TLD + c) & ~(u64)127)
+                     : "memory");
+    }
+  }
   mass_step<8>(a, lane);
   mass_step<4>(a, lane);
   mass_step<2>(a, lane);
@@ -442,15 +457,30 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
   }
   if (lane % 4) return;
   const float sp[2] = {mass.x, mass.y};
+  /* a record is one 32-byte sector: written whole in two 16-byte stores (scalar slot stores
+   * from 8 rows at once were 8 sectors an instruction, 4 bytes each: 43% of E16's global
+   * sectors excessive on the H200, run 74's ncu), its unnamed slots 0 */
+  static_assert(PART_FLOATS == 8, "tile_records writes a record as two float4");
+  const bool whole = ((u64)part & 31) == 0;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     if (row + 8 * h >= M) continue;
-    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
-    rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
-    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+    float v[PART_FLOATS];
+#pragma unroll
+    for (int k = 0; k < PART_FLOATS; k++) v[k] = 0.0f;
+    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = sp[h];
+    v[PART_MT] = 0.0f, v[PART_DT] = 1.0f;
 %if HARD then
-    rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h];
+    v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h];
 %end
+    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+    if (whole) {
+      reinterpret_cast<float4*>(rec)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(rec)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < PART_FLOATS; k++) rec[k] = v[k];
+    }
   }
 }
 
@@ -511,6 +541,25 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
     }
 }
 
+/* A 4 x 4 transpose of u32s within each quad (lane % 4): lane q's w[j] was the pair of
+ * fragment column group i0 + j (columns 8 (i0 + j) + 2 q, + 1); after it, lane q's w[j] is lane
+ * j's pair of group i0 + q, so lane q holds columns 8 (i0 + q) .. + 7 of its row in order. Two
+ * butterfly steps (lane bit 0, then bit 1), each trading the two words whose index bit differs
+ * from the lane's. */
+__device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
+  const bool odd = lane & 1, hi = lane & 2;
+#pragma unroll
+  for (int t = 0; t < 2; t++) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, odd ? w[2 * t] : w[2 * t + 1], 1);
+    if (odd) w[2 * t] = x; else w[2 * t + 1] = x;
+  }
+#pragma unroll
+  for (int t = 0; t < 2; t++) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, hi ? w[t] : w[t + 2], 2);
+    if (hi) w[t] = x; else w[t + 2] = x;
+  }
+}
+
 /* E16: this consumer warp's 16 rows of the tile as fp16 x = s - m at E + row lde + col, from
  * the scores d (tile_scores). With part (fused, forward): m the row's max over the tile, and
  * the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of exp(x) of the
@@ -558,38 +607,60 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
     }
   }
 %end
+  /* 16-byte runs where E and its stride allow: a quad's pairs of four column groups
+   * transposed (quad_transpose), each lane then holds 8 columns of its row; else the pairs */
+  const bool runs = (lde & 7) == 0 && ((u64)E & 15) == 0;
 #pragma unroll
-  for (int i = 0; i < BN / 8; i++)
+  for (int i0 = 0; i0 < BN / 8; i0 += 4)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int r = row + 8 * h, c = col + 8 * i;
-      f16_t e[2];
+      const int r = row + 8 * h;
+      u32 w[4];
 #pragma unroll
-      for (int k = 0; k < 2; k++) {
-        /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart);
-         * a NaN score stays NaN (no fmaxf), a tile whose scores are all -inf (a masking bias)
-         * reads as the floor, not as -inf - -inf */
-        const float sc = d[4 * i + 2 * h + k];
-        float x = sc - m[h];
-        if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
-        e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
-        if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
+      for (int j = 0; j < 4; j++) {
+        const int i = i0 + j, c = col + 8 * i;
+        f16_t e[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+          /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart);
+           * a NaN score stays NaN (no fmaxf), a tile whose scores are all -inf (a masking bias)
+           * reads as the floor, not as -inf - -inf */
+          const float sc = d[4 * i + 2 * h + k];
+          float x = sc - m[h];
+          if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
+          e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
+          if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
 %if HARD then
-        /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
-        if (part && c + k < N && m[h] != KL_NEG_INF) {
-          const float z = sc * tz;
-          dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
-          if (c + k == y[h]) zy[h] = z;
-        }
+          /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
+          if (part && c + k < N && m[h] != KL_NEG_INF) {
+            const float z = sc * tz;
+            dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
+            if (c + k == y[h]) zy[h] = z;
+          }
 %end
+        }
+        w[j] = (u32)e[0].x | ((u32)e[1].x << 16);
+        if (runs || r >= M || c >= N) continue;
+        f16_t* p = E + (i64)r * lde + c;
+        if (pairs && c + 1 < N) {
+          *reinterpret_cast<u32*>(p) = w[j];
+        } else {
+          p[0] = e[0];
+          if (c + 1 < N) p[1] = e[1];
+        }
       }
+      if (!runs) continue;
+      /* the pairs stored 16 bytes a row an instruction, half sectors: 2x E's sectors (run 74) */
+      quad_transpose(w, lane);
+      const int c = c0 + 8 * (i0 + lane % 4);
       if (r >= M || c >= N) continue;
       f16_t* p = E + (i64)r * lde + c;
-      if (pairs && c + 1 < N) {
-        *reinterpret_cast<u32*>(p) = (u32)e[0].x | ((u32)e[1].x << 16);
+      if (c + 8 <= N) {
+        *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
-        p[0] = e[0];
-        if (c + 1 < N) p[1] = e[1];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (c + k < N) p[k].x = (u16)(w[k >> 1] >> (16 * (k & 1)));
       }
     }
 %if HARD then

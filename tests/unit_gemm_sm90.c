@@ -344,7 +344,7 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
     /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */
-    TH_CHECK((strstr(src.data, "rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h]") !=
+    TH_CHECK((strstr(src.data, "v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h]") !=
               NULL) == (pp == 4));
     TH_CHECK(strstr(src.data, "tile_e16(d[ms]") != NULL &&
              strstr(src.data, "rowstat[(row0 + row + 8 * h) * rsf]") != NULL &&
