@@ -712,9 +712,7 @@ def replanned(call: Any, gemm: str, marker: str) -> Any:
     for slot in _ops.Checked.__slots__:
         setattr(checked, slot, getattr(call.checked, slot))
     checked.plan, checked.sizes = plan, {}
-    out = _ops.Call.__new__(_ops.Call)
-    out._bind(checked, call.tensors)
-    return out
+    return _ops.Call(checked, call.tensors)
 
 
 def c_call(config: Any, replan: Optional["tuple[str, str]"] = None) -> Callable:
@@ -731,9 +729,10 @@ def c_call(config: Any, replan: Optional["tuple[str, str]"] = None) -> Callable:
     def run(x: Any, w: Any, inp: Any) -> Any:
         kw = inp.teacher_kwargs()
         if "call" not in made:
-            made["call"] = _ops.Call(config.key, x.detach(), w.detach(), None, inp.teacher,
-                                     kw.get("teacher_ids"), kw.get("teacher_values"), None,
-                                     math.nan)
+            made["call"] = _ops.Call.make(config.key, x.detach(), w.detach(), None,
+                                          inp.teacher, kw.get("teacher_ids"),
+                                          kw.get("teacher_values"), None, None, None, None,
+                                          None, math.nan)
             if replan:
                 made["call"] = replanned(made["call"], *replan)
         call = made["call"]

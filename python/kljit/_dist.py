@@ -168,6 +168,8 @@ def plain(given: Tuple[Any, ...]) -> bool:
     """Whether each of `given` is a torch.Tensor, an nn.Parameter or None (no subclass, no
     DTensor): one set test, on every call."""
     return _PLAIN.issuperset(map(type, given))
+
+
 _types: list = []
 
 

@@ -189,8 +189,10 @@ class Call:
         tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
                    teacher_bias, divisor, row_weights)
         runtime_t = None if temperature != temperature else temperature  # nan: the config's
-        sig = (key, runtime_t, shard, main_grad, _lib.plan_cache_generation(),
-               *map(_layout, tensors))
+        sig = (key, runtime_t, shard, main_grad, _lib.plan_cache_generation(), _layout(input),
+               _layout(weight), _layout(bias), _layout(teacher), _layout(ids), _layout(values),
+               _layout(labels), _layout(teacher_weight), _layout(teacher_bias),
+               _layout(divisor), _layout(row_weights))
         checked = _checked.get(sig)
         if checked is None:
             spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,

@@ -67,25 +67,25 @@ def _flatten(name: str, t: Any, trailing: int) -> Any:
     return t.view(-1, *t.shape[t.dim() - trailing:]) if trailing else t.view(-1)
 
 
-def _autocast(input: Any, *tensors: Any) -> "tuple[Any, ...]":
-    """What torch's F.linear does under autocast: the input and the other tensors in the
-    autocast dtype, except that an fp32 head weight (and bias) stays fp32 for the op to cast
-    once and to return fp32 gradients for (the caller passes those as fp32-allowed: the first
-    two of `tensors`)."""
+def _autocast_dtype(input: Any) -> Any:
+    """The dtype torch's F.linear would cast `input` to under autocast, or None (autocast off,
+    the usual case: then it is the one question asked)."""
     if not isinstance(input, torch.Tensor):
-        return (input, *tensors)
+        return None
     device = "cuda" if input.is_cuda else input.device.type  # is_cuda: the cheaper question
-    # autocast first: off, the usual case, it is the one question asked
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-    if dtype not in (torch.float16, torch.bfloat16) or not input.is_floating_point():
-        return (input, *tensors)
+    if not torch.is_autocast_enabled(device) or not input.is_floating_point():
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return dtype if dtype in (torch.float16, torch.bfloat16) else None
 
-    def cast(i: int, t: Any) -> Any:
-        keep = (not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.dtype == dtype
-                or (i < 2 and t.dtype == torch.float32))
-        return t if keep else t.to(dtype)
 
-    return (input.to(dtype), *(cast(i, t) for i, t in enumerate(tensors)))
+def _cast(dtype: Any, *tensors: Any, head: bool = False) -> "tuple[Any, ...]":
+    """Floating-point tensors in `dtype`, as autocast casts F.linear's, except that with head an
+    fp32 weight (and bias) stays fp32 for the op to cast once and to return fp32 gradients
+    for."""
+    return tuple(t if not isinstance(t, torch.Tensor) or not t.is_floating_point()
+                 or t.dtype == dtype or (head and t.dtype == torch.float32) else t.to(dtype)
+                 for t in tensors)
 
 
 def _divisor(num_items: Any, device: Any) -> Optional[torch.Tensor]:
@@ -224,11 +224,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if not plain:
         weight, bias, teacher, teacher_weight, teacher_bias, input, mesh_group, start, total = \
             _dist.local_head(weight, bias, teacher, teacher_weight, teacher_bias, input)
-    if teacher_weight is not None:  # the online teacher computes in the autocast dtype too
-        input, weight, bias, teacher, teacher_weight, teacher_bias = _autocast(
-            input, weight, bias, teacher, teacher_weight, teacher_bias)
-    else:
-        input, weight, bias = _autocast(input, weight, bias)
+    dtype = _autocast_dtype(input)
+    if dtype is not None:
+        input, (weight, bias) = input.to(dtype), _cast(dtype, weight, bias, head=True)
+        if teacher_weight is not None:  # the online teacher computes in the autocast dtype too
+            teacher, teacher_weight, teacher_bias = _cast(dtype, teacher, teacher_weight,
+                                                          teacher_bias)
     x = _flatten("input", input, 1)
     if isinstance(row_weights, torch.Tensor):  # fp32 [N], a leaf of no gradient
         row_weights = _flatten("row_weights", row_weights.detach(), 0)
@@ -280,6 +281,8 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
              _ops.call_key(config.key, want, math.nan if temperature is None
                            else float(temperature), float(grad_scale), shard))
     loss = out[0]
+    if config.reduction != "none" and not return_components:
+        return loss
     lead = input.shape[:-1]
     if config.reduction == "none" and len(lead) != 1:
         loss = loss.view(lead)

@@ -569,6 +569,34 @@ class PlumbingTest(unittest.TestCase):
         for path in Path(kljit.__file__).parent.glob("*.py"):
             self.assertNotIn("torch._C", path.read_text(encoding="utf-8"), path.name)
 
+    def test_compare_s_c_call_and_its_replanned_form_run_the_binding_s_call(self) -> None:
+        # bench/compare.py's kljit_c and kljit_c_* methods build their call from kljit._ops.Call:
+        # a change of Call's constructors must keep them working (they run only on a GPU)
+        from test_bench_scripts import load_script
+
+        from kljit import LossConfig
+
+        compare = load_script("compare")
+        inp = self.inputs()
+        config = LossConfig(teacher="dense_probs", reduction="batchmean", mode="fused")
+
+        class Inputs:
+            teacher = inp["teacher"]
+
+            def teacher_kwargs(self) -> Dict:
+                return {}
+
+        want = self.reference({**inp, "b": self.torch.zeros(40)}, config=config)
+        for replan in (None, ("logits:jit.e16", "(E16)")):
+            x, w = inp["x"].detach().clone(), inp["w"].detach().clone()
+            with mock.patch.object(_lib, "Context", lambda index: None), \
+                    mock.patch.object(_lib, "Plan", lambda ctx, pb: mock.Mock(
+                        wraps=FakePlan(pb), describe=lambda: "logits GEMM (E16)")):
+                loss = compare.c_call(config, replan)(x, w, Inputs())
+            self.assert_close(loss, want["loss"], f"loss {replan}")
+            self.assert_close(x.grad, want["grad_input"], f"dx {replan}")
+            self.assert_close(w.grad, want["grad_weight"], f"dw {replan}")
+
     def test_backward_makes_no_zero_gradients_for_the_outputs_besides_the_loss(self) -> None:
         # fused mode returns dX, dW and db from its op, two-phase its statistics: autograd
         # must not fill a zero "gradient" of each (a V x H fill per step on the GPU), and the
