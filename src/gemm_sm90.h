@@ -23,10 +23,11 @@
 /* The logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS): the dense rows'
  * pass-1 records of each (row, column tile), written beside the logits. */
 typedef struct jgemm_stats {
-  const char *teacher; /* NULL: none; "probs" | "logprobs": the dense teacher's form */
+  const char *teacher; /* NULL: none; "probs" | "logprobs" | "logits": the dense teacher's form */
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
+  double tt;           /* "logits": the teacher's temperature; 0: T's (t, or the header's) */
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */

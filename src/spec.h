@@ -94,7 +94,7 @@ typedef struct kspec {
   int gemm_kslice;    /* 0: no KSLICE parameter; else k-blocks per slice */
   int gemm_tweaks;    /* KSPEC_GEMM_* bits; each a parameter only when set */
   /* the logits GEMM's statistics epilogue (STATS, TDT, TLD, T; none of them when NULL) */
-  const char *gemm_stats;   /* NULL | "probs" | "logprobs": the dense teacher's form */
+  const char *gemm_stats;   /* NULL | "probs" | "logprobs" | "logits": the dense teacher's form */
   kljit_dtype gemm_stats_tdt; /* the teacher's dtype */
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */

@@ -222,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or
-%     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
-%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, "
-%           .. "no label smoothing, online teacher or shard")
+%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or P.TSOFTCAP or
+%     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits") then
+%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs, logprobs or logits "
+%           .. "teacher, no teacher softcap, label smoothing, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -389,7 +389,7 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
     for (int i = 0; i < VEC; i++) {
       const bool in = v + i < V;
       s[i] = in ? mt + to_f32(zr[v + i]) : KL_NEG_INF;
-#if defined(TEACHER_LOGPROBS)
+#if defined(TEACHER_LOGPROBS) || defined(TEACHER_LOGITS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
 #else
       t[i] = in ? to_f32(tr[v + i]) : 0.0f;

@@ -67,14 +67,18 @@
 %--             K: ~4e-7). Costs a second accumulator (MS x BN / 2 floats a thread, at most 64:
 %--             the cooperative schedule with BN <= 128, or BN 64) and a drain of the wgmma
 %--             pipeline every run. Not with KSLICE (which restarts d for its own slices).
-%--   STATS     absent | probs | logprobs: the logits GEMM (nt, OUT f32, no BETA, no KSLICE) also
+%--   STATS     absent | probs | logprobs | logits: the logits GEMM (nt, OUT f32, no BETA, no
+%--             KSLICE) also
 %--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
 %--             any divergence, without softcap, CE or bias) of each (row, column tile) from its
 %--             accumulators, so that the pass that re-reads the whole fp32 chunk for them
 %--             (kl_dense_stats) is not launched: with s = (alpha acc) / T over the tile's columns
 %--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
 %--             pass 1 computes it) from the teacher's rows row0 + r, TLD apart, in dtype TDT; mt,
-%--             dt the neutral (0, 1) pass 1 writes for these forms. One record (iface.DENSE_PART)
+%--             dt the neutral (0, 1) pass 1 writes for these forms. Teacher logits (no teacher
+%--             softcap): mt, dt their tile's (max, sum-exp) of t' = t / TT, sp 0, as pass 1's
+%--             acc1_add makes them (merged online a lane, then by the butterfly's md_merge).
+%--             One record (iface.DENSE_PART)
 %--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2's
 %--             block in a fixed order (dense rows' MERGE block; nrec = srow = tiles_n, srec = 1).
 %--             C is still written (pass 2 reads it).
@@ -106,6 +110,8 @@
 %--             S, 0 elsewhere: the rows sum it over the tiles), exact in fp32, which E's x is not.
 %--             No label smoothing (its sum of z' has no slot).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
+%--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
+%--             TMODE runtime, the header's)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
 %--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
@@ -201,8 +207,8 @@
 %local STREAM = P.STORE == "streaming"
 %local STATS = P.STATS
 %if STATS ~= nil then
-%  if not one_of(STATS, { "probs", "logprobs" }) then
-%    reject("STATS must be probs or logprobs (a dense teacher's form)")
+%  if not one_of(STATS, { "probs", "logprobs", "logits" }) then
+%    reject("STATS must be probs, logprobs or logits (a dense teacher's form)")
 %  end
 %  if P.LAYOUT ~= "nt" or P.OUT ~= "f32" or P.BETA or KSLICE > 0 then
 %    reject("STATS is the logits GEMM's epilogue: LAYOUT nt, OUT f32, no BETA and no KSLICE")
@@ -215,6 +221,11 @@
 %    reject("T must be > 0 (STATS takes a constant temperature)")
 %  end
 %end
+%if P.TT ~= nil and not (STATS == "logits" and type(P.TT) == "number" and P.TT > 0 and
+%                        P.TT < math.huge) then
+%  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
+%end
+%local TLOGITS = STATS == "logits"
 %if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
@@ -310,25 +321,57 @@ typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t"
 typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
 #define TLD {{ P.TLD }}
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
+/* teacher logits' 1 / TT: TT's, or (absent) T's as the caller has it (inv_t) */
+#define STATS_INV_TT(inv_t) ({{ P.TT and f32(1.0 / P.TT) or "(inv_t)" }})
 %  if P.BDT then
 typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t" }} bias_t;
 %  end
 {{ K.records() }}
 
-/* The teacher's mass (sp; logprobs: sum exp(log p)) of each of this warp's 16 rows r0 + j
- * over the tile's columns c0 .. c0 + BN below N. The teacher's terms do not pair with the
- * student's, so the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the
- * fragment's layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
- * transposing butterfly then sums the lanes' parts: after offset o the lane keeps the rows
- * whose bit o matches its own, so lane l ends with row l >> 1's total (the same order on every
- * run). Row r0 + lane / 4 + 8 h's total is returned in h = 0, 1 of its record-writing lanes. */
+/* The teacher's part of the records of each of this warp's 16 rows r0 + j over the tile's
+ * columns c0 .. c0 + BN below N: its mass sp (probs: sum p; logprobs: sum exp(log p)) or, for
+ * teacher logits, the (max, sum-exp) of t' = t / TT (mt, dt, as pass 1's acc1_add makes them,
+ * teacher softcap excluded: recipe.c). The teacher's terms do not pair with the student's, so
+ * the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the fragment's
+ * layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
+ * transposing butterfly then merges the lanes' parts: after offset o the lane keeps the rows
+ * whose bit o matches its own, so lane l ends with row l >> 1's (the same order on every run).
+ * Row r0 + lane / 4 + 8 h's is returned in h = 0, 1 of its record-writing lanes: a (sp, or mt)
+ * and b (dt; 0 for the mass). */
+struct tstat_t { float a[2], b[2]; };
+%  if TLOGITS then
+/* n teacher logits x (already times 1 / TT; xm their max) into a lane's (m, d) of one row, as
+ * acc1_add merges a vector: nothing where all are -inf */
+template <int NV>
+__device__ __forceinline__ void md_add(float& m, float& d, const float (&x)[NV], float xm) {
+  if (xm == KL_NEG_INF) return;
+  const float nm = fmaxf(m, xm);
+  float s = d * fexp(m - nm); /* m = -inf with d = 0: 0 */
+#pragma unroll
+  for (int e = 0; e < NV; e++) s += fexp(x[e] - nm);
+  m = nm, d = s;
+}
+template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
+__device__ __forceinline__ void md_step(float (&m)[16], float (&d)[16], int lane) {
+  const bool hi = lane & (2 * N);
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    md_t keep, got;
+    keep.m = hi ? m[j + N] : m[j], keep.d = hi ? d[j + N] : d[j];
+    got.m = __shfl_xor_sync(0xffffffffu, hi ? m[j] : m[j + N], 2 * N);
+    got.d = __shfl_xor_sync(0xffffffffu, hi ? d[j] : d[j + N], 2 * N);
+    const md_t r = md_merge(keep, got);
+    m[j] = r.m, d[j] = r.d;
+  }
+}
+%  else
 /* One teacher entry's part of the mass: p, or exp(log p) */
 __device__ __forceinline__ float mass_term(teach_t v) {
-%  if STATS == "logprobs" then
+%    if STATS == "logprobs" then
   return fexp(to_f32(v));
-%  else
+%    else
   return to_f32(v);
-%  end
+%    end
 }
 template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
 __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
@@ -339,19 +382,28 @@ __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
     a[j] = (hi ? a[j + N] : a[j]) + __shfl_xor_sync(0xffffffffu, give, 2 * N);
   }
 }
-__device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ teacher,
-                                                    i64 row0, int r0, int c0, int M, int N,
-                                                    int lane) {
+%  end
+/* inv_tt: teacher logits' 1 / TT (unused for the mass) */
+__device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teacher, i64 row0,
+                                                int r0, int c0, int M, int N, int lane,
+                                                float inv_tt) {
   constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT;
   constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
   float a[16];
+%  if TLOGITS then
+  float ad[16]; /* a: the lane's max of each row, ad: its sum-exp */
+#pragma unroll
+  for (int j = 0; j < 16; j++) a[j] = KL_NEG_INF, ad[j] = 0.0f;
+%  else
+  (void)inv_tt;
 #pragma unroll
   for (int j = 0; j < 16; j++) a[j] = 0.0f;
+%  end
   if (ALIGNED && c0 + BN <= N) {
     /* a whole tile: BATCH rows' runs in flight at once (16 rows one after another were 16
      * round trips to L2 while the tensor cores idled), rows past M read as row M - 1 and
      * dropped */
-    constexpr int BATCH = 8;
+    constexpr int BATCH = {{ TLOGITS and 4 or 8 }}; /* logits: 4, their (max, sum-exp) take registers */
 #pragma unroll
     for (int j0 = 0; j0 < 16; j0 += BATCH)
 #pragma unroll
@@ -368,10 +420,17 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
         for (int b = 0; b < BATCH; b++) {
           teach_t v[VT];
           memcpy(v, &u[b], 16);
+%  if TLOGITS then
+          float x[VT], xm = KL_NEG_INF;
+#pragma unroll
+          for (int e = 0; e < VT; e++) x[e] = to_f32(v[e]) * inv_tt, xm = fmaxf(xm, x[e]);
+          if (r0 + j0 + b < M) md_add<VT>(a[j0 + b], ad[j0 + b], x, xm);
+%  else
           float t = 0.0f;
 #pragma unroll
           for (int e = 0; e < VT; e++) t += mass_term(v[e]);
           if (r0 + j0 + b < M) a[j0 + b] += t;
+%  end
         }
       }
   } else {
@@ -385,7 +444,14 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
         if (q >= RUNS || c >= N) continue;
 #pragma unroll
         for (int e = 0; e < VT; e++)
+%  if TLOGITS then
+          if (c + e < N) {
+            const float x[1] = {to_f32(tr[c + e]) * inv_tt};
+            md_add<1>(a[j], ad[j], x, x[0]);
+          }
+%  else
           if (c + e < N) a[j] += mass_term(tr[c + e]);
+%  end
       }
     }
   }
@@ -404,14 +470,39 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
                      : "memory");
     }
   }
+  tstat_t out;
+  const int q = lane / 4;
+%  if TLOGITS then
+  md_step<8>(a, ad, lane);
+  md_step<4>(a, ad, lane);
+  md_step<2>(a, ad, lane);
+  md_step<1>(a, ad, lane);
+  {
+    md_t mine, got; /* row l >> 1, in lanes 2 (l >> 1) and + 1 */
+    mine.m = a[0], mine.d = ad[0];
+    got.m = __shfl_xor_sync(0xffffffffu, a[0], 1);
+    got.d = __shfl_xor_sync(0xffffffffu, ad[0], 1);
+    const md_t r = md_merge(mine, got); /* commutative: both lanes of the pair agree */
+    a[0] = r.m, ad[0] = r.d;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    out.a[h] = __shfl_sync(0xffffffffu, a[0], 2 * q + 16 * h);
+    out.b[h] = __shfl_sync(0xffffffffu, ad[0], 2 * q + 16 * h);
+  }
+%  else
   mass_step<8>(a, lane);
   mass_step<4>(a, lane);
   mass_step<2>(a, lane);
   mass_step<1>(a, lane);
   a[0] += __shfl_xor_sync(0xffffffffu, a[0], 1); /* row l >> 1, in lanes 2 (l >> 1) and + 1 */
-  const int q = lane / 4;
-  return make_float2(__shfl_sync(0xffffffffu, a[0], 2 * q),
-                     __shfl_sync(0xffffffffu, a[0], 2 * q + 16));
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    out.a[h] = __shfl_sync(0xffffffffu, a[0], 2 * q + 16 * h);
+    out.b[h] = 0.0f;
+  }
+%  end
+  return out;
 }
 
 /* The max of s = scale d over the tile's columns below N of this thread's two fragment rows
@@ -435,12 +526,13 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 
 /* The records of this thread's two fragment rows (row, row + 8) in column tile tn: their sums
  * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
- * writes m, d = sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp), for
- * the rows below M. */
+ * writes m, d = sd and the teacher's part (tile_teacher): its mass, with pass 1's neutral
+ * teacher (max, sum-exp), or the teacher logits' (max, sum-exp) with sp 0, as pass 1 writes
+ * them, for the rows below M. */
 %-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row
 %local CEP = HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or ""
 %local CEA = HARD and ", mh, dh, zy" or ""
-__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float2 mass,
+__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], const tstat_t& ts,
                                              int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
                                              int lane{{ CEP }}) {
@@ -456,7 +548,6 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
 %end
   }
   if (lane % 4) return;
-  const float sp[2] = {mass.x, mass.y};
   /* a record is one 32-byte sector: written whole in two 16-byte stores (scalar slot stores
    * from 8 rows at once were 8 sectors an instruction, 4 bytes each: 43% of E16's global
    * sectors excessive on the H200, run 74's ncu), its unnamed slots 0 */
@@ -468,8 +559,13 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     float v[PART_FLOATS];
 #pragma unroll
     for (int k = 0; k < PART_FLOATS; k++) v[k] = 0.0f;
-    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = sp[h];
+%if TLOGITS then
+    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = 0.0f; /* sum p = 1: row_finish's */
+    v[PART_MT] = ts.a[h], v[PART_DT] = ts.b[h];
+%else
+    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = ts.a[h];
     v[PART_MT] = 0.0f, v[PART_DT] = 1.0f;
+%end
 %if HARD then
     v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h];
 %end
@@ -489,12 +585,12 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
  * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
  * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
  * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)).
- * The teacher's mass: tile_teacher_mass. */
+ * The teacher's part: tile_teacher. */
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
                                            float alpha, const teach_t* __restrict__ teacher,
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane) {
-  const float2 mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
+  const tstat_t ts = tile_teacher(teacher, row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
@@ -506,7 +602,7 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
-  tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane);
+  tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane);
 }
 %end
 
@@ -578,9 +674,9 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
-  float2 mass = make_float2(0.0f, 0.0f);
+  tstat_t ts = {};
   if (part) {
-    mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
+    ts = tile_teacher(teacher, row0, r0, c0, M, N, lane, STATS_INV_TT(inv_t));
     tile_row_max(d, col, N, 1.0f, m);
   } else {
 #pragma unroll
@@ -666,7 +762,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
 %if HARD then
   const float mh[2] = {m[0] * tz, m[1] * tz};
 %end
-  if (part) tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane{{ CEA }});
+  if (part) tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 
 %end

@@ -591,15 +591,16 @@ static int checked_mode_reports_a_bad_row_weight(void) {
 }
 
 /* The logits GEMM's statistics epilogue (KLJIT_GEMM=all:jit,logits:jit.stats, sm_90): the
- * plan of (V, form, T) on the test context says the row statistics come from the logits GEMM
- * (0), or says why not (1: a failure where `want` asked for it), or the GPU is not sm_90 (77). */
-static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want,
+ * plan of (V, form, teacher logit cap) on the test context says the row statistics come from the
+ * logits GEMM (0), or says why not (1: a failure where `want` asked for it), or the GPU is not
+ * sm_90 (77). */
+static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, double tcap, int want,
                                    const char *marker) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
   kljit_problem pb = KLJIT_PROBLEM_INIT;
-  pb.hidden = 64, pb.vocab = v, pb.teacher = form;
+  pb.hidden = 64, pb.vocab = v, pb.teacher = form, pb.teacher_softcap = tcap;
   kljit_plan *plan;
   TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
   const char *d = kljit_plan_describe(plan);
@@ -612,15 +613,18 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want,
 
 /* The row statistics written by the logits GEMM's epilogue (one record per row and 256-column
  * tile, merged by pass 2; kl_dense_stats not launched) give the loss, dX and dW the fp64
- * reference gives, within the suite's bounds: both dense forms it takes, every teacher dtype,
+ * reference gives, within the suite's bounds: the three dense forms it takes (teacher logits
+ * below the others, at TT's or T's temperature), every teacher dtype,
  * ragged and long vocabularies (a tile past V), a padded teacher, T != 1, ignored rows, several
  * chunks, fused and two-phase (whose backward computes none); a case outside its scope (bias)
  * keeps the row kernels' pass and stays right. Skips before sm_90. */
 static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   setenv("KLJIT_GEMM", gemm, 1);
-  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1, marker);
+  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 0.0, 1, marker);
   if (worst == TH_PASS)
-    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0.0, 1, marker);
+  if (worst == TH_PASS) /* a teacher logit cap: out of scope */
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 50.0, 0, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
   for (int k = 0; k < (e16 ? 25 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
@@ -667,6 +671,23 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     const int rc = gcase_check(&c);
     if (k == 8 || k >= 12) unsetenv("KLJIT_CHUNK_ROWS");
     if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP; /* no sm_90: none runs */
+    else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
+  }
+  /* teacher logits (the records hold their tile's (max, sum-exp) of t / TT): at a temperature
+   * of their own, fused, over three chunks; at T's, two-phase, padded, in fp32, the reverse KL;
+   * the JSD at logit standard deviation 6; E16 also a per-call T (theirs too) */
+  for (int k = 0; k < (e16 ? 4 : 3) && worst != TH_SKIP; k++) {
+    gcase c = gcase_base();
+    c.form = KLJIT_TEACHER_DENSE_LOGITS, c.h = 64, c.v = k == 1 ? 1000 : 32001, c.n = 37;
+    c.T = k == 1 ? 0.5 : 2.0, c.TT = k == 0 ? 1.5 : 0.0, c.labels = 1;
+    c.fused = k != 1, c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_SUM;
+    if (k == 0) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700;
+    if (k == 1) c.tdt = KLJIT_FP32, c.tld = c.v + 63, c.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 2) c.zstd = 6.0, c.n = 300, c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+    if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7;
+    const int rc = gcase_check(&c);
+    unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP;
     else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
   }
   unsetenv("KLJIT_GEMM");

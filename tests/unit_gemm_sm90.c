@@ -238,18 +238,21 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     const char *form;
     kljit_dtype in, tdt;
     int64_t tld;
-    double t;
+    double t, tt;
     char schedule, epilogue;
     int cluster;
-  } cases[] = {{"probs", KLJIT_BF16, KLJIT_BF16, 128256, 1.0, 'c', 'd', 1},
-               {"logprobs", KLJIT_BF16, KLJIT_FP32, 32003, 2.0, 'p', 'd', 2},
-               {"probs", KLJIT_FP16, KLJIT_FP16, 32064, 0.5, 'c', 's', 1}};
+  } cases[] = {{"probs", KLJIT_BF16, KLJIT_BF16, 128256, 1.0, 0.0, 'c', 'd', 1},
+               {"logprobs", KLJIT_BF16, KLJIT_FP32, 32003, 2.0, 0.0, 'p', 'd', 2},
+               {"probs", KLJIT_FP16, KLJIT_FP16, 32064, 0.5, 0.0, 'c', 's', 1},
+               /* teacher logits: their (max, sum-exp), at their own temperature or T's */
+               {"logits", KLJIT_BF16, KLJIT_BF16, 50257, 1.0, 2.0, 'p', 'd', 1},
+               {"logits", KLJIT_FP16, KLJIT_FP32, 1000, 0.5, 0.0, 'c', 's', 1}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     jgemm_variant v = jgemm_default(cases[i].in, KLJIT_FP32, 0);
     if (cases[i].schedule == 'p') v.schedule = 'p', v.bn = 128, v.stages = 6, v.raster = 'g';
     v.epilogue = cases[i].epilogue, v.cluster = cases[i].cluster;
     v.stats.teacher = cases[i].form, v.stats.tdt = cases[i].tdt;
-    v.stats.tld = cases[i].tld, v.stats.t = cases[i].t;
+    v.stats.tld = cases[i].tld, v.stats.t = cases[i].t, v.stats.tt = cases[i].tt;
     const kspec k = jgemm_spec(&v);
     strbuf src = {0}, man = {0};
     TH_OK(kspec_render_iface(&k, &src, &man));
@@ -268,10 +271,14 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     char tld[48];
     snprintf(tld, sizeof tld, "#define TLD %lld", (long long)cases[i].tld);
     TH_CHECK(strstr(src.data, tld) != NULL && strstr(src.data, "tile_stats(d[ms]") != NULL);
-    /* the teacher's mass: sum exp(log p) of log-probabilities, sum p of probabilities */
-    const int lp = !strcmp(cases[i].form, "logprobs");
+    /* the teacher's mass: sum exp(log p) of log-probabilities, sum p of probabilities; the
+     * teacher logits' (max, sum-exp) at 1 / TT (TT's, or T's as the caller has it) */
+    const int lp = !strcmp(cases[i].form, "logprobs"), tl = !strcmp(cases[i].form, "logits");
     TH_CHECK((strstr(src.data, "return fexp(to_f32(v));") != NULL) == lp);
-    TH_CHECK((strstr(src.data, "return to_f32(v);") != NULL) == !lp);
+    TH_CHECK((strstr(src.data, "return to_f32(v);") != NULL) == (!lp && !tl));
+    TH_CHECK((strstr(src.data, "md_step<8>(a, ad, lane);") != NULL) == tl);
+    TH_CHECK((strstr(src.data, "#define STATS_INV_TT(inv_t) ((inv_t))") != NULL) ==
+             (cases[i].tt == 0.0));
     sb_free(&src), sb_free(&man);
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
@@ -292,8 +299,10 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
   v = ok, v.kslice = 3;
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
-  v = ok, v.stats.teacher = "logits";
-  TH_CHECK(refused(v, "STATS must be probs or logprobs") == TH_PASS);
+  v = ok, v.stats.teacher = "topk";
+  TH_CHECK(refused(v, "STATS must be probs, logprobs or logits") == TH_PASS);
+  v = ok, v.stats.tt = 2.0; /* a teacher temperature is the teacher logits' */
+  TH_CHECK(refused(v, "TT must be > 0 and needs STATS logits") == TH_PASS);
   v = ok, v.stats.t = 0.0;
   TH_CHECK(refused(v, "T must be > 0") == TH_PASS);
   v = ok, v.stats.tld = 0;
@@ -307,7 +316,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
  * and compiles for sm_90a in the default logits variant's schedule and in the
  * cooperative one. */
 static int the_e16_epilogue_compiles_and_declares_e(void) {
-  for (int pp = 0; pp < 6; pp++) {
+  for (int pp = 0; pp < 8; pp++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
     /* pp 2: a bf16 bias in the scores; pp 3: with a logit cap of 30; pp 4: the CE's records */
@@ -318,7 +327,10 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     if (pp == 5) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.bdt = 0;
     v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
-    const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5;
+    /* pp 6, 7: teacher logits, at a temperature of their own and at the per-call T */
+    if (pp >= 6) v.stats.teacher = "logits", v.stats.tt = pp == 6 ? 2.0 : 0.0, v.stats.bdt = 0;
+    if (pp == 7) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+    const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5 || pp == 7;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     TH_CHECK(strstr(what, "+e16") != NULL && (strstr(what, "+softcap") != NULL) == (pp == 3));

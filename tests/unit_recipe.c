@@ -74,6 +74,10 @@ static kljit_problem problem_of(const char *name) {
     pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
     pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0, pb.teacher_softcap = 50.0;
     pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL, pb.flags |= KLJIT_FLAG_BIAS;
+  } else if (!strncmp(name, "tlogits", 7)) { /* teacher logits at their own temperature */
+    pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_temperature = 2.0;
+    pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
   } else if (!strncmp(name, "native", 6)) {
     pb = base(4096, 151936);
     pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
@@ -121,7 +125,8 @@ static const pin_case CASES[] = {
     {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
      "logits:jit.256.2.4.m.1.e16"},
     {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
-    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "236b505bf7755a2a", "logits:jit.e16"},
+    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "8f7bda8cd2c3b102", "logits:jit.e16"},
+    {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "f993269258e2dd10", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
     {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
     {"cap_ce_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "b57650622deed4de", "logits:jit.stats"},
@@ -371,11 +376,13 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   const char *const on = "all:jit,logits:jit.stats";
   /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
    * 256 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
-   * depend on the divergence) */
-  for (int k = 0; k < 5; k++) {
+   * depend on the divergence); teacher logits at a temperature of their own, and at T's */
+  for (int k = 0; k < 7; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 3) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    if (k >= 5) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.temperature = 2.0;
+    if (k == 5) pb.teacher_temperature = 3.0;
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
       pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
@@ -386,7 +393,9 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
     const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
     TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
-    TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : "probs"));
+    TH_CHECK(g->spec.gemm_stats &&
+             !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : k >= 5 ? "logits" : "probs"));
+    TH_CHECK(g->variant.stats.tt == (k == 5 ? 3.0 : 0.0) && g->spec.tt == g->variant.stats.tt);
     TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
     TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
     const int bn = k == 2 ? 256 : 128;
@@ -436,7 +445,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
       case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
       case 6: rk = CL; break;
-      case 7: pb.teacher = KLJIT_TEACHER_DENSE_LOGITS; break;
+      case 7: pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_softcap = 30.0; break;
       case 8:
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
         break;
@@ -488,7 +497,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
  * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 7; k++) {
+  for (int k = 0; k < 9; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -507,6 +516,13 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 5) pb.hard_weight = 0.5, pb.z_loss = 1e-4, pb.temperature = 2.0;
     /* a per-call T: the epilogue reads 1 / T from the plan header, as the rows do */
     if (k == 6) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+    /* teacher logits (their (max, sum-exp) in the records): in fp32 at a temperature of their
+     * own, the reverse KL; and at a per-call T, theirs too (the header's), the JSD */
+    if (k >= 7) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS;
+    if (k == 7) pb.teacher_dtype = KLJIT_FP32, pb.teacher_temperature = 2.0;
+    if (k == 7) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 8) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+    if (k == 8) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -520,7 +536,9 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
     TH_CHECK(g->spec.gemm_hard == (k == 5) && r.rows_part[0].hard == pb.hard_weight);
     TH_CHECK(g->spec.tmode == pb.temperature_mode &&
-             g->spec.gemm_stats_t == (k == 6 ? 1.0 : pb.temperature));
+             g->spec.gemm_stats_t == (k == 6 || k == 8 ? 1.0 : pb.temperature));
+    TH_CHECK(!strcmp(g->spec.gemm_stats, k >= 7 ? "logits" : k == 1 ? "logprobs" : "probs"));
+    TH_CHECK(g->spec.tt == (k == 7 ? 2.0 : 0.0));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -584,11 +602,12 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (the CE's label smoothing; teacher logits, capped; sm_80): neither */
+  /* out of scope (the CE's label smoothing; teacher logits with a teacher logit cap; sm_80):
+   * neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
-    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_softcap = 30.0;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
