@@ -245,6 +245,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats = v->stats.teacher;
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   k.tt = v->stats.teacher ? v->stats.tt : 0.0; /* TT (the rows' field, teacher logits' here) */
+  k.tsoftcap = v->stats.teacher ? v->stats.tsoftcap : 0.0; /* TSOFTCAP (likewise) */
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */

@@ -28,6 +28,7 @@ typedef struct jgemm_stats {
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
   double tt;           /* "logits": the teacher's temperature; 0: T's (t, or the header's) */
+  double tsoftcap;     /* "logits": the teacher's logit cap c (t <- c tanh(t / c)); 0: none */
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */

@@ -263,7 +263,6 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
       pb->teacher != KLJIT_TEACHER_DENSE_LOGITS)
     return "a dense teacher's probabilities, log-probabilities or logits only";
-  if (pb->teacher_softcap > 0.0) return "no teacher logit cap";
   if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
   if (pb->label_smoothing > 0.0) return "no label smoothing (its sum of z' has no record)";
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
@@ -297,6 +296,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   v->stats.tld = prob_teacher_ld(pb);
   /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
   v->stats.tt = pb->teacher == KLJIT_TEACHER_DENSE_LOGITS ? pb->teacher_temperature : 0.0;
+  v->stats.tsoftcap = pb->teacher == KLJIT_TEACHER_DENSE_LOGITS ? pb->teacher_softcap : 0.0;
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
   geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);

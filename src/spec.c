@@ -70,6 +70,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pi("TLD", k->gemm_stats_tld);
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->tt > 0.0) out[n++] = pn("TT", k->tt);
+    if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
     if (k->gemm_e16) out[n++] = pb("E16", 1);
     /* E16's own (jgemm_spec sets them with E16 only) */
     if (k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));

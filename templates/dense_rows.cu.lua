@@ -222,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or P.TSOFTCAP or
+%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs, logprobs or logits "
-%           .. "teacher, no teacher softcap, label smoothing, online teacher or shard")
+%           .. "teacher, no label smoothing, online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -376,7 +376,8 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           float (&s)[VEC], float (&t)[VEC]) {
 %if ETILE then
   /* E16 (ETILE): s = m_t + x, m_t the tile's record's (erec) or, in backward (erec NULL), the
-   * row's lse (ebase); no bias, softcap or 1 / T (the GEMM's epilogue applied them) */
+   * row's lse (ebase); no bias, student softcap or 1 / T (the GEMM's epilogue applied them);
+   * the teacher's values as the other sources take them (its cap below) */
   (void)bias, (void)invT;
   const float mt = erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase;
   if constexpr (FULL) {
@@ -396,6 +397,13 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
 #endif
     }
   }
+%  if P.TSOFTCAP then
+  /* the teacher's cap as the GEMM's epilogue applied it for the records (a missing column stays
+   * -inf) */
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (FULL || v + i < V) t[i] = {{ f32(P.TSOFTCAP) }} * tanhf(t[i] * {{ f32(1.0 / P.TSOFTCAP) }});
+%  end
 }
 %else
   if constexpr (FULL) {

@@ -75,8 +75,8 @@
 %--             (kl_dense_stats) is not launched: with s = (alpha acc) / T over the tile's columns
 %--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
 %--             pass 1 computes it) from the teacher's rows row0 + r, TLD apart, in dtype TDT; mt,
-%--             dt the neutral (0, 1) pass 1 writes for these forms. Teacher logits (no teacher
-%--             softcap): mt, dt their tile's (max, sum-exp) of t' = t / TT, sp 0, as pass 1's
+%--             dt the neutral (0, 1) pass 1 writes for these forms. Teacher logits (capped under
+%--             TSOFTCAP): mt, dt their tile's (max, sum-exp) of t' = t / TT, sp 0, as pass 1's
 %--             acc1_add makes them (merged online a lane, then by the butterfly's md_merge).
 %--             One record (iface.DENSE_PART)
 %--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2's
@@ -112,6 +112,8 @@
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)
+%--   TSOFTCAP  (STATS logits) the teacher's logit cap c > 0: t <- c tanh(t / c) before 1 / TT,
+%--             as the rows' load_cols caps it (absent: none)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
 %--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
@@ -226,6 +228,10 @@
 %  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
 %end
 %local TLOGITS = STATS == "logits"
+%if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
+%                              P.TSOFTCAP < math.huge) then
+%  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
+%end
 %if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
@@ -330,8 +336,8 @@ typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t"
 
 /* The teacher's part of the records of each of this warp's 16 rows r0 + j over the tile's
  * columns c0 .. c0 + BN below N: its mass sp (probs: sum p; logprobs: sum exp(log p)) or, for
- * teacher logits, the (max, sum-exp) of t' = t / TT (mt, dt, as pass 1's acc1_add makes them,
- * teacher softcap excluded: recipe.c). The teacher's terms do not pair with the student's, so
+ * teacher logits, the (max, sum-exp) of t' = t / TT (mt, dt, as pass 1's acc1_add makes them;
+ * capped first under TSOFTCAP). The teacher's terms do not pair with the student's, so
  * the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the fragment's
  * layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
  * transposing butterfly then merges the lanes' parts: after offset o the lane keeps the rows
@@ -340,6 +346,14 @@ typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t"
  * and b (dt; 0 for the mass). */
 struct tstat_t { float a[2], b[2]; };
 %  if TLOGITS then
+/* A teacher logit as pass 1 takes it: capped (TSOFTCAP), then times 1 / TT */
+__device__ __forceinline__ float teacher_score(teach_t v, float inv_tt) {
+%    if P.TSOFTCAP then
+  return {{ f32(P.TSOFTCAP) }} * tanhf(to_f32(v) * {{ f32(1.0 / P.TSOFTCAP) }}) * inv_tt;
+%    else
+  return to_f32(v) * inv_tt;
+%    end
+}
 /* n teacher logits x (already times 1 / TT; xm their max) into a lane's (m, d) of one row, as
  * acc1_add merges a vector: nothing where all are -inf */
 template <int NV>
@@ -423,7 +437,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 %  if TLOGITS then
           float x[VT], xm = KL_NEG_INF;
 #pragma unroll
-          for (int e = 0; e < VT; e++) x[e] = to_f32(v[e]) * inv_tt, xm = fmaxf(xm, x[e]);
+          for (int e = 0; e < VT; e++) x[e] = teacher_score(v[e], inv_tt), xm = fmaxf(xm, x[e]);
           if (r0 + j0 + b < M) md_add<VT>(a[j0 + b], ad[j0 + b], x, xm);
 %  else
           float t = 0.0f;
@@ -446,7 +460,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
         for (int e = 0; e < VT; e++)
 %  if TLOGITS then
           if (c + e < N) {
-            const float x[1] = {to_f32(tr[c + e]) * inv_tt};
+            const float x[1] = {teacher_score(tr[c + e], inv_tt)};
             md_add<1>(a[j], ad[j], x, x[0]);
           }
 %  else

@@ -623,8 +623,8 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 0.0, 1, marker);
   if (worst == TH_PASS)
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0.0, 1, marker);
-  if (worst == TH_PASS) /* a teacher logit cap: out of scope */
-    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 50.0, 0, marker);
+  if (worst == TH_PASS) /* capped as pass 1 caps them */
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 50.0, 1, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
   for (int k = 0; k < (e16 ? 25 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
@@ -675,7 +675,8 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   }
   /* teacher logits (the records hold their tile's (max, sum-exp) of t / TT): at a temperature
    * of their own, fused, over three chunks; at T's, two-phase, padded, in fp32, the reverse KL;
-   * the JSD at logit standard deviation 6; E16 also a per-call T (theirs too) */
+   * the JSD at logit standard deviation 6 with a teacher logit cap of 3; E16 also a per-call T
+   * (theirs too) */
   for (int k = 0; k < (e16 ? 4 : 3) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
     c.form = KLJIT_TEACHER_DENSE_LOGITS, c.h = 64, c.v = k == 1 ? 1000 : 32001, c.n = 37;
@@ -684,6 +685,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     if (k == 0) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700;
     if (k == 1) c.tdt = KLJIT_FP32, c.tld = c.v + 63, c.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 2) c.zstd = 6.0, c.n = 300, c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+    if (k == 2) c.teacher_softcap = 3.0; /* a cap that bites */
     if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7;
     const int rc = gcase_check(&c);
     unsetenv("KLJIT_CHUNK_ROWS");

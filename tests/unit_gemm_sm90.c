@@ -329,7 +329,7 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
     /* pp 6, 7: teacher logits, at a temperature of their own and at the per-call T */
     if (pp >= 6) v.stats.teacher = "logits", v.stats.tt = pp == 6 ? 2.0 : 0.0, v.stats.bdt = 0;
-    if (pp == 7) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+    if (pp == 7) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.tsoftcap = 30.0;
     const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5 || pp == 7;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
@@ -355,6 +355,8 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == bias);
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
+    /* the teacher's cap, as the rows' load_cols applies it */
+    TH_CHECK((strstr(src.data, "* tanhf(to_f32(v) * ") != NULL) == (pp == 7));
     /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */
     TH_CHECK((strstr(src.data, "v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h]") !=
               NULL) == (pp == 4));

@@ -125,7 +125,7 @@ static const pin_case CASES[] = {
     {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
      "logits:jit.256.2.4.m.1.e16"},
     {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
-    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "8f7bda8cd2c3b102", "logits:jit.e16"},
+    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "714e8b7091446479", "logits:jit.e16"},
     {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "f993269258e2dd10", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
     {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
@@ -383,6 +383,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
     if (k >= 5) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.temperature = 2.0;
     if (k == 5) pb.teacher_temperature = 3.0;
+    if (k == 6) pb.teacher_softcap = 50.0; /* capped as pass 1 caps them */
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
       pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
@@ -396,6 +397,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     TH_CHECK(g->spec.gemm_stats &&
              !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : k >= 5 ? "logits" : "probs"));
     TH_CHECK(g->variant.stats.tt == (k == 5 ? 3.0 : 0.0) && g->spec.tt == g->variant.stats.tt);
+    TH_CHECK(g->spec.tsoftcap == (k == 6 ? 50.0 : 0.0));
     TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
     TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
     const int bn = k == 2 ? 256 : 128;
@@ -445,7 +447,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
       case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
       case 6: rk = CL; break;
-      case 7: pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_softcap = 30.0; break;
+      case 7: pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64; break;
       case 8:
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
         break;
@@ -522,7 +524,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 7) pb.teacher_dtype = KLJIT_FP32, pb.teacher_temperature = 2.0;
     if (k == 7) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 8) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
-    if (k == 8) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    if (k == 8) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5, pb.teacher_softcap = 30.0;
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -538,7 +540,7 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(g->spec.tmode == pb.temperature_mode &&
              g->spec.gemm_stats_t == (k == 6 || k == 8 ? 1.0 : pb.temperature));
     TH_CHECK(!strcmp(g->spec.gemm_stats, k >= 7 ? "logits" : k == 1 ? "logprobs" : "probs"));
-    TH_CHECK(g->spec.tt == (k == 7 ? 2.0 : 0.0));
+    TH_CHECK(g->spec.tt == (k == 7 ? 2.0 : 0.0) && g->spec.tsoftcap == pb.teacher_softcap);
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -602,12 +604,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (the CE's label smoothing; teacher logits with a teacher logit cap; sm_80):
-   * neither */
+  /* out of scope (the CE's label smoothing; the online teacher; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
-    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_softcap = 30.0;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
