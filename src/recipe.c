@@ -264,7 +264,7 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
       pb->teacher != KLJIT_TEACHER_DENSE_LOGITS)
     return "a dense teacher's probabilities, log-probabilities or logits only";
   if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
-  if (pb->label_smoothing > 0.0) return "no label smoothing (its sum of z' has no record)";
+  /* (label smoothing comes with the CE: E16's pass 2 sums z' from E, its z'_y from the records) */
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT && !e16)

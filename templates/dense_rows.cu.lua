@@ -222,10 +222,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or
+%  if P.VOFF or P.TCHUNK or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs, logprobs or logits "
-%           .. "teacher, no label smoothing, online teacher or shard")
+%           .. "teacher, no online teacher or shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -788,7 +788,9 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     if (MODE != MODE_BACKWARD && s[i] != KL_NEG_INF) ce.zsum += zc;
     if (v + i == ce.y) {
       gv[i] -= {{ f32(1.0 - P.LSMOOTH) }} * ce.gh;
+%    if not ETILE then
       if (MODE != MODE_BACKWARD) ce.loss -= {{ f32(1.0 - P.LSMOOTH) }} * zc;
+%    end
     }
 %  else
     if (v + i == ce.y) {
@@ -885,8 +887,10 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %  end
 %end
 %if ETILE then
-    /* -z'_y, once a row, from the records (E16's x is fp16: not z'_y to the loss's digits) */
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= rs.zy;
+    /* -z'_y ((1 - ls) of it), once a row, from the records (E16's x is fp16: not z'_y to the
+     * loss's digits; the smoothing's sum of z' over V is: its roundings, to nearest, average
+     * out) */
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= {{ P.LSMOOTH and f32(1.0 - P.LSMOOTH) .. " * " or "" }}rs.zy;
 %end
 %if P.LSMOOTH then
     ce.loss -= {{ f32(P.LSMOOTH / VTOT) }} * ce.zsum;

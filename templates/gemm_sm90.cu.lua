@@ -108,7 +108,8 @@
 %--             (max, sum-exp) of z' = s T (slots mh, dh, pass 1's) and z'_y where the row's label
 %--             y (labels[row0 + r], int64 where labels_is64) is one of the tile's columns (slot
 %--             S, 0 elsewhere: the rows sum it over the tiles), exact in fp32, which E's x is not.
-%--             No label smoothing (its sum of z' has no slot).
+%--             Label smoothing needs nothing more here: the rows' pass 2 sums z' from E (its
+%--             roundings, to nearest, average out over V) and takes (1 - ls) z'_y from slot S.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)

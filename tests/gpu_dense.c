@@ -663,6 +663,9 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
       if (k == 20)
         c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED, c.z_loss = 1e-4, c.outputs = 1;
       if (k == 22) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.red = KLJIT_REDUCTION_SUM;
+      /* label smoothing (its sum of z' from E, the label's z' from the records) */
+      if (k == 21) c.label_smoothing = 0.2;
+      if (k == 22) c.label_smoothing = 0.1;
       /* a per-call T (the epilogue's 1 / T from the plan header), with the CE: fused, and
        * two-phase */
       if (k >= 23) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = k == 23;
@@ -704,7 +707,8 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
  * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
  * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, a
  * bias, fused and two-phase, a softcap, fused and two-phase, CE mixing (a z-loss, T^2, a
- * bias, the reverse KL) and a per-call T, within the suite's bounds. Skips before sm_90. */
+ * bias, the reverse KL, label smoothing) and a per-call T, within the suite's bounds. Skips
+ * before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
   return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }

@@ -514,8 +514,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
     /* a logit cap: the epilogue caps the scores (SOFTCAP), the rows take G's factor from them */
     if (k == 4) pb.softcap = 30.0;
-    /* CE mixing with a z-loss: the epilogue writes the CE's records (lse(z') and z'_y) too */
+    /* CE mixing with a z-loss and label smoothing: the epilogue writes the CE's records
+     * (lse(z') and z'_y) too */
     if (k == 5) pb.hard_weight = 0.5, pb.z_loss = 1e-4, pb.temperature = 2.0;
+    if (k == 5) pb.label_smoothing = 0.1;
     /* a per-call T: the epilogue reads 1 / T from the plan header, as the rows do */
     if (k == 6) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
     /* teacher logits (their (max, sum-exp) in the records): in fp32 at a temperature of their
@@ -583,11 +585,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
   }
   /* a tuning's logits choice with E16 (flag e, wisdom's) takes it without the options, in
-   * its scope; outside (label smoothing) its variant runs without it and the description says
-   * why */
+   * its scope; outside (native 16-bit logits) its variant runs without it and the description
+   * says why */
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
+    if (k) pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
     const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, "", NULL};
     const kljit_context_options o = options_of(&c);
     prob_tuning t = prob_estimate(&pb, 90, &o);
@@ -604,10 +606,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (the CE's label smoothing; the online teacher; sm_80): neither */
+  /* out of scope (a shard; the online teacher; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k == 0) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
+    if (k == 0) pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
     if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
