@@ -215,8 +215,9 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int t = v->tweaks;
   char stats[64] = "";
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s%s%s", v->stats.teacher,
-             names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
+    snprintf(stats, sizeof stats, " stats:%s%s.%s%s%s%s%s%s", v->stats.teacher,
+             v->stats.tchunk ? "(online)" : "", names_dtype_tag(v->stats.tdt),
+             v->stats.e16 ? "+e16" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
              v->stats.e16 && v->stats.hard ? "+ce" : "",
@@ -246,6 +247,8 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
   k.tt = v->stats.teacher ? v->stats.tt : 0.0; /* TT (the rows' field, teacher logits' here) */
   k.tsoftcap = v->stats.teacher ? v->stats.tsoftcap : 0.0; /* TSOFTCAP (likewise) */
+  k.tchunk = v->stats.teacher && v->stats.tchunk;           /* TCHUNK, TBDT (likewise) */
+  k.tbdt = k.tchunk ? v->stats.tbdt : (kljit_dtype)0;
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */
@@ -350,6 +353,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.bias = a->epi.bias;
   k.labels = a->epi.labels, k.labels_is64 = a->epi.labels_is64;
   k.hdr = a->epi.hdr;
+  k.teacher_bias = a->epi.tbias;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

@@ -29,6 +29,8 @@ typedef struct jgemm_stats {
   double t;            /* the constant temperature */
   double tt;           /* "logits": the teacher's temperature; 0: T's (t, or the header's) */
   double tsoftcap;     /* "logits": the teacher's logit cap c (t <- c tanh(t / c)); 0: none */
+  int tchunk;          /* "logits": the online teacher's, the chunk's rows (C's row r: its r) */
+  kljit_dtype tbdt;    /* tchunk: the online teacher's bias dtype (jgemm_epi.tbias); 0: none */
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
@@ -143,6 +145,7 @@ typedef struct jgemm_epi {
   const void *labels;   /* stats.hard: the call's labels (row0 + r), int64 where labels_is64 */
   int labels_is64;
   const float *hdr;     /* stats.tmode RUNTIME: the plan header (record hdr's inv_t) */
+  const void *tbias;    /* stats.tbdt: the online teacher's bias bt[N] */
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

@@ -261,8 +261,9 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
   if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
-      pb->teacher != KLJIT_TEACHER_DENSE_LOGITS)
-    return "a dense teacher's probabilities, log-probabilities or logits only";
+      pb->teacher != KLJIT_TEACHER_DENSE_LOGITS && pb->teacher != KLJIT_TEACHER_DENSE_HIDDEN)
+    return "a dense teacher's probabilities, log-probabilities or logits, or the online teacher "
+           "only";
   if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
   /* (label smoothing comes with the CE: E16's pass 2 sums z' from E, its z'_y from the records) */
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
@@ -291,12 +292,19 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   if (!sel[GEMM_LOGITS].stats && !e16) return;
   prob_geometry *geo = &r->geom;
   if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
-  v->stats.teacher = names_teacher(pb->teacher);
-  v->stats.tdt = pb->teacher_dtype;
-  v->stats.tld = prob_teacher_ld(pb);
+  /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
+   * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  const int tlogits = hidden || pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
+  v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);
+  v->stats.tdt = hidden ? KLJIT_FP32 : pb->teacher_dtype;
+  v->stats.tld = hidden ? geo->ld : prob_teacher_ld(pb);
+  v->stats.tchunk = hidden;
+  v->stats.tbdt = hidden && (pb->flags & KLJIT_FLAG_TEACHER_BIAS) ? pb->teacher_dtype
+                                                                   : (kljit_dtype)0;
   /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
-  v->stats.tt = pb->teacher == KLJIT_TEACHER_DENSE_LOGITS ? pb->teacher_temperature : 0.0;
-  v->stats.tsoftcap = pb->teacher == KLJIT_TEACHER_DENSE_LOGITS ? pb->teacher_softcap : 0.0;
+  v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
+  v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
   geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
@@ -319,7 +327,9 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
    * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
    * that chunk (their rows: also the key under which the tuner, which times the plan's own
    * chunk, stores its cuBLASLt choices). */
-  if (!chunk_set && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
+  /* (not with the online teacher: its fp32 logits, 4 bytes an element, stay beside E's 2, so a
+   * row takes 6 bytes an element where it took 8; its chunk stays the tuning's) */
+  if (!chunk_set && !hidden && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
 }

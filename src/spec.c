@@ -71,6 +71,8 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->tt > 0.0) out[n++] = pn("TT", k->tt);
     if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
+    if (k->tchunk) out[n++] = pb("TCHUNK", 1); /* the online teacher's (the rows' fields) */
+    if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
     if (k->gemm_e16) out[n++] = pb("E16", 1);
     /* E16's own (jgemm_spec sets them with E16 only) */
     if (k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));

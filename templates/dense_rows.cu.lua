@@ -121,7 +121,8 @@
 %--            1 - (s T / c)^2 then comes from the s taken back, as it does from a loaded s).
 %--            G (16-bit, LDG = LD) overwrites x element by element, each thread the columns it
 %--            read, one block a row with four vectors in flight a thread. No pass 1
-%--            (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
+%--            (kl_dense_stats) and no kl_dense_sums (an unsharded head only). The online
+%--            teacher's logits (TCHUNK, its bias TBDT) are read as the other passes read them.
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -222,10 +223,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.VOFF or P.TCHUNK or P.SHARDED or
+%  if P.VOFF or P.SHARDED or
 %     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits") then
 %    reject("ETILE takes what the GEMM's epilogue covers: a dense probs, logprobs or logits "
-%           .. "teacher, no online teacher or shard")
+%           .. "teacher (the online teacher's logits among them), no shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -385,6 +386,12 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
     load_n<VEC, TALIGNED>(tr + v, t);
 #pragma unroll
     for (int i = 0; i < VEC; i++) s[i] += mt;
+%  if TB then
+    float tb[VEC]; /* the online teacher's bias, as the epilogue added it for the records */
+    load_n<VEC, false>(tbias + v, tb);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) t[i] += tb[i];
+%  end
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
@@ -392,6 +399,9 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
       s[i] = in ? mt + to_f32(zr[v + i]) : KL_NEG_INF;
 #if defined(TEACHER_LOGPROBS) || defined(TEACHER_LOGITS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+%  if TB then
+      if (in) t[i] += to_f32(tbias[v + i]);
+%  end
 #else
       t[i] = in ? to_f32(tr[v + i]) : 0.0f;
 #endif

@@ -115,6 +115,11 @@
 %--             TMODE runtime, the header's)
 %--   TSOFTCAP  (STATS logits) the teacher's logit cap c > 0: t <- c tanh(t / c) before 1 / TT,
 %--             as the rows' load_cols caps it (absent: none)
+%--   TCHUNK    (STATS logits) true: the teacher's rows are the chunk's (row r of C is teacher row
+%--             r, not row0 + r): the online teacher's fp32 logits, which the teacher GEMM wrote
+%--             for this chunk before this GEMM runs (exec.c), TLD the chunk buffer's stride
+%--   TBDT      (TCHUNK) f32 | bf16 | f16: the online teacher's bias tbias[N], added to its
+%--             logits before the cap and 1 / TT, as the rows' load_cols adds it (absent: none)
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
 %--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
@@ -229,6 +234,15 @@
 %  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
 %end
 %local TLOGITS = STATS == "logits"
+%if P.TCHUNK ~= nil and not (P.TCHUNK == true and TLOGITS) then
+%  reject("TCHUNK must be true and needs STATS logits (the online teacher's chunk of logits)")
+%end
+%if P.TBDT ~= nil and not (P.TCHUNK == true and one_of(P.TBDT, { "f32", "bf16", "f16" })) then
+%  reject("TBDT must be f32, bf16 or f16 and needs TCHUNK (the online teacher's bias)")
+%end
+%-- the online teacher's bias: tile_teacher's parameter and its callers' argument
+%local TBP = P.TBDT and " const tbias_t* __restrict__ tbias," or ""
+%local TBA = P.TBDT and " tbias," or ""
 %if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
 %                              P.TSOFTCAP < math.huge) then
 %  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
@@ -312,6 +326,10 @@
 %  end
 %  if RUNTIME_T then gemm_args = iface.args(gemm_args, { { "hdr", "const float* __restrict__" } }) end
 %end
+%if P.TBDT then
+%  gemm_args = iface.args(gemm_args, {
+%    { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" } })
+%end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
@@ -327,6 +345,11 @@ typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t"
 %if STATS then
 typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
 #define TLD {{ P.TLD }}
+/* the teacher's row of C's row r: the call's (row0 + r) or, under TCHUNK, the chunk's (r) */
+#define TROW(row0, r) ({{ P.TCHUNK and "(i64)(r)" or "(row0) + (r)" }})
+%  if P.TBDT then
+typedef {{ P.TBDT == "f32" and "float" or P.TBDT == "bf16" and "bf16_t" or "f16_t" }} tbias_t;
+%  end
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
 /* teacher logits' 1 / TT: TT's, or (absent) T's as the caller has it (inv_t) */
 #define STATS_INV_TT(inv_t) ({{ P.TT and f32(1.0 / P.TT) or "(inv_t)" }})
@@ -347,12 +370,13 @@ typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t"
  * and b (dt; 0 for the mass). */
 struct tstat_t { float a[2], b[2]; };
 %  if TLOGITS then
-/* A teacher logit as pass 1 takes it: capped (TSOFTCAP), then times 1 / TT */
-__device__ __forceinline__ float teacher_score(teach_t v, float inv_tt) {
+/* A teacher logit t (with the online teacher's bias, TBDT) as pass 1 takes it: capped
+ * (TSOFTCAP), then times 1 / TT */
+__device__ __forceinline__ float teacher_score(float t, float inv_tt) {
 %    if P.TSOFTCAP then
-  return {{ f32(P.TSOFTCAP) }} * tanhf(to_f32(v) * {{ f32(1.0 / P.TSOFTCAP) }}) * inv_tt;
+  return {{ f32(P.TSOFTCAP) }} * tanhf(t * {{ f32(1.0 / P.TSOFTCAP) }}) * inv_tt;
 %    else
-  return to_f32(v) * inv_tt;
+  return t * inv_tt;
 %    end
 }
 /* n teacher logits x (already times 1 / TT; xm their max) into a lane's (m, d) of one row, as
@@ -399,8 +423,8 @@ __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
 }
 %  end
 /* inv_tt: teacher logits' 1 / TT (unused for the mass) */
-__device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teacher, i64 row0,
-                                                int r0, int c0, int M, int N, int lane,
+__device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teacher,{{ TBP }}
+                                                i64 row0, int r0, int c0, int M, int N, int lane,
                                                 float inv_tt) {
   constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT;
   constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
@@ -429,8 +453,13 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
           const int r = min(r0 + j0 + b, M - 1);
-          u[b] = *reinterpret_cast<const uint4*>(teacher + (row0 + r) * TLD + c0 + q * VT);
+          u[b] = *reinterpret_cast<const uint4*>(teacher + TROW(row0, r) * TLD + c0 + q * VT);
         }
+%  if P.TBDT then
+        float tb[VT]; /* the run's columns' teacher bias, read once for the batch's rows */
+#pragma unroll
+        for (int e = 0; e < VT; e++) tb[e] = to_f32(tbias[c0 + q * VT + e]);
+%  end
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
           teach_t v[VT];
@@ -438,7 +467,8 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 %  if TLOGITS then
           float x[VT], xm = KL_NEG_INF;
 #pragma unroll
-          for (int e = 0; e < VT; e++) x[e] = teacher_score(v[e], inv_tt), xm = fmaxf(xm, x[e]);
+          for (int e = 0; e < VT; e++)
+            x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
           if (r0 + j0 + b < M) md_add<VT>(a[j0 + b], ad[j0 + b], x, xm);
 %  else
           float t = 0.0f;
@@ -452,7 +482,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 #pragma unroll
     for (int j = 0; j < 16; j++) {
       if (r0 + j >= M) continue;
-      const teach_t* tr = teacher + (row0 + r0 + j) * TLD;
+      const teach_t* tr = teacher + TROW(row0, r0 + j) * TLD;
 #pragma unroll
       for (int k = 0; k < (RUNS + 31) / 32; k++) {
         const int q = lane + 32 * k, c = c0 + q * VT;
@@ -461,7 +491,8 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
         for (int e = 0; e < VT; e++)
 %  if TLOGITS then
           if (c + e < N) {
-            const float x[1] = {teacher_score(tr[c + e], inv_tt)};
+            const float x[1] = {
+                teacher_score(to_f32(tr[c + e]){{ P.TBDT and " + to_f32(tbias[c + e])" or "" }}, inv_tt)};
             md_add<1>(a[j], ad[j], x, x[0]);
           }
 %  else
@@ -481,7 +512,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
       if (r < M && c < N)
         asm volatile("applypriority.global.L2::evict_normal [%0], 128;"
                      :
-                     : "l"((u64)(teacher + (row0 + r) * TLD + c) & ~(u64)127)
+                     : "l"((u64)(teacher + TROW(row0, r) * TLD + c) & ~(u64)127)
                      : "memory");
     }
   }
@@ -602,10 +633,11 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
  * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)).
  * The teacher's part: tile_teacher. */
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
-                                           float alpha, const teach_t* __restrict__ teacher,
+                                           float alpha, const teach_t* __restrict__ teacher,{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane) {
-  const tstat_t ts = tile_teacher(teacher, row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
+  const tstat_t ts =
+      tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
@@ -679,7 +711,7 @@ __device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
  * is 0 and its x is never read), no records. One loop stores x for both, so that one function's
  * registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
-                                         const teach_t* __restrict__ teacher,
+                                         const teach_t* __restrict__ teacher,{{ TBP }}
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
                                          int lane, f16_t* __restrict__ E, i64 lde,
 %if HARD then
@@ -691,7 +723,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   float m[2];
   tstat_t ts = {};
   if (part) {
-    ts = tile_teacher(teacher, row0, r0, c0, M, N, lane, STATS_INV_TT(inv_t));
+    ts = tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(inv_t));
     tile_row_max(d, col, N, 1.0f, m);
   } else {
 #pragma unroll
@@ -795,7 +827,7 @@ __device__ __forceinline__ void prefetch_teacher(const teach_t* __restrict__ tea
     if (r < M && c < N)
       asm volatile("prefetch.global.L2::evict_last [%0];"
                    :
-                   : "l"(teacher + (row0 + r) * TLD + c)
+                   : "l"(teacher + TROW(row0, r) * TLD + c)
                    : "memory");
   }
 }
@@ -1205,7 +1237,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       for (int ms = 0; ms < MS; ms++) {
         tile_scores(d[ms], tn * BN, N, alpha, inv_t,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                 teacher, part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
+                 teacher,{{ TBA }} part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
                  rowstat, rsf, inv_t);
       }
 %else
@@ -1214,7 +1246,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 #pragma unroll
         for (int ms = 0; ms < MS; ms++)
           tile_stats(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                     alpha, teacher, part, row0, tiles_n, tn, lane);
+                     alpha, teacher,{{ TBA }} part, row0, tiles_n, tn, lane);
 %end
 #pragma unroll
       for (int ms = 0; ms < MS; ms++)

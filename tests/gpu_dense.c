@@ -601,6 +601,7 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, double tc
   if (g) return g;
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.hidden = 64, pb.vocab = v, pb.teacher = form, pb.teacher_softcap = tcap;
+  if (form == KLJIT_TEACHER_DENSE_HIDDEN) pb.teacher_hidden = 48;
   kljit_plan *plan;
   TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
   const char *d = kljit_plan_describe(plan);
@@ -614,7 +615,7 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, double tc
 /* The row statistics written by the logits GEMM's epilogue (one record per row and 256-column
  * tile, merged by pass 2; kl_dense_stats not launched) give the loss, dX and dW the fp64
  * reference gives, within the suite's bounds: the three dense forms it takes (teacher logits
- * below the others, at TT's or T's temperature), every teacher dtype,
+ * below the others, at TT's or T's temperature) and the online teacher, every teacher dtype,
  * ragged and long vocabularies (a tile past V), a padded teacher, T != 1, ignored rows, several
  * chunks, fused and two-phase (whose backward computes none); a case outside its scope (bias)
  * keeps the row kernels' pass and stays right. Skips before sm_90. */
@@ -625,6 +626,8 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0.0, 1, marker);
   if (worst == TH_PASS) /* capped as pass 1 caps them */
     worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 50.0, 1, marker);
+  if (worst == TH_PASS) /* the online teacher's logits are teacher logits */
+    worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_HIDDEN, 0.0, 1, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
   for (int k = 0; k < (e16 ? 25 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
@@ -690,6 +693,27 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     if (k == 2) c.zstd = 6.0, c.n = 300, c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
     if (k == 2) c.teacher_softcap = 3.0; /* a cap that bites */
     if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7;
+    const int rc = gcase_check(&c);
+    unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP;
+    else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
+  }
+  /* the online teacher (its logits the teacher GEMM's chunk, run first, read as teacher
+   * logits: rows the chunk's, its bias added): fused at its own temperature with its bias over
+   * three chunks; two-phase, the JSD at logit standard deviation 6 and T = 0.5 in fp16 with a
+   * padded head and its bias; fused, the reverse KL with CE mixing and both logit caps; E16
+   * also a per-call T */
+  for (int k = 0; k < (e16 ? 4 : 3) && worst != TH_SKIP; k++) {
+    gcase c = gcase_base();
+    c.form = KLJIT_TEACHER_DENSE_HIDDEN, c.ht = k == 1 ? 64 : 48, c.h = 64, c.v = 32001;
+    c.n = 37, c.labels = 1, c.fused = k != 1, c.teacher_bias = k < 2;
+    c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_SUM;
+    if (k == 0) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700, c.TT = 1.5;
+    if (k == 1) c.dt = KLJIT_FP16, c.tld = c.v + 64, c.zstd = 6.0, c.T = 0.5, c.n = 300;
+    if (k == 1) c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+    if (k == 2) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.hard_weight = 0.5;
+    if (k == 2) c.soft_weight = 0.5, c.zstd = 30.0, c.softcap = 30.0, c.teacher_softcap = 30.0;
+    if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.teacher_bias = 1;
     const int rc = gcase_check(&c);
     unsetenv("KLJIT_CHUNK_ROWS");
     if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP;

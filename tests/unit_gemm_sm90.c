@@ -356,7 +356,7 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
     /* the teacher's cap, as the rows' load_cols applies it */
-    TH_CHECK((strstr(src.data, "* tanhf(to_f32(v) * ") != NULL) == (pp == 7));
+    TH_CHECK((strstr(src.data, "* tanhf(t * ") != NULL) == (pp == 7));
     /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */
     TH_CHECK((strstr(src.data, "v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h]") !=
               NULL) == (pp == 4));
@@ -376,6 +376,67 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
   return TH_PASS;
 }
 
+/* The online teacher (issue 27 coverage): its logits, the teacher GEMM's fp32 chunk, are teacher
+ * logits whose rows are the chunk's (TCHUNK: C's row r reads teacher row r, not row0 + r) and
+ * whose bias (TBDT) is added before the cap and 1 / TT, as the rows add it; the bias is the
+ * kernel's last argument (role teacher_bias). Plain statistics and E16, both schedules. */
+static int the_online_teachers_logits_feed_the_epilogue(void) {
+  for (int i = 0; i < 4; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i == 1) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "logits", v.stats.tdt = KLJIT_FP32, v.stats.tld = i == 3 ? 1004 : 32000;
+    v.stats.t = 1.0, v.stats.tchunk = 1;
+    /* i 0: bf16 bias; 1: f16 bias, cooperative staged; 2: E16 with a cap at TT 2, no bias;
+     * 3: E16, f32 bias, a per-call T and a student bias */
+    v.stats.tbdt = i == 0 ? KLJIT_BF16 : i == 1 ? KLJIT_FP16 : i == 3 ? KLJIT_FP32 : 0;
+    if (i >= 2) v.stats.e16 = 1;
+    if (i == 2) v.stats.tt = 2.0, v.stats.tsoftcap = 30.0;
+    if (i == 3) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.bdt = KLJIT_BF16;
+    const int tb = v.stats.tbdt != 0;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, "stats:logits(online).f32") != NULL);
+    const kspec k = jgemm_spec(&v);
+    TH_CHECK(k.tchunk == 1 && k.tbdt == v.stats.tbdt);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && !strcmp(kiface_role_name(g->role[8]), "teacher"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 1]), tb ? "teacher_bias"
+                                                                 : i == 3 ? "hdr"
+                                                                 : i == 2 ? "rsf"
+                                                                          : "row0"));
+    TH_CHECK(strstr(src.data, "#define TROW(row0, r) ((i64)(r))") != NULL);
+    TH_CHECK((strstr(src.data, "+ tb[e], inv_tt)") != NULL) == tb);
+    TH_CHECK((strstr(src.data, "+ to_f32(tbias[c + e]), inv_tt)") != NULL) == tb);
+    TH_CHECK((strstr(src.data, "* tanhf(t * ") != NULL) == (i == 2));
+    sb_free(&src), sb_free(&man);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  /* a dense teacher's rows are the call's */
+  jgemm_variant ok = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  ok.stats.teacher = "logits", ok.stats.tdt = KLJIT_BF16, ok.stats.tld = 1000, ok.stats.t = 1.0;
+  strbuf src = {0};
+  TH_OK(jgemm_render(&ok, &src));
+  TH_CHECK(strstr(src.data, "#define TROW(row0, r) ((row0) + (r))") != NULL &&
+           strstr(src.data, "tbias") == NULL);
+  sb_free(&src);
+  jgemm_variant v = ok;
+  v.stats.teacher = "probs", v.stats.tchunk = 1;
+  TH_CHECK(refused(v, "TCHUNK must be true and needs STATS logits") == TH_PASS);
+  v = ok, v.stats.tchunk = 0;
+  kspec k = jgemm_spec(&v);
+  k.tbdt = KLJIT_BF16; /* jgemm_spec drops a bias without tchunk; the template refuses it too */
+  TH_CHECK(kspec_render(&k, &src) == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(kljit_last_error(), "TBDT must be f32, bf16 or f16 and needs TCHUNK") != NULL);
+  sb_free(&src);
+  v = ok, v.stats.tbdt = KLJIT_BF16;
+  TH_CHECK(jgemm_spec(&v).tbdt == 0);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
@@ -386,6 +447,8 @@ static const th_case cases[] = {
     {"the_statistics_epilogue_compiles_and_declares_its_record",
      the_statistics_epilogue_compiles_and_declares_its_record},
     {"the_e16_epilogue_compiles_and_declares_e", the_e16_epilogue_compiles_and_declares_e},
+    {"the_online_teachers_logits_feed_the_epilogue",
+     the_online_teachers_logits_feed_the_epilogue},
     {"the_promoted_accumulator_compiles_where_it_fits",
      the_promoted_accumulator_compiles_where_it_fits},
 };

@@ -376,14 +376,17 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   const char *const on = "all:jit,logits:jit.stats";
   /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
    * 256 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
-   * depend on the divergence); teacher logits at a temperature of their own, and at T's */
-  for (int k = 0; k < 7; k++) {
+   * depend on the divergence); teacher logits at a temperature of their own, and at T's; the
+   * online teacher's (fp32, the chunk's rows LD apart: TCHUNK), with its bias (TBDT) */
+  for (int k = 0; k < 9; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 3) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
     if (k >= 5) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.temperature = 2.0;
     if (k == 5) pb.teacher_temperature = 3.0;
     if (k == 6) pb.teacher_softcap = 50.0; /* capped as pass 1 caps them */
+    if (k >= 7) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+    if (k == 8) pb.flags |= KLJIT_FLAG_TEACHER_BIAS, pb.teacher_temperature = 1.5;
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
       pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
@@ -396,10 +399,14 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
     TH_CHECK(g->spec.gemm_stats &&
              !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : k >= 5 ? "logits" : "probs"));
-    TH_CHECK(g->variant.stats.tt == (k == 5 ? 3.0 : 0.0) && g->spec.tt == g->variant.stats.tt);
+    TH_CHECK(g->variant.stats.tt == (k == 5 ? 3.0 : k == 8 ? 1.5 : 0.0) &&
+             g->spec.tt == g->variant.stats.tt);
     TH_CHECK(g->spec.tsoftcap == (k == 6 ? 50.0 : 0.0));
-    TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
-    TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
+    const int online = k >= 7;
+    TH_CHECK(g->spec.gemm_stats_tdt == (online ? KLJIT_FP32 : pb.teacher_dtype) &&
+             g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : online ? r.geom.ld : pb.vocab));
+    TH_CHECK(g->spec.tchunk == online && g->spec.tbdt == (k == 8 ? pb.teacher_dtype : 0));
     const int bn = k == 2 ? 256 : 128;
     TH_CHECK(g->variant.bn == bn && r.geom.stats_tiles == (pb.vocab + bn - 1) / bn);
     TH_OK(recipe_check(&r)); /* the template takes the variant */
@@ -447,7 +454,10 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
       case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
       case 6: rk = CL; break;
-      case 7: pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64; break;
+      case 7: /* the online teacher's shard */
+        pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+        pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
+        break;
       case 8:
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
         break;
@@ -499,7 +509,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
  * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 11; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -527,6 +537,16 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 7) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 8) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
     if (k == 8) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5, pb.teacher_softcap = 30.0;
+    /* the online teacher (its logits the teacher GEMM's fp32 chunk): the JSD with its bias in
+     * bf16; the forward KL in fp16 at its own temperature, CE mixing besides */
+    const int online = k >= 9;
+    if (online) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+    if (k == 9) pb.flags |= KLJIT_FLAG_TEACHER_BIAS, pb.divergence = KLJIT_DIVERGENCE_JSD;
+    if (k == 9) pb.beta = 0.5;
+    if (k == 10) {
+      pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
+      pb.teacher_temperature = 2.0, pb.hard_weight = 0.3;
+    }
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -538,11 +558,15 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
     TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
     TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
-    TH_CHECK(g->spec.gemm_hard == (k == 5) && r.rows_part[0].hard == pb.hard_weight);
+    TH_CHECK(g->spec.gemm_hard == (k == 5 || k == 10) && r.rows_part[0].hard == pb.hard_weight);
     TH_CHECK(g->spec.tmode == pb.temperature_mode &&
              g->spec.gemm_stats_t == (k == 6 || k == 8 ? 1.0 : pb.temperature));
     TH_CHECK(!strcmp(g->spec.gemm_stats, k >= 7 ? "logits" : k == 1 ? "logprobs" : "probs"));
-    TH_CHECK(g->spec.tt == (k == 7 ? 2.0 : 0.0) && g->spec.tsoftcap == pb.teacher_softcap);
+    TH_CHECK(g->spec.tt == (k == 7 || k == 10 ? 2.0 : 0.0) &&
+             g->spec.tsoftcap == pb.teacher_softcap);
+    TH_CHECK(g->spec.tchunk == online && g->spec.tbdt == (k == 9 ? pb.teacher_dtype : 0));
+    TH_CHECK(!online || (g->spec.gemm_stats_tdt == KLJIT_FP32 &&
+                         g->spec.gemm_stats_tld == r.geom.ld && r.gemm[RECIPE_TEACHER].used));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -553,7 +577,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     kspec_key kw, kg;
     TH_CHECK(kspec_key_of(&want_helpers, &kw) == 0 && kspec_key_of(&r.geom.helpers, &kg) == 0);
     TH_CHECK(!strcmp(kw.text, kg.text) && strstr(kg.text, " LDG=") != NULL);
-    const int64_t c0 = st.geom.tune.chunk_rows, chunk = c0 >= 8192 ? c0 : c0 > 4096 ? 8192 : 2 * c0;
+    /* twice the rows a chunk (E: 2 bytes an element where the logits took 4), but the online
+     * teacher's (its fp32 logits stay: 6 bytes where it took 8) */
+    const int64_t c0 = st.geom.tune.chunk_rows,
+                  chunk = online || c0 >= 8192 ? c0 : c0 > 4096 ? 8192 : 2 * c0;
     TH_CHECK(r.geom.tune.chunk_rows == chunk);
     TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
     TH_CHECK(k != 2 || r.geom.chunk_eighths == 4);
@@ -606,11 +633,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (a shard; the online teacher; sm_80): neither */
+  /* out of scope (a shard; the sparse teacher; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
-    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
