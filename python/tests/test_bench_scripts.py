@@ -367,7 +367,10 @@ class CompareTest(unittest.TestCase):
 
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
-        self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
+        self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_DEFAULT))
+        self.assertEqual(compare.parse_methods("kljit_jsd_e16,online")[0], "kljit_jsd_e16")
+        self.assertEqual(compare.split_methods(["kljit_jsd_stats", "kljit_c"]),
+                         (["kljit_c"], ["kljit_jsd_stats"]))
         self.assertEqual(compare.split_methods(["liger_jsd", "eager", "kljit_fkl_online"]),
                          (["eager"], ["liger_jsd", "kljit_fkl_online"]))
         self.assertEqual(compare.parse_stds("2,6,12,6"), [2.0, 6.0, 12.0])
