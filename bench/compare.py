@@ -338,6 +338,14 @@ def method_key(method: str, args: argparse.Namespace) -> "tuple[float, float]":
     return method_beta(method, args), method_hard(method, args)
 
 
+def online_base(method: str) -> str:
+    """The Liger method an online method's speedup is over (kljit_jsd_e16: liger_jsd)."""
+    tail = method.split("_", 1)[1]
+    for suffix in ("_e16", "_stats"):
+        tail = tail[:-len(suffix)] if tail.endswith(suffix) else tail
+    return "liger_" + tail
+
+
 def csv_path(out: Path) -> Path:
     return out.with_suffix(".csv") if out.suffix else Path(str(out) + ".csv")
 
@@ -1195,11 +1203,19 @@ def main(argv: Sequence[str]) -> int:
                     f"{str(low)[6:]} G GEMM, exactly summed); that G through torch's "
                     f"{str(low)[6:]} GEMM {rel_fro(r.pop('grad_input_mm16'), dx):.4e}")
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
+            paired = [r for r in group if r.method in args.alternate]
+            if len({method_key(r.method, args) for r in paired}) > 1:
+                paired = []  # one reference a round: only methods of the same loss alternate
             for res in group:
-                fn, why = build_online_method(env, res.method, args)
-                ref = refs[method_key(res.method, args)] if refs else None
-                time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
-            results += with_speedups(group, lambda m: "liger_" + m.split("_", 1)[1])
+                if len(paired) < 2 or res not in paired:
+                    fn, why = build_online_method(env, res.method, args)
+                    ref = refs[method_key(res.method, args)] if refs else None
+                    time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
+            if len(paired) >= 2:
+                fns = [build_online_method(env, r.method, args) for r in paired]
+                ref = refs[method_key(paired[0].method, args)] if refs else None
+                time_alternately(env, paired, fns, inp, ref, args, flush, empty_cache)
+            results += with_speedups(group, online_base)
             del inp, refs, ref
             gc.collect()
             empty_cache()

@@ -141,6 +141,15 @@ class CompareTest(unittest.TestCase):
             self.assertTrue(callable(fn) and why == "")
         self.assertEqual(compare.REPLANNED["kljit_c_promoted"][0], "logits:jit.128.2.6.g.1.r")
         self.assertNotIn("kljit_c_promoted", compare.DENSE_DEFAULT)
+        # the online JSD through the opt-in epilogues: a C call each, sped up over Liger's JSD
+        for m, gemm in (("kljit_jsd_e16", "logits:jit.e16"), ("kljit_jsd_stats", "logits:jit.stats")):
+            fn, why = compare.build_online_method(env, m, args)
+            self.assertTrue(callable(fn) and why == "")
+            self.assertEqual(compare.ONLINE_REPLANNED[m][0], gemm)
+            self.assertEqual(compare.online_base(m), "liger_jsd")
+            self.assertNotIn(m, compare.ONLINE_DEFAULT)
+        self.assertEqual(compare.online_base("kljit_jsd_hard"), "liger_jsd_hard")
+        self.assertEqual(compare.online_base("kljit_fkl_online"), "liger_fkl_online")
 
     @labels("torch")
     def test_precision_runs_the_protocol_and_judges_each_error_by_its_bar(self) -> None:
