@@ -262,7 +262,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    default=["kljit_fused", "kljit_c"],
                    help="methods of a shape timed round-robin, step by step, after all "
                         "are warmed up (default kljit_fused,kljit_c: the binding against its C "
-                        "call; 'none': each method's runs back to back)")
+                        "call; online methods of one loss too, e.g. liger_jsd,kljit_jsd; "
+                        "'none': each method's runs back to back)")
     p.add_argument("--prefill-us", type=float, default=0.0,
                    help="GPU sleep queued before each timed step's start event, in "
                         "microseconds: the host enqueues the step while the GPU is busy (as "
@@ -1016,6 +1017,17 @@ def time_method(env: Env, res: Result, fn: Optional[Callable], why: str, inp: An
     log("   " + table_row(res))
 
 
+def alternating(group: List[Result], args: argparse.Namespace, online: bool = False
+                ) -> List[Result]:
+    """The results of `group` that --alternate names, to be timed round-robin; none where fewer
+    than two are, or (online) where they are not of one loss (each round checks against one
+    float64 reference: liger_jsd with kljit_jsd, not with kljit_fkl_online)."""
+    paired = [r for r in group if r.method in args.alternate]
+    if len(paired) < 2 or (online and len({method_key(r.method, args) for r in paired}) > 1):
+        return []
+    return paired
+
+
 def time_alternately(env: Env, group: List[Result], fns: List["tuple[Optional[Callable], str]"],
                      inp: Any, ref: Optional[Dict[str, Any]], args: argparse.Namespace,
                      flush: Any, empty_cache: Callable[[], None]) -> None:
@@ -1171,7 +1183,7 @@ def main(argv: Sequence[str]) -> int:
             ref = None if args.no_reference else try_reference(
                 lambda: reference(env, inp, shape, args), sync, empty_cache)
             group = [Result(m, shape) for m in classic]
-            paired = [r for r in group if r.method in args.alternate]
+            paired = alternating(group, args)
             for res in group:
                 if len(paired) < 2 or res not in paired:
                     fn, why = build_method(env, res.method, shape, args, compiled)
@@ -1203,9 +1215,7 @@ def main(argv: Sequence[str]) -> int:
                     f"{str(low)[6:]} G GEMM, exactly summed); that G through torch's "
                     f"{str(low)[6:]} GEMM {rel_fro(r.pop('grad_input_mm16'), dx):.4e}")
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
-            paired = [r for r in group if r.method in args.alternate]
-            if len({method_key(r.method, args) for r in paired}) > 1:
-                paired = []  # one reference a round: only methods of the same loss alternate
+            paired = alternating(group, args, online=True)
             for res in group:
                 if len(paired) < 2 or res not in paired:
                     fn, why = build_online_method(env, res.method, args)

@@ -281,13 +281,11 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
              _ops.call_key(config.key, want, math.nan if temperature is None
                            else float(temperature), float(grad_scale), shard))
     loss = out[0]
-    if config.reduction != "none" and not return_components:
-        return loss
-    lead = input.shape[:-1]
-    if config.reduction == "none" and len(lead) != 1:
-        loss = loss.view(lead)
+    if config.reduction == "none" and input.dim() != 2:  # per row: the input's leading shape
+        loss = loss.view(input.shape[:-1])
     if not return_components:
         return loss
+    lead = input.shape[:-1]
     row_loss, parts = out[-2].detach(), out[-1].detach()  # both ops end with them
     if len(lead) != 1 and row_loss.numel() == math.prod(lead):  # else a gathered batch's
         row_loss = row_loss.view(lead)

@@ -380,6 +380,17 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(compare.parse_methods("kljit_jsd_e16,online")[0], "kljit_jsd_e16")
         self.assertEqual(compare.split_methods(["kljit_jsd_stats", "kljit_c"]),
                          (["kljit_c"], ["kljit_jsd_stats"]))
+        # --alternate: online methods alternate where they share a loss (one reference a round)
+        shape = compare.DENSE_SHAPES[3]
+        group = [compare.Result(m, shape) for m in ("liger_jsd", "kljit_jsd", "kljit_fkl_online")]
+        args = compare.parse_args(["--device", "cpu", "--alternate", "liger_jsd,kljit_jsd"])
+        self.assertEqual([r.method for r in compare.alternating(group, args, online=True)],
+                         ["liger_jsd", "kljit_jsd"])
+        args = compare.parse_args(["--device", "cpu", "--alternate", "kljit_jsd,kljit_fkl_online"])
+        self.assertEqual(compare.alternating(group, args, online=True), [])
+        self.assertEqual(len(compare.alternating(group, args)), 2)  # the dense group's rule
+        args = compare.parse_args(["--device", "cpu", "--alternate", "kljit_jsd"])
+        self.assertEqual(compare.alternating(group, args, online=True), [])
         self.assertEqual(compare.split_methods(["liger_jsd", "eager", "kljit_fkl_online"]),
                          (["eager"], ["liger_jsd", "kljit_fkl_online"]))
         self.assertEqual(compare.parse_stds("2,6,12,6"), [2.0, 6.0, 12.0])
