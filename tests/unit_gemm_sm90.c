@@ -155,6 +155,14 @@ static int the_gemm_includes_its_preludes_and_declares_its_interface_and_launch(
   return TH_PASS;
 }
 
+/* The default bf16 logits variant with the statistics epilogue of a bf16 teacher of `form`, V =
+ * 1000, T = 1. */
+static jgemm_variant with_stats(const char *form) {
+  jgemm_variant v = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = form, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000, v.stats.t = 1.0;
+  return v;
+}
+
 static int refused(jgemm_variant v, const char *want) {
   strbuf s = {0};
   TH_STATUS(jgemm_render(&v, &s), KLJIT_ERR_UNSUPPORTED);
@@ -288,8 +296,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   TH_OK(jgemm_render(&plain, &src));
   TH_CHECK(strstr(src.data, "tile_stats") == NULL && strstr(src.data, "PART_FLOATS") == NULL);
   sb_free(&src);
-  jgemm_variant ok = plain;
-  ok.stats.teacher = "probs", ok.stats.tdt = KLJIT_BF16, ok.stats.tld = 1000, ok.stats.t = 1.0;
+  const jgemm_variant ok = with_stats("probs");
   jgemm_variant v = ok;
   v.beta = 1;
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
@@ -367,8 +374,7 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   /* the statistics epilogue without E16 names none of it */
-  jgemm_variant st = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
-  st.stats.teacher = "probs", st.stats.tdt = KLJIT_BF16, st.stats.tld = 1000, st.stats.t = 1.0;
+  const jgemm_variant st = with_stats("probs");
   strbuf src = {0};
   TH_OK(jgemm_render(&st, &src));
   TH_CHECK(strstr(src.data, "tile_e16") == NULL && strstr(src.data, "lde") == NULL);
@@ -416,8 +422,7 @@ static int the_online_teachers_logits_feed_the_epilogue(void) {
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   /* a dense teacher's rows are the call's */
-  jgemm_variant ok = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
-  ok.stats.teacher = "logits", ok.stats.tdt = KLJIT_BF16, ok.stats.tld = 1000, ok.stats.t = 1.0;
+  const jgemm_variant ok = with_stats("logits");
   strbuf src = {0};
   TH_OK(jgemm_render(&ok, &src));
   TH_CHECK(strstr(src.data, "#define TROW(row0, r) ((row0) + (r))") != NULL &&
