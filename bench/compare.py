@@ -1028,6 +1028,24 @@ def alternating(group: List[Result], args: argparse.Namespace, online: bool = Fa
     return paired
 
 
+def time_group(env: Env, group: List[Result],
+               build: Callable[[str], "tuple[Optional[Callable], str]"],
+               ref_of: Callable[[str], Optional[Dict[str, Any]]], inp: Any,
+               args: argparse.Namespace, flush: Any, empty_cache: Callable[[], None],
+               online: bool = False) -> None:
+    """A group of methods on one input: each on its own, those alternating() pairs round-robin
+    after them. build(method) -> (fn, why not); ref_of(method): its float64 reference or None
+    (a round of pairs checks against its first method's)."""
+    paired = alternating(group, args, online)
+    for res in group:
+        if res not in paired:
+            fn, why = build(res.method)
+            time_method(env, res, fn, why, inp, ref_of(res.method), args, flush, empty_cache)
+    if paired:
+        time_alternately(env, paired, [build(r.method) for r in paired], inp,
+                         ref_of(paired[0].method), args, flush, empty_cache)
+
+
 def time_alternately(env: Env, group: List[Result], fns: List["tuple[Optional[Callable], str]"],
                      inp: Any, ref: Optional[Dict[str, Any]], args: argparse.Namespace,
                      flush: Any, empty_cache: Callable[[], None]) -> None:
@@ -1183,14 +1201,8 @@ def main(argv: Sequence[str]) -> int:
             ref = None if args.no_reference else try_reference(
                 lambda: reference(env, inp, shape, args), sync, empty_cache)
             group = [Result(m, shape) for m in classic]
-            paired = alternating(group, args)
-            for res in group:
-                if len(paired) < 2 or res not in paired:
-                    fn, why = build_method(env, res.method, shape, args, compiled)
-                    time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
-            if len(paired) >= 2:
-                fns = [build_method(env, r.method, shape, args, compiled) for r in paired]
-                time_alternately(env, paired, fns, inp, ref, args, flush, empty_cache)
+            time_group(env, group, lambda m: build_method(env, m, shape, args, compiled),
+                       lambda m: ref, inp, args, flush, empty_cache)
             results += with_speedups(group, lambda m: "eager")
             del inp, ref
             gc.collect()
@@ -1215,18 +1227,11 @@ def main(argv: Sequence[str]) -> int:
                     f"{str(low)[6:]} G GEMM, exactly summed); that G through torch's "
                     f"{str(low)[6:]} GEMM {rel_fro(r.pop('grad_input_mm16'), dx):.4e}")
             group = [Result(m, shape, std=std, std_measured=inp.measured()) for m in online]
-            paired = alternating(group, args, online=True)
-            for res in group:
-                if len(paired) < 2 or res not in paired:
-                    fn, why = build_online_method(env, res.method, args)
-                    ref = refs[method_key(res.method, args)] if refs else None
-                    time_method(env, res, fn, why, inp, ref, args, flush, empty_cache)
-            if len(paired) >= 2:
-                fns = [build_online_method(env, r.method, args) for r in paired]
-                ref = refs[method_key(paired[0].method, args)] if refs else None
-                time_alternately(env, paired, fns, inp, ref, args, flush, empty_cache)
+            time_group(env, group, lambda m: build_online_method(env, m, args),
+                       lambda m: refs[method_key(m, args)] if refs else None, inp, args, flush,
+                       empty_cache, online=True)
             results += with_speedups(group, online_base)
-            del inp, refs, ref
+            del inp, refs
             gc.collect()
             empty_cache()
     print("\n".join(header + [TABLE_HEAD, TABLE_RULE] + [table_row(r) for r in results]))
