@@ -76,6 +76,11 @@
 %-- (templates/gemm_sm90.cu.lua, STATS), whose records pass 2 merges as it merges pass 1's.
 %M.DENSE_PART = { name = "part", floats = 8,
 %                 slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%-- The sparse rows' pass-1 partial and merged record (templates/sparse_rows.cu.lua says what each
+%-- slot holds), declared here for the same reason: the logits GEMM's epilogue writes it too for
+%-- the sparse teacher's forward KL (STATS sparse: m, d_on = 0, d_off = the tile's sum-exp).
+%M.SPARSE_PART = { name = "part", floats = 8,
+%                  slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
 %-- The index of slot `name` of record `rec`.
 %function M.slot(rec, name)
 %  for i, s in ipairs(rec.slots) do

@@ -97,6 +97,12 @@
 %--              (reverse);
 %--            - one renormalized category (K = 1): P = Q = 1, loss and G exactly 0.
 %--            Saved rows: {lse, g_tail - E, A, g_r} (bucket), {lse, ldno, A, g_r} (renorm).
+%--   MERGE    "block": pass 2 merges a row's records with the whole block (thread k takes
+%--            records k, k + THREADS, ..., then block_reduce's fixed order) instead of one
+%--            thread: the logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS
+%--            sparse) writes one a column tile (1002 a row at V = 128256 with 128-column tiles),
+%--            which one thread would merge in series while the block waits. Absent: one
+%--            thread, in record order. Not with SHARDED (its records' S is summed apart).
 %--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
 %--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local}
 %--            Q_k (g_r - g_k) to PART's slot S (kl_sparse_merge writes NaN there until then),
@@ -158,6 +164,9 @@
 %end
 %local SHARDED = P.SHARDED or false
 %if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%if P.MERGE ~= nil and P.MERGE ~= "block" then reject("MERGE must be block (absent: one thread)") end
+%local BMERGE = P.MERGE == "block"
+%if BMERGE and SHARDED then reject("MERGE block takes no SHARDED (the shards' S is summed apart)") end
 %-- the renormalized divergences keep the support's own (max, sum-exp) in the stats pass
 %local OWNON = DIVX and P.TAIL == "renorm"
 %local BITMAP = P.TAIL == "bucket" or OWNON
@@ -167,12 +176,12 @@
 %-- sum-exp of z' (mh, dh; HARD), the support's own max and sum-exp (mo, dno; RENORM with DIV),
 %-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
 %-- stride the dense rows' records have; with LSMOOTH a ninth, zs: the sum of z' over the
-%-- columns (the block's segment, merged: the row's).
+%-- columns (the block's segment, merged: the row's). Declared in iface.cu.lua: the logits
+%-- GEMM's statistics epilogue writes it too (STATS sparse, one a column tile; MERGE block).
 %-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
 %-- lse, g_tail - E (bucket) or ldno (renorm), A, g_r; the header's math), and the CE's lse(z')
 %-- with HARD.
-%local PART = { name = "part", floats = 8,
-%               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%local PART = iface.SPARSE_PART
 %if LSMOOTH then PART = { name = "part", floats = 9, slots = iface.args(PART.slots, { "zs" }) } end
 %-- the saved row's four fields, in rowstat order
 %local RF = { "lse", "cout", "cin", "pscale" }
@@ -400,6 +409,24 @@ struct acc_merge {
     return r;
   }
 };
+%if BMERGE then
+
+/* A record as an acc_t (MERGE = block: the threads merge records with acc_merge). */
+__device__ __forceinline__ acc_t acc_of(const float* __restrict__ rec) {
+  acc_t a;
+  a.m = rec[PART_M], a.don = rec[PART_D_ON], a.doff = rec[PART_D_OFF];
+%  if HARD then
+  a.mh = rec[PART_MH], a.dh = rec[PART_DH];
+%  end
+%  if OWNON then
+  a.mo = rec[PART_MO], a.dno = rec[PART_DNO];
+%  end
+%  if LSMOOTH then
+  a.zs = rec[PART_ZS];
+%  end
+  return a;
+}
+%end
 
 __device__ __forceinline__ int seg_begin() { return blockIdx.x * SEG; }
 __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) * SEG); }
@@ -962,6 +989,31 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     if (kept) div_terms<MODE_BACKWARD>(sup, 0.0f, 0.0f, 0.0f, 0.0f, sh_f, rs); /* sup.q, sup.g */
 %end
   } else if (kept) {
+%if BMERGE then
+    {
+      /* the block merges the row's records (MERGE = block): thread k takes records k,
+       * k + THREADS, ..., then block_reduce's fixed order; kept is the block's, so every thread
+       * reaches the barriers */
+      __shared__ acc_t sh_acc[THREADS / 32];
+      acc_t a = ACC_NONE;
+      for (int k = threadIdx.x; k < nrec; k += THREADS)
+        a = acc_merge()(a, acc_of(part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS));
+      a = block_reduce<THREADS>(a, sh_acc, ACC_NONE, acc_merge());
+      if (threadIdx.x == 0) {
+        const float d = a.don + a.doff;
+        sh_rec[0] = a.m + logf(d), sh_rec[1] = a.doff / d, sh_rec[2] = a.don / d;
+%  if HARD then
+        sh_rec[3] = a.mh + logf(a.dh);
+%  end
+%  if OWNON then
+        sh_rec[4] = logf(a.dno), sh_rec[6] = a.mo;
+%  end
+%  if LSMOOTH then
+        sh_zs = a.zs;
+%  end
+      }
+    }
+%else
     if (threadIdx.x == 0) {
       /* merge the row's records in order: record k at part + (r srow + k srec) PART_FLOATS, the
        * chunk's SPLIT partials or every shard's record of the row (kljit_shard_finish) */
@@ -1016,6 +1068,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       sh_zs = zs;
 %end
     }
+%end
     __syncthreads();
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
     gather(sup, zr, ids, vals, bias, row, invT, lse);
