@@ -214,9 +214,12 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
   const int t = v->tweaks;
   char stats[64] = "";
+  /* the teacher's dtype after a dot ("sparse" reads no teacher: none) */
+  const int tdot = v->stats.teacher && strcmp(v->stats.teacher, "sparse") != 0;
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s%s.%s%s%s%s%s%s", v->stats.teacher,
-             v->stats.tchunk ? "(online)" : "", names_dtype_tag(v->stats.tdt),
+    snprintf(stats, sizeof stats, " stats:%s%s%s%s%s%s%s%s%s", v->stats.teacher,
+             v->stats.tchunk ? "(online)" : "", tdot ? "." : "",
+             tdot ? names_dtype_tag(v->stats.tdt) : "",
              v->stats.e16 ? "+e16" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",

@@ -23,7 +23,9 @@
 /* The logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS): the dense rows'
  * pass-1 records of each (row, column tile), written beside the logits. */
 typedef struct jgemm_stats {
-  const char *teacher; /* NULL: none; "probs" | "logprobs" | "logits": the dense teacher's form */
+  const char *teacher; /* NULL: none; "probs" | "logprobs" | "logits": the dense teacher's form;
+                        * "sparse": the sparse teacher's forward KL (no teacher read: tdt, tld
+                        * unused; the sparse rows' records) */
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */

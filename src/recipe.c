@@ -254,16 +254,30 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
   if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
-/* Why the logits GEMM (generated where `jit`) cannot write the dense rows' pass-1 records for pb
+/* Why the logits GEMM (generated where `jit`) cannot write the rows' pass-1 records for pb
  * (STATS of templates/gemm_sm90.cu.lua covers what those records hold without the row's
  * normalizer), or NULL where it can. With E16 the epilogue makes the scores itself, with the
- * bias and the logit cap. */
+ * bias and the logit cap. The sparse teacher's records are the student's statistics alone
+ * where no column of the support is kept apart (the forward KL, tail none or renorm). */
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
-  if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
-      pb->teacher != KLJIT_TEACHER_DENSE_LOGITS && pb->teacher != KLJIT_TEACHER_DENSE_HIDDEN)
-    return "a dense teacher's probabilities, log-probabilities or logits, or the online teacher "
-           "only";
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    if (e16)
+      return "a dense teacher only under E16 (the sparse teacher's support logits are gathered "
+             "exactly from the fp32 logits: logits:jit.stats takes its statistics)";
+    if (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET)
+      return "the sparse teacher's forward KL with tail none or renorm only (the bucket tail and "
+             "the other divergences keep the support's columns apart)";
+    if (pb->hard_weight > 0.0 || pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
+        pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT)
+      return "the sparse teacher without a hard-label CE, softcap, bias or per-call temperature";
+  } else if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_LOGITS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_HIDDEN) {
+    return "a dense teacher's probabilities, log-probabilities or logits, the online teacher or "
+           "the sparse teacher only";
+  }
   if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
   /* (label smoothing comes with the CE: E16's pass 2 sums z' from E, its z'_y from the records) */
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
@@ -296,6 +310,12 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
   const int tlogits = hidden || pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
+  geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) { /* the student's statistics alone */
+    v->stats.teacher = "sparse";
+    v->stats.t = pb->temperature;
+    return; /* (stats_unfit refused E16) */
+  }
   v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);
   v->stats.tdt = hidden ? KLJIT_FP32 : pb->teacher_dtype;
   v->stats.tld = hidden ? geo->ld : prob_teacher_ld(pb);
@@ -307,7 +327,6 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
-  geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
   if (!e16) return;
   /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes the tile-relative scores in
    * fp16 instead of the fp32 logits, x = s - m_tile beside the records (fused, forward) or

@@ -66,8 +66,10 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   if (k->gemm_tweaks & KSPEC_GEMM_PROMOTE) out[n++] = pi("PROMOTE", 4);
   if (k->gemm_stats) {
     out[n++] = ps("STATS", k->gemm_stats);
-    out[n++] = ps("TDT", names_dtype_tag(k->gemm_stats_tdt));
-    out[n++] = pi("TLD", k->gemm_stats_tld);
+    if (k->gemm_stats_tld) { /* a dense teacher's tile (the sparse teacher's is not read) */
+      out[n++] = ps("TDT", names_dtype_tag(k->gemm_stats_tdt));
+      out[n++] = pi("TLD", k->gemm_stats_tld);
+    }
     out[n++] = pn("T", k->gemm_stats_t);
     if (k->tt > 0.0) out[n++] = pn("TT", k->tt);
     if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
@@ -156,6 +158,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
     if (k->hard > 0.0 && k->lsmooth > 0.0) out[n++] = pn("LSMOOTH", k->lsmooth);
     if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
+    if (k->merge_block) out[n++] = ps("MERGE", "block");
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

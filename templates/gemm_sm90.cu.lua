@@ -67,7 +67,7 @@
 %--             K: ~4e-7). Costs a second accumulator (MS x BN / 2 floats a thread, at most 64:
 %--             the cooperative schedule with BN <= 128, or BN 64) and a drain of the wgmma
 %--             pipeline every run. Not with KSLICE (which restarts d for its own slices).
-%--   STATS     absent | probs | logprobs | logits: the logits GEMM (nt, OUT f32, no BETA, no
+%--   STATS     absent | probs | logprobs | logits | sparse: the logits GEMM (nt, OUT f32, no BETA, no
 %--             KSLICE) also
 %--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
 %--             any divergence, without softcap, CE or bias) of each (row, column tile) from its
@@ -85,6 +85,11 @@
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
+%--             sparse: the sparse top-K teacher's forward KL with TAIL none or renorm (templates/
+%--             sparse_rows.cu.lua: pass 1 keeps no column on the support apart for them): the
+%--             student's statistics alone, as pass 1's record (iface.SPARSE_PART) m, d_on = 0,
+%--             d_off = d; no teacher is read (no TDT, TLD), C is written whole, so pass 2 gathers
+%--             the support's logits exactly (not with E16, whose fp16 scores would not be).
 %--   E16       absent | true (STATS): the tile goes out in fp16 at E + row lde + col instead of
 %--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1),
 %--             as the tile-relative scores x = s - m <= 0. With part (fused and two-phase
@@ -214,16 +219,25 @@
 %end
 %local STREAM = P.STORE == "streaming"
 %local STATS = P.STATS
+%-- SPARSE: the student's statistics alone, in the sparse rows' record (no teacher read here);
+%-- TEACH: a dense teacher's tile is read (every other form)
+%local SPARSE = STATS == "sparse"
+%local TEACH = STATS ~= nil and not SPARSE
 %if STATS ~= nil then
-%  if not one_of(STATS, { "probs", "logprobs", "logits" }) then
-%    reject("STATS must be probs, logprobs or logits (a dense teacher's form)")
+%  if not one_of(STATS, { "probs", "logprobs", "logits", "sparse" }) then
+%    reject("STATS must be probs, logprobs or logits (a dense teacher's form) or sparse")
 %  end
 %  if P.LAYOUT ~= "nt" or P.OUT ~= "f32" or P.BETA or KSLICE > 0 then
 %    reject("STATS is the logits GEMM's epilogue: LAYOUT nt, OUT f32, no BETA and no KSLICE")
 %  end
-%  if not one_of(P.TDT, { "f32", "bf16", "f16" }) then reject("TDT must be f32, bf16 or f16") end
-%  if math.type(P.TLD) ~= "integer" or P.TLD < 1 then
+%  if SPARSE and (P.TDT ~= nil or P.TLD ~= nil) then
+%    reject("STATS sparse reads no teacher tile: no TDT or TLD")
+%  end
+%  if TEACH and (math.type(P.TLD) ~= "integer" or P.TLD < 1) then
 %    reject("TLD must be an integer >= 1 (the teacher's row stride)")
+%  end
+%  if TEACH and not one_of(P.TDT, { "f32", "bf16", "f16" }) then
+%    reject("TDT must be f32, bf16 or f16")
 %  end
 %  if type(P.T) ~= "number" or not (P.T > 0 and P.T < math.huge) then
 %    reject("T must be > 0 (STATS takes a constant temperature)")
@@ -243,12 +257,19 @@
 %-- the online teacher's bias: tile_teacher's parameter and its callers' argument
 %local TBP = P.TBDT and " const tbias_t* __restrict__ tbias," or ""
 %local TBA = P.TBDT and " tbias," or ""
+%-- the dense teacher's tile: tile_stats's parameter and its caller's argument (none: sparse)
+%local TEP = TEACH and " const teach_t* __restrict__ teacher," or ""
+%local TEA = TEACH and " teacher," or ""
 %if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
 %                              P.TSOFTCAP < math.huge) then
 %  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
 %end
 %if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
+%end
+%if P.E16 ~= nil and SPARSE then
+%  reject("E16 needs a dense teacher's STATS: the sparse teacher's support logits are gathered "
+%         .. "exactly from C, which E16 would replace with fp16 scores")
 %end
 %local E16 = P.E16 == true
 %if P.BDT ~= nil and not E16 then
@@ -310,10 +331,12 @@
 %  { "C", "out_t* __restrict__", role = "gemm_c" }, { "M", "int", role = "gemm_m" },
 %  { "N", "int", role = "gemm_n" }, { "K", "int", role = "gemm_k" }, { "ldc", "i64" },
 %  { "alpha", "float" } }
-%if STATS then
+%if TEACH then
 %  gemm_args = iface.args(gemm_args, {
 %    { "teacher", "const teach_t* __restrict__" }, { "part", "float* __restrict__" },
 %    { "row0", "i64" } })
+%elseif SPARSE then
+%  gemm_args = iface.args(gemm_args, { { "part", "float* __restrict__" }, { "row0", "i64" } })
 %end
 %if E16 then
 %  gemm_args = iface.args(gemm_args, {
@@ -334,7 +357,8 @@
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
 %    smem = SMEM, args = gemm_args },
-%}, STATS and (RUNTIME_T and { iface.HDR, iface.DENSE_PART } or { iface.DENSE_PART }) or nil)
+%}, STATS and (RUNTIME_T and { iface.HDR, iface.DENSE_PART }
+%               or { SPARSE and iface.SPARSE_PART or iface.DENSE_PART }) or nil)
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -343,10 +367,12 @@
 #define MS {{ MS }}
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 %if STATS then
+%  if TEACH then
 typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
 #define TLD {{ P.TLD }}
 /* the teacher's row of C's row r: the call's (row0 + r) or, under TCHUNK, the chunk's (r) */
 #define TROW(row0, r) ({{ P.TCHUNK and "(i64)(r)" or "(row0) + (r)" }})
+%  end
 %  if P.TBDT then
 typedef {{ P.TBDT == "f32" and "float" or P.TBDT == "bf16" and "bf16_t" or "f16_t" }} tbias_t;
 %  end
@@ -358,6 +384,10 @@ typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t"
 %  end
 {{ K.records() }}
 
+%  if SPARSE then
+/* STATS sparse reads no teacher: tile_records takes this part empty (tile_stats) */
+struct tstat_t { float a[2], b[2]; };
+%  else
 /* The teacher's part of the records of each of this warp's 16 rows r0 + j over the tile's
  * columns c0 .. c0 + BN below N: its mass sp (probs: sum p; logprobs: sum exp(log p)) or, for
  * teacher logits, the (max, sum-exp) of t' = t / TT (mt, dt, as pass 1's acc1_add makes them;
@@ -550,6 +580,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 %  end
   return out;
 }
+%  end
 
 /* The max of s = scale d over the tile's columns below N of this thread's two fragment rows
  * (element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2), then over the row's four lanes
@@ -605,7 +636,12 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     float v[PART_FLOATS];
 #pragma unroll
     for (int k = 0; k < PART_FLOATS; k++) v[k] = 0.0f;
-%if TLOGITS then
+%if SPARSE then
+    /* the sparse rows' record: no column is on the support for the forward KL's tails
+     * (templates/sparse_rows.cu.lua's pass 1 without a bitmap), so all of d is off it */
+    (void)ts;
+    v[PART_M] = m[h], v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];
+%elseif TLOGITS then
     v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = 0.0f; /* sum p = 1: row_finish's */
     v[PART_MT] = ts.a[h], v[PART_DT] = ts.b[h];
 %else
@@ -633,11 +669,16 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
  * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)).
  * The teacher's part: tile_teacher. */
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
-                                           float alpha, const teach_t* __restrict__ teacher,{{ TBP }}
+                                           float alpha,{{ TEP }}{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane) {
+%  if SPARSE then
+  (void)row0;
+  const tstat_t ts = {};
+%  else
   const tstat_t ts =
       tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
+%  end
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
@@ -813,6 +854,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
 }
 
 %end
+%  if TEACH then
 /* The teacher's part of a tile's epilogue (rows r0 .. r0 + ROWS, columns c0 .. c0 + BN) into
  * L2, evict_last, by the warpgroup's 128 threads (t) as its k-blocks start: by the epilogue
  * its loads hit L2 rather than wait on DRAM with the tensor cores idle. A hint only: a line
@@ -831,6 +873,7 @@ __device__ __forceinline__ void prefetch_teacher(const teach_t* __restrict__ tea
                    : "memory");
   }
 }
+%  end
 %end
 
 /* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
@@ -1157,7 +1200,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) run_sum[ms][i] = 0.0f;
 %end
-%if STATS then
+%if TEACH then
       if (part)
 %local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
         prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N,
@@ -1246,7 +1289,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 #pragma unroll
         for (int ms = 0; ms < MS; ms++)
           tile_stats(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                     alpha, teacher,{{ TBA }} part, row0, tiles_n, tn, lane);
+                     alpha,{{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane);
 %end
 #pragma unroll
       for (int ms = 0; ms < MS; ms++)

@@ -14,6 +14,12 @@ endforeach()
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_stats.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_stats)
 set_property(TEST ${fused_stats} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=all:jit,logits:jit.stats")
+# ... and the sparse suite (the forward KL with tail none or renorm takes it; the rest keep pass
+# 1, as the plan's description says). `ctest -R gpu.fused_stats.sparse`.
+kljit_test_cases(EXE gpu_sparse SOURCE gpu_sparse.c PREFIX gpu.fused_stats.sparse LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_stats_sparse)
+set_property(TEST ${fused_stats_sparse} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=all:jit,logits:jit.stats")
 # The dense suite again with E16 (KLJIT_GEMM=logits:jit.e16): where its scope holds, every
 # call's rows read the logits GEMM's fp16 tile-relative scores instead of fp32 logits (the other
 # cases as the plan's description says). `ctest -R gpu.fused_e16`.

@@ -299,6 +299,68 @@ static int ce_mixing_and_softcap_every_tail_and_mode(void) {
   return fold(worst, gcase_check(&c));
 }
 
+/* The logits GEMM's statistics epilogue for the sparse teacher (KLJIT_GEMM=all:jit,
+ * logits:jit.stats, sm_90): the plan says the row statistics come from the logits GEMM for the
+ * forward KL with tail none and renorm (the student's (max, sum-exp) per row and column tile,
+ * merged by pass 2's block; kl_sparse_stats not launched), and the loss, dX and dW match the
+ * fp64 reference within the suite's bounds: both tails and value forms, bf16 and fp16, ragged
+ * and long vocabularies (a tile past V), T != 1, ignored rows, logits of standard deviation 2 to
+ * 12 over three chunks, K from 1 to 1000, fused and two-phase (whose backward computes none);
+ * the bucket tail keeps the row kernels' pass and stays right. Skips before sm_90. */
+static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
+  setenv("KLJIT_GEMM", "all:jit,logits:jit.stats", 1);
+  kljit_context *ctx;
+  int worst = gpu_test_context(&ctx);
+  if (worst == TH_PASS) {
+    for (int tail = 1; tail <= 3; tail++) { /* none, renorm: on; bucket: off, and says why */
+      kljit_problem pb = KLJIT_PROBLEM_INIT;
+      pb.hidden = 64, pb.vocab = 32001, pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100;
+      pb.tail = (kljit_tail)tail;
+      kljit_plan *plan;
+      TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+      const char *d = kljit_plan_describe(plan);
+      const int on = strstr(d, "in the logits GEMM's epilogue") != NULL &&
+                     strstr(d, "(no kl_sparse_stats)") != NULL;
+      const int why = strstr(d, "tail none or renorm only") != NULL;
+      if (strstr(d, "(sm_90") == NULL) worst = TH_SKIP;
+      else if (on != (tail < 3) || why != (tail == 3)) {
+        fprintf(stderr, "tail %d: the statistics epilogue is %s:\n%s", tail, on ? "on" : "off",
+                d);
+        worst = TH_FAIL;
+      }
+      kljit_plan_destroy(plan);
+    }
+  }
+  static const int64_t vs[] = {1000, 32001, 128256, 50257};
+  for (int k = 0; k < 14 && worst != TH_SKIP; k++) {
+    gcase c = sparse_base();
+    c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
+    c.tail = k % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_NONE;
+    c.values = k % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    c.dt = k % 3 == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    c.tdt = k % 4 == 3 ? KLJIT_FP32 : c.dt;
+    c.idt = k % 2 ? KLJIT_INT32 : KLJIT_INT64;
+    c.T = k % 4 == 1 ? 2.0 : k % 4 == 3 ? 0.5 : 1.0;
+    c.labels = k == 7 ? 2 : 1;
+    c.fused = k % 3 != 1;
+    c.red = c.fused ? (kljit_reduction)(KLJIT_REDUCTION_SUM + k % 3) : KLJIT_REDUCTION_NONE;
+    if (k == 4) c.k = 1;
+    if (k == 5) c.k = 1000;
+    if (k >= 8) { /* logits of std 2 to 12 over three chunks */
+      setenv("KLJIT_CHUNK_ROWS", "256", 1);
+      c.n = 700, c.v = 32001, c.zstd = k == 8 ? 2.0 : k == 9 ? 6.0 : 12.0;
+      c.red = KLJIT_REDUCTION_BATCHMEAN;
+    }
+    if (k == 11) c.fused = 0, c.T = 0.5;
+    if (k == 12) c.tail = KLJIT_TAIL_BUCKET; /* the row kernels' pass 1 */
+    if (k == 13) c.v = 128256, c.n = 600, c.zstd = 6.0, c.k = 100;
+    worst = fold(worst, gcase_check(&c));
+    unsetenv("KLJIT_CHUNK_ROWS");
+  }
+  unsetenv("KLJIT_GEMM");
+  return worst;
+}
+
 static const th_case cases[] = {
     {"ce_mixing_and_softcap_every_tail_and_mode", ce_mixing_and_softcap_every_tail_and_mode},
     {"every_tail_value_form_dtype_reduction_and_mode",
@@ -310,5 +372,7 @@ static const th_case cases[] = {
     {"native_logits_single_row_and_large_logits", native_logits_single_row_and_large_logits},
     {"checked_mode_reports_bad_teacher_data", checked_mode_reports_bad_teacher_data},
     {"unchecked_out_of_range_id_does_not_fault", unchecked_out_of_range_id_does_not_fault},
+    {"statistics_in_the_logits_gemm_epilogue_match_reference",
+     statistics_in_the_logits_gemm_epilogue_match_reference},
 };
 TH_MAIN(cases)

@@ -442,6 +442,47 @@ static int the_online_teachers_logits_feed_the_epilogue(void) {
   return TH_PASS;
 }
 
+/* The sparse teacher's statistics (issue 27 coverage): STATS sparse reads no teacher (no
+ * teacher argument, no TDT or TLD, no prefetch) and writes the sparse rows' record, as its pass 1
+ * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off; both
+ * schedules and epilogues compile for sm_90a. E16 and a teacher's dtype or stride are refused
+ * with it. */
+static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
+  for (int i = 0; i < 2; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i == 1) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "sparse", v.stats.t = i ? 0.5 : 1.0;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    printf("  %s\n", what);
+    TH_CHECK(strstr(what, " stats:sparse") != NULL && strstr(what, "sparse.") == NULL);
+    const kspec k = jgemm_spec(&v);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    printf("  manifest: %s", man.data);
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && g->nargs == 10);
+    TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "row0"));
+    const kiface_record *r = kiface_record_find(&m, "part");
+    TH_CHECK(m.nrec == 1 && r && r->floats == 8 && r->nslots == 8 &&
+             !strcmp(r->slot[1], "d_on") && !strcmp(r->slot[2], "d_off"));
+    TH_CHECK(strstr(src.data, "v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];") != NULL);
+    TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
+             strstr(src.data, "prefetch_teacher") == NULL);
+    sb_free(&src), sb_free(&man);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1;
+  TH_CHECK(refused(v, "E16 needs a dense teacher's STATS") == TH_PASS);
+  v.stats.e16 = 0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000; /* jgemm_spec passes them on */
+  TH_CHECK(refused(v, "STATS sparse reads no teacher tile") == TH_PASS);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
@@ -456,5 +497,7 @@ static const th_case cases[] = {
      the_online_teachers_logits_feed_the_epilogue},
     {"the_promoted_accumulator_compiles_where_it_fits",
      the_promoted_accumulator_compiles_where_it_fits},
+    {"the_sparse_teachers_statistics_need_no_teacher_tile",
+     the_sparse_teachers_statistics_need_no_teacher_tile},
 };
 TH_MAIN(cases)

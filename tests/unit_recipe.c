@@ -458,8 +458,9 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
         pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
         pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
         break;
-      case 8:
+      case 8: /* the bucket tail keeps the support's columns apart */
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+        pb.tail = KLJIT_TAIL_BUCKET;
         break;
       case 9: pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2; break;
       case 10: arch = 80; break;
@@ -648,6 +649,78 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
   return choices_refused(bad, sizeof bad / sizeof bad[0]);
 }
 
+/* The sparse top-K teacher's forward KL with tail none or renorm (issue 27 coverage): under
+ * logits:jit.stats the generated logits GEMM writes the sparse rows' pass-1 records (STATS
+ * sparse: no teacher tile, so neither TDT nor TLD) and pass 2 merges them with the block (MERGE
+ * block), nothing else of the rows changing; both modules declare the same record, and the rows
+ * compile for sm_90. Out of that scope (the bucket tail and the other divergences keep the
+ * support's columns apart; the CE, a softcap, a bias or a per-call T are E16's, which the sparse
+ * teacher does not take) the recipe is the plain one and says why. */
+static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
+  for (int k = 0; k < 2; k++) {
+    kljit_problem pb = base(4096, 128256);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
+    if (k == 1) {
+      pb.tail = KLJIT_TAIL_RENORM, pb.topk_values = KLJIT_TOPK_LOGPROBS;
+      pb.teacher_dtype = KLJIT_FP32, pb.temperature = 2.0;
+    }
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r, plain;
+    TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.stats", TP, &r));
+    TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
+    TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, "sparse") &&
+             g->spec.gemm_stats_tld == 0 && g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(r.geom.stats_tiles == (pb.vocab + g->variant.bn - 1) / g->variant.bn);
+    TH_CHECK(r.geom.rows.family == KSPEC_SPARSE_ROWS && r.geom.rows.merge_block == 1 &&
+             plain.geom.rows.merge_block == 0 && plain.geom.stats_tiles == 0);
+    kspec want_rows = plain.geom.rows;
+    want_rows.merge_block = 1;
+    TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
+    TH_OK(recipe_check(&r));
+    strbuf gs = {0}, gm = {0}, rs = {0}, rm = {0}, cubin = {0}, log = {0};
+    TH_OK(kspec_render_iface(&g->spec, &gs, &gm));
+    TH_OK(kspec_render_iface(&r.geom.rows, &rs, &rm));
+    kiface_manifest mg, mr;
+    TH_OK(kiface_parse(gm.data, "gemm", &mg));
+    TH_OK(kiface_parse(rm.data, "rows", &mr));
+    const kiface_record *a = kiface_record_find(&mg, "part"), *b = kiface_record_find(&mr, "part");
+    TH_CHECK(a && b && a->floats == b->floats && a->nslots == b->nslots);
+    for (int i = 0; i < a->nslots; i++) TH_CHECK(!strcmp(a->slot[i], b->slot[i]));
+    TH_CHECK(strstr(rs.data, "acc_of(part + ") != NULL);
+    TH_OK(nvrtc_compile(rs.data, "rows-sparse-merge", 90, &cubin, &log));
+    printf("  tail %s: %d records a row, rows cubin %zu bytes\n", k ? "renorm" : "none",
+           r.geom.stats_tiles, cubin.len);
+    TH_CHECK(cubin.len > 4096);
+    sb_free(&gs), sb_free(&gm), sb_free(&rs), sb_free(&rm), sb_free(&cubin), sb_free(&log);
+  }
+  for (int k = 0; k < 6; k++) {
+    kljit_problem pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    const char *choice = "all:jit,logits:jit.stats";
+    switch (k) {
+      case 0: pb.tail = KLJIT_TAIL_BUCKET; break;
+      case 1:
+        pb.tail = KLJIT_TAIL_RENORM, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+        break;
+      case 2: pb.hard_weight = 0.5; break;
+      case 3: pb.softcap = 30.0; break;
+      case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
+      default: choice = "all:jit,logits:jit.e16"; break;
+    }
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r;
+    TH_OK(stats_recipe(&pb, 90, choice, TP, &r));
+    printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
+    TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
+             r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
+    TH_CHECK(strstr(r.stats_why, k == 5 ? "E16" : k < 2 ? "tail none or renorm" : "without") !=
+             NULL);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
@@ -656,5 +729,7 @@ static const th_case cases[] = {
      the_statistics_epilogue_is_taken_only_in_its_scope},
     {"the_e16_epilogue_follows_the_statistics_epilogue",
      the_e16_epilogue_follows_the_statistics_epilogue},
+    {"the_sparse_teachers_statistics_come_from_the_epilogue",
+     the_sparse_teachers_statistics_come_from_the_epilogue},
 };
 TH_MAIN(cases)
