@@ -40,7 +40,10 @@ context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits G
 scores, docs/architecture.md; it fails, naming the plan's description, where that plan does not
 take it), to be alternated with kljit_c and the peers; kljit_c_promoted, the same with
 logits:jit.128.2.6.g.1.r (the cooperative 128 x 128 logits GEMM adding its accumulator into a
-second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py).
+second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py);
+kljit_c_stats, the same with logits:jit.stats (the rows' pass-1 records in the logits GEMM's
+epilogue, fp32 chunk logits kept: dense teachers and the sparse teacher's forward KL with tail
+none or renorm).
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -165,7 +168,7 @@ ONLINE_REPLANNED = {"kljit_jsd_e16": ("logits:jit.e16", "(E16)"),
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
            "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16",
-           "kljit_c_promoted") + ONLINE_METHODS
+           "kljit_c_promoted", "kljit_c_stats") + ONLINE_METHODS
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -704,7 +707,8 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
 #: The C calls planned with a KLJIT_GEMM of their own: (its value, what the plan's description
 #: says where the plan took it).
 REPLANNED = {"kljit_c_e16": ("logits:jit.e16", "(E16)"),
-             "kljit_c_promoted": ("logits:jit.128.2.6.g.1.r", "128x128 s6 g pr")}
+             "kljit_c_promoted": ("logits:jit.128.2.6.g.1.r", "128x128 s6 g pr"),
+             "kljit_c_stats": ("logits:jit.stats", "in the logits GEMM's epilogue")}
 
 
 def replanned(call: Any, gemm: str, marker: str) -> Any:

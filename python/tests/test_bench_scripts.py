@@ -141,6 +141,12 @@ class CompareTest(unittest.TestCase):
             self.assertTrue(callable(fn) and why == "")
         self.assertEqual(compare.REPLANNED["kljit_c_promoted"][0], "logits:jit.128.2.6.g.1.r")
         self.assertNotIn("kljit_c_promoted", compare.DENSE_DEFAULT)
+        # the statistics epilogue alone: dense and sparse shapes (the sparse teacher's forward KL)
+        for shape in (compare.DENSE_SHAPES[3], compare.SPARSE_SHAPES[1]):
+            fn, why = compare.build_method(env, "kljit_c_stats", shape, args, {})
+            self.assertTrue(callable(fn) and why == "")
+        self.assertEqual(compare.REPLANNED["kljit_c_stats"][0], "logits:jit.stats")
+        self.assertNotIn("kljit_c_stats", compare.DENSE_DEFAULT + compare.SPARSE_DEFAULT)
         # the online JSD through the opt-in epilogues: a C call each, sped up over Liger's JSD
         for m, gemm in (("kljit_jsd_e16", "logits:jit.e16"), ("kljit_jsd_stats", "logits:jit.stats")):
             fn, why = compare.build_online_method(env, m, args)
