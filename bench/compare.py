@@ -697,8 +697,6 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     if method == "kljit_c":
         return c_call(config), ""
     if method in REPLANNED:
-        if method == "kljit_c_e16" and shape.sparse:
-            return None, "E16 takes a dense teacher"
         return c_call(config, REPLANNED[method]), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""

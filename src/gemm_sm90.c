@@ -258,6 +258,11 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_hard = k.gemm_e16 && v->stats.hard;
   /* TMODE (the rows' field, E16's here): runtime reads 1 / T from the header */
   k.tmode = k.gemm_e16 ? v->stats.tmode : KLJIT_TEMPERATURE_CONSTANT;
+  if (k.gemm_e16 && v->stats.topk > 0) { /* the sparse teacher's support (TOPK, IDT, VDT, VALUES) */
+    /* (tdt is the GEMM's IN: the values' dtype goes where a dense teacher's would) */
+    k.topk = v->stats.topk, k.idt = v->stats.idt, k.gemm_stats_tdt = v->stats.vdt;
+    k.values = v->stats.values;
+  }
   return k;
 }
 
@@ -357,6 +362,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.labels = a->epi.labels, k.labels_is64 = a->epi.labels_is64;
   k.hdr = a->epi.hdr;
   k.teacher_bias = a->epi.tbias;
+  k.teacher_ids = a->epi.ids, k.teacher_values = a->epi.vals;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

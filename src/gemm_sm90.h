@@ -38,6 +38,12 @@ typedef struct jgemm_stats {
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
   kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the header (jgemm_epi.hdr), t 1 */
+  /* "sparse" with E16: the support the epilogue reads (jgemm_epi.ids, .vals) for the loss's
+   * exact cross term */
+  int topk;             /* K, ids and values a row */
+  kljit_dtype idt;      /* the ids' dtype (INT32 | INT64) */
+  kljit_dtype vdt;      /* the values' dtype */
+  const char *values;   /* "probs" | "logprobs" */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -148,6 +154,8 @@ typedef struct jgemm_epi {
   int labels_is64;
   const float *hdr;     /* stats.tmode RUNTIME: the plan header (record hdr's inv_t) */
   const void *tbias;    /* stats.tbdt: the online teacher's bias bt[N] */
+  const void *ids;      /* stats "sparse" with E16: the sparse teacher's ids (row0 + r) ... */
+  const void *vals;     /* ... and values, topk a row */
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

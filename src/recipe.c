@@ -262,15 +262,14 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
-    if (e16)
-      return "a dense teacher only under E16 (the sparse teacher's support logits are gathered "
-             "exactly from the fp32 logits: logits:jit.stats takes its statistics)";
     if (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET)
       return "the sparse teacher's forward KL with tail none or renorm only (the bucket tail and "
              "the other divergences keep the support's columns apart)";
-    if (pb->hard_weight > 0.0 || pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
-        pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT)
-      return "the sparse teacher without a hard-label CE, softcap, bias or per-call temperature";
+    if (pb->hard_weight > 0.0) return "the sparse teacher without a hard-label CE";
+    if (!e16 && (pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
+                 pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT))
+      return "the sparse teacher without a softcap, bias or per-call temperature (E16 takes "
+             "them)";
   } else if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS &&
              pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
              pb->teacher != KLJIT_TEACHER_DENSE_LOGITS &&
@@ -311,20 +310,25 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
   const int tlogits = hidden || pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
   geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
-  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) { /* the student's statistics alone */
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    /* the student's statistics alone; under E16 also the support's exact part of the loss,
+     * from its ids and values (the rows' x is fp16: their gathered scores would not be exact) */
     v->stats.teacher = "sparse";
-    v->stats.t = pb->temperature;
-    return; /* (stats_unfit refused E16) */
+    if (e16) {
+      v->stats.topk = (int)pb->topk, v->stats.idt = pb->topk_id_dtype;
+      v->stats.vdt = pb->teacher_dtype, v->stats.values = names_topk_values(pb->topk_values);
+    }
+  } else {
+    v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);
+    v->stats.tdt = hidden ? KLJIT_FP32 : pb->teacher_dtype;
+    v->stats.tld = hidden ? geo->ld : prob_teacher_ld(pb);
+    v->stats.tchunk = hidden;
+    v->stats.tbdt = hidden && (pb->flags & KLJIT_FLAG_TEACHER_BIAS) ? pb->teacher_dtype
+                                                                     : (kljit_dtype)0;
+    /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
+    v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
+    v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
   }
-  v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);
-  v->stats.tdt = hidden ? KLJIT_FP32 : pb->teacher_dtype;
-  v->stats.tld = hidden ? geo->ld : prob_teacher_ld(pb);
-  v->stats.tchunk = hidden;
-  v->stats.tbdt = hidden && (pb->flags & KLJIT_FLAG_TEACHER_BIAS) ? pb->teacher_dtype
-                                                                   : (kljit_dtype)0;
-  /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
-  v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
-  v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
   if (!e16) return;

@@ -81,6 +81,12 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->gemm_hard) out[n++] = pb("HARD", 1);
     if (k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
+    if (k->gemm_e16 && k->topk > 0) { /* the sparse teacher's support, read under E16 */
+      out[n++] = pi("TOPK", k->topk);
+      out[n++] = ps("IDT", names_dtype_tag(k->idt));
+      out[n++] = ps("VDT", names_dtype_tag(k->gemm_stats_tdt));
+      out[n++] = ps("VALUES", k->values);
+    }
   }
   return n;
 }
@@ -159,6 +165,7 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->hard > 0.0 && k->lsmooth > 0.0) out[n++] = pn("LSMOOTH", k->lsmooth);
     if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
     if (k->merge_block) out[n++] = ps("MERGE", "block");
+    if (k->etile) out[n++] = pi("ETILE", k->etile);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

@@ -260,6 +260,11 @@
 %-- the dense teacher's tile: tile_stats's parameter and its caller's argument (none: sparse)
 %local TEP = TEACH and " const teach_t* __restrict__ teacher," or ""
 %local TEA = TEACH and " teacher," or ""
+%-- ... the sparse teacher's support in its place under E16 (tile_e16's)
+%if SPARSE and P.E16 == true then
+%  TEP = " const id_t* __restrict__ ids, const val_t* __restrict__ vals,"
+%  TEA = " ids, vals,"
+%end
 %if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
 %                              P.TSOFTCAP < math.huge) then
 %  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
@@ -267,11 +272,20 @@
 %if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
-%if P.E16 ~= nil and SPARSE then
-%  reject("E16 needs a dense teacher's STATS: the sparse teacher's support logits are gathered "
-%         .. "exactly from C, which E16 would replace with fp16 scores")
-%end
 %local E16 = P.E16 == true
+%-- the sparse teacher's support under E16: its ids and values, read in the epilogue
+%local SUPPORT = SPARSE and E16
+%if SUPPORT then
+%  if math.type(P.TOPK) ~= "integer" or P.TOPK < 1 or P.TOPK > 1024 then
+%    reject("TOPK must be in [1, 1024] (STATS sparse with E16: the support's size)")
+%  end
+%  if not one_of(P.IDT, { "i32", "i64" }) then reject("IDT must be i32 or i64") end
+%  if not one_of(P.VDT, { "f32", "bf16", "f16" }) then reject("VDT must be f32, bf16 or f16") end
+%  if not one_of(P.VALUES, { "probs", "logprobs" }) then reject("VALUES must be probs or logprobs") end
+%  if P.HARD then reject("HARD with STATS sparse: the sparse teacher's CE is not in the epilogue") end
+%elseif P.TOPK ~= nil or P.IDT ~= nil or P.VDT ~= nil or P.VALUES ~= nil then
+%  reject("TOPK, IDT, VDT and VALUES need STATS sparse with E16 (the support read in the epilogue)")
+%end
 %if P.BDT ~= nil and not E16 then
 %  reject("BDT needs E16 (the scores the tile's E is made of)")
 %end
@@ -348,17 +362,25 @@
 %      { "labels", "const void* __restrict__" }, { "labels_is64", "int" } })
 %  end
 %  if RUNTIME_T then gemm_args = iface.args(gemm_args, { { "hdr", "const float* __restrict__" } }) end
+%  if SUPPORT then
+%    gemm_args = iface.args(gemm_args, {
+%      { "ids", "const id_t* __restrict__", role = "teacher_ids" },
+%      { "vals", "const val_t* __restrict__", role = "teacher_values" } })
+%  end
 %end
 %if P.TBDT then
 %  gemm_args = iface.args(gemm_args, {
 %    { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" } })
 %end
+%-- the record the epilogue writes: the dense rows', or the sparse rows' (E16's with the support's
+%-- part of the loss)
+%local STATS_REC = SPARSE and (E16 and iface.SPARSE_E16_PART or iface.SPARSE_PART)
+%                  or iface.DENSE_PART
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
 %    smem = SMEM, args = gemm_args },
-%}, STATS and (RUNTIME_T and { iface.HDR, iface.DENSE_PART }
-%               or { SPARSE and iface.SPARSE_PART or iface.DENSE_PART }) or nil)
+%}, STATS and (RUNTIME_T and { iface.HDR, STATS_REC } or { STATS_REC }) or nil)
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -377,6 +399,11 @@ typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t"
 typedef {{ P.TBDT == "f32" and "float" or P.TBDT == "bf16" and "bf16_t" or "f16_t" }} tbias_t;
 %  end
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
+%  if SUPPORT then
+typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
+typedef {{ P.VDT == "f32" and "float" or P.VDT == "bf16" and "bf16_t" or "f16_t" }} val_t;
+#define TOPK {{ P.TOPK }}
+%  end
 /* teacher logits' 1 / TT: TT's, or (absent) T's as the caller has it (inv_t) */
 #define STATS_INV_TT(inv_t) ({{ P.TT and f32(1.0 / P.TT) or "(inv_t)" }})
 %  if P.BDT then
@@ -606,9 +633,11 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
  * writes m, d = sd and the teacher's part (tile_teacher): its mass, with pass 1's neutral
  * teacher (max, sum-exp), or the teacher logits' (max, sum-exp) with sp 0, as pass 1 writes
  * them, for the rows below M. */
-%-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row
-%local CEP = HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or ""
-%local CEA = HARD and ", mh, dh, zy" or ""
+%-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row;
+%-- SUPPORT the sparse teacher's support sums (tile_support)
+%local CEP = (HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or "")
+%  .. (SUPPORT and ", float (&ps)[2], float (&pw)[2]" or "")
+%local CEA = (HARD and ", mh, dh, zy" or "") .. (SUPPORT and ", ps, pw" or "")
 __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], const tstat_t& ts,
                                              int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
@@ -622,6 +651,12 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     dh[h] += __shfl_xor_sync(0xffffffffu, dh[h], 2);
     zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 1); /* one lane's at most: exact */
     zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 2);
+%end
+%if SUPPORT then
+    ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 1);
+    ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 2);
+    pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 1);
+    pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 2);
 %end
   }
   if (lane % 4) return;
@@ -641,6 +676,9 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
      * (templates/sparse_rows.cu.lua's pass 1 without a bitmap), so all of d is off it */
     (void)ts;
     v[PART_M] = m[h], v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];
+%  if SUPPORT then
+    v[PART_PS] = ps[h], v[PART_PW] = pw[h]; /* the support's part of the loss (tile_support) */
+%  end
 %elseif TLOGITS then
     v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = 0.0f; /* sum p = 1: row_finish's */
     v[PART_MT] = ts.a[h], v[PART_DT] = ts.b[h];
@@ -744,6 +782,102 @@ __device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
   }
 }
 
+%  if SUPPORT then
+/* The sparse teacher's part of the records of this consumer warp's 16 rows r0 + j in the tile
+ * (E16), so that pass 2 takes the loss's cross term sum_k p_k (s_k - lse) from the exact fp32
+ * scores rather than from x's fp16. The warp marks the support's columns c0 .. c0 + BN below N
+ * of its rows in a bitmap of its own in shared memory (`map`, 16 rows of BN / 32 words), from
+ * the rows' TOPK ids (KR a lane, BATCH rows' loads in flight at once; the map is the staged
+ * epilogue's scratch, or static shared memory); each lane then tests its
+ * fragment's columns (the accumulators by constant index, as everywhere else), and for each
+ * marked one (about one in V / TOPK; a ballot) the warp finds its ids among the row's and sums
+ * their p (the value, or exp of a log-probability, as the rows' gather takes it; duplicates each
+ * count, as there) in a fixed order; the element's lane adds p (s - m) to its ps and p to its pw
+ * (m its row's tile max). The quad's lanes are summed in tile_records. */
+__device__ __forceinline__ void tile_support(const float* d, int r0, int c0, int M, int N,
+                                             const id_t* __restrict__ ids,
+                                             const val_t* __restrict__ vals, i64 row0, int lane,
+                                             const float (&m)[2], float (&ps)[2], float (&pw)[2],
+                                             unsigned char* scratch) {
+  /* at most 8 ids in flight a lane: QB of a row's KR runs of 32, BATCH rows at once */
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 8 ? KR : 8, BATCH = 8 / QB;
+%    if STAGED then
+  u32* map = reinterpret_cast<u32*>(scratch); /* the staged epilogue's, which E16 leaves unused */
+%    else
+  /* static: no pointer held through the mainloop (the pingpong consumer's registers are full) */
+  __shared__ u32 maps[4 * {{ WGS }}][16 * W];
+  u32* map = maps[threadIdx.x / 32 - 4];
+  (void)scratch;
+%    end
+  for (int i = lane; i < 16 * W; i += 32) map[i] = 0u;
+  __syncwarp();
+#pragma unroll 1
+  for (int j0 = 0; j0 < 16; j0 += BATCH)
+#pragma unroll 1
+    for (int q0 = 0; q0 < KR; q0 += QB) {
+      int col[BATCH][QB]; /* the tile's column of id 32 (q0 + q) + lane of row j0 + b, or -1 */
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+          const int k = 32 * (q0 + q) + lane;
+          const bool in = j0 + b < 16 && r0 + j0 + b < M && k < TOPK;
+          const i64 id = in ? (i64)ids[(row0 + r0 + j0 + b) * TOPK + k] : -1;
+          col[b][q] = id >= c0 && id < (i64)c0 + BN && id < N ? (int)(id - c0) : -1;
+        }
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++)
+          if (col[b][q] >= 0) atomicOr(&map[(j0 + b) * W + col[b][q] / 32], 1u << (col[b][q] % 32));
+    }
+  __syncwarp();
+  const int q4 = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    u32 w[W], mine = 0u;
+#pragma unroll
+    for (int t = 0; t < W; t++) {
+      w[t] = map[(lane / 4 + 8 * h) * W + t];
+      mine |= w[t] & (0x03030303u << (2 * q4)); /* columns 8 i + 2 q4 + {0, 1} */
+    }
+    if (!__any_sync(0xffffffffu, mine != 0u)) continue; /* the common case: none in these rows */
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        u32 hits = __ballot_sync(0xffffffffu, (w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u);
+        const float sc = d[4 * i + 2 * h + e];
+        while (hits) {
+          const int src = __ffs(hits) - 1;
+          hits &= hits - 1;
+          /* the marked element of lane src: its row and column; every lane looks at its ids */
+          const i64 rs = row0 + r0 + src / 4 + 8 * h;
+          const int c = c0 + 8 * i + 2 * (src % 4) + e;
+          float p = 0.0f;
+#pragma unroll 1
+          for (int k = lane; k < TOPK; k += 32) /* (not unrolled: once per marked element) */
+            if ((i64)ids[rs * TOPK + k] == c) {
+%    if P.VALUES == "logprobs" then
+              p += fexp(to_f32(vals[rs * TOPK + k]));
+%    else
+              p += to_f32(vals[rs * TOPK + k]);
+%    end
+            }
+#pragma unroll
+          for (int o = 16; o > 0; o /= 2) p += __shfl_xor_sync(0xffffffffu, p, o);
+          /* a -inf score (a masking bias) stays -inf: the loss is +inf, as the gather makes it */
+          if (lane == src && p != 0.0f) {
+            ps[h] += p * (sc == KL_NEG_INF ? KL_NEG_INF : sc - m[h]);
+            pw[h] += p;
+          }
+        }
+      }
+  }
+  __syncwarp(); /* the map's reads are done before the next tile clears it */
+}
+
+%  end
 /* E16: this consumer warp's 16 rows of the tile as fp16 x = s - m at E + row lde + col, from
  * the scores d (tile_scores). With part (fused, forward): m the row's max over the tile, and
  * the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of exp(x) of the
@@ -752,21 +886,28 @@ __device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
  * is 0 and its x is never read), no records. One loop stores x for both, so that one function's
  * registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
-                                         const teach_t* __restrict__ teacher,{{ TBP }}
+                                        {{ TEP }}{{ TBP }}
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
                                          int lane, f16_t* __restrict__ E, i64 lde,
 %if HARD then
                                          const void* __restrict__ labels, int labels_is64,
 %end
-                                         const float* __restrict__ rowstat, int rsf, float inv_t) {
+                                         const float* __restrict__ rowstat, int rsf,
+                                         float inv_t{{ SUPPORT and ", unsigned char* scratch" or "" }}) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
   tstat_t ts = {};
+%if SUPPORT then
+  if (part) {
+    tile_row_max(d, col, N, 1.0f, m);
+  } else {
+%else
   if (part) {
     ts = tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(inv_t));
     tile_row_max(d, col, N, 1.0f, m);
   } else {
+%end
 #pragma unroll
     for (int h = 0; h < 2; h++)
       m[h] = row + 8 * h < M ? rowstat[(row0 + row + 8 * h) * rsf] : 0.0f;
@@ -849,6 +990,11 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
     }
 %if HARD then
   const float mh[2] = {m[0] * tz, m[1] * tz};
+%end
+%if SUPPORT then
+  /* the support's sums (part only), after E's stores: fewer registers live through them */
+  float ps[2] = {0.0f, 0.0f}, pw[2] = {0.0f, 0.0f};
+  if (part) tile_support(d, r0, c0, M, N, ids, vals, row0, lane, m, ps, pw, scratch);
 %end
   if (part) tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
@@ -1280,8 +1426,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
       for (int ms = 0; ms < MS; ms++) {
         tile_scores(d[ms], tn * BN, N, alpha, inv_t,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                 teacher,{{ TBA }} part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
-                 rowstat, rsf, inv_t);
+                {{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
+                 rowstat, rsf, inv_t{{ SUPPORT and ", scratch" or "" }});
       }
 %else
 %if STATS then

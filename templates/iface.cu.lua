@@ -81,6 +81,12 @@
 %-- the sparse teacher's forward KL (STATS sparse: m, d_on = 0, d_off = the tile's sum-exp).
 %M.SPARSE_PART = { name = "part", floats = 8,
 %                  slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%-- ... and the record the logits GEMM's E16 epilogue writes for it (STATS sparse with E16), which
+%-- the sparse rows read under ETILE: slots 5 and 6 (the support's own max and sum-exp, which
+%-- only the renormalized divergences keep, out of E16's scope) hold the support's part of the
+%-- loss instead: ps = sum p_k (s_k - m) and pw = sum p_k over the tile's support columns.
+%M.SPARSE_E16_PART = { name = "part", floats = 8,
+%                      slots = { "m", "d_on", "d_off", "mh", "dh", "ps", "pw", "S" } }
 %-- The index of slot `name` of record `rec`.
 %function M.slot(rec, name)
 %  for i, s in ipairs(rec.slots) do

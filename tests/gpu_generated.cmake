@@ -26,6 +26,11 @@ set_property(TEST ${fused_stats_sparse} APPEND PROPERTY ENVIRONMENT
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_e16.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_e16)
 set_property(TEST ${fused_e16} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")
+# ... and the sparse suite (the forward KL with tail none or renorm takes it). `ctest -R
+# gpu.fused_e16.sparse`.
+kljit_test_cases(EXE gpu_sparse SOURCE gpu_sparse.c PREFIX gpu.fused_e16.sparse LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_e16_sparse)
+set_property(TEST ${fused_e16_sparse} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")
 # The dense suite again with the logits GEMM's accumulator promoted every 256 of K (flag r, the
 # cooperative 128 x 128 variant: KLJIT_GEMM=logits:jit.128.2.6.g.1.r; the loss's precision,
 # bench/accumulation_precision.py). `ctest -R gpu.promoted`.

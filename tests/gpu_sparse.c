@@ -299,16 +299,18 @@ static int ce_mixing_and_softcap_every_tail_and_mode(void) {
   return fold(worst, gcase_check(&c));
 }
 
-/* The logits GEMM's statistics epilogue for the sparse teacher (KLJIT_GEMM=all:jit,
- * logits:jit.stats, sm_90): the plan says the row statistics come from the logits GEMM for the
- * forward KL with tail none and renorm (the student's (max, sum-exp) per row and column tile,
- * merged by pass 2's block; kl_sparse_stats not launched), and the loss, dX and dW match the
+/* The logits GEMM's statistics epilogue for the sparse teacher (sm_90): the plan (KLJIT_GEMM =
+ * `gemm`) says the row statistics come from the logits GEMM (its description has `marker`) for
+ * the forward KL with tail none and renorm (the student's (max, sum-exp) per row and column
+ * tile, merged by pass 2's block; kl_sparse_stats not launched), and the loss, dX and dW match the
  * fp64 reference within the suite's bounds: both tails and value forms, bf16 and fp16, ragged
  * and long vocabularies (a tile past V), T != 1, ignored rows, logits of standard deviation 2 to
  * 12 over three chunks, K from 1 to 1000, fused and two-phase (whose backward computes none);
- * the bucket tail keeps the row kernels' pass and stays right. Skips before sm_90. */
-static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
-  setenv("KLJIT_GEMM", "all:jit,logits:jit.stats", 1);
+ * the bucket tail keeps the row kernels' pass and stays right. E16 (the rows read the GEMM's
+ * fp16 scores; the loss's cross term from the support the epilogue read) also: a bias, a logit
+ * cap and a per-call T, in its scores. Skips before sm_90. */
+static int epilogue_cases(const char *gemm, const char *marker, int e16) {
+  setenv("KLJIT_GEMM", gemm, 1);
   kljit_context *ctx;
   int worst = gpu_test_context(&ctx);
   if (worst == TH_PASS) {
@@ -319,8 +321,7 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
       kljit_plan *plan;
       TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
       const char *d = kljit_plan_describe(plan);
-      const int on = strstr(d, "in the logits GEMM's epilogue") != NULL &&
-                     strstr(d, "(no kl_sparse_stats)") != NULL;
+      const int on = strstr(d, marker) != NULL && strstr(d, "(no kl_sparse_stats)") != NULL;
       const int why = strstr(d, "tail none or renorm only") != NULL;
       if (strstr(d, "(sm_90") == NULL) worst = TH_SKIP;
       else if (on != (tail < 3) || why != (tail == 3)) {
@@ -332,7 +333,7 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
     }
   }
   static const int64_t vs[] = {1000, 32001, 128256, 50257};
-  for (int k = 0; k < 14 && worst != TH_SKIP; k++) {
+  for (int k = 0; k < (e16 ? 18 : 14) && worst != TH_SKIP; k++) {
     gcase c = sparse_base();
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
     c.tail = k % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_NONE;
@@ -354,11 +355,22 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
     if (k == 11) c.fused = 0, c.T = 0.5;
     if (k == 12) c.tail = KLJIT_TAIL_BUCKET; /* the row kernels' pass 1 */
     if (k == 13) c.v = 128256, c.n = 600, c.zstd = 6.0, c.k = 100;
+    /* E16's scores: a bias, fused and two-phase; a logit cap of 30 (logits of std 30, as the
+     * suite caps them); a per-call T */
+    if (k == 14 || k == 15) c.bias = 1, c.fused = k == 14, c.red = KLJIT_REDUCTION_BATCHMEAN;
+    if (k == 16) c.zstd = 30.0, c.softcap = 30.0;
+    if (k == 17) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = 0;
     worst = fold(worst, gcase_check(&c));
     unsetenv("KLJIT_CHUNK_ROWS");
   }
   unsetenv("KLJIT_GEMM");
   return worst;
+}
+static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
+  return epilogue_cases("all:jit,logits:jit.stats", "in the logits GEMM's epilogue", 0);
+}
+static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
+  return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }
 
 static const th_case cases[] = {
@@ -374,5 +386,7 @@ static const th_case cases[] = {
     {"unchecked_out_of_range_id_does_not_fault", unchecked_out_of_range_id_does_not_fault},
     {"statistics_in_the_logits_gemm_epilogue_match_reference",
      statistics_in_the_logits_gemm_epilogue_match_reference},
+    {"e16_in_the_logits_gemm_epilogue_matches_reference",
+     e16_in_the_logits_gemm_epilogue_matches_reference},
 };
 TH_MAIN(cases)

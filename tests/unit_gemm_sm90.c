@@ -442,20 +442,32 @@ static int the_online_teachers_logits_feed_the_epilogue(void) {
   return TH_PASS;
 }
 
-/* The sparse teacher's statistics (issue 27 coverage): STATS sparse reads no teacher (no
+/* The sparse teacher's statistics (issue 27 coverage): STATS sparse reads no teacher tile (no
  * teacher argument, no TDT or TLD, no prefetch) and writes the sparse rows' record, as its pass 1
- * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off; both
- * schedules and epilogues compile for sm_90a. E16 and a teacher's dtype or stride are refused
- * with it. */
+ * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off. With E16 it
+ * also reads the support (ids, values: the last two arguments, roles teacher_ids and
+ * teacher_values; TOPK, IDT, VDT, VALUES) for the loss's exact cross term, in E16's record
+ * (slots ps, pw). Both schedules and epilogues compile for sm_90a; a CE with it, E16 without
+ * the support's size, or a teacher's dtype and stride, are refused with a sentence. */
 static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 4; i++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
-    if (i == 1) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
-    v.stats.teacher = "sparse", v.stats.t = i ? 0.5 : 1.0;
+    if (i % 2) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "sparse", v.stats.t = i == 1 ? 0.5 : 1.0;
+    const int e16 = i >= 2;
+    if (e16) { /* i 2: 100 int32 ids, bf16 probabilities; 3: 1000 int64, fp32 log-probs,
+                * a bias and a per-call T */
+      v.stats.e16 = 1, v.stats.topk = i == 2 ? 100 : 1000;
+      v.stats.idt = i == 2 ? KLJIT_INT32 : KLJIT_INT64;
+      v.stats.vdt = i == 2 ? KLJIT_BF16 : KLJIT_FP32;
+      v.stats.values = i == 2 ? "probs" : "logprobs";
+      if (i == 3) v.stats.bdt = KLJIT_BF16, v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+    }
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     printf("  %s\n", what);
     TH_CHECK(strstr(what, " stats:sparse") != NULL && strstr(what, "sparse.") == NULL);
+    TH_CHECK((strstr(what, "+e16") != NULL) == e16);
     const kspec k = jgemm_spec(&v);
     strbuf src = {0}, man = {0};
     TH_OK(kspec_render_iface(&k, &src, &man));
@@ -463,22 +475,33 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == 10);
+    TH_CHECK(g && g->nargs == (e16 ? (i == 3 ? 18 : 16) : 10));
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "row0"));
+    if (e16) {
+      TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 2]), "teacher_ids"));
+      TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 1]), "teacher_values"));
+    }
     const kiface_record *r = kiface_record_find(&m, "part");
-    TH_CHECK(m.nrec == 1 && r && r->floats == 8 && r->nslots == 8 &&
-             !strcmp(r->slot[1], "d_on") && !strcmp(r->slot[2], "d_off"));
+    TH_CHECK(r && r->floats == 8 && r->nslots == 8 && !strcmp(r->slot[1], "d_on") &&
+             !strcmp(r->slot[2], "d_off"));
+    TH_CHECK(!strcmp(r->slot[5], e16 ? "ps" : "mo") && !strcmp(r->slot[6], e16 ? "pw" : "dno"));
     TH_CHECK(strstr(src.data, "v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];") != NULL);
+    TH_CHECK((strstr(src.data, "tile_support(d, r0, c0") != NULL) == e16);
+    TH_CHECK((strstr(src.data, "p += fexp(to_f32(vals[rs * TOPK + k]));") != NULL) == (i == 3));
     TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
              strstr(src.data, "prefetch_teacher") == NULL);
     sb_free(&src), sb_free(&man);
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
-  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1;
-  TH_CHECK(refused(v, "E16 needs a dense teacher's STATS") == TH_PASS);
-  v.stats.e16 = 0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000; /* jgemm_spec passes them on */
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1, v.stats.hard = 1;
+  v.stats.topk = 10, v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
+  TH_CHECK(refused(v, "HARD with STATS sparse") == TH_PASS);
+  v.stats.hard = 0, v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
+  TH_CHECK(refused(v, "TOPK must be in [1, 1024]") == TH_PASS);
+  v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000;
   TH_CHECK(refused(v, "STATS sparse reads no teacher tile") == TH_PASS);
   return TH_PASS;
 }

@@ -634,11 +634,12 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (a shard; the sparse teacher; sm_80): neither */
+  /* out of scope (a shard; the sparse teacher's bucket tail; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
     if (k == 1) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    if (k == 1) pb.tail = KLJIT_TAIL_BUCKET;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
@@ -652,32 +653,46 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
 /* The sparse top-K teacher's forward KL with tail none or renorm (issue 27 coverage): under
  * logits:jit.stats the generated logits GEMM writes the sparse rows' pass-1 records (STATS
  * sparse: no teacher tile, so neither TDT nor TLD) and pass 2 merges them with the block (MERGE
- * block), nothing else of the rows changing; both modules declare the same record, and the rows
- * compile for sm_90. Out of that scope (the bucket tail and the other divergences keep the
- * support's columns apart; the CE, a softcap, a bias or a per-call T are E16's, which the sparse
- * teacher does not take) the recipe is the plain one and says why. */
+ * block), nothing else of the rows changing. Under logits:jit.e16 (E16) the GEMM also reads the
+ * support (TOPK, IDT, VDT, VALUES: the loss's exact cross term) and the rows read its fp16 scores
+ * (ETILE, LOGIT f16, LDG = LD, no INPLACE), a bias, a softcap and a per-call T taken in the
+ * epilogue. Both modules declare the same record, and the rows compile for sm_90. Out of that
+ * scope (the bucket tail and the other divergences keep the support's columns apart; the CE; a
+ * softcap, a bias or a per-call T without E16) the recipe is the plain one and says why. */
 static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 4; k++) {
+    const int e16 = k >= 2;
     kljit_problem pb = base(4096, 128256);
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
-    if (k == 1) {
+    if (k % 2) {
       pb.tail = KLJIT_TAIL_RENORM, pb.topk_values = KLJIT_TOPK_LOGPROBS;
       pb.teacher_dtype = KLJIT_FP32, pb.temperature = 2.0;
     }
+    if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.softcap = 30.0, pb.topk_id_dtype = KLJIT_INT64;
     TH_OK(prob_validate(&pb, "stats"));
     recipe r, plain;
-    TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.stats", TP, &r));
-    TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
+    TH_OK(stats_recipe(&pb, 90, e16 ? "logits:jit.e16" : "all:jit,logits:jit.stats", TP, &r));
+    TH_OK(stats_recipe(&pb, 90, e16 ? "" : "all:jit", TP, &plain));
     const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
     TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
     TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, "sparse") &&
              g->spec.gemm_stats_tld == 0 && g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(g->spec.gemm_e16 == e16 && r.geom.e16 == e16);
+    TH_CHECK(g->spec.topk == (e16 ? 100 : 0));
+    if (e16)
+      TH_CHECK(g->spec.idt == pb.topk_id_dtype && g->spec.gemm_stats_tdt == pb.teacher_dtype &&
+               !strcmp(g->spec.values, k == 3 ? "logprobs" : "probs") &&
+               g->spec.softcap == pb.softcap && g->spec.gemm_stats_bdt == (k == 3 ? pb.weight_dtype : 0));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + g->variant.bn - 1) / g->variant.bn);
     TH_CHECK(r.geom.rows.family == KSPEC_SPARSE_ROWS && r.geom.rows.merge_block == 1 &&
              plain.geom.rows.merge_block == 0 && plain.geom.stats_tiles == 0);
+    TH_CHECK(r.geom.rows.etile == (e16 ? g->variant.bn : 0));
+    if (e16) /* the fp16 scores: G over them, twice the rows a chunk */
+      TH_CHECK(r.geom.rows.logit == KLJIT_FP16 && r.geom.rows.ldg == r.geom.ld &&
+               !r.geom.rows.inplace && r.geom.tune.chunk_rows > plain.geom.tune.chunk_rows);
     kspec want_rows = plain.geom.rows;
     want_rows.merge_block = 1;
-    TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
+    if (!e16) TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
     TH_OK(recipe_check(&r));
     strbuf gs = {0}, gm = {0}, rs = {0}, rm = {0}, cubin = {0}, log = {0};
     TH_OK(kspec_render_iface(&g->spec, &gs, &gm));
@@ -688,10 +703,13 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     const kiface_record *a = kiface_record_find(&mg, "part"), *b = kiface_record_find(&mr, "part");
     TH_CHECK(a && b && a->floats == b->floats && a->nslots == b->nslots);
     for (int i = 0; i < a->nslots; i++) TH_CHECK(!strcmp(a->slot[i], b->slot[i]));
+    TH_CHECK(!strcmp(a->slot[5], e16 ? "ps" : "mo"));
     TH_CHECK(strstr(rs.data, "acc_of(part + ") != NULL);
+    TH_CHECK((strstr(rs.data, "l = block_sum<THREADS>(l, sh_f) - ps") != NULL) == e16);
+    TH_CHECK(kiface_find(&mr, KSTEP_STATS) == NULL || !e16); /* E16: no pass 1 at all */
     TH_OK(nvrtc_compile(rs.data, "rows-sparse-merge", 90, &cubin, &log));
-    printf("  tail %s: %d records a row, rows cubin %zu bytes\n", k ? "renorm" : "none",
-           r.geom.stats_tiles, cubin.len);
+    printf("  %s, tail %s: %d records a row, rows cubin %zu bytes\n", e16 ? "e16" : "stats",
+           k % 2 ? "renorm" : "none", r.geom.stats_tiles, cubin.len);
     TH_CHECK(cubin.len > 4096);
     sb_free(&gs), sb_free(&gm), sb_free(&rs), sb_free(&rm), sb_free(&cubin), sb_free(&log);
   }
@@ -707,7 +725,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
       case 2: pb.hard_weight = 0.5; break;
       case 3: pb.softcap = 30.0; break;
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
-      default: choice = "all:jit,logits:jit.e16"; break;
+      default: pb.hard_weight = 0.5, choice = "logits:jit.e16"; break;
     }
     TH_OK(prob_validate(&pb, "stats"));
     recipe r;
@@ -715,7 +733,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
     TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
              r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(strstr(r.stats_why, k == 5 ? "E16" : k < 2 ? "tail none or renorm" : "without") !=
+    TH_CHECK(strstr(r.stats_why, k < 2 ? "tail none or renorm" : k == 2 || k == 5 ? "CE" : "E16 takes") !=
              NULL);
   }
   return TH_PASS;
