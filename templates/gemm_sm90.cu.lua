@@ -329,6 +329,12 @@
 %-- dynamic shared memory: the ring, the staged epilogue's scratch, and the slack to align the
 %-- ring to 1024 bytes
 %local SMEM = P.STAGES * STAGE_BYTES + SCRATCH + 1024
+%-- STATS sparse with E16 and no staged scratch: each consumer warp's support bitmap is static
+%-- shared memory (tile_support), beside the barriers' 1 KB
+%if SUPPORT and not STAGED and SMEM + WGS * 4 * 16 * (BN // 32) * 4 + 1024 > 227 * 1024 then
+%  reject("STAGES x (BM + BN) x 128 bytes and the support's bitmaps (STATS sparse with E16) "
+%         .. "exceed the 227 KB of shared memory")
+%end
 %local THREADS = 128 * (1 + WGS)
 %local CONSUMER_REGS = WGS == 2 and 232 or 240
 %include("common.cu.lua")

@@ -500,6 +500,8 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
   TH_CHECK(refused(v, "HARD with STATS sparse") == TH_PASS);
   v.stats.hard = 0, v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
   TH_CHECK(refused(v, "TOPK must be in [1, 1024]") == TH_PASS);
+  v.stats.topk = 10, v.stats.e16 = 1, v.stages = 7; /* 224 KB of ring: no room for the bitmaps */
+  TH_CHECK(refused(v, "the support's bitmaps (STATS sparse with E16)") == TH_PASS);
   v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
   v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000;
   TH_CHECK(refused(v, "STATS sparse reads no teacher tile") == TH_PASS);
