@@ -265,11 +265,13 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
     if (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET)
       return "the sparse teacher's forward KL with tail none or renorm only (the bucket tail and "
              "the other divergences keep the support's columns apart)";
-    if (pb->hard_weight > 0.0) return "the sparse teacher without a hard-label CE";
-    if (!e16 && (pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
+    if (pb->hard_weight > 0.0 && pb->label_smoothing > 0.0)
+      return "the sparse teacher's CE without label smoothing (its sum of z' has no slot in the "
+             "epilogue's record)";
+    if (!e16 && (pb->hard_weight > 0.0 || pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
                  pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT))
-      return "the sparse teacher without a softcap, bias or per-call temperature (E16 takes "
-             "them)";
+      return "the sparse teacher without a hard-label CE, softcap, bias or per-call temperature "
+             "(E16 takes them)";
   } else if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS &&
              pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
              pb->teacher != KLJIT_TEACHER_DENSE_LOGITS &&

@@ -115,6 +115,9 @@
 %--             S, 0 elsewhere: the rows sum it over the tiles), exact in fp32, which E's x is not.
 %--             Label smoothing needs nothing more here: the rows' pass 2 sums z' from E (its
 %--             roundings, to nearest, average out over V) and takes (1 - ls) z'_y from slot S.
+%--             STATS sparse: the same slots of its record (not with label smoothing: the sparse
+%--             rows' pass 2 of forward reads no column off the support, so its sum of z' would
+%--             need a ninth slot).
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)
@@ -282,7 +285,6 @@
 %  if not one_of(P.IDT, { "i32", "i64" }) then reject("IDT must be i32 or i64") end
 %  if not one_of(P.VDT, { "f32", "bf16", "f16" }) then reject("VDT must be f32, bf16 or f16") end
 %  if not one_of(P.VALUES, { "probs", "logprobs" }) then reject("VALUES must be probs or logprobs") end
-%  if P.HARD then reject("HARD with STATS sparse: the sparse teacher's CE is not in the epilogue") end
 %elseif P.TOPK ~= nil or P.IDT ~= nil or P.VDT ~= nil or P.VALUES ~= nil then
 %  reject("TOPK, IDT, VDT and VALUES need STATS sparse with E16 (the support read in the epilogue)")
 %end

@@ -113,8 +113,11 @@
 %--            lse) is not taken from x's fp16 but from the records' exact ones: the GEMM summed
 %--            p_k (s_k - m_t) and p_k over the support's columns of each tile in fp32 (slots ps,
 %--            pw of iface.SPARSE_E16_PART), which pass 2 takes to lse; G's support columns take
-%--            q from x (an error of at most 2^-11 |x| in s, below G's bf16 rounding). The forward
-%--            KL with tail none or renorm, no CE, no shard.
+%--            q from x (an error of at most 2^-11 |x| in s, below G's bf16 rounding). HARD: the
+%--            records' mh, dh are the CE's (max, sum-exp) of z' and slot S the label's z'
+%--            (exact, in the tile that holds it, 0 elsewhere: summed), which the loss takes; in
+%--            backward the label's score comes from x. The forward KL with tail none or renorm,
+%--            no LSMOOTH (its sum of z' has no slot), no shard.
 %--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
 %--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local}
 %--            Q_k (g_r - g_k) to PART's slot S (kl_sparse_merge writes NaN there until then),
@@ -188,9 +191,9 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if DIVX or P.TAIL == "bucket" or P.HARD or OFFSET ~= 0 or VTOT ~= P.V then
+%  if DIVX or P.TAIL == "bucket" or P.LSMOOTH or OFFSET ~= 0 or VTOT ~= P.V then
 %    reject("ETILE takes what the GEMM's epilogue covers: the forward KL with TAIL none or "
-%           .. "renorm, no HARD, no shard")
+%           .. "renorm, no LSMOOTH, no shard")
 %  end
 %end
 %-- the tile records and the backward's lse under ETILE (empty: the other sources unchanged)
@@ -1027,6 +1030,9 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   /* E16: the row's tile records (their m_t: s = m_t + x), none in backward (x = s - lse) */
   const float* erec = MODE == MODE_BACKWARD ? nullptr : part + (i64)r * srow * PART_FLOATS;
   __shared__ float sh_ps; /* the row's sum_k p_k (s_k - lse), from the records */
+%  if HARD then
+  __shared__ float sh_zy; /* the label's z' = s_y T, from the records (slot S) */
+%  end
 %end
 %if ROWW then
   /* the sums kernel has none */
@@ -1085,12 +1091,22 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
        * sum p, taken to the row's lse (every thread has the merged record: the same lse) */
       const float lse = a.m + logf(a.don + a.doff);
       float ps = 0.0f;
+%    if HARD then
+      float zy = 0.0f;
+%    end
       for (int k = threadIdx.x; k < nrec; k += THREADS) {
         const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
         if (rec[PART_PW] != 0.0f) ps += rec[PART_PS] + rec[PART_PW] * (rec[PART_M] - lse);
+%    if HARD then
+        zy += rec[PART_S]; /* one tile's at most */
+%    end
       }
       ps = block_sum<THREADS>(ps, sh_f);
       if (threadIdx.x == 0) sh_ps = ps;
+%    if HARD then
+      zy = block_sum<THREADS>(zy, sh_f);
+      if (threadIdx.x == 0) sh_zy = zy;
+%    end
 %  end
     }
 %else
@@ -1188,7 +1204,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
     sh_ce.y = kept && y >= OFFSET && y < (i64)OFFSET + V ? (int)(y - OFFSET) : -1;
+%if ETILE then
+    /* E16: from the records (exact), or in backward (no records) from x */
+    sh_ce.sy = sh_ce.y < 0 ? 0.0f
+               : erec    ? sh_zy * invT
+                         : score_at(zr, bias, erec, rs.lse, sh_ce.y, invT);
+%else
     sh_ce.sy = sh_ce.y >= 0 ? score_at(zr, bias, sh_ce.y, invT) : 0.0f;
+%end
   }
   __syncthreads();
   ce_t ce = sh_ce;

@@ -308,7 +308,7 @@ static int ce_mixing_and_softcap_every_tail_and_mode(void) {
  * 12 over three chunks, K from 1 to 1000, fused and two-phase (whose backward computes none);
  * the bucket tail keeps the row kernels' pass and stays right. E16 (the rows read the GEMM's
  * fp16 scores; the loss's cross term from the support the epilogue read) also: a bias, a logit
- * cap and a per-call T, in its scores. Skips before sm_90. */
+ * cap and a per-call T, in its scores, and CE mixing (a z-loss, T^2). Skips before sm_90. */
 static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   setenv("KLJIT_GEMM", gemm, 1);
   kljit_context *ctx;
@@ -333,7 +333,7 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     }
   }
   static const int64_t vs[] = {1000, 32001, 128256, 50257};
-  for (int k = 0; k < (e16 ? 18 : 14) && worst != TH_SKIP; k++) {
+  for (int k = 0; k < (e16 ? 20 : 14) && worst != TH_SKIP; k++) {
     gcase c = sparse_base();
     c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
     c.tail = k % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_NONE;
@@ -360,6 +360,17 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     if (k == 14 || k == 15) c.bias = 1, c.fused = k == 14, c.red = KLJIT_REDUCTION_BATCHMEAN;
     if (k == 16) c.zstd = 30.0, c.softcap = 30.0;
     if (k == 17) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = 0;
+    /* CE mixing (the records' lse(z') and z'_y): fused at T = 2 with T^2 and a z-loss over
+     * three chunks; two-phase with a bias, some labels ignored */
+    if (k >= 18) {
+      c.hard_weight = 0.5, c.soft_weight = 0.5, c.labels = 1, c.fused = k == 18;
+      c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_NONE;
+    }
+    if (k == 18) {
+      setenv("KLJIT_CHUNK_ROWS", "256", 1);
+      c.n = 700, c.v = 32001, c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED, c.z_loss = 1e-4;
+    }
+    if (k == 19) c.bias = 1, c.zstd = 6.0;
     worst = fold(worst, gcase_check(&c));
     unsetenv("KLJIT_CHUNK_ROWS");
   }

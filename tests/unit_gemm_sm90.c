@@ -447,21 +447,23 @@ static int the_online_teachers_logits_feed_the_epilogue(void) {
  * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off. With E16 it
  * also reads the support (ids, values: the last two arguments, roles teacher_ids and
  * teacher_values; TOPK, IDT, VDT, VALUES) for the loss's exact cross term, in E16's record
- * (slots ps, pw). Both schedules and epilogues compile for sm_90a; a CE with it, E16 without
- * the support's size, or a teacher's dtype and stride, are refused with a sentence. */
+ * (slots ps, pw), and the CE's (labels; slots mh, dh, S, as the dense teachers'). Both schedules
+ * and epilogues compile for sm_90a; E16 without the support's size, a ring with no room for the
+ * support's bitmaps, or a teacher's dtype and stride, are refused with a sentence. */
 static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (i % 2) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
     v.stats.teacher = "sparse", v.stats.t = i == 1 ? 0.5 : 1.0;
     const int e16 = i >= 2;
     if (e16) { /* i 2: 100 int32 ids, bf16 probabilities; 3: 1000 int64, fp32 log-probs,
-                * a bias and a per-call T */
-      v.stats.e16 = 1, v.stats.topk = i == 2 ? 100 : 1000;
-      v.stats.idt = i == 2 ? KLJIT_INT32 : KLJIT_INT64;
-      v.stats.vdt = i == 2 ? KLJIT_BF16 : KLJIT_FP32;
-      v.stats.values = i == 2 ? "probs" : "logprobs";
+                * a bias and a per-call T; 4: as 2, with the CE's records (labels) */
+      v.stats.e16 = 1, v.stats.topk = i == 3 ? 1000 : 100;
+      v.stats.idt = i == 3 ? KLJIT_INT64 : KLJIT_INT32;
+      v.stats.vdt = i == 3 ? KLJIT_FP32 : KLJIT_BF16;
+      v.stats.values = i == 3 ? "logprobs" : "probs";
       if (i == 3) v.stats.bdt = KLJIT_BF16, v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+      v.stats.hard = i == 4;
     }
     char what[64];
     jgemm_describe(&v, what, sizeof what);
@@ -475,7 +477,7 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(g && g->nargs == (e16 ? (i == 3 ? 18 : 16) : 10));
+    TH_CHECK(g && g->nargs == (e16 ? (i >= 3 ? 18 : 16) : 10));
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "row0"));
     if (e16) {
@@ -495,10 +497,9 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
-  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1, v.stats.hard = 1;
-  v.stats.topk = 10, v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
-  TH_CHECK(refused(v, "HARD with STATS sparse") == TH_PASS);
-  v.stats.hard = 0, v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1;
+  v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
+  v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
   TH_CHECK(refused(v, "TOPK must be in [1, 1024]") == TH_PASS);
   v.stats.topk = 10, v.stats.e16 = 1, v.stages = 7; /* 224 KB of ring: no room for the bitmaps */
   TH_CHECK(refused(v, "the support's bitmaps (STATS sparse with E16)") == TH_PASS);

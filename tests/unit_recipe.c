@@ -655,10 +655,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
  * sparse: no teacher tile, so neither TDT nor TLD) and pass 2 merges them with the block (MERGE
  * block), nothing else of the rows changing. Under logits:jit.e16 (E16) the GEMM also reads the
  * support (TOPK, IDT, VDT, VALUES: the loss's exact cross term) and the rows read its fp16 scores
- * (ETILE, LOGIT f16, LDG = LD, no INPLACE), a bias, a softcap and a per-call T taken in the
- * epilogue. Both modules declare the same record, and the rows compile for sm_90. Out of that
- * scope (the bucket tail and the other divergences keep the support's columns apart; the CE; a
- * softcap, a bias or a per-call T without E16) the recipe is the plain one and says why. */
+ * (ETILE, LOGIT f16, LDG = LD, no INPLACE), a bias, a softcap, a per-call T and the CE taken in
+ * the epilogue. Both modules declare the same record, and the rows compile for sm_90. Out of
+ * that scope (the bucket tail and the other divergences keep the support's columns apart; the
+ * CE's label smoothing; the CE, a softcap, a bias or a per-call T without E16) the recipe is
+ * the plain one and says why. */
 static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
   for (int k = 0; k < 4; k++) {
     const int e16 = k >= 2;
@@ -669,6 +670,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
       pb.teacher_dtype = KLJIT_FP32, pb.temperature = 2.0;
     }
     if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.softcap = 30.0, pb.topk_id_dtype = KLJIT_INT64;
+    if (k == 3) pb.hard_weight = 0.5, pb.z_loss = 1e-4; /* the CE's records too */
     TH_OK(prob_validate(&pb, "stats"));
     recipe r, plain;
     TH_OK(stats_recipe(&pb, 90, e16 ? "logits:jit.e16" : "all:jit,logits:jit.stats", TP, &r));
@@ -682,7 +684,8 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     if (e16)
       TH_CHECK(g->spec.idt == pb.topk_id_dtype && g->spec.gemm_stats_tdt == pb.teacher_dtype &&
                !strcmp(g->spec.values, k == 3 ? "logprobs" : "probs") &&
-               g->spec.softcap == pb.softcap && g->spec.gemm_stats_bdt == (k == 3 ? pb.weight_dtype : 0));
+               g->spec.softcap == pb.softcap && g->spec.gemm_stats_bdt == (k == 3 ? pb.weight_dtype : 0) &&
+               g->spec.gemm_hard == (k == 3) && r.geom.rows.hard == pb.hard_weight);
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + g->variant.bn - 1) / g->variant.bn);
     TH_CHECK(r.geom.rows.family == KSPEC_SPARSE_ROWS && r.geom.rows.merge_block == 1 &&
              plain.geom.rows.merge_block == 0 && plain.geom.stats_tiles == 0);
@@ -725,7 +728,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
       case 2: pb.hard_weight = 0.5; break;
       case 3: pb.softcap = 30.0; break;
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
-      default: pb.hard_weight = 0.5, choice = "logits:jit.e16"; break;
+      default: pb.hard_weight = 0.5, pb.label_smoothing = 0.1, choice = "logits:jit.e16"; break;
     }
     TH_OK(prob_validate(&pb, "stats"));
     recipe r;
@@ -733,8 +736,8 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
     TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
              r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(strstr(r.stats_why, k < 2 ? "tail none or renorm" : k == 2 || k == 5 ? "CE" : "E16 takes") !=
-             NULL);
+    TH_CHECK(strstr(r.stats_why, k < 2 ? "tail none or renorm" : k == 5 ? "label smoothing"
+                                                                        : "E16 takes") != NULL);
   }
   return TH_PASS;
 }
