@@ -224,7 +224,9 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
              v->stats.e16 && v->stats.hard ? "+ce" : "",
-             v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t" : "");
+             v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t"
+             : !v->stats.e16 && v->stats.topk > 0 ? (v->stats.own ? "+ids+own" : "+ids")
+                                                  : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
@@ -258,10 +260,14 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_hard = k.gemm_e16 && v->stats.hard;
   /* TMODE (the rows' field, E16's here): runtime reads 1 / T from the header */
   k.tmode = k.gemm_e16 ? v->stats.tmode : KLJIT_TEMPERATURE_CONSTANT;
-  if (k.gemm_e16 && v->stats.topk > 0) { /* the sparse teacher's support (TOPK, IDT, VDT, VALUES) */
-    /* (tdt is the GEMM's IN: the values' dtype goes where a dense teacher's would) */
-    k.topk = v->stats.topk, k.idt = v->stats.idt, k.gemm_stats_tdt = v->stats.vdt;
-    k.values = v->stats.values;
+  if (v->stats.teacher && v->stats.topk > 0) { /* the sparse teacher's support: TOPK, IDT */
+    k.topk = v->stats.topk, k.idt = v->stats.idt;
+    if (k.gemm_e16) { /* VDT, VALUES (tdt is the GEMM's IN: the values' dtype goes where a
+                       * dense teacher's would) */
+      k.gemm_stats_tdt = v->stats.vdt, k.values = v->stats.values;
+    } else {
+      k.gemm_stats_own = v->stats.own; /* OWN */
+    }
   }
   return k;
 }

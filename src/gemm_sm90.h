@@ -38,12 +38,13 @@ typedef struct jgemm_stats {
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
   kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the header (jgemm_epi.hdr), t 1 */
-  /* "sparse" with E16: the support the epilogue reads (jgemm_epi.ids, .vals) for the loss's
-   * exact cross term */
-  int topk;             /* K, ids and values a row */
+  /* "sparse": the support the epilogue reads (jgemm_epi.ids; with E16 .vals too, for the loss's
+   * exact cross term; without, for the bucket tail's and the divergences' d_on apart) */
+  int topk;             /* K, ids (and values) a row; 0: none read (tail none or renorm, no E16) */
   kljit_dtype idt;      /* the ids' dtype (INT32 | INT64) */
-  kljit_dtype vdt;      /* the values' dtype */
-  const char *values;   /* "probs" | "logprobs" */
+  kljit_dtype vdt;      /* E16: the values' dtype */
+  const char *values;   /* E16: "probs" | "logprobs" */
+  int own;              /* no E16: the support's own (max, sum-exp) too (renormalized divergences) */
 } jgemm_stats;
 
 typedef struct jgemm_variant {

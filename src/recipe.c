@@ -262,9 +262,10 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
-    if (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET)
-      return "the sparse teacher's forward KL with tail none or renorm only (the bucket tail and "
-             "the other divergences keep the support's columns apart)";
+    if (e16 && (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET))
+      return "the sparse teacher's forward KL with tail none or renorm only under E16 (the bucket "
+             "tail and the other divergences take their support's terms from its fp32 logits: "
+             "logits:jit.stats takes them)";
     if (pb->hard_weight > 0.0 && pb->label_smoothing > 0.0)
       return "the sparse teacher's CE without label smoothing (its sum of z' has no slot in the "
              "epilogue's record)";
@@ -316,9 +317,14 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
     /* the student's statistics alone; under E16 also the support's exact part of the loss,
      * from its ids and values (the rows' x is fp16: their gathered scores would not be exact) */
     v->stats.teacher = "sparse";
-    if (e16) {
+    const int apart = prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET;
+    if (e16 || apart) /* the support's columns, marked from its ids */
       v->stats.topk = (int)pb->topk, v->stats.idt = pb->topk_id_dtype;
+    if (e16) {
       v->stats.vdt = pb->teacher_dtype, v->stats.values = names_topk_values(pb->topk_values);
+    } else {
+      /* the renormalized divergences keep the support's own (max, sum-exp) too */
+      v->stats.own = prob_divergence_rows(pb) && pb->tail == KLJIT_TAIL_RENORM;
     }
   } else {
     v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);

@@ -81,11 +81,14 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->gemm_hard) out[n++] = pb("HARD", 1);
     if (k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
-    if (k->gemm_e16 && k->topk > 0) { /* the sparse teacher's support, read under E16 */
+    if (k->topk > 0) { /* the sparse teacher's support, read in the epilogue */
       out[n++] = pi("TOPK", k->topk);
       out[n++] = ps("IDT", names_dtype_tag(k->idt));
-      out[n++] = ps("VDT", names_dtype_tag(k->gemm_stats_tdt));
-      out[n++] = ps("VALUES", k->values);
+      if (k->gemm_e16) { /* its values: the loss's cross term */
+        out[n++] = ps("VDT", names_dtype_tag(k->gemm_stats_tdt));
+        out[n++] = ps("VALUES", k->values);
+      }
+      if (k->gemm_stats_own) out[n++] = pb("OWN", 1);
     }
   }
   return n;

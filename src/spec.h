@@ -100,6 +100,7 @@ typedef struct kspec {
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */
   int gemm_e16;             /* STATS's E16 (fp16 scores instead of C); no parameter when 0 */
+  int gemm_stats_own;       /* STATS sparse: OWN (the support's own (max, sum-exp)); 0: none */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
   int gemm_hard;            /* E16's HARD (the CE's records; labels in); no parameter when 0 */
   int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 scores the

@@ -128,6 +128,17 @@
 %--             for this chunk before this GEMM runs (exec.c), TLD the chunk buffer's stride
 %--   TBDT      (TCHUNK) f32 | bf16 | f16: the online teacher's bias tbias[N], added to its
 %--             logits before the cap and 1 / TT, as the rows' load_cols adds it (absent: none)
+%--   TOPK      (STATS sparse) 1..1024: the support's size, its ids (IDT i32 | i64: ids[N, TOPK],
+%--             row row0 + r) read in the epilogue, which marks each warp's rows' support columns
+%--             of the tile (support_map): without E16 for the bucket tail and the divergences,
+%--             whose records keep the sum-exp on the support (d_on) and off it (d_off) apart, as
+%--             pass 1's bitmap does; E16 always (tile_support, below)
+%--   VDT, VALUES  (STATS sparse with E16) the support's values (f32 | bf16 | f16; probs |
+%--             logprobs): the tile's sum p (s - m) and sum p over its support columns, from the
+%--             fp32 scores, in the record's slots ps, pw (iface.SPARSE_E16_PART), from which pass
+%--             2 takes the loss's cross term exactly (the gathered x would err by 2^-11 |x|)
+%--   OWN       (STATS sparse with TOPK, no E16) true: the support's own (max, sum-exp) too
+%--             (slots mo, dno), for the renormalized divergences
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
 %--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
@@ -263,11 +274,6 @@
 %-- the dense teacher's tile: tile_stats's parameter and its caller's argument (none: sparse)
 %local TEP = TEACH and " const teach_t* __restrict__ teacher," or ""
 %local TEA = TEACH and " teacher," or ""
-%-- ... the sparse teacher's support in its place under E16 (tile_e16's)
-%if SPARSE and P.E16 == true then
-%  TEP = " const id_t* __restrict__ ids, const val_t* __restrict__ vals,"
-%  TEA = " ids, vals,"
-%end
 %if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
 %                              P.TSOFTCAP < math.huge) then
 %  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
@@ -276,17 +282,38 @@
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
 %local E16 = P.E16 == true
-%-- the sparse teacher's support under E16: its ids and values, read in the epilogue
+%-- the sparse teacher's support read in the epilogue: MARK, its columns marked from its ids (E16,
+%-- and the bucket tail or a divergence without it: d_on, d_off apart); SUPPORT, also its values
+%-- (E16: the loss's cross term); OWN, the support's own (max, sum-exp) too (the renormalized
+%-- divergences, without E16)
 %local SUPPORT = SPARSE and E16
-%if SUPPORT then
+%local MARK = SPARSE and (E16 or P.TOPK ~= nil)
+%if P.TOPK ~= nil and not SPARSE then reject("TOPK and IDT need STATS sparse") end
+%if MARK then
 %  if math.type(P.TOPK) ~= "integer" or P.TOPK < 1 or P.TOPK > 1024 then
-%    reject("TOPK must be in [1, 1024] (STATS sparse with E16: the support's size)")
+%    reject("TOPK must be in [1, 1024] (STATS sparse: the support's size)")
 %  end
 %  if not one_of(P.IDT, { "i32", "i64" }) then reject("IDT must be i32 or i64") end
+%elseif P.IDT ~= nil then
+%  reject("IDT needs TOPK (STATS sparse: the support's ids)")
+%end
+%if SUPPORT then
 %  if not one_of(P.VDT, { "f32", "bf16", "f16" }) then reject("VDT must be f32, bf16 or f16") end
 %  if not one_of(P.VALUES, { "probs", "logprobs" }) then reject("VALUES must be probs or logprobs") end
-%elseif P.TOPK ~= nil or P.IDT ~= nil or P.VDT ~= nil or P.VALUES ~= nil then
-%  reject("TOPK, IDT, VDT and VALUES need STATS sparse with E16 (the support read in the epilogue)")
+%elseif P.VDT ~= nil or P.VALUES ~= nil then
+%  reject("VDT and VALUES need STATS sparse with E16 (the loss's cross term from the support)")
+%end
+%if P.OWN ~= nil and not (P.OWN == true and MARK and not E16) then
+%  reject("OWN must be true and needs STATS sparse with TOPK, without E16 (the support's own "
+%         .. "(max, sum-exp) for the renormalized divergences)")
+%end
+%local OWN = P.OWN == true
+%local SPLIT_ON = MARK and not E16 -- the records' d_on apart (tile_stats)
+%-- ... the sparse teacher's support in the dense teacher's place (tile_stats', tile_e16's)
+%if SPARSE then
+%  TEP = (MARK and " const id_t* __restrict__ ids," or "")
+%    .. (SUPPORT and " const val_t* __restrict__ vals," or "")
+%  TEA = (MARK and " ids," or "") .. (SUPPORT and " vals," or "")
 %end
 %if P.BDT ~= nil and not E16 then
 %  reject("BDT needs E16 (the scores the tile's E is made of)")
@@ -333,8 +360,8 @@
 %local SMEM = P.STAGES * STAGE_BYTES + SCRATCH + 1024
 %-- STATS sparse with E16 and no staged scratch: each consumer warp's support bitmap is static
 %-- shared memory (tile_support), beside the barriers' 1 KB
-%if SUPPORT and not STAGED and SMEM + WGS * 4 * 16 * (BN // 32) * 4 + 1024 > 227 * 1024 then
-%  reject("STAGES x (BM + BN) x 128 bytes and the support's bitmaps (STATS sparse with E16) "
+%if MARK and not STAGED and SMEM + WGS * 4 * 16 * (BN // 32) * 4 + 1024 > 227 * 1024 then
+%  reject("STAGES x (BM + BN) x 128 bytes and the support's bitmaps (STATS sparse) "
 %         .. "exceed the 227 KB of shared memory")
 %end
 %local THREADS = 128 * (1 + WGS)
@@ -370,15 +397,17 @@
 %      { "labels", "const void* __restrict__" }, { "labels_is64", "int" } })
 %  end
 %  if RUNTIME_T then gemm_args = iface.args(gemm_args, { { "hdr", "const float* __restrict__" } }) end
-%  if SUPPORT then
-%    gemm_args = iface.args(gemm_args, {
-%      { "ids", "const id_t* __restrict__", role = "teacher_ids" },
-%      { "vals", "const val_t* __restrict__", role = "teacher_values" } })
-%  end
 %end
 %if P.TBDT then
 %  gemm_args = iface.args(gemm_args, {
 %    { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" } })
+%end
+%if MARK then
+%  gemm_args = iface.args(gemm_args, { { "ids", "const id_t* __restrict__", role = "teacher_ids" } })
+%end
+%if SUPPORT then
+%  gemm_args = iface.args(gemm_args, {
+%    { "vals", "const val_t* __restrict__", role = "teacher_values" } })
 %end
 %-- the record the epilogue writes: the dense rows', or the sparse rows' (E16's with the support's
 %-- part of the loss)
@@ -407,10 +436,12 @@ typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t"
 typedef {{ P.TBDT == "f32" and "float" or P.TBDT == "bf16" and "bf16_t" or "f16_t" }} tbias_t;
 %  end
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
-%  if SUPPORT then
+%  if MARK then
 typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
-typedef {{ P.VDT == "f32" and "float" or P.VDT == "bf16" and "bf16_t" or "f16_t" }} val_t;
 #define TOPK {{ P.TOPK }}
+%  end
+%  if SUPPORT then
+typedef {{ P.VDT == "f32" and "float" or P.VDT == "bf16" and "bf16_t" or "f16_t" }} val_t;
 %  end
 /* teacher logits' 1 / TT: TT's, or (absent) T's as the caller has it (inv_t) */
 #define STATS_INV_TT(inv_t) ({{ P.TT and f32(1.0 / P.TT) or "(inv_t)" }})
@@ -636,6 +667,52 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
   }
 }
 
+%if MARK then
+/* The support's columns c0 .. c0 + BN below N of this consumer warp's 16 rows r0 + j, marked in
+ * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (at most 8 ids in flight
+ * a lane: QB of a row's KR runs of 32, BATCH rows at once); an id outside the tile marks
+ * nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
+ * unused; the plain epilogue stages C through it only after every tile_stats of the tile), else
+ * static shared memory (no pointer held through the mainloop: the pingpong consumer's registers
+ * are full). Returned after a warp barrier; the caller's last reads end with another. */
+__device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
+                                            const id_t* __restrict__ ids, i64 row0, int lane,
+                                            unsigned char* scratch) {
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 8 ? KR : 8, BATCH = 8 / QB;
+%  if STAGED then
+  u32* map = reinterpret_cast<u32*>(scratch);
+%  else
+  __shared__ u32 maps[4 * {{ WGS }}][16 * W];
+  u32* map = maps[threadIdx.x / 32 - 4];
+  (void)scratch;
+%  end
+  for (int i = lane; i < 16 * W; i += 32) map[i] = 0u;
+  __syncwarp();
+#pragma unroll 1
+  for (int j0 = 0; j0 < 16; j0 += BATCH)
+#pragma unroll 1
+    for (int q0 = 0; q0 < KR; q0 += QB) {
+      int col[BATCH][QB]; /* the tile's column of id 32 (q0 + q) + lane of row j0 + b, or -1 */
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+          const int k = 32 * (q0 + q) + lane;
+          const bool in = j0 + b < 16 && r0 + j0 + b < M && k < TOPK;
+          const i64 id = in ? (i64)ids[(row0 + r0 + j0 + b) * TOPK + k] : -1;
+          col[b][q] = id >= c0 && id < (i64)c0 + BN && id < N ? (int)(id - c0) : -1;
+        }
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++)
+          if (col[b][q] >= 0) atomicOr(&map[(j0 + b) * W + col[b][q] / 32], 1u << (col[b][q] % 32));
+    }
+  __syncwarp();
+  return map;
+}
+
+%end
 /* The records of this thread's two fragment rows (row, row + 8) in column tile tn: their sums
  * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
  * writes m, d = sd and the teacher's part (tile_teacher): its mass, with pass 1's neutral
@@ -643,9 +720,13 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
  * them, for the rows below M. */
 %-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row;
 %-- SUPPORT the sparse teacher's support sums (tile_support)
+%-- SUPPORT the sparse teacher's support sums (tile_support); SPLIT_ON the sum-exp on the
+%-- support apart (don) and OWN the support's own (max, sum-exp) (tile_stats)
 %local CEP = (HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or "")
 %  .. (SUPPORT and ", float (&ps)[2], float (&pw)[2]" or "")
+%  .. (SPLIT_ON and ", float (&don)[2]" or "") .. (OWN and ", float (&mo)[2], float (&dno)[2]" or "")
 %local CEA = (HARD and ", mh, dh, zy" or "") .. (SUPPORT and ", ps, pw" or "")
+%  .. (SPLIT_ON and ", don" or "") .. (OWN and ", mo, dno" or "")
 __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], const tstat_t& ts,
                                              int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
@@ -666,6 +747,21 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 1);
     pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 2);
 %end
+%if SPLIT_ON then
+    don[h] += __shfl_xor_sync(0xffffffffu, don[h], 1);
+    don[h] += __shfl_xor_sync(0xffffffffu, don[h], 2);
+%end
+%if OWN then
+#pragma unroll
+    for (int o = 1; o <= 2; o *= 2) { /* the support's own (max, sum-exp), merged as pass 1's */
+      md_t mine, got;
+      mine.m = mo[h], mine.d = dno[h];
+      got.m = __shfl_xor_sync(0xffffffffu, mo[h], o);
+      got.d = __shfl_xor_sync(0xffffffffu, dno[h], o);
+      const md_t r = md_merge(mine, got);
+      mo[h] = r.m, dno[h] = r.d;
+    }
+%end
   }
   if (lane % 4) return;
   /* a record is one 32-byte sector: written whole in two 16-byte stores (scalar slot stores
@@ -680,10 +776,19 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
 #pragma unroll
     for (int k = 0; k < PART_FLOATS; k++) v[k] = 0.0f;
 %if SPARSE then
-    /* the sparse rows' record: no column is on the support for the forward KL's tails
-     * (templates/sparse_rows.cu.lua's pass 1 without a bitmap), so all of d is off it */
     (void)ts;
+%  if SPLIT_ON then
+    /* the sparse rows' record: the support's columns' sum-exp apart (pass 1's bitmap), the
+     * rest off it */
+    v[PART_M] = m[h], v[PART_D_ON] = don[h], v[PART_D_OFF] = sd[h];
+%  else
+    /* the sparse rows' record: no column is on the support for the forward KL's tails none and
+     * renorm (templates/sparse_rows.cu.lua's pass 1 without a bitmap), so all of d is off it */
     v[PART_M] = m[h], v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];
+%  end
+%  if OWN then
+    v[PART_MO] = mo[h], v[PART_DNO] = dno[h];
+%  end
 %  if SUPPORT then
     v[PART_PS] = ps[h], v[PART_PW] = pw[h]; /* the support's part of the loss (tile_support) */
 %  end
@@ -717,7 +822,7 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
                                            float alpha,{{ TEP }}{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
-                                           int tn, int lane) {
+                                           int tn, int lane{{ SPLIT_ON and ", unsigned char* scratch" or "" }}) {
 %  if SPARSE then
   (void)row0;
   const tstat_t ts = {};
@@ -730,13 +835,48 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
   float m[2];
   tile_row_max(d, col, N, alpha * STATS_INV_T, m);
   float sd[2] = {0.0f, 0.0f};
+%  if SPLIT_ON then
+  /* the support's columns apart (its bitmap, support_map): their sum-exp in don (and, OWN,
+   * their own (max, sum-exp) online, as pass 1's acc_add keeps it), the others' in sd (d_off) */
+  constexpr int W = BN / 32;
+  const u32* map = support_map(r0, c0, M, N, ids, row0, lane, scratch);
+  const int q4 = lane % 4;
+  float don[2] = {0.0f, 0.0f};
+%    if OWN then
+  float mo[2] = {KL_NEG_INF, KL_NEG_INF}, dno[2] = {0.0f, 0.0f};
+%    end
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    u32 w[W];
+#pragma unroll
+    for (int t = 0; t < W; t++) w[t] = map[(lane / 4 + 8 * h) * W + t];
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 2; e++)
+        if (col + 8 * i + e < N) {
+          const float sc = d[4 * i + 2 * h + e] * alpha * STATS_INV_T, x = fexp(sc - m[h]);
+          if ((w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u) {
+            don[h] += x;
+%    if OWN then
+            if (sc > mo[h]) dno[h] = dno[h] * fexp(mo[h] - sc) + 1.0f, mo[h] = sc;
+            else dno[h] += fexp(sc - mo[h]);
+%    end
+          } else {
+            sd[h] += x;
+          }
+        }
+  }
+  __syncwarp(); /* the map's reads are done before the next tile clears it */
+%  else
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
-  tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane);
+%  end
+  tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 %end
 
@@ -793,11 +933,8 @@ __device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
 %  if SUPPORT then
 /* The sparse teacher's part of the records of this consumer warp's 16 rows r0 + j in the tile
  * (E16), so that pass 2 takes the loss's cross term sum_k p_k (s_k - lse) from the exact fp32
- * scores rather than from x's fp16. The warp marks the support's columns c0 .. c0 + BN below N
- * of its rows in a bitmap of its own in shared memory (`map`, 16 rows of BN / 32 words), from
- * the rows' TOPK ids (KR a lane, BATCH rows' loads in flight at once; the map is the staged
- * epilogue's scratch, or static shared memory); each lane then tests its
- * fragment's columns (the accumulators by constant index, as everywhere else), and for each
+ * scores rather than from x's fp16. Over the warp's support bitmap (support_map), each lane tests
+ * its fragment's columns (the accumulators by constant index, as everywhere else), and for each
  * marked one (about one in V / TOPK; a ballot) the warp finds its ids among the row's and sums
  * their p (the value, or exp of a log-probability, as the rows' gather takes it; duplicates each
  * count, as there) in a fixed order; the element's lane adds p (s - m) to its ps and p to its pw
@@ -807,39 +944,8 @@ __device__ __forceinline__ void tile_support(const float* d, int r0, int c0, int
                                              const val_t* __restrict__ vals, i64 row0, int lane,
                                              const float (&m)[2], float (&ps)[2], float (&pw)[2],
                                              unsigned char* scratch) {
-  /* at most 8 ids in flight a lane: QB of a row's KR runs of 32, BATCH rows at once */
-  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 8 ? KR : 8, BATCH = 8 / QB;
-%    if STAGED then
-  u32* map = reinterpret_cast<u32*>(scratch); /* the staged epilogue's, which E16 leaves unused */
-%    else
-  /* static: no pointer held through the mainloop (the pingpong consumer's registers are full) */
-  __shared__ u32 maps[4 * {{ WGS }}][16 * W];
-  u32* map = maps[threadIdx.x / 32 - 4];
-  (void)scratch;
-%    end
-  for (int i = lane; i < 16 * W; i += 32) map[i] = 0u;
-  __syncwarp();
-#pragma unroll 1
-  for (int j0 = 0; j0 < 16; j0 += BATCH)
-#pragma unroll 1
-    for (int q0 = 0; q0 < KR; q0 += QB) {
-      int col[BATCH][QB]; /* the tile's column of id 32 (q0 + q) + lane of row j0 + b, or -1 */
-#pragma unroll
-      for (int b = 0; b < BATCH; b++)
-#pragma unroll
-        for (int q = 0; q < QB; q++) {
-          const int k = 32 * (q0 + q) + lane;
-          const bool in = j0 + b < 16 && r0 + j0 + b < M && k < TOPK;
-          const i64 id = in ? (i64)ids[(row0 + r0 + j0 + b) * TOPK + k] : -1;
-          col[b][q] = id >= c0 && id < (i64)c0 + BN && id < N ? (int)(id - c0) : -1;
-        }
-#pragma unroll
-      for (int b = 0; b < BATCH; b++)
-#pragma unroll
-        for (int q = 0; q < QB; q++)
-          if (col[b][q] >= 0) atomicOr(&map[(j0 + b) * W + col[b][q] / 32], 1u << (col[b][q] % 32));
-    }
-  __syncwarp();
+  constexpr int W = BN / 32;
+  u32* map = support_map(r0, c0, M, N, ids, row0, lane, scratch);
   const int q4 = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -1443,7 +1549,7 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 #pragma unroll
         for (int ms = 0; ms < MS; ms++)
           tile_stats(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                     alpha,{{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane);
+                     alpha,{{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane{{ SPLIT_ON and ", scratch" or "" }});
 %end
 #pragma unroll
       for (int ms = 0; ms < MS; ms++)

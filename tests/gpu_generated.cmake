@@ -20,6 +20,12 @@ kljit_test_cases(EXE gpu_sparse SOURCE gpu_sparse.c PREFIX gpu.fused_stats.spars
                  TIMEOUT 900 NAMES_VAR fused_stats_sparse)
 set_property(TEST ${fused_stats_sparse} APPEND PROPERTY ENVIRONMENT
              "KLJIT_GEMM=all:jit,logits:jit.stats")
+# ... and the top-K teacher's divergences (their records' sum-exp on and off the support apart,
+# from its ids; not their shards). `ctest -R gpu.fused_stats.topk`.
+kljit_test_cases(EXE gpu_topk SOURCE gpu_topk.c PREFIX gpu.fused_stats.topk LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_stats_topk)
+set_property(TEST ${fused_stats_topk} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=all:jit,logits:jit.stats")
 # The dense suite again with E16 (KLJIT_GEMM=logits:jit.e16): where its scope holds, every
 # call's rows read the logits GEMM's fp16 tile-relative scores instead of fp32 logits (the other
 # cases as the plan's description says). `ctest -R gpu.fused_e16`.

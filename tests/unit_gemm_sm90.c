@@ -447,15 +447,17 @@ static int the_online_teachers_logits_feed_the_epilogue(void) {
  * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off. With E16 it
  * also reads the support (ids, values: the last two arguments, roles teacher_ids and
  * teacher_values; TOPK, IDT, VDT, VALUES) for the loss's exact cross term, in E16's record
- * (slots ps, pw), and the CE's (labels; slots mh, dh, S, as the dense teachers'). Both schedules
+ * (slots ps, pw), and the CE's (labels; slots mh, dh, S, as the dense teachers'). Without E16
+ * the ids alone (TOPK, IDT) split the sum-exp on and off the support (d_on, d_off: the bucket
+ * tail's and the divergences' records) and OWN keeps its own (max, sum-exp). Both schedules
  * and epilogues compile for sm_90a; E16 without the support's size, a ring with no room for the
  * support's bitmaps, or a teacher's dtype and stride, are refused with a sentence. */
 static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 6; i++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (i % 2) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
     v.stats.teacher = "sparse", v.stats.t = i == 1 ? 0.5 : 1.0;
-    const int e16 = i >= 2;
+    const int e16 = i >= 2 && i <= 4;
     if (e16) { /* i 2: 100 int32 ids, bf16 probabilities; 3: 1000 int64, fp32 log-probs,
                 * a bias and a per-call T; 4: as 2, with the CE's records (labels) */
       v.stats.e16 = 1, v.stats.topk = i == 3 ? 1000 : 100;
@@ -465,6 +467,8 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
       if (i == 3) v.stats.bdt = KLJIT_BF16, v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
       v.stats.hard = i == 4;
     }
+    const int apart = i == 5; /* no E16: 64 int64 ids marked, the support's own (max, sum-exp) */
+    if (apart) v.stats.topk = 64, v.stats.idt = KLJIT_INT64, v.stats.own = 1;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     printf("  %s\n", what);
@@ -477,7 +481,8 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     kiface_manifest m;
     TH_OK(kiface_parse(man.data, "gemm", &m));
     const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(g && g->nargs == (e16 ? (i >= 3 ? 18 : 16) : 10));
+    TH_CHECK(g && g->nargs == (e16 ? (i >= 3 ? 18 : 16) : apart ? 11 : 10));
+    if (apart) TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "teacher_ids"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "row0"));
     if (e16) {
@@ -488,7 +493,10 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     TH_CHECK(r && r->floats == 8 && r->nslots == 8 && !strcmp(r->slot[1], "d_on") &&
              !strcmp(r->slot[2], "d_off"));
     TH_CHECK(!strcmp(r->slot[5], e16 ? "ps" : "mo") && !strcmp(r->slot[6], e16 ? "pw" : "dno"));
-    TH_CHECK(strstr(src.data, "v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];") != NULL);
+    TH_CHECK((strstr(src.data, "v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];") != NULL) == !apart);
+    TH_CHECK((strstr(src.data, "v[PART_D_ON] = don[h], v[PART_D_OFF] = sd[h];") != NULL) == apart);
+    TH_CHECK((strstr(src.data, "v[PART_MO] = mo[h], v[PART_DNO] = dno[h];") != NULL) == apart);
+    TH_CHECK((strstr(src.data, "u32* support_map(") != NULL) == (e16 || apart));
     TH_CHECK((strstr(src.data, "tile_support(d, r0, c0") != NULL) == e16);
     TH_CHECK((strstr(src.data, "p += fexp(to_f32(vals[rs * TOPK + k]));") != NULL) == (i == 3));
     TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
@@ -502,7 +510,15 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
   v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
   TH_CHECK(refused(v, "TOPK must be in [1, 1024]") == TH_PASS);
   v.stats.topk = 10, v.stats.e16 = 1, v.stages = 7; /* 224 KB of ring: no room for the bitmaps */
-  TH_CHECK(refused(v, "the support's bitmaps (STATS sparse with E16)") == TH_PASS);
+  TH_CHECK(refused(v, "the support's bitmaps (STATS sparse)") == TH_PASS);
+  v.stages = 6, v.stats.own = 1; /* the support's own (max, sum-exp) is the fp32 path's */
+  kspec k = jgemm_spec(&v);
+  TH_CHECK(k.gemm_stats_own == 0); /* jgemm_spec drops it under E16; the template refuses it */
+  k.gemm_stats_own = 1;
+  strbuf bad = {0};
+  TH_CHECK(kspec_render(&k, &bad) == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(kljit_last_error(), "OWN must be true and needs STATS sparse with TOPK") != NULL);
+  sb_free(&bad);
   v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
   v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000;
   TH_CHECK(refused(v, "STATS sparse reads no teacher tile") == TH_PASS);

@@ -458,9 +458,9 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
         pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
         pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
         break;
-      case 8: /* the bucket tail keeps the support's columns apart */
+      case 8: /* the sparse teacher's CE is E16's */
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
-        pb.tail = KLJIT_TAIL_BUCKET;
+        pb.hard_weight = 0.5;
         break;
       case 9: pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2; break;
       case 10: arch = 80; break;
@@ -656,16 +656,24 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
  * block), nothing else of the rows changing. Under logits:jit.e16 (E16) the GEMM also reads the
  * support (TOPK, IDT, VDT, VALUES: the loss's exact cross term) and the rows read its fp16 scores
  * (ETILE, LOGIT f16, LDG = LD, no INPLACE), a bias, a softcap, a per-call T and the CE taken in
- * the epilogue. Both modules declare the same record, and the rows compile for sm_90. Out of
- * that scope (the bucket tail and the other divergences keep the support's columns apart; the
- * CE's label smoothing; the CE, a softcap, a bias or a per-call T without E16) the recipe is
- * the plain one and says why. */
+ * the epilogue. The bucket tail and the other divergences (their records keep the support's
+ * sum-exp apart) take .stats too: the GEMM reads the support's ids (TOPK, IDT) and marks its
+ * columns, the renormalized divergences keeping its own (max, sum-exp) (OWN). Both modules
+ * declare the same record, and the rows compile for sm_90. Out of that scope (the bucket tail
+ * and the divergences under E16; the CE's label smoothing; the CE, a softcap, a bias or a
+ * per-call T without E16) the recipe is the plain one and says why. */
 static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
-  for (int k = 0; k < 4; k++) {
-    const int e16 = k >= 2;
+  for (int k = 0; k < 7; k++) {
+    const int e16 = k == 2 || k == 3;
     kljit_problem pb = base(4096, 128256);
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
-    if (k % 2) {
+    /* 4: the bucket tail; 5: the reverse KL renormalized (the support's own (max, sum-exp));
+     * 6: the JSD over the bucket: the support's columns apart, from its ids */
+    if (k == 4 || k == 6) pb.tail = KLJIT_TAIL_BUCKET;
+    if (k == 5) pb.tail = KLJIT_TAIL_RENORM, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 6) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    const int apart = k >= 4;
+    if (k == 1 || k == 3) {
       pb.tail = KLJIT_TAIL_RENORM, pb.topk_values = KLJIT_TOPK_LOGPROBS;
       pb.teacher_dtype = KLJIT_FP32, pb.temperature = 2.0;
     }
@@ -680,7 +688,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, "sparse") &&
              g->spec.gemm_stats_tld == 0 && g->spec.gemm_stats_t == pb.temperature);
     TH_CHECK(g->spec.gemm_e16 == e16 && r.geom.e16 == e16);
-    TH_CHECK(g->spec.topk == (e16 ? 100 : 0));
+    TH_CHECK(g->spec.topk == (e16 || apart ? 100 : 0) && g->spec.gemm_stats_own == (k == 5));
     if (e16)
       TH_CHECK(g->spec.idt == pb.topk_id_dtype && g->spec.gemm_stats_tdt == pb.teacher_dtype &&
                !strcmp(g->spec.values, k == 3 ? "logprobs" : "probs") &&
@@ -707,12 +715,14 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     TH_CHECK(a && b && a->floats == b->floats && a->nslots == b->nslots);
     for (int i = 0; i < a->nslots; i++) TH_CHECK(!strcmp(a->slot[i], b->slot[i]));
     TH_CHECK(!strcmp(a->slot[5], e16 ? "ps" : "mo"));
+    TH_CHECK((strstr(gs.data, "support_map(r0, c0, M, N, ids") != NULL) == (e16 || apart));
+    TH_CHECK((strstr(gs.data, "v[PART_MO] = mo[h], v[PART_DNO] = dno[h];") != NULL) == (k == 5));
     TH_CHECK(strstr(rs.data, "acc_of(part + ") != NULL);
     TH_CHECK((strstr(rs.data, "l = block_sum<THREADS>(l, sh_f) - ps") != NULL) == e16);
     TH_CHECK(kiface_find(&mr, KSTEP_STATS) == NULL || !e16); /* E16: no pass 1 at all */
     TH_OK(nvrtc_compile(rs.data, "rows-sparse-merge", 90, &cubin, &log));
-    printf("  %s, tail %s: %d records a row, rows cubin %zu bytes\n", e16 ? "e16" : "stats",
-           k % 2 ? "renorm" : "none", r.geom.stats_tiles, cubin.len);
+    printf("  case %d (%s): %d records a row, rows cubin %zu bytes\n", k, e16 ? "e16" : "stats",
+           r.geom.stats_tiles, cubin.len);
     TH_CHECK(cubin.len > 4096);
     sb_free(&gs), sb_free(&gm), sb_free(&rs), sb_free(&rm), sb_free(&cubin), sb_free(&log);
   }
@@ -721,9 +731,10 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
     const char *choice = "all:jit,logits:jit.stats";
     switch (k) {
-      case 0: pb.tail = KLJIT_TAIL_BUCKET; break;
+      case 0: pb.tail = KLJIT_TAIL_BUCKET, choice = "logits:jit.e16"; break;
       case 1:
         pb.tail = KLJIT_TAIL_RENORM, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+        choice = "logits:jit.e16";
         break;
       case 2: pb.hard_weight = 0.5; break;
       case 3: pb.softcap = 30.0; break;
@@ -736,8 +747,8 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
     TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
              r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(strstr(r.stats_why, k < 2 ? "tail none or renorm" : k == 5 ? "label smoothing"
-                                                                        : "E16 takes") != NULL);
+    TH_CHECK(strstr(r.stats_why, k < 2 ? "only under E16" : k == 5 ? "label smoothing"
+                                                                   : "E16 takes") != NULL);
   }
   return TH_PASS;
 }
