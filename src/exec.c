@@ -512,7 +512,8 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
     c->epi.labels = a->labels, c->epi.labels_is64 = c->labels_is64; /* the CE's (stats.hard) */
     c->epi.hdr = c->hdr; /* a run-time T's 1 / T (stats.tmode) */
     c->epi.tbias = k->teacher_bias; /* the online teacher's (stats.tbdt) */
-    /* the sparse teacher's support, which E16's epilogue reads (stats.topk) */
+    /* the sparse teacher's support, which the epilogue reads where stats.topk: its ids (and,
+     * with E16, its values) */
     c->epi.ids = a->teacher_ids, c->epi.vals = a->teacher_values;
   }
 }

@@ -155,8 +155,8 @@ typedef struct jgemm_epi {
   int labels_is64;
   const float *hdr;     /* stats.tmode RUNTIME: the plan header (record hdr's inv_t) */
   const void *tbias;    /* stats.tbdt: the online teacher's bias bt[N] */
-  const void *ids;      /* stats "sparse" with E16: the sparse teacher's ids (row0 + r) ... */
-  const void *vals;     /* ... and values, topk a row */
+  const void *ids;      /* stats "sparse" with topk: the sparse teacher's ids (row0 + r) ... */
+  const void *vals;     /* ... and, with E16, its values; topk a row */
 } jgemm_epi;
 
 /* Operands of one launch (device pointers; leading dimensions in elements). */

@@ -254,6 +254,8 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
   if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
+enum { RECIPE_EPILOGUE_TOPK_MAX = 128 }; /* the sparse support's ids the epilogue reads, a row */
+
 /* Why the logits GEMM (generated where `jit`) cannot write the rows' pass-1 records for pb
  * (STATS of templates/gemm_sm90.cu.lua covers what those records hold without the row's
  * normalizer), or NULL where it can. With E16 the epilogue makes the scores itself, with the
@@ -266,6 +268,13 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
       return "the sparse teacher's forward KL with tail none or renorm only under E16 (the bucket "
              "tail and the other divergences take their support's terms from its fp32 logits: "
              "logits:jit.stats takes them)";
+    /* the epilogue reads a row's K ids once per column tile (1002 at V = 128256), K x 4-8 x
+     * V / BN bytes of L2 reads a row: 100 int32 ids, 3.3 GB at 8192 rows, against pass 1's 4.2
+     * GB of fp32 logits it replaces; 1024 int64 ids would read 67 GB */
+    const int reads_ids = e16 || prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET;
+    if (reads_ids && pb->topk > RECIPE_EPILOGUE_TOPK_MAX)
+      return "the sparse teacher with at most 128 ids a row where the epilogue reads them (E16, "
+             "the bucket tail, the divergences: once per column tile)";
     if (pb->hard_weight > 0.0 && pb->label_smoothing > 0.0)
       return "the sparse teacher's CE without label smoothing (its sum of z' has no slot in the "
              "epilogue's record)";

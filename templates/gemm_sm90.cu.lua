@@ -85,11 +85,14 @@
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
-%--             sparse: the sparse top-K teacher's forward KL with TAIL none or renorm (templates/
-%--             sparse_rows.cu.lua: pass 1 keeps no column on the support apart for them): the
-%--             student's statistics alone, as pass 1's record (iface.SPARSE_PART) m, d_on = 0,
-%--             d_off = d; no teacher is read (no TDT, TLD), C is written whole, so pass 2 gathers
-%--             the support's logits exactly (not with E16, whose fp16 scores would not be).
+%--             sparse: the sparse top-K teacher's records (templates/sparse_rows.cu.lua's pass 1,
+%--             iface.SPARSE_PART): no teacher tile is read (no TDT, TLD). For the forward KL with
+%--             TAIL none or renorm (no column of the support kept apart) the student's statistics
+%--             alone: m, d_on = 0, d_off = d. With TOPK (the bucket tail, the divergences) the
+%--             support's ids mark its columns and d_on, d_off are summed apart (OWN: its own
+%--             (max, sum-exp) in mo, dno). Without E16 C is written whole, so pass 2 gathers the
+%--             support's logits exactly; with E16 (the forward KL, tails none and renorm) the
+%--             loss's cross term comes exactly from the support's values read here (VDT, VALUES).
 %--   E16       absent | true (STATS): the tile goes out in fp16 at E + row lde + col instead of
 %--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1),
 %--             as the tile-relative scores x = s - m <= 0. With part (fused and two-phase
@@ -358,8 +361,8 @@
 %-- dynamic shared memory: the ring, the staged epilogue's scratch, and the slack to align the
 %-- ring to 1024 bytes
 %local SMEM = P.STAGES * STAGE_BYTES + SCRATCH + 1024
-%-- STATS sparse with E16 and no staged scratch: each consumer warp's support bitmap is static
-%-- shared memory (tile_support), beside the barriers' 1 KB
+%-- STATS sparse reading the support's ids (MARK) without a staged scratch: each consumer warp's
+%-- support bitmap is static shared memory (support_map), beside the barriers' 1 KB
 %if MARK and not STAGED and SMEM + WGS * 4 * 16 * (BN // 32) * 4 + 1024 > 227 * 1024 then
 %  reject("STAGES x (BM + BN) x 128 bytes and the support's bitmaps (STATS sparse) "
 %         .. "exceed the 227 KB of shared memory")
@@ -672,9 +675,10 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
  * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (at most 8 ids in flight
  * a lane: QB of a row's KR runs of 32, BATCH rows at once); an id outside the tile marks
  * nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
- * unused; the plain epilogue stages C through it only after every tile_stats of the tile), else
- * static shared memory (no pointer held through the mainloop: the pingpong consumer's registers
- * are full). Returned after a warp barrier; the caller's last reads end with another. */
+ * unused; the plain epilogue stages C through it only after every tile_stats of the tile, and
+ * the previous tile's staging reads end at the barrier first here), else static shared memory
+ * (no pointer held through the mainloop: the pingpong consumer's registers are full). Returned
+ * after a warp barrier; the callers' last reads end with another. */
 __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
                                             const id_t* __restrict__ ids, i64 row0, int lane,
                                             unsigned char* scratch) {
@@ -686,6 +690,7 @@ __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
   u32* map = maps[threadIdx.x / 32 - 4];
   (void)scratch;
 %  end
+  __syncwarp(); /* the previous user's reads (store_rows' staging, a tile's tests) are done */
   for (int i = lane; i < 16 * W; i += 32) map[i] = 0u;
   __syncwarp();
 #pragma unroll 1
@@ -719,7 +724,6 @@ __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
  * teacher (max, sum-exp), or the teacher logits' (max, sum-exp) with sp 0, as pass 1 writes
  * them, for the rows below M. */
 %-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row;
-%-- SUPPORT the sparse teacher's support sums (tile_support)
 %-- SUPPORT the sparse teacher's support sums (tile_support); SPLIT_ON the sum-exp on the
 %-- support apart (don) and OWN the support's own (max, sum-exp) (tile_stats)
 %local CEP = (HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or "")
@@ -1006,8 +1010,7 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
 %if HARD then
                                          const void* __restrict__ labels, int labels_is64,
 %end
-                                         const float* __restrict__ rowstat, int rsf,
-                                         float inv_t{{ SUPPORT and ", unsigned char* scratch" or "" }}) {
+                                         const float* __restrict__ rowstat, int rsf, float inv_t{{ SUPPORT and ", unsigned char* scratch" or "" }}) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];

@@ -77,8 +77,9 @@
 %M.DENSE_PART = { name = "part", floats = 8,
 %                 slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
 %-- The sparse rows' pass-1 partial and merged record (templates/sparse_rows.cu.lua says what each
-%-- slot holds), declared here for the same reason: the logits GEMM's epilogue writes it too for
-%-- the sparse teacher's forward KL (STATS sparse: m, d_on = 0, d_off = the tile's sum-exp).
+%-- slot holds), declared here for the same reason: the logits GEMM's epilogue writes it too
+%-- (STATS sparse: m, d_on, d_off, the support's columns apart where its ids are read, and with
+%-- OWN its own mo, dno).
 %M.SPARSE_PART = { name = "part", floats = 8,
 %                  slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
 %-- ... and the record the logits GEMM's E16 epilogue writes for it (STATS sparse with E16), which

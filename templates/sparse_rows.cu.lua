@@ -1029,7 +1029,6 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %if ETILE then
   /* E16: the row's tile records (their m_t: s = m_t + x), none in backward (x = s - lse) */
   const float* erec = MODE == MODE_BACKWARD ? nullptr : part + (i64)r * srow * PART_FLOATS;
-  __shared__ float sh_ps; /* the row's sum_k p_k (s_k - lse), from the records */
 %  if HARD then
   __shared__ float sh_zy; /* the label's z' = s_y T, from the records (slot S) */
 %  end
@@ -1086,28 +1085,6 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
         sh_zs = a.zs;
 %  end
       }
-%  if ETILE then
-      /* the support's cross term from the GEMM's exact scores: each tile's sum p (s - m_t) and
-       * sum p, taken to the row's lse (every thread has the merged record: the same lse) */
-      const float lse = a.m + logf(a.don + a.doff);
-      float ps = 0.0f;
-%    if HARD then
-      float zy = 0.0f;
-%    end
-      for (int k = threadIdx.x; k < nrec; k += THREADS) {
-        const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
-        if (rec[PART_PW] != 0.0f) ps += rec[PART_PS] + rec[PART_PW] * (rec[PART_M] - lse);
-%    if HARD then
-        zy += rec[PART_S]; /* one tile's at most */
-%    end
-      }
-      ps = block_sum<THREADS>(ps, sh_f);
-      if (threadIdx.x == 0) sh_ps = ps;
-%    if HARD then
-      zy = block_sum<THREADS>(zy, sh_f);
-      if (threadIdx.x == 0) sh_zy = zy;
-%    end
-%  end
     }
 %else
     if (threadIdx.x == 0) {
@@ -1167,6 +1144,27 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %end
     __syncthreads();
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
+%if ETILE then
+    /* the support's cross term from the GEMM's exact scores: each tile's sum p (s - m_t) and
+     * sum p, taken to the row's lse (thread 0's, as the loss takes it: the threads' merged
+     * records may differ in the last bit) */
+    float ps = 0.0f;
+%  if HARD then
+    float zy = 0.0f;
+%  end
+    for (int k = threadIdx.x; k < nrec; k += THREADS) {
+      const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
+      if (rec[PART_PW] != 0.0f) ps += rec[PART_PS] + rec[PART_PW] * (rec[PART_M] - lse);
+%  if HARD then
+      zy += rec[PART_S]; /* one tile's at most */
+%  end
+    }
+    ps = block_sum<THREADS>(ps, sh_f);
+%  if HARD then
+    zy = block_sum<THREADS>(zy, sh_f);
+    if (threadIdx.x == 0) sh_zy = zy;
+%  end
+%end
     gather(sup, zr, ids, vals, bias,{{ ETILE and " erec, lse," or "" }} row, invT, lse);
 %if DIVX then
     {{ zero_rs() }}
@@ -1179,7 +1177,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       return;
     }
 %else
-    loss = support_loss(sup, lse, off_frac, on_frac,{{ ETILE and " sh_ps," or "" }} sh_f, rs);
+    loss = support_loss(sup, lse, off_frac, on_frac,{{ ETILE and " ps," or "" }} sh_f, rs);
 %end
 %if HARD then
     rs.lse1 = sh_rec[3];

@@ -726,7 +726,7 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     TH_CHECK(cubin.len > 4096);
     sb_free(&gs), sb_free(&gm), sb_free(&rs), sb_free(&rm), sb_free(&cubin), sb_free(&log);
   }
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 8; k++) {
     kljit_problem pb = base(2048, 32000);
     pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
     const char *choice = "all:jit,logits:jit.stats";
@@ -739,7 +739,10 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
       case 2: pb.hard_weight = 0.5; break;
       case 3: pb.softcap = 30.0; break;
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
-      default: pb.hard_weight = 0.5, pb.label_smoothing = 0.1, choice = "logits:jit.e16"; break;
+      case 5: pb.hard_weight = 0.5, pb.label_smoothing = 0.1, choice = "logits:jit.e16"; break;
+      /* more ids than the epilogue reads once per column tile: E16; the bucket tail */
+      case 6: pb.topk = 129, choice = "logits:jit.e16"; break;
+      default: pb.topk = 1024, pb.tail = KLJIT_TAIL_BUCKET; break;
     }
     TH_OK(prob_validate(&pb, "stats"));
     recipe r;
@@ -747,8 +750,10 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
     printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
     TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
              r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
-    TH_CHECK(strstr(r.stats_why, k < 2 ? "only under E16" : k == 5 ? "label smoothing"
-                                                                   : "E16 takes") != NULL);
+    TH_CHECK(strstr(r.stats_why, k < 2    ? "only under E16"
+                                 : k == 5 ? "label smoothing"
+                                 : k >= 6 ? "at most 128 ids"
+                                          : "E16 takes") != NULL);
   }
   return TH_PASS;
 }
