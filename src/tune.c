@@ -23,6 +23,12 @@ void tune_describe(const prob_tuning *t, char *out, size_t cap) {
 
 /* ---- candidates -------------------------------------------------------------------------- */
 
+int tune_takes_e16(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                   const prob_tuning *t) {
+  recipe r;
+  return recipe_make(pb, t, opt, arch, 0, &r) == KLJIT_SUCCESS && r.geom.e16;
+}
+
 static int native_16bit_logits(const kljit_problem *pb) {
   return (pb->flags & KLJIT_FLAG_NATIVE_LOGITS) && pb->input_dtype != KLJIT_FP32;
 }

@@ -29,6 +29,13 @@ int tune_candidates(const kljit_problem *pb, const kljit_context_options *opt, i
                     kljit_plan_rigor rigor, tune_stage stage, const prob_tuning *base, int64_t rows,
                     prob_tuning *out, int cap);
 
+/* Whether the plan of `pb` with tuning `t` (whose logits choice asks for E16: flag e) on
+ * sm_<arch> under the options takes E16 (recipe.c: the problem in its scope, the options not
+ * forcing another engine): where it does not, the plan is t's without E16, so a tuner that timed
+ * it would time another candidate again. */
+int tune_takes_e16(const kljit_problem *pb, const kljit_context_options *opt, int arch,
+                   const prob_tuning *t);
+
 /* "threads=256 split=8 chunk_rows=4096" (or "cluster=8 threads=256 nv=4 chunk_rows=4096"). */
 void tune_describe(const prob_tuning *t, char *out, size_t cap);
 

@@ -21,10 +21,22 @@
 typedef struct tracker {
   int candidates, timed, skipped, finished;
   int jit[3]; /* timed candidates with a generated logits, dX, dW GEMM (" dx=jit." ...) */
+  int e16, e16_skipped; /* timed candidates with E16's logits GEMM (flag e), and of them skipped */
   double heuristic_ms, best_ms, elapsed_s, budget_s;
   int64_t rows;
   char best[128];
 } tracker;
+
+/* Whether a candidate's text has a generated logits GEMM with E16: " logits=jit.<variant>" whose
+ * flags (after its last dot) hold e. */
+static int logits_e16(const char *candidate) {
+  const char *l = strstr(candidate, " logits=jit.");
+  if (!l) return 0;
+  char v[64];
+  if (sscanf(l + 12, "%63s", v) != 1) return 0;
+  const char *flags = strrchr(v, '.');
+  return flags && strchr(flags + 1, 'e') != NULL;
+}
 
 static void on_progress(const kljit_tune_progress *p, void *user) {
   tracker *t = user;
@@ -32,6 +44,8 @@ static void on_progress(const kljit_tune_progress *p, void *user) {
   if (p->event == KLJIT_TUNE_TIMED) {
     static const char *const jit[3] = {" logits=jit.", " dx=jit.", " dw=jit."};
     for (int k = 0; k < 3; k++) t->jit[k] += strstr(p->candidate, jit[k]) != NULL;
+    const int e16 = logits_e16(p->candidate);
+    t->e16 += e16, t->e16_skipped += e16 && p->candidate_ms < 0;
     t->timed++;
     t->skipped += p->candidate_ms < 0;
     printf("  [%2d/%2d] %-48s %9.3f ms   best %.3f ms (%s)\n", p->index, p->count, p->candidate,
@@ -228,6 +242,34 @@ static int gemm_tuning_obeys_the_options_and_the_plan_says_where_each_gemm_came_
   return th_in_tmpdir("gpu-tune", gemm_tune_in);
 }
 
+/* The tuner times E16's logits GEMM (tune_measure.c's E16 try) beside the other generated
+ * variants for a dense bf16 problem on sm_90, and its outputs agree with the reference call's
+ * (not skipped); the stored winner is whichever was faster. Skips before sm_90. A budget that
+ * reaches the logits GEMM's stage: about 90 s of device time. */
+static int e16_in_tune(const char *dir) {
+  setenv("KLJIT_TUNE_BUDGET_S", "90", 1);
+  setenv("KLJIT_TUNE_ROWS", "4096", 1);
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  th_private_wisdom(dir);
+  int major = 0;
+  TH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  if (major != 9) return TH_SKIP;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 1024, pb.vocab = 32000;
+  tracker tr;
+  memset(&tr, 0, sizeof tr);
+  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  printf("E16 candidates timed: %d (%d skipped); generated logits %d; best %s\n", tr.e16,
+         tr.e16_skipped, tr.jit[0], tr.best);
+  TH_CHECK(tr.finished == 1 && tr.e16 >= 1 && tr.e16_skipped == 0);
+  return TH_PASS;
+}
+static int the_tuner_times_e16_where_the_plan_takes_it(void) {
+  return th_in_tmpdir("gpu-tune-e16", e16_in_tune);
+}
+
 static int measure_in(const char *dir) {
   setenv("KLJIT_TUNE_BUDGET_S", "10", 1);
   setenv("KLJIT_TUNE_ROWS", "2048", 1);
@@ -374,6 +416,7 @@ static const th_case cases[] = {
      tune_stores_a_winner_no_slower_than_the_heuristic},
     {"measure_tunes_once_then_wisdom_only_and_measure_reuse_it",
      measure_tunes_once_then_wisdom_only_and_measure_reuse_it},
+    {"the_tuner_times_e16_where_the_plan_takes_it", the_tuner_times_e16_where_the_plan_takes_it},
     {"warm_cache_plan_create_is_under_5ms", warm_cache_plan_create_is_under_5ms},
     {"fresh_process_plan_create", fresh_process_plan_create}, /* the previous case's child */
 };

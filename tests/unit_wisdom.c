@@ -1051,6 +1051,37 @@ static int the_online_teacher_and_the_loss_family_round_trip_and_serve_plans(voi
   return th_in_tmpdir("unit-wisdom", family_in);
 }
 
+/* The tuner's E16 try (tune_measure.c: flag e on the default pingpong logits GEMM) is timed only
+ * where the plan takes it (tune_takes_e16): a dense bf16 problem on sm_90 does, and its plan then
+ * holds fp16 scores; on sm_80 (no generated GEMM), with fp32 inputs, under KLJIT_GEMM=logits:
+ * cublas, or with the sparse teacher, the plan would be the candidate without E16, which the
+ * tuner times already. */
+static int the_e16_try_is_timed_only_where_the_plan_takes_it(void) {
+  for (int k = 0; k < 5; k++) {
+    kljit_problem pb = dense_problem();
+    kljit_context_options o = OPT;
+    int arch = 90;
+    if (k == 1) arch = 80;
+    if (k == 2) pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+    if (k == 3) o.gemm_choice = "logits:cublas";
+    if (k == 4) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64;
+    TH_OK(prob_validate(&pb, "e16 try"));
+    prob_tuning t = prob_estimate(&pb, arch, &o);
+    prob_gemm_choice c;
+    memset(&c, 0, sizeof c);
+    c.used = 1, c.kind = GEMM_LOGITS, c.n = t.chunk_rows, c.beta_zero = 1;
+    TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.pe", &c) == 0 && c.e16 == 1 && c.jit);
+    TH_CHECK(gemm_algo_add(&t, &c) == 0);
+    const int takes = tune_takes_e16(&pb, &o, arch, &t);
+    printf("  case %d: %s\n", k, takes ? "takes E16" : "does not");
+    TH_CHECK(takes == (k == 0));
+    recipe r;
+    TH_OK(recipe_make(&pb, &t, &o, arch, 132, &r));
+    TH_CHECK(r.geom.e16 == takes && (r.geom.logit == KLJIT_FP16) == takes);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"the_online_teacher_and_the_loss_family_round_trip_and_serve_plans",
      the_online_teacher_and_the_loss_family_round_trip_and_serve_plans},
@@ -1074,5 +1105,7 @@ static const th_case cases[] = {
     {"precompile_from_wisdom_then_plans_compile_nothing",
      precompile_from_wisdom_then_plans_compile_nothing},
     {"bad_arguments_are_rejected", bad_arguments_are_rejected},
+    {"the_e16_try_is_timed_only_where_the_plan_takes_it",
+     the_e16_try_is_timed_only_where_the_plan_takes_it},
 };
 TH_MAIN(cases)
