@@ -45,7 +45,6 @@ summed over them (batchmean: the sum over rows / rows). Prints one line per (std
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Dict, Sequence
@@ -121,15 +120,9 @@ def u16(torch, e):
 def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float,
            seed: int, independent: bool = False) -> Dict[str, float]:
     """{form: the batch loss's relative error against float64} for one logit scale and T."""
-    g = torch.Generator().manual_seed(seed)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
-    sums = {k: 0.0 for k in ("exact",) + FORMS}
-    for r0 in range(0, n, BLOCK):
-        rows = min(BLOCK, n - r0)
-        x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
-        for k, val in block_losses(torch, x, w, t, bn, g, independent).items():
-            sums[k] += val
+    sums = study_args.summed_over_blocks(
+        torch, n, h, v, std, seed, BLOCK,
+        lambda x, w, g: block_losses(torch, x, w, t, bn, g, independent))
     return {k: abs(sums[k] - sums["exact"]) / abs(sums["exact"]) for k in FORMS}
 
 

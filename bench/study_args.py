@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 def positive_list(text: str) -> List[float]:
@@ -46,6 +46,24 @@ def inputs(torch: Any, n: int, h: int, v: int, std: float, seed: int) -> Any:
     z = x.to(f64) @ w.to(f64).T
     p = torch.softmax(z + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
     return x, w, z, p
+
+
+def summed_over_blocks(torch: Any, n: int, h: int, v: int, std: float, seed: int, block: int,
+                       losses: Callable[[Any, Any, Any], Dict[str, float]]) -> Dict[str, float]:
+    """{name: the sum over row blocks of losses(x, w, g)[name]}: w uniform in [-a, a) with
+    a = 3 std / sqrt(h) (logits of standard deviation `std`) drawn first, then each block's
+    `block` rows of x uniform in [-1, 1), both bf16, from one generator seeded with `seed`, which
+    `losses` draws from too (the studies whose rows do not fit one float64 logits matrix)."""
+    g = torch.Generator().manual_seed(seed)
+    a = 3 * std / math.sqrt(h)
+    w = ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
+    sums: Dict[str, float] = {}
+    for r0 in range(0, n, block):
+        rows = min(block, n - r0)
+        x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
+        for k, val in losses(x, w, g).items():
+            sums[k] = sums.get(k, 0.0) + val
+    return sums
 
 
 def torch_or_none(script: str) -> Optional[Any]:
