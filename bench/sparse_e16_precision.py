@@ -29,7 +29,6 @@ one line per (std, T).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Dict, Sequence
@@ -92,15 +91,9 @@ def block_losses(torch, x, w, t: float, bn: int, k: int, g,
 def errors(torch, n: int, h: int, v: int, bn: int, std: float, t: float, k: int, seed: int,
            independent: bool = False) -> Dict[str, float]:
     """{form: the batch loss's relative error against float64} for one logit scale and T."""
-    g = torch.Generator().manual_seed(seed)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
-    sums = {f: 0.0 for f in ("exact",) + FORMS}
-    for r0 in range(0, n, BLOCK):
-        rows = min(BLOCK, n - r0)
-        x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
-        for f, val in block_losses(torch, x, w, t, bn, k, g, independent).items():
-            sums[f] += val
+    sums = study_args.summed_over_blocks(
+        torch, n, h, v, std, seed, BLOCK,
+        lambda x, w, g: block_losses(torch, x, w, t, bn, k, g, independent))
     return {f: abs(sums[f] - sums["exact"]) / abs(sums["exact"]) for f in FORMS}
 
 
