@@ -237,6 +237,23 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
   return TH_PASS;
 }
 
+/* v rendered (its source into *src), its manifest printed and parsed into *m: the GEMM kernel's
+ * entry, or NULL (the reason printed) where the template refuses v. */
+static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface_manifest *m) {
+  const kspec k = jgemm_spec(v);
+  strbuf man = {0};
+  const kiface_kernel *g = NULL;
+  if (kspec_render_iface(&k, src, &man) == KLJIT_SUCCESS &&
+      kiface_parse(man.data, "gemm", m) == KLJIT_SUCCESS) {
+    printf("  manifest: %s", man.data);
+    g = kiface_find(m, KSTEP_GEMM);
+  } else {
+    printf("  refused: %s\n", kljit_last_error());
+  }
+  sb_free(&man);
+  return g;
+}
+
 /* The logits GEMM with the dense rows' pass-1 statistics in its epilogue (STATS): each form,
  * teacher dtype, schedule, epilogue and cluster it may meet renders, declares its extra
  * arguments and the record it writes (the rows' part, the same declaration), and compiles for
@@ -261,14 +278,10 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     v.epilogue = cases[i].epilogue, v.cluster = cases[i].cluster;
     v.stats.teacher = cases[i].form, v.stats.tdt = cases[i].tdt;
     v.stats.tld = cases[i].tld, v.stats.t = cases[i].t, v.stats.tt = cases[i].tt;
-    const kspec k = jgemm_spec(&v);
-    strbuf src = {0}, man = {0};
-    TH_OK(kspec_render_iface(&k, &src, &man));
-    printf("  manifest: %s", man.data);
+    strbuf src = {0};
     kiface_manifest m;
-    TH_OK(kiface_parse(man.data, "gemm", &m));
-    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == 11);
+    const kiface_kernel *g = rendered(&v, &src, &m);
+    TH_CHECK(g && m.n == 1 && g->nargs == 11);
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "teacher"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "part"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "row0"));
@@ -287,7 +300,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     TH_CHECK((strstr(src.data, "md_step<8>(a, ad, lane);") != NULL) == tl);
     TH_CHECK((strstr(src.data, "#define STATS_INV_TT(inv_t) ((inv_t))") != NULL) ==
              (cases[i].tt == 0.0));
-    sb_free(&src), sb_free(&man);
+    sb_free(&src);
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   /* the plain variant's source names none of it */
@@ -474,13 +487,9 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     printf("  %s\n", what);
     TH_CHECK(strstr(what, " stats:sparse") != NULL && strstr(what, "sparse.") == NULL);
     TH_CHECK((strstr(what, "+e16") != NULL) == e16);
-    const kspec k = jgemm_spec(&v);
-    strbuf src = {0}, man = {0};
-    TH_OK(kspec_render_iface(&k, &src, &man));
-    printf("  manifest: %s", man.data);
+    strbuf src = {0};
     kiface_manifest m;
-    TH_OK(kiface_parse(man.data, "gemm", &m));
-    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    const kiface_kernel *g = rendered(&v, &src, &m);
     TH_CHECK(g && g->nargs == (e16 ? (i >= 3 ? 18 : 16) : apart ? 11 : 10));
     if (apart) TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "teacher_ids"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
@@ -501,7 +510,7 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     TH_CHECK((strstr(src.data, "p += fexp(to_f32(vals[rs * TOPK + k]));") != NULL) == (i == 3));
     TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
              strstr(src.data, "prefetch_teacher") == NULL);
-    sb_free(&src), sb_free(&man);
+    sb_free(&src);
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
