@@ -34,15 +34,26 @@ def parser(description: str, rows: int, hidden: int, tile: int,
     return p
 
 
+def rows_of(torch: Any, n: int, h: int, g: Any) -> Any:
+    """n rows of x uniform in [-1, 1), bf16, drawn from g."""
+    return (torch.rand(n, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
+
+
+def head_of(torch: Any, v: int, h: int, std: float, g: Any) -> Any:
+    """w [v, h] uniform in [-a, a) with a = 3 std / sqrt(h) (with rows_of's x, logits of standard
+    deviation `std`), bf16, drawn from g."""
+    a = 3 * std / math.sqrt(h)
+    return ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
+
+
 def inputs(torch: Any, n: int, h: int, v: int, std: float, seed: int) -> Any:
     """(x, w, z, p), compare.py's precision inputs: x uniform in [-1, 1) and w uniform in
     [-a, a) with a = 3 std / sqrt(h) (logits of standard deviation `std`), both bf16; z = x w^T
     exactly (float64); the teacher p = softmax(z + unit Gaussian noise) in bf16."""
     f64, bf = torch.float64, torch.bfloat16
     g = torch.Generator().manual_seed(seed)
-    x = (torch.rand(n, h, generator=g, dtype=f64) * 2 - 1).to(bf)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=f64) * 2 - 1) * a).to(bf)
+    x = rows_of(torch, n, h, g)
+    w = head_of(torch, v, h, std, g)
     z = x.to(f64) @ w.to(f64).T
     p = torch.softmax(z + torch.randn(n, v, generator=g, dtype=f64), -1).to(bf)
     return x, w, z, p
@@ -55,13 +66,10 @@ def summed_over_blocks(torch: Any, n: int, h: int, v: int, std: float, seed: int
     `block` rows of x uniform in [-1, 1), both bf16, from one generator seeded with `seed`, which
     `losses` draws from too (the studies whose rows do not fit one float64 logits matrix)."""
     g = torch.Generator().manual_seed(seed)
-    a = 3 * std / math.sqrt(h)
-    w = ((torch.rand(v, h, generator=g, dtype=torch.float64) * 2 - 1) * a).to(torch.bfloat16)
+    w = head_of(torch, v, h, std, g)
     sums: Dict[str, float] = {}
     for r0 in range(0, n, block):
-        rows = min(block, n - r0)
-        x = (torch.rand(rows, h, generator=g, dtype=torch.float64) * 2 - 1).to(torch.bfloat16)
-        for k, val in losses(x, w, g).items():
+        for k, val in losses(rows_of(torch, min(block, n - r0), h, g), w, g).items():
             sums[k] = sums.get(k, 0.0) + val
     return sums
 

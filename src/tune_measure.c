@@ -477,7 +477,7 @@ enum { GEMM_CANDIDATES = 8, SAMPLE_ROWS = 4 };
  * architecture.md) is tried too, where the problem is in its scope (tune_takes_e16): it passed
  * its GPU suite (gpu.fused_e16.*, bench/RESULTS.md runs 71-74) and was 0.96-1.05x the default's
  * call by shape there, which is what a per-shape choice is for. */
-enum { JIT_TRY_MAX = 5, JIT_TRY_E16 = 4 };
+enum { JIT_TRY_MAX = 5 };
 static const char *const JIT_TRIES[3][JIT_TRY_MAX] = {
     {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe"}, /* logits */
     {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL},              /* dX */
@@ -592,17 +592,18 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
     }
   }
   if (forced == GEMM_BACKEND_CUBLAS || jgemm_unfit(b->pb, b->ctx->arch)) return KLJIT_SUCCESS;
+  /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it */
+  const int opt_e16 = kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16;
   for (int i = 0; i < JIT_TRY_MAX; i++) {
     prob_gemm_choice j = c;
     if (!JIT_TRIES[kind][i] || gemm_algo_jit_parse(JIT_TRIES[kind][i], &j)) continue;
-    /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it (and its
-     * own try would time the third one again) */
-    const int opt_e16 = kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16;
-    if (i == JIT_TRY_E16 && opt_e16) continue;
+    /* a try with E16 of its own: under the options' E16 it is its variant's try again */
+    const int own_e16 = j.e16;
+    if (own_e16 && opt_e16) continue;
     if (opt_e16) j.e16 = 1;
     j.beta_zero = kind != GEMM_DW ? 1 : 0;
     const prob_tuning t = with_choice(base, &j);
-    if (i == JIT_TRY_E16 && !tune_takes_e16(b->pb, &b->ctx->opt, b->ctx->arch, &t)) continue;
+    if (own_e16 && !tune_takes_e16(b->pb, &b->ctx->opt, b->ctx->arch, &t)) continue;
     out[(*count)++] = t;
   }
   return KLJIT_SUCCESS;

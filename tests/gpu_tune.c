@@ -105,6 +105,19 @@ static int fused_run(const kljit_plan *plan, const kljit_problem *pb, int64_t ro
   return TH_PASS;
 }
 
+/* The tune the tests make: the dense bf16 problem H = 1024, V = 32000 (into *pb) tuned MEASURE at
+ * 4096 tokens on ctx (whose options the caller set in the environment before making it) into a
+ * private wisdom in dir, its progress into *tr. */
+static int tune_dense(kljit_context *ctx, const char *dir, kljit_problem *pb, tracker *tr) {
+  th_private_wisdom(dir);
+  const kljit_problem init = KLJIT_PROBLEM_INIT;
+  *pb = init;
+  pb->hidden = 1024, pb->vocab = 32000;
+  memset(tr, 0, sizeof *tr);
+  TH_OK(kljit_tune(ctx, pb, 4096, KLJIT_PLAN_MEASURE, on_progress, tr));
+  return TH_PASS;
+}
+
 static int tune_in(const char *dir) {
   /* the context reads its options from the environment when it is created: set them first */
   setenv("KLJIT_TUNE_BUDGET_S", "20", 1);
@@ -112,12 +125,9 @@ static int tune_in(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
-  th_private_wisdom(dir);
-  kljit_problem pb = KLJIT_PROBLEM_INIT;
-  pb.hidden = 1024, pb.vocab = 32000;
+  kljit_problem pb;
   tracker tr;
-  memset(&tr, 0, sizeof tr);
-  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  if (tune_dense(ctx, dir, &pb, &tr) != TH_PASS) return TH_FAIL;
   printf(
       "tuned V=32000 H=1024 bf16 at %lld rows in %.1f s (budget %.0f s): heuristic %.3f ms, "
       "best %.3f ms (%s), %d candidates, %d skipped\n",
@@ -182,14 +192,11 @@ static int gemm_tune_in(const char *dir) {
   const int g = gpu_test_context(&ctx);
   unsetenv("KLJIT_GEMM"); /* read once, by the context */
   if (g) return g;
-  th_private_wisdom(dir);
   int major = 0;
   TH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
-  kljit_problem pb = KLJIT_PROBLEM_INIT;
-  pb.hidden = 1024, pb.vocab = 32000;
+  kljit_problem pb;
   tracker tr;
-  memset(&tr, 0, sizeof tr);
-  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  if (tune_dense(ctx, dir, &pb, &tr) != TH_PASS) return TH_FAIL;
   printf("generated candidates timed: logits %d, dX %d, dW %d; best %s\n", tr.jit[0], tr.jit[1],
          tr.jit[2], tr.best);
   TH_CHECK(tr.finished == 1 && tr.jit[0] == 0);
@@ -252,15 +259,12 @@ static int e16_in_tune(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
-  th_private_wisdom(dir);
   int major = 0;
   TH_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
   if (major != 9) return TH_SKIP;
-  kljit_problem pb = KLJIT_PROBLEM_INIT;
-  pb.hidden = 1024, pb.vocab = 32000;
+  kljit_problem pb;
   tracker tr;
-  memset(&tr, 0, sizeof tr);
-  TH_OK(kljit_tune(ctx, &pb, 4096, KLJIT_PLAN_MEASURE, on_progress, &tr));
+  if (tune_dense(ctx, dir, &pb, &tr) != TH_PASS) return TH_FAIL;
   printf("E16 candidates timed: %d (%d skipped); generated logits %d; best %s\n", tr.e16,
          tr.e16_skipped, tr.jit[0], tr.best);
   TH_CHECK(tr.finished == 1 && tr.e16 >= 1 && tr.e16_skipped == 0);
