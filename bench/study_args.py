@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line shared by issue 27's CPU precision studies (g_rebuild_precision.py,
-loss_from_e16_precision.py, e16_divergences_precision.py): the problem's size, the logits GEMM's
-column tile, the logit scales and the seed."""
+sparse_g_rebuild_precision.py, loss_from_e16_precision.py, e16_divergences_precision.py): the
+problem's size, the logits GEMM's column tile, the logit scales and the seed."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 jgemm_variant jgemm_default(kljit_dtype in, kljit_dtype out, int beta) {
-  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0, {0}};
+  jgemm_variant v = {"nt", in, out, beta, 256, 2, 4, 'm', 1, 'c', 'd', 0, 0, {0}, {0}};
   return v;
 }
 
@@ -118,7 +118,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
           for (int r = 0; r < 3 && n < cap; r++) {
             if ((s > 0 || r > 0) && (o > 0 || beta)) continue; /* shapes at fp32 output only */
             jgemm_variant v = {"nt", ins[i], outs[o], beta, shapes[s][0], shapes[s][1],
-                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0, {0}};
+                               shapes[s][2], "mng"[r], shapes[s][3], 'c', 'd', 0, 0, {0}, {0}};
             out[n++] = v;
           }
   for (int i = 0; i < 2; i++) /* the nn layout (the dX shape): each dtype pair, two tiles */
@@ -157,7 +157,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     for (size_t s = 0; s < PP + 2 && n < cap; s++) {
       const size_t t = s < PP ? s : 0;
       jgemm_variant v = {"nt", ins[i], KLJIT_FP32, 0, pp[t][0], pp[t][1], pp[t][2], "gmggg"[t],
-                         pp[t][3], 'p', 'd', 0, 0, {0}};
+                         pp[t][3], 'p', 'd', 0, 0, {0}, {0}};
       if (s == PP) v.out = ins[i], v.beta = 1;
       if (s == PP + 1) v.layout = "nn";
       out[n++] = v;
@@ -176,7 +176,7 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     const kljit_dtype in = staged[i].in_out == 2 ? KLJIT_FP16 : KLJIT_BF16;
     jgemm_variant v = {staged[i].layout, in, staged[i].in_out ? in : KLJIT_FP32, staged[i].beta,
                        staged[i].bn, staged[i].consumers, staged[i].stages, 'g', 1,
-                       staged[i].schedule, 's', 0, 0, {0}};
+                       staged[i].schedule, 's', 0, 0, {0}, {0}};
     out[n++] = v;
   }
   /* the smaller choices (KSPEC_GEMM_*), each on the layout it is meant for: one stage arrival
@@ -208,6 +208,34 @@ int jgemm_variants(jgemm_variant *out, int cap) {
   return n;
 }
 
+int jgemm_gop_variants(jgemm_variant *out, int cap) {
+  static const struct {
+    const char *layout;
+    kljit_dtype in, out;
+    char schedule, epilogue;
+    int stages, cluster, kslice, fw;
+    kljit_dtype pdt;
+  } g[] = {
+      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 3, 1, 0, 128, KLJIT_BF16},
+      {"nn", KLJIT_FP16, KLJIT_FP32, 'p', 'd', 4, 1, 0, 256, KLJIT_FP16},
+      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 4, 1, 0, 64, (kljit_dtype)0},
+      {"nn", KLJIT_BF16, KLJIT_FP32, 'c', 's', 3, 1, 3, 128, KLJIT_BF16},
+      {"tn", KLJIT_BF16, KLJIT_FP32, 'c', 'd', 3, 1, 0, 256, KLJIT_BF16},
+      {"tn", KLJIT_BF16, KLJIT_FP32, 'p', 's', 4, 2, 0, 128, KLJIT_BF16},
+      {"tn", KLJIT_FP16, KLJIT_FP16, 'c', 'd', 4, 1, 0, 128, (kljit_dtype)0}};
+  int n = 0;
+  for (size_t i = 0; i < sizeof g / sizeof g[0] && n < cap; i++) {
+    jgemm_variant v = jgemm_kind_default(strcmp(g[i].layout, "nn") ? GEMM_DW : GEMM_DX, g[i].in,
+                                         g[i].out, 0);
+    v.schedule = g[i].schedule, v.epilogue = g[i].epilogue, v.stages = g[i].stages;
+    v.cluster = g[i].cluster, v.kslice = g[i].kslice;
+    if (g[i].schedule == 'p') v.bn = 128;
+    v.gop.on = 1, v.gop.fw = g[i].fw, v.gop.pdt = g[i].pdt;
+    out[n++] = v;
+  }
+  return n;
+}
+
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   const int other = v->layout && strcmp(v->layout, "nt"); /* nn, tn named */
   char slice[16] = "";
@@ -227,14 +255,18 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
              v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t"
              : !v->stats.e16 && v->stats.topk > 0 ? (v->stats.own ? "+ids+own" : "+ids")
                                                   : "");
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
+  char gop[32] = "";
+  if (v->gop.on)
+    snprintf(gop, sizeof gop, " g%d%s%s", v->gop.fw, v->gop.pdt ? "." : "",
+             v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
            v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
            t & KSPEC_GEMM_STREAM_C ? " cs" : "",
            t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "",
-           t & KSPEC_GEMM_PROMOTE ? " pr" : "", slice, stats);
+           t & KSPEC_GEMM_PROMOTE ? " pr" : "", slice, stats, gop);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -269,6 +301,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
       k.gemm_stats_own = v->stats.own; /* OWN */
     }
   }
+  if (v->gop.on) k.gemm_gop = 1, k.gemm_gop_fw = v->gop.fw, k.gemm_gop_pdt = v->gop.pdt;
   return k;
 }
 
@@ -345,8 +378,28 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   const int f16 = v->in == KLJIT_FP16;
   kargs k; /* the kernel's arguments, by role (its manifest says which, in what order) */
   memset(&k, 0, sizeof k);
-  kljit_status st = tn ? tmap(d, &k.map_a, a->a, a->k, a->m, a->lda, 64, f16)
-                       : tmap(d, &k.map_a, a->a, a->m, a->k, a->lda, 64 * v->consumers, f16);
+  /* GOP: A holds E' in fp16 whatever the inputs' dtype, the teacher's P (pdt) A's shape */
+  const int gop = v->gop.on && nn, a16 = gop ? 1 : f16;
+  /* G's columns (V): nn K, tn M; each row of the factors holds one a column tile */
+  const int64_t gtiles = gop ? ((tn ? a->m : a->k) + v->gop.fw - 1) / v->gop.fw : 0;
+  if (gop && (!a->gop.fac || a->gop.fld < gtiles || (v->gop.pdt && (!a->gop.p || !a->gop.g))))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "generated GEMM (G rebuilt in the stage): its factors (fld %lld must be >= "
+                   "%lld, one a column tile of %d) and, with the teacher's term, P and g are "
+                   "required",
+                   (long long)a->gop.fld, (long long)gtiles, v->gop.fw);
+  if (gop && v->gop.pdt &&
+      (a->gop.ldp % 8 || a->gop.ldp < (tn ? a->m : a->k) || ((uintptr_t)a->gop.p & 15)))
+    return err_set(KLJIT_ERR_UNSUPPORTED,
+                   "generated GEMM (G rebuilt in the stage): ldp=%lld must be a multiple of 8 "
+                   "covering P's rows and P 16-byte aligned (TMA)",
+                   (long long)a->gop.ldp);
+  kljit_status st = tn ? tmap(d, &k.map_a, a->a, a->k, a->m, a->lda, 64, a16)
+                       : tmap(d, &k.map_a, a->a, a->m, a->k, a->lda, 64 * v->consumers, a16);
+  if (st == KLJIT_SUCCESS && gop && v->gop.pdt) /* boxed as A: the same placement in a stage */
+    st = tn ? tmap(d, &k.map_p, a->gop.p, a->k, a->m, a->gop.ldp, 64, v->gop.pdt == KLJIT_FP16)
+            : tmap(d, &k.map_p, a->gop.p, a->m, a->k, a->gop.ldp, 64 * v->consumers,
+                   v->gop.pdt == KLJIT_FP16);
   /* clusters: each CTA of a cluster loads 1/cl of the B tile (the manifest's cluster= is the
    * variant's, which the template compiled in) */
   const int cl = kn->sig.cluster > 1 ? (int)kn->sig.cluster : 1;
@@ -369,6 +422,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.hdr = a->epi.hdr;
   k.teacher_bias = a->epi.tbias;
   k.teacher_ids = a->epi.ids, k.teacher_values = a->epi.vals;
+  k.gfac = a->gop.fac, k.fld = a->gop.fld, k.gpr = a->gop.g;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

@@ -68,6 +68,13 @@ typedef struct jgemm_variant {
   int tweaks;       /* KSPEC_GEMM_* bits (spec.h): one stage arrival per warp, streaming C,
                      * an L2 policy on the TMA loads */
   jgemm_stats stats; /* the nt layout into fp32: the statistics epilogue, or none */
+  /* nn, tn (A = G): G rebuilt in the stage (templates/gemm_sm90.cu.lua, GOP) from E', the
+   * logits GEMM's fp16 tile-relative exponentials, as f[r, v / fw] E' - g[r] P (jgemm_gop) */
+  struct {
+    int on;
+    int fw;          /* the factors' column tile: a multiple of 64 */
+    kljit_dtype pdt; /* the dense teacher's probabilities' dtype (BF16 | FP16); 0: none */
+  } gop;
 } jgemm_variant;
 
 /* The heuristic's variant for a dtype pair (no tuning yet): 128 x 256 tiles, 4 stages, M-fastest
@@ -124,11 +131,16 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
  * returns the count (<= cap). */
 int jgemm_variants(jgemm_variant *out, int cap);
 
+/* The variants of G rebuilt in the stage (GOP) the tests compile and run: nn (dX) and tn (dW),
+ * both schedules, with and without the teacher's term, fp32 and 16-bit outputs, K slices and
+ * the staged epilogue, a cluster of 2; returns the count (<= cap). */
+int jgemm_gop_variants(jgemm_variant *out, int cap);
+
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those
  * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
  * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
  * n k-blocks, " stats:<form>.<teacher dtype>" for the statistics epilogue, "+e16" after it for
- * E16) */
+ * E16, " g<fw>" or " g<fw>.<pdt>" for G rebuilt in the stage) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */
@@ -159,6 +171,16 @@ typedef struct jgemm_epi {
   const void *vals;     /* ... and, with E16, its values; topk a row */
 } jgemm_epi;
 
+/* The GOP variant's operands: a is E' (fp16, A's shape and stride lda) */
+typedef struct jgemm_gop {
+  const float *fac; /* f: fld floats a row of G (nn: A's rows; tn: A's K rows), one a column
+                     * tile */
+  int64_t fld;
+  const void *p;    /* pdt: the teacher's probabilities, A's shape, row stride ldp (elements) */
+  int64_t ldp;
+  const float *g;   /* pdt: the teacher's term's scale, one a row of G */
+} jgemm_gop;
+
 /* Operands of one launch (device pointers; leading dimensions in elements). */
 typedef struct jgemm_args {
   const void *a;  /* nt, nn: [M, K]; tn: [K, M]; row stride lda */
@@ -167,6 +189,7 @@ typedef struct jgemm_args {
   int64_t m, n, k, lda, ldb, ldc;
   float alpha;
   jgemm_epi epi;  /* v->stats: the statistics epilogue's operands */
+  jgemm_gop gop;  /* v->gop.on: G's factors and the teacher's term */
 } jgemm_args;
 
 /* A loaded GEMM kernel: its function and its interface (the manifest's gemm kernel: arguments,

@@ -102,6 +102,10 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(gemm_e, ptr)       /* kl_gemm, E16: the tile's fp16 scores out (instead of C) */         \
   X(lde, i64)          /* kl_gemm, E16: E's row stride (elements) */                        \
   X(rsf, i32)          /* kl_gemm, E16: floats a row of rowstat (two-phase backward's lse) */ \
+  X(map_p, tmap)       /* kl_gemm, GOP with PDT: the teacher's probabilities' TMA descriptor */ \
+  X(gfac, ptr)         /* kl_gemm, GOP: G's factors per (row, column tile) of V */          \
+  X(fld, i64)          /* kl_gemm, GOP: gfac's row stride (floats) */                       \
+  X(gpr, ptr)          /* kl_gemm, GOP with PDT: the teacher's term's scale per row */      \
   X(alpha, f32)
 
 #define KIFACE_FIELD_(role, kind) kiface_##kind role;

@@ -91,6 +91,11 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
       if (k->gemm_stats_own) out[n++] = pb("OWN", 1);
     }
   }
+  if (k->gemm_gop) {
+    out[n++] = pb("GOP", 1);
+    out[n++] = pi("FW", k->gemm_gop_fw);
+    if (k->gemm_gop_pdt) out[n++] = ps("PDT", names_dtype_tag(k->gemm_gop_pdt));
+  }
   return n;
 }
 

@@ -103,6 +103,10 @@ typedef struct kspec {
   int gemm_stats_own;       /* STATS sparse: OWN (the support's own (max, sum-exp)); 0: none */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
   int gemm_hard;            /* E16's HARD (the CE's records; labels in); no parameter when 0 */
+  /* GOP (nn, tn: A = G rebuilt in the stage from E'; no parameter when gemm_gop is 0) */
+  int gemm_gop;             /* GOP */
+  int gemm_gop_fw;          /* FW: the factors' column tile (a multiple of 64) */
+  kljit_dtype gemm_gop_pdt; /* PDT: the dense teacher's probabilities' dtype; 0: none (G = f E') */
   int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 scores the
                              * logits GEMM wrote (E16) that the rows read in place of z */
 } kspec;

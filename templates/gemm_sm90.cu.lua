@@ -157,6 +157,30 @@
 %-- box {64, BN / CLUSTER}; nn, tn: dims {N, K}, box {64, 64}), 16-bit, 128-byte swizzle, zero
 %-- fill out of bounds; C, M, N, K, ldc (elements), alpha.
 %--
+%-- GOP (issue 27, step 2: G rebuilt where the dX and dW GEMMs load it):
+%--   GOP       absent | true (LAYOUT nn or tn: A = G): A's tensor holds E', the logits GEMM's
+%--             tile-relative exponentials exp(s - m_tile) in fp16 (whatever IN is), and the
+%--             consumers rewrite each stage's A tile in place as
+%--                 G[r, v] = f[r, v / FW] E'[r, v] - g[r] P[r, v]      (rounded to IN once)
+%--             before they multiply it: r the chunk's row (nn: A's row; tn: A's K row), v the
+%--             vocabulary column, f the row's factor per logits tile (gfac + r fld + v / FW:
+%--             exp(m_tile - lse) times the gradient's scale, from the merged records), g the
+%--             row's scale of the teacher's term (gpr[r]). No row pass writes G, and the chunk
+%--             buffer holds 2 bytes an element. The stage is rewritten element for element:
+%--             E' and P arrive in the same 128-byte swizzled placement (same box, same element
+%--             size), so a 16-byte chunk of E' pairs with P's at the same offset, and a 128-byte
+%--             line of the stage is one row of A (nn: one chunk row, 64 columns of V; tn: one
+%--             chunk row, 64 columns of V of the slice): the factors follow from the line.
+%--             Each warpgroup rewrites its own slices (its 64 rows, or the pingpong tile's
+%--             BM), fences the generic writes to the async proxy and meets its 128 threads on a
+%--             named barrier before its wgmma read them.
+%--   FW        (GOP) the factors' column tile, a multiple of 64 (the logits GEMM's BN): every
+%--             k-block of A lies in one.
+%--   PDT       (GOP) absent (G = f E': the sparse teacher, whose support's columns pass 2
+%--             rewrote in E' as G / f) | bf16 | f16: the dense teacher's probabilities P, a
+%--             second TMA tensor of A's shape (map_p, row stride ldp), loaded into the stage
+%--             beside A.
+%--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
 %-- for an empty stage, announces its bytes on the stage's full barrier and issues the two TMA
 %-- loads of the next k-block, for every tile of this CTA in order. Warpgroups 1..CONSUMERS
@@ -198,12 +222,28 @@
 %local WGS, MS = PP and 2 or P.CONSUMERS, PP and P.CONSUMERS or 1
 %local RELEASERS = PP and 1 or P.CONSUMERS
 %local BM, BN, BK = 64 * P.CONSUMERS, P.BN, 64
-%local STAGE_BYTES = (BM + BN) * BK * 2
+%-- GOP: G rebuilt in the stage from E' (and, PDT, the teacher's P: GP, its tile in the stage too)
+%if P.GOP ~= nil and not (P.GOP == true and NN) then
+%  reject("GOP must be true and needs LAYOUT nn or tn (A = G, rebuilt in the stage)")
+%end
+%local GOP = P.GOP == true
+%if GOP and (math.type(P.FW) ~= "integer" or P.FW < 64 or P.FW % 64 ~= 0) then
+%  reject("FW must be a multiple of 64 (the factors' column tile: each k-block in one)")
+%end
+%if GOP and P.PDT ~= nil and not one_of(P.PDT, { "bf16", "f16" }) then
+%  reject("PDT must be bf16 or f16 (the teacher's probabilities, a 16-bit TMA tile)")
+%end
+%if not GOP and (P.FW ~= nil or P.PDT ~= nil) then reject("FW and PDT need GOP") end
+%local GP = GOP and P.PDT ~= nil
+%-- a stage: A's tile, B's, and (GP) the teacher's tile of A's shape
+%local P_BYTES = GP and BM * BK * 2 or 0
+%local STAGE_BYTES = (BM + BN) * BK * 2 + P_BYTES
 %if type(P.STAGES) ~= "number" or P.STAGES < 2 or P.STAGES > 8 then
 %  reject("STAGES must be in [2, 8]")
 %end
 %if P.STAGES * STAGE_BYTES + 1024 > 227 * 1024 then
-%  reject("STAGES x (BM + BN) x 128 bytes exceeds the 227 KB of shared memory")
+%  reject("STAGES x (BM + BN) x 128 bytes (GOP with PDT: and BM x 128) exceeds the 227 KB of "
+%         .. "shared memory")
 %end
 %if P.EPILOGUE ~= nil and not one_of(P.EPILOGUE, { "direct", "staged" }) then
 %  reject("EPILOGUE must be direct or staged")
@@ -416,6 +456,14 @@
 %-- part of the loss)
 %local STATS_REC = SPARSE and (E16 and iface.SPARSE_E16_PART or iface.SPARSE_PART)
 %                  or iface.DENSE_PART
+%if GOP then
+%  gemm_args = iface.args(gemm_args, {
+%    { "gfac", "const float* __restrict__" }, { "fld", "i64" } })
+%  if GP then
+%    gemm_args = iface.args(gemm_args, {
+%      { "map_p", "const __grid_constant__ kl_tmap" }, { "gpr", "const float* __restrict__" } })
+%  end
+%end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
@@ -427,6 +475,13 @@
 #define STAGES {{ P.STAGES }}
 #define CONSUMERS {{ P.CONSUMERS }}
 #define MS {{ MS }}
+%if GOP then
+#define FW {{ P.FW }}
+/* GOP: the 16-byte chunks of a stage's A tile each consumer thread rewrites (its warpgroup's
+ * slices, one cooperative or MS pingpong: each 64 lines of 128 bytes, 512 chunks, over 128
+ * threads) */
+#define GN {{ 4 * (PP and MS or 1) }}
+%end
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 %if STATS then
 %  if TEACH then
@@ -1338,6 +1393,73 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
   if (lane == 0) mbar_arrive_cluster(bar, 0), mbar_arrive_cluster(bar, 1);
 %end
 }
+%if GOP then
+
+/* PTX ISA "bar.sync" with a thread count: the `count` threads (whole warps) that name barrier
+ * `id` (1..15; 0 is __syncthreads') wait for each other; their shared-memory writes before it are
+ * visible to each other after it. */
+template <int COUNT> __device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(COUNT) : "memory");
+}
+
+%local GPP, GPA = GP and ", float (&g)[GN], const float* __restrict__ gpr" or "", GP and ", g" or ""
+/* GOP: the factors of this thread's lines of a stage's A tile for k-block kb, 0 for lines past A
+ * (TMA filled them with zeros). The thread rewrites chunks tid + 128 n (n < GN), on line
+ * l = tid / 8 + 16 n of its warpgroup's slices, which start at row or column `first` of A
+ * (tm BM, and c 64 more for a cooperative warpgroup). nn: line l is the chunk's row first + l,
+ * its 64 columns of V from kb BK, all in factor tile kb BK / FW; tn: line l is the chunk's row
+ * kb BK + l % 64, its columns those of slice l / 64, from first + 64 (l / 64). */
+__device__ __forceinline__ void g_factors(float (&f)[GN]{{ GPP }},
+                                          const float* __restrict__ gfac, i64 fld, int first,
+                                          int kb, int M, int K, int tid) {
+#pragma unroll
+  for (int n = 0; n < GN; n++) {
+    const int l = tid / 8 + 16 * n;
+%if TN then
+    const int r = kb * BK + l % 64, v0 = first + 64 * (l / 64);
+    const bool in = r < K && v0 < M;
+%else
+    const int r = first + l, v0 = kb * BK;
+    const bool in = r < M;
+%end
+    f[n] = in ? gfac[(i64)r * fld + v0 / FW] : 0.0f;
+%if GP then
+    g[n] = in ? gpr[r] : 0.0f;
+%end
+  }
+}
+
+/* GOP: this thread's chunks of a stage's A tile rewritten in place, E' (fp16) -> G (IN):
+ * G = f E' - g P in fp32 (P: the teacher's chunk at the same offset of its tile), rounded once.
+ * A warp's 32 chunks are 512 contiguous bytes: no bank conflict. */
+%local GSP = GP and " const unsigned char* p, const float (&g)[GN]," or ""
+__device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{{ GSP }}
+                                        int tid) {
+#pragma unroll
+  for (int n = 0; n < GN; n++) {
+    uint4* at = reinterpret_cast<uint4*>(a + (tid + 128 * n) * 16);
+    const uint4 e = *at;
+    const u32 ew[4] = {e.x, e.y, e.z, e.w};
+%if GP then
+    const uint4 q = *reinterpret_cast<const uint4*>(p + (tid + 128 * n) * 16);
+    const u32 qw[4] = {q.x, q.y, q.z, q.w};
+%end
+    u32 o[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+      float lo = f[n] * to_f32(f16_t{(u16)(ew[w] & 0xffffu)});
+      float hi = f[n] * to_f32(f16_t{(u16)(ew[w] >> 16)});
+%if GP then
+%  local pt = P.PDT == "bf16" and "bf16_t" or "f16_t"
+      lo = fmaf(-g[n], to_f32({{ pt }}{(u16)(qw[w] & 0xffffu)}), lo);
+      hi = fmaf(-g[n], to_f32({{ pt }}{(u16)(qw[w] >> 16)}), hi);
+%end
+      o[w] = {{ P.IN == "bf16" and "pack2_bf16" or "pack2_f16" }}(lo, hi);
+    }
+    *at = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+%end
 
 {{ K.kernel("kl_gemm") }} {
   __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
@@ -1349,6 +1471,9 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   unsigned char* tiles_a = smem;                         /* STAGES x BM x BK */
   unsigned char* tiles_b = smem + STAGES * BM * BK * 2;  /* STAGES x BN x BK */
+%if GP then
+  unsigned char* tiles_p = tiles_b + STAGES * BN * BK * 2; /* STAGES x BM x BK: the teacher's */
+%end
 
   const int wg = threadIdx.x / 128;
   const int rank = {{ CL == 2 and "(int)cluster_rank()" or "0" }};
@@ -1381,6 +1506,9 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
+%if GP then
+      tma_prefetch_map(&map_p);
+%end
 %if P.L2 then
       const u64 pol_a = {{ P.L2 == "keep_a" and "l2_evict_last()" or "l2_evict_first()" }};
       const u64 pol_b = {{ P.L2 == "keep_b" and "l2_evict_last()" or "l2_evict_first()" }};
@@ -1400,6 +1528,17 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
                         tm * BM + 64 * j, kb * BK{{ POL_A }});
 %else
           {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK,
+                     tm * BM{{ POL_A }});
+%end
+%if GP and TN then
+          /* the teacher's tile, boxed and placed as A's */
+#pragma unroll
+          for (int j = 0; j < BM / 64; j++)
+            {{ LOAD }}(tiles_p + stage * BM * BK * 2 + j * 64 * BK * 2, &map_p, &full[stage],
+                        tm * BM + 64 * j, kb * BK{{ POL_A }});
+%elseif GP then
+          /* the teacher's tile, boxed and placed as A's */
+          {{ LOAD }}(tiles_p + stage * BM * BK * 2, &map_p, &full[stage], kb * BK,
                      tm * BM{{ POL_A }});
 %end
 %if NN and CL == 1 then
@@ -1433,7 +1572,8 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
 %if STAGED then
     /* this warp's 4 KB of the epilogue's scratch, after the ring */
-    unsigned char* scratch = smem + STAGES * (BM + BN) * BK * 2 + (threadIdx.x / 32 - 4) * 4096;
+%local RING = GP and tostring(P.STAGES * STAGE_BYTES) or "STAGES * (BM + BN) * BK * 2"
+    unsigned char* scratch = smem + {{ RING }} + (threadIdx.x / 32 - 4) * 4096;
     /* 16-byte runs of C: C 16-byte aligned and every row too */
     const int vec = (ldc & {{ P.OUT == "f32" and 3 or 7 }}) == 0 && ((u64)C & 15) == 0;
 %else
@@ -1469,9 +1609,27 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
         prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N,
                                         threadIdx.x % 128);
 %end
-      for (int kb = 0; kb < kblocks; kb++) {
-        mbar_wait(&full[stage], phase);
 %local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
+      for (int kb = 0; kb < kblocks; kb++) {
+%if GOP then
+        /* G's factors for this k-block's lines, loaded before the stage is waited on */
+        float gf[GN]{{ GP and ", gg[GN]" or "" }};
+%local first = PP and "tm * BM" or "tm * BM + c * 64" -- this warpgroup's first row of A
+        g_factors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, kb, M, K,
+                  threadIdx.x % 128);
+%end
+        mbar_wait(&full[stage], phase);
+%if GOP then
+        /* the stage's E' (and P) rewritten as G; the generic writes made visible to wgmma's
+         * async proxy, and the warpgroup's 128 threads met, before any wgmma reads them */
+        g_stage(tiles_a + stage * BM * BK * 2{{ slice }}, gf,
+%if GP then
+                tiles_p + stage * BM * BK * 2{{ slice }}, gg,
+%end
+                threadIdx.x % 128);
+        fence_proxy_async();
+        named_sync<128>(1 + c);
+%end
         const u32 a0 = smem_addr(tiles_a + stage * BM * BK * 2{{ slice }});
         const u32 b0 = smem_addr(tiles_b + stage * BN * BK * 2);
         wgmma_fence();

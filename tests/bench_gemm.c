@@ -42,6 +42,10 @@
  *     u_out = 2^-8, 8 significand bits; fp32: none beyond the accumulator).
  * The old 2^-14 sum|p| term sat below cuBLASLt's own error at K = 4104 (its heuristic splits K
  * there: 331 of 28679 elements over, worst 2.1x, run 24).
+ * --gop FW[.bf16|.f16] times the nn / tn variants with G rebuilt in the stage (GOP, issue 27's
+ * step 2: A read as fp16 E', the teacher's P beside it with .bf16 / .f16, f per row and column
+ * tile of FW) against cuBLASLt multiplying a ready G: what the dX and dW GEMMs cost when no row
+ * pass writes G. Timed only (their numbers are not A B): gpu.gemm.g_operand_* checks them.
  * Uses internal headers (the family's renderer, NVRTC, the driver table): a developer tool.
  */
 #include <cublasLt.h>
@@ -82,6 +86,12 @@ enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 static int repeats = 10;
 static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
 static int beta = 0;    /* --beta 1: C += AB, cuBLASLt's and the generated kernels' */
+/* --gop: the generated variants rebuild G in the stage (fw, pdt), from these operands (factors
+ * and scales 1 and 0.5, the A and P tiles the usual fill: G = E' - P / 2 is dense, as cuBLASLt's
+ * operands are: the tensor cores' power, and so the clock, depend on the data) */
+static int gop_fw;
+static kljit_dtype gop_pdt;
+static jgemm_gop gop_args;
 static const drv_table *drv;
 static int sms;
 static float *tile_host; /* the values every input repeats (a prime period: rows never align) */
@@ -253,7 +263,7 @@ static void jit_load(jit_fn *j) {
 }
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
-  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}};
+  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}, gop_args};
   const kljit_status st = jgemm_launch(drv, &j->k, &j->v, j->cap, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
@@ -498,6 +508,26 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
   fill(w, b_elems(s), 77);
   lt_gemm lt = {.h = lth};
   lt_setup(&lt, s);
+  void *gf = NULL, *gp = NULL, *gg = NULL;
+  if (gop_fw) { /* G's rows: nn A's, tn A's K rows; its columns V: nn K, tn M */
+    const int64_t rows = s->layout == 'w' ? s->k : s->m, v = s->layout == 'w' ? s->m : s->k;
+    const int64_t fld = (v + gop_fw - 1) / gop_fw;
+    CK(cudaMalloc(&gf, (size_t)(rows * fld) * 4));
+    CK(cudaMalloc(&gp, a_elems(s) * 2));
+    fill(gp, a_elems(s), 5);
+    CK(cudaMalloc(&gg, (size_t)rows * 4));
+    const size_t most = (size_t)(rows * fld > rows ? rows * fld : rows);
+    float *one = malloc(most * 4);
+    if (!one) return 1;
+    for (size_t i = 0; i < most; i++) one[i] = 1.0f;
+    CK(cudaMemcpy(gf, one, (size_t)(rows * fld) * 4, cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < (size_t)rows; i++) one[i] = 0.5f;
+    CK(cudaMemcpy(gg, one, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    free(one);
+    jgemm_gop g = {gf, fld, gop_pdt ? gp : NULL, s->lda, gop_pdt ? gg : NULL};
+    gop_args = g;
+    full_check = 0;
+  }
   int failed = 0;
   reset_out(s, zl, zbytes);
   if (!lt_run(&lt, 0, x, w, zl, ws)) failed = 1, fprintf(stderr, "cuBLASLt failed\n");
@@ -510,6 +540,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
       continue;
     }
     CK(cudaDeviceSynchronize());
+    if (gop_fw) continue; /* not A B: gpu.gemm.g_operand_* checks it */
     failed |= check_output(s, z, j == 0 ? zl : NULL, &lt, 0, jit[j].name, full_check);
     if (j == 0) { /* bitwise reproducible: a second run gives the same bytes */
       unsigned char *a = staging(0, zbytes), *b = staging(1, zbytes);
@@ -525,6 +556,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
   if (timed && time_shape(s, &lt, jit, nj, x, w, z, zl, ws, flush)) failed = 1;
   lt_teardown(&lt);
   cudaFree(x), cudaFree(w), cudaFree(z), cudaFree(zl), cudaFree(ws);
+  if (gop_fw) cudaFree(gf), cudaFree(gp), cudaFree(gg);
   return failed;
 }
 
@@ -547,16 +579,26 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--bf16-all")) bf16_all = 1; /* time every variant at bf16 too */
     else if (!strcmp(argv[i], "--beta") && i + 1 < argc) beta = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--gop") && i + 1 < argc) { /* FW[.bf16|.f16] */
+      char pdt[8] = "";
+      if (sscanf(argv[++i], "%d.%7s", &gop_fw, pdt) < 1 || gop_fw < 64 || gop_fw % 64) return 2;
+      gop_pdt = !strcmp(pdt, "bf16") ? KLJIT_BF16 : !strcmp(pdt, "f16") ? KLJIT_FP16 : 0;
+      if (pdt[0] && !gop_pdt) return 2;
+    }
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
               "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]],...] "
               "[--repeats R (1-%d)] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn] "
-              "[--beta 0|1]\n",
+              "[--beta 0|1] [--gop FW[.bf16|.f16]]\n",
               argv[0], BT_MAX_REPEATS);
       return 2;
     }
   }
   if (repeats < 1 || repeats > BT_MAX_REPEATS || (beta != 0 && beta != 1)) return 2;
+  if (gop_fw && (layout == 'n' || small)) {
+    fprintf(stderr, "--gop needs --layout nn or tn and --no-small (G rebuilt is not A B)\n");
+    return 2;
+  }
   CK(cudaSetDevice(0));
   CK(cudaFree(0)); /* the primary context, current for the driver calls too */
   KO(drv_get(&drv));
@@ -587,7 +629,8 @@ int main(int argc, char **argv) {
     if (gemm_algo_jit_parse(t, &c) && gemm_algo_jit_parse(four, &c)) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
                        beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
-                       c.epilogue, 0, c.tweaks, {0}};
+                       c.epilogue, 0, c.tweaks, {0}, {0}};
+    v.gop.on = gop_fw > 0, v.gop.fw = gop_fw, v.gop.pdt = gop_pdt;
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;

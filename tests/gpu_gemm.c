@@ -69,6 +69,52 @@ static int load(const jgemm_variant *v, gemm_mod *m) {
   return TH_PASS;
 }
 
+/* C against the fp64 GEMM of the rounded operands x (A: nn [M, K], tn [K, M], row stride lda)
+ * and w (B), z0 the beta input: counts the elements past their tolerance (bad) and the padding
+ * and guard-row elements written (clobbered), and the worst error / tolerance. */
+static void check_c(const jgemm_variant *v, const double *x, int64_t lda, const double *w,
+                    int64_t ldb, const double *z0, const double *z, int64_t M, int64_t N,
+                    int64_t K, int64_t ld, double alpha, size_t *bad, size_t *clobbered,
+                    double *worst) {
+  const int tn = !strcmp(v->layout, "tn"), nn = tn || !strcmp(v->layout, "nn");
+  const kljit_dtype out = v->out;
+  /* The output's unit roundoff u = 2^-p (p = 8 significand bits for bf16, 11 for fp16): a
+   * correctly rounded store (cvt.rn) of the fp32 result y is within half an ulp of y, which is
+   * u |y| at most (just above a power of two). The test allowed u / 2, half of that, so a
+   * correctly rounded element could read up to twice its tolerance (bf16 worst 1.9 on the H200;
+   * fp16 hid it under the fp32 term, 2^-14 mag, which is comparable to its u there). */
+  const double q = out == KLJIT_BF16 ? 0x1p-8 : out == KLJIT_FP16 ? 0x1p-11 : 0;
+  for (int64_t i = 0; i <= M; i++)
+    for (int64_t j = 0; j < ld; j++) {
+      const double got = z[i * ld + j];
+      if (i == M || j >= N) {
+        *clobbered += !isnan(got);
+        continue;
+      }
+      /* KSLICE: the accumulators restart every slice (chain: partial sums since the slice's
+       * start) and each slice's sum is added into C in fp32 (adds: one rounding each of the
+       * running sum, 2^-24 |C| at most; counted twice in the tolerance below) */
+      const int64_t slice = v->kslice > 0 ? 64 * (int64_t)v->kslice : K;
+      double ref = 0, mag = 0, chain = 0, adds = 0, start = 0;
+      for (int64_t k = 0; k < K; k++) {
+        if (k % slice == 0 && k > 0) adds += fabs(ref), start = ref;
+        if (k % 16 == 0) chain += fabs(ref - start); /* the partial sum before each k16 step */
+        const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
+        ref += pr, mag += fabs(pr);
+      }
+      if (K > slice) adds += fabs(ref);
+      ref *= alpha, mag *= alpha, chain *= alpha, adds *= alpha;
+      if (v->beta) ref += z0[i * ld + j];
+      /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
+       * one rounding of the store */
+      const double tol =
+          0x1p-23 * 17 * (chain + mag) + 0x1p-23 * adds + (q + 0x1p-24) * fabs(ref) + 1e-30;
+      const double e = fabs(got - ref) / tol;
+      if (!(e <= 1)) (*bad)++;
+      if (!(e <= *worst)) *worst = isfinite(e) ? e : INFINITY;
+    }
+}
+
 /* One shape with one variant: 0 when every check holds (worst error printed). */
 static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, int64_t K,
                host_rng *r) {
@@ -98,47 +144,13 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
     TH_CHECK(!gbuf_upload(&gz, z0, z0));
   }
   const float alpha = v->beta ? 0.5f : 1.0f;
-  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha, {0}};
+  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha, {0}, {0}};
   TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));
-  /* The output's unit roundoff u = 2^-p (p = 8 significand bits for bf16, 11 for fp16): a
-   * correctly rounded store (cvt.rn) of the fp32 result y is within half an ulp of y, which is
-   * u |y| at most (just above a power of two). The test allowed u / 2, half of that, so a
-   * correctly rounded element could read up to twice its tolerance (bf16 worst 1.9 on the H200;
-   * fp16 hid it under the fp32 term, 2^-14 mag, which is comparable to its u there). */
-  const double q = out == KLJIT_BF16 ? 0x1p-8 : out == KLJIT_FP16 ? 0x1p-11 : 0;
   size_t bad = 0, clobbered = 0;
   double worst = 0;
-  for (int64_t i = 0; i <= M; i++)
-    for (int64_t j = 0; j < ld; j++) {
-      const double got = z[i * ld + j];
-      if (i == M || j >= N) {
-        clobbered += !isnan(got);
-        continue;
-      }
-      /* KSLICE: the accumulators restart every slice (chain: partial sums since the slice's
-       * start) and each slice's sum is added into C in fp32 (adds: one rounding each of the
-       * running sum, 2^-24 |C| at most; counted twice in the tolerance below) */
-      const int64_t slice = v->kslice > 0 ? 64 * (int64_t)v->kslice : K;
-      double ref = 0, mag = 0, chain = 0, adds = 0, start = 0;
-      for (int64_t k = 0; k < K; k++) {
-        if (k % slice == 0 && k > 0) adds += fabs(ref), start = ref;
-        if (k % 16 == 0) chain += fabs(ref - start); /* the partial sum before each k16 step */
-        const double pr = x[tn ? k * lda + i : i * lda + k] * w[nn ? k * ldb + j : j * ldb + k];
-        ref += pr, mag += fabs(pr);
-      }
-      if (K > slice) adds += fabs(ref);
-      ref *= alpha, mag *= alpha, chain *= alpha, adds *= alpha;
-      if (v->beta) ref += z0[i * ld + j];
-      /* beta: C was uploaded rounded (z0 holds those values) and is added in fp32 before the
-       * one rounding of the store */
-      const double tol =
-          0x1p-23 * 17 * (chain + mag) + 0x1p-23 * adds + (q + 0x1p-24) * fabs(ref) + 1e-30;
-      const double e = fabs(got - ref) / tol;
-      if (!(e <= 1)) bad++;
-      if (!(e <= worst)) worst = isfinite(e) ? e : INFINITY;
-    }
+  check_c(v, x, lda, w, ldb, z0, z, M, N, K, ld, alpha, &bad, &clobbered, &worst);
   /* bitwise reproducible (beta = 0: the same launch again over the same output) */
   int same = 1;
   if (!v->beta) {
@@ -307,7 +319,105 @@ static int sliced_k_variants_match_fp64_on_ragged_shapes(void) {
   return selected_variants_match(is_sliced, shapes, sizeof shapes / sizeof shapes[0], 23, 3);
 }
 
+/* G rebuilt in the stage (GOP, issue 27's step 2): A's tensor holds E' (fp16 in (0, 1], the
+ * logits GEMM's exp(s - m_tile)), P the teacher's probabilities (pdt), f a factor per (row of G,
+ * column tile of fw columns), g a scale per row; the kernel multiplies G = IN(f E' - g P), an fp32
+ * product, one fma and one rounding, which the host forms with the same operations and checks C
+ * against as any GEMM of that A. G has R rows of V columns: nn (dX = G W): M = R, K = V; tn
+ * (dW = G^T X): K = R, M = V. Each row's factors end with a NaN one past its last tile, a NaN
+ * row of factors and scales follows the last row, and E' and P (on strides of their own) carry
+ * NaN past V in their padding: a factor of the wrong tile or row, an element of the wrong row or
+ * column, or P read on E''s stride shows as a wrong or NaN C. */
+static int one_gop(const jgemm_variant *v, const gemm_mod *m, int64_t R, int64_t V, int64_t N,
+                   host_rng *r) {
+  const int tn = !strcmp(v->layout, "tn"), pdt = v->gop.pdt != 0;
+  const int64_t M = tn ? V : R, K = tn ? R : V;
+  /* E' and P on strides of their own (8 and 16 elements of NaN padding past V); the factors
+   * and the scales with a NaN row past R */
+  const int64_t ldg = (V + 7) / 8 * 8 + 8, ldp = ldg + 8, ldb = (N + 7) / 8 * 8;
+  const int64_t ld = (N + 7) / 8 * 8;
+  const int64_t tiles = (V + v->gop.fw - 1) / v->gop.fw, fld = tiles + 1;
+  const size_t ng = (size_t)(R * ldg), np = (size_t)(R * ldp), nw = (size_t)(K * ldb);
+  const size_t nf = (size_t)((R + 1) * fld), nz = (size_t)((M + 1) * ld);
+  double *e = malloc(sizeof(double) * ng), *p = malloc(sizeof(double) * np);
+  double *gm = calloc(ng, sizeof(double)), *w = malloc(sizeof(double) * nw);
+  double *f = malloc(sizeof(double) * nf), *g = malloc(sizeof(double) * (size_t)(R + 1));
+  double *z = malloc(sizeof(double) * nz);
+  TH_CHECK(e && p && gm && w && f && g && z);
+  for (int64_t i = 0; i <= R; i++) {
+    for (int64_t j = 0; i < R && j < ldp; j++) {
+      if (j < ldg) e[i * ldg + j] = j < V ? exp(-6 * host_uniform(r)) : NAN;
+      p[i * ldp + j] = j < V ? host_uniform(r) : NAN;
+    }
+    for (int64_t t = 0; t < fld; t++)
+      f[i * fld + t] = i < R && t < tiles ? 0.5 + host_uniform(r) : NAN;
+    g[i] = i < R ? 0.25 + 0.75 * host_uniform(r) : NAN;
+  }
+  for (size_t i = 0; i < nw; i++) w[i] = 2 * host_uniform(r) - 1;
+  gbuf ge, gp, gw, gz, gf, gg;
+  TH_CHECK(!gbuf_alloc(&ge, KLJIT_FP16, ng) && !gbuf_alloc(&gp, pdt ? v->gop.pdt : KLJIT_BF16, np));
+  TH_CHECK(!gbuf_alloc(&gw, v->in, nw) && !gbuf_alloc(&gz, v->out, nz));
+  TH_CHECK(!gbuf_alloc(&gf, KLJIT_FP32, nf) && !gbuf_alloc(&gg, KLJIT_FP32, (size_t)(R + 1)));
+  TH_CHECK(!gbuf_upload(&ge, e, e) && !gbuf_upload(&gp, p, p) && !gbuf_upload(&gw, w, w));
+  TH_CHECK(!gbuf_upload(&gf, f, f) && !gbuf_upload(&gg, g, g) && !gbuf_poison(&gz));
+  for (int64_t i = 0; i < R; i++) /* G as the kernel forms it */
+    for (int64_t j = 0; j < V; j++) {
+      float y = (float)f[i * fld + j / v->gop.fw] * (float)e[i * ldg + j];
+      if (pdt) y = fmaf(-(float)g[i], (float)p[i * ldp + j], y);
+      gm[i * ldg + j] = v->in == KLJIT_BF16 ? host_bf16_to_f32(host_f32_to_bf16(y))
+                                            : host_f16_to_f32(host_f32_to_f16(y));
+    }
+  jgemm_args a = {ge.ptr, gw.ptr, gz.ptr, M, N, K, ldg, ldb, ld, 1.0f, {0}, {0}};
+  a.gop.fac = gf.ptr, a.gop.fld = fld;
+  if (pdt) a.gop.p = gp.ptr, a.gop.ldp = ldp, a.gop.g = gg.ptr;
+  TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  TH_CHECK(!gbuf_download(&gz, z));
+  size_t bad = 0, clobbered = 0;
+  double worst = 0;
+  check_c(v, gm, ldg, w, ldb, NULL, z, M, N, K, ld, 1.0, &bad, &clobbered, &worst);
+  const size_t bytes = nz * host_dtype_size(v->out); /* bitwise reproducible */
+  unsigned char *b1 = malloc(bytes), *b2 = malloc(bytes);
+  TH_CHECK(b1 && b2 && !gbuf_bytes(&gz, b1));
+  TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
+  TH_CHECK(cudaDeviceSynchronize() == cudaSuccess && !gbuf_bytes(&gz, b2));
+  const int same = memcmp(b1, b2, bytes) == 0;
+  char what[64];
+  jgemm_describe(v, what, sizeof what);
+  printf("  %-32s R=%-5lld V=%-6lld N=%-5lld worst err/tol %.3f, bad %zu, clobbered %zu%s\n",
+         what, (long long)R, (long long)V, (long long)N, worst, bad, clobbered,
+         same ? "" : ", NOT REPRODUCIBLE");
+  gbuf_free(&ge), gbuf_free(&gp), gbuf_free(&gw), gbuf_free(&gz), gbuf_free(&gf), gbuf_free(&gg);
+  free(e), free(p), free(gm), free(w), free(f), free(g), free(z), free(b1), free(b2);
+  return bad || clobbered || !same;
+}
+
+/* The GOP variants the tests and the unit test compile (jgemm_gop_variants). */
+static int g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  /* {R, V, N}: one row, rows past a tile, V off the factor tiles and the k-blocks, many tiles */
+  static const int64_t shapes[][3] = {{1, 8, 8},       {7, 200, 64},    {129, 1031, 136},
+                                      {257, 4097, 72}, {65, 32001, 264}, {130, 515, 4096}};
+  jgemm_variant v[16];
+  const int n = jgemm_gop_variants(v, 16);
+  TH_CHECK(n >= 6);
+  host_rng r = {31};
+  int failed = 0;
+  for (int i = 0; i < n; i++) {
+    gemm_mod m;
+    TH_CHECK(load(&v[i], &m) == TH_PASS);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+      failed |= one_gop(&v[i], &m, shapes[k][0], shapes[k][1], shapes[k][2], &r);
+    drv->cuModuleUnload(m.mod);
+  }
+  TH_CHECK(!failed);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes",
+     g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes},
     {"staged_epilogue_variants_match_fp64_on_ragged_shapes",
      staged_epilogue_variants_match_fp64_on_ragged_shapes},
     {"sliced_k_variants_match_fp64_on_ragged_shapes",

@@ -534,7 +534,70 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
   return TH_PASS;
 }
 
+/* G rebuilt in the stage (GOP: the dX and dW GEMMs of issue 27's step 2): each variant the GPU
+ * test runs (jgemm_gop_variants: nn and tn, both schedules, with and without the teacher's term,
+ * K slices, the staged epilogue, a cluster of 2) renders the rewrite between the stage's wait
+ * and its wgmma (the fence to the async proxy, the warpgroup's named barrier), declares the
+ * factors (and the teacher's descriptor and scales where it has the term) in its interface,
+ * names itself, and compiles for sm_90a; out of its scope it is refused with a sentence, and its
+ * launch refuses factors, a P or a P stride that would be read out of bounds. */
+static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
+  jgemm_variant v[16];
+  const int n = jgemm_gop_variants(v, 16);
+  TH_CHECK(n >= 6);
+  int with_p = 0, tn = 0, pp = 0;
+  for (int i = 0; i < n; i++) {
+    char what[64];
+    jgemm_describe(&v[i], what, sizeof what);
+    char tag[24];
+    snprintf(tag, sizeof tag, " g%d%s%s", v[i].gop.fw, v[i].gop.pdt ? "." : "",
+             v[i].gop.pdt ? (v[i].gop.pdt == KLJIT_BF16 ? "bf16" : "f16") : "");
+    TH_CHECK(strlen(what) > strlen(tag) && !strcmp(what + strlen(what) - strlen(tag), tag));
+    strbuf src = {0};
+    TH_OK(jgemm_render(&v[i], &src));
+    const char *wait = strstr(src.data, "mbar_wait(&full[stage], phase);");
+    const char *stage = wait ? strstr(wait, "g_stage(tiles_a + stage") : NULL;
+    const char *fence =
+        stage ? strstr(stage, "fence_proxy_async();\n        named_sync<128>(1 + c);") : NULL;
+    TH_CHECK(fence != NULL && fence < strstr(wait, "wgmma_ss<"));
+    TH_CHECK(strstr(src.data, "gfac") != NULL && strstr(src.data, "fld") != NULL);
+    TH_CHECK((strstr(src.data, "map_p") != NULL) == (v[i].gop.pdt != 0));
+    TH_CHECK((strstr(src.data, "gpr") != NULL) == (v[i].gop.pdt != 0));
+    sb_free(&src);
+    with_p += v[i].gop.pdt != 0, tn += !strcmp(v[i].layout, "tn"), pp += v[i].schedule == 'p';
+    if (compiles(&v[i]) != TH_PASS) return TH_FAIL;
+  }
+  TH_CHECK(with_p > 0 && with_p < n && tn > 0 && tn < n && pp > 0);
+  jgemm_variant b = v[0];
+  b.layout = "nt";
+  TH_CHECK(refused(b, "GOP must be true and needs LAYOUT nn or tn") == TH_PASS);
+  b = v[0], b.gop.fw = 96;
+  TH_CHECK(refused(b, "FW must be a multiple of 64") == TH_PASS);
+  b = v[0], b.gop.pdt = KLJIT_FP32;
+  TH_CHECK(refused(b, "PDT must be bf16 or f16") == TH_PASS);
+  b = v[0], b.stages = 4; /* 4 x 64 KB with the teacher's tile */
+  TH_CHECK(refused(b, "exceeds the 227 KB") == TH_PASS);
+  /* the launch refuses operands that would be read out of bounds, before it touches a device:
+   * factors short of a column tile a row, no P, P's stride off TMA's rules */
+  float fac[4];
+  unsigned char *const op = (unsigned char *)(uintptr_t)0x10000; /* 16-byte aligned, never read */
+  jgemm_args a = {op, op, op, 100, 64, 1000, 1000, 64, 64, 1.0f, {0}, {fac, 7, op, 1000, fac}};
+  TH_CHECK(v[0].gop.fw == 128 && v[0].gop.pdt && !strcmp(v[0].layout, "nn"));
+  TH_STATUS(jgemm_launch(NULL, NULL, &v[0], 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  printf("  %s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "fld 7 must be >= 8") != NULL);
+  a.gop.fld = 8, a.gop.p = NULL;
+  TH_STATUS(jgemm_launch(NULL, NULL, &v[0], 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  a.gop.p = op, a.gop.ldp = 1004;
+  TH_STATUS(jgemm_launch(NULL, NULL, &v[0], 132, &a, NULL), KLJIT_ERR_UNSUPPORTED);
+  printf("  %s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "ldp=1004") != NULL);
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
+    {"the_g_operand_stage_compiles_and_declares_its_operands",
+     the_g_operand_stage_compiles_and_declares_its_operands},
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
     {"every_gemm_feature_pair_compiles_for_sm90a", every_gemm_feature_pair_compiles_for_sm90a},
     {"bad_gemm_variants_are_refused_with_a_sentence",

@@ -4,10 +4,10 @@
 plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the standard library
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
-neither torch nor a GPU. g_rebuild_precision.py, loss_from_e16_precision.py,
-e16_divergences_precision.py, e16_softcap_precision.py, dw_rounding_precision.py,
-sparse_e16_precision.py, precision.py's smoke run (and compare.py's timing loop): torch on the
-CPU.
+neither torch nor a GPU. g_rebuild_precision.py, sparse_g_rebuild_precision.py,
+loss_from_e16_precision.py, e16_divergences_precision.py, e16_softcap_precision.py,
+dw_rounding_precision.py, sparse_e16_precision.py, precision.py's smoke run (and compare.py's
+timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -220,6 +220,28 @@ class CompareTest(unittest.TestCase):
         self.assertGreater(errs["bf16, bf16"][1], 1.6 * today)
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "256"])
+
+    @labels("torch")
+    def test_sparse_g_rebuild_precision_needs_the_range_fix_and_loses_nothing_to_it(self) -> None:
+        """The sparse teacher's G rebuilt from E' (256 rows, V 4096, K 100, fixed seed): with the
+        teacher drawn apart at logit std 12 some tiles' G_k / f leaves fp16's range, so the plan
+        without the range fix gives a non-finite dX, and with it dX stays within 1.05x of
+        today's error and under the bar; with a teacher drawn from the student at std 2 no factor
+        is raised and both plans match today's within 1.05x."""
+        import math
+        torch = require("torch")
+        study = load_script("sparse_g_rebuild_precision")
+        apart = study.errors(torch, 256, 64, 4096, 128, 12.0, 100, 0, independent=True)
+        self.assertGreater(apart["raised"], 0)
+        self.assertFalse(math.isfinite(apart["E' plain dX"]))
+        self.assertLess(apart["E' fix dX"], 1.05 * apart["today dX"])
+        self.assertLess(apart["E' fix dX"], 2.5e-3)
+        near = study.errors(torch, 256, 64, 4096, 128, 2.0, 100, 0)
+        self.assertEqual(near["raised"], 0)
+        for form in ("E' fix", "E' plain"):
+            self.assertLess(near[form + " dX"], 1.05 * near["today dX"])
+        with self.assertRaises(SystemExit):
+            study.parse_args(["--topk", "0"])
 
     @labels("torch")
     def test_loss_from_e16_precision_separates_the_storage_from_the_fp32_form(self) -> None:
