@@ -245,13 +245,14 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   /* the teacher's dtype after a dot ("sparse" reads no teacher: none) */
   const int tdot = v->stats.teacher && strcmp(v->stats.teacher, "sparse") != 0;
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s%s%s%s%s%s%s%s%s", v->stats.teacher,
+    snprintf(stats, sizeof stats, " stats:%s%s%s%s%s%s%s%s%s%s", v->stats.teacher,
              v->stats.tchunk ? "(online)" : "", tdot ? "." : "",
              tdot ? names_dtype_tag(v->stats.tdt) : "",
              v->stats.e16 ? "+e16" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
              v->stats.e16 && v->stats.hard ? "+ce" : "",
+             v->stats.e16 && v->stats.expe ? "+exp" : "",
              v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t"
              : !v->stats.e16 && v->stats.topk > 0 ? (v->stats.own ? "+ids+own" : "+ids")
                                                   : "");
@@ -290,6 +291,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */
   k.gemm_hard = k.gemm_e16 && v->stats.hard;
+  k.gemm_e16_exp = k.gemm_e16 && v->stats.expe;
   /* TMODE (the rows' field, E16's here): runtime reads 1 / T from the header */
   k.tmode = k.gemm_e16 ? v->stats.tmode : KLJIT_TEMPERATURE_CONSTANT;
   if (v->stats.teacher && v->stats.topk > 0) { /* the sparse teacher's support: TOPK, IDT */

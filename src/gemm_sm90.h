@@ -37,6 +37,7 @@ typedef struct jgemm_stats {
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
+  int expe;            /* E16, "sparse": E' = exp(x) in E instead of x (the G operand stage's) */
   kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the header (jgemm_epi.hdr), t 1 */
   /* "sparse": the support the epilogue reads (jgemm_epi.ids; with E16 .vals too, for the loss's
    * exact cross term; without, for the bucket tail's and the divergences' d_on apart) */

@@ -80,6 +80,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
     if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->gemm_hard) out[n++] = pb("HARD", 1);
+    if (k->gemm_e16_exp) out[n++] = pb("EXPE", 1);
     if (k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
     if (k->topk > 0) { /* the sparse teacher's support, read in the epilogue */
       out[n++] = pi("TOPK", k->topk);

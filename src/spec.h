@@ -103,6 +103,7 @@ typedef struct kspec {
   int gemm_stats_own;       /* STATS sparse: OWN (the support's own (max, sum-exp)); 0: none */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
   int gemm_hard;            /* E16's HARD (the CE's records; labels in); no parameter when 0 */
+  int gemm_e16_exp;         /* E16's EXPE (E' = exp(x) instead of x); no parameter when 0 */
   /* GOP (nn, tn: A = G rebuilt in the stage from E'; no parameter when gemm_gop is 0) */
   int gemm_gop;             /* GOP */
   int gemm_gop_fw;          /* FW: the factors' column tile (a multiple of 64) */

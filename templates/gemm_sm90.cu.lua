@@ -121,6 +121,14 @@
 %--             STATS sparse: the same slots of its record (not with label smoothing: the sparse
 %--             rows' pass 2 of forward reads no column off the support, so its sum of z' would
 %--             need a ninth slot).
+%--   EXPE      (E16, STATS sparse; no HARD, no SOFTCAP) true: E holds E' = exp(x) in fp16 instead
+%--             of x (issue 27, step 2: the G operand stage's input, GOP of the dX and dW GEMMs,
+%--             G = f E' off the support with f = sp exp(m_tile - lse) a row and tile; the
+%--             records' d the sum of the rounded E'). No row kernel reads E' as a score: the
+%--             loss comes from the records (the support's cross term, SUPPORT), and the pass that
+%--             makes the factors rewrites the support's columns (docs/architecture.md). E' has a
+%--             floor (2^-24 of the tile's max) that G does not feel; the CE's and the cap's G
+%--             need the score, so neither goes with it.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)
@@ -376,6 +384,11 @@
 %  reject("TMODE must be const or runtime and needs E16")
 %end
 %local RUNTIME_T = P.TMODE == "runtime"
+%if P.EXPE ~= nil and not (P.EXPE == true and SUPPORT and not HARD and P.SOFTCAP == nil) then
+%  reject("EXPE must be true and needs E16 with STATS sparse, without HARD or SOFTCAP (E' for "
+%         .. "the G operand stage; the CE's and the cap's G need the score)")
+%end
+%local EXPE = P.EXPE == true
 %if RUNTIME_T and P.T ~= 1 then reject("TMODE runtime takes T = 1 (1 / T comes from hdr)") end
 %local LABELS = " labels, labels_is64," -- tile_e16's arguments under HARD
 %if STREAM and not STAGED then
@@ -1125,8 +1138,13 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
           const float sc = d[4 * i + 2 * h + k];
           float x = sc - m[h];
           if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
+%if EXPE then
+          e[k] = from_f32<f16_t>(fexp(x < -65504.0f ? -65504.0f : x)); /* E' = exp(x) */
+          if (part && c + k < N) sd[h] += to_f32(e[k]); /* d: the sum of E' as rounded */
+%else
           e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
           if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
+%end
 %if HARD then
           /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
           if (part && c + k < N && m[h] != KL_NEG_INF) {

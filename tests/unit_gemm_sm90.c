@@ -534,6 +534,41 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
   return TH_PASS;
 }
 
+/* E' for the G operand stage (EXPE, issue 27's step 2): the sparse teacher's E16 epilogue writes
+ * exp(x) in fp16 instead of x, its records' d the sum of E' as rounded; named "+exp", compiled
+ * for sm_90a in both schedules; the default E16 source does not change, and it is refused with
+ * the CE, a logit cap or a dense teacher (their G needs the score). */
+static int the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage(void) {
+  for (int i = 0; i < 2; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1, v.stats.topk = 100;
+    v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
+    strbuf plain = {0}, src = {0};
+    TH_OK(jgemm_render(&v, &plain));
+    v.stats.expe = 1;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, "+e16+exp") != NULL);
+    TH_OK(jgemm_render(&v, &src));
+    TH_CHECK(strstr(src.data, "e[k] = from_f32<f16_t>(fexp(x < -65504.0f ? -65504.0f : x));"));
+    TH_CHECK(strstr(src.data, "sd[h] += to_f32(e[k]);") != NULL);
+    TH_CHECK(strstr(plain.data, "fexp(x < -65504.0f") == NULL &&
+             strstr(plain.data, "sd[h] += fexp(to_f32(e[k]));") != NULL);
+    sb_free(&plain), sb_free(&src);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+    if (i) continue;
+    jgemm_variant b = v;
+    b.stats.hard = 1;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+    b = v, b.stats.softcap = 30.0;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+    b = with_stats("probs"), b.stats.e16 = 1, b.stats.expe = 1;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+  }
+  return TH_PASS;
+}
+
 /* G rebuilt in the stage (GOP: the dX and dW GEMMs of issue 27's step 2): each variant the GPU
  * test runs (jgemm_gop_variants: nn and tn, both schedules, with and without the teacher's term,
  * K slices, the staged epilogue, a cluster of 2) renders the rewrite between the stage's wait
@@ -596,6 +631,8 @@ static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
 }
 
 static const th_case cases[] = {
+    {"the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage",
+     the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage},
     {"the_g_operand_stage_compiles_and_declares_its_operands",
      the_g_operand_stage_compiles_and_declares_its_operands},
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
