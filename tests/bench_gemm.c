@@ -42,10 +42,12 @@
  *     u_out = 2^-8, 8 significand bits; fp32: none beyond the accumulator).
  * The old 2^-14 sum|p| term sat below cuBLASLt's own error at K = 4104 (its heuristic splits K
  * there: 331 of 28679 elements over, worst 2.1x, run 24).
- * --gop FW[.bf16|.f16] times the nn / tn variants with G rebuilt in the stage (GOP, issue 27's
- * step 2: A read as fp16 E', the teacher's P beside it with .bf16 / .f16, f per row and column
- * tile of FW) against cuBLASLt multiplying a ready G: what the dX and dW GEMMs cost when no row
- * pass writes G. Timed only (their numbers are not A B): gpu.gemm.g_operand_* checks them.
+ * --gop FW[.bf16|.f16] gives the variants named with a "+g" suffix (--variants 256.2.3.g+g) G
+ * rebuilt in the stage (GOP, issue 27's step 2: A read as fp16 E', the teacher's P beside it
+ * with .bf16 / .f16, f per row and column tile of FW), timed in the same round-robin as
+ * cuBLASLt and the plain generated variants multiplying a ready G: what the dX and dW GEMMs cost
+ * when no row pass writes G. Those are timed only (their product is not A B: gpu.gemm.g_operand_*
+ * checks them); the plain ones are checked as always.
  * Uses internal headers (the family's renderer, NVRTC, the driver table): a developer tool.
  */
 #include <cublasLt.h>
@@ -86,7 +88,7 @@ enum { TILE = 4194301, FLUSH = 256 << 20, LT_WS = 32 << 20, MAX_V = 8 };
 static int repeats = 10;
 static int do_time = 1; /* --no-time: checks only (compute-sanitizer runs) */
 static int beta = 0;    /* --beta 1: C += AB, cuBLASLt's and the generated kernels' */
-/* --gop: the generated variants rebuild G in the stage (fw, pdt), from these operands (factors
+/* --gop: the "+g" variants rebuild G in the stage (fw, pdt), from these operands (factors
  * and scales 1 and 0.5, the A and P tiles the usual fill: G = E' - P / 2 is dense, as cuBLASLt's
  * operands are: the tensor cores' power, and so the clock, depend on the data) */
 static int gop_fw;
@@ -540,7 +542,7 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
       continue;
     }
     CK(cudaDeviceSynchronize());
-    if (gop_fw) continue; /* not A B: gpu.gemm.g_operand_* checks it */
+    if (jit[j].v.gop.on) continue; /* not A B: gpu.gemm.g_operand_* checks it */
     failed |= check_output(s, z, j == 0 ? zl : NULL, &lt, 0, jit[j].name, full_check);
     if (j == 0) { /* bitwise reproducible: a second run gives the same bytes */
       unsigned char *a = staging(0, zbytes), *b = staging(1, zbytes);
@@ -587,7 +589,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
-              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]],...] "
+              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]][+g],...] "
               "[--repeats R (1-%d)] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn] "
               "[--beta 0|1] [--gop FW[.bf16|.f16]]\n",
               argv[0], BT_MAX_REPEATS);
@@ -597,6 +599,10 @@ int main(int argc, char **argv) {
   if (repeats < 1 || repeats > BT_MAX_REPEATS || (beta != 0 && beta != 1)) return 2;
   if (gop_fw && (layout == 'n' || small)) {
     fprintf(stderr, "--gop needs --layout nn or tn and --no-small (G rebuilt is not A B)\n");
+    return 2;
+  }
+  if (!gop_fw != !strstr(variants, "+g")) {
+    fprintf(stderr, "--gop and variants named with \"+g\" go together\n");
     return 2;
   }
   CK(cudaSetDevice(0));
@@ -624,13 +630,16 @@ int main(int argc, char **argv) {
   char *vl = strdup(variants);
   for (char *t = strtok(vl, ","); t && nj < MAX_V; t = strtok(NULL, ",")) {
     prob_gemm_choice c;
+    char *plus = strstr(t, "+g"); /* G rebuilt in the stage (--gop) */
+    const int g_on = plus != NULL;
+    if (plus) *plus = 0;
     char four[48]; /* BN.CONSUMERS.STAGES.RASTER alone: cluster 1 */
     snprintf(four, sizeof four, "%s.1", t);
     if (gemm_algo_jit_parse(t, &c) && gemm_algo_jit_parse(four, &c)) return 2;
     jgemm_variant v = {layout == 'd' ? "nn" : layout == 'w' ? "tn" : "nt", KLJIT_BF16, KLJIT_FP32,
                        beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
                        c.epilogue, 0, c.tweaks, {0}, {0}};
-    v.gop.on = gop_fw > 0, v.gop.fw = gop_fw, v.gop.pdt = gop_pdt;
+    v.gop.on = g_on, v.gop.fw = g_on ? gop_fw : 0, v.gop.pdt = g_on ? gop_pdt : 0;
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;
