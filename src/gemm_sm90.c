@@ -362,6 +362,15 @@ static kljit_status tmap(const drv_table *d, CUtensorMap *map, const void *p, in
                    "cuTensorMapEncodeTiled");
 }
 
+/* A's descriptor for a tensor of A's shape at p (row stride ld): nt, nn [M, K] in boxes of the
+ * tile's rows; tn [K, M] in 64 x 64 boxes. GOP's P takes it too: boxed as A, each element lands
+ * where A's does in a stage. */
+static kljit_status tmap_a(const drv_table *d, CUtensorMap *map, const jgemm_variant *v, int tn,
+                           const jgemm_args *a, const void *p, int64_t ld, int f16) {
+  return tn ? tmap(d, map, p, a->k, a->m, ld, 64, f16)
+            : tmap(d, map, p, a->m, a->k, ld, 64 * v->consumers, f16);
+}
+
 kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgemm_variant *v,
                           int sms, const jgemm_args *a, CUstream stream) {
   if (a->m < 1 || a->n < 1 || a->k < 1 || a->m > INT32_MAX || a->n > INT32_MAX ||
@@ -371,7 +380,8 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   /* nn, tn: B[K, N] row-major; tn: A[K, M] row-major too */
   const int tn = v->layout && !strcmp(v->layout, "tn");
   const int nn = tn || (v->layout && !strcmp(v->layout, "nn"));
-  if (a->lda % 8 || a->ldb % 8 || a->lda < (tn ? a->m : a->k) || a->ldb < (nn ? a->n : a->k) ||
+  const int64_t acols = tn ? a->m : a->k; /* A's row (GOP: G's columns, V) */
+  if (a->lda % 8 || a->ldb % 8 || a->lda < acols || a->ldb < (nn ? a->n : a->k) ||
       a->ldc < a->n || ((uintptr_t)a->a & 15) || ((uintptr_t)a->b & 15))
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
@@ -382,8 +392,8 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   memset(&k, 0, sizeof k);
   /* GOP: A holds E' in fp16 whatever the inputs' dtype, the teacher's P (pdt) A's shape */
   const int gop = v->gop.on && nn, a16 = gop ? 1 : f16;
-  /* G's columns (V): nn K, tn M; each row of the factors holds one a column tile */
-  const int64_t gtiles = gop ? ((tn ? a->m : a->k) + v->gop.fw - 1) / v->gop.fw : 0;
+  /* each row of the factors holds one a column tile of G */
+  const int64_t gtiles = gop ? (acols + v->gop.fw - 1) / v->gop.fw : 0;
   if (gop && (!a->gop.fac || a->gop.fld < gtiles || (v->gop.pdt && (!a->gop.p || !a->gop.g))))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "generated GEMM (G rebuilt in the stage): its factors (fld %lld must be >= "
@@ -391,17 +401,14 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
                    "required",
                    (long long)a->gop.fld, (long long)gtiles, v->gop.fw);
   if (gop && v->gop.pdt &&
-      (a->gop.ldp % 8 || a->gop.ldp < (tn ? a->m : a->k) || ((uintptr_t)a->gop.p & 15)))
+      (a->gop.ldp % 8 || a->gop.ldp < acols || ((uintptr_t)a->gop.p & 15)))
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "generated GEMM (G rebuilt in the stage): ldp=%lld must be a multiple of 8 "
                    "covering P's rows and P 16-byte aligned (TMA)",
                    (long long)a->gop.ldp);
-  kljit_status st = tn ? tmap(d, &k.map_a, a->a, a->k, a->m, a->lda, 64, a16)
-                       : tmap(d, &k.map_a, a->a, a->m, a->k, a->lda, 64 * v->consumers, a16);
-  if (st == KLJIT_SUCCESS && gop && v->gop.pdt) /* boxed as A: the same placement in a stage */
-    st = tn ? tmap(d, &k.map_p, a->gop.p, a->k, a->m, a->gop.ldp, 64, v->gop.pdt == KLJIT_FP16)
-            : tmap(d, &k.map_p, a->gop.p, a->m, a->k, a->gop.ldp, 64 * v->consumers,
-                   v->gop.pdt == KLJIT_FP16);
+  kljit_status st = tmap_a(d, &k.map_a, v, tn, a, a->a, a->lda, a16);
+  if (st == KLJIT_SUCCESS && gop && v->gop.pdt)
+    st = tmap_a(d, &k.map_p, v, tn, a, a->gop.p, a->gop.ldp, v->gop.pdt == KLJIT_FP16);
   /* clusters: each CTA of a cluster loads 1/cl of the B tile (the manifest's cluster= is the
    * variant's, which the template compiled in) */
   const int cl = kn->sig.cluster > 1 ? (int)kn->sig.cluster : 1;

@@ -1420,7 +1420,7 @@ template <int COUNT> __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(COUNT) : "memory");
 }
 
-%local GPP, GPA = GP and ", float (&g)[GN], const float* __restrict__ gpr" or "", GP and ", g" or ""
+%local GPP = GP and ", float (&g)[GN], const float* __restrict__ gpr" or ""
 /* GOP: the factors of this thread's lines of a stage's A tile for k-block kb, 0 for lines past A
  * (TMA filled them with zeros). The thread rewrites chunks tid + 128 n (n < GN), on line
  * l = tid / 8 + 16 n of its warpgroup's slices, which start at row or column `first` of A
@@ -1538,26 +1538,24 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
         for (int kb = 0; kb < kblocks; kb++) {
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], {{ STAGE_BYTES }});
-%if TN then
-          /* A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major) */
+%-- A's tile and (GP) the teacher's, loaded by one code: the same boxes at the same offsets, which
+%-- the stage's rewrite (g_stage) pairs element by element
+%local A_LOADS = { { "tiles_a", "map_a",
+%                    TN and "A[K, M]: one box of 64 rows of M x 64 K-rows per 64-row slice (MN-major)" } }
+%if GP then A_LOADS[2] = { "tiles_p", "map_p", "the teacher's tile, boxed and placed as A's" } end
+%for _, op in ipairs(A_LOADS) do
+%  if op[3] then
+          /* {{ op[3] }} */
+%  end
+%  if TN then
 #pragma unroll
           for (int j = 0; j < BM / 64; j++)
-            {{ LOAD }}(tiles_a + stage * BM * BK * 2 + j * 64 * BK * 2, &map_a, &full[stage],
+            {{ LOAD }}({{ op[1] }} + stage * BM * BK * 2 + j * 64 * BK * 2, &{{ op[2] }}, &full[stage],
                         tm * BM + 64 * j, kb * BK{{ POL_A }});
-%else
-          {{ LOAD }}(tiles_a + stage * BM * BK * 2, &map_a, &full[stage], kb * BK,
+%  else
+          {{ LOAD }}({{ op[1] }} + stage * BM * BK * 2, &{{ op[2] }}, &full[stage], kb * BK,
                      tm * BM{{ POL_A }});
-%end
-%if GP and TN then
-          /* the teacher's tile, boxed and placed as A's */
-#pragma unroll
-          for (int j = 0; j < BM / 64; j++)
-            {{ LOAD }}(tiles_p + stage * BM * BK * 2 + j * 64 * BK * 2, &map_p, &full[stage],
-                        tm * BM + 64 * j, kb * BK{{ POL_A }});
-%elseif GP then
-          /* the teacher's tile, boxed and placed as A's */
-          {{ LOAD }}(tiles_p + stage * BM * BK * 2, &map_p, &full[stage], kb * BK,
-                     tm * BM{{ POL_A }});
+%  end
 %end
 %if NN and CL == 1 then
           /* B[K, N]: one box of 64 columns x 64 K-rows per 64 columns (MN-major for wgmma) */
@@ -1590,6 +1588,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
 %if STAGED then
     /* this warp's 4 KB of the epilogue's scratch, after the ring */
+%-- the ring's bytes (GP: the teacher's tiles too), as the plain source has always spelled them
 %local RING = GP and tostring(P.STAGES * STAGE_BYTES) or "STAGES * (BM + BN) * BK * 2"
     unsigned char* scratch = smem + {{ RING }} + (threadIdx.x / 32 - 4) * 4096;
     /* 16-byte runs of C: C 16-byte aligned and every row too */

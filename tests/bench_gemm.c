@@ -518,10 +518,9 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
     CK(cudaMalloc(&gp, a_elems(s) * 2));
     fill(gp, a_elems(s), 5);
     CK(cudaMalloc(&gg, (size_t)rows * 4));
-    const size_t most = (size_t)(rows * fld > rows ? rows * fld : rows);
-    float *one = malloc(most * 4);
+    float *one = malloc((size_t)(rows * fld) * 4); /* fld >= 1: room for the scales too */
     if (!one) return 1;
-    for (size_t i = 0; i < most; i++) one[i] = 1.0f;
+    for (size_t i = 0; i < (size_t)(rows * fld); i++) one[i] = 1.0f;
     CK(cudaMemcpy(gf, one, (size_t)(rows * fld) * 4, cudaMemcpyHostToDevice));
     for (size_t i = 0; i < (size_t)rows; i++) one[i] = 0.5f;
     CK(cudaMemcpy(gg, one, (size_t)rows * 4, cudaMemcpyHostToDevice));
