@@ -42,7 +42,8 @@ take it), to be alternated with kljit_c and the peers; kljit_c_promoted, the sam
 logits:jit.128.2.6.g.1.r (the cooperative 128 x 128 logits GEMM adding its accumulator into a
 second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py);
 kljit_c_stats, the same with logits:jit.stats (the rows' pass-1 records in the logits GEMM's
-epilogue, fp32 chunk logits kept; the dense teachers).
+epilogue, fp32 chunk logits kept: dense teachers and the sparse teacher's forward KL with tail
+none or renorm).
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -66,6 +67,10 @@ logits chunk by chunk itself (no gradient to the teacher), T = 1, batchmean, no 
                    loss(student_input, student_weight, teacher_input, teacher_weight, labels):
                    (w_h CE_sum + w_s JSD_sum) / kept rows (its fused_linear_distillation.py).
   kljit_jsd_hard   kljit's equivalent: hard_weight, soft_weight, the same labels, batchmean.
+  kljit_jsd_e16    kljit_jsd planned in a context of its own whose KLJIT_GEMM is logits:jit.e16
+                   (issue 27: the epilogue reads the teacher GEMM's logits, the chunk in fp16
+                   scores), failing, with the plan's description, where the plan does not take it;
+  kljit_jsd_stats  the same with logits:jit.stats (the records only, fp32 chunk logits).
 The labels of the *_hard methods: uniform in [0, V), every tenth row -100 (ignored); the other
 online methods take no labels (every row kept).
 Their inputs are made per --logit-std value s: X, Xt uniform in [-1, 1) (variance 1/3) and W,
@@ -154,7 +159,12 @@ DENSE_SHAPES = [Shape(8192, 4096, 128256), Shape(4096, 4096, 128256), Shape(2048
 SPARSE_SHAPES = [Shape(65536, 2048, 151936, 100), Shape(8192, 4096, 128256, 100)]
 #: The online-teacher methods (teacher hidden states and head, not its probabilities).
 ONLINE_METHODS = ("liger_jsd", "kljit_jsd", "liger_fkl_online", "kljit_fkl_online",
-                  "liger_jsd_hard", "kljit_jsd_hard")
+                  "liger_jsd_hard", "kljit_jsd_hard", "kljit_jsd_e16", "kljit_jsd_stats")
+#: What --methods online means: the online methods but the opt-in epilogues (named to run).
+ONLINE_DEFAULT = ONLINE_METHODS[:6]
+#: The online C calls planned with a KLJIT_GEMM of their own, as REPLANNED.
+ONLINE_REPLANNED = {"kljit_jsd_e16": ("logits:jit.e16", "(E16)"),
+                    "kljit_jsd_stats": ("logits:jit.stats", "in the logits GEMM's epilogue")}
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
            "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16",
@@ -191,12 +201,12 @@ def parse_shapes(text: str) -> List[Shape]:
 
 
 def parse_methods(text: str) -> List[str]:
-    """A comma list of METHODS and 'online' (the four online-teacher methods), or 'all'."""
+    """A comma list of METHODS and 'online' (ONLINE_DEFAULT), or 'all'."""
     if text == "all":
         return list(METHODS)
     methods: List[str] = []
     for m in (m.strip() for m in text.split(",") if m.strip()):
-        methods += list(ONLINE_METHODS) if m == "online" else [m]
+        methods += list(ONLINE_DEFAULT) if m == "online" else [m]
     methods = list(dict.fromkeys(methods))
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
@@ -330,6 +340,14 @@ def method_hard(method: str, args: argparse.Namespace) -> float:
 def method_key(method: str, args: argparse.Namespace) -> "tuple[float, float]":
     """The online reference a method is compared with: (beta, hard weight)."""
     return method_beta(method, args), method_hard(method, args)
+
+
+def online_base(method: str) -> str:
+    """The Liger method an online method's speedup is over (kljit_jsd_e16: liger_jsd)."""
+    tail = method.split("_", 1)[1]
+    for suffix in ("_e16", "_stats"):
+        tail = tail[:-len(suffix)] if tail.endswith(suffix) else tail
+    return "liger_" + tail
 
 
 def csv_path(out: Path) -> Path:
@@ -679,8 +697,6 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
     if method == "kljit_c":
         return c_call(config), ""
     if method in REPLANNED:
-        if method == "kljit_c_e16" and shape.sparse:
-            return None, "E16 takes a dense teacher"
         return c_call(config, REPLANNED[method]), ""
     return (lambda x, w, inp: kl.fused_linear_kl_div(x, w, inp.teacher, config=config,
                                                      **inp.teacher_kwargs())), ""
@@ -698,13 +714,26 @@ def replanned(call: Any, gemm: str, marker: str) -> Any:
     whose KLJIT_GEMM is `gemm` (the library reads it when a context is made): the same tensors,
     arguments and workspace rules, another recipe, refused unless its description has
     `marker`."""
-    from kljit import _lib, _ops
+    from kljit import _ops
+
+    plan = planned_with(call.checked.spec.problem, call.checked.spec.device_index or 0, gemm,
+                        marker)
+    checked = _ops.Checked.__new__(_ops.Checked)
+    for slot in _ops.Checked.__slots__:
+        setattr(checked, slot, getattr(call.checked, slot))
+    checked.plan, checked.sizes = plan, {}
+    return _ops.Call(checked, call.tensors)
+
+
+def planned_with(problem: Any, device: int, gemm: str, marker: str) -> Any:
+    """A plan of `problem` made in a context of its own whose KLJIT_GEMM is `gemm` (the library
+    reads it when a context is made), refused unless its description has `marker`."""
+    from kljit import _lib
 
     old = os.environ.get("KLJIT_GEMM")
     os.environ["KLJIT_GEMM"] = gemm
     try:
-        plan = _lib.Plan(_lib.Context(call.checked.spec.device_index or 0),
-                         call.checked.spec.problem)
+        plan = _lib.Plan(_lib.Context(device), problem)
     finally:
         if old is None:
             del os.environ["KLJIT_GEMM"]
@@ -712,11 +741,7 @@ def replanned(call: Any, gemm: str, marker: str) -> Any:
             os.environ["KLJIT_GEMM"] = old
     if marker not in plan.describe():  # out of its scope, or not sm_90: say so, not time it
         raise RuntimeError(f"{gemm} is not taken by this plan:\n{plan.describe()}")
-    checked = _ops.Checked.__new__(_ops.Checked)
-    for slot in _ops.Checked.__slots__:
-        setattr(checked, slot, getattr(call.checked, slot))
-    checked.plan, checked.sizes = plan, {}
-    return _ops.Call(checked, call.tensors)
+    return plan
 
 
 def c_call(config: Any, replan: Optional["tuple[str, str]"] = None) -> Callable:
@@ -768,17 +793,20 @@ def build_online_method(env: Env, method: str, args: argparse.Namespace
         return (lambda x, w, inp: loss_fn(x, w, inp.xt, inp.wt, None)), ""
     if env.kljit is None:
         return None, env.kljit_note
-    return online_c_call(env.torch, beta, args.kljit_dw_accum, hard), ""
+    return online_c_call(env.torch, beta, args.kljit_dw_accum, hard,
+                         ONLINE_REPLANNED.get(method)), ""
 
 
 def online_c_call(torch: Any, beta: float, dw_accum: str = "auto",
-                  hard: float = 0.0) -> Callable:
+                  hard: float = 0.0, replan: Optional["tuple[str, str]"] = None) -> Callable:
     """kljit_fused with KLJIT_TEACHER_DENSE_HIDDEN through ctypes, as c_call does for the dense
     teacher: the plan made at the first call (the warm-up), with the binding's 'auto' bf16 dW
     accumulation (the library's KLJIT_ACCUM_AUTO); fresh outputs and workspace from torch's
     allocator per step; the loss returned as a leaf. beta = 0: the forward KL, else the JSD.
     dw_accum 'bf16' or 'fp32' overrides the rule (--kljit-dw-accum). hard > 0: CE mixing,
-    hard_weight = hard and soft_weight = 1 - hard on the inputs' labels (-100 ignored)."""
+    hard_weight = hard and soft_weight = 1 - hard on the inputs' labels (-100 ignored). replan:
+    an ONLINE_REPLANNED entry, the problem planned in a context whose KLJIT_GEMM is its value
+    (planned_with)."""
     from kljit import _lib, _ops
     from kljit._checks import WORKSPACE_ALIGN
 
@@ -795,7 +823,8 @@ def online_c_call(torch: Any, beta: float, dw_accum: str = "auto",
             divergence=lib.Divergence.JSD if beta else lib.Divergence.FORWARD_KL, beta=beta,
             **({"hard_weight": hard, "soft_weight": 1.0 - hard, "label_dtype": lib.DType.INT64}
                if hard else {}))
-        plan = lib.get_plan(pb, x.device.index or 0)
+        device = x.device.index or 0
+        plan = planned_with(pb, device, *replan) if replan else lib.get_plan(pb, device)
         rows = x.shape[0]
         log(f"   kljit plan: chunk_rows {plan.chunk_rows(rows)} for {rows} rows, dW accumulated "
             f"as {dw_accum} ('auto': the library's, bf16 up to 8 chunks), workspace "
@@ -1203,7 +1232,7 @@ def main(argv: Sequence[str]) -> int:
             time_group(env, group, lambda m: build_online_method(env, m, args),
                        lambda m: refs[method_key(m, args)] if refs else None, inp, args, flush,
                        empty_cache, online=True)
-            results += with_speedups(group, lambda m: "liger_" + m.split("_", 1)[1])
+            results += with_speedups(group, online_base)
             del inp, refs
             gc.collect()
             empty_cache()

@@ -248,17 +248,25 @@ static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void
                   c->w.lt_size, c->stream);
 }
 
-static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
+/* The online teacher's logits of the chunk, which the row kernels read (TCHUNK). */
+static kljit_status run_teacher(exec_call *c, long long row0, int64_t n) {
   const kljit_plan *p = c->p;
-  const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
-  TRY(gemm_slot(c, RECIPE_LOGITS, n, c->a->weight, x, c->ws + c->w.z, 1.0f, 0.0f));
-  if (!p->rec.gemm[RECIPE_TEACHER].used) return KLJIT_SUCCESS;
-  /* the online teacher: its logits of the chunk, which the row kernels read (TCHUNK) */
   const size_t tsz = names_dtype_size(p->pb.teacher_dtype);
   const char *xt = (const char *)teacher_input_of(c->a) +
                    (size_t)row0 * (size_t)p->pb.teacher_hidden * tsz;
   return gemm_slot(c, RECIPE_TEACHER, n, teacher_weight_of(c->a), xt, c->ws + c->w.zt, 1.0f,
                    0.0f);
+}
+
+/* The chunk's logits GEMM and, for the online teacher, its teacher's: first where the logits
+ * GEMM's epilogue reads the teacher's logits (stats_tiles), else after. */
+static kljit_status run_logits(exec_call *c, long long row0, int64_t n) {
+  const kljit_plan *p = c->p;
+  const char *x = (const char *)c->a->input + (size_t)row0 * (size_t)p->pb.hidden * c->in_sz;
+  const int online = p->rec.gemm[RECIPE_TEACHER].used, first = online && p->rec.geom.stats_tiles;
+  if (first) TRY(run_teacher(c, row0, n));
+  TRY(gemm_slot(c, RECIPE_LOGITS, n, c->a->weight, x, c->ws + c->w.z, 1.0f, 0.0f));
+  return online && !first ? run_teacher(c, row0, n) : KLJIT_SUCCESS;
 }
 
 static kljit_status run_convert(exec_call *c, size_t src_off, void *dst, long long n,
@@ -503,6 +511,10 @@ static void exec_call_args(exec_call *c, int nrec, kljit_mode mode) {
     c->epi.bias = a->bias;
     c->epi.labels = a->labels, c->epi.labels_is64 = c->labels_is64; /* the CE's (stats.hard) */
     c->epi.hdr = c->hdr; /* a run-time T's 1 / T (stats.tmode) */
+    c->epi.tbias = k->teacher_bias; /* the online teacher's (stats.tbdt) */
+    /* the sparse teacher's support, which the epilogue reads where stats.topk: its ids (and,
+     * with E16, its values) */
+    c->epi.ids = a->teacher_ids, c->epi.vals = a->teacher_values;
   }
 }
 

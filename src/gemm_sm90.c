@@ -242,13 +242,20 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   if (v->kslice > 0) snprintf(slice, sizeof slice, " k%d", v->kslice);
   const int t = v->tweaks;
   char stats[64] = "";
+  /* the teacher's dtype after a dot ("sparse" reads no teacher: none) */
+  const int tdot = v->stats.teacher && strcmp(v->stats.teacher, "sparse") != 0;
   if (v->stats.teacher)
-    snprintf(stats, sizeof stats, " stats:%s.%s%s%s%s%s%s", v->stats.teacher,
-             names_dtype_tag(v->stats.tdt), v->stats.e16 ? "+e16" : "",
+    snprintf(stats, sizeof stats, " stats:%s%s%s%s%s%s%s%s%s%s", v->stats.teacher,
+             v->stats.tchunk ? "(online)" : "", tdot ? "." : "",
+             tdot ? names_dtype_tag(v->stats.tdt) : "",
+             v->stats.e16 ? "+e16" : "",
              v->stats.e16 && v->stats.bdt ? "+bias" : "",
              v->stats.e16 && v->stats.softcap > 0.0 ? "+softcap" : "",
              v->stats.e16 && v->stats.hard ? "+ce" : "",
-             v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t" : "");
+             v->stats.e16 && v->stats.expe ? "+exp" : "",
+             v->stats.e16 && v->stats.tmode == KLJIT_TEMPERATURE_RUNTIME ? "+runtime_t"
+             : !v->stats.e16 && v->stats.topk > 0 ? (v->stats.own ? "+ids+own" : "+ids")
+                                                  : "");
   char gop[32] = "";
   if (v->gop.on)
     snprintf(gop, sizeof gop, " g%d%s%s", v->gop.fw, v->gop.pdt ? "." : "",
@@ -276,12 +283,26 @@ kspec jgemm_spec(const jgemm_variant *v) {
   k.gemm_tweaks = v->tweaks;
   k.gemm_stats = v->stats.teacher;
   k.gemm_stats_tdt = v->stats.tdt, k.gemm_stats_tld = v->stats.tld, k.gemm_stats_t = v->stats.t;
+  k.tt = v->stats.teacher ? v->stats.tt : 0.0; /* TT (the rows' field, teacher logits' here) */
+  k.tsoftcap = v->stats.teacher ? v->stats.tsoftcap : 0.0; /* TSOFTCAP (likewise) */
+  k.tchunk = v->stats.teacher && v->stats.tchunk;           /* TCHUNK, TBDT (likewise) */
+  k.tbdt = k.tchunk ? v->stats.tbdt : (kljit_dtype)0;
   k.gemm_e16 = v->stats.teacher && v->stats.e16;
   k.gemm_stats_bdt = k.gemm_e16 ? v->stats.bdt : (kljit_dtype)0;
   k.softcap = k.gemm_e16 ? v->stats.softcap : 0.0; /* SOFTCAP (the rows' field, E16's here) */
   k.gemm_hard = k.gemm_e16 && v->stats.hard;
+  k.gemm_e16_exp = k.gemm_e16 && v->stats.expe;
   /* TMODE (the rows' field, E16's here): runtime reads 1 / T from the header */
   k.tmode = k.gemm_e16 ? v->stats.tmode : KLJIT_TEMPERATURE_CONSTANT;
+  if (v->stats.teacher && v->stats.topk > 0) { /* the sparse teacher's support: TOPK, IDT */
+    k.topk = v->stats.topk, k.idt = v->stats.idt;
+    if (k.gemm_e16) { /* VDT, VALUES (tdt is the GEMM's IN: the values' dtype goes where a
+                       * dense teacher's would) */
+      k.gemm_stats_tdt = v->stats.vdt, k.values = v->stats.values;
+    } else {
+      k.gemm_stats_own = v->stats.own; /* OWN */
+    }
+  }
   if (v->gop.on) k.gemm_gop = 1, k.gemm_gop_fw = v->gop.fw, k.gemm_gop_pdt = v->gop.pdt;
   return k;
 }
@@ -408,6 +429,8 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.bias = a->epi.bias;
   k.labels = a->epi.labels, k.labels_is64 = a->epi.labels_is64;
   k.hdr = a->epi.hdr;
+  k.teacher_bias = a->epi.tbias;
+  k.teacher_ids = a->epi.ids, k.teacher_values = a->epi.vals;
   k.gfac = a->gop.fac, k.fld = a->gop.fld, k.gpr = a->gop.g;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);

@@ -23,15 +23,29 @@
 /* The logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS): the dense rows'
  * pass-1 records of each (row, column tile), written beside the logits. */
 typedef struct jgemm_stats {
-  const char *teacher; /* NULL: none; "probs" | "logprobs": the dense teacher's form */
+  const char *teacher; /* NULL: none; "probs" | "logprobs" | "logits": the dense teacher's form;
+                        * "sparse": the sparse teacher's forward KL (no teacher read: tdt, tld
+                        * unused; the sparse rows' records) */
   kljit_dtype tdt;     /* the teacher's dtype */
   int64_t tld;         /* the teacher's row stride (elements) */
   double t;            /* the constant temperature */
+  double tt;           /* "logits": the teacher's temperature; 0: T's (t, or the header's) */
+  double tsoftcap;     /* "logits": the teacher's logit cap c (t <- c tanh(t / c)); 0: none */
+  int tchunk;          /* "logits": the online teacher's, the chunk's rows (C's row r: its r) */
+  kljit_dtype tbdt;    /* tchunk: the online teacher's bias dtype (jgemm_epi.tbias); 0: none */
   int e16;             /* E16: the tile's fp16 scores x = s - m instead of C (jgemm_epi.e) */
   kljit_dtype bdt;     /* E16: the bias's dtype (jgemm_epi.bias added to z); 0: none */
   double softcap;      /* E16: the student's logit cap c (s = c tanh(z / c) / T); 0: none */
   int hard;            /* E16: the hard-label CE's records too (jgemm_epi.labels) */
+  int expe;            /* E16, "sparse": E' = exp(x) in E instead of x (the G operand stage's) */
   kljit_temperature_mode tmode; /* E16: RUNTIME: 1 / T from the header (jgemm_epi.hdr), t 1 */
+  /* "sparse": the support the epilogue reads (jgemm_epi.ids; with E16 .vals too, for the loss's
+   * exact cross term; without, for the bucket tail's and the divergences' d_on apart) */
+  int topk;             /* K, ids (and values) a row; 0: none read (tail none or renorm, no E16) */
+  kljit_dtype idt;      /* the ids' dtype (INT32 | INT64) */
+  kljit_dtype vdt;      /* E16: the values' dtype */
+  const char *values;   /* E16: "probs" | "logprobs" */
+  int own;              /* no E16: the support's own (max, sum-exp) too (renormalized divergences) */
 } jgemm_stats;
 
 typedef struct jgemm_variant {
@@ -153,6 +167,9 @@ typedef struct jgemm_epi {
   const void *labels;   /* stats.hard: the call's labels (row0 + r), int64 where labels_is64 */
   int labels_is64;
   const float *hdr;     /* stats.tmode RUNTIME: the plan header (record hdr's inv_t) */
+  const void *tbias;    /* stats.tbdt: the online teacher's bias bt[N] */
+  const void *ids;      /* stats "sparse" with topk: the sparse teacher's ids (row0 + r) ... */
+  const void *vals;     /* ... and, with E16, its values; topk a row */
 } jgemm_epi;
 
 /* The GOP variant's operands: a is E' (fp16, A's shape and stride lda) */

@@ -205,7 +205,8 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                                                                  : "");
   if (st == KLJIT_SUCCESS && geo->stats_tiles)
     st = sb_printf(desc, "  row statistics (pass 1): in the logits GEMM's epilogue, %d records a "
-                   "row (no kl_dense_stats)%s\n", geo->stats_tiles,
+                   "row (no %s)%s\n", geo->stats_tiles,
+                   geo->rows.family == KSPEC_SPARSE_ROWS ? "kl_sparse_stats" : "kl_dense_stats",
                    geo->e16 ? "; the tile as fp16 scores (E16), which the rows read" : "");
   else if (st == KLJIT_SUCCESS && r->stats_why)
     st = sb_printf(desc, "  row statistics (pass 1): the row kernels' (the logits GEMM's "

@@ -254,16 +254,43 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
   if (r->geom.dx_split > 1 && r->gemm[RECIPE_DX].engine == RECIPE_GENERATED) r->geom.dx_rows = 1;
 }
 
-/* Why the logits GEMM (generated where `jit`) cannot write the dense rows' pass-1 records for pb
+enum { RECIPE_EPILOGUE_TOPK_MAX = 128 }; /* the sparse support's ids the epilogue reads, a row */
+
+/* Why the logits GEMM (generated where `jit`) cannot write the rows' pass-1 records for pb
  * (STATS of templates/gemm_sm90.cu.lua covers what those records hold without the row's
  * normalizer), or NULL where it can. With E16 the epilogue makes the scores itself, with the
- * bias and the logit cap. */
+ * bias and the logit cap. The sparse teacher's records are the student's statistics alone
+ * where no column of the support is kept apart (the forward KL, tail none or renorm). */
 static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, int jit, int e16) {
   if (!jit) return "a generated logits GEMM only";
-  if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS && pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS)
-    return "dense teacher probabilities or log-probabilities only";
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    if (e16 && (prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET))
+      return "the sparse teacher's forward KL with tail none or renorm only under E16 (the bucket "
+             "tail and the other divergences take their support's terms from its fp32 logits: "
+             "logits:jit.stats takes them)";
+    /* the epilogue reads a row's K ids once per column tile (1002 at V = 128256), K x 4-8 x
+     * V / BN bytes of L2 reads a row: 100 int32 ids, 3.3 GB at 8192 rows, against pass 1's 4.2
+     * GB of fp32 logits it replaces; 1024 int64 ids would read 67 GB */
+    const int reads_ids = e16 || prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET;
+    if (reads_ids && pb->topk > RECIPE_EPILOGUE_TOPK_MAX)
+      return "the sparse teacher with at most 128 ids a row where the epilogue reads them (E16, "
+             "the bucket tail, the divergences: once per column tile)";
+    if (pb->hard_weight > 0.0 && pb->label_smoothing > 0.0)
+      return "the sparse teacher's CE without label smoothing (its sum of z' has no slot in the "
+             "epilogue's record)";
+    if (!e16 && (pb->hard_weight > 0.0 || pb->softcap > 0.0 || (pb->flags & KLJIT_FLAG_BIAS) ||
+                 pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT))
+      return "the sparse teacher without a hard-label CE, softcap, bias or per-call temperature "
+             "(E16 takes them)";
+  } else if (pb->teacher != KLJIT_TEACHER_DENSE_PROBS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_LOGPROBS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_LOGITS &&
+             pb->teacher != KLJIT_TEACHER_DENSE_HIDDEN) {
+    return "a dense teacher's probabilities, log-probabilities or logits, the online teacher or "
+           "the sparse teacher only";
+  }
   if (pb->hard_weight > 0.0 && !e16) return "no hard-label CE (E16 takes one)";
-  if (pb->label_smoothing > 0.0) return "no label smoothing (its sum of z' has no record)";
+  /* (label smoothing comes with the CE: E16's pass 2 sums z' from E, its z'_y from the records) */
   if (pb->softcap > 0.0 && !e16) return "no softcap (E16 takes one)";
   if ((pb->flags & KLJIT_FLAG_BIAS) && !e16) return "no bias (E16 takes one)";
   if (pb->temperature_mode != KLJIT_TEMPERATURE_CONSTANT && !e16)
@@ -290,12 +317,37 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
   if (!sel[GEMM_LOGITS].stats && !e16) return;
   prob_geometry *geo = &r->geom;
   if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
-  v->stats.teacher = names_teacher(pb->teacher);
-  v->stats.tdt = pb->teacher_dtype;
-  v->stats.tld = prob_teacher_ld(pb);
+  /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
+   * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
+  const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
+  const int tlogits = hidden || pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
+  geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
+  if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
+    /* the student's statistics alone; under E16 also the support's exact part of the loss,
+     * from its ids and values (the rows' x is fp16: their gathered scores would not be exact) */
+    v->stats.teacher = "sparse";
+    const int apart = prob_divergence_rows(pb) || pb->tail == KLJIT_TAIL_BUCKET;
+    if (e16 || apart) /* the support's columns, marked from its ids */
+      v->stats.topk = (int)pb->topk, v->stats.idt = pb->topk_id_dtype;
+    if (e16) {
+      v->stats.vdt = pb->teacher_dtype, v->stats.values = names_topk_values(pb->topk_values);
+    } else {
+      /* the renormalized divergences keep the support's own (max, sum-exp) too */
+      v->stats.own = prob_divergence_rows(pb) && pb->tail == KLJIT_TAIL_RENORM;
+    }
+  } else {
+    v->stats.teacher = names_teacher(hidden ? KLJIT_TEACHER_DENSE_LOGITS : pb->teacher);
+    v->stats.tdt = hidden ? KLJIT_FP32 : pb->teacher_dtype;
+    v->stats.tld = hidden ? geo->ld : prob_teacher_ld(pb);
+    v->stats.tchunk = hidden;
+    v->stats.tbdt = hidden && (pb->flags & KLJIT_FLAG_TEACHER_BIAS) ? pb->teacher_dtype
+                                                                     : (kljit_dtype)0;
+    /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
+    v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
+    v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
+  }
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;
-  geo->stats_tiles = (int)((pb->vocab + v->bn - 1) / v->bn);
   if (!e16) return;
   /* E16 (logits:jit.e16, or flag e): in every mode the GEMM writes the tile-relative scores in
    * fp16 instead of the fp32 logits, x = s - m_tile beside the records (fused, forward) or
@@ -315,7 +367,9 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
    * where the fp32 logits took three eighths. The slots' cuBLASLt operations are prepared for
    * that chunk (their rows: also the key under which the tuner, which times the plan's own
    * chunk, stores its cuBLASLt choices). */
-  if (!chunk_set && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
+  /* (not with the online teacher: its fp32 logits, 4 bytes an element, stay beside E's 2, so a
+   * row takes 6 bytes an element where it took 8; its chunk stays the tuning's) */
+  if (!chunk_set && !hidden && geo->tune.chunk_rows < 8192) /* a larger tuned chunk is kept */
     geo->tune.chunk_rows = geo->tune.chunk_rows > 4096 ? 8192 : 2 * geo->tune.chunk_rows;
   if (geo->chunk_eighths == 3) geo->chunk_eighths = 4;
 }

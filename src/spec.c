@@ -66,15 +66,31 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
   if (k->gemm_tweaks & KSPEC_GEMM_PROMOTE) out[n++] = pi("PROMOTE", 4);
   if (k->gemm_stats) {
     out[n++] = ps("STATS", k->gemm_stats);
-    out[n++] = ps("TDT", names_dtype_tag(k->gemm_stats_tdt));
-    out[n++] = pi("TLD", k->gemm_stats_tld);
+    if (k->gemm_stats_tld) { /* a dense teacher's tile (the sparse teacher's is not read) */
+      out[n++] = ps("TDT", names_dtype_tag(k->gemm_stats_tdt));
+      out[n++] = pi("TLD", k->gemm_stats_tld);
+    }
     out[n++] = pn("T", k->gemm_stats_t);
+    if (k->tt > 0.0) out[n++] = pn("TT", k->tt);
+    if (k->tsoftcap > 0.0) out[n++] = pn("TSOFTCAP", k->tsoftcap);
+    if (k->tchunk) out[n++] = pb("TCHUNK", 1); /* the online teacher's (the rows' fields) */
+    if (k->tbdt) out[n++] = ps("TBDT", names_dtype_tag(k->tbdt));
     if (k->gemm_e16) out[n++] = pb("E16", 1);
     /* E16's own (jgemm_spec sets them with E16 only) */
     if (k->gemm_stats_bdt) out[n++] = ps("BDT", names_dtype_tag(k->gemm_stats_bdt));
     if (k->softcap > 0.0) out[n++] = pn("SOFTCAP", k->softcap);
     if (k->gemm_hard) out[n++] = pb("HARD", 1);
+    if (k->gemm_e16_exp) out[n++] = pb("EXPE", 1);
     if (k->tmode == KLJIT_TEMPERATURE_RUNTIME) out[n++] = ps("TMODE", "runtime");
+    if (k->topk > 0) { /* the sparse teacher's support, read in the epilogue */
+      out[n++] = pi("TOPK", k->topk);
+      out[n++] = ps("IDT", names_dtype_tag(k->idt));
+      if (k->gemm_e16) { /* its values: the loss's cross term */
+        out[n++] = ps("VDT", names_dtype_tag(k->gemm_stats_tdt));
+        out[n++] = ps("VALUES", k->values);
+      }
+      if (k->gemm_stats_own) out[n++] = pb("OWN", 1);
+    }
   }
   if (k->gemm_gop) {
     out[n++] = pb("GOP", 1);
@@ -157,6 +173,8 @@ size_t kspec_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     if (k->div && k->alpha > 0.0) out[n++] = pn("ALPHA", k->alpha);
     if (k->hard > 0.0 && k->lsmooth > 0.0) out[n++] = pn("LSMOOTH", k->lsmooth);
     if (k->hard > 0.0 && k->zloss > 0.0) out[n++] = pn("ZLOSS", k->zloss);
+    if (k->merge_block) out[n++] = ps("MERGE", "block");
+    if (k->etile) out[n++] = pi("ETILE", k->etile);
   } else {
     out[n++] = ps("GRAD", names_dtype_tag(k->grad));
     out[n++] = pi("LDG", k->ldg);

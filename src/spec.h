@@ -79,7 +79,7 @@ typedef struct kspec {
   int64_t ht;         /* checked mode of the online teacher: its Ht (0: none) */
   kljit_dtype txdt;   /* ... and the dtype of its input and head */
   int sharded;        /* a vocabulary shard (the SHARDED of DIV; offset gives HARD's VOFF) */
-  int merge_block;    /* dense rows: pass 2 merges a row's records with the block (MERGE block:
+  int merge_block;    /* the rows: pass 2 merges a row's records with the block (MERGE block:
                        * the logits GEMM's statistics epilogue, one record per column tile) */
   double alpha;       /* skew_forward, skew_reverse: in (0, 1) */
   int roww;           /* row weights */
@@ -94,13 +94,16 @@ typedef struct kspec {
   int gemm_kslice;    /* 0: no KSLICE parameter; else k-blocks per slice */
   int gemm_tweaks;    /* KSPEC_GEMM_* bits; each a parameter only when set */
   /* the logits GEMM's statistics epilogue (STATS, TDT, TLD, T; none of them when NULL) */
-  const char *gemm_stats;   /* NULL | "probs" | "logprobs": the dense teacher's form */
+  const char *gemm_stats;   /* NULL | "probs" | "logprobs" | "logits": the dense teacher's form;
+                             * "sparse": the sparse teacher's (the student's statistics alone) */
   kljit_dtype gemm_stats_tdt; /* the teacher's dtype */
   int64_t gemm_stats_tld;   /* the teacher's row stride (elements) */
   double gemm_stats_t;      /* the constant temperature */
   int gemm_e16;             /* STATS's E16 (fp16 scores instead of C); no parameter when 0 */
+  int gemm_stats_own;       /* STATS sparse: OWN (the support's own (max, sum-exp)); 0: none */
   kljit_dtype gemm_stats_bdt; /* E16's BDT (the bias's dtype); 0: none */
   int gemm_hard;            /* E16's HARD (the CE's records; labels in); no parameter when 0 */
+  int gemm_e16_exp;         /* E16's EXPE (E' = exp(x) instead of x); no parameter when 0 */
   /* GOP (nn, tn: A = G rebuilt in the stage from E'; no parameter when gemm_gop is 0) */
   int gemm_gop;             /* GOP */
   int gemm_gop_fw;          /* FW: the factors' column tile (a multiple of 64) */

@@ -121,7 +121,8 @@
 %--            1 - (s T / c)^2 then comes from the s taken back, as it does from a loaded s).
 %--            G (16-bit, LDG = LD) overwrites x element by element, each thread the columns it
 %--            read, one block a row with four vectors in flight a thread. No pass 1
-%--            (kl_dense_stats) and no kl_dense_sums (an unsharded head only).
+%--            (kl_dense_stats) and no kl_dense_sums (an unsharded head only). The online
+%--            teacher's logits (TCHUNK, its bias TBDT) are read as the other passes read them.
 %--   PART     "fused" (kl_dense_stats, _fused, _check) or "phased" (kl_dense_forward,
 %--            _backward, _merge, _sums); absent: all of them. A plan builds the two parts as two
 %--            modules compiled at once, so a cold plan waits for the larger half only.
@@ -222,10 +223,10 @@
 %    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
 %           .. "CLUSTER 0, no INPLACE, LDG = LD, MERGE block")
 %  end
-%  if P.LSMOOTH or P.VOFF or P.TCHUNK or P.SHARDED or
-%     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs") then
-%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs or logprobs teacher, "
-%           .. "no label smoothing, online teacher or shard")
+%  if P.VOFF or P.SHARDED or
+%     (P.TEACHER ~= "probs" and P.TEACHER ~= "logprobs" and P.TEACHER ~= "logits") then
+%    reject("ETILE takes what the GEMM's epilogue covers: a dense probs, logprobs or logits "
+%           .. "teacher (the online teacher's logits among them), no shard")
 %  end
 %end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
@@ -376,7 +377,8 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
                                           float (&s)[VEC], float (&t)[VEC]) {
 %if ETILE then
   /* E16 (ETILE): s = m_t + x, m_t the tile's record's (erec) or, in backward (erec NULL), the
-   * row's lse (ebase); no bias, softcap or 1 / T (the GEMM's epilogue applied them) */
+   * row's lse (ebase); no bias, student softcap or 1 / T (the GEMM's epilogue applied them);
+   * the teacher's values as the other sources take them (its cap below) */
   (void)bias, (void)invT;
   const float mt = erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase;
   if constexpr (FULL) {
@@ -384,18 +386,34 @@ __device__ __forceinline__ void load_cols(const logit_t* __restrict__ zr,
     load_n<VEC, TALIGNED>(tr + v, t);
 #pragma unroll
     for (int i = 0; i < VEC; i++) s[i] += mt;
+%  if TB then
+    float tb[VEC]; /* the online teacher's bias, as the epilogue added it for the records */
+    load_n<VEC, false>(tbias + v, tb);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) t[i] += tb[i];
+%  end
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; i++) {
       const bool in = v + i < V;
       s[i] = in ? mt + to_f32(zr[v + i]) : KL_NEG_INF;
-#if defined(TEACHER_LOGPROBS)
+#if defined(TEACHER_LOGPROBS) || defined(TEACHER_LOGITS)
       t[i] = in ? to_f32(tr[v + i]) : KL_NEG_INF;
+%  if TB then
+      if (in) t[i] += to_f32(tbias[v + i]);
+%  end
 #else
       t[i] = in ? to_f32(tr[v + i]) : 0.0f;
 #endif
     }
   }
+%  if P.TSOFTCAP then
+  /* the teacher's cap as the GEMM's epilogue applied it for the records (a missing column stays
+   * -inf) */
+#pragma unroll
+  for (int i = 0; i < VEC; i++)
+    if (FULL || v + i < V) t[i] = {{ f32(P.TSOFTCAP) }} * tanhf(t[i] * {{ f32(1.0 / P.TSOFTCAP) }});
+%  end
 }
 %else
   if constexpr (FULL) {
@@ -780,7 +798,9 @@ __device__ __forceinline__ void elem_terms(const float (&s)[VEC], const float (&
     if (MODE != MODE_BACKWARD && s[i] != KL_NEG_INF) ce.zsum += zc;
     if (v + i == ce.y) {
       gv[i] -= {{ f32(1.0 - P.LSMOOTH) }} * ce.gh;
+%    if not ETILE then
       if (MODE != MODE_BACKWARD) ce.loss -= {{ f32(1.0 - P.LSMOOTH) }} * zc;
+%    end
     }
 %  else
     if (v + i == ce.y) {
@@ -877,8 +897,10 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
 %  end
 %end
 %if ETILE then
-    /* -z'_y, once a row, from the records (E16's x is fp16: not z'_y to the loss's digits) */
-    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= rs.zy;
+    /* -z'_y ((1 - ls) of it), once a row, from the records (E16's x is fp16: not z'_y to the
+     * loss's digits; the smoothing's sum of z' over V is: its roundings, to nearest, average
+     * out) */
+    if (blockIdx.x == 0 && threadIdx.x == 0) ce.loss -= {{ P.LSMOOTH and f32(1.0 - P.LSMOOTH) .. " * " or "" }}rs.zy;
 %end
 %if P.LSMOOTH then
     ce.loss -= {{ f32(P.LSMOOTH / VTOT) }} * ce.zsum;

@@ -67,20 +67,32 @@
 %--             K: ~4e-7). Costs a second accumulator (MS x BN / 2 floats a thread, at most 64:
 %--             the cooperative schedule with BN <= 128, or BN 64) and a drain of the wgmma
 %--             pipeline every run. Not with KSLICE (which restarts d for its own slices).
-%--   STATS     absent | probs | logprobs: the logits GEMM (nt, OUT f32, no BETA, no KSLICE) also
+%--   STATS     absent | probs | logprobs | logits | sparse: the logits GEMM (nt, OUT f32, no BETA, no
+%--             KSLICE) also
 %--             writes the dense rows' pass-1 statistics (templates/dense_rows.cu.lua, CLUSTER 0,
 %--             any divergence, without softcap, CE or bias) of each (row, column tile) from its
 %--             accumulators, so that the pass that re-reads the whole fp32 chunk for them
 %--             (kl_dense_stats) is not launched: with s = (alpha acc) / T over the tile's columns
 %--             below N, m = max s, d = sum exp(s - m), sp = sum p (logprobs: sum exp(log p), as
 %--             pass 1 computes it) from the teacher's rows row0 + r, TLD apart, in dtype TDT; mt,
-%--             dt the neutral (0, 1) pass 1 writes for these forms. One record (iface.DENSE_PART)
+%--             dt the neutral (0, 1) pass 1 writes for these forms. Teacher logits (capped under
+%--             TSOFTCAP): mt, dt their tile's (max, sum-exp) of t' = t / TT, sp 0, as pass 1's
+%--             acc1_add makes them (merged online a lane, then by the butterfly's md_merge).
+%--             One record (iface.DENSE_PART)
 %--             per (row, tile) at part + (row tiles_n + tile) PART_FLOATS, merged by pass 2's
 %--             block in a fixed order (dense rows' MERGE block; nrec = srow = tiles_n, srec = 1).
 %--             C is still written (pass 2 reads it).
 %--             part NULL (two-phase backward, which needs no statistics): nothing is computed.
 %--             The tile's teacher rows are prefetched into L2 (evict_last) as its k-blocks start,
 %--             so that the epilogue's loads do not wait on DRAM while the tensor cores idle.
+%--             sparse: the sparse top-K teacher's records (templates/sparse_rows.cu.lua's pass 1,
+%--             iface.SPARSE_PART): no teacher tile is read (no TDT, TLD). For the forward KL with
+%--             TAIL none or renorm (no column of the support kept apart) the student's statistics
+%--             alone: m, d_on = 0, d_off = d. With TOPK (the bucket tail, the divergences) the
+%--             support's ids mark its columns and d_on, d_off are summed apart (OWN: its own
+%--             (max, sum-exp) in mo, dno). Without E16 C is written whole, so pass 2 gathers the
+%--             support's logits exactly; with E16 (the forward KL, tails none and renorm) the
+%--             loss's cross term comes exactly from the support's values read here (VDT, VALUES).
 %--   E16       absent | true (STATS): the tile goes out in fp16 at E + row lde + col instead of
 %--             C (issue 27, step 2: half the bytes of fp32 C written and read, and no pass 1),
 %--             as the tile-relative scores x = s - m <= 0. With part (fused and two-phase
@@ -104,8 +116,40 @@
 %--             (max, sum-exp) of z' = s T (slots mh, dh, pass 1's) and z'_y where the row's label
 %--             y (labels[row0 + r], int64 where labels_is64) is one of the tile's columns (slot
 %--             S, 0 elsewhere: the rows sum it over the tiles), exact in fp32, which E's x is not.
-%--             No label smoothing (its sum of z' has no slot).
+%--             Label smoothing needs nothing more here: the rows' pass 2 sums z' from E (its
+%--             roundings, to nearest, average out over V) and takes (1 - ls) z'_y from slot S.
+%--             STATS sparse: the same slots of its record (not with label smoothing: the sparse
+%--             rows' pass 2 of forward reads no column off the support, so its sum of z' would
+%--             need a ninth slot).
+%--   EXPE      (E16, STATS sparse; no HARD, no SOFTCAP) true: E holds E' = exp(x) in fp16 instead
+%--             of x (issue 27, step 2: the G operand stage's input, GOP of the dX and dW GEMMs,
+%--             G = f E' off the support with f = sp exp(m_tile - lse) a row and tile; the
+%--             records' d the sum of the rounded E'). No row kernel reads E' as a score: the
+%--             loss comes from the records (the support's cross term, SUPPORT), and the pass that
+%--             makes the factors rewrites the support's columns (docs/architecture.md). E' has a
+%--             floor (2^-24 of the tile's max) that G does not feel; the CE's and the cap's G
+%--             need the score, so neither goes with it.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
+%--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
+%--             TMODE runtime, the header's)
+%--   TSOFTCAP  (STATS logits) the teacher's logit cap c > 0: t <- c tanh(t / c) before 1 / TT,
+%--             as the rows' load_cols caps it (absent: none)
+%--   TCHUNK    (STATS logits) true: the teacher's rows are the chunk's (row r of C is teacher row
+%--             r, not row0 + r): the online teacher's fp32 logits, which the teacher GEMM wrote
+%--             for this chunk before this GEMM runs (exec.c), TLD the chunk buffer's stride
+%--   TBDT      (TCHUNK) f32 | bf16 | f16: the online teacher's bias tbias[N], added to its
+%--             logits before the cap and 1 / TT, as the rows' load_cols adds it (absent: none)
+%--   TOPK      (STATS sparse) 1..1024: the support's size, its ids (IDT i32 | i64: ids[N, TOPK],
+%--             row row0 + r) read in the epilogue, which marks each warp's rows' support columns
+%--             of the tile (support_map): without E16 for the bucket tail and the divergences,
+%--             whose records keep the sum-exp on the support (d_on) and off it (d_off) apart, as
+%--             pass 1's bitmap does; E16 always (tile_support, below)
+%--   VDT, VALUES  (STATS sparse with E16) the support's values (f32 | bf16 | f16; probs |
+%--             logprobs): the tile's sum p (s - m) and sum p over its support columns, from the
+%--             fp32 scores, in the record's slots ps, pw (iface.SPARSE_E16_PART), from which pass
+%--             2 takes the loss's cross term exactly (the gathered x would err by 2^-11 |x|)
+%--   OWN       (STATS sparse with TOPK, no E16) true: the support's own (max, sum-exp) too
+%--             (slots mo, dno), for the renormalized divergences
 %--   T         (STATS) the constant temperature, > 0 (its reciprocal compiled in, as pass 1's)
 %--   TMODE     (E16) const (absent) | runtime: 1 / T from the plan header (hdr, record hdr's
 %--             inv_t, which kl_setup writes from the call's T, or the forward's saved header in
@@ -240,25 +284,88 @@
 %end
 %local STREAM = P.STORE == "streaming"
 %local STATS = P.STATS
+%-- SPARSE: the student's statistics alone, in the sparse rows' record (no teacher read here);
+%-- TEACH: a dense teacher's tile is read (every other form)
+%local SPARSE = STATS == "sparse"
+%local TEACH = STATS ~= nil and not SPARSE
 %if STATS ~= nil then
-%  if not one_of(STATS, { "probs", "logprobs" }) then
-%    reject("STATS must be probs or logprobs (a dense teacher's form)")
+%  if not one_of(STATS, { "probs", "logprobs", "logits", "sparse" }) then
+%    reject("STATS must be probs, logprobs or logits (a dense teacher's form) or sparse")
 %  end
 %  if P.LAYOUT ~= "nt" or P.OUT ~= "f32" or P.BETA or KSLICE > 0 then
 %    reject("STATS is the logits GEMM's epilogue: LAYOUT nt, OUT f32, no BETA and no KSLICE")
 %  end
-%  if not one_of(P.TDT, { "f32", "bf16", "f16" }) then reject("TDT must be f32, bf16 or f16") end
-%  if math.type(P.TLD) ~= "integer" or P.TLD < 1 then
+%  if SPARSE and (P.TDT ~= nil or P.TLD ~= nil) then
+%    reject("STATS sparse reads no teacher tile: no TDT or TLD")
+%  end
+%  if TEACH and (math.type(P.TLD) ~= "integer" or P.TLD < 1) then
 %    reject("TLD must be an integer >= 1 (the teacher's row stride)")
+%  end
+%  if TEACH and not one_of(P.TDT, { "f32", "bf16", "f16" }) then
+%    reject("TDT must be f32, bf16 or f16")
 %  end
 %  if type(P.T) ~= "number" or not (P.T > 0 and P.T < math.huge) then
 %    reject("T must be > 0 (STATS takes a constant temperature)")
 %  end
 %end
+%if P.TT ~= nil and not (STATS == "logits" and type(P.TT) == "number" and P.TT > 0 and
+%                        P.TT < math.huge) then
+%  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
+%end
+%local TLOGITS = STATS == "logits"
+%if P.TCHUNK ~= nil and not (P.TCHUNK == true and TLOGITS) then
+%  reject("TCHUNK must be true and needs STATS logits (the online teacher's chunk of logits)")
+%end
+%if P.TBDT ~= nil and not (P.TCHUNK == true and one_of(P.TBDT, { "f32", "bf16", "f16" })) then
+%  reject("TBDT must be f32, bf16 or f16 and needs TCHUNK (the online teacher's bias)")
+%end
+%-- the online teacher's bias: tile_teacher's parameter and its callers' argument
+%local TBP = P.TBDT and " const tbias_t* __restrict__ tbias," or ""
+%local TBA = P.TBDT and " tbias," or ""
+%-- the dense teacher's tile: tile_stats's parameter and its caller's argument (none: sparse)
+%local TEP = TEACH and " const teach_t* __restrict__ teacher," or ""
+%local TEA = TEACH and " teacher," or ""
+%if P.TSOFTCAP ~= nil and not (TLOGITS and type(P.TSOFTCAP) == "number" and P.TSOFTCAP > 0 and
+%                              P.TSOFTCAP < math.huge) then
+%  reject("TSOFTCAP must be > 0 and needs STATS logits (the teacher's logit cap)")
+%end
 %if P.E16 ~= nil and not (P.E16 == true and STATS ~= nil) then
 %  reject("E16 must be true and needs STATS (the records E's maxima go with)")
 %end
 %local E16 = P.E16 == true
+%-- the sparse teacher's support read in the epilogue: MARK, its columns marked from its ids (E16,
+%-- and the bucket tail or a divergence without it: d_on, d_off apart); SUPPORT, also its values
+%-- (E16: the loss's cross term); OWN, the support's own (max, sum-exp) too (the renormalized
+%-- divergences, without E16)
+%local SUPPORT = SPARSE and E16
+%local MARK = SPARSE and (E16 or P.TOPK ~= nil)
+%if P.TOPK ~= nil and not SPARSE then reject("TOPK and IDT need STATS sparse") end
+%if MARK then
+%  if math.type(P.TOPK) ~= "integer" or P.TOPK < 1 or P.TOPK > 1024 then
+%    reject("TOPK must be in [1, 1024] (STATS sparse: the support's size)")
+%  end
+%  if not one_of(P.IDT, { "i32", "i64" }) then reject("IDT must be i32 or i64") end
+%elseif P.IDT ~= nil then
+%  reject("IDT needs TOPK (STATS sparse: the support's ids)")
+%end
+%if SUPPORT then
+%  if not one_of(P.VDT, { "f32", "bf16", "f16" }) then reject("VDT must be f32, bf16 or f16") end
+%  if not one_of(P.VALUES, { "probs", "logprobs" }) then reject("VALUES must be probs or logprobs") end
+%elseif P.VDT ~= nil or P.VALUES ~= nil then
+%  reject("VDT and VALUES need STATS sparse with E16 (the loss's cross term from the support)")
+%end
+%if P.OWN ~= nil and not (P.OWN == true and MARK and not E16) then
+%  reject("OWN must be true and needs STATS sparse with TOPK, without E16 (the support's own "
+%         .. "(max, sum-exp) for the renormalized divergences)")
+%end
+%local OWN = P.OWN == true
+%local SPLIT_ON = MARK and not E16 -- the records' d_on apart (tile_stats)
+%-- ... the sparse teacher's support in the dense teacher's place (tile_stats', tile_e16's)
+%if SPARSE then
+%  TEP = (MARK and " const id_t* __restrict__ ids," or "")
+%    .. (SUPPORT and " const val_t* __restrict__ vals," or "")
+%  TEA = (MARK and " ids," or "") .. (SUPPORT and " vals," or "")
+%end
 %if P.BDT ~= nil and not E16 then
 %  reject("BDT needs E16 (the scores the tile's E is made of)")
 %end
@@ -277,6 +384,11 @@
 %  reject("TMODE must be const or runtime and needs E16")
 %end
 %local RUNTIME_T = P.TMODE == "runtime"
+%if P.EXPE ~= nil and not (P.EXPE == true and SUPPORT and not HARD and P.SOFTCAP == nil) then
+%  reject("EXPE must be true and needs E16 with STATS sparse, without HARD or SOFTCAP (E' for "
+%         .. "the G operand stage; the CE's and the cap's G need the score)")
+%end
+%local EXPE = P.EXPE == true
 %if RUNTIME_T and P.T ~= 1 then reject("TMODE runtime takes T = 1 (1 / T comes from hdr)") end
 %local LABELS = " labels, labels_is64," -- tile_e16's arguments under HARD
 %if STREAM and not STAGED then
@@ -302,6 +414,12 @@
 %-- dynamic shared memory: the ring, the staged epilogue's scratch, and the slack to align the
 %-- ring to 1024 bytes
 %local SMEM = P.STAGES * STAGE_BYTES + SCRATCH + 1024
+%-- STATS sparse reading the support's ids (MARK) without a staged scratch: each consumer warp's
+%-- support bitmap is static shared memory (support_map), beside the barriers' 1 KB
+%if MARK and not STAGED and SMEM + WGS * 4 * 16 * (BN // 32) * 4 + 1024 > 227 * 1024 then
+%  reject("STAGES x (BM + BN) x 128 bytes and the support's bitmaps (STATS sparse) "
+%         .. "exceed the 227 KB of shared memory")
+%end
 %local THREADS = 128 * (1 + WGS)
 %local CONSUMER_REGS = WGS == 2 and 232 or 240
 %include("common.cu.lua")
@@ -318,10 +436,12 @@
 %  { "C", "out_t* __restrict__", role = "gemm_c" }, { "M", "int", role = "gemm_m" },
 %  { "N", "int", role = "gemm_n" }, { "K", "int", role = "gemm_k" }, { "ldc", "i64" },
 %  { "alpha", "float" } }
-%if STATS then
+%if TEACH then
 %  gemm_args = iface.args(gemm_args, {
 %    { "teacher", "const teach_t* __restrict__" }, { "part", "float* __restrict__" },
 %    { "row0", "i64" } })
+%elseif SPARSE then
+%  gemm_args = iface.args(gemm_args, { { "part", "float* __restrict__" }, { "row0", "i64" } })
 %end
 %if E16 then
 %  gemm_args = iface.args(gemm_args, {
@@ -334,6 +454,21 @@
 %  end
 %  if RUNTIME_T then gemm_args = iface.args(gemm_args, { { "hdr", "const float* __restrict__" } }) end
 %end
+%if P.TBDT then
+%  gemm_args = iface.args(gemm_args, {
+%    { "tbias", "const tbias_t* __restrict__", role = "teacher_bias" } })
+%end
+%if MARK then
+%  gemm_args = iface.args(gemm_args, { { "ids", "const id_t* __restrict__", role = "teacher_ids" } })
+%end
+%if SUPPORT then
+%  gemm_args = iface.args(gemm_args, {
+%    { "vals", "const val_t* __restrict__", role = "teacher_values" } })
+%end
+%-- the record the epilogue writes: the dense rows', or the sparse rows' (E16's with the support's
+%-- part of the loss)
+%local STATS_REC = SPARSE and (E16 and iface.SPARSE_E16_PART or iface.SPARSE_PART)
+%                  or iface.DENSE_PART
 %if GOP then
 %  gemm_args = iface.args(gemm_args, {
 %    { "gfac", "const float* __restrict__" }, { "fld", "i64" } })
@@ -346,7 +481,7 @@
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
 %    cluster = CL == 2 and 2 or nil,
 %    smem = SMEM, args = gemm_args },
-%}, STATS and (RUNTIME_T and { iface.HDR, iface.DENSE_PART } or { iface.DENSE_PART }) or nil)
+%}, STATS and (RUNTIME_T and { iface.HDR, STATS_REC } or { STATS_REC }) or nil)
 #define BM {{ BM }}
 #define BN {{ BN }}
 #define BK {{ BK }}
@@ -362,28 +497,87 @@
 %end
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 %if STATS then
+%  if TEACH then
 typedef {{ P.TDT == "f32" and "float" or P.TDT == "bf16" and "bf16_t" or "f16_t" }} teach_t;
 #define TLD {{ P.TLD }}
+/* the teacher's row of C's row r: the call's (row0 + r) or, under TCHUNK, the chunk's (r) */
+#define TROW(row0, r) ({{ P.TCHUNK and "(i64)(r)" or "(row0) + (r)" }})
+%  end
+%  if P.TBDT then
+typedef {{ P.TBDT == "f32" and "float" or P.TBDT == "bf16" and "bf16_t" or "f16_t" }} tbias_t;
+%  end
 #define STATS_INV_T ({{ f32(1.0 / P.T) }})
+%  if MARK then
+typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
+#define TOPK {{ P.TOPK }}
+%  end
+%  if SUPPORT then
+typedef {{ P.VDT == "f32" and "float" or P.VDT == "bf16" and "bf16_t" or "f16_t" }} val_t;
+%  end
+/* teacher logits' 1 / TT: TT's, or (absent) T's as the caller has it (inv_t) */
+#define STATS_INV_TT(inv_t) ({{ P.TT and f32(1.0 / P.TT) or "(inv_t)" }})
 %  if P.BDT then
 typedef {{ P.BDT == "f32" and "float" or P.BDT == "bf16" and "bf16_t" or "f16_t" }} bias_t;
 %  end
 {{ K.records() }}
 
-/* The teacher's mass (sp; logprobs: sum exp(log p)) of each of this warp's 16 rows r0 + j
- * over the tile's columns c0 .. c0 + BN below N. The teacher's terms do not pair with the
- * student's, so the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the
- * fragment's layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
- * transposing butterfly then sums the lanes' parts: after offset o the lane keeps the rows
- * whose bit o matches its own, so lane l ends with row l >> 1's total (the same order on every
- * run). Row r0 + lane / 4 + 8 h's total is returned in h = 0, 1 of its record-writing lanes. */
+%  if SPARSE then
+/* STATS sparse reads no teacher: tile_records takes this part empty (tile_stats) */
+struct tstat_t { float a[2], b[2]; };
+%  else
+/* The teacher's part of the records of each of this warp's 16 rows r0 + j over the tile's
+ * columns c0 .. c0 + BN below N: its mass sp (probs: sum p; logprobs: sum exp(log p)) or, for
+ * teacher logits, the (max, sum-exp) of t' = t / TT (mt, dt, as pass 1's acc1_add makes them;
+ * capped first under TSOFTCAP). The teacher's terms do not pair with the student's, so
+ * the warp reads row j's columns in 16-byte runs, lane after lane (coalesced; the fragment's
+ * layout, 2 columns a lane in 8 rows at once, took 8 times the L1 wavefronts), and a
+ * transposing butterfly then merges the lanes' parts: after offset o the lane keeps the rows
+ * whose bit o matches its own, so lane l ends with row l >> 1's (the same order on every run).
+ * Row r0 + lane / 4 + 8 h's is returned in h = 0, 1 of its record-writing lanes: a (sp, or mt)
+ * and b (dt; 0 for the mass). */
+struct tstat_t { float a[2], b[2]; };
+%  if TLOGITS then
+/* A teacher logit t (with the online teacher's bias, TBDT) as pass 1 takes it: capped
+ * (TSOFTCAP), then times 1 / TT */
+__device__ __forceinline__ float teacher_score(float t, float inv_tt) {
+%    if P.TSOFTCAP then
+  return {{ f32(P.TSOFTCAP) }} * tanhf(t * {{ f32(1.0 / P.TSOFTCAP) }}) * inv_tt;
+%    else
+  return t * inv_tt;
+%    end
+}
+/* n teacher logits x (already times 1 / TT; xm their max) into a lane's (m, d) of one row, as
+ * acc1_add merges a vector: nothing where all are -inf */
+template <int NV>
+__device__ __forceinline__ void md_add(float& m, float& d, const float (&x)[NV], float xm) {
+  if (xm == KL_NEG_INF) return;
+  const float nm = fmaxf(m, xm);
+  float s = d * fexp(m - nm); /* m = -inf with d = 0: 0 */
+#pragma unroll
+  for (int e = 0; e < NV; e++) s += fexp(x[e] - nm);
+  m = nm, d = s;
+}
+template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
+__device__ __forceinline__ void md_step(float (&m)[16], float (&d)[16], int lane) {
+  const bool hi = lane & (2 * N);
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    md_t keep, got;
+    keep.m = hi ? m[j + N] : m[j], keep.d = hi ? d[j + N] : d[j];
+    got.m = __shfl_xor_sync(0xffffffffu, hi ? m[j] : m[j + N], 2 * N);
+    got.d = __shfl_xor_sync(0xffffffffu, hi ? d[j] : d[j + N], 2 * N);
+    const md_t r = md_merge(keep, got);
+    m[j] = r.m, d[j] = r.d;
+  }
+}
+%  else
 /* One teacher entry's part of the mass: p, or exp(log p) */
 __device__ __forceinline__ float mass_term(teach_t v) {
-%  if STATS == "logprobs" then
+%    if STATS == "logprobs" then
   return fexp(to_f32(v));
-%  else
+%    else
   return to_f32(v);
-%  end
+%    end
 }
 template <int N> /* one step of the butterfly: offset 2 N, rows j < 2 N -> j < N */
 __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
@@ -394,19 +588,28 @@ __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
     a[j] = (hi ? a[j + N] : a[j]) + __shfl_xor_sync(0xffffffffu, give, 2 * N);
   }
 }
-__device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ teacher,
-                                                    i64 row0, int r0, int c0, int M, int N,
-                                                    int lane) {
+%  end
+/* inv_tt: teacher logits' 1 / TT (unused for the mass) */
+__device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teacher,{{ TBP }}
+                                                i64 row0, int r0, int c0, int M, int N, int lane,
+                                                float inv_tt) {
   constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT;
   constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
   float a[16];
+%  if TLOGITS then
+  float ad[16]; /* a: the lane's max of each row, ad: its sum-exp */
+#pragma unroll
+  for (int j = 0; j < 16; j++) a[j] = KL_NEG_INF, ad[j] = 0.0f;
+%  else
+  (void)inv_tt;
 #pragma unroll
   for (int j = 0; j < 16; j++) a[j] = 0.0f;
+%  end
   if (ALIGNED && c0 + BN <= N) {
     /* a whole tile: BATCH rows' runs in flight at once (16 rows one after another were 16
      * round trips to L2 while the tensor cores idled), rows past M read as row M - 1 and
      * dropped */
-    constexpr int BATCH = 8;
+    constexpr int BATCH = {{ TLOGITS and 4 or 8 }}; /* logits: 4, their (max, sum-exp) take registers */
 #pragma unroll
     for (int j0 = 0; j0 < 16; j0 += BATCH)
 #pragma unroll
@@ -417,42 +620,104 @@ __device__ __forceinline__ float2 tile_teacher_mass(const teach_t* __restrict__ 
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
           const int r = min(r0 + j0 + b, M - 1);
-          u[b] = *reinterpret_cast<const uint4*>(teacher + (row0 + r) * TLD + c0 + q * VT);
+          u[b] = *reinterpret_cast<const uint4*>(teacher + TROW(row0, r) * TLD + c0 + q * VT);
         }
+%  if P.TBDT then
+        float tb[VT]; /* the run's columns' teacher bias, read once for the batch's rows */
+#pragma unroll
+        for (int e = 0; e < VT; e++) tb[e] = to_f32(tbias[c0 + q * VT + e]);
+%  end
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
           teach_t v[VT];
           memcpy(v, &u[b], 16);
+%  if TLOGITS then
+          float x[VT], xm = KL_NEG_INF;
+#pragma unroll
+          for (int e = 0; e < VT; e++)
+            x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
+          if (r0 + j0 + b < M) md_add<VT>(a[j0 + b], ad[j0 + b], x, xm);
+%  else
           float t = 0.0f;
 #pragma unroll
           for (int e = 0; e < VT; e++) t += mass_term(v[e]);
           if (r0 + j0 + b < M) a[j0 + b] += t;
+%  end
         }
       }
   } else {
 #pragma unroll
     for (int j = 0; j < 16; j++) {
       if (r0 + j >= M) continue;
-      const teach_t* tr = teacher + (row0 + r0 + j) * TLD;
+      const teach_t* tr = teacher + TROW(row0, r0 + j) * TLD;
 #pragma unroll
       for (int k = 0; k < (RUNS + 31) / 32; k++) {
         const int q = lane + 32 * k, c = c0 + q * VT;
         if (q >= RUNS || c >= N) continue;
 #pragma unroll
         for (int e = 0; e < VT; e++)
+%  if TLOGITS then
+          if (c + e < N) {
+            const float x[1] = {
+                teacher_score(to_f32(tr[c + e]){{ P.TBDT and " + to_f32(tbias[c + e])" or "" }}, inv_tt)};
+            md_add<1>(a[j], ad[j], x, x[0]);
+          }
+%  else
           if (c + e < N) a[j] += mass_term(tr[c + e]);
+%  end
       }
     }
   }
+  /* the lines prefetch_teacher marked evict_last are read: back to the normal priority, so
+   * that the chunk's teacher (read once) does not crowd W's k-blocks out of L2 (E16's L2 hit
+   * rate was 73% against the plain GEMM's 82%, its DRAM traffic 1.6x: run 74's ncu) */
+  {
+    constexpr int LINE = 128 / (int)sizeof(teach_t), LINES = (BN + LINE - 1) / LINE;
+#pragma unroll
+    for (int i = lane; i < 16 * LINES; i += 32) {
+      const int r = r0 + i / LINES, c = c0 + (i % LINES) * LINE;
+      if (r < M && c < N)
+        asm volatile("applypriority.global.L2::evict_normal [%0], 128;"
+                     :
+                     : "l"((u64)(teacher + TROW(row0, r) * TLD + c) & ~(u64)127)
+                     : "memory");
+    }
+  }
+  tstat_t out;
+  const int q = lane / 4;
+%  if TLOGITS then
+  md_step<8>(a, ad, lane);
+  md_step<4>(a, ad, lane);
+  md_step<2>(a, ad, lane);
+  md_step<1>(a, ad, lane);
+  {
+    md_t mine, got; /* row l >> 1, in lanes 2 (l >> 1) and + 1 */
+    mine.m = a[0], mine.d = ad[0];
+    got.m = __shfl_xor_sync(0xffffffffu, a[0], 1);
+    got.d = __shfl_xor_sync(0xffffffffu, ad[0], 1);
+    const md_t r = md_merge(mine, got); /* commutative: both lanes of the pair agree */
+    a[0] = r.m, ad[0] = r.d;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    out.a[h] = __shfl_sync(0xffffffffu, a[0], 2 * q + 16 * h);
+    out.b[h] = __shfl_sync(0xffffffffu, ad[0], 2 * q + 16 * h);
+  }
+%  else
   mass_step<8>(a, lane);
   mass_step<4>(a, lane);
   mass_step<2>(a, lane);
   mass_step<1>(a, lane);
   a[0] += __shfl_xor_sync(0xffffffffu, a[0], 1); /* row l >> 1, in lanes 2 (l >> 1) and + 1 */
-  const int q = lane / 4;
-  return make_float2(__shfl_sync(0xffffffffu, a[0], 2 * q),
-                     __shfl_sync(0xffffffffu, a[0], 2 * q + 16));
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    out.a[h] = __shfl_sync(0xffffffffu, a[0], 2 * q + 16 * h);
+    out.b[h] = 0.0f;
+  }
+%  end
+  return out;
 }
+%  end
 
 /* The max of s = scale d over the tile's columns below N of this thread's two fragment rows
  * (element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2), then over the row's four lanes
@@ -473,14 +738,68 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
   }
 }
 
+%if MARK then
+/* The support's columns c0 .. c0 + BN below N of this consumer warp's 16 rows r0 + j, marked in
+ * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (at most 8 ids in flight
+ * a lane: QB of a row's KR runs of 32, BATCH rows at once); an id outside the tile marks
+ * nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
+ * unused; the plain epilogue stages C through it only after every tile_stats of the tile, and
+ * the previous tile's staging reads end at the barrier first here), else static shared memory
+ * (no pointer held through the mainloop: the pingpong consumer's registers are full). Returned
+ * after a warp barrier; the callers' last reads end with another. */
+__device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
+                                            const id_t* __restrict__ ids, i64 row0, int lane,
+                                            unsigned char* scratch) {
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 8 ? KR : 8, BATCH = 8 / QB;
+%  if STAGED then
+  u32* map = reinterpret_cast<u32*>(scratch);
+%  else
+  __shared__ u32 maps[4 * {{ WGS }}][16 * W];
+  u32* map = maps[threadIdx.x / 32 - 4];
+  (void)scratch;
+%  end
+  __syncwarp(); /* the previous user's reads (store_rows' staging, a tile's tests) are done */
+  for (int i = lane; i < 16 * W; i += 32) map[i] = 0u;
+  __syncwarp();
+#pragma unroll 1
+  for (int j0 = 0; j0 < 16; j0 += BATCH)
+#pragma unroll 1
+    for (int q0 = 0; q0 < KR; q0 += QB) {
+      int col[BATCH][QB]; /* the tile's column of id 32 (q0 + q) + lane of row j0 + b, or -1 */
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++) {
+          const int k = 32 * (q0 + q) + lane;
+          const bool in = j0 + b < 16 && r0 + j0 + b < M && k < TOPK;
+          const i64 id = in ? (i64)ids[(row0 + r0 + j0 + b) * TOPK + k] : -1;
+          col[b][q] = id >= c0 && id < (i64)c0 + BN && id < N ? (int)(id - c0) : -1;
+        }
+#pragma unroll
+      for (int b = 0; b < BATCH; b++)
+#pragma unroll
+        for (int q = 0; q < QB; q++)
+          if (col[b][q] >= 0) atomicOr(&map[(j0 + b) * W + col[b][q] / 32], 1u << (col[b][q] % 32));
+    }
+  __syncwarp();
+  return map;
+}
+
+%end
 /* The records of this thread's two fragment rows (row, row + 8) in column tile tn: their sums
  * sd over the row's four lanes (lane % 4, shuffles in a fixed order), then lane 0 of the four
- * writes m, d = sd and the teacher's mass, with pass 1's neutral teacher (max, sum-exp), for
- * the rows below M. */
-%-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row
-%local CEP = HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or ""
-%local CEA = HARD and ", mh, dh, zy" or ""
-__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], float2 mass,
+ * writes m, d = sd and the teacher's part (tile_teacher): its mass, with pass 1's neutral
+ * teacher (max, sum-exp), or the teacher logits' (max, sum-exp) with sp 0, as pass 1 writes
+ * them, for the rows below M. */
+%-- HARD: tile_records also takes the CE's (max, sum-exp) of z' and the label's z' of each row;
+%-- SUPPORT the sparse teacher's support sums (tile_support); SPLIT_ON the sum-exp on the
+%-- support apart (don) and OWN the support's own (max, sum-exp) (tile_stats)
+%local CEP = (HARD and ", const float (&mh)[2], float (&dh)[2], float (&zy)[2]" or "")
+%  .. (SUPPORT and ", float (&ps)[2], float (&pw)[2]" or "")
+%  .. (SPLIT_ON and ", float (&don)[2]" or "") .. (OWN and ", float (&mo)[2], float (&dno)[2]" or "")
+%local CEA = (HARD and ", mh, dh, zy" or "") .. (SUPPORT and ", ps, pw" or "")
+%  .. (SPLIT_ON and ", don" or "") .. (OWN and ", mo, dno" or "")
+__device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2], const tstat_t& ts,
                                              int row, int M,
                                              float* __restrict__ part, int tiles_n, int tn,
                                              int lane{{ CEP }}) {
@@ -494,18 +813,75 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 1); /* one lane's at most: exact */
     zy[h] += __shfl_xor_sync(0xffffffffu, zy[h], 2);
 %end
+%if SUPPORT then
+    ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 1);
+    ps[h] += __shfl_xor_sync(0xffffffffu, ps[h], 2);
+    pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 1);
+    pw[h] += __shfl_xor_sync(0xffffffffu, pw[h], 2);
+%end
+%if SPLIT_ON then
+    don[h] += __shfl_xor_sync(0xffffffffu, don[h], 1);
+    don[h] += __shfl_xor_sync(0xffffffffu, don[h], 2);
+%end
+%if OWN then
+#pragma unroll
+    for (int o = 1; o <= 2; o *= 2) { /* the support's own (max, sum-exp), merged as pass 1's */
+      md_t mine, got;
+      mine.m = mo[h], mine.d = dno[h];
+      got.m = __shfl_xor_sync(0xffffffffu, mo[h], o);
+      got.d = __shfl_xor_sync(0xffffffffu, dno[h], o);
+      const md_t r = md_merge(mine, got);
+      mo[h] = r.m, dno[h] = r.d;
+    }
+%end
   }
   if (lane % 4) return;
-  const float sp[2] = {mass.x, mass.y};
+  /* a record is one 32-byte sector: written whole in two 16-byte stores (scalar slot stores
+   * from 8 rows at once were 8 sectors an instruction, 4 bytes each: 43% of E16's global
+   * sectors excessive on the H200, run 74's ncu), its unnamed slots 0 */
+  static_assert(PART_FLOATS == 8, "tile_records writes a record as two float4");
+  const bool whole = ((u64)part & 31) == 0;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     if (row + 8 * h >= M) continue;
-    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
-    rec[PART_M] = m[h], rec[PART_D] = sd[h], rec[PART_SP] = sp[h];
-    rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
-%if HARD then
-    rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h];
+    float v[PART_FLOATS];
+#pragma unroll
+    for (int k = 0; k < PART_FLOATS; k++) v[k] = 0.0f;
+%if SPARSE then
+    (void)ts;
+%  if SPLIT_ON then
+    /* the sparse rows' record: the support's columns' sum-exp apart (pass 1's bitmap), the
+     * rest off it */
+    v[PART_M] = m[h], v[PART_D_ON] = don[h], v[PART_D_OFF] = sd[h];
+%  else
+    /* the sparse rows' record: no column is on the support for the forward KL's tails none and
+     * renorm (templates/sparse_rows.cu.lua's pass 1 without a bitmap), so all of d is off it */
+    v[PART_M] = m[h], v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];
+%  end
+%  if OWN then
+    v[PART_MO] = mo[h], v[PART_DNO] = dno[h];
+%  end
+%  if SUPPORT then
+    v[PART_PS] = ps[h], v[PART_PW] = pw[h]; /* the support's part of the loss (tile_support) */
+%  end
+%elseif TLOGITS then
+    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = 0.0f; /* sum p = 1: row_finish's */
+    v[PART_MT] = ts.a[h], v[PART_DT] = ts.b[h];
+%else
+    v[PART_M] = m[h], v[PART_D] = sd[h], v[PART_SP] = ts.a[h];
+    v[PART_MT] = 0.0f, v[PART_DT] = 1.0f;
 %end
+%if HARD then
+    v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h];
+%end
+    float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+    if (whole) {
+      reinterpret_cast<float4*>(rec)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(rec)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < PART_FLOATS; k++) rec[k] = v[k];
+    }
   }
 }
 
@@ -514,24 +890,65 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
  * wgmma_ss) in column tile tn (columns c0 ..): the thread's BN / 4 columns of each row first,
  * then the row's 4 lanes (lane % 4) merged by shuffles, in the same order on every run. The
  * row's max comes first, so that each exp takes s - m once (pass 1 keeps an online (m, d)).
- * The teacher's mass: tile_teacher_mass. */
+ * The teacher's part: tile_teacher. */
 __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M, int N,
-                                           float alpha, const teach_t* __restrict__ teacher,
+                                           float alpha,{{ TEP }}{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
-                                           int tn, int lane) {
-  const float2 mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
+                                           int tn, int lane{{ SPLIT_ON and ", unsigned char* scratch" or "" }}) {
+%  if SPARSE then
+  (void)row0;
+  const tstat_t ts = {};
+%  else
+  const tstat_t ts =
+      tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
+%  end
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
   tile_row_max(d, col, N, alpha * STATS_INV_T, m);
   float sd[2] = {0.0f, 0.0f};
+%  if SPLIT_ON then
+  /* the support's columns apart (its bitmap, support_map): their sum-exp in don (and, OWN,
+   * their own (max, sum-exp) online, as pass 1's acc_add keeps it), the others' in sd (d_off) */
+  constexpr int W = BN / 32;
+  const u32* map = support_map(r0, c0, M, N, ids, row0, lane, scratch);
+  const int q4 = lane % 4;
+  float don[2] = {0.0f, 0.0f};
+%    if OWN then
+  float mo[2] = {KL_NEG_INF, KL_NEG_INF}, dno[2] = {0.0f, 0.0f};
+%    end
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    u32 w[W];
+#pragma unroll
+    for (int t = 0; t < W; t++) w[t] = map[(lane / 4 + 8 * h) * W + t];
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 2; e++)
+        if (col + 8 * i + e < N) {
+          const float sc = d[4 * i + 2 * h + e] * alpha * STATS_INV_T, x = fexp(sc - m[h]);
+          if ((w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u) {
+            don[h] += x;
+%    if OWN then
+            if (sc > mo[h]) dno[h] = dno[h] * fexp(mo[h] - sc) + 1.0f, mo[h] = sc;
+            else dno[h] += fexp(sc - mo[h]);
+%    end
+          } else {
+            sd[h] += x;
+          }
+        }
+  }
+  __syncwarp(); /* the map's reads are done before the next tile clears it */
+%  else
 #pragma unroll
   for (int i = 0; i < BN / 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++)
       if (col + 8 * i + (e & 1) < N)
         sd[e >> 1] += fexp(d[4 * i + e] * alpha * STATS_INV_T - m[e >> 1]);
-  tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane);
+%  end
+  tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 %end
 
@@ -566,6 +983,87 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
     }
 }
 
+/* A 4 x 4 transpose of u32s within each quad (lane % 4): lane q's w[j] was the pair of
+ * fragment column group i0 + j (columns 8 (i0 + j) + 2 q, + 1); after it, lane q's w[j] is lane
+ * j's pair of group i0 + q, so lane q holds columns 8 (i0 + q) .. + 7 of its row in order. Two
+ * butterfly steps (lane bit 0, then bit 1), each trading the two words whose index bit differs
+ * from the lane's. */
+__device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
+  const bool odd = lane & 1, hi = lane & 2;
+#pragma unroll
+  for (int t = 0; t < 2; t++) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, odd ? w[2 * t] : w[2 * t + 1], 1);
+    if (odd) w[2 * t] = x; else w[2 * t + 1] = x;
+  }
+#pragma unroll
+  for (int t = 0; t < 2; t++) {
+    const u32 x = __shfl_xor_sync(0xffffffffu, hi ? w[t] : w[t + 2], 2);
+    if (hi) w[t] = x; else w[t + 2] = x;
+  }
+}
+
+%  if SUPPORT then
+/* The sparse teacher's part of the records of this consumer warp's 16 rows r0 + j in the tile
+ * (E16), so that pass 2 takes the loss's cross term sum_k p_k (s_k - lse) from the exact fp32
+ * scores rather than from x's fp16. Over the warp's support bitmap (support_map), each lane tests
+ * its fragment's columns (the accumulators by constant index, as everywhere else), and for each
+ * marked one (about one in V / TOPK; a ballot) the warp finds its ids among the row's and sums
+ * their p (the value, or exp of a log-probability, as the rows' gather takes it; duplicates each
+ * count, as there) in a fixed order; the element's lane adds p (s - m) to its ps and p to its pw
+ * (m its row's tile max). The quad's lanes are summed in tile_records. */
+__device__ __forceinline__ void tile_support(const float* d, int r0, int c0, int M, int N,
+                                             const id_t* __restrict__ ids,
+                                             const val_t* __restrict__ vals, i64 row0, int lane,
+                                             const float (&m)[2], float (&ps)[2], float (&pw)[2],
+                                             unsigned char* scratch) {
+  constexpr int W = BN / 32;
+  u32* map = support_map(r0, c0, M, N, ids, row0, lane, scratch);
+  const int q4 = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    u32 w[W], mine = 0u;
+#pragma unroll
+    for (int t = 0; t < W; t++) {
+      w[t] = map[(lane / 4 + 8 * h) * W + t];
+      mine |= w[t] & (0x03030303u << (2 * q4)); /* columns 8 i + 2 q4 + {0, 1} */
+    }
+    if (!__any_sync(0xffffffffu, mine != 0u)) continue; /* the common case: none in these rows */
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        u32 hits = __ballot_sync(0xffffffffu, (w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u);
+        const float sc = d[4 * i + 2 * h + e];
+        while (hits) {
+          const int src = __ffs(hits) - 1;
+          hits &= hits - 1;
+          /* the marked element of lane src: its row and column; every lane looks at its ids */
+          const i64 rs = row0 + r0 + src / 4 + 8 * h;
+          const int c = c0 + 8 * i + 2 * (src % 4) + e;
+          float p = 0.0f;
+#pragma unroll 1
+          for (int k = lane; k < TOPK; k += 32) /* (not unrolled: once per marked element) */
+            if ((i64)ids[rs * TOPK + k] == c) {
+%    if P.VALUES == "logprobs" then
+              p += fexp(to_f32(vals[rs * TOPK + k]));
+%    else
+              p += to_f32(vals[rs * TOPK + k]);
+%    end
+            }
+#pragma unroll
+          for (int o = 16; o > 0; o /= 2) p += __shfl_xor_sync(0xffffffffu, p, o);
+          /* a -inf score (a masking bias) stays -inf: the loss is +inf, as the gather makes it */
+          if (lane == src && p != 0.0f) {
+            ps[h] += p * (sc == KL_NEG_INF ? KL_NEG_INF : sc - m[h]);
+            pw[h] += p;
+          }
+        }
+      }
+  }
+  __syncwarp(); /* the map's reads are done before the next tile clears it */
+}
+
+%  end
 /* E16: this consumer warp's 16 rows of the tile as fp16 x = s - m at E + row lde + col, from
  * the scores d (tile_scores). With part (fused, forward): m the row's max over the tile, and
  * the rows' records (m, the teacher's mass as tile_stats takes them, d the sum of exp(x) of the
@@ -574,21 +1072,27 @@ __device__ __forceinline__ void tile_scores(float* d, int c0, int N, float alpha
  * is 0 and its x is never read), no records. One loop stores x for both, so that one function's
  * registers serve. */
 __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, int N,
-                                         const teach_t* __restrict__ teacher,
+                                        {{ TEP }}{{ TBP }}
                                          float* __restrict__ part, i64 row0, int tiles_n, int tn,
                                          int lane, f16_t* __restrict__ E, i64 lde,
 %if HARD then
                                          const void* __restrict__ labels, int labels_is64,
 %end
-                                         const float* __restrict__ rowstat, int rsf, float inv_t) {
+                                         const float* __restrict__ rowstat, int rsf, float inv_t{{ SUPPORT and ", unsigned char* scratch" or "" }}) {
   const int row = r0 + lane / 4, col = c0 + 2 * (lane % 4);
   /* fragment element 4 i + e: row + 8 (e / 2), column col + 8 i + e % 2 */
   float m[2];
-  float2 mass = make_float2(0.0f, 0.0f);
+  tstat_t ts = {};
+%if SUPPORT then
   if (part) {
-    mass = tile_teacher_mass(teacher, row0, r0, c0, M, N, lane);
     tile_row_max(d, col, N, 1.0f, m);
   } else {
+%else
+  if (part) {
+    ts = tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(inv_t));
+    tile_row_max(d, col, N, 1.0f, m);
+  } else {
+%end
 #pragma unroll
     for (int h = 0; h < 2; h++)
       m[h] = row + 8 * h < M ? rowstat[(row0 + row + 8 * h) * rsf] : 0.0f;
@@ -613,47 +1117,80 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
     }
   }
 %end
+  /* 16-byte runs where E and its stride allow: a quad's pairs of four column groups
+   * transposed (quad_transpose), each lane then holds 8 columns of its row; else the pairs */
+  const bool runs = (lde & 7) == 0 && ((u64)E & 15) == 0;
 #pragma unroll
-  for (int i = 0; i < BN / 8; i++)
+  for (int i0 = 0; i0 < BN / 8; i0 += 4)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int r = row + 8 * h, c = col + 8 * i;
-      f16_t e[2];
+      const int r = row + 8 * h;
+      u32 w[4];
 #pragma unroll
-      for (int k = 0; k < 2; k++) {
-        /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart);
-         * a NaN score stays NaN (no fmaxf), a tile whose scores are all -inf (a masking bias)
-         * reads as the floor, not as -inf - -inf */
-        const float sc = d[4 * i + 2 * h + k];
-        float x = sc - m[h];
-        if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
-        e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
-        if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
-%if HARD then
-        /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
-        if (part && c + k < N && m[h] != KL_NEG_INF) {
-          const float z = sc * tz;
-          dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
-          if (c + k == y[h]) zy[h] = z;
-        }
+      for (int j = 0; j < 4; j++) {
+        const int i = i0 + j, c = col + 8 * i;
+        f16_t e[2];
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+          /* x = s - m <= 0, kept finite in fp16 (65504 nats: nothing a softmax can tell apart);
+           * a NaN score stays NaN (no fmaxf), a tile whose scores are all -inf (a masking bias)
+           * reads as the floor, not as -inf - -inf */
+          const float sc = d[4 * i + 2 * h + k];
+          float x = sc - m[h];
+          if (m[h] == KL_NEG_INF && sc == KL_NEG_INF) x = -65504.0f;
+%if EXPE then
+          e[k] = from_f32<f16_t>(fexp(x < -65504.0f ? -65504.0f : x)); /* E' = exp(x) */
+          if (part && c + k < N) sd[h] += to_f32(e[k]); /* d: the sum of E' as rounded */
+%else
+          e[k] = from_f32<f16_t>(x < -65504.0f ? -65504.0f : x);
+          if (part && c + k < N) sd[h] += fexp(to_f32(e[k])); /* d: the records' only */
 %end
+%if HARD then
+          /* a tile whose scores are all -inf (a masking bias) adds nothing, as in pass 1 */
+          if (part && c + k < N && m[h] != KL_NEG_INF) {
+            const float z = sc * tz;
+            dh[h] += fexp(z - m[h] * tz); /* mh = m T: the product is monotonic */
+            if (c + k == y[h]) zy[h] = z;
+          }
+%end
+        }
+        w[j] = (u32)e[0].x | ((u32)e[1].x << 16);
+        if (runs || r >= M || c >= N) continue;
+        f16_t* p = E + (i64)r * lde + c;
+        if (pairs && c + 1 < N) {
+          *reinterpret_cast<u32*>(p) = w[j];
+        } else {
+          p[0] = e[0];
+          if (c + 1 < N) p[1] = e[1];
+        }
       }
+      if (!runs) continue;
+      /* the pairs stored 16 bytes a row an instruction, half sectors: 2x E's sectors (run 74) */
+      quad_transpose(w, lane);
+      const int c = c0 + 8 * (i0 + lane % 4);
       if (r >= M || c >= N) continue;
       f16_t* p = E + (i64)r * lde + c;
-      if (pairs && c + 1 < N) {
-        *reinterpret_cast<u32*>(p) = (u32)e[0].x | ((u32)e[1].x << 16);
+      if (c + 8 <= N) {
+        *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
-        p[0] = e[0];
-        if (c + 1 < N) p[1] = e[1];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (c + k < N) p[k].x = (u16)(w[k >> 1] >> (16 * (k & 1)));
       }
     }
 %if HARD then
   const float mh[2] = {m[0] * tz, m[1] * tz};
 %end
-  if (part) tile_records(m, sd, mass, row, M, part, tiles_n, tn, lane{{ CEA }});
+%if SUPPORT then
+  /* the support's sums (part only), after E's stores: fewer registers live through them */
+  float ps[2] = {0.0f, 0.0f}, pw[2] = {0.0f, 0.0f};
+  if (part) tile_support(d, r0, c0, M, N, ids, vals, row0, lane, m, ps, pw, scratch);
+%end
+  if (part) tile_records(m, sd, ts, row, M, part, tiles_n, tn, lane{{ CEA }});
 }
 
 %end
+%  if TEACH then
 /* The teacher's part of a tile's epilogue (rows r0 .. r0 + ROWS, columns c0 .. c0 + BN) into
  * L2, evict_last, by the warpgroup's 128 threads (t) as its k-blocks start: by the epilogue
  * its loads hit L2 rather than wait on DRAM with the tensor cores idle. A hint only: a line
@@ -668,10 +1205,11 @@ __device__ __forceinline__ void prefetch_teacher(const teach_t* __restrict__ tea
     if (r < M && c < N)
       asm volatile("prefetch.global.L2::evict_last [%0];"
                    :
-                   : "l"(teacher + (row0 + r) * TLD + c)
+                   : "l"(teacher + TROW(row0, r) * TLD + c)
                    : "memory");
   }
 }
+%  end
 %end
 
 /* One tile's accumulators to C: rows r0 + {0, 8} of this thread's fragment, columns
@@ -1082,7 +1620,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) run_sum[ms][i] = 0.0f;
 %end
-%if STATS then
+%if TEACH then
       if (part)
 %local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
         prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N,
@@ -1189,8 +1727,8 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
       for (int ms = 0; ms < MS; ms++) {
         tile_scores(d[ms], tn * BN, N, alpha, inv_t,{{ P.BDT and " bias," or "" }} lane);
         tile_e16(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                 teacher, part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
-                 rowstat, rsf, inv_t);
+                {{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane, E, lde,{{ HARD and LABELS or "" }}
+                 rowstat, rsf, inv_t{{ SUPPORT and ", scratch" or "" }});
       }
 %else
 %if STATS then
@@ -1198,7 +1736,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 #pragma unroll
         for (int ms = 0; ms < MS; ms++)
           tile_stats(d[ms], tm * BM + ({{ PP and "ms" or "c" }}) * 64 + warp * 16, tn * BN, M, N,
-                     alpha, teacher, part, row0, tiles_n, tn, lane);
+                     alpha,{{ TEA }}{{ TBA }} part, row0, tiles_n, tn, lane{{ SPLIT_ON and ", scratch" or "" }});
 %end
 #pragma unroll
       for (int ms = 0; ms < MS; ms++)

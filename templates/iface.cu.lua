@@ -76,6 +76,18 @@
 %-- (templates/gemm_sm90.cu.lua, STATS), whose records pass 2 merges as it merges pass 1's.
 %M.DENSE_PART = { name = "part", floats = 8,
 %                 slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%-- The sparse rows' pass-1 partial and merged record (templates/sparse_rows.cu.lua says what each
+%-- slot holds), declared here for the same reason: the logits GEMM's epilogue writes it too
+%-- (STATS sparse: m, d_on, d_off, the support's columns apart where its ids are read, and with
+%-- OWN its own mo, dno).
+%M.SPARSE_PART = { name = "part", floats = 8,
+%                  slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%-- ... and the record the logits GEMM's E16 epilogue writes for it (STATS sparse with E16), which
+%-- the sparse rows read under ETILE: slots 5 and 6 (the support's own max and sum-exp, which
+%-- only the renormalized divergences keep, out of E16's scope) hold the support's part of the
+%-- loss instead: ps = sum p_k (s_k - m) and pw = sum p_k over the tile's support columns.
+%M.SPARSE_E16_PART = { name = "part", floats = 8,
+%                      slots = { "m", "d_on", "d_off", "mh", "dh", "ps", "pw", "S" } }
 %-- The index of slot `name` of record `rec`.
 %function M.slot(rec, name)
 %  for i, s in ipairs(rec.slots) do

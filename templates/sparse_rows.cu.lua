@@ -97,6 +97,27 @@
 %--              (reverse);
 %--            - one renormalized category (K = 1): P = Q = 1, loss and G exactly 0.
 %--            Saved rows: {lse, g_tail - E, A, g_r} (bucket), {lse, ldno, A, g_r} (renorm).
+%--   MERGE    "block": pass 2 merges a row's records with the whole block (thread k takes
+%--            records k, k + THREADS, ..., then block_reduce's fixed order) instead of one
+%--            thread: the logits GEMM's statistics epilogue (templates/gemm_sm90.cu.lua, STATS
+%--            sparse) writes one a column tile (1002 a row at V = 128256 with 128-column tiles),
+%--            which one thread would merge in series while the block waits. Absent: one
+%--            thread, in record order. Not with SHARDED (its records' S is summed apart).
+%--   ETILE    LOGIT f16: z holds what the logits GEMM's E16 epilogue wrote (templates/
+%--            gemm_sm90.cu.lua, STATS sparse with E16) instead of the chunk's logits: x = s - m_t
+%--            per column tile of ETILE columns, m_t in the tile's record (slot m; the records are
+%--            the GEMM's, one a tile: MERGE block, srec 1), or in backward x = s - lse with the
+%--            row's saved lse. Pass 2 takes s back as m_t (lse) + x and adds no bias or
+%--            temperature (the GEMM made s = (z + b) / T, capped under SOFTCAP); G overwrites x
+%--            element by element (LDG = LD, no INPLACE). The loss's cross term sum_k p_k (s_k -
+%--            lse) is not taken from x's fp16 but from the records' exact ones: the GEMM summed
+%--            p_k (s_k - m_t) and p_k over the support's columns of each tile in fp32 (slots ps,
+%--            pw of iface.SPARSE_E16_PART), which pass 2 takes to lse; G's support columns take
+%--            q from x (an error of at most 2^-11 |x| in s, below G's bf16 rounding). HARD: the
+%--            records' mh, dh are the CE's (max, sum-exp) of z' and slot S the label's z'
+%--            (exact, in the tile that holds it, 0 elsewhere: summed), which the loss takes; in
+%--            backward the label's score comes from x. The forward KL with tail none or renorm,
+%--            no LSMOOTH (its sum of z' has no slot), no shard.
 %--   SHARDED  bool, DIV only: a vocabulary shard. A's sum over S needs every shard's support:
 %--            kl_sparse_sums (after the first exchange) writes this shard's sum_{S local}
 %--            Q_k (g_r - g_k) to PART's slot S (kl_sparse_merge writes NaN there until then),
@@ -158,6 +179,25 @@
 %end
 %local SHARDED = P.SHARDED or false
 %if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%if P.MERGE ~= nil and P.MERGE ~= "block" then reject("MERGE must be block (absent: one thread)") end
+%local BMERGE = P.MERGE == "block"
+%if BMERGE and SHARDED then reject("MERGE block takes no SHARDED (the shards' S is summed apart)") end
+%local ETILE = P.ETILE
+%if ETILE ~= nil then
+%  if not (ETILE == 64 or ETILE == 128 or ETILE == 192 or ETILE == 256) then
+%    reject("ETILE must be the logits GEMM's tile width: 64, 128, 192 or 256")
+%  end
+%  if P.LOGIT ~= "f16" or size[P.GRAD] ~= 2 or P.INPLACE or P.LDG ~= P.LD or not BMERGE then
+%    reject("ETILE is pass 2 over the GEMM's fp16 scores: LOGIT f16, a 16-bit GRAD over them, "
+%           .. "no INPLACE, LDG = LD, MERGE block")
+%  end
+%  if DIVX or P.TAIL == "bucket" or P.LSMOOTH or OFFSET ~= 0 or VTOT ~= P.V then
+%    reject("ETILE takes what the GEMM's epilogue covers: the forward KL with TAIL none or "
+%           .. "renorm, no LSMOOTH, no shard")
+%  end
+%end
+%-- the tile records and the backward's lse under ETILE (empty: the other sources unchanged)
+%local ETP = ETILE and " const float* __restrict__ erec, float ebase," or ""
 %-- the renormalized divergences keep the support's own (max, sum-exp) in the stats pass
 %local OWNON = DIVX and P.TAIL == "renorm"
 %local BITMAP = P.TAIL == "bucket" or OWNON
@@ -167,12 +207,12 @@
 %-- sum-exp of z' (mh, dh; HARD), the support's own max and sum-exp (mo, dno; RENORM with DIV),
 %-- this shard's sum of Q g over its support (S; SHARDED, kl_sparse_sums); 8 floats, the
 %-- stride the dense rows' records have; with LSMOOTH a ninth, zs: the sum of z' over the
-%-- columns (the block's segment, merged: the row's).
+%-- columns (the block's segment, merged: the row's). Declared in iface.cu.lua: the logits
+%-- GEMM's statistics epilogue writes it too (STATS sparse, one a column tile; MERGE block).
 %-- rowstat: what two-phase forward saves a row for backward: lse, c_out, c_in, pscale (DIV:
 %-- lse, g_tail - E (bucket) or ldno (renorm), A, g_r; the header's math), and the CE's lse(z')
 %-- with HARD.
-%local PART = { name = "part", floats = 8,
-%               slots = { "m", "d_on", "d_off", "mh", "dh", "mo", "dno", "S" } }
+%local PART = ETILE and iface.SPARSE_E16_PART or iface.SPARSE_PART
 %if LSMOOTH then PART = { name = "part", floats = 9, slots = iface.args(PART.slots, { "zs" }) } end
 %-- the saved row's four fields, in rowstat order
 %local RF = { "lse", "cout", "cin", "pscale" }
@@ -217,7 +257,7 @@
 %  { "flag", "u64*", role = "check_flag" } })
 %if ROWW then table.insert(check_in, #check_in, RW) end -- before the flag
 %local K = iface.family(iface.args({
-%  { name = "kl_sparse_stats", step = "stats", threads = P.THREADS, args = args({
+%  { name = "kl_sparse_stats", step = "stats", when = not ETILE, threads = P.THREADS, args = args({
 %    { "z", "const logit_t* __restrict__" } }, IDS, {
 %    { "bias", "const bias_t* __restrict__" }, { "labels", "const void* __restrict__" },
 %    { "labels_is64", "int" }, { "ignore_index", "i64" }, { "hdr", "const float* __restrict__" },
@@ -268,8 +308,23 @@ typedef {{ P.IDT == "i32" and "int" or "i64" }} id_t;
 /* Loads VEC scores s = (z + b) * invT at column v; FULL: all VEC columns exist, else the missing
  * ones get -inf. */
 template <bool FULL>
-__device__ __forceinline__ void load_s(const logit_t* zr, const bias_t* __restrict__ bias, int v,
+__device__ __forceinline__ void load_s(const logit_t* zr, const bias_t* __restrict__ bias,{{ ETP }} int v,
                                        float invT, float (&s)[VEC]) {
+%if ETILE then
+  /* E16 (ETILE): s = m_t + x, m_t the tile's record's (erec) or, in backward (erec NULL), the
+   * row's lse (ebase); no bias, cap or 1 / T (the GEMM's epilogue applied them). VEC columns
+   * from a multiple of VEC lie in one tile. */
+  (void)bias, (void)invT;
+  const float mt = erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase;
+  if constexpr (FULL) {
+    load_n<VEC, true>(zr + v, s);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) s[i] += mt;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; i++) s[i] = v + i < V ? mt + to_f32(zr[v + i]) : KL_NEG_INF;
+  }
+%else
   if constexpr (FULL) {
     load_n<VEC, true>(zr + v, s);
 #if HAS_BIAS
@@ -295,11 +350,16 @@ __device__ __forceinline__ void load_s(const logit_t* zr, const bias_t* __restri
 %end
 #pragma unroll
   for (int i = 0; i < VEC; i++) s[i] *= invT;
+%end
 }
 
 /* The score of one column (the gather). */
-__device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __restrict__ bias,
+__device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __restrict__ bias,{{ ETP }}
                                           i64 v, float invT) {
+%if ETILE then
+  (void)bias, (void)invT; /* E16: m_t + x, as load_s takes it */
+  return (erec ? erec[(v / {{ ETILE }}) * PART_FLOATS + PART_M] : ebase) + to_f32(zr[v]);
+%else
   float s = to_f32(zr[v]);
 #if HAS_BIAS
   s += to_f32(bias[v]);
@@ -308,6 +368,7 @@ __device__ __forceinline__ float score_at(const logit_t* zr, const bias_t* __res
   s = {{ f32(P.SOFTCAP) }} * tanhf(s * {{ f32(1.0 / P.SOFTCAP) }});
 %end
   return s * invT;
+%end
 }
 %if CAPPED then
 
@@ -400,6 +461,24 @@ struct acc_merge {
     return r;
   }
 };
+%if BMERGE then
+
+/* A record as an acc_t (MERGE = block: the threads merge records with acc_merge). */
+__device__ __forceinline__ acc_t acc_of(const float* __restrict__ rec) {
+  acc_t a;
+  a.m = rec[PART_M], a.don = rec[PART_D_ON], a.doff = rec[PART_D_OFF];
+%  if HARD then
+  a.mh = rec[PART_MH], a.dh = rec[PART_DH];
+%  end
+%  if OWNON then
+  a.mo = rec[PART_MO], a.dno = rec[PART_DNO];
+%  end
+%  if LSMOOTH then
+  a.zs = rec[PART_ZS];
+%  end
+  return a;
+}
+%end
 
 __device__ __forceinline__ int seg_begin() { return blockIdx.x * SEG; }
 __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) * SEG); }
@@ -408,6 +487,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
  * VEC divides 32 and vectors start at v0 + a multiple of VEC, so a vector's bits share a word. */
 #define SEG_WORDS ((SEG + 31) / 32)
 
+%if not ETILE then
 {{ K.kernel("kl_sparse_stats") }} {
   /* z: (rows, LD) chunk logits; ids: (N, K); part: (rows, SPLIT, PART_FLOATS) */
   const int r = blockIdx.y;
@@ -467,6 +547,7 @@ __device__ __forceinline__ int seg_end() { return min(V, (int)(blockIdx.x + 1) *
 %end
   }
 }
+%end
 
 /* Row statistics of pass 2 (also what two-phase saves): G = gscale (c_in q - pscale p) on S and
  * gscale c_out q off S. A row whose four values are all 0 (ignored, or RENORM with M = 0) gets
@@ -520,7 +601,7 @@ struct support_t {
 
 /* Reads the K ids and values of `row` and the student's log q at each id (lse known). */
 __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const id_t* ids,
-                                       const val_t* vals, const bias_t* __restrict__ bias,
+                                       const val_t* vals, const bias_t* __restrict__ bias,{{ ETP }}
                                        i64 row, float invT, float lse) {
   for (int k = threadIdx.x; k < K; k += THREADS) {
     const i64 id = (i64)ids[row * K + k];
@@ -539,9 +620,9 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
     sup.p[k] = valid ? p : 0.0f;
     sup.lp[k] = lp;
 %if DIVX then
-    sup.s[k] = in ? score_at(zr, bias, id - OFFSET, invT) : 0.0f;
+    sup.s[k] = in ? score_at(zr, bias,{{ ETILE and " erec, ebase," or "" }} id - OFFSET, invT) : 0.0f;
 %else
-    sup.lq[k] = in ? score_at(zr, bias, id - OFFSET, invT) - lse : 0.0f;
+    sup.lq[k] = in ? score_at(zr, bias,{{ ETILE and " erec, ebase," or "" }} id - OFFSET, invT) - lse : 0.0f;
 %end
   }
 %if DIVX then
@@ -551,10 +632,12 @@ __device__ __forceinline__ void gather(support_t& sup, const logit_t* zr, const 
 }
 
 %if not DIVX then
+%-- (ETILE: ps is the row's sum_k p_k (s_k - lse) from the GEMM's records, exact scores, which
+%-- stands for the gathered ones in the loss)
 /* Loss of the row (its local terms) and its G coefficients from the gathered support and the
  * merged pass-1 record (lse, d_off / d, d_on / d). Every thread gets both. */
 __device__ __forceinline__ float support_loss(const support_t& sup, float lse, float off_frac,
-                                              float on_frac, float* sh_f, row_t& rs) {
+                                              float on_frac,{{ ETILE and " float ps," or "" }} float* sh_f, row_t& rs) {
   float m = 0.0f;
   for (int k = threadIdx.x; k < K; k += THREADS) m += sup.p[k];
   const float M = block_sum<THREADS>(m, sh_f);
@@ -578,9 +661,19 @@ __device__ __forceinline__ float support_loss(const support_t& sup, float lse, f
     lp = flog(fmaxf(p, EPS));
 #endif
 #endif
+%if ETILE then
+    if (sup.id[k] >= 0 && p != 0.0f) l += p * lp; /* - p (s - lse): ps below */
+  }
+#if RENORM
+  l = block_sum<THREADS>(l, sh_f) - ps * inv_m;
+#else
+  l = block_sum<THREADS>(l, sh_f) - ps;
+#endif
+%else
     if (sup.id[k] >= 0 && p != 0.0f) l += p * (lp - sup.lq[k]);
   }
   l = block_sum<THREADS>(l, sh_f);
+%end
 #if BUCKET
   /* Q_S both ways from the bitmap pass: d_on / d (precise when small) and 1 - d_off / d (precise
    * when close to 1); logs of 1 - x through log1p. The ghost term is a difference of two small
@@ -816,7 +909,7 @@ __device__ __forceinline__ float support_ds(const support_t& sup, int k, const r
  * (16-bit G over fp32 z) the row goes in groups: every thread reads the group, the block
  * synchronizes, then writes it; G's bytes [2a, 2b) are fp32 columns [a/2, b/2), read by then. */
 __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr, grad_t* gr,
-                                        const bias_t* __restrict__ bias, float invT,
+                                        const bias_t* __restrict__ bias,{{ ETP }} float invT,
                                         const row_t& rs, float gscale{{ HARD and ", const ce_t& ce" or "" }}) {
 %if P.SOFT then
   gscale *= {{ WS }}; /* the divergence's weight (the CE's gh carries its own) */
@@ -830,8 +923,8 @@ __device__ __forceinline__ void write_g(const support_t& sup, const logit_t* zr,
 #pragma unroll
     for (int u = 0; u < 4; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
-      if (v + VEC <= V) load_s<true>(zr, bias, v, invT, s[u]);
-      else if (v < V) load_s<false>(zr, bias, v, invT, s[u]);
+      if (v + VEC <= V) load_s<true>(zr, bias,{{ ETILE and " erec, ebase," or "" }} v, invT, s[u]);
+      else if (v < V) load_s<false>(zr, bias,{{ ETILE and " erec, ebase," or "" }} v, invT, s[u]);
     }
 #if INPLACE
     __syncthreads();
@@ -933,6 +1026,13 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
   const logit_t* zr = z + (i64)r * LD;
   grad_t* gr = g + (i64)r * LDG;
   const bool kept = row_kept(labels, labels_is64, ignore_index, row);
+%if ETILE then
+  /* E16: the row's tile records (their m_t: s = m_t + x), none in backward (x = s - lse) */
+  const float* erec = MODE == MODE_BACKWARD ? nullptr : part + (i64)r * srow * PART_FLOATS;
+%  if HARD then
+  __shared__ float sh_zy; /* the label's z' = s_y T, from the records (slot S) */
+%  end
+%end
 %if ROWW then
   /* the sums kernel has none */
   const float rw = {{ DIVX and "MODE == MODE_SUMS ? 1.0f : " or "" }}row_weights[row];
@@ -957,11 +1057,36 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
 %else
     if (rs.cout != 0.0f || rs.cin != 0.0f || rs.pscale != 0.0f)
 %end
-      gather(sup, zr, ids, vals, bias, row, invT, rs.lse);
+      gather(sup, zr, ids, vals, bias,{{ ETILE and " erec, rs.lse," or "" }} row, invT, rs.lse);
 %if DIVX then
     if (kept) div_terms<MODE_BACKWARD>(sup, 0.0f, 0.0f, 0.0f, 0.0f, sh_f, rs); /* sup.q, sup.g */
 %end
   } else if (kept) {
+%if BMERGE then
+    {
+      /* the block merges the row's records (MERGE = block): thread k takes records k,
+       * k + THREADS, ..., then block_reduce's fixed order; kept is the block's, so every thread
+       * reaches the barriers */
+      __shared__ acc_t sh_acc[THREADS / 32];
+      acc_t a = ACC_NONE;
+      for (int k = threadIdx.x; k < nrec; k += THREADS)
+        a = acc_merge()(a, acc_of(part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS));
+      a = block_reduce<THREADS>(a, sh_acc, ACC_NONE, acc_merge());
+      if (threadIdx.x == 0) {
+        const float d = a.don + a.doff;
+        sh_rec[0] = a.m + logf(d), sh_rec[1] = a.doff / d, sh_rec[2] = a.don / d;
+%  if HARD then
+        sh_rec[3] = a.mh + logf(a.dh);
+%  end
+%  if OWNON then
+        sh_rec[4] = logf(a.dno), sh_rec[6] = a.mo;
+%  end
+%  if LSMOOTH then
+        sh_zs = a.zs;
+%  end
+      }
+    }
+%else
     if (threadIdx.x == 0) {
       /* merge the row's records in order: record k at part + (r srow + k srec) PART_FLOATS, the
        * chunk's SPLIT partials or every shard's record of the row (kljit_shard_finish) */
@@ -1016,9 +1141,31 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       sh_zs = zs;
 %end
     }
+%end
     __syncthreads();
     const float lse = sh_rec[0], off_frac = sh_rec[1], on_frac = sh_rec[2];
-    gather(sup, zr, ids, vals, bias, row, invT, lse);
+%if ETILE then
+    /* the support's cross term from the GEMM's exact scores: each tile's sum p (s - m_t) and
+     * sum p, taken to the row's lse (thread 0's, as the loss takes it: the threads' merged
+     * records may differ in the last bit) */
+    float ps = 0.0f;
+%  if HARD then
+    float zy = 0.0f;
+%  end
+    for (int k = threadIdx.x; k < nrec; k += THREADS) {
+      const float* rec = part + ((i64)r * srow + (i64)k * srec) * PART_FLOATS;
+      if (rec[PART_PW] != 0.0f) ps += rec[PART_PS] + rec[PART_PW] * (rec[PART_M] - lse);
+%  if HARD then
+      zy += rec[PART_S]; /* one tile's at most */
+%  end
+    }
+    ps = block_sum<THREADS>(ps, sh_f);
+%  if HARD then
+    zy = block_sum<THREADS>(zy, sh_f);
+    if (threadIdx.x == 0) sh_zy = zy;
+%  end
+%end
+    gather(sup, zr, ids, vals, bias,{{ ETILE and " erec, lse," or "" }} row, invT, lse);
 %if DIVX then
     {{ zero_rs() }}
     rs.lse = lse;
@@ -1030,7 +1177,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
       return;
     }
 %else
-    loss = support_loss(sup, lse, off_frac, on_frac, sh_f, rs);
+    loss = support_loss(sup, lse, off_frac, on_frac,{{ ETILE and " ps," or "" }} sh_f, rs);
 %end
 %if HARD then
     rs.lse1 = sh_rec[3];
@@ -1055,7 +1202,14 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     const i64 y = !labels ? -1 : labels_is64 ? ((const i64*)labels)[row]
                                              : (i64)((const int*)labels)[row];
     sh_ce.y = kept && y >= OFFSET && y < (i64)OFFSET + V ? (int)(y - OFFSET) : -1;
+%if ETILE then
+    /* E16: from the records (exact), or in backward (no records) from x */
+    sh_ce.sy = sh_ce.y < 0 ? 0.0f
+               : erec    ? sh_zy * invT
+                         : score_at(zr, bias, erec, rs.lse, sh_ce.y, invT);
+%else
     sh_ce.sy = sh_ce.y >= 0 ? score_at(zr, bias, sh_ce.y, invT) : 0.0f;
+%end
   }
   __syncthreads();
   ce_t ce = sh_ce;
@@ -1123,7 +1277,7 @@ __device__ __forceinline__ void sparse_row(const logit_t* z, grad_t* g,
     zero_range(gr, 0, V);
     return;
   }
-  write_g(sup, zr, gr, bias, invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }}{{ HARD and ", ce" or "" }});
+  write_g(sup, zr, gr, bias,{{ ETILE and " erec, rs.lse," or "" }} invT, rs, grad_scale(hdr, gout, gout_per_row, row, MODE){{ RWS }}{{ HARD and ", ce" or "" }});
 }
 
 /* g may alias z (G overwrites the chunk logits): no restrict on either. */

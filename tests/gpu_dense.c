@@ -591,15 +591,17 @@ static int checked_mode_reports_a_bad_row_weight(void) {
 }
 
 /* The logits GEMM's statistics epilogue (KLJIT_GEMM=all:jit,logits:jit.stats, sm_90): the
- * plan of (V, form, T) on the test context says the row statistics come from the logits GEMM
- * (0), or says why not (1: a failure where `want` asked for it), or the GPU is not sm_90 (77). */
-static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want,
+ * plan of (V, form, teacher logit cap) on the test context says the row statistics come from the
+ * logits GEMM (0), or says why not (1: a failure where `want` asked for it), or the GPU is not
+ * sm_90 (77). */
+static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, double tcap, int want,
                                    const char *marker) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
   if (g) return g;
   kljit_problem pb = KLJIT_PROBLEM_INIT;
-  pb.hidden = 64, pb.vocab = v, pb.teacher = form;
+  pb.hidden = 64, pb.vocab = v, pb.teacher = form, pb.teacher_softcap = tcap;
+  if (form == KLJIT_TEACHER_DENSE_HIDDEN) pb.teacher_hidden = 48;
   kljit_plan *plan;
   TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
   const char *d = kljit_plan_describe(plan);
@@ -612,15 +614,20 @@ static int plan_has_stats_epilogue(int64_t v, kljit_teacher_form form, int want,
 
 /* The row statistics written by the logits GEMM's epilogue (one record per row and 256-column
  * tile, merged by pass 2; kl_dense_stats not launched) give the loss, dX and dW the fp64
- * reference gives, within the suite's bounds: both dense forms it takes, every teacher dtype,
+ * reference gives, within the suite's bounds: the three dense forms it takes (teacher logits
+ * below the others, at TT's or T's temperature) and the online teacher, every teacher dtype,
  * ragged and long vocabularies (a tile past V), a padded teacher, T != 1, ignored rows, several
  * chunks, fused and two-phase (whose backward computes none); a case outside its scope (bias)
  * keeps the row kernels' pass and stays right. Skips before sm_90. */
 static int epilogue_cases(const char *gemm, const char *marker, int e16) {
   setenv("KLJIT_GEMM", gemm, 1);
-  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 1, marker);
+  int worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_PROBS, 0.0, 1, marker);
   if (worst == TH_PASS)
-    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0, marker);
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 0.0, 1, marker);
+  if (worst == TH_PASS) /* capped as pass 1 caps them */
+    worst = plan_has_stats_epilogue(1000, KLJIT_TEACHER_DENSE_LOGITS, 50.0, 1, marker);
+  if (worst == TH_PASS) /* the online teacher's logits are teacher logits */
+    worst = plan_has_stats_epilogue(32001, KLJIT_TEACHER_DENSE_HIDDEN, 0.0, 1, marker);
   /* every case runs (a failure is reported, not the end of the list), until one skips */
   for (int k = 0; k < (e16 ? 25 : 12) && worst != TH_SKIP; k++) {
     gcase c = gcase_base();
@@ -659,6 +666,9 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
       if (k == 20)
         c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED, c.z_loss = 1e-4, c.outputs = 1;
       if (k == 22) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.red = KLJIT_REDUCTION_SUM;
+      /* label smoothing (its sum of z' from E, the label's z' from the records) */
+      if (k == 21) c.label_smoothing = 0.2;
+      if (k == 22) c.label_smoothing = 0.1;
       /* a per-call T (the epilogue's 1 / T from the plan header), with the CE: fused, and
        * two-phase */
       if (k >= 23) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = k == 23;
@@ -667,6 +677,46 @@ static int epilogue_cases(const char *gemm, const char *marker, int e16) {
     const int rc = gcase_check(&c);
     if (k == 8 || k >= 12) unsetenv("KLJIT_CHUNK_ROWS");
     if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP; /* no sm_90: none runs */
+    else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
+  }
+  /* teacher logits (the records hold their tile's (max, sum-exp) of t / TT): at a temperature
+   * of their own, fused, over three chunks; at T's, two-phase, padded, in fp32, the reverse KL;
+   * the JSD at logit standard deviation 6 with a teacher logit cap of 3; E16 also a per-call T
+   * (theirs too) */
+  for (int k = 0; k < (e16 ? 4 : 3) && worst != TH_SKIP; k++) {
+    gcase c = gcase_base();
+    c.form = KLJIT_TEACHER_DENSE_LOGITS, c.h = 64, c.v = k == 1 ? 1000 : 32001, c.n = 37;
+    c.T = k == 1 ? 0.5 : 2.0, c.TT = k == 0 ? 1.5 : 0.0, c.labels = 1;
+    c.fused = k != 1, c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_SUM;
+    if (k == 0) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700;
+    if (k == 1) c.tdt = KLJIT_FP32, c.tld = c.v + 63, c.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 2) c.zstd = 6.0, c.n = 300, c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+    if (k == 2) c.teacher_softcap = 3.0; /* a cap that bites */
+    if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7;
+    const int rc = gcase_check(&c);
+    unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP;
+    else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
+  }
+  /* the online teacher (its logits the teacher GEMM's chunk, run first, read as teacher
+   * logits: rows the chunk's, its bias added): fused at its own temperature with its bias over
+   * three chunks; two-phase, the JSD at logit standard deviation 6 and T = 0.5 in fp16 with a
+   * padded head and its bias; fused, the reverse KL with CE mixing and both logit caps; E16
+   * also a per-call T */
+  for (int k = 0; k < (e16 ? 4 : 3) && worst != TH_SKIP; k++) {
+    gcase c = gcase_base();
+    c.form = KLJIT_TEACHER_DENSE_HIDDEN, c.ht = k == 1 ? 64 : 48, c.h = 64, c.v = 32001;
+    c.n = 37, c.labels = 1, c.fused = k != 1, c.teacher_bias = k < 2;
+    c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_SUM;
+    if (k == 0) setenv("KLJIT_CHUNK_ROWS", "256", 1), c.n = 700, c.TT = 1.5;
+    if (k == 1) c.dt = KLJIT_FP16, c.tld = c.v + 64, c.zstd = 6.0, c.T = 0.5, c.n = 300;
+    if (k == 1) c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5;
+    if (k == 2) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.hard_weight = 0.5;
+    if (k == 2) c.soft_weight = 0.5, c.zstd = 30.0, c.softcap = 30.0, c.teacher_softcap = 30.0;
+    if (k == 3) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.teacher_bias = 1;
+    const int rc = gcase_check(&c);
+    unsetenv("KLJIT_CHUNK_ROWS");
+    if (rc == TH_SKIP && worst == TH_PASS) worst = TH_SKIP;
     else if (rc != TH_PASS && rc != TH_SKIP) worst = TH_FAIL;
   }
   unsetenv("KLJIT_GEMM");
@@ -681,7 +731,8 @@ static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
  * (backward): the statistics epilogue's cases (the bias one in E16's scope), fused ones at logit
  * standard deviations 2, 6 and 12 over three chunks, the reverse KL and the JSD at T = 0.5, a
  * bias, fused and two-phase, a softcap, fused and two-phase, CE mixing (a z-loss, T^2, a
- * bias, the reverse KL) and a per-call T, within the suite's bounds. Skips before sm_90. */
+ * bias, the reverse KL, label smoothing) and a per-call T, within the suite's bounds. Skips
+ * before sm_90. */
 static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
   return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
 }

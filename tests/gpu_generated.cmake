@@ -14,12 +14,29 @@ endforeach()
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_stats.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_stats)
 set_property(TEST ${fused_stats} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=all:jit,logits:jit.stats")
+# ... and the sparse suite (the forward KL with tail none or renorm takes it; the rest keep pass
+# 1, as the plan's description says). `ctest -R gpu.fused_stats.sparse`.
+kljit_test_cases(EXE gpu_sparse SOURCE gpu_sparse.c PREFIX gpu.fused_stats.sparse LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_stats_sparse)
+set_property(TEST ${fused_stats_sparse} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=all:jit,logits:jit.stats")
+# ... and the top-K teacher's divergences (their records' sum-exp on and off the support apart,
+# from its ids; not their shards). `ctest -R gpu.fused_stats.topk`.
+kljit_test_cases(EXE gpu_topk SOURCE gpu_topk.c PREFIX gpu.fused_stats.topk LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_stats_topk)
+set_property(TEST ${fused_stats_topk} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=all:jit,logits:jit.stats")
 # The dense suite again with E16 (KLJIT_GEMM=logits:jit.e16): where its scope holds, every
 # call's rows read the logits GEMM's fp16 tile-relative scores instead of fp32 logits (the other
 # cases as the plan's description says). `ctest -R gpu.fused_e16`.
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.fused_e16.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR fused_e16)
 set_property(TEST ${fused_e16} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")
+# ... and the sparse suite (the forward KL with tail none or renorm takes it). `ctest -R
+# gpu.fused_e16.sparse`.
+kljit_test_cases(EXE gpu_sparse SOURCE gpu_sparse.c PREFIX gpu.fused_e16.sparse LABELS gpu
+                 TIMEOUT 900 NAMES_VAR fused_e16_sparse)
+set_property(TEST ${fused_e16_sparse} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.e16")
 # The dense suite again with the logits GEMM's accumulator promoted every 256 of K (flag r, the
 # cooperative 128 x 128 variant: KLJIT_GEMM=logits:jit.128.2.6.g.1.r; the loss's precision,
 # bench/accumulation_precision.py). `ctest -R gpu.promoted`.

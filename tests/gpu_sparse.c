@@ -299,6 +299,104 @@ static int ce_mixing_and_softcap_every_tail_and_mode(void) {
   return fold(worst, gcase_check(&c));
 }
 
+/* The logits GEMM's statistics epilogue for the sparse teacher (sm_90): the plan (KLJIT_GEMM =
+ * `gemm`) says the row statistics come from the logits GEMM (its description has `marker`) for
+ * the forward KL with tail none and renorm (the student's (max, sum-exp) per row and column
+ * tile, merged by pass 2's block; kl_sparse_stats not launched), and the loss, dX and dW match the
+ * fp64 reference within the suite's bounds: both tails and value forms, bf16 and fp16, ragged
+ * and long vocabularies (a tile past V), T != 1, ignored rows, logits of standard deviation 2 to
+ * 12 over three chunks, K from 1 to 1000, fused and two-phase (whose backward computes none);
+ * the bucket tail and the divergences (reverse KL, JSD, TVD) with the support's ids marked. E16
+ * keeps the row kernels' pass for the bucket tail and stays right. E16 (the rows read the GEMM's
+ * fp16 scores; the loss's cross term from the support the epilogue read) also: a bias, a logit
+ * cap and a per-call T, in its scores, and CE mixing (a z-loss, T^2). Skips before sm_90. */
+static int epilogue_cases(const char *gemm, const char *marker, int e16) {
+  setenv("KLJIT_GEMM", gemm, 1);
+  kljit_context *ctx;
+  int worst = gpu_test_context(&ctx);
+  if (worst == TH_PASS) {
+    /* none, renorm: on; bucket: on under .stats (the support's ids marked), off under E16, which
+     * says why */
+    for (int tail = 1; tail <= 3; tail++) {
+      kljit_problem pb = KLJIT_PROBLEM_INIT;
+      pb.hidden = 64, pb.vocab = 32001, pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100;
+      pb.tail = (kljit_tail)tail;
+      kljit_plan *plan;
+      TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plan));
+      const char *d = kljit_plan_describe(plan);
+      const int on = strstr(d, marker) != NULL && strstr(d, "(no kl_sparse_stats)") != NULL;
+      const int why = strstr(d, "tail none or renorm only under E16") != NULL;
+      if (strstr(d, "(sm_90") == NULL) worst = TH_SKIP;
+      else if (on != (tail < 3 || !e16) || why != (tail == 3 && e16)) {
+        fprintf(stderr, "tail %d: the statistics epilogue is %s:\n%s", tail, on ? "on" : "off",
+                d);
+        worst = TH_FAIL;
+      }
+      kljit_plan_destroy(plan);
+    }
+  }
+  static const int64_t vs[] = {1000, 32001, 128256, 50257};
+  for (int k = 0; k < (e16 ? 20 : 17) && worst != TH_SKIP; k++) {
+    gcase c = sparse_base();
+    c.v = vs[k % 4], c.n = k % 4 == 2 ? 9 : 37, c.h = 64;
+    c.tail = k % 2 ? KLJIT_TAIL_RENORM : KLJIT_TAIL_NONE;
+    c.values = k % 3 == 1 ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+    c.dt = k % 3 == 2 ? KLJIT_FP16 : KLJIT_BF16;
+    c.tdt = k % 4 == 3 ? KLJIT_FP32 : c.dt;
+    c.idt = k % 2 ? KLJIT_INT32 : KLJIT_INT64;
+    c.T = k % 4 == 1 ? 2.0 : k % 4 == 3 ? 0.5 : 1.0;
+    c.labels = k == 7 ? 2 : 1;
+    c.fused = k % 3 != 1;
+    c.red = c.fused ? (kljit_reduction)(KLJIT_REDUCTION_SUM + k % 3) : KLJIT_REDUCTION_NONE;
+    if (k == 4) c.k = 1;
+    if (k == 5) c.k = 1000;
+    if (k >= 8) { /* logits of std 2 to 12 over three chunks */
+      setenv("KLJIT_CHUNK_ROWS", "256", 1);
+      c.n = 700, c.v = 32001, c.zstd = k == 8 ? 2.0 : k == 9 ? 6.0 : 12.0;
+      c.red = KLJIT_REDUCTION_BATCHMEAN;
+    }
+    if (k == 11) c.fused = 0, c.T = 0.5;
+    if (k == 12) c.tail = KLJIT_TAIL_BUCKET; /* .stats: the ids marked; E16: the rows' pass 1 */
+    if (k == 13) c.v = 128256, c.n = 600, c.zstd = 6.0, c.k = 100;
+    /* .stats: the divergences over both tails (the support's sum-exp apart; renorm its own
+     * (max, sum-exp) too): the reverse KL renormalized, the JSD over the bucket two-phase at
+     * T = 0.5, the TVD renormalized at logit std 6 */
+    if (!e16 && k == 14) c.divergence = KLJIT_DIVERGENCE_REVERSE_KL, c.tail = KLJIT_TAIL_RENORM;
+    if (!e16 && k == 15) {
+      c.divergence = KLJIT_DIVERGENCE_JSD, c.beta = 0.5, c.tail = KLJIT_TAIL_BUCKET;
+      c.fused = 0, c.red = KLJIT_REDUCTION_NONE, c.T = 0.5;
+    }
+    if (!e16 && k == 16) c.divergence = KLJIT_DIVERGENCE_TVD, c.tail = KLJIT_TAIL_RENORM;
+    if (!e16 && k == 16) c.zstd = 6.0;
+    /* E16's scores: a bias, fused and two-phase; a logit cap of 30 (logits of std 30, as the
+     * suite caps them); a per-call T */
+    if (e16 && (k == 14 || k == 15)) c.bias = 1, c.fused = k == 14, c.red = KLJIT_REDUCTION_BATCHMEAN;
+    if (e16 && k == 16) c.zstd = 30.0, c.softcap = 30.0;
+    if (e16 && k == 17) c.tmode = KLJIT_TEMPERATURE_RUNTIME, c.T = 0.7, c.fused = 0;
+    /* CE mixing (the records' lse(z') and z'_y): fused at T = 2 with T^2 and a z-loss over
+     * three chunks; two-phase with a bias, some labels ignored */
+    if (k >= 18) {
+      c.hard_weight = 0.5, c.soft_weight = 0.5, c.labels = 1, c.fused = k == 18;
+      c.red = c.fused ? KLJIT_REDUCTION_BATCHMEAN : KLJIT_REDUCTION_NONE;
+    }
+    if (k == 18) {
+      setenv("KLJIT_CHUNK_ROWS", "256", 1);
+      c.n = 700, c.v = 32001, c.T = 2.0, c.flags |= KLJIT_FLAG_SCALE_T_SQUARED, c.z_loss = 1e-4;
+    }
+    if (k == 19) c.bias = 1, c.zstd = 6.0;
+    worst = fold(worst, gcase_check(&c));
+    unsetenv("KLJIT_CHUNK_ROWS");
+  }
+  unsetenv("KLJIT_GEMM");
+  return worst;
+}
+static int statistics_in_the_logits_gemm_epilogue_match_reference(void) {
+  return epilogue_cases("all:jit,logits:jit.stats", "in the logits GEMM's epilogue", 0);
+}
+static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
+  return epilogue_cases("logits:jit.e16", "the tile as fp16 scores (E16)", 1);
+}
+
 static const th_case cases[] = {
     {"ce_mixing_and_softcap_every_tail_and_mode", ce_mixing_and_softcap_every_tail_and_mode},
     {"every_tail_value_form_dtype_reduction_and_mode",
@@ -310,5 +408,9 @@ static const th_case cases[] = {
     {"native_logits_single_row_and_large_logits", native_logits_single_row_and_large_logits},
     {"checked_mode_reports_bad_teacher_data", checked_mode_reports_bad_teacher_data},
     {"unchecked_out_of_range_id_does_not_fault", unchecked_out_of_range_id_does_not_fault},
+    {"statistics_in_the_logits_gemm_epilogue_match_reference",
+     statistics_in_the_logits_gemm_epilogue_match_reference},
+    {"e16_in_the_logits_gemm_epilogue_matches_reference",
+     e16_in_the_logits_gemm_epilogue_matches_reference},
 };
 TH_MAIN(cases)

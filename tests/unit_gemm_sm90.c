@@ -155,6 +155,14 @@ static int the_gemm_includes_its_preludes_and_declares_its_interface_and_launch(
   return TH_PASS;
 }
 
+/* The default bf16 logits variant with the statistics epilogue of a bf16 teacher of `form`, V =
+ * 1000, T = 1. */
+static jgemm_variant with_stats(const char *form) {
+  jgemm_variant v = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = form, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000, v.stats.t = 1.0;
+  return v;
+}
+
 static int refused(jgemm_variant v, const char *want) {
   strbuf s = {0};
   TH_STATUS(jgemm_render(&v, &s), KLJIT_ERR_UNSUPPORTED);
@@ -229,6 +237,23 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
   return TH_PASS;
 }
 
+/* v rendered (its source into *src), its manifest printed and parsed into *m: the GEMM kernel's
+ * entry, or NULL (the reason printed) where the template refuses v. */
+static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface_manifest *m) {
+  const kspec k = jgemm_spec(v);
+  strbuf man = {0};
+  const kiface_kernel *g = NULL;
+  if (kspec_render_iface(&k, src, &man) == KLJIT_SUCCESS &&
+      kiface_parse(man.data, "gemm", m) == KLJIT_SUCCESS) {
+    printf("  manifest: %s", man.data);
+    g = kiface_find(m, KSTEP_GEMM);
+  } else {
+    printf("  refused: %s\n", kljit_last_error());
+  }
+  sb_free(&man);
+  return g;
+}
+
 /* The logits GEMM with the dense rows' pass-1 statistics in its epilogue (STATS): each form,
  * teacher dtype, schedule, epilogue and cluster it may meet renders, declares its extra
  * arguments and the record it writes (the rows' part, the same declaration), and compiles for
@@ -238,26 +263,25 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     const char *form;
     kljit_dtype in, tdt;
     int64_t tld;
-    double t;
+    double t, tt;
     char schedule, epilogue;
     int cluster;
-  } cases[] = {{"probs", KLJIT_BF16, KLJIT_BF16, 128256, 1.0, 'c', 'd', 1},
-               {"logprobs", KLJIT_BF16, KLJIT_FP32, 32003, 2.0, 'p', 'd', 2},
-               {"probs", KLJIT_FP16, KLJIT_FP16, 32064, 0.5, 'c', 's', 1}};
+  } cases[] = {{"probs", KLJIT_BF16, KLJIT_BF16, 128256, 1.0, 0.0, 'c', 'd', 1},
+               {"logprobs", KLJIT_BF16, KLJIT_FP32, 32003, 2.0, 0.0, 'p', 'd', 2},
+               {"probs", KLJIT_FP16, KLJIT_FP16, 32064, 0.5, 0.0, 'c', 's', 1},
+               /* teacher logits: their (max, sum-exp), at their own temperature or T's */
+               {"logits", KLJIT_BF16, KLJIT_BF16, 50257, 1.0, 2.0, 'p', 'd', 1},
+               {"logits", KLJIT_FP16, KLJIT_FP32, 1000, 0.5, 0.0, 'c', 's', 1}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     jgemm_variant v = jgemm_default(cases[i].in, KLJIT_FP32, 0);
     if (cases[i].schedule == 'p') v.schedule = 'p', v.bn = 128, v.stages = 6, v.raster = 'g';
     v.epilogue = cases[i].epilogue, v.cluster = cases[i].cluster;
     v.stats.teacher = cases[i].form, v.stats.tdt = cases[i].tdt;
-    v.stats.tld = cases[i].tld, v.stats.t = cases[i].t;
-    const kspec k = jgemm_spec(&v);
-    strbuf src = {0}, man = {0};
-    TH_OK(kspec_render_iface(&k, &src, &man));
-    printf("  manifest: %s", man.data);
+    v.stats.tld = cases[i].tld, v.stats.t = cases[i].t, v.stats.tt = cases[i].tt;
+    strbuf src = {0};
     kiface_manifest m;
-    TH_OK(kiface_parse(man.data, "gemm", &m));
-    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
-    TH_CHECK(m.n == 1 && g && g->nargs == 11);
+    const kiface_kernel *g = rendered(&v, &src, &m);
+    TH_CHECK(g && m.n == 1 && g->nargs == 11);
     TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "teacher"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "part"));
     TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "row0"));
@@ -268,11 +292,15 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
     char tld[48];
     snprintf(tld, sizeof tld, "#define TLD %lld", (long long)cases[i].tld);
     TH_CHECK(strstr(src.data, tld) != NULL && strstr(src.data, "tile_stats(d[ms]") != NULL);
-    /* the teacher's mass: sum exp(log p) of log-probabilities, sum p of probabilities */
-    const int lp = !strcmp(cases[i].form, "logprobs");
+    /* the teacher's mass: sum exp(log p) of log-probabilities, sum p of probabilities; the
+     * teacher logits' (max, sum-exp) at 1 / TT (TT's, or T's as the caller has it) */
+    const int lp = !strcmp(cases[i].form, "logprobs"), tl = !strcmp(cases[i].form, "logits");
     TH_CHECK((strstr(src.data, "return fexp(to_f32(v));") != NULL) == lp);
-    TH_CHECK((strstr(src.data, "return to_f32(v);") != NULL) == !lp);
-    sb_free(&src), sb_free(&man);
+    TH_CHECK((strstr(src.data, "return to_f32(v);") != NULL) == (!lp && !tl));
+    TH_CHECK((strstr(src.data, "md_step<8>(a, ad, lane);") != NULL) == tl);
+    TH_CHECK((strstr(src.data, "#define STATS_INV_TT(inv_t) ((inv_t))") != NULL) ==
+             (cases[i].tt == 0.0));
+    sb_free(&src);
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   /* the plain variant's source names none of it */
@@ -281,8 +309,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   TH_OK(jgemm_render(&plain, &src));
   TH_CHECK(strstr(src.data, "tile_stats") == NULL && strstr(src.data, "PART_FLOATS") == NULL);
   sb_free(&src);
-  jgemm_variant ok = plain;
-  ok.stats.teacher = "probs", ok.stats.tdt = KLJIT_BF16, ok.stats.tld = 1000, ok.stats.t = 1.0;
+  const jgemm_variant ok = with_stats("probs");
   jgemm_variant v = ok;
   v.beta = 1;
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
@@ -292,8 +319,10 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
   v = ok, v.kslice = 3;
   TH_CHECK(refused(v, "STATS is the logits GEMM's epilogue") == TH_PASS);
-  v = ok, v.stats.teacher = "logits";
-  TH_CHECK(refused(v, "STATS must be probs or logprobs") == TH_PASS);
+  v = ok, v.stats.teacher = "topk";
+  TH_CHECK(refused(v, "STATS must be probs, logprobs or logits") == TH_PASS);
+  v = ok, v.stats.tt = 2.0; /* a teacher temperature is the teacher logits' */
+  TH_CHECK(refused(v, "TT must be > 0 and needs STATS logits") == TH_PASS);
   v = ok, v.stats.t = 0.0;
   TH_CHECK(refused(v, "T must be > 0") == TH_PASS);
   v = ok, v.stats.tld = 0;
@@ -307,7 +336,7 @@ static int the_statistics_epilogue_compiles_and_declares_its_record(void) {
  * and compiles for sm_90a in the default logits variant's schedule and in the
  * cooperative one. */
 static int the_e16_epilogue_compiles_and_declares_e(void) {
-  for (int pp = 0; pp < 6; pp++) {
+  for (int pp = 0; pp < 8; pp++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     if (!pp) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0);
     /* pp 2: a bf16 bias in the scores; pp 3: with a logit cap of 30; pp 4: the CE's records */
@@ -318,7 +347,10 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     if (pp == 5) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.bdt = 0;
     v.stats.teacher = pp ? "probs" : "logprobs", v.stats.tdt = pp ? KLJIT_BF16 : KLJIT_FP32;
     v.stats.tld = pp ? 128256 : 32003, v.stats.t = pp ? 1.0 : 0.5, v.stats.e16 = 1;
-    const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5;
+    /* pp 6, 7: teacher logits, at a temperature of their own and at the per-call T */
+    if (pp >= 6) v.stats.teacher = "logits", v.stats.tt = pp == 6 ? 2.0 : 0.0, v.stats.bdt = 0;
+    if (pp == 7) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.tsoftcap = 30.0;
+    const int bias = pp >= 2 && pp <= 4, hard = pp == 4, rt = pp == 5 || pp == 7;
     char what[64];
     jgemm_describe(&v, what, sizeof what);
     TH_CHECK(strstr(what, "+e16") != NULL && (strstr(what, "+softcap") != NULL) == (pp == 3));
@@ -343,8 +375,10 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     TH_CHECK((strstr(src.data, "to_f32(bias[col + 8 * i + k])") != NULL) == bias);
     /* the cap, as the rows' load_cols applies it: c tanh(z / c), then 1 / T */
     TH_CHECK((strstr(src.data, "* tanhf(z * ") != NULL) == (pp == 3));
+    /* the teacher's cap, as the rows' load_cols applies it */
+    TH_CHECK((strstr(src.data, "* tanhf(t * ") != NULL) == (pp == 7));
     /* the CE's records: (max, sum-exp) of z' and the label's z' (slot S) */
-    TH_CHECK((strstr(src.data, "rec[PART_MH] = mh[h], rec[PART_DH] = dh[h], rec[PART_S] = zy[h]") !=
+    TH_CHECK((strstr(src.data, "v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h]") !=
               NULL) == (pp == 4));
     TH_CHECK(strstr(src.data, "tile_e16(d[ms]") != NULL &&
              strstr(src.data, "rowstat[(row0 + row + 8 * h) * rsf]") != NULL &&
@@ -353,12 +387,185 @@ static int the_e16_epilogue_compiles_and_declares_e(void) {
     if (compiles(&v) != TH_PASS) return TH_FAIL;
   }
   /* the statistics epilogue without E16 names none of it */
-  jgemm_variant st = jgemm_default(KLJIT_BF16, KLJIT_FP32, 0);
-  st.stats.teacher = "probs", st.stats.tdt = KLJIT_BF16, st.stats.tld = 1000, st.stats.t = 1.0;
+  const jgemm_variant st = with_stats("probs");
   strbuf src = {0};
   TH_OK(jgemm_render(&st, &src));
   TH_CHECK(strstr(src.data, "tile_e16") == NULL && strstr(src.data, "lde") == NULL);
   sb_free(&src);
+  return TH_PASS;
+}
+
+/* The online teacher (issue 27 coverage): its logits, the teacher GEMM's fp32 chunk, are teacher
+ * logits whose rows are the chunk's (TCHUNK: C's row r reads teacher row r, not row0 + r) and
+ * whose bias (TBDT) is added before the cap and 1 / TT, as the rows add it; the bias is the
+ * kernel's last argument (role teacher_bias). Plain statistics and E16, both schedules. */
+static int the_online_teachers_logits_feed_the_epilogue(void) {
+  for (int i = 0; i < 4; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i == 1) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "logits", v.stats.tdt = KLJIT_FP32, v.stats.tld = i == 3 ? 1004 : 32000;
+    v.stats.t = 1.0, v.stats.tchunk = 1;
+    /* i 0: bf16 bias; 1: f16 bias, cooperative staged; 2: E16 with a cap at TT 2, no bias;
+     * 3: E16, f32 bias, a per-call T and a student bias */
+    v.stats.tbdt = i == 0 ? KLJIT_BF16 : i == 1 ? KLJIT_FP16 : i == 3 ? KLJIT_FP32 : 0;
+    if (i >= 2) v.stats.e16 = 1;
+    if (i == 2) v.stats.tt = 2.0, v.stats.tsoftcap = 30.0;
+    if (i == 3) v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME, v.stats.bdt = KLJIT_BF16;
+    const int tb = v.stats.tbdt != 0;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, "stats:logits(online).f32") != NULL);
+    const kspec k = jgemm_spec(&v);
+    TH_CHECK(k.tchunk == 1 && k.tbdt == v.stats.tbdt);
+    strbuf src = {0}, man = {0};
+    TH_OK(kspec_render_iface(&k, &src, &man));
+    kiface_manifest m;
+    TH_OK(kiface_parse(man.data, "gemm", &m));
+    const kiface_kernel *g = kiface_find(&m, KSTEP_GEMM);
+    TH_CHECK(m.n == 1 && g && !strcmp(kiface_role_name(g->role[8]), "teacher"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 1]), tb ? "teacher_bias"
+                                                                 : i == 3 ? "hdr"
+                                                                 : i == 2 ? "rsf"
+                                                                          : "row0"));
+    TH_CHECK(strstr(src.data, "#define TROW(row0, r) ((i64)(r))") != NULL);
+    TH_CHECK((strstr(src.data, "+ tb[e], inv_tt)") != NULL) == tb);
+    TH_CHECK((strstr(src.data, "+ to_f32(tbias[c + e]), inv_tt)") != NULL) == tb);
+    TH_CHECK((strstr(src.data, "* tanhf(t * ") != NULL) == (i == 2));
+    sb_free(&src), sb_free(&man);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  /* a dense teacher's rows are the call's */
+  const jgemm_variant ok = with_stats("logits");
+  strbuf src = {0};
+  TH_OK(jgemm_render(&ok, &src));
+  TH_CHECK(strstr(src.data, "#define TROW(row0, r) ((row0) + (r))") != NULL &&
+           strstr(src.data, "tbias") == NULL);
+  sb_free(&src);
+  jgemm_variant v = ok;
+  v.stats.teacher = "probs", v.stats.tchunk = 1;
+  TH_CHECK(refused(v, "TCHUNK must be true and needs STATS logits") == TH_PASS);
+  v = ok, v.stats.tchunk = 0;
+  kspec k = jgemm_spec(&v);
+  k.tbdt = KLJIT_BF16; /* jgemm_spec drops a bias without tchunk; the template refuses it too */
+  TH_CHECK(kspec_render(&k, &src) == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(kljit_last_error(), "TBDT must be f32, bf16 or f16 and needs TCHUNK") != NULL);
+  sb_free(&src);
+  v = ok, v.stats.tbdt = KLJIT_BF16;
+  TH_CHECK(jgemm_spec(&v).tbdt == 0);
+  return TH_PASS;
+}
+
+/* The sparse teacher's statistics (issue 27 coverage): STATS sparse reads no teacher tile (no
+ * teacher argument, no TDT or TLD, no prefetch) and writes the sparse rows' record, as its pass 1
+ * declares it (m, d_on, d_off, ...), with d_on 0 and the tile's sum-exp in d_off. With E16 it
+ * also reads the support (ids, values: the last two arguments, roles teacher_ids and
+ * teacher_values; TOPK, IDT, VDT, VALUES) for the loss's exact cross term, in E16's record
+ * (slots ps, pw), and the CE's (labels; slots mh, dh, S, as the dense teachers'). Without E16
+ * the ids alone (TOPK, IDT) split the sum-exp on and off the support (d_on, d_off: the bucket
+ * tail's and the divergences' records) and OWN keeps its own (max, sum-exp). Both schedules
+ * and epilogues compile for sm_90a; E16 without the support's size, a ring with no room for the
+ * support's bitmaps, or a teacher's dtype and stride, are refused with a sentence. */
+static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
+  for (int i = 0; i < 6; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i % 2) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "sparse", v.stats.t = i == 1 ? 0.5 : 1.0;
+    const int e16 = i >= 2 && i <= 4;
+    if (e16) { /* i 2: 100 int32 ids, bf16 probabilities; 3: 1000 int64, fp32 log-probs,
+                * a bias and a per-call T; 4: as 2, with the CE's records (labels) */
+      v.stats.e16 = 1, v.stats.topk = i == 3 ? 1000 : 100;
+      v.stats.idt = i == 3 ? KLJIT_INT64 : KLJIT_INT32;
+      v.stats.vdt = i == 3 ? KLJIT_FP32 : KLJIT_BF16;
+      v.stats.values = i == 3 ? "logprobs" : "probs";
+      if (i == 3) v.stats.bdt = KLJIT_BF16, v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+      v.stats.hard = i == 4;
+    }
+    const int apart = i == 5; /* no E16: 64 int64 ids marked, the support's own (max, sum-exp) */
+    if (apart) v.stats.topk = 64, v.stats.idt = KLJIT_INT64, v.stats.own = 1;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    printf("  %s\n", what);
+    TH_CHECK(strstr(what, " stats:sparse") != NULL && strstr(what, "sparse.") == NULL);
+    TH_CHECK((strstr(what, "+e16") != NULL) == e16);
+    strbuf src = {0};
+    kiface_manifest m;
+    const kiface_kernel *g = rendered(&v, &src, &m);
+    TH_CHECK(g && g->nargs == (e16 ? (i >= 3 ? 18 : 16) : apart ? 11 : 10));
+    if (apart) TH_CHECK(!strcmp(kiface_role_name(g->role[10]), "teacher_ids"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[8]), "part"));
+    TH_CHECK(!strcmp(kiface_role_name(g->role[9]), "row0"));
+    if (e16) {
+      TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 2]), "teacher_ids"));
+      TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 1]), "teacher_values"));
+    }
+    const kiface_record *r = kiface_record_find(&m, "part");
+    TH_CHECK(r && r->floats == 8 && r->nslots == 8 && !strcmp(r->slot[1], "d_on") &&
+             !strcmp(r->slot[2], "d_off"));
+    TH_CHECK(!strcmp(r->slot[5], e16 ? "ps" : "mo") && !strcmp(r->slot[6], e16 ? "pw" : "dno"));
+    TH_CHECK((strstr(src.data, "v[PART_D_ON] = 0.0f, v[PART_D_OFF] = sd[h];") != NULL) == !apart);
+    TH_CHECK((strstr(src.data, "v[PART_D_ON] = don[h], v[PART_D_OFF] = sd[h];") != NULL) == apart);
+    TH_CHECK((strstr(src.data, "v[PART_MO] = mo[h], v[PART_DNO] = dno[h];") != NULL) == apart);
+    TH_CHECK((strstr(src.data, "u32* support_map(") != NULL) == (e16 || apart));
+    TH_CHECK((strstr(src.data, "tile_support(d, r0, c0") != NULL) == e16);
+    TH_CHECK((strstr(src.data, "p += fexp(to_f32(vals[rs * TOPK + k]));") != NULL) == (i == 3));
+    TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
+             strstr(src.data, "prefetch_teacher") == NULL);
+    sb_free(&src);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1;
+  v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
+  v.stats.topk = 0; /* E16 with the sparse teacher reads its support */
+  TH_CHECK(refused(v, "TOPK must be in [1, 1024]") == TH_PASS);
+  v.stats.topk = 10, v.stats.e16 = 1, v.stages = 7; /* 224 KB of ring: no room for the bitmaps */
+  TH_CHECK(refused(v, "the support's bitmaps (STATS sparse)") == TH_PASS);
+  v.stages = 6, v.stats.own = 1; /* the support's own (max, sum-exp) is the fp32 path's */
+  kspec k = jgemm_spec(&v);
+  TH_CHECK(k.gemm_stats_own == 0); /* jgemm_spec drops it under E16; the template refuses it */
+  k.gemm_stats_own = 1;
+  strbuf bad = {0};
+  TH_CHECK(kspec_render(&k, &bad) == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(strstr(kljit_last_error(), "OWN must be true and needs STATS sparse with TOPK") != NULL);
+  sb_free(&bad);
+  v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+  v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.tdt = KLJIT_BF16, v.stats.tld = 1000;
+  TH_CHECK(refused(v, "STATS sparse reads no teacher tile") == TH_PASS);
+  return TH_PASS;
+}
+
+/* E' for the G operand stage (EXPE, issue 27's step 2): the sparse teacher's E16 epilogue writes
+ * exp(x) in fp16 instead of x, its records' d the sum of E' as rounded; named "+exp", compiled
+ * for sm_90a in both schedules; the default E16 source does not change, and it is refused with
+ * the CE, a logit cap or a dense teacher (their G needs the score). */
+static int the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage(void) {
+  for (int i = 0; i < 2; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    if (i) v = jgemm_default(KLJIT_FP16, KLJIT_FP32, 0), v.epilogue = 's';
+    v.stats.teacher = "sparse", v.stats.t = 1.0, v.stats.e16 = 1, v.stats.topk = 100;
+    v.stats.idt = KLJIT_INT32, v.stats.vdt = KLJIT_BF16, v.stats.values = "probs";
+    strbuf plain = {0}, src = {0};
+    TH_OK(jgemm_render(&v, &plain));
+    v.stats.expe = 1;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, "+e16+exp") != NULL);
+    TH_OK(jgemm_render(&v, &src));
+    TH_CHECK(strstr(src.data, "e[k] = from_f32<f16_t>(fexp(x < -65504.0f ? -65504.0f : x));"));
+    TH_CHECK(strstr(src.data, "sd[h] += to_f32(e[k]);") != NULL);
+    TH_CHECK(strstr(plain.data, "fexp(x < -65504.0f") == NULL &&
+             strstr(plain.data, "sd[h] += fexp(to_f32(e[k]));") != NULL);
+    sb_free(&plain), sb_free(&src);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+    if (i) continue;
+    jgemm_variant b = v;
+    b.stats.hard = 1;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+    b = v, b.stats.softcap = 30.0;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+    b = with_stats("probs"), b.stats.e16 = 1, b.stats.expe = 1;
+    TH_CHECK(refused(b, "EXPE must be true and needs E16 with STATS sparse") == TH_PASS);
+  }
   return TH_PASS;
 }
 
@@ -424,6 +631,8 @@ static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
 }
 
 static const th_case cases[] = {
+    {"the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage",
+     the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage},
     {"the_g_operand_stage_compiles_and_declares_its_operands",
      the_g_operand_stage_compiles_and_declares_its_operands},
     {"every_gemm_variant_compiles_for_sm90a", every_gemm_variant_compiles_for_sm90a},
@@ -435,7 +644,11 @@ static const th_case cases[] = {
     {"the_statistics_epilogue_compiles_and_declares_its_record",
      the_statistics_epilogue_compiles_and_declares_its_record},
     {"the_e16_epilogue_compiles_and_declares_e", the_e16_epilogue_compiles_and_declares_e},
+    {"the_online_teachers_logits_feed_the_epilogue",
+     the_online_teachers_logits_feed_the_epilogue},
     {"the_promoted_accumulator_compiles_where_it_fits",
      the_promoted_accumulator_compiles_where_it_fits},
+    {"the_sparse_teachers_statistics_need_no_teacher_tile",
+     the_sparse_teachers_statistics_need_no_teacher_tile},
 };
 TH_MAIN(cases)

@@ -1149,6 +1149,8 @@ static int expect_rejected(const kspec *k, const char *param) {
   return TH_PASS;
 }
 
+static kspec pinned_spec(int i); /* the pinned modules (below): their specs written out */
+
 static int invalid_spec_is_rejected_with_a_sentence(void) {
   kljit_problem pb;
   TH_CHECK(make_problem(EDGE_PROBLEMS[0], 50257, &pb));
@@ -1177,6 +1179,30 @@ static int invalid_spec_is_rejected_with_a_sentence(void) {
     k.cluster = 3; /* clusters are a power of two */
     if (expect_rejected(&k, "CLUSTER") != TH_PASS) return TH_FAIL;
   }
+  /* the sparse rows' block merge and E16 scores (the logits GEMM's epilogue's records): each
+   * outside what the epilogue writes is refused, naming it */
+  const kspec sparse = pinned_spec(4); /* renorm tail, log-probabilities */
+  strbuf src = {0};
+  TH_OK(kspec_render(&sparse, &src));
+  sb_free(&src);
+  kspec e16 = sparse;
+  e16.merge_block = 1, e16.etile = 128, e16.logit = KLJIT_FP16, e16.inplace = 0;
+  e16.ldg = e16.ld;
+  TH_OK(kspec_render(&e16, &src)); /* the forward KL over E16's scores */
+  sb_free(&src);
+  k = sparse, k.merge_block = 1, k.div = "reverse", k.sharded = 1;
+  if (expect_rejected(&k, "MERGE block takes no SHARDED") != TH_PASS) return TH_FAIL;
+  k = e16, k.merge_block = 0; /* a tile's records are many: the block merges them */
+  if (expect_rejected(&k, "ETILE is pass 2 over the GEMM's fp16 scores") != TH_PASS) return TH_FAIL;
+  k = e16, k.div = "jsd", k.beta = 0.5; /* a divergence's support terms: fp32 gathers */
+  if (expect_rejected(&k, "ETILE takes what the GEMM's epilogue covers") != TH_PASS)
+    return TH_FAIL;
+  k = e16, k.hard = 0.5, k.lsmooth = 0.1; /* label smoothing's sum of z': no slot */
+  if (expect_rejected(&k, "ETILE takes what the GEMM's epilogue covers") != TH_PASS)
+    return TH_FAIL;
+  k = e16, k.tail = "bucket";
+  if (expect_rejected(&k, "ETILE takes what the GEMM's epilogue covers") != TH_PASS)
+    return TH_FAIL;
   return TH_PASS;
 }
 

@@ -74,6 +74,10 @@ static kljit_problem problem_of(const char *name) {
     pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
     pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0, pb.teacher_softcap = 50.0;
     pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL, pb.flags |= KLJIT_FLAG_BIAS;
+  } else if (!strncmp(name, "tlogits", 7)) { /* teacher logits at their own temperature */
+    pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.teacher_temperature = 2.0;
+    pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
   } else if (!strncmp(name, "native", 6)) {
     pb = base(4096, 151936);
     pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
@@ -121,7 +125,8 @@ static const pin_case CASES[] = {
     {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
      "logits:jit.256.2.4.m.1.e16"},
     {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
-    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "236b505bf7755a2a", "logits:jit.e16"},
+    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "714e8b7091446479", "logits:jit.e16"},
+    {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "f993269258e2dd10", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
     {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
     {"cap_ce_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "b57650622deed4de", "logits:jit.stats"},
@@ -371,11 +376,17 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
   const char *const on = "all:jit,logits:jit.stats";
   /* in scope: probabilities in bf16; log-probabilities in fp32, padded, at T = 2; a tile of
    * 256 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
-   * depend on the divergence) */
-  for (int k = 0; k < 5; k++) {
+   * depend on the divergence); teacher logits at a temperature of their own, and at T's; the
+   * online teacher's (fp32, the chunk's rows LD apart: TCHUNK), with its bias (TBDT) */
+  for (int k = 0; k < 9; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 3) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    if (k >= 5) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.temperature = 2.0;
+    if (k == 5) pb.teacher_temperature = 3.0;
+    if (k == 6) pb.teacher_softcap = 50.0; /* capped as pass 1 caps them */
+    if (k >= 7) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+    if (k == 8) pb.flags |= KLJIT_FLAG_TEACHER_BIAS, pb.teacher_temperature = 1.5;
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
       pb.teacher_ld = 32064, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_NONE;
@@ -386,9 +397,16 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
     TH_OK(stats_recipe(&pb, 90, "all:jit", TP, &plain));
     const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
     TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
-    TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : "probs"));
-    TH_CHECK(g->spec.gemm_stats_tdt == pb.teacher_dtype && g->spec.gemm_stats_t == pb.temperature);
-    TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : pb.vocab));
+    TH_CHECK(g->spec.gemm_stats &&
+             !strcmp(g->spec.gemm_stats, k == 1 ? "logprobs" : k >= 5 ? "logits" : "probs"));
+    TH_CHECK(g->variant.stats.tt == (k == 5 ? 3.0 : k == 8 ? 1.5 : 0.0) &&
+             g->spec.tt == g->variant.stats.tt);
+    TH_CHECK(g->spec.tsoftcap == (k == 6 ? 50.0 : 0.0));
+    const int online = k >= 7;
+    TH_CHECK(g->spec.gemm_stats_tdt == (online ? KLJIT_FP32 : pb.teacher_dtype) &&
+             g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(g->spec.gemm_stats_tld == (k == 1 ? 32064 : online ? r.geom.ld : pb.vocab));
+    TH_CHECK(g->spec.tchunk == online && g->spec.tbdt == (k == 8 ? pb.teacher_dtype : 0));
     const int bn = k == 2 ? 256 : 128;
     TH_CHECK(g->variant.bn == bn && r.geom.stats_tiles == (pb.vocab + bn - 1) / bn);
     TH_OK(recipe_check(&r)); /* the template takes the variant */
@@ -436,9 +454,13 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
       case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
       case 5: pb.flags |= KLJIT_FLAG_NATIVE_LOGITS; break;
       case 6: rk = CL; break;
-      case 7: pb.teacher = KLJIT_TEACHER_DENSE_LOGITS; break;
-      case 8:
+      case 7: /* the online teacher's shard */
+        pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+        pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
+        break;
+      case 8: /* the sparse teacher's CE is E16's */
         pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+        pb.hard_weight = 0.5;
         break;
       case 9: pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2; break;
       case 10: arch = 80; break;
@@ -488,7 +510,7 @@ static int e16_rows_compile(const kspec *k, int bn, kiface_step has, kiface_step
  * scores (.stats alone takes neither). A tuning's logits choice with E16 (flag e) takes it the
  * same way. Out of that scope nothing of it is taken; asked of the other GEMMs it is refused. */
 static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
-  for (int k = 0; k < 7; k++) {
+  for (int k = 0; k < 11; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 1) {
       pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS, pb.teacher_dtype = KLJIT_FP32;
@@ -503,10 +525,29 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.weight_dtype = KLJIT_BF16;
     /* a logit cap: the epilogue caps the scores (SOFTCAP), the rows take G's factor from them */
     if (k == 4) pb.softcap = 30.0;
-    /* CE mixing with a z-loss: the epilogue writes the CE's records (lse(z') and z'_y) too */
+    /* CE mixing with a z-loss and label smoothing: the epilogue writes the CE's records
+     * (lse(z') and z'_y) too */
     if (k == 5) pb.hard_weight = 0.5, pb.z_loss = 1e-4, pb.temperature = 2.0;
+    if (k == 5) pb.label_smoothing = 0.1;
     /* a per-call T: the epilogue reads 1 / T from the plan header, as the rows do */
     if (k == 6) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+    /* teacher logits (their (max, sum-exp) in the records): in fp32 at a temperature of their
+     * own, the reverse KL; and at a per-call T, theirs too (the header's), the JSD */
+    if (k >= 7) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS;
+    if (k == 7) pb.teacher_dtype = KLJIT_FP32, pb.teacher_temperature = 2.0;
+    if (k == 7) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 8) pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME;
+    if (k == 8) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5, pb.teacher_softcap = 30.0;
+    /* the online teacher (its logits the teacher GEMM's fp32 chunk): the JSD with its bias in
+     * bf16; the forward KL in fp16 at its own temperature, CE mixing besides */
+    const int online = k >= 9;
+    if (online) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 64;
+    if (k == 9) pb.flags |= KLJIT_FLAG_TEACHER_BIAS, pb.divergence = KLJIT_DIVERGENCE_JSD;
+    if (k == 9) pb.beta = 0.5;
+    if (k == 10) {
+      pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP16;
+      pb.teacher_temperature = 2.0, pb.hard_weight = 0.3;
+    }
     TH_OK(prob_validate(&pb, "e16"));
     recipe r, st;
     TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.e16", TP, &r));
@@ -518,9 +559,15 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
              st.gemm[RECIPE_LOGITS].spec.gemm_e16 == 0);
     TH_CHECK(g->spec.gemm_stats_bdt == (k == 3 ? KLJIT_BF16 : (kljit_dtype)0));
     TH_CHECK(g->spec.softcap == pb.softcap && g->variant.stats.softcap == pb.softcap);
-    TH_CHECK(g->spec.gemm_hard == (k == 5) && r.rows_part[0].hard == pb.hard_weight);
+    TH_CHECK(g->spec.gemm_hard == (k == 5 || k == 10) && r.rows_part[0].hard == pb.hard_weight);
     TH_CHECK(g->spec.tmode == pb.temperature_mode &&
-             g->spec.gemm_stats_t == (k == 6 ? 1.0 : pb.temperature));
+             g->spec.gemm_stats_t == (k == 6 || k == 8 ? 1.0 : pb.temperature));
+    TH_CHECK(!strcmp(g->spec.gemm_stats, k >= 7 ? "logits" : k == 1 ? "logprobs" : "probs"));
+    TH_CHECK(g->spec.tt == (k == 7 || k == 10 ? 2.0 : 0.0) &&
+             g->spec.tsoftcap == pb.teacher_softcap);
+    TH_CHECK(g->spec.tchunk == online && g->spec.tbdt == (k == 9 ? pb.teacher_dtype : 0));
+    TH_CHECK(!online || (g->spec.gemm_stats_tdt == KLJIT_FP32 &&
+                         g->spec.gemm_stats_tld == r.geom.ld && r.gemm[RECIPE_TEACHER].used));
     TH_CHECK(r.geom.stats_tiles == (pb.vocab + bn - 1) / bn && st.geom.stats_tiles == 0);
     TH_CHECK(r.geom.logit == KLJIT_FP16 && r.geom.ldg == r.geom.ld && r.geom.p2_split == 1);
     /* every reader of G takes E's stride: the rows, the dX and dW GEMMs (below), kl_colsum */
@@ -531,7 +578,10 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     kspec_key kw, kg;
     TH_CHECK(kspec_key_of(&want_helpers, &kw) == 0 && kspec_key_of(&r.geom.helpers, &kg) == 0);
     TH_CHECK(!strcmp(kw.text, kg.text) && strstr(kg.text, " LDG=") != NULL);
-    const int64_t c0 = st.geom.tune.chunk_rows, chunk = c0 >= 8192 ? c0 : c0 > 4096 ? 8192 : 2 * c0;
+    /* twice the rows a chunk (E: 2 bytes an element where the logits took 4), but the online
+     * teacher's (its fp32 logits stay: 6 bytes where it took 8) */
+    const int64_t c0 = st.geom.tune.chunk_rows,
+                  chunk = online || c0 >= 8192 ? c0 : c0 > 4096 ? 8192 : 2 * c0;
     TH_CHECK(r.geom.tune.chunk_rows == chunk);
     TH_CHECK(r.geom.chunk_eighths == (st.geom.chunk_eighths == 3 ? 4 : st.geom.chunk_eighths));
     TH_CHECK(k != 2 || r.geom.chunk_eighths == 4);
@@ -563,11 +613,11 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_OK(recipe_check(&r)); /* the whole module's spec is the template's too */
   }
   /* a tuning's logits choice with E16 (flag e, wisdom's) takes it without the options, in
-   * its scope; outside (label smoothing) its variant runs without it and the description says
-   * why */
+   * its scope; outside (native 16-bit logits) its variant runs without it and the description
+   * says why */
   for (int k = 0; k < 2; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
+    if (k) pb.flags |= KLJIT_FLAG_NATIVE_LOGITS;
     const pin_case c = {"tuned e16", 90, HEURISTIC, TP, GD, 0, 0, "", NULL};
     const kljit_context_options o = options_of(&c);
     prob_tuning t = prob_estimate(&pb, 90, &o);
@@ -584,11 +634,12 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (the CE's label smoothing; teacher logits, capped; sm_80): neither */
+  /* out of scope (a shard; the sparse teacher's bucket tail; sm_80): neither */
   for (int k = 0; k < 3; k++) {
     kljit_problem pb = base(2048, 32000);
-    if (k == 0) pb.hard_weight = 0.5, pb.label_smoothing = 0.1;
-    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.softcap = 30.0;
+    if (k == 0) pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    if (k == 1) pb.tail = KLJIT_TAIL_BUCKET;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
@@ -599,6 +650,114 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
   return choices_refused(bad, sizeof bad / sizeof bad[0]);
 }
 
+/* The sparse top-K teacher's forward KL with tail none or renorm (issue 27 coverage): under
+ * logits:jit.stats the generated logits GEMM writes the sparse rows' pass-1 records (STATS
+ * sparse: no teacher tile, so neither TDT nor TLD) and pass 2 merges them with the block (MERGE
+ * block), nothing else of the rows changing. Under logits:jit.e16 (E16) the GEMM also reads the
+ * support (TOPK, IDT, VDT, VALUES: the loss's exact cross term) and the rows read its fp16 scores
+ * (ETILE, LOGIT f16, LDG = LD, no INPLACE), a bias, a softcap, a per-call T and the CE taken in
+ * the epilogue. The bucket tail and the other divergences (their records keep the support's
+ * sum-exp apart) take .stats too: the GEMM reads the support's ids (TOPK, IDT) and marks its
+ * columns, the renormalized divergences keeping its own (max, sum-exp) (OWN). Both modules
+ * declare the same record, and the rows compile for sm_90. Out of that scope (the bucket tail
+ * and the divergences under E16; the CE's label smoothing; the CE, a softcap, a bias or a
+ * per-call T without E16) the recipe is the plain one and says why. */
+static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
+  for (int k = 0; k < 7; k++) {
+    const int e16 = k == 2 || k == 3;
+    kljit_problem pb = base(4096, 128256);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
+    /* 4: the bucket tail; 5: the reverse KL renormalized (the support's own (max, sum-exp));
+     * 6: the JSD over the bucket: the support's columns apart, from its ids */
+    if (k == 4 || k == 6) pb.tail = KLJIT_TAIL_BUCKET;
+    if (k == 5) pb.tail = KLJIT_TAIL_RENORM, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+    if (k == 6) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
+    const int apart = k >= 4;
+    if (k == 1 || k == 3) {
+      pb.tail = KLJIT_TAIL_RENORM, pb.topk_values = KLJIT_TOPK_LOGPROBS;
+      pb.teacher_dtype = KLJIT_FP32, pb.temperature = 2.0;
+    }
+    if (k == 3) pb.flags |= KLJIT_FLAG_BIAS, pb.softcap = 30.0, pb.topk_id_dtype = KLJIT_INT64;
+    if (k == 3) pb.hard_weight = 0.5, pb.z_loss = 1e-4; /* the CE's records too */
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r, plain;
+    TH_OK(stats_recipe(&pb, 90, e16 ? "logits:jit.e16" : "all:jit,logits:jit.stats", TP, &r));
+    TH_OK(stats_recipe(&pb, 90, e16 ? "" : "all:jit", TP, &plain));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    TH_CHECK(g->engine == RECIPE_GENERATED && r.stats_why == NULL);
+    TH_CHECK(g->spec.gemm_stats && !strcmp(g->spec.gemm_stats, "sparse") &&
+             g->spec.gemm_stats_tld == 0 && g->spec.gemm_stats_t == pb.temperature);
+    TH_CHECK(g->spec.gemm_e16 == e16 && r.geom.e16 == e16);
+    TH_CHECK(g->spec.topk == (e16 || apart ? 100 : 0) && g->spec.gemm_stats_own == (k == 5));
+    if (e16)
+      TH_CHECK(g->spec.idt == pb.topk_id_dtype && g->spec.gemm_stats_tdt == pb.teacher_dtype &&
+               !strcmp(g->spec.values, k == 3 ? "logprobs" : "probs") &&
+               g->spec.softcap == pb.softcap && g->spec.gemm_stats_bdt == (k == 3 ? pb.weight_dtype : 0) &&
+               g->spec.gemm_hard == (k == 3) && r.geom.rows.hard == pb.hard_weight);
+    TH_CHECK(r.geom.stats_tiles == (pb.vocab + g->variant.bn - 1) / g->variant.bn);
+    TH_CHECK(r.geom.rows.family == KSPEC_SPARSE_ROWS && r.geom.rows.merge_block == 1 &&
+             plain.geom.rows.merge_block == 0 && plain.geom.stats_tiles == 0);
+    TH_CHECK(r.geom.rows.etile == (e16 ? g->variant.bn : 0));
+    if (e16) /* the fp16 scores: G over them, twice the rows a chunk */
+      TH_CHECK(r.geom.rows.logit == KLJIT_FP16 && r.geom.rows.ldg == r.geom.ld &&
+               !r.geom.rows.inplace && r.geom.tune.chunk_rows > plain.geom.tune.chunk_rows);
+    kspec want_rows = plain.geom.rows;
+    want_rows.merge_block = 1;
+    if (!e16) TH_CHECK(memcmp(&want_rows, &r.geom.rows, sizeof want_rows) == 0);
+    TH_OK(recipe_check(&r));
+    strbuf gs = {0}, gm = {0}, rs = {0}, rm = {0}, cubin = {0}, log = {0};
+    TH_OK(kspec_render_iface(&g->spec, &gs, &gm));
+    TH_OK(kspec_render_iface(&r.geom.rows, &rs, &rm));
+    kiface_manifest mg, mr;
+    TH_OK(kiface_parse(gm.data, "gemm", &mg));
+    TH_OK(kiface_parse(rm.data, "rows", &mr));
+    const kiface_record *a = kiface_record_find(&mg, "part"), *b = kiface_record_find(&mr, "part");
+    TH_CHECK(a && b && a->floats == b->floats && a->nslots == b->nslots);
+    for (int i = 0; i < a->nslots; i++) TH_CHECK(!strcmp(a->slot[i], b->slot[i]));
+    TH_CHECK(!strcmp(a->slot[5], e16 ? "ps" : "mo"));
+    TH_CHECK((strstr(gs.data, "support_map(r0, c0, M, N, ids") != NULL) == (e16 || apart));
+    TH_CHECK((strstr(gs.data, "v[PART_MO] = mo[h], v[PART_DNO] = dno[h];") != NULL) == (k == 5));
+    TH_CHECK(strstr(rs.data, "acc_of(part + ") != NULL);
+    TH_CHECK((strstr(rs.data, "l = block_sum<THREADS>(l, sh_f) - ps") != NULL) == e16);
+    TH_CHECK(kiface_find(&mr, KSTEP_STATS) == NULL || !e16); /* E16: no pass 1 at all */
+    TH_OK(nvrtc_compile(rs.data, "rows-sparse-merge", 90, &cubin, &log));
+    printf("  case %d (%s): %d records a row, rows cubin %zu bytes\n", k, e16 ? "e16" : "stats",
+           r.geom.stats_tiles, cubin.len);
+    TH_CHECK(cubin.len > 4096);
+    sb_free(&gs), sb_free(&gm), sb_free(&rs), sb_free(&rm), sb_free(&cubin), sb_free(&log);
+  }
+  for (int k = 0; k < 8; k++) {
+    kljit_problem pb = base(2048, 32000);
+    pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
+    const char *choice = "all:jit,logits:jit.stats";
+    switch (k) {
+      case 0: pb.tail = KLJIT_TAIL_BUCKET, choice = "logits:jit.e16"; break;
+      case 1:
+        pb.tail = KLJIT_TAIL_RENORM, pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
+        choice = "logits:jit.e16";
+        break;
+      case 2: pb.hard_weight = 0.5; break;
+      case 3: pb.softcap = 30.0; break;
+      case 4: pb.temperature_mode = KLJIT_TEMPERATURE_RUNTIME; break;
+      case 5: pb.hard_weight = 0.5, pb.label_smoothing = 0.1, choice = "logits:jit.e16"; break;
+      /* more ids than the epilogue reads once per column tile: E16; the bucket tail */
+      case 6: pb.topk = 129, choice = "logits:jit.e16"; break;
+      default: pb.topk = 1024, pb.tail = KLJIT_TAIL_BUCKET; break;
+    }
+    TH_OK(prob_validate(&pb, "stats"));
+    recipe r;
+    TH_OK(stats_recipe(&pb, 90, choice, TP, &r));
+    printf("  case %d: %s\n", k, r.stats_why ? r.stats_why : "(taken)");
+    TH_CHECK(r.stats_why != NULL && r.geom.stats_tiles == 0 && !r.geom.rows.merge_block &&
+             r.gemm[RECIPE_LOGITS].spec.gemm_stats == NULL);
+    TH_CHECK(strstr(r.stats_why, k < 2    ? "only under E16"
+                                 : k == 5 ? "label smoothing"
+                                 : k >= 6 ? "at most 128 ids"
+                                          : "E16 takes") != NULL);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
@@ -607,5 +766,7 @@ static const th_case cases[] = {
      the_statistics_epilogue_is_taken_only_in_its_scope},
     {"the_e16_epilogue_follows_the_statistics_epilogue",
      the_e16_epilogue_follows_the_statistics_epilogue},
+    {"the_sparse_teachers_statistics_come_from_the_epilogue",
+     the_sparse_teachers_statistics_come_from_the_epilogue},
 };
 TH_MAIN(cases)

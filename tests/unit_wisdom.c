@@ -1052,19 +1052,20 @@ static int the_online_teacher_and_the_loss_family_round_trip_and_serve_plans(voi
 }
 
 /* The tuner's E16 try (tune_measure.c: flag e on the default pingpong logits GEMM) is timed only
- * where the plan takes it (tune_takes_e16): a dense bf16 problem on sm_90 does, and its plan then
- * holds fp16 scores; on sm_80 (no generated GEMM), with fp32 inputs, under KLJIT_GEMM=logits:
- * cublas, or with the sparse teacher, the plan would be the candidate without E16, which the
- * tuner times already. */
+ * where the plan takes it (tune_takes_e16): a dense bf16 problem on sm_90 does, and so does the
+ * sparse teacher's forward KL, and its plan then holds fp16 scores; on sm_80 (no generated GEMM),
+ * with fp32 inputs, under KLJIT_GEMM=logits:cublas, or with the sparse teacher's bucket tail, the
+ * plan would be the candidate without E16, which the tuner times already. */
 static int the_e16_try_is_timed_only_where_the_plan_takes_it(void) {
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 6; k++) {
     kljit_problem pb = dense_problem();
     kljit_context_options o = OPT;
     int arch = 90;
     if (k == 1) arch = 80;
     if (k == 2) pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
     if (k == 3) o.gemm_choice = "logits:cublas";
-    if (k == 4) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64;
+    if (k >= 4) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64;
+    if (k == 5) pb.tail = KLJIT_TAIL_BUCKET;
     TH_OK(prob_validate(&pb, "e16 try"));
     prob_tuning t = prob_estimate(&pb, arch, &o);
     prob_gemm_choice c;
@@ -1074,7 +1075,7 @@ static int the_e16_try_is_timed_only_where_the_plan_takes_it(void) {
     TH_CHECK(gemm_algo_add(&t, &c) == 0);
     const int takes = tune_takes_e16(&pb, &o, arch, &t);
     printf("  case %d: %s\n", k, takes ? "takes E16" : "does not");
-    TH_CHECK(takes == (k == 0));
+    TH_CHECK(takes == (k == 0 || k == 4));
     recipe r;
     TH_OK(recipe_make(&pb, &t, &o, arch, 132, &r));
     TH_CHECK(r.geom.e16 == takes && (r.geom.logit == KLJIT_FP16) == takes);

@@ -5,9 +5,9 @@ plot.py: the fixture CSV (data/bench_matrix.csv) is read and grouped with the st
 alone (runs in CI); the figures are drawn only where matplotlib is importable (else 77), and
 its absence is reported by the script. compare.py: argument parsing and --dry-run, which need
 neither torch nor a GPU. g_rebuild_precision.py, sparse_g_rebuild_precision.py,
-loss_from_e16_precision.py,
-e16_divergences_precision.py, e16_softcap_precision.py, dw_rounding_precision.py, precision.py's
-smoke run (and compare.py's timing loop): torch on the CPU.
+loss_from_e16_precision.py, e16_divergences_precision.py, e16_softcap_precision.py,
+dw_rounding_precision.py, sparse_e16_precision.py, precision.py's smoke run (and compare.py's
+timing loop): torch on the CPU.
 """
 
 from __future__ import annotations
@@ -122,9 +122,9 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(compare.csv_path(Path("a/b.md")), Path("a/b.csv"))
 
     @labels("torch")
-    def test_compare_builds_the_e16_call_for_dense_teachers_only(self) -> None:
-        """kljit_c_e16 (issue 27's E16 beside kljit_c): a dense shape gets a C call (made at its
-        first step, not here); a sparse shape is skipped with the reason."""
+    def test_compare_builds_the_replanned_c_calls(self) -> None:
+        """kljit_c_e16 (issue 27's E16 beside kljit_c): a dense or sparse shape gets a C call
+        (made at its first step, not here; the plan refuses it where E16 is out of scope)."""
         torch = require("torch")
         compare = load_script("compare")
         env = compare.Env(torch=torch, device="cpu", kljit=object())
@@ -132,8 +132,7 @@ class CompareTest(unittest.TestCase):
         fn, why = compare.build_method(env, "kljit_c_e16", compare.DENSE_SHAPES[3], args, {})
         self.assertTrue(callable(fn) and why == "")
         fn, why = compare.build_method(env, "kljit_c_e16", compare.SPARSE_SHAPES[0], args, {})
-        self.assertIsNone(fn)
-        self.assertEqual(why, "E16 takes a dense teacher")
+        self.assertTrue(callable(fn) and why == "")  # the sparse teacher's forward KL takes it
         self.assertIn("kljit_c_e16", compare.METHODS)
         self.assertNotIn("kljit_c_e16", compare.DENSE_DEFAULT)
         # the promoted accumulator: the same C call with its own KLJIT_GEMM, any teacher
@@ -142,11 +141,21 @@ class CompareTest(unittest.TestCase):
             self.assertTrue(callable(fn) and why == "")
         self.assertEqual(compare.REPLANNED["kljit_c_promoted"][0], "logits:jit.128.2.6.g.1.r")
         self.assertNotIn("kljit_c_promoted", compare.DENSE_DEFAULT)
-        # the statistics epilogue alone: the same C call with its own KLJIT_GEMM
-        fn, why = compare.build_method(env, "kljit_c_stats", compare.DENSE_SHAPES[3], args, {})
-        self.assertTrue(callable(fn) and why == "")
+        # the statistics epilogue alone: dense and sparse shapes (the sparse teacher's forward KL)
+        for shape in (compare.DENSE_SHAPES[3], compare.SPARSE_SHAPES[1]):
+            fn, why = compare.build_method(env, "kljit_c_stats", shape, args, {})
+            self.assertTrue(callable(fn) and why == "")
         self.assertEqual(compare.REPLANNED["kljit_c_stats"][0], "logits:jit.stats")
         self.assertNotIn("kljit_c_stats", compare.DENSE_DEFAULT + compare.SPARSE_DEFAULT)
+        # the online JSD through the opt-in epilogues: a C call each, sped up over Liger's JSD
+        for m, gemm in (("kljit_jsd_e16", "logits:jit.e16"), ("kljit_jsd_stats", "logits:jit.stats")):
+            fn, why = compare.build_online_method(env, m, args)
+            self.assertTrue(callable(fn) and why == "")
+            self.assertEqual(compare.ONLINE_REPLANNED[m][0], gemm)
+            self.assertEqual(compare.online_base(m), "liger_jsd")
+            self.assertNotIn(m, compare.ONLINE_DEFAULT)
+        self.assertEqual(compare.online_base("kljit_jsd_hard"), "liger_jsd_hard")
+        self.assertEqual(compare.online_base("kljit_fkl_online"), "liger_fkl_online")
 
     @labels("torch")
     def test_precision_runs_the_protocol_and_judges_each_error_by_its_bar(self) -> None:
@@ -261,6 +270,24 @@ class CompareTest(unittest.TestCase):
         self.assertLess(apart["fp32"], 1e-6)
         with self.assertRaises(SystemExit):
             study.parse_args(["--vocab", "1000", "--tile", "128"])
+
+    @labels("torch")
+    def test_sparse_e16_precision_takes_the_cross_term_from_the_records(self) -> None:
+        """The sparse teacher under E16 (256 rows, fixed seed, logit std 6, T = 0.5): the fp32
+        gathers under 1e-6, the epilogue's records (the cross term from exact scores) under 1e-5
+        and below the fp16 x's gathers; with a teacher drawn apart from the student, under a
+        quarter of theirs (the reason E16's epilogue reads the support)."""
+        torch = require("torch")
+        study = load_script("sparse_e16_precision")
+        errs = study.errors(torch, 256, 64, 4096, 128, 6.0, 0.5, 50, 0)
+        self.assertEqual(tuple(errs), study.FORMS)
+        self.assertLess(errs["fp32"], 1e-6)
+        self.assertLess(errs["records"], 1e-5)
+        self.assertLess(errs["records"], errs["x fp16"])
+        apart = study.errors(torch, 256, 64, 4096, 128, 6.0, 0.5, 50, 0, True)
+        self.assertLess(apart["records"], apart["x fp16"] / 4)
+        with self.assertRaises(SystemExit):
+            study.parse_args(["--topk", "0"])
 
     @labels("torch")
     def test_e16_divergences_precision_keeps_every_divergences_dx(self) -> None:
@@ -395,7 +422,10 @@ class CompareTest(unittest.TestCase):
 
     def test_compare_parses_the_online_teacher_options(self) -> None:
         compare = load_script("compare")
-        self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_METHODS))
+        self.assertEqual(compare.parse_methods("online,kljit_jsd"), list(compare.ONLINE_DEFAULT))
+        self.assertEqual(compare.parse_methods("kljit_jsd_e16,online")[0], "kljit_jsd_e16")
+        self.assertEqual(compare.split_methods(["kljit_jsd_stats", "kljit_c"]),
+                         (["kljit_c"], ["kljit_jsd_stats"]))
         # --alternate: online methods alternate where they share a loss (one reference a round)
         shape = compare.DENSE_SHAPES[3]
         group = [compare.Result(m, shape) for m in ("liger_jsd", "kljit_jsd", "kljit_fkl_online")]
