@@ -634,16 +634,23 @@ static int the_e16_epilogue_follows_the_statistics_epilogue(void) {
     TH_CHECK(r.geom.e16 == !k && g->spec.gemm_e16 == !k && g->variant.stats.e16 == !k);
     TH_CHECK((r.stats_why != NULL) == k && r.rows_part[0].etile == (k ? 0 : 128));
   }
-  /* out of scope (a shard; the sparse teacher's bucket tail; sm_80): neither */
-  for (int k = 0; k < 3; k++) {
+  /* out of scope (a shard; the sparse teacher's bucket tail; sm_80; TVD, whose sign E16's
+   * rounding flips, and which .stats still takes): neither */
+  for (int k = 0; k < 4; k++) {
     kljit_problem pb = base(2048, 32000);
     if (k == 0) pb.vocab_total = 64000, pb.vocab_offset = 32000, pb.shards = 2;
     if (k == 1) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64, pb.topk_id_dtype = KLJIT_INT32;
     if (k == 1) pb.tail = KLJIT_TAIL_BUCKET;
+    if (k == 3) pb.divergence = KLJIT_DIVERGENCE_TVD;
     recipe r;
     TH_OK(stats_recipe(&pb, k == 2 ? 80 : 90, "all:jit,logits:jit.e16", TP, &r));
     TH_CHECK(r.stats_why != NULL && r.geom.e16 == 0 && r.rows_part[0].etile == 0 &&
              r.gemm[RECIPE_LOGITS].variant.stats.e16 == 0 && r.geom.logit == KLJIT_FP32);
+    if (k == 3) {
+      TH_CHECK(strstr(r.stats_why, "TVD") != NULL);
+      TH_OK(stats_recipe(&pb, 90, "all:jit,logits:jit.stats", TP, &r));
+      TH_CHECK(r.stats_why == NULL && r.geom.stats_tiles > 0 && r.geom.e16 == 0);
+    }
   }
   static const char *const bad[] = {"dx:jit.e16", "all:jit.e16", "logits:cublas.e16",
                                     "logits:jit.e16.stats", "logits:.e16"};
