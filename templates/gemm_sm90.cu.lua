@@ -1629,21 +1629,15 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
 %local first = PP and "tm * BM" or "tm * BM + c * 64" -- GOP: this warpgroup's first row of A
 %if GOP then
-      /* G's factors one k-block ahead: those of k-block kb + 1 are loaded while k-block kb is
-       * rewritten and multiplied, so their latency (an L2 round trip) is off the k-loop's path */
-      float gfn[GN]{{ GP and ", ggn[GN]" or "" }};
-      g_factors(gfn,{{ GP and " ggn, gpr," or "" }} gfac, fld, {{ first }}, 0, M, K,
+      /* G's factors, one k-block ahead: those of k-block kb + 1 are loaded once k-block kb's
+       * wgmmas are issued. Not before its rewrite: the proxy fence after the rewrite compiles to
+       * MEMBAR.ALL.CTA, which waits for every load in flight, so a load issued before it would
+       * be waited for at once (as an L2 round trip each k-block) */
+      float gf[GN]{{ GP and ", gg[GN]" or "" }};
+      g_factors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, 0, M, K,
                 threadIdx.x % 128);
 %end
       for (int kb = 0; kb < kblocks; kb++) {
-%if GOP then
-        float gf[GN]{{ GP and ", gg[GN]" or "" }};
-#pragma unroll
-        for (int n = 0; n < GN; n++) gf[n] = gfn[n]{{ GP and ", gg[n] = ggn[n]" or "" }};
-        if (kb + 1 < kblocks)
-          g_factors(gfn,{{ GP and " ggn, gpr," or "" }} gfac, fld, {{ first }}, kb + 1, M, K,
-                    threadIdx.x % 128);
-%end
         mbar_wait(&full[stage], phase);
 %if GOP then
         /* the stage's E' (and P) rewritten as G; the generic writes made visible to wgmma's
@@ -1674,6 +1668,11 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
             wgmma_ss<BN, {{ AB }}, {{ TN and 1 or 0 }}, {{ NN and 1 or 0 }}>(d[ms], {{ desc_a }},
                                                    {{ desc_b }}, {{ add }});
         wgmma_commit();
+%if GOP then
+        if (kb + 1 < kblocks)
+          g_factors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, kb + 1, M, K,
+                    threadIdx.x % 128);
+%end
 %if RESTART > 0 then
         if ((kb + 1) % {{ RESTART }} == 0 && kb + 1 < kblocks) {
           /* a run of K ends before the tile's last: every stage it read freed, its sum kept
