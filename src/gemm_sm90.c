@@ -215,14 +215,21 @@ int jgemm_gop_variants(jgemm_variant *out, int cap) {
     char schedule, epilogue;
     int stages, cluster, kslice, fw;
     kljit_dtype pdt;
+    int regs; /* G formed in registers (GRS) */
   } g[] = {
-      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 3, 1, 0, 128, KLJIT_BF16},
-      {"nn", KLJIT_FP16, KLJIT_FP32, 'p', 'd', 4, 1, 0, 256, KLJIT_FP16},
-      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 4, 1, 0, 64, (kljit_dtype)0},
-      {"nn", KLJIT_BF16, KLJIT_FP32, 'c', 's', 3, 1, 3, 128, KLJIT_BF16},
-      {"tn", KLJIT_BF16, KLJIT_FP32, 'c', 'd', 3, 1, 0, 256, KLJIT_BF16},
-      {"tn", KLJIT_BF16, KLJIT_FP32, 'p', 's', 4, 2, 0, 128, KLJIT_BF16},
-      {"tn", KLJIT_FP16, KLJIT_FP16, 'c', 'd', 4, 1, 0, 128, (kljit_dtype)0}};
+      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 3, 1, 0, 128, KLJIT_BF16, 0},
+      {"nn", KLJIT_FP16, KLJIT_FP32, 'p', 'd', 4, 1, 0, 256, KLJIT_FP16, 0},
+      {"nn", KLJIT_BF16, KLJIT_BF16, 'c', 'd', 4, 1, 0, 64, (kljit_dtype)0, 0},
+      {"nn", KLJIT_BF16, KLJIT_FP32, 'c', 's', 3, 1, 3, 128, KLJIT_BF16, 0},
+      {"tn", KLJIT_BF16, KLJIT_FP32, 'c', 'd', 3, 1, 0, 256, KLJIT_BF16, 0},
+      {"tn", KLJIT_BF16, KLJIT_FP32, 'p', 's', 4, 2, 0, 128, KLJIT_BF16, 0},
+      {"tn", KLJIT_FP16, KLJIT_FP16, 'c', 'd', 4, 1, 0, 128, (kljit_dtype)0, 0},
+      /* GRS: the cooperative schedule only */
+      {"nn", KLJIT_BF16, KLJIT_FP32, 'c', 'd', 3, 1, 0, 128, KLJIT_BF16, 1},
+      {"nn", KLJIT_FP16, KLJIT_FP16, 'c', 's', 4, 2, 0, 64, (kljit_dtype)0, 1},
+      {"tn", KLJIT_BF16, KLJIT_FP32, 'c', 'd', 3, 1, 0, 256, KLJIT_BF16, 1},
+      {"tn", KLJIT_BF16, KLJIT_BF16, 'c', 's', 3, 2, 0, 128, KLJIT_FP16, 1},
+      {"tn", KLJIT_FP16, KLJIT_FP32, 'c', 'd', 4, 1, 0, 128, (kljit_dtype)0, 1}};
   int n = 0;
   for (size_t i = 0; i < sizeof g / sizeof g[0] && n < cap; i++) {
     jgemm_variant v = jgemm_kind_default(strcmp(g[i].layout, "nn") ? GEMM_DW : GEMM_DX, g[i].in,
@@ -230,7 +237,7 @@ int jgemm_gop_variants(jgemm_variant *out, int cap) {
     v.schedule = g[i].schedule, v.epilogue = g[i].epilogue, v.stages = g[i].stages;
     v.cluster = g[i].cluster, v.kslice = g[i].kslice;
     if (g[i].schedule == 'p') v.bn = 128;
-    v.gop.on = 1, v.gop.fw = g[i].fw, v.gop.pdt = g[i].pdt;
+    v.gop.on = 1, v.gop.fw = g[i].fw, v.gop.pdt = g[i].pdt, v.gop.regs = g[i].regs;
     out[n++] = v;
   }
   return n;
@@ -258,7 +265,7 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
                                                   : "");
   char gop[32] = "";
   if (v->gop.on)
-    snprintf(gop, sizeof gop, " g%d%s%s", v->gop.fw, v->gop.pdt ? "." : "",
+    snprintf(gop, sizeof gop, " g%s%d%s%s", v->gop.regs ? "r" : "", v->gop.fw, v->gop.pdt ? "." : "",
              v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
@@ -304,6 +311,7 @@ kspec jgemm_spec(const jgemm_variant *v) {
     }
   }
   if (v->gop.on) k.gemm_gop = 1, k.gemm_gop_fw = v->gop.fw, k.gemm_gop_pdt = v->gop.pdt;
+  k.gemm_gop_regs = v->gop.on && v->gop.regs;
   return k;
 }
 

@@ -75,6 +75,7 @@ typedef struct jgemm_variant {
     int on;
     int fw;          /* the factors' column tile: a multiple of 64 */
     kljit_dtype pdt; /* the dense teacher's probabilities' dtype (BF16 | FP16); 0: none */
+    int regs;        /* G formed in registers (GRS: wgmma's register A), not in the stage */
   } gop;
 } jgemm_variant;
 
@@ -134,7 +135,8 @@ int jgemm_variants(jgemm_variant *out, int cap);
 
 /* The variants of G rebuilt in the stage (GOP) the tests compile and run: nn (dX) and tn (dW),
  * both schedules, with and without the teacher's term, fp32 and 16-bit outputs, K slices and
- * the staged epilogue, a cluster of 2; returns the count (<= cap). */
+ * the staged epilogue, a cluster of 2; and G formed in registers (gop.regs) in the cooperative
+ * schedule, likewise; returns the count (<= cap). */
 int jgemm_gop_variants(jgemm_variant *out, int cap);
 
 /* "bf16>f32 b0 128x256 s4 m" (" c2" appended for clusters of 2, " nn" or " tn" for those

@@ -96,6 +96,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = pb("GOP", 1);
     out[n++] = pi("FW", k->gemm_gop_fw);
     if (k->gemm_gop_pdt) out[n++] = ps("PDT", names_dtype_tag(k->gemm_gop_pdt));
+    if (k->gemm_gop_regs) out[n++] = pb("GRS", 1);
   }
   return n;
 }

@@ -108,6 +108,7 @@ typedef struct kspec {
   int gemm_gop;             /* GOP */
   int gemm_gop_fw;          /* FW: the factors' column tile (a multiple of 64) */
   kljit_dtype gemm_gop_pdt; /* PDT: the dense teacher's probabilities' dtype; 0: none (G = f E') */
+  int gemm_gop_regs;        /* GRS: G formed in registers (wgmma's register A), not the stage */
   int etile;                /* dense rows: 0, or ETILE, the column tile of the fp16 scores the
                              * logits GEMM wrote (E16) that the rows read in place of z */
 } kspec;

@@ -188,6 +188,15 @@
 %--             rewrote in E' as G / f) | bf16 | f16: the dense teacher's probabilities P, a
 %--             second TMA tensor of A's shape (map_p, row stride ldp), loaded into the stage
 %--             beside A.
+%--   GRS       (GOP) absent | true: G formed in registers instead of in the stage. Each
+%--             consumer warp reads its 16 rows of E' (and P) for each k16 step with ldmatrix
+%--             (nn: A K-major, as stored; tn: A is G^T, MN-major in the stage: ldmatrix.trans),
+%--             scales them by its rows' factors into wgmma's A fragment and multiplies from
+%--             registers (wgmma's register-A form): nothing is written to the stage, so no
+%--             proxy fence or barrier, and shared memory carries what the plain GEMM's does.
+%--             A warpgroup waits for its k-block's wgmmas before forming the next fragments
+%--             (ptxas serializes them otherwise), so the two cooperative warpgroups overlap each
+%--             other's: the cooperative schedule, no KSLICE, no PROMOTE.
 %--
 %-- Pipeline: warpgroup 0 is the producer (setmaxnreg down to 40 registers): one thread waits
 %-- for an empty stage, announces its bytes on the stage's full barrier and issues the two TMA
@@ -278,6 +287,13 @@
 %if PROMOTE > 0 and MS * P.BN / 2 > 64 then
 %  reject("PROMOTE keeps a second accumulator: at most 64 floats a thread each (MS x BN / 2 = "
 %         .. math.floor(MS * P.BN / 2) .. "; the cooperative schedule with BN <= 128)")
+%end
+%-- GRS: G formed in registers, not in the stage (GOP's second form)
+%if P.GRS ~= nil and not (P.GRS == true and GOP) then reject("GRS must be true and needs GOP") end
+%local GRS = P.GRS == true
+%if GRS and (PP or KSLICE > 0 or PROMOTE > 0) then
+%  reject("GRS needs the cooperative schedule without KSLICE or PROMOTE (a warpgroup forms a "
+%         .. "k-block's fragments while the other's wgmmas run)")
 %end
 %if P.STORE ~= nil and not one_of(P.STORE, { "default", "streaming" }) then
 %  reject("STORE must be default or streaming")
@@ -490,10 +506,16 @@
 #define MS {{ MS }}
 %if GOP then
 #define FW {{ P.FW }}
+%if GRS then
+/* GRS: the factors a thread holds for a k-block (nn: its fragments' two rows; tn: the 16 rows
+ * of the k-block's K its fragments touch, 4 a k16 step) */
+#define GRN {{ TN and 16 or 2 }}
+%else
 /* GOP: the 16-byte chunks of a stage's A tile each consumer thread rewrites (its warpgroup's
  * slices, one cooperative or MS pingpong: each 64 lines of 128 bytes, 512 chunks, over 128
  * threads) */
 #define GN {{ 4 * (PP and MS or 1) }}
+%end
 %end
 typedef {{ P.OUT == "f32" and "float" or P.OUT == "bf16" and "bf16_t" or "f16_t" }} out_t;
 %if STATS then
@@ -1412,6 +1434,94 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %end
 }
 %if GOP then
+%if GRS then
+
+%local GRP = GP and ", float (&g)[GRN], const float* __restrict__ gpr" or ""
+/* GRS: the factors of this thread's fragments for k-block kb, 0 past A (as TMA's zeros). nn:
+ * A's rows first + 16 w + t / 4 + {0, 8} (w the warp in its warpgroup, t the lane), factor tile
+ * kb BK / FW; tn: the k-block's rows kb BK + 16 k + 2 (t % 4) + {0, 1, 8, 9} of k16 step k (A's
+ * K: the chunk's rows), the factor tile of the warpgroup's 64 columns of V from `first`. */
+__device__ __forceinline__ void g_rfactors(float (&f)[GRN]{{ GRP }},
+                                           const float* __restrict__ gfac, i64 fld, int first,
+                                           int kb, int M, int K, int tid) {
+  const int lane = tid % 32;
+%if TN then
+#pragma unroll
+  for (int k = 0; k < BK / 16; k++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const int r = kb * BK + 16 * k + 2 * (lane % 4) + (j & 1) + 8 * (j >> 1);
+      const bool in = first < M && r < K;
+      f[4 * k + j] = in ? gfac[(i64)r * fld + first / FW] : 0.0f;
+%if GP then
+      g[4 * k + j] = in ? gpr[r] : 0.0f;
+%end
+    }
+%else
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = first + 16 * (tid / 32) + lane / 4 + 8 * h;
+    const bool in = r < M;
+    f[h] = in ? gfac[(i64)r * fld + kb * BK / FW] : 0.0f;
+%if GP then
+    g[h] = in ? gpr[r] : 0.0f;
+%end
+  }
+%end
+}
+
+/* GRS: this thread's A fragments of a stage's 4 k16 steps, E' (fp16) -> G (IN) in registers:
+ * G = f E' - g P in fp32, rounded once (g_stage's arithmetic). a0 (p0): the warpgroup's slice
+ * of the stage's A tile (the teacher's). A 128-byte swizzled line keeps its 16-byte chunk c at
+ * (c ^ line % 8) 16. nn: A K-major as stored, line = A's row 16 w + lane % 16, chunk 2 k +
+ * lane / 16; tn: the stage holds G^T's rows (lines = the k-block's rows), so ldmatrix.trans
+ * of line 16 k + lane % 8 + 8 (lane / 16), chunk 2 w + (lane / 8) % 2. Either way register j
+ * holds row t / 4 + 8 (j % 2) of the warp's 16, columns 2 (t % 4) + 8 (j / 2) + {0, 1}: nn one
+ * factor a register, tn one a half (its two K rows). */
+%local GRQ = GP and " u32 p0, const float (&g)[GRN]," or ""
+__device__ __forceinline__ void g_frags(u32 (&a)[BK / 16][4], u32 a0, const float (&f)[GRN],{{ GRQ }}
+                                        int tid) {
+  const int w = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int k = 0; k < BK / 16; k++) {
+%if TN then
+    const int line = 16 * k + lane % 8 + 8 * (lane / 16), chunk = 2 * w + (lane / 8) % 2;
+%else
+    const int line = 16 * w + lane % 16, chunk = 2 * k + lane / 16;
+%end
+    const u32 off = (u32)(line * 128 + ((chunk ^ (line % 8)) * 16));
+    u32 e[4];
+    {{ TN and "ldsm_x4_t" or "ldsm_x4" }}(e, a0 + off);
+%if GP then
+    u32 q[4];
+    {{ TN and "ldsm_x4_t" or "ldsm_x4" }}(q, p0 + off);
+%end
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+%if TN then
+      const int lo_i = 4 * k + 2 * (j / 2), hi_i = lo_i + 1;
+%else
+      const int lo_i = j % 2, hi_i = j % 2;
+%end
+      float lo = f[lo_i] * to_f32(f16_t{(u16)(e[j] & 0xffffu)});
+      float hi = f[hi_i] * to_f32(f16_t{(u16)(e[j] >> 16)});
+%if GP then
+%  local pt = P.PDT == "bf16" and "bf16_t" or "f16_t"
+      lo = fmaf(-g[lo_i], to_f32({{ pt }}{(u16)(q[j] & 0xffffu)}), lo);
+      hi = fmaf(-g[hi_i], to_f32({{ pt }}{(u16)(q[j] >> 16)}), hi);
+%end
+      a[k][j] = {{ P.IN == "bf16" and "pack2_bf16" or "pack2_f16" }}(lo, hi);
+    }
+  }
+  /* every fragment defined here, not sunk past the wgmma fence to its use: ptxas serializes the
+   * wgmmas (C7513) when a non-wgmma instruction defines a wgmma's input inside its pipeline
+   * stage */
+#pragma unroll
+  for (int k = 0; k < BK / 16; k++)
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[k][j])::"memory");
+}
+%else
 
 /* PTX ISA "bar.sync" with a thread count: the `count` threads (whole warps) that name barrier
  * `id` (1..15; 0 is __syncthreads') wait for each other; their shared-memory writes before it are
@@ -1477,6 +1587,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
     *at = make_uint4(o[0], o[1], o[2], o[3]);
   }
 }
+%end
 %end
 
 {{ K.kernel("kl_gemm") }} {
@@ -1628,6 +1739,36 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %end
 %local slice = PP and "" or " + c * 64 * BK * 2" -- coop: this warpgroup's 64-row slice
 %local first = PP and "tm * BM" or "tm * BM + c * 64" -- GOP: this warpgroup's first row of A
+%if GRS then
+      /* GRS: G formed in registers, k-block by k-block. Each k-block's wgmmas are waited for
+       * before the next k-block's fragments are formed: ptxas serializes every wgmma of the
+       * kernel (C7513) when a wgmma's input registers are defined while another wgmma group is
+       * in flight, even in registers of their own. The two consumer warpgroups overlap instead:
+       * one forms its fragments while the other's wgmmas run. The factors of k-block kb + 1 are
+       * loaded once kb's wgmmas are issued. */
+      float gf[GRN]{{ GP and ", gg[GRN]" or "" }};
+      g_rfactors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, 0, M, K,
+                 threadIdx.x % 128);
+      for (int kb = 0; kb < kblocks; kb++) {
+        u32 ga[BK / 16][4];
+        mbar_wait(&full[stage], phase);
+        g_frags(ga, smem_addr(tiles_a + stage * BM * BK * 2{{ slice }}), gf,{{ GP and " smem_addr(tiles_p + stage * BM * BK * 2" .. slice .. "), gg," or "" }}
+                threadIdx.x % 128);
+        const u32 b0 = smem_addr(tiles_b + stage * BN * BK * 2);
+        wgmma_fence(); /* the fragments just written, before the wgmmas that read them */
+#pragma unroll
+        for (int k = 0; k < BK / 16; k++)
+          wgmma_rs<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d[0], ga[k], wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
+                                  kb > 0 || k > 0);
+        wgmma_commit();
+        if (kb + 1 < kblocks)
+          g_rfactors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, kb + 1, M, K,
+                     threadIdx.x % 128);
+        wgmma_wait<0>();
+        release_stage(&empty[stage], lane); /* read by both this k-block's ldmatrix and wgmma */
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+      }
+%else
 %if GOP then
       /* G's factors, one k-block ahead: those of k-block kb + 1 are loaded once k-block kb's
        * wgmmas are issued. Not before its rewrite: the proxy fence after the rewrite compiles to
@@ -1705,6 +1846,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
         prev = stage;
         if (++stage == STAGES) stage = 0, phase ^= 1;
       }
+%end
 %if PP then
       mbar_arrive(&turn[1 - c]); /* every full stage of this tile seen: the ring to the other */
 %end

@@ -277,3 +277,48 @@ __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int scale_d);
 %    end
 %  end
 %end
+%-- GRS (gemm_sm90.cu.lua, GOP in registers): A from registers, and ldmatrix to fill them
+%if P.GRS then
+
+/* PTX ISA "wgmma.mma_async" with A from registers (m64nNk16): a the warp's 16 x 16 fragment of
+ * A, four 32-bit registers of two 16-bit elements as "Register Fragments" lays them out (thread
+ * t of warp w: a[0] row 16 w + t/4, columns 2 (t % 4) + {0, 1}; a[1] that row + 8; a[2], a[3]
+ * those rows at columns + 8: mma.m16n8k16's A), B from shared memory (TB as wgmma_ss's). The
+ * registers are read asynchronously: they must not change before the group's wgmma_wait. */
+%  local function wgmma_r(n, ab, ty, tb)
+%    local regs = {}
+%    for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
+%    local nd = n // 2
+template <>
+__device__ __forceinline__ void wgmma_rs<{{ n }}, {{ ab }}, {{ tb }}>(float* d, const u32 (&a)[4],
+                                                              u64 db, int scale_d) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 5 }}, 0;\n\t"
+               "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, {%{{ nd }}, %{{ nd + 1 }}, %{{ nd + 2 }}, %{{ nd + 3 }}}, %{{ nd + 4 }}, p, 1, 1, {{ tb }};"
+               "\n\t}"
+%    local outs = {}
+%    for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
+%    for i = 1, #outs, 8 do
+%      local sep, last = i == 1 and ": " or "  ", i + 7 < #outs and "," or ""
+               {{ sep }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ last }}
+%    end
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+%  end
+template <int N, int AB, int TB>
+__device__ __forceinline__ void wgmma_rs(float* d, const u32 (&a)[4], u64 db, int scale_d);
+%  wgmma_r(P.BN, P.IN == "f16" and 1 or 0, P.IN, 1)
+
+/* PTX ISA "ldmatrix" (.m8n8.x4.b16, and .trans): four 8 x 8 matrices of 16-bit elements from
+ * shared memory, lanes 8 j .. 8 j + 7 giving the addresses of matrix j's 8 rows (16 bytes each);
+ * thread t receives, in r[j], matrix j's row t / 4, elements 2 (t % 4) + {0, 1} (.trans: its
+ * column t / 4, rows 2 (t % 4) + {0, 1}). */
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(saddr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 saddr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(saddr) : "memory");
+}
+%end

@@ -46,7 +46,7 @@
  * rebuilt in the stage (GOP, issue 27's step 2: A read as fp16 E', the teacher's P beside it
  * with .bf16 / .f16, f per row and column tile of FW), timed in the same round-robin as
  * cuBLASLt and the plain generated variants multiplying a ready G: what the dX and dW GEMMs cost
- * when no row pass writes G. Those are timed only (their product is not A B: gpu.gemm.g_operand_*
+ * when no row pass writes G; "+gr" (256.2.3.g+gr) forms G in registers instead (GRS). Those are timed only (their product is not A B: gpu.gemm.g_operand_*
  * checks them); the plain ones are checked as always.
  * Uses internal headers (the family's renderer, NVRTC, the driver table): a developer tool.
  */
@@ -629,8 +629,8 @@ int main(int argc, char **argv) {
   char *vl = strdup(variants);
   for (char *t = strtok(vl, ","); t && nj < MAX_V; t = strtok(NULL, ",")) {
     prob_gemm_choice c;
-    char *plus = strstr(t, "+g"); /* G rebuilt in the stage (--gop) */
-    const int g_on = plus != NULL;
+    char *plus = strstr(t, "+g"); /* G rebuilt in the stage (--gop); "+gr": in registers */
+    const int g_on = plus != NULL, g_regs = g_on && plus[2] == 'r';
     if (plus) *plus = 0;
     char four[48]; /* BN.CONSUMERS.STAGES.RASTER alone: cluster 1 */
     snprintf(four, sizeof four, "%s.1", t);
@@ -639,6 +639,7 @@ int main(int argc, char **argv) {
                        beta, c.bn, c.consumers, c.stages, c.raster, c.cluster, c.schedule,
                        c.epilogue, 0, c.tweaks, {0}, {0}};
     v.gop.on = g_on, v.gop.fw = g_on ? gop_fw : 0, v.gop.pdt = g_on ? gop_pdt : 0;
+    v.gop.regs = g_regs;
     jf[nj].v = v;
     jit_load(&jf[nj]);
     v.out = KLJIT_BF16;

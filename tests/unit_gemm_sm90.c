@@ -572,29 +572,43 @@ static int the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage(void) 
 /* G rebuilt in the stage (GOP: the dX and dW GEMMs of issue 27's step 2): each variant the GPU
  * test runs (jgemm_gop_variants: nn and tn, both schedules, with and without the teacher's term,
  * K slices, the staged epilogue, a cluster of 2) renders the rewrite between the stage's wait
- * and its wgmma (the fence to the async proxy, the warpgroup's named barrier), declares the
- * factors (and the teacher's descriptor and scales where it has the term) in its interface,
- * names itself, and compiles for sm_90a; out of its scope it is refused with a sentence, and its
- * launch refuses factors, a P or a P stride that would be read out of bounds. */
+ * and its wgmma (the fence to the async proxy, the warpgroup's named barrier), or (GRS) the
+ * fragments formed between the wait and a register-A wgmma, with neither fence nor barrier,
+ * declares the factors (and the teacher's descriptor and scales where it has the term) in its
+ * interface, names itself, and compiles for sm_90a; out of its scope it is refused with a
+ * sentence, and its launch refuses factors, a P or a P stride that would be read out of bounds. */
 static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
   jgemm_variant v[16];
   const int n = jgemm_gop_variants(v, 16);
   TH_CHECK(n >= 6);
-  int with_p = 0, tn = 0, pp = 0;
+  int with_p = 0, tn = 0, pp = 0, regs = 0, regs_tn = 0;
   for (int i = 0; i < n; i++) {
     char what[64];
     jgemm_describe(&v[i], what, sizeof what);
     char tag[24];
-    snprintf(tag, sizeof tag, " g%d%s%s", v[i].gop.fw, v[i].gop.pdt ? "." : "",
+    snprintf(tag, sizeof tag, " g%s%d%s%s", v[i].gop.regs ? "r" : "", v[i].gop.fw,
+             v[i].gop.pdt ? "." : "",
              v[i].gop.pdt ? (v[i].gop.pdt == KLJIT_BF16 ? "bf16" : "f16") : "");
     TH_CHECK(strlen(what) > strlen(tag) && !strcmp(what + strlen(what) - strlen(tag), tag));
     strbuf src = {0};
     TH_OK(jgemm_render(&v[i], &src));
     const char *wait = strstr(src.data, "mbar_wait(&full[stage], phase);");
-    const char *stage = wait ? strstr(wait, "g_stage(tiles_a + stage") : NULL;
-    const char *fence =
-        stage ? strstr(stage, "fence_proxy_async();\n        named_sync<128>(1 + c);") : NULL;
-    TH_CHECK(fence != NULL && fence < strstr(wait, "wgmma_ss<"));
+    if (v[i].gop.regs) {
+      /* G in registers: a k-block's fragments formed after its wait and before its register-A
+       * wgmmas, which are waited for before the next k-block's; nothing written to the stage */
+      const char *frags = wait ? strstr(wait, "g_frags(ga, smem_addr(tiles_a + stage") : NULL;
+      const char *mma = frags ? strstr(frags, "wgmma_rs<") : NULL;
+      TH_CHECK(mma != NULL && strstr(mma, "wgmma_wait<0>();\n        release_stage(&empty[stage]"));
+      TH_CHECK(strstr(src.data, "named_sync<") == NULL); /* no barrier, and no proxy fence */
+      TH_CHECK(strstr(src.data, "wgmma_ss<BN") == NULL && strstr(src.data, "g_stage(") == NULL);
+      TH_CHECK(strstr(src.data, !strcmp(v[i].layout, "tn") ? "ldsm_x4_t(e" : "ldsm_x4(e") != NULL);
+      regs++, regs_tn += !strcmp(v[i].layout, "tn");
+    } else {
+      const char *stage = wait ? strstr(wait, "g_stage(tiles_a + stage") : NULL;
+      const char *fence =
+          stage ? strstr(stage, "fence_proxy_async();\n        named_sync<128>(1 + c);") : NULL;
+      TH_CHECK(fence != NULL && fence < strstr(wait, "wgmma_ss<"));
+    }
     TH_CHECK(strstr(src.data, "gfac") != NULL && strstr(src.data, "fld") != NULL);
     TH_CHECK((strstr(src.data, "map_p") != NULL) == (v[i].gop.pdt != 0));
     TH_CHECK((strstr(src.data, "gpr") != NULL) == (v[i].gop.pdt != 0));
@@ -603,7 +617,13 @@ static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
     if (compiles(&v[i]) != TH_PASS) return TH_FAIL;
   }
   TH_CHECK(with_p > 0 && with_p < n && tn > 0 && tn < n && pp > 0);
+  TH_CHECK(regs > 0 && regs_tn > 0 && regs_tn < regs);
   jgemm_variant b = v[0];
+  b.gop.regs = 1, b.schedule = 'p', b.bn = 128;
+  TH_CHECK(refused(b, "GRS needs the cooperative schedule") == TH_PASS);
+  b = v[0], b.gop.regs = 1, b.kslice = 3, b.out = KLJIT_FP32;
+  TH_CHECK(refused(b, "GRS needs the cooperative schedule") == TH_PASS);
+  b = v[0];
   b.layout = "nt";
   TH_CHECK(refused(b, "GOP must be true and needs LAYOUT nn or tn") == TH_PASS);
   b = v[0], b.gop.fw = 96;
