@@ -404,14 +404,13 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   const int64_t gtiles = gop ? (acols + v->gop.fw - 1) / v->gop.fw : 0;
   if (gop && (!a->gop.fac || a->gop.fld < gtiles || (v->gop.pdt && (!a->gop.p || !a->gop.g))))
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
-                   "generated GEMM (G rebuilt in the stage): its factors (fld %lld must be >= "
-                   "%lld, one a column tile of %d) and, with the teacher's term, P and g are "
-                   "required",
+                   "generated GEMM (G rebuilt from E'): its factors (fld %lld must be >= %lld, "
+                   "one a column tile of %d) and, with the teacher's term, P and g are required",
                    (long long)a->gop.fld, (long long)gtiles, v->gop.fw);
   if (gop && v->gop.pdt &&
       (a->gop.ldp % 8 || a->gop.ldp < acols || ((uintptr_t)a->gop.p & 15)))
     return err_set(KLJIT_ERR_UNSUPPORTED,
-                   "generated GEMM (G rebuilt in the stage): ldp=%lld must be a multiple of 8 "
+                   "generated GEMM (G rebuilt from E'): ldp=%lld must be a multiple of 8 "
                    "covering P's rows and P 16-byte aligned (TMA)",
                    (long long)a->gop.ldp);
   kljit_status st = tmap_a(d, &k.map_a, v, tn, a, a->a, a->lda, a16);
