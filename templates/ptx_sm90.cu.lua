@@ -242,6 +242,17 @@ __device__ __forceinline__ u32 pack2_f16(float lo, float hi) {
  * types only). d holds the warpgroup's 64 x N fragment (N/2 floats per thread, the
  * layout of PTX ISA "Register Fragments" of wgmma: thread t of warp w holds rows 16 w + t/4 and
  * 16 w + t/4 + 8, columns 8 i + 2 (t % 4) + {0, 1}). scale_d = 0 overwrites d, 1 adds. */
+%-- the accumulators' nd "+f" operands of a wgmma asm statement, 8 a line
+%local function acc_operands(nd)
+%  local outs, lines = {}, {}
+%  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
+%  for i = 1, #outs, 8 do
+%    local sep, last = i == 1 and ": " or "  ", i + 7 < #outs and "," or ""
+%    lines[#lines + 1] = "               " .. sep
+%      .. table.concat(outs, ", ", i, math.min(i + 7, #outs)) .. last
+%  end
+%  return table.concat(lines, "\n")
+%end
 %local function wgmma(n, ab, ty, ta, tb)
 %  local regs = {}
 %  for i = 0, n // 2 - 1 do regs[#regs + 1] = "%" .. i end
@@ -254,12 +265,7 @@ __device__ __forceinline__ void wgmma_ss<{{ n }}, {{ ab }}, {{ ta }}, {{ tb }}>(
 %  -- the rendered source has long lines here: one operand list per instruction
                "{{ "{" }}{{ table.concat(regs, ", ") }}}, %{{ nd }}, %{{ nd + 1 }}, p, 1, 1, {{ ta }}, {{ tb }};"
                "\n\t}"
-%  local outs = {}
-%  for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
-%  for i = 1, #outs, 8 do
-%    local sep, last = i == 1 and ": " or "  ", i + 7 < #outs and "," or ""
-               {{ sep }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ last }}
-%  end
+{{ acc_operands(nd) }}
                : "l"(da), "l"(db), "r"(scale_d));
 }
 %end
@@ -294,14 +300,10 @@ __device__ __forceinline__ void wgmma_rs<{{ n }}, {{ ab }}, {{ tb }}>(float* d, 
                                                               u64 db, int scale_d) {
   asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ nd + 5 }}, 0;\n\t"
                "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} "
-               "{{ "{" }}{{ table.concat(regs, ", ") }}}, {%{{ nd }}, %{{ nd + 1 }}, %{{ nd + 2 }}, %{{ nd + 3 }}}, %{{ nd + 4 }}, p, 1, 1, {{ tb }};"
+%    local a_ops = string.format("{%%%d, %%%d, %%%d, %%%d}", nd, nd + 1, nd + 2, nd + 3)
+               "{{ "{" }}{{ table.concat(regs, ", ") }}}, {{ a_ops }}, %{{ nd + 4 }}, p, 1, 1, {{ tb }};"
                "\n\t}"
-%    local outs = {}
-%    for i = 0, nd - 1 do outs[#outs + 1] = '"+f"(d[' .. i .. '])' end
-%    for i = 1, #outs, 8 do
-%      local sep, last = i == 1 and ": " or "  ", i + 7 < #outs and "," or ""
-               {{ sep }}{{ table.concat(outs, ", ", i, math.min(i + 7, #outs)) }}{{ last }}
-%    end
+{{ acc_operands(nd) }}
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 %  end
