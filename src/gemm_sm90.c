@@ -265,8 +265,8 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
                                                   : "");
   char gop[32] = "";
   if (v->gop.on)
-    snprintf(gop, sizeof gop, " g%s%d%s%s", v->gop.regs ? "r" : "", v->gop.fw, v->gop.pdt ? "." : "",
-             v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
+    snprintf(gop, sizeof gop, " g%s%d%s%s", v->gop.regs ? "r" : "", v->gop.fw,
+             v->gop.pdt ? "." : "", v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
   snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
@@ -310,8 +310,10 @@ kspec jgemm_spec(const jgemm_variant *v) {
       k.gemm_stats_own = v->stats.own; /* OWN */
     }
   }
-  if (v->gop.on) k.gemm_gop = 1, k.gemm_gop_fw = v->gop.fw, k.gemm_gop_pdt = v->gop.pdt;
-  k.gemm_gop_regs = v->gop.on && v->gop.regs;
+  if (v->gop.on) {
+    k.gemm_gop = 1, k.gemm_gop_fw = v->gop.fw, k.gemm_gop_pdt = v->gop.pdt;
+    k.gemm_gop_regs = v->gop.regs;
+  }
   return k;
 }
 

@@ -143,7 +143,7 @@ int jgemm_gop_variants(jgemm_variant *out, int cap);
  * layouts, " pp" for the pingpong schedule, " es" for the staged epilogue, " aw" one arrival
  * per warp, " cs" streaming C, " l2a" / " l2b" an L2 policy keeping A / B, " k<n>" for slices of
  * n k-blocks, " stats:<form>.<teacher dtype>" for the statistics epilogue, "+e16" after it for
- * E16, " g<fw>" or " g<fw>.<pdt>" for G rebuilt in the stage) */
+ * E16, " g<fw>" or " g<fw>.<pdt>" for G rebuilt in the stage, " gr<fw>..." in registers) */
 void jgemm_describe(const jgemm_variant *v, char *out, size_t cap);
 
 /* The module spec of a variant (family KSPEC_GEMM_SM90: jit_build caches it like the others). */

@@ -1434,6 +1434,22 @@ __device__ __forceinline__ void release_stage(u64* bar, int lane) {
 %end
 }
 %if GOP then
+
+%local GWP = GP and ", u32 q, float glo, float ghi" or ""
+/* GOP: one 32-bit word of E' (two fp16, lo in the low half) as G (IN): G = f E' - g P in fp32,
+ * one fma with the teacher's word q, rounded once; the halves' factors (and scales) apart, as
+ * the register form's tn fragments hold two K rows a word (the host's model in gpu_gemm.c
+ * forms G with these operations). */
+__device__ __forceinline__ u32 g_word(u32 e, float flo, float fhi{{ GWP }}) {
+  float lo = flo * to_f32(f16_t{(u16)(e & 0xffffu)});
+  float hi = fhi * to_f32(f16_t{(u16)(e >> 16)});
+%if GP then
+%  local pt = P.PDT == "bf16" and "bf16_t" or "f16_t"
+  lo = fmaf(-glo, to_f32({{ pt }}{(u16)(q & 0xffffu)}), lo);
+  hi = fmaf(-ghi, to_f32({{ pt }}{(u16)(q >> 16)}), hi);
+%end
+  return {{ P.IN == "bf16" and "pack2_bf16" or "pack2_f16" }}(lo, hi);
+}
 %if GRS then
 
 %local GRP = GP and ", float (&g)[GRN], const float* __restrict__ gpr" or ""
@@ -1471,7 +1487,7 @@ __device__ __forceinline__ void g_rfactors(float (&f)[GRN]{{ GRP }},
 }
 
 /* GRS: this thread's A fragments of a stage's 4 k16 steps, E' (fp16) -> G (IN) in registers:
- * G = f E' - g P in fp32, rounded once (g_stage's arithmetic). a0 (p0): the warpgroup's slice
+ * G = f E' - g P (g_word). a0 (p0): the warpgroup's slice
  * of the stage's A tile (the teacher's). A 128-byte swizzled line keeps its 16-byte chunk c at
  * (c ^ line % 8) 16. nn: A K-major as stored, line = A's row 16 w + lane % 16, chunk 2 k +
  * lane / 16; tn: the stage holds G^T's rows (lines = the k-block's rows), so ldmatrix.trans
@@ -1503,14 +1519,7 @@ __device__ __forceinline__ void g_frags(u32 (&a)[BK / 16][4], u32 a0, const floa
 %else
       const int lo_i = j % 2, hi_i = j % 2;
 %end
-      float lo = f[lo_i] * to_f32(f16_t{(u16)(e[j] & 0xffffu)});
-      float hi = f[hi_i] * to_f32(f16_t{(u16)(e[j] >> 16)});
-%if GP then
-%  local pt = P.PDT == "bf16" and "bf16_t" or "f16_t"
-      lo = fmaf(-g[lo_i], to_f32({{ pt }}{(u16)(q[j] & 0xffffu)}), lo);
-      hi = fmaf(-g[hi_i], to_f32({{ pt }}{(u16)(q[j] >> 16)}), hi);
-%end
-      a[k][j] = {{ P.IN == "bf16" and "pack2_bf16" or "pack2_f16" }}(lo, hi);
+      a[k][j] = g_word(e[j], f[lo_i], f[hi_i]{{ GP and ", q[j], g[lo_i], g[hi_i]" or "" }});
     }
   }
   /* every fragment defined here, not sunk past the wgmma fence to its use: ptxas serializes the
@@ -1558,7 +1567,7 @@ __device__ __forceinline__ void g_factors(float (&f)[GN]{{ GPP }},
 }
 
 /* GOP: this thread's chunks of a stage's A tile rewritten in place, E' (fp16) -> G (IN):
- * G = f E' - g P in fp32 (P: the teacher's chunk at the same offset of its tile), rounded once.
+ * G = f E' - g P (g_word; P: the teacher's chunk at the same offset of its tile).
  * A warp's 32 chunks are 512 contiguous bytes: no bank conflict. */
 %local GSP = GP and " const unsigned char* p, const float (&g)[GN]," or ""
 __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{{ GSP }}
@@ -1575,14 +1584,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
     u32 o[4];
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-      float lo = f[n] * to_f32(f16_t{(u16)(ew[w] & 0xffffu)});
-      float hi = f[n] * to_f32(f16_t{(u16)(ew[w] >> 16)});
-%if GP then
-%  local pt = P.PDT == "bf16" and "bf16_t" or "f16_t"
-      lo = fmaf(-g[n], to_f32({{ pt }}{(u16)(qw[w] & 0xffffu)}), lo);
-      hi = fmaf(-g[n], to_f32({{ pt }}{(u16)(qw[w] >> 16)}), hi);
-%end
-      o[w] = {{ P.IN == "bf16" and "pack2_bf16" or "pack2_f16" }}(lo, hi);
+      o[w] = g_word(ew[w], f[n], f[n]{{ GP and ", qw[w], g[n], g[n]" or "" }});
     }
     *at = make_uint4(o[0], o[1], o[2], o[3]);
   }
@@ -1758,8 +1760,8 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
         wgmma_fence(); /* the fragments just written, before the wgmmas that read them */
 #pragma unroll
         for (int k = 0; k < BK / 16; k++)
-          wgmma_rs<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(d[0], ga[k], wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2),
-                                  kb > 0 || k > 0);
+          wgmma_rs<BN, {{ P.IN == "bf16" and 0 or 1 }}, 1>(
+              d[0], ga[k], wgmma_desc_mn128(b0 + 2048 * k, 64 * BK * 2), kb > 0 || k > 0);
         wgmma_commit();
         if (kb + 1 < kblocks)
           g_rfactors(gf,{{ GP and " gg, gpr," or "" }} gfac, fld, {{ first }}, kb + 1, M, K,

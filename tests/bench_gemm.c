@@ -46,8 +46,9 @@
  * rebuilt in the stage (GOP, issue 27's step 2: A read as fp16 E', the teacher's P beside it
  * with .bf16 / .f16, f per row and column tile of FW), timed in the same round-robin as
  * cuBLASLt and the plain generated variants multiplying a ready G: what the dX and dW GEMMs cost
- * when no row pass writes G; "+gr" (256.2.3.g+gr) forms G in registers instead (GRS). Those are timed only (their product is not A B: gpu.gemm.g_operand_*
- * checks them); the plain ones are checked as always.
+ * when no row pass writes G; "+gr" (256.2.3.g+gr) forms G in registers instead (GRS). Those
+ * are timed only (their product is not A B: gpu.gemm.g_operand_* checks them); the plain ones
+ * are checked as always.
  * Uses internal headers (the family's renderer, NVRTC, the driver table): a developer tool.
  */
 #include <cublasLt.h>
@@ -588,7 +589,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--shapes MxNxK,...] "
-              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]][+g],...] "
+              "[--variants BN.CONSUMERS.STAGES.RASTER[.CLUSTER[.p|.s|.ps]][+g|+gr],...] "
               "[--repeats R (1-%d)] [--no-small] [--no-time] [--bf16-all] [--layout nt|nn|tn] "
               "[--beta 0|1] [--gop FW[.bf16|.f16]]\n",
               argv[0], BT_MAX_REPEATS);
