@@ -762,8 +762,10 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 
 %if MARK then
 /* The support's columns c0 .. c0 + BN below N of this consumer warp's 16 rows r0 + j, marked in
- * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (at most 8 ids in flight
- * a lane: QB of a row's KR runs of 32, BATCH rows at once); an id outside the tile marks
+ * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (at most 16 ids in flight
+ * a lane: QB of a row's KR runs of 32, BATCH rows at once, so that TOPK <= 128 takes 4 round
+ * trips to L2 for the warp's 16 rows, where it took 8; E16 at 128 x 128 pays them twice a tile,
+ * its tensor cores idle: bench/RESULTS.md, runs 82-84); an id outside the tile marks
  * nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
  * unused; the plain epilogue stages C through it only after every tile_stats of the tile, and
  * the previous tile's staging reads end at the barrier first here), else static shared memory
@@ -772,7 +774,7 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
                                             const id_t* __restrict__ ids, i64 row0, int lane,
                                             unsigned char* scratch) {
-  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 8 ? KR : 8, BATCH = 8 / QB;
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QB = KR < 16 ? KR : 16, BATCH = 16 / QB;
 %  if STAGED then
   u32* map = reinterpret_cast<u32*>(scratch);
 %  else
@@ -1027,60 +1029,84 @@ __device__ __forceinline__ void quad_transpose(u32 (&w)[4], int lane) {
 %  if SUPPORT then
 /* The sparse teacher's part of the records of this consumer warp's 16 rows r0 + j in the tile
  * (E16), so that pass 2 takes the loss's cross term sum_k p_k (s_k - lse) from the exact fp32
- * scores rather than from x's fp16. Over the warp's support bitmap (support_map), each lane tests
- * its fragment's columns (the accumulators by constant index, as everywhere else), and for each
- * marked one (about one in V / TOPK; a ballot) the warp finds its ids among the row's and sums
- * their p (the value, or exp of a log-probability, as the rows' gather takes it; duplicates each
- * count, as there) in a fixed order; the element's lane adds p (s - m) to its ps and p to its pw
- * (m its row's tile max). The quad's lanes are summed in tile_records. */
+ * scores rather than from x's fp16. Over the warp's support bitmap (support_map), each lane
+ * tests its fragment's columns (the accumulators by constant index, as everywhere else). The
+ * marked ones (about one in V / TOPK) go in rounds: round r takes each lane's r-th marked element
+ * (its score and column, selected by constant index), then for each lane holding one (a ballot,
+ * in lane order) the warp finds that column among the row's ids and sums their p (the value, or
+ * exp of a log-probability, as the rows' gather takes it; duplicates each count, as there), a
+ * lane's ids and values (up to 8 of each) loaded at once (one round trip to L2); the element's
+ * lane adds p (s - m) to its ps and p to its pw (m its row's tile max). A lane's sums take its
+ * elements in column order, as the search per element before them did. One copy of the search
+ * a row half, not one a fragment element: the kernel's code stays small. The quad's lanes are
+ * summed in tile_records. */
 __device__ __forceinline__ void tile_support(const float* d, int r0, int c0, int M, int N,
                                              const id_t* __restrict__ ids,
                                              const val_t* __restrict__ vals, i64 row0, int lane,
                                              const float (&m)[2], float (&ps)[2], float (&pw)[2],
                                              unsigned char* scratch) {
-  constexpr int W = BN / 32;
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, QL = KR < 8 ? KR : 8;
   u32* map = support_map(r0, c0, M, N, ids, row0, lane, scratch);
   const int q4 = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    u32 w[W], mine = 0u;
+    u32 w[W];
+    int marked = 0; /* this lane's marked elements in the row half */
 #pragma unroll
     for (int t = 0; t < W; t++) {
       w[t] = map[(lane / 4 + 8 * h) * W + t];
-      mine |= w[t] & (0x03030303u << (2 * q4)); /* columns 8 i + 2 q4 + {0, 1} */
+      marked += __popc(w[t] & (0x03030303u << (2 * q4))); /* columns 8 i + 2 q4 + {0, 1} */
     }
-    if (!__any_sync(0xffffffffu, mine != 0u)) continue; /* the common case: none in these rows */
-#pragma unroll
-    for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        u32 hits = __ballot_sync(0xffffffffu, (w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u);
-        const float sc = d[4 * i + 2 * h + e];
-        while (hits) {
-          const int src = __ffs(hits) - 1;
-          hits &= hits - 1;
-          /* the marked element of lane src: its row and column; every lane looks at its ids */
-          const i64 rs = row0 + r0 + src / 4 + 8 * h;
-          const int c = c0 + 8 * i + 2 * (src % 4) + e;
-          float p = 0.0f;
+    const int rounds = __reduce_max_sync(0xffffffffu, (unsigned)marked);
 #pragma unroll 1
-          for (int k = lane; k < TOPK; k += 32) /* (not unrolled: once per marked element) */
-            if ((i64)ids[rs * TOPK + k] == c) {
+    for (int r = 0; r < rounds; r++) {
+      float sc = 0.0f;
+      int cc = -1, seen = 0; /* the r-th marked element's score and column in the tile */
+#pragma unroll
+      for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if ((w[i / 4] >> (8 * (i % 4) + 2 * q4 + e)) & 1u) {
+            if (seen == r) sc = d[4 * i + 2 * h + e], cc = 8 * i + 2 * q4 + e;
+            seen++;
+          }
+      u32 hits = __ballot_sync(0xffffffffu, cc >= 0);
+      while (hits) {
+        const int src = __ffs(hits) - 1;
+        hits &= hits - 1;
+        /* the marked element of lane src: its row and column; every lane looks at its ids */
+        const i64 rs = row0 + r0 + src / 4 + 8 * h;
+        const int c = c0 + __shfl_sync(0xffffffffu, cc, src);
+        float p = 0.0f;
+#pragma unroll 1
+        for (int q0 = 0; q0 < KR; q0 += QL) { /* once for TOPK <= 256 */
+          i64 id[QL];
+          float v[QL];
+#pragma unroll
+          for (int q = 0; q < QL; q++) { /* every load first: one round trip */
+            const int k = 32 * (q0 + q) + lane;
+            id[q] = k < TOPK ? (i64)ids[rs * TOPK + k] : -1;
+            v[q] = k < TOPK ? to_f32(vals[rs * TOPK + k]) : 0.0f;
+          }
+#pragma unroll
+          for (int q = 0; q < QL; q++)
+            if (id[q] == c) {
 %    if P.VALUES == "logprobs" then
-              p += fexp(to_f32(vals[rs * TOPK + k]));
+              p += fexp(v[q]);
 %    else
-              p += to_f32(vals[rs * TOPK + k]);
+              p += v[q];
 %    end
             }
+        }
 #pragma unroll
-          for (int o = 16; o > 0; o /= 2) p += __shfl_xor_sync(0xffffffffu, p, o);
-          /* a -inf score (a masking bias) stays -inf: the loss is +inf, as the gather makes it */
-          if (lane == src && p != 0.0f) {
-            ps[h] += p * (sc == KL_NEG_INF ? KL_NEG_INF : sc - m[h]);
-            pw[h] += p;
-          }
+        for (int o = 16; o > 0; o /= 2) p += __shfl_xor_sync(0xffffffffu, p, o);
+        /* a -inf score (a masking bias) stays -inf: the loss is +inf, as the gather makes it */
+        if (lane == src && p != 0.0f) {
+          ps[h] += p * (sc == KL_NEG_INF ? KL_NEG_INF : sc - m[h]);
+          pw[h] += p;
         }
       }
+    }
   }
   __syncwarp(); /* the map's reads are done before the next tile clears it */
 }

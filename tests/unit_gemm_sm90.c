@@ -507,7 +507,8 @@ static int the_sparse_teachers_statistics_need_no_teacher_tile(void) {
     TH_CHECK((strstr(src.data, "v[PART_MO] = mo[h], v[PART_DNO] = dno[h];") != NULL) == apart);
     TH_CHECK((strstr(src.data, "u32* support_map(") != NULL) == (e16 || apart));
     TH_CHECK((strstr(src.data, "tile_support(d, r0, c0") != NULL) == e16);
-    TH_CHECK((strstr(src.data, "p += fexp(to_f32(vals[rs * TOPK + k]));") != NULL) == (i == 3));
+    TH_CHECK((strstr(src.data, "p += fexp(v[q]);") != NULL) == (i == 3));
+    TH_CHECK((strstr(src.data, "p += v[q];") != NULL) == (e16 && i != 3));
     TH_CHECK(strstr(src.data, "teach_t") == NULL && strstr(src.data, "TLD") == NULL &&
              strstr(src.data, "prefetch_teacher") == NULL);
     sb_free(&src);
