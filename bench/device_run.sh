@@ -21,6 +21,10 @@
 #   sanitize          compute-sanitizer memcheck and racecheck on small GEMM and fused cases
 #   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
 #                     bench_loss of that shape with and without the wisdom, same run
+#   profile           the fused call per logits-GEMM choice (PROFILES="name|KLJIT_GEMM|bench_loss
+#                     args;...", default sparse and dense E16, sparse .stats; 8192x4096x128256):
+#                     bench_loss's time and GEMM floor (median of 5), then ncu on one logits GEMM
+#                     launch of a chunk: duration, DRAM bytes, L2 sectors, tensor pipe activity
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -50,8 +54,10 @@ case $mode in
   micro) targets="bench_gemm" ;;
   sanitize) targets="bench_gemm gpu_dense" ;;
   tune) targets="kljit_cli bench_loss" ;;
+  profile) targets="bench_loss" ;;
   precision) targets="kljit" ;;
-  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, precision)"; exit 2 ;;
+  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, precision)"
+     exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
   timeout "${BUILD_S:-240}" cmake --build build -j16 --target ${TARGETS:-$targets} \
@@ -158,6 +164,29 @@ case $mode in
       echo "== bench_loss, wisdom $w"
       KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 \
         --no-twophase --no-full --repeats 10 2>&1 | tail -3
+    done
+    ;;
+  profile)
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
+    metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    default="sparse-e16|logits:jit.e16|--topk 100;sparse-stats|logits:jit.stats|--topk 100"
+    IFS=';' read -ra profiles <<< "${PROFILES:-$default;dense-e16|logits:jit.e16|}"
+    for p in "${profiles[@]}"; do
+      IFS='|' read -r name gemm args <<< "$p"
+      # shellcheck disable=SC2086
+      KLJIT_GEMM=$gemm timeout 120 ./build/bench/bench_loss --shapes "${SHAPE:-8192x4096x128256}" \
+        $args --no-full --no-twophase --repeats 5 > /dev/null 2> "$LOGS/profile-$name.log"
+      echo "== $name ($gemm $args) rc=$?"
+      grep -E " fused [0-9]" "$LOGS/profile-$name.log" | cut -c1-160
+      # the 4th logits GEMM launch: the validation's and the warm-up's come first
+      # shellcheck disable=SC2086
+      KLJIT_GEMM=$gemm timeout 120 "$ncu" --clock-control none --metrics "$metrics" \
+        --kernel-name kl_gemm --launch-skip 3 --launch-count 1 ./build/bench/bench_loss \
+        --shapes "${SHAPE:-8192x4096x128256}" $args --no-full --no-twophase --repeats 1 \
+        --warmup 0 > "$LOGS/ncu-$name.log" 2>&1
+      echo "== ncu $name rc=$?"
+      grep -E "dram__|lts__|gpu__time|sm__pipe" "$LOGS/ncu-$name.log"
     done
     ;;
   precision)
