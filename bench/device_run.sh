@@ -22,7 +22,8 @@
 #   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
 #                     bench_loss of that shape with and without the wisdom, same run
 #   profile           the fused call per logits-GEMM choice (PROFILES="name|KLJIT_GEMM|bench_loss
-#                     args;...", default sparse and dense E16, sparse .stats; 8192x4096x128256):
+#                     args;...", default sparse and dense E16, sparse .stats, the plain generated
+#                     logits GEMM; SHAPE, default 8192x4096x128256):
 #                     bench_loss's time and GEMM floor (median of 5), then ncu on one logits GEMM
 #                     launch of a chunk: duration, DRAM bytes, L2 sectors, tensor pipe activity
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
@@ -171,7 +172,8 @@ case $mode in
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
     metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     default="sparse-e16|logits:jit.e16|--topk 100;sparse-stats|logits:jit.stats|--topk 100"
-    IFS=';' read -ra profiles <<< "${PROFILES:-$default;dense-e16|logits:jit.e16|}"
+    default="$default;dense-e16|logits:jit.e16|;dense-jit|logits:jit|"
+    IFS=';' read -ra profiles <<< "${PROFILES:-$default}"
     for p in "${profiles[@]}"; do
       IFS='|' read -r name gemm args <<< "$p"
       # shellcheck disable=SC2086
