@@ -27,30 +27,43 @@ static int fold(int worst, int rc) {
   return rc != TH_PASS ? TH_FAIL : worst;
 }
 
-/* Tail x value form x dtype x reduction x mode; ids, bias, temperature rotate. */
-static int every_tail_value_form_dtype_reduction_and_mode(void) {
+/* One tail x value form x dtype x reduction x mode; ids, bias, temperature rotate with the
+ * case's index over the three tails (48 a tail), so the three tests below together are the
+ * whole product, each short enough to run beside the others (one was 264 s at -j8). */
+static int every_value_form_dtype_reduction_and_mode(int tail) {
   const kljit_dtype dts[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
-  int worst = TH_PASS, i = 0;
-  for (int tail = 0; tail < 3; tail++)
-    for (int lp = 0; lp < 2; lp++)
-      for (int d = 0; d < 3; d++)
-        for (int r = 0; r < 4; r++)
-          for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
-            if (fused && r == 3) continue;
-            gcase c = sparse_base();
-            c.tail = (kljit_tail)(KLJIT_TAIL_NONE + tail);
-            c.values = lp ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
-            c.dt = dts[d], c.tdt = dts[(d + i) % 3];
-            c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + r), c.fused = fused;
-            c.idt = i % 2 ? KLJIT_INT32 : KLJIT_INT64;
-            c.bias = i % 3 == 0;
-            c.tmode = i % 4 == 3 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
-            c.T = i % 4 == 0 ? 1.0 : i % 4 == 1 ? 2.0 : 0.5;
-            c.flags = i % 5 == 0 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
-            c.gw = i % 3 == 1 ? c.dt : KLJIT_FP32;
-            worst = fold(worst, gcase_check(&c));
-          }
+  int worst = TH_PASS, i = 48 * tail;
+  for (int lp = 0; lp < 2; lp++)
+    for (int d = 0; d < 3; d++)
+      for (int r = 0; r < 4; r++)
+        for (int fused = 0; fused < 2 && worst != TH_SKIP; fused++, i++) {
+          if (fused && r == 3) continue;
+          gcase c = sparse_base();
+          c.tail = (kljit_tail)(KLJIT_TAIL_NONE + tail);
+          c.values = lp ? KLJIT_TOPK_LOGPROBS : KLJIT_TOPK_PROBS;
+          c.dt = dts[d], c.tdt = dts[(d + i) % 3];
+          c.red = (kljit_reduction)(KLJIT_REDUCTION_SUM + r), c.fused = fused;
+          c.idt = i % 2 ? KLJIT_INT32 : KLJIT_INT64;
+          c.bias = i % 3 == 0;
+          c.tmode = i % 4 == 3 ? KLJIT_TEMPERATURE_RUNTIME : KLJIT_TEMPERATURE_CONSTANT;
+          c.T = i % 4 == 0 ? 1.0 : i % 4 == 1 ? 2.0 : 0.5;
+          c.flags = i % 5 == 0 ? KLJIT_FLAG_SCALE_T_SQUARED : 0u;
+          c.gw = i % 3 == 1 ? c.dt : KLJIT_FP32;
+          worst = fold(worst, gcase_check(&c));
+        }
   return worst;
+}
+
+static int every_value_form_dtype_reduction_and_mode_tail_none(void) {
+  return every_value_form_dtype_reduction_and_mode(0);
+}
+
+static int every_value_form_dtype_reduction_and_mode_tail_renorm(void) {
+  return every_value_form_dtype_reduction_and_mode(1);
+}
+
+static int every_value_form_dtype_reduction_and_mode_tail_bucket(void) {
+  return every_value_form_dtype_reduction_and_mode(2);
 }
 
 /* K = 1 and K = 1024 (the largest), every tail, both modes. */
@@ -399,8 +412,12 @@ static int e16_in_the_logits_gemm_epilogue_matches_reference(void) {
 
 static const th_case cases[] = {
     {"ce_mixing_and_softcap_every_tail_and_mode", ce_mixing_and_softcap_every_tail_and_mode},
-    {"every_tail_value_form_dtype_reduction_and_mode",
-     every_tail_value_form_dtype_reduction_and_mode},
+    {"every_value_form_dtype_reduction_and_mode_tail_none",
+     every_value_form_dtype_reduction_and_mode_tail_none},
+    {"every_value_form_dtype_reduction_and_mode_tail_renorm",
+     every_value_form_dtype_reduction_and_mode_tail_renorm},
+    {"every_value_form_dtype_reduction_and_mode_tail_bucket",
+     every_value_form_dtype_reduction_and_mode_tail_bucket},
     {"smallest_and_largest_k", smallest_and_largest_k},
     {"full_support_equals_dense", full_support_equals_dense},
     {"zero_mass_and_ignored_rows", zero_mass_and_ignored_rows},
