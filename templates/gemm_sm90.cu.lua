@@ -764,10 +764,10 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 /* The support's columns c0 .. c0 + BN below N of this consumer warp's 16 rows r0 + j, marked in
  * the warp's bitmap (16 rows of BN / 32 words) from the rows' TOPK ids (FLIGHT ids in flight a
  * lane: QB of a row's KR runs of 32, BATCH rows at once, so that TOPK <= 128 takes 2 round trips
- * to L2 for the warp's 16 rows under the pingpong schedule, 4 under the cooperative one (whose
- * staged variant spills with 32), where it took 8; E16 at 128 x 128 pays them twice a tile,
- * its tensor cores idle: bench/RESULTS.md, runs 82-84); an id outside the tile marks
- * nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
+ * to L2 for the warp's 16 rows under E16's pingpong schedule, 4 elsewhere (32 in flight spill
+ * in the cooperative staged E16 and in tile_stats' split sums), where it took 8; E16 at
+ * 128 x 128 pays them twice a tile, its tensor cores idle: bench/RESULTS.md, runs 82-84); an id
+ * outside the tile marks nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
  * unused; the plain epilogue stages C through it only after every tile_stats of the tile, and
  * the previous tile's staging reads end at the barrier first here), else static shared memory
  * (no pointer held through the mainloop: the pingpong consumer's registers are full). Returned
@@ -775,7 +775,7 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
 __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
                                             const id_t* __restrict__ ids, i64 row0, int lane,
                                             unsigned char* scratch) {
-  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, FLIGHT = {{ PP and 32 or 16 }};
+  constexpr int W = BN / 32, KR = (TOPK + 31) / 32, FLIGHT = {{ PP and SUPPORT and 32 or 16 }};
   constexpr int QB = KR < FLIGHT ? KR : FLIGHT, BATCH = FLIGHT / QB;
 %  if STAGED then
   u32* map = reinterpret_cast<u32*>(scratch);
