@@ -767,11 +767,11 @@ __device__ __forceinline__ void tile_row_max(const float* d, int col, int N, flo
  * to L2 for the warp's 16 rows under E16's pingpong schedule, 4 elsewhere (32 in flight spill
  * in the cooperative staged E16 and in tile_stats' split sums), where it took 8; E16 at
  * 128 x 128 pays them twice a tile, its tensor cores idle: bench/RESULTS.md, runs 82-84); an id
- * outside the tile marks nothing. The bitmap is the staged epilogue's scratch where there is one (E16 leaves it
- * unused; the plain epilogue stages C through it only after every tile_stats of the tile, and
- * the previous tile's staging reads end at the barrier first here), else static shared memory
- * (no pointer held through the mainloop: the pingpong consumer's registers are full). Returned
- * after a warp barrier; the callers' last reads end with another. */
+ * outside the tile marks nothing. The bitmap is the staged epilogue's scratch where there is one
+ * (E16 leaves it unused; the plain epilogue stages C through it only after every tile_stats of
+ * the tile, and the previous tile's staging reads end at the barrier first here), else static
+ * shared memory (no pointer held through the mainloop: the pingpong consumer's registers are
+ * full). Returned after a warp barrier; the callers' last reads end with another. */
 __device__ __forceinline__ u32* support_map(int r0, int c0, int M, int N,
                                             const id_t* __restrict__ ids, i64 row0, int lane,
                                             unsigned char* scratch) {
