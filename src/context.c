@@ -89,6 +89,17 @@ kljit_status ctx_options_import(const kljit_context_options *user, kljit_context
   return KLJIT_SUCCESS;
 }
 
+/* The DRAM's peak bytes per SM cycle: two transfers a memory clock over the bus, against SMs x
+ * the SM clock (attributes in kHz and bits); 0 where an attribute is missing. */
+static double dram_per_sm_cycle(const drv_table *d, CUdevice dev, int sms) {
+  int mem_khz = 0, bus_bits = 0, sm_khz = 0;
+  d->cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev);
+  d->cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev);
+  d->cuDeviceGetAttribute(&sm_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev);
+  if (mem_khz <= 0 || bus_bits <= 0 || sm_khz <= 0 || sms <= 0) return 0.0;
+  return 2.0 * mem_khz * (bus_bits / 8.0) / ((double)sms * sm_khz);
+}
+
 kljit_status kljit_context_create(kljit_context **out, int device,
                                   const kljit_context_options *options) {
   err_clear();
@@ -118,6 +129,7 @@ kljit_status kljit_context_create(kljit_context **out, int device,
   d->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx->device);
   d->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx->device);
   d->cuDeviceGetAttribute(&ctx->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->device);
+  ctx->dram_per_sm_cycle = dram_per_sm_cycle(d, ctx->device, ctx->sm_count);
   d->cuDeviceGetName(ctx->gpu_name, sizeof ctx->gpu_name, ctx->device);
   ctx->arch = major * 10 + minor;
   if (ctx->arch < 80) {

@@ -39,6 +39,7 @@ struct kljit_context {
   CUcontext cu;
   int arch;            /* e.g. 90 */
   int sm_count;
+  double dram_per_sm_cycle; /* peak DRAM bytes per SM and SM cycle (recipe_device); 0: unknown */
   char gpu_name[128];
   cublasLtHandle_t lt;
   cache_config cache;

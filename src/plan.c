@@ -197,6 +197,11 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                    g->why ? "; " : "", g->why ? g->why : "");
   }
   const prob_geometry *geo = &r->geom;
+  char auto_why[112] = "";
+  if (r->epilogue_auto)
+    snprintf(auto_why, sizeof auto_why, "; the heuristics' choice on this GPU (its DRAM: %.1f "
+             "bytes an SM cycle, under %.0f)", r->dram_per_sm_cycle,
+             RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE);
   if (st == KLJIT_SUCCESS && geo->dx_split > 1)
     st = sb_printf(desc, "  dX: %d slices of %lld columns (the last %lld), summed in fp32%s\n",
                    geo->dx_split, (long long)geo->dx_slice,
@@ -205,13 +210,19 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                                                                  : "");
   if (st == KLJIT_SUCCESS && geo->stats_tiles)
     st = sb_printf(desc, "  row statistics (pass 1): in the logits GEMM's epilogue, %d records a "
-                   "row (no %s)%s\n", geo->stats_tiles,
+                   "row (no %s)%s%s\n", geo->stats_tiles,
                    geo->rows.family == KSPEC_SPARSE_ROWS ? "kl_sparse_stats" : "kl_dense_stats",
-                   geo->e16 ? "; the tile as fp16 scores (E16), which the rows read" : "");
+                   geo->e16 ? "; the tile as fp16 scores (E16), which the rows read" : "",
+                   auto_why);
   else if (st == KLJIT_SUCCESS && r->stats_why)
     st = sb_printf(desc, "  row statistics (pass 1): the row kernels' (the logits GEMM's "
                    "epilogue was asked for, but it takes %s)\n", r->stats_why);
   return st;
+}
+
+recipe_device plan_device(const kljit_context *ctx) {
+  const recipe_device d = {ctx->arch, ctx->sm_count, ctx->dram_per_sm_cycle};
+  return d;
 }
 
 kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
@@ -221,7 +232,8 @@ kljit_status plan_create_tuned(kljit_context *ctx, const kljit_problem *problem,
   if (!p) return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
   p->ctx = ctx;
   p->pb = *problem;
-  kljit_status st = recipe_make(problem, chosen, &ctx->opt, ctx->arch, ctx->sm_count, &p->rec);
+  const recipe_device dev = plan_device(ctx);
+  kljit_status st = recipe_make_on(problem, chosen, &ctx->opt, &dev, &p->rec);
   if (st != KLJIT_SUCCESS) {
     kljit_plan_destroy(p);
     return st;

@@ -49,6 +49,9 @@ struct kljit_plan {
   char *description;
 };
 
+/* The context's GPU as the recipe's heuristics see it. */
+recipe_device plan_device(const kljit_context *ctx);
+
 /* A plan with a given tuning (kljit_plan_create after choosing it; the tuner for each
  * candidate). `origin` says where the tuning came from (the description's "tuning from" line);
  * t0 is when planning started (util_now). */

@@ -308,6 +308,24 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
   return NULL;
 }
 
+/* Whether the heuristics move the row statistics into the logits GEMM's epilogue on `dev`: a
+ * generated logits GEMM the arch's table chose (no option, no tuning), on a GPU whose DRAM
+ * moves fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle, where the rows'
+ * re-reads of the chunk cost more than the epilogue adds (recipe.h). */
+static int epilogue_pays(const recipe_device *dev, const jgemm_pick *pick) {
+  return pick->jit && pick->from == JGEMM_FROM_HEURISTIC && dev->dram_per_sm_cycle > 0.0 &&
+         dev->dram_per_sm_cycle < RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE;
+}
+
+/* The teachers whose E16 call was measured faster than `.stats`' on such a GPU: a dense teacher
+ * read from memory. The sparse teacher's E16 epilogue searches the support's ids per element
+ * (46.5 ms against `.stats`' 43.6 on an H100, run 88), the online teacher keeps its fp32 logits
+ * beside E (run 77: `.stats` 0.446x / 0.495x Liger's JSD, E16 0.465x / 0.497x). */
+static int e16_by_default(const kljit_problem *pb) {
+  return pb->teacher == KLJIT_TEACHER_DENSE_PROBS || pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ||
+         pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
+}
+
 /* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue
  * writes, which decides what the chunk buffer holds: the row specs, G's stride, the slots'
  * operations and the chunk follow from it. Where the options ask for the statistics epilogue
@@ -315,14 +333,21 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
  * options' or the tuning's) and stats_unfit has no objection, the variant gets STATS and the
  * geometry stats_tiles (records per row: pass 1 is in the GEMM); with E16, the rest below. Else
  * the rows' pass 1 stays, and r->stats_why says why. */
-static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], int arch,
-                            int chunk_set, recipe *r, jgemm_pick *pick) {
-  jgemm_pick_slot(pb, &r->geom, arch, sel, JGEMM_LOGITS, pick);
+static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
+                            const recipe_device *dev, int chunk_set, recipe *r, jgemm_pick *pick) {
+  jgemm_pick_slot(pb, &r->geom, dev->arch, sel, JGEMM_LOGITS, pick);
   jgemm_variant *v = &pick->v;
-  const int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
+  int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
   v->stats.e16 = 0; /* set below where it is taken */
-  if (!sel[GEMM_LOGITS].stats && !e16) return;
   prob_geometry *geo = &r->geom;
+  if (!sel[GEMM_LOGITS].stats && !e16) {
+    /* nothing asked: the heuristics' own choice for this GPU (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE),
+     * E16 for the dense teachers it was measured faster for, else `.stats`, where in scope */
+    if (!epilogue_pays(dev, pick)) return;
+    e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
+    if (stats_unfit(pb, geo, 1, e16)) return;
+    r->epilogue_auto = 1;
+  }
   if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
@@ -383,9 +408,26 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3], i
 
 /* ---- the recipe ----------------------------------------------------------------------------- */
 
+int recipe_device_classes(int arch, recipe_device out[2]) {
+  memset(out, 0, 2 * sizeof *out);
+  out[0].arch = out[1].arch = arch;
+  if (arch != 90) return 1; /* the generated logits GEMM is sm_90's */
+  out[1].dram_per_sm_cycle = RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE / 2; /* under the line */
+  return 2;
+}
+
 kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
                          const kljit_context_options *opt, int arch, int sm_count, recipe *out) {
+  const recipe_device dev = {arch, sm_count, 0.0};
+  return recipe_make_on(pb, tune, opt, &dev, out);
+}
+
+kljit_status recipe_make_on(const kljit_problem *pb, const prob_tuning *tune,
+                            const kljit_context_options *opt, const recipe_device *dev,
+                            recipe *out) {
+  const int arch = dev->arch, sm_count = dev->sm_count;
   memset(out, 0, sizeof *out);
+  out->dram_per_sm_cycle = dev->dram_per_sm_cycle;
   gemm_select sel[3]; /* each GEMM's backend as the options say (KLJIT_GEMM) */
   kljit_status st = gemm_algo_select(opt, sel);
   if (st != KLJIT_SUCCESS) return st;
@@ -405,7 +447,7 @@ kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
   if (opt->chunk_rows > 0) out->geom.chunk_eighths = 0; /* the options' chunk is obeyed */
   dx_split(pb, opt->dx_split, sm_count, &out->geom);
   jgemm_pick logits;
-  logits_epilogue(pb, sel, arch, opt->chunk_rows > 0, out, &logits);
+  logits_epilogue(pb, sel, dev, opt->chunk_rows > 0, out, &logits);
   st = rows_spec(pb, &out->geom, logits.v.bn);
   if (st != KLJIT_SUCCESS) return st;
   /* The dense row kernels as two modules, compiled at once: a cold plan waits for the larger

@@ -2,11 +2,11 @@
 /* recipe.h — what a plan builds: one pure function of the problem, the tuning, the context's
  * options and the target (no GPU, no environment, no clock).
  *
- *   recipe_make(problem, tuning, options, arch, SMs) -> the geometry (chunk, strides, dtypes,
- *     the dX split, the workspace rules: prob_workspace_layout), the modules (the rows, the
- *     helpers, the dense rows' second part, one per generated GEMM) and a slot per GEMM of
- *     the chunk loop (its operation, types and shape, and its engine: cuBLASLt, or a
- *     generated variant and its module).
+ *   recipe_make_on(problem, tuning, options, device: arch, SMs, DRAM) -> the geometry (chunk,
+ *     strides, dtypes, the dX split, the workspace rules: prob_workspace_layout), the modules
+ *     (the rows, the helpers, the dense rows' second part, one per generated GEMM) and a slot
+ *     per GEMM of the chunk loop (its operation, types and shape, and its engine: cuBLASLt, or
+ *     a generated variant and its module).
  *
  * Everything that plans reads one: plan creation (plan.c builds what it says and chooses
  * nothing), the size queries (through the plan), kljit_precompile, kljit_precompile_wisdom,
@@ -23,16 +23,18 @@
  *  - every used slot has its cuBLASLt operation (types, shape, rows): a generated slot falls
  *    back on it for operands TMA cannot take;
  *  - the only choices made here that a tuning does not carry are the planner's rules: the
- *    heuristics without a tuning, a cluster tuning given up for a shard, the chunk cap, the dX
- *    split and the chunks it pays for, the generated GEMMs the options force or forbid.
+ *    heuristics without a tuning (the logits GEMM's epilogue among them, by the GPU's DRAM), a
+ *    cluster tuning given up for a shard, the chunk cap, the dX split and the chunks it pays
+ *    for, the generated GEMMs the options force or forbid.
  *
  * Adding to it: a GEMM of the chunk loop is a slot (recipe_slot) and its lines in gemm_slots();
  * another engine for a slot is a case of choose_engine(); a kernel family of its own (the loss
  * fusion's) is a module appended in recipe_make and named in recipe_modules. The logits GEMM is
  * decided first (logits_epilogue: its engine, and its statistics epilogue and E16 where the
- * options or its choice ask and the problem is in their scope): what its epilogue writes is what
- * the chunk buffer holds, so the row specs, G's stride, the slots and the chunk are derived
- * after it, once, as exec.c and the workspace layout follow them.
+ * options or its choice ask, or the heuristics for a GPU short of DRAM bandwidth, and the
+ * problem is in their scope): what its epilogue writes is what the chunk buffer holds, so the
+ * row specs, G's stride, the slots and the chunk are derived after it, once, as exec.c and the
+ * workspace layout follow them.
  */
 #ifndef KLJIT_RECIPE_H
 #define KLJIT_RECIPE_H
@@ -91,17 +93,46 @@ typedef struct recipe {
   const char *stats_why; /* the options asked for the statistics in the logits GEMM's epilogue
                           * and the problem or the plan's engines do not allow it: why (the
                           * rows' pass 1 then runs); NULL otherwise */
+  int epilogue_auto;     /* the heuristics took the statistics epilogue (or E16) for this
+                          * GPU's DRAM (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), no option asked */
+  double dram_per_sm_cycle; /* the device's, as given (the plan's description) */
   recipe_gemm gemm[RECIPE_SLOTS];
   kspec rows_part[2]; /* dense rows: geom.rows as two modules, PART "fused" and "phased" (the
                        * kernels each mode's calls launch: the fused mode's, the others');
                        * family 0: the rows are one module, geom.rows */
 } recipe;
 
-/* Everything a plan of the validated problem `pb` builds for sm_<arch> with `sm_count`
- * multiprocessors (0: unknown, as in precompile) under the context's options `opt`: with the
- * tuning `tune` (wisdom's, a candidate's), or the heuristics' for NULL. KLJIT_SUCCESS, or
- * KLJIT_ERR_INVALID_ARGUMENT / KLJIT_ERR_UNSUPPORTED with a sentence for a tuning or options
- * that cannot be built. */
+/* What the heuristics know of the GPU a plan is for (context.c measures it; precompile knows
+ * its architecture alone and builds each class's plan: recipe_device_classes). */
+typedef struct recipe_device {
+  int arch;        /* e.g. 90 */
+  int sm_count;    /* multiprocessors; 0: unknown */
+  double dram_per_sm_cycle; /* the DRAM's peak bytes per SM and SM clock cycle (memory clock x
+                             * bus width over SMs x SM clock: 12.8 on an H100 SXM, 18.8 on an
+                             * H200); 0: unknown */
+} recipe_device;
+
+/* Below this many DRAM bytes per SM cycle (and known), the heuristics move the row statistics
+ * into the generated logits GEMM's epilogue on sm_90: E16 for a dense teacher's probabilities,
+ * log-probabilities or logits, `.stats` elsewhere in its scope (logits_epilogue). On an H100
+ * (12.8) E16 took 0.87-0.93x the default's call at the five dense shapes and `.stats` 0.96x at
+ * the sparse one (bench/RESULTS.md, runs 77 and 88); on the H200 (18.8) E16 was 0.96-1.05x by
+ * shape and `.stats` 1.01-1.05x (runs 72-73), so it keeps the fp32 logits and the rows. */
+#define RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE 15.0
+
+/* The device classes whose sm_<arch> heuristic plans differ, for a precompile that knows no
+ * GPU: fills out (at most 2) and returns the count. */
+int recipe_device_classes(int arch, recipe_device out[2]);
+
+/* Everything a plan of the validated problem `pb` builds for the GPU `dev` under the context's
+ * options `opt`: with the tuning `tune` (wisdom's, a candidate's), or the heuristics' for NULL.
+ * KLJIT_SUCCESS, or KLJIT_ERR_INVALID_ARGUMENT / KLJIT_ERR_UNSUPPORTED with a sentence for a
+ * tuning or options that cannot be built. */
+kljit_status recipe_make_on(const kljit_problem *pb, const prob_tuning *tune,
+                            const kljit_context_options *opt, const recipe_device *dev,
+                            recipe *out);
+/* recipe_make_on for sm_<arch> with `sm_count` multiprocessors (0: unknown) and an unknown
+ * DRAM (the heuristics' fp32 logits and row kernels). */
 kljit_status recipe_make(const kljit_problem *pb, const prob_tuning *tune,
                          const kljit_context_options *opt, int arch, int sm_count, recipe *out);
 

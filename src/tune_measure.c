@@ -186,7 +186,8 @@ static void free_all(bench *b) {
  * plans of the heuristic tuning. */
 static kljit_status pick_rows(bench *b, const prob_tuning *heur, int64_t asked) {
   recipe r;
-  kljit_status st = recipe_make(b->pb, heur, &b->ctx->opt, b->ctx->arch, b->ctx->sm_count, &r);
+  const recipe_device dev = plan_device(b->ctx);
+  kljit_status st = recipe_make_on(b->pb, heur, &b->ctx->opt, &dev, &r);
   if (st != KLJIT_SUCCESS) return st;
   size_t free_b = 0, total = 0;
   st = DRV(b, cuMemGetInfo(&free_b, &total), "cuMemGetInfo");

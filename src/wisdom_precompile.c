@@ -4,70 +4,18 @@
  *
  * For each entry: the problem it was tuned for (key + extra fields) with the heuristic tuning
  * for sm_<arch> (what a GPU without matching wisdom plans), and, when the entry was tuned on an
- * sm_<arch> GPU, its own tuning. Plans share modules (the helpers, often the heuristic rows):
- * the distinct specs are collected first, so each module is built and reported once.
+ * sm_<arch> GPU, its own tuning, each for every device class of sm_<arch>
+ * (recipe_device_classes). Plans share modules (the helpers, often the heuristic rows): the
+ * distinct specs are collected first (precompile_list_add), so each module is built and
+ * reported once.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "jit.h"
-#include "recipe.h"
+#include "precompile.h"
 #include "wisdom.h"
-
-typedef struct spec_list {
-  kspec *k;
-  char **text; /* kspec_key_of: equal keys, equal modules */
-  size_t n, cap;
-} spec_list;
-
-static void spec_list_free(spec_list *l) {
-  for (size_t i = 0; i < l->n; i++) free(l->text[i]);
-  free(l->k), free(l->text);
-  memset(l, 0, sizeof *l);
-}
-
-/* Appends the modules of the plan of `pb` with tuning t (NULL: the heuristics) on sm_<arch>
- * with a context of the default options, unless already listed. */
-static kljit_status add_plan(spec_list *l, const kljit_problem *pb, const prob_tuning *t,
-                             int arch) {
-  const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
-  recipe r;
-  kljit_status st = recipe_make(pb, t, &opt, arch, 0, &r);
-  const kspec *specs[RECIPE_MAX_MODULES];
-  const int count = st == KLJIT_SUCCESS ? recipe_modules(&r, specs) : 0;
-  for (int i = 0; i < count && st == KLJIT_SUCCESS; i++) {
-    kspec_key key;
-    strbuf text = {0};
-    if (kspec_key_of(specs[i], &key) != 0) {
-      st = err_set(KLJIT_ERR_INTERNAL, "a %s spec's key is over %d bytes",
-                   kspec_template(specs[i]), KSPEC_KEY_MAX);
-      break;
-    }
-    if ((st = sb_append(&text, key.text, key.len)) != KLJIT_SUCCESS) break;
-    int seen = 0;
-    for (size_t j = 0; j < l->n && !seen; j++) seen = !strcmp(l->text[j], text.data);
-    if (seen) {
-      sb_free(&text);
-      continue;
-    }
-    if (l->n == l->cap) {
-      const size_t cap = l->cap ? 2 * l->cap : 16;
-      kspec *k = realloc(l->k, cap * sizeof *k);
-      if (k) l->k = k;
-      char **tx = k ? realloc(l->text, cap * sizeof *tx) : NULL;
-      if (tx) l->text = tx;
-      if (!k || !tx) {
-        sb_free(&text);
-        return err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory");
-      }
-      l->cap = cap;
-    }
-    l->k[l->n] = *specs[i]; /* its strings are static literals (recipe.h) */
-    l->text[l->n++] = text.data;
-  }
-  return st;
-}
 
 kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const char *cache_dir,
                                      uint32_t flags, kljit_module_callback done, void *user) {
@@ -81,13 +29,14 @@ kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const ch
   wisdom_set set;
   st = wisdom_read_file(wisdom_file, &set, NULL);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
-  spec_list list = {0};
+  precompile_list list = {0};
   for (size_t i = 0; i < set.n && st == KLJIT_SUCCESS; i++) {
     const wisdom_entry *e = &set.e[i];
     kljit_problem pb;
     if ((st = wisdom_entry_problem(e, &pb)) != KLJIT_SUCCESS) break;
-    st = add_plan(&list, &pb, NULL, arch);
-    if (st == KLJIT_SUCCESS && e->arch == arch) st = add_plan(&list, &pb, &e->tune, arch);
+    st = precompile_list_add(&list, &pb, NULL, arch);
+    if (st == KLJIT_SUCCESS && e->arch == arch)
+      st = precompile_list_add(&list, &pb, &e->tune, arch);
   }
   wisdom_set_free(&set);
   cache_config cfg;
@@ -95,7 +44,7 @@ kljit_status kljit_precompile_wisdom(const char *wisdom_file, int arch, const ch
   if (st == KLJIT_SUCCESS) st = jit_precompile_config(cache_dir, &cfg);
   if (st == KLJIT_SUCCESS) st = jit_precompile_all(list.k, list.n, arch, &cfg, flags, done, user);
   cache_config_free(&cfg);
-  spec_list_free(&list);
+  precompile_list_free(&list);
   if (st != KLJIT_SUCCESS) return err_prefix(st, "%s: ", who);
   err_clear();
   return KLJIT_SUCCESS;

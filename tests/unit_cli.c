@@ -82,7 +82,8 @@ static int unknown_commands_and_options_exit_2(void) {
 
 static int manifest_matches_files_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
-  TH_CHECK(strstr(out, "[7/7]") && strstr(out, "compiled")); /* sm_80: 3, sm_90: 4 (the GEMM) */
+  TH_CHECK(strstr(out, "[11/11]") && strstr(out, "compiled")); /* sm_80: 3, sm_90: 8 (the GEMM;
+                                                                  * both device classes) */
   TH_CHECK(strstr(out, "manifest:"));
   char path[PATH_MAX];
   th_path_in(path, dir, "manifest.txt");
@@ -112,8 +113,8 @@ static int manifest_matches_files_in(const char *dir) {
     lines++;
   }
   fclose(f);
-  TH_CHECK(lines == 7 && count_kjc(dir) == 7);
-  TH_CHECK(archs[0] == 3 && archs[1] == 4);
+  TH_CHECK(lines == 11 && count_kjc(dir) == 11);
+  TH_CHECK(archs[0] == 3 && archs[1] == 8);
   /* a second run compiles nothing and says so */
   TH_CHECK(precompile_into(dir, "") == 0 && strstr(out, "0 module(s) compiled now, 3 already"));
   return TH_PASS;
@@ -143,15 +144,16 @@ static int jobs_in(const char *dir) {
   char one[PATH_MAX], two[PATH_MAX];
   th_path_in(one, dir, "jobs1");
   th_path_in(two, dir, "jobs2");
-  /* three archs x one problem = three jobs (ten modules: sm_90's GEMM too), two at a time */
+  /* three archs x one problem = three jobs (fourteen modules: sm_90's GEMM too, and the E16
+   * plan's four of its other device class), two at a time */
   TH_CHECK(cli("precompile --arch sm_80,sm_86,sm_90 " SMALL " --cache-dir '%s' --jobs 1", one) ==
            0);
   TH_CHECK(cli("precompile --arch sm_80,sm_86,sm_90 " SMALL " --cache-dir '%s' --jobs 2", two) ==
            0);
-  TH_CHECK(strstr(out, "[10/10]"));
+  TH_CHECK(strstr(out, "[14/14]"));
   static char a[8192], b[8192];
   TH_CHECK(manifest_files(one, a, sizeof a) == 0 && manifest_files(two, b, sizeof b) == 0);
-  TH_CHECK(count_kjc(one) == 10 && count_kjc(two) == 10);
+  TH_CHECK(count_kjc(one) == 14 && count_kjc(two) == 14);
   TH_CHECK(strcmp(a, b) == 0);
   TH_CHECK(cli("cache verify --cache-dir '%s' --cache-dir '%s'", one, two) == 0);
   return TH_PASS;
@@ -293,7 +295,7 @@ static int full_and_read_only_in(const char *dir) {
   const int ro_mounted = system(cmd) == 0;
   int r = TH_PASS;
   file_list l = {0};
-  if (small_files(90, full, &l) != KLJIT_SUCCESS || l.n != 4) r = TH_FAIL; /* with the GEMM */
+  if (small_files(90, full, &l) != KLJIT_SUCCESS || l.n != 8) r = TH_FAIL; /* with the GEMM */
   /* full: the first module may fit, the rest does not; whatever is missing is named */
   if (r == TH_PASS && cli("precompile --arch sm_90 " SMALL " --cache-dir '%s'", full) != 1)
     r = TH_FAIL;
@@ -335,7 +337,7 @@ static int first_entry(const char *dir, char name[80]) {
 static int verify_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
   TH_CHECK(cli("cache verify --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "7 entries, 0 problem(s)"));
+  TH_CHECK(strstr(out, "11 entries, 0 problem(s)"));
   char name[80], path[PATH_MAX];
   TH_CHECK(first_entry(dir, name) == 0);
   th_path_in(path, dir, name);
@@ -351,7 +353,7 @@ static int verify_in(const char *dir) {
   char want[160];
   snprintf(want, sizeof want, "CORRUPT %s/%s: checksum mismatch", dir, name);
   TH_CHECK(strstr(out, want));
-  TH_CHECK(strstr(out, "7 entries, 1 problem(s)"));
+  TH_CHECK(strstr(out, "11 entries, 1 problem(s)"));
   TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0 && strstr(out, "INVALID"));
   /* the default directories: KLJIT_CACHE_PATH ones are verified too */
   char cmd[PATH_MAX + 64];
@@ -372,7 +374,7 @@ static int clear_in(const char *dir) {
   TH_CHECK(write_file(dir, "abc.kjc", "not an entry name\n") == 0);
   TH_CHECK(write_file(dir, temp, "half") == 0);
   TH_CHECK(cli("cache clear --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "removed 8 files"));
+  TH_CHECK(strstr(out, "removed 12 files"));
   TH_CHECK(strstr(out, "manifest.txt"));
   TH_CHECK(count_kjc(dir) == 0);
   TH_CHECK(file_exists(dir, "notes.txt") && file_exists(dir, "abc.kjc"));
@@ -388,10 +390,10 @@ static int cache_clear_removes_entries_and_leaves_foreign_files(void) {
 static int stats_in(const char *dir) {
   TH_CHECK(precompile_into(dir, "") == 0);
   TH_CHECK(cli("cache stats --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, ": 7 entries") && strstr(out, "0 invalid"));
-  TH_CHECK(strstr(out, "sm_80        3 entries") && strstr(out, "sm_90        4 entries"));
+  TH_CHECK(strstr(out, ": 11 entries") && strstr(out, "0 invalid"));
+  TH_CHECK(strstr(out, "sm_80        3 entries") && strstr(out, "sm_90        8 entries"));
   TH_CHECK(cli("cache ls --cache-dir '%s'", dir) == 0);
-  TH_CHECK(strstr(out, "# 7 entries") && strstr(out, "sm_80") && strstr(out, "sm_90"));
+  TH_CHECK(strstr(out, "# 11 entries") && strstr(out, "sm_80") && strstr(out, "sm_90"));
   TH_CHECK(strstr(out, "dense_rows") && strstr(out, "helpers"));
   /* a named directory that is not there is an error; a default one is just reported */
   TH_CHECK(cli("cache stats --cache-dir '%s/none'", dir) == 1);
@@ -496,7 +498,9 @@ static int threads_in(const char *dir) {
   a[0] = b[0] = '\0';
   TH_OK(kljit_cache_list(par, list_names, a));
   TH_OK(kljit_cache_list(ser, list_names, b));
-  TH_CHECK(strcmp(a, b) == 0 && count_kjc(par) == 13);
+  /* sm_80: 3 + 2 (the second problem's rows); sm_90: 4 + 4, and as many for its other device
+   * class (E16) */
+  TH_CHECK(strcmp(a, b) == 0 && count_kjc(par) == 21);
   /* a dry run over the filled directory finds everything cached */
   int to_compile = -1;
   TH_OK(kljit_precompile(&jobs[3].pb, 90, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
@@ -504,7 +508,7 @@ static int threads_in(const char *dir) {
   TH_CHECK(to_compile == 0);
   TH_OK(kljit_precompile(&jobs[3].pb, 86, par, KLJIT_PRECOMPILE_DRY_RUN, count_compiled,
                             &to_compile));
-  TH_CHECK(to_compile == 3 && count_kjc(par) == 13);
+  TH_CHECK(to_compile == 3 && count_kjc(par) == 21);
   return TH_PASS;
 }
 static int precompile_v2_from_threads_matches_a_serial_run(void) {
@@ -536,7 +540,7 @@ static int api_in(const char *dir) {
   TH_STATUS(kljit_cache_list(dir, stop_after_one, &seen), KLJIT_ERR_CACHE);
   TH_CHECK(strstr(kljit_last_error(), "writable by group or others"));
   TH_STATUS(kljit_cache_clear(dir, NULL, NULL), KLJIT_ERR_CACHE);
-  TH_CHECK(count_kjc(dir) == 7);
+  TH_CHECK(count_kjc(dir) == 11);
   TH_CHECK(chmod(dir, 0700) == 0);
   TH_OK(kljit_cache_clear(dir, NULL, NULL));
   TH_CHECK(count_kjc(dir) == 0);

@@ -50,12 +50,12 @@ static void count_compiled(const kljit_module_report *m, void *user) {
 /* A precompile's reports, by module: the cache file of each (its key). */
 typedef struct module_files {
   int n;
-  char file[RECIPE_MAX_MODULES][80];
+  char file[2 * RECIPE_MAX_MODULES][80];
 } module_files;
 
 static void collect(const kljit_module_report *m, void *user) {
   module_files *f = user;
-  if (f->n < 8) snprintf(f->file[f->n++], sizeof f->file[0], "%s", m->file);
+  if (f->n < 2 * RECIPE_MAX_MODULES) snprintf(f->file[f->n++], sizeof f->file[0], "%s", m->file);
 }
 
 /* The cache file names (<sha256 of the key>.kjc) of a recipe's modules for sm_<arch>. */
@@ -70,6 +70,31 @@ static int recipe_files(const recipe *r, int arch, module_files *out) {
     sha256_hex(key.data, key.len, hex);
     snprintf(out->file[i], sizeof out->file[0], "%s.kjc", hex);
     sb_free(&src), sb_free(&key);
+  }
+  return TH_PASS;
+}
+
+/* The files of the plans on sm_90's two device classes (recipe_device_classes: the DRAM
+ * unknown, then one under RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), the second's new ones appended:
+ * what a precompile lists. Fails unless the second plan differs (E16 for this dense teacher). */
+static int sm90_class_files(const kljit_problem *pb, const kljit_context_options *o,
+                            module_files *out) {
+  recipe_device dev[2];
+  TH_CHECK(recipe_device_classes(90, dev) == 2);
+  TH_CHECK(dev[0].dram_per_sm_cycle == 0.0 &&
+           dev[1].dram_per_sm_cycle < RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE);
+  module_files f[2];
+  recipe r[2];
+  for (int c = 0; c < 2; c++) {
+    TH_OK(recipe_make_on(pb, NULL, o, &dev[c], &r[c]));
+    if (recipe_files(&r[c], 90, &f[c]) != TH_PASS) return TH_FAIL;
+  }
+  TH_CHECK(!r[0].geom.e16 && r[1].geom.e16 && r[1].epilogue_auto);
+  *out = f[0];
+  for (int i = 0; i < f[1].n; i++) {
+    int seen = 0;
+    for (int j = 0; j < f[0].n; j++) seen |= !strcmp(f[1].file[i], f[0].file[j]);
+    if (!seen) snprintf(out->file[out->n++], sizeof out->file[0], "%s", f[1].file[i]);
   }
   return TH_PASS;
 }
@@ -120,6 +145,9 @@ static int plan_check_and_precompile_ignore_the_environments_options_in(const ch
   TH_OK(recipe_make(&pb, NULL, &init, 90, 0, &r));
   if (recipe_files(&r, 90, &want) != TH_PASS) return TH_FAIL;
   TH_CHECK(want.n == 4); /* the dense rows' two parts, the helpers, the logits GEMM */
+  /* a precompile lists both device classes' plans: the E16 plan's four modules too */
+  if (sm90_class_files(&pb, &init, &want) != TH_PASS) return TH_FAIL;
+  TH_CHECK(want.n == 8);
   memset(&got, 0, sizeof got);
   TH_OK(kljit_precompile(&pb, 90, dir, KLJIT_PRECOMPILE_DRY_RUN, collect, &got));
   TH_CHECK(same_files(&want, &got));
@@ -170,13 +198,14 @@ static int plans_use_precompiled_read_only_cache_and_compile_nothing(void) {
   for (int i = 0; i < 2; i++) {
     int compiled = 0;
     TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
-    /* the row modules (two parts) and the helpers module; sm_90: the logits GEMM too */
-    TH_CHECK(compiled == (archs[i] == 90 ? 4 : 3));
+    /* the row modules (two parts) and the helpers module; sm_90: the logits GEMM too, and the
+     * same four of the E16 plan a GPU with less DRAM bandwidth takes (recipe_device_classes) */
+    TH_CHECK(compiled == (archs[i] == 90 ? 8 : 3));
     compiled = 0;
     TH_OK(kljit_precompile(&pb, archs[i], ro, 0, count_compiled, &compiled));
     TH_CHECK(compiled == 0); /* second time: all cached */
   }
-  TH_CHECK(count_entries(ro) == 7);
+  TH_CHECK(count_entries(ro) == 11);
   chmod(ro, 0755); /* a shared cluster cache: readable, writable by its owner only */
   setenv("KLJIT_CACHE_PATH", ro, 1);
   setenv("KLJIT_CACHE_DIR", rw, 1);

@@ -765,6 +765,81 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
   return TH_PASS;
 }
 
+/* Without an option or a tuning that names the logits GEMM's epilogue, the heuristics take it
+ * on sm_90 where the GPU's DRAM moves fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM
+ * cycle (an H100: 12.8): E16 for a dense teacher read from memory (its chunk doubled, as the
+ * option's), `.stats` for the sparse and online teachers and for TVD (which E16 refuses), the
+ * fp32 logits and the rows where neither is in scope; nothing changes on an H200 (18.8), on a
+ * GPU whose DRAM is unknown (precompile's first class), on sm_80, or where the options or the
+ * tuning chose the logits GEMM. */
+static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, unknown = {90, 132, 0.0},
+                      a100 = {80, 108, 5.0};
+  recipe d[2];
+  recipe_device classes[2];
+  TH_CHECK(recipe_device_classes(90, classes) == 2 && recipe_device_classes(80, classes) == 1);
+  for (int k = 0; k < 9; k++) {
+    kljit_problem pb = base(4096, 128256);
+    const char *want = "e16"; /* on the H100 */
+    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS;
+    if (k == 2) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.flags |= KLJIT_FLAG_BIAS;
+    if (k == 3) pb.divergence = KLJIT_DIVERGENCE_TVD, want = "stats";
+    if (k == 4) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, want = "stats";
+    if (k == 5) {
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
+      want = "stats";
+    }
+    if (k == 6) /* the sparse teacher with a bias: only E16 takes it, which it is not given */
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32,
+      pb.flags |= KLJIT_FLAG_BIAS, want = "rows";
+    if (k == 7) pb.flags |= KLJIT_FLAG_NATIVE_LOGITS, want = "rows";
+    if (k == 8) pb.vocab_total = 2 * pb.vocab, pb.vocab_offset = pb.vocab, want = "rows";
+    if (pb.teacher == KLJIT_TEACHER_DENSE_HIDDEN) pb.teacher_hidden = 2048;
+    TH_OK(prob_validate(&pb, "auto"));
+    TH_OK(recipe_make_on(&pb, NULL, &init, &h100, &d[0]));
+    const prob_geometry *g = &d[0].geom;
+    const int e16 = !strcmp(want, "e16"), stats = e16 || !strcmp(want, "stats");
+    TH_CHECK(g->e16 == e16 && (g->stats_tiles > 0) == stats && d[0].epilogue_auto == stats);
+    TH_CHECK(d[0].stats_why == NULL); /* not asked: no complaint where it does not fit */
+    TH_CHECK(d[0].gemm[RECIPE_LOGITS].engine == RECIPE_GENERATED &&
+             d[0].gemm[RECIPE_LOGITS].from == JGEMM_FROM_HEURISTIC);
+    /* the same problem elsewhere: the fp32 logits and the rows, as before */
+    const recipe_device *other[] = {&h200, &unknown, &a100};
+    for (int o = 0; o < 3; o++) {
+      TH_OK(recipe_make_on(&pb, NULL, &init, other[o], &d[1]));
+      TH_CHECK(!d[1].geom.e16 && !d[1].geom.stats_tiles && !d[1].epilogue_auto);
+      if (o == 1) { /* E16 holds 2 bytes an element: twice the rows a chunk */
+        TH_CHECK(g->tune.chunk_rows == (e16 ? 2 : 1) * d[1].geom.tune.chunk_rows);
+      }
+    }
+    TH_CHECK(recipe_make(&pb, NULL, &init, 90, 132, &d[1]) == KLJIT_SUCCESS &&
+             !d[1].epilogue_auto); /* recipe_make: the DRAM unknown */
+    if (k != 0) continue;
+    /* the options' logits GEMM, or a tuned one, is what runs, on any GPU */
+    kljit_context_options jit = init;
+    jit.gemm_choice = "logits:jit";
+    TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
+    TH_CHECK(!d[1].geom.stats_tiles && !d[1].epilogue_auto);
+    jit.gemm_choice = "logits:cublas";
+    TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
+    TH_CHECK(!d[1].geom.stats_tiles && d[1].gemm[RECIPE_LOGITS].engine == RECIPE_CUBLASLT);
+    jit.gemm_choice = "logits:jit.stats"; /* asked: `.stats`, not E16 */
+    TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
+    TH_CHECK(d[1].geom.stats_tiles && !d[1].geom.e16 && !d[1].epilogue_auto);
+    const pin_case c = {"tuned", 90, JIT_LOGITS, TP, GD, 0, 0, "", NULL};
+    const prob_tuning t = tuning_of(&c, &pb, &init);
+    TH_OK(recipe_make_on(&pb, &t, &init, &h100, &d[1]));
+    TH_CHECK(!d[1].geom.stats_tiles && !d[1].epilogue_auto &&
+             d[1].gemm[RECIPE_LOGITS].from == JGEMM_FROM_TUNING);
+    /* a context whose options keep the rows' default (KLJIT_GEMM=dx:cublas) still takes it */
+    jit.gemm_choice = "dx:cublas";
+    TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
+    TH_CHECK(d[1].geom.e16 && d[1].epilogue_auto);
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
@@ -775,5 +850,7 @@ static const th_case cases[] = {
      the_e16_epilogue_follows_the_statistics_epilogue},
     {"the_sparse_teachers_statistics_come_from_the_epilogue",
      the_sparse_teachers_statistics_come_from_the_epilogue},
+    {"the_heuristics_take_the_epilogue_where_dram_is_short",
+     the_heuristics_take_the_epilogue_where_dram_is_short},
 };
 TH_MAIN(cases)

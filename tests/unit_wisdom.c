@@ -781,7 +781,8 @@ static void count_gemms(const kljit_module_report *m, void *user) {
 }
 
 /* A plan's modules through the environment's cache, as kljit_plan_create would build them. */
-static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms,
+/* dram: the GPU's DRAM bytes per SM cycle (recipe_device; 0: unknown) */
+static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms, double dram,
                      cache_result want) {
   prob_tuning t;
   tune_source src;
@@ -789,7 +790,8 @@ static int plan_hits(const kljit_problem *pb, const char *gpu, int arch, int sms
   const kljit_context_options o = KLJIT_CONTEXT_OPTIONS_INIT;
   TH_OK(tune_choose(pb, KLJIT_PLAN_ESTIMATE, gpu, arch, sms, &o, &t, &src, &used));
   recipe r;
-  TH_OK(recipe_make(pb, &t, &o, arch, sms, &r));
+  const recipe_device dev = {arch, sms, dram};
+  TH_OK(recipe_make_on(pb, &t, &o, &dev, &r));
   cache_config cfg;
   TH_OK(cache_config_from_env(&cfg));
   const kspec *specs[RECIPE_MAX_MODULES];
@@ -829,7 +831,7 @@ static int precompile_in(const char *dir) {
   const int archs[] = {80, 90};
   for (int i = 0; i < 2; i++) {
     module_count c = {0, 0, 0};
-    const int before = count_kjc(ro), want = archs[i] == 90 ? 6 : 5;
+    const int before = count_kjc(ro), want = archs[i] == 90 ? 12 : 5;
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, KLJIT_PRECOMPILE_DRY_RUN, count, &c));
     TH_CHECK(c.reports == want && c.compiled == want && c.count == want &&
              count_kjc(ro) == before);
@@ -838,14 +840,15 @@ static int precompile_in(const char *dir) {
     printf("sm_%d: %d of %d modules compiled\n", archs[i], c.compiled, c.reports);
     /* heuristic plan (the rows' two parts + helpers; sm_90: + the logits GEMM) + the tuned
      * rows' two parts of the entry of this arch (its helpers and GEMM modules are the heuristic
-     * plan's) */
+     * plan's); sm_90: the same six again for a GPU of the other device class (E16's rows, helpers
+     * and logits GEMM: recipe_device_classes) */
     TH_CHECK(c.reports == want && c.compiled == want && c.count == want);
     memset(&c, 0, sizeof c);
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, NULL, NULL));
     TH_OK(kljit_precompile_wisdom(file, archs[i], ro, 0, count, &c));
     TH_CHECK(c.reports == want && c.compiled == 0);
   }
-  TH_CHECK(count_kjc(ro) == 11);
+  TH_CHECK(count_kjc(ro) == 17);
   TH_CHECK(chmod(ro, 0755) == 0);
   setenv("KLJIT_CACHE_PATH", ro, 1);
   setenv("KLJIT_CACHE_DIR", rw, 1);
@@ -853,12 +856,12 @@ static int precompile_in(const char *dir) {
   kljit_problem pb = KLJIT_PROBLEM_INIT;
   pb.vocab = 32000, pb.hidden = 64, pb.temperature = 2.0, pb.reduction = KLJIT_REDUCTION_SUM;
   pb.flags = KLJIT_FLAG_SCALE_T_SQUARED;
-  if (plan_hits(&pb, "NVIDIA A100-SXM4-80GB", 80, 108, CACHE_HIT_READONLY) ||
-      plan_hits(&pb, "NVIDIA H200", 90, 132, CACHE_HIT_READONLY))
+  if (plan_hits(&pb, "NVIDIA A100-SXM4-80GB", 80, 108, 0.0, CACHE_HIT_READONLY) ||
+      plan_hits(&pb, "NVIDIA H200", 90, 132, 18.8, CACHE_HIT_READONLY))
     return TH_FAIL;
   /* GPUs without wisdom take the heuristic plan, precompiled too */
-  if (plan_hits(&pb, "NVIDIA A100-PCIE-40GB", 80, 108, CACHE_HIT_READONLY) ||
-      plan_hits(&pb, "NVIDIA H100 80GB HBM3", 90, 132, CACHE_HIT_READONLY))
+  if (plan_hits(&pb, "NVIDIA A100-PCIE-40GB", 80, 108, 0.0, CACHE_HIT_READONLY) ||
+      plan_hits(&pb, "NVIDIA H100 80GB HBM3", 90, 132, 12.8, CACHE_HIT_READONLY))
     return TH_FAIL;
   TH_CHECK(count_kjc(rw) <= 0); /* nothing compiled for sm_80/sm_90, nothing written */
   TH_STATUS(kljit_precompile_wisdom(file, 75, ro, 0, NULL, NULL), KLJIT_ERR_INVALID_ARGUMENT);
@@ -868,7 +871,7 @@ static int precompile_in(const char *dir) {
   TH_STATUS(kljit_precompile_wisdom(file, 90, ro, 0, NULL, NULL), KLJIT_ERR_WISDOM);
   /* a generated logits GEMM the tuner chose on an sm_90 GPU is precompiled with its entry
    * (whatever KLJIT_GEMM says: the entry's recipe under the default options takes it), beside
-   * the heuristic plan's default one */
+   * the heuristic plans' default ones (plain, and E16 for the other device class) */
   th_path_in(file, dir, "generated-wisdom");
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
            " gemm=logits:4096:b0:jit:128.2.6.g.2\n", H);
@@ -876,13 +879,14 @@ static int precompile_in(const char *dir) {
   setenv("KLJIT_GEMM", "cublas", 1);
   int gemms = 0;
   TH_OK(kljit_precompile_wisdom(file, 90, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
-  TH_CHECK(gemms == 2);
+  TH_CHECK(gemms == 3); /* and the E16 one of the heuristic plan of the other device class */
   gemms = 0;
   TH_OK(kljit_precompile_wisdom(file, 80, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
   TH_CHECK(gemms == 0);
   /* a logits choice with E16 (flag e) precompiles the plan that reads E: its GEMM (E16), the
    * rows' two parts (ETILE) and the helpers (G at E's stride) beside the heuristic plan's four
-   * modules, compiled for sm_90a */
+   * modules, compiled for sm_90a (this choice is the default variant's E16: the heuristic plan
+   * of the other device class has the same four) */
   th_path_in(file, dir, "e16-wisdom");
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
            " gemm=logits:4096:b0:jit:128.2.6.g.1.pe\n", H);
