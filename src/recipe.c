@@ -347,6 +347,9 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
     if (stats_unfit(pb, geo, 1, e16)) return;
     r->epilogue_auto = 1;
+    const double w_bytes = (double)pb->vocab * (double)pb->hidden *
+                           (double)names_dtype_size(pb->weight_dtype);
+    if (e16 && w_bytes >= RECIPE_E16_CLUSTER_WEIGHT_BYTES) v->cluster = 2;
   }
   if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the

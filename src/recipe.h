@@ -120,6 +120,13 @@ typedef struct recipe_device {
  * shape and `.stats` 1.01-1.05x (runs 72-73), so it keeps the fp32 logits and the rows. */
 #define RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE 15.0
 
+/* ... and where the weight W holds at least this many bytes, that E16 logits GEMM runs in
+ * clusters of 2 CTAs sharing each W tile (multicast: half W's L2 reads). On an H100 (bench_loss
+ * runs 95 and 97, alternated twice): 0.94-0.95x the cluster-1 call with a 1 GiB W (V 128256, H
+ * 4096; the logits GEMM 6.86 ms against 7.94, DRAM reads 11.9 GB against 14.4), 1.01-1.02x with
+ * a 125 MiB one (V 32000, H 2048), which L2 keeps better. */
+#define RECIPE_E16_CLUSTER_WEIGHT_BYTES (256.0 * 1024 * 1024)
+
 /* The device classes whose sm_<arch> heuristic plans differ, for a precompile that knows no
  * GPU: fills out (at most 2) and returns the count. */
 int recipe_device_classes(int arch, recipe_device out[2]);

@@ -768,10 +768,10 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
 /* Without an option or a tuning that names the logits GEMM's epilogue, the heuristics take it
  * on sm_90 where the GPU's DRAM moves fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM
  * cycle (an H100: 12.8): E16 for a dense teacher read from memory (its chunk doubled, as the
- * option's), `.stats` for the sparse and online teachers and for TVD (which E16 refuses), the
- * fp32 logits and the rows where neither is in scope; nothing changes on an H200 (18.8), on a
- * GPU whose DRAM is unknown (precompile's first class), on sm_80, or where the options or the
- * tuning chose the logits GEMM. */
+ * option's; in clusters of 2 over a W of 256 MiB or more), `.stats` for the sparse and online
+ * teachers and for TVD (which E16 refuses), the fp32 logits and the rows where neither is in
+ * scope; nothing changes on an H200 (18.8), on a GPU whose DRAM is unknown (precompile's first
+ * class), on sm_80, or where the options or the tuning chose the logits GEMM. */
 static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
   const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
   const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, unknown = {90, 132, 0.0},
@@ -804,6 +804,8 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_CHECK(d[0].stats_why == NULL); /* not asked: no complaint where it does not fit */
     TH_CHECK(d[0].gemm[RECIPE_LOGITS].engine == RECIPE_GENERATED &&
              d[0].gemm[RECIPE_LOGITS].from == JGEMM_FROM_HEURISTIC);
+    /* E16 over this 1 GiB W in clusters of 2 (RECIPE_E16_CLUSTER_WEIGHT_BYTES); `.stats` not */
+    TH_CHECK(d[0].gemm[RECIPE_LOGITS].variant.cluster == (e16 ? 2 : 1));
     /* the same problem elsewhere: the fp32 logits and the rows, as before */
     const recipe_device *other[] = {&h200, &unknown, &a100};
     for (int o = 0; o < 3; o++) {
@@ -832,6 +834,14 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_OK(recipe_make_on(&pb, &t, &init, &h100, &d[1]));
     TH_CHECK(!d[1].geom.stats_tiles && !d[1].epilogue_auto &&
              d[1].gemm[RECIPE_LOGITS].from == JGEMM_FROM_TUNING);
+    /* a 125 MiB W (V 32000, H 2048) stays in L2 better: E16 in clusters of 1 */
+    kljit_problem small = base(2048, 32000);
+    TH_OK(recipe_make_on(&small, NULL, &init, &h100, &d[1]));
+    TH_CHECK(d[1].geom.e16 && d[1].epilogue_auto &&
+             d[1].gemm[RECIPE_LOGITS].variant.cluster == 1);
+    small.hidden = 8192; /* 500 MiB */
+    TH_OK(recipe_make_on(&small, NULL, &init, &h100, &d[1]));
+    TH_CHECK(d[1].geom.e16 && d[1].gemm[RECIPE_LOGITS].variant.cluster == 2);
     /* a context whose options keep the rows' default (KLJIT_GEMM=dx:cublas) still takes it */
     jit.gemm_choice = "dx:cublas";
     TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
