@@ -14,10 +14,12 @@ static void usage(FILE *f) {
   fputs(
       "usage: kljit info\n"
       "Prints the kljit library, CUDA toolkit, NVRTC, Lua and CUDA driver versions, the GPUs\n"
-      "(name, sm, SMs, memory) or that there is none, the kernel cache directories (read-only\n"
-      "KLJIT_CACHE_PATH ones, then the writable one), each with whether this user's plans\n"
-      "can use it and why not, where wisdom files are read, and the environment: every\n"
-      "KLJIT_* variable that is set, with why kljit refuses its value (or does not read it).\n"
+      "(name, sm, SMs, memory, the DRAM's peak bytes an SM cycle: under 15, sm_90's plans\n"
+      "move the row statistics into the logits GEMM) or that there is none, the kernel cache\n"
+      "directories (read-only KLJIT_CACHE_PATH ones, then the writable one), each with\n"
+      "whether this user's plans can use it and why not, where wisdom files are read, and the\n"
+      "environment: every KLJIT_* variable that is set, with why kljit refuses its value (or\n"
+      "does not read it).\n"
       "Needs no GPU; exit 2 when a variable has a value kljit refuses, 0 otherwise unless\n"
       "the library fails.\n",
       f);
@@ -44,8 +46,17 @@ static void print_gpus(int driver) {
   for (int i = 0; i < n; i++) {
     struct cudaDeviceProp d;
     if (cudaGetDeviceProperties(&d, i) != cudaSuccess) continue;
-    printf("GPU %-10d %s, sm_%d%d, %d SMs, %.1f GiB\n", i, d.name, d.major, d.minor,
+    printf("GPU %-10d %s, sm_%d%d, %d SMs, %.1f GiB", i, d.name, d.major, d.minor,
            d.multiProcessorCount, d.totalGlobalMem / 1073741824.0);
+    /* the DRAM's peak bytes per SM cycle, as the plans' heuristics read it (recipe.h) */
+    int mem_khz = 0, bus_bits = 0, sm_khz = 0;
+    cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, i);
+    cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, i);
+    cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, i);
+    if (mem_khz > 0 && bus_bits > 0 && sm_khz > 0 && d.multiProcessorCount > 0)
+      printf(", DRAM %.1f bytes an SM cycle", 2.0 * mem_khz * (bus_bits / 8.0) /
+                                                  ((double)d.multiProcessorCount * sm_khz));
+    printf("\n");
   }
 }
 
