@@ -30,8 +30,8 @@ const char *kljit_status_string(kljit_status s) {
 }
 
 /* Valid, and the templates accept the modules of its heuristic plans on both kernel
- * generations (sm_80, sm_90) with a context of the default options: the same rules a plan
- * meets. */
+ * generations (sm_80, sm_90), each device class of them (recipe_device_classes), with a
+ * context of the default options: the same rules a plan meets. */
 kljit_status kljit_plan_check(const kljit_problem *problem) {
   err_clear();
   const char *who = "kljit_plan_check";
@@ -40,10 +40,16 @@ kljit_status kljit_plan_check(const kljit_problem *problem) {
   const kljit_context_options opt = KLJIT_CONTEXT_OPTIONS_INIT;
   const int archs[] = {80, 90};
   for (int i = 0; i < 2 && st == KLJIT_SUCCESS; i++) {
-    recipe r;
-    st = recipe_make(&pb, NULL, &opt, archs[i], 0, &r);
-    if (st == KLJIT_SUCCESS) st = recipe_check(&r);
-    if (st != KLJIT_SUCCESS) err_prefix(st, "%s: sm_%d kernels: ", who, archs[i]);
+    recipe_device dev[2];
+    const int classes = recipe_device_classes(archs[i], dev);
+    for (int c = 0; c < classes && st == KLJIT_SUCCESS; c++) {
+      recipe r;
+      st = recipe_make_on(&pb, NULL, &opt, &dev[c], &r);
+      if (st == KLJIT_SUCCESS) st = recipe_check(&r);
+      if (st != KLJIT_SUCCESS)
+        err_prefix(st, "%s: sm_%d kernels%s: ", who, archs[i],
+                   c ? " (a GPU short of DRAM bandwidth: the logits GEMM's epilogue)" : "");
+    }
   }
   if (st == KLJIT_SUCCESS) err_clear();
   return st;
