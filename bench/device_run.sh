@@ -26,6 +26,10 @@
 #                     logits GEMM; SHAPE, default 8192x4096x128256):
 #                     bench_loss's time and GEMM floor (median of 5), then ncu on one logits GEMM
 #                     launch of a chunk: duration, DRAM bytes, L2 sectors, tensor pipe activity
+#   judge             the user's call as the issues judge it, in about 3 minutes: compare.py at
+#                     the five dense shapes (torch.compile, Liger from DEPS/wheels or LIGER_WHEEL,
+#                     kljit_fused, alternated, peak memory), the sparse top-100 shape against
+#                     torch.compile, then the binding against its C call (40 repeats)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -57,7 +61,8 @@ case $mode in
   tune) targets="kljit_cli bench_loss" ;;
   profile) targets="bench_loss" ;;
   precision) targets="kljit" ;;
-  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, precision)"
+  judge) targets="kljit" ;;
+  *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, precision)"
      exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
@@ -199,6 +204,24 @@ case $mode in
         --repeats 3 --out "$LOGS/precision-$g.csv" > "$LOGS/precision-$g.log" 2>&1
       echo "== compare.py KLJIT_GEMM=$g rc=$?"
       tail -8 "$LOGS/precision-$g.log"
+    done
+    ;;
+  judge)
+    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
+    wheel=${LIGER_WHEEL:-$DEPS/wheels/liger_kernel-0.8.5-py3-none-any.whl}
+    peers=compile,kljit_fused
+    [ -f "$wheel" ] && peers=compile,liger,kljit_fused
+    # name|shapes|methods|extra compare.py arguments
+    for j in "dense|dense|$peers|--repeats 6" \
+             "sparse|8192x4096x128256k100|compile,kljit_fused|--repeats 6" \
+             "binding|dense|kljit_c,kljit_fused|--repeats 40"; do
+      IFS='|' read -r name shapes methods extra <<< "$j"
+      # shellcheck disable=SC2086
+      PYTHONPATH=python timeout "${JUDGE_S:-240}" python3 bench/compare.py --shapes "$shapes" \
+        --methods "$methods" --alternate "$methods" --no-reference --liger-wheel "$wheel" \
+        $extra --out "$LOGS/judge-$name.md" > "$LOGS/judge-$name.log" 2>&1
+      echo "== judge $name rc=$? ($SECONDS s)"
+      grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-$name.log" | cut -c1-150 | tail -15
     done
     ;;
 esac
