@@ -200,7 +200,7 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
   char auto_why[112] = "";
   if (r->epilogue_auto)
     snprintf(auto_why, sizeof auto_why, "; the heuristics' choice on this GPU (its DRAM: %.1f "
-             "bytes an SM cycle, under %.0f)", r->dram_per_sm_cycle,
+             "bytes an SM cycle, under %.0f)", p->ctx->dram_per_sm_cycle,
              RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE);
   if (st == KLJIT_SUCCESS && geo->dx_split > 1)
     st = sb_printf(desc, "  dX: %d slices of %lld columns (the last %lld), summed in fp32%s\n",

@@ -342,7 +342,8 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   prob_geometry *geo = &r->geom;
   if (!sel[GEMM_LOGITS].stats && !e16) {
     /* nothing asked: the heuristics' own choice for this GPU (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE),
-     * E16 for the dense teachers it was measured faster for, else `.stats`, where in scope */
+     * E16 for the dense teachers it was measured faster for, else `.stats`, where in scope
+     * (out of scope: the fp32 logits and the rows, with no stats_why: nothing was asked) */
     if (!epilogue_pays(dev, pick)) return;
     e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
     if (stats_unfit(pb, geo, 1, e16)) return;
@@ -350,8 +351,9 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     const double w_bytes = (double)pb->vocab * (double)pb->hidden *
                            (double)names_dtype_size(pb->weight_dtype);
     if (e16 && w_bytes >= RECIPE_E16_CLUSTER_WEIGHT_BYTES) v->cluster = 2;
+  } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
+    return;
   }
-  if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) return;
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
@@ -430,7 +432,6 @@ kljit_status recipe_make_on(const kljit_problem *pb, const prob_tuning *tune,
                             recipe *out) {
   const int arch = dev->arch, sm_count = dev->sm_count;
   memset(out, 0, sizeof *out);
-  out->dram_per_sm_cycle = dev->dram_per_sm_cycle;
   gemm_select sel[3]; /* each GEMM's backend as the options say (KLJIT_GEMM) */
   kljit_status st = gemm_algo_select(opt, sel);
   if (st != KLJIT_SUCCESS) return st;

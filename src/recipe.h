@@ -95,7 +95,6 @@ typedef struct recipe {
                           * rows' pass 1 then runs); NULL otherwise */
   int epilogue_auto;     /* the heuristics took the statistics epilogue (or E16) for this
                           * GPU's DRAM (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), no option asked */
-  double dram_per_sm_cycle; /* the device's, as given (the plan's description) */
   recipe_gemm gemm[RECIPE_SLOTS];
   kspec rows_part[2]; /* dense rows: geom.rows as two modules, PART "fused" and "phased" (the
                        * kernels each mode's calls launch: the fused mode's, the others');
