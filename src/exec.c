@@ -232,6 +232,18 @@ static kljit_status run_setup(exec_call *c) {
   return plan_launch(c->p, KSTEP_SETUP, 1, 1, &c->k, c->stream);
 }
 
+/* The generated GEMMs that claim their tiles from the workspace's counter pair (TILES dynamic)
+ * find it zero: each launch leaves it so, and the call zeroes it once, the workspace being the
+ * caller's memory. */
+static kljit_status zero_tile_counter(exec_call *c) {
+  const kljit_plan *p = c->p;
+  if (!p->rec.geom.tile_counter) return KLJIT_SUCCESS;
+  const drv_table *d = p->ctx->drv;
+  return drv_check(d, d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(c->ws + c->w.sched), 0, 2,
+                                          (CUstream)c->stream),
+                   "cuMemsetD32Async (the GEMMs' tile counter)");
+}
+
 /* ---- the GEMMs of a chunk ------------------------------------------------------------------ */
 
 /* One GEMM of the chunk loop by its recipe slot's engine: the generated kernel where the recipe
@@ -243,7 +255,10 @@ static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void
   const kljit_plan *p = c->p;
   if (p->jgemm[s].k.fn)
     return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
-                             s == RECIPE_LOGITS ? &c->epi : NULL, c->stream);
+                             s == RECIPE_LOGITS ? &c->epi : NULL,
+                             p->rec.geom.tile_counter ? (uint32_t *)(void *)(c->ws + c->w.sched)
+                                                      : NULL,
+                             c->stream);
   return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
                   c->w.lt_size, c->stream);
 }
@@ -407,6 +422,7 @@ static kljit_status run_mode(exec_call *c, kljit_mode mode) {
   if (mode != KLJIT_MODE_BACKWARD && (p->pb.flags & KLJIT_FLAG_CHECK_INPUTS) && !sums)
     TRY(exec_check_inputs(p, &c->k, a->rows, c->stream));
   if (mode != KLJIT_MODE_BACKWARD) TRY(run_setup(c));
+  TRY(zero_tile_counter(c));
   const kiface_step row_step = mode == KLJIT_MODE_FUSED     ? KSTEP_FUSED
                                : mode == KLJIT_MODE_FORWARD ? KSTEP_FORWARD
                                                             : KSTEP_BACKWARD;

@@ -18,7 +18,7 @@ static const struct {
   int tweak; /* a KSPEC_GEMM_* bit; 0: the schedule (p) or the epilogue (s) */
 } FLAGS[] = {{'p', 0}, {'s', 0}, {'w', KSPEC_GEMM_ARRIVE_WARP}, {'c', KSPEC_GEMM_STREAM_C},
              {'a', KSPEC_GEMM_L2_KEEP_A}, {'b', KSPEC_GEMM_L2_KEEP_B}, {'r', KSPEC_GEMM_PROMOTE},
-             {'e', 0}};
+             {'e', 0}, {'d', KSPEC_GEMM_DYNAMIC}};
 enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
 static int has_flag(const prob_gemm_choice *c, int i) {
@@ -60,6 +60,7 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   /* the template validates the rest when it renders */
   if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
+  if ((tweaks & KSPEC_GEMM_DYNAMIC) && cl != 1) return -1; /* the counter's tiles: cluster 1 */
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
   c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->tweaks = tweaks;
   c->e16 = e16;

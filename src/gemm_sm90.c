@@ -205,6 +205,18 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     if (e == 2) v.bn = 128, v.stages = 6, v.schedule = 'p', v.epilogue = 's';
     out[n++] = v;
   }
+  /* tiles claimed from a counter (TILES dynamic): each GEMM's default variant as the plans take
+   * it (the logits GEMM's pingpong 128 x 128, dX's cooperative 128 x 256, dW's accumulation
+   * through the staged epilogue) and the other schedule of each, fp16 inputs for the second */
+  for (int kind = GEMM_LOGITS; kind <= GEMM_DW && n + 1 < cap; kind++) {
+    jgemm_variant v = jgemm_kind_default(kind, KLJIT_BF16, KLJIT_FP32, kind == GEMM_DW);
+    v.tweaks = KSPEC_GEMM_DYNAMIC;
+    out[n++] = v;
+    v.in = KLJIT_FP16;
+    if (v.schedule == 'p') v.bn = 256, v.stages = 4, v.schedule = 'c';
+    else v.bn = 128, v.stages = 6, v.schedule = 'p';
+    out[n++] = v;
+  }
   return n;
 }
 
@@ -240,6 +252,12 @@ int jgemm_gop_variants(jgemm_variant *out, int cap) {
     v.gop.on = 1, v.gop.fw = g[i].fw, v.gop.pdt = g[i].pdt, v.gop.regs = g[i].regs;
     out[n++] = v;
   }
+  /* tiles claimed from a counter (TILES dynamic): the first nn and the pingpong tn, cluster 1 */
+  for (size_t i = 0; i < 6 && n < cap; i += 5) {
+    jgemm_variant v = out[i];
+    v.cluster = 1, v.tweaks = KSPEC_GEMM_DYNAMIC;
+    out[n++] = v;
+  }
   return n;
 }
 
@@ -267,14 +285,15 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   if (v->gop.on)
     snprintf(gop, sizeof gop, " g%s%d%s%s", v->gop.regs ? "r" : "", v->gop.fw,
              v->gop.pdt ? "." : "", v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
            v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
            t & KSPEC_GEMM_STREAM_C ? " cs" : "",
            t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "",
-           t & KSPEC_GEMM_PROMOTE ? " pr" : "", slice, stats, gop);
+           t & KSPEC_GEMM_PROMOTE ? " pr" : "", t & KSPEC_GEMM_DYNAMIC ? " dyn" : "", slice,
+           stats, gop);
 }
 
 kspec jgemm_spec(const jgemm_variant *v) {
@@ -397,6 +416,10 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
                    "generated GEMM: lda=%lld ldb=%lld must be multiples of 8 covering their rows "
                    "and A, B 16-byte aligned (TMA)",
                    (long long)a->lda, (long long)a->ldb);
+  if ((v->tweaks & KSPEC_GEMM_DYNAMIC) && (!a->sched || ((uintptr_t)a->sched & 7)))
+    return err_set(KLJIT_ERR_INVALID_ARGUMENT,
+                   "generated GEMM (tiles claimed from a counter): the counter pair is required, "
+                   "8-byte aligned");
   const int f16 = v->in == KLJIT_FP16;
   kargs k; /* the kernel's arguments, by role (its manifest says which, in what order) */
   memset(&k, 0, sizeof k);
@@ -441,6 +464,7 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   k.teacher_bias = a->epi.tbias;
   k.teacher_ids = a->epi.ids, k.teacher_values = a->epi.vals;
   k.gfac = a->gop.fac, k.fld = a->gop.fld, k.gpr = a->gop.g;
+  k.gemm_sched = a->sched;
   void *params[KIFACE_MAX_ARGS];
   kiface_marshal(&kn->sig, &k, params);
   return drv_check(d,

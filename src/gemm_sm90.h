@@ -193,6 +193,8 @@ typedef struct jgemm_args {
   float alpha;
   jgemm_epi epi;  /* v->stats: the statistics epilogue's operands */
   jgemm_gop gop;  /* v->gop.on: G's factors and the teacher's term */
+  uint32_t *sched; /* KSPEC_GEMM_DYNAMIC: the tile counter pair, zero before the stream's first
+                    * launch (each launch leaves it zero: templates/gemm_sm90.cu.lua, TILES) */
 } jgemm_args;
 
 /* A loaded GEMM kernel: its function and its interface (the manifest's gemm kernel: arguments,

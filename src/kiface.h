@@ -106,6 +106,7 @@ typedef CUtensorMap kiface_tmap; /* by value: the driver copies its 128 bytes at
   X(gfac, ptr)         /* kl_gemm, GOP: G's factors per (row, column tile) of V */          \
   X(fld, i64)          /* kl_gemm, GOP: gfac's row stride (floats) */                       \
   X(gpr, ptr)          /* kl_gemm, GOP with PDT: the teacher's term's scale per row */      \
+  X(gemm_sched, ptr)   /* kl_gemm, TILES dynamic: the tile counter pair (zero at launch) */  \
   X(alpha, f32)
 
 #define KIFACE_FIELD_(role, kind) kiface_##kind role;

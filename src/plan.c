@@ -90,17 +90,18 @@ void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g) {
 
 kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
-                               void *c, float alpha, const jgemm_epi *epi, void *stream) {
+                               void *c, float alpha, const jgemm_epi *epi, uint32_t *sched,
+                               void *stream) {
   const int64_t h = rg->shape.h, v = rg->shape.v;
   jgemm_args ja;
   if (rg->op == GEMM_LOGITS) { /* Z[n, V] = X[n, H] W[V, H]^T: nt, A = X (gemm_run's b), B = W */
-    const jgemm_args z = {b, a, c, n, v, h, h, h, rg->shape.ld, alpha, {0}, {0}};
+    const jgemm_args z = {b, a, c, n, v, h, h, h, rg->shape.ld, alpha, {0}, {0}, sched};
     ja = z;
   } else if (rg->op == GEMM_DX) { /* dX[n, H] = G[n, V] (ld ldg) W[V, H]: nn, A = G, B = W */
-    const jgemm_args x = {b, a, c, n, h, v, rg->shape.ldg, h, h, alpha, {0}, {0}};
+    const jgemm_args x = {b, a, c, n, h, v, rg->shape.ldg, h, h, alpha, {0}, {0}, sched};
     ja = x;
   } else { /* dW[V, H] (+)= G[n, V]^T (ld ldg) X[n, H]: tn, A = G, B = X, K = the chunk's rows */
-    const jgemm_args w = {b, a, c, v, h, n, rg->shape.ldg, h, h, alpha, {0}, {0}};
+    const jgemm_args w = {b, a, c, v, h, n, rg->shape.ldg, h, h, alpha, {0}, {0}, sched};
     ja = w;
   }
   if (epi) ja.epi = *epi;

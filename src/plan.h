@@ -69,10 +69,12 @@ void plan_jgemm_release(kljit_context *ctx, plan_jgemm *g);
 /* Runs slot g's generated GEMM (its recipe slot rg) on a chunk of n rows with gemm_run's
  * operands of rg's operation (logits: a = W, b = the chunk's X, c = Z; dX: a = W, b = G, c = dX
  * or, sliced, its fp32 sum; dW: a = the chunk's X, b = G, c = dW), alpha (beta is the
- * variant's); epi the statistics epilogue's operands where the variant has one (NULL: none). */
+ * variant's); epi the statistics epilogue's operands where the variant has one (NULL: none);
+ * sched the call's tile counter pair (the workspace's, zeroed by the call: TILES dynamic). */
 kljit_status plan_jgemm_launch(const kljit_context *ctx, const plan_jgemm *g,
                                const recipe_gemm *rg, int64_t n, const void *a, const void *b,
-                               void *c, float alpha, const jgemm_epi *epi, void *stream);
+                               void *c, float alpha, const jgemm_epi *epi, uint32_t *sched,
+                               void *stream);
 
 /* cuLaunchKernel of the plan's kernel for `step` on `stream`, (gx, gy) blocks of the threads
  * its manifest declares, its arguments taken from `args` by the roles of the manifest

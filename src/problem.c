@@ -433,6 +433,9 @@ prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometr
   /* kljit_fused_nccl: this rank's records, then the gathered [shards][rows] */
   w.stats = off, off += mode == KLJIT_MODE_FUSED && pb->shards > 1
                             ? align256((size_t)(1 + pb->shards) * (size_t)rows * rec) : 0;
+  /* the tile counter the dynamic GEMMs share (one launch at a time on the call's stream; the
+   * call zeroes it, each launch leaves it zero) */
+  w.sched = off, off += g->tile_counter ? 256 : 0;
   w.lt = off, w.lt_size = GEMM_WORKSPACE_BYTES, off += w.lt_size;
   w.total = off;
   return w;

@@ -92,6 +92,8 @@ typedef struct prob_geometry {
   int e16;                    /* stats_tiles, and in every mode the chunk buffer holds the GEMM's
                                * fp16 tile-relative scores (E16; recipe.c), which every rows
                                * module reads (ETILE) and G overwrites (ldg = ld) */
+  int tile_counter;           /* a generated GEMM of the plan claims its tiles from a counter
+                               * (TILES dynamic, recipe.c): the workspace holds its pair */
   kspec rows, helpers;        /* the row kernels (all of them) and the helpers */
 } prob_geometry;
 
@@ -125,6 +127,7 @@ typedef struct prob_workspace {
   size_t hdr, lossp, part, z, zt, g, dw, db, dxacc, check, stats, lt, total;
   size_t lossh; /* the CE's loss partials (geometry's hard_parts), after lossp */
   size_t lt_size;
+  size_t sched; /* geometry's tile_counter: the generated GEMMs' counter pair (TILES dynamic) */
 } prob_workspace;
 prob_workspace prob_workspace_layout(const kljit_problem *pb, const prob_geometry *g,
                                      const kiface_layout *lay, kljit_mode mode, int64_t rows);

@@ -248,6 +248,7 @@ static void choose_engines(const kljit_problem *pb, const gemm_select sel[3], in
     g->engine = RECIPE_GENERATED;
     g->variant = pick.v;
     g->spec = jgemm_spec(&g->variant);
+    if (g->variant.tweaks & KSPEC_GEMM_DYNAMIC) r->geom.tile_counter = 1;
   }
   /* the generated dX of a split geometry writes the fp32 sum of its slices (KSLICE): every
    * chunk takes the split path, which converts it */

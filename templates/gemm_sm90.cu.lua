@@ -29,6 +29,17 @@
 %--             of one column panel; each loads its own A tile and half of the shared B tile,
 %--             multicast to both (half the L2 reads of B, the large operand); a stage is freed
 %--             when the consumers of both CTAs have released it.
+%--   TILES     static (or absent) | dynamic: how the persistent CTAs share the tiles. static:
+%--             CTA b takes tiles b, b + grid, b + 2 grid, ...; under uneven tiles (epilogues
+%--             that wait on the teacher, the last column panel) the CTAs drift apart in that
+%--             order, the tiles in flight spread over more column panels than L2 holds, and
+%--             the panels of B are read from DRAM several times (bench/RESULTS.md, run 95).
+%--             dynamic: CTA b's first tile is b, each later one the next of a counter in global
+%--             memory (`sched`, two words, zero at launch), claimed by the producer one tile
+%--             ahead and passed to the consumers through a 4-deep ring in shared memory; the
+%--             tiles in flight stay the grid's consecutive ones. The last CTA to finish puts
+%--             the counter back to zero, so one pair serves the launches that follow it on the
+%--             stream (the caller zeroes it before the first). CLUSTER 1.
 %--   SCHEDULE  coop (or absent) | pingpong. coop: the CONSUMERS warpgroups share every tile, one
 %--             64-row slice each, and all of them stop multiplying for the epilogue. pingpong: two
 %--             warpgroups take alternate tiles of the CTA's schedule, each multiplying all BM rows
@@ -222,6 +233,11 @@
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
+%if P.TILES ~= nil and not one_of(P.TILES, { "static", "dynamic" }) then
+%  reject("TILES must be static or dynamic")
+%end
+%local DYN = P.TILES == "dynamic"
+%if DYN and CL ~= 1 then reject("TILES dynamic needs CLUSTER 1") end
 %if P.LAYOUT ~= "nt" and CL == 2 and P.BN < 128 then
 %  reject("LAYOUT " .. P.LAYOUT .. " with CLUSTER 2 needs BN >= 128: two B boxes to share")
 %end
@@ -492,6 +508,9 @@
 %    gemm_args = iface.args(gemm_args, {
 %      { "map_p", "const __grid_constant__ kl_tmap" }, { "gpr", "const float* __restrict__" } })
 %  end
+%end
+%if DYN then
+%  gemm_args = iface.args(gemm_args, { { "sched", "unsigned* __restrict__", role = "gemm_sched" } })
 %end
 %local K = iface.family({
 %  { name = "kl_gemm", step = "gemm", threads = THREADS, min_blocks = 1,
@@ -1446,6 +1465,38 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 %end
 }
 
+%if DYN then
+
+/* TILES dynamic: the CTA's tile ids pass from its producer to its consumers through a ring of
+ * TID_DEPTH slots, slot j % TID_DEPTH holding the CTA's j-th tile (tiles or more: none left),
+ * each with a full barrier (the producer's one arrival, release: the id written before it) and an
+ * empty one (one arrival per consumer warp that reads the slot). */
+#define TID_DEPTH 4
+__device__ __forceinline__ void post_tile(int* ids, u64* full, u64* empty, int j, int t) {
+  const int s = j % TID_DEPTH;
+  mbar_wait(&empty[s], ((u32)(j / TID_DEPTH) & 1) ^ 1);
+  ids[s] = t;
+  mbar_arrive(&full[s]);
+}
+
+__device__ __forceinline__ int take_tile(const int* ids, u64* full, u64* empty, int j, int lane) {
+  const int s = j % TID_DEPTH;
+  mbar_wait(&full[s], (u32)(j / TID_DEPTH) & 1);
+  const int t = ids[s];
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&empty[s]);
+  return t;
+}
+
+/* The producer's last act: every claim of this CTA made, it counts itself done; the last CTA
+ * done puts the counter pair back to zero for the next launch (no CTA claims after its count,
+ * and each count follows its claims: the fence). */
+__device__ __forceinline__ void tiles_done(unsigned* sched) {
+  __threadfence();
+  if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) atomicExch(sched, 0u), atomicExch(sched + 1, 0u);
+}
+%end
+
 /* A consumed stage back to its producers: every consumer thread (CLUSTER 1; ARRIVE warp: each
  * warp once), or each warp once on the barrier of both CTAs of the cluster (CLUSTER 2: both
  * producers write into this stage). */
@@ -1625,6 +1676,10 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %if PP then
   __shared__ __align__(8) u64 turn[2]; /* turn[c]: warpgroup c may wait on the ring */
 %end
+%if DYN then
+  __shared__ __align__(8) u64 tid_full[TID_DEPTH], tid_empty[TID_DEPTH];
+  __shared__ int tile_ids[TID_DEPTH];
+%end
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   /* the swizzled tiles need 1024-byte alignment; the host adds 1024 bytes of slack */
   unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -1645,6 +1700,11 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %if PP then
     mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
 %end
+%if DYN then
+    for (int s = 0; s < TID_DEPTH; s++) /* coop: every consumer warp reads each id; pingpong: the
+                                         * 4 warps of the tile's warpgroup */
+      mbar_init(&tid_full[s], 1), mbar_init(&tid_empty[s], {{ PP and 4 or 4 * WGS }});
+%end
     mbar_init_fence();
   }
 %if CL == 1 then
@@ -1656,7 +1716,11 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
   /* cluster tiles: CLUSTER consecutive row tiles of one column panel */
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int groups_m = (tiles_m + {{ CL }} - 1) / {{ CL }}, tiles = groups_m * tiles_n;
+%if DYN then
+  const int first = blockIdx.x; /* the rest: the counter's */
+%else
   const int first = blockIdx.x / {{ CL }}, step = gridDim.x / {{ CL }};
+%end
   const int kblocks = (K + BK - 1) / BK;
   int stage = 0;
   u32 phase = 0;
@@ -1672,7 +1736,16 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
       const u64 pol_a = {{ P.L2 == "keep_a" and "l2_evict_last()" or "l2_evict_first()" }};
       const u64 pol_b = {{ P.L2 == "keep_b" and "l2_evict_last()" or "l2_evict_first()" }};
 %end
+%if DYN then
+      /* the first tile is the CTA's own; each next one is claimed as this one's loads start */
+      int j = 0;
+      for (int t = first;; j++) {
+        post_tile(tile_ids, tid_full, tid_empty, j, t);
+        if (t >= tiles) break;
+        const int next = (int)gridDim.x + (int)atomicAdd(sched, 1u);
+%else
       for (int t = first; t < tiles; t += step) {
+%end
         int gm, tn;
         tile_of(t, groups_m, tiles_n, &gm, &tn);
         const int tm = {{ CL }} * gm + rank;
@@ -1722,7 +1795,17 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %end
           if (++stage == STAGES) stage = 0, phase ^= 1;
         }
+%if DYN then
+        t = next;
+%end
       }
+%if DYN then
+%  if PP then
+      /* the other warpgroup's next tile is the one after: none either */
+      post_tile(tile_ids, tid_full, tid_empty, j + 1, tiles);
+%  end
+      tiles_done(sched);
+%end
     }
   } else {
     regs_claim<{{ CONSUMER_REGS }}>();
@@ -1741,12 +1824,22 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
     float d[MS][BN / 2];
 %if PP then
     /* the CTA's tiles c, c + 2, ...; tile j's k-blocks sit at ring positions j kblocks on */
+%if DYN then
+    for (int j = c, turns = 0;; j += 2, turns++) {
+      const int t = take_tile(tile_ids, tid_full, tid_empty, j, lane);
+      if (t >= tiles) break;
+%else
     for (int j = c, turns = 0; first + j * step < tiles; j += 2, turns++) {
       const int t = first + j * step;
+%end
       /* warpgroup 0 starts; after that each waits for the other's previous tile */
       if (c == 1 || turns > 0) mbar_wait(&turn[c], (u32)(c == 1 ? turns : turns - 1) & 1);
       const i64 pos = (i64)j * kblocks;
       stage = (int)(pos % STAGES), phase = (u32)(pos / STAGES) & 1;
+%elseif DYN then
+    for (int j = 0;; j++) {
+      const int t = take_tile(tile_ids, tid_full, tid_empty, j, lane);
+      if (t >= tiles) break;
 %else
     for (int t = first; t < tiles; t += step) {
 %end

@@ -95,6 +95,7 @@ static int beta = 0;    /* --beta 1: C += AB, cuBLASLt's and the generated kerne
 static int gop_fw;
 static kljit_dtype gop_pdt;
 static jgemm_gop gop_args;
+static uint32_t *sched; /* the dynamic variants' tile counter pair (zeroed once, left zero) */
 static const drv_table *drv;
 static int sms;
 static float *tile_host; /* the values every input repeats (a prime period: rows never align) */
@@ -266,7 +267,8 @@ static void jit_load(jit_fn *j) {
 }
 
 static int jit_run(const jit_fn *j, const shape *s, const void *x, const void *w, void *z) {
-  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}, gop_args};
+  const jgemm_args a = {x, w, z, s->m, s->n, s->k, s->lda, s->ldb, s->ld, 1.0f, {0}, gop_args,
+                        sched};
   const kljit_status st = jgemm_launch(drv, &j->k, &j->v, j->cap, &a, NULL);
   if (st != KLJIT_SUCCESS) fprintf(stderr, "%s: %s\n", j->name, kljit_last_error());
   return st == KLJIT_SUCCESS;
@@ -507,6 +509,10 @@ static int one_shape(const shape *s, jit_fn *jit, int nj, cublasLtHandle_t lth, 
   CK(cudaMalloc(&z, zbytes));
   CK(cudaMalloc(&zl, zbytes));
   CK(cudaMalloc(&ws, LT_WS));
+  if (!sched) {
+    CK(cudaMalloc((void **)&sched, 8));
+    CK(cudaMemset(sched, 0, 8));
+  }
   fill(x, a_elems(s), 0);
   fill(w, b_elems(s), 77);
   lt_gemm lt = {.h = lth};

@@ -43,6 +43,8 @@ typedef struct gemm_mod {
 static const drv_table *drv;
 static int sms;
 static int64_t ld_extra; /* added to C's row stride (N rounded up to 8): runs off 16 bytes */
+static uint32_t *sched;  /* the dynamic variants' tile counter pair, zeroed once: every launch
+                          * leaves it zero for the next (a second launch checks it) */
 
 static int setup(void) {
   if (!gpu_available()) return 77;
@@ -53,6 +55,10 @@ static int setup(void) {
   TH_CHECK(cudaFree(0) == cudaSuccess); /* the primary context, current for the driver too */
   TH_OK(drv_get(&drv));
   TH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+  if (!sched) {
+    TH_CHECK(cudaMalloc((void **)&sched, 8) == cudaSuccess);
+    TH_CHECK(cudaMemset(sched, 0, 8) == cudaSuccess);
+  }
   return 0;
 }
 
@@ -144,10 +150,13 @@ static int one(const jgemm_variant *v, const gemm_mod *m, int64_t M, int64_t N, 
     TH_CHECK(!gbuf_upload(&gz, z0, z0));
   }
   const float alpha = v->beta ? 0.5f : 1.0f;
-  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha, {0}, {0}};
+  const jgemm_args a = {gx.ptr, gw.ptr, gz.ptr, M, N, K, lda, ldb, ld, alpha, {0}, {0}, sched};
   TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
   TH_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   TH_CHECK(!gbuf_download(&gz, z));
+  uint32_t left[2] = {1, 1}; /* the counter pair as the launch left it: zero */
+  TH_CHECK(cudaMemcpy(left, sched, sizeof left, cudaMemcpyDeviceToHost) == cudaSuccess);
+  TH_CHECK(left[0] == 0 && left[1] == 0);
   size_t bad = 0, clobbered = 0;
   double worst = 0;
   check_c(v, x, lda, w, ldb, z0, z, M, N, K, ld, alpha, &bad, &clobbered, &worst);
@@ -286,6 +295,22 @@ static int tn_layout_matches_fp64_on_ragged_shapes(void) {
   return selected_variants_match(is_tn, shapes, sizeof shapes / sizeof shapes[0], 17, 8);
 }
 
+static int is_dynamic(const jgemm_variant *v) { return (v->tweaks & KSPEC_GEMM_DYNAMIC) != 0; }
+
+/* Tiles claimed from a counter (TILES dynamic): every such variant of jgemm_variants (each
+ * layout's default, both schedules) on shapes with one tile (the grid's own, no claim), fewer
+ * tiles than CTAs, many tiles a CTA with k-blocks fewer than the stages and many more, ragged
+ * tails. one() launches each twice on one counter pair: the second launch finds the pair zero
+ * only if the first left it so, and must give the same bits. */
+static int dynamic_tile_variants_match_fp64_on_ragged_shapes(void) {
+  const int s = setup();
+  if (s) return s;
+  static const int64_t shapes[][3] = {{1, 1, 8},         {129, 127, 136}, {4097, 515, 8},
+                                      {1031, 4097, 8},   {129, 1031, 1032}, {65, 32001, 16},
+                                      {2050, 2056, 264}};
+  return selected_variants_match(is_dynamic, shapes, sizeof shapes / sizeof shapes[0], 31, 6);
+}
+
 static int is_staged(const jgemm_variant *v) { return v->epilogue == 's'; }
 static int is_sliced(const jgemm_variant *v) { return v->kslice > 0; }
 
@@ -367,7 +392,7 @@ static int one_gop(const jgemm_variant *v, const gemm_mod *m, int64_t R, int64_t
       gm[i * ldg + j] = v->in == KLJIT_BF16 ? host_bf16_to_f32(host_f32_to_bf16(y))
                                             : host_f16_to_f32(host_f32_to_f16(y));
     }
-  jgemm_args a = {ge.ptr, gw.ptr, gz.ptr, M, N, K, ldg, ldb, ld, 1.0f, {0}, {0}};
+  jgemm_args a = {ge.ptr, gw.ptr, gz.ptr, M, N, K, ldg, ldb, ld, 1.0f, {0}, {0}, sched};
   a.gop.fac = gf.ptr, a.gop.fld = fld;
   if (pdt) a.gop.p = gp.ptr, a.gop.ldp = ldp, a.gop.g = gg.ptr;
   TH_OK(jgemm_launch(drv, &m->k, v, sms, &a, NULL));
@@ -416,6 +441,8 @@ static int g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes(void) {
 }
 
 static const th_case cases[] = {
+    {"dynamic_tile_variants_match_fp64_on_ragged_shapes",
+     dynamic_tile_variants_match_fp64_on_ragged_shapes},
     {"g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes",
      g_operand_stage_rebuilds_g_and_matches_fp64_on_ragged_shapes},
     {"staged_epilogue_variants_match_fp64_on_ragged_shapes",

@@ -254,6 +254,60 @@ static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface
   return g;
 }
 
+/* TILES dynamic (flag d): each GEMM's default variant, and the logits GEMM's with E16's
+ * epilogue, claims its tiles from the counter pair it declares last (role gemm_sched), names
+ * itself "dyn", and the E16 one compiles for sm_90a (the plain ones are among jgemm_variants);
+ * in clusters of 2 it is refused by the template and by the variant text; the text round-trips
+ * with d after e; a launch without the counter pair is refused before it touches a device. */
+static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
+  for (int kind = 0; kind < 4; kind++) {
+    jgemm_variant v = jgemm_kind_default(kind < 3 ? kind : 0, KLJIT_BF16, KLJIT_FP32, kind == 2);
+    if (kind == 3) {
+      v.stats.teacher = "probs", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256;
+      v.stats.t = 1.0, v.stats.e16 = 1;
+    }
+    v.tweaks = KSPEC_GEMM_DYNAMIC;
+    char what[96];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, " dyn") != NULL);
+    strbuf src = {0};
+    kiface_manifest m;
+    const kiface_kernel *g = rendered(&v, &src, &m);
+    TH_CHECK(g != NULL);
+    TH_CHECK(!strcmp(kiface_role_name(g->role[g->nargs - 1]), "gemm_sched"));
+    TH_CHECK(strstr(src.data, "atomicAdd(sched, 1u)") != NULL &&
+             strstr(src.data, "tiles_done(sched)") != NULL &&
+             strstr(src.data, "take_tile(tile_ids, tid_full, tid_empty, j, lane)") != NULL);
+    /* the pingpong schedule posts a second end for the other warpgroup */
+    TH_CHECK((strstr(src.data, "post_tile(tile_ids, tid_full, tid_empty, j + 1, tiles)") != NULL) ==
+             (v.schedule == 'p'));
+    sb_free(&src);
+    if (kind == 3 && compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  jgemm_variant v = jgemm_kind_default(1, KLJIT_BF16, KLJIT_FP32, 0);
+  v.cluster = 2, v.tweaks = KSPEC_GEMM_DYNAMIC;
+  TH_CHECK(refused(v, "TILES dynamic needs CLUSTER 1") == TH_PASS);
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.ped", &c) == 0);
+  TH_CHECK(c.tweaks == KSPEC_GEMM_DYNAMIC && c.e16 == 1 && c.schedule == 'p');
+  char text[GEMM_ALGO_JIT_TEXT_MAX];
+  gemm_algo_jit_text(&c, text);
+  TH_CHECK(!strcmp(text, "128.2.6.g.1.ped"));
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.dp", &c) != 0); /* out of order */
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.2.pd", &c) != 0); /* cluster 2 */
+  /* no counter pair, or one off 8 bytes: refused before any driver call */
+  unsigned char *const op = (unsigned char *)(uintptr_t)0x10000;
+  jgemm_args a = {op, op, op, 100, 64, 1000, 1000, 64, 64, 1.0f, {0}, {0}, NULL};
+  v.cluster = 1;
+  TH_STATUS(jgemm_launch(NULL, NULL, &v, 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  printf("  %s\n", kljit_last_error());
+  TH_CHECK(strstr(kljit_last_error(), "counter pair") != NULL);
+  a.sched = (uint32_t *)(uintptr_t)0x10004;
+  TH_STATUS(jgemm_launch(NULL, NULL, &v, 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
+  return TH_PASS;
+}
+
 /* The logits GEMM with the dense rows' pass-1 statistics in its epilogue (STATS): each form,
  * teacher dtype, schedule, epilogue and cluster it may meet renders, declares its extra
  * arguments and the record it writes (the rows' part, the same declaration), and compiles for
@@ -637,7 +691,8 @@ static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
    * factors short of a column tile a row, no P, P's stride off TMA's rules */
   float fac[4];
   unsigned char *const op = (unsigned char *)(uintptr_t)0x10000; /* 16-byte aligned, never read */
-  jgemm_args a = {op, op, op, 100, 64, 1000, 1000, 64, 64, 1.0f, {0}, {fac, 7, op, 1000, fac}};
+  jgemm_args a = {op, op, op, 100, 64, 1000, 1000, 64, 64, 1.0f, {0}, {fac, 7, op, 1000, fac},
+                  NULL};
   TH_CHECK(v[0].gop.fw == 128 && v[0].gop.pdt && !strcmp(v[0].layout, "nn"));
   TH_STATUS(jgemm_launch(NULL, NULL, &v[0], 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   printf("  %s\n", kljit_last_error());
@@ -652,6 +707,8 @@ static int the_g_operand_stage_compiles_and_declares_its_operands(void) {
 }
 
 static const th_case cases[] = {
+    {"tiles_claimed_from_a_counter_declare_and_need_it",
+     tiles_claimed_from_a_counter_declare_and_need_it},
     {"the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage",
      the_sparse_e16_epilogue_writes_e_prime_for_the_g_operand_stage},
     {"the_g_operand_stage_compiles_and_declares_its_operands",
