@@ -147,13 +147,16 @@ case $mode in
     ;;
   sanitize)
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    # every layout, both epilogues, K in slices, pingpong and cluster 2, tiles claimed from a
+    # counter (both schedules), ragged shapes
+    san_variants=256.2.4.m.1,256.2.4.g.1.s,128.2.6.g.1.p,128.2.6.g.1.ps,256.2.4.g.2
+    san_variants=$san_variants,128.2.6.g.1.pd,256.2.4.g.1.sd
     for tool in memcheck racecheck; do
-      # every layout, both epilogues, K in slices, pingpong and cluster 2, ragged shapes
       for layout in nt nn tn; do
         for beta in 0 1; do
           timeout 150 "$cs" --tool $tool --error-exitcode 9 ./build/tests/bench_gemm --no-small \
             --no-time --layout $layout --beta $beta --shapes 129x1031x200,2049x1031x136 \
-            --variants 256.2.4.m.1,256.2.4.g.1.s,128.2.6.g.1.p,128.2.6.g.1.ps,256.2.4.g.2 \
+            --variants "$san_variants" \
             > "$LOGS/san-$tool-$layout-b$beta.log" 2>&1
           echo "== $tool $layout beta $beta rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
             "$LOGS/san-$tool-$layout-b$beta.log" | head -1)"

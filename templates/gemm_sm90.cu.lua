@@ -1466,7 +1466,6 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 }
 
 %if DYN then
-
 /* TILES dynamic: the CTA's tile ids pass from its producer to its consumers through a ring of
  * TID_DEPTH slots, slot j % TID_DEPTH holding the CTA's j-th tile (tiles or more: none left),
  * each with a full barrier (the producer's one arrival, release: the id written before it) and an
@@ -1495,8 +1494,8 @@ __device__ __forceinline__ void tiles_done(unsigned* sched) {
   __threadfence();
   if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) atomicExch(sched, 0u), atomicExch(sched + 1, 0u);
 }
-%end
 
+%end
 /* A consumed stage back to its producers: every consumer thread (CLUSTER 1; ARRIVE warp: each
  * warp once), or each warp once on the barrier of both CTAs of the cluster (CLUSTER 2: both
  * producers write into this stage). */

@@ -121,7 +121,7 @@ static const pin_case CASES[] = {
     {"dense_sm90_e16_chunk", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 1024, 0, "deb4d38823b16878",
      "logits:jit.e16"},
     /* every GEMM claiming its tiles from a counter: the workspace holds its pair (256 bytes) */
-    {"dense_sm90_tile_counter", 90, HEURISTIC, TP, GD, 0, 0, "62ee26eb14036e1a",
+    {"dense_sm90_tile_counter", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "62ee26eb14036e1a",
      "logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd"},
     {"auto_dw_sm90_e16", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "023ece194e42287a",
      "logits:jit.e16"},
