@@ -43,3 +43,14 @@ set_property(TEST ${fused_e16_sparse} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=lo
 kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.promoted.dense LABELS gpu
                  TIMEOUT 900 NAMES_VAR promoted)
 set_property(TEST ${promoted} APPEND PROPERTY ENVIRONMENT "KLJIT_GEMM=logits:jit.128.2.6.g.1.r")
+# The dense suite again with every GEMM claiming its tiles from a counter (flag d: the logits
+# GEMM's pingpong, dX's cooperative and dW's staged variants), and with E16's logits GEMM doing
+# so. `ctest -R gpu.dynamic`.
+kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.dynamic.dense LABELS gpu
+                 TIMEOUT 900 NAMES_VAR dynamic)
+set_property(TEST ${dynamic} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd")
+kljit_test_cases(EXE gpu_dense SOURCE gpu_dense.c PREFIX gpu.dynamic_e16.dense LABELS gpu
+                 TIMEOUT 900 NAMES_VAR dynamic_e16)
+set_property(TEST ${dynamic_e16} APPEND PROPERTY ENVIRONMENT
+             "KLJIT_GEMM=logits:jit.128.2.6.g.1.ped")
