@@ -451,7 +451,8 @@ kljit_status jgemm_launch(const drv_table *d, const jgemm_kernel *kn, const jgem
   const int64_t bm = 64 * v->consumers;
   const int64_t groups = ((a->m + bm - 1) / bm + cl - 1) / cl; /* cluster tiles: cl row tiles */
   const int64_t tiles = groups * ((a->n + v->bn - 1) / v->bn), most = sms / cl;
-  if (tiles * cl > INT32_MAX)
+  /* (a dynamic variant's claims run past the last tile by up to the grid: int too) */
+  if (tiles * cl > INT32_MAX - (int64_t)sms)
     return err_set(KLJIT_ERR_UNSUPPORTED, "generated GEMM: too many tiles");
   const unsigned grid = (unsigned)(cl * (tiles < most ? tiles : most));
   k.gemm_c = a->c, k.gemm_m = (int32_t)a->m, k.gemm_n = (int32_t)a->n, k.gemm_k = (int32_t)a->k;
