@@ -33,8 +33,9 @@
 #   tiles             the tiles claimed from a counter (flag d, TILES dynamic) in about 8 minutes:
 #                     its GEMM test (gpu_gemm's dynamic case, each launch checked to leave the
 #                     counter zero), then bench_loss at 8192x4096x128256 with the logits GEMM's
-#                     fp32 and E16 variants static / dynamic / cluster 2 and every GEMM generated
-#                     static / dynamic (TILES_VARIANTS), alternated over two rounds, the first
+#                     fp32 and E16 variants static / dynamic / cluster 2 (E16's: dynamic too)
+#                     and every GEMM generated static / dynamic (TILES_VARIANTS), alternated
+#                     over two rounds, the first
 #                     three at 8192x2048x32000 too, then ncu's DRAM bytes of one logits GEMM
 #                     launch for the first four (the re-reads the counter is for); runs not
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
@@ -228,6 +229,7 @@ case $mode in
     # name|KLJIT_GEMM; the first three also at the second shape, the first four under ncu
     default="default|;fp32-dyn|logits:jit.128.2.6.g.1.pd;e16-dyn|logits:jit.128.2.6.g.1.ped"
     default="$default;e16-c1|logits:jit.128.2.6.g.1.pe;e16-c2|logits:jit.128.2.6.g.2.pe"
+    default="$default;e16-c2-dyn|logits:jit.128.2.6.g.2.ped"
     default="$default;fp32-c2|logits:jit.128.2.6.g.2.p;alljit|all:jit"
     default="$default;alljit-dyn|logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd"
     IFS=';' read -ra variants <<< "${TILES_VARIANTS:-$default}"

@@ -60,7 +60,6 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   /* the template validates the rest when it renders */
   if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
-  if ((tweaks & KSPEC_GEMM_DYNAMIC) && cl != 1) return -1; /* the counter's tiles: cluster 1 */
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
   c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->tweaks = tweaks;
   c->e16 = e16;

@@ -217,6 +217,13 @@ int jgemm_variants(jgemm_variant *out, int cap) {
     else v.bn = 128, v.stages = 6, v.schedule = 'p';
     out[n++] = v;
   }
+  /* ... and in clusters of 2 (rank 0 claiming for both CTAs): the logits GEMM's pingpong and
+   * dX's cooperative default */
+  for (int kind = GEMM_LOGITS; kind <= GEMM_DX && n < cap; kind++) {
+    jgemm_variant v = jgemm_kind_default(kind, KLJIT_BF16, KLJIT_FP32, 0);
+    v.cluster = 2, v.tweaks = KSPEC_GEMM_DYNAMIC;
+    out[n++] = v;
+  }
   return n;
 }
 
@@ -252,10 +259,11 @@ int jgemm_gop_variants(jgemm_variant *out, int cap) {
     v.gop.on = 1, v.gop.fw = g[i].fw, v.gop.pdt = g[i].pdt, v.gop.regs = g[i].regs;
     out[n++] = v;
   }
-  /* tiles claimed from a counter (TILES dynamic): the first nn and the pingpong tn, cluster 1 */
+  /* tiles claimed from a counter (TILES dynamic): the first nn, and the pingpong tn in its
+   * clusters of 2 */
   for (size_t i = 0; i < 6 && n < cap; i += 5) {
     jgemm_variant v = out[i];
-    v.cluster = 1, v.tweaks = KSPEC_GEMM_DYNAMIC;
+    v.tweaks = KSPEC_GEMM_DYNAMIC;
     out[n++] = v;
   }
   return n;

@@ -29,7 +29,7 @@ enum {
   KSPEC_GEMM_L2_KEEP_A = 4,   /* TMA loads: A evict_last, B evict_first */
   KSPEC_GEMM_L2_KEEP_B = 8,   /* the reverse */
   KSPEC_GEMM_PROMOTE = 16,    /* the accumulator added into a second fp32 one every 4 k-blocks */
-  KSPEC_GEMM_DYNAMIC = 32     /* the tiles claimed from a counter (TILES dynamic; cluster 1) */
+  KSPEC_GEMM_DYNAMIC = 32     /* the tiles claimed from a counter (TILES dynamic) */
 };
 
 typedef struct kspec {

@@ -39,7 +39,11 @@
 %--             ahead and passed to the consumers through a 4-deep ring in shared memory; the
 %--             tiles in flight stay the grid's consecutive ones. The last CTA to finish puts
 %--             the counter back to zero, so one pair serves the launches that follow it on the
-%--             stream (the caller zeroes it before the first). CLUSTER 1.
+%--             stream (the caller zeroes it before the first). CLUSTER 2: the cluster's
+%--             tiles, claimed by rank 0, which posts each id to both CTAs (its peer's by
+%--             st.async, counted on the peer's full barrier as a TMA's bytes are); rank 1's
+%--             producer takes the ids as its consumers do, and every reader frees a slot on
+%--             rank 0's empty barrier.
 %--   SCHEDULE  coop (or absent) | pingpong. coop: the CONSUMERS warpgroups share every tile, one
 %--             64-row slice each, and all of them stop multiplying for the epilogue. pingpong: two
 %--             warpgroups take alternate tiles of the CTA's schedule, each multiplying all BM rows
@@ -237,7 +241,6 @@
 %  reject("TILES must be static or dynamic")
 %end
 %local DYN = P.TILES == "dynamic"
-%if DYN and CL ~= 1 then reject("TILES dynamic needs CLUSTER 1") end
 %if P.LAYOUT ~= "nt" and CL == 2 and P.BN < 128 then
 %  reject("LAYOUT " .. P.LAYOUT .. " with CLUSTER 2 needs BN >= 128: two B boxes to share")
 %end
@@ -1469,30 +1472,52 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int* tm
 /* TILES dynamic: the CTA's tile ids pass from its producer to its consumers through a ring of
  * TID_DEPTH slots, slot j % TID_DEPTH holding the CTA's j-th tile (tiles or more: none left),
  * each with a full barrier (the producer's one arrival, release: the id written before it) and an
- * empty one (one arrival per consumer warp that reads the slot). */
+ * empty one (one arrival per warp that reads the slot). CLUSTER 2: rank 0's producer posts to
+ * both CTAs, the peer's slot by st.async counted on the peer's full barrier, and every reader of
+ * either CTA frees the slot on rank 0's empty barrier. */
 #define TID_DEPTH 4
 __device__ __forceinline__ void post_tile(int* ids, u64* full, u64* empty, int j, int t) {
   const int s = j % TID_DEPTH;
   mbar_wait(&empty[s], ((u32)(j / TID_DEPTH) & 1) ^ 1);
   ids[s] = t;
   mbar_arrive(&full[s]);
+%if CL == 2 then
+  mbar_arrive_expect_tx_cluster(&full[s], 1, 4);
+  st_async_cluster(&ids[s], (u32)t, &full[s], 1);
+%end
 }
 
+/* A reader's arrival on the slot's empty barrier: this CTA's (CLUSTER 2: rank 0's). */
+__device__ __forceinline__ void free_tile(u64* empty) {
+%if CL == 2 then
+  mbar_arrive_cluster(empty, 0);
+%else
+  mbar_arrive(empty);
+%end
+}
+
+/* The j-th id, read by a warp (lane 0 frees the slot) or by one thread (lane -1: the cluster's
+ * rank-1 producer, alone in its warp). */
 __device__ __forceinline__ int take_tile(const int* ids, u64* full, u64* empty, int j, int lane) {
   const int s = j % TID_DEPTH;
   mbar_wait(&full[s], (u32)(j / TID_DEPTH) & 1);
   const int t = ids[s];
+  if (lane < 0) {
+    free_tile(&empty[s]);
+    return t;
+  }
   __syncwarp();
-  if (lane == 0) mbar_arrive(&empty[s]);
+  if (lane == 0) free_tile(&empty[s]);
   return t;
 }
 
-/* The producer's last act: every claim of this CTA made, it counts itself done; the last CTA
- * done puts the counter pair back to zero for the next launch (no CTA claims after its count,
- * and each count follows its claims: the fence). */
+/* The producer's last act (CLUSTER 2: rank 0's): every claim of this CTA made, it counts itself
+ * done; the last one done puts the counter pair back to zero for the next launch (none claims
+ * after its count, and each count follows its claims: the fence). */
 __device__ __forceinline__ void tiles_done(unsigned* sched) {
   __threadfence();
-  if (atomicAdd(sched + 1, 1u) == gridDim.x - 1) atomicExch(sched, 0u), atomicExch(sched + 1, 0u);
+  if (atomicAdd(sched + 1, 1u) == gridDim.x / {{ CL }} - 1)
+    atomicExch(sched, 0u), atomicExch(sched + 1, 0u);
 }
 
 %end
@@ -1700,9 +1725,11 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
     mbar_init(&turn[0], 128), mbar_init(&turn[1], 128);
 %end
 %if DYN then
-    for (int s = 0; s < TID_DEPTH; s++) /* coop: every consumer warp reads each id; pingpong: the
-                                         * 4 warps of the tile's warpgroup */
-      mbar_init(&tid_full[s], 1), mbar_init(&tid_empty[s], {{ PP and 4 or 4 * WGS }});
+%-- coop: every consumer warp reads each id; pingpong: the 4 warps of the tile's warpgroup;
+%-- CLUSTER 2: both CTAs' readers and rank 1's producer, on rank 0's barrier
+%local readers = (PP and 4 or 4 * WGS) * CL + (CL == 2 and 1 or 0)
+    for (int s = 0; s < TID_DEPTH; s++)
+      mbar_init(&tid_full[s], 1), mbar_init(&tid_empty[s], {{ readers }});
 %end
     mbar_init_fence();
   }
@@ -1716,7 +1743,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int groups_m = (tiles_m + {{ CL }} - 1) / {{ CL }}, tiles = groups_m * tiles_n;
 %if DYN then
-  const int first = blockIdx.x; /* the rest: the counter's */
+  const int first = blockIdx.x / {{ CL }}; /* the rest: the counter's */
 %else
   const int first = blockIdx.x / {{ CL }}, step = gridDim.x / {{ CL }};
 %end
@@ -1735,7 +1762,20 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
       const u64 pol_a = {{ P.L2 == "keep_a" and "l2_evict_last()" or "l2_evict_first()" }};
       const u64 pol_b = {{ P.L2 == "keep_b" and "l2_evict_last()" or "l2_evict_first()" }};
 %end
-%if DYN then
+%if DYN and CL == 2 then
+      /* the first tile is the cluster's own; rank 0 claims each next one as this one's loads
+       * start and posts it to both CTAs; rank 1 takes it */
+      int j = 0;
+      for (int t = first;; j++) {
+        int next = 0;
+        if (rank == 0) {
+          post_tile(tile_ids, tid_full, tid_empty, j, t);
+          if (t < tiles) next = (int)(gridDim.x / 2) + (int)atomicAdd(sched, 1u);
+        } else {
+          t = take_tile(tile_ids, tid_full, tid_empty, j, -1);
+        }
+        if (t >= tiles) break;
+%elseif DYN then
       /* the first tile is the CTA's own; each next one is claimed as this one's loads start */
       int j = 0;
       for (int t = first;; j++) {
@@ -1799,11 +1839,13 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %end
       }
 %if DYN then
+      if (rank == 0) {
 %  if PP then
-      /* the other warpgroup's next tile is the one after: none either */
-      post_tile(tile_ids, tid_full, tid_empty, j + 1, tiles);
+        /* the other warpgroup's next tile is the one after: none either */
+        post_tile(tile_ids, tid_full, tid_empty, j + 1, tiles);
 %  end
-      tiles_done(sched);
+        tiles_done(sched);
+      }
 %end
     }
   } else {

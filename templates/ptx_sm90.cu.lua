@@ -5,7 +5,8 @@
 %-- (gemm_sm90.cu.lua) is written in terms of these only.
 %--
 %-- Parameters: none of its own; reads the including GEMM's BN, IN and LAYOUT where set (below:
-%-- only the wgmma form the kernel issues). Needs the common prelude (u32, u64) before it;
+%-- only the wgmma form the kernel issues), and TILES and CLUSTER (the remote store and arrival
+%-- a cluster's tile ids need). Needs the common prelude (u32, u64) before it;
 %-- compiles for sm_90a only (wgmma and setmaxnreg are architecture-specific features).
 %--
 %-- What a GEMM needs from the hardware, in pipeline order:
@@ -79,6 +80,29 @@ __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
                ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
+%if P.TILES == "dynamic" and P.CLUSTER == 2 then
+/* PTX ISA "mbarrier.arrive" (.expect_tx, on a shared::cluster address): one arrival on the
+ * barrier at the same offset in cluster CTA `rank`'s shared memory that also announces `bytes`
+ * of asynchronous writes there (st_async_cluster's), as a TMA multicast's producer does. */
+__device__ __forceinline__ void mbar_arrive_expect_tx_cluster(u64* bar, u32 rank, u32 bytes) {
+  asm volatile("{\n\t.reg .b32 remote;\n\t"
+               "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+               "mbarrier.arrive.expect_tx.shared::cluster.b64 _, [remote], %2;\n\t}"
+               ::"r"(smem_addr(bar)), "r"(rank), "r"(bytes) : "memory");
+}
+
+/* PTX ISA "st.async": a 32-bit store into cluster CTA `rank`'s shared memory at the offset of
+ * `p`, whose completion counts its 4 bytes on the barrier at the offset of `bar` there: a
+ * waiter on that barrier sees the value once the phase completes, as it sees a TMA's tile. */
+__device__ __forceinline__ void st_async_cluster(const void* p, u32 v, u64* bar, u32 rank) {
+  asm volatile("{\n\t.reg .b32 rp, rb;\n\t"
+               "mapa.shared::cluster.u32 rp, %0, %2;\n\t"
+               "mapa.shared::cluster.u32 rb, %1, %2;\n\t"
+               "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [rp], %3, [rb];\n\t}"
+               ::"r"(smem_addr(p)), "r"(smem_addr(bar)), "r"(rank), "r"(v) : "memory");
+}
+
+%end
 /* ---- clusters: PTX ISA "Special Registers: %cluster_ctarank" and "barrier.cluster" ---- */
 
 __device__ __forceinline__ u32 cluster_rank() {

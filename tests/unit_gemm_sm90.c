@@ -254,15 +254,18 @@ static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface
   return g;
 }
 
-/* TILES dynamic (flag d): each GEMM's default variant, and the logits GEMM's with E16's
- * epilogue, claims its tiles from the counter pair it declares last (role gemm_sched), names
- * itself "dyn", and the E16 one compiles for sm_90a (the plain ones are among jgemm_variants);
- * in clusters of 2 it is refused by the template and by the variant text; the text round-trips
- * with d after e; a launch without the counter pair is refused before it touches a device. */
+/* TILES dynamic (flag d): each GEMM's default variant, the logits GEMM's with E16's epilogue
+ * and, in clusters of 2, the logits and dX GEMMs claim their tiles from the counter pair they
+ * declare last (role gemm_sched) and name themselves "dyn"; the E16 ones compile for sm_90a
+ * (the plain ones are among jgemm_variants); in clusters of 2, rank 0 posts each id to its peer
+ * by st.async and rank 1's producer takes them; the text round-trips with d after e; a launch
+ * without the counter pair is refused before it touches a device. */
 static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
-  for (int kind = 0; kind < 4; kind++) {
-    jgemm_variant v = jgemm_kind_default(kind < 3 ? kind : 0, KLJIT_BF16, KLJIT_FP32, kind == 2);
-    if (kind == 3) {
+  for (int kind = 0; kind < 7; kind++) {
+    const int gemm = kind < 3 ? kind : kind == 5 ? 1 : 0; /* 3, 4, 6: the logits GEMM */
+    jgemm_variant v = jgemm_kind_default(gemm, KLJIT_BF16, KLJIT_FP32, kind == 2);
+    if (kind >= 4) v.cluster = 2;
+    if (kind == 3 || kind == 6) {
       v.stats.teacher = "probs", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256;
       v.stats.t = 1.0, v.stats.e16 = 1;
     }
@@ -281,12 +284,14 @@ static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
     /* the pingpong schedule posts a second end for the other warpgroup */
     TH_CHECK((strstr(src.data, "post_tile(tile_ids, tid_full, tid_empty, j + 1, tiles)") != NULL) ==
              (v.schedule == 'p'));
+    TH_CHECK((strstr(src.data, "st_async_cluster(&ids[s], (u32)t, &full[s], 1)") != NULL &&
+              strstr(src.data, "t = take_tile(tile_ids, tid_full, tid_empty, j, -1)") != NULL) ==
+             (v.cluster == 2));
     sb_free(&src);
-    if (kind == 3 && compiles(&v) != TH_PASS) return TH_FAIL;
+    if ((kind >= 3 || v.cluster == 2) && compiles(&v) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(1, KLJIT_BF16, KLJIT_FP32, 0);
-  v.cluster = 2, v.tweaks = KSPEC_GEMM_DYNAMIC;
-  TH_CHECK(refused(v, "TILES dynamic needs CLUSTER 1") == TH_PASS);
+  v.tweaks = KSPEC_GEMM_DYNAMIC;
   prob_gemm_choice c;
   memset(&c, 0, sizeof c);
   TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.ped", &c) == 0);
@@ -295,11 +300,10 @@ static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
   gemm_algo_jit_text(&c, text);
   TH_CHECK(!strcmp(text, "128.2.6.g.1.ped"));
   TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.dp", &c) != 0); /* out of order */
-  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.2.pd", &c) != 0); /* cluster 2 */
+  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.2.pd", &c) == 0 && c.cluster == 2);
   /* no counter pair, or one off 8 bytes: refused before any driver call */
   unsigned char *const op = (unsigned char *)(uintptr_t)0x10000;
   jgemm_args a = {op, op, op, 100, 64, 1000, 1000, 64, 64, 1.0f, {0}, {0}, NULL};
-  v.cluster = 1;
   TH_STATUS(jgemm_launch(NULL, NULL, &v, 132, &a, NULL), KLJIT_ERR_INVALID_ARGUMENT);
   printf("  %s\n", kljit_last_error());
   TH_CHECK(strstr(kljit_last_error(), "counter pair") != NULL);
