@@ -232,14 +232,19 @@ static kljit_status run_setup(exec_call *c) {
   return plan_launch(c->p, KSTEP_SETUP, 1, 1, &c->k, c->stream);
 }
 
-/* The generated GEMMs that claim their tiles from the workspace's counter pair (TILES dynamic)
- * find it zero: each launch leaves it so, and the call zeroes it once, the workspace being the
- * caller's memory. */
+/* The workspace's tile counter pair where a generated GEMM of the plan claims its tiles from it
+ * (TILES dynamic), else NULL. */
+static uint32_t *tile_counter(const exec_call *c) {
+  return c->p->rec.geom.tile_counter ? (uint32_t *)(void *)(c->ws + c->w.sched) : NULL;
+}
+
+/* Those GEMMs find the pair zero: each launch leaves it so, and the call zeroes it once, the
+ * workspace being the caller's memory. */
 static kljit_status zero_tile_counter(exec_call *c) {
-  const kljit_plan *p = c->p;
-  if (!p->rec.geom.tile_counter) return KLJIT_SUCCESS;
-  const drv_table *d = p->ctx->drv;
-  return drv_check(d, d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)(c->ws + c->w.sched), 0, 2,
+  uint32_t *sched = tile_counter(c);
+  if (!sched) return KLJIT_SUCCESS;
+  const drv_table *d = c->p->ctx->drv;
+  return drv_check(d, d->cuMemsetD32Async((CUdeviceptr)(uintptr_t)sched, 0, 2,
                                           (CUstream)c->stream),
                    "cuMemsetD32Async (the GEMMs' tile counter)");
 }
@@ -255,10 +260,7 @@ static kljit_status gemm_slot(exec_call *c, recipe_slot s, int64_t n, const void
   const kljit_plan *p = c->p;
   if (p->jgemm[s].k.fn)
     return plan_jgemm_launch(p->ctx, &p->jgemm[s], &p->rec.gemm[s], n, a, b, out, alpha,
-                             s == RECIPE_LOGITS ? &c->epi : NULL,
-                             p->rec.geom.tile_counter ? (uint32_t *)(void *)(c->ws + c->w.sched)
-                                                      : NULL,
-                             c->stream);
+                             s == RECIPE_LOGITS ? &c->epi : NULL, tile_counter(c), c->stream);
   return gemm_run(p->ctx->lt, &p->gemm[s], n, a, b, out, alpha, beta, c->ws + c->w.lt,
                   c->w.lt_size, c->stream);
 }

@@ -261,11 +261,14 @@ static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface
  * by st.async and rank 1's producer takes them; the text round-trips with d after e; a launch
  * without the counter pair is refused before it touches a device. */
 static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
-  for (int kind = 0; kind < 7; kind++) {
-    const int gemm = kind < 3 ? kind : kind == 5 ? 1 : 0; /* 3, 4, 6: the logits GEMM */
-    jgemm_variant v = jgemm_kind_default(gemm, KLJIT_BF16, KLJIT_FP32, kind == 2);
-    if (kind >= 4) v.cluster = 2;
-    if (kind == 3 || kind == 6) {
+  static const struct {
+    int gemm, cluster, e16; /* gemm: a gemm_kind (0 logits, 1 dX, 2 dW: accumulating) */
+  } cases[] = {{0, 1, 0}, {1, 1, 0}, {2, 1, 0}, {0, 1, 1}, {0, 2, 0}, {1, 2, 0}, {0, 2, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    jgemm_variant v = jgemm_kind_default(cases[i].gemm, KLJIT_BF16, KLJIT_FP32,
+                                         cases[i].gemm == 2);
+    v.cluster = cases[i].cluster;
+    if (cases[i].e16) {
       v.stats.teacher = "probs", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256;
       v.stats.t = 1.0, v.stats.e16 = 1;
     }
@@ -288,7 +291,7 @@ static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
               strstr(src.data, "t = take_tile(tile_ids, tid_full, tid_empty, j, -1)") != NULL) ==
              (v.cluster == 2));
     sb_free(&src);
-    if ((kind >= 3 || v.cluster == 2) && compiles(&v) != TH_PASS) return TH_FAIL;
+    if ((cases[i].e16 || v.cluster == 2) && compiles(&v) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(1, KLJIT_BF16, KLJIT_FP32, 0);
   v.tweaks = KSPEC_GEMM_DYNAMIC;
