@@ -1500,7 +1500,11 @@ __device__ __forceinline__ void free_tile(u64* empty) {
  * rank-1 producer, alone in its warp). */
 __device__ __forceinline__ int take_tile(const int* ids, u64* full, u64* empty, int j, int lane) {
   const int s = j % TID_DEPTH;
+%if CL == 2 then
+  mbar_wait_cluster(&full[s], (u32)(j / TID_DEPTH) & 1);
+%else
   mbar_wait(&full[s], (u32)(j / TID_DEPTH) & 1);
+%end
   const int t = ids[s];
   if (lane < 0) {
     free_tile(&empty[s]);
@@ -1513,11 +1517,16 @@ __device__ __forceinline__ int take_tile(const int* ids, u64* full, u64* empty, 
 
 /* The producer's last act (CLUSTER 2: rank 0's): every claim of this CTA made, it counts itself
  * done; the last one done puts the counter pair back to zero for the next launch (none claims
- * after its count, and each count follows its claims: the fence). */
+ * after its count, and each count follows its claims: the fence before the count releases them,
+ * the one after the last count acquires every other CTA's, so the reset follows every claim).
+ * Safe between whole kernels on one stream only: a launch overlapping this one (programmatic
+ * dependent launch, two calls sharing a workspace) would race the reset. */
 __device__ __forceinline__ void tiles_done(unsigned* sched) {
   __threadfence();
-  if (atomicAdd(sched + 1, 1u) == gridDim.x / {{ CL }} - 1)
+  if (atomicAdd(sched + 1, 1u) == gridDim.x / {{ CL }} - 1) {
+    __threadfence();
     atomicExch(sched, 0u), atomicExch(sched + 1, 0u);
+  }
 }
 
 %end

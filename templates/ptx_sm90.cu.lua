@@ -102,6 +102,19 @@ __device__ __forceinline__ void st_async_cluster(const void* p, u32 v, u64* bar,
                ::"r"(smem_addr(p)), "r"(smem_addr(bar)), "r"(rank), "r"(v) : "memory");
 }
 
+/* mbar_wait at cluster scope (.acquire.cluster): the tile id that the peer's st.async wrote is
+ * a value read by these threads, not a TMA tile, so its wait acquires at the scope of that
+ * write. Its L1 invalidation (see mbar_wait) is paid once per tile, not per k-block. */
+__device__ __forceinline__ void mbar_wait_cluster(u64* bar, u32 parity) {
+  u32 done = 0;
+  while (!done) {
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  }
+}
+
 %end
 /* ---- clusters: PTX ISA "Special Registers: %cluster_ctarank" and "barrier.cluster" ---- */
 
