@@ -477,12 +477,15 @@ enum { GEMM_CANDIDATES = 8, SAMPLE_ROWS = 4 };
  * logits GEMM's E16 (flag e on the default pingpong: the chunk as fp16 scores, docs/
  * architecture.md) is tried too, where the problem is in its scope (tune_takes_e16): it passed
  * its GPU suite (gpu.fused_e16.*, bench/RESULTS.md runs 71-74) and was 0.96-1.05x the default's
- * call by shape there, which is what a per-shape choice is for. */
-enum { JIT_TRY_MAX = 5 };
+ * call by shape there, which is what a per-shape choice is for; and E16 in clusters of 2 (W's
+ * tiles multicast), the H100's default over a large W (0.94-0.95x the cluster-1 call at V =
+ * 128256, 1.01-1.02x at 32000: runs 95-97), which passed the dense suites there (run 96). */
+enum { JIT_TRY_MAX = 6 };
 static const char *const JIT_TRIES[3][JIT_TRY_MAX] = {
-    {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe"}, /* logits */
-    {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL},              /* dX */
-    {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL},         /* dW */
+    {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe",
+     "128.2.6.g.2.pe"},                                                               /* logits */
+    {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL, NULL},        /* dX */
+    {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL, NULL},   /* dW */
 };
 
 /* Rows of a [rows, cols] device output of dtype dt as floats: the first and the last SAMPLE_ROWS
