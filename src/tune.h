@@ -29,6 +29,10 @@ int tune_candidates(const kljit_problem *pb, const kljit_context_options *opt, i
                     kljit_plan_rigor rigor, tune_stage stage, const prob_tuning *base, int64_t rows,
                     prob_tuning *out, int cap);
 
+/* The i-th generated variant (gemm_algo_jit_text) the tuner times for GEMM kind `kind` (0
+ * logits, 1 dX, 2 dW), the kind's default first; NULL past the last. */
+const char *tune_jit_try(int kind, int i);
+
 /* Whether the plan of `pb` with tuning `t` (whose logits choice asks for E16: flag e) on
  * sm_<arch> under the options takes E16 (recipe.c: the problem in its scope, the options not
  * forcing another engine): where it does not, the plan is t's without E16, so a tuner that timed

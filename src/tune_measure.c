@@ -471,23 +471,6 @@ static kljit_status run_stage(bench *b, const prob_tuning *cands, int n) {
 
 enum { GEMM_CANDIDATES = 8, SAMPLE_ROWS = 4 };
 
-/* The generated variants tried for each GEMM (gemm_algo_jit_text), the kind's default first:
- * the tile shapes, schedules, clusters and epilogues measured closest to cuBLASLt in
- * bench/RESULTS.md (issue 16), a handful per GEMM so that a tune stays within its budget. The
- * logits GEMM's E16 (flag e on the default pingpong: the chunk as fp16 scores, docs/
- * architecture.md) is tried too, where the problem is in its scope (tune_takes_e16): it passed
- * its GPU suite (gpu.fused_e16.*, bench/RESULTS.md runs 71-74) and was 0.96-1.05x the default's
- * call by shape there, which is what a per-shape choice is for; and E16 in clusters of 2 (W's
- * tiles multicast), the H100's default over a large W (0.94-0.95x the cluster-1 call at V =
- * 128256, 1.01-1.02x at 32000: runs 95-97), which passed the dense suites there (run 96). */
-enum { JIT_TRY_MAX = 6 };
-static const char *const JIT_TRIES[3][JIT_TRY_MAX] = {
-    {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe",
-     "128.2.6.g.2.pe"},                                                               /* logits */
-    {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL, NULL},        /* dX */
-    {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL, NULL},   /* dW */
-};
-
 /* Rows of a [rows, cols] device output of dtype dt as floats: the first and the last SAMPLE_ROWS
  * (a wrong tile, row or k-block of a GEMM shows there as an error of the order of the values). */
 static kljit_status sample(bench *b, CUdeviceptr p, int64_t rows, int64_t cols, kljit_dtype dt,
@@ -566,7 +549,7 @@ static prob_tuning with_choice(const prob_tuning *base, const prob_gemm_choice *
 }
 
 /* The candidates of one GEMM kind around base: cuBLASLt's top GEMM_CANDIDATES algorithms for the
- * full chunk (when the tokens fill one) and the generated variants of JIT_TRIES (where the family
+ * full chunk (when the tokens fill one) and the generated variants of tune_jit_try (where the family
  * applies), as far as the context's options let the kind choose (KLJIT_GEMM=cublas: algorithms
  * only; jit: variants only). */
 static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_kind kind,
@@ -598,9 +581,9 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
   if (forced == GEMM_BACKEND_CUBLAS || jgemm_unfit(b->pb, b->ctx->arch)) return KLJIT_SUCCESS;
   /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it */
   const int opt_e16 = kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16;
-  for (int i = 0; i < JIT_TRY_MAX; i++) {
+  for (int i = 0; tune_jit_try(kind, i); i++) {
     prob_gemm_choice j = c;
-    if (!JIT_TRIES[kind][i] || gemm_algo_jit_parse(JIT_TRIES[kind][i], &j)) continue;
+    if (gemm_algo_jit_parse(tune_jit_try(kind, i), &j)) continue;
     /* a try with E16 of its own: under the options' E16 it is its variant's try again */
     const int own_e16 = j.e16;
     if (own_e16 && opt_e16) continue;

@@ -1055,35 +1055,57 @@ static int the_online_teacher_and_the_loss_family_round_trip_and_serve_plans(voi
   return th_in_tmpdir("unit-wisdom", family_in);
 }
 
-/* The tuner's E16 try (tune_measure.c: flag e on the default pingpong logits GEMM) is timed only
- * where the plan takes it (tune_takes_e16): a dense bf16 problem on sm_90 does, and so does the
- * sparse teacher's forward KL, and its plan then holds fp16 scores; on sm_80 (no generated GEMM),
- * with fp32 inputs, under KLJIT_GEMM=logits:cublas, or with the sparse teacher's bucket tail, the
- * plan would be the candidate without E16, which the tuner times already. */
+/* One E16 try (a tune_jit_try text) in case k of the test below. */
+static int e16_try_case(const char *try_text, int k) {
+  kljit_problem pb = dense_problem();
+  kljit_context_options o = OPT;
+  int arch = 90;
+  if (k == 1) arch = 80;
+  if (k == 2) pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+  if (k == 3) o.gemm_choice = "logits:cublas";
+  if (k >= 4) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64;
+  if (k == 5) pb.tail = KLJIT_TAIL_BUCKET;
+  TH_OK(prob_validate(&pb, "e16 try"));
+  prob_tuning t = prob_estimate(&pb, arch, &o);
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  c.used = 1, c.kind = GEMM_LOGITS, c.n = t.chunk_rows, c.beta_zero = 1;
+  TH_CHECK(gemm_algo_jit_parse(try_text, &c) == 0 && c.e16 == 1 && c.jit);
+  TH_CHECK(gemm_algo_add(&t, &c) == 0);
+  const int takes = tune_takes_e16(&pb, &o, arch, &t);
+  printf("  %s case %d: %s\n", try_text, k, takes ? "takes E16" : "does not");
+  TH_CHECK(takes == (k == 0 || k == 4));
+  recipe r;
+  TH_OK(recipe_make(&pb, &t, &o, arch, 132, &r));
+  TH_CHECK(r.geom.e16 == takes && (r.geom.logit == KLJIT_FP16) == takes);
+  TH_CHECK(!takes || r.gemm[JGEMM_LOGITS].variant.cluster == c.cluster);
+  return TH_PASS;
+}
+
+/* The tuner's E16 tries (tune_jit_try's logits variants with flag e: the default pingpong, in
+ * clusters of 1 and 2) are timed only where the plan takes them (tune_takes_e16): a dense bf16
+ * problem on sm_90 does, and so does the sparse teacher's forward KL, and its plan then holds fp16
+ * scores with the try's cluster; on sm_80 (no generated GEMM), with fp32 inputs, under
+ * KLJIT_GEMM=logits:cublas, or with the sparse teacher's bucket tail, the plan would be the
+ * candidate without E16, which the tuner times already. Every try of every GEMM parses. */
 static int the_e16_try_is_timed_only_where_the_plan_takes_it(void) {
-  for (int k = 0; k < 6; k++) {
-    kljit_problem pb = dense_problem();
-    kljit_context_options o = OPT;
-    int arch = 90;
-    if (k == 1) arch = 80;
-    if (k == 2) pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
-    if (k == 3) o.gemm_choice = "logits:cublas";
-    if (k >= 4) pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 64;
-    if (k == 5) pb.tail = KLJIT_TAIL_BUCKET;
-    TH_OK(prob_validate(&pb, "e16 try"));
-    prob_tuning t = prob_estimate(&pb, arch, &o);
-    prob_gemm_choice c;
-    memset(&c, 0, sizeof c);
-    c.used = 1, c.kind = GEMM_LOGITS, c.n = t.chunk_rows, c.beta_zero = 1;
-    TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.pe", &c) == 0 && c.e16 == 1 && c.jit);
-    TH_CHECK(gemm_algo_add(&t, &c) == 0);
-    const int takes = tune_takes_e16(&pb, &o, arch, &t);
-    printf("  case %d: %s\n", k, takes ? "takes E16" : "does not");
-    TH_CHECK(takes == (k == 0 || k == 4));
-    recipe r;
-    TH_OK(recipe_make(&pb, &t, &o, arch, 132, &r));
-    TH_CHECK(r.geom.e16 == takes && (r.geom.logit == KLJIT_FP16) == takes);
-  }
+  int e16_tries = 0;
+  for (int kind = 0; kind < 3; kind++)
+    for (int i = 0; tune_jit_try(kind, i); i++) {
+      prob_gemm_choice c;
+      memset(&c, 0, sizeof c);
+      TH_CHECK(gemm_algo_jit_parse(tune_jit_try(kind, i), &c) == 0 && c.jit);
+      TH_CHECK(!c.e16 || kind == 0);
+      if (c.e16) e16_tries++;
+    }
+  TH_CHECK(e16_tries == 2 && !tune_jit_try(0, 99) && !tune_jit_try(3, 0) && !tune_jit_try(-1, 0));
+  for (int i = 0; tune_jit_try(0, i); i++)
+    for (int k = 0; k < 6; k++) {
+      prob_gemm_choice c;
+      memset(&c, 0, sizeof c);
+      TH_CHECK(gemm_algo_jit_parse(tune_jit_try(0, i), &c) == 0);
+      if (c.e16) TH_CHECK(e16_try_case(tune_jit_try(0, i), k) == TH_PASS);
+    }
   return TH_PASS;
 }
 
