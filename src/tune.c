@@ -35,9 +35,9 @@ void tune_describe(const prob_tuning *t, char *out, size_t cap) {
 enum { JIT_TRY_MAX = 6 };
 static const char *const JIT_TRIES[3][JIT_TRY_MAX] = {
     {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe",
-     "128.2.6.g.2.pe"},                                                               /* logits */
-    {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL, NULL},        /* dX */
-    {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL, NULL},   /* dW */
+     "128.2.6.g.2.pe"},                                                              /* logits */
+    {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL, NULL},      /* dX */
+    {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL, NULL}, /* dW */
 };
 
 const char *tune_jit_try(int kind, int i) {
