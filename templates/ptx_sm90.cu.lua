@@ -57,15 +57,29 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
  * arrives on: what the waiter does next is a TMA copy, ordered after the wait by the barrier
  * itself. An .acquire.cluster wait compiles to an L1 invalidation (CCTL.IVALL) after every wait
  * (cuobjdump), which the cluster-2 producer paid once per k-block. */
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+%-- mbar_wait and, where TILES dynamic runs in clusters of 2, mbar_wait_cluster: the same spin
+%-- at cluster scope
+%local WAITS = { { "mbar_wait", "" } }
+%if P.TILES == "dynamic" and P.CLUSTER == 2 then
+%  WAITS[2] = { "mbar_wait_cluster", ".acquire.cluster" }
+%end
+%for i, w in ipairs(WAITS) do
+%  if i == 2 then
+
+/* mbar_wait at cluster scope (.acquire.cluster): the tile id that the peer's st.async wrote is
+ * a value read by these threads, not a TMA tile, so its wait acquires at the scope of that
+ * write. Its L1 invalidation (see mbar_wait) is paid once per tile, not per k-block. */
+%  end
+__device__ __forceinline__ void {{ w[1] }}(u64* bar, u32 parity) {
   u32 done = 0;
   while (!done) {
     asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "mbarrier.try_wait.parity{{ w[2] }}.shared::cta.b64 p, [%1], %2;\n\t"
                  "selp.u32 %0, 1, 0, p;\n\t}"
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
   }
 }
+%end
 
 /* PTX ISA "mbarrier.arrive" (on a shared::cluster address) and "mapa": one arrival on the
  * barrier at the same offset in the shared memory of cluster CTA `rank`. Default semantics
@@ -100,19 +114,6 @@ __device__ __forceinline__ void st_async_cluster(const void* p, u32 v, u64* bar,
                "mapa.shared::cluster.u32 rb, %1, %2;\n\t"
                "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [rp], %3, [rb];\n\t}"
                ::"r"(smem_addr(p)), "r"(smem_addr(bar)), "r"(rank), "r"(v) : "memory");
-}
-
-/* mbar_wait at cluster scope (.acquire.cluster): the tile id that the peer's st.async wrote is
- * a value read by these threads, not a TMA tile, so its wait acquires at the scope of that
- * write. Its L1 invalidation (see mbar_wait) is paid once per tile, not per k-block. */
-__device__ __forceinline__ void mbar_wait_cluster(u64* bar, u32 parity) {
-  u32 done = 0;
-  while (!done) {
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-  }
 }
 
 %end
