@@ -40,6 +40,11 @@
 #                     launch for the first four (the re-reads the counter is for); runs not
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
+#   next              the GPU work the last stop left (its closing note), in one call of about
+#                     8 minutes: bench/precision.py with the promoted accumulator (flag r) beside
+#                     the default and Liger, then judge (JUDGE_S 150), then tiles without its GEMM
+#                     test (TILES_GEMM_TEST=0) over the default and E16 on the 128 x 256 tile in
+#                     clusters of 1 and 2 (its ncu L2 sectors among them)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -73,8 +78,9 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
+  next) targets="bench_loss gpu_gemm kljit" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
-          "precision)"
+          "next, precision)"
      exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
@@ -223,9 +229,11 @@ case $mode in
     ;;
   tiles)
     c=dynamic_tile_variants_match_fp64_on_ragged_shapes
-    timeout 150 ./build/tests/gpu_gemm $c > "$LOGS/gemm-$c.log" 2>&1
-    echo "== gpu_gemm $c rc=$? ($SECONDS s)"
-    grep -E "dyn|FAIL|failed|check" "$LOGS/gemm-$c.log" | head -30
+    if [ "${TILES_GEMM_TEST:-1}" = 1 ]; then
+      timeout 150 ./build/tests/gpu_gemm $c > "$LOGS/gemm-$c.log" 2>&1
+      echo "== gpu_gemm $c rc=$? ($SECONDS s)"
+      grep -E "dyn|FAIL|failed|check" "$LOGS/gemm-$c.log" | head -30
+    fi
     # name|KLJIT_GEMM; the first three also at the second shape, the first four under ncu
     default="default|;fp32-dyn|logits:jit.128.2.6.g.1.pd;e16-dyn|logits:jit.128.2.6.g.1.ped"
     default="$default;e16-c1|logits:jit.128.2.6.g.1.pe;e16-c2|logits:jit.128.2.6.g.2.pe"
@@ -251,6 +259,7 @@ case $mode in
     metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
     metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     for i in 0 1 2 3; do
+      [ -n "${variants[$i]:-}" ] || break
       [ "$SECONDS" -gt "${NCU_UNTIL_S:-480}" ] && { echo "== ncu: no time left"; break; }
       IFS='|' read -r name gemm <<< "${variants[$i]}"
       # the 4th logits GEMM launch: the validation's and the warm-up's come first
@@ -279,5 +288,19 @@ case $mode in
       echo "== judge $name rc=$? ($SECONDS s)"
       grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-$name.log" | cut -c1-150 | tail -15
     done
+    ;;
+  next)
+    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so} OUT
+    wheel=${LIGER_WHEEL:-$DEPS/wheels/liger_kernel-0.8.5-py3-none-any.whl}
+    PYTHONPATH=python timeout "${PRECISION_S:-100}" python3 bench/precision.py \
+      --methods kljit_fused,kljit_c_promoted,liger --liger-wheel "$wheel" \
+      > "$LOGS/precision-promoted.log" 2>&1
+    echo "== precision.py (flag r) rc=$? ($SECONDS s)"
+    tail -24 "$LOGS/precision-promoted.log"
+    JUDGE_S=${JUDGE_S:-150} bash "$0" judge
+    # the child's clock starts at zero: its deadlines are what is left of this call's
+    TILES_GEMM_TEST=0 BENCH_UNTIL_S=$((440 - SECONDS)) NCU_UNTIL_S=$((500 - SECONDS)) \
+      TILES_VARIANTS="default|;e16-256|logits:jit.256.2.4.g.1.e;e16-256-c2|logits:jit.256.2.4.g.2.e" \
+      bash "$0" tiles
     ;;
 esac
