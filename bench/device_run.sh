@@ -35,8 +35,8 @@
 #                     counter zero), then bench_loss at 8192x4096x128256 with the logits GEMM's
 #                     fp32 and E16 variants static / dynamic / cluster 2 (E16's: dynamic too)
 #                     and every GEMM generated static / dynamic (TILES_VARIANTS), alternated
-#                     over two rounds, the first
-#                     three at 8192x2048x32000 too, then ncu's DRAM bytes of one logits GEMM
+#                     over two rounds, the first three at 8192x2048x32000 too (TILES_GEMM_TEST=0:
+#                     without the GEMM test), then ncu's DRAM bytes of one logits GEMM
 #                     launch for the first four (the re-reads the counter is for); runs not
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s

@@ -59,10 +59,9 @@ __device__ __forceinline__ void mbar_arrive(u64* bar) {
  * (cuobjdump), which the cluster-2 producer paid once per k-block. */
 %-- mbar_wait and, where TILES dynamic runs in clusters of 2, mbar_wait_cluster: the same spin
 %-- at cluster scope
+%local CLUSTER_TILES = P.TILES == "dynamic" and P.CLUSTER == 2 -- ids posted across a cluster
 %local WAITS = { { "mbar_wait", "" } }
-%if P.TILES == "dynamic" and P.CLUSTER == 2 then
-%  WAITS[2] = { "mbar_wait_cluster", ".acquire.cluster" }
-%end
+%if CLUSTER_TILES then WAITS[2] = { "mbar_wait_cluster", ".acquire.cluster" } end
 %for i, w in ipairs(WAITS) do
 %  if i == 2 then
 
@@ -94,7 +93,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 rank) {
                ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
-%if P.TILES == "dynamic" and P.CLUSTER == 2 then
+%if CLUSTER_TILES then
 /* PTX ISA "mbarrier.arrive" (.expect_tx, on a shared::cluster address): one arrival on the
  * barrier at the same offset in cluster CTA `rank`'s shared memory that also announces `bytes`
  * of asynchronous writes there (st_async_cluster's), as a TMA multicast's producer does. */

@@ -300,8 +300,9 @@ static int is_dynamic(const jgemm_variant *v) { return (v->tweaks & KSPEC_GEMM_D
 /* Tiles claimed from a counter (TILES dynamic): every such variant of jgemm_variants (each
  * layout's default, both schedules, clusters of 1 and 2) on shapes with one tile (the grid's
  * own, no claim; with clusters of 2, an odd last row tile's partner), fewer tiles than CTAs,
- * many tiles a CTA with k-blocks fewer than the stages and many more, ragged tails. one() launches each twice on one counter pair: the second launch finds the pair zero
- * only if the first left it so, and must give the same bits. */
+ * many tiles a CTA with k-blocks fewer than the stages and many more, ragged tails. one()
+ * launches each twice on one counter pair: the second launch finds the pair zero only if the
+ * first left it so, and must give the same bits. */
 static int dynamic_tile_variants_match_fp64_on_ragged_shapes(void) {
   const int s = setup();
   if (s) return s;
