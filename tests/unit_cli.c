@@ -634,6 +634,20 @@ static int usage_in(const char *dir) {
   }
   TH_CHECK(cli("precompile --dry-run --wisdom '%s'", wisdom) == 2);
   TH_CHECK(strstr(out, "No such file"));
+  /* a --file that is no regular file is refused by name, without blocking on a FIFO's open or
+   * reading a device (both commands; 124 would be a hang) */
+  char fifo[PATH_MAX];
+  th_path_in(fifo, dir, "shapes.fifo");
+  TH_CHECK(mkfifo(fifo, 0600) == 0);
+  static const char *const cmds[] = {"precompile --dry-run", "tune"};
+  for (int c = 0; c < 2; c++) {
+    TH_CHECK(cli_within(20, "%s --file '%s'", cmds[c], fifo) == 2);
+    TH_CHECK(strstr(out, "a FIFO or pipe, not a regular file"));
+    TH_CHECK(cli_within(20, "%s --file /dev/zero", cmds[c]) == 2);
+    TH_CHECK(strstr(out, "a device, not a regular file"));
+    TH_CHECK(cli_within(20, "%s --file '%s'", cmds[c], dir) == 2);
+    TH_CHECK(strstr(out, "a directory, not a regular file"));
+  }
   return TH_PASS;
 }
 static int every_refused_value_is_a_usage_error_exit_2_with_the_real_range(void) {

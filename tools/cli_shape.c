@@ -15,10 +15,13 @@
  * through the same rules, named by the option in messages.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -425,10 +428,36 @@ int cli_shape_parse(cli_parser *p, const char *text, const cli_words *extra, con
  * stray file as one line. */
 enum { SHAPE_LINE_MAX = 65536 };
 
+/* F opened for reading, or NULL after the usage error: a regular file only. The open never
+ * blocks (a FIFO without a writer hung fopen) and a device, a directory or a pipe is refused by
+ * name (a link to /dev/zero never ended, /dev/urandom read as shapes of random bytes). */
+static FILE *open_shape_file(cli_parser *p, const char *path) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return cli_usage_error(p, "--file %s: %s", path, strerror(errno)), NULL;
+  struct stat st;
+  const char *what = NULL;
+  if (fstat(fd, &st) != 0)
+    what = strerror(errno);
+  else if (S_ISFIFO(st.st_mode))
+    what = "a FIFO or pipe, not a regular file";
+  else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+    what = "a device, not a regular file";
+  else if (S_ISDIR(st.st_mode))
+    what = "a directory, not a regular file";
+  else if (!S_ISREG(st.st_mode))
+    what = "not a regular file";
+  FILE *f = what ? NULL : fdopen(fd, "r");
+  if (!f && !what) what = strerror(errno);
+  if (f) return f;
+  close(fd);
+  cli_usage_error(p, "--file %s: %s", path, what);
+  return NULL;
+}
+
 int cli_shape_file(cli_parser *p, const char *path, const cli_words *extra, cli_shape *shapes,
                    int *n, int cap) {
-  FILE *f = fopen(path, "r");
-  if (!f) return cli_usage_error(p, "--file %s: %s", path, strerror(errno)), 0;
+  FILE *f = open_shape_file(p, path);
+  if (!f) return 0;
   char *line = NULL, where[600];
   size_t line_cap = 0;
   int lineno = 0, ok = 1;

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
           "its power-of-two bucket.\n\n"
           "%s\n"
           "options:\n"
-          "  --file F        shapes from F, one per line ('#' starts a comment)\n"
+          "  --file F        shapes from the regular file F, one per line ('#' starts a comment)\n"
           "  --wisdom PATH   also merge the results into the wisdom file PATH\n"
           "  --rigor R       measure (default) or exhaustive (more candidates)\n"
           "  --budget S      seconds per shape (default KLJIT_TUNE_BUDGET_S, 30)\n"
