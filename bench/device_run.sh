@@ -41,10 +41,12 @@
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     8 minutes: bench/precision.py with the promoted accumulator (flag r) beside
-#                     the default and Liger, then judge (JUDGE_S 150), then tiles without its GEMM
-#                     test (TILES_GEMM_TEST=0) over the default and E16 on the 128 x 256 tile in
-#                     clusters of 1 and 2 (its ncu L2 sectors among them)
+#                     9 minutes: the promoted accumulator (flag r) as a default candidate, its
+#                     variant for this GPU's default logits GEMM (an H100's E16: .re; else fp32
+#                     logits: .r): bench/precision.py with it beside the default and Liger, the
+#                     binding under it, then judge (JUDGE_S 150), compare.py's dense shapes under
+#                     it, and bench_loss default / promoted alternated over two rounds at
+#                     8192x4096x128256 and 4096x2048x32000
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -78,7 +80,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="bench_loss gpu_gemm kljit" ;;
+  next) targets="bench_loss kljit" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, precision)"
      exit 2 ;;
@@ -290,17 +292,40 @@ case $mode in
     done
     ;;
   next)
+    # the promoted accumulator (flag r) as a default candidate: its variant for this GPU's
+    # default logits GEMM (E16 where the DRAM rule takes it, an H100; fp32 logits elsewhere)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so} OUT
     wheel=${LIGER_WHEEL:-$DEPS/wheels/liger_kernel-0.8.5-py3-none-any.whl}
+    promoted=logits:jit.128.2.6.g.1.r
+    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && promoted=${promoted}e
+    echo "== the promoted variant here: $promoted"
     PYTHONPATH=python timeout "${PRECISION_S:-100}" python3 bench/precision.py \
       --methods kljit_fused,kljit_c_promoted,liger --liger-wheel "$wheel" \
       > "$LOGS/precision-promoted.log" 2>&1
     echo "== precision.py (flag r) rc=$? ($SECONDS s)"
     tail -24 "$LOGS/precision-promoted.log"
+    KLJIT_GEMM=$promoted PYTHONPATH=python timeout 60 python3 bench/precision.py \
+      --methods kljit_fused > "$LOGS/precision-binding-promoted.log" 2>&1
+    echo "== precision.py, the binding under $promoted rc=$? ($SECONDS s)"
+    grep -E '^\| [0-9]' "$LOGS/precision-binding-promoted.log"
     JUDGE_S=${JUDGE_S:-150} bash "$0" judge
-    # the child's clock starts at zero: its deadlines are what is left of this call's
-    TILES_GEMM_TEST=0 BENCH_UNTIL_S=$((440 - SECONDS)) NCU_UNTIL_S=$((500 - SECONDS)) \
-      TILES_VARIANTS="default|;e16-256|logits:jit.256.2.4.g.1.e;e16-256-c2|logits:jit.256.2.4.g.2.e" \
-      bash "$0" tiles
+    KLJIT_GEMM=$promoted PYTHONPATH=python timeout 100 python3 bench/compare.py --shapes dense \
+      --methods compile,liger,kljit_fused --alternate compile,liger,kljit_fused --no-reference \
+      --liger-wheel "$wheel" --repeats 6 --out "$LOGS/judge-promoted.md" \
+      > "$LOGS/judge-promoted.log" 2>&1
+    echo "== judge dense under $promoted rc=$? ($SECONDS s)"
+    grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-promoted.log" | cut -c1-150
+    for round in 1 2; do
+      for v in "default|" "promoted|$promoted"; do
+        IFS='|' read -r name gemm <<< "$v"
+        for shape in 8192x4096x128256 4096x2048x32000; do
+          [ "$SECONDS" -gt 520 ] && continue
+          KLJIT_GEMM=$gemm timeout 40 build/bench/bench_loss --no-full --no-twophase --repeats 5 \
+            --shapes "$shape" > /dev/null 2> "$LOGS/next-$name-$shape-$round.log"
+          echo "r$round $name $shape $(grep -E ' fused [0-9]|rror' \
+            "$LOGS/next-$name-$shape-$round.log" | cut -c1-110)"
+        done
+      done
+    done
     ;;
 esac
