@@ -198,6 +198,13 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                    g->why ? "; " : "", g->why ? g->why : "");
   }
   const prob_geometry *geo = &r->geom;
+  if (st == KLJIT_SUCCESS && (p->pb.flags & KLJIT_FLAG_PRECISE_ACCUMULATION))
+    st = sb_printf(desc, "  precise accumulation (KLJIT_FLAG_PRECISE_ACCUMULATION): %s\n",
+                   r->gemm[RECIPE_LOGITS].engine == RECIPE_GENERATED
+                       ? "the logits GEMM adds its accumulator into a second fp32 one every 256 "
+                         "of K"
+                       : "not applied: the logits GEMM is cuBLASLt's, which accumulates as it "
+                         "does");
   char auto_why[112] = "";
   if (r->epilogue_auto)
     snprintf(auto_why, sizeof auto_why, "; the heuristics' choice on this GPU (its DRAM: %.1f "

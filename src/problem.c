@@ -282,7 +282,8 @@ kljit_status prob_validate(const kljit_problem *pb, const char *who) {
                (int)pb->grad_weight_accum);
   const uint32_t known = KLJIT_FLAG_BIAS | KLJIT_FLAG_SCALE_T_SQUARED | KLJIT_FLAG_NATIVE_LOGITS |
                          KLJIT_FLAG_ALLOW_TF32 | KLJIT_FLAG_CHECK_INPUTS |
-                         KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_ROW_WEIGHTS;
+                         KLJIT_FLAG_TEACHER_BIAS | KLJIT_FLAG_ROW_WEIGHTS |
+                         KLJIT_FLAG_PRECISE_ACCUMULATION;
   if (pb->flags & ~known)
     return BAD("%s: flags = 0x%x has unknown bits 0x%x", who, pb->flags, pb->flags & ~known);
   /* every valid loss family has row kernels (the sparse teacher's limits are its math's:

@@ -327,6 +327,17 @@ static int e16_by_default(const kljit_problem *pb) {
          pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
 }
 
+/* KLJIT_FLAG_PRECISE_ACCUMULATION's logits GEMM, whatever shape the options, the tuning or the
+ * heuristic chose: the tile that has the registers for a second accumulator (128 x 128,
+ * cooperative: 64 of each tile's rows a warpgroup; the pingpong tile's warpgroup holds all 128)
+ * with the accumulator promoted every 256 of K (flag r), in a cluster of 1, as run on a GPU
+ * (bench/RESULTS.md runs 99-104: `gpu.promoted.*`, the dense suite under E16 + r). E16, STATS
+ * and the layout stay the caller's. */
+static void promoted_shape(jgemm_variant *v) {
+  v->bn = 128, v->consumers = 2, v->stages = 6, v->raster = 'g', v->cluster = 1;
+  v->schedule = 'c', v->epilogue = 'd', v->tweaks = KSPEC_GEMM_PROMOTE;
+}
+
 /* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue
  * writes, which decides what the chunk buffer holds: the row specs, G's stride, the slots'
  * operations and the chunk follow from it. Where the options ask for the statistics epilogue
@@ -338,6 +349,8 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
                             const recipe_device *dev, int chunk_set, recipe *r, jgemm_pick *pick) {
   jgemm_pick_slot(pb, &r->geom, dev->arch, sel, JGEMM_LOGITS, pick);
   jgemm_variant *v = &pick->v;
+  const int promote = pick->jit && (pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
+  if (promote) promoted_shape(v);
   int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
   v->stats.e16 = 0; /* set below where it is taken */
   prob_geometry *geo = &r->geom;
@@ -351,7 +364,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     r->epilogue_auto = 1;
     const double w_bytes = (double)pb->vocab * (double)pb->hidden *
                            (double)names_dtype_size(pb->weight_dtype);
-    if (e16 && w_bytes >= RECIPE_E16_CLUSTER_WEIGHT_BYTES) v->cluster = 2;
+    if (e16 && w_bytes >= RECIPE_E16_CLUSTER_WEIGHT_BYTES && !promote) v->cluster = 2;
   } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
     return;
   }

@@ -581,6 +581,10 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
   if (forced == GEMM_BACKEND_CUBLAS || jgemm_unfit(b->pb, b->ctx->arch)) return KLJIT_SUCCESS;
   /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it */
   const int opt_e16 = kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16;
+  /* KLJIT_FLAG_PRECISE_ACCUMULATION runs every generated logits try as its one promoted shape
+   * (recipe.c): one try with E16 and one without are all it can tell apart */
+  const int one_shape = kind == GEMM_LOGITS && (b->pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
+  int shape_tried[2] = {0, 0};
   for (int i = 0; tune_jit_try(kind, i); i++) {
     prob_gemm_choice j = c;
     if (gemm_algo_jit_parse(tune_jit_try(kind, i), &j)) continue;
@@ -591,6 +595,7 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
     j.beta_zero = kind != GEMM_DW ? 1 : 0;
     const prob_tuning t = with_choice(base, &j);
     if (own_e16 && !tune_takes_e16(b->pb, &b->ctx->opt, b->ctx->arch, &t)) continue;
+    if (one_shape && shape_tried[j.e16]++) continue;
     out[(*count)++] = t;
   }
   return KLJIT_SUCCESS;

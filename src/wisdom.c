@@ -45,7 +45,8 @@ static const struct {
   const char *name;
 } FLAGS[] = {{KLJIT_FLAG_BIAS, "bias"},          {KLJIT_FLAG_NATIVE_LOGITS, "native_logits"},
              {KLJIT_FLAG_ALLOW_TF32, "tf32"},     {KLJIT_FLAG_CHECK_INPUTS, "check"},
-             {KLJIT_FLAG_TEACHER_BIAS, "tbias"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"}};
+             {KLJIT_FLAG_TEACHER_BIAS, "tbias"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"},
+             {KLJIT_FLAG_PRECISE_ACCUMULATION, "precise"}};
 enum { N_FLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
 

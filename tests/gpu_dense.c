@@ -172,6 +172,43 @@ static int native_logits_and_accumulated_grad_weight(void) {
   return gcase_check(&c);
 }
 
+/* KLJIT_FLAG_PRECISE_ACCUMULATION: where the plan's logits GEMM is generated (sm_90, 16-bit
+ * inputs) it is the promoted variant and the description says so; elsewhere the description says
+ * the flag is not applied; either way the results match the reference: both modes, the three
+ * dense forms, bf16 and fp16, T 0.5 and 1, large logits, and fp32 inputs (cuBLASLt's logits). */
+static int the_precise_flag_promotes_the_logits_gemm_and_matches_reference(void) {
+  kljit_context *ctx;
+  const int g = gpu_test_context(&ctx);
+  if (g) return g;
+  kljit_problem pb = KLJIT_PROBLEM_INIT;
+  pb.hidden = 256, pb.vocab = 32001;
+  pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_BF16;
+  kljit_plan *plain, *precise;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &plain));
+  pb.flags = KLJIT_FLAG_PRECISE_ACCUMULATION;
+  TH_OK(kljit_plan_create(ctx, &pb, KLJIT_PLAN_ESTIMATE, &precise));
+  const int gen = strstr(kljit_plan_describe(plain), "GEMM logits: generated") != NULL;
+  const char *d = kljit_plan_describe(precise);
+  const int says = strstr(d, gen ? "KLJIT_FLAG_PRECISE_ACCUMULATION): the logits GEMM adds"
+                                 : "KLJIT_FLAG_PRECISE_ACCUMULATION): not applied") != NULL;
+  if (!says || (gen && !strstr(d, " pr"))) fprintf(stderr, "the precise plan:\n%s", d);
+  kljit_plan_destroy(plain), kljit_plan_destroy(precise);
+  TH_CHECK(says && (!gen || strstr(d, " pr")));
+  int worst = TH_PASS;
+  for (int k = 0; k < 13; k++) {
+    gcase c = gcase_base();
+    c.flags = KLJIT_FLAG_PRECISE_ACCUMULATION;
+    c.form = (kljit_teacher_form)(KLJIT_TEACHER_DENSE_PROBS + k % 3);
+    c.dt = k == 12 ? KLJIT_FP32 : k % 2 ? KLJIT_FP16 : KLJIT_BF16;
+    c.T = k % 4 < 2 ? 1.0 : 0.5, c.fused = k % 5 != 0;
+    c.zstd = k >= 8 ? 8.0 : c.zstd, c.v = k >= 8 ? 128256 : c.v;
+    const int rc = gcase_check(&c);
+    if (rc == TH_SKIP) return rc;
+    if (rc != TH_PASS) worst = TH_FAIL;
+  }
+  return worst;
+}
+
 /* The dtypes and reductions issue 19's sweeps rotate through. */
 static const kljit_dtype DTS[] = {KLJIT_FP32, KLJIT_FP16, KLJIT_BF16};
 static const kljit_reduction REDS[] = {KLJIT_REDUCTION_SUM, KLJIT_REDUCTION_BATCHMEAN,
@@ -931,5 +968,7 @@ static const th_case cases[] = {
      statistics_in_the_logits_gemm_epilogue_match_reference},
     {"e16_in_the_logits_gemm_epilogue_matches_reference",
      e16_in_the_logits_gemm_epilogue_matches_reference},
+    {"the_precise_flag_promotes_the_logits_gemm_and_matches_reference",
+     the_precise_flag_promotes_the_logits_gemm_and_matches_reference},
 };
 TH_MAIN(cases)

@@ -47,6 +47,8 @@ static const char *const SHAPES[] = {
     "V=4096,H=64,topk=16,tail=renorm,div=skew-forward,alpha=0.2,roww",
     "V=4096,H=64,topk=32,tail=bucket,values=logprobs,div=skew-reverse,alpha=0.7,hard=0.5",
     "V=4096,H=64,topk=8,hard=0.5,ls=0.1,zloss=0.001",
+    "V=128256,H=4096,N=8192,precise",
+    "V=4096,H=64,topk=8,T=0.5,precise,roww,check",
 };
 
 static int every_word_round_trips_through_the_canonical_shape(void) {
@@ -125,6 +127,7 @@ static int each_rule_is_a_usage_error_naming_the_word(void) {
       {"V=1000,H=64,ls=0.1", "'ls=0.1' is a term of the hard-label CE: add hard=W"},
       {"V=1000,H=64,hard=1,zloss=2e6", "zloss=2e6: want a number from 0 to 1e+06"},
       {"V=1000,H=64,roww,roww", "'roww' is given twice"},
+      {"V=1000,H=64,precise,precise", "'precise' is given twice"},
       {"V=1000,H=64,topk=8,div=skew-forward,alpha=0.2", "TAIL_NONE takes the forward KL only"},
       {"V=1000,H=64,hidden=0", "hidden=0: want an integer from 1 to 1048576"},
       {"V=1000,H=64,beta=2,div=jsd", "beta=2: want a number from 0 to 1"},

@@ -853,6 +853,58 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
   return TH_PASS;
 }
 
+/* KLJIT_FLAG_PRECISE_ACCUMULATION: wherever the logits GEMM is generated (the H100's E16 default,
+ * the H200's fp32 logits, the options' or the tuning's variant) it becomes the promoted 128 x 128
+ * cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes (E16 or the
+ * fp32 logits, the chunk that follows from it), in a module of its own; the other GEMMs and the
+ * geometry are the unflagged plan's. Where the logits GEMM is cuBLASLt's (sm_80, the options'
+ * cublas) the plan is the unflagged one. */
+static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, a100 = {80, 108, 5.0};
+  const pin_case tc = {"tuned", 90, JIT_LOGITS, TP, GD, 0, 0, "", NULL};
+  for (int k = 0; k < 6; k++) {
+    kljit_problem pb = base(4096, 128256);
+    kljit_context_options o = init;
+    const recipe_device *dev = k == 1 ? &h200 : k == 4 ? &a100 : &h100;
+    if (k == 2) o.gemm_choice = "logits:jit.256.2.4.m.1.s"; /* the options' shape */
+    if (k == 5) o.gemm_choice = "logits:cublas";
+    const prob_tuning t = tuning_of(&tc, &pb, &init);
+    const prob_tuning *tuned = k == 3 ? &t : NULL;
+    recipe plain, precise;
+    TH_OK(recipe_make_on(&pb, tuned, &o, dev, &plain));
+    pb.flags |= KLJIT_FLAG_PRECISE_ACCUMULATION;
+    TH_OK(prob_validate(&pb, "precise"));
+    TH_OK(recipe_make_on(&pb, tuned, &o, dev, &precise));
+    const recipe_gemm *a = &plain.gemm[RECIPE_LOGITS], *b = &precise.gemm[RECIPE_LOGITS];
+    const int gen = k != 4 && k != 5;
+    TH_CHECK((b->engine == RECIPE_GENERATED) == gen && a->engine == b->engine);
+    TH_CHECK(precise.geom.e16 == plain.geom.e16 && precise.geom.e16 == (k == 0) &&
+             precise.geom.tune.chunk_rows == plain.geom.tune.chunk_rows &&
+             precise.geom.stats_tiles == plain.geom.stats_tiles);
+    for (int s = 0; s < RECIPE_SLOTS; s++)
+      if (s != RECIPE_LOGITS)
+        TH_CHECK(precise.gemm[s].engine == plain.gemm[s].engine &&
+                 (precise.gemm[s].engine != RECIPE_GENERATED ||
+                  !memcmp(&precise.gemm[s].variant, &plain.gemm[s].variant,
+                          sizeof precise.gemm[s].variant)));
+    if (!gen) {
+      TH_CHECK(!memcmp(&a->variant, &b->variant, sizeof a->variant));
+      continue;
+    }
+    const jgemm_variant *v = &b->variant;
+    TH_CHECK(v->tweaks == KSPEC_GEMM_PROMOTE && v->schedule == 'c' && v->bn == 128 &&
+             v->consumers == 2 && v->stages == 6 && v->cluster == 1 && v->epilogue == 'd');
+    TH_CHECK(v->stats.e16 == a->variant.stats.e16 && !strcmp(v->layout, a->variant.layout));
+    kspec_key ka, kb; /* a module of its own: PROMOTE among its parameters */
+    TH_CHECK(kspec_key_of(&a->spec, &ka) == 0 && kspec_key_of(&b->spec, &kb) == 0);
+    TH_CHECK(!(a->variant.tweaks & KSPEC_GEMM_PROMOTE) && strcmp(ka.text, kb.text) != 0 &&
+             strstr(kb.text, " PROMOTE=") && !strstr(ka.text, " PROMOTE="));
+    TH_CHECK(k != 0 || a->variant.cluster == 2); /* the H100's E16 default: clusters of 2 */
+  }
+  return TH_PASS;
+}
+
 static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
@@ -865,5 +917,7 @@ static const th_case cases[] = {
      the_sparse_teachers_statistics_come_from_the_epilogue},
     {"the_heuristics_take_the_epilogue_where_dram_is_short",
      the_heuristics_take_the_epilogue_where_dram_is_short},
+    {"the_precise_flag_promotes_the_generated_logits_gemm",
+     the_precise_flag_promotes_the_generated_logits_gemm},
 };
 TH_MAIN(cases)

@@ -1026,6 +1026,13 @@ static int family_in(const char *dir) {
   tvd.divergence = KLJIT_DIVERGENCE_TVD;
   wisdom_problem_key(&tvd, key);
   TH_CHECK(strstr(key, " div=tvd ") != NULL);
+  /* the promoted accumulation is a flag of the key (its plan runs another logits GEMM) */
+  fam.flags |= KLJIT_FLAG_PRECISE_ACCUMULATION;
+  wisdom_problem_key(&fam, key);
+  TH_CHECK(strstr(key, " flags=roww,precise") != NULL);
+  snprintf(fe.problem, sizeof fe.problem, "%s", key);
+  TH_OK(wisdom_entry_problem(&fe, &back));
+  TH_CHECK(back.flags == (KLJIT_FLAG_ROW_WEIGHTS | KLJIT_FLAG_PRECISE_ACCUMULATION));
   /* the rules of the new fields, each naming it */
   static const struct {
     const char *line, *says;

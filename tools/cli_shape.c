@@ -46,7 +46,9 @@ const char CLI_SHAPE_HELP[] =
     "  cap=C tcap=C                   logit softcaps z -> C tanh(z / C) (tcap: teacher logits)\n"
     "  T=<t> tt=<t> runtime t2        temperature, teacher temperature, T per call, T^2\n"
     "  reduction=sum|batchmean|mean|none  labels=i32|i64 ignore=<id> eps=<e>\n"
-    "  bias native tf32 check roww    problem flags (roww: per-row weights)\n"
+    "  bias native tf32 check roww precise\n"
+    "                                 problem flags (roww: per-row weights; precise: the\n"
+    "                                 logits GEMM's promoted accumulation)\n"
     "  gw=fp32|fp16|bf16 accum=fp32|out|auto  dW dtype and accumulation\n"
     "  vtot=V voff=O shards=S         one shard of a vocabulary-parallel head (experimental)\n";
 
@@ -56,7 +58,7 @@ typedef enum slot {
   SL_V, SL_H, SL_N, SL_DTYPE, SL_TDT, SL_TEACHER, SL_VALUES, SL_TAIL, SL_IDS, SL_TBIAS, SL_TV,
   SL_TLD, SL_DIV, SL_BETA, SL_ALPHA, SL_HARD, SL_SOFT, SL_LS, SL_ZLOSS, SL_CAP, SL_TCAP, SL_T,
   SL_TT, SL_TMODE, SL_T2, SL_REDUCTION, SL_LABELS, SL_IGNORE, SL_EPS, SL_BIAS, SL_NATIVE, SL_TF32,
-  SL_CHECK, SL_ROWW, SL_GW, SL_ACCUM, SL_VTOT, SL_VOFF, SL_SHARDS, SL_COUNT
+  SL_CHECK, SL_ROWW, SL_PRECISE, SL_GW, SL_ACCUM, SL_VTOT, SL_VOFF, SL_SHARDS, SL_COUNT
 } slot;
 
 static const char *const SLOT_WHAT[SL_COUNT] = {
@@ -68,8 +70,8 @@ static const char *const SLOT_WHAT[SL_COUNT] = {
     "the student softcap", "the teacher softcap", "the temperature", "the teacher temperature",
     "the temperature mode", "T^2 scaling", "the reduction", "the labels' dtype",
     "the ignore index", "eps", "the bias flag", "native logits", "TF32", "checked mode",
-    "row weights", "the dW dtype", "the dW accumulation", "the global vocabulary",
-    "the shard's offset", "the shard count"};
+    "row weights", "precise accumulation", "the dW dtype", "the dW accumulation",
+    "the global vocabulary", "the shard's offset", "the shard count"};
 
 /* The divergences and the slot of the parameter each takes (SL_COUNT: none). */
 static const struct {
@@ -165,7 +167,8 @@ static int flag_word(shape_state *st, const char *w, const char *shown) {
                {"tf32", SL_TF32, KLJIT_FLAG_ALLOW_TF32},
                {"check", SL_CHECK, KLJIT_FLAG_CHECK_INPUTS},
                {"tbias", SL_TBIAS, KLJIT_FLAG_TEACHER_BIAS},
-               {"roww", SL_ROWW, KLJIT_FLAG_ROW_WEIGHTS}};
+               {"roww", SL_ROWW, KLJIT_FLAG_ROW_WEIGHTS},
+               {"precise", SL_PRECISE, KLJIT_FLAG_PRECISE_ACCUMULATION}};
   for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
     if (!strcmp(w, FLAGS[i].word)) {
       pb->flags |= FLAGS[i].flag;
@@ -592,7 +595,8 @@ void cli_shape_format(const kljit_problem *pb, long long rows, char *out, size_t
     const char *word;
   } FLAGS[] = {{KLJIT_FLAG_SCALE_T_SQUARED, "t2"}, {KLJIT_FLAG_BIAS, "bias"},
                {KLJIT_FLAG_NATIVE_LOGITS, "native"}, {KLJIT_FLAG_ALLOW_TF32, "tf32"},
-               {KLJIT_FLAG_CHECK_INPUTS, "check"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"}};
+               {KLJIT_FLAG_CHECK_INPUTS, "check"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"},
+               {KLJIT_FLAG_PRECISE_ACCUMULATION, "precise"}};
   for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
     if (pb->flags & FLAGS[i].flag) word(&t, "%s", FLAGS[i].word);
   if (pb->grad_weight_dtype != d.grad_weight_dtype)

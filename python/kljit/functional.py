@@ -183,7 +183,7 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     'sparse_topk', 'dense_hidden'; LossConfig's `teacher`), mode, temperature_mode,
     teacher_temperature, scale_t_squared, reduction, ignore_index, eps, topk_values, tail,
     native_logits, allow_tf32, check_inputs, grad_weight_accum, divergence, beta, hard_weight,
-    soft_weight, softcap, teacher_softcap. Or pass a LossConfig.
+    soft_weight, softcap, teacher_softcap, precise_accumulation. Or pass a LossConfig.
 
     Returns the fp32 loss: a scalar, or [...] per row for reduction='none' (or LossComponents
     with return_components=True). Raises TypeError

@@ -30,7 +30,7 @@ class FusedLinearKLDivLoss(nn.Module):
     'dense_logprobs', 'dense_logits', 'sparse_topk' or None to infer), mode ('fused' or
     'two_phase'), temperature, temperature_mode, teacher_temperature, scale_t_squared, reduction,
     ignore_index, eps, topk_values, tail, native_logits, allow_tf32, check_inputs,
-    grad_weight_accum. They are validated here, once.
+    precise_accumulation, grad_weight_accum. They are validated here, once.
     """
 
     def __init__(self, **options: Any) -> None:

@@ -76,6 +76,12 @@ class FakeTensorChecks(unittest.TestCase):
         self.assertEqual(pb.reduction, _lib.Reduction.SUM)
         self.assertEqual(spec.device, "cuda:0")
         plan_check_agrees(pb)
+        # precise_accumulation is the problem's KLJIT_FLAG_PRECISE_ACCUMULATION, which C takes
+        precise = call(LossConfig(precise_accumulation=True), **dense()).problem
+        self.assertEqual(precise.flags, _lib.FLAG_PRECISE_ACCUMULATION)
+        plan_check_agrees(precise)
+        with self.assertRaisesRegex(TypeError, "precise_accumulation must be a bool"):
+            LossConfig(precise_accumulation=1)
 
     def test_every_teacher_form_and_option_gives_a_problem_c_accepts(self) -> None:
         for teacher in ("dense_probs", "dense_logprobs", "dense_logits"):
@@ -144,7 +150,8 @@ class FakeTensorChecks(unittest.TestCase):
                       temperature_mode="runtime", teacher_temperature=3.0,
                       scale_t_squared=True, reduction="sum", ignore_index=-1, eps=1e-12,
                       topk_values="logprobs", tail="bucket", native_logits=True,
-                      allow_tf32=True, check_inputs=True, grad_weight_accum="output")
+                      allow_tf32=True, check_inputs=True, grad_weight_accum="output",
+                      precise_accumulation=True)
         for name, value in values.items():
             config = config_from_options({name: value})
             field = "teacher" if name == "teacher_form" else name
