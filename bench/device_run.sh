@@ -46,7 +46,8 @@
 #                     logits: .r): bench/precision.py with it beside the default and Liger, the
 #                     binding under it, then judge (JUDGE_S 150), compare.py's dense shapes under
 #                     it, and bench_loss default / promoted alternated over two rounds at
-#                     8192x4096x128256 and 4096x2048x32000
+#                     8192x4096x128256 and 4096x2048x32000, then the flag's GPU case
+#                     (gpu.dense / gpu.fused_e16 .the_precise_flag_...)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -80,7 +81,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="bench_loss kljit" ;;
+  next) targets="bench_loss kljit gpu_dense" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, precision)"
      exit 2 ;;
@@ -327,5 +328,8 @@ case $mode in
         done
       done
     done
+    # the flag that asks for it (KLJIT_FLAG_PRECISE_ACCUMULATION), in the default dense suite
+    # and under E16 (never run on a GPU before)
+    run_ctest precise '^gpu\.(dense|fused_e16)\.the_precise_flag' 60
     ;;
 esac
