@@ -45,7 +45,8 @@
 #                     variant for this GPU's default logits GEMM (an H100's E16: .re; else fp32
 #                     logits: .r): bench/precision.py with it beside the default and Liger, the
 #                     binding under it, then judge (JUDGE_S 150), compare.py's dense shapes under
-#                     it, and bench_loss default / promoted alternated over two rounds at
+#                     it, and bench_loss default / promoted / promoted in clusters of 2
+#                     (W multicast; compiles, never run) alternated over two rounds at
 #                     8192x4096x128256 and 4096x2048x32000, then the flag's GPU case
 #                     (gpu.dense / gpu.fused_e16 .the_precise_flag_...)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
@@ -317,10 +318,10 @@ case $mode in
     echo "== judge dense under $promoted rc=$? ($SECONDS s)"
     grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-promoted.log" | cut -c1-150
     for round in 1 2; do
-      for v in "default|" "promoted|$promoted"; do
+      for v in "default|" "promoted|$promoted" "promoted-c2|${promoted/.g.1./.g.2.}"; do
         IFS='|' read -r name gemm <<< "$v"
         for shape in 8192x4096x128256 4096x2048x32000; do
-          [ "$SECONDS" -gt 520 ] && continue
+          [ "$SECONDS" -gt 480 ] && continue
           KLJIT_GEMM=$gemm timeout 40 build/bench/bench_loss --no-full --no-twophase --repeats 5 \
             --shapes "$shape" > /dev/null 2> "$LOGS/next-$name-$shape-$round.log"
           echo "r$round $name $shape $(grep -E ' fused [0-9]|rror' \
