@@ -449,9 +449,11 @@ static FILE *open_shape_file(cli_parser *p, const char *path) {
     what = "a directory, not a regular file";
   else if (!S_ISREG(st.st_mode))
     what = "not a regular file";
-  FILE *f = what ? NULL : fdopen(fd, "r");
-  if (!f && !what) what = strerror(errno);
-  if (f) return f;
+  if (!what) {
+    FILE *f = fdopen(fd, "r");
+    if (f) return f;
+    what = strerror(errno);
+  }
   close(fd);
   cli_usage_error(p, "--file %s: %s", path, what);
   return NULL;
