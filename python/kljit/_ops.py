@@ -12,7 +12,8 @@ path of each mode, eager and compiled.
     kljit::two_phase_grads(grad_output, <the tensors>, saved, key, main_grad?, bias_main_grad?)
         -> (dx, dw, db)                                                       kljit_backward
 
-    Fused.apply(<the inputs of fused>), TwoPhase.apply(...) -> (loss, row_loss, parts)
+    Fused.apply(input, weight, bias?, <the other tensors of fused, as one tuple>, key),
+    TwoPhase.apply(...) -> (loss, row_loss, parts)
 
 The ops have a kernel and a fake kernel (torch.compile traces them as they are) and no autograd
 of their own: Fused and TwoPhase are the autograd of every call, eager or traced, and call the
@@ -516,11 +517,15 @@ _FUSED_TWICE = ("kljit: a mode='fused' loss can be backpropagated once (its grad
 class Fused(torch.autograd.Function):
     """mode='fused' with autograd, eager and compiled: forward runs kljit::fused (the loss and
     its gradients times grad_scale); backward scales those in place by the upstream gradient
-    (kljit::scale_grads_), so a fused loss can be backpropagated once. apply takes the ops'
-    inputs and returns (loss, row_loss, parts)."""
+    (kljit::scale_grads_), so a fused loss can be backpropagated once. apply takes input,
+    weight, bias, the ops' other tensors as one tuple (no gradient reaches them, and autograd's
+    bookkeeping of each argument is host time before the launch) and the key; it returns (loss,
+    row_loss, parts)."""
 
     @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                others: Tuple[Optional[Tensor], ...], key: str) -> Tuple[Tensor, Tensor, Tensor]:
+        inputs = (input, weight, bias, *others, key)
         loss, dx, dw, db, row_loss, parts = (_fused if _direct(inputs) else fused)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(dx, dw, db)
@@ -687,11 +692,13 @@ two_phase_grads = _define(
 class TwoPhase(torch.autograd.Function):
     """mode='two_phase' with autograd, eager and compiled: forward runs kljit::two_phase (the
     loss and O(N) statistics), backward kljit::two_phase_grads with the upstream gradient
-    (straight into main_grad where asked). apply takes the ops' inputs and returns (loss,
-    row_loss, parts)."""
+    (straight into main_grad where asked). apply takes what Fused.apply takes and returns
+    (loss, row_loss, parts)."""
 
     @staticmethod
-    def forward(ctx: Any, *inputs: Any) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
+                others: Tuple[Optional[Tensor], ...], key: str) -> Tuple[Tensor, Tensor, Tensor]:
+        inputs = (input, weight, bias, *others, key)
         loss, saved, row_loss, parts = (_two_phase if _direct(inputs) else two_phase)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(*inputs[:N_TENSORS], saved)

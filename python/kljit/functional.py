@@ -273,13 +273,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if teacher_ids is not None or teacher_values is not None:  # the sparse form only
         teacher_ids = _flatten("teacher_ids", teacher_ids, 1)
         teacher_values = _flatten("teacher_values", teacher_values, 1)
-    out = op.apply(x, weight, bias, _flatten("teacher", teacher, 1), teacher_ids,
-             teacher_values, None if labels is None else _flatten("labels", labels, 0),
-             teacher_weight, teacher_bias,
-             None if num_items_in_batch is None else _divisor(num_items_in_batch, x.device),
-             row_weights,
-             _ops.call_key(config.key, want, math.nan if temperature is None
-                           else float(temperature), float(grad_scale), shard))
+    out = op.apply(x, weight, bias, (
+        _flatten("teacher", teacher, 1), teacher_ids, teacher_values,
+        None if labels is None else _flatten("labels", labels, 0), teacher_weight, teacher_bias,
+        None if num_items_in_batch is None else _divisor(num_items_in_batch, x.device),
+        row_weights), _ops.call_key(config.key, want, math.nan if temperature is None
+                                    else float(temperature), float(grad_scale), shard))
     loss = out[0]
     if config.reduction == "none" and input.dim() != 2:  # per row: the input's leading shape
         loss = loss.view(input.shape[:-1])
