@@ -73,6 +73,22 @@ static const char *const SLOT_WHAT[SL_COUNT] = {
     "row weights", "precise accumulation", "the dW dtype", "the dW accumulation",
     "the global vocabulary", "the shard's offset", "the shard count"};
 
+/* The problem flags a word sets, in the order a shape is written (tbias is written beside the
+ * online teacher's hidden=). */
+static const struct {
+  const char *word;
+  slot sl;
+  uint32_t flag;
+} FLAG_WORDS[] = {{"t2", SL_T2, KLJIT_FLAG_SCALE_T_SQUARED},
+                  {"bias", SL_BIAS, KLJIT_FLAG_BIAS},
+                  {"native", SL_NATIVE, KLJIT_FLAG_NATIVE_LOGITS},
+                  {"tf32", SL_TF32, KLJIT_FLAG_ALLOW_TF32},
+                  {"check", SL_CHECK, KLJIT_FLAG_CHECK_INPUTS},
+                  {"tbias", SL_TBIAS, KLJIT_FLAG_TEACHER_BIAS},
+                  {"roww", SL_ROWW, KLJIT_FLAG_ROW_WEIGHTS},
+                  {"precise", SL_PRECISE, KLJIT_FLAG_PRECISE_ACCUMULATION}};
+#define N_FLAG_WORDS (sizeof FLAG_WORDS / sizeof FLAG_WORDS[0])
+
 /* The divergences and the slot of the parameter each takes (SL_COUNT: none). */
 static const struct {
   const char *name;
@@ -157,22 +173,10 @@ static int number(const char *v, double lo, double hi, double *out) {
 static int flag_word(shape_state *st, const char *w, const char *shown) {
   kljit_problem *const pb = &st->s->pb;
   kljit_dtype dt;
-  static const struct {
-    const char *word;
-    slot sl;
-    uint32_t flag;
-  } FLAGS[] = {{"t2", SL_T2, KLJIT_FLAG_SCALE_T_SQUARED},
-               {"bias", SL_BIAS, KLJIT_FLAG_BIAS},
-               {"native", SL_NATIVE, KLJIT_FLAG_NATIVE_LOGITS},
-               {"tf32", SL_TF32, KLJIT_FLAG_ALLOW_TF32},
-               {"check", SL_CHECK, KLJIT_FLAG_CHECK_INPUTS},
-               {"tbias", SL_TBIAS, KLJIT_FLAG_TEACHER_BIAS},
-               {"roww", SL_ROWW, KLJIT_FLAG_ROW_WEIGHTS},
-               {"precise", SL_PRECISE, KLJIT_FLAG_PRECISE_ACCUMULATION}};
-  for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
-    if (!strcmp(w, FLAGS[i].word)) {
-      pb->flags |= FLAGS[i].flag;
-      return claim(st, FLAGS[i].sl, shown);
+  for (size_t i = 0; i < N_FLAG_WORDS; i++)
+    if (!strcmp(w, FLAG_WORDS[i].word)) {
+      pb->flags |= FLAG_WORDS[i].flag;
+      return claim(st, FLAG_WORDS[i].sl, shown);
     }
   if (dtype_of(w, &dt)) {
     pb->input_dtype = pb->weight_dtype = dt;
@@ -592,15 +596,9 @@ void cli_shape_format(const kljit_problem *pb, long long rows, char *out, size_t
     word(&t, "labels=%s", choice_name(ID_DTYPES, pb->label_dtype));
   if (pb->ignore_index != d.ignore_index) word(&t, "ignore=%lld", (long long)pb->ignore_index);
   if (pb->eps != d.eps) real_word(&t, "eps", pb->eps);
-  static const struct {
-    uint32_t flag;
-    const char *word;
-  } FLAGS[] = {{KLJIT_FLAG_SCALE_T_SQUARED, "t2"}, {KLJIT_FLAG_BIAS, "bias"},
-               {KLJIT_FLAG_NATIVE_LOGITS, "native"}, {KLJIT_FLAG_ALLOW_TF32, "tf32"},
-               {KLJIT_FLAG_CHECK_INPUTS, "check"}, {KLJIT_FLAG_ROW_WEIGHTS, "roww"},
-               {KLJIT_FLAG_PRECISE_ACCUMULATION, "precise"}};
-  for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
-    if (pb->flags & FLAGS[i].flag) word(&t, "%s", FLAGS[i].word);
+  for (size_t i = 0; i < N_FLAG_WORDS; i++)
+    if (pb->flags & FLAG_WORDS[i].flag && FLAG_WORDS[i].flag != KLJIT_FLAG_TEACHER_BIAS)
+      word(&t, "%s", FLAG_WORDS[i].word);
   if (pb->grad_weight_dtype != d.grad_weight_dtype)
     word(&t, "gw=%s", dtype_word(pb->grad_weight_dtype));
   if (pb->grad_weight_accum != d.grad_weight_accum)
