@@ -83,6 +83,38 @@ ssize_t fs_read_full(int fd, void *buf, size_t n) {
   return (ssize_t)got;
 }
 
+kljit_status fs_read_regular(const char *path, size_t max, strbuf *text, kljit_status status,
+                             const char *what, int *missing) {
+  if (missing) *missing = 0;
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (missing) *missing = errno == ENOENT;
+    return err_set(status, "cannot open %s %s: %s", what, path, strerror(errno));
+  }
+  struct stat sb;
+  kljit_status st = KLJIT_SUCCESS;
+  if (fstat(fd, &sb) != 0)
+    st = err_set(status, "cannot stat %s %s: %s", what, path, strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    st = err_set(status, "%s %s is not a regular file", what, path);
+  else if ((unsigned long long)sb.st_size > max)
+    st = err_set(status, "%s %s is over %zu MiB", what, path, max >> 20);
+  if (st == KLJIT_SUCCESS) st = sb_append(text, "", 0); /* an empty file is an empty text */
+  char buf[65536];
+  for (ssize_t n = 1; st == KLJIT_SUCCESS && n > 0;) {
+    n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) n = 1;
+    else if (n < 0)
+      st = err_set(status, "cannot read %s %s: %s", what, path, strerror(errno));
+    else if (text->len + (size_t)n > max) /* grew since the fstat */
+      st = err_set(status, "%s %s is over %zu MiB", what, path, max >> 20);
+    else if (n > 0)
+      st = sb_append(text, buf, (size_t)n);
+  }
+  close(fd);
+  return st;
+}
+
 int fs_write_full(int fd, const void *buf, size_t n) {
   size_t done = 0;
   while (done < n) {

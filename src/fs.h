@@ -21,6 +21,14 @@ kljit_status fs_mkdir_p_mode(const char *dir, unsigned mode, kljit_status status
 ssize_t fs_read_full(int fd, void *buf, size_t n);
 int fs_write_full(int fd, const void *buf, size_t n);
 
+/* Appends the whole of `path` to `text` (NUL-terminated) when it is a regular file of at most
+ * `max` bytes. The open never blocks: a FIFO, a device (/dev/zero) or a directory put where the
+ * file belongs, or a link to one, is refused at once, not read forever. Failures: `status` with
+ * a sentence naming `what` ("wisdom file") and the path; *missing (may be NULL) set when the
+ * file does not exist. */
+kljit_status fs_read_regular(const char *path, size_t max, strbuf *text, kljit_status status,
+                             const char *what, int *missing);
+
 /* One piece of what fs_publish_at writes. */
 typedef struct fs_part {
   const void *data;

@@ -3,12 +3,9 @@
  * (the invariants are in template.h). */
 #include "template.h"
 #include "env.h"
+#include "fs.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 const template_file *template_embedded(const char *name) {
   const template_file *t = template_files;
@@ -23,38 +20,15 @@ const char *template_dir(void) {
 
 /* Development mode: KLJIT_TEMPLATE_DIR=<dir> renders <dir>/<name> instead of the embedded copy,
  * so a template can be edited without rebuilding the library. Only a regular file below
- * TEMPLATE_FILE_MAX is read, and the open never blocks: a FIFO, a device (/dev/zero) or a
- * symbolic link to one is an error at once, not a hang or gigabytes read. */
+ * TEMPLATE_FILE_MAX is read (fs_read_regular): a FIFO, a device (/dev/zero) or a symbolic link
+ * to one is an error at once, not a hang or gigabytes read. */
 enum { TEMPLATE_FILE_MAX = 4 << 20 };
 kljit_status template_read_file(const char *dir, const char *name, strbuf *text) {
   strbuf path = {0};
   kljit_status st = sb_printf(&path, "%s/%s", dir, name);
   if (st != KLJIT_SUCCESS) return st;
-  const int fd = open(path.data, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  struct stat sb;
-  if (fd < 0)
-    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot open %s: %s", path.data,
-                 strerror(errno));
-  else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is not a regular file", path.data);
-  else if (sb.st_size > TEMPLATE_FILE_MAX)
-    st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is over %d MiB", path.data,
-                 TEMPLATE_FILE_MAX >> 20);
-  char buf[65536];
-  for (ssize_t n = 1; st == KLJIT_SUCCESS && n > 0;) {
-    n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) n = 1;
-    else if (n < 0)
-      st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: cannot read %s: %s", path.data,
-                   strerror(errno));
-    else if (text->len + (size_t)n > TEMPLATE_FILE_MAX)
-      st = err_set(KLJIT_ERR_TEMPLATE, "KLJIT_TEMPLATE_DIR: %s is over %d MiB", path.data,
-                   TEMPLATE_FILE_MAX >> 20);
-    else if (n > 0)
-      st = sb_append(text, buf, (size_t)n);
-  }
-  if (fd >= 0) close(fd);
-  if (st == KLJIT_SUCCESS) st = sb_append(text, "", 0); /* an empty file is an empty text */
+  st = fs_read_regular(path.data, TEMPLATE_FILE_MAX, text, KLJIT_ERR_TEMPLATE,
+                       "KLJIT_TEMPLATE_DIR file", NULL);
   if (st == KLJIT_SUCCESS) util_log("template %s read from %s", name, path.data);
   sb_free(&path);
   return st;

@@ -61,38 +61,11 @@ static kljit_status legacy_user_path(strbuf *out) {
   return st;
 }
 
-/* Reads a whole (small) file. KLJIT_ERR_WISDOM naming the path; *missing set on ENOENT. Only a
- * regular file of at most WISDOM_FILE_MAX bytes is read, and the open never blocks: a FIFO or a
- * device (/dev/zero) put where the file belongs is refused at once, not read forever. */
+/* Reads a whole (small) file: fs_read_regular, at most WISDOM_FILE_MAX bytes, KLJIT_ERR_WISDOM
+ * naming the path; *missing set on ENOENT. A text holding NUL bytes is not a wisdom file. */
 static kljit_status read_text(const char *path, strbuf *text, int *missing) {
-  if (missing) *missing = 0;
-  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    if (missing) *missing = errno == ENOENT;
-    return err_set(KLJIT_ERR_WISDOM, "cannot open wisdom file %s: %s", path, strerror(errno));
-  }
-  struct stat sb;
-  kljit_status st = KLJIT_SUCCESS;
-  if (fstat(fd, &sb) != 0)
-    st = err_set(KLJIT_ERR_WISDOM, "cannot stat wisdom file %s: %s", path, strerror(errno));
-  else if (!S_ISREG(sb.st_mode))
-    st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is not a regular file", path);
-  else if (sb.st_size > WISDOM_FILE_MAX)
-    st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path, WISDOM_FILE_MAX >> 20);
-  if (st == KLJIT_SUCCESS) st = sb_append(text, "", 0);
-  char buf[65536];
-  for (ssize_t n = 1; st == KLJIT_SUCCESS && n > 0;) {
-    n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) n = 1;
-    else if (n < 0)
-      st = err_set(KLJIT_ERR_WISDOM, "cannot read wisdom file %s: %s", path, strerror(errno));
-    else if (text->len + (size_t)n > WISDOM_FILE_MAX) /* grew since the fstat */
-      st = err_set(KLJIT_ERR_WISDOM, "wisdom file %s is over %d MiB", path,
-                   WISDOM_FILE_MAX >> 20);
-    else if (n > 0)
-      st = sb_append(text, buf, (size_t)n);
-  }
-  close(fd);
+  kljit_status st =
+      fs_read_regular(path, WISDOM_FILE_MAX, text, KLJIT_ERR_WISDOM, "wisdom file", missing);
   if (st == KLJIT_SUCCESS && strlen(text->data) != text->len)
     st = err_set(KLJIT_ERR_WISDOM, "%s: not a kljit wisdom file (it holds NUL bytes)", path);
   return st;
