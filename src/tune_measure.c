@@ -585,6 +585,9 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
    * (recipe.c): one try with E16 and one without are all it can tell apart */
   const int one_shape = kind == GEMM_LOGITS && (b->pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
   int shape_tried[2] = {0, 0};
+  /* ... and the base's own generated logits GEMM is one of the two, timed already */
+  const recipe_gemm *own = &plan->rec.gemm[GEMM_LOGITS];
+  if (one_shape && own->engine == RECIPE_GENERATED) shape_tried[own->variant.stats.e16 != 0] = 1;
   for (int i = 0; tune_jit_try(kind, i); i++) {
     prob_gemm_choice j = c;
     if (gemm_algo_jit_parse(tune_jit_try(kind, i), &j)) continue;
