@@ -43,7 +43,9 @@ logits:jit.128.2.6.g.1.r (the cooperative 128 x 128 logits GEMM adding its accum
 second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py);
 kljit_c_stats, the same with logits:jit.stats (the rows' pass-1 records in the logits GEMM's
 epilogue, fp32 chunk logits kept: dense teachers and the sparse teacher's forward KL with tail
-none or renorm).
+none or renorm). kljit_fused_precise: kljit_fused with precise_accumulation=True
+(KLJIT_FLAG_PRECISE_ACCUMULATION: the plan's own generated logits GEMM, E16 or not, promoted),
+the flag's price against kljit_fused.
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -168,7 +170,7 @@ ONLINE_REPLANNED = {"kljit_jsd_e16": ("logits:jit.e16", "(E16)"),
 METHODS = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase",
            "liger_accum_fp32", "kljit_fused_accum_fp32", "kljit_fused_accum_out",
            "kljit_fused_native", "kljit_fused_native_accum_out", "kljit_c_e16",
-           "kljit_c_promoted", "kljit_c_stats") + ONLINE_METHODS
+           "kljit_c_promoted", "kljit_c_stats", "kljit_fused_precise") + ONLINE_METHODS
 #: Dense shapes run these unless --methods says otherwise.
 DENSE_DEFAULT = ("eager", "compile", "liger", "kljit_fused", "kljit_c", "kljit_two_phase")
 #: Sparse shapes run these unless --methods says otherwise (Liger has no sparse teacher).
@@ -666,7 +668,8 @@ def build_method(env: Env, method: str, shape: Shape, args: argparse.Namespace,
                         mode="two_phase" if method == "kljit_two_phase" else "fused",
                         grad_weight_accum=("output" if method.endswith("accum_out") else
                                            "fp32" if method.endswith("accum_fp32") else "auto"),
-                        native_logits="_native" in method)
+                        native_logits="_native" in method,
+                        precise_accumulation=method == "kljit_fused_precise")
     impl = "dense" if shape.sparse else "gather"
 
     def plain(x: Any, w: Any, teacher_t: Any, ids: Any, vals: Any) -> Any:

@@ -7,7 +7,7 @@ its absence is reported by the script. compare.py: argument parsing and --dry-ru
 neither torch nor a GPU. g_rebuild_precision.py, sparse_g_rebuild_precision.py,
 loss_from_e16_precision.py, e16_divergences_precision.py, e16_softcap_precision.py,
 dw_rounding_precision.py, sparse_e16_precision.py, precision.py's smoke run (and compare.py's
-timing loop): torch on the CPU.
+timing loop), binding_host_time.py: torch on the CPU.
 """
 
 from __future__ import annotations
@@ -368,6 +368,25 @@ class CompareTest(unittest.TestCase):
             with self.assertRaises(SystemExit):
                 with contextlib.redirect_stderr(io.StringIO()):
                     study.parse_args(bad)
+
+    @labels("torch")
+    def test_binding_host_time_times_both_paths_to_the_launch(self) -> None:
+        """binding_host_time.py: both paths reach the (noting) plan's execute, each median to the
+        launch is positive and within its median to the return, and the binding, which does the
+        C call's work and more, takes longer to the launch."""
+        require("torch")
+        out = run_script("binding_host_time", "--calls", "60", "--warmup", "5")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = {}
+        for line in out.stdout.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 3 and cells[0] in ("binding", "c_call"):
+                rows[cells[0]] = (float(cells[1]), float(cells[2]))
+        self.assertEqual(set(rows), {"binding", "c_call"}, out.stdout)
+        for launch, total in rows.values():
+            self.assertTrue(0 < launch <= total, rows)
+        self.assertGreater(rows["binding"][0], rows["c_call"][0])
+        self.assertIn("binding - C call before the launch", out.stdout)
 
     @labels("torch")
     def test_compare_reverses_the_alternation_every_other_round(self) -> None:
