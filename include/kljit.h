@@ -312,9 +312,10 @@ enum {
    * generated sm_90 logits GEMM, 128 x 128 tiles, cooperative schedule, clusters of 1): the
    * tensor cores' truncating accumulation no longer reaches the loss (README "Precision": on an
    * H100 the reduced loss at most 1.1e-6 relative at logit std 2-6, T 1 and 0.5, where it
-   * reached 1.2e-5; dX and dW unchanged), at about 2% of the call's time. Where the logits GEMM is
-   * cuBLASLt's (sm_80, fp32 inputs, KLJIT_GEMM=logits:cublas) the flag changes nothing, and
-   * kljit_plan_describe says so. */
+   * reached 1.2e-5; dX and dW unchanged), at 2-4.5% of the call's time on an H100. Where the
+   * logits GEMM is cuBLASLt's (sm_80, fp32 inputs, KLJIT_GEMM=logits:cublas) the flag changes
+   * nothing, and kljit_plan_describe says so; tuning a problem with the flag offers no cuBLASLt
+   * logits algorithm where the generated one serves. */
   KLJIT_FLAG_PRECISE_ACCUMULATION = 1u << 7
 };
 

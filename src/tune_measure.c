@@ -555,6 +555,11 @@ static prob_tuning with_choice(const prob_tuning *base, const prob_gemm_choice *
 static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_kind kind,
                                        const prob_tuning *base, prob_tuning *out, int *count) {
   const gemm_backend forced = b->ctx->gemm_sel[kind].backend;
+  const int unfit = jgemm_unfit(b->pb, b->ctx->arch) != NULL;
+  /* KLJIT_FLAG_PRECISE_ACCUMULATION promotes a generated logits GEMM only: where the family
+   * serves, cuBLASLt's logits algorithms are not offered, so tuning never trades the precision
+   * asked for for speed */
+  const int precise = kind == GEMM_LOGITS && (b->pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
   const uint64_t lt = gemm_algo_lt_version();
   /* the plan's chunk: the tuning's, or twice it where the logits GEMM has E16 (recipe.c) */
   const int64_t n = plan->rec.gemm[kind].rows;
@@ -564,7 +569,7 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
   c.used = 1, c.kind = (int)kind, c.n = n, c.lt_version = lt;
   /* dW: the choice the accumulating chunks take where there are any (gemm_algo_find) */
   c.beta_zero = kind != GEMM_DW || b->rows <= n;
-  if (forced != GEMM_BACKEND_JIT && b->rows >= n) {
+  if (forced != GEMM_BACKEND_JIT && b->rows >= n && !(precise && !unfit)) {
     cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
     int got = 0;
     const prob_workspace w =
@@ -578,16 +583,15 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
       out[(*count)++] = with_choice(base, &c);
     }
   }
-  if (forced == GEMM_BACKEND_CUBLAS || jgemm_unfit(b->pb, b->ctx->arch)) return KLJIT_SUCCESS;
+  if (forced == GEMM_BACKEND_CUBLAS || unfit) return KLJIT_SUCCESS;
   /* the options' E16 (logits:jit.e16) is in every logits plan timed: stored with it */
   const int opt_e16 = kind == GEMM_LOGITS && b->ctx->gemm_sel[GEMM_LOGITS].e16;
-  /* KLJIT_FLAG_PRECISE_ACCUMULATION runs every generated logits try as its one promoted shape
-   * (recipe.c): one try with E16 and one without are all it can tell apart */
-  const int one_shape = kind == GEMM_LOGITS && (b->pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
+  /* under the flag every generated logits try runs as its one promoted shape (recipe.c): one
+   * try with E16 and one without are all it can tell apart, and the base's own generated
+   * logits GEMM is one of the two, timed already */
   int shape_tried[2] = {0, 0};
-  /* ... and the base's own generated logits GEMM is one of the two, timed already */
   const recipe_gemm *own = &plan->rec.gemm[GEMM_LOGITS];
-  if (one_shape && own->engine == RECIPE_GENERATED) shape_tried[own->variant.stats.e16 != 0] = 1;
+  if (precise && own->engine == RECIPE_GENERATED) shape_tried[own->variant.stats.e16 != 0] = 1;
   for (int i = 0; tune_jit_try(kind, i); i++) {
     prob_gemm_choice j = c;
     if (gemm_algo_jit_parse(tune_jit_try(kind, i), &j)) continue;
@@ -598,7 +602,7 @@ static kljit_status gemm_candidates_of(bench *b, const kljit_plan *plan, gemm_ki
     j.beta_zero = kind != GEMM_DW ? 1 : 0;
     const prob_tuning t = with_choice(base, &j);
     if (own_e16 && !tune_takes_e16(b->pb, &b->ctx->opt, b->ctx->arch, &t)) continue;
-    if (one_shape && shape_tried[j.e16]++) continue;
+    if (precise && shape_tried[j.e16]++) continue;
     out[(*count)++] = t;
   }
   return KLJIT_SUCCESS;
