@@ -1,24 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The binding's host time against its C call's, with no GPU and no library.
+"""The binding's host time against its C call's, to the launch.
 
     python3 bench/binding_host_time.py [--calls 3000] [--warmup 200] [--shape 64x64x256]
+                                       [--device cpu|cuda] [--profile]
 
 Issue 28 judges the binding against its C call on an idle GPU (bench/compare.py's kljit_fused
 and kljit_c): there the GPU waits for the host until the first kernel is launched, so what the
-binding does in Python before the library's launch is added to the call's time. This measures
-that host time alone, on CPU tensors (bf16, dense teacher probabilities, batchmean, config=),
-the plan replaced by one whose execute only notes the time (the plumbing tests' way in,
-python/tests/test_plumbing.py): for each path, alternately, the median of --calls calls from
-the Python call to the launch and to the return.
+binding does in Python before the library's launch is added to the call's time. This times
+compare.py's step for each path (gradients cleared, the call, backward; bf16, dense teacher
+probabilities, batchmean, config=), alternately, and reports the median of --calls steps from
+the step's start to the launch (the plan's execute) and to its return:
 
   binding  kljit.fused_linear_kl_div(x, w, teacher, config=...) with x and w requiring grad
            (autograd Function, checks remembered by layout, outputs and workspace allocated)
-  c_call   compare.py's kljit_c: the same Call made once, then per call its arguments, loss,
-           gradients and workspace from torch's allocator, and the launch
+  c_call   compare.py's kljit_c: the same Call made once, then per step its arguments, loss,
+           gradients and workspace from torch's allocator, the launch, the gradients set
 
-The difference between the two "to launch" medians is what an idle GPU sees of the binding;
-each host runs Python at its own speed (the device's was 3-12x slower than the 2-core build
-VM in bench/RESULTS.md), so run it on the machine whose GPU is judged. Needs torch (CPU).
+--device cpu (default, no GPU, no library): CPU tensors, the plan replaced by one whose execute
+only notes the time (the plumbing tests' way in, python/tests/test_plumbing.py). --device cuda:
+the real library on CUDA tensors (KLJIT_LIBRARY), the execute timed as it is entered, the
+device synchronized between steps (outside the timing) so that nothing waits on the GPU; this
+sees what CPU tensors do not (bench/RESULTS.md runs 107-110: 14-16 us on CPU tensors against
+about 90 us with CUDA tensors on one H100 host). --profile: then each path's cProfile, by own
+time. Each host runs Python at its own speed: run it on the machine whose GPU is judged.
+Needs torch.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 
+#: When the launch was reached (perf_counter_ns), by either path.
+LAUNCHED = [0]
+
+
 class NotingPlan:
     """A kljit_plan stand-in: sizes as small as the binding accepts; execute notes the time."""
-
-    launched = 0
 
     def __init__(self, problem: Any) -> None:
         self.problem = problem
@@ -53,11 +60,11 @@ class NotingPlan:
         return rows
 
     def execute(self, mode: Any, stream: int, args: Any) -> None:
-        NotingPlan.launched = time.perf_counter_ns()
+        LAUNCHED[0] = time.perf_counter_ns()
 
 
-def paths(n: int, h: int, v: int) -> Dict[str, Callable[[], Any]]:
-    """The two calls, on CPU tensors, ready to time."""
+def paths(n: int, h: int, v: int, device: str) -> Dict[str, Callable[[], Any]]:
+    """compare.py's two steps on `device`, ready to time."""
     import torch
 
     import kljit
@@ -65,16 +72,20 @@ def paths(n: int, h: int, v: int) -> Dict[str, Callable[[], Any]]:
     from kljit._lib import Mode
 
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, h, generator=g, dtype=torch.bfloat16).requires_grad_()
-    w = torch.randn(v, h, generator=g, dtype=torch.bfloat16).requires_grad_()
-    t = torch.softmax(torch.randn(n, v, generator=g), -1).to(torch.bfloat16)
+    x = torch.randn(n, h, generator=g).to(device, torch.bfloat16).requires_grad_()
+    w = (torch.randn(v, h, generator=g) * 0.05).to(device, torch.bfloat16).requires_grad_()
+    t = torch.softmax(torch.randn(n, v, generator=g), -1).to(device, torch.bfloat16)
     config = kljit.LossConfig(reduction="batchmean")
     made: Dict[str, Any] = {}
 
     def binding() -> Any:
-        return kljit.fused_linear_kl_div(x, w, t, config=config)
+        x.grad = w.grad = None
+        loss = kljit.fused_linear_kl_div(x, w, t, config=config)
+        loss.backward()
+        return loss
 
     def c_call() -> Any:
+        x.grad = w.grad = None
         if "call" not in made:
             made["call"] = _ops.Call.make(config.key, x.detach(), w.detach(), None, t, None,
                                           None, None, None, None, None, None, float("nan"))
@@ -82,51 +93,94 @@ def paths(n: int, h: int, v: int) -> Dict[str, Callable[[], Any]]:
         args = call.args()
         loss = call.loss()
         args.loss = loss.data_ptr()
-        call.grads(w, None, _ops.WANT_DX | _ops.WANT_DW, args)
+        dx, dw, _ = call.grads(w, None, _ops.WANT_DX | _ops.WANT_DW, args)
         call.run(Mode.FUSED, args)
+        x.grad, w.grad = dx, dw
+        loss.requires_grad_().backward()
         return loss
 
     return {"binding": binding, "c_call": c_call}
 
 
-def measure(calls: Dict[str, Callable[[], Any]], repeats: int,
-            warmup: int) -> Dict[str, Tuple[float, float]]:
+def measure(calls: Dict[str, Callable[[], Any]], repeats: int, warmup: int,
+            sync: Callable[[], None]) -> Dict[str, Tuple[float, float]]:
     """Each path's median us to the launch and to the return, timed alternately."""
     for fn in calls.values():
         for _ in range(warmup):
             fn()
+            sync()
     times: Dict[str, List[Tuple[int, int]]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
             t0 = time.perf_counter_ns()
             fn()
             t1 = time.perf_counter_ns()
-            times[name].append((NotingPlan.launched - t0, t1 - t0))
+            sync()
+            times[name].append((LAUNCHED[0] - t0, t1 - t0))
     return {name: (statistics.median(a for a, _ in ts) / 1e3,
                    statistics.median(b for _, b in ts) / 1e3) for name, ts in times.items()}
+
+
+def profile(calls: Dict[str, Callable[[], Any]], repeats: int, sync: Callable[[], None]) -> None:
+    """Each path's cProfile over `repeats` steps (the synchronization left out), by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    for name, fn in calls.items():
+        prof = cProfile.Profile()
+        for _ in range(repeats):
+            prof.enable()
+            fn()
+            prof.disable()
+            sync()
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
+        print(f"== {name}: cProfile of {repeats} steps")
+        print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
 
 
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--shape", default="64x64x256", help="NxHxV of the CPU tensors")
+    p.add_argument("--shape", default="64x64x256", help="NxHxV of the tensors")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--profile", action="store_true", help="then each path's cProfile")
     a = p.parse_args(argv)
     n, h, v = (int(s) for s in a.shape.split("x"))
+    import torch
+
     from kljit import _lib, _ops
 
-    patches = [mock.patch.object(_ops, "REQUIRE_CUDA", False),
-               mock.patch.object(_ops, "stream", lambda device: 0),
-               mock.patch.object(_lib, "get_plan", lambda problem, device: NotingPlan(problem))]
+    cuda = a.device == "cuda"
+    if cuda:  # the real plan, its execute timed as it is entered
+        execute = _lib.Plan.execute
+
+        def noted(self: Any, *args: Any) -> None:
+            LAUNCHED[0] = time.perf_counter_ns()
+            execute(self, *args)
+
+        patches = [mock.patch.object(_lib.Plan, "execute", noted)]
+        sync = torch.cuda.synchronize
+    else:
+        patches = [mock.patch.object(_ops, "REQUIRE_CUDA", False),
+                   mock.patch.object(_ops, "stream", lambda device: 0),
+                   mock.patch.object(_ops, "scale_in_place", lambda tensors, factor: None),
+                   mock.patch.object(_lib, "get_plan",
+                                     lambda problem, device: NotingPlan(problem))]
+        sync = lambda: None  # noqa: E731
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
         _lib.clear_plan_cache()
-        result = measure(paths(n, h, v), a.calls, a.warmup)
-    import torch
-
-    print(f"host time, us (median of {a.calls} alternating calls; torch {torch.__version__}, "
-          f"Python {sys.version.split()[0]}, {n}x{h}x{v} bf16 on the CPU)")
+        calls = paths(n, h, v, a.device)
+        result = measure(calls, a.calls, a.warmup, sync)
+        if a.profile:
+            profile(calls, a.calls, sync)
+    where = torch.cuda.get_device_name() if cuda else "the CPU, a plan that does nothing"
+    print(f"host time, us (median of {a.calls} alternating steps; torch {torch.__version__}, "
+          f"Python {sys.version.split()[0]}, {n}x{h}x{v} bf16 on {where})")
     print("| path | to the launch | to the return |")
     print("|---|---|---|")
     for name, (launch, total) in result.items():
