@@ -49,6 +49,12 @@
 #                     (W multicast; compiles, never run) alternated over two rounds at
 #                     8192x4096x128256 and 4096x2048x32000, then the flag's GPU case
 #                     (gpu.dense / gpu.fused_e16 .the_precise_flag_...)
+#   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
+#                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
+#                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
+#                     8192x4096x128256; the validation's small problem first, then the call's
+#                     chunks), the first CHUNK_KERNELS (60) launches: a chunk's logits GEMM,
+#                     row kernels and dX / dW GEMMs on the same counters
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -83,8 +89,9 @@ case $mode in
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
   next) targets="bench_loss kljit gpu_dense" ;;
+  chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
-          "next, precision)"
+          "next, chunk, precision)"
      exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
@@ -273,6 +280,20 @@ case $mode in
         > "$LOGS/ncu-$name.log" 2>&1
       echo "== ncu $name rc=$? ($SECONDS s)"
       grep -E "dram__|lts__|gpu__time|sm__pipe" "$LOGS/ncu-$name.log"
+    done
+    ;;
+  chunk)
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
+    metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    metrics=$metrics,dram__throughput.avg.pct_of_peak_sustained_elapsed
+    for shape in ${CHUNK_SHAPES:-4096x2048x32000 8192x4096x128256}; do
+      timeout "${CHUNK_S:-240}" "$ncu" --clock-control none --csv --page raw --print-units base \
+        --metrics "$metrics" --launch-count "${CHUNK_KERNELS:-60}" ./build/bench/bench_loss \
+        --shapes "$shape" --no-full --no-twophase --repeats 1 --warmup 0 \
+        > "$LOGS/chunk-$shape.csv" 2> "$LOGS/chunk-$shape.log"
+      echo "== chunk $shape rc=$? ($SECONDS s)"
+      python3 bench/ncu_table.py "$LOGS/chunk-$shape.csv" | tee "$LOGS/chunk-$shape.md" | tail -32
     done
     ;;
   judge)

@@ -7,7 +7,8 @@ its absence is reported by the script. compare.py: argument parsing and --dry-ru
 neither torch nor a GPU. g_rebuild_precision.py, sparse_g_rebuild_precision.py,
 loss_from_e16_precision.py, e16_divergences_precision.py, e16_softcap_precision.py,
 dw_rounding_precision.py, sparse_e16_precision.py, precision.py's smoke run (and compare.py's
-timing loop), binding_host_time.py: torch on the CPU.
+timing loop), binding_host_time.py: torch on the CPU. ncu_table.py: a small ncu CSV, standard
+library only.
 """
 
 from __future__ import annotations
@@ -368,6 +369,31 @@ class CompareTest(unittest.TestCase):
             with self.assertRaises(SystemExit):
                 with contextlib.redirect_stderr(io.StringIO()):
                     study.parse_args(bad)
+
+    def test_ncu_table_reads_each_launch_in_its_units(self) -> None:
+        """ncu_table.py: ncu's own messages skipped, one row per launch in order, each metric
+        converted by the CSV's units row (ns and us, byte and Mbyte, sectors), `-` for a
+        metric the CSV lacks; a file without ncu's header is refused."""
+        table = load_script("ncu_table")
+        head = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum",'
+                '"dram__bytes_write.sum","lts__t_sectors.sum"')
+        lines = ["==PROF== Connected to process 7", head, '"","","nsecond","byte","Mbyte","sector"',
+                 '"0","kl_gemm","528,600","1,234,500,000","0.5","80,250,000"',
+                 '"1","kl_dense_fused","177,900","262,000,000","131","12,000,000"',
+                 "==PROF== Disconnected"]
+        got = table.rows(lines)
+        self.assertEqual([r["name"] for r in got], ["kl_gemm", "kl_dense_fused"])
+        self.assertAlmostEqual(got[0]["us"], 528.6)
+        self.assertAlmostEqual(got[0]["DRAM rd MB"], 1234.5)
+        self.assertAlmostEqual(got[1]["DRAM wr MB"], 131.0)
+        self.assertAlmostEqual(got[0]["L2 sectors M"], 80.25)
+        self.assertIsNone(got[0]["tensor %"])
+        self.assertEqual(table.scaled("3", "usecond", "us"), 3.0)
+        self.assertAlmostEqual(table.scaled("2", "msecond", "us"), 2000.0)
+        self.assertIsNone(table.scaled("n/a", "nsecond", "us"))
+        self.assertIsNone(table.scaled("1", "furlong", "MB"))
+        with self.assertRaises(ValueError):
+            table.rows(['"a","b"', '"1","2"'])
 
     @labels("torch")
     def test_binding_host_time_times_both_paths_to_the_launch(self) -> None:
