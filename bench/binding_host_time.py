@@ -13,8 +13,9 @@ the step's start to the launch (the plan's execute) and to its return:
 
   binding  kljit.fused_linear_kl_div(x, w, teacher, config=...) with x and w requiring grad
            (autograd Function, checks remembered by layout, outputs and workspace allocated)
-  c_call   compare.py's kljit_c: the same Call made once, then per step its arguments, loss,
-           gradients and workspace from torch's allocator, the launch, the gradients set
+  c_call   compare.py's kljit_c (its c_call): the same Call made once, then per step its
+           arguments, loss, gradients and workspace from torch's allocator, the launch, the
+           gradients set
 
 --device cpu (default, no GPU, no library): CPU tensors, the plan replaced by one whose execute
 only notes the time (the plumbing tests' way in, python/tests/test_plumbing.py). --device cuda:
@@ -34,10 +35,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Tuple
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # compare.py
 
 
 #: When the launch was reached (perf_counter_ns), by either path.
@@ -64,42 +67,33 @@ class NotingPlan:
 
 
 def paths(n: int, h: int, v: int, device: str) -> Dict[str, Callable[[], Any]]:
-    """compare.py's two steps on `device`, ready to time."""
+    """compare.py's two steps on `device` (its kljit_fused and kljit_c, its step: gradients
+    cleared, the loss, backward), ready to time."""
     import torch
 
+    import compare
     import kljit
-    from kljit import _ops
-    from kljit._lib import Mode
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, h, generator=g).to(device, torch.bfloat16).requires_grad_()
     w = (torch.randn(v, h, generator=g) * 0.05).to(device, torch.bfloat16).requires_grad_()
-    t = torch.softmax(torch.randn(n, v, generator=g), -1).to(device, torch.bfloat16)
+    inp = SimpleNamespace(teacher=torch.softmax(torch.randn(n, v, generator=g), -1).to(
+        device, torch.bfloat16), teacher_kwargs=dict)
     config = kljit.LossConfig(reduction="batchmean")
-    made: Dict[str, Any] = {}
+    fns = {"binding": lambda x, w, inp: kljit.fused_linear_kl_div(x, w, inp.teacher,
+                                                                   config=config),
+           "c_call": compare.c_call(config)}
 
-    def binding() -> Any:
-        x.grad = w.grad = None
-        loss = kljit.fused_linear_kl_div(x, w, t, config=config)
-        loss.backward()
-        return loss
+    def step(fn: Callable[..., Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            x.grad = w.grad = None
+            loss = fn(x, w, inp)
+            loss.backward()
+            return loss
 
-    def c_call() -> Any:
-        x.grad = w.grad = None
-        if "call" not in made:
-            made["call"] = _ops.Call.make(config.key, x.detach(), w.detach(), None, t, None,
-                                          None, None, None, None, None, None, float("nan"))
-        call = made["call"]
-        args = call.args()
-        loss = call.loss()
-        args.loss = loss.data_ptr()
-        dx, dw, _ = call.grads(w, None, _ops.WANT_DX | _ops.WANT_DW, args)
-        call.run(Mode.FUSED, args)
-        x.grad, w.grad = dx, dw
-        loss.requires_grad_().backward()
-        return loss
+        return run
 
-    return {"binding": binding, "c_call": c_call}
+    return {name: step(fn) for name, fn in fns.items()}
 
 
 def measure(calls: Dict[str, Callable[[], Any]], repeats: int, warmup: int,
