@@ -41,14 +41,12 @@
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     9 minutes: the promoted accumulator (flag r) as a default candidate, its
-#                     variant for this GPU's default logits GEMM (an H100's E16: .re; else fp32
-#                     logits: .r): bench/precision.py of the default and Liger, then of the
-#                     binding under it, then judge (JUDGE_S 150), compare.py's dense shapes under
-#                     it, and bench_loss default / promoted / promoted in clusters of 2
-#                     (W multicast; compiles, never run) alternated over two rounds at
-#                     8192x4096x128256 and 4096x2048x32000, then the flag's GPU case
-#                     (gpu.dense / gpu.fused_e16 .the_precise_flag_...)
+#                     8 minutes: the binding's host time with CUDA tensors and its cProfile
+#                     (bench/binding_host_time.py --device cuda --profile: where the binding's
+#                     idle-GPU gap lies), the logits GEMM's chunk shape alone (bench_gemm nt
+#                     2048x32000x2048, bf16 and fp32 outputs: the plain generated variants
+#                     against cuBLASLt's; is the call's 1.4-1.5x over cuBLASLt's dX / dW GEMMs
+#                     the mainloop or the epilogue), then `chunk` at 4096x2048x32000
 #   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
 #                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
@@ -88,7 +86,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="bench_loss kljit gpu_dense" ;;
+  next) targets="bench_loss kljit bench_gemm" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, chunk, precision)"
@@ -315,44 +313,20 @@ case $mode in
     done
     ;;
   next)
-    # the promoted accumulator (flag r) as a default candidate: its variant for this GPU's
-    # default logits GEMM (E16 where the DRAM rule takes it, an H100; fp32 logits elsewhere)
-    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so} OUT
-    wheel=${LIGER_WHEEL:-$DEPS/wheels/liger_kernel-0.8.5-py3-none-any.whl}
-    promoted=logits:jit.128.2.6.g.1.r
-    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && promoted=${promoted}e
-    echo "== the promoted variant here: $promoted"
-    # the default beside Liger, then the binding under the promoted variant (compare.py's
-    # kljit_c_promoted plans the fp32-logits one only: on an H100 not the default's E16)
-    PYTHONPATH=python timeout "${PRECISION_S:-100}" python3 bench/precision.py \
-      --methods kljit_fused,liger --liger-wheel "$wheel" > "$LOGS/precision-default.log" 2>&1
-    echo "== precision.py, the default and Liger rc=$? ($SECONDS s)"
-    tail -16 "$LOGS/precision-default.log"
-    KLJIT_GEMM=$promoted PYTHONPATH=python timeout 60 python3 bench/precision.py \
-      --methods kljit_fused > "$LOGS/precision-promoted.log" 2>&1
-    echo "== precision.py, the binding under $promoted rc=$? ($SECONDS s)"
-    grep -E '^\| [0-9]' "$LOGS/precision-promoted.log"
-    JUDGE_S=${JUDGE_S:-150} bash "$0" judge
-    KLJIT_GEMM=$promoted PYTHONPATH=python timeout 100 python3 bench/compare.py --shapes dense \
-      --methods compile,liger,kljit_fused --alternate compile,liger,kljit_fused --no-reference \
-      --liger-wheel "$wheel" --repeats 6 --out "$LOGS/judge-promoted.md" \
-      > "$LOGS/judge-promoted.log" 2>&1
-    echo "== judge dense under $promoted rc=$? ($SECONDS s)"
-    grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-promoted.log" | cut -c1-150
-    for round in 1 2; do
-      for v in "default|" "promoted|$promoted" "promoted-c2|${promoted/.g.1./.g.2.}"; do
-        IFS='|' read -r name gemm <<< "$v"
-        for shape in 8192x4096x128256 4096x2048x32000; do
-          [ "$SECONDS" -gt 480 ] && continue
-          KLJIT_GEMM=$gemm timeout 40 build/bench/bench_loss --no-full --no-twophase --repeats 5 \
-            --shapes "$shape" > /dev/null 2> "$LOGS/next-$name-$shape-$round.log"
-          echo "r$round $name $shape $(grep -E ' fused [0-9]|rror' \
-            "$LOGS/next-$name-$shape-$round.log" | cut -c1-110)"
-        done
-      done
-    done
-    # the flag that asks for it (KLJIT_FLAG_PRECISE_ACCUMULATION), in the default dense suite
-    # and under E16 (never run on a GPU before)
-    run_ctest precise '^gpu\.(dense|fused_e16)\.the_precise_flag' 60
+    export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
+    PYTHONPATH=python timeout 150 python3 bench/binding_host_time.py --device cuda --calls 1000 \
+      --warmup 50 --profile > "$LOGS/host-cuda.log" 2>&1
+    echo "== binding_host_time --device cuda rc=$? ($SECONDS s)"
+    grep -E "^\| (binding|c_call)|before the launch" "$LOGS/host-cuda.log"
+    sed -n '/^== binding: cProfile/,/^== c_call/p' "$LOGS/host-cuda.log" | head -24
+    # the default's E16 tile (pingpong, clusters of 1 and 2), the cooperative 128 x 256 and
+    # 128 x 192 tiles, the plain 128 x 128 cooperative
+    variants=128.2.6.g.2.p,128.2.6.g.1.p,256.2.4.g.1,256.2.4.g.2,192.2.4.g.1,128.2.6.g.1
+    # (each variant at fp32 and, with --bf16-all, bf16 output)
+    timeout 240 ./build/tests/bench_gemm --layout nt --shapes 2048x32000x2048 --no-small \
+      --variants "$variants" --repeats 10 --bf16-all > "$LOGS/micro-nt.log" 2>&1
+    echo "== bench_gemm nt 2048x32000x2048 rc=$? ($SECONDS s)"
+    grep -E "^TIME|FAILED|rror" "$LOGS/micro-nt.log" | cut -c1-140 | head -40
+    CHUNK_SHAPES=${CHUNK_SHAPES:-4096x2048x32000} CHUNK_S=150 bash "$0" chunk
     ;;
 esac
