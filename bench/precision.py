@@ -3,15 +3,17 @@
 """Issue 27's precision protocol: the fused call's loss, dX and dW against float64, on the GPU.
 
     PYTHONPATH=python python3 bench/precision.py [--rows 8192] [--hidden 4096] [--vocab 128256]
-        [--stds 2,6] [--temps 1,0.5] [--methods kljit_fused,kljit_c_e16,kljit_c_promoted,liger] [--seed 0]
+        [--stds 2,6] [--temps 1,0.5] [--seed 0]
+        [--methods kljit_fused,kljit_fused_precise,kljit_c_e16,kljit_c_promoted,liger]
 
 Inputs (the issue's): X uniform in [-1, 1) and W uniform in [-a, a), a = 3 std / sqrt(H), both
 bf16, so that the student logits z = X W^T have a standard deviation of about `std`; the teacher
 p = softmax(z + unit Gaussian noise), z the fp32 product of the bf16 inputs, stored in bf16. The
 loss: batchmean KL(p || softmax(z / T)), eps 1e-10, each method as bench/compare.py builds it at
---temperature T (kljit_fused: the binding with its default options; kljit_c_e16: the C call
-planned with KLJIT_GEMM=logits:jit.e16; kljit_c_promoted: with logits:jit.128.2.6.g.1.r, the
-accumulator promoted every 256 of K; liger: LigerFusedLinearKLDivLoss). Each method runs one
+--temperature T (kljit_fused: the binding with its default options; kljit_fused_precise: with
+precise_accumulation=True, the flag as users set it; kljit_c_e16: the C call planned with
+KLJIT_GEMM=logits:jit.e16; kljit_c_promoted: with logits:jit.128.2.6.g.1.r, the accumulator
+promoted every 256 of K with fp32 logits; liger: LigerFusedLinearKLDivLoss). Each method runs one
 warm-up call and one checked call (compare.py's prepare_method); its loss's relative error and
 its dX's and dW's relative Frobenius errors against float64 (kljit.reference.kl_div_fp64 on the
 same bf16 inputs) are printed with the bars they answer to:
@@ -39,7 +41,7 @@ import study_args  # noqa: E402
 
 LOSS_BARS = {1.0: 2e-6, 0.5: 5e-6}
 DX_BAR = 2.5e-3
-DEFAULT_METHODS = "kljit_fused,kljit_c_e16,kljit_c_promoted,liger"
+DEFAULT_METHODS = "kljit_fused,kljit_fused_precise,kljit_c_e16,kljit_c_promoted,liger"
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
