@@ -61,14 +61,16 @@ def rows(lines: List[str]) -> List[Dict[str, Any]]:
         raise ValueError("not ncu --csv --page raw output: no header with 'Kernel Name'")
     head, units = table[0], table[1]
     name_at = head.index("Kernel Name")
+    # each column's place in the CSV (None: not asked of ncu), found once
+    at = [(title, head.index(metric) if metric in head else None, shown)
+          for title, metric, shown in COLUMNS]
     out = []
     for r in table[2:]:
         if len(r) != len(head):
             continue
         row: Dict[str, Any] = {"name": r[name_at]}
-        for title, metric, shown in COLUMNS:
-            row[title] = scaled(r[head.index(metric)], units[head.index(metric)], shown) \
-                if metric in head else None
+        for title, i, shown in at:
+            row[title] = None if i is None else scaled(r[i], units[i], shown)
         out.append(row)
     return out
 
