@@ -100,8 +100,9 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
   }
   if ((out->why = jgemm_unfit(pb, arch)) != NULL) return; /* cuBLASLt, saying why */
   out->jit = 1;
-  out->v = jgemm_slot_variant(pb, g, slot, s->backend == GEMM_BACKEND_JIT && s->variant
-                                                ? &s->choice : tuned);
+  const prob_gemm_choice *c = s->backend == GEMM_BACKEND_JIT && s->variant ? &s->choice : tuned;
+  out->v = jgemm_slot_variant(pb, g, slot, c);
+  out->default_shape = c == NULL;
 }
 
 int jgemm_variants(jgemm_variant *out, int cap) {

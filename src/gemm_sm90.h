@@ -107,6 +107,7 @@ typedef struct jgemm_pick {
   int lt_index;     /* cuBLASLt: -1, the tuning's algorithm (gemm_algo_find) or the heuristic's
                      * first; k: the k-th of cuBLASLt's heuristic list (options) */
   jgemm_source from;
+  int default_shape; /* 1: v has its kind's default shape (neither options nor tuning named one) */
   const char *why;  /* cuBLASLt where a generated kernel was asked: the reason (jgemm_unfit) */
 } jgemm_pick;
 

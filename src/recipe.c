@@ -338,6 +338,16 @@ static void promoted_shape(jgemm_variant *v) {
   v->schedule = 'c', v->epilogue = 'd', v->tweaks = KSPEC_GEMM_PROMOTE;
 }
 
+/* E16's logits GEMM where nothing named its shape (the heuristics' E16, or the options' without
+ * a variant): RECIPE_E16_TILE's tile, schedule and cluster. */
+static void e16_shape(jgemm_variant *v) {
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  if (gemm_algo_jit_parse(RECIPE_E16_TILE, &c)) return; /* (unit_recipe parses it) */
+  v->bn = c.bn, v->consumers = c.consumers, v->stages = c.stages, v->raster = c.raster;
+  v->cluster = c.cluster, v->schedule = c.schedule;
+}
+
 /* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue
  * writes, which decides what the chunk buffer holds: the row specs, G's stride, the slots'
  * operations and the chunk follow from it. Where the options ask for the statistics epilogue
@@ -362,12 +372,10 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
     if (stats_unfit(pb, geo, 1, e16)) return;
     r->epilogue_auto = 1;
-    const double w_bytes = (double)pb->vocab * (double)pb->hidden *
-                           (double)names_dtype_size(pb->weight_dtype);
-    if (e16 && w_bytes >= RECIPE_E16_CLUSTER_WEIGHT_BYTES && !promote) v->cluster = 2;
   } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
     return;
   }
+  if (e16 && pick->default_shape && !promote) e16_shape(v);
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;

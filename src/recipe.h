@@ -119,12 +119,14 @@ typedef struct recipe_device {
  * shape and `.stats` 1.01-1.05x (runs 72-73), so it keeps the fp32 logits and the rows. */
 #define RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE 15.0
 
-/* ... and where the weight W holds at least this many bytes, that E16 logits GEMM runs in
- * clusters of 2 CTAs sharing each W tile (multicast: half W's L2 reads). On an H100 (bench_loss
- * runs 95 and 97, alternated twice): 0.94-0.95x the cluster-1 call with a 1 GiB W (V 128256, H
- * 4096; the logits GEMM 6.86 ms against 7.94, DRAM reads 11.9 GB against 14.4), 1.01-1.02x with
- * a 125 MiB one (V 32000, H 2048), which L2 keeps better. */
-#define RECIPE_E16_CLUSTER_WEIGHT_BYTES (256.0 * 1024 * 1024)
+/* E16's logits GEMM, where neither the options nor the tuning names its shape, runs 64 x 256
+ * pingpong tiles, 4 stages, in clusters of 1 (gemm_algo.h's variant text): on an H100 (bench_loss, median of 5,
+ * alternated, two rounds, bench/RESULTS.md run 113) 0.93x the call of the earlier 128 x 128
+ * pingpong tile at 4096 and 8192 x 2048 x 32000, 0.93-0.96x at 4096 and 8192 x 4096 x 128256
+ * (whose W of 1 GiB took that tile in clusters of 2), 1.00x at 2048 x 4096 x 128256; the same
+ * tile in clusters of 2 was 0.97-1.05x. The wider tile halves the records a row and reads the
+ * teacher in 512-byte runs; the multiplying warpgroup hides the other's epilogue. */
+#define RECIPE_E16_TILE "256.1.4.g.1.p"
 
 /* The device classes whose sm_<arch> heuristic plans differ, for a precompile that knows no
  * GPU: fills out (at most 2) and returns the count. */

@@ -26,15 +26,15 @@ void tune_describe(const prob_tuning *t, char *out, size_t cap) {
 /* The generated variants tried for each GEMM (gemm_algo_jit_text), the kind's default first:
  * the tile shapes, schedules, clusters and epilogues measured closest to cuBLASLt in
  * bench/RESULTS.md (issue 16), a handful per GEMM so that a tune stays within its budget. The
- * logits GEMM's E16 (flag e on the default pingpong: the chunk as fp16 scores, docs/
- * architecture.md) is tried too, where the problem is in its scope (tune_takes_e16): it passed
- * its GPU suite (gpu.fused_e16.*, bench/RESULTS.md runs 71-74) and was 0.96-1.05x the default's
- * call by shape there, which is what a per-shape choice is for; and E16 in clusters of 2 (W's
- * tiles multicast), the H100's default over a large W (0.94-0.95x the cluster-1 call at V =
- * 128256, 1.01-1.02x at 32000: runs 95-97), which passed the dense suites there (run 96). */
+ * logits GEMM's E16 (flag e: the chunk as fp16 scores, docs/architecture.md) is tried too,
+ * where the problem is in its scope (tune_takes_e16): it passed its GPU suite
+ * (gpu.fused_e16.*, bench/RESULTS.md runs 71-74) and was 0.96-1.05x the default's call by shape
+ * there, which is what a per-shape choice is for; on E16's own tile (RECIPE_E16_TILE) and on
+ * the 128 x 128 pingpong tile in clusters of 2 (W's tiles multicast; the H100's E16 over a
+ * large W before run 113). */
 enum { JIT_TRY_MAX = 6 };
 static const char *const JIT_TRIES[3][JIT_TRY_MAX] = {
-    {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", "128.2.6.g.1.pe",
+    {"256.2.4.m.1", "256.2.4.g.1", "128.2.6.g.1.p", "256.2.4.g.1.s", RECIPE_E16_TILE "e",
      "128.2.6.g.2.pe"},                                                              /* logits */
     {"256.2.4.g.1", "256.2.4.m.1", "128.2.6.g.1.p", "256.2.4.g.2", NULL, NULL},      /* dX */
     {"256.2.4.g.1.s", "256.2.4.g.1", "128.2.6.g.1.ps", "256.2.4.g.2.s", NULL, NULL}, /* dW */

@@ -117,21 +117,21 @@ static const pin_case CASES[] = {
     {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "f7b2fe286b36243f", NULL},
     /* the logits GEMM's statistics epilogue (issue 27, step 1) and E16 (step 2) */
     {"dense_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "203ec3012bb78a83", "logits:jit.stats"},
-    {"dense_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "50e1ee600cf4a573", "logits:jit.e16"},
-    {"dense_sm90_e16_chunk", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 1024, 0, "deb4d38823b16878",
+    {"dense_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "8ec03fe455284216", "logits:jit.e16"},
+    {"dense_sm90_e16_chunk", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 1024, 0, "e1e133f1dcdd44e3",
      "logits:jit.e16"},
     /* every GEMM claiming its tiles from a counter: the workspace holds its pair (256 bytes) */
     {"dense_sm90_tile_counter", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "62ee26eb14036e1a",
      "logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd"},
-    {"auto_dw_sm90_e16", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "023ece194e42287a",
+    {"auto_dw_sm90_e16", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "15d09e31239f14a8",
      "logits:jit.e16"},
     {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
      "logits:jit.256.2.4.m.1.e16"},
     {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
-    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "714e8b7091446479", "logits:jit.e16"},
-    {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "f993269258e2dd10", "logits:jit.e16"},
+    {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "9722efb5fea1505b", "logits:jit.e16"},
+    {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "79ade65b7c1fa6dc", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
-    {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "b9ec4b869110fdc3", "logits:jit.e16"},
+    {"cap_ce_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "c34ad8a35c4484bf", "logits:jit.e16"},
     {"cap_ce_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "b57650622deed4de", "logits:jit.stats"},
     /* the promoted accumulator (flag r: the loss's precision), plain and under E16 */
     {"dense_sm90_promoted", 90, HEURISTIC, TP, GD, 0, 0, "42b608aa644ed679",
@@ -807,8 +807,12 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_CHECK(d[0].stats_why == NULL); /* not asked: no complaint where it does not fit */
     TH_CHECK(d[0].gemm[RECIPE_LOGITS].engine == RECIPE_GENERATED &&
              d[0].gemm[RECIPE_LOGITS].from == JGEMM_FROM_HEURISTIC);
-    /* E16 over this 1 GiB W in clusters of 2 (RECIPE_E16_CLUSTER_WEIGHT_BYTES); `.stats` not */
-    TH_CHECK(d[0].gemm[RECIPE_LOGITS].variant.cluster == (e16 ? 2 : 1));
+    /* E16 on its own tile (RECIPE_E16_TILE: 64 x 256 pingpong, cluster 1); `.stats` on the
+     * logits GEMM's default (128 x 128 pingpong) */
+    const jgemm_variant *lv = &d[0].gemm[RECIPE_LOGITS].variant;
+    TH_CHECK(lv->bn == (e16 ? 256 : 128) && lv->consumers == (e16 ? 1 : 2) &&
+             lv->stages == (e16 ? 4 : 6) && lv->schedule == 'p' && lv->cluster == 1);
+    if (e16) TH_CHECK(g->stats_tiles == (pb.vocab + 255) / 256);
     /* the same problem elsewhere: the fp32 logits and the rows, as before */
     const recipe_device *other[] = {&h200, &unknown, &a100};
     for (int o = 0; o < 3; o++) {
@@ -837,14 +841,25 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_OK(recipe_make_on(&pb, &t, &init, &h100, &d[1]));
     TH_CHECK(!d[1].geom.stats_tiles && !d[1].epilogue_auto &&
              d[1].gemm[RECIPE_LOGITS].from == JGEMM_FROM_TUNING);
-    /* a 125 MiB W (V 32000, H 2048) stays in L2 better: E16 in clusters of 1 */
+    /* E16's tile whatever W's size (a 125 MiB and a 500 MiB one) */
     kljit_problem small = base(2048, 32000);
-    TH_OK(recipe_make_on(&small, NULL, &init, &h100, &d[1]));
-    TH_CHECK(d[1].geom.e16 && d[1].epilogue_auto &&
-             d[1].gemm[RECIPE_LOGITS].variant.cluster == 1);
-    small.hidden = 8192; /* 500 MiB */
-    TH_OK(recipe_make_on(&small, NULL, &init, &h100, &d[1]));
-    TH_CHECK(d[1].geom.e16 && d[1].gemm[RECIPE_LOGITS].variant.cluster == 2);
+    for (int h = 0; h < 2; h++) {
+      small.hidden = h ? 8192 : 2048;
+      TH_OK(recipe_make_on(&small, NULL, &init, &h100, &d[1]));
+      const jgemm_variant *sv = &d[1].gemm[RECIPE_LOGITS].variant;
+      TH_CHECK(d[1].geom.e16 && d[1].epilogue_auto && sv->bn == 256 && sv->consumers == 1 &&
+               sv->cluster == 1 && d[1].gemm[RECIPE_LOGITS].from == JGEMM_FROM_HEURISTIC);
+    }
+    /* the options' E16 without a variant takes E16's tile; with one, that one */
+    kljit_context_options e16o = init;
+    e16o.gemm_choice = "logits:jit.e16";
+    TH_OK(recipe_make_on(&small, NULL, &e16o, &h100, &d[1]));
+    TH_CHECK(d[1].geom.e16 && d[1].gemm[RECIPE_LOGITS].variant.bn == 256 &&
+             d[1].gemm[RECIPE_LOGITS].variant.consumers == 1);
+    e16o.gemm_choice = "logits:jit.128.2.6.g.2.pe";
+    TH_OK(recipe_make_on(&small, NULL, &e16o, &h100, &d[1]));
+    TH_CHECK(d[1].geom.e16 && d[1].gemm[RECIPE_LOGITS].variant.bn == 128 &&
+             d[1].gemm[RECIPE_LOGITS].variant.cluster == 2);
     /* a context whose options keep the rows' default (KLJIT_GEMM=dx:cublas) still takes it */
     jit.gemm_choice = "dx:cublas";
     TH_OK(recipe_make_on(&pb, NULL, &jit, &h100, &d[1]));
@@ -857,8 +872,8 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
  * the H200's fp32 logits, the options' or the tuning's variant) it becomes the promoted 128 x 128
  * cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes (E16 or the
  * fp32 logits, the chunk that follows from it), in a module of its own; the other GEMMs and the
- * geometry are the unflagged plan's. Where the logits GEMM is cuBLASLt's (sm_80, the options'
- * cublas) the plan is the unflagged one. */
+ * geometry are the unflagged plan's, but for E16's records a row, which follow the tile. Where
+ * the logits GEMM is cuBLASLt's (sm_80, the options' cublas) the plan is the unflagged one. */
 static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
   const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
   const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, a100 = {80, 108, 5.0};
@@ -880,8 +895,11 @@ static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
     const int gen = k != 4 && k != 5;
     TH_CHECK((b->engine == RECIPE_GENERATED) == gen && a->engine == b->engine);
     TH_CHECK(precise.geom.e16 == plain.geom.e16 && precise.geom.e16 == (k == 0) &&
-             precise.geom.tune.chunk_rows == plain.geom.tune.chunk_rows &&
-             precise.geom.stats_tiles == plain.geom.stats_tiles);
+             precise.geom.tune.chunk_rows == plain.geom.tune.chunk_rows);
+    /* E16's records a row follow the tile: 64 x 256's unflagged, the promoted 128 x 128's */
+    TH_CHECK(k == 0 ? plain.geom.stats_tiles == (pb.vocab + 255) / 256 &&
+                          precise.geom.stats_tiles == (pb.vocab + 127) / 128
+                    : precise.geom.stats_tiles == plain.geom.stats_tiles);
     for (int s = 0; s < RECIPE_SLOTS; s++)
       if (s != RECIPE_LOGITS)
         TH_CHECK(precise.gemm[s].engine == plain.gemm[s].engine &&
@@ -900,7 +918,7 @@ static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
     TH_CHECK(kspec_key_of(&a->spec, &ka) == 0 && kspec_key_of(&b->spec, &kb) == 0);
     TH_CHECK(!(a->variant.tweaks & KSPEC_GEMM_PROMOTE) && strcmp(ka.text, kb.text) != 0 &&
              strstr(kb.text, " PROMOTE=") && !strstr(ka.text, " PROMOTE="));
-    TH_CHECK(k != 0 || a->variant.cluster == 2); /* the H100's E16 default: clusters of 2 */
+    TH_CHECK(k != 0 || a->variant.bn == 256); /* the H100's E16 default: its own tile */
   }
   return TH_PASS;
 }

@@ -885,11 +885,11 @@ static int precompile_in(const char *dir) {
   TH_CHECK(gemms == 0);
   /* a logits choice with E16 (flag e) precompiles the plan that reads E: its GEMM (E16), the
    * rows' two parts (ETILE) and the helpers (G at E's stride) beside the heuristic plan's four
-   * modules, compiled for sm_90a (this choice is the default variant's E16: the heuristic plan
-   * of the other device class has the same four) */
+   * modules, compiled for sm_90a (this choice is E16's own tile, RECIPE_E16_TILE: the heuristic
+   * plan of the other device class has the same four) */
   th_path_in(file, dir, "e16-wisdom");
   snprintf(text, sizeof text, "%s" GPU_A DENSE "bucket=8192" CHOICE("4096", "measure", "9.5")
-           " gemm=logits:4096:b0:jit:128.2.6.g.1.pe\n", H);
+           " gemm=logits:4096:b0:jit:" RECIPE_E16_TILE "e\n", H);
   TH_CHECK(write_file(file, text) == 0);
   gemms = 0;
   TH_OK(kljit_precompile_wisdom(file, 90, ro, KLJIT_PRECOMPILE_DRY_RUN, count_gemms, &gemms));
