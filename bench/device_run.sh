@@ -41,12 +41,12 @@
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     8 minutes: the binding's host time with CUDA tensors and its cProfile
-#                     (bench/binding_host_time.py --device cuda --profile: where the binding's
-#                     idle-GPU gap lies), the logits GEMM's chunk shape alone (bench_gemm nt
-#                     2048x32000x2048, bf16 and fp32 outputs: the plain generated variants
-#                     against cuBLASLt's; is the call's 1.4-1.5x over cuBLASLt's dX / dW GEMMs
-#                     the mainloop or the epilogue), then `chunk` at 4096x2048x32000
+#                     7 minutes: the binding's host time with CUDA tensors at a tiny and at a
+#                     judged shape (bench/binding_host_time.py --device cuda: does the
+#                     binding's gap over its C call grow with the problem, as compare.py's
+#                     110-160 us at V 32000 against 26 us at 64 x 64 x 256 suggest), E16's tile
+#                     against its neighbours in the call (bench_loss, two shapes, two rounds:
+#                     stages, raster, stage arrival, L2 policies, 64 x 192), then `judge`
 #   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
 #                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
@@ -86,7 +86,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="bench_loss kljit bench_gemm" ;;
+  next) targets="bench_loss kljit" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, chunk, precision)"
@@ -314,19 +314,27 @@ case $mode in
     ;;
   next)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
-    PYTHONPATH=python timeout 150 python3 bench/binding_host_time.py --device cuda --calls 1000 \
-      --warmup 50 --profile > "$LOGS/host-cuda.log" 2>&1
-    echo "== binding_host_time --device cuda rc=$? ($SECONDS s)"
-    grep -E "^\| (binding|c_call)|before the launch" "$LOGS/host-cuda.log"
-    sed -n '/^== binding: cProfile/,/^== c_call/p' "$LOGS/host-cuda.log" | head -24
-    # the default's E16 tile (pingpong, clusters of 1 and 2), the cooperative 128 x 256 and
-    # 128 x 192 tiles, the plain 128 x 128 cooperative
-    variants=128.2.6.g.2.p,128.2.6.g.1.p,256.2.4.g.1,256.2.4.g.2,192.2.4.g.1,128.2.6.g.1
-    # (each variant at fp32 and, with --bf16-all, bf16 output)
-    timeout 240 ./build/tests/bench_gemm --layout nt --shapes 2048x32000x2048 --no-small \
-      --variants "$variants" --repeats 10 --bf16-all > "$LOGS/micro-nt.log" 2>&1
-    echo "== bench_gemm nt 2048x32000x2048 rc=$? ($SECONDS s)"
-    grep -E "^TIME|FAILED|rror" "$LOGS/micro-nt.log" | cut -c1-140 | head -40
-    CHUNK_SHAPES=${CHUNK_SHAPES:-4096x2048x32000} CHUNK_S=150 bash "$0" chunk
+    for shape in 64x64x256 4096x2048x32000; do
+      PYTHONPATH=python timeout 120 python3 bench/binding_host_time.py --device cuda \
+        --calls 400 --warmup 20 --shape $shape > "$LOGS/host-cuda-$shape.log" 2>&1
+      echo "== binding_host_time --device cuda --shape $shape rc=$? ($SECONDS s)"
+      grep -E "^\| (binding|c_call)|before the launch" "$LOGS/host-cuda-$shape.log"
+    done
+    # E16's tile (RECIPE_E16_TILE) and its neighbours, the plan's E16 forced to each
+    tiles="default 256.1.3.g.1.pe 256.1.4.m.1.pe 256.1.4.g.1.pwe 256.1.4.g.1.pae"
+    tiles="$tiles 256.1.4.g.1.pbe 192.1.5.g.1.pe"
+    for round in 1 2; do
+      for shape in 4096x2048x32000 8192x4096x128256; do
+        for v in $tiles; do
+          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-200}" ] && continue # the judge's time
+          g=logits:jit.$v; [ "$v" = default ] && g=
+          KLJIT_GEMM=$g timeout 40 ./build/bench/bench_loss --shapes $shape --no-full \
+            --no-twophase --repeats 5 > /dev/null 2> "$LOGS/e16-$shape-$v-$round.log"
+          echo "r$round $shape $v $(grep -E ' fused [0-9]' "$LOGS/e16-$shape-$v-$round.log" | \
+            sed 's/.*fused/fused/' | cut -c1-16) ($SECONDS s)"
+        done
+      done
+    done
+    bash "$0" judge
     ;;
 esac
