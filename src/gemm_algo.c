@@ -58,7 +58,7 @@ int gemm_algo_jit_parse(const char *s, prob_gemm_choice *c) {
   }
   if (*f) return -1;
   /* the template validates the rest when it renders */
-  if (bn < 8 || bn > 256 || cons < 1 || cons > 2 || stages < 2 || stages > 8) return -1;
+  if (bn < 8 || bn > 256 || cons < 1 || cons > 3 || stages < 2 || stages > 8) return -1;
   if ((r != 'm' && r != 'n' && r != 'g') || (cl != 1 && cl != 2)) return -1;
   c->jit = 1, c->bn = bn, c->consumers = cons, c->stages = stages, c->raster = r, c->cluster = cl;
   c->schedule = pp ? 'p' : 'c', c->epilogue = staged ? 's' : 'd', c->tweaks = tweaks;

@@ -108,9 +108,11 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
 int jgemm_variants(jgemm_variant *out, int cap) {
   static const kljit_dtype ins[] = {KLJIT_BF16, KLJIT_FP16};
   static const kljit_dtype outs[] = {KLJIT_FP32, KLJIT_BF16, KLJIT_FP16};
-  /* the default tile and the few shapes a tuner would try around it */
+  /* the default tile and the few shapes a tuner would try around it (192 x 192: three
+   * multiplying warpgroups, cuBLASLt's tile for the logits GEMM's chunk shape) */
   static const int shapes[][4] = {{256, 2, 4, 1}, {256, 2, 3, 1}, {128, 2, 6, 1}, {192, 2, 4, 1},
-                                  {256, 1, 5, 1}, {128, 1, 8, 1}, {256, 2, 4, 2}, {128, 2, 6, 2}};
+                                  {256, 1, 5, 1}, {128, 1, 8, 1}, {256, 2, 4, 2}, {128, 2, 6, 2},
+                                  {192, 3, 4, 2}};
   int n = 0;
   for (int i = 0; i < 2; i++)
     for (int o = 0; o < 3; o++)

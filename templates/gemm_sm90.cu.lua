@@ -16,8 +16,12 @@
 %--   OUT       f32 | bf16 | f16 (C)
 %--   BETA      false: C = alpha AB; true: C = alpha AB + C (read, added in fp32, written)
 %--   BN        64 | 128 | 192 | 256: tile columns (the wgmma N)
-%--   CONSUMERS 1 | 2: the tile has 64 CONSUMERS rows (BM); with SCHEDULE coop, one multiplying
-%--             warpgroup per 64 rows
+%--   CONSUMERS 1 | 2 | 3: the tile has 64 CONSUMERS rows (BM); with SCHEDULE coop, one
+%--             multiplying warpgroup per 64 rows. 3 (LAYOUT nt, SCHEDULE coop, no GOP): 192-row
+%--             tiles, 512 threads, the consumers at 152 registers (the producer's 40 leave them
+%--             no more): cuBLASLt's tile for the logits GEMM's chunk shape is 192 x 192
+%--             (bench/RESULTS.md run 112); a third of the L2 reads of A and B a FLOP below
+%--             128 x 192's, and three warpgroups to issue where two left the schedulers idle
 %--   STAGES    2..8: shared-memory ring depth, (BM + BN) x 64 x 2 bytes per stage, <= 227 KB
 %--   RASTER    m | n | g: the order of the persistent schedule's tiles. m: the BM-row tiles
 %--             of one BN-column panel are consecutive, so concurrently running CTAs share the
@@ -233,7 +237,7 @@
 %if not one_of(P.IN, { "bf16", "f16" }) then reject("IN must be bf16 or f16") end
 %if not one_of(P.OUT, { "f32", "bf16", "f16" }) then reject("OUT must be f32, bf16 or f16") end
 %if not one_of(P.BN, { 64, 128, 192, 256 }) then reject("BN must be 64, 128, 192 or 256") end
-%if not one_of(P.CONSUMERS, { 1, 2 }) then reject("CONSUMERS must be 1 or 2") end
+%if not one_of(P.CONSUMERS, { 1, 2, 3 }) then reject("CONSUMERS must be 1, 2 or 3") end
 %if not one_of(P.RASTER, { "m", "n", "g" }) then reject("RASTER must be m, n or g") end
 %if not one_of(P.CLUSTER, { 1, 2 }) then reject("CLUSTER must be 1 or 2") end
 %local CL = P.CLUSTER
@@ -250,6 +254,10 @@
 %  reject("SCHEDULE must be coop or pingpong")
 %end
 %local PP = P.SCHEDULE == "pingpong"
+%if P.CONSUMERS == 3 and (PP or P.LAYOUT ~= "nt" or P.GOP ~= nil or P.BN > 192) then
+%  reject("CONSUMERS 3 needs LAYOUT nt, the cooperative schedule and BN <= 192 (152 registers "
+%         .. "a consumer thread), without GOP")
+%end
 %if PP and P.CONSUMERS * P.BN > 256 then
 %  reject("SCHEDULE pingpong holds a whole tile per warpgroup: CONSUMERS x BN must be <= 256")
 %end
@@ -456,7 +464,8 @@
 %         .. "exceed the 227 KB of shared memory")
 %end
 %local THREADS = 128 * (1 + WGS)
-%local CONSUMER_REGS = WGS == 2 and 232 or 240
+%-- setmaxnreg: 128 x 40 for the producer and WGS x 128 x CONSUMER_REGS within the SM's 64 K
+%local CONSUMER_REGS = WGS == 3 and 152 or WGS == 2 and 232 or 240
 %include("common.cu.lua")
 %include("ptx_sm90.cu.lua")
 %-- The kernel's interface, declared once (templates/iface.cu.lua): the declaration below, the

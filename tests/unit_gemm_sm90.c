@@ -181,8 +181,15 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   TH_CHECK(refused(v, "IN must be") == TH_PASS);
   v = ok, v.stages = 6; /* 6 x 48 KB does not fit */
   TH_CHECK(refused(v, "exceeds the 227 KB") == TH_PASS);
-  v = ok, v.consumers = 3;
+  v = ok, v.consumers = 4;
   TH_CHECK(refused(v, "CONSUMERS must be") == TH_PASS);
+  /* three consumers: the nt layout's cooperative schedule, BN <= 192, no GOP */
+  v = ok, v.consumers = 3, v.bn = 192, v.schedule = 'p', v.stages = 4;
+  TH_CHECK(refused(v, "CONSUMERS 3 needs") == TH_PASS);
+  v = ok, v.consumers = 3, v.bn = 192, v.layout = "nn", v.stages = 4;
+  TH_CHECK(refused(v, "CONSUMERS 3 needs") == TH_PASS);
+  v = ok, v.consumers = 3, v.bn = 256, v.stages = 3;
+  TH_CHECK(refused(v, "CONSUMERS 3 needs") == TH_PASS);
   v = ok, v.raster = 'x';
   TH_CHECK(refused(v, "RASTER must be") == TH_PASS);
   v = ok, v.cluster = 4;

@@ -327,7 +327,7 @@ static int gemm_in(const char *dir) {
   TH_STATUS(kljit_wisdom_import_string(text), KLJIT_ERR_WISDOM);
   TH_CHECK(strstr(kljit_last_error(), "bad value gemm="));
   /* a malformed variant, version or flags */
-  const char *const bad[] = {"dx:4096:b0:lt0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.3.4.m.1",
+  const char *const bad[] = {"dx:4096:b0:lt0:jit:256.2.4.m.1", "logits:4096:b0:jit:256.4.4.m.1",
                              "logits:4096:b0:jit:256.2.4.q.1", "logits:4096:b0:jit:256.2.4.m.3",
                              "logits:4096:b0:jit:256.2.4.m", "logits:4096:b0:jit:256.2.4.m.1x",
                              "logits:4096:b0:jit:128.2.6.g.1.q",
