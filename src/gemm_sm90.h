@@ -131,7 +131,8 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
                      const gemm_select sel[3], jgemm_slot slot, jgemm_pick *out);
 
 /* Every variant the tests compile (dtypes x outputs x beta x the tile shapes the tuner may try);
- * returns the count (<= cap). */
+ * returns the count (<= cap; JGEMM_VARIANTS_MAX holds them all, which the tests check). */
+enum { JGEMM_VARIANTS_MAX = 160 };
 int jgemm_variants(jgemm_variant *out, int cap);
 
 /* The variants of G rebuilt in the stage (GOP) the tests compile and run: nn (dX) and tn (dW),

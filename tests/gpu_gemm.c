@@ -213,8 +213,8 @@ static int every_layout_dtype_output_and_beta_matches_fp64_on_ragged_shapes(void
 static int every_tile_shape_matches_fp64(void) {
   const int s = setup();
   if (s) return s;
-  jgemm_variant v[128];
-  const int n = jgemm_variants(v, 128);
+  jgemm_variant v[JGEMM_VARIANTS_MAX];
+  const int n = jgemm_variants(v, JGEMM_VARIANTS_MAX);
   host_rng r = {7};
   int failed = 0;
   for (int i = 0; i < n; i++) {
@@ -235,8 +235,8 @@ typedef int (*variant_filter)(const jgemm_variant *v);
  * TH_PASS when at least `min_tried` were selected and every check held. */
 static int selected_variants_match(variant_filter want, const int64_t (*shapes)[3], size_t count,
                                    uint64_t seed, int min_tried) {
-  jgemm_variant v[128];
-  const int n = jgemm_variants(v, 128);
+  jgemm_variant v[JGEMM_VARIANTS_MAX];
+  const int n = jgemm_variants(v, JGEMM_VARIANTS_MAX);
   host_rng r = {seed};
   int failed = 0, tried = 0;
   for (int i = 0; i < n; i++) {

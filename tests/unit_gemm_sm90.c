@@ -14,7 +14,7 @@
 #include "pairwise.h"
 #include "spec.h"
 
-enum { MAX_VARIANTS = 128 };
+enum { MAX_VARIANTS = JGEMM_VARIANTS_MAX };
 
 /* An instruction's text in the cubin: the SASS mnemonics are not in the image, but the PTX
  * given to ptxas is checked by NVRTC's compile of the source; here the image is checked to be a
