@@ -120,12 +120,13 @@ typedef struct recipe_device {
 #define RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE 15.0
 
 /* E16's logits GEMM, where neither the options nor the tuning names its shape, runs 64 x 256
- * pingpong tiles, 4 stages, in clusters of 1 (gemm_algo.h's variant text): on an H100 (bench_loss, median of 5,
- * alternated, two rounds, bench/RESULTS.md run 113) 0.93x the call of the earlier 128 x 128
- * pingpong tile at 4096 and 8192 x 2048 x 32000, 0.93-0.96x at 4096 and 8192 x 4096 x 128256
- * (whose W of 1 GiB took that tile in clusters of 2), 1.00x at 2048 x 4096 x 128256; the same
- * tile in clusters of 2 was 0.97-1.05x. The wider tile halves the records a row and reads the
- * teacher in 512-byte runs; the multiplying warpgroup hides the other's epilogue. */
+ * pingpong tiles, 4 stages, in clusters of 1 (gemm_algo.h's variant text): on an H100
+ * (bench_loss, median of 5, alternated, two rounds, bench/RESULTS.md run 113) 0.93x the call of
+ * the earlier 128 x 128 pingpong tile at 4096 and 8192 x 2048 x 32000, 0.93-0.96x at 4096 and
+ * 8192 x 4096 x 128256 (whose W of 1 GiB took that tile in clusters of 2), 1.00x at 2048 x 4096
+ * x 128256; the same tile in clusters of 2 was 0.97-1.05x. The wider tile halves the records a
+ * row and reads the teacher in 512-byte runs; the multiplying warpgroup hides the other's
+ * epilogue. */
 #define RECIPE_E16_TILE "256.1.4.g.1.p"
 
 /* The device classes whose sm_<arch> heuristic plans differ, for a precompile that knows no
