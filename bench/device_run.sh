@@ -29,7 +29,8 @@
 #   judge             the user's call as the issues judge it, in about 3 minutes: compare.py at
 #                     the five dense shapes (torch.compile, Liger from DEPS/wheels or LIGER_WHEEL,
 #                     kljit_fused, alternated, peak memory), the sparse top-100 shape against
-#                     torch.compile, then the binding against its C call (40 repeats)
+#                     torch.compile, then the binding against its C call (40 repeats);
+#                     JUDGE_SETS (default "dense sparse binding") picks among the three
 #   tiles             the tiles claimed from a counter (flag d, TILES dynamic) in about 8 minutes:
 #                     its GEMM test (gpu_gemm's dynamic case, each launch checked to leave the
 #                     counter zero), then bench_loss at 8192x4096x128256 with the logits GEMM's
@@ -306,6 +307,7 @@ case $mode in
              "sparse|8192x4096x128256k100|compile,kljit_fused|--repeats 6" \
              "binding|dense|kljit_c,kljit_fused|--repeats 40"; do
       IFS='|' read -r name shapes methods extra <<< "$j"
+      [[ " ${JUDGE_SETS:-dense sparse binding} " == *" $name "* ]] || continue
       # shellcheck disable=SC2086
       PYTHONPATH=python timeout "${JUDGE_S:-240}" python3 bench/compare.py --shapes "$shapes" \
         --methods "$methods" --alternate "$methods" --no-reference --liger-wheel "$wheel" \
@@ -346,6 +348,6 @@ case $mode in
         done
       done
     done
-    bash "$0" judge
+    [ "${NEXT_JUDGE:-1}" = 1 ] && bash "$0" judge
     ;;
 esac

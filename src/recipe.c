@@ -309,17 +309,23 @@ static const char *stats_unfit(const kljit_problem *pb, const prob_geometry *g, 
   return NULL;
 }
 
-/* Whether the heuristics move the row statistics into the logits GEMM's epilogue on `dev`: a
- * generated logits GEMM the arch's table chose (no option, no tuning), on a GPU whose DRAM
- * moves fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle, where the rows'
- * re-reads of the chunk cost more than the epilogue adds (recipe.h). */
-static int epilogue_pays(const recipe_device *dev, const jgemm_pick *pick) {
-  return pick->jit && pick->from == JGEMM_FROM_HEURISTIC && dev->dram_per_sm_cycle > 0.0 &&
-         dev->dram_per_sm_cycle < RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE;
+/* Whether the heuristics chose the logits GEMM themselves for a GPU they know: a generated one
+ * from the arch's table (no option, no tuning) on a GPU whose DRAM was measured (a context's;
+ * not recipe_make's, nor precompile's first device class), which may then take an epilogue by
+ * the rules below. */
+static int heuristic_jit(const recipe_device *dev, const jgemm_pick *pick) {
+  return pick->jit && pick->from == JGEMM_FROM_HEURISTIC && dev->dram_per_sm_cycle > 0.0;
 }
 
-/* The teachers whose E16 call was measured faster than `.stats`' on such a GPU: a dense teacher
- * read from memory. The sparse teacher's E16 epilogue searches the support's ids per element
+/* Whether `.stats` (the statistics without E16) pays on `dev`: its DRAM moving fewer than
+ * RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle, where the rows' re-reads of the fp32
+ * chunk cost more than the epilogue adds (recipe.h). */
+static int dram_short(const recipe_device *dev) {
+  return dev->dram_per_sm_cycle < RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE;
+}
+
+/* The teachers whose E16 call was measured faster than the fp32 logits' and `.stats`': a dense
+ * teacher read from memory (on an H100 and an H200: recipe.h). The sparse teacher's E16 epilogue searches the support's ids per element
  * (46.5 ms against `.stats`' 43.6 on an H100, run 88), the online teacher keeps its fp32 logits
  * beside E (run 77: `.stats` 0.446x / 0.495x Liger's JSD, E16 0.465x / 0.497x). */
 static int e16_by_default(const kljit_problem *pb) {
@@ -365,13 +371,14 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   v->stats.e16 = 0; /* set below where it is taken */
   prob_geometry *geo = &r->geom;
   if (!sel[GEMM_LOGITS].stats && !e16) {
-    /* nothing asked: the heuristics' own choice for this GPU (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE),
-     * E16 for the dense teachers it was measured faster for, else `.stats`, where in scope
-     * (out of scope: the fp32 logits and the rows, with no stats_why: nothing was asked) */
-    if (!epilogue_pays(dev, pick)) return;
+    /* nothing asked: the heuristics' own choice, E16 for the dense teachers it was measured
+     * faster for on every sm_90 timed, else `.stats` where the DRAM is short
+     * (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), each where in scope (out of scope: the fp32 logits
+     * and the rows, with no stats_why: nothing was asked) */
+    if (!heuristic_jit(dev, pick)) return;
     e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
-    if (stats_unfit(pb, geo, 1, e16)) return;
-    r->epilogue_auto = 1;
+    if ((!e16 && !dram_short(dev)) || stats_unfit(pb, geo, 1, e16)) return;
+    r->epilogue_auto = e16 ? RECIPE_AUTO_E16 : RECIPE_AUTO_STATS;
   } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
     return;
   }

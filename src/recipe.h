@@ -93,8 +93,9 @@ typedef struct recipe {
   const char *stats_why; /* the options asked for the statistics in the logits GEMM's epilogue
                           * and the problem or the plan's engines do not allow it: why (the
                           * rows' pass 1 then runs); NULL otherwise */
-  int epilogue_auto;     /* the heuristics took the statistics epilogue (or E16) for this
-                          * GPU's DRAM (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), no option asked */
+  int epilogue_auto;     /* the heuristics took an epilogue, no option asked: RECIPE_AUTO_E16
+                          * (a dense teacher, any sm_90) or RECIPE_AUTO_STATS (this GPU's
+                          * DRAM, RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE); 0: none */
   recipe_gemm gemm[RECIPE_SLOTS];
   kspec rows_part[2]; /* dense rows: geom.rows as two modules, PART "fused" and "phased" (the
                        * kernels each mode's calls launch: the fused mode's, the others');
@@ -111,13 +112,16 @@ typedef struct recipe_device {
                              * H200); 0: unknown */
 } recipe_device;
 
-/* Below this many DRAM bytes per SM cycle (and known), the heuristics move the row statistics
- * into the generated logits GEMM's epilogue on sm_90: E16 for a dense teacher's probabilities,
- * log-probabilities or logits, `.stats` elsewhere in its scope (logits_epilogue). On an H100
- * (12.8) E16 took 0.87-0.93x the default's call at the five dense shapes and `.stats` 0.96x at
- * the sparse one (bench/RESULTS.md, runs 77 and 88); on the H200 (18.8) E16 was 0.96-1.05x by
- * shape and `.stats` 1.01-1.05x (runs 72-73), so it keeps the fp32 logits and the rows. */
+/* Where nothing names the logits GEMM, sm_90's heuristics move the row statistics into the
+ * generated logits GEMM's epilogue: E16 for a dense teacher's probabilities, log-probabilities
+ * or logits on any such GPU (on its own tile, RECIPE_E16_TILE: on an H200, bench_loss run 120,
+ * 0.94x the fp32 logits' call at 4096 x 2048 x 32000 and 0.93x at 8192 x 4096 x 128256; on an
+ * H100 0.87-0.93x already on the earlier tile, runs 77 and 113), and `.stats` elsewhere in its
+ * scope below this many DRAM bytes per SM cycle (and known): on an H100 (12.8) `.stats` took
+ * 0.96x the default's call at the sparse shape (run 88); on the H200 (18.8) 1.01-1.05x (runs
+ * 72-73), so there the others keep the fp32 logits and the rows. */
 #define RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE 15.0
+enum { RECIPE_AUTO_E16 = 1, RECIPE_AUTO_STATS = 2 };
 
 /* E16's logits GEMM, where neither the options nor the tuning names its shape, runs 64 x 256
  * pingpong tiles, 4 stages, in clusters of 1 (gemm_algo.h's variant text): on an H100

@@ -769,13 +769,14 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
 }
 
 /* Without an option or a tuning that names the logits GEMM's epilogue, the heuristics take it
- * on sm_90 where the GPU's DRAM moves fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM
- * cycle (an H100: 12.8): E16 for a dense teacher read from memory (its chunk doubled, as the
- * option's; in clusters of 2 over a W of 256 MiB or more), `.stats` for the sparse and online
- * teachers and for TVD (which E16 refuses), the fp32 logits and the rows where neither is in
- * scope; nothing changes on an H200 (18.8), on a GPU whose DRAM is unknown (precompile's first
- * class), on sm_80, or where the options or the tuning chose the logits GEMM. */
-static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
+ * on sm_90: E16 for a dense teacher read from memory on any such GPU (its chunk doubled, as the
+ * option's; on its own tile whatever W's size), `.stats` for the sparse and online teachers and
+ * for TVD (which E16 refuses) where the GPU's DRAM moves fewer than
+ * RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle (an H100: 12.8; not an H200, 18.8), the
+ * fp32 logits and the rows where neither is in scope; nothing changes on a GPU whose DRAM is
+ * unknown (recipe_make, precompile's first class), on sm_80, or where the options or the tuning
+ * chose the logits GEMM. */
+static int the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short(void) {
   const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
   const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, unknown = {90, 132, 0.0},
                       a100 = {80, 108, 5.0};
@@ -803,7 +804,8 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_OK(recipe_make_on(&pb, NULL, &init, &h100, &d[0]));
     const prob_geometry *g = &d[0].geom;
     const int e16 = !strcmp(want, "e16"), stats = e16 || !strcmp(want, "stats");
-    TH_CHECK(g->e16 == e16 && (g->stats_tiles > 0) == stats && d[0].epilogue_auto == stats);
+    TH_CHECK(g->e16 == e16 && (g->stats_tiles > 0) == stats &&
+             d[0].epilogue_auto == (e16 ? RECIPE_AUTO_E16 : stats ? RECIPE_AUTO_STATS : 0));
     TH_CHECK(d[0].stats_why == NULL); /* not asked: no complaint where it does not fit */
     TH_CHECK(d[0].gemm[RECIPE_LOGITS].engine == RECIPE_GENERATED &&
              d[0].gemm[RECIPE_LOGITS].from == JGEMM_FROM_HEURISTIC);
@@ -813,17 +815,23 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
     TH_CHECK(lv->bn == (e16 ? 256 : 128) && lv->consumers == (e16 ? 1 : 2) &&
              lv->stages == (e16 ? 4 : 6) && lv->schedule == 'p' && lv->cluster == 1);
     if (e16) TH_CHECK(g->stats_tiles == (pb.vocab + 255) / 256);
-    /* the same problem elsewhere: the fp32 logits and the rows, as before */
+    /* elsewhere: E16 on an H200 too, `.stats` only where the DRAM is short; the fp32 logits
+     * and the rows where the DRAM is unknown and on sm_80 */
     const recipe_device *other[] = {&h200, &unknown, &a100};
     for (int o = 0; o < 3; o++) {
       TH_OK(recipe_make_on(&pb, NULL, &init, other[o], &d[1]));
-      TH_CHECK(!d[1].geom.e16 && !d[1].geom.stats_tiles && !d[1].epilogue_auto);
-      if (o == 1) { /* E16 holds 2 bytes an element: twice the rows a chunk */
-        TH_CHECK(g->tune.chunk_rows == (e16 ? 2 : 1) * d[1].geom.tune.chunk_rows);
-      }
+      const int e = e16 && o == 0;
+      TH_CHECK(d[1].geom.e16 == e && (d[1].geom.stats_tiles > 0) == e &&
+               d[1].epilogue_auto == (e ? RECIPE_AUTO_E16 : 0));
     }
     TH_CHECK(recipe_make(&pb, NULL, &init, 90, 132, &d[1]) == KLJIT_SUCCESS &&
              !d[1].epilogue_auto); /* recipe_make: the DRAM unknown */
+    /* E16 holds 2 bytes an element: twice the rows a chunk of the options' fp32 logits */
+    kljit_context_options fp32 = init;
+    fp32.gemm_choice = "logits:jit";
+    TH_OK(recipe_make_on(&pb, NULL, &fp32, &h100, &d[1]));
+    TH_CHECK(!d[1].geom.stats_tiles && !d[1].epilogue_auto &&
+             g->tune.chunk_rows == (e16 ? 2 : 1) * d[1].geom.tune.chunk_rows);
     if (k != 0) continue;
     /* the options' logits GEMM, or a tuned one, is what runs, on any GPU */
     kljit_context_options jit = init;
@@ -868,8 +876,8 @@ static int the_heuristics_take_the_epilogue_where_dram_is_short(void) {
   return TH_PASS;
 }
 
-/* KLJIT_FLAG_PRECISE_ACCUMULATION: wherever the logits GEMM is generated (the H100's E16 default,
- * the H200's fp32 logits, the options' or the tuning's variant) it becomes the promoted 128 x 128
+/* KLJIT_FLAG_PRECISE_ACCUMULATION: wherever the logits GEMM is generated (sm_90's E16 default on
+ * an H100 and an H200, the options' fp32 logits, the tuning's variant) it becomes the promoted 128 x 128
  * cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes (E16 or the
  * fp32 logits, the chunk that follows from it), in a module of its own; the other GEMMs and the
  * geometry are the unflagged plan's, but for E16's records a row, which follow the tile. Where
@@ -894,10 +902,11 @@ static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
     const recipe_gemm *a = &plain.gemm[RECIPE_LOGITS], *b = &precise.gemm[RECIPE_LOGITS];
     const int gen = k != 4 && k != 5;
     TH_CHECK((b->engine == RECIPE_GENERATED) == gen && a->engine == b->engine);
-    TH_CHECK(precise.geom.e16 == plain.geom.e16 && precise.geom.e16 == (k == 0) &&
+    const int e16 = k == 0 || k == 1;
+    TH_CHECK(precise.geom.e16 == plain.geom.e16 && precise.geom.e16 == e16 &&
              precise.geom.tune.chunk_rows == plain.geom.tune.chunk_rows);
     /* E16's records a row follow the tile: 64 x 256's unflagged, the promoted 128 x 128's */
-    TH_CHECK(k == 0 ? plain.geom.stats_tiles == (pb.vocab + 255) / 256 &&
+    TH_CHECK(e16 ? plain.geom.stats_tiles == (pb.vocab + 255) / 256 &&
                           precise.geom.stats_tiles == (pb.vocab + 127) / 128
                     : precise.geom.stats_tiles == plain.geom.stats_tiles);
     for (int s = 0; s < RECIPE_SLOTS; s++)
@@ -918,7 +927,7 @@ static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
     TH_CHECK(kspec_key_of(&a->spec, &ka) == 0 && kspec_key_of(&b->spec, &kb) == 0);
     TH_CHECK(!(a->variant.tweaks & KSPEC_GEMM_PROMOTE) && strcmp(ka.text, kb.text) != 0 &&
              strstr(kb.text, " PROMOTE=") && !strstr(ka.text, " PROMOTE="));
-    TH_CHECK(k != 0 || a->variant.bn == 256); /* the H100's E16 default: its own tile */
+    TH_CHECK(!e16 || a->variant.bn == 256); /* the E16 default: its own tile */
   }
   return TH_PASS;
 }
@@ -933,8 +942,8 @@ static const th_case cases[] = {
      the_e16_epilogue_follows_the_statistics_epilogue},
     {"the_sparse_teachers_statistics_come_from_the_epilogue",
      the_sparse_teachers_statistics_come_from_the_epilogue},
-    {"the_heuristics_take_the_epilogue_where_dram_is_short",
-     the_heuristics_take_the_epilogue_where_dram_is_short},
+    {"the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short",
+     the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short},
     {"the_precise_flag_promotes_the_generated_logits_gemm",
      the_precise_flag_promotes_the_generated_logits_gemm},
 };
