@@ -288,11 +288,19 @@
 %end
 %-- pass 2's geometry: THREADS a block; the cluster variant in clusters of CLUSTER blocks, at
 %-- most 128 registers per thread (a 256-thread block leaves room for a second one per SM,
-%-- whose loads overlap this one's arithmetic)
+%-- whose loads overlap this one's arithmetic); ETILE's at most 64 (1024 threads an SM: its
+%-- sweep of 16-bit scores is bandwidth's, and at 112 registers two 256-thread blocks an SM
+%-- left the DRAM 57% busy on an H200, 78% at 64 with the sweep's groups halved: 211 us a
+%-- 4096-row chunk of V = 32000 against 287, bench/RESULTS.md run 125)
 %local P2 = { threads = P.THREADS }
 %if P.CLUSTER > 0 then
 %  P2 = { threads = P.THREADS, min_blocks = 65536 // (P.THREADS * 128), cluster = P.CLUSTER }
+%elseif ETILE then
+%  P2 = { threads = P.THREADS, min_blocks = math.max(1, 1024 // P.THREADS) }
 %end
+%-- the vectors a thread loads before the first use in pass 2's grouped sweep: ETILE's two
+%-- (its 64 registers), else four
+%local GROUPS = ETILE and 2 or 4
 %local CHECK_THREADS = 256
 %-- the row weights: pass 2 (every mode) and the check read them; S does not depend on them
 %local RW = { "row_weights", "const float* __restrict__" }
@@ -936,15 +944,16 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
       }
     }
 %end
-%-- Pass 2's sweep in groups of four vectors a thread, block-uniform trip count: INPLACE's (16-bit G
-%-- over the fp32 row: every thread reads the group, the block synchronizes, then G is written)
-%-- and ETILE's (G over the 16-bit scores it was read from, the same columns by the same
+%-- Pass 2's sweep in groups of GROUPS vectors a thread, block-uniform trip count: INPLACE's
+%-- (16-bit G over the fp32 row: every thread reads the group, the block synchronizes, then G is
+%-- written) and ETILE's (G over the 16-bit scores it was read from, the same columns by the same
 %-- thread: no barrier). Needs zr, tr, bias, invT, invTT, rs, gr, v0, v1 and the loss.
 %local function grouped_sweep()
-  for (int base = v0; base < v1; base += 4 * THREADS * VEC) { /* block-uniform trip count */
-    float s[4][VEC], t[4][VEC];
+  /* block-uniform trip count */
+  for (int base = v0; base < v1; base += {{ GROUPS }} * THREADS * VEC) {
+    float s[{{ GROUPS }}][VEC], t[{{ GROUPS }}][VEC];
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < {{ GROUPS }}; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       if (v + VEC <= v1)
         load_cols<true>(zr, tr, bias,{{ TBA }}{{ ETA }} v, invT, s[u], t[u]);
@@ -955,7 +964,7 @@ __device__ __forceinline__ void row_save(float* rowstat, i64 row, const row_t& r
     __syncthreads(); /* the whole group is read: G may now overwrite it (see the header) */
 %end
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < {{ GROUPS }}; u++) {
       const int v = base + (u * THREADS + threadIdx.x) * VEC;
       float gv[VEC];
       if (v < v1) elem_terms<MODE>(s[u], t[u], rs, invTT, {{ EARGS }}, loss, gv{{ CEARG }});
