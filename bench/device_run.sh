@@ -42,14 +42,11 @@
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     7 minutes: the binding's host time with CUDA tensors at a tiny and at a
-#                     judged shape (bench/binding_host_time.py --device cuda: does the
-#                     binding's gap over its C call grow with the problem, as compare.py's
-#                     110-160 us at V 32000 against 26 us at 64 x 64 x 256 suggest), the
-#                     192 x 192 tile (CONSUMERS 3, never run): gpu_gemm's nt variants against
-#                     fp64, then bench_gemm at the chunk shape against cuBLASLt's 192 x 192;
-#                     E16's tile against its neighbours in the call (bench_loss, two shapes, two
-#                     rounds: stages, raster, stage arrival, L2 policies, 64 x 192), then `judge`
+#                     8 minutes: E16's row kernel at 64 registers (e1ea048, run only under
+#                     gpu.dense) under the other suites (api, python, fused_e16.dense: every
+#                     form, both modes, the online teacher), compute-sanitizer memcheck and
+#                     racecheck on two small fused cases of the default plan, then `judge` (the
+#                     sparse shape and the binding on this GPU) unless NEXT_JUDGE=0
 #   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
 #                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
@@ -89,7 +86,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="bench_loss kljit bench_gemm gpu_gemm" ;;
+  next) targets="kljit gpu_dense gpu_api" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, chunk, precision)"
@@ -318,34 +315,14 @@ case $mode in
     ;;
   next)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
-    for shape in 64x64x256 4096x2048x32000; do
-      PYTHONPATH=python timeout 120 python3 bench/binding_host_time.py --device cuda \
-        --calls 400 --warmup 20 --shape $shape > "$LOGS/host-cuda-$shape.log" 2>&1
-      echo "== binding_host_time --device cuda --shape $shape rc=$? ($SECONDS s)"
-      grep -E "^\| (binding|c_call)|before the launch" "$LOGS/host-cuda-$shape.log"
-    done
-    # the 192 x 192 tile (three consumer warpgroups): correct, then against cuBLASLt
-    timeout 120 ./build/tests/gpu_gemm every_tile_shape_matches_fp64 > "$LOGS/gemm-nt.log" 2>&1
-    echo "== gpu_gemm every_tile_shape_matches_fp64 rc=$? ($SECONDS s)"
-    grep -E "192x192|FAIL|failed" "$LOGS/gemm-nt.log" | head -12
-    timeout 100 ./build/tests/bench_gemm --layout nt --shapes 2048x32000x2048 --no-small \
-      --variants 192.3.4.g.1,192.3.4.g.2,192.3.3.g.2.s,192.2.4.g.1.s,128.2.6.g.2.ps --repeats 10 \
-      --bf16-all > "$LOGS/micro-192.log" 2>&1
-    echo "== bench_gemm nt 2048x32000x2048 rc=$? ($SECONDS s)"
-    grep -E "^TIME|FAILED|rror" "$LOGS/micro-192.log" | cut -c1-125 | head -30
-    # E16's tile (RECIPE_E16_TILE) and its neighbours, the plan's E16 forced to each
-    tiles="default 256.1.3.g.1.pe 256.1.4.m.1.pe 256.1.4.g.1.pwe 256.1.4.g.1.pae"
-    tiles="$tiles 256.1.4.g.1.pbe 192.1.5.g.1.pe"
-    for round in 1 2; do
-      for shape in 4096x2048x32000 8192x4096x128256; do
-        for v in $tiles; do
-          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-300}" ] && continue # the judge's time
-          g=logits:jit.$v; [ "$v" = default ] && g=
-          KLJIT_GEMM=$g timeout 40 ./build/bench/bench_loss --shapes $shape --no-full \
-            --no-twophase --repeats 5 > /dev/null 2> "$LOGS/e16-$shape-$v-$round.log"
-          echo "r$round $shape $v $(grep -E ' fused [0-9]' "$LOGS/e16-$shape-$v-$round.log" | \
-            sed 's/.*fused/fused/' | cut -c1-16) ($SECONDS s)"
-        done
+    run_ctest next-suites '^gpu\.(api|python)\.|^gpu\.fused_e16\.dense\.' "${SUITE_S:-300}"
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    for tool in memcheck racecheck; do
+      for c in a_single_row rows_not_a_multiple_of_the_chunk; do
+        timeout 120 "$cs" --tool $tool --error-exitcode 9 ./build/tests/gpu_dense $c \
+          > "$LOGS/sanitize-$tool-$c.log" 2>&1
+        echo "== $tool $c rc=$? ($SECONDS s)"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAIL" "$LOGS/sanitize-$tool-$c.log" | head -3
       done
     done
     [ "${NEXT_JUDGE:-1}" = 1 ] && bash "$0" judge
