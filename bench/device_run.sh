@@ -315,7 +315,7 @@ case $mode in
     ;;
   next)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
-    run_ctest next-suites '^gpu\.(api|python)\.|^gpu\.fused_e16\.dense\.' "${SUITE_S:-300}"
+    run_ctest next-suites '^gpu\.(api|python)\.|^gpu\.fused_e16\.dense\.' "${SUITE_S:-240}"
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
     for tool in memcheck racecheck; do
       for c in a_single_row rows_not_a_multiple_of_the_chunk; do
@@ -325,6 +325,6 @@ case $mode in
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAIL" "$LOGS/sanitize-$tool-$c.log" | head -3
       done
     done
-    [ "${NEXT_JUDGE:-1}" = 1 ] && bash "$0" judge
+    [ "${NEXT_JUDGE:-1}" = 1 ] && JUDGE_SETS=${JUDGE_SETS:-sparse binding} bash "$0" judge
     ;;
 esac
