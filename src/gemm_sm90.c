@@ -58,6 +58,14 @@ const char *jgemm_unfit(const kljit_problem *pb, int arch) {
 
 static const int SLOT_KIND[JGEMM_SLOTS] = {GEMM_LOGITS, GEMM_DX, GEMM_DW, GEMM_DW};
 
+void jgemm_variant_take(jgemm_variant *v, const prob_gemm_choice *c) {
+  v->bn = c->bn, v->consumers = c->consumers, v->stages = c->stages, v->raster = c->raster;
+  v->cluster = c->cluster, v->schedule = c->schedule == 'p' ? 'p' : 'c';
+  v->epilogue = c->epilogue == 's' ? 's' : 'd';
+  v->tweaks = c->tweaks;
+  v->stats.e16 = c->e16; /* the logits GEMM's E16, taken where recipe.c's scope holds */
+}
+
 jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
                                  const prob_gemm_choice *c) {
   const kljit_dtype in = pb->input_dtype;
@@ -70,13 +78,7 @@ jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g
                           : g->dw_workspace    ? KLJIT_FP32
                                                : pb->grad_weight_dtype;
   jgemm_variant v = jgemm_kind_default(kind, in, out, beta);
-  if (c) {
-    v.bn = c->bn, v.consumers = c->consumers, v.stages = c->stages, v.raster = c->raster;
-    v.cluster = c->cluster, v.schedule = c->schedule == 'p' ? 'p' : 'c';
-    v.epilogue = c->epilogue == 's' ? 's' : 'd';
-    v.tweaks = c->tweaks;
-    v.stats.e16 = c->e16; /* the logits GEMM's E16, taken where recipe.c's scope holds */
-  }
+  if (c) jgemm_variant_take(&v, c);
   if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
   return v;
 }

@@ -115,6 +115,10 @@ typedef struct jgemm_pick {
  * sm_90, 16-bit inputs, H a multiple of 8. */
 const char *jgemm_unfit(const kljit_problem *pb, int arch);
 
+/* v with choice c's tile shape, schedule, epilogue, tweaks and E16 flag (its layout, dtypes and
+ * beta kept). */
+void jgemm_variant_take(jgemm_variant *v, const prob_gemm_choice *c);
+
 /* The variant of a slot's GEMM with choice c's tile shape, schedule and epilogue (NULL: the
  * kind's default, jgemm_kind_default): the layout, dtypes, beta and K slices follow from the
  * problem and the geometry g (dX summed over g->dx_split slices of V in fp32 where > 1). */

@@ -317,17 +317,18 @@ static int heuristic_jit(const recipe_device *dev, const jgemm_pick *pick) {
   return pick->jit && pick->from == JGEMM_FROM_HEURISTIC && dev->dram_per_sm_cycle > 0.0;
 }
 
-/* Whether `.stats` (the statistics without E16) pays on `dev`: its DRAM moving fewer than
- * RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle, where the rows' re-reads of the fp32
- * chunk cost more than the epilogue adds (recipe.h). */
+/* Whether `.stats` (the statistics without E16) pays on `dev`, whose DRAM is known
+ * (heuristic_jit): moving fewer than RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle, where
+ * the rows' re-reads of the fp32 chunk cost more than the epilogue adds (recipe.h). */
 static int dram_short(const recipe_device *dev) {
   return dev->dram_per_sm_cycle < RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE;
 }
 
 /* The teachers whose E16 call was measured faster than the fp32 logits' and `.stats`': a dense
- * teacher read from memory (on an H100 and an H200: recipe.h). The sparse teacher's E16 epilogue searches the support's ids per element
- * (46.5 ms against `.stats`' 43.6 on an H100, run 88), the online teacher keeps its fp32 logits
- * beside E (run 77: `.stats` 0.446x / 0.495x Liger's JSD, E16 0.465x / 0.497x). */
+ * teacher read from memory (on an H100 and an H200: recipe.h). The sparse teacher's E16
+ * epilogue searches the support's ids per element (46.5 ms against `.stats`' 43.6 on an H100,
+ * run 88), the online teacher keeps its fp32 logits beside E (run 77: `.stats` 0.446x / 0.495x
+ * Liger's JSD, E16 0.465x / 0.497x). */
 static int e16_by_default(const kljit_problem *pb) {
   return pb->teacher == KLJIT_TEACHER_DENSE_PROBS || pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ||
          pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
@@ -345,13 +346,12 @@ static void promoted_shape(jgemm_variant *v) {
 }
 
 /* E16's logits GEMM where nothing named its shape (the heuristics' E16, or the options' without
- * a variant): RECIPE_E16_TILE's tile, schedule and cluster. */
+ * a variant): RECIPE_E16_TILE's variant in place of the kind's default. */
 static void e16_shape(jgemm_variant *v) {
   prob_gemm_choice c;
   memset(&c, 0, sizeof c);
   if (gemm_algo_jit_parse(RECIPE_E16_TILE, &c)) return; /* (unit_recipe parses it) */
-  v->bn = c.bn, v->consumers = c.consumers, v->stages = c.stages, v->raster = c.raster;
-  v->cluster = c.cluster, v->schedule = c.schedule;
+  jgemm_variant_take(v, &c);
 }
 
 /* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue

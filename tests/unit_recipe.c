@@ -877,11 +877,12 @@ static int the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short(void) {
 }
 
 /* KLJIT_FLAG_PRECISE_ACCUMULATION: wherever the logits GEMM is generated (sm_90's E16 default on
- * an H100 and an H200, the options' fp32 logits, the tuning's variant) it becomes the promoted 128 x 128
- * cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes (E16 or the
- * fp32 logits, the chunk that follows from it), in a module of its own; the other GEMMs and the
- * geometry are the unflagged plan's, but for E16's records a row, which follow the tile. Where
- * the logits GEMM is cuBLASLt's (sm_80, the options' cublas) the plan is the unflagged one. */
+ * an H100 and an H200, the options' fp32 logits, the tuning's variant) it becomes the promoted
+ * 128 x 128 cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes
+ * (E16 or the fp32 logits, the chunk that follows from it), in a module of its own; the other
+ * GEMMs and the geometry are the unflagged plan's, but for E16's records a row, which follow
+ * the tile. Where the logits GEMM is cuBLASLt's (sm_80, the options' cublas) the plan is the
+ * unflagged one. */
 static int the_precise_flag_promotes_the_generated_logits_gemm(void) {
   const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
   const recipe_device h100 = {90, 132, 12.8}, h200 = {90, 132, 18.8}, a100 = {80, 108, 5.0};
