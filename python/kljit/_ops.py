@@ -12,12 +12,13 @@ path of each mode, eager and compiled.
     kljit::two_phase_grads(grad_output, <the tensors>, saved, key, main_grad?, bias_main_grad?)
         -> (dx, dw, db)                                                       kljit_backward
 
-    Fused.apply(input, weight, bias?, <the other tensors of fused, as one tuple>, key),
+    Fused.apply(input, weight, bias?, <the other tensors of fused, as one tuple>, key, done?),
     TwoPhase.apply(...) -> (loss, row_loss, parts)
 
 The ops have a kernel and a fake kernel (torch.compile traces them as they are) and no autograd
 of their own: Fused and TwoPhase are the autograd of every call, eager or traced, and call the
-ops in forward and backward. `key` is all that is not a tensor, as one string (call_key; a
+ops in forward and backward (eager: the forward op's kernel runs first, `launch`, and apply
+gets its outputs as `done`). `key` is all that is not a tensor, as one string (call_key; a
 constant in a compiled graph, as the float arguments were: each value its own graph): the
 LossConfig as JSON, `want` the WANT_* bits, T, grad_scale and `shard`; one argument, not five,
 as each argument costs the dispatcher a conversion on every call. `divisor` is a 0-d fp64
@@ -118,19 +119,17 @@ def _empty(like: Tensor) -> Tensor:
 
 
 def _layout(t: Optional[Tensor]) -> Any:
-    """What a tensor's checks depend on: shape, dtype, device, contiguity, 16-byte alignment
-    (get_device: an int, cheaper than .device)."""
+    """What a tensor's checks depend on (get_device: an int, cheaper than .device)."""
     return None if t is None else (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
                                    t.data_ptr() & 15)
 
 
 class Checked:
-    """What a call's signature fixes, worked out once and reused by every call with that
-    signature (Call.make): the checked spec, the plan (its dW accumulation the library's
-    KLJIT_ACCUM_AUTO unless asked otherwise), the kljit_args with every pointer NULL (copied
-    per call: building it field by field costs more than the copy), the workspace size of each
-    mode, the shard (kljit._dist.Shard or None) and the mixed-precision cast of the weight and
-    bias (the compute dtype, or None when both are in it already)."""
+    """What a call's signature fixes, worked out once for every call with it (Call.make): the
+    checked spec, the plan (dW accumulated as KLJIT_ACCUM_AUTO unless asked otherwise), the
+    kljit_args with every pointer NULL (copied per call: cheaper than field by field), each
+    mode's workspace size, the shard (kljit._dist.Shard or None) and the compute dtype the
+    weight and bias are cast to (None when both are in it already)."""
 
     __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape", "shard", "cast")
 
@@ -172,8 +171,8 @@ class Call:
         compute = checked.cast
         if compute is not None:  # mixed precision: one cast of the fp32 master weight (and bias)
             w, b = self.weight, self.bias
-            self.weight = w if w.dtype == compute else w.to(compute)
-            self.bias = b if b is None or b.dtype == compute else b.to(compute)
+            self.weight = w if w.dtype == compute else w.detach().to(compute)
+            self.bias = b if b is None or b.dtype == compute else b.detach().to(compute)
             self.tensors = (tensors[0], self.weight, self.bias, *tensors[3:])
 
     @classmethod
@@ -253,8 +252,7 @@ class Call:
     def grads(self, weight: Tensor, bias: Optional[Tensor], want: int,
               args: Args) -> Tuple[Optional[Tensor], ...]:
         """dX (input dtype), dW and db (the stored weight's dtype) as `want` says, pointed to by
-        args; None for the others (empty_grads gives them their empty tensors once the call is
-        enqueued: only what the launch writes is allocated before it)."""
+        args; None for the others (empty_grads: after the launch, which waits for no more)."""
         x = self.tensors[0]
         dx = dw = db = None
         if want & WANT_DX:
@@ -279,8 +277,7 @@ class Call:
 
     def parts(self, want: int, args: Args) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """The optional outputs row_loss [N] and loss_parts [2] (fp32) where `want` has
-        WANT_PARTS, pointed to by args; None otherwise (empty_parts: their empty tensors, made
-        once the call is enqueued)."""
+        WANT_PARTS, pointed to by args; None otherwise (empty_parts: after the launch)."""
         if not want & WANT_PARTS:
             return None, None
         x = self.tensors[0]
@@ -314,8 +311,7 @@ def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
 
 def _no_parts(like: Tensor) -> Tuple[Tensor, Tensor]:
     """The optional outputs where they are not wanted: two empty fp32 tensors."""
-    return (like.new_empty((0,), dtype=torch.float32),
-            like.new_empty((0,), dtype=torch.float32))
+    return like.new_empty((0,), dtype=torch.float32), like.new_empty((0,), dtype=torch.float32)
 
 
 def _fake_parts(input: Tensor, want: int, shard: str) -> Tuple[Tensor, Tensor]:
@@ -407,7 +403,6 @@ def _define(schema: str, kernel: Any, fake: Any) -> Any:
     return getattr(torch.ops.kljit, name).default
 
 
-_PLAIN = (Tensor, torch.nn.Parameter)
 try:  # where torch lacks it, always the dispatcher
     from torch.utils._python_dispatch import is_in_torch_dispatch_mode as _dispatch_mode
 except ImportError:  # pragma: no cover
@@ -415,19 +410,24 @@ except ImportError:  # pragma: no cover
 
 
 def _direct(inputs: Tuple[Any, ...]) -> bool:
-    """Whether a Function's forward may call its op's kernel directly rather than through the
-    dispatcher: eager, plain tensors only (a DTensor or other subclass has its own handling of
-    the op), no __torch_function__ mode (torch.overrides.has_torch_function) and no dispatch
-    mode (FakeTensorMode, FlopCounterMode, ...: they must see the op). The dispatcher's round
-    trip (Python, C++, the kernel back in Python) was 3.4 us of the binding's ~9.6 us before
-    its launch on the build VM (issue 28); these checks take a fraction of that."""
+    """Whether an op's kernel may be called directly rather than through the dispatcher (its
+    round trip costs more than these checks): eager, plain tensors only (a DTensor or other
+    subclass has its own handling of the op), no __torch_function__ mode and no dispatch mode
+    (FakeTensorMode, FlopCounterMode, ...: they must see the op)."""
     if _dispatch_mode is None or torch.compiler.is_compiling() or _dispatch_mode():
         return False
     tensors = inputs[:N_TENSORS]
-    for t in tensors:
-        if t is not None and type(t) not in _PLAIN:
-            return False
-    return not torch.overrides.has_torch_function(tensors)
+    return _dist.plain(tensors) and not torch.overrides.has_torch_function(tensors)
+
+
+def launch(mode: str, inputs: Tuple[Any, ...]) -> Optional[Tuple[Tensor, ...]]:
+    """An eager call's outputs, its forward op's kernel run before the Function's apply (whose
+    bookkeeping then overlaps the GPU's work, not precedes it), or None where the op runs in
+    forward: traced, a subclass or a mode (_direct), a vocabulary shard (its gathers: no-grad).
+    The weight's mixed-precision cast is detached (Call), as this runs under grad mode."""
+    if read_key(inputs[N_TENSORS]).shard or not _direct(inputs):
+        return None
+    return (_fused if mode == "fused" else _two_phase)(*inputs)
 
 
 def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor], ...]:
@@ -443,9 +443,8 @@ def _grads_out(ctx: Any, dx: Tensor, dw: Any, db: Any) -> Tuple[Optional[Tensor]
 
 
 def _forward_ctx(ctx: Any, inputs: Tuple[Any, ...], *no_grad: Tensor) -> None:
-    """What both modes' forward keeps: the key (a CallKey) and the parameters as the caller
-    holds them (for main_grad). Only the loss is differentiable: the optional outputs get no
-    gradient, and backward takes None, not a zero tensor, for them."""
+    """What both modes' forward keeps: the key (a CallKey), the parameters as the caller holds
+    them (for main_grad). Only the loss is differentiable (backward takes None for the rest)."""
     ctx.key = (_parse_key if torch.compiler.is_compiling() else read_key)(inputs[N_TENSORS])
     ctx.params = (inputs[1], inputs[2]) if ctx.key.want & WANT_MAIN_GRAD else None
     ctx.has_bias = inputs[2] is not None
@@ -518,15 +517,15 @@ class Fused(torch.autograd.Function):
     """mode='fused' with autograd, eager and compiled: forward runs kljit::fused (the loss and
     its gradients times grad_scale); backward scales those in place by the upstream gradient
     (kljit::scale_grads_), so a fused loss can be backpropagated once. apply takes input,
-    weight, bias, the ops' other tensors as one tuple (no gradient reaches them, and autograd's
-    bookkeeping of each argument is host time before the launch) and the key; it returns (loss,
-    row_loss, parts)."""
+    weight, bias, the ops' other tensors as one tuple (no gradient reaches them; autograd's
+    bookkeeping of each argument is host time), the key and `done` (launch's outputs, or None);
+    it returns (loss, row_loss, parts)."""
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
-                others: Tuple[Optional[Tensor], ...], key: str) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor], others: Tuple,
+                key: str, done: Optional[Tuple] = None) -> Tuple[Tensor, Tensor, Tensor]:
         inputs = (input, weight, bias, *others, key)
-        loss, dx, dw, db, row_loss, parts = (_fused if _direct(inputs) else fused)(*inputs)
+        loss, dx, dw, db, row_loss, parts = done or (_fused if _direct(inputs) else fused)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(dx, dw, db)
         ctx.used = False
@@ -696,10 +695,11 @@ class TwoPhase(torch.autograd.Function):
     (loss, row_loss, parts)."""
 
     @staticmethod
-    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor],
-                others: Tuple[Optional[Tensor], ...], key: str) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor], others: Tuple,
+                key: str, done: Optional[Tuple] = None) -> Tuple[Tensor, Tensor, Tensor]:
         inputs = (input, weight, bias, *others, key)
-        loss, saved, row_loss, parts = (_two_phase if _direct(inputs) else two_phase)(*inputs)
+        op = _two_phase if _direct(inputs) else two_phase
+        loss, saved, row_loss, parts = done or op(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(*inputs[:N_TENSORS], saved)
         return loss, row_loss, parts

@@ -238,13 +238,12 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if not isinstance(return_components, bool):
         raise TypeError(f"return_components must be a bool, got "
                         f"{type(return_components).__name__}")
-    given = (teacher, teacher_ids, teacher_values, labels, bias, teacher_weight, teacher_bias,
-             row_weights)
     if not (plain and x is not None and weight is not None) and not (
-            isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
-            and all(t is None or isinstance(t, torch.Tensor) for t in given)):
+            isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and all(
+                t is None or isinstance(t, torch.Tensor) for t in (
+                    teacher, teacher_ids, teacher_values, labels, bias, teacher_weight,
+                    teacher_bias, row_weights))):
         from ._checks import check_call  # the argument's TypeError, before any op sees it
-
         check_call(config, x, weight, teacher, bias=bias, labels=labels,
                    teacher_ids=teacher_ids, teacher_values=teacher_values,
                    require_cuda=_ops.REQUIRE_CUDA, teacher_weight=teacher_weight,
@@ -273,12 +272,14 @@ def fused_linear_kl_div(input: torch.Tensor, weight: torch.Tensor,
     if teacher_ids is not None or teacher_values is not None:  # the sparse form only
         teacher_ids = _flatten("teacher_ids", teacher_ids, 1)
         teacher_values = _flatten("teacher_values", teacher_values, 1)
-    out = op.apply(x, weight, bias, (
-        _flatten("teacher", teacher, 1), teacher_ids, teacher_values,
-        None if labels is None else _flatten("labels", labels, 0), teacher_weight, teacher_bias,
-        None if num_items_in_batch is None else _divisor(num_items_in_batch, x.device),
-        row_weights), _ops.call_key(config.key, want, math.nan if temperature is None
-                                    else float(temperature), float(grad_scale), shard))
+    others = (_flatten("teacher", teacher, 1), teacher_ids, teacher_values,
+              None if labels is None else _flatten("labels", labels, 0), teacher_weight,
+              teacher_bias, None if num_items_in_batch is None
+              else _divisor(num_items_in_batch, x.device), row_weights)
+    key = _ops.call_key(config.key, want, math.nan if temperature is None
+                        else float(temperature), float(grad_scale), shard)
+    out = op.apply(x, weight, bias, others, key, _ops.launch(config.mode, (x, weight, bias,
+                                                                           *others, key)))
     loss = out[0]
     if config.reduction == "none" and input.dim() != 2:  # per row: the input's leading shape
         loss = loss.view(input.shape[:-1])

@@ -431,8 +431,9 @@ class PlumbingTest(unittest.TestCase):
                                            teacher_weight=wt)
 
     def test_each_mode_has_one_autograd_path_its_function_over_its_ops(self) -> None:
-        # eager calls run the ops' kernels inside the mode's Function (grad off; the forward
-        # op's kernel directly, without the dispatcher's round trip: _ops._direct), and the ops
+        # eager calls launch the forward op's kernel once, directly (no dispatcher's round
+        # trip: _ops._direct), before the mode's Function records the node (_ops.launch: under
+        # the caller's grad mode); backward's op runs inside the Function (grad off); the ops
         # have no autograd of their own: called outside it, no gradient
         from kljit import _ops
 
@@ -456,7 +457,7 @@ class PlumbingTest(unittest.TestCase):
                 self.assertEqual(loss.grad_fn.name(), node)
                 loss.backward()
             self.assertIsNotNone(inp["x"].grad, mode)
-            self.assertEqual(seen, [(ops[0], False), (ops[1], False)], mode)
+            self.assertEqual(seen, [(ops[0], True), (ops[1], False)], mode)
             key = _ops.call_key(self.kljit.LossConfig().key, _ops.WANT_DX | _ops.WANT_DW,
                                 math.nan, 1.0, "")
             out = getattr(t.ops.kljit, mode)(inp["x"], inp["w"], inp["b"], inp["teacher"],
