@@ -325,13 +325,14 @@ static int dram_short(const recipe_device *dev) {
 }
 
 /* The teachers whose E16 call was measured faster than the fp32 logits' and `.stats`': a dense
- * teacher read from memory (on an H100 and an H200: recipe.h). The sparse teacher's E16
- * epilogue searches the support's ids per element (46.5 ms against `.stats`' 43.6 on an H100,
- * run 88), the online teacher keeps its fp32 logits beside E (run 77: `.stats` 0.446x / 0.495x
- * Liger's JSD, E16 0.465x / 0.497x). */
+ * teacher read from memory (on an H100 and an H200: recipe.h) and the sparse top-K teacher (on
+ * an H100, E16's own tile: 41.2-41.9 ms against `.stats`' 44.8 at 8192 x 4096 x 128256, K =
+ * 100, run 129; on the earlier 128 x 128 tile it had lost, 46.5 against 43.6, run 88). The
+ * online teacher keeps its fp32 logits beside E (run 77: `.stats` 0.446x / 0.495x Liger's JSD,
+ * E16 0.465x / 0.497x). */
 static int e16_by_default(const kljit_problem *pb) {
   return pb->teacher == KLJIT_TEACHER_DENSE_PROBS || pb->teacher == KLJIT_TEACHER_DENSE_LOGPROBS ||
-         pb->teacher == KLJIT_TEACHER_DENSE_LOGITS;
+         pb->teacher == KLJIT_TEACHER_DENSE_LOGITS || pb->teacher == KLJIT_TEACHER_SPARSE_TOPK;
 }
 
 /* KLJIT_FLAG_PRECISE_ACCUMULATION's logits GEMM, whatever shape the options, the tuning or the
@@ -371,8 +372,8 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   v->stats.e16 = 0; /* set below where it is taken */
   prob_geometry *geo = &r->geom;
   if (!sel[GEMM_LOGITS].stats && !e16) {
-    /* nothing asked: the heuristics' own choice, E16 for the dense teachers it was measured
-     * faster for on every sm_90 timed, else `.stats` where the DRAM is short
+    /* nothing asked: the heuristics' own choice, E16 for the teachers it was measured faster
+     * for (e16_by_default), else `.stats` where the DRAM is short
      * (RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE), each where in scope (out of scope: the fp32 logits
      * and the rows, with no stats_why: nothing was asked) */
     if (!heuristic_jit(dev, pick)) return;

@@ -117,7 +117,8 @@ typedef struct recipe_device {
  * or logits on any such GPU (on an H200, bench_loss: the tile's neighbours 0.94-0.95x the fp32
  * logits' call at 4096 x 2048 x 32000 and 0.93-0.95x at 8192 x 4096 x 128256, run 120, the tile
  * itself 0.95x and 0.96x, run 125 against run 120's fp32 times; on an H100 0.87-0.93x already on
- * the earlier tile, runs 77 and 113), and `.stats` elsewhere in its scope below this many
+ * the earlier tile, runs 77 and 113) and for the sparse top-K teacher (timed on an H100 only:
+ * 0.93x `.stats`' call, run 129), and `.stats` elsewhere in its scope below this many
  * DRAM bytes per SM cycle (and known): on an H100 (12.8) `.stats` took 0.96x the default's call
  * at the sparse shape (run 88); on the H200 (18.8) 1.01-1.05x (runs 72-73), so there the
  * others keep the fp32 logits and the rows. */

@@ -381,7 +381,7 @@ static int the_statistics_epilogue_is_taken_only_in_its_scope(void) {
    * 256 columns chosen by the options; the reverse KL and the JSD (pass 1's records do not
    * depend on the divergence); teacher logits at a temperature of their own, and at T's; the
    * online teacher's (fp32, the chunk's rows LD apart: TCHUNK), with its bias (TBDT) */
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 10; k++) {
     kljit_problem pb = base(4096, k == 1 ? 32001 : 128256);
     if (k == 3) pb.divergence = KLJIT_DIVERGENCE_REVERSE_KL;
     if (k == 4) pb.divergence = KLJIT_DIVERGENCE_JSD, pb.beta = 0.5;
@@ -769,9 +769,10 @@ static int the_sparse_teachers_statistics_come_from_the_epilogue(void) {
 }
 
 /* Without an option or a tuning that names the logits GEMM's epilogue, the heuristics take it
- * on sm_90: E16 for a dense teacher read from memory on any such GPU (its chunk doubled, as the
- * option's; on its own tile whatever W's size), `.stats` for the sparse and online teachers and
- * for TVD (which E16 refuses) where the GPU's DRAM moves fewer than
+ * on sm_90: E16 for a dense teacher read from memory and the sparse one on any such GPU (its
+ * chunk doubled, as the option's; on its own tile whatever W's size), `.stats` for the online
+ * teacher, TVD and the sparse teacher's 129 ids and more (which E16 refuses) where the GPU's
+ * DRAM moves fewer than
  * RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE bytes an SM cycle (an H100: 12.8; not an H200, 18.8), the
  * fp32 logits and the rows where neither is in scope; nothing changes on a GPU whose DRAM is
  * unknown (recipe_make, precompile's first class), on sm_80, or where the options or the tuning
@@ -790,12 +791,10 @@ static int the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short(void) {
     if (k == 2) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, pb.flags |= KLJIT_FLAG_BIAS;
     if (k == 3) pb.divergence = KLJIT_DIVERGENCE_TVD, want = "stats";
     if (k == 4) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, want = "stats";
-    if (k == 5) {
-      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32;
-      want = "stats";
-    }
-    if (k == 6) /* the sparse teacher with a bias: only E16 takes it, which it is not given */
-      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32,
+    if (k == 5 || k == 6 || k == 9) /* E16 reads at most 128 ids a row */
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = k == 5 ? 100 : 200,
+      pb.topk_id_dtype = KLJIT_INT32, want = k == 5 ? "e16" : "stats";
+    if (k == 9) /* with a bias: only E16 takes it, which cannot take 200 ids */
       pb.flags |= KLJIT_FLAG_BIAS, want = "rows";
     if (k == 7) pb.flags |= KLJIT_FLAG_NATIVE_LOGITS, want = "rows";
     if (k == 8) pb.vocab_total = 2 * pb.vocab, pb.vocab_offset = pb.vocab, want = "rows";
