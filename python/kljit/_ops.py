@@ -301,10 +301,6 @@ class Call:
         del ws
 
 
-def _ptr(t: Optional[Tensor]) -> Optional[int]:
-    return None if t is None or t.numel() == 0 else t.data_ptr()
-
-
 def _loss_shape(key: str, input: Tensor) -> Tuple[int, ...]:
     return (input.shape[0],) if _config(key).reduction == "none" else ()
 
@@ -422,10 +418,14 @@ def _direct(inputs: Tuple[Any, ...]) -> bool:
 
 def launch(mode: str, inputs: Tuple[Any, ...]) -> Optional[Tuple[Tensor, ...]]:
     """An eager call's outputs, its forward op's kernel run before the Function's apply (whose
-    bookkeeping then overlaps the GPU's work, not precedes it), or None where the op runs in
-    forward: traced, a subclass or a mode (_direct), a vocabulary shard (its gathers: no-grad).
-    The weight's mixed-precision cast is detached (Call), as this runs under grad mode."""
+    bookkeeping then overlaps the GPU's work), or None where the op runs in forward: traced, a
+    subclass or a mode (_direct), a shard (its gathers: no-grad), functorch's storage-less
+    wrappers (apply names the transform). Runs under grad mode: Call detaches its casts."""
     if read_key(inputs[N_TENSORS]).shard or not _direct(inputs):
+        return None
+    try:
+        inputs[0].data_ptr()
+    except RuntimeError:
         return None
     return (_fused if mode == "fused" else _two_phase)(*inputs)
 
@@ -660,13 +660,13 @@ def _two_phase_grads(grad_output, input, weight, bias, teacher, teacher_ids, tea
     lift = _upstream_lift(g, grad_scale, input.dtype == torch.float16)
     g = (g / lift if lift != 1.0 else g).contiguous()
     args.saved, args.grad_output, args.grad_scale = saved.data_ptr(), g.data_ptr(), lift
-    dx, dw, db = call.grads(weight, bias, want & ~(WANT_DW if main_grad is not None else 0),
-                            args)
+    dx, dw, db = call.grads(weight, bias, want & ~(WANT_DW if main_grad is not None else 0), args)
     if main_grad is not None and want & WANT_DW:
         if bias is not None and bias_main_grad is None:
             db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
-        args.grad_weight, args.grad_bias = main_grad.data_ptr(), _ptr(
-            bias_main_grad if bias_main_grad is not None else db)
+        into = bias_main_grad if bias_main_grad is not None else db
+        args.grad_weight = main_grad.data_ptr()
+        args.grad_bias = into.data_ptr() if into is not None and into.numel() else None
         args.flags = EXEC_ACCUMULATE_GRAD_WEIGHT | (args.flags & EXEC_NO_GRAD_INPUT)
     call.run(Mode.BACKWARD, args)
     return call.empty_grads(weight, dx, dw, db)

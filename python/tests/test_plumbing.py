@@ -464,6 +464,21 @@ class PlumbingTest(unittest.TestCase):
                                                None, None, None, None, None, None, None, key)
             self.assertEqual([o.requires_grad for o in out], [False] * len(out), mode)
 
+    def test_functorch_transforms_get_torchs_message_before_any_launch(self) -> None:
+        # the eager launch (_ops.launch) leaves functorch's storage-less wrappers to apply,
+        # which names what the Function lacks for them; no plan runs a step
+        t = self.torch
+        inp = self.inputs()
+        x, w = inp["x"].detach(), inp["w"].detach()
+
+        def f(x: Any) -> Any:
+            return self.kljit.fused_linear_kl_div(x, w, inp["teacher"])
+
+        for transform in (lambda: t.func.grad(f)(x), lambda: t.vmap(f)(x[None].expand(2, -1, -1))):
+            with self.assertRaisesRegex(RuntimeError, "setup_context"):
+                transform()
+        self.assertEqual([p.calls for p in self.plans if p.calls], [])
+
     def test_compile_traces_one_op_forward_and_one_backward(self) -> None:
         # the ops' fake kernels trace them as they are; the Function adds no op of its own
         import torch._dynamo
