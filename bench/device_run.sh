@@ -30,7 +30,9 @@
 #                     the five dense shapes (torch.compile, Liger from DEPS/wheels or LIGER_WHEEL,
 #                     kljit_fused, alternated, peak memory), the sparse top-100 shape against
 #                     torch.compile, then the binding against its C call (40 repeats);
-#                     JUDGE_SETS (default "dense sparse binding") picks among the three
+#                     JUDGE_SETS (default "dense sparse binding") picks among those and
+#                     "online" (the online-teacher JSD against Liger's fused JSD at 8192 x 4096 x
+#                     128256 and 8192 x 2048 x 32000; needs the Liger wheel)
 #   tiles             the tiles claimed from a counter (flag d, TILES dynamic) in about 8 minutes:
 #                     its GEMM test (gpu_gemm's dynamic case, each launch checked to leave the
 #                     counter zero), then bench_loss at 8192x4096x128256 with the logits GEMM's
@@ -42,11 +44,11 @@
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     8 minutes: E16's row kernel at 64 registers (e1ea048, run only under
-#                     gpu.dense) under the other suites (api, python, fused_e16.dense: every
-#                     form, both modes, the online teacher), compute-sanitizer memcheck and
-#                     racecheck on two small fused cases of the default plan, then `judge` (the
-#                     sparse shape and the binding on this GPU) unless NEXT_JUDGE=0
+#                     8 minutes: the binding's suite (gpu.python: fcad94d's launch rule ran on
+#                     no GPU), compute-sanitizer racecheck on a small sparse case under the
+#                     sparse teacher's new default (E16, 116db42; memcheck ran, run 130), then
+#                     `judge` (the sparse shape, the online JSD and the binding on this GPU)
+#                     unless NEXT_JUDGE=0
 #   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
 #                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
@@ -86,7 +88,7 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="kljit gpu_dense gpu_api" ;;
+  next) targets="kljit gpu_sparse" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
           "next, chunk, precision)"
@@ -302,9 +304,11 @@ case $mode in
     # name|shapes|methods|extra compare.py arguments
     for j in "dense|dense|$peers|--repeats 6" \
              "sparse|8192x4096x128256k100|compile,kljit_fused|--repeats 6" \
+             "online|8192x4096x128256,8192x2048x32000|kljit_jsd,liger_jsd|--repeats 6" \
              "binding|dense|kljit_c,kljit_fused|--repeats 40"; do
       IFS='|' read -r name shapes methods extra <<< "$j"
       [[ " ${JUDGE_SETS:-dense sparse binding} " == *" $name "* ]] || continue
+      [ "$name" = online ] && [ ! -f "$wheel" ] && continue # Liger's fused JSD is the peer
       # shellcheck disable=SC2086
       PYTHONPATH=python timeout "${JUDGE_S:-240}" python3 bench/compare.py --shapes "$shapes" \
         --methods "$methods" --alternate "$methods" --no-reference --liger-wheel "$wheel" \
@@ -315,16 +319,12 @@ case $mode in
     ;;
   next)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
-    run_ctest next-suites '^gpu\.(api|python)\.|^gpu\.fused_e16\.dense\.' "${SUITE_S:-240}"
+    run_ctest next-suites '^gpu\.python\.' "${SUITE_S:-150}"
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-    for tool in memcheck racecheck; do
-      for c in a_single_row rows_not_a_multiple_of_the_chunk; do
-        timeout 120 "$cs" --tool $tool --error-exitcode 9 ./build/tests/gpu_dense $c \
-          > "$LOGS/sanitize-$tool-$c.log" 2>&1
-        echo "== $tool $c rc=$? ($SECONDS s)"
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAIL" "$LOGS/sanitize-$tool-$c.log" | head -3
-      done
-    done
-    [ "${NEXT_JUDGE:-1}" = 1 ] && JUDGE_SETS=${JUDGE_SETS:-sparse binding} bash "$0" judge
+    timeout 120 "$cs" --tool racecheck --error-exitcode 9 ./build/tests/gpu_sparse \
+      smallest_and_largest_k > "$LOGS/sanitize-racecheck-sparse.log" 2>&1
+    echo "== racecheck sparse smallest_and_largest_k rc=$? ($SECONDS s)"
+    grep -E "RACECHECK SUMMARY|FAIL" "$LOGS/sanitize-racecheck-sparse.log" | head -3
+    [ "${NEXT_JUDGE:-1}" = 1 ] && JUDGE_SETS=${JUDGE_SETS:-sparse online binding} bash "$0" judge
     ;;
 esac
