@@ -30,22 +30,22 @@ probabilities, T = 1 (or --temperature), batchmean, eps 1e-10; or the sparse top
                    (--alternate; 'none' times every method's runs back to back).
   kljit_two_phase  kljit through the binding, mode='two_phase' (forward, then backward).
 Opt-in (--methods), for like-for-like dW accumulation: liger_accum_fp32 (Liger with
-accum_dtype=torch.float32), kljit_fused_accum_fp32 (kljit with grad_weight_accum='fp32': a
-V x H fp32 buffer) and kljit_fused_accum_out (grad_weight_accum='output': dW accumulated in bf16
-across chunks, as Liger does by default, whatever the chunk count). For the speed/precision trade of bf16 logits: kljit_fused_native
-(native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in fp32) and
-kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default precision
-class on both counts). For issue 27's step 2: kljit_c_e16, kljit_c with the plan made in a
-context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16
+accum_dtype=torch.float32), kljit_fused_accum_fp32 (kljit with grad_weight_accum='fp32': a V x H
+fp32 buffer) and kljit_fused_accum_out (grad_weight_accum='output': dW accumulated in bf16 across
+chunks, as Liger does by default, whatever the chunk count). For the speed/precision trade of bf16
+logits: kljit_fused_native (native_logits=True: the logits GEMM writes bf16, as Liger's does; dW in
+fp32) and kljit_fused_native_accum_out (bf16 logits and bf16 dW accumulation: Liger's default
+precision class on both counts). For issue 27's step 2: kljit_c_e16, kljit_c with the plan made in
+a context of its own whose KLJIT_GEMM is logits:jit.e16 (the chunk as the logits GEMM's fp16
 scores, docs/architecture.md; it fails, naming the plan's description, where that plan does not
 take it), to be alternated with kljit_c and the peers; kljit_c_promoted, the same with
 logits:jit.128.2.6.g.1.r (the cooperative 128 x 128 logits GEMM adding its accumulator into a
 second fp32 one every 256 of K: the loss's precision, bench/accumulation_precision.py);
 kljit_c_stats, the same with logits:jit.stats (the rows' pass-1 records in the logits GEMM's
-epilogue, fp32 chunk logits kept: dense teachers and the sparse teacher's forward KL with tail
-none or renorm). kljit_fused_precise: kljit_fused with precise_accumulation=True
-(KLJIT_FLAG_PRECISE_ACCUMULATION: the plan's own generated logits GEMM, E16 or not, promoted),
-the flag's price against kljit_fused.
+epilogue, fp32 chunk logits kept: dense teachers and the sparse teacher's forward KL with tail none
+or renorm). kljit_fused_precise: kljit_fused with precise_accumulation=True
+(KLJIT_FLAG_PRECISE_ACCUMULATION: the plan's own generated logits GEMM, E16 or not, promoted), the
+flag's price against kljit_fused.
 
 Online teacher (opt-in, --methods online or by name): the teacher's hidden states Xt [N, H] and
 head Wt [V, H] are given instead of its probabilities, and each method computes the teacher
@@ -55,9 +55,10 @@ logits chunk by chunk itself (no gradient to the teacher), T = 1, batchmean, no 
                    (liger_kernel/transformers/fused_linear_jsd.py, 0.8.5): bf16 dW accumulated
                    across its chunks (accum_dtype=None), fp32 logits from the GEMMs.
   kljit_jsd        kljit's equivalent through the C API (ctypes, as kljit_c for the dense
-                   teacher: the call alone, no autograd): KLJIT_TEACHER_DENSE_HIDDEN, KLJIT_DIVERGENCE_JSD with beta
-                   --beta, fused mode, bf16 dW with the binding's 'auto' accumulation (in place
-                   up to 8 chunks, else an fp32 V x H buffer), default eps (1e-20).
+                   teacher: the call alone, no autograd): KLJIT_TEACHER_DENSE_HIDDEN,
+                   KLJIT_DIVERGENCE_JSD with beta --beta, fused mode, bf16 dW with the
+                   binding's 'auto' accumulation (in place up to 8 chunks, else an fp32 V x H
+                   buffer), default eps (1e-20).
   liger_fkl_online LigerFusedLinearJSD with jsd_beta=0: Liger's JSD kernel takes beta = 0 as
                    the forward KL(p || q) of teacher p and student q (its branch `beta == 0.0`:
                    loss p (log p - log q); beta = 1 is the reverse KL(q || p)), kljit's

@@ -38,8 +38,9 @@ that the numbers are the forms' rounding, not the order of a reduction (kljit's 
 add about 1e-7 to each, bench/RESULTS.md).
 Inputs as bench/compare.py's precision runs: X uniform in [-1, 1), W uniform in [-a, a) with
 a = 3 std / sqrt(H) (logits of standard deviation `std`), both bf16; the teacher the softmax of
-the exact s plus unit Gaussian noise (or, --independent, of logits of std 2), in bf16. Rows are processed in blocks of 512 and the loss
-summed over them (batchmean: the sum over rows / rows). Prints one line per (std, T).
+the exact s plus unit Gaussian noise (or, --independent, of logits of std 2), in bf16. Rows are
+processed in blocks of 512 and the loss summed over them (batchmean: the sum over rows / rows).
+Prints one line per (std, T).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def main(argv: Sequence[str]) -> int:
         for t in args.temps:
             errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t, args.seed,
                           args.independent)
-            print(f"std {std:5.1f}, T {t:4.2f}: " + " | ".join(f"{k}: {errs[k]:.2e}" for k in FORMS))
+            print(f"std {std:5.1f}, T {t:4.2f}: "
+                  + " | ".join(f"{k}: {errs[k]:.2e}" for k in FORMS))
     return 0
 
 

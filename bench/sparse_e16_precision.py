@@ -108,7 +108,8 @@ def main(argv: Sequence[str]) -> int:
         for t in args.temps:
             errs = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, t,
                           args.topk, args.seed, args.independent)
-            print(f"std {std:5.1f}, T {t:4.2f}: " + " | ".join(f"{f}: {errs[f]:.2e}" for f in FORMS))
+            print(f"std {std:5.1f}, T {t:4.2f}: "
+                  + " | ".join(f"{f}: {errs[f]:.2e}" for f in FORMS))
     return 0
 
 

@@ -134,7 +134,8 @@ def main(argv: Sequence[str]) -> int:
     torch = study_args.torch_or_none("sparse_g_rebuild_precision.py")
     if torch is None:
         return 2
-    print(study_args.header(args, f"top-{args.topk} teacher{' drawn apart' if args.independent else ''}, "
+    apart = " drawn apart" if args.independent else ""
+    print(study_args.header(args, f"top-{args.topk} teacher{apart}, "
                                   "G's and dX's relative error against float64 (bar: dX 2.5e-3)"))
     for std in args.stds:
         e = errors(torch, args.rows, args.hidden, args.vocab, args.tile, std, args.topk,

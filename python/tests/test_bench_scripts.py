@@ -149,7 +149,8 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(compare.REPLANNED["kljit_c_stats"][0], "logits:jit.stats")
         self.assertNotIn("kljit_c_stats", compare.DENSE_DEFAULT + compare.SPARSE_DEFAULT)
         # the online JSD through the opt-in epilogues: a C call each, sped up over Liger's JSD
-        for m, gemm in (("kljit_jsd_e16", "logits:jit.e16"), ("kljit_jsd_stats", "logits:jit.stats")):
+        for m, gemm in (("kljit_jsd_e16", "logits:jit.e16"),
+                        ("kljit_jsd_stats", "logits:jit.stats")):
             fn, why = compare.build_online_method(env, m, args)
             self.assertTrue(callable(fn) and why == "")
             self.assertEqual(compare.ONLINE_REPLANNED[m][0], gemm)
