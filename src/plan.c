@@ -207,7 +207,7 @@ static kljit_status prepare_gemms(kljit_plan *p, jit_bin *gemm_bins, strbuf *des
                          "does");
   char auto_why[112] = "";
   if (r->epilogue_auto == RECIPE_AUTO_E16)
-    snprintf(auto_why, sizeof auto_why, "; the heuristics' choice for a dense teacher on sm_90");
+    snprintf(auto_why, sizeof auto_why, "; the heuristics' choice for this teacher on sm_90");
   else if (r->epilogue_auto)
     snprintf(auto_why, sizeof auto_why, "; the heuristics' choice on this GPU (its DRAM: %.1f "
              "bytes an SM cycle, under %.0f)", p->ctx->dram_per_sm_cycle,

@@ -94,8 +94,8 @@ typedef struct recipe {
                           * and the problem or the plan's engines do not allow it: why (the
                           * rows' pass 1 then runs); NULL otherwise */
   int epilogue_auto;     /* the heuristics took an epilogue, no option asked: RECIPE_AUTO_E16
-                          * (a dense teacher, any sm_90) or RECIPE_AUTO_STATS (this GPU's
-                          * DRAM, RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE); 0: none */
+                          * (a dense or sparse top-K teacher, any sm_90) or RECIPE_AUTO_STATS
+                          * (this GPU's DRAM, RECIPE_EPILOGUE_DRAM_PER_SM_CYCLE); 0: none */
   recipe_gemm gemm[RECIPE_SLOTS];
   kspec rows_part[2]; /* dense rows: geom.rows as two modules, PART "fused" and "phased" (the
                        * kernels each mode's calls launch: the fused mode's, the others');
