@@ -378,7 +378,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
      * and the rows, with no stats_why: nothing was asked) */
     if (!heuristic_jit(dev, pick)) return;
     e16 = e16_by_default(pb) && !stats_unfit(pb, geo, 1, 1);
-    if ((!e16 && !dram_short(dev)) || stats_unfit(pb, geo, 1, e16)) return;
+    if (!e16 && (!dram_short(dev) || stats_unfit(pb, geo, 1, 0))) return;
     r->epilogue_auto = e16 ? RECIPE_AUTO_E16 : RECIPE_AUTO_STATS;
   } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
     return;
