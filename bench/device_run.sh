@@ -43,12 +43,17 @@
 #                     launch for the first four (the re-reads the counter is for); runs not
 #                     started by BENCH_UNTIL_S (400) and NCU_UNTIL_S (480 s into the call) are
 #                     left out, so that the logs come back within the device's 600 s
+#   variants          bench_loss (median of 5, --no-full --no-twophase) per logits-GEMM choice,
+#                     alternated over ROUNDS (2) rounds: VARIANTS ("name|KLJIT_GEMM;...", default
+#                     the default plan and the precise flag's promoted tile, E16 + r) at SHAPES
+#                     (default the five dense shapes); runs not started by BENCH_UNTIL_S (490 s
+#                     into the call) are left out
 #   next              the GPU work the last stop left (its closing note), in one call of about
-#                     8 minutes: the binding's suite (gpu.python: fcad94d's launch rule ran on
-#                     no GPU), compute-sanitizer racecheck on a small sparse case under the
-#                     sparse teacher's new default (E16, 116db42; memcheck ran, run 130), then
-#                     `judge` (the sparse shape, the online JSD and the binding on this GPU)
-#                     unless NEXT_JUDGE=0
+#                     5 minutes: every bar of issues 27 and 28 that needs an H200 and has been
+#                     timed on H100s only since the last change (runs 127-132): `judge` (the five
+#                     dense shapes, the sparse shape, the online JSD, the binding against its C
+#                     call) unless NEXT_JUDGE=0, then the binding's suite (gpu.python.*: tp 2-4
+#                     gloo ranks)
 #   chunk             every kernel of the fused call under ncu, one line each (bench/ncu_table.py):
 #                     time, DRAM bytes read and written, L2 sectors, tensor pipe and DRAM
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
@@ -88,10 +93,11 @@ case $mode in
   precision) targets="kljit" ;;
   judge) targets="kljit" ;;
   tiles) targets="bench_loss gpu_gemm kljit" ;;
-  next) targets="kljit gpu_sparse" ;;
+  next) targets="kljit python_layout python_ref" ;;
+  variants) targets="bench_loss" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
-          "next, chunk, precision)"
+          "next, chunk, precision, variants)"
      exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
@@ -317,14 +323,26 @@ case $mode in
       grep -E "^\| [a-z_]+ \| [0-9]" "$LOGS/judge-$name.log" | cut -c1-150 | tail -15
     done
     ;;
+  variants)
+    IFS=';' read -ra variants <<< "${VARIANTS:-default|;e16r|logits:jit.128.2.6.g.1.re}"
+    shapes=${SHAPES:-8192x4096x128256 4096x4096x128256 2048x4096x128256 8192x2048x32000 4096x2048x32000}
+    for round in $(seq "${ROUNDS:-2}"); do
+      for shape in $shapes; do
+        for v in "${variants[@]}"; do
+          IFS='|' read -r name gemm <<< "$v"
+          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-490}" ] && continue
+          KLJIT_GEMM=$gemm timeout 75 ./build/bench/bench_loss --shapes "$shape" --no-full \
+            --no-twophase --repeats 5 > /dev/null 2> "$LOGS/variant-$shape-$name-$round.log"
+          echo "$shape r$round $name rc=$? $(grep -E ' fused [0-9]' \
+            "$LOGS/variant-$shape-$name-$round.log" | cut -c1-110) ($SECONDS s)"
+        done
+      done
+    done
+    ;;
   next)
     export KLJIT_LIBRARY=${KLJIT_LIBRARY:-$PWD/build/libkljit.so}
+    [ "${NEXT_JUDGE:-1}" = 1 ] &&
+      JUDGE_SETS=${JUDGE_SETS:-dense sparse online binding} bash "$0" judge
     run_ctest next-suites '^gpu\.python\.' "${SUITE_S:-150}"
-    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-    timeout 120 "$cs" --tool racecheck --error-exitcode 9 ./build/tests/gpu_sparse \
-      smallest_and_largest_k > "$LOGS/sanitize-racecheck-sparse.log" 2>&1
-    echo "== racecheck sparse smallest_and_largest_k rc=$? ($SECONDS s)"
-    grep -E "RACECHECK SUMMARY|FAIL" "$LOGS/sanitize-racecheck-sparse.log" | head -3
-    [ "${NEXT_JUDGE:-1}" = 1 ] && JUDGE_SETS=${JUDGE_SETS:-sparse online binding} bash "$0" judge
     ;;
 esac
