@@ -19,8 +19,9 @@
 #                     reserved for the steps after it, so the logs always come back.
 #   micro [args...]   tests/bench_gemm (interleaved, sustained) with args, e.g. --layout tn --beta 1
 #   sanitize          compute-sanitizer memcheck and racecheck on small GEMM and fused cases
-#   tune              kljit tune of 8192x4096x128256 (KLJIT_TUNE_BUDGET_S, default 120), then
-#                     bench_loss of that shape with and without the wisdom, same run
+#   tune              kljit tune of TUNE_NHV (N x H x V, default 8192x4096x128256, bf16, dense;
+#                     KLJIT_TUNE_BUDGET_S, default 120), then bench_loss of that shape with and
+#                     without the wisdom, same run
 #   profile           the fused call per logits-GEMM choice (PROFILES="name|KLJIT_GEMM|bench_loss
 #                     args;...", default sparse and dense E16, sparse .stats, the plain generated
 #                     logits GEMM; SHAPE, default 8192x4096x128256):
@@ -198,7 +199,9 @@ case $mode in
     done
     ;;
   tune)
-    shape="V=128256,H=4096,bf16,dense,N=8192"
+    nhv=${TUNE_NHV:-8192x4096x128256}
+    IFS=x read -r n h v <<< "$nhv"
+    shape="V=$v,H=$h,bf16,dense,N=$n"
     KLJIT_LOG=1 KLJIT_WISDOM="$LOGS/tuned.wisdom" KLJIT_TUNE_BUDGET_S=${KLJIT_TUNE_BUDGET_S:-120} \
       timeout "${TUNE_S:-300}" ./build/kljit tune "$shape" > "$LOGS/tune.log" 2>&1
     echo "== tune rc=$?"
@@ -206,7 +209,7 @@ case $mode in
     cat "$LOGS/tuned.wisdom"
     for w in none "$LOGS/tuned.wisdom" none "$LOGS/tuned.wisdom"; do
       echo "== bench_loss, wisdom $w"
-      KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes 8192x4096x128256 \
+      KLJIT_WISDOM=$w timeout 120 ./build/bench/bench_loss --shapes "$nhv" \
         --no-twophase --no-full --repeats 10 2>&1 | tail -3
     done
     ;;
