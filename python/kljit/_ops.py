@@ -698,8 +698,8 @@ class TwoPhase(torch.autograd.Function):
     def forward(ctx: Any, input: Tensor, weight: Tensor, bias: Optional[Tensor], others: Tuple,
                 key: str, done: Optional[Tuple] = None) -> Tuple[Tensor, Tensor, Tensor]:
         inputs = (input, weight, bias, *others, key)
-        op = _two_phase if _direct(inputs) else two_phase
-        loss, saved, row_loss, parts = done or op(*inputs)
+        loss, saved, row_loss, parts = done or (
+            _two_phase if _direct(inputs) else two_phase)(*inputs)
         _forward_ctx(ctx, inputs, row_loss, parts)
         ctx.save_for_backward(*inputs[:N_TENSORS], saved)
         return loss, row_loss, parts
