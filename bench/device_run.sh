@@ -135,6 +135,15 @@ run_ctest() { # name regex seconds
   errors "$LOGS/$1.log" | tee "$LOGS/$1-errors.txt"
 }
 
+# bench_loss (median of 5, --no-full --no-twophase) of one logits-GEMM choice at one shape,
+# within `seconds`; its summary line echoed, its log LOGS/<log>-<shape>-<name>-<round>.log.
+bench_variant() { # log shape name KLJIT_GEMM round seconds
+  local f="$LOGS/$1-$2-$3-$5.log"
+  KLJIT_GEMM=$4 timeout "$6" ./build/bench/bench_loss --shapes "$2" --no-full --no-twophase \
+    --repeats 5 > /dev/null 2> "$f"
+  echo "$2 r$5 $3 rc=$? $(grep -E ' fused [0-9]' "$f" | cut -c1-110) ($SECONDS s)"
+}
+
 case $mode in
   suite)
     run_ctest suite "${1:-gpu}" "${SUITE_S:-900}"
@@ -261,17 +270,13 @@ case $mode in
     default="$default;fp32-c2|logits:jit.128.2.6.g.2.p;alljit|all:jit"
     default="$default;alljit-dyn|logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd"
     IFS=';' read -ra variants <<< "${TILES_VARIANTS:-$default}"
-    bl=(./build/bench/bench_loss --no-full --no-twophase --repeats 5)
     for round in 1 2; do
       for i in "${!variants[@]}"; do
         IFS='|' read -r name gemm <<< "${variants[$i]}"
         for shape in 8192x4096x128256 8192x2048x32000; do
           [ "$shape" = 8192x2048x32000 ] && [ "$i" -ge 3 ] && continue
           [ "$SECONDS" -gt "${BENCH_UNTIL_S:-400}" ] && continue # ncu's time
-          KLJIT_GEMM=$gemm timeout 60 "${bl[@]}" --shapes $shape > /dev/null \
-            2> "$LOGS/tiles-$shape-$name-$round.log"
-          echo "$shape r$round $name rc=$? $(grep -E ' fused [0-9]' \
-            "$LOGS/tiles-$shape-$name-$round.log" | cut -c1-110) ($SECONDS s)"
+          bench_variant tiles "$shape" "$name" "$gemm" "$round" 60
         done
       done
     done
@@ -334,10 +339,7 @@ case $mode in
         for v in "${variants[@]}"; do
           IFS='|' read -r name gemm <<< "$v"
           [ "$SECONDS" -gt "${BENCH_UNTIL_S:-490}" ] && continue
-          KLJIT_GEMM=$gemm timeout 75 ./build/bench/bench_loss --shapes "$shape" --no-full \
-            --no-twophase --repeats 5 > /dev/null 2> "$LOGS/variant-$shape-$name-$round.log"
-          echo "$shape r$round $name rc=$? $(grep -E ' fused [0-9]' \
-            "$LOGS/variant-$shape-$name-$round.log" | cut -c1-110) ($SECONDS s)"
+          bench_variant variant "$shape" "$name" "$gemm" "$round" 75
         done
       done
     done
