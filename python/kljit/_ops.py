@@ -243,8 +243,7 @@ class Call:
         size = self.checked.workspace_size(mode)
         # CUDA's caching allocator hands out 512-byte aligned blocks; over-allocating by 255
         # bytes makes the 256 bytes kljit needs independent of that.
-        raw = torch.empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8,
-                          device=self.tensors[0].device)
+        raw = self.tensors[0].new_empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8)
         ptr = raw.data_ptr()
         args.workspace, args.workspace_size = ptr + (-ptr % WORKSPACE_ALIGN), size
         return raw
@@ -253,16 +252,16 @@ class Call:
               args: Args) -> Tuple[Optional[Tensor], ...]:
         """dX (input dtype), dW and db (the stored weight's dtype) as `want` says, pointed to by
         args; None for the others (empty_grads: after the launch, which waits for no more)."""
-        x = self.tensors[0]
-        dx = dw = db = None
+        x = self.tensors[0]  # each checked contiguous: empty_like keeps it, and its keyword
+        dx = dw = db = None  # memory_format cost 1.3 us a tensor (bench/RESULTS.md run 135)
         if want & WANT_DX:
-            dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+            dx = torch.empty_like(x)
             args.grad_input = dx.data_ptr()
         if want & WANT_DW:
-            dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
+            dw = torch.empty_like(weight)
             args.grad_weight = dw.data_ptr()
             if bias is not None:
-                db = torch.empty_like(bias, memory_format=torch.contiguous_format)
+                db = torch.empty_like(bias)
                 args.grad_bias = db.data_ptr()
         args.flags = (0 if want & WANT_DX else EXEC_NO_GRAD_INPUT) | (
             0 if want & WANT_DW else EXEC_NO_GRAD_WEIGHT)
@@ -291,8 +290,7 @@ class Call:
         return _no_parts(self.tensors[0]) if row_loss is None else (row_loss, parts)
 
     def loss(self) -> Tensor:
-        return torch.empty(self.checked.loss_shape, dtype=torch.float32,
-                           device=self.tensors[0].device)
+        return self.tensors[0].new_empty(self.checked.loss_shape, dtype=torch.float32)
 
     def run(self, mode: Mode, args: Args) -> None:
         """The call on the current stream (a vocabulary shard's: kljit._dist.run_shard)."""
