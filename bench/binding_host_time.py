@@ -2,7 +2,7 @@
 """The binding's host time against its C call's, to the launch.
 
     python3 bench/binding_host_time.py [--calls 3000] [--warmup 200] [--shape 64x64x256]
-                                       [--device cpu|cuda] [--profile]
+                                       [--device cpu|cuda] [--profile] [--gpu-clock]
 
 Issue 28 judges the binding against its C call on an idle GPU (bench/compare.py's kljit_fused
 and kljit_c): there the GPU waits for the host until the first kernel is launched, so what the
@@ -26,6 +26,14 @@ about 90 us with CUDA tensors on one H100 host; this form on the H100's own host
 64 x 256: 60.5 us against 34.0 to the launch). --profile:
 then each path's cProfile, by own time. Each host runs Python at its own speed: run it on the
 machine whose GPU is judged. Needs torch.
+
+--gpu-clock (with --device cuda): the same steps as compare.py times them (its 256 MiB flush, a
+start event, the step, an end event; --calls steps, alternated) with one event recorded just
+before the plan's execute and one just after it returns, so that the GPU's clock splits each
+step: start -> pre, host time before the launch the GPU waited for (what the flush did not
+hide); pre -> post, the call (longer where kljit_fused's own host time before its first kernel
+is no longer hidden); post -> end, the tail (the binding's backward: its kl_scale launches).
+bench/RESULTS.md run 135 (there as a script beside the tree).
 """
 
 from __future__ import annotations
@@ -135,6 +143,50 @@ def profile(calls: Dict[str, Callable[[], Any]], repeats: int, sync: Callable[[]
         print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
 
 
+def gpu_clock(n: int, h: int, v: int, calls: int, warmup: int) -> int:
+    """--gpu-clock: each path's steps as compare.py times them, split by two events around the
+    plan's execute (the module docstring); prints the medians, us."""
+    import torch
+
+    import compare
+    from kljit import _lib
+
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]  # start, pre, post, end
+    execute = _lib.Plan.execute
+
+    def noted(self: Any, *args: Any) -> None:
+        events[1].record()
+        execute(self, *args)
+        events[2].record()
+
+    flush = torch.empty(compare.FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    calls_by_path = paths(n, h, v, "cuda")
+    times: Dict[str, List[Tuple[float, ...]]] = {name: [] for name in calls_by_path}
+    with mock.patch.object(_lib.Plan, "execute", noted):
+        for i in range(warmup + calls):
+            names = list(calls_by_path) if i % 2 == 0 else list(reversed(calls_by_path))
+            for name in names:
+                flush.fill_(i & 0x7F)
+                events[0].record()
+                calls_by_path[name]()
+                events[3].record()
+                events[3].synchronize()
+                if i >= warmup:
+                    times[name].append(tuple(1e3 * a.elapsed_time(b) for a, b in (
+                        (events[0], events[3]), (events[0], events[1]), (events[1], events[2]),
+                        (events[2], events[3]))))
+    print(f"compare.py's steps on the GPU's clock, us (median of {calls} alternating steps; "
+          f"{n}x{h}x{v} bf16 on {torch.cuda.get_device_name()}, {compare.FLUSH_BYTES >> 20} MiB "
+          f"flush before each)")
+    print("| path | step | start -> pre (host time waited for) | pre -> post (the call) | "
+          "post -> end (the tail) |")
+    print("|---|---|---|---|---|")
+    for name, rows in times.items():
+        cells = " | ".join(f"{statistics.median(c):.1f}" for c in zip(*rows))
+        print(f"| {name} | {cells} |")
+    return 0
+
+
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=3000)
@@ -142,13 +194,19 @@ def main(argv: List[str]) -> int:
     p.add_argument("--shape", default="64x64x256", help="NxHxV of the tensors")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--profile", action="store_true", help="then each path's cProfile")
+    p.add_argument("--gpu-clock", action="store_true",
+                   help="split compare.py's timed steps on the GPU's clock (--device cuda)")
     a = p.parse_args(argv)
     n, h, v = (int(s) for s in a.shape.split("x"))
+    if a.gpu_clock and a.device != "cuda":
+        p.error("--gpu-clock reads CUDA events: it needs --device cuda")
     import torch
 
     from kljit import _lib, _ops
 
     cuda = a.device == "cuda"
+    if a.gpu_clock:
+        return gpu_clock(n, h, v, a.calls, a.warmup)
     if cuda:  # the real plan, its execute timed as it is entered
         execute = _lib.Plan.execute
 

@@ -415,6 +415,14 @@ class CompareTest(unittest.TestCase):
         self.assertGreater(rows["binding"][0], rows["c_call"][0])
         self.assertIn("binding - C call before the launch", out.stdout)
 
+    def test_binding_host_time_refuses_the_gpu_clock_without_cuda(self) -> None:
+        """--gpu-clock reads CUDA events: on the CPU it is refused by name, before any timing."""
+        require("torch")
+        out = run_script("binding_host_time", "--gpu-clock", "--calls", "2")
+        self.assertEqual(out.returncode, 2, out.stdout)
+        self.assertIn("--gpu-clock reads CUDA events: it needs --device cuda", out.stderr)
+        self.assertNotIn("| binding |", out.stdout)
+
     @labels("torch")
     def test_compare_reverses_the_alternation_every_other_round(self) -> None:
         torch = require("torch")
