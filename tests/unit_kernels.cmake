@@ -5,7 +5,8 @@
 # mode (the header of unit_kernels.c says why and what stays at full effort): about 5 minutes
 # with the two worker processes on 2 idle cores; `slow` and a timeout with room for a loaded
 # machine. The quick suite compiles a pairwise cover of the same space instead
-# (every_feature_pair_compiles_for_sm80_and_sm90, about a tenth of the jobs).
+# (every_feature_pair_compiles_for_sm80_and_sm90, about a tenth of the jobs), which the full
+# suite leaves out (tests/check.sh --full: its jobs are a subset of this one's).
 kljit_test_exe(unit_kernels unit_kernels.c)
 kljit_test(NAME unit.kernels.every_variant_compiles_for_sm80_and_sm90 EXE unit_kernels
            CASE every_variant_compiles_for_sm80_and_sm90 LABELS unit slow TIMEOUT 1800)
