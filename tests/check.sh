@@ -92,7 +92,7 @@ not_selected=$((total - ran))
 if [ "$not_selected" -gt 0 ] && [ "$mode" = quick ] && [ $# -eq 0 ]; then
   echo "  $not_selected not selected (labels slow and fuzz: the exhaustive compiles and the fuzzers):" \
        "bash tests/check.sh --full runs them (about 10 more minutes on two idle cores)"
-elif [ "$not_selected" -eq 1 ] && [ $# -eq 0 ]; then
+elif [ "$mode" = full ] && [ "$not_selected" -eq 1 ] && [ $# -eq 0 ]; then
   echo "  1 not selected: $cover, the quick suite's pairwise cover of the" \
        "compiles that every_variant_compiles_for_sm80_and_sm90 ran whole"
 elif [ "$not_selected" -gt 0 ]; then
