@@ -323,16 +323,27 @@ static void push_params(lua_State *L, const render_ctx *ctx) {
  * was a sixth of a check, and the specs of a family all have the same keys: so the last check's
  * P stays in the registry with the list of its keys, and a check with the same keys only
  * replaces its values. No template can tell: P is read-only, its value table unreachable
- * (__metatable), and the values are all replaced before the check runs. */
+ * (__metatable), and the values are all replaced before the check runs. The keys are compared
+ * by address first (a family passes the same literals, kspec_params; validator.h, invariant
+ * 6), by text only where an address differs: comparing every key's text, and a metatable made
+ * for every _ENV, were a sixth of the check's setup. */
 static void push_kept_params(lua_State *L, const render_ctx *ctx) {
+  const size_t n = ctx->nparams;
   int same = lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.names") == LUA_TTABLE &&
-             lua_rawlen(L, -1) == ctx->nparams; /* the interned keys, in order */
+             lua_rawlen(L, -1) == n; /* the interned keys, in order */
+  const char **addr = NULL;           /* the keys' addresses the last check passed */
+  if (same && lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.addr") == LUA_TUSERDATA &&
+      lua_rawlen(L, -1) == n * sizeof *addr)
+    addr = lua_touserdata(L, -1);
+  if (same) lua_pop(L, 1);
   if (same) {
     lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
-    for (size_t k = 0; k < ctx->nparams && same; k++) {
+    for (size_t k = 0; k < n && same; k++) {
       lua_rawgeti(L, -2, (lua_Integer)k + 1);
-      same = strcmp(lua_tostring(L, -1), ctx->sorted[k]->key) == 0;
+      const char *key = ctx->sorted[k]->key;
+      same = (addr && addr[k] == key) || strcmp(lua_tostring(L, -1), key) == 0;
       if (same) {
+        if (addr) addr[k] = key;
         push_param_value(L, ctx->sorted[k]);
         lua_rawset(L, -3);
       } else {
@@ -342,23 +353,30 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
-  if (same) {
+  if (same && addr) {
     lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
     return;
   }
-  push_params(L, ctx);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P");
-  lua_getmetatable(L, -1);
-  lua_getfield(L, -1, "__index");
-  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
-  lua_pop(L, 1);
-  lua_createtable(L, (int)ctx->nparams, 0);
-  for (size_t k = 0; k < ctx->nparams; k++) {
-    lua_pushstring(L, ctx->sorted[k]->key);
-    lua_rawseti(L, -2, (lua_Integer)k + 1);
+  if (!same) {
+    push_params(L, ctx);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P");
+    lua_getmetatable(L, -1);
+    lua_getfield(L, -1, "__index");
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
+    lua_pop(L, 1);
+    lua_createtable(L, (int)n, 0);
+    for (size_t k = 0; k < n; k++) {
+      lua_pushstring(L, ctx->sorted[k]->key);
+      lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.names");
+  } else {
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
   }
-  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.names");
+  addr = lua_newuserdatauv(L, n ? n * sizeof *addr : 1, 0);
+  for (size_t k = 0; k < n; k++) addr[k] = ctx->sorted[k]->key;
+  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.addr");
 }
 
 /* ---- the builtins ------------------------------------------------------------------------- */
@@ -377,9 +395,18 @@ void render_check_env(lua_State *L, const render_ctx *ctx) {
   lua_createtable(L, 0, 1); /* the check's own _ENV */
   push_kept_params(L, ctx);
   lua_setfield(L, -2, "P");
-  lua_createtable(L, 0, 1);
-  lua_pushglobaltable(L);
-  lua_setfield(L, -2, "__index");
+  /* its metatable (globals through __index) is the same every check: made once, and hidden
+   * (__metatable), so no check can change what the next one reads */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.env.meta") != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 2);
+    lua_pushglobaltable(L);
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "the environment is the template's own");
+    lua_setfield(L, -2, "__metatable");
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env.meta");
+  }
   lua_setmetatable(L, -2);
   lua_pushvalue(L, -1);
   lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env"); /* include()'d files run in it too */

@@ -26,6 +26,9 @@
  *     read in the allocator and the library calls, and by the memory cap.
  *  5. One mutex serializes the checks of every template (a Lua state is single-threaded); the
  *     states live until the process ends.
+ *  6. The kept P (render_check_env) matches a check's keys to the last check's by address first:
+ *     a key's text must not change while the process runs (kspec_params passes literals). A
+ *     key at another address is compared by its text.
  */
 #ifndef KLJIT_VALIDATOR_H
 #define KLJIT_VALIDATOR_H
@@ -33,7 +36,8 @@
 #include "render.h"
 
 /* The verdict of template `name` on `params`: KLJIT_SUCCESS, or the error render_template would
- * give for a rejection (KLJIT_ERR_UNSUPPORTED with the template's sentence). Thread-safe. */
+ * give for a rejection (KLJIT_ERR_UNSUPPORTED with the template's sentence). Thread-safe. The
+ * keys' texts live as long as the process (invariant 6). */
 kljit_status validator_check(const char *name, const render_param *params, size_t nparams);
 
 #endif

@@ -188,7 +188,7 @@
 %-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
 %local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %local DIVX = P.DIV ~= nil
-%local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%local DIVS = params.DIVS
 %if DIVX and not DIVS[P.DIV] then
 %  reject("DIV must be reverse, jsd, tvd, skew_forward or skew_reverse")
 %end
@@ -200,8 +200,7 @@
 %  reject("ALPHA must be in (0, 1) and needs DIV = skew_forward or skew_reverse")
 %end
 %params.ce_extras(HARD)
-%local PARTS = { fused = { stats = true, fused = true, check = true },
-%                phased = { forward = true, backward = true, merge = true, sums = true } }
+%local PARTS = iface.DENSE_PARTS
 %if P.PART ~= nil and not PARTS[P.PART] then reject("PART must be fused or phased") end
 %-- the kernels of the module's part: the others are declared absent (when = false)
 %local function in_part(kernels)
@@ -239,10 +238,7 @@
 %-- rowstat: a row's statistics two-phase forward saves for backward (after the plan header in
 %-- `saved`): lse(s), sum p, lse(t), kept; with HARD or DIV the CE's lse(z') and S.
 %local PART = iface.DENSE_PART
-%local ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "sp", "lset", "kept" } }
-%if HARD or DIVX then
-%  ROWSTAT = { name = "rowstat", floats = 8, slots = { "lse", "sp", "lset", "kept", "lse1", "S" } }
-%end
+%local ROWSTAT = (HARD or DIVX) and iface.DENSE_ROWSTAT_CE or iface.DENSE_ROWSTAT
 %-- the slots pass 1 fills (through dt; through dh with the CE's)
 %local NREC = iface.slot(PART, HARD and "dh" or "dt") + 1
 %local SHARDED = P.SHARDED or false

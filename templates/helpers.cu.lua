@@ -34,7 +34,7 @@
 %local dt = params.dt
 %local VTOT = params.module()
 %if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
-%local red = { sum = 1, batchmean = 2, mean = 3, none = 4 }
+%local red = params.REDUCTIONS
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
 %-- the prelude's text after every reject() (render_validate stops at the first output) and
 %-- before the interface, which validation does not need

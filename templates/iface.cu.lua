@@ -76,6 +76,15 @@
 %-- (templates/gemm_sm90.cu.lua, STATS), whose records pass 2 merges as it merges pass 1's.
 %M.DENSE_PART = { name = "part", floats = 8,
 %                 slots = { "m", "d", "sp", "mt", "dt", "mh", "dh", "S" } }
+%-- The dense rows' saved statistics (rowstat; dense_rows.cu.lua says what each slot holds), with
+%-- the CE's or a divergence's row total (_CE), and the steps of each of their two modules
+%-- (PART). Here and not in the prologue, which a kept validation sandbox runs once per check:
+%-- this file's value is kept (params.cu.lua says why that matters).
+%M.DENSE_ROWSTAT = { name = "rowstat", floats = 4, slots = { "lse", "sp", "lset", "kept" } }
+%M.DENSE_ROWSTAT_CE = { name = "rowstat", floats = 8,
+%                      slots = { "lse", "sp", "lset", "kept", "lse1", "S" } }
+%M.DENSE_PARTS = { fused = { stats = true, fused = true, check = true },
+%                  phased = { forward = true, backward = true, merge = true, sums = true } }
 %-- The sparse rows' pass-1 partial and merged record (templates/sparse_rows.cu.lua says what each
 %-- slot holds), declared here for the same reason: the logits GEMM's epilogue writes it too
 %-- (STATS sparse: m, d_on, d_off, the support's columns apart where its ids are read, and with

@@ -9,6 +9,13 @@
 %--           of `dtypes` a float dtype tag
 %--   ce_extras  checks of the hard-label CE's extras: LSMOOTH in (0, 1] and ZLOSS > 0, each
 %--           only with the CE (`hard`: HARD given)
+%--   DIVS    the divergences DIV names (absent: the forward KL), a set
+%--   REDUCTIONS  REDUCTION's words -> the helpers' REDUCTION code
+%-- The sets are built here, once per include, and not in the families' prologues: a kept
+%-- validation sandbox keeps this file's value from check to check (validator.c), and a table
+%-- built in a prologue is built, and collected, once per check: built there, these tables and
+%-- iface.cu.lua's DENSE_ROWSTAT and DENSE_PARTS were a tenth of the instructions of a 6000-entry
+%-- wisdom import (unit_wisdom_rules' text: 701 M, then 627 M). No template writes into them.
 %-- Each check reject()s with the sentence naming the parameter and its allowed values.
 %local M = {}
 %M.dt = { f32 = "float", bf16 = "bf16_t", f16 = "f16_t" }
@@ -43,4 +50,6 @@
 %    reject("ZLOSS must be > 0 and needs HARD")
 %  end
 %end
+%M.DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%M.REDUCTIONS = { sum = 1, batchmean = 2, mean = 3, none = 4 }
 %return M

@@ -163,7 +163,7 @@
 %local LHN = HARD and " nullptr," or ""
 %local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
-%local DIVS = { reverse = true, jsd = true, tvd = true, skew_forward = true, skew_reverse = true }
+%local DIVS = params.DIVS
 %if DIVX and not DIVS[P.DIV] then
 %  reject("DIV must be reverse, jsd, tvd, skew_forward or skew_reverse")
 %end
