@@ -274,10 +274,11 @@ static double cpu_seconds(void) {
 }
 
 /* CPU seconds of importing n generated entries (from `seed`) into the process's store, first
- * pointed at a private directory dir/<n>; *identities: the entries the store then holds. */
-static int import_n(const char *dir, int n, uint64_t seed, double *cpu, int *identities) {
+ * pointed at a private directory dir/<name>; *identities: the entries the store then holds. */
+static int import_n(const char *dir, const char *name, int n, uint64_t seed, double *cpu,
+                    int *identities) {
   char sub[PATH_MAX];
-  snprintf(sub, sizeof sub, "%s/%d", dir, n);
+  snprintf(sub, sizeof sub, "%s/%s", dir, name);
   TH_CHECK(mkdir(sub, 0700) == 0);
   th_private_wisdom(sub);
   strbuf text = {0};
@@ -294,31 +295,82 @@ static int import_n(const char *dir, int n, uint64_t seed, double *cpu, int *ide
   TH_OK(kljit_wisdom_export_string(&out));
   *identities = 0;
   for (const char *p = out; (p = strstr(p, "\ngpu=")); p++) ++*identities;
-  printf("%d entries (%.1f MiB) imported in %.3f s CPU; the store holds %d\n", n,
+  printf("%s: %d entries (%.1f MiB) imported in %.3f s CPU; the store holds %d\n", name, n,
          (double)text.len / (1 << 20), *cpu, *identities);
   kljit_free(out);
   sb_free(&text);
   return TH_PASS;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* What one trial measured, from the child that ran it. */
+typedef struct import_trial {
+  double small, large;
+  int ids_small, ids_large, ok;
+} import_trial;
+
+/* One trial in a child process, as a process that imports a wisdom file finds itself: a store,
+ * a templates' memo and a heap that no earlier trial warmed (the second of three imports in one
+ * process took 0.76 s where the first took 0.93). The parent has imported nothing. */
+static int import_trial_in_child(const char *dir, int t, import_trial *out) {
+  int fd[2];
+  TH_CHECK(pipe(fd) == 0);
+  fflush(stdout);
+  const pid_t pid = fork();
+  TH_CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fd[0]);
+    import_trial r = {0};
+    char small[32], large[32];
+    snprintf(small, sizeof small, "small-%d", t);
+    snprintf(large, sizeof large, "large-%d", t);
+    r.ok = import_n(dir, small, 6000, 6000, &r.small, &r.ids_small) == TH_PASS &&
+           import_n(dir, large, 60000, 60000, &r.large, &r.ids_large) == TH_PASS;
+    fflush(stdout);
+    const int wrote = write(fd[1], &r, sizeof r) == (ssize_t)sizeof r;
+    _exit(wrote && r.ok ? 0 : 1);
+  }
+  close(fd[1]);
+  const int got = read(fd[0], out, sizeof *out) == (ssize_t)sizeof *out;
+  close(fd[0]);
+  int status = 0;
+  TH_CHECK(waitpid(pid, &status, 0) == pid);
+  TH_CHECK(got && WIFEXITED(status) && WEXITSTATUS(status) == 0 && out->ok);
+  return TH_PASS;
+}
+
 /* Issue 14's bar: 60 000 entries (12.8 MiB, each checked by the templates) imported in under
- * 1 s of CPU, the import alone. Asserted in the perf registration (run alone; the suite's
- * other tests would share the 2 cores), printed in the unit one. Asserted in both: the import
- * scales as n log n (the first one was quadratic, 82 s for 60 000), 10x the entries in at most
- * 20x the time. The two texts come from different seeds, so the large one's specs are not
- * already known to the templates' memo (spec_memo.c): every one of its ~54 000 distinct specs
- * runs the templates' checks. */
+ * 1 s of CPU, the import alone, into a store that holds 6000. Asserted in the perf
+ * registration (run alone; the suite's other tests would share the 2 cores), printed in the
+ * unit one. Asserted in both: the import scales as n log n (the first one was quadratic, 82 s
+ * for 60 000), 10x the entries in at most 20x the time. Three trials, each in a process of its
+ * own, judged by their median, as every benchmark of the project is: a single import on a
+ * shared 2-core CI machine once took 1.10 s where the same build took 0.82-0.91 s on another.
+ * The two texts come from different seeds, so the large one's specs are not already known to
+ * the templates' memo (spec_memo.c): every one of its ~54 000 distinct specs runs the
+ * templates' checks. */
+enum { TRIALS = 3 };
 static int import_in(const char *dir) {
-  double small = 0, large = 0;
-  int ids_small = 0, ids_large = 0;
-  TH_CHECK(import_n(dir, 6000, 6000, &small, &ids_small) == TH_PASS);
-  TH_CHECK(import_n(dir, 60000, 60000, &large, &ids_large) == TH_PASS);
-  TH_CHECK(ids_large > ids_small + 50000); /* few identities repeat: the merge ran at scale */
-  printf("60000 vs 6000 entries: %.1fx the CPU time (n log n: about 12.6x); the 1 s bar: "
-         "%.3f s, %s\n",
-         large / small, large, large < 1.0 ? "met" : "NOT met");
-  TH_CHECK(large < 20.0 * small);
-  if (th_perf_limits()) TH_CHECK(large < 1.0);
+  double small[TRIALS], large[TRIALS];
+  for (int t = 0; t < TRIALS; t++) {
+    import_trial r;
+    TH_CHECK(import_trial_in_child(dir, t, &r) == TH_PASS);
+    TH_CHECK(r.ids_small == 6000);
+    TH_CHECK(r.ids_large > r.ids_small + 50000); /* few identities repeat: the merge ran at scale */
+    small[t] = r.small, large[t] = r.large;
+  }
+  qsort(small, TRIALS, sizeof small[0], cmp_double);
+  qsort(large, TRIALS, sizeof large[0], cmp_double);
+  const double s = small[TRIALS / 2], l = large[TRIALS / 2];
+  printf("medians of %d trials: 60000 vs 6000 entries: %.1fx the CPU time (n log n: about "
+         "12.6x); the 1 s bar: %.3f s (trials %.3f, %.3f, %.3f), %s\n",
+         TRIALS, l / s, l, large[0], large[1], large[2], l < 1.0 ? "met" : "NOT met");
+  TH_CHECK(l < 20.0 * s);
+  if (th_perf_limits()) TH_CHECK(l < 1.0);
   return TH_PASS;
 }
 static int import_of_sixty_thousand_entries_scales_as_n_log_n_and_takes_under_a_second(void) {
