@@ -319,14 +319,18 @@ static void push_params(lua_State *L, const render_ctx *ctx) {
 }
 
 
-/* The P of a kept validator's check. Building one (a table of some 20 fields, each key interned)
- * was a sixth of a check, and the specs of a family all have the same keys: so the last check's
- * P stays in the registry with the list of its keys, and a check with the same keys only
- * replaces its values. No template can tell: P is read-only, its value table unreachable
- * (__metatable), and the values are all replaced before the check runs. The keys are compared
- * by address first (a family passes the same literals, kspec_params; validator.h, invariant
- * 6), by text only where an address differs: comparing every key's text, and a metatable made
- * for every _ENV, were a sixth of the check's setup. */
+/* The P of a kept validator's check: its value table itself, not a render's read-only proxy
+ * (push_params), whose every read goes through the proxy's metatable: reads of P were a tenth
+ * of a check's instructions. The table's own metatable refuses new keys and keeps pairs() in
+ * key order, as the proxy's does, and hides itself; a template assigning one of P's keys, which
+ * a render refuses ("P is read-only"), is refused where it renders a module instead, and the
+ * value it wrote lasts until the next check replaces them all (validator.h, invariant 6).
+ * Building the table (some 20 fields, each key interned) was a sixth of a check, and the specs
+ * of a family all have the same keys: so the last check's table stays in the registry with the
+ * list of its keys, and a check with the same keys only replaces its values. The keys are
+ * compared by address first (a family passes the same literals, kspec_params), by text only
+ * where an address differs: comparing every key's text, and a metatable made for every _ENV,
+ * were a sixth of the check's setup. */
 static void push_kept_params(lua_State *L, const render_ctx *ctx) {
   const size_t n = ctx->nparams;
   int same = lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.names") == LUA_TTABLE &&
@@ -354,17 +358,26 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
   }
   lua_pop(L, 1);
   if (same && addr) {
-    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
     return;
   }
   if (!same) {
-    push_params(L, ctx);
+    lua_createtable(L, 0, (int)n);
+    for (size_t k = 0; k < n; k++) {
+      push_param_value(L, ctx->sorted[k]);
+      lua_setfield(L, -2, ctx->sorted[k]->key);
+    }
+    lua_createtable(L, 0, 3);
+    lua_pushcfunction(L, p_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushvalue(L, -2);
+    lua_pushcclosure(L, p_pairs, 1);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushliteral(L, "P is read-only");
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P");
-    lua_getmetatable(L, -1);
-    lua_getfield(L, -1, "__index");
     lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
-    lua_pop(L, 1);
     lua_createtable(L, (int)n, 0);
     for (size_t k = 0; k < n; k++) {
       lua_pushstring(L, ctx->sorted[k]->key);
@@ -372,7 +385,7 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
     }
     lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.names");
   } else {
-    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P");
+    lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
   }
   addr = lua_newuserdatauv(L, n ? n * sizeof *addr : 1, 0);
   for (size_t k = 0; k < n; k++) addr[k] = ctx->sorted[k]->key;
@@ -392,36 +405,34 @@ static const luaL_Reg BUILTINS[] = {{"emit", builtin_emit},
 void render_open(lua_State *L) { sandbox_open(L, BUILTINS); }
 
 void render_check_env(lua_State *L, const render_ctx *ctx) {
-  lua_createtable(L, 0, 1); /* the check's own _ENV */
-  push_kept_params(L, ctx);
-  lua_setfield(L, -2, "P");
-  /* its metatable (globals through __index) is the same every check: made once, and hidden
-   * (__metatable), so no check can change what the next one reads */
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.env.meta") != LUA_TTABLE) {
+  /* The check's _ENV: one table kept with the state, emptied of what the last check assigned.
+   * So the files the prologue includes (params.cu.lua, iface.cu.lua), which read P only inside
+   * the functions they return and whose values are kept from check to check, share it from the
+   * include that loaded them on: a fresh table per check, with every kept file's _ENV pointed
+   * at it, was a tenth of a check's setup. Its metatable (globals through __index) is hidden
+   * (__metatable), so no check can change what the next one reads. */
+  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.env") == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) { /* clearing a field during lua_next is allowed */
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      lua_pushnil(L);
+      lua_rawset(L, -4);
+    }
+  } else {
     lua_pop(L, 1);
+    lua_createtable(L, 0, 1);
     lua_createtable(L, 0, 2);
     lua_pushglobaltable(L);
     lua_setfield(L, -2, "__index");
     lua_pushliteral(L, "the environment is the template's own");
     lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env.meta");
+    lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env"); /* include()'d files run in it too */
   }
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, "kljit.env"); /* include()'d files run in it too */
-  /* The files the prologue includes (params.cu.lua, iface.cu.lua) read P only inside the
-   * functions they return, so their values are kept from check to check; pointing the _ENV
-   * they share with those functions at this check's environment gives them this P. */
-  if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.chunks") == LUA_TTABLE) {
-    lua_pushnil(L);
-    while (lua_next(L, -2)) {
-      lua_pushvalue(L, -4); /* the check's _ENV */
-      if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
-      lua_pop(L, 1);
-    }
-  }
-  lua_pop(L, 1);
+  push_kept_params(L, ctx);
+  lua_setfield(L, -2, "P");
   /* a check ends at its first output, which may lie inside an include (common.cu.lua's text):
    * that file's "still running" marker must not read as a cycle in the next check */
   if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.included") == LUA_TTABLE) {

@@ -89,9 +89,9 @@ void render_open(struct lua_State *L);
 /* The function a compiled chunk takes (template.h, invariant 3): emits a text line. */
 int render_text_out(struct lua_State *L);
 
-/* Pushes a fresh _ENV for one check in a kept state (the globals readable through it, P holding
- * ctx's parameters), and makes the files earlier checks include()d run in it (under
- * lua_pcall). */
+/* Pushes the _ENV of one check in a kept state: the state's one environment table, emptied of
+ * what the last check assigned, the globals readable through it, P holding ctx's parameters;
+ * the files earlier checks include()d run in it too (under lua_pcall). */
 void render_check_env(struct lua_State *L, const render_ctx *ctx);
 
 /* The status of a run that ended with pcall `status` and error text `msg` (sets the last

@@ -12,10 +12,10 @@
  *     runs). With KLJIT_TEMPLATE_DIR set, or for an unknown name, a check is render_prologue's
  *     fresh sandbox.
  *  2. A kept sandbox holds its template's prologue chunk (template.h, TEMPLATE_PROLOGUE) and the
- *     chunks it include()d. Each check runs under a fresh _ENV (render_check_env: its own P,
- *     the globals readable through it), so an assignment never reaches the next check; the
- *     included files' values are kept, rebound to that _ENV (they read P only in the functions
- *     they return).
+ *     chunks it include()d. Each check runs under the sandbox's one _ENV, emptied of what the
+ *     last check assigned before it starts (render_check_env: its P, the globals readable
+ *     through it), so an assignment never reaches the next check; the included files' values
+ *     are kept, and run in that _ENV (they read P only in the functions they return).
  *  3. A check's verdict is the one a full render would give for a rejection: the prologue runs
  *     up to its first output, and every reject() precedes the first text line
  *     (unit.sandbox.every_reject_precedes_the_first_text_line).
@@ -26,9 +26,12 @@
  *     read in the allocator and the library calls, and by the memory cap.
  *  5. One mutex serializes the checks of every template (a Lua state is single-threaded); the
  *     states live until the process ends.
- *  6. The kept P (render_check_env) matches a check's keys to the last check's by address first:
- *     a key's text must not change while the process runs (kspec_params passes literals). A
- *     key at another address is compared by its text.
+ *  6. The kept P (render_check_env) is the value table itself, not a render's read-only proxy:
+ *     new keys are refused, but a template assigning one of P's keys is refused only where a
+ *     module renders (unit.template.kept_validator_gives_the_verdict_of_a_fresh_sandbox compares
+ *     the two), and every value is replaced before the next check. Its keys are matched to the
+ *     last check's by address first: a key's text must not change while the process runs
+ *     (kspec_params passes literals); a key at another address is compared by its text.
  */
 #ifndef KLJIT_VALIDATOR_H
 #define KLJIT_VALIDATOR_H

@@ -158,9 +158,6 @@
 %   not (P.TEACHER == "logits" and P.TSOFTCAP > 0 and P.TSOFTCAP < math.huge) then
 %  reject("TSOFTCAP must be > 0 and needs TEACHER = logits")
 %end
-%-- the teacher row stride as written in the source: the V of the plain problem, else TLD
-%local TSTRIDE = P.TLD and tostring(TLD) or "V"
-%local TRI = P.TCHUNK and "(i64)r" or "row"
 %local TXCHECK = P.TCHUNK == true and P.CHECK == true
 %if TXCHECK and not (math.type(P.HT) == "integer" and P.HT >= 1 and dt[P.TXDT]) then
 %  reject("CHECK with TCHUNK checks the online teacher: HT must be an integer >= 1 and TXDT "
@@ -170,23 +167,9 @@
 %if P.TBDT ~= nil and not (dt[P.TBDT] and P.TCHUNK and P.TEACHER == "logits") then
 %  reject("TBDT must be f32, bf16 or f16 and needs TCHUNK with TEACHER = logits")
 %end
-%-- the teacher bias in signatures and calls: empty strings keep the plain source unchanged
-%local TB = P.TBDT ~= nil
-%local TBP = TB and " const tbias_t* __restrict__ tbias," or ""
-%local TBA = TB and " tbias," or ""
-%local TROW = "teacher + " .. TRI .. " * " .. TSTRIDE
-%-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
-%local KCAP = P.SOFTCAP and ", kcap" or ""
-%local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
 %if P.HARD ~= nil and not (P.HARD > 0 and P.HARD < math.huge) then reject("HARD must be > 0") end
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
-%-- pass 2's gradient scale of the divergence, and the CE's arguments of elem_terms
-%local GS = (HARD or P.SOFT) and "gsoft" or "gscale"
-%local CEARG = HARD and ", v, ce" or ""
-%local TARG = HARD and ", 1.0f / invT" or ""
-%-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
-%local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %local DIVX = P.DIV ~= nil
 %local DIVS = params.DIVS
 %if DIVX and not DIVS[P.DIV] then
@@ -202,13 +185,6 @@
 %params.ce_extras(HARD)
 %local PARTS = iface.DENSE_PARTS
 %if P.PART ~= nil and not PARTS[P.PART] then reject("PART must be fused or phased") end
-%-- the kernels of the module's part: the others are declared absent (when = false)
-%local function in_part(kernels)
-%  for _, k in ipairs(kernels) do
-%    if P.PART and not PARTS[P.PART][k.step] then k.when = false end
-%  end
-%  return kernels
-%end
 %local ROWW = P.ROWW or false
 %if P.MERGE ~= nil and P.MERGE ~= "block" then reject("MERGE must be block (absent: one thread)") end
 %local BMERGE = P.MERGE == "block"
@@ -228,6 +204,49 @@
 %           .. "teacher (the online teacher's logits among them), no shard")
 %  end
 %end
+%local SHARDED = P.SHARDED or false
+%if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
+%if SHARDED and P.CLUSTER ~= 0 then reject("SHARDED rows are two-pass (records)") end
+%local VOFF = P.VOFF or 0
+%if P.VOFF ~= nil and not (HARD and math.type(VOFF) == "integer" and VOFF > 0) then
+%  reject("VOFF must be an integer > 0 and needs HARD")
+%end
+%-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
+%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
+%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
+%if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
+%  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
+%end
+%-- the prelude's text after every reject() (render_validate stops at the first output) and
+%-- before the interface, which validation does not need
+%include("common.cu.lua")
+%-- What only the source needs, past the checks' end (the include's first output): a kept
+%-- validator runs the lines above once per check, tens of thousands of times in a large wisdom
+%-- import (validator.h), and the strings and tables below are not needed for a verdict.
+%-- the teacher row stride as written in the source: the V of the plain problem, else TLD
+%local TSTRIDE = P.TLD and tostring(TLD) or "V"
+%local TRI = P.TCHUNK and "(i64)r" or "row"
+%-- the teacher bias in signatures and calls: empty strings keep the plain source unchanged
+%local TB = P.TBDT ~= nil
+%local TBP = TB and " const tbias_t* __restrict__ tbias," or ""
+%local TBA = TB and " tbias," or ""
+%local TROW = "teacher + " .. TRI .. " * " .. TSTRIDE
+%-- elem_terms' extra argument under SOFTCAP: T / c, the factor from s back to tanh
+%local KCAP = P.SOFTCAP and ", kcap" or ""
+%local TALIGNED = (P.V % VEC == 0) and (TLD % VEC == 0) and (size[P.TDT] * VEC <= 16)
+%-- pass 2's gradient scale of the divergence, and the CE's arguments of elem_terms
+%local GS = (HARD or P.SOFT) and "gsoft" or "gscale"
+%local CEARG = HARD and ", v, ce" or ""
+%local TARG = HARD and ", 1.0f / invT" or ""
+%-- 1 / t2: the helpers multiply the loss by c t2, which the CE term must not carry
+%local INV_T2 = P.T2 and "invT * invT" or "1.0f"
+%-- the kernels of the module's part: the others are declared absent (when = false)
+%local function in_part(kernels)
+%  for _, k in ipairs(kernels) do
+%    if P.PART and not PARTS[P.PART][k.step] then k.when = false end
+%  end
+%  return kernels
+%end
 %-- load_cols' tile records under ETILE: empty strings keep the other sources unchanged
 %local ETP = ETILE and " const float* __restrict__ erec, float ebase," or ""
 %local ETA = ETILE and " erec, rs.lse," or ""
@@ -241,25 +260,9 @@
 %local ROWSTAT = (HARD or DIVX) and iface.DENSE_ROWSTAT_CE or iface.DENSE_ROWSTAT
 %-- the slots pass 1 fills (through dt; through dh with the CE's)
 %local NREC = iface.slot(PART, HARD and "dh" or "dt") + 1
-%local SHARDED = P.SHARDED or false
-%if SHARDED and not DIVX then reject("SHARDED needs DIV (the forward KL's records suffice)") end
-%if SHARDED and P.CLUSTER ~= 0 then reject("SHARDED rows are two-pass (records)") end
-%local VOFF = P.VOFF or 0
-%if P.VOFF ~= nil and not (HARD and math.type(VOFF) == "integer" and VOFF > 0) then
-%  reject("VOFF must be an integer > 0 and needs HARD")
-%end
 %local SARG = DIVX and ", sacc" or ""
 %-- elem_terms' arguments after invTT: the gradient scale, then kcap and sacc where they exist
 %local EARGS = GS .. KCAP .. SARG
-%-- Segment of one block: a multiple of VEC so every vector stays inside one segment.
-%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
-%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
-%if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
-%  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
-%end
-%-- the prelude's text after every reject() (render_validate stops at the first output) and
-%-- before the interface, which validation does not need
-%include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
 %-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
 %-- logits), so neither is __restrict__ in the pass-2 kernels.
