@@ -149,19 +149,6 @@
 %if P.SOFT ~= nil and not (P.SOFT >= 0 and P.SOFT < math.huge) then reject("SOFT must be >= 0") end
 %local HARD = P.HARD ~= nil
 %params.ce_extras(HARD)
-%local LSMOOTH = P.LSMOOTH ~= nil
-%-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
-%local GZ = P.ZLOSS and "ce.gz" or "ce.gh"
-%local ROWW = P.ROWW or false
-%-- the row weights in pass 2's signature and calls (the sums kernel passes none)
-%local RWP = ROWW and " const float* __restrict__ row_weights," or ""
-%local RWA = ROWW and " row_weights," or ""
-%local RWN = ROWW and " nullptr," or ""
-%-- the CE's loss partials apart from the divergence's (HARD), in pass 2's signature and calls
-%local LHP = HARD and " float* __restrict__ lossh," or ""
-%local LHA = HARD and " lossh," or ""
-%local LHN = HARD and " nullptr," or ""
-%local RWS = ROWW and " * rw" or ""
 %local DIVX = P.DIV ~= nil
 %local DIVS = params.DIVS
 %if DIVX and not DIVS[P.DIV] then
@@ -196,11 +183,37 @@
 %           .. "renorm, no LSMOOTH, no shard")
 %  end
 %end
-%-- the tile records and the backward's lse under ETILE (empty: the other sources unchanged)
-%local ETP = ETILE and " const float* __restrict__ erec, float ebase," or ""
 %-- the renormalized divergences keep the support's own (max, sum-exp) in the stats pass
 %local OWNON = DIVX and P.TAIL == "renorm"
 %local BITMAP = P.TAIL == "bucket" or OWNON
+%-- the divergence's weight
+%local WS = f32(P.SOFT or 1.0)
+%local VEC = 16 // size[P.LOGIT]
+%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
+%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
+%if BITMAP and SEG > 262144 then
+%  reject("a support bitmap (BUCKET, or RENORM with DIV) needs a segment <= 262144 columns")
+%end
+%-- the prelude's text after every reject() (render_validate stops at the first output) and
+%-- before the interface, which validation does not need
+%include("common.cu.lua")
+%-- What only the source needs, past the checks' end (the include's first output): a kept
+%-- validator runs the lines above once per check (validator.h; dense_rows.cu.lua says why).
+%local LSMOOTH = P.LSMOOTH ~= nil
+%-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
+%local GZ = P.ZLOSS and "ce.gz" or "ce.gh"
+%local ROWW = P.ROWW or false
+%-- the row weights in pass 2's signature and calls (the sums kernel passes none)
+%local RWP = ROWW and " const float* __restrict__ row_weights," or ""
+%local RWA = ROWW and " row_weights," or ""
+%local RWN = ROWW and " nullptr," or ""
+%-- the CE's loss partials apart from the divergence's (HARD), in pass 2's signature and calls
+%local LHP = HARD and " float* __restrict__ lossh," or ""
+%local LHA = HARD and " lossh," or ""
+%local LHN = HARD and " nullptr," or ""
+%local RWS = ROWW and " * rw" or ""
+%-- the tile records and the backward's lse under ETILE (empty: the other sources unchanged)
+%local ETP = ETILE and " const float* __restrict__ erec, float ebase," or ""
 %-- The records (templates/iface.cu.lua). part: the pass-1 partial of one (row, block), and a
 %-- row's merged record of the split API (kljit_shard_stats; include/kljit_experimental.h):
 %-- the max of s (m), its sum-exp on and off the local support (d_on, d_off), the CE's max and
@@ -226,19 +239,8 @@
 %if HARD then
 %  ROWSTAT = { name = "rowstat", floats = 8, slots = iface.args(RF, { "lse1" }) }
 %end
-%-- the divergence's weight
-%local WS = f32(P.SOFT or 1.0)
 %local INV_T2 = P.T2 and "invT * invT" or "1.0f"
 %local CAPPED = P.SOFTCAP ~= nil
-%local VEC = 16 // size[P.LOGIT]
-%local SEG = ((P.V + P.SPLIT * VEC - 1) // (P.SPLIT * VEC)) * VEC
-%if SEG * (P.SPLIT - 1) >= P.V then reject("SPLIT too large for V") end
-%if BITMAP and SEG > 262144 then
-%  reject("a support bitmap (BUCKET, or RENORM with DIV) needs a segment <= 262144 columns")
-%end
-%-- the prelude's text after every reject() (render_validate stops at the first output) and
-%-- before the interface, which validation does not need
-%include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order. The C side
 %-- fills the roles from one struct (src/kiface.h); g may alias z (G overwrites the chunk
 %-- logits), so neither is __restrict__ in the pass-2 kernels.
