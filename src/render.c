@@ -115,6 +115,13 @@ static int append_values(lua_State *L, value_site site) {
 static int builtin_emit(lua_State *L) { return append_values(L, SITE_EMIT); }
 int render_text_out(lua_State *L) { return append_values(L, SITE_TEXT_LINE); }
 
+/* end_of_checks(): nothing in a render; a validation's prologue ends at its line
+ * (template_compile), so every reject() must come before it (docs/templates.md). */
+static int builtin_end_of_checks(lua_State *L) {
+  (void)L;
+  return 0;
+}
+
 static int builtin_reject(lua_State *L) {
   render_ctx *ctx = ctx_of(L);
   const char *sentence = luaL_checkstring(L, 1);
@@ -396,6 +403,7 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
 
 static const luaL_Reg BUILTINS[] = {{"emit", builtin_emit},
                                     {"reject", builtin_reject},
+                                    {"end_of_checks", builtin_end_of_checks},
                                     {"include", builtin_include},
                                     {"manifest_add", builtin_manifest_add},
                                     {"f32", builtin_f32},

@@ -121,8 +121,19 @@ static kljit_status compile_text_line(const char *chunkname, int lineno, const c
   return st != KLJIT_SUCCESS ? st : sb_append(lua, ")", 1);
 }
 
-/* TEMPLATE_PROLOGUE stops at the first text line: Lua then parses tens of lines, not the whole
- * file. */
+/* A `%` line whose code is the call end_of_checks() alone (blanks around it allowed). */
+static int is_end_of_checks(const char *code, size_t n) {
+  static const char CALL[] = "end_of_checks()";
+  size_t a = 0;
+  while (a < n && is_blank(code[a])) a++;
+  while (n > a && is_blank(code[n - 1])) n--;
+  return n - a == sizeof CALL - 1 && memcmp(code + a, CALL, sizeof CALL - 1) == 0;
+}
+
+/* TEMPLATE_PROLOGUE stops at the first text line, or at an end_of_checks() line before it: Lua
+ * then parses tens of lines, not the whole file, and a check that reaches the cut returns like
+ * any chunk, with no text line to stop it (render.c's halt: an error, whose unwinding shrinks
+ * the state's stack for the next check to grow again). */
 kljit_status template_compile(const char *chunkname, const char *text, size_t len,
                               template_part part, strbuf *lua) {
   /* The prologue shares line 1 with the template's first line (invariant 1). */
@@ -137,6 +148,7 @@ kljit_status template_compile(const char *chunkname, const char *text, size_t le
     if (p < n && line[p] == '%') {
       /* A '\r' is a line break to Lua's lexer; keeping it would shift every later line. */
       if (n > p + 1 && line[n - 1] == '\r') n--;
+      if (part == TEMPLATE_PROLOGUE && is_end_of_checks(line + p + 1, n - p - 1)) break;
       st = sb_append(lua, line + p + 1, n - p - 1);
     } else if (part == TEMPLATE_PROLOGUE) {
       break;

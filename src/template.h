@@ -47,7 +47,8 @@ kljit_status template_text(const char *name, const char **dir, strbuf *storage,
 /* How much of a template to compile. */
 typedef enum template_part {
   TEMPLATE_WHOLE,
-  TEMPLATE_PROLOGUE /* the `%` lines before the first text line: where every reject() is */
+  TEMPLATE_PROLOGUE /* the `%` lines before the first text line, or before a line that is
+                     * `%end_of_checks()` if one comes first: where every reject() is */
 } template_part;
 
 /* Compiles template text (chunkname "templates/<name>" for messages) into Lua source, appended

@@ -17,8 +17,8 @@
  *     through it), so an assignment never reaches the next check; the included files' values
  *     are kept, and run in that _ENV (they read P only in the functions they return).
  *  3. A check's verdict is the one a full render would give for a rejection: the prologue runs
- *     up to its first output, and every reject() precedes the first text line
- *     (unit.sandbox.every_reject_precedes_the_first_text_line).
+ *     up to its first output, or returns at an end_of_checks() line before it (template.h), and
+ *     every reject() precedes both (unit.sandbox.every_reject_precedes_the_prologue_s_end).
  *  4. A check that hits a limit or runs out of host memory drops its sandbox: the next check
  *     makes a new one, so no half-built state is reused. Each check's CPU budget starts with it
  *     (SANDBOX_CLOCK_RECENT); the state counts no instructions (SANDBOX_COUNT_TIME_ONLY: the

@@ -217,12 +217,14 @@
 %if P.CLUSTER > 0 and SEG > P.THREADS * P.NV * VEC then
 %  reject("a row does not fit in the cluster's registers: V > CLUSTER * THREADS * NV * VEC")
 %end
-%-- the prelude's text after every reject() (render_validate stops at the first output) and
-%-- before the interface, which validation does not need
+%-- The checks end here: a validation runs the lines above and returns (template_compile cuts
+%-- its prologue at end_of_checks()), so every reject() is above it. Below: the prelude's text
+%-- and the interface, which a validation does not need.
+%end_of_checks()
 %include("common.cu.lua")
-%-- What only the source needs, past the checks' end (the include's first output): a kept
-%-- validator runs the lines above once per check, tens of thousands of times in a large wisdom
-%-- import (validator.h), and the strings and tables below are not needed for a verdict.
+%-- What only the source needs, past the checks' end: a kept validator runs the lines above
+%-- end_of_checks() once per check, tens of thousands of times in a large wisdom import
+%-- (validator.h), and the strings and tables below are not needed for a verdict.
 %-- the teacher row stride as written in the source: the V of the plain problem, else TLD
 %local TSTRIDE = P.TLD and tostring(TLD) or "V"
 %local TRI = P.TCHUNK and "(i64)r" or "row"

@@ -466,6 +466,8 @@
 %local THREADS = 128 * (1 + WGS)
 %-- setmaxnreg: 128 x 40 for the producer and WGS x 128 x CONSUMER_REGS within the SM's 64 K
 %local CONSUMER_REGS = WGS == 3 and 152 or WGS == 2 and 232 or 240
+%-- The checks end here (a validation returns at end_of_checks(): docs/templates.md)
+%end_of_checks()
 %include("common.cu.lua")
 %include("ptx_sm90.cu.lua")
 %-- The kernel's interface, declared once (templates/iface.cu.lua): the declaration below, the

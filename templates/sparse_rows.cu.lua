@@ -194,11 +194,13 @@
 %if BITMAP and SEG > 262144 then
 %  reject("a support bitmap (BUCKET, or RENORM with DIV) needs a segment <= 262144 columns")
 %end
-%-- the prelude's text after every reject() (render_validate stops at the first output) and
-%-- before the interface, which validation does not need
+%-- The checks end here: a validation runs the lines above and returns (template_compile cuts
+%-- its prologue at end_of_checks()), so every reject() is above it. Below: the prelude's text
+%-- and the interface, which a validation does not need.
+%end_of_checks()
 %include("common.cu.lua")
-%-- What only the source needs, past the checks' end (the include's first output): a kept
-%-- validator runs the lines above once per check (validator.h; dense_rows.cu.lua says why).
+%-- What only the source needs, past the checks' end: a kept validator runs the lines above
+%-- end_of_checks() once per check (validator.h; dense_rows.cu.lua says why).
 %local LSMOOTH = P.LSMOOTH ~= nil
 %-- the CE's softmax coefficient in G: gh, or with the z-loss gz = gh (1 + 2 zl lse(z'))
 %local GZ = P.ZLOSS and "ce.gz" or "ce.gh"

@@ -8,6 +8,6 @@ foreach(case
     costly_library_calls_are_refused
     many_heavy_calls_hit_the_time_limit
     template_and_wisdom_files_must_be_small_regular_files
-    every_reject_precedes_the_first_text_line)
+    every_reject_precedes_the_prologue_s_end)
   kljit_test(NAME unit.sandbox.${case} EXE unit_sandbox CASE ${case} LABELS unit TIMEOUT 60)
 endforeach()

@@ -532,6 +532,46 @@ static int template_dir_env_reads_from_disk(void) {
   return TH_PASS;
 }
 
+/* end_of_checks() ends a validation's prologue where it stands: a reject() below it is met by
+ * a render only, which is why every template's rejects come before it
+ * (unit.sandbox.every_reject_precedes_the_prologue_s_end). */
+static int end_of_checks_ends_a_validation_s_prologue(void) {
+  char dir[] = "/tmp/kljit_tpl_XXXXXX";
+  TH_CHECK(mkdtemp(dir) != NULL);
+  char path[64];
+  snprintf(path, sizeof path, "%s/eoc.cu.lua", dir);
+  FILE *f = fopen(path, "w");
+  TH_CHECK(f != NULL);
+  fputs("% if P.N > 8 then reject(\"N over 8\") end\n"
+        "  %  end_of_checks()  \n"
+        "% if P.N == 4 then reject(\"N is 4\") end\n"
+        "x {{ P.N }}\n", f);
+  fclose(f);
+  setenv("KLJIT_TEMPLATE_DIR", dir, 1);
+  kljit_status checked[3], rendered[3];
+  char msg[3][256], rmsg[3][256];
+  const int ns[3] = {16, 4, 2};
+  strbuf out[3] = {{0}};
+  for (int k = 0; k < 3; k++) {
+    const render_param p = pint("N", ns[k]);
+    checked[k] = render_prologue("eoc.cu.lua", &p, 1);
+    snprintf(msg[k], sizeof msg[k], "%s", kljit_last_error());
+    rendered[k] = render_template("eoc.cu.lua", &p, 1, &out[k]);
+    snprintf(rmsg[k], sizeof rmsg[k], "%s", kljit_last_error());
+  }
+  unsetenv("KLJIT_TEMPLATE_DIR");
+  remove(path);
+  rmdir(dir);
+  TH_CHECK(checked[0] == KLJIT_ERR_UNSUPPORTED && contains(msg[0], "N over 8"));
+  TH_CHECK(rendered[0] == KLJIT_ERR_UNSUPPORTED);
+  TH_CHECK(checked[1] == KLJIT_SUCCESS); /* the reject below end_of_checks() is not run */
+  TH_CHECK(rendered[1] == KLJIT_ERR_UNSUPPORTED && contains(rmsg[1], "N is 4"));
+  TH_CHECK(checked[2] == KLJIT_SUCCESS && rendered[2] == KLJIT_SUCCESS);
+  TH_CHECK(contains(body(&out[2]), "x 2\n"));
+  for (int k = 0; k < 3; k++) sb_free(&out[k]);
+  return TH_PASS;
+}
+
 /* A host application that calls setlocale() must not turn "0.5" into "0,5" in kernel source. */
 static int numbers_ignore_process_locale(void) {
   const char *candidates[] = {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8",
@@ -721,6 +761,7 @@ static const th_case cases[] = {
     {"invalid_parameters_are_invalid_argument", invalid_parameters_are_invalid_argument},
     {"unknown_template_name_is_invalid_argument", unknown_template_name_is_invalid_argument},
     {"template_dir_env_reads_from_disk", template_dir_env_reads_from_disk},
+    {"end_of_checks_ends_a_validation_s_prologue", end_of_checks_ends_a_validation_s_prologue},
     {"numbers_ignore_process_locale", numbers_ignore_process_locale},
     {"kept_validator_gives_the_verdict_of_a_fresh_sandbox",
      kept_validator_gives_the_verdict_of_a_fresh_sandbox},
