@@ -36,9 +36,7 @@
 %if not dt[P.GRAD] or not dt[P.OUT] then reject("GRAD and OUT must be f32, bf16 or f16") end
 %local red = params.REDUCTIONS
 %if not red[P.REDUCTION] then reject("REDUCTION must be sum, batchmean, mean or none") end
-%-- The checks end here: a validation runs the lines above and returns (template_compile cuts
-%-- its prologue at end_of_checks()), so every reject() is above it. Below: the prelude's text
-%-- and the interface, which a validation does not need.
+%-- The checks end here, every reject() above (dense_rows.cu.lua says why)
 %end_of_checks()
 %include("common.cu.lua")
 %-- The interface (templates/iface.cu.lua): every kernel and its arguments, in order; the C

@@ -194,9 +194,7 @@
 %if BITMAP and SEG > 262144 then
 %  reject("a support bitmap (BUCKET, or RENORM with DIV) needs a segment <= 262144 columns")
 %end
-%-- The checks end here: a validation runs the lines above and returns (template_compile cuts
-%-- its prologue at end_of_checks()), so every reject() is above it. Below: the prelude's text
-%-- and the interface, which a validation does not need.
+%-- The checks end here, every reject() above (dense_rows.cu.lua says why)
 %end_of_checks()
 %include("common.cu.lua")
 %-- What only the source needs, past the checks' end: a kept validator runs the lines above

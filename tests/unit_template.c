@@ -507,16 +507,23 @@ static int unknown_template_name_is_invalid_argument(void) {
   return TH_PASS;
 }
 
-static int template_dir_env_reads_from_disk(void) {
-  char dir[] = "/tmp/kljit_tpl_XXXXXX";
+/* A fresh directory dir (a mkdtemp pattern) holding one template, `name` with `text`, at path;
+ * KLJIT_TEMPLATE_DIR then points at it. */
+static int template_dir_with(char *dir, char path[64], const char *name, const char *text) {
   TH_CHECK(mkdtemp(dir) != NULL);
-  char path[64];
-  snprintf(path, sizeof path, "%s/probe.cu.lua", dir);
+  snprintf(path, 64, "%s/%s", dir, name);
   FILE *f = fopen(path, "w");
   TH_CHECK(f != NULL);
-  fputs("% local n = P.N * 2\nx {{ n }}\n", f);
-  fclose(f);
+  fputs(text, f);
+  TH_CHECK(fclose(f) == 0);
   setenv("KLJIT_TEMPLATE_DIR", dir, 1);
+  return TH_PASS;
+}
+
+static int template_dir_env_reads_from_disk(void) {
+  char dir[] = "/tmp/kljit_tpl_XXXXXX", path[64];
+  TH_CHECK(template_dir_with(dir, path, "probe.cu.lua", "% local n = P.N * 2\nx {{ n }}\n") ==
+           TH_PASS);
   render_param p = pint("N", 7);
   strbuf out = {0};
   const kljit_status st = render_template("probe.cu.lua", &p, 1, &out);
@@ -536,18 +543,12 @@ static int template_dir_env_reads_from_disk(void) {
  * a render only, which is why every template's rejects come before it
  * (unit.sandbox.every_reject_precedes_the_prologue_s_end). */
 static int end_of_checks_ends_a_validation_s_prologue(void) {
-  char dir[] = "/tmp/kljit_tpl_XXXXXX";
-  TH_CHECK(mkdtemp(dir) != NULL);
-  char path[64];
-  snprintf(path, sizeof path, "%s/eoc.cu.lua", dir);
-  FILE *f = fopen(path, "w");
-  TH_CHECK(f != NULL);
-  fputs("% if P.N > 8 then reject(\"N over 8\") end\n"
-        "  %  end_of_checks()  \n"
-        "% if P.N == 4 then reject(\"N is 4\") end\n"
-        "x {{ P.N }}\n", f);
-  fclose(f);
-  setenv("KLJIT_TEMPLATE_DIR", dir, 1);
+  char dir[] = "/tmp/kljit_tpl_XXXXXX", path[64];
+  TH_CHECK(template_dir_with(dir, path, "eoc.cu.lua",
+                             "% if P.N > 8 then reject(\"N over 8\") end\n"
+                             "  %  end_of_checks()  \n"
+                             "% if P.N == 4 then reject(\"N is 4\") end\n"
+                             "x {{ P.N }}\n") == TH_PASS);
   kljit_status checked[3], rendered[3];
   char msg[3][256], rmsg[3][256];
   const int ns[3] = {16, 4, 2};
