@@ -304,27 +304,34 @@ static void push_param_value(lua_State *L, const render_param *p) {
   }
 }
 
-/* A userdata, not a table: rawset() and next() cannot reach around the metatable, and
- * __metatable hides the metatable from getmetatable/setmetatable. */
-static void push_params(lua_State *L, const render_ctx *ctx) {
-  lua_newuserdatauv(L, 0, 0);
-  lua_createtable(L, 0, 4); /* metatable */
+/* Pushes P's value table (key -> value) and, above it, the metatable both forms of P share:
+ * new keys refused (__newindex), pairs() in key order (__pairs, over the values), itself hidden
+ * from getmetatable/setmetatable (__metatable). */
+static void push_values_and_meta(lua_State *L, const render_ctx *ctx) {
   lua_createtable(L, 0, (int)ctx->nparams); /* values */
   for (size_t k = 0; k < ctx->nparams; k++) {
     push_param_value(L, ctx->sorted[k]);
     lua_setfield(L, -2, ctx->sorted[k]->key);
   }
-  lua_pushvalue(L, -1);
-  lua_setfield(L, -3, "__index"); /* metatable.__index = values */
+  lua_createtable(L, 0, 4); /* metatable */
+  lua_pushvalue(L, -2);
   lua_pushcclosure(L, p_pairs, 1);
   lua_setfield(L, -2, "__pairs");
   lua_pushcfunction(L, p_newindex);
   lua_setfield(L, -2, "__newindex");
   lua_pushliteral(L, "P is read-only");
   lua_setfield(L, -2, "__metatable");
-  lua_setmetatable(L, -2);
 }
 
+/* A render's P: a userdata, not a table, so rawset() and next() cannot reach around the
+ * metatable, whose __index is the value table. */
+static void push_params(lua_State *L, const render_ctx *ctx) {
+  lua_newuserdatauv(L, 0, 0);
+  push_values_and_meta(L, ctx);
+  lua_insert(L, -2); /* userdata, metatable, values */
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
+}
 
 /* The P of a kept validator's check: its value table itself, not a render's read-only proxy
  * (push_params), whose every read goes through the proxy's metatable: reads of P were a tenth
@@ -343,11 +350,11 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
   int same = lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.names") == LUA_TTABLE &&
              lua_rawlen(L, -1) == n; /* the interned keys, in order */
   const char **addr = NULL;           /* the keys' addresses the last check passed */
-  if (same && lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.addr") == LUA_TUSERDATA &&
-      lua_rawlen(L, -1) == n * sizeof *addr)
-    addr = lua_touserdata(L, -1);
-  if (same) lua_pop(L, 1);
   if (same) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.addr") == LUA_TUSERDATA &&
+        lua_rawlen(L, -1) == n * sizeof *addr)
+      addr = lua_touserdata(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
     for (size_t k = 0; k < n && same; k++) {
       lua_rawgeti(L, -2, (lua_Integer)k + 1);
@@ -369,19 +376,7 @@ static void push_kept_params(lua_State *L, const render_ctx *ctx) {
     return;
   }
   if (!same) {
-    lua_createtable(L, 0, (int)n);
-    for (size_t k = 0; k < n; k++) {
-      push_param_value(L, ctx->sorted[k]);
-      lua_setfield(L, -2, ctx->sorted[k]->key);
-    }
-    lua_createtable(L, 0, 3);
-    lua_pushcfunction(L, p_newindex);
-    lua_setfield(L, -2, "__newindex");
-    lua_pushvalue(L, -2);
-    lua_pushcclosure(L, p_pairs, 1);
-    lua_setfield(L, -2, "__pairs");
-    lua_pushliteral(L, "P is read-only");
-    lua_setfield(L, -2, "__metatable");
+    push_values_and_meta(L, ctx);
     lua_setmetatable(L, -2);
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_REGISTRYINDEX, "kljit.P.values");
