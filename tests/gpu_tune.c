@@ -353,11 +353,6 @@ static int fresh_process_plan_create(void) {
   return TH_PASS;
 }
 
-static int cmp_double(const void *x, const void *y) {
-  const double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 static int warm_in(const char *dir) {
   kljit_context *ctx;
   const int g = gpu_test_context(&ctx);
@@ -384,8 +379,8 @@ static int warm_in(const char *dir) {
     cycle[i] = now_ms() - t0;
     kljit_plan_destroy(p);
   }
-  qsort(hot, N, sizeof hot[0], cmp_double);
-  qsort(cycle, N, sizeof cycle[0], cmp_double);
+  qsort(hot, N, sizeof hot[0], th_cmp_double);
+  qsort(cycle, N, sizeof cycle[0], th_cmp_double);
   /* a fresh process on the warm cache (best of 3) */
   char self[4096], cmd[4200];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

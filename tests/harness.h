@@ -76,6 +76,12 @@ static inline int th_rm_entry(const char *path, const struct stat *st, int flag,
   return remove(path);
 }
 
+/* qsort's comparator for doubles, ascending (the medians of timed repeats). */
+static inline int th_cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 /* Whether wall-clock limits apply: only in the `perf` registration of a case (CTest label perf,
  * run alone: KLJIT_TEST_PERF=1), never in `unit`, where a loaded machine must not fail it. */
 static inline int th_perf_limits(void) {

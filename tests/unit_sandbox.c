@@ -190,10 +190,9 @@ static int template_and_wisdom_files_must_be_small_regular_files(void) {
   return th_in_tmpdir("sandbox-files", files_in);
 }
 
-/* The validation of wisdom and plans (validator_check) runs a template's prologue alone: that
- * is sound only while every reject() precedes the template's first text line. */
-/* A validation runs a template's prologue, the `%` lines up to its first text line or to an
- * end_of_checks() line before it (template_compile), so every reject() must come before that. */
+/* The validation of wisdom and plans (validator_check) runs a template's prologue alone, the
+ * `%` lines up to its first text line or to an end_of_checks() line before it
+ * (template_compile): that is sound only while every reject() comes before that. */
 static int every_reject_precedes_the_prologue_s_end(void) {
   for (const template_file *t = template_files; t->name; t++) {
     int line = 0, end = 0, end_of_checks = 0, last_reject = 0;

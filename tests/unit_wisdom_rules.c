@@ -302,11 +302,6 @@ static int import_n(const char *dir, const char *name, int n, uint64_t seed, dou
   return TH_PASS;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* What one trial measured, from the child that ran it. */
 typedef struct import_trial {
   double small, large;
@@ -363,8 +358,8 @@ static int import_in(const char *dir) {
     TH_CHECK(r.ids_large > r.ids_small + 50000); /* few identities repeat: the merge ran at scale */
     small[t] = r.small, large[t] = r.large;
   }
-  qsort(small, TRIALS, sizeof small[0], cmp_double);
-  qsort(large, TRIALS, sizeof large[0], cmp_double);
+  qsort(small, TRIALS, sizeof small[0], th_cmp_double);
+  qsort(large, TRIALS, sizeof large[0], th_cmp_double);
   const double s = small[TRIALS / 2], l = large[TRIALS / 2];
   printf("medians of %d trials: 60000 vs 6000 entries: %.1fx the CPU time (n log n: about "
          "12.6x); the 1 s bar: %.3f s (trials %.3f, %.3f, %.3f), %s\n",
