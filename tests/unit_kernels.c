@@ -52,12 +52,12 @@
  * what a variant changes is source: a C++ or template error shows in the front end and code
  * generation, before ptxas. So the exhaustive case takes to a cubin only the jobs the quick
  * case compiles (choose_cover: per arch, every pair of feature values, the problems outside
- * the full space, a 1-in-SAMPLE_EVERY sample), and every other planned (module, arch) to PTX
- * for the virtual arch compute_<arch> (NVRTC_PTX). Every variant's source still compiles, and
- * every pair of feature values (features_of: template, strings, booleans, the classes of
- * thread, split and cluster counts and of numbers) still reaches ptxas; what goes unseen is a
- * failure only ptxas reports (inline PTX operands, static shared memory over the limit) that
- * needs three feature values together.
+ * the full space, a 1-in-SAMPLE_EVERY sample) and the full-effort sample above, and every
+ * other planned (module, arch) to PTX for the virtual arch compute_<arch> (NVRTC_PTX).
+ * Every variant's source still compiles, and every pair of feature values (features_of:
+ * template, strings, booleans, the classes of thread, split and cluster counts and of
+ * numbers) still reaches ptxas; what goes unseen is a failure only ptxas reports (inline PTX
+ * operands, static shared memory over the limit) that needs three feature values together.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -420,15 +420,16 @@ static int compile_all(const space *s, const unsigned *chosen, unchosen rest) {
   }
   n = 0;
   for (size_t i = 0; i < s->n_mods; i++)
-    for (int a = 0; a < N_ARCHS; a++)
-      if (CUBIN(i) & 1u << a) {
-        /* the full-effort sample: spread over modules (kinds are enumerated in blocks) and
-         * over both archs */
-        const int full = ((unsigned)i * 7u + (unsigned)a * 3u) % FULL_EVERY == 0;
+    for (int a = 0; a < N_ARCHS; a++) {
+      /* the full-effort sample: spread over modules (kinds are enumerated in blocks) and over
+       * both archs; to a cubin whether or not the cover chose the job, so that kljit's own
+       * options keep reaching ptxas in one job in FULL_EVERY */
+      const int full = ((unsigned)i * 7u + (unsigned)a * 3u) % FULL_EVERY == 0;
+      if (CUBIN(i) & 1u << a)
         jobs[n++] = (job){(int)i, a, full ? NVRTC_FULL : NVRTC_FAST};
-      } else if (PTX(i) & 1u << a) {
-        jobs[n++] = (job){(int)i, a, NVRTC_PTX};
-      }
+      else if (PTX(i) & 1u << a)
+        jobs[n++] = (job){(int)i, a, full ? NVRTC_FULL : NVRTC_PTX};
+    }
   atomic_init(&sh->next, 0);
   for (int j = 0; j < n; j++) sh->r[j].status = -1, sh->r[j].ms = 0;
 
