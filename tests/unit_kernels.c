@@ -1088,7 +1088,8 @@ static unsigned *choose_cover(const space *s, cover *c) {
 }
 
 /* The full enumeration, every module for every arch that plans it (label slow: minutes): the
- * quick case's jobs to a cubin, every other one to PTX (the header says why). */
+ * quick case's jobs and the full-effort sample to a cubin, every other one to PTX (the header
+ * says why). */
 static int every_variant_compiles_for_sm80_and_sm90(void) {
   space s;
   cover c;
@@ -1099,9 +1100,9 @@ static int every_variant_compiles_for_sm80_and_sm90(void) {
     printf(
         "compiling all %d (module, arch) jobs: to a cubin the %d the quick case compiles (%d "
         "cover every pair of feature values, %d the problems outside the full space, %d a "
-        "sample of 1 in %d), to PTX the other %d\n",
+        "sample of 1 in %d) and the full-effort sample of 1 in %d, to PTX the rest\n",
         c.all, c.pairwise + c.edges + c.sampled, c.pairwise, c.edges, c.sampled, SAMPLE_EVERY,
-        c.all - c.pairwise - c.edges - c.sampled);
+        FULL_EVERY);
     fflush(stdout);
     r = compile_all(&s, chosen, UNCHOSEN_TO_PTX);
   }
