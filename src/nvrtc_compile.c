@@ -77,17 +77,56 @@ static kljit_status get_log(nvrtcProgram prog, strbuf *log) {
   return st;
 }
 
+static kljit_status get_cubin(nvrtcProgram prog, const char *name, strbuf *cubin) {
+  size_t n = 0;
+  nvrtcResult r = nvrtcGetCUBINSize(prog, &n);
+  char *img = r == NVRTC_SUCCESS ? malloc(n) : NULL;
+  kljit_status st;
+  if (r != NVRTC_SUCCESS)
+    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBINSize(%s): %s", name, nvrtcGetErrorString(r));
+  else if (!img)
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for a %zu-byte cubin", n);
+  else if ((r = nvrtcGetCUBIN(prog, img)) != NVRTC_SUCCESS)
+    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBIN(%s): %s", name, nvrtcGetErrorString(r));
+  else
+    st = sb_append(cubin, img, n);
+  free(img);
+  return st;
+}
+
+/* The PTX text; NVRTC's size counts the terminating NUL, which strbuf keeps outside len. */
+static kljit_status get_ptx(nvrtcProgram prog, const char *name, strbuf *ptx) {
+  size_t n = 0;
+  nvrtcResult r = nvrtcGetPTXSize(prog, &n);
+  char *text = r == NVRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
+  kljit_status st;
+  if (r != NVRTC_SUCCESS)
+    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetPTXSize(%s): %s", name, nvrtcGetErrorString(r));
+  else if (!text)
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for %zu bytes of PTX", n);
+  else if ((r = nvrtcGetPTX(prog, text)) != NVRTC_SUCCESS)
+    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetPTX(%s): %s", name, nvrtcGetErrorString(r));
+  else
+    st = sb_append(ptx, text, strnlen(text, n));
+  free(text);
+  return st;
+}
+
 kljit_status nvrtc_compile(const char *source, const char *name, int arch, strbuf *cubin,
                            strbuf *log) {
   return nvrtc_compile_effort(source, name, arch, NVRTC_FULL, cubin, log);
 }
 
 kljit_status nvrtc_compile_effort(const char *source, const char *name, int arch,
-                                  nvrtc_effort effort, strbuf *cubin, strbuf *log) {
+                                  nvrtc_effort effort, strbuf *image, strbuf *log) {
   char storage[NVRTC_MAX_OPTIONS][64];
   const char *opts[NVRTC_MAX_OPTIONS];
   int nopts = nvrtc_options(arch, storage, opts);
-  if (effort == NVRTC_FAST && nopts < NVRTC_MAX_OPTIONS) opts[nopts++] = "--Ofast-compile=max";
+  /* the virtual arch replaces the real one here, after the options kljit keys its cache by */
+  if (effort == NVRTC_PTX)
+    snprintf(storage[0], 64, "--gpu-architecture=compute_%d%s", arch & ~NVRTC_ARCH_SPECIFIC,
+             arch & NVRTC_ARCH_SPECIFIC ? "a" : "");
+  if (effort != NVRTC_FULL && nopts < NVRTC_MAX_OPTIONS) opts[nopts++] = "--Ofast-compile=max";
   dump(name, "cu", source);
 
   nvrtcProgram prog;
@@ -103,20 +142,8 @@ kljit_status nvrtc_compile_effort(const char *source, const char *name, int arch
                  opts[0] + strlen("--gpu-architecture="), nvrtcGetErrorString(r),
                  lg.data ? lg.data : "(no log)");
   }
-  if (st == KLJIT_SUCCESS) {
-    size_t n = 0;
-    r = nvrtcGetCUBINSize(prog, &n);
-    char *img = r == NVRTC_SUCCESS ? malloc(n) : NULL;
-    if (r != NVRTC_SUCCESS)
-      st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBINSize(%s): %s", name, nvrtcGetErrorString(r));
-    else if (!img)
-      st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for a %zu-byte cubin", n);
-    else if ((r = nvrtcGetCUBIN(prog, img)) != NVRTC_SUCCESS)
-      st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBIN(%s): %s", name, nvrtcGetErrorString(r));
-    else
-      st = sb_append(cubin, img, n);
-    free(img);
-  }
+  if (st == KLJIT_SUCCESS)
+    st = effort == NVRTC_PTX ? get_ptx(prog, name, image) : get_cubin(prog, name, image);
   if (st == KLJIT_SUCCESS && log && lg.data) st = sb_append(log, lg.data, lg.len);
   sb_free(&lg);
   nvrtcDestroyProgram(&prog);

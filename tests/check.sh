@@ -23,8 +23,9 @@ cd "$build" || exit 2
 junit=$PWD/Testing/check-junit.xml
 mkdir -p Testing
 rm -f "$junit"
-# the quick suite's pairwise cover of the compiles: a subset of the jobs of the full suite's
-# every_variant_compiles_for_sm80_and_sm90, so the full suite leaves it out (two cores' 95 s)
+# the quick suite's pairwise cover of the compiles: the jobs the full suite's
+# every_variant_compiles_for_sm80_and_sm90 takes to a cubin (the rest it takes to PTX), so the
+# full suite leaves it out (two cores' 95 s)
 cover=unit.kernels.every_feature_pair_compiles_for_sm80_and_sm90
 select=(-E "^${cover//./\\.}\$")
 [ "$mode" = quick ] && select=(-LE 'slow|fuzz')
@@ -91,7 +92,7 @@ fi
 not_selected=$((total - ran))
 if [ "$not_selected" -gt 0 ] && [ "$mode" = quick ] && [ $# -eq 0 ]; then
   echo "  $not_selected not selected (labels slow and fuzz: the exhaustive compiles and the fuzzers):" \
-       "bash tests/check.sh --full runs them (about 10 more minutes on two idle cores)"
+       "bash tests/check.sh --full runs them (about 5 more minutes on two idle cores)"
 elif [ "$mode" = full ] && [ "$not_selected" -eq 1 ] && [ $# -eq 0 ]; then
   echo "  1 not selected: $cover, the quick suite's pairwise cover of the" \
        "compiles that every_variant_compiles_for_sm80_and_sm90 ran whole"
