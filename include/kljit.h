@@ -578,14 +578,7 @@ KLJIT_API const char *kljit_plan_describe(const kljit_plan *plan);
 enum {
   KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT = 1u << 0, /* dW += ... instead of dW = ... (and db) */
   KLJIT_EXEC_NO_GRAD_INPUT = 1u << 1,          /* dX not wanted (grad_input may be NULL)  */
-  KLJIT_EXEC_NO_GRAD_WEIGHT = 1u << 2,         /* dW, db not wanted                       */
-  /* The caller vouches that every pointer of args is live device memory of the plan's GPU
-   * (a framework's tensors, which it has checked): the library still refuses a NULL or
-   * misaligned one but does not ask the driver about each (cuPointerGetAttribute, host time
-   * before the first launch). Without it a host or freed pointer is refused; with it such a
-   * pointer faults on the device. kljit_fused, kljit_forward, kljit_backward, the shard calls
-   * and kljit_scale_grads. */
-  KLJIT_EXEC_TRUSTED_POINTERS = 1u << 3
+  KLJIT_EXEC_NO_GRAD_WEIGHT = 1u << 2          /* dW, db not wanted                       */
 };
 
 typedef struct kljit_args {

@@ -54,16 +54,12 @@ struct exec_call {
   kargs k;             /* every kernel argument of the call, by role (src/kiface.h) */
 };
 
-/* A pointer of the call: not NULL, aligned, and memory the driver knows, which it is asked
- * unless the caller vouches for every pointer (KLJIT_EXEC_TRUSTED_POINTERS: a query a
- * pointer is host time before the first launch, which an idle GPU waits for). */
-static kljit_status check_ptr(const kljit_plan *p, const kljit_args *a, const char *who,
-                              const char *name, const void *ptr, size_t align) {
+static kljit_status check_ptr(const kljit_plan *p, const char *who, const char *name,
+                              const void *ptr, size_t align) {
   if (!ptr) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->%s is NULL", who, name);
   if ((uintptr_t)ptr % align)
     return err_set(KLJIT_ERR_MISALIGNED, "%s: args->%s = %p is not %zu-byte aligned", who, name,
                    ptr, align);
-  if (a->flags & KLJIT_EXEC_TRUSTED_POINTERS) return KLJIT_SUCCESS;
   unsigned int type = 0;
   CUresult r = p->ctx->drv->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                                   (CUdeviceptr)(uintptr_t)ptr);
@@ -154,7 +150,7 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
   if (!a) return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args is NULL", who);
   const kljit_problem *pb = &p->pb;
   TRY(check_args_head(a, KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
-                             KLJIT_EXEC_NO_GRAD_WEIGHT | KLJIT_EXEC_TRUSTED_POINTERS, who));
+                             KLJIT_EXEC_NO_GRAD_WEIGHT, who));
   if (mode == KLJIT_MODE_FUSED && pb->reduction == KLJIT_REDUCTION_NONE)
     return err_set(KLJIT_ERR_UNSUPPORTED,
                    "%s: reduction NONE needs the two-phase mode (kljit_forward, kljit_backward): "
@@ -164,40 +160,40 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: args->temperature = %g, must be in [%g, %g]",
                    who, a->temperature, KLJIT_TEMPERATURE_MIN, KLJIT_TEMPERATURE_MAX);
   const size_t in_sz = names_dtype_size(pb->input_dtype);
-  TRY(check_ptr(p, a, who, "input", a->input, 16));
-  TRY(check_ptr(p, a, who, "weight", a->weight, 16));
+  TRY(check_ptr(p, who, "input", a->input, 16));
+  TRY(check_ptr(p, who, "weight", a->weight, 16));
   if (pb->flags & KLJIT_FLAG_BIAS)
-    TRY(check_ptr(p, a, who, "bias", a->bias, in_sz));
+    TRY(check_ptr(p, who, "bias", a->bias, in_sz));
   else
     TRY(check_absent(who, "bias", a->bias, "without KLJIT_FLAG_BIAS"));
   if (!(pb->flags & KLJIT_FLAG_TEACHER_BIAS))
     TRY(check_absent(who, "teacher_bias", teacher_bias_of(a), "without KLJIT_FLAG_TEACHER_BIAS"));
   if (pb->flags & KLJIT_FLAG_ROW_WEIGHTS)
-    TRY(check_ptr(p, a, who, "row_weights", row_weights_of(a), 4));
+    TRY(check_ptr(p, who, "row_weights", row_weights_of(a), 4));
   else
     TRY(check_absent(who, "row_weights", row_weights_of(a), "without KLJIT_FLAG_ROW_WEIGHTS"));
-  if (a->labels) TRY(check_ptr(p, a, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
+  if (a->labels) TRY(check_ptr(p, who, "labels", a->labels, names_dtype_size(pb->label_dtype)));
   if (!a->labels && pb->hard_weight != 0.0)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT, "%s: labels is NULL but hard_weight = %g: the "
                    "hard-label CE needs them", who, pb->hard_weight);
   if (pb->teacher == KLJIT_TEACHER_SPARSE_TOPK) {
     TRY(check_absent(who, "teacher", a->teacher, "with the sparse teacher (teacher_ids, "
                      "teacher_values)"));
-    TRY(check_ptr(p, a, who, "teacher_ids", a->teacher_ids, names_dtype_size(pb->topk_id_dtype)));
-    TRY(check_ptr(p, a, who, "teacher_values", a->teacher_values,
+    TRY(check_ptr(p, who, "teacher_ids", a->teacher_ids, names_dtype_size(pb->topk_id_dtype)));
+    TRY(check_ptr(p, who, "teacher_values", a->teacher_values,
                   names_dtype_size(pb->teacher_dtype)));
   } else if (pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN) {
     TRY(check_absent(who, "teacher", a->teacher, "with the online teacher (teacher_input, "
                      "teacher_weight)"));
-    TRY(check_ptr(p, a, who, "teacher_input", teacher_input_of(a), 16));
-    TRY(check_ptr(p, a, who, "teacher_weight", teacher_weight_of(a), 16));
+    TRY(check_ptr(p, who, "teacher_input", teacher_input_of(a), 16));
+    TRY(check_ptr(p, who, "teacher_weight", teacher_weight_of(a), 16));
     if (pb->flags & KLJIT_FLAG_TEACHER_BIAS)
-      TRY(check_ptr(p, a, who, "teacher_bias", teacher_bias_of(a),
+      TRY(check_ptr(p, who, "teacher_bias", teacher_bias_of(a),
                     names_dtype_size(pb->teacher_dtype)));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   } else {
-    TRY(check_ptr(p, a, who, "teacher", a->teacher, 16));
+    TRY(check_ptr(p, who, "teacher", a->teacher, 16));
     TRY(check_absent(who, "teacher_ids", a->teacher_ids, "with a dense teacher"));
     TRY(check_absent(who, "teacher_values", a->teacher_values, "with a dense teacher"));
   }
@@ -206,29 +202,29 @@ static kljit_status validate(const kljit_plan *p, const kljit_args *a, kljit_mod
       return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                      "%s: args->divisor is set but the reduction is %s: only batchmean and mean "
                      "divide", who, names_reduction(pb->reduction));
-    TRY(check_ptr(p, a, who, "divisor", divisor_of(a), 8));
+    TRY(check_ptr(p, who, "divisor", divisor_of(a), 8));
   }
   const int grads = mode != KLJIT_MODE_FORWARD && !stats_only;
   if (mode != KLJIT_MODE_BACKWARD && !stats_only) {
-    TRY(check_ptr(p, a, who, "loss", a->loss, 4));
-    if (row_loss_of(a)) TRY(check_ptr(p, a, who, "row_loss", row_loss_of(a), 4));
-    if (loss_parts_of(a)) TRY(check_ptr(p, a, who, "loss_parts", loss_parts_of(a), 4));
+    TRY(check_ptr(p, who, "loss", a->loss, 4));
+    if (row_loss_of(a)) TRY(check_ptr(p, who, "row_loss", row_loss_of(a), 4));
+    if (loss_parts_of(a)) TRY(check_ptr(p, who, "loss_parts", loss_parts_of(a), 4));
   }
-  if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, a, who, "saved", a->saved, 4));
-  if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, a, who, "grad_output", a->grad_output, 4));
+  if (mode != KLJIT_MODE_FUSED) TRY(check_ptr(p, who, "saved", a->saved, 4));
+  if (mode == KLJIT_MODE_BACKWARD) TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
   const int want_dx = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT);
   const int want_dw = grads && !(a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT);
-  if (want_dx) TRY(check_ptr(p, a, who, "grad_input", a->grad_input, 16));
-  if (want_dw) TRY(check_ptr(p, a, who, "grad_weight", a->grad_weight, 16));
+  if (want_dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
+  if (want_dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
   if (want_dw && (pb->flags & KLJIT_FLAG_BIAS))
-    TRY(check_ptr(p, a, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
+    TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
   *w = prob_workspace_layout(pb, &p->rec.geom, &p->layout, mode, a->rows);
   const size_t need = w->total;
   if (a->workspace_size < need)
     return err_set(KLJIT_ERR_WORKSPACE_TOO_SMALL,
                    "%s: args->workspace_size = %zu, this call needs %zu bytes "
                    "(kljit_plan_workspace_size)", who, a->workspace_size, need);
-  TRY(check_ptr(p, a, who, "workspace", a->workspace, 256));
+  TRY(check_ptr(p, who, "workspace", a->workspace, 256));
   return KLJIT_SUCCESS;
 }
 
@@ -549,8 +545,8 @@ static kljit_status execute_ex(const kljit_plan *p, void *stream, const kljit_ar
   if (st != KLJIT_SUCCESS) return st;
   prob_workspace w;
   st = validate(p, a, mode, stats_out != NULL, who, &w);
-  if (st == KLJIT_SUCCESS && stats_out) st = check_ptr(p, a, who, "stats", stats_out, 16);
-  if (st == KLJIT_SUCCESS && all) st = check_ptr(p, a, who, "all", all, 16);
+  if (st == KLJIT_SUCCESS && stats_out) st = check_ptr(p, who, "stats", stats_out, 16);
+  if (st == KLJIT_SUCCESS && all) st = check_ptr(p, who, "all", all, 16);
   if (st == KLJIT_SUCCESS && !stats_out && !all && prob_sharded(&p->pb))
     st = err_set(KLJIT_ERR_UNSUPPORTED,
                  "%s: the plan is one shard of a vocabulary-parallel head (vocab = %lld of "
@@ -629,7 +625,7 @@ static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_a
                                 const char *who) {
   const kljit_problem *pb = &p->pb;
   TRY(check_args_head(a, KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT | KLJIT_EXEC_NO_GRAD_INPUT |
-                             KLJIT_EXEC_NO_GRAD_WEIGHT | KLJIT_EXEC_TRUSTED_POINTERS, who));
+                             KLJIT_EXEC_NO_GRAD_WEIGHT, who));
   if (a->flags & KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT)
     return err_set(KLJIT_ERR_INVALID_ARGUMENT,
                    "%s: KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT: grad_weight holds earlier gradients, "
@@ -639,10 +635,10 @@ static kljit_status scale_grads(const kljit_plan *p, void *stream, const kljit_a
                    "%s: reduction NONE has no fused mode, so no gradients to scale afterwards", who);
   const int dx = !(a->flags & KLJIT_EXEC_NO_GRAD_INPUT), dw = !(a->flags & KLJIT_EXEC_NO_GRAD_WEIGHT);
   const int db = dw && (pb->flags & KLJIT_FLAG_BIAS);
-  TRY(check_ptr(p, a, who, "grad_output", a->grad_output, 4));
-  if (dx) TRY(check_ptr(p, a, who, "grad_input", a->grad_input, 16));
-  if (dw) TRY(check_ptr(p, a, who, "grad_weight", a->grad_weight, 16));
-  if (db) TRY(check_ptr(p, a, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
+  TRY(check_ptr(p, who, "grad_output", a->grad_output, 4));
+  if (dx) TRY(check_ptr(p, who, "grad_input", a->grad_input, 16));
+  if (dw) TRY(check_ptr(p, who, "grad_weight", a->grad_weight, 16));
+  if (db) TRY(check_ptr(p, who, "grad_bias", a->grad_bias, names_dtype_size(pb->grad_weight_dtype)));
   if (dx) TRY(run_scale(p, stream, a->grad_input, (long long)(a->rows * pb->hidden), a->grad_output, 0));
   if (dw)
     TRY(run_scale(p, stream, a->grad_weight, (long long)(pb->vocab * pb->hidden), a->grad_output, 1));

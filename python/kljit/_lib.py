@@ -167,7 +167,6 @@ FLAG_PRECISE_ACCUMULATION = 1 << 7
 EXEC_ACCUMULATE_GRAD_WEIGHT = 1 << 0
 EXEC_NO_GRAD_INPUT = 1 << 1
 EXEC_NO_GRAD_WEIGHT = 1 << 2
-EXEC_TRUSTED_POINTERS = 1 << 3
 
 #: Every enumerator of the header by its C name (the layout test compares it with the compiler's
 #: values and with the names the header declares).
@@ -194,7 +193,6 @@ C_ENUMERATORS: Dict[str, int] = {
     "KLJIT_EXEC_ACCUMULATE_GRAD_WEIGHT": EXEC_ACCUMULATE_GRAD_WEIGHT,
     "KLJIT_EXEC_NO_GRAD_INPUT": EXEC_NO_GRAD_INPUT,
     "KLJIT_EXEC_NO_GRAD_WEIGHT": EXEC_NO_GRAD_WEIGHT,
-    "KLJIT_EXEC_TRUSTED_POINTERS": EXEC_TRUSTED_POINTERS,
 }
 
 #: The API version this binding was written against (major, minor): a library of another

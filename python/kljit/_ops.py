@@ -45,8 +45,8 @@ from torch import Tensor
 from . import _dist, _lib
 from ._checks import (WORKSPACE_ALIGN, CallSpec, LossConfig, check_call, dtype_name,
                       infer_teacher, make_problem)
-from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT,
-                   EXEC_TRUSTED_POINTERS, Args, Mode)
+from ._lib import (EXEC_ACCUMULATE_GRAD_WEIGHT, EXEC_NO_GRAD_INPUT, EXEC_NO_GRAD_WEIGHT, Args,
+                   Mode)
 
 #: Tensors must be on a CUDA device (python/tests/test_plumbing.py lifts this to run the
 #: plumbing on CPU tensors against a fake library).
@@ -127,10 +127,9 @@ def _layout(t: Optional[Tensor]) -> Any:
 class Checked:
     """What a call's signature fixes, worked out once for every call with it (Call.make): the
     checked spec, the plan (dW accumulated as KLJIT_ACCUM_AUTO unless asked otherwise), the
-    kljit_args with every pointer NULL and EXEC_TRUSTED_POINTERS (each is a checked tensor's;
-    copied per call: cheaper than field by field), each mode's workspace size, the shard
-    (kljit._dist.Shard or None) and the compute dtype the weight and bias are cast to (None
-    when both are in it already)."""
+    kljit_args with every pointer NULL (copied per call: cheaper than field by field), each
+    mode's workspace size, the shard (kljit._dist.Shard or None) and the compute dtype the
+    weight and bias are cast to (None when both are in it already)."""
 
     __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape", "shard", "cast")
 
@@ -144,8 +143,7 @@ class Checked:
             pb.vocab_total, pb.vocab_offset, pb.shards = shard.total, shard.start, shard.size
         self.spec, self.shard, self.cast = spec, shard, cast
         self.plan = _lib.get_plan(pb, spec.device_index or 0)
-        self.template = bytes(Args.init(rows=spec.rows, temperature=spec.temperature,
-                                        flags=EXEC_TRUSTED_POINTERS))
+        self.template = bytes(Args.init(rows=spec.rows, temperature=spec.temperature))
         self.hidden = spec.config.teacher == "dense_hidden"
         self.sizes: Dict[Mode, int] = {}
         self.loss_shape = (spec.rows,) if spec.config.reduction == "none" else ()
@@ -186,7 +184,8 @@ class Call:
              main_grad: bool = False) -> "Call":
         """A Call, its checks and plan remembered by what they depend on (each tensor's shape,
         dtype, device, strides and 16-byte alignment; the config; T; the shard): a repeated
-        call skips check_call and the plan lookup (more than the C call costs a short call)."""
+        call skips check_call and the plan lookup, which cost a short call more than the C call
+        does."""
         tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
                    teacher_bias, divisor, row_weights)
         runtime_t = None if temperature != temperature else temperature  # nan: the config's
@@ -264,13 +263,14 @@ class Call:
             if bias is not None:
                 db = torch.empty_like(bias)
                 args.grad_bias = db.data_ptr()
-        args.flags |= (0 if want & WANT_DX else EXEC_NO_GRAD_INPUT) | (
+        args.flags = (0 if want & WANT_DX else EXEC_NO_GRAD_INPUT) | (
             0 if want & WANT_DW else EXEC_NO_GRAD_WEIGHT)
         return dx, dw, db
 
     def empty_grads(self, weight: Tensor, dx: Optional[Tensor], dw: Optional[Tensor],
                     db: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-        """grads' outputs, an empty tensor for each one not wanted (the ops return tensors)."""
+        """grads' outputs with an empty tensor for each one not wanted (the ops return
+        tensors)."""
         return (_empty(self.tensors[0]) if dx is None else dx,
                 _empty(weight) if dw is None else dw, _empty(weight) if db is None else db)
 
@@ -665,8 +665,7 @@ def _two_phase_grads(grad_output, input, weight, bias, teacher, teacher_ids, tea
         into = bias_main_grad if bias_main_grad is not None else db
         args.grad_weight = main_grad.data_ptr()
         args.grad_bias = into.data_ptr() if into is not None and into.numel() else None
-        args.flags = EXEC_ACCUMULATE_GRAD_WEIGHT | (
-            args.flags & (EXEC_NO_GRAD_INPUT | EXEC_TRUSTED_POINTERS))
+        args.flags = EXEC_ACCUMULATE_GRAD_WEIGHT | (args.flags & EXEC_NO_GRAD_INPUT)
     call.run(Mode.BACKWARD, args)
     return call.empty_grads(weight, dx, dw, db)
 
