@@ -77,38 +77,34 @@ static kljit_status get_log(nvrtcProgram prog, strbuf *log) {
   return st;
 }
 
-static kljit_status get_cubin(nvrtcProgram prog, const char *name, strbuf *cubin) {
-  size_t n = 0;
-  nvrtcResult r = nvrtcGetCUBINSize(prog, &n);
-  char *img = r == NVRTC_SUCCESS ? malloc(n) : NULL;
-  kljit_status st;
-  if (r != NVRTC_SUCCESS)
-    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBINSize(%s): %s", name, nvrtcGetErrorString(r));
-  else if (!img)
-    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for a %zu-byte cubin", n);
-  else if ((r = nvrtcGetCUBIN(prog, img)) != NVRTC_SUCCESS)
-    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetCUBIN(%s): %s", name, nvrtcGetErrorString(r));
-  else
-    st = sb_append(cubin, img, n);
-  free(img);
-  return st;
-}
+/* What a compile made: the cubin, or the PTX text (whose size NVRTC gives with the terminating
+ * NUL, which strbuf keeps outside len). */
+typedef struct nvrtc_output {
+  nvrtcResult (*size)(nvrtcProgram, size_t *);
+  nvrtcResult (*get)(nvrtcProgram, char *);
+  const char *size_name, *get_name, *what;
+  int text;
+} nvrtc_output;
+static const nvrtc_output CUBIN = {nvrtcGetCUBINSize, nvrtcGetCUBIN, "nvrtcGetCUBINSize",
+                                   "nvrtcGetCUBIN", "cubin", 0};
+static const nvrtc_output PTX = {nvrtcGetPTXSize, nvrtcGetPTX, "nvrtcGetPTXSize", "nvrtcGetPTX",
+                                 "PTX", 1};
 
-/* The PTX text; NVRTC's size counts the terminating NUL, which strbuf keeps outside len. */
-static kljit_status get_ptx(nvrtcProgram prog, const char *name, strbuf *ptx) {
+static kljit_status get_output(nvrtcProgram prog, const char *name, const nvrtc_output *o,
+                               strbuf *out) {
   size_t n = 0;
-  nvrtcResult r = nvrtcGetPTXSize(prog, &n);
-  char *text = r == NVRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
+  nvrtcResult r = o->size(prog, &n);
+  char *buf = r == NVRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
   kljit_status st;
   if (r != NVRTC_SUCCESS)
-    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetPTXSize(%s): %s", name, nvrtcGetErrorString(r));
-  else if (!text)
-    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for %zu bytes of PTX", n);
-  else if ((r = nvrtcGetPTX(prog, text)) != NVRTC_SUCCESS)
-    st = err_set(KLJIT_ERR_COMPILE, "nvrtcGetPTX(%s): %s", name, nvrtcGetErrorString(r));
+    st = err_set(KLJIT_ERR_COMPILE, "%s(%s): %s", o->size_name, name, nvrtcGetErrorString(r));
+  else if (!buf)
+    st = err_set(KLJIT_ERR_OUT_OF_MEMORY, "out of host memory for %zu bytes of %s", n, o->what);
+  else if ((r = o->get(prog, buf)) != NVRTC_SUCCESS)
+    st = err_set(KLJIT_ERR_COMPILE, "%s(%s): %s", o->get_name, name, nvrtcGetErrorString(r));
   else
-    st = sb_append(ptx, text, strnlen(text, n));
-  free(text);
+    st = sb_append(out, buf, o->text ? strnlen(buf, n) : n);
+  free(buf);
   return st;
 }
 
@@ -143,7 +139,7 @@ kljit_status nvrtc_compile_effort(const char *source, const char *name, int arch
                  lg.data ? lg.data : "(no log)");
   }
   if (st == KLJIT_SUCCESS)
-    st = effort == NVRTC_PTX ? get_ptx(prog, name, image) : get_cubin(prog, name, image);
+    st = get_output(prog, name, effort == NVRTC_PTX ? &PTX : &CUBIN, image);
   if (st == KLJIT_SUCCESS && log && lg.data) st = sb_append(log, lg.data, lg.len);
   sb_free(&lg);
   nvrtcDestroyProgram(&prog);

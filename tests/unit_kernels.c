@@ -1087,51 +1087,44 @@ static unsigned *choose_cover(const space *s, cover *c) {
   return ok ? chosen : NULL;
 }
 
-/* The full enumeration, every module for every arch that plans it (label slow: minutes): the
- * quick case's jobs and the full-effort sample to a cubin, every other one to PTX (the header
- * says why). */
-static int every_variant_compiles_for_sm80_and_sm90(void) {
+/* Both cases: the space, choose_cover's jobs to a cubin, and with UNCHOSEN_TO_PTX every other
+ * one to PTX (the header says why). */
+static int compile_space(unchosen rest) {
   space s;
   cover c;
   int r = enumerate(&s);
   unsigned *const chosen = r == TH_PASS ? choose_cover(&s, &c) : NULL;
   if (r == TH_PASS && !chosen) r = TH_FAIL;
   if (r == TH_PASS) {
-    printf(
-        "compiling all %d (module, arch) jobs: to a cubin the %d the quick case compiles (%d "
-        "cover every pair of feature values, %d the problems outside the full space, %d a "
-        "sample of 1 in %d) and the full-effort sample of 1 in %d, to PTX the rest\n",
-        c.all, c.pairwise + c.edges + c.sampled, c.pairwise, c.edges, c.sampled, SAMPLE_EVERY,
-        FULL_EVERY);
+    const int cubins = c.pairwise + c.edges + c.sampled;
+    if (rest == UNCHOSEN_TO_PTX)
+      printf("compiling all %d (module, arch) jobs: to a cubin the %d the quick case compiles "
+             "(%d cover every pair of feature values, %d the problems outside the full space, "
+             "%d a sample of 1 in %d) and the full-effort sample of 1 in %d, to PTX the rest\n",
+             c.all, cubins, c.pairwise, c.edges, c.sampled, SAMPLE_EVERY, FULL_EVERY);
+    else
+      printf("compiling %d of %d (module, arch) jobs: %d cover every pair of feature values, %d "
+             "more from the problems outside the full space, a sample of %d (1 in %d) of the "
+             "rest (the slow case compiles all)\n",
+             cubins, c.all, c.pairwise, c.edges, c.sampled, SAMPLE_EVERY);
     fflush(stdout);
-    r = compile_all(&s, chosen, UNCHOSEN_TO_PTX);
+    r = compile_all(&s, chosen, rest);
   }
   free(chosen);
   space_free(&s);
   return r;
 }
 
+/* The full enumeration, every module for every arch that plans it (label slow: minutes). */
+static int every_variant_compiles_for_sm80_and_sm90(void) {
+  return compile_space(UNCHOSEN_TO_PTX);
+}
+
 /* The same space, compiled in a fraction of the time: choose_cover's jobs alone. What it
  * leaves out combines feature values that compiled together elsewhere; the slow case compiles
  * it all (the rest to PTX). */
 static int every_feature_pair_compiles_for_sm80_and_sm90(void) {
-  space s;
-  cover c;
-  int r = enumerate(&s);
-  unsigned *const chosen = r == TH_PASS ? choose_cover(&s, &c) : NULL;
-  if (r == TH_PASS && !chosen) r = TH_FAIL;
-  if (r == TH_PASS) {
-    printf(
-        "compiling %d of %d (module, arch) jobs: %d cover every pair of feature values, %d "
-        "more from the problems outside the full space, a sample of %d (1 in %d) of the "
-        "rest (the slow case compiles all)\n",
-        c.pairwise + c.edges + c.sampled, c.all, c.pairwise, c.edges, c.sampled, SAMPLE_EVERY);
-    fflush(stdout);
-    r = compile_all(&s, chosen, UNCHOSEN_LEFT_OUT);
-  }
-  free(chosen);
-  space_free(&s);
-  return r;
+  return compile_space(UNCHOSEN_LEFT_OUT);
 }
 
 /* Rendered sources for one problem per teacher form: the helpers, and the dense rows planned
