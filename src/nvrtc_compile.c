@@ -94,7 +94,7 @@ static kljit_status get_output(nvrtcProgram prog, const char *name, const nvrtc_
                                strbuf *out) {
   size_t n = 0;
   nvrtcResult r = o->size(prog, &n);
-  char *buf = r == NVRTC_SUCCESS && n > 0 ? malloc(n) : NULL;
+  char *buf = r == NVRTC_SUCCESS ? malloc(n ? n : 1) : NULL; /* an empty output is not OOM */
   kljit_status st;
   if (r != NVRTC_SUCCESS)
     st = err_set(KLJIT_ERR_COMPILE, "%s(%s): %s", o->size_name, name, nvrtcGetErrorString(r));
