@@ -118,10 +118,11 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
-def _layout(t: Optional[Tensor]) -> Any:
-    """What a tensor's checks depend on (get_device: an int, cheaper than .device)."""
-    return None if t is None else (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
-                                   t.data_ptr() & 15)
+def _layouts(tensors: Tuple[Optional[Tensor], ...]) -> Tuple[Any, ...]:
+    """What each tensor's checks depend on (get_device: an int, cheaper than .device); one
+    comprehension, not a call a tensor (a short call's host time)."""
+    return tuple(None if t is None else (t.shape, t.dtype, t.get_device(), t.is_contiguous(),
+                                         t.data_ptr() & 15) for t in tensors)
 
 
 class Checked:
@@ -131,10 +132,11 @@ class Checked:
     mode's workspace size, the shard (kljit._dist.Shard or None) and the compute dtype the
     weight and bias are cast to (None when both are in it already)."""
 
-    __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_shape", "shard", "cast")
+    __slots__ = ("spec", "plan", "template", "hidden", "sizes", "loss_like", "bytes_like", "shard",
+                 "cast")
 
     def __init__(self, spec: CallSpec, shard: Optional["_dist.Shard"], main_grad: bool,
-                 cast: Optional[torch.dtype]) -> None:
+                 cast: Optional[torch.dtype], device: torch.device) -> None:
         pb = spec.problem
         if main_grad:  # fp32 straight into the caller's fp32 main_grad: no buffer
             pb.grad_weight_dtype = _lib.DType.FP32
@@ -146,7 +148,11 @@ class Checked:
         self.template = bytes(Args.init(rows=spec.rows, temperature=spec.temperature))
         self.hidden = spec.config.teacher == "dense_hidden"
         self.sizes: Dict[Mode, int] = {}
-        self.loss_shape = (spec.rows,) if spec.config.reduction == "none" else ()
+        # Allocation templates on the call's device: torch.empty_like(loss_like) and
+        # bytes_like.new_empty(n) take no keyword (a dtype keyword costs a short call ~1-4 us)
+        shape = (spec.rows,) if spec.config.reduction == "none" else ()
+        self.loss_like = torch.empty(shape, dtype=torch.float32, device=device)
+        self.bytes_like = torch.empty((1,), dtype=torch.uint8, device=device)
 
     def workspace_size(self, mode: Mode) -> int:
         size = self.sizes.get(mode)
@@ -189,10 +195,7 @@ class Call:
         tensors = (input, weight, bias, teacher, ids, values, labels, teacher_weight,
                    teacher_bias, divisor, row_weights)
         runtime_t = None if temperature != temperature else temperature  # nan: the config's
-        sig = (key, runtime_t, shard, main_grad, _lib.plan_cache_generation(), _layout(input),
-               _layout(weight), _layout(bias), _layout(teacher), _layout(ids), _layout(values),
-               _layout(labels), _layout(teacher_weight), _layout(teacher_bias),
-               _layout(divisor), _layout(row_weights))
+        sig = (key, runtime_t, shard, main_grad, _lib.plan_cache_generation(), _layouts(tensors))
         checked = _checked.get(sig)
         if checked is None:
             spec = check_call(_config(key), input, weight, teacher, bias=bias, labels=labels,
@@ -203,7 +206,7 @@ class Call:
             compute = input.dtype
             cast = None if weight.dtype == compute and (bias is None or bias.dtype == compute) \
                 else compute
-            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad, cast)
+            checked = Checked(spec, _dist.shard_of(shard, spec), main_grad, cast, input.device)
             if len(_checked) >= 256:
                 _checked.clear()
             _checked[sig] = checked
@@ -243,7 +246,7 @@ class Call:
         size = self.checked.workspace_size(mode)
         # CUDA's caching allocator hands out 512-byte aligned blocks; over-allocating by 255
         # bytes makes the 256 bytes kljit needs independent of that.
-        raw = self.tensors[0].new_empty(size + WORKSPACE_ALIGN - 1, dtype=torch.uint8)
+        raw = self.checked.bytes_like.new_empty(size + WORKSPACE_ALIGN - 1)
         ptr = raw.data_ptr()
         args.workspace, args.workspace_size = ptr + (-ptr % WORKSPACE_ALIGN), size
         return raw
@@ -290,7 +293,7 @@ class Call:
         return _no_parts(self.tensors[0]) if row_loss is None else (row_loss, parts)
 
     def loss(self) -> Tensor:
-        return self.tensors[0].new_empty(self.checked.loss_shape, dtype=torch.float32)
+        return torch.empty_like(self.checked.loss_like)
 
     def run(self, mode: Mode, args: Args) -> None:
         """The call on the current stream (a vocabulary shard's: kljit._dist.run_shard)."""
