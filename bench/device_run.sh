@@ -60,7 +60,8 @@
 #                     throughput, for bench_loss at CHUNK_SHAPES (default 4096x2048x32000 and
 #                     8192x4096x128256; the validation's small problem first, then the call's
 #                     chunks), the first CHUNK_KERNELS (60) launches: a chunk's logits GEMM,
-#                     row kernels and dX / dW GEMMs on the same counters
+#                     row kernels and dX / dW GEMMs on the same counters, then the launches
+#                     by kernel name (ncu_table.py --summary: time's share, L2 sectors a us)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -307,7 +308,7 @@ case $mode in
         --shapes "$shape" --no-full --no-twophase --repeats 1 --warmup 0 \
         > "$LOGS/chunk-$shape.csv" 2> "$LOGS/chunk-$shape.log"
       echo "== chunk $shape rc=$? ($SECONDS s)"
-      python3 bench/ncu_table.py "$LOGS/chunk-$shape.csv" | tee "$LOGS/chunk-$shape.md" | tail -32
+      python3 bench/ncu_table.py "$LOGS/chunk-$shape.csv" --summary | tee "$LOGS/chunk-$shape.md" | tail -48
     done
     ;;
   judge)

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """One line per kernel launch from Nsight Compute's raw CSV, in launch order.
 
-    python3 bench/ncu_table.py ncu.csv [--last N]
+    python3 bench/ncu_table.py ncu.csv [--last N] [--summary]
 
 ncu --csv --page raw --metrics M,... writes a header row (the launch's ID, its process, "Kernel
 Name", ..., then each metric), a row of units, then a row per profiled launch. This prints,
@@ -10,7 +10,10 @@ for each launch, what bench/device_run.sh's `chunk` mode asks of ncu: the time (
 and written (MB), L2 sectors (millions), the tensor pipe's active share and the DRAM
 throughput's share of peak (%), each as `-` where the CSV lacks it; so that a chunk's logits
 GEMM, row kernels and dX / dW GEMMs compare on the same counters. Units are read from the
-units row (ns/us/ms; byte/Kbyte/Mbyte/Gbyte), never assumed. Standard library only.
+units row (ns/us/ms; byte/Kbyte/Mbyte/Gbyte), never assumed. --summary adds a table by kernel
+name (first seen first): launches, total time and its share of the launches listed, DRAM GB
+moved and L2 sectors per microsecond (bench/RESULTS.md runs 139-140: the logits GEMM's L2
+traffic against cuBLASLt's). Standard library only.
 """
 
 from __future__ import annotations
@@ -79,10 +82,34 @@ def fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def summary(launches: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The launches by kernel name, in the order each name first appears: launches, total us,
+    share of every listed launch's time (%), DRAM read + written (GB) and L2 sectors (millions)
+    a microsecond, each None where a launch of that name lacks the metric."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for r in launches:
+        groups.setdefault(r["name"], []).append(r)
+    total = sum(r["us"] or 0.0 for r in launches)
+
+    def add(rs: List[Dict[str, Any]], *titles: str) -> Optional[float]:
+        vals = [r[t] for r in rs for t in titles]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    out = []
+    for name, rs in groups.items():
+        us, dram, l2 = add(rs, "us"), add(rs, "DRAM rd MB", "DRAM wr MB"), add(rs, "L2 sectors M")
+        out.append({"name": name, "launches": len(rs), "us": us,
+                    "share": None if us is None or total <= 0 else 100.0 * us / total,
+                    "DRAM GB": None if dram is None else dram / 1e3,
+                    "L2 M/us": None if l2 is None or not us else l2 / us})
+    return out
+
+
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv")
     p.add_argument("--last", type=int, default=0, help="only the last N launches")
+    p.add_argument("--summary", action="store_true", help="then the launches by kernel name")
     a = p.parse_args(argv)
     with open(a.csv, encoding="utf-8", errors="replace") as f:
         launches = rows(f.read().splitlines())
@@ -92,6 +119,14 @@ def main(argv: List[str]) -> int:
     print("|---|---|" + "---|" * len(COLUMNS))
     for i, r in enumerate(launches):
         print(f"| {i} | {r['name'][:48]} | " + " | ".join(fmt(r[t]) for t, _, _ in COLUMNS) + " |")
+    if a.summary:
+        keys = ("us", "share", "DRAM GB", "L2 M/us")
+        print("\n| kernel | launches | us | % of time | DRAM GB | L2 sectors M / us |")
+        print("|---|---|---|---|---|---|")
+        for g in summary(launches):
+            cells = " | ".join(fmt(g[k]) if k != "L2 M/us" or g[k] is None else f"{g[k]:.3f}"
+                               for k in keys)
+            print(f"| {g['name'][:48]} | {g['launches']} | {cells} |")
     return 0
 
 

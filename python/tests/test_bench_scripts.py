@@ -395,6 +395,16 @@ class CompareTest(unittest.TestCase):
         self.assertIsNone(table.scaled("1", "furlong", "MB"))
         with self.assertRaises(ValueError):
             table.rows(['"a","b"', '"1","2"'])
+        # --summary: by kernel name in first-seen order, totals and the time's shares
+        launches = got + [dict(got[0], us=471.4)]
+        groups = table.summary(launches)
+        self.assertEqual([(g["name"], g["launches"]) for g in groups],
+                         [("kl_gemm", 2), ("kl_dense_fused", 1)])
+        self.assertAlmostEqual(groups[0]["us"], 1000.0)
+        self.assertAlmostEqual(groups[0]["share"] + groups[1]["share"], 100.0)
+        self.assertAlmostEqual(groups[1]["DRAM GB"], 0.393)
+        self.assertAlmostEqual(groups[0]["L2 M/us"], 160.5 / 1000.0)
+        self.assertIsNone(table.summary([dict(got[0], us=None)])[0]["L2 M/us"])
 
     @labels("torch")
     def test_binding_host_time_times_both_paths_to_the_launch(self) -> None:
