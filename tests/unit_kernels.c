@@ -1089,7 +1089,7 @@ static unsigned *choose_cover(const space *s, cover *c) {
 }
 
 /* Both cases: the space, choose_cover's jobs to a cubin, and with UNCHOSEN_TO_PTX every other
- * one to PTX (the header says why). */
+ * one to PTX but the full-effort sample, which goes to a cubin too (the header says why). */
 static int compile_space(unchosen rest) {
   space s;
   cover c;
