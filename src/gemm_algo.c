@@ -18,7 +18,7 @@ static const struct {
   int tweak; /* a KSPEC_GEMM_* bit; 0: the schedule (p) or the epilogue (s) */
 } FLAGS[] = {{'p', 0}, {'s', 0}, {'w', KSPEC_GEMM_ARRIVE_WARP}, {'c', KSPEC_GEMM_STREAM_C},
              {'a', KSPEC_GEMM_L2_KEEP_A}, {'b', KSPEC_GEMM_L2_KEEP_B}, {'r', KSPEC_GEMM_PROMOTE},
-             {'e', 0}, {'d', KSPEC_GEMM_DYNAMIC}};
+             {'e', 0}, {'d', KSPEC_GEMM_DYNAMIC}, {'t', KSPEC_GEMM_MASS_WARPS}};
 enum { NFLAGS = sizeof FLAGS / sizeof FLAGS[0] };
 
 static int has_flag(const prob_gemm_choice *c, int i) {

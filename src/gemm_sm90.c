@@ -298,14 +298,15 @@ void jgemm_describe(const jgemm_variant *v, char *out, size_t cap) {
   if (v->gop.on)
     snprintf(gop, sizeof gop, " g%s%d%s%s", v->gop.regs ? "r" : "", v->gop.fw,
              v->gop.pdt ? "." : "", v->gop.pdt ? names_dtype_tag(v->gop.pdt) : "");
-  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
+  snprintf(out, cap, "%s>%s b%d %dx%d s%d %c%s%s%s%s%s%s%s%s%s%s%s%s%s%s", names_dtype_tag(v->in),
            names_dtype_tag(v->out), v->beta, 64 * v->consumers,
            v->bn, v->stages, v->raster, v->cluster == 2 ? " c2" : "", other ? " " : "",
            other ? v->layout : "", v->schedule == 'p' ? " pp" : "",
            v->epilogue == 's' ? " es" : "", t & KSPEC_GEMM_ARRIVE_WARP ? " aw" : "",
            t & KSPEC_GEMM_STREAM_C ? " cs" : "",
            t & KSPEC_GEMM_L2_KEEP_A ? " l2a" : t & KSPEC_GEMM_L2_KEEP_B ? " l2b" : "",
-           t & KSPEC_GEMM_PROMOTE ? " pr" : "", t & KSPEC_GEMM_DYNAMIC ? " dyn" : "", slice,
+           t & KSPEC_GEMM_PROMOTE ? " pr" : "", t & KSPEC_GEMM_DYNAMIC ? " dyn" : "",
+           t & KSPEC_GEMM_MASS_WARPS ? " mw" : "", slice,
            stats, gop);
 }
 

@@ -368,6 +368,11 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   jgemm_variant *v = &pick->v;
   const int promote = pick->jit && (pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
   if (promote) promoted_shape(v);
+  /* flag t (MASS_WARPS: the teacher's mass summed by the producer's idle warps) is kept below
+   * where it applies, a dense teacher's probabilities or log-probabilities in the statistics on
+   * static tiles, and dropped elsewhere: one variant named for every problem serves them all */
+  int mass = v->tweaks & KSPEC_GEMM_MASS_WARPS;
+  v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
   int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
   v->stats.e16 = 0; /* set below where it is taken */
   prob_geometry *geo = &r->geom;
@@ -383,7 +388,10 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   } else if ((r->stats_why = stats_unfit(pb, geo, pick->jit, e16)) != NULL) {
     return;
   }
-  if (e16 && pick->default_shape && !promote) e16_shape(v);
+  if (e16 && pick->default_shape && !promote) {
+    e16_shape(v);
+    mass = v->tweaks & KSPEC_GEMM_MASS_WARPS, v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
+  }
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
   const int hidden = pb->teacher == KLJIT_TEACHER_DENSE_HIDDEN;
@@ -412,6 +420,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
     v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
     v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
+    if (!tlogits && !(v->tweaks & KSPEC_GEMM_DYNAMIC)) v->tweaks |= mass;
   }
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;

@@ -65,6 +65,7 @@ static size_t gemm_params(const kspec *k, render_param out[KSPEC_MAX_PARAMS]) {
     out[n++] = ps("L2", k->gemm_tweaks & KSPEC_GEMM_L2_KEEP_A ? "keep_a" : "keep_b");
   if (k->gemm_tweaks & KSPEC_GEMM_PROMOTE) out[n++] = pi("PROMOTE", 4);
   if (k->gemm_tweaks & KSPEC_GEMM_DYNAMIC) out[n++] = ps("TILES", "dynamic");
+  if (k->gemm_tweaks & KSPEC_GEMM_MASS_WARPS) out[n++] = pb("MASS_WARPS", 1);
   if (k->gemm_stats) {
     out[n++] = ps("STATS", k->gemm_stats);
     if (k->gemm_stats_tld) { /* a dense teacher's tile (the sparse teacher's is not read) */

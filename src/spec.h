@@ -22,14 +22,16 @@ typedef enum kspec_family {
 } kspec_family;
 
 /* Flag bits of a generated GEMM's smaller choices (kspec.gemm_tweaks, jgemm_variant.tweaks,
- * prob_gemm_choice.tweaks; the template's ARRIVE, STORE, L2, PROMOTE and TILES parameters). */
+ * prob_gemm_choice.tweaks; the template's ARRIVE, STORE, L2, PROMOTE, TILES and MASS_WARPS
+ * parameters). */
 enum {
   KSPEC_GEMM_ARRIVE_WARP = 1, /* one mbarrier arrival per consumer warp */
   KSPEC_GEMM_STREAM_C = 2,    /* the staged epilogue's runs of C with the .cs cache operator */
   KSPEC_GEMM_L2_KEEP_A = 4,   /* TMA loads: A evict_last, B evict_first */
   KSPEC_GEMM_L2_KEEP_B = 8,   /* the reverse */
   KSPEC_GEMM_PROMOTE = 16,    /* the accumulator added into a second fp32 one every 4 k-blocks */
-  KSPEC_GEMM_DYNAMIC = 32     /* the tiles claimed from a counter (TILES dynamic) */
+  KSPEC_GEMM_DYNAMIC = 32,    /* the tiles claimed from a counter (TILES dynamic) */
+  KSPEC_GEMM_MASS_WARPS = 64  /* the teacher's mass summed by the producer's idle warps */
 };
 
 typedef struct kspec {

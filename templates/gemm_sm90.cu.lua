@@ -148,6 +148,15 @@
 %--             makes the factors rewrites the support's columns (docs/architecture.md). E' has a
 %--             floor (2^-24 of the tile's max) that G does not feel; the CE's and the cap's G
 %--             need the score, so neither goes with it.
+%--   MASS_WARPS  (STATS probs | logprobs; no TILES dynamic) true: the teacher's mass of each
+%--             (row, tile), the only term of a dense teacher's probabilities its record takes
+%--             from the teacher (slots sp, mt = 0, dt = 1), is summed by the producer
+%--             warpgroup's three idle warps (setmaxnreg 48 instead of 40), tile by tile in the
+%--             CTA's order, instead of by the consumers in their epilogue: the consumers read
+%--             no teacher (no prefetch, no L2 round trips while the tensor cores wait on the
+%--             epilogue) and write only m, d (and HARD's mh, dh, S) of each record. A warp takes
+%--             rows w, w + 3, ... of the tile, a lane 16-byte runs of the row (4 rows in
+%--             flight), summed lane by lane and then by a butterfly in a fixed order.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)
@@ -356,6 +365,15 @@
 %  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
 %end
 %local TLOGITS = STATS == "logits"
+%if P.MASS_WARPS ~= nil and not (P.MASS_WARPS == true and one_of(STATS, { "probs", "logprobs" })
+%                                and not DYN) then
+%  reject("MASS_WARPS must be true and needs STATS probs or logprobs (a dense teacher's mass) "
+%         .. "and static tiles (the producer's warps follow the CTA's tiles in order)")
+%end
+%local MASS_WARPS = P.MASS_WARPS == true
+%-- the consumers' epilogue reads the teacher (prefetch_teacher, tile_teacher) unless the
+%-- producer's warps sum its mass
+%local TREAD = TEACH and not MASS_WARPS
 %if P.TCHUNK ~= nil and not (P.TCHUNK == true and TLOGITS) then
 %  reject("TCHUNK must be true and needs STATS logits (the online teacher's chunk of logits)")
 %end
@@ -772,6 +790,70 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 %  end
   return out;
 }
+%    if MASS_WARPS then
+/* MASS_WARPS: the teacher's slots of the records of the tile at rows r0 .. r0 + BM, columns
+ * c0 .. c0 + BN below N, by the producer's warp w of 3 (rows r0 + w, + 3, ...): each lane sums its
+ * 16-byte runs of a row, BATCH rows in flight (streaming loads: the teacher is read once), the
+ * warp's butterfly (offsets 16 .. 1: the same order on every run) the row's; lane 0 writes sp,
+ * the neutral teacher (mt, dt) = (0, 1) and, without HARD, the unnamed slots' 0. The tile's other
+ * slots, m and d (HARD: mh, dh, S), are its consumers' (tile_records). */
+__device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,
+                                          float* __restrict__ part, i64 row0, int r0, int c0,
+                                          int M, int N, int tiles_n, int tn, int w, int lane) {
+  constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT, RPL = (RUNS + 31) / 32;
+  constexpr int BATCH = RPL == 1 ? 4 : 2; /* 16 registers of loads in flight */
+  constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
+  const int rows = min(BM, M - r0);
+  const bool whole = ALIGNED && c0 + BN <= N;
+  for (int j0 = w; j0 < rows; j0 += 3 * BATCH) {
+    float a[BATCH];
+    if (whole) {
+      uint4 u[BATCH][RPL];
+#pragma unroll
+      for (int b = 0; b < BATCH; b++) {
+        const int r = min(j0 + 3 * b, rows - 1); /* past the tile's rows: read again, dropped */
+        const teach_t* tr = teacher + TROW(row0, r0 + r) * TLD + c0;
+#pragma unroll
+        for (int k = 0; k < RPL; k++)
+          if (lane + 32 * k < RUNS) u[b][k] = __ldcs(reinterpret_cast<const uint4*>(tr + (lane + 32 * k) * VT));
+      }
+#pragma unroll
+      for (int b = 0; b < BATCH; b++) {
+        a[b] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < RPL; k++) {
+          if (lane + 32 * k >= RUNS) continue;
+          teach_t v[VT];
+          memcpy(v, &u[b][k], 16);
+#pragma unroll
+          for (int e = 0; e < VT; e++) a[b] += mass_term(v[e]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < BATCH; b++) {
+        a[b] = 0.0f;
+        if (j0 + 3 * b >= rows) continue;
+        const teach_t* tr = teacher + TROW(row0, r0 + j0 + 3 * b) * TLD;
+        for (int c = c0 + lane; c < c0 + BN && c < N; c += 32) a[b] += mass_term(tr[c]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < BATCH; b++) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) a[b] += __shfl_xor_sync(0xffffffffu, a[b], o);
+      const int r = j0 + 3 * b;
+      if (lane == 0 && r < rows) {
+        float* rec = part + ((i64)(r0 + r) * tiles_n + tn) * PART_FLOATS;
+        rec[PART_SP] = a[b], rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+%      if not HARD then
+        rec[PART_MH] = 0.0f, rec[PART_DH] = 0.0f, rec[PART_S] = 0.0f; /* unnamed: 0, as ever */
+%      end
+      }
+    }
+  }
+}
+%    end
 %  end
 
 /* The max of s = scale d over the tile's columns below N of this thread's two fragment rows
@@ -934,6 +1016,20 @@ __device__ __forceinline__ void tile_records(const float (&m)[2], float (&sd)[2]
     v[PART_MH] = mh[h], v[PART_DH] = dh[h], v[PART_S] = zy[h];
 %end
     float* rec = part + ((i64)(row + 8 * h) * tiles_n + tn) * PART_FLOATS;
+%if MASS_WARPS then
+    /* the teacher's slots (sp, mt, dt) are the producer's warps' (mass_warps): this epilogue's
+     * own, m and d side by side (and HARD's) */
+    (void)ts;
+    static_assert(PART_D == PART_M + 1 && PART_M % 2 == 0, "m, d: one 8-byte store");
+    if (whole)
+      reinterpret_cast<float2*>(rec)[PART_M / 2] = make_float2(v[PART_M], v[PART_D]);
+    else
+      rec[PART_M] = v[PART_M], rec[PART_D] = v[PART_D];
+%  if HARD then
+    rec[PART_MH] = v[PART_MH], rec[PART_DH] = v[PART_DH], rec[PART_S] = v[PART_S];
+%  end
+    continue;
+%end
     if (whole) {
       reinterpret_cast<float4*>(rec)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(rec)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -954,9 +1050,9 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
                                            float alpha,{{ TEP }}{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane{{ SPLIT_ON and ", unsigned char* scratch" or "" }}) {
-%  if SPARSE then
+%  if SPARSE or MASS_WARPS then
   (void)row0;
-  const tstat_t ts = {};
+  const tstat_t ts = {}; /* MASS_WARPS: the producer's warps write the teacher's slots */
 %  else
   const tstat_t ts =
       tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
@@ -1168,6 +1264,10 @@ __device__ __forceinline__ void tile_e16(const float* d, int r0, int c0, int M, 
   tstat_t ts = {};
 %if SUPPORT then
   if (part) {
+    tile_row_max(d, col, N, 1.0f, m);
+  } else {
+%elseif MASS_WARPS then
+  if (part) { /* the teacher's slots: the producer's warps' (mass_warps) */
     tile_row_max(d, col, N, 1.0f, m);
   } else {
 %else
@@ -1771,7 +1871,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
   int stage = 0;
   u32 phase = 0;
   if (wg == 0) {
-    regs_release<40>();
+    regs_release<40>(); /* MASS_WARPS' loop too: ptxas keeps it within the 40 (no spills) */
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
@@ -1868,6 +1968,16 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
       }
 %end
     }
+%if MASS_WARPS then
+    else if (part && threadIdx.x >= 32) { /* warps 1-3: the teacher's mass of the CTA's tiles */
+      for (int t = first; t < tiles; t += step) {
+        int gm, tn;
+        tile_of(t, groups_m, tiles_n, &gm, &tn);
+        mass_tile(teacher, part, row0, ({{ CL }} * gm + rank) * BM, tn * BN, M, N, tiles_n, tn,
+                  threadIdx.x / 32 - 1, threadIdx.x % 32);
+      }
+    }
+%end
   } else {
     regs_claim<{{ CONSUMER_REGS }}>();
     const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -1915,7 +2025,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) run_sum[ms][i] = 0.0f;
 %end
-%if TEACH then
+%if TREAD then
       if (part)
 %local pf_rows, pf_r0 = PP and "BM" or "64", PP and "tm * BM" or "tm * BM + c * 64"
         prefetch_teacher<{{ pf_rows }}>(teacher, row0, {{ pf_r0 }}, tn * BN, M, N,

@@ -244,6 +244,49 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
   return TH_PASS;
 }
 
+/* MASS_WARPS (flag t): the teacher's mass of each record summed by the producer's three idle
+ * warps (mass_tile) instead of by the consumers' epilogue (tile_teacher). E16 on its pingpong
+ * 64 x 256 tile (bf16 probabilities; fp32 log-probabilities with the CE's records), on the
+ * cooperative 128 x 256 tile, and the statistics epilogue without E16 render it, compile for
+ * sm_90a and no longer read the teacher in the consumers; teacher logits (a max and sum-exp,
+ * not a mass), the sparse teacher, a variant without statistics and dynamic tiles (whose ids
+ * the idle warps do not see) are refused with a sentence; the text round-trips with t last. */
+static int the_mass_warps_compile_where_they_apply(void) {
+  for (int i = 0; i < 4; i++) {
+    jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
+    v.bn = 256, v.consumers = i == 2 ? 2 : 1, v.stages = 4, v.raster = 'g';
+    v.schedule = i == 2 ? 'c' : 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
+    v.stats.teacher = i == 1 ? "logprobs" : "probs", v.stats.tld = 128256, v.stats.t = 1.0;
+    v.stats.tdt = i == 1 ? KLJIT_FP32 : KLJIT_BF16, v.stats.e16 = i != 3, v.stats.hard = i == 1;
+    char what[64];
+    jgemm_describe(&v, what, sizeof what);
+    TH_CHECK(strstr(what, " mw") != NULL);
+    strbuf src = {0};
+    TH_OK(jgemm_render(&v, &src));
+    TH_CHECK(strstr(src.data, "mass_tile(teacher, part, row0,") != NULL &&
+             strstr(src.data, "tile_teacher(teacher,") == NULL &&
+             strstr(src.data, "prefetch_teacher<") == NULL);
+    sb_free(&src);
+    if (compiles(&v) != TH_PASS) return TH_FAIL;
+  }
+  jgemm_variant v = jgemm_kind_default(0, KLJIT_BF16, KLJIT_FP32, 0);
+  v.bn = 256, v.consumers = 1, v.stages = 4, v.schedule = 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
+  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs or logprobs") == TH_PASS);
+  v.stats.teacher = "logits", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256, v.stats.t = 1.0;
+  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs or logprobs") == TH_PASS);
+  v.stats.teacher = "probs", v.tweaks |= KSPEC_GEMM_DYNAMIC;
+  TH_CHECK(refused(v, "and static tiles") == TH_PASS);
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  TH_CHECK(gemm_algo_jit_parse("256.1.4.g.1.pet", &c) == 0);
+  TH_CHECK(c.tweaks == KSPEC_GEMM_MASS_WARPS && c.e16 == 1 && c.schedule == 'p');
+  char text[GEMM_ALGO_JIT_TEXT_MAX];
+  gemm_algo_jit_text(&c, text);
+  TH_CHECK(!strcmp(text, "256.1.4.g.1.pet"));
+  TH_CHECK(gemm_algo_jit_parse("256.1.4.g.1.pte", &c) != 0); /* out of order */
+  return TH_PASS;
+}
+
 /* v rendered (its source into *src), its manifest printed and parsed into *m: the GEMM kernel's
  * entry, or NULL (the reason printed) where the template refuses v. */
 static const kiface_kernel *rendered(const jgemm_variant *v, strbuf *src, kiface_manifest *m) {
@@ -740,6 +783,7 @@ static const th_case cases[] = {
      the_online_teachers_logits_feed_the_epilogue},
     {"the_promoted_accumulator_compiles_where_it_fits",
      the_promoted_accumulator_compiles_where_it_fits},
+    {"the_mass_warps_compile_where_they_apply", the_mass_warps_compile_where_they_apply},
     {"the_sparse_teachers_statistics_need_no_teacher_tile",
      the_sparse_teachers_statistics_need_no_teacher_tile},
 };

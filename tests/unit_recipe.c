@@ -875,6 +875,42 @@ static int the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short(void) {
   return TH_PASS;
 }
 
+/* Flag t (MASS_WARPS) named in the options' logits variant is kept where it applies (a dense
+ * teacher's probabilities or log-probabilities in the statistics, E16 or `.stats`, static tiles)
+ * and dropped elsewhere (teacher logits, the online teacher, the sparse teacher, dynamic tiles,
+ * the fp32 logits without statistics), so that one KLJIT_GEMM serves every problem; where kept,
+ * the module's key names it. */
+static int the_mass_warps_flag_is_kept_where_it_applies(void) {
+  const kljit_context_options init = KLJIT_CONTEXT_OPTIONS_INIT;
+  const recipe_device h100 = {90, 132, 12.8};
+  for (int k = 0; k < 8; k++) {
+    kljit_problem pb = base(4096, 128256);
+    kljit_context_options o = init;
+    o.gemm_choice = "logits:jit.256.1.4.g.1.pet";
+    int want = 1;
+    if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS;
+    if (k == 2) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, want = 0;
+    if (k == 3) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 2048, want = 0;
+    if (k == 4)
+      pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32,
+      want = 0;
+    if (k == 5) o.gemm_choice = "logits:jit.256.1.4.g.1.pedt", want = 0; /* dynamic tiles */
+    if (k == 6) o.gemm_choice = "logits:jit.256.1.4.g.1.pt", want = 0;   /* fp32 logits */
+    if (k == 7) o.gemm_choice = "logits:jit.256.1.4.g.1.pt.stats";       /* `.stats` */
+    TH_OK(prob_validate(&pb, "mass"));
+    recipe r;
+    TH_OK(recipe_make_on(&pb, NULL, &o, &h100, &r));
+    const recipe_gemm *g = &r.gemm[RECIPE_LOGITS];
+    TH_CHECK(g->engine == RECIPE_GENERATED && (r.geom.stats_tiles > 0) == (k != 6) &&
+             r.geom.e16 == (k != 6 && k != 7));
+    TH_CHECK(((g->variant.tweaks & KSPEC_GEMM_MASS_WARPS) != 0) == want);
+    kspec_key key;
+    TH_CHECK(kspec_key_of(&g->spec, &key) == 0);
+    TH_CHECK((strstr(key.text, " MASS_WARPS=") != NULL) == want);
+  }
+  return TH_PASS;
+}
+
 /* KLJIT_FLAG_PRECISE_ACCUMULATION: wherever the logits GEMM is generated (sm_90's E16 default on
  * an H100 and an H200, the options' fp32 logits, the tuning's variant) it becomes the promoted
  * 128 x 128 cooperative variant in a cluster of 1 (flag r), keeping what the epilogue writes
@@ -946,5 +982,7 @@ static const th_case cases[] = {
      the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short},
     {"the_precise_flag_promotes_the_generated_logits_gemm",
      the_precise_flag_promotes_the_generated_logits_gemm},
+    {"the_mass_warps_flag_is_kept_where_it_applies",
+     the_mass_warps_flag_is_kept_where_it_applies},
 };
 TH_MAIN(cases)
