@@ -247,15 +247,16 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
 /* MASS_WARPS (flag t): the teacher's mass of each record summed by the producer's three idle
  * warps (mass_tile) instead of by the consumers' epilogue (tile_teacher). E16 on its pingpong
  * 64 x 256 tile (bf16 probabilities; fp32 log-probabilities with the CE's records), on the
- * cooperative 128 x 256 tile, and the statistics epilogue without E16 render it, compile for
+ * cooperative 128 x 256 and 192 x 192 tiles (the latter's consumers at 152 registers), and the
+ * statistics epilogue without E16 render it, compile for
  * sm_90a and no longer read the teacher in the consumers; teacher logits (a max and sum-exp,
  * not a mass), the sparse teacher, a variant without statistics and dynamic tiles (whose ids
  * the idle warps do not see) are refused with a sentence; the text round-trips with t last. */
 static int the_mass_warps_compile_where_they_apply(void) {
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
-    v.bn = 256, v.consumers = i == 2 ? 2 : 1, v.stages = 4, v.raster = 'g';
-    v.schedule = i == 2 ? 'c' : 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
+    v.bn = i == 4 ? 192 : 256, v.consumers = i == 2 ? 2 : i == 4 ? 3 : 1, v.stages = 4;
+    v.raster = 'g', v.schedule = i == 2 || i == 4 ? 'c' : 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
     v.stats.teacher = i == 1 ? "logprobs" : "probs", v.stats.tld = 128256, v.stats.t = 1.0;
     v.stats.tdt = i == 1 ? KLJIT_FP32 : KLJIT_BF16, v.stats.e16 = i != 3, v.stats.hard = i == 1;
     char what[64];
