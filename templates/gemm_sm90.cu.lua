@@ -151,7 +151,7 @@
 %--   MASS_WARPS  (STATS probs | logprobs; no TILES dynamic) true: the teacher's mass of each
 %--             (row, tile), the only term of a dense teacher's probabilities its record takes
 %--             from the teacher (slots sp, mt = 0, dt = 1), is summed by the producer
-%--             warpgroup's three idle warps (setmaxnreg 48 instead of 40), tile by tile in the
+%--             warpgroup's three idle warps (within its 40 registers), tile by tile in the
 %--             CTA's order, instead of by the consumers in their epilogue: the consumers read
 %--             no teacher (no prefetch, no L2 round trips while the tensor cores wait on the
 %--             epilogue) and write only m, d (and HARD's mh, dh, S) of each record. A warp takes
