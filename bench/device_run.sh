@@ -62,6 +62,14 @@
 #                     chunks), the first CHUNK_KERNELS (60) launches: a chunk's logits GEMM,
 #                     row kernels and dX / dW GEMMs on the same counters, then the launches
 #                     by kernel name (ncu_table.py --summary: time's share, L2 sectors a us)
+#   mass              flag t's first GPU call (MASS_WARPS: the teacher's mass summed by the logits
+#                     GEMM's idle producer warps), about 8 minutes: the dense suite with the logits
+#                     GEMM forced to E16's tile with t (MASS_T, default logits:jit.256.1.4.g.1.pet;
+#                     gpu.dense.*, SUITE_S 200), compute-sanitizer memcheck on a_single_row under
+#                     it, then bench_loss alternated over two rounds at MASS_SHAPES (default
+#                     8192x4096x128256 and 4096x2048x32000) for the default, t and the cooperative
+#                     128 x 256 tile with t (logits:jit.256.2.4.g.1.et), then ncu on one logits GEMM
+#                     launch of each (time, SM clock, DRAM bytes, L2 sectors, tensor pipe)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -97,9 +105,10 @@ case $mode in
   tiles) targets="bench_loss gpu_gemm kljit" ;;
   next) targets="kljit python_layout python_ref" ;;
   variants) targets="bench_loss" ;;
+  mass) targets="gpu_dense bench_loss" ;;
   chunk) targets="bench_loss" ;;
   *) echo "unknown mode '$mode' (suite, loss, gemm, micro, sanitize, tune, profile, judge, tiles,"\
-          "next, chunk, precision, variants)"
+          "next, chunk, precision, variants, mass)"
      exit 2 ;;
 esac
 cmake -B build -DCMAKE_BUILD_TYPE=Release "${lua[@]}" > "$LOGS/build.log" 2>&1 &&
@@ -343,6 +352,36 @@ case $mode in
           bench_variant variant "$shape" "$name" "$gemm" "$round" 75
         done
       done
+    done
+    ;;
+  mass)
+    t=${MASS_T:-logits:jit.256.1.4.g.1.pet}
+    KLJIT_GEMM=$t run_ctest mass-suite '^gpu\.dense\.' "${SUITE_S:-200}"
+    san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    KLJIT_GEMM=$t timeout 120 "$san" --tool memcheck ./build/tests/gpu_dense a_single_row \
+      > "$LOGS/mass-memcheck.log" 2>&1
+    echo "== memcheck rc=$? $(grep -h 'ERROR SUMMARY' "$LOGS/mass-memcheck.log")"
+    variants=("default|" "t|$t" "ct|logits:jit.256.2.4.g.1.et")
+    for round in 1 2; do
+      for shape in ${MASS_SHAPES:-8192x4096x128256 4096x2048x32000}; do
+        for v in "${variants[@]}"; do
+          IFS='|' read -r name gemm <<< "$v"
+          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-430}" ] && continue
+          bench_variant mass "$shape" "$name" "$gemm" "$round" 75
+        done
+      done
+    done
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    m=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum
+    m=$m,lts__t_sectors.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    for v in "${variants[@]}"; do
+      IFS='|' read -r name gemm <<< "$v"
+      [ "$SECONDS" -gt "${NCU_UNTIL_S:-500}" ] && continue
+      KLJIT_GEMM=$gemm timeout 40 "$ncu" --clock-control none --metrics "$m" --kernel-name kl_gemm \
+        --launch-skip 2 --launch-count 1 ./build/bench/bench_loss --shapes 8192x4096x128256 \
+        --no-full --no-twophase --repeats 1 --warmup 0 > "$LOGS/mass-ncu-$name.log" 2>&1
+      echo "== ncu $name rc=$?"
+      grep -E "gpu__time|sm__|dram__|lts__" "$LOGS/mass-ncu-$name.log" | awk '{print $1, $(NF-1), $NF}'
     done
     ;;
   next)
