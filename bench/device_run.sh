@@ -154,6 +154,21 @@ bench_variant() { # log shape name KLJIT_GEMM round seconds
   echo "$2 r$5 $3 rc=$? $(grep -E ' fused [0-9]' "$f" | cut -c1-110) ($SECONDS s)"
 }
 
+# bench_variant over `rounds` rounds, each shape, each of the array `variants` ("name|KLJIT_GEMM")
+# in turn; runs not started by `until` seconds into the call are left out.
+alternate() { # log rounds until shapes
+  local round shape v name gemm
+  for round in $(seq "$2"); do
+    for shape in $4; do
+      for v in "${variants[@]}"; do
+        IFS='|' read -r name gemm <<< "$v"
+        [ "$SECONDS" -gt "$3" ] && continue
+        bench_variant "$1" "$shape" "$name" "$gemm" "$round" 75
+      done
+    done
+  done
+}
+
 case $mode in
   suite)
     run_ctest suite "${1:-gpu}" "${SUITE_S:-900}"
@@ -343,16 +358,8 @@ case $mode in
     ;;
   variants)
     IFS=';' read -ra variants <<< "${VARIANTS:-default|;e16r|logits:jit.128.2.6.g.1.re}"
-    shapes=${SHAPES:-8192x4096x128256 4096x4096x128256 2048x4096x128256 8192x2048x32000 4096x2048x32000}
-    for round in $(seq "${ROUNDS:-2}"); do
-      for shape in $shapes; do
-        for v in "${variants[@]}"; do
-          IFS='|' read -r name gemm <<< "$v"
-          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-490}" ] && continue
-          bench_variant variant "$shape" "$name" "$gemm" "$round" 75
-        done
-      done
-    done
+    alternate variant "${ROUNDS:-2}" "${BENCH_UNTIL_S:-490}" \
+      "${SHAPES:-8192x4096x128256 4096x4096x128256 2048x4096x128256 8192x2048x32000 4096x2048x32000}"
     ;;
   mass)
     t=${MASS_T:-logits:jit.256.1.4.g.1.pet}
@@ -362,15 +369,7 @@ case $mode in
       > "$LOGS/mass-memcheck.log" 2>&1
     echo "== memcheck rc=$? $(grep -h 'ERROR SUMMARY' "$LOGS/mass-memcheck.log")"
     variants=("default|" "t|$t" "ct|logits:jit.256.2.4.g.1.et")
-    for round in 1 2; do
-      for shape in ${MASS_SHAPES:-8192x4096x128256 4096x2048x32000}; do
-        for v in "${variants[@]}"; do
-          IFS='|' read -r name gemm <<< "$v"
-          [ "$SECONDS" -gt "${BENCH_UNTIL_S:-430}" ] && continue
-          bench_variant mass "$shape" "$name" "$gemm" "$round" 75
-        done
-      done
-    done
+    alternate mass 2 "${BENCH_UNTIL_S:-430}" "${MASS_SHAPES:-8192x4096x128256 4096x2048x32000}"
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     m=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum
     m=$m,lts__t_sectors.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active

@@ -201,6 +201,21 @@ static int bad_gemm_variants_are_refused_with_a_sentence(void) {
   return TH_PASS;
 }
 
+/* A variant's text parses to its flags (tweaks, E16 and the schedule checked), prints back the
+ * same, and its flags out of order (`unordered`) are refused. */
+static int text_round_trips(const char *text, int tweaks, int e16, char schedule,
+                            const char *unordered) {
+  prob_gemm_choice c;
+  memset(&c, 0, sizeof c);
+  TH_CHECK(gemm_algo_jit_parse(text, &c) == 0);
+  TH_CHECK(c.tweaks == tweaks && c.e16 == e16 && c.schedule == schedule);
+  char back[GEMM_ALGO_JIT_TEXT_MAX];
+  gemm_algo_jit_text(&c, back);
+  TH_CHECK(!strcmp(back, text));
+  TH_CHECK(gemm_algo_jit_parse(unordered, &c) != 0);
+  return TH_PASS;
+}
+
 /* PROMOTE (flag r): the accumulator restarted every 4 k-blocks, each run's sum added into a
  * second fp32 accumulator (the loss's precision: bench/accumulation_precision.py). The
  * cooperative 128 x 128 logits GEMM, plain and with E16's epilogue, and a BN 64 pingpong
@@ -233,15 +248,8 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
   v = jgemm_kind_default(1 /* GEMM_DX */, KLJIT_BF16, KLJIT_FP32, 0);
   v.schedule = 'c', v.bn = 128, v.kslice = 3, v.tweaks = KSPEC_GEMM_PROMOTE;
   TH_CHECK(refused(v, "PROMOTE and KSLICE") == TH_PASS);
-  prob_gemm_choice c;
-  memset(&c, 0, sizeof c);
-  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.bre", &c) == 0);
-  TH_CHECK(c.tweaks == (KSPEC_GEMM_L2_KEEP_B | KSPEC_GEMM_PROMOTE) && c.e16 == 1);
-  char text[GEMM_ALGO_JIT_TEXT_MAX];
-  gemm_algo_jit_text(&c, text);
-  TH_CHECK(!strcmp(text, "128.2.6.g.1.bre"));
-  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.er", &c) != 0); /* out of order */
-  return TH_PASS;
+  return text_round_trips("128.2.6.g.1.bre", KSPEC_GEMM_L2_KEEP_B | KSPEC_GEMM_PROMOTE, 1, 'c',
+                          "128.2.6.g.1.er");
 }
 
 /* MASS_WARPS (flag t): the teacher's mass of each record summed by the producer's three idle
@@ -277,15 +285,7 @@ static int the_mass_warps_compile_where_they_apply(void) {
   TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs or logprobs") == TH_PASS);
   v.stats.teacher = "probs", v.tweaks |= KSPEC_GEMM_DYNAMIC;
   TH_CHECK(refused(v, "and static tiles") == TH_PASS);
-  prob_gemm_choice c;
-  memset(&c, 0, sizeof c);
-  TH_CHECK(gemm_algo_jit_parse("256.1.4.g.1.pet", &c) == 0);
-  TH_CHECK(c.tweaks == KSPEC_GEMM_MASS_WARPS && c.e16 == 1 && c.schedule == 'p');
-  char text[GEMM_ALGO_JIT_TEXT_MAX];
-  gemm_algo_jit_text(&c, text);
-  TH_CHECK(!strcmp(text, "256.1.4.g.1.pet"));
-  TH_CHECK(gemm_algo_jit_parse("256.1.4.g.1.pte", &c) != 0); /* out of order */
-  return TH_PASS;
+  return text_round_trips("256.1.4.g.1.pet", KSPEC_GEMM_MASS_WARPS, 1, 'p', "256.1.4.g.1.pte");
 }
 
 /* v rendered (its source into *src), its manifest printed and parsed into *m: the GEMM kernel's
@@ -346,14 +346,10 @@ static int tiles_claimed_from_a_counter_declare_and_need_it(void) {
   }
   jgemm_variant v = jgemm_kind_default(1, KLJIT_BF16, KLJIT_FP32, 0);
   v.tweaks = KSPEC_GEMM_DYNAMIC;
+  TH_CHECK(text_round_trips("128.2.6.g.1.ped", KSPEC_GEMM_DYNAMIC, 1, 'p', "128.2.6.g.1.dp") ==
+           TH_PASS);
   prob_gemm_choice c;
   memset(&c, 0, sizeof c);
-  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.ped", &c) == 0);
-  TH_CHECK(c.tweaks == KSPEC_GEMM_DYNAMIC && c.e16 == 1 && c.schedule == 'p');
-  char text[GEMM_ALGO_JIT_TEXT_MAX];
-  gemm_algo_jit_text(&c, text);
-  TH_CHECK(!strcmp(text, "128.2.6.g.1.ped"));
-  TH_CHECK(gemm_algo_jit_parse("128.2.6.g.1.dp", &c) != 0); /* out of order */
   TH_CHECK(gemm_algo_jit_parse("128.2.6.g.2.pd", &c) == 0 && c.cluster == 2);
   /* no counter pair, or one off 8 bytes: refused before any driver call */
   unsigned char *const op = (unsigned char *)(uintptr_t)0x10000;
