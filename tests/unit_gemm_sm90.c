@@ -216,6 +216,21 @@ static int text_round_trips(const char *text, int tweaks, int e16, char schedule
   return TH_PASS;
 }
 
+/* v named with `tag` (jgemm_describe), rendered with each of `has` and none of `lacks` (NULL
+ * ended) in its source, compiled for sm_90a. */
+static int renders_with(const jgemm_variant *v, const char *tag, const char *const *has,
+                        const char *const *lacks) {
+  char what[64];
+  jgemm_describe(v, what, sizeof what);
+  TH_CHECK(strstr(what, tag) != NULL);
+  strbuf src = {0};
+  TH_OK(jgemm_render(v, &src));
+  for (; has && *has; has++) TH_CHECK(strstr(src.data, *has) != NULL);
+  for (; lacks && *lacks; lacks++) TH_CHECK(strstr(src.data, *lacks) == NULL);
+  sb_free(&src);
+  return compiles(v);
+}
+
 /* PROMOTE (flag r): the accumulator restarted every 4 k-blocks, each run's sum added into a
  * second fp32 accumulator (the loss's precision: bench/accumulation_precision.py). The
  * cooperative 128 x 128 logits GEMM, plain and with E16's epilogue, and a BN 64 pingpong
@@ -231,16 +246,9 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
       v.stats.t = 1.0, v.stats.e16 = 1;
     }
     if (i == 2) v.schedule = 'p', v.bn = 64;
-    char what[64];
-    jgemm_describe(&v, what, sizeof what);
-    TH_CHECK(strstr(what, " pr") != NULL);
-    strbuf src = {0};
-    TH_OK(jgemm_render(&v, &src));
-    TH_CHECK(strstr(src.data, "run_sum[ms][i] += d[ms][i]") != NULL &&
-             strstr(src.data, "d[ms][i] += run_sum[ms][i]") != NULL &&
-             strstr(src.data, "kb % 4 > 0 || k > 0") != NULL);
-    sb_free(&src);
-    if (compiles(&v) != TH_PASS) return TH_FAIL;
+    const char *const has[] = {"run_sum[ms][i] += d[ms][i]", "d[ms][i] += run_sum[ms][i]",
+                               "kb % 4 > 0 || k > 0", NULL};
+    if (renders_with(&v, " pr", has, NULL) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0, KLJIT_BF16, KLJIT_FP32, 0); /* pingpong 128 x 128 */
   v.tweaks = KSPEC_GEMM_PROMOTE;
@@ -256,8 +264,8 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
  * warps (mass_tile) instead of by the consumers' epilogue (tile_teacher). E16 on its pingpong
  * 64 x 256 tile (bf16 probabilities; fp32 log-probabilities with the CE's records), on the
  * cooperative 128 x 256 and 192 x 192 tiles (the latter's consumers at 152 registers), and the
- * statistics epilogue without E16 render it, compile for
- * sm_90a and no longer read the teacher in the consumers; teacher logits (a max and sum-exp,
+ * statistics epilogue without E16 render it, compile for sm_90a and no longer read the teacher
+ * in the consumers; teacher logits (a max and sum-exp,
  * not a mass), the sparse teacher, a variant without statistics and dynamic tiles (whose ids
  * the idle warps do not see) are refused with a sentence; the text round-trips with t last. */
 static int the_mass_warps_compile_where_they_apply(void) {
@@ -267,16 +275,9 @@ static int the_mass_warps_compile_where_they_apply(void) {
     v.raster = 'g', v.schedule = i == 2 || i == 4 ? 'c' : 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
     v.stats.teacher = i == 1 ? "logprobs" : "probs", v.stats.tld = 128256, v.stats.t = 1.0;
     v.stats.tdt = i == 1 ? KLJIT_FP32 : KLJIT_BF16, v.stats.e16 = i != 3, v.stats.hard = i == 1;
-    char what[64];
-    jgemm_describe(&v, what, sizeof what);
-    TH_CHECK(strstr(what, " mw") != NULL);
-    strbuf src = {0};
-    TH_OK(jgemm_render(&v, &src));
-    TH_CHECK(strstr(src.data, "mass_tile(teacher, part, row0,") != NULL &&
-             strstr(src.data, "tile_teacher(teacher,") == NULL &&
-             strstr(src.data, "prefetch_teacher<") == NULL);
-    sb_free(&src);
-    if (compiles(&v) != TH_PASS) return TH_FAIL;
+    const char *const has[] = {"mass_tile(teacher, part, row0,", NULL};
+    const char *const lacks[] = {"tile_teacher(teacher,", "prefetch_teacher<", NULL};
+    if (renders_with(&v, " mw", has, lacks) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0, KLJIT_BF16, KLJIT_FP32, 0);
   v.bn = 256, v.consumers = 1, v.stages = 4, v.schedule = 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
