@@ -62,8 +62,8 @@
 #                     chunks), the first CHUNK_KERNELS (60) launches: a chunk's logits GEMM,
 #                     row kernels and dX / dW GEMMs on the same counters, then the launches
 #                     by kernel name (ncu_table.py --summary: time's share, L2 sectors a us)
-#   mass              flag t's first GPU call (MASS_WARPS: the teacher's mass summed by the logits
-#                     GEMM's idle producer warps), about 8 minutes: the dense suite with the logits
+#   mass              flag t's first GPU call (MASS_WARPS: the teacher's part of the records made
+#                     by the logits GEMM's idle producer warps), about 8 minutes: the dense suite with the logits
 #                     GEMM forced to E16's tile with t (MASS_T, default logits:jit.256.1.4.g.1.pet;
 #                     gpu.dense.*, SUITE_S 200), compute-sanitizer memcheck on a_single_row under
 #                     it, then bench_loss alternated over two rounds at MASS_SHAPES (default

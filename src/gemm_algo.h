@@ -53,8 +53,8 @@ uint64_t gemm_algo_lt_version(void);
  * flags, letters in this order: p (the pingpong schedule), s (the staged epilogue), w (one
  * stage arrival per warp), c (streaming C: needs s), a or b (an L2 policy keeping A or B), r
  * (the promoted accumulator), e (E16: the logits GEMM's), d (dynamic tiles), t (the teacher's
- * mass summed by the producer's idle warps: E16 or the statistics of a dense teacher's
- * probabilities or log-probabilities, static tiles). */
+ * part of the records made by the producer's idle warps: E16 or the statistics of a dense
+ * teacher, static tiles). */
 enum { GEMM_ALGO_JIT_TEXT_MAX = 40 };
 void gemm_algo_jit_text(const prob_gemm_choice *c, char out[GEMM_ALGO_JIT_TEXT_MAX]);
 /* Parses such a text (all of s) into c's generated fields (jit = 1, used = 1; kind, n and the

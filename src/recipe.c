@@ -368,9 +368,10 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   jgemm_variant *v = &pick->v;
   const int promote = pick->jit && (pb->flags & KLJIT_FLAG_PRECISE_ACCUMULATION);
   if (promote) promoted_shape(v);
-  /* flag t (MASS_WARPS: the teacher's mass summed by the producer's idle warps) is kept below
-   * where it applies, a dense teacher's probabilities or log-probabilities in the statistics on
-   * static tiles, and dropped elsewhere: one variant named for every problem serves them all */
+  /* flag t (MASS_WARPS: the teacher's part of the records made by the producer's idle warps) is
+   * kept below where it applies, a dense teacher's tile in the statistics (probabilities,
+   * log-probabilities, logits, the online teacher's) on static tiles, and dropped elsewhere: one
+   * variant named for every problem serves them all */
   int mass = v->tweaks & KSPEC_GEMM_MASS_WARPS;
   v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
   int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
@@ -420,7 +421,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
     /* teacher logits: their temperature, 0 where it is T (the constant or the call's) */
     v->stats.tt = tlogits ? pb->teacher_temperature : 0.0;
     v->stats.tsoftcap = tlogits ? pb->teacher_softcap : 0.0;
-    if (!tlogits && !(v->tweaks & KSPEC_GEMM_DYNAMIC)) v->tweaks |= mass;
+    if (!(v->tweaks & KSPEC_GEMM_DYNAMIC)) v->tweaks |= mass;
   }
   /* a per-call T (E16 only) stays out of the source: the epilogue reads 1 / T from the header */
   v->stats.t = pb->temperature_mode == KLJIT_TEMPERATURE_RUNTIME ? 1.0 : pb->temperature;

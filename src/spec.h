@@ -31,7 +31,7 @@ enum {
   KSPEC_GEMM_L2_KEEP_B = 8,   /* the reverse */
   KSPEC_GEMM_PROMOTE = 16,    /* the accumulator added into a second fp32 one every 4 k-blocks */
   KSPEC_GEMM_DYNAMIC = 32,    /* the tiles claimed from a counter (TILES dynamic) */
-  KSPEC_GEMM_MASS_WARPS = 64  /* the teacher's mass summed by the producer's idle warps */
+  KSPEC_GEMM_MASS_WARPS = 64  /* the teacher's part of the records: the producer's idle warps */
 };
 
 typedef struct kspec {

@@ -148,15 +148,16 @@
 %--             makes the factors rewrites the support's columns (docs/architecture.md). E' has a
 %--             floor (2^-24 of the tile's max) that G does not feel; the CE's and the cap's G
 %--             need the score, so neither goes with it.
-%--   MASS_WARPS  (STATS probs | logprobs; no TILES dynamic) true: the teacher's mass of each
-%--             (row, tile), the only term of a dense teacher's probabilities its record takes
-%--             from the teacher (slots sp, mt = 0, dt = 1), is summed by the producer
-%--             warpgroup's three idle warps (within its 40 registers), tile by tile in the
-%--             CTA's order, instead of by the consumers in their epilogue: the consumers read
-%--             no teacher (no prefetch, no L2 round trips while the tensor cores wait on the
-%--             epilogue) and write only m, d (and HARD's mh, dh, S) of each record. A warp takes
-%--             rows w, w + 3, ... of the tile, a lane 16-byte runs of the row (4 rows in
-%--             flight), summed lane by lane and then by a butterfly in a fixed order.
+%--   MASS_WARPS  (STATS probs | logprobs | logits; no TILES dynamic) true: the teacher's part
+%--             of each (row, tile)'s record, which pairs with nothing the tensor cores computed
+%--             (slots sp, mt, dt: the mass with the neutral (0, 1), or teacher logits' (max,
+%--             sum-exp) with sp 0), is made by the producer warpgroup's three idle warps
+%--             (within its 40 registers), tile by tile in the CTA's order, instead of by the
+%--             consumers in their epilogue: the consumers read no teacher (no prefetch, no L2
+%--             round trips while the tensor cores wait on the epilogue) and write only m, d (and
+%--             HARD's mh, dh, S) of each record. A warp takes rows w, w + 3, ... of the tile, a
+%--             lane 16-byte runs of the row (4 rows in flight), folded lane by lane and then by
+%--             a butterfly in a fixed order.
 %--   TDT       f32 | bf16 | f16 (STATS): the teacher's dtype; TLD its row stride (elements)
 %--   TT        (STATS logits) the teacher's temperature, > 0 (absent: T's, compiled in or, under
 %--             TMODE runtime, the header's)
@@ -365,10 +366,9 @@
 %  reject("TT must be > 0 and needs STATS logits (the teacher's temperature; absent: T's)")
 %end
 %local TLOGITS = STATS == "logits"
-%if P.MASS_WARPS ~= nil and not (P.MASS_WARPS == true and one_of(STATS, { "probs", "logprobs" })
-%                                and not DYN) then
-%  reject("MASS_WARPS must be true and needs STATS probs or logprobs (a dense teacher's mass) "
-%         .. "and static tiles (the producer's warps follow the CTA's tiles in order)")
+%if P.MASS_WARPS ~= nil and not (P.MASS_WARPS == true and TEACH and not DYN) then
+%  reject("MASS_WARPS must be true and needs STATS probs, logprobs or logits (a dense teacher's "
+%         .. "tile) and static tiles (the producer's warps follow the CTA's tiles in order)")
 %end
 %local MASS_WARPS = P.MASS_WARPS == true
 %-- the consumers' epilogue reads the teacher (prefetch_teacher, tile_teacher) unless the
@@ -792,21 +792,31 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 }
 %    if MASS_WARPS then
 /* MASS_WARPS: the teacher's slots of the records of the tile at rows r0 .. r0 + BM, columns
- * c0 .. c0 + BN below N, by the producer's warp w of 3 (rows r0 + w, + 3, ...): each lane sums its
- * 16-byte runs of a row, BATCH rows in flight (streaming loads: the teacher is read once), the
- * warp's butterfly (offsets 16 .. 1: the same order on every run) the row's; lane 0 writes sp,
- * the neutral teacher (mt, dt) = (0, 1) and, without HARD, the unnamed slots' 0. The tile's other
- * slots, m and d (HARD: mh, dh, S), are its consumers' (tile_records). */
-__device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,
+ * c0 .. c0 + BN below N, by the producer's warp w of 3 (rows r0 + w, + 3, ...): each lane folds
+ * its 16-byte runs of a row, BATCH rows in flight (streaming loads: the teacher is read once),
+ * the warp's butterfly (offsets 16 .. 1: the same order on every run, each merge commutative)
+ * the row's; lane 0 writes the row's record: the mass sp with the neutral teacher (mt, dt) =
+ * (0, 1), or for teacher logits their (mt, dt) = (max, sum-exp) of t' = t / TT (capped,
+ * TSOFTCAP; the online teacher's bias first, TBDT) with sp 0, as tile_teacher makes them; and,
+ * without HARD, the unnamed slots' 0. The tile's other slots, m and d (HARD: mh, dh, S), are
+ * its consumers' (tile_records). */
+%      local ACC = TLOGITS and "md_t" or "float"
+__device__ __forceinline__ {{ ACC }} mass_zero() { return {{ TLOGITS and "{KL_NEG_INF, 0.0f}" or "0.0f" }}; }
+__device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,{{ TBP }}
                                           float* __restrict__ part, i64 row0, int r0, int c0,
-                                          int M, int N, int tiles_n, int tn, int w, int lane) {
+                                          int M, int N, int tiles_n, int tn, int w, int lane,
+                                          float inv_tt) {
   constexpr int VT = 16 / (int)sizeof(teach_t), RUNS = BN / VT, RPL = (RUNS + 31) / 32;
-  constexpr int BATCH = RPL == 1 ? 4 : 2; /* 16 registers of loads in flight */
+  /* 16 registers of loads in flight (8 for fp32 teacher logits: their fold takes the rest) */
+  constexpr int BATCH = RPL == 1 ? 4 : {{ TLOGITS and 1 or 2 }};
   constexpr bool ALIGNED = TLD % VT == 0; /* and the teacher 16-byte aligned (exec.c checks) */
+  (void)inv_tt;
   const int rows = min(BM, M - r0);
   const bool whole = ALIGNED && c0 + BN <= N;
   for (int j0 = w; j0 < rows; j0 += 3 * BATCH) {
-    float a[BATCH];
+    {{ ACC }} a[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; b++) a[b] = mass_zero();
     if (whole) {
       uint4 u[BATCH][RPL];
 #pragma unroll
@@ -818,34 +828,66 @@ __device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,
           if (lane + 32 * k < RUNS) u[b][k] = __ldcs(reinterpret_cast<const uint4*>(tr + (lane + 32 * k) * VT));
       }
 #pragma unroll
-      for (int b = 0; b < BATCH; b++) {
-        a[b] = 0.0f;
+      for (int k = 0; k < RPL; k++) {
+        const int q = lane + 32 * k;
+        if (q >= RUNS) continue;
+%      if P.TBDT then
+        float tb[VT]; /* the run's columns' teacher bias, read once for the batch's rows */
 #pragma unroll
-        for (int k = 0; k < RPL; k++) {
-          if (lane + 32 * k >= RUNS) continue;
+        for (int e = 0; e < VT; e++) tb[e] = to_f32(tbias[c0 + q * VT + e]);
+%      end
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
           teach_t v[VT];
           memcpy(v, &u[b][k], 16);
+%      if TLOGITS then
+          float x[VT], xm = KL_NEG_INF;
+#pragma unroll
+          for (int e = 0; e < VT; e++)
+            x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
+          md_add<VT>(a[b].m, a[b].d, x, xm);
+%      else
 #pragma unroll
           for (int e = 0; e < VT; e++) a[b] += mass_term(v[e]);
+%      end
         }
       }
     } else {
 #pragma unroll
       for (int b = 0; b < BATCH; b++) {
-        a[b] = 0.0f;
         if (j0 + 3 * b >= rows) continue;
         const teach_t* tr = teacher + TROW(row0, r0 + j0 + 3 * b) * TLD;
-        for (int c = c0 + lane; c < c0 + BN && c < N; c += 32) a[b] += mass_term(tr[c]);
+        for (int c = c0 + lane; c < c0 + BN && c < N; c += 32) {
+%      if TLOGITS then
+          const float x[1] = {teacher_score(to_f32(tr[c]){{ P.TBDT and " + to_f32(tbias[c])" or "" }}, inv_tt)};
+          md_add<1>(a[b].m, a[b].d, x, x[0]);
+%      else
+          a[b] += mass_term(tr[c]);
+%      end
+        }
       }
     }
 #pragma unroll
     for (int b = 0; b < BATCH; b++) {
 #pragma unroll
-      for (int o = 16; o > 0; o /= 2) a[b] += __shfl_xor_sync(0xffffffffu, a[b], o);
+      for (int o = 16; o > 0; o /= 2) {
+%      if TLOGITS then
+        md_t got;
+        got.m = __shfl_xor_sync(0xffffffffu, a[b].m, o);
+        got.d = __shfl_xor_sync(0xffffffffu, a[b].d, o);
+        a[b] = md_merge(a[b], got);
+%      else
+        a[b] += __shfl_xor_sync(0xffffffffu, a[b], o);
+%      end
+      }
       const int r = j0 + 3 * b;
       if (lane == 0 && r < rows) {
         float* rec = part + ((i64)(r0 + r) * tiles_n + tn) * PART_FLOATS;
+%      if TLOGITS then
+        rec[PART_SP] = 0.0f, rec[PART_MT] = a[b].m, rec[PART_DT] = a[b].d; /* sum p = 1 */
+%      else
         rec[PART_SP] = a[b], rec[PART_MT] = 0.0f, rec[PART_DT] = 1.0f;
+%      end
 %      if not HARD then
         rec[PART_MH] = 0.0f, rec[PART_DH] = 0.0f, rec[PART_S] = 0.0f; /* unnamed: 0, as ever */
 %      end
@@ -1973,8 +2015,9 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
       for (int t = first; t < tiles; t += step) {
         int gm, tn;
         tile_of(t, groups_m, tiles_n, &gm, &tn);
-        mass_tile(teacher, part, row0, ({{ CL }} * gm + rank) * BM, tn * BN, M, N, tiles_n, tn,
-                  threadIdx.x / 32 - 1, threadIdx.x % 32);
+        mass_tile(teacher,{{ TBA }} part, row0, ({{ CL }} * gm + rank) * BM, tn * BN, M, N, tiles_n,
+                  tn, threadIdx.x / 32 - 1, threadIdx.x % 32,
+                  STATS_INV_TT({{ RUNTIME_T and "hdr[HDR_INV_T]" or "STATS_INV_T" }}));
       }
     }
 %end

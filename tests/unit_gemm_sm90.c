@@ -260,31 +260,41 @@ static int the_promoted_accumulator_compiles_where_it_fits(void) {
                           "128.2.6.g.1.er");
 }
 
-/* MASS_WARPS (flag t): the teacher's mass of each record summed by the producer's three idle
+/* MASS_WARPS (flag t): the teacher's part of each record made by the producer's three idle
  * warps (mass_tile) instead of by the consumers' epilogue (tile_teacher). E16 on its pingpong
- * 64 x 256 tile (bf16 probabilities; fp32 log-probabilities with the CE's records), on the
- * cooperative 128 x 256 and 192 x 192 tiles (the latter's consumers at 152 registers), and the
- * statistics epilogue without E16 render it, compile for sm_90a and no longer read the teacher
- * in the consumers; teacher logits (a max and sum-exp,
- * not a mass), the sparse teacher, a variant without statistics and dynamic tiles (whose ids
- * the idle warps do not see) are refused with a sentence; the text round-trips with t last. */
+ * 64 x 256 tile (bf16 probabilities; fp32 log-probabilities with the CE's records; bf16 teacher
+ * logits at their own temperature; the online teacher's fp32 chunk with its bias under a per-call
+ * T), on the cooperative 128 x 256 and 192 x 192 tiles (the latter's consumers at 152
+ * registers), and the statistics epilogue without E16 render it, compile for sm_90a and no
+ * longer read the teacher in the consumers; the sparse teacher (no teacher tile), a variant
+ * without statistics and dynamic tiles (whose ids the idle warps do not see) are refused with a
+ * sentence; the text round-trips with t last. */
 static int the_mass_warps_compile_where_they_apply(void) {
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 7; i++) {
     jgemm_variant v = jgemm_kind_default(0 /* GEMM_LOGITS */, KLJIT_BF16, KLJIT_FP32, 0);
     v.bn = i == 4 ? 192 : 256, v.consumers = i == 2 ? 2 : i == 4 ? 3 : 1, v.stages = 4;
     v.raster = 'g', v.schedule = i == 2 || i == 4 ? 'c' : 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
-    v.stats.teacher = i == 1 ? "logprobs" : "probs", v.stats.tld = 128256, v.stats.t = 1.0;
-    v.stats.tdt = i == 1 ? KLJIT_FP32 : KLJIT_BF16, v.stats.e16 = i != 3, v.stats.hard = i == 1;
-    const char *const has[] = {"mass_tile(teacher, part, row0,", NULL};
+    v.stats.teacher = i == 1 ? "logprobs" : i >= 5 ? "logits" : "probs";
+    v.stats.tld = 128256, v.stats.t = 1.0, v.stats.e16 = i != 3, v.stats.hard = i == 1;
+    v.stats.tdt = i == 1 || i == 6 ? KLJIT_FP32 : KLJIT_BF16;
+    if (i == 5) v.stats.tt = 2.0, v.stats.tsoftcap = 30.0;
+    if (i == 6) { /* the online teacher: its chunk's fp32 logits and bf16 bias, T per call */
+      v.stats.tchunk = 1, v.stats.tbdt = KLJIT_BF16, v.stats.tld = 128264;
+      v.stats.tmode = KLJIT_TEMPERATURE_RUNTIME;
+    }
+    const char *const has[] = {"mass_tile(teacher,", NULL};
     const char *const lacks[] = {"tile_teacher(teacher,", "prefetch_teacher<", NULL};
     if (renders_with(&v, " mw", has, lacks) != TH_PASS) return TH_FAIL;
   }
   jgemm_variant v = jgemm_kind_default(0, KLJIT_BF16, KLJIT_FP32, 0);
   v.bn = 256, v.consumers = 1, v.stages = 4, v.schedule = 'p', v.tweaks = KSPEC_GEMM_MASS_WARPS;
-  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs or logprobs") == TH_PASS);
-  v.stats.teacher = "logits", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256, v.stats.t = 1.0;
-  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs or logprobs") == TH_PASS);
-  v.stats.teacher = "probs", v.tweaks |= KSPEC_GEMM_DYNAMIC;
+  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs, logprobs or logits") ==
+           TH_PASS);
+  v.stats.teacher = "sparse", v.stats.t = 1.0;
+  TH_CHECK(refused(v, "MASS_WARPS must be true and needs STATS probs, logprobs or logits") ==
+           TH_PASS);
+  v.stats.teacher = "probs", v.stats.tdt = KLJIT_BF16, v.stats.tld = 128256;
+  v.tweaks |= KSPEC_GEMM_DYNAMIC;
   TH_CHECK(refused(v, "and static tiles") == TH_PASS);
   return text_round_trips("256.1.4.g.1.pet", KSPEC_GEMM_MASS_WARPS, 1, 'p', "256.1.4.g.1.pte");
 }

@@ -876,8 +876,8 @@ static int the_heuristics_take_e16_on_sm90_and_stats_where_dram_is_short(void) {
 }
 
 /* Flag t (MASS_WARPS) named in the options' logits variant is kept where it applies (a dense
- * teacher's probabilities or log-probabilities in the statistics, E16 or `.stats`, static tiles)
- * and dropped elsewhere (teacher logits, the online teacher, the sparse teacher, dynamic tiles,
+ * teacher's tile in the statistics, E16 or `.stats`: probabilities, log-probabilities, logits,
+ * the online teacher's; static tiles) and dropped elsewhere (the sparse teacher, dynamic tiles,
  * the fp32 logits without statistics), so that one KLJIT_GEMM serves every problem; where kept,
  * the module's key names it. */
 static int the_mass_warps_flag_is_kept_where_it_applies(void) {
@@ -889,8 +889,8 @@ static int the_mass_warps_flag_is_kept_where_it_applies(void) {
     o.gemm_choice = "logits:jit.256.1.4.g.1.pet";
     int want = 1;
     if (k == 1) pb.teacher = KLJIT_TEACHER_DENSE_LOGPROBS;
-    if (k == 2) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS, want = 0;
-    if (k == 3) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 2048, want = 0;
+    if (k == 2) pb.teacher = KLJIT_TEACHER_DENSE_LOGITS;
+    if (k == 3) pb.teacher = KLJIT_TEACHER_DENSE_HIDDEN, pb.teacher_hidden = 2048;
     if (k == 4)
       pb.teacher = KLJIT_TEACHER_SPARSE_TOPK, pb.topk = 100, pb.topk_id_dtype = KLJIT_INT32,
       want = 0;
