@@ -1092,9 +1092,10 @@ __device__ __forceinline__ void tile_stats(const float* d, int r0, int c0, int M
                                            float alpha,{{ TEP }}{{ TBP }}
                                            float* __restrict__ part, i64 row0, int tiles_n,
                                            int tn, int lane{{ SPLIT_ON and ", unsigned char* scratch" or "" }}) {
+%-- (MASS_WARPS: the producer's warps write the teacher's slots)
 %  if SPARSE or MASS_WARPS then
   (void)row0;
-  const tstat_t ts = {}; /* MASS_WARPS: the producer's warps write the teacher's slots */
+  const tstat_t ts = {};
 %  else
   const tstat_t ts =
       tile_teacher(teacher,{{ TBA }} row0, r0, c0, M, N, lane, STATS_INV_TT(STATS_INV_T));
@@ -1913,7 +1914,9 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
   int stage = 0;
   u32 phase = 0;
   if (wg == 0) {
-    regs_release<40>(); /* MASS_WARPS' loop too: ptxas keeps it within the 40 (no spills) */
+%-- (MASS_WARPS' loop too: ptxas keeps it within the 40, no spills; a comment here would change
+%-- every GEMM module's pinned bytes)
+    regs_release<40>();
     if (threadIdx.x == 0) {
       tma_prefetch_map(&map_a);
       tma_prefetch_map(&map_b);
@@ -2011,7 +2014,7 @@ __device__ __forceinline__ void g_stage(unsigned char* a, const float (&f)[GN],{
 %end
     }
 %if MASS_WARPS then
-    else if (part && threadIdx.x >= 32) { /* warps 1-3: the teacher's mass of the CTA's tiles */
+    else if (part && threadIdx.x >= 32) { /* warps 1-3: the teacher's slots of the CTA's tiles */
       for (int t = first; t < tiles; t += step) {
         int gm, tn;
         tile_of(t, groups_m, tiles_n, &gm, &tn);
