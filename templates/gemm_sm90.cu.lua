@@ -662,6 +662,32 @@ __device__ __forceinline__ void mass_step(float (&a)[16], int lane) {
   }
 }
 %  end
+/* One 16-byte run of the teacher's row, as tile_teacher and mass_tile fold it: */
+constexpr int TVT = 16 / (int)sizeof(teach_t); /* its entries */
+%  if TLOGITS then
+/* ... teacher logits (TBDT: plus the run's columns' bias tb) as t' = teacher_score(t) into x;
+ * returns their max */
+__device__ __forceinline__ float run_scores(const uint4& u,{{ P.TBDT and " const float (&tb)[TVT]," or "" }}
+                                           float inv_tt, float (&x)[TVT]) {
+  teach_t v[TVT];
+  memcpy(v, &u, 16);
+  float xm = KL_NEG_INF;
+#pragma unroll
+  for (int e = 0; e < TVT; e++)
+    x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
+  return xm;
+}
+%  else
+/* ... its part of the mass */
+__device__ __forceinline__ float run_mass(const uint4& u) {
+  teach_t v[TVT];
+  memcpy(v, &u, 16);
+  float t = 0.0f;
+#pragma unroll
+  for (int e = 0; e < TVT; e++) t += mass_term(v[e]);
+  return t;
+}
+%  end
 /* inv_tt: teacher logits' 1 / TT (unused for the mass) */
 __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teacher,{{ TBP }}
                                                 i64 row0, int r0, int c0, int M, int N, int lane,
@@ -702,18 +728,12 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 %  end
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
-          teach_t v[VT];
-          memcpy(v, &u[b], 16);
 %  if TLOGITS then
-          float x[VT], xm = KL_NEG_INF;
-#pragma unroll
-          for (int e = 0; e < VT; e++)
-            x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
+          float x[VT];
+          const float xm = run_scores(u[b],{{ P.TBDT and " tb," or "" }} inv_tt, x);
           if (r0 + j0 + b < M) md_add<VT>(a[j0 + b], ad[j0 + b], x, xm);
 %  else
-          float t = 0.0f;
-#pragma unroll
-          for (int e = 0; e < VT; e++) t += mass_term(v[e]);
+          const float t = run_mass(u[b]);
           if (r0 + j0 + b < M) a[j0 + b] += t;
 %  end
         }
@@ -838,17 +858,12 @@ __device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,{{
 %      end
 #pragma unroll
         for (int b = 0; b < BATCH; b++) {
-          teach_t v[VT];
-          memcpy(v, &u[b][k], 16);
 %      if TLOGITS then
-          float x[VT], xm = KL_NEG_INF;
-#pragma unroll
-          for (int e = 0; e < VT; e++)
-            x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
+          float x[VT];
+          const float xm = run_scores(u[b][k],{{ P.TBDT and " tb," or "" }} inv_tt, x);
           md_add<VT>(a[b].m, a[b].d, x, xm);
 %      else
-#pragma unroll
-          for (int e = 0; e < VT; e++) a[b] += mass_term(v[e]);
+          a[b] += run_mass(u[b][k]);
 %      end
         }
       }
