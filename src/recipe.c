@@ -355,6 +355,13 @@ static void e16_shape(jgemm_variant *v) {
   jgemm_variant_take(v, &c);
 }
 
+/* Flag t (MASS_WARPS) taken off v, and whether v had it. */
+static int take_mass_warps(jgemm_variant *v) {
+  const int had = v->tweaks & KSPEC_GEMM_MASS_WARPS;
+  v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
+  return had;
+}
+
 /* The logits GEMM first (its engine, as choose_engines would pick it), then what its epilogue
  * writes, which decides what the chunk buffer holds: the row specs, G's stride, the slots'
  * operations and the chunk follow from it. Where the options ask for the statistics epilogue
@@ -372,8 +379,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
    * kept below where it applies, a dense teacher's tile in the statistics (probabilities,
    * log-probabilities, logits, the online teacher's) on static tiles, and dropped elsewhere: one
    * variant named for every problem serves them all */
-  int mass = v->tweaks & KSPEC_GEMM_MASS_WARPS;
-  v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
+  int mass = take_mass_warps(v);
   int e16 = sel[GEMM_LOGITS].e16 || (pick->jit && v->stats.e16);
   v->stats.e16 = 0; /* set below where it is taken */
   prob_geometry *geo = &r->geom;
@@ -391,7 +397,7 @@ static void logits_epilogue(const kljit_problem *pb, const gemm_select sel[3],
   }
   if (e16 && pick->default_shape && !promote) {
     e16_shape(v);
-    mass = v->tweaks & KSPEC_GEMM_MASS_WARPS, v->tweaks &= ~KSPEC_GEMM_MASS_WARPS;
+    mass = take_mass_warps(v); /* E16's own tile's */
   }
   /* the online teacher's logits are teacher logits: the teacher GEMM's fp32 chunk, rows the
    * chunk's, LD apart, which exec.c runs before this GEMM; its bias added as they are read */
