@@ -62,14 +62,16 @@
 #                     chunks), the first CHUNK_KERNELS (60) launches: a chunk's logits GEMM,
 #                     row kernels and dX / dW GEMMs on the same counters, then the launches
 #                     by kernel name (ncu_table.py --summary: time's share, L2 sectors a us)
-#   mass              flag t's first GPU call (MASS_WARPS: the teacher's part of the records made
-#                     by the logits GEMM's idle producer warps), about 8 minutes: the dense suite with the logits
-#                     GEMM forced to E16's tile with t (MASS_T, default logits:jit.256.1.4.g.1.pet;
-#                     gpu.dense.*, SUITE_S 200), compute-sanitizer memcheck on a_single_row under
-#                     it, then bench_loss alternated over two rounds at MASS_SHAPES (default
-#                     8192x4096x128256 and 4096x2048x32000) for the default, t and the cooperative
-#                     128 x 256 tile with t (logits:jit.256.2.4.g.1.et), then ncu on one logits GEMM
-#                     launch of each (time, SM clock, DRAM bytes, L2 sectors, tensor pipe)
+#   mass              flag t's first GPU call (MASS_WARPS: the teacher's part of the records
+#                     made by the logits GEMM's idle producer warps), about 8 minutes: the dense
+#                     suite with the logits GEMM forced to the cooperative 128 x 256 tile with t
+#                     (MASS_SUITE_T, default MASS_CT, logits:jit.256.2.4.g.1.et; gpu.dense.*,
+#                     SUITE_S 200), compute-sanitizer memcheck on a_single_row under it and under
+#                     E16's tile with t (MASS_T, logits:jit.256.1.4.g.1.pet; MASS_MEMCHECK lists
+#                     the variants, default both), then bench_loss alternated over two rounds at
+#                     MASS_SHAPES (default 8192x4096x128256 and 4096x2048x32000) for the
+#                     default, t and ct, then ncu on one logits GEMM launch of each (time, SM
+#                     clock, DRAM bytes, L2 sectors, tensor pipe)
 #   precision         dX and dW errors against fp64 with every GEMM cuBLASLt, then every GEMM
 #                     generated (KLJIT_GEMM=cublas, jit): compare.py's online forward KL at
 #                     logit std 2 and 6, 8192 rows (needs torch; the library built first)
@@ -362,13 +364,15 @@ case $mode in
       "${SHAPES:-8192x4096x128256 4096x4096x128256 2048x4096x128256 8192x2048x32000 4096x2048x32000}"
     ;;
   mass)
-    t=${MASS_T:-logits:jit.256.1.4.g.1.pet}
-    KLJIT_GEMM=$t run_ctest mass-suite '^gpu\.dense\.' "${SUITE_S:-200}"
+    t=${MASS_T:-logits:jit.256.1.4.g.1.pet} ct=${MASS_CT:-logits:jit.256.2.4.g.1.et}
+    KLJIT_GEMM=${MASS_SUITE_T:-$ct} run_ctest mass-suite '^gpu\.dense\.' "${SUITE_S:-200}"
     san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    KLJIT_GEMM=$t timeout 120 "$san" --tool memcheck ./build/tests/gpu_dense a_single_row \
-      > "$LOGS/mass-memcheck.log" 2>&1
-    echo "== memcheck rc=$? $(grep -h 'ERROR SUMMARY' "$LOGS/mass-memcheck.log")"
-    variants=("default|" "t|$t" "ct|logits:jit.256.2.4.g.1.et")
+    for g in ${MASS_MEMCHECK-$t $ct}; do
+      KLJIT_GEMM=$g timeout 60 "$san" --tool memcheck ./build/tests/gpu_dense a_single_row \
+        > "$LOGS/mass-memcheck.log" 2>&1
+      echo "== memcheck $g rc=$? $(grep -h 'ERROR SUMMARY' "$LOGS/mass-memcheck.log")"
+    done
+    variants=("default|" "t|$t" "ct|$ct")
     alternate mass 2 "${BENCH_UNTIL_S:-430}" "${MASS_SHAPES:-8192x4096x128256 4096x2048x32000}"
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     m=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum
