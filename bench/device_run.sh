@@ -171,6 +171,24 @@ alternate() { # log rounds until shapes
   done
 }
 
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+# What ncu reads of one logits GEMM launch: time, DRAM bytes, L2 sectors, tensor pipe, SM clock.
+gemm_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
+gemm_metrics=$gemm_metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+gemm_metrics=$gemm_metrics,sm__cycles_elapsed.avg.per_second
+
+# ncu on bench_loss's 4th logits GEMM launch (the validation's and the warm-up's come first) of
+# one KLJIT_GEMM choice at one shape, within `seconds`; its counters echoed, its log LOGS/<log>.log.
+ncu_logits_gemm() { # log KLJIT_GEMM seconds shape [bench_loss args...]
+  local log=$1 gemm=$2 seconds=$3 shape=$4
+  shift 4
+  KLJIT_GEMM=$gemm timeout "$seconds" "$ncu" --clock-control none --metrics "$gemm_metrics" \
+    --kernel-name kl_gemm --launch-skip 3 --launch-count 1 ./build/bench/bench_loss \
+    --shapes "$shape" "$@" --no-full --no-twophase --repeats 1 --warmup 0 > "$LOGS/$log.log" 2>&1
+  echo "== ncu $log rc=$? ($SECONDS s)"
+  grep -E "dram__|lts__|gpu__time|sm__" "$LOGS/$log.log"
+}
+
 case $mode in
   suite)
     run_ctest suite "${1:-gpu}" "${SUITE_S:-900}"
@@ -250,9 +268,6 @@ case $mode in
     done
     ;;
   profile)
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
-    metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     default="sparse-e16|logits:jit.e16|--topk 100;sparse-stats|logits:jit.stats|--topk 100"
     default="$default;dense-e16|logits:jit.e16|;dense-jit|logits:jit|"
     IFS=';' read -ra profiles <<< "${PROFILES:-$default}"
@@ -263,14 +278,8 @@ case $mode in
         $args --no-full --no-twophase --repeats 5 > /dev/null 2> "$LOGS/profile-$name.log"
       echo "== $name ($gemm $args) rc=$?"
       grep -E " fused [0-9]" "$LOGS/profile-$name.log" | cut -c1-160
-      # the 4th logits GEMM launch: the validation's and the warm-up's come first
       # shellcheck disable=SC2086
-      KLJIT_GEMM=$gemm timeout 120 "$ncu" --clock-control none --metrics "$metrics" \
-        --kernel-name kl_gemm --launch-skip 3 --launch-count 1 ./build/bench/bench_loss \
-        --shapes "${SHAPE:-8192x4096x128256}" $args --no-full --no-twophase --repeats 1 \
-        --warmup 0 > "$LOGS/ncu-$name.log" 2>&1
-      echo "== ncu $name rc=$?"
-      grep -E "dram__|lts__|gpu__time|sm__pipe" "$LOGS/ncu-$name.log"
+      ncu_logits_gemm "ncu-$name" "$gemm" 120 "${SHAPE:-8192x4096x128256}" $args
     done
     ;;
   precision)
@@ -307,27 +316,15 @@ case $mode in
         done
       done
     done
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
-    metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     for i in 0 1 2 3; do
       [ -n "${variants[$i]:-}" ] || break
       [ "$SECONDS" -gt "${NCU_UNTIL_S:-480}" ] && { echo "== ncu: no time left"; break; }
       IFS='|' read -r name gemm <<< "${variants[$i]}"
-      # the 4th logits GEMM launch: the validation's and the warm-up's come first
-      KLJIT_GEMM=$gemm timeout 90 "$ncu" --clock-control none --metrics "$metrics" \
-        --kernel-name kl_gemm --launch-skip 3 --launch-count 1 ./build/bench/bench_loss \
-        --shapes 8192x4096x128256 --no-full --no-twophase --repeats 1 --warmup 0 \
-        > "$LOGS/ncu-$name.log" 2>&1
-      echo "== ncu $name rc=$? ($SECONDS s)"
-      grep -E "dram__|lts__|gpu__time|sm__pipe" "$LOGS/ncu-$name.log"
+      ncu_logits_gemm "ncu-$name" "$gemm" 90 8192x4096x128256
     done
     ;;
   chunk)
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
-    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors.sum
-    metrics=$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-    metrics=$metrics,dram__throughput.avg.pct_of_peak_sustained_elapsed
+    metrics=$gemm_metrics,dram__throughput.avg.pct_of_peak_sustained_elapsed
     for shape in ${CHUNK_SHAPES:-4096x2048x32000 8192x4096x128256}; do
       timeout "${CHUNK_S:-240}" "$ncu" --clock-control none --csv --page raw --print-units base \
         --metrics "$metrics" --launch-count "${CHUNK_KERNELS:-60}" ./build/bench/bench_loss \
@@ -374,17 +371,10 @@ case $mode in
     done
     variants=("default|" "t|$t" "ct|$ct")
     alternate mass 2 "${BENCH_UNTIL_S:-430}" "${MASS_SHAPES:-8192x4096x128256 4096x2048x32000}"
-    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    m=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum
-    m=$m,lts__t_sectors.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
     for v in "${variants[@]}"; do
       IFS='|' read -r name gemm <<< "$v"
       [ "$SECONDS" -gt "${NCU_UNTIL_S:-500}" ] && continue
-      KLJIT_GEMM=$gemm timeout 40 "$ncu" --clock-control none --metrics "$m" --kernel-name kl_gemm \
-        --launch-skip 2 --launch-count 1 ./build/bench/bench_loss --shapes 8192x4096x128256 \
-        --no-full --no-twophase --repeats 1 --warmup 0 > "$LOGS/mass-ncu-$name.log" 2>&1
-      echo "== ncu $name rc=$?"
-      grep -E "gpu__time|sm__|dram__|lts__" "$LOGS/mass-ncu-$name.log" | awk '{print $1, $(NF-1), $NF}'
+      ncu_logits_gemm "mass-ncu-$name" "$gemm" 40 8192x4096x128256
     done
     ;;
   next)
