@@ -677,6 +677,13 @@ __device__ __forceinline__ float run_scores(const uint4& u,{{ P.TBDT and " const
     x[e] = teacher_score(to_f32(v[e]){{ P.TBDT and " + tb[e]" or "" }}, inv_tt), xm = fmaxf(xm, x[e]);
   return xm;
 }
+/* One entry of a ragged tile (column c of the teacher's row tr), as tile_teacher and mass_tile
+ * fold it: t' = teacher_score(t) into the running (m, d) */
+__device__ __forceinline__ void entry_fold(float& m, float& d, const teach_t* tr,{{ TBP }} int c,
+                                           float inv_tt) {
+  const float x[1] = {teacher_score(to_f32(tr[c]){{ P.TBDT and " + to_f32(tbias[c])" or "" }}, inv_tt)};
+  md_add<1>(m, d, x, x[0]);
+}
 %  else
 /* ... its part of the mass */
 __device__ __forceinline__ float run_mass(const uint4& u) {
@@ -750,11 +757,7 @@ __device__ __forceinline__ tstat_t tile_teacher(const teach_t* __restrict__ teac
 #pragma unroll
         for (int e = 0; e < VT; e++)
 %  if TLOGITS then
-          if (c + e < N) {
-            const float x[1] = {
-                teacher_score(to_f32(tr[c + e]){{ P.TBDT and " + to_f32(tbias[c + e])" or "" }}, inv_tt)};
-            md_add<1>(a[j], ad[j], x, x[0]);
-          }
+          if (c + e < N) entry_fold(a[j], ad[j], tr,{{ TBA }} c + e, inv_tt);
 %  else
           if (c + e < N) a[j] += mass_term(tr[c + e]);
 %  end
@@ -874,8 +877,7 @@ __device__ __forceinline__ void mass_tile(const teach_t* __restrict__ teacher,{{
         const teach_t* tr = teacher + TROW(row0, r0 + j0 + 3 * b) * TLD;
         for (int c = c0 + lane; c < c0 + BN && c < N; c += 32) {
 %      if TLOGITS then
-          const float x[1] = {teacher_score(to_f32(tr[c]){{ P.TBDT and " + to_f32(tbias[c])" or "" }}, inv_tt)};
-          md_add<1>(a[b].m, a[b].d, x, x[0]);
+          entry_fold(a[b].m, a[b].d, tr,{{ TBA }} c, inv_tt);
 %      else
           a[b] += mass_term(tr[c]);
 %      end
