@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# unit_kernels: every kernel module a valid problem can need renders deterministically and
+# unit_kernels: every kernel module a valid problem can need renders and
 # compiles with NVRTC for sm_80 and sm_90 (templates/*.cu.lua through src/spec.c); no GPU.
 # The full enumeration compiles about 1600 modules per arch: the quick suite's pairwise cover
 # of them to a cubin, mostly with NVRTC's fast-compile mode, and the rest to PTX only (the
