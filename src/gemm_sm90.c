@@ -31,21 +31,28 @@ jgemm_variant jgemm_kind_default(int kind, kljit_dtype in, kljit_dtype out, int 
   return v;
 }
 
-/* Which backend each GEMM takes without tuning or options, by architecture: the one measured
- * faster in the call on that card class (bench/RESULTS.md). sm_90: the generated logits GEMM
- * (its kind's default variant) took 0.973-0.990x the time of cuBLASLt's in the binding's call
- * at the five dense shapes (run 65); the generated dX was 4% slower than cuBLASLt's and the
- * generated dW at parity (run 39): those stay on cuBLASLt. */
+/* Which backend each GEMM slot takes without tuning or options, by architecture: the one
+ * measured faster in the call on that card class (bench/RESULTS.md), or as fast and more
+ * precise. sm_90: the generated logits GEMM (its kind's default variant) took 0.973-0.990x the
+ * time of cuBLASLt's in the binding's call at the five dense shapes (run 65); the generated dX
+ * was 4% slower than cuBLASLt's (run 39): it stays on cuBLASLt, as does dW's first chunk. dW's
+ * accumulating chunks into a 16-bit dW (beta 1, no fp32 buffer) take the generated GEMM: one
+ * rounding of dW a chunk, where cuBLASLt's adds an error of about one more (dW at 8192 x 4096 x
+ * 128256 in two chunks 2.68e-3 against 2.96e-3, in eight 3.92e-3 against 4.29e-3; one rounding a
+ * chunk, bench/dw_rounding_precision.py, 2.62e-3 and 3.85e-3; runs 150-151, an H100), and no
+ * slower in the call (run 39; run 151: 0.97-1.03x at the five dense shapes). Into fp32 (the
+ * workspace's buffer) dW keeps cuBLASLt. */
 static const struct {
   int arch;
-  gemm_backend kind[3]; /* by gemm_kind: logits, dX, dW */
+  gemm_backend slot[JGEMM_SLOTS]; /* by jgemm_slot: logits, dX, dW's first chunk, the others */
 } HEURISTIC[] = {
-    {90, {GEMM_BACKEND_JIT, GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS}},
+    {90, {GEMM_BACKEND_JIT, GEMM_BACKEND_CUBLAS, GEMM_BACKEND_CUBLAS, GEMM_BACKEND_JIT}},
 };
 
-static gemm_backend heuristic_backend(int arch, int kind) {
+static gemm_backend heuristic_backend(int arch, jgemm_slot slot, kljit_dtype out) {
+  if (slot == JGEMM_DW_ACC && out == KLJIT_FP32) return GEMM_BACKEND_CUBLAS;
   for (size_t i = 0; i < sizeof HEURISTIC / sizeof HEURISTIC[0]; i++)
-    if (HEURISTIC[i].arch == arch) return HEURISTIC[i].kind[kind];
+    if (HEURISTIC[i].arch == arch) return HEURISTIC[i].slot[slot];
   return GEMM_BACKEND_CUBLAS;
 }
 
@@ -66,18 +73,21 @@ void jgemm_variant_take(jgemm_variant *v, const prob_gemm_choice *c) {
   v->stats.e16 = c->e16; /* the logits GEMM's E16, taken where recipe.c's scope holds */
 }
 
+/* A slot's output dtype: logits: the chunk's logits dtype; dX: the input dtype, or its fp32 sum
+ * over slices of V (one launch, K in slices of dx_slice: exec.c converts it); dW: its
+ * accumulator. */
+static kljit_dtype slot_out(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot) {
+  return slot == JGEMM_LOGITS ? g->logit
+         : slot == JGEMM_DX   ? (g->dx_split > 1 ? KLJIT_FP32 : pb->input_dtype)
+         : g->dw_workspace    ? KLJIT_FP32
+                              : pb->grad_weight_dtype;
+}
+
 jgemm_variant jgemm_slot_variant(const kljit_problem *pb, const prob_geometry *g, jgemm_slot slot,
                                  const prob_gemm_choice *c) {
-  const kljit_dtype in = pb->input_dtype;
   const int kind = SLOT_KIND[slot], beta = slot == JGEMM_DW_ACC;
-  /* logits: the chunk's logits dtype; dX: the input dtype, or its fp32 sum over slices of V (one
-   * launch, K in slices of dx_slice: exec.c converts it); dW: its accumulator */
   const int sliced = slot == JGEMM_DX && g->dx_split > 1;
-  const kljit_dtype out = slot == JGEMM_LOGITS ? g->logit
-                          : slot == JGEMM_DX   ? (sliced ? KLJIT_FP32 : in)
-                          : g->dw_workspace    ? KLJIT_FP32
-                                               : pb->grad_weight_dtype;
-  jgemm_variant v = jgemm_kind_default(kind, in, out, beta);
+  jgemm_variant v = jgemm_kind_default(kind, pb->input_dtype, slot_out(pb, g, slot), beta);
   if (c) jgemm_variant_take(&v, c);
   if (sliced) v.kslice = (int)(g->dx_slice / 64); /* prob_dx_split: multiples of 64 columns */
   return v;
@@ -95,7 +105,8 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
   out->from = b != GEMM_BACKEND_DEFAULT ? JGEMM_FROM_OPTIONS
               : tuned                   ? JGEMM_FROM_TUNING
                                         : JGEMM_FROM_HEURISTIC;
-  if (b == GEMM_BACKEND_DEFAULT) b = tuned ? GEMM_BACKEND_JIT : heuristic_backend(arch, kind);
+  if (b == GEMM_BACKEND_DEFAULT)
+    b = tuned ? GEMM_BACKEND_JIT : heuristic_backend(arch, slot, slot_out(pb, g, slot));
   if (b == GEMM_BACKEND_CUBLAS) {
     out->lt_index = s->backend == GEMM_BACKEND_CUBLAS ? s->lt_index : -1;
     return;

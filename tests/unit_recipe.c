@@ -101,9 +101,9 @@ static const pin_case CASES[] = {
     {"dense_sm80", 80, HEURISTIC, TP, GD, 0, 0, "cd76e13427680268", NULL},
     {"fp32_sm80", 80, HEURISTIC, TP, GD, 0, 0, "ea0d004f45cda819", NULL},
     {"fp32_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "41bc923c9add5b1c", NULL},
-    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "838c51a524e8dd2b", NULL},
-    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "e6ad01d52d7a2982", NULL},
-    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "e7e4b15937399efd", NULL},
+    {"bf16_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "0e314fe7f9b3aee6", NULL},
+    {"bf16_dw_sm90_chunk", 90, HEURISTIC, TP, GD, 1024, 0, "4e489baf47c26b93", NULL},
+    {"online_sm90", 90, HEURISTIC, TP, GD, 0, 0, "c19e8f46502719a0", NULL},
     {"sparse_sm90", 90, HEURISTIC, TP, GD, 0, 0, "29b8c7f0555a70ab", NULL},
     {"shard_sm90_cluster_wisdom", 90, CLUSTER_TUNING, TP, GD, 0, 0, "f9a2ac50777ecde6", NULL},
     {"reverse_sm90_cluster", 90, HEURISTIC, CL, GD, 0, 0, "64f266b262f5a4bc", NULL},
@@ -113,7 +113,7 @@ static const pin_case CASES[] = {
     {"dense_sm90_jit_wisdom_cublas", 90, JIT_LOGITS, TP, KLJIT_GEMM_CUBLAS, 0, 0,
      "afd6343dc8362a5c", NULL},
     {"dense_sm80_jit_wisdom", 80, JIT_LOGITS, TP, GD, 0, 0, "8d214aa5f52e09dc", NULL},
-    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "89b9bbf230b36177", NULL},
+    {"auto_dw_sm90", 90, HEURISTIC, TP, GD, 0, 0, "c6c410ca52990a3c", NULL},
     {"auto_dw_sm90_jit", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "f7b2fe286b36243f", NULL},
     /* the logits GEMM's statistics epilogue (issue 27, step 1) and E16 (step 2) */
     {"dense_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "203ec3012bb78a83", "logits:jit.stats"},
@@ -125,9 +125,9 @@ static const pin_case CASES[] = {
      "logits:jit.128.2.6.g.1.pd,dx:jit.256.2.4.g.1.d,dw:jit.256.2.4.g.1.sd"},
     {"auto_dw_sm90_e16", 90, HEURISTIC, TP, KLJIT_GEMM_JIT, 0, 0, "15d09e31239f14a8",
      "logits:jit.e16"},
-    {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "7c80504b1f305fae",
+    {"bias_auto_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "67f17d5a2e3e0097",
      "logits:jit.256.2.4.m.1.e16"},
-    {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "ab3a437a012b1fce", "logits:jit.stats"},
+    {"bias_auto_sm90_stats", 90, HEURISTIC, TP, GD, 0, 0, "49e21ffd4896e71d", "logits:jit.stats"},
     {"reverse_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "9722efb5fea1505b", "logits:jit.e16"},
     {"tlogits_sm90_e16", 90, HEURISTIC, TP, GD, 0, 0, "79ade65b7c1fa6dc", "logits:jit.e16"},
     {"dense_sm90_jit_wisdom_e16", 90, JIT_E16, TP, GD, 0, 0, "5547d14cd4eae779", NULL},
@@ -295,11 +295,12 @@ static int a_plans_modules_gemms_and_workspace_are_as_pinned(void) {
 
 /* Every GEMM of the chunk loop is a slot of the recipe with its own engine: the tuned four
  * (logits, dX, dW of the first chunk and of the accumulating ones; with KLJIT_ACCUM_AUTO the two
- * dW slots into the fp32 buffer as well) take the tuning's cuBLASLt
- * algorithms and may take a generated variant, the others cuBLASLt's heuristic; on sm_90 the
- * logits GEMM is the generated one by default (pingpong 128 x 128); a generated slot's module is
- * among the recipe's modules, and the options' KLJIT_GEMM_CUBLAS, an arch without the family or
- * a problem it cannot serve (fp32 inputs) keeps cuBLASLt. */
+ * dW slots into the fp32 buffer as well) take the tuning's cuBLASLt algorithms and may take a
+ * generated variant, the others cuBLASLt's heuristic; on sm_90 the logits GEMM is the generated
+ * one by default (pingpong 128 x 128), and so is dW's accumulating one into a 16-bit dW
+ * (cuBLASLt's adds an error of about a rounding of its own); a generated slot's module is among
+ * the recipe's modules, and the options' KLJIT_GEMM_CUBLAS, an arch without the family or a
+ * problem it cannot serve (fp32 inputs) keeps cuBLASLt. */
 static int each_gemm_is_a_slot_with_its_engine(void) {
   for (int i = 0; i < N_CASES; i++) {
     const pin_case *c = &CASES[i];
@@ -313,10 +314,13 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     const int family = c->arch == 90 && c->gemm != KLJIT_GEMM_CUBLAS && !jgemm_unfit(&pb, 90);
     const int all = family && c->gemm == KLJIT_GEMM_JIT;
     const int logits = family; /* sm_90's heuristic: the generated logits GEMM */
+    /* and dW's accumulating chunks into a 16-bit dW (one rounding a chunk) */
+    const int dw_acc = family && pb.grad_weight_dtype != KLJIT_FP32 && !r.geom.dw_workspace &&
+                       c->gemm != KLJIT_GEMM_CUBLAS;
     const kspec *m[RECIPE_MAX_MODULES];
     const int auto32 = r.geom.dw_auto;
     TH_CHECK(recipe_modules(&r, m) ==
-             recipe_fixed_modules(&r) + (all ? 4 + 2 * auto32 : logits));
+             recipe_fixed_modules(&r) + (all ? 4 + 2 * auto32 : logits + dw_acc));
     TH_OK(recipe_check(&r)); /* the templates accept every module, the generated GEMM's too */
     for (int s = 0; s < RECIPE_SLOTS; s++) {
       const recipe_gemm *g = &r.gemm[s];
@@ -331,7 +335,9 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
                          : s == RECIPE_DX_SLICE || s == RECIPE_DX_LAST ? GEMM_DX
                          : s == RECIPE_DW_ACC || dw32                  ? GEMM_DW
                                                                        : (gemm_kind)s));
-      const int gen = s == RECIPE_LOGITS ? logits : tuned && all;
+      const int gen = s == RECIPE_LOGITS  ? logits
+                      : s == RECIPE_DW_ACC ? dw_acc || all
+                                           : tuned && all;
       TH_CHECK(g->engine == (gen ? RECIPE_GENERATED : RECIPE_CUBLASLT));
       if (gen) TH_CHECK(g->spec.family == KSPEC_GEMM_SM90);
       if (dw32) TH_CHECK(g->types.dw == CUDA_R_32F && (!gen || g->variant.out == KLJIT_FP32));
