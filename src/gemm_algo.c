@@ -183,6 +183,12 @@ const prob_gemm_choice *gemm_algo_jit(const prob_tuning *t, int kind, int beta_z
   return NULL;
 }
 
+int gemm_algo_has_lt(const prob_tuning *t, int kind) {
+  for (int i = 0; i < PROB_GEMM_CHOICES; i++)
+    if (t->gemm[i].used && !t->gemm[i].jit && t->gemm[i].kind == kind) return 1;
+  return 0;
+}
+
 int gemm_algo_drop_stale(prob_tuning *t) {
   int dropped = 0;
   /* the version asked once, and only of a versioned choice: loading cuBLASLt costs a process

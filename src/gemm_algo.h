@@ -39,6 +39,10 @@ int gemm_algo_add(prob_tuning *t, const prob_gemm_choice *c);
  * takes the stale ones out of a tuning before it plans), or NULL. */
 const prob_gemm_choice *gemm_algo_jit(const prob_tuning *t, int kind, int beta_zero);
 
+/* Whether the tuning holds a cuBLASLt algorithm for GEMM `kind` (any version, either of dW's
+ * two: gemm_algo_find's choice). */
+int gemm_algo_has_lt(const prob_tuning *t, int kind);
+
 /* Drops the tuning's generated choices measured against another cuBLASLt than the running one
  * (the plan then takes the heuristic's backend for those GEMMs); returns how many. Planning
  * (recipe_make) takes a tuning's generated choices whatever their version: this is done to a

@@ -105,8 +105,13 @@ void jgemm_pick_slot(const kljit_problem *pb, const prob_geometry *g, int arch,
   out->from = b != GEMM_BACKEND_DEFAULT ? JGEMM_FROM_OPTIONS
               : tuned                   ? JGEMM_FROM_TUNING
                                         : JGEMM_FROM_HEURISTIC;
+  /* a tuned cuBLASLt dW algorithm keeps dW's accumulating chunks on cuBLASLt too (the tuner
+   * timed it so, against the heuristic's generated one) */
+  const int tuned_lt = slot == JGEMM_DW_ACC && gemm_algo_has_lt(&g->tune, kind);
   if (b == GEMM_BACKEND_DEFAULT)
-    b = tuned ? GEMM_BACKEND_JIT : heuristic_backend(arch, slot, slot_out(pb, g, slot));
+    b = tuned      ? GEMM_BACKEND_JIT
+        : tuned_lt ? GEMM_BACKEND_CUBLAS
+                   : heuristic_backend(arch, slot, slot_out(pb, g, slot));
   if (b == GEMM_BACKEND_CUBLAS) {
     out->lt_index = s->backend == GEMM_BACKEND_CUBLAS ? s->lt_index : -1;
     return;

@@ -353,6 +353,43 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
   return TH_PASS;
 }
 
+/* dW's accumulating chunks into a 16-bit dW take the generated GEMM on sm_90 by default (one
+ * rounding of dW a chunk; cuBLASLt's adds about one more: bench/RESULTS.md runs 150-151), its
+ * first chunk and dW into fp32 keep cuBLASLt, and a tuning's cuBLASLt dW algorithm, the options'
+ * dw:cublas, sm_80 or fp32 inputs keep cuBLASLt for it too. */
+static int a_16_bit_dw_accumulates_through_the_generated_gemm_on_sm90(void) {
+  for (int k = 0; k < 7; k++) {
+    kljit_problem pb = problem_of("bf16_dw"); /* bf16 dW accumulated in place */
+    if (k == 1) pb.grad_weight_dtype = KLJIT_FP32, pb.grad_weight_accum = KLJIT_ACCUM_FP32;
+    if (k == 2) pb.grad_weight_accum = KLJIT_ACCUM_FP32; /* into the fp32 buffer */
+    if (k == 6) pb.input_dtype = pb.weight_dtype = pb.teacher_dtype = KLJIT_FP32;
+    if (k == 6) pb.grad_weight_dtype = KLJIT_FP32;
+    const pin_case c = {"dw", k == 5 ? 80 : 90, HEURISTIC, TP, GD, 0, 0, "",
+                        k == 4 ? "dw:cublas" : NULL};
+    const kljit_context_options o = options_of(&c);
+    prob_tuning t = prob_estimate(&pb, c.arch, &o);
+    if (k == 3) { /* the tuner's cuBLASLt algorithm for dW */
+      prob_gemm_choice lt;
+      memset(&lt, 0, sizeof lt);
+      lt.used = 1, lt.kind = GEMM_DW, lt.n = t.chunk_rows, lt.beta_zero = 0;
+      TH_CHECK(gemm_algo_add(&t, &lt) == 0);
+    }
+    recipe r;
+    TH_OK(recipe_make(&pb, &t, &o, c.arch, SMS, &r));
+    const recipe_gemm *acc = &r.gemm[RECIPE_DW_ACC], *first = &r.gemm[RECIPE_DW];
+    printf("case %d: dW's first chunk %s, the others %s\n", k,
+           first->engine == RECIPE_GENERATED ? "generated" : "cuBLASLt",
+           acc->engine == RECIPE_GENERATED ? "generated" : "cuBLASLt");
+    TH_CHECK(first->engine == RECIPE_CUBLASLT);
+    TH_CHECK((acc->engine == RECIPE_GENERATED) == (k == 0));
+    if (k == 0)
+      TH_CHECK(acc->from == JGEMM_FROM_HEURISTIC && acc->variant.beta == 1 &&
+               acc->variant.out == KLJIT_BF16 && !strcmp(acc->variant.layout, "tn") &&
+               acc->variant.epilogue == 's');
+  }
+  return TH_PASS;
+}
+
 /* ---- the statistics epilogue ------------------------------------------------------------- */
 
 /* The recipe of pb on sm_<arch> under KLJIT_GEMM=<choice> (two-pass rows unless `rk`). */
@@ -978,6 +1015,8 @@ static const th_case cases[] = {
     {"a_plans_modules_gemms_and_workspace_are_as_pinned",
      a_plans_modules_gemms_and_workspace_are_as_pinned},
     {"each_gemm_is_a_slot_with_its_engine", each_gemm_is_a_slot_with_its_engine},
+    {"a_16_bit_dw_accumulates_through_the_generated_gemm_on_sm90",
+     a_16_bit_dw_accumulates_through_the_generated_gemm_on_sm90},
     {"the_statistics_epilogue_is_taken_only_in_its_scope",
      the_statistics_epilogue_is_taken_only_in_its_scope},
     {"the_e16_epilogue_follows_the_statistics_epilogue",
