@@ -315,8 +315,7 @@ static int each_gemm_is_a_slot_with_its_engine(void) {
     const int all = family && c->gemm == KLJIT_GEMM_JIT;
     const int logits = family; /* sm_90's heuristic: the generated logits GEMM */
     /* and dW's accumulating chunks into a 16-bit dW (one rounding a chunk) */
-    const int dw_acc = family && pb.grad_weight_dtype != KLJIT_FP32 && !r.geom.dw_workspace &&
-                       c->gemm != KLJIT_GEMM_CUBLAS;
+    const int dw_acc = family && pb.grad_weight_dtype != KLJIT_FP32 && !r.geom.dw_workspace;
     const kspec *m[RECIPE_MAX_MODULES];
     const int auto32 = r.geom.dw_auto;
     TH_CHECK(recipe_modules(&r, m) ==
